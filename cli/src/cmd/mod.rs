@@ -1,0 +1,5 @@
+//! One module per subcommand; each exposes `Args` (clap) and `run(Args) -> ExitCode`.
+
+pub mod catalog;
+pub mod plan;
+pub mod validate;

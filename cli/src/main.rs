@@ -1,0 +1,37 @@
+//! The `kerf` binary: a thin dispatcher over the subcommands, each in its own module.
+
+use clap::{Parser, Subcommand};
+use mimalloc::MiMalloc;
+use std::process::ExitCode;
+
+mod cmd;
+
+#[global_allocator]
+static GLOBAL: MiMalloc = MiMalloc;
+
+/// kerf: a drop-in replacement for the Karpenter controller on AWS.
+#[derive(Parser)]
+#[command(name = "kerf", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check Karpenter manifests the way the API server would.
+    Validate(cmd::validate::Args),
+    /// List EC2 instance types with their labels, capacity, allocatable and offerings.
+    Catalog(cmd::catalog::Args),
+    /// Offline what-if: the NodeClaims kerf would create for the pending pods in manifests.
+    Plan(cmd::plan::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Validate(args) => cmd::validate::run(args),
+        Command::Catalog(args) => cmd::catalog::run(args),
+        Command::Plan(args) => cmd::plan::run(args),
+    }
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every check and test of kerf on a fresh machine: installs what the tests need
+# (moto, the AWS API emulator, from PyPI), then formatting, lints and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! python3 -c 'import moto.server, flask' 2>/dev/null; then
+  echo "==> installing moto[server] (AWS API emulator for the AWS provider tests)"
+  python3 -m pip install --quiet 'moto[server]>=5,<6'
+fi
+
+echo "==> cargo fmt --check"
+cargo fmt --all --check
+echo "==> cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "==> cargo test"
+cargo test --workspace --locked

@@ -1,0 +1,1 @@
+//! The embedded EC2 instance-type catalog and the allocatable computation.

@@ -1,0 +1,15 @@
+//! kerf's pure core: the Karpenter v1 API types and their validation, the scheduling
+//! requirements algebra, Kubernetes resource quantities, the embedded EC2 instance-type
+//! catalog with allocatable computation, and the scheduler. Nothing in this crate performs
+//! I/O or holds a client: the controller, the simulated cluster and the CLI feed it data
+//! and act on what it returns, which keeps it unit-testable and benchmarkable alone.
+
+pub mod api;
+pub mod catalog;
+pub mod labels;
+pub mod manifest;
+pub mod requirements;
+pub mod resources;
+pub mod scheduling;
+pub mod taints;
+pub mod validation;

@@ -1,0 +1,1 @@
+//! Reading Kubernetes manifests: YAML or JSON, multi-document, `kind: List`.

@@ -1,0 +1,1 @@
+//! The scheduling requirements algebra (In, NotIn, Exists, DoesNotExist, Gt, Lt, minValues).

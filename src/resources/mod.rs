@@ -1,0 +1,1 @@
+//! Kubernetes resource quantities and resource lists with exact arithmetic.

@@ -1,0 +1,1 @@
+//! The scheduler: pending pods onto existing nodes and new NodeClaims.

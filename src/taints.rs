@@ -1,0 +1,1 @@
+//! Taints and tolerations matching as the kube-scheduler applies them.

@@ -1,0 +1,1 @@
+//! Validation of Karpenter objects as the API server enforces it from the CRD schemas.
