@@ -85,4 +85,3 @@ pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
 pub const NITRO_SANDBOX: &str = "karpenter.k8s.aws/nitro-sandbox";
 pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
 pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
-

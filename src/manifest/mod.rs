@@ -45,7 +45,11 @@ pub struct Object {
 impl Object {
     /// `KIND/NAME`, with `<unnamed>` when metadata.name is missing.
     pub fn display_name(&self) -> String {
-        format!("{}/{}", self.kind, self.name.as_deref().unwrap_or("<unnamed>"))
+        format!(
+            "{}/{}",
+            self.kind,
+            self.name.as_deref().unwrap_or("<unnamed>")
+        )
     }
 
     /// The API group: `karpenter.sh` for `karpenter.sh/v1`, empty for core `v1`.
@@ -111,7 +115,10 @@ impl ManifestError {
 /// The objects of one manifest text, each document on its own: a broken document does not
 /// hide the good ones around it. A YAML syntax error fails the whole text, since the
 /// document boundaries after it cannot be trusted.
-pub fn parse_str(text: &str, file: &str) -> Result<Vec<Result<Object, ManifestError>>, ManifestError> {
+pub fn parse_str(
+    text: &str,
+    file: &str,
+) -> Result<Vec<Result<Object, ManifestError>>, ManifestError> {
     let documents = parse_documents(text, file)?;
     let mut objects = Vec::new();
     for (index, (value, line)) in documents.into_iter().enumerate() {
@@ -172,10 +179,9 @@ fn first_line(message: &str) -> String {
 
 fn expand(value: Value, source: Source, out: &mut Vec<Result<Object, ManifestError>>) {
     let is_list = value.get("kind").and_then(Value::as_str) == Some("List")
-        || value
-            .get("kind")
-            .and_then(Value::as_str)
-            .is_some_and(|k| k.ends_with("List") && value.get("items").is_some_and(Value::is_array));
+        || value.get("kind").and_then(Value::as_str).is_some_and(|k| {
+            k.ends_with("List") && value.get("items").is_some_and(Value::is_array)
+        });
     if !is_list {
         out.push(to_object(value, source));
         return;
@@ -344,7 +350,10 @@ mod tests {
     #[test]
     fn names_file_and_line_of_syntax_errors() {
         let err = parse_str("a: 1\nb: [\n", "bad.yaml").unwrap_err();
-        assert!(matches!(err, ManifestError::Parse { line: Some(2), .. }), "{err:?}");
+        assert!(
+            matches!(err, ManifestError::Parse { line: Some(2), .. }),
+            "{err:?}"
+        );
         let text = err.to_string();
         assert!(text.starts_with("bad.yaml:2: "), "{text}");
         assert!(text.contains("unclosed bracket"), "{text}");
@@ -352,7 +361,8 @@ mod tests {
 
     #[test]
     fn broken_documents_do_not_hide_good_ones() {
-        let text = "kind: NodePool\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\n---\n- 1\n";
+        let text =
+            "kind: NodePool\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\n---\n- 1\n";
         let results = parse_str(text, "m.yaml").unwrap();
         assert_eq!(results.len(), 3);
         let first = results[0].as_ref().unwrap_err().to_string();
@@ -366,7 +376,10 @@ mod tests {
     #[test]
     fn reports_type_conversion_failures_with_the_object() {
         let objects = parse_all("apiVersion: v1\nkind: X\nmetadata: {name: nm}\n", "f").unwrap();
-        let err = objects[0].to_typed::<Vec<String>>().unwrap_err().to_string();
+        let err = objects[0]
+            .to_typed::<Vec<String>>()
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("f:1: X/nm: "), "{err}");
     }
 }

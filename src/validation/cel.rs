@@ -50,7 +50,13 @@ fn each_item(f: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Option<Rule>
 /// A predicate over label keys, applied to a key string or to every key of a map.
 fn each_key(f: impl Fn(&str) -> bool + Send + Sync + 'static) -> Option<Rule> {
     check(move |v| match v {
-        Value::String(key) => if f(key) { Vec::new() } else { vec![Locus::Whole] },
+        Value::String(key) => {
+            if f(key) {
+                Vec::new()
+            } else {
+                vec![Locus::Whole]
+            }
+        }
         Value::Object(map) => map
             .keys()
             .filter(|k| !f(k))
@@ -125,10 +131,11 @@ fn requirement_rule(message: &str) -> Option<Rule> {
                 text(x, "operator") != "In" || items(&x["values"]).len() as i64 >= min
             })
         }
-        "group may not be empty" | "kind may not be empty" | "name may not be empty"
-        | "role cannot be empty" | "instanceProfile cannot be empty" => {
-            holds(|v| v.as_str() != Some(""))
-        }
+        "group may not be empty"
+        | "kind may not be empty"
+        | "name may not be empty"
+        | "role cannot be empty"
+        | "instanceProfile cannot be empty" => holds(|v| v.as_str() != Some("")),
         _ => None,
     }
 }
@@ -159,7 +166,14 @@ fn nodepool_rule(message: &str) -> Option<Rule> {
     }
 }
 
-const ALIAS_FAMILIES: [&str; 6] = ["al2", "al2023", "bottlerocket", "windows2019", "windows2022", "windows2025"];
+const ALIAS_FAMILIES: [&str; 6] = [
+    "al2",
+    "al2023",
+    "bottlerocket",
+    "windows2019",
+    "windows2022",
+    "windows2025",
+];
 const WINDOWS_ALIAS_FAMILIES: [&str; 3] = ["windows2019", "windows2022", "windows2025"];
 
 fn ami_rule(message: &str) -> Option<Rule> {
@@ -176,19 +190,30 @@ fn ami_rule(message: &str) -> Option<Rule> {
                 || alias.split('@').nth(1) == Some("latest")
         }),
         "expected at least one, got none, ['tags', 'id', 'name', 'alias', 'ssmParameter']" => {
-            each_item(|x| ["tags", "id", "name", "alias", "ssmParameter"].iter().any(|f| has(x, f)))
+            each_item(|x| {
+                ["tags", "id", "name", "alias", "ssmParameter"]
+                    .iter()
+                    .any(|f| has(x, f))
+            })
         }
         "'id' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms" => {
-            each_item(|x| !(has(x, "id") && ["alias", "tags", "name", "owner"].iter().any(|f| has(x, f))))
+            each_item(|x| {
+                !(has(x, "id") && ["alias", "tags", "name", "owner"].iter().any(|f| has(x, f)))
+            })
         }
         "'alias' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms" => {
-            each_item(|x| !(has(x, "alias") && ["id", "tags", "name", "owner"].iter().any(|f| has(x, f))))
+            each_item(|x| {
+                !(has(x, "alias") && ["id", "tags", "name", "owner"].iter().any(|f| has(x, f)))
+            })
         }
         "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms" => {
             holds(|v| !(items(v).iter().any(|x| has(x, "alias")) && items(v).len() != 1))
         }
         "must specify amiFamily if amiSelectorTerms does not contain an alias" => holds(|spec| {
-            items(&spec["amiSelectorTerms"]).iter().any(|x| has(x, "alias")) || has(spec, "amiFamily")
+            items(&spec["amiSelectorTerms"])
+                .iter()
+                .any(|x| has(x, "alias"))
+                || has(spec, "amiFamily")
         }),
         _ => alias_family_rule(message),
     }
@@ -198,7 +223,9 @@ fn ami_rule(message: &str) -> Option<Rule> {
 fn is_alias_shaped(alias: &str) -> bool {
     match alias.split_once('@') {
         Some((family, version)) => {
-            !family.is_empty() && family.chars().all(|c| c.is_ascii_alphanumeric()) && !version.is_empty()
+            !family.is_empty()
+                && family.chars().all(|c| c.is_ascii_alphanumeric())
+                && !version.is_empty()
         }
         None => false,
     }
@@ -250,21 +277,32 @@ fn ec2nodeclass_rule(message: &str) -> Option<Rule> {
             holds(|ebs| has(ebs, "snapshotID") || has(ebs, "volumeSize"))
         }
         "snapshotID must be set when volumeInitializationRate is set" => holds(|ebs| {
-            !has(ebs, "volumeInitializationRate") || (has(ebs, "snapshotID") && text(ebs, "snapshotID") != "")
+            !has(ebs, "volumeInitializationRate")
+                || (has(ebs, "snapshotID") && text(ebs, "snapshotID") != "")
         }),
         "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set" => {
-            holds(|v| ["tcpEstablishedTimeout", "udpStreamTimeout", "udpTimeout"].iter().any(|f| has(v, f)))
+            holds(|v| {
+                ["tcpEstablishedTimeout", "udpStreamTimeout", "udpTimeout"]
+                    .iter()
+                    .any(|f| has(v, f))
+            })
         }
-        "networkInterfaces must include a primary interface with interfaceType='interface'" => holds(|v| {
-            items(v).is_empty()
-                || items(v).iter().any(|x| {
-                    x["deviceIndex"] == 0 && x["networkCardIndex"] == 0 && text(x, "interfaceType") == "interface"
-                })
-        }),
+        "networkInterfaces must include a primary interface with interfaceType='interface'" => {
+            holds(|v| {
+                items(v).is_empty()
+                    || items(v).iter().any(|x| {
+                        x["deviceIndex"] == 0
+                            && x["networkCardIndex"] == 0
+                            && text(x, "interfaceType") == "interface"
+                    })
+            })
+        }
         "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card" => {
             check(duplicate_interfaces)
         }
-        "expected at least one, got none, ['name', 'id']" => holds(|v| has(v, "name") || has(v, "id")),
+        "expected at least one, got none, ['name', 'id']" => {
+            holds(|v| has(v, "name") || has(v, "id"))
+        }
         "'name' and 'id' are mutually exclusive" => holds(|v| !(has(v, "name") && has(v, "id"))),
         _ => None,
     }
@@ -298,9 +336,15 @@ fn selector_rule(message: &str) -> Option<Rule> {
         "expected at least one, got none, ['tags', 'id', 'name']" => {
             each_item(|x| ["tags", "id", "name"].iter().any(|f| has(x, f)))
         }
-        "expected at least one, got none, ['tags', 'id']" => each_item(|x| has(x, "tags") || has(x, "id")),
+        "expected at least one, got none, ['tags', 'id']" => {
+            each_item(|x| has(x, "tags") || has(x, "id"))
+        }
         "expected at least one, got none, ['tags', 'id', 'instanceMatchCriteria']" => {
-            each_item(|x| ["tags", "id", "instanceMatchCriteria"].iter().any(|f| has(x, f)))
+            each_item(|x| {
+                ["tags", "id", "instanceMatchCriteria"]
+                    .iter()
+                    .any(|f| has(x, f))
+            })
         }
         // These three are `!self.all(...)` upstream: they reject the list only when every
         // term combines the exclusive field with another one.
@@ -315,7 +359,10 @@ fn selector_rule(message: &str) -> Option<Rule> {
         }
         "'id' is mutually exclusive, cannot be set along with other fields in a capacity reservation selector term" => {
             unless_all(false, |x| {
-                has(x, "id") && ["tags", "ownerID", "instanceMatchCriteria"].iter().any(|f| has(x, f))
+                has(x, "id")
+                    && ["tags", "ownerID", "instanceMatchCriteria"]
+                        .iter()
+                        .any(|f| has(x, f))
             })
         }
         _ => None,
@@ -325,7 +372,10 @@ fn selector_rule(message: &str) -> Option<Rule> {
 /// `!self.all(x, p(x))`. CEL's `all` over an empty list is true, so upstream's rule rejects
 /// an empty list too; where a `cannot be empty` rule already reports that, `empty_reported`
 /// keeps this one quiet rather than blaming exclusivity for a list with no terms.
-fn unless_all(empty_reported: bool, f: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Option<Rule> {
+fn unless_all(
+    empty_reported: bool,
+    f: impl Fn(&Value) -> bool + Send + Sync + 'static,
+) -> Option<Rule> {
     holds(move |v| (empty_reported && items(v).is_empty()) || !items(v).iter().all(&f))
 }
 
@@ -336,12 +386,18 @@ fn tag_rule(message: &str) -> Option<Rule> {
             each_entry(|k, v| !k.is_empty() && v.as_str() != Some(""))
         }
         "empty tag keys aren't supported" => each_entry(|k, _| !k.is_empty()),
-        "tag contains a restricted tag matching eks:eks-cluster-name" => restricted_exact("eks:eks-cluster-name"),
+        "tag contains a restricted tag matching eks:eks-cluster-name" => {
+            restricted_exact("eks:eks-cluster-name")
+        }
         "tag contains a restricted tag matching kubernetes.io/cluster/" => {
             each_entry(|k, _| !k.starts_with("kubernetes.io/cluster"))
         }
-        "tag contains a restricted tag matching karpenter.sh/nodepool" => restricted_exact(labels::NODEPOOL),
-        "tag contains a restricted tag matching karpenter.sh/nodeclaim" => restricted_exact("karpenter.sh/nodeclaim"),
+        "tag contains a restricted tag matching karpenter.sh/nodepool" => {
+            restricted_exact(labels::NODEPOOL)
+        }
+        "tag contains a restricted tag matching karpenter.sh/nodeclaim" => {
+            restricted_exact("karpenter.sh/nodeclaim")
+        }
         "tag contains a restricted tag matching karpenter.k8s.aws/ec2nodeclass" => {
             restricted_exact(labels::EC2NODECLASS)
         }
@@ -369,7 +425,10 @@ mod tests {
         assert_eq!(run(m, json!("karpenter.sh/foo")), [Locus::Whole]);
         assert_eq!(run(m, json!("sub.karpenter.sh/foo")), [Locus::Whole]);
         assert_eq!(run(m, json!("karpenter.sh")), [Locus::Whole]);
-        assert_eq!(run(m, json!({"ok": "1", "karpenter.sh/x": "1"})), [Locus::Key("karpenter.sh/x".into())]);
+        assert_eq!(
+            run(m, json!({"ok": "1", "karpenter.sh/x": "1"})),
+            [Locus::Key("karpenter.sh/x".into())]
+        );
     }
 
     #[test]
@@ -383,7 +442,15 @@ mod tests {
             {"key": "a", "operator": "Lte"},
             {"key": "a", "operator": "In", "values": ["x"]}
         ]);
-        assert_eq!(run(m, reqs), [Locus::Index(1), Locus::Index(2), Locus::Index(3), Locus::Index(4)]);
+        assert_eq!(
+            run(m, reqs),
+            [
+                Locus::Index(1),
+                Locus::Index(2),
+                Locus::Index(3),
+                Locus::Index(4)
+            ]
+        );
     }
 
     #[test]
@@ -393,15 +460,25 @@ mod tests {
         assert!(run(m, spec("AL2023")).is_empty());
         assert!(run(m, spec("Custom")).is_empty());
         assert_eq!(run(m, spec("Bottlerocket")), [Locus::Whole]);
-        let m = "if set, amiFamily must be 'Bottlerocket' or 'Custom' when using a Bottlerocket alias";
-        assert!(run(m, spec("AL2")).is_empty(), "rule only concerns bottlerocket aliases");
+        let m =
+            "if set, amiFamily must be 'Bottlerocket' or 'Custom' when using a Bottlerocket alias";
+        assert!(
+            run(m, spec("AL2")).is_empty(),
+            "rule only concerns bottlerocket aliases"
+        );
     }
 
     #[test]
     fn security_group_exclusivity_is_all_terms_as_upstream() {
         let m = "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term";
         assert_eq!(run(m, json!([{"id": "sg-1", "name": "x"}])), [Locus::Whole]);
-        assert!(run(m, json!([{"id": "sg-1", "name": "x"}, {"tags": {"a": "b"}}])).is_empty());
+        assert!(
+            run(
+                m,
+                json!([{"id": "sg-1", "name": "x"}, {"tags": {"a": "b"}}])
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -413,6 +490,14 @@ mod tests {
             {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"},
             {"networkCardIndex": 1, "deviceIndex": 1, "interfaceType": "efa-only"}
         ]);
-        assert_eq!(run(m, v), [Locus::Index(0), Locus::Index(1), Locus::Index(2), Locus::Index(3)]);
+        assert_eq!(
+            run(m, v),
+            [
+                Locus::Index(0),
+                Locus::Index(1),
+                Locus::Index(2),
+                Locus::Index(3)
+            ]
+        );
     }
 }

@@ -53,7 +53,10 @@ pub const KUBELET_FIELDS: &[(&str, FieldType)] = &[
     ("registryPullQPS", FieldType::Int32),
     ("registryBurst", FieldType::Int32),
     ("imagePullCredentialsVerificationPolicy", FieldType::String),
-    ("preloadedImagesVerificationAllowlist", FieldType::StringList),
+    (
+        "preloadedImagesVerificationAllowlist",
+        FieldType::StringList,
+    ),
     ("eventRecordQPS", FieldType::Int32),
     ("eventBurst", FieldType::Int32),
     ("enableDebuggingHandlers", FieldType::Bool),
@@ -122,7 +125,10 @@ pub const KUBELET_FIELDS: &[(&str, FieldType)] = &[
     ("containerLogMaxFiles", FieldType::Int32),
     ("containerLogMaxWorkers", FieldType::Int32),
     ("containerLogMonitorInterval", FieldType::Duration),
-    ("configMapAndSecretChangeDetectionStrategy", FieldType::String),
+    (
+        "configMapAndSecretChangeDetectionStrategy",
+        FieldType::String,
+    ),
     ("systemReserved", FieldType::StringMap),
     ("kubeReserved", FieldType::StringMap),
     ("reservedSystemCPUs", FieldType::String),
@@ -172,8 +178,9 @@ static QUANTITY: LazyLock<Regex> = LazyLock::new(|| {
         .expect("quantity pattern compiles")
 });
 
-static PERCENTAGE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^(\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?)%$").expect("percentage pattern compiles"));
+static PERCENTAGE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?)%$").expect("percentage pattern compiles")
+});
 
 /// Problems with `spec.kubelet` (an object: the schema has checked that).
 pub fn validate_kubelet(kubelet: &Map<String, Value>, path: &FieldPath) -> Vec<Problem> {
@@ -192,7 +199,12 @@ pub fn validate_kubelet(kubelet: &Map<String, Value>, path: &FieldPath) -> Vec<P
 }
 
 fn check_type(ty: FieldType, value: &Value, path: &FieldPath, problems: &mut Vec<Problem>) {
-    let wrong = |expected: &str| Problem::new(path, format!("must be {expected}, not {}", json_type(value)));
+    let wrong = |expected: &str| {
+        Problem::new(
+            path,
+            format!("must be {expected}, not {}", json_type(value)),
+        )
+    };
     let ok = match ty {
         FieldType::Bool => value.is_boolean(),
         FieldType::Int32 => value.as_i64().is_some_and(|n| i32::try_from(n).is_ok()),
@@ -204,7 +216,9 @@ fn check_type(ty: FieldType, value: &Value, path: &FieldPath, problems: &mut Vec
         FieldType::BoolMap => values_all(value, Value::is_boolean),
         FieldType::StringListMap => values_all(value, |v| elements_all(v, Value::is_string)),
         FieldType::StringList => elements_all(value, Value::is_string),
-        FieldType::Int32List => elements_all(value, |v| v.as_i64().is_some_and(|n| i32::try_from(n).is_ok())),
+        FieldType::Int32List => elements_all(value, |v| {
+            v.as_i64().is_some_and(|n| i32::try_from(n).is_ok())
+        }),
         FieldType::Object => value.is_object(),
         FieldType::ObjectList => elements_all(value, Value::is_object),
     };
@@ -262,13 +276,19 @@ fn check_semantics(kubelet: &Map<String, Value>, path: &FieldPath, problems: &mu
             let at = path.child(name).key(signal);
             if !EVICTION_SIGNALS.contains(&signal) {
                 let valid = EVICTION_SIGNALS.join("', '");
-                problems.push(Problem::new(&at, format!("valid keys for {name} are ['{valid}']")));
+                problems.push(Problem::new(
+                    &at,
+                    format!("valid keys for {name} are ['{valid}']"),
+                ));
             } else if name == "evictionSoftGracePeriod" {
                 if let Err(e) = Duration::parse(value) {
                     problems.push(Problem::new(&at, e.to_string()));
                 }
             } else if !(PERCENTAGE.is_match(value) || QUANTITY.is_match(value)) {
-                problems.push(Problem::new(&at, format!("Invalid value: {value:?}: must be a percentage or a quantity")));
+                problems.push(Problem::new(
+                    &at,
+                    format!("Invalid value: {value:?}: must be a percentage or a quantity"),
+                ));
             }
         }
     }
@@ -277,11 +297,20 @@ fn check_semantics(kubelet: &Map<String, Value>, path: &FieldPath, problems: &mu
         for (resource, value) in string_map(kubelet, name) {
             let at = path.child(name).key(resource);
             if !RESERVED_RESOURCES.contains(&resource) {
-                problems.push(Problem::new(&at, format!("valid keys for {name} are ['cpu','memory','ephemeral-storage','pid']")));
+                problems.push(Problem::new(
+                    &at,
+                    format!("valid keys for {name} are ['cpu','memory','ephemeral-storage','pid']"),
+                ));
             } else if !QUANTITY.is_match(value) {
-                problems.push(Problem::new(&at, format!("Invalid value: {value:?}: must be a quantity")));
+                problems.push(Problem::new(
+                    &at,
+                    format!("Invalid value: {value:?}: must be a quantity"),
+                ));
             } else if value.starts_with('-') {
-                problems.push(Problem::new(&at, format!("{name} value cannot be a negative resource quantity")));
+                problems.push(Problem::new(
+                    &at,
+                    format!("{name} value cannot be a negative resource quantity"),
+                ));
             }
         }
     }
@@ -313,15 +342,24 @@ fn check_bounds(kubelet: &Map<String, Value>, path: &FieldPath, problems: &mut V
     let int = |name: &str| kubelet.get(name).and_then(Value::as_i64);
     for name in ["maxPods", "podsPerCore"] {
         if let Some(n) = int(name).filter(|n| *n < 0) {
-            problems.push(Problem::new(&path.child(name), format!("Invalid value: {n}: should be greater than or equal to 0")));
+            problems.push(Problem::new(
+                &path.child(name),
+                format!("Invalid value: {n}: should be greater than or equal to 0"),
+            ));
         }
     }
     for name in ["imageGCHighThresholdPercent", "imageGCLowThresholdPercent"] {
         if let Some(n) = int(name).filter(|n| !(0..=100).contains(n)) {
-            problems.push(Problem::new(&path.child(name), format!("Invalid value: {n}: should be between 0 and 100")));
+            problems.push(Problem::new(
+                &path.child(name),
+                format!("Invalid value: {n}: should be between 0 and 100"),
+            ));
         }
     }
-    if let (Some(high), Some(low)) = (int("imageGCHighThresholdPercent"), int("imageGCLowThresholdPercent")) {
+    if let (Some(high), Some(low)) = (
+        int("imageGCHighThresholdPercent"),
+        int("imageGCLowThresholdPercent"),
+    ) {
         if high <= low {
             problems.push(Problem::new(
                 &path.child("imageGCHighThresholdPercent"),
@@ -338,34 +376,51 @@ mod tests {
 
     fn problems(v: Value) -> Vec<String> {
         let path = FieldPath::root().child("spec").child("kubelet");
-        validate_kubelet(v.as_object().unwrap(), &path).iter().map(ToString::to_string).collect()
+        validate_kubelet(v.as_object().unwrap(), &path)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     #[test]
     fn accepts_known_fields_of_the_right_type() {
-        assert_eq!(problems(json!({
-            "maxPods": 110, "clusterDNS": ["10.0.0.10"], "cpuCFSQuota": true,
-            "kubeReserved": {"cpu": "100m", "memory": "1Gi"},
-            "evictionHard": {"memory.available": "5%", "nodefs.available": "1Gi"},
-            "evictionSoft": {"memory.available": "10%"},
-            "evictionSoftGracePeriod": {"memory.available": "1m30s"},
-            "imageGCHighThresholdPercent": 85, "imageGCLowThresholdPercent": 80,
-            "featureGates": {"InPlacePodVerticalScaling": true},
-            "shutdownGracePeriod": "30s", "containerLogMaxSize": "50Mi"
-        })), Vec::<String>::new());
+        assert_eq!(
+            problems(json!({
+                "maxPods": 110, "clusterDNS": ["10.0.0.10"], "cpuCFSQuota": true,
+                "kubeReserved": {"cpu": "100m", "memory": "1Gi"},
+                "evictionHard": {"memory.available": "5%", "nodefs.available": "1Gi"},
+                "evictionSoft": {"memory.available": "10%"},
+                "evictionSoftGracePeriod": {"memory.available": "1m30s"},
+                "imageGCHighThresholdPercent": 85, "imageGCLowThresholdPercent": 80,
+                "featureGates": {"InPlacePodVerticalScaling": true},
+                "shutdownGracePeriod": "30s", "containerLogMaxSize": "50Mi"
+            })),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
     fn rejects_unknown_fields_and_wrong_types() {
-        assert_eq!(problems(json!({"maxPod": 1})), ["spec.kubelet.maxPod: unknown KubeletConfiguration field"]);
-        assert_eq!(problems(json!({"maxPods": "110"})), ["spec.kubelet.maxPods: must be a 32-bit integer, not string"]);
-        assert!(problems(json!({"shutdownGracePeriod": "soon"}))[0].starts_with("spec.kubelet.shutdownGracePeriod: invalid duration"));
+        assert_eq!(
+            problems(json!({"maxPod": 1})),
+            ["spec.kubelet.maxPod: unknown KubeletConfiguration field"]
+        );
+        assert_eq!(
+            problems(json!({"maxPods": "110"})),
+            ["spec.kubelet.maxPods: must be a 32-bit integer, not string"]
+        );
+        assert!(
+            problems(json!({"shutdownGracePeriod": "soon"}))[0]
+                .starts_with("spec.kubelet.shutdownGracePeriod: invalid duration")
+        );
     }
 
     #[test]
     fn eviction_soft_needs_a_grace_period_and_vice_versa() {
         assert_eq!(
-            problems(json!({"evictionSoft": {"memory.available": "10%"}, "evictionSoftGracePeriod": {"nodefs.available": "1m"}})),
+            problems(
+                json!({"evictionSoft": {"memory.available": "10%"}, "evictionSoftGracePeriod": {"nodefs.available": "1m"}})
+            ),
             [
                 "spec.kubelet.evictionSoft[memory.available]: evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod",
                 "spec.kubelet.evictionSoftGracePeriod[nodefs.available]: evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft",
@@ -375,12 +430,27 @@ mod tests {
 
     #[test]
     fn reserved_resources_and_gc_thresholds() {
-        assert_eq!(problems(json!({"kubeReserved": {"gpu": "1"}})), ["spec.kubelet.kubeReserved[gpu]: valid keys for kubeReserved are ['cpu','memory','ephemeral-storage','pid']"]);
-        assert_eq!(problems(json!({"systemReserved": {"cpu": "-1"}})), ["spec.kubelet.systemReserved[cpu]: systemReserved value cannot be a negative resource quantity"]);
+        assert_eq!(
+            problems(json!({"kubeReserved": {"gpu": "1"}})),
+            [
+                "spec.kubelet.kubeReserved[gpu]: valid keys for kubeReserved are ['cpu','memory','ephemeral-storage','pid']"
+            ]
+        );
+        assert_eq!(
+            problems(json!({"systemReserved": {"cpu": "-1"}})),
+            [
+                "spec.kubelet.systemReserved[cpu]: systemReserved value cannot be a negative resource quantity"
+            ]
+        );
         assert_eq!(
             problems(json!({"imageGCHighThresholdPercent": 50, "imageGCLowThresholdPercent": 60})),
-            ["spec.kubelet.imageGCHighThresholdPercent: imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent"]
+            [
+                "spec.kubelet.imageGCHighThresholdPercent: imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent"
+            ]
         );
-        assert!(problems(json!({"evictionHard": {"memory.free": "1Gi"}}))[0].contains("valid keys for evictionHard"));
+        assert!(
+            problems(json!({"evictionHard": {"memory.free": "1Gi"}}))[0]
+                .contains("valid keys for evictionHard")
+        );
     }
 }

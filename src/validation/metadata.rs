@@ -34,16 +34,32 @@ pub fn validate_metadata(metadata: Option<&Value>) -> Vec<Problem> {
         None => &empty,
         Some(Value::Object(map)) => map,
         Some(other) => {
-            problems.push(Problem::new(&path, format!("must be of type object, not {}", json_type(other))));
+            problems.push(Problem::new(
+                &path,
+                format!("must be of type object, not {}", json_type(other)),
+            ));
             return problems;
         }
     };
-    for key in map.keys().filter(|k| !OBJECT_META_FIELDS.contains(&k.as_str())) {
+    for key in map
+        .keys()
+        .filter(|k| !OBJECT_META_FIELDS.contains(&k.as_str()))
+    {
         problems.push(Problem::new(&path.child(key), "unknown field"));
     }
     check_name(map, &path, &mut problems);
-    check_string_map(map.get("labels"), &path.child("labels"), true, &mut problems);
-    check_string_map(map.get("annotations"), &path.child("annotations"), false, &mut problems);
+    check_string_map(
+        map.get("labels"),
+        &path.child("labels"),
+        true,
+        &mut problems,
+    );
+    check_string_map(
+        map.get("annotations"),
+        &path.child("annotations"),
+        false,
+        &mut problems,
+    );
     problems
 }
 
@@ -51,34 +67,57 @@ fn check_name(map: &serde_json::Map<String, Value>, path: &FieldPath, problems: 
     match (map.get("name"), map.get("generateName")) {
         (Some(Value::String(name)), _) if !name.is_empty() => {
             for e in dns_subdomain_errors(name) {
-                problems.push(Problem::new(&path.child("name"), format!("Invalid value: {name:?}: {e}")));
+                problems.push(Problem::new(
+                    &path.child("name"),
+                    format!("Invalid value: {name:?}: {e}"),
+                ));
             }
         }
         (Some(Value::String(_)) | None, Some(Value::String(g))) if !g.is_empty() => {}
-        (Some(other @ (Value::Number(_) | Value::Bool(_) | Value::Array(_) | Value::Object(_))), _) => {
+        (
+            Some(other @ (Value::Number(_) | Value::Bool(_) | Value::Array(_) | Value::Object(_))),
+            _,
+        ) => {
             problems.push(Problem::new(
                 &path.child("name"),
                 format!("must be of type string, not {}", json_type(other)),
             ));
         }
-        _ => problems.push(Problem::new(&path.child("name"), "Required value: name or generateName is required")),
+        _ => problems.push(Problem::new(
+            &path.child("name"),
+            "Required value: name or generateName is required",
+        )),
     }
 }
 
-fn check_string_map(value: Option<&Value>, path: &FieldPath, labels: bool, problems: &mut Vec<Problem>) {
+fn check_string_map(
+    value: Option<&Value>,
+    path: &FieldPath,
+    labels: bool,
+    problems: &mut Vec<Problem>,
+) {
     let Some(value) = value else { return };
     let Some(map) = value.as_object() else {
-        problems.push(Problem::new(path, format!("must be of type object, not {}", json_type(value))));
+        problems.push(Problem::new(
+            path,
+            format!("must be of type object, not {}", json_type(value)),
+        ));
         return;
     };
     for (key, v) in map {
         for e in qualified_name_errors(key) {
-            problems.push(Problem::new(&path.key(key), format!("Invalid value: {key:?}: {e}")));
+            problems.push(Problem::new(
+                &path.key(key),
+                format!("Invalid value: {key:?}: {e}"),
+            ));
         }
         match v.as_str() {
             Some(text) if labels => {
                 for e in label_value_errors(text) {
-                    problems.push(Problem::new(&path.key(key), format!("Invalid value: {text:?}: {e}")));
+                    problems.push(Problem::new(
+                        &path.key(key),
+                        format!("Invalid value: {text:?}: {e}"),
+                    ));
                 }
             }
             Some(_) => {}
@@ -96,7 +135,10 @@ mod tests {
     use serde_json::json;
 
     fn messages(v: Value) -> Vec<String> {
-        validate_metadata(Some(&v)).iter().map(ToString::to_string).collect()
+        validate_metadata(Some(&v))
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     #[test]
@@ -107,9 +149,21 @@ mod tests {
 
     #[test]
     fn rejects_bad_names_labels_and_fields() {
-        assert_eq!(messages(json!({})), ["metadata.name: Required value: name or generateName is required"]);
-        assert!(messages(json!({"name": "Default"}))[0].starts_with("metadata.name: Invalid value: \"Default\""));
-        assert!(messages(json!({"name": "a", "labels": {"a": "b c"}}))[0].starts_with("metadata.labels[a]: Invalid value"));
-        assert_eq!(messages(json!({"name": "a", "nmae": "b"})), ["metadata.nmae: unknown field"]);
+        assert_eq!(
+            messages(json!({})),
+            ["metadata.name: Required value: name or generateName is required"]
+        );
+        assert!(
+            messages(json!({"name": "Default"}))[0]
+                .starts_with("metadata.name: Invalid value: \"Default\"")
+        );
+        assert!(
+            messages(json!({"name": "a", "labels": {"a": "b c"}}))[0]
+                .starts_with("metadata.labels[a]: Invalid value")
+        );
+        assert_eq!(
+            messages(json!({"name": "a", "nmae": "b"})),
+            ["metadata.nmae: unknown field"]
+        );
     }
 }

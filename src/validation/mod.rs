@@ -83,11 +83,15 @@ pub fn validate_object(object: &Object) -> Verdict {
 }
 
 fn unsupported_type(object: &Object) -> Problem {
-    let served = [KarpenterKind::NodePool, KarpenterKind::NodeClaim, KarpenterKind::EC2NodeClass]
-        .iter()
-        .map(|k| format!("{} {}", k.api_version(), k.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let served = [
+        KarpenterKind::NodePool,
+        KarpenterKind::NodeClaim,
+        KarpenterKind::EC2NodeClass,
+    ]
+    .iter()
+    .map(|k| format!("{} {}", k.api_version(), k.as_str()))
+    .collect::<Vec<_>>()
+    .join(", ");
     Problem {
         path: String::new(),
         message: format!(
@@ -159,11 +163,20 @@ mod tests {
 
     #[test]
     fn ignores_other_groups_and_rejects_unserved_versions() {
-        assert_eq!(verdict("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"), Verdict::Ignored);
-        let Verdict::Invalid(problems) = verdict("apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: p}\n") else {
+        assert_eq!(
+            verdict("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"),
+            Verdict::Ignored
+        );
+        let Verdict::Invalid(problems) =
+            verdict("apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: p}\n")
+        else {
             panic!("v1beta1 is not served")
         };
-        assert!(problems[0].message.starts_with("no kind \"NodePool\" in version \"karpenter.sh/v1beta1\""));
+        assert!(
+            problems[0]
+                .message
+                .starts_with("no kind \"NodePool\" in version \"karpenter.sh/v1beta1\"")
+        );
     }
 
     #[test]

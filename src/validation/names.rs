@@ -45,7 +45,11 @@ pub const KARPENTER_AWS_ALLOWED: [&str; 29] = [
 const RESTRICTED_DOMAINS: [&str; 4] = ["kubernetes.io", "k8s.io", labels::GROUP, labels::AWS_GROUP];
 
 /// Sub-domains of the restricted ones that users may still use.
-const DOMAIN_EXCEPTIONS: [&str; 3] = ["kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"];
+const DOMAIN_EXCEPTIONS: [&str; 3] = [
+    "kops.k8s.io",
+    "node.kubernetes.io",
+    "node-restriction.kubernetes.io",
+];
 
 /// Labels in restricted domains that Karpenter knows and lets users constrain.
 const CORE_WELL_KNOWN: [&str; 9] = [
@@ -118,7 +122,11 @@ pub fn qualified_name_errors(value: &str) -> Vec<String> {
         if prefix.is_empty() {
             errors.push("prefix part must be non-empty".to_owned());
         } else {
-            errors.extend(dns_subdomain_errors(prefix).into_iter().map(|e| format!("prefix part {e}")));
+            errors.extend(
+                dns_subdomain_errors(prefix)
+                    .into_iter()
+                    .map(|e| format!("prefix part {e}")),
+            );
         }
     }
     if name.is_empty() {
@@ -164,9 +172,15 @@ pub fn dns_subdomain_errors(value: &str) -> Vec<String> {
     let label_ok = |label: &str| {
         let bytes = label.as_bytes();
         !bytes.is_empty()
-            && bytes.first().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-            && bytes.last().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-            && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+            && bytes
+                .first()
+                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && bytes
+                .last()
+                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
     };
     if !value.split('.').all(label_ok) {
         errors.push(

@@ -71,9 +71,23 @@ mod tests {
 
     #[test]
     fn builds_api_server_style_paths() {
-        let p = FieldPath::root().child("spec").child("requirements").index(0).child("key");
+        let p = FieldPath::root()
+            .child("spec")
+            .child("requirements")
+            .index(0)
+            .child("key");
         assert_eq!(p.as_str(), "spec.requirements[0].key");
-        assert_eq!(FieldPath::root().child("spec").child("tags").key("a/b").as_str(), "spec.tags[a/b]");
-        assert_eq!(Problem::new(&p, "Required value").to_string(), "spec.requirements[0].key: Required value");
+        assert_eq!(
+            FieldPath::root()
+                .child("spec")
+                .child("tags")
+                .key("a/b")
+                .as_str(),
+            "spec.tags[a/b]"
+        );
+        assert_eq!(
+            Problem::new(&p, "Required value").to_string(),
+            "spec.requirements[0].key: Required value"
+        );
     }
 }

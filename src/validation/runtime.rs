@@ -4,7 +4,9 @@
 //! reserved domains, and duplicate taints. They run on the defaulted object.
 
 use super::cel::items;
-use super::names::{label_value_errors, normalized_label, qualified_name_errors, restricted_label_error};
+use super::names::{
+    label_value_errors, normalized_label, qualified_name_errors, restricted_label_error,
+};
 use super::path::{FieldPath, Problem};
 use serde_json::Value;
 
@@ -35,7 +37,10 @@ pub fn validate_nodeclaim(object: &Value) -> Vec<Problem> {
 fn validate_claim_spec(spec: &Value, path: &FieldPath) -> Vec<Problem> {
     let mut problems = validate_taints(spec, path);
     for (i, requirement) in items(&spec["requirements"]).iter().enumerate() {
-        problems.extend(validate_requirement(requirement, &path.child("requirements").index(i)));
+        problems.extend(validate_requirement(
+            requirement,
+            &path.child("requirements").index(i),
+        ));
     }
     problems
 }
@@ -49,10 +54,16 @@ fn validate_taints(spec: &Value, path: &FieldPath) -> Vec<Problem> {
             let key = taint["key"].as_str().unwrap_or_default();
             let effect = taint["effect"].as_str().unwrap_or_default();
             for e in qualified_name_errors(key) {
-                problems.push(Problem::new(&at.child("key"), format!("invalid taint key {key:?}: {e}")));
+                problems.push(Problem::new(
+                    &at.child("key"),
+                    format!("invalid taint key {key:?}: {e}"),
+                ));
             }
             if seen.contains(&(key, effect)) {
-                problems.push(Problem::new(&at, format!("duplicate taint Key/Effect pair {key}={effect}")));
+                problems.push(Problem::new(
+                    &at,
+                    format!("duplicate taint Key/Effect pair {key}={effect}"),
+                ));
             } else {
                 seen.push((key, effect));
             }
@@ -66,7 +77,10 @@ fn validate_requirement(requirement: &Value, path: &FieldPath) -> Vec<Problem> {
     let key = requirement["key"].as_str().unwrap_or_default();
     let key_path = path.child("key");
     for e in qualified_name_errors(key) {
-        problems.push(Problem::new(&key_path, format!("key {key} is not a qualified name, {e}")));
+        problems.push(Problem::new(
+            &key_path,
+            format!("key {key} is not a qualified name, {e}"),
+        ));
     }
     if let Some(e) = restricted_label_error(normalized_label(key)) {
         problems.push(Problem::new(&key_path, e));
@@ -90,7 +104,10 @@ mod tests {
 
     fn nodepool(spec: Value) -> Vec<String> {
         let object = json!({"spec": {"template": spec}});
-        validate_nodepool(&object).iter().map(ToString::to_string).collect()
+        validate_nodepool(&object)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     #[test]
@@ -101,7 +118,9 @@ mod tests {
         ]}});
         let problems = nodepool(spec);
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].starts_with("spec.template.spec.requirements[1].key: label \"kubernetes.io/custom\" is restricted"));
+        assert!(problems[0].starts_with(
+            "spec.template.spec.requirements[1].key: label \"kubernetes.io/custom\" is restricted"
+        ));
     }
 
     #[test]
@@ -113,13 +132,21 @@ mod tests {
         }});
         let problems = nodepool(spec);
         assert_eq!(problems.len(), 2, "{problems:?}");
-        assert_eq!(problems[0], "spec.template.spec.startupTaints[0]: duplicate taint Key/Effect pair a=NoSchedule");
-        assert!(problems[1].starts_with("spec.template.spec.requirements[0].values[1]: invalid value \"not ok\""));
+        assert_eq!(
+            problems[0],
+            "spec.template.spec.startupTaints[0]: duplicate taint Key/Effect pair a=NoSchedule"
+        );
+        assert!(
+            problems[1].starts_with(
+                "spec.template.spec.requirements[0].values[1]: invalid value \"not ok\""
+            )
+        );
     }
 
     #[test]
     fn flags_template_label_keys() {
-        let problems = nodepool(json!({"metadata": {"labels": {"k8s.io/x": "1", "ok": "1"}}, "spec": {}}));
+        let problems =
+            nodepool(json!({"metadata": {"labels": {"k8s.io/x": "1", "ok": "1"}}, "spec": {}}));
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].starts_with("spec.template.metadata.labels[k8s.io/x]: label"));
     }

@@ -14,7 +14,8 @@ use std::sync::LazyLock;
 
 const NODEPOOL_CRD: &str = include_str!("../../deploy/crds/karpenter.sh_nodepools.yaml");
 const NODECLAIM_CRD: &str = include_str!("../../deploy/crds/karpenter.sh_nodeclaims.yaml");
-const EC2NODECLASS_CRD: &str = include_str!("../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
+const EC2NODECLASS_CRD: &str =
+    include_str!("../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
 
 /// The openAPIV3Schema of each Karpenter kind plus compiled patterns and CEL rules.
 pub struct Schemas {
@@ -33,7 +34,8 @@ impl Schemas {
             ("NodeClaim", NODECLAIM_CRD),
             ("EC2NodeClass", EC2NODECLASS_CRD),
         ] {
-            let crd: Value = serde_saphyr::from_str(text).expect("vendored CRDs are valid YAML (tested)");
+            let crd: Value =
+                serde_saphyr::from_str(text).expect("vendored CRDs are valid YAML (tested)");
             let schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
             by_kind.insert(kind, schema);
         }
@@ -52,7 +54,11 @@ impl Schemas {
                 }
             });
         }
-        Self { by_kind, patterns, rules }
+        Self {
+            by_kind,
+            patterns,
+            rules,
+        }
     }
 
     pub fn schema(&self, kind: &str) -> Option<&Value> {
@@ -88,10 +94,16 @@ impl Schemas {
     pub fn validate(&self, schema: &Value, object: &mut Value, skip: &[&str]) -> Vec<Problem> {
         prune_nulls(object);
         apply_defaults(schema, object);
-        let mut checker = Checker { schemas: self, problems: Vec::new() };
+        let mut checker = Checker {
+            schemas: self,
+            problems: Vec::new(),
+        };
         match object.as_object() {
             Some(map) => checker.check_object_fields(schema, map, &FieldPath::root(), skip),
-            None => checker.report(&FieldPath::root(), format!("expected an object, found {}", json_type(object))),
+            None => checker.report(
+                &FieldPath::root(),
+                format!("expected an object, found {}", json_type(object)),
+            ),
         }
         checker.problems
     }
@@ -212,7 +224,10 @@ impl Checker<'_> {
                 .unwrap_or("integer or string");
             self.report(
                 path,
-                format!("Invalid value: {}: must be of type {expected}, not {actual}", quoted(value)),
+                format!(
+                    "Invalid value: {}: must be of type {expected}, not {actual}",
+                    quoted(value)
+                ),
             );
         }
         ok
@@ -226,37 +241,79 @@ impl Checker<'_> {
             let list: Vec<String> = allowed.iter().map(quoted).collect();
             self.report(
                 path,
-                format!("Unsupported value: {}: supported values: {}", quoted(value), list.join(", ")),
+                format!(
+                    "Unsupported value: {}: supported values: {}",
+                    quoted(value),
+                    list.join(", ")
+                ),
             );
         }
     }
 
     fn check_string(&mut self, schema: &Value, s: &str, path: &FieldPath) {
         let chars = s.chars().count() as u64;
-        if let Some(max) = schema.get("maxLength").and_then(Value::as_u64).filter(|m| chars > *m) {
-            self.report(path, format!("Too long: may not be more than {max} characters"));
+        if let Some(max) = schema
+            .get("maxLength")
+            .and_then(Value::as_u64)
+            .filter(|m| chars > *m)
+        {
+            self.report(
+                path,
+                format!("Too long: may not be more than {max} characters"),
+            );
         }
-        if let Some(min) = schema.get("minLength").and_then(Value::as_u64).filter(|m| chars < *m) {
-            self.report(path, format!("Invalid value: {s:?}: should be at least {min} characters long"));
+        if let Some(min) = schema
+            .get("minLength")
+            .and_then(Value::as_u64)
+            .filter(|m| chars < *m)
+        {
+            self.report(
+                path,
+                format!("Invalid value: {s:?}: should be at least {min} characters long"),
+            );
         }
         if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
-            let matches = self.schemas.patterns.get(pattern).is_some_and(|re| re.is_match(s));
+            let matches = self
+                .schemas
+                .patterns
+                .get(pattern)
+                .is_some_and(|re| re.is_match(s));
             if !matches {
-                self.report(path, format!("Invalid value: {s:?}: should match '{pattern}'"));
+                self.report(
+                    path,
+                    format!("Invalid value: {s:?}: should match '{pattern}'"),
+                );
             }
         }
         if schema.get("format").and_then(Value::as_str) == Some("date-time") && !is_rfc3339(s) {
-            self.report(path, format!("Invalid value: {s:?}: must be an RFC 3339 date-time"));
+            self.report(
+                path,
+                format!("Invalid value: {s:?}: must be an RFC 3339 date-time"),
+            );
         }
     }
 
     fn check_number(&mut self, schema: &Value, value: &Value, path: &FieldPath) {
         let n = value.as_f64().unwrap_or_default();
-        if let Some(min) = schema.get("minimum").and_then(Value::as_f64).filter(|m| n < *m) {
-            self.report(path, format!("Invalid value: {value}: should be greater than or equal to {min}"));
+        if let Some(min) = schema
+            .get("minimum")
+            .and_then(Value::as_f64)
+            .filter(|m| n < *m)
+        {
+            self.report(
+                path,
+                format!("Invalid value: {value}: should be greater than or equal to {min}"),
+            );
         }
-        if let Some(max) = schema.get("maximum").and_then(Value::as_f64).filter(|m| n > *m) {
-            self.report(path, format!("Invalid value: {value}: should be less than or equal to {max}"));
+        if let Some(max) = schema
+            .get("maximum")
+            .and_then(Value::as_f64)
+            .filter(|m| n > *m)
+        {
+            self.report(
+                path,
+                format!("Invalid value: {value}: should be less than or equal to {max}"),
+            );
         }
         let fits = match schema.get("format").and_then(Value::as_str) {
             Some("int32") => int_of(value).is_some_and(|i| i32::try_from(i).is_ok()),
@@ -264,22 +321,39 @@ impl Checker<'_> {
             _ => true,
         };
         if !fits {
-            self.report(path, format!("Invalid value: {value}: out of range for its format"));
+            self.report(
+                path,
+                format!("Invalid value: {value}: out of range for its format"),
+            );
         }
     }
 
     fn check_map(&mut self, schema: &Value, map: &Map<String, Value>, path: &FieldPath) {
         let count = map.len() as u64;
-        if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64).filter(|m| count > *m) {
-            self.report(path, format!("Too many: {count}: must have at most {max} items"));
+        if let Some(max) = schema
+            .get("maxProperties")
+            .and_then(Value::as_u64)
+            .filter(|m| count > *m)
+        {
+            self.report(
+                path,
+                format!("Too many: {count}: must have at most {max} items"),
+            );
         }
         self.check_object_fields(schema, map, path, &[]);
     }
 
-    fn check_object_fields(&mut self, schema: &Value, map: &Map<String, Value>, path: &FieldPath, skip: &[&str]) {
+    fn check_object_fields(
+        &mut self,
+        schema: &Value,
+        map: &Map<String, Value>,
+        path: &FieldPath,
+        skip: &[&str],
+    ) {
         let props = schema.get("properties").and_then(Value::as_object);
         let additional = schema.get("additionalProperties").filter(|s| s.is_object());
-        let preserve = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+        let preserve =
+            schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
         for (key, child) in map {
             if skip.contains(&key.as_str()) {
                 continue;
@@ -291,8 +365,15 @@ impl Checker<'_> {
                 (None, None) => self.report(&path.child(key), "unknown field"),
             }
         }
-        for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
-            let Some(name) = required.as_str() else { continue };
+        for required in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(name) = required.as_str() else {
+                continue;
+            };
             if !map.contains_key(name) && !skip.contains(&name) {
                 self.report(&path.child(name), "Required value");
             }
@@ -301,11 +382,25 @@ impl Checker<'_> {
 
     fn check_array(&mut self, schema: &Value, items: &[Value], path: &FieldPath) {
         let count = items.len() as u64;
-        if let Some(max) = schema.get("maxItems").and_then(Value::as_u64).filter(|m| count > *m) {
-            self.report(path, format!("Too many: {count}: must have at most {max} items"));
+        if let Some(max) = schema
+            .get("maxItems")
+            .and_then(Value::as_u64)
+            .filter(|m| count > *m)
+        {
+            self.report(
+                path,
+                format!("Too many: {count}: must have at most {max} items"),
+            );
         }
-        if let Some(min) = schema.get("minItems").and_then(Value::as_u64).filter(|m| count < *m) {
-            self.report(path, format!("Invalid value: {count}: should have at least {min} items"));
+        if let Some(min) = schema
+            .get("minItems")
+            .and_then(Value::as_u64)
+            .filter(|m| count < *m)
+        {
+            self.report(
+                path,
+                format!("Invalid value: {count}: should have at least {min} items"),
+            );
         }
         if let Some(sub) = schema.get("items") {
             for (i, item) in items.iter().enumerate() {
@@ -323,14 +418,23 @@ impl Checker<'_> {
                     .filter_map(|k| k.as_str().map(str::to_owned))
                     .collect();
                 self.check_unique(items, path, |v| {
-                    Some(Value::Array(keys.iter().map(|k| v.get(k).cloned().unwrap_or(Value::Null)).collect()))
+                    Some(Value::Array(
+                        keys.iter()
+                            .map(|k| v.get(k).cloned().unwrap_or(Value::Null))
+                            .collect(),
+                    ))
                 });
             }
             _ => {}
         }
     }
 
-    fn check_unique(&mut self, items: &[Value], path: &FieldPath, identity: impl Fn(&Value) -> Option<Value>) {
+    fn check_unique(
+        &mut self,
+        items: &[Value],
+        path: &FieldPath,
+        identity: impl Fn(&Value) -> Option<Value>,
+    ) {
         let mut seen = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let Some(id) = identity(item) else { continue };
@@ -365,7 +469,10 @@ impl Checker<'_> {
 /// RFC 3339 date-time as Kubernetes accepts it (`2024-01-02T03:04:05Z`, fractional seconds
 /// and numeric offsets allowed).
 fn is_rfc3339(s: &str) -> bool {
-    serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>(Value::String(s.to_owned())).is_ok()
+    serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>(Value::String(
+        s.to_owned(),
+    ))
+    .is_ok()
 }
 
 #[cfg(test)]
@@ -383,23 +490,36 @@ mod tests {
     #[test]
     fn allowed_aws_labels_match_every_crd_rule() {
         use std::collections::BTreeSet;
-        let expected: BTreeSet<&str> = super::super::names::KARPENTER_AWS_ALLOWED.into_iter().collect();
+        let expected: BTreeSet<&str> = super::super::names::KARPENTER_AWS_ALLOWED
+            .into_iter()
+            .collect();
         let mut seen = 0;
         for schema in SCHEMAS.by_kind.values() {
             visit_schemas(schema, &mut |s| {
-                for rule in s.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten() {
+                for rule in s
+                    .get("x-kubernetes-validations")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
                     if rule["message"] != r#"label domain "karpenter.k8s.aws" is restricted"# {
                         continue;
                     }
                     let text = rule["rule"].as_str().unwrap();
                     let list = &text[text.find('[').unwrap() + 1..text.find(']').unwrap()];
-                    let listed: BTreeSet<&str> = list.split(',').map(|x| x.trim().trim_matches('"')).collect();
+                    let listed: BTreeSet<&str> = list
+                        .split(',')
+                        .map(|x| x.trim().trim_matches('"'))
+                        .collect();
                     assert_eq!(listed, expected);
                     seen += 1;
                 }
             });
         }
-        assert_eq!(seen, 3, "NodePool requirements and labels, NodeClaim requirements");
+        assert_eq!(
+            seen, 3,
+            "NodePool requirements and labels, NodeClaim requirements"
+        );
     }
 
     #[test]
