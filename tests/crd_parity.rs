@@ -3,6 +3,9 @@
 //! the CRDs kerf installs (deploy/crds), and those must be exactly upstream's
 //! (../shared/upstream/crds). A missing field or an invented one fails here.
 
+// Helpers of this test crate are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use kube::CustomResourceExt;
 use serde_json::Value;

@@ -4,6 +4,9 @@
 //! CRD schemas themselves) and integer quantities, which come back as strings as they do
 //! from upstream's Go types.
 
+// Helpers of this test crate are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};

@@ -2,6 +2,9 @@
 //! the CRDs (and upstream's controller) enforce: each must be rejected with exactly the
 //! expected field path and message.
 
+// Helpers of this test crate are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use kerf::manifest::parse_all;
 use kerf::validation::{Verdict, validate_object};
 use serde_json::{Value, json};

@@ -140,10 +140,10 @@ pub fn parse_all(text: &str, file: &str) -> Result<Vec<Object>, ManifestError> {
 /// JSON text (one value, or several concatenated) or YAML (documents separated by `---`),
 /// with the line each document starts at.
 fn parse_documents(text: &str, file: &str) -> Result<Vec<(Value, Option<u64>)>, ManifestError> {
-    if text.trim_start().starts_with(['{', '[']) {
-        if let Ok(values) = parse_json_stream(text) {
-            return Ok(values);
-        }
+    if text.trim_start().starts_with(['{', '['])
+        && let Ok(values) = parse_json_stream(text)
+    {
+        return Ok(values);
     }
     let docs: Vec<Spanned<Value>> =
         serde_saphyr::from_multiple(text).map_err(|e| ManifestError::Parse {

@@ -278,7 +278,7 @@ fn ec2nodeclass_rule(message: &str) -> Option<Rule> {
         }
         "snapshotID must be set when volumeInitializationRate is set" => holds(|ebs| {
             !has(ebs, "volumeInitializationRate")
-                || (has(ebs, "snapshotID") && text(ebs, "snapshotID") != "")
+                || (has(ebs, "snapshotID") && !text(ebs, "snapshotID").is_empty())
         }),
         "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set" => {
             holds(|v| {

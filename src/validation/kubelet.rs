@@ -356,16 +356,13 @@ fn check_bounds(kubelet: &Map<String, Value>, path: &FieldPath, problems: &mut V
             ));
         }
     }
-    if let (Some(high), Some(low)) = (
-        int("imageGCHighThresholdPercent"),
-        int("imageGCLowThresholdPercent"),
-    ) {
-        if high <= low {
-            problems.push(Problem::new(
-                &path.child("imageGCHighThresholdPercent"),
-                "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
-            ));
-        }
+    let high = int("imageGCHighThresholdPercent");
+    let low = int("imageGCLowThresholdPercent");
+    if high.zip(low).is_some_and(|(high, low)| high <= low) {
+        problems.push(Problem::new(
+            &path.child("imageGCHighThresholdPercent"),
+            "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
+        ));
     }
 }
 
