@@ -569,3 +569,120 @@ impl EC2NodeClass {
         self.conditions().is_condition_true(type_)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodeclass(spec: serde_json::Value) -> EC2NodeClass {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "n"}, "spec": spec
+        }))
+        .unwrap()
+    }
+
+    fn base(extra: serde_json::Value) -> serde_json::Value {
+        let mut spec = serde_json::json!({
+            "role": "r", "subnetSelectorTerms": [{"id": "subnet-1"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}], "amiSelectorTerms": [{"alias": "bottlerocket@1.20.0"}]
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        spec
+    }
+
+    #[test]
+    fn ami_family_comes_from_the_spec_or_the_alias() {
+        let nc = nodeclass(base(serde_json::json!({})));
+        assert_eq!(nc.ami_family(), AmiFamily::Bottlerocket);
+        assert_eq!(nc.alias_version(), Some("1.20.0"));
+        let custom = nodeclass(base(serde_json::json!({"amiFamily": "Custom"})));
+        assert_eq!(custom.ami_family(), AmiFamily::Custom);
+        let by_id = nodeclass(base(
+            serde_json::json!({"amiFamily": "AL2", "amiSelectorTerms": [{"id": "ami-1"}]}),
+        ));
+        assert_eq!(by_id.ami_family(), AmiFamily::Al2);
+        assert_eq!(by_id.alias(), None);
+    }
+
+    #[test]
+    fn default_block_devices_per_family() {
+        let bottlerocket = nodeclass(base(serde_json::json!({}))).effective_block_device_mappings();
+        let sizes: Vec<_> = bottlerocket
+            .iter()
+            .map(|m| {
+                (
+                    m.device_name.clone().unwrap(),
+                    m.ebs.as_ref().unwrap().volume_size.clone().unwrap().0,
+                )
+            })
+            .collect();
+        assert_eq!(
+            sizes,
+            [
+                ("/dev/xvda".into(), "4Gi".into()),
+                ("/dev/xvdb".into(), "20Gi".into())
+            ]
+        );
+        let ephemeral = nodeclass(base(serde_json::json!({})))
+            .ephemeral_block_device()
+            .unwrap();
+        assert_eq!(ephemeral.device_name.as_deref(), Some("/dev/xvdb"));
+
+        let al2023 = AmiFamily::Al2023.default_block_device_mappings();
+        let ebs = al2023[0].ebs.as_ref().unwrap();
+        assert_eq!(al2023[0].device_name.as_deref(), Some("/dev/xvda"));
+        assert_eq!(
+            (
+                ebs.volume_size.as_ref().unwrap().0.as_str(),
+                ebs.volume_type,
+                ebs.encrypted
+            ),
+            ("20Gi", Some(VolumeType::Gp3), Some(true))
+        );
+        assert_eq!(
+            AmiFamily::Windows2022.default_block_device_mappings()[0]
+                .device_name
+                .as_deref(),
+            Some("/dev/sda1")
+        );
+        assert!(AmiFamily::Custom.default_block_device_mappings().is_empty());
+
+        let own = nodeclass(base(serde_json::json!({"blockDeviceMappings": [
+            {"deviceName": "/dev/xvdc", "rootVolume": true, "ebs": {"volumeSize": "100Gi"}}
+        ]})));
+        assert_eq!(own.effective_block_device_mappings().len(), 1);
+        assert_eq!(
+            own.ephemeral_block_device().unwrap().device_name.as_deref(),
+            Some("/dev/xvdc")
+        );
+    }
+
+    #[test]
+    fn metadata_options_default_as_the_crd() {
+        let nc = nodeclass(base(
+            serde_json::json!({"metadataOptions": {"httpTokens": "optional"}}),
+        ));
+        let m = &nc.spec.metadata_options;
+        assert_eq!(
+            (
+                m.http_endpoint,
+                m.http_protocol_ipv6,
+                m.http_put_response_hop_limit,
+                m.http_tokens
+            ),
+            (
+                EnabledState::Enabled,
+                EnabledState::Disabled,
+                1,
+                HttpTokens::Optional
+            )
+        );
+        assert_eq!(
+            nodeclass(base(serde_json::json!({}))).spec.metadata_options,
+            MetadataOptions::default()
+        );
+    }
+}

@@ -267,3 +267,60 @@ impl NodePool {
         self.conditions().is_condition_true(type_)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration as StdDuration;
+
+    fn nodepool(spec: serde_json::Value) -> NodePool {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "np"}, "spec": spec
+        }))
+        .unwrap()
+    }
+
+    fn template() -> serde_json::Value {
+        serde_json::json!({"spec": {
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"], "minValues": 1}],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+        }})
+    }
+
+    #[test]
+    fn applies_upstream_defaults() {
+        let np = nodepool(serde_json::json!({"template": template()}));
+        assert_eq!(np.weight(), 0);
+        assert_eq!(
+            np.expire_after().as_std(),
+            Some(StdDuration::from_secs(720 * 3600))
+        );
+        assert!(np.termination_grace_period().is_none());
+        let d = np.disruption();
+        assert_eq!(
+            d.consolidation_policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        );
+        assert_eq!(d.consolidate_after.as_std(), Some(StdDuration::ZERO));
+        assert_eq!(d.budgets, [Budget::default()]);
+        assert_eq!(d.budgets[0].parsed_nodes(), Some(BudgetNodes::Percent(10)));
+        assert!(!np.is_static());
+    }
+
+    #[test]
+    fn accessors_read_the_template() {
+        let np = nodepool(serde_json::json!({
+            "template": template(), "weight": 50,
+            "disruption": {"consolidateAfter": "Never", "budgets": [{"nodes": "3", "reasons": ["Drifted"]}]}
+        }));
+        assert_eq!(np.weight(), 50);
+        assert_eq!(np.node_class_ref().name, "default");
+        assert_eq!(np.requirements()[0].min_values, Some(1));
+        assert!(np.disruption().consolidate_after.is_never());
+        let budget = &np.disruption().budgets[0];
+        assert_eq!(budget.parsed_nodes(), Some(BudgetNodes::Count(3)));
+        assert!(budget.applies_to(DisruptionReason::Drifted));
+        assert!(!budget.applies_to(DisruptionReason::Empty));
+        assert!(np.template_labels().is_empty());
+    }
+}
