@@ -74,6 +74,13 @@ pub const RESOURCE_AWS_NEURON_CORE: &str = "aws.amazon.com/neuroncore";
 pub const RESOURCE_HABANA_GAUDI: &str = "habana.ai/gaudi";
 pub const RESOURCE_AWS_POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
 pub const RESOURCE_EFA: &str = "vpc.amazonaws.com/efa";
+pub const RESOURCE_PRIVATE_IPV4_ADDRESS: &str = "vpc.amazonaws.com/PrivateIPv4Address";
+
+// Core Kubernetes resource names.
+pub const RESOURCE_CPU: &str = "cpu";
+pub const RESOURCE_MEMORY: &str = "memory";
+pub const RESOURCE_PODS: &str = "pods";
+pub const RESOURCE_EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 
 // karpenter.k8s.aws labels that are allowed in NodePool requirements and template labels
 // alongside the instance-* ones above.
