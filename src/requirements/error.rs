@@ -63,7 +63,7 @@ pub enum Incompatible {
         key: String,
         typo_of: Option<String>,
     },
-    /// Keys both sides define with no value in common, in key order (never empty).
+    /// Keys both sides define with no value in common, in alphabetical key order (never empty).
     #[error("{}", join_conflicts(.0))]
     Conflicts(Vec<KeyConflict>),
 }

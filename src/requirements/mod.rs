@@ -7,6 +7,7 @@
 
 mod convert;
 mod error;
+mod key;
 mod operator;
 mod requirement;
 mod set;

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::NodeSelectorRequirementWithMinValues;
 use super::error::RequirementError;
+use super::key::Key;
 use super::operator::Operator;
 use super::values::ValueSet;
 use crate::labels;
@@ -17,7 +18,7 @@ use crate::labels;
 /// The allowed values of one label key. Cloning is cheap (shared storage).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Requirement {
-    key: Arc<str>,
+    key: Key,
     /// When set, `values` are the excluded values and every other value is allowed.
     complement: bool,
     values: ValueSet,
@@ -117,7 +118,7 @@ impl Requirement {
     /// `key Exists`: any value; also what an undefined key means.
     pub fn exists(key: &str) -> Self {
         Requirement {
-            key: Arc::from(labels::normalize_label_key(key)),
+            key: Key::new(labels::normalize_label_key(key)),
             complement: true,
             values: ValueSet::default(),
             gte: None,
@@ -161,6 +162,10 @@ impl Requirement {
     }
 
     pub fn key(&self) -> &str {
+        self.key.as_str()
+    }
+
+    pub(crate) fn key_ref(&self) -> &Key {
         &self.key
     }
 
@@ -347,7 +352,7 @@ impl Requirement {
         values: Vec<String>,
     ) -> NodeSelectorRequirementWithMinValues {
         NodeSelectorRequirementWithMinValues {
-            key: self.key.to_string(),
+            key: self.key.as_str().to_owned(),
             operator,
             values,
             min_values: self.min_values,

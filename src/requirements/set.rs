@@ -1,13 +1,16 @@
 //! `Requirements`: the requirements of a pod, NodePool, NodeClaim or instance type, one per
-//! key, kept in a vector sorted by key. The scheduler asks "are these compatible?" millions
-//! of times per solve, so the checks walk both sorted vectors (or binary-search the larger
-//! one when sizes differ a lot) and allocate nothing unless they have to describe a failure.
+//! key, kept in a vector ordered by key hash (see `key.rs`). The scheduler asks "are these
+//! compatible?" millions of times per solve, so the checks walk both ordered vectors (or
+//! binary-search the larger one when sizes differ a lot), compare integers rather than key
+//! strings, and allocate nothing unless they have to describe a failure. Everything shown to
+//! people (rendering, node selector requirements) is in alphabetical key order.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use super::NodeSelectorRequirementWithMinValues;
 use super::error::{Incompatible, KeyConflict};
+use super::key::hash_name;
 use super::operator::Operator;
 use super::requirement::Requirement;
 use crate::labels;
@@ -46,7 +49,7 @@ impl AllowUndefined {
 /// A set of requirements, at most one per (normalised) key.
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Requirements {
-    /// Sorted by key, keys unique.
+    /// Ordered by key (hash first), keys unique.
     entries: Vec<Requirement>,
 }
 
@@ -57,7 +60,10 @@ impl Requirements {
 
     /// Adds a requirement, intersecting it with the one already present for its key.
     pub fn add(&mut self, requirement: Requirement) {
-        match self.position(requirement.key()) {
+        match self
+            .entries
+            .binary_search_by(|r| r.key_ref().cmp(requirement.key_ref()))
+        {
             Ok(i) => self.entries[i] = requirement.intersection(&self.entries[i]),
             Err(i) => self.entries.insert(i, requirement),
         }
@@ -88,12 +94,12 @@ impl Requirements {
         self.position(key).is_ok()
     }
 
-    /// Keys in sorted order.
+    /// Keys, in a fixed order that is not alphabetical (see [`Requirements::sorted`]).
     pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
         self.entries.iter().map(Requirement::key)
     }
 
-    /// Requirements in key order.
+    /// Requirements, in a fixed order that is not alphabetical.
     pub fn iter(&self) -> std::slice::Iter<'_, Requirement> {
         self.entries.iter()
     }
@@ -111,8 +117,25 @@ impl Requirements {
         self.entries.iter().any(|r| r.min_values().is_some())
     }
 
+    /// Requirements in alphabetical key order, for output people read.
+    pub fn sorted(&self) -> Vec<&Requirement> {
+        let mut sorted: Vec<&Requirement> = self.entries.iter().collect();
+        sorted.sort_unstable_by(|a, b| a.key().cmp(b.key()));
+        sorted
+    }
+
     fn position(&self, key: &str) -> Result<usize, usize> {
-        self.entries.binary_search_by(|r| r.key().cmp(key))
+        let hash = hash_name(key);
+        self.entries
+            .binary_search_by(|r| r.key_ref().cmp_name(hash, key))
+    }
+
+    fn find(&self, requirement: &Requirement) -> Option<&Requirement> {
+        let i = self
+            .entries
+            .binary_search_by(|r| r.key_ref().cmp(requirement.key_ref()))
+            .ok()?;
+        Some(&self.entries[i])
     }
 
     /// Whether `incoming` can loosely be met by `self`: every key `incoming` requires is
@@ -126,8 +149,8 @@ impl Requirements {
         })
     }
 
-    /// [`Requirements::is_compatible`] with the reason: the first undefined key, else every
-    /// conflicting key.
+    /// [`Requirements::is_compatible`] with the reason: the alphabetically first undefined
+    /// key, else every conflicting key.
     pub fn compatible(
         &self,
         incoming: &Requirements,
@@ -175,11 +198,12 @@ impl Requirements {
             }
             true
         });
+        conflicts.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         Err(Incompatible::Conflicts(conflicts))
     }
 
     /// Calls `visit` with each incoming requirement and the receiver's requirement on the
-    /// same key, in key order, until it returns false; returns whether it never did.
+    /// same key, in stored order, until it returns false; returns whether it never did.
     fn visit_incoming(
         &self,
         incoming: &Requirements,
@@ -188,12 +212,12 @@ impl Requirements {
         // A merge walk costs len(self)+len(incoming) comparisons, binary searches
         // len(incoming)*log2(len(self)); pods bring few keys, instance types many.
         if incoming.len() * 8 < self.len() {
-            return incoming.entries.iter().all(|r| visit(self.get(r.key()), r));
+            return incoming.entries.iter().all(|r| visit(self.find(r), r));
         }
         let mut existing = self.entries.iter().peekable();
         incoming.entries.iter().all(|r| {
-            while existing.next_if(|e| e.key() < r.key()).is_some() {}
-            visit(existing.next_if(|e| e.key() == r.key()), r)
+            while existing.next_if(|e| e.key_ref() < r.key_ref()).is_some() {}
+            visit(existing.next_if(|e| e.key_ref() == r.key_ref()), r)
         })
     }
 
@@ -210,11 +234,11 @@ impl Requirements {
             .map(str::to_owned)
     }
 
-    /// Node selector requirements equivalent to these, in key order (a key with two
-    /// bounds, or bounds and exclusions, yields several).
+    /// Node selector requirements equivalent to these, in alphabetical key order (a key
+    /// with two bounds, or bounds and exclusions, yields several).
     pub fn node_selector_requirements(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
-        self.entries
-            .iter()
+        self.sorted()
+            .into_iter()
             .flat_map(Requirement::to_node_selector_requirements)
             .collect()
     }
@@ -286,13 +310,13 @@ impl<'a> IntoIterator for &'a Requirements {
     }
 }
 
-/// Upstream's rendering: requirements in key order joined by `, `, leaving out restricted
+/// Upstream's rendering: requirements in alphabetical key order joined by `, `, leaving out restricted
 /// labels (the hostname), which would only be noise in scheduling messages.
 impl fmt::Display for Requirements {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shown = self
-            .entries
-            .iter()
+        let sorted = self.sorted();
+        let shown = sorted
+            .into_iter()
             .filter(|r| !labels::is_restricted_label(r.key()));
         for (i, requirement) in shown.enumerate() {
             if i > 0 {

@@ -59,11 +59,18 @@ impl ValueSet {
     /// The values for which `keep` holds, sharing `self` when all of them do.
     pub(crate) fn filtered(&self, keep: impl Fn(&str) -> bool) -> ValueSet {
         let values = self.as_slice();
-        let kept = values.iter().filter(|v| keep(v)).count();
-        if kept == values.len() {
+        let Some(first_dropped) = values.iter().position(|v| !keep(v)) else {
             return self.clone();
-        }
-        ValueSet::from_sorted(values.iter().filter(|v| keep(v)).cloned().collect())
+        };
+        let mut kept = Vec::with_capacity(values.len() - 1);
+        kept.extend_from_slice(&values[..first_dropped]);
+        kept.extend(
+            values[first_dropped + 1..]
+                .iter()
+                .filter(|v| keep(v))
+                .cloned(),
+        );
+        ValueSet::from_sorted(kept)
     }
 
     /// Values in both sets that satisfy `keep`, sharing an input when it equals the result.
