@@ -3,11 +3,15 @@
 //! compatibility check) compares one integer instead of long, shared-prefix strings such
 //! as `karpenter.k8s.aws/instance-…`. The hash is fixed (no random seed), so the order of
 //! keys is the same in every run; it is not alphabetical, and callers that show keys sort.
+//! Keys kerf itself uses share one allocation per name, so equal keys usually compare equal
+//! by pointer without reading their bytes.
 
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+
+use crate::labels;
 
 #[derive(Clone)]
 pub(crate) struct Key {
@@ -17,9 +21,13 @@ pub(crate) struct Key {
 
 impl Key {
     pub(crate) fn new(name: &str) -> Key {
-        Key {
-            hash: hash_name(name),
-            name: Arc::from(name),
+        let hash = hash_name(name);
+        match SHARED.binary_search_by(|k| k.cmp_name(hash, name)) {
+            Ok(i) => SHARED[i].clone(),
+            Err(_) => Key {
+                hash,
+                name: Arc::from(name),
+            },
         }
     }
 
@@ -74,6 +82,27 @@ impl fmt::Debug for Key {
     }
 }
 
+/// One shared `Key` per label kerf's NodePools, NodeClaims and instance types always carry.
+static SHARED: LazyLock<Vec<Key>> = LazyLock::new(|| {
+    let extra = [
+        labels::EC2NODECLASS,
+        labels::REGISTERED,
+        labels::INITIALIZED,
+        labels::HOSTNAME,
+    ];
+    let mut keys: Vec<Key> = labels::WELL_KNOWN_LABELS
+        .iter()
+        .chain(extra.iter())
+        .map(|name| Key {
+            hash: hash_name(name),
+            name: Arc::from(*name),
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+});
+
 /// A fast, fixed multiply-rotate hash over 8-byte words (the FxHash scheme); quality only
 /// needs to spread label keys, not resist adversaries, since collisions fall back to a
 /// string comparison.
@@ -107,6 +136,17 @@ mod tests {
             a.cmp_name(hash_name(b.as_str()), b.as_str()),
             Ordering::Equal
         );
+    }
+
+    #[test]
+    fn well_known_keys_share_their_name() {
+        let a = Key::new(labels::ZONE);
+        let b = Key::new(labels::ZONE);
+        assert!(Arc::ptr_eq(&a.name, &b.name));
+        let c = Key::new("example.com/team");
+        let d = Key::new("example.com/team");
+        assert!(!Arc::ptr_eq(&c.name, &d.name));
+        assert_eq!(c, d);
     }
 
     #[test]

@@ -51,9 +51,18 @@ impl ValueSet {
     }
 
     pub(crate) fn contains(&self, value: &str) -> bool {
-        self.as_slice()
-            .binary_search_by(|probe| (**probe).cmp(value))
-            .is_ok()
+        // Short sets (zones, capacity types, an instance type's single value) are the common
+        // case; equality rejects most candidates on length alone, where ordering must
+        // compare bytes.
+        const LINEAR_UP_TO: usize = 8;
+        let values = self.as_slice();
+        if values.len() <= LINEAR_UP_TO {
+            values.iter().any(|v| **v == *value)
+        } else {
+            values
+                .binary_search_by(|probe| (**probe).cmp(value))
+                .is_ok()
+        }
     }
 
     /// The values for which `keep` holds, sharing `self` when all of them do.
