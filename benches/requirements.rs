@@ -146,6 +146,13 @@ fn intersection(c: &mut Criterion) {
     c.bench_function("intersection In[480] ∩ NotIn[2]", |b| {
         b.iter(|| black_box(&many).intersection(black_box(&excluded)))
     });
+    let half: Vec<&String> = names.iter().step_by(2).collect();
+    c.bench_function("build In[240] and intersect with In[480]", |b| {
+        b.iter(|| {
+            let remaining = Requirement::in_values(labels::INSTANCE_TYPE, black_box(&half));
+            black_box(&many).intersection(&remaining)
+        })
+    });
     c.bench_function("add pod into node claim copy", |b| {
         b.iter(|| {
             let mut next = black_box(&claim).clone();

@@ -5,7 +5,6 @@
 //! the scheduler narrow a NodeClaim pod by pod; the operator is derived back from the set.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::NodeSelectorRequirementWithMinValues;
@@ -404,7 +403,8 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
-    ValueSet::from_unsorted(values.into_iter().map(|v| Arc::from(v.as_ref())).collect())
+    let values: Vec<S> = values.into_iter().collect();
+    ValueSet::from_strs(values.iter().map(AsRef::as_ref))
 }
 
 fn single_integer<I, S>(key: &str, operator: Operator, values: I) -> Result<i64, RequirementError>
