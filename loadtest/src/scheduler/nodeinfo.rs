@@ -78,7 +78,7 @@ impl NodeInfo {
 }
 
 /// Whether the node's Ready condition is True.
-pub(crate) fn is_ready(node: &Node) -> bool {
+pub fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
