@@ -6,4 +6,5 @@
 pub mod apiserver;
 pub mod ec2;
 pub mod informer;
+pub mod kubelet;
 pub mod scheduler;

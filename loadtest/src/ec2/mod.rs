@@ -15,7 +15,10 @@ mod types;
 pub use error::{Ec2ConfigError, Ec2Error};
 pub use faults::{ApiCalls, CallCount};
 pub use ids::is_instance_id;
-pub use provider::{MAX_INSTANCE_TYPES, SimulatedCloudProvider, SimulatedCloudProviderConfig};
+pub use provider::{
+    MAX_INSTANCE_TYPES, SimulatedCloudProvider, SimulatedCloudProviderConfig, catalog_offerings,
+    instance_type_requirements, resource_list, tags,
+};
 pub use types::{
     CapacityType, CreateFleetOutput, CreateFleetRequest, DescribeInstancesRequest, Ec2Event,
     Filter, FleetError, FleetInstance, FleetOverride, INSUFFICIENT_INSTANCE_CAPACITY, Instance,

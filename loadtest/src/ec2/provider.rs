@@ -13,7 +13,7 @@ use super::types::{
     DescribeInstancesRequest, Filter, FleetOverride, Instance, InstanceState,
     LaunchTemplateConfig, OfferingKey, PricedOffering,
 };
-use super::{Ec2Error, SimulatedEc2};
+use super::{Ec2Config, Ec2Error, SimulatedEc2};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kerf::api::nodeclaim::DEFAULT_EXPIRE_AFTER;
@@ -21,7 +21,9 @@ use kerf::api::{
     NillableDuration, NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference, NodePool,
     ResourceList,
 };
-use kerf::catalog::{CapacityType, InstanceType, Offering};
+use kerf::catalog::{
+    AllocatableSettings, CapacityType, Catalog, CatalogError, InstanceType, Offering,
+};
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, OfferingRef,
     parse_aws_provider_id,
@@ -104,6 +106,19 @@ impl SimulatedCloudProvider {
             instance_types,
             by_name,
         }
+    }
+
+    /// A simulated region from the embedded catalog: EC2 selling every priced offering of
+    /// `region`, and a provider launching its instance types (default AL2023 settings).
+    pub fn for_region(
+        region: &str,
+        ec2_config: Ec2Config,
+        config: SimulatedCloudProviderConfig,
+    ) -> Result<Self, CatalogError> {
+        let catalog = Catalog::embedded(region)?;
+        let instance_types = catalog.instance_types(&AllocatableSettings::default());
+        let ec2 = SimulatedEc2::new(ec2_config, catalog_offerings(&instance_types));
+        Ok(Self::new(ec2, instance_types, config))
     }
 
     pub fn ec2(&self) -> &SimulatedEc2 {

@@ -68,6 +68,21 @@ pub(crate) fn unschedulable_message(nodes: usize, reasons: &BTreeMap<Reason, usi
     format!("0/{nodes} nodes are available: {}.", parts.join(", "))
 }
 
+/// Whether `pod` may run on `node` as far as the node's own properties go (cordon, taints,
+/// node selector and affinity), for controllers that place pods directly (daemonsets).
+pub(crate) fn static_fit(pod: &PodInfo, node: &NodeInfo) -> Result<(), Reason> {
+    if node.unschedulable && !tolerates_unschedulable(pod) {
+        return Err(Reason::Unschedulable);
+    }
+    if let Some(reason) = first_untolerated(node, pod) {
+        return Err(reason);
+    }
+    if !matches_node_affinity(pod, node) {
+        return Err(Reason::NodeAffinity);
+    }
+    Ok(())
+}
+
 /// Node affinity and taint results of one workload on every node.
 struct StaticVerdict {
     /// `Ok` or the first failing of NodeUnschedulable, TaintToleration, NodeAffinity.

@@ -30,6 +30,16 @@ use tokio::task::JoinHandle;
 
 pub use nodeinfo::is_ready as node_is_ready;
 
+/// Whether `pod` may run on `node` considering cordon, taints (a node that is not Ready
+/// counts as tainted `node.kubernetes.io/not-ready:NoSchedule`) and node affinity, but not
+/// resources: the check a controller that binds pods itself (daemonsets) makes. The error
+/// is kube-scheduler's reason text, or the malformed field.
+pub fn fits_node(pod: &Pod, node: &Node) -> Result<(), String> {
+    let pod = PodInfo::new(pod)?;
+    let node = NodeInfo::new(node)?;
+    cluster::static_fit(&pod, &node).map_err(|reason| reason.to_string())
+}
+
 /// The name pods select this scheduler by (`spec.schedulerName`, empty meaning it too).
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 

@@ -92,7 +92,6 @@ pub(crate) struct NodeTerm {
 #[derive(Clone, Debug)]
 pub(crate) struct PodInfo {
     pub(crate) namespace: String,
-    pub(crate) name: String,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) requests: Resources,
     pub(crate) host_ports: Vec<HostPort>,
@@ -104,7 +103,6 @@ pub(crate) struct PodInfo {
     pub(crate) spread: Vec<SpreadConstraint>,
     pub(crate) affinity: Vec<AffinityTerm>,
     pub(crate) anti_affinity: Vec<AffinityTerm>,
-    pub(crate) priority: i32,
     /// Hash of everything that decides which nodes pass the pod-independent filters
     /// (node affinity, tolerations), so pods of one workload share that work.
     pub(crate) static_fingerprint: u64,
@@ -157,9 +155,7 @@ impl PodInfo {
         let static_fingerprint = fingerprint(spec);
         Ok(PodInfo {
             host_ports: host_ports(spec),
-            priority: spec.priority.unwrap_or(0),
             namespace,
-            name,
             labels,
             requests,
             node_selector,
