@@ -130,7 +130,11 @@ impl OfferingRef {
 
 impl fmt::Display for OfferingRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.capacity_type, self.instance_type, self.zone)
+        write!(
+            f,
+            "{}/{}/{}",
+            self.capacity_type, self.instance_type, self.zone
+        )
     }
 }
 
@@ -142,7 +146,10 @@ pub enum CloudProviderError {
     /// of capacity (the caller marks them unavailable for a while); it is empty when no
     /// compatible offering was available to try at all.
     #[error("insufficient capacity launching nodeclaim {node_claim}: {}", describe_offerings(.offerings))]
-    InsufficientCapacity { node_claim: String, offerings: Vec<OfferingRef> },
+    InsufficientCapacity {
+        node_claim: String,
+        offerings: Vec<OfferingRef>,
+    },
     /// The machine does not exist (never did, or is terminated).
     #[error("nodeclaim not found for providerID {provider_id:?}: {reason}")]
     NodeClaimNotFound { provider_id: String, reason: String },
@@ -155,7 +162,11 @@ pub enum CloudProviderError {
     /// The launch failed for a reason other than capacity; `reason` is a CamelCase word for
     /// the NodeClaim's `Launched` condition (e.g. `InstanceTypeResolutionFailed`).
     #[error("launching nodeclaim {node_claim} failed ({reason}): {message}")]
-    LaunchFailed { node_claim: String, reason: String, message: String },
+    LaunchFailed {
+        node_claim: String,
+        reason: String,
+        message: String,
+    },
     /// A providerID that is not in the provider's format.
     #[error("invalid providerID {provider_id:?}: {reason}")]
     InvalidProviderId { provider_id: String, reason: String },
@@ -255,9 +266,19 @@ mod tests {
 
     #[test]
     fn malformed_provider_ids_are_named_in_the_error() {
-        for bad in ["", "aws://us-east-1a/i-1", "aws:///i-1", "aws:///z/", "aws:///z/x", "gce:///z/i-1"] {
+        for bad in [
+            "",
+            "aws://us-east-1a/i-1",
+            "aws:///i-1",
+            "aws:///z/",
+            "aws:///z/x",
+            "gce:///z/i-1",
+        ] {
             let err = parse_aws_provider_id(bad).expect_err(bad);
-            assert!(matches!(err, CloudProviderError::InvalidProviderId { .. }), "{bad}");
+            assert!(
+                matches!(err, CloudProviderError::InvalidProviderId { .. }),
+                "{bad}"
+            );
             assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
         }
     }
@@ -273,7 +294,10 @@ mod tests {
         };
         let text = err.to_string();
         assert!(text.contains("default-abcde"), "{text}");
-        assert!(text.contains("spot/m5.large/us-east-1a, spot/m5.large/us-east-1b"), "{text}");
+        assert!(
+            text.contains("spot/m5.large/us-east-1a, spot/m5.large/us-east-1b"),
+            "{text}"
+        );
         assert!(err.is_insufficient_capacity());
         assert_eq!(err.condition_reason(), "InsufficientCapacity");
     }

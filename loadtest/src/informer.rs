@@ -3,9 +3,9 @@
 //! cares about, so actors wake up on change instead of polling the API server.
 
 use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
@@ -33,8 +33,9 @@ where
     pub fn start(api: Api<K>, relevant: fn(&Event<K>) -> bool) -> Informer<K> {
         let (store, writer) = reflector::store();
         let (bump, generation) = watch::channel(0u64);
-        let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
-            .default_backoff();
+        let stream =
+            reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
+                .default_backoff();
         let task = tokio::spawn(async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
@@ -48,7 +49,11 @@ where
                 }
             }
         });
-        Informer { store, generation, task }
+        Informer {
+            store,
+            generation,
+            task,
+        }
     }
 
     /// Waits for the initial list to be cached.

@@ -22,7 +22,12 @@ use sim_support::{Harness, cloud, create, start, wait_for, wait_gone, wait_list}
 use std::sync::Arc;
 
 /// Does what kerf does at launch: creates the NodeClaim, launches it, records the result.
-async fn launch(h: &Harness, cloud: &SimulatedCloudProvider, name: &str, spec_extra: Value) -> (NodeClaim, String) {
+async fn launch(
+    h: &Harness,
+    cloud: &SimulatedCloudProvider,
+    name: &str,
+    spec_extra: Value,
+) -> (NodeClaim, String) {
     let mut spec = json!({
         "requirements": [
             {"key": labels::INSTANCE_TYPE, "operator": "In", "values": ["m5.large"]},
@@ -53,18 +58,35 @@ async fn launch(h: &Harness, cloud: &SimulatedCloudProvider, name: &str, spec_ex
         .await
         .expect("status recorded");
     let provider_id = status.provider_id.clone().expect("providerID");
-    let instance_id = provider_id.rsplit('/').next().expect("instance id").to_owned();
-    let node_name = cloud.ec2().instance(&instance_id).expect("instance").private_dns_name;
+    let instance_id = provider_id
+        .rsplit('/')
+        .next()
+        .expect("instance id")
+        .to_owned();
+    let node_name = cloud
+        .ec2()
+        .instance(&instance_id)
+        .expect("instance")
+        .private_dns_name;
     (recorded, node_name)
 }
 
 fn taint_keys(node: &Node) -> Vec<String> {
-    node.spec.as_ref().and_then(|s| s.taints.as_ref()).into_iter().flatten().map(|t| format!("{}:{}", t.key, t.effect)).collect()
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect()
 }
 
 fn ready_status(node: &Node) -> Option<String> {
     let conditions = node.status.as_ref()?.conditions.as_ref()?;
-    conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.status.clone())
+    conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.clone())
 }
 
 fn is_ready(node: Option<&Node>) -> bool {
@@ -87,7 +109,11 @@ async fn register_like_kerf(nodes: &Api<Node>, node: &Node) {
         .filter(|t| t.key != labels::UNREGISTERED_TAINT)
         .collect();
     nodes
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"taints": kept}})))
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"taints": kept}})),
+        )
         .await
         .expect("taint removed");
 }
@@ -113,22 +139,47 @@ async fn nodeclaims_with_provider_ids_become_ready_nodes() {
     assert_eq!(node_labels[labels::HOSTNAME], node_name);
     assert_eq!(node_labels[labels::ARCH], "amd64");
     assert_eq!(node_labels["example.com/team"], "infra");
-    assert_eq!(registered.spec.as_ref().and_then(|s| s.provider_id.clone()), claim.provider_id().map(str::to_owned));
+    assert_eq!(
+        registered.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        claim.provider_id().map(str::to_owned)
+    );
     let taints = taint_keys(&registered);
-    for expected in ["dedicated:NoSchedule", "example.com/agent-not-ready:NoSchedule", "karpenter.sh/unregistered:NoExecute"] {
-        assert!(taints.contains(&expected.to_owned()), "{expected} missing from {taints:?}");
+    for expected in [
+        "dedicated:NoSchedule",
+        "example.com/agent-not-ready:NoSchedule",
+        "karpenter.sh/unregistered:NoExecute",
+    ] {
+        assert!(
+            taints.contains(&expected.to_owned()),
+            "{expected} missing from {taints:?}"
+        );
     }
     let instance_type = cloud.instance_type("m5.large").expect("catalog type");
     let status = registered.status.clone().expect("status");
-    assert_eq!(status.allocatable.expect("allocatable"), resource_list(&instance_type.allocatable()));
-    assert_eq!(status.capacity.expect("capacity"), resource_list(&instance_type.capacity));
+    assert_eq!(
+        status.allocatable.expect("allocatable"),
+        resource_list(&instance_type.allocatable())
+    );
+    assert_eq!(
+        status.capacity.expect("capacity"),
+        resource_list(&instance_type.capacity)
+    );
 
     wait_for(&nodes, &node_name, is_ready).await;
     let settled = wait_for(&nodes, &node_name, |n: Option<&Node>| {
-        n.is_some_and(|n| !taint_keys(n).contains(&"example.com/agent-not-ready:NoSchedule".to_owned()))
+        n.is_some_and(|n| {
+            !taint_keys(n).contains(&"example.com/agent-not-ready:NoSchedule".to_owned())
+        })
     })
     .await;
-    assert_eq!(taint_keys(&settled), ["dedicated:NoSchedule", "karpenter.sh/unregistered:NoExecute"], "only startup taints go");
+    assert_eq!(
+        taint_keys(&settled),
+        [
+            "dedicated:NoSchedule",
+            "karpenter.sh/unregistered:NoExecute"
+        ],
+        "only startup taints go"
+    );
     h.stop().await;
 }
 
@@ -139,7 +190,10 @@ async fn daemonset_and_scheduled_pods_run_on_registered_nodes() {
     let _kubelets = kubelet::start(h.client.clone(), Arc::clone(&cloud), KubeletConfig::fast());
     let _scheduler = scheduler::start(
         h.client.clone(),
-        SchedulerConfig { interval: std::time::Duration::from_millis(20), ..SchedulerConfig::default() },
+        SchedulerConfig {
+            interval: std::time::Duration::from_millis(20),
+            ..SchedulerConfig::default()
+        },
     );
     let daemonsets: Api<DaemonSet> = Api::namespaced(h.client.clone(), "default");
     let ds: DaemonSet = create(
@@ -171,23 +225,46 @@ async fn daemonset_and_scheduled_pods_run_on_registered_nodes() {
     .await;
 
     let ds_uid = ds.metadata.uid.clone().expect("uid");
-    let settled = wait_list(&pods, "daemon pod and web pod running", |pods: &[Arc<Pod>]| {
-        let daemon_running = pods.iter().any(|p| owned_by(p, &ds_uid) && on(p, &node_name) && running(p));
-        let web_running = pods.iter().any(|p| p.metadata.name.as_deref() == Some("web") && on(p, &node_name) && running(p));
-        daemon_running && web_running
-    })
+    let settled = wait_list(
+        &pods,
+        "daemon pod and web pod running",
+        |pods: &[Arc<Pod>]| {
+            let daemon_running = pods
+                .iter()
+                .any(|p| owned_by(p, &ds_uid) && on(p, &node_name) && running(p));
+            let web_running = pods.iter().any(|p| {
+                p.metadata.name.as_deref() == Some("web") && on(p, &node_name) && running(p)
+            });
+            daemon_running && web_running
+        },
+    )
     .await;
     let daemon_pods: Vec<_> = settled.iter().filter(|p| owned_by(p, &ds_uid)).collect();
     assert_eq!(daemon_pods.len(), 1, "one daemon pod per node");
-    let web = settled.iter().find(|p| p.metadata.name.as_deref() == Some("web")).expect("web");
-    let conditions = web.status.as_ref().and_then(|s| s.conditions.clone()).expect("conditions");
-    assert!(conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let web = settled
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("web"))
+        .expect("web");
+    let conditions = web
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .expect("conditions");
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
     assert!(web.status.as_ref().and_then(|s| s.pod_ip.clone()).is_some());
     h.stop().await;
 }
 
 fn owned_by(pod: &Pod, uid: &str) -> bool {
-    pod.metadata.owner_references.iter().flatten().any(|o| o.uid == uid && o.kind == "DaemonSet")
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid && o.kind == "DaemonSet")
 }
 
 fn on(pod: &Pod, node: &str) -> bool {
@@ -217,8 +294,14 @@ async fn terminated_instances_take_their_nodes_and_pods_away() {
     cloud.delete(&claim).await.expect("instance terminates");
     wait_gone(&nodes, &node_name).await;
     wait_gone(&pods, "bound").await;
-    let statuses = tokio::time::timeout(sim_support::PATIENCE, history).await.expect("in time").expect("history task");
-    assert!(statuses.iter().any(|s| s.as_deref() == Some("Unknown")), "node went NotReady first: {statuses:?}");
+    let statuses = tokio::time::timeout(sim_support::PATIENCE, history)
+        .await
+        .expect("in time")
+        .expect("history task");
+    assert!(
+        statuses.iter().any(|s| s.as_deref() == Some("Unknown")),
+        "node went NotReady first: {statuses:?}"
+    );
     h.stop().await;
 }
 
@@ -227,7 +310,10 @@ async fn terminated_instances_take_their_nodes_and_pods_away() {
 fn watch_node(
     nodes: &Api<Node>,
     name: &str,
-) -> (tokio::sync::oneshot::Receiver<()>, tokio::task::JoinHandle<Vec<Option<String>>>) {
+) -> (
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::task::JoinHandle<Vec<Option<String>>>,
+) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let stream = watcher(nodes.clone(), config);
     let (listed, on_listed) = tokio::sync::oneshot::channel();
@@ -242,7 +328,9 @@ fn watch_node(
                         let _ = listed.send(());
                     }
                 }
-                Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => seen.push(ready_status(&node)),
+                Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
+                    seen.push(ready_status(&node))
+                }
                 Ok(watcher::Event::Delete(_)) => break,
                 _ => {}
             }

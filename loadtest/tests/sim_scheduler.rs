@@ -46,7 +46,11 @@ async fn pod(h: &Harness, name: &str, cpu: &str, labels: Value, extra_spec: Valu
     if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
         spec.extend(extra.clone());
     }
-    create::<Pod>(&pods(h), json!({"metadata": {"name": name, "namespace": "default", "labels": labels}, "spec": spec})).await;
+    create::<Pod>(
+        &pods(h),
+        json!({"metadata": {"name": name, "namespace": "default", "labels": labels}, "spec": spec}),
+    )
+    .await;
 }
 
 fn pods(h: &Harness) -> Api<Pod> {
@@ -54,20 +58,39 @@ fn pods(h: &Harness) -> Api<Pod> {
 }
 
 fn bound() -> impl Condition<Pod> {
-    |pod: Option<&Pod>| pod.and_then(|p| p.spec.as_ref()?.node_name.as_ref()).is_some()
+    |pod: Option<&Pod>| {
+        pod.and_then(|p| p.spec.as_ref()?.node_name.as_ref())
+            .is_some()
+    }
 }
 
 fn unschedulable() -> impl Condition<Pod> {
-    |pod: Option<&Pod>| scheduled_condition(pod).is_some_and(|(status, reason, _)| status == "False" && reason == "Unschedulable")
+    |pod: Option<&Pod>| {
+        scheduled_condition(pod)
+            .is_some_and(|(status, reason, _)| status == "False" && reason == "Unschedulable")
+    }
 }
 
 fn scheduled_condition(pod: Option<&Pod>) -> Option<(String, String, String)> {
-    let condition = pod?.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "PodScheduled")?;
-    Some((condition.status.clone(), condition.reason.clone().unwrap_or_default(), condition.message.clone().unwrap_or_default()))
+    let condition = pod?
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?;
+    Some((
+        condition.status.clone(),
+        condition.reason.clone().unwrap_or_default(),
+        condition.message.clone().unwrap_or_default(),
+    ))
 }
 
 fn node_of(pod: &Pod) -> &str {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default()
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -75,19 +98,44 @@ async fn binds_fitting_pods_and_marks_the_rest_unschedulable() {
     let h = start().await;
     node(&h, "small", "us-east-1a", "2", true, json!([])).await;
     node(&h, "big", "us-east-1b", "8", true, json!([])).await;
-    node(&h, "tainted", "us-east-1c", "16", true, json!([{"key": "dedicated", "value": "x", "effect": "NoSchedule"}])).await;
+    node(
+        &h,
+        "tainted",
+        "us-east-1c",
+        "16",
+        true,
+        json!([{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]),
+    )
+    .await;
     node(&h, "not-ready", "us-east-1c", "16", false, json!([])).await;
     let _scheduler = scheduler::start(h.client.clone(), config());
 
     pod(&h, "needs-4", "4", json!({}), json!({})).await;
-    pod(&h, "zone-a", "1", json!({}), json!({"nodeSelector": {"topology.kubernetes.io/zone": "us-east-1a"}})).await;
-    pod(&h, "tolerant", "12", json!({}), json!({"tolerations": [{"key": "dedicated", "operator": "Exists"}]})).await;
+    pod(
+        &h,
+        "zone-a",
+        "1",
+        json!({}),
+        json!({"nodeSelector": {"topology.kubernetes.io/zone": "us-east-1a"}}),
+    )
+    .await;
+    pod(
+        &h,
+        "tolerant",
+        "12",
+        json!({}),
+        json!({"tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
+    )
+    .await;
     pod(&h, "too-big", "12", json!({}), json!({})).await;
 
     let api = pods(&h);
     assert_eq!(node_of(&wait_for(&api, "needs-4", bound()).await), "big");
     assert_eq!(node_of(&wait_for(&api, "zone-a", bound()).await), "small");
-    assert_eq!(node_of(&wait_for(&api, "tolerant", bound()).await), "tainted");
+    assert_eq!(
+        node_of(&wait_for(&api, "tolerant", bound()).await),
+        "tainted"
+    );
     let too_big = wait_for(&api, "too-big", unschedulable()).await;
     let (_, _, message) = scheduled_condition(Some(&too_big)).expect("condition");
     assert_eq!(
@@ -107,7 +155,10 @@ async fn unschedulable_pods_bind_once_capacity_appears() {
     pod(&h, "waits", "6", json!({}), json!({})).await;
     let api = pods(&h);
     let waiting = wait_for(&api, "waits", unschedulable()).await;
-    assert_eq!(scheduled_condition(Some(&waiting)).expect("condition").2, "0/1 nodes are available: 1 Insufficient cpu.");
+    assert_eq!(
+        scheduled_condition(Some(&waiting)).expect("condition").2,
+        "0/1 nodes are available: 1 Insufficient cpu."
+    );
 
     node(&h, "arrives", "us-east-1b", "8", true, json!([])).await;
     assert_eq!(node_of(&wait_for(&api, "waits", bound()).await), "arrives");
@@ -117,7 +168,11 @@ async fn unschedulable_pods_bind_once_capacity_appears() {
 #[tokio::test]
 async fn zone_spread_and_hostname_anti_affinity_hold() {
     let h = start().await;
-    for (name, zone) in [("a1", "us-east-1a"), ("b1", "us-east-1b"), ("c1", "us-east-1c")] {
+    for (name, zone) in [
+        ("a1", "us-east-1a"),
+        ("b1", "us-east-1b"),
+        ("c1", "us-east-1c"),
+    ] {
         node(&h, name, zone, "16", true, json!([])).await;
     }
     let _scheduler = scheduler::start(h.client.clone(), config());
@@ -126,22 +181,49 @@ async fn zone_spread_and_hostname_anti_affinity_hold() {
         "labelSelector": {"matchLabels": {"app": "web"}}
     }]});
     for i in 0..6 {
-        pod(&h, &format!("web-{i}"), "100m", json!({"app": "web"}), spread.clone()).await;
+        pod(
+            &h,
+            &format!("web-{i}"),
+            "100m",
+            json!({"app": "web"}),
+            spread.clone(),
+        )
+        .await;
     }
     let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
         "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "solo"}}
     }]}}});
     for i in 0..4 {
-        pod(&h, &format!("solo-{i}"), "100m", json!({"app": "solo"}), anti.clone()).await;
+        pod(
+            &h,
+            &format!("solo-{i}"),
+            "100m",
+            json!({"app": "solo"}),
+            anti.clone(),
+        )
+        .await;
     }
 
     let api = pods(&h);
-    let settled = wait_list(&api, "web pods bound and one solo pod refused", |pods: &[Arc<Pod>]| {
-        let web_bound = pods.iter().filter(|p| is_app(p, "web") && !node_of(p).is_empty()).count();
-        let solo_bound = pods.iter().filter(|p| is_app(p, "solo") && !node_of(p).is_empty()).count();
-        let solo_refused = pods.iter().filter(|p| is_app(p, "solo") && unschedulable().matches_object(Some(p))).count();
-        web_bound == 6 && solo_bound == 3 && solo_refused == 1
-    })
+    let settled = wait_list(
+        &api,
+        "web pods bound and one solo pod refused",
+        |pods: &[Arc<Pod>]| {
+            let web_bound = pods
+                .iter()
+                .filter(|p| is_app(p, "web") && !node_of(p).is_empty())
+                .count();
+            let solo_bound = pods
+                .iter()
+                .filter(|p| is_app(p, "solo") && !node_of(p).is_empty())
+                .count();
+            let solo_refused = pods
+                .iter()
+                .filter(|p| is_app(p, "solo") && unschedulable().matches_object(Some(p)))
+                .count();
+            web_bound == 6 && solo_bound == 3 && solo_refused == 1
+        },
+    )
     .await;
 
     let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
@@ -149,17 +231,31 @@ async fn zone_spread_and_hostname_anti_affinity_hold() {
         *per_zone.entry(node_of(p)).or_default() += 1;
     }
     assert_eq!(per_zone, BTreeMap::from([("a1", 2), ("b1", 2), ("c1", 2)]));
-    let solo_nodes: std::collections::BTreeSet<&str> =
-        settled.iter().filter(|p| is_app(p, "solo")).map(|p| node_of(p)).filter(|n| !n.is_empty()).collect();
+    let solo_nodes: std::collections::BTreeSet<&str> = settled
+        .iter()
+        .filter(|p| is_app(p, "solo"))
+        .map(|p| node_of(p))
+        .filter(|n| !n.is_empty())
+        .collect();
     assert_eq!(solo_nodes.len(), 3, "one solo pod per host");
-    let refused = settled.iter().find(|p| is_app(p, "solo") && node_of(p).is_empty()).expect("one refused");
+    let refused = settled
+        .iter()
+        .find(|p| is_app(p, "solo") && node_of(p).is_empty())
+        .expect("one refused");
     let message = scheduled_condition(Some(refused)).expect("condition").2;
-    assert_eq!(message, "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.");
+    assert_eq!(
+        message,
+        "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
+    );
     h.stop().await;
 }
 
 fn is_app(pod: &Pod, app: &str) -> bool {
-    pod.metadata.labels.as_ref().and_then(|l| l.get("app")).is_some_and(|a| a == app)
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("app"))
+        .is_some_and(|a| a == app)
 }
 
 #[tokio::test]
@@ -188,12 +284,22 @@ async fn a_batch_of_pods_fills_nodes_exactly_to_capacity() {
     }
     let scheduler = scheduler::start(h.client.clone(), config());
     for i in 0..60 {
-        pod(&h, &format!("p{i}"), "1", json!({"batch": "yes"}), json!({})).await;
+        pod(
+            &h,
+            &format!("p{i}"),
+            "1",
+            json!({"batch": "yes"}),
+            json!({}),
+        )
+        .await;
     }
     let api = pods(&h);
     let settled = wait_list(&api, "50 bound, 10 refused", |pods: &[Arc<Pod>]| {
         let bound = pods.iter().filter(|p| !node_of(p).is_empty()).count();
-        let refused = pods.iter().filter(|p| unschedulable().matches_object(Some(p))).count();
+        let refused = pods
+            .iter()
+            .filter(|p| unschedulable().matches_object(Some(p)))
+            .count();
         bound == 50 && refused == 10
     })
     .await;
@@ -201,7 +307,16 @@ async fn a_batch_of_pods_fills_nodes_exactly_to_capacity() {
     for p in settled.iter().filter(|p| !node_of(p).is_empty()) {
         *per_node.entry(node_of(p)).or_default() += 1;
     }
-    assert!(per_node.values().all(|&n| n == 5), "no node is overcommitted: {per_node:?}");
-    assert_eq!(scheduler.stats().bound.load(std::sync::atomic::Ordering::Relaxed), 50);
+    assert!(
+        per_node.values().all(|&n| n == 5),
+        "no node is overcommitted: {per_node:?}"
+    );
+    assert_eq!(
+        scheduler
+            .stats()
+            .bound
+            .load(std::sync::atomic::Ordering::Relaxed),
+        50
+    );
     h.stop().await;
 }

@@ -10,14 +10,25 @@ pub enum Ec2Error {
     #[error("{operation}: RequestLimitExceeded: Request limit exceeded.")]
     RequestLimitExceeded { operation: &'static str },
     /// One of the named instances does not exist.
-    #[error("{operation}: InvalidInstanceID.NotFound: The instance ID '{instance_id}' does not exist")]
-    InstanceNotFound { operation: &'static str, instance_id: String },
+    #[error(
+        "{operation}: InvalidInstanceID.NotFound: The instance ID '{instance_id}' does not exist"
+    )]
+    InstanceNotFound {
+        operation: &'static str,
+        instance_id: String,
+    },
     /// An instance id that is not `i-` followed by hex digits.
     #[error("{operation}: InvalidInstanceID.Malformed: Invalid id: \"{instance_id}\"")]
-    MalformedInstanceId { operation: &'static str, instance_id: String },
+    MalformedInstanceId {
+        operation: &'static str,
+        instance_id: String,
+    },
     /// A request EC2 would reject as a whole (no overrides, zero capacity, no capacity type).
     #[error("{operation}: InvalidParameterValue: {message}")]
-    InvalidParameter { operation: &'static str, message: String },
+    InvalidParameter {
+        operation: &'static str,
+        message: String,
+    },
     /// Interruption requested for an instance that is not a running spot instance.
     #[error("cannot interrupt {instance_id}: {reason}")]
     NotInterruptible { instance_id: String, reason: String },

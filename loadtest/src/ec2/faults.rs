@@ -133,7 +133,10 @@ mod tests {
     #[test]
     fn throttle_fraction_out_of_range_is_refused() {
         let mut throttle = Throttle::default();
-        assert_eq!(throttle.set_fraction(1.5), Err(Ec2ConfigError::ThrottleFraction(1.5)));
+        assert_eq!(
+            throttle.set_fraction(1.5),
+            Err(Ec2ConfigError::ThrottleFraction(1.5))
+        );
         assert!(throttle.set_fraction(f64::NAN).is_err());
     }
 

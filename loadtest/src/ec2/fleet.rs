@@ -48,10 +48,11 @@ pub(crate) fn allocate(
 ) -> Allocation {
     let mut allocation = Allocation::default();
     let mut candidates = Vec::new();
-    let overrides = request
-        .launch_template_configs
-        .iter()
-        .flat_map(|lt| lt.overrides.iter().map(move |o| (lt.launch_template_name.as_str(), o)));
+    let overrides = request.launch_template_configs.iter().flat_map(|lt| {
+        lt.overrides
+            .iter()
+            .map(move |o| (lt.launch_template_name.as_str(), o))
+    });
     for (order, (lt_name, over)) in overrides.enumerate() {
         let key = OfferingKey::new(&over.instance_type, &over.zone, capacity_type);
         match prices.get(&key) {
@@ -69,7 +70,9 @@ pub(crate) fn allocate(
     candidates.sort_by(cheapest_first);
     for candidate in candidates {
         if ice.contains(&candidate.key) {
-            allocation.errors.push(insufficient(&candidate.key, candidate.launch_template_name));
+            allocation
+                .errors
+                .push(insufficient(&candidate.key, candidate.launch_template_name));
             continue;
         }
         allocation.chosen = Some(Chosen {
@@ -151,10 +154,14 @@ mod tests {
     }
 
     fn prices() -> HashMap<OfferingKey, f64> {
-        [("m5.large", "a", 0.05), ("m5.large", "b", 0.04), ("c5.large", "a", 0.03)]
-            .into_iter()
-            .map(|(t, z, p)| (OfferingKey::new(t, z, CapacityType::Spot), p))
-            .collect()
+        [
+            ("m5.large", "a", 0.05),
+            ("m5.large", "b", 0.04),
+            ("c5.large", "a", 0.03),
+        ]
+        .into_iter()
+        .map(|(t, z, p)| (OfferingKey::new(t, z, CapacityType::Spot), p))
+        .collect()
     }
 
     #[test]

@@ -32,7 +32,12 @@ pub fn is_instance_id(id: &str) -> bool {
 /// The `n`-th private address of the simulated VPC (10.0.0.0/8, skipping the reserved .0-.15).
 pub(crate) fn private_ip(n: u32) -> String {
     let host = n.saturating_add(16);
-    format!("10.{}.{}.{}", (host >> 16) & 0xff, (host >> 8) & 0xff, host & 0xff)
+    format!(
+        "10.{}.{}.{}",
+        (host >> 16) & 0xff,
+        (host >> 8) & 0xff,
+        host & 0xff
+    )
 }
 
 /// EC2's private DNS name for an address: `ec2.internal` in us-east-1, else
@@ -65,7 +70,10 @@ mod tests {
     #[test]
     fn dns_names_follow_the_region_convention() {
         assert_eq!(private_ip(0), "10.0.0.16");
-        assert_eq!(private_dns_name("10.0.1.2", "us-east-1"), "ip-10-0-1-2.ec2.internal");
+        assert_eq!(
+            private_dns_name("10.0.1.2", "us-east-1"),
+            "ip-10-0-1-2.ec2.internal"
+        );
         assert_eq!(
             private_dns_name("10.0.1.2", "eu-west-1"),
             "ip-10-0-1-2.eu-west-1.compute.internal"

@@ -113,7 +113,12 @@ impl SimulatedEc2 {
         let prices = offerings.into_iter().map(|o| (o.key, o.price)).collect();
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         Self {
-            inner: Arc::new(Inner { config, prices, state: Mutex::default(), events }),
+            inner: Arc::new(Inner {
+                config,
+                prices,
+                state: Mutex::default(),
+                events,
+            }),
         }
     }
 
@@ -240,7 +245,9 @@ impl SimulatedEc2 {
         }
         for id in instance_ids {
             if let Some(instance) = state.instances.get_mut(id) {
-                instance.tags.extend(tags.iter().map(|(k, v)| (k.clone(), v.clone())));
+                instance
+                    .tags
+                    .extend(tags.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
         }
         Ok(())
@@ -272,25 +279,26 @@ impl SimulatedEc2 {
     /// when the notice (`interruption_notice`) runs out.
     pub fn interrupt_spot(&self, instance_id: &str) -> Result<SpotInterruption, Ec2Error> {
         let notice = self.inner.config.interruption_notice;
-        let interruption = {
-            let mut state = self.lock();
-            let instance = state.instances.get_mut(instance_id).ok_or_else(|| {
-                Ec2Error::NotInterruptible {
+        let interruption =
+            {
+                let mut state = self.lock();
+                let instance = state.instances.get_mut(instance_id).ok_or_else(|| {
+                    Ec2Error::NotInterruptible {
+                        instance_id: instance_id.to_owned(),
+                        reason: "no such instance".to_owned(),
+                    }
+                })?;
+                check_interruptible(instance)?;
+                let issued_at = SystemTime::now();
+                let interruption = SpotInterruption {
                     instance_id: instance_id.to_owned(),
-                    reason: "no such instance".to_owned(),
-                }
-            })?;
-            check_interruptible(instance)?;
-            let issued_at = SystemTime::now();
-            let interruption = SpotInterruption {
-                instance_id: instance_id.to_owned(),
-                issued_at,
-                action_time: issued_at + notice,
+                    issued_at,
+                    action_time: issued_at + notice,
+                };
+                instance.interruption = Some(interruption.clone());
+                state.interruptions.push(interruption.clone());
+                interruption
             };
-            instance.interruption = Some(interruption.clone());
-            state.interruptions.push(interruption.clone());
-            interruption
-        };
         self.emit(Ec2Event::SpotInterruptionWarning(interruption.clone()));
         self.schedule_reclaim(instance_id, notice);
         Ok(interruption)
@@ -326,7 +334,10 @@ impl SimulatedEc2 {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the maps half-updated in a way that
         // matters to a simulation, so a poisoned lock is still usable.
-        self.inner.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn admit(&self, operation: &'static str) -> Result<(), Ec2Error> {
@@ -438,7 +449,10 @@ impl SimulatedEc2 {
             let change = {
                 let mut state = ec2.lock();
                 let shutdown = ec2.inner.config.shutdown_duration;
-                state.instances.get_mut(&id).map(|i| begin_shutdown(i, shutdown))
+                state
+                    .instances
+                    .get_mut(&id)
+                    .map(|i| begin_shutdown(i, shutdown))
             };
             if let Some(change) = change {
                 ec2.after_state_change(&change);
@@ -465,22 +479,36 @@ fn validate_fleet(request: &CreateFleetRequest) -> Result<CapacityType, Ec2Error
         invalid("TargetCapacitySpecification.DefaultTargetCapacityType is required")
     })?;
     if request.total_target_capacity == 0 {
-        return Err(invalid("TargetCapacitySpecification.TotalTargetCapacity must be at least 1"));
+        return Err(invalid(
+            "TargetCapacitySpecification.TotalTargetCapacity must be at least 1",
+        ));
     }
-    if request.launch_template_configs.iter().all(|lt| lt.overrides.is_empty()) {
-        return Err(invalid("LaunchTemplateConfigs must contain at least one override"));
+    if request
+        .launch_template_configs
+        .iter()
+        .all(|lt| lt.overrides.is_empty())
+    {
+        return Err(invalid(
+            "LaunchTemplateConfigs must contain at least one override",
+        ));
     }
     Ok(capacity_type)
 }
 
 fn find<'s>(state: &'s State, operation: &'static str, id: &str) -> Result<&'s Instance, Ec2Error> {
     if !ids::is_instance_id(id) {
-        return Err(Ec2Error::MalformedInstanceId { operation, instance_id: id.to_owned() });
+        return Err(Ec2Error::MalformedInstanceId {
+            operation,
+            instance_id: id.to_owned(),
+        });
     }
     state
         .instances
         .get(id)
-        .ok_or_else(|| Ec2Error::InstanceNotFound { operation, instance_id: id.to_owned() })
+        .ok_or_else(|| Ec2Error::InstanceNotFound {
+            operation,
+            instance_id: id.to_owned(),
+        })
 }
 
 fn check_interruptible(instance: &Instance) -> Result<(), Ec2Error> {
@@ -610,6 +638,9 @@ mod tests {
     fn lifecycle_only_moves_forward() {
         assert!(precedes(InstanceState::Pending, InstanceState::Running));
         assert!(!precedes(InstanceState::Terminated, InstanceState::Running));
-        assert!(!precedes(InstanceState::ShuttingDown, InstanceState::Running));
+        assert!(!precedes(
+            InstanceState::ShuttingDown,
+            InstanceState::Running
+        ));
     }
 }

@@ -10,8 +10,8 @@
 
 use super::types::{
     CapacityType as Ec2CapacityType, CreateFleetOutput, CreateFleetRequest,
-    DescribeInstancesRequest, Filter, FleetOverride, Instance, InstanceState,
-    LaunchTemplateConfig, OfferingKey, PricedOffering,
+    DescribeInstancesRequest, Filter, FleetOverride, Instance, InstanceState, LaunchTemplateConfig,
+    OfferingKey, PricedOffering,
 };
 use super::{Ec2Config, Ec2Error, SimulatedEc2};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
@@ -61,7 +61,10 @@ pub struct SimulatedCloudProviderConfig {
 
 impl Default for SimulatedCloudProviderConfig {
     fn default() -> Self {
-        Self { cluster_name: "kerf-sim".to_owned(), image_id: "ami-0000000000000000a".to_owned() }
+        Self {
+            cluster_name: "kerf-sim".to_owned(),
+            image_id: "ami-0000000000000000a".to_owned(),
+        }
     }
 }
 
@@ -97,8 +100,12 @@ impl SimulatedCloudProvider {
         instance_types: Vec<InstanceType>,
         config: SimulatedCloudProviderConfig,
     ) -> Self {
-        let instance_types: Vec<Arc<InstanceType>> = instance_types.into_iter().map(Arc::new).collect();
-        let by_name = instance_types.iter().map(|it| (it.name.clone(), Arc::clone(it))).collect();
+        let instance_types: Vec<Arc<InstanceType>> =
+            instance_types.into_iter().map(Arc::new).collect();
+        let by_name = instance_types
+            .iter()
+            .map(|it| (it.name.clone(), Arc::clone(it)))
+            .collect();
         Self {
             ec2,
             cluster_name: config.cluster_name,
@@ -135,7 +142,10 @@ impl SimulatedCloudProvider {
     }
 
     pub fn image_id(&self) -> String {
-        self.image_id.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.image_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     async fn launch(&self, node_claim: &NodeClaim) -> CloudResult<NodeClaim> {
@@ -157,10 +167,13 @@ impl SimulatedCloudProvider {
         };
         let output = self.ec2.create_fleet(&request).await.map_err(from_ec2)?;
         let instance_id = launched_instance(&name, &output)?;
-        let instance = self.ec2.instance(&instance_id).ok_or_else(|| CloudProviderError::Other {
-            operation: "CreateFleet".to_owned(),
-            message: format!("launched instance {instance_id} is unknown"),
-        })?;
+        let instance =
+            self.ec2
+                .instance(&instance_id)
+                .ok_or_else(|| CloudProviderError::Other {
+                    operation: "CreateFleet".to_owned(),
+                    message: format!("launched instance {instance_id} is unknown"),
+                })?;
         let mut launched = self.to_node_claim(&instance);
         launched.metadata = node_claim.metadata.clone();
         let mut merged = launched_labels(&self.instance_type(&instance.instance_type), &instance);
@@ -180,7 +193,12 @@ impl SimulatedCloudProvider {
         let mut compatible: Vec<(f64, Arc<InstanceType>)> = self
             .instance_types
             .iter()
-            .filter(|it| reqs.is_compatible(&instance_type_requirements(it), AllowUndefined::WellKnownLabels))
+            .filter(|it| {
+                reqs.is_compatible(
+                    &instance_type_requirements(it),
+                    AllowUndefined::WellKnownLabels,
+                )
+            })
             .filter(|it| requests.fits(&it.allocatable()))
             .filter_map(|it| cheapest_offering(it, reqs, None).map(|price| (price, Arc::clone(it))))
             .collect();
@@ -208,8 +226,14 @@ impl SimulatedCloudProvider {
         tags.insert(tags::NODECLAIM.to_owned(), node_claim.name().to_owned());
         tags.insert(tags::NAME.to_owned(), node_claim.name().to_owned());
         tags.insert(tags::EKS_CLUSTER_NAME.to_owned(), self.cluster_name.clone());
-        tags.insert(tags::cluster_ownership(&self.cluster_name), "owned".to_owned());
-        tags.insert(tags::EC2NODECLASS.to_owned(), node_claim.node_class_ref().name.clone());
+        tags.insert(
+            tags::cluster_ownership(&self.cluster_name),
+            "owned".to_owned(),
+        );
+        tags.insert(
+            tags::EC2NODECLASS.to_owned(),
+            node_claim.node_class_ref().name.clone(),
+        );
         if let Some(pool) = node_claim.nodepool_name() {
             tags.insert(tags::NODEPOOL.to_owned(), pool.to_owned());
         }
@@ -231,23 +255,34 @@ impl SimulatedCloudProvider {
             node_class_ref: NodeClassReference {
                 group: labels::AWS_GROUP.to_owned(),
                 kind: "EC2NodeClass".to_owned(),
-                name: instance.tags.get(tags::EC2NODECLASS).cloned().unwrap_or_default(),
+                name: instance
+                    .tags
+                    .get(tags::EC2NODECLASS)
+                    .cloned()
+                    .unwrap_or_default(),
             },
             expire_after: NillableDuration::parse(DEFAULT_EXPIRE_AFTER)
                 .expect("the default expireAfter is a valid duration"),
             termination_grace_period: None,
         };
-        let name = instance.tags.get(tags::NODECLAIM).map_or("", String::as_str);
+        let name = instance
+            .tags
+            .get(tags::NODECLAIM)
+            .map_or("", String::as_str);
         let mut node_claim = NodeClaim::new(name, spec);
         node_claim.metadata.labels = Some(labels);
         node_claim.metadata.creation_timestamp = Some(Time(system_time(instance.launch_time)));
         if !instance.state.is_live() {
-            node_claim.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+            node_claim.metadata.deletion_timestamp =
+                Some(Time(k8s_openapi::jiff::Timestamp::now()));
         }
         node_claim.status = Some(NodeClaimStatus {
             provider_id: Some(instance.provider_id()),
             image_id: instance.image_id.clone(),
-            capacity: instance_type.as_ref().map(|it| resource_list(&it.capacity)).unwrap_or_default(),
+            capacity: instance_type
+                .as_ref()
+                .map(|it| resource_list(&it.capacity))
+                .unwrap_or_default(),
             allocatable: instance_type
                 .as_ref()
                 .map(|it| resource_list(&it.allocatable()))
@@ -264,11 +299,18 @@ impl SimulatedCloudProvider {
             instance_ids: vec![parsed.instance_id.to_owned()],
             filters: vec![existing_states()],
         };
-        let found = self.ec2.describe_instances(&request).await.map_err(from_ec2)?;
-        found.into_iter().next().ok_or_else(|| CloudProviderError::NodeClaimNotFound {
-            provider_id: provider_id.to_owned(),
-            reason: "instance is terminated".to_owned(),
-        })
+        let found = self
+            .ec2
+            .describe_instances(&request)
+            .await
+            .map_err(from_ec2)?;
+        found
+            .into_iter()
+            .next()
+            .ok_or_else(|| CloudProviderError::NodeClaimNotFound {
+                provider_id: provider_id.to_owned(),
+                reason: "instance is terminated".to_owned(),
+            })
     }
 }
 
@@ -283,15 +325,21 @@ impl CloudProvider for SimulatedCloudProvider {
 
     fn delete<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
         Box::pin(async move {
-            let provider_id = node_claim.provider_id().ok_or_else(|| CloudProviderError::InvalidProviderId {
-                provider_id: String::new(),
-                reason: format!("nodeclaim {} has no status.providerID", node_claim.name()),
-            })?;
+            let provider_id =
+                node_claim
+                    .provider_id()
+                    .ok_or_else(|| CloudProviderError::InvalidProviderId {
+                        provider_id: String::new(),
+                        reason: format!("nodeclaim {} has no status.providerID", node_claim.name()),
+                    })?;
             let instance = self.find(provider_id).await?;
             if instance.state == InstanceState::ShuttingDown {
                 return Ok(());
             }
-            self.ec2.terminate_instances(&[instance.instance_id]).await.map_err(from_ec2)?;
+            self.ec2
+                .terminate_instances(&[instance.instance_id])
+                .await
+                .map_err(from_ec2)?;
             Ok(())
         })
     }
@@ -314,7 +362,11 @@ impl CloudProvider for SimulatedCloudProvider {
                     existing_states(),
                 ],
             };
-            let instances = self.ec2.describe_instances(&request).await.map_err(from_ec2)?;
+            let instances = self
+                .ec2
+                .describe_instances(&request)
+                .await
+                .map_err(from_ec2)?;
             Ok(instances.iter().map(|i| self.to_node_claim(i)).collect())
         })
     }
@@ -356,17 +408,27 @@ fn from_ec2(error: Ec2Error) -> CloudProviderError {
             operation: operation.to_owned(),
             message: error.to_string(),
         },
-        Ec2Error::InstanceNotFound { ref instance_id, .. } => CloudProviderError::NodeClaimNotFound {
+        Ec2Error::InstanceNotFound {
+            ref instance_id, ..
+        } => CloudProviderError::NodeClaimNotFound {
             provider_id: instance_id.clone(),
             reason: error.to_string(),
         },
-        other => CloudProviderError::Other { operation: other.code().to_owned(), message: other.to_string() },
+        other => CloudProviderError::Other {
+            operation: other.code().to_owned(),
+            message: other.to_string(),
+        },
     }
 }
 
 /// The id of the launched instance, or the error the fleet's answer amounts to.
 fn launched_instance(node_claim: &str, output: &CreateFleetOutput) -> CloudResult<String> {
-    if let Some(id) = output.instances.iter().flat_map(|i| i.instance_ids.iter()).next() {
+    if let Some(id) = output
+        .instances
+        .iter()
+        .flat_map(|i| i.instance_ids.iter())
+        .next()
+    {
         return Ok(id.clone());
     }
     if output.errors.iter().all(|e| e.is_unfulfillable_capacity()) {
@@ -377,10 +439,21 @@ fn launched_instance(node_claim: &str, output: &CreateFleetOutput) -> CloudResul
             .collect();
         offerings.sort();
         offerings.dedup();
-        return Err(CloudProviderError::InsufficientCapacity { node_claim: node_claim.to_owned(), offerings });
+        return Err(CloudProviderError::InsufficientCapacity {
+            node_claim: node_claim.to_owned(),
+            offerings,
+        });
     }
-    let codes: BTreeSet<String> = output.errors.iter().map(|e| format!("{}: {}", e.error_code, e.error_message)).collect();
-    let reason = output.errors.iter().find(|e| !e.is_unfulfillable_capacity()).map_or("LaunchFailed", |e| e.error_code.as_str());
+    let codes: BTreeSet<String> = output
+        .errors
+        .iter()
+        .map(|e| format!("{}: {}", e.error_code, e.error_message))
+        .collect();
+    let reason = output
+        .errors
+        .iter()
+        .find(|e| !e.is_unfulfillable_capacity())
+        .map_or("LaunchFailed", |e| e.error_code.as_str());
     Err(CloudProviderError::LaunchFailed {
         node_claim: node_claim.to_owned(),
         reason: reason.to_owned(),
@@ -392,13 +465,13 @@ fn claim_requirements(node_claim: &NodeClaim) -> CloudResult<Requirements> {
     let mut reqs = Requirements::new();
     for (i, r) in node_claim.requirements().iter().enumerate() {
         let min_values = r.min_values.and_then(|m| u32::try_from(m).ok());
-        let req = Requirement::parse(&r.key, r.operator.as_str(), &r.values, min_values).map_err(|e| {
-            CloudProviderError::LaunchFailed {
+        let req = Requirement::parse(&r.key, r.operator.as_str(), &r.values, min_values).map_err(
+            |e| CloudProviderError::LaunchFailed {
                 node_claim: node_claim.name().to_owned(),
                 reason: "InvalidRequirements".to_owned(),
                 message: format!("spec.requirements[{i}] ({}): {e}", r.key),
-            }
-        })?;
+            },
+        )?;
         reqs.add(req);
     }
     Ok(reqs)
@@ -407,11 +480,15 @@ fn claim_requirements(node_claim: &NodeClaim) -> CloudResult<Requirements> {
 fn claim_requests(node_claim: &NodeClaim) -> CloudResult<Resources> {
     let mut requests = Resources::new();
     for (name, quantity) in node_claim.resource_requests().into_iter().flatten() {
-        let parsed = Quantity::parse(&quantity.0).map_err(|e| CloudProviderError::LaunchFailed {
-            node_claim: node_claim.name().to_owned(),
-            reason: "InvalidResourceRequests".to_owned(),
-            message: format!("spec.resources.requests[{name}]: invalid quantity {:?}: {e}", quantity.0),
-        })?;
+        let parsed =
+            Quantity::parse(&quantity.0).map_err(|e| CloudProviderError::LaunchFailed {
+                node_claim: node_claim.name().to_owned(),
+                reason: "InvalidResourceRequests".to_owned(),
+                message: format!(
+                    "spec.resources.requests[{name}]: invalid quantity {:?}: {e}",
+                    quantity.0
+                ),
+            })?;
         requests.insert(name, parsed);
     }
     Ok(requests)
@@ -420,8 +497,11 @@ fn claim_requests(node_claim: &NodeClaim) -> CloudResult<Resources> {
 /// The instance type as requirements: its single-valued labels, and "does not exist" for
 /// the well-known keys it lacks (a GPU-less type has no GPU count).
 pub fn instance_type_requirements(it: &InstanceType) -> Requirements {
-    let mut reqs: Requirements =
-        it.labels.iter().map(|(k, v)| Requirement::in_values(k, [v.as_str()])).collect();
+    let mut reqs: Requirements = it
+        .labels
+        .iter()
+        .map(|(k, v)| Requirement::in_values(k, [v.as_str()]))
+        .collect();
     for key in kerf::catalog::INSTANCE_TYPE_LABEL_KEYS {
         if !it.labels.contains_key(*key) {
             reqs.add(Requirement::does_not_exist(key));
@@ -439,7 +519,11 @@ fn offering_allowed(reqs: &Requirements, offering: &Offering) -> bool {
 }
 
 /// The cheapest available offering compatible with `reqs` (of one capacity type if given).
-fn cheapest_offering(it: &InstanceType, reqs: &Requirements, only: Option<CapacityType>) -> Option<f64> {
+fn cheapest_offering(
+    it: &InstanceType,
+    reqs: &Requirements,
+    only: Option<CapacityType>,
+) -> Option<f64> {
     it.offerings
         .iter()
         .filter(|o| offering_allowed(reqs, o) && only.is_none_or(|c| o.capacity_type == c))
@@ -448,19 +532,32 @@ fn cheapest_offering(it: &InstanceType, reqs: &Requirements, only: Option<Capaci
 }
 
 fn allows_capacity_type(reqs: &Requirements, capacity_type: CapacityType) -> bool {
-    reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(capacity_type.as_str()))
+    reqs.get(labels::CAPACITY_TYPE)
+        .is_none_or(|r| r.has(capacity_type.as_str()))
 }
 
 /// Spot when the requirements allow it and some candidate offers it, else on-demand.
 fn choose_capacity_type(reqs: &Requirements, candidates: &[Arc<InstanceType>]) -> Ec2CapacityType {
     let spot_offered = allows_capacity_type(reqs, CapacityType::Spot)
-        && candidates.iter().any(|it| cheapest_offering(it, reqs, Some(CapacityType::Spot)).is_some());
-    if spot_offered { Ec2CapacityType::Spot } else { Ec2CapacityType::OnDemand }
+        && candidates
+            .iter()
+            .any(|it| cheapest_offering(it, reqs, Some(CapacityType::Spot)).is_some());
+    if spot_offered {
+        Ec2CapacityType::Spot
+    } else {
+        Ec2CapacityType::OnDemand
+    }
 }
 
-fn allows_both_capacity_types(reqs: &Requirements, candidates: &[(f64, Arc<InstanceType>)]) -> bool {
+fn allows_both_capacity_types(
+    reqs: &Requirements,
+    candidates: &[(f64, Arc<InstanceType>)],
+) -> bool {
     let offered = |c: CapacityType| {
-        allows_capacity_type(reqs, c) && candidates.iter().any(|(_, it)| cheapest_offering(it, reqs, Some(c)).is_some())
+        allows_capacity_type(reqs, c)
+            && candidates
+                .iter()
+                .any(|(_, it)| cheapest_offering(it, reqs, Some(c)).is_some())
     };
     offered(CapacityType::Spot) && offered(CapacityType::OnDemand)
 }
@@ -476,11 +573,22 @@ fn drop_exotic(candidates: Vec<(f64, Arc<InstanceType>)>) -> Vec<(f64, Arc<Insta
         labels::RESOURCE_HABANA_GAUDI,
     ];
     let exotic = |it: &InstanceType| {
-        it.label(labels::INSTANCE_SIZE).is_some_and(|s| s.contains("metal"))
-            || accelerators.iter().any(|r| it.capacity.get_or_zero(r) > Quantity::ZERO)
+        it.label(labels::INSTANCE_SIZE)
+            .is_some_and(|s| s.contains("metal"))
+            || accelerators
+                .iter()
+                .any(|r| it.capacity.get_or_zero(r) > Quantity::ZERO)
     };
-    let generic: Vec<_> = candidates.iter().filter(|(_, it)| !exotic(it)).cloned().collect();
-    if generic.is_empty() { candidates } else { generic }
+    let generic: Vec<_> = candidates
+        .iter()
+        .filter(|(_, it)| !exotic(it))
+        .cloned()
+        .collect();
+    if generic.is_empty() {
+        candidates
+    } else {
+        generic
+    }
 }
 
 /// Upstream's `filterUnwantedSpot`: with both capacity types possible, drop types whose
@@ -494,13 +602,22 @@ fn drop_overpriced_spot(
         .filter_map(|(_, it)| cheapest_offering(it, reqs, Some(CapacityType::OnDemand)))
         .min_by(f64::total_cmp)
         .unwrap_or(f64::INFINITY);
-    candidates.into_iter().filter(|(price, _)| *price <= cheapest_on_demand).collect()
+    candidates
+        .into_iter()
+        .filter(|(price, _)| *price <= cheapest_on_demand)
+        .collect()
 }
 
 /// Upstream's `SatisfiesMinValues` on the truncated list.
-fn check_min_values(node_claim: &str, reqs: &Requirements, types: &[Arc<InstanceType>]) -> CloudResult<()> {
+fn check_min_values(
+    node_claim: &str,
+    reqs: &Requirements,
+    types: &[Arc<InstanceType>],
+) -> CloudResult<()> {
     for req in reqs.iter() {
-        let Some(min) = req.min_values() else { continue };
+        let Some(min) = req.min_values() else {
+            continue;
+        };
         let distinct: BTreeSet<&str> = types.iter().filter_map(|it| it.label(req.key())).collect();
         if (distinct.len() as u64) < u64::from(min) {
             return Err(CloudProviderError::LaunchFailed {
@@ -527,7 +644,9 @@ fn overrides(
     candidates
         .iter()
         .flat_map(|it| it.offerings.iter().map(move |o| (it, o)))
-        .filter(|(_, o)| o.capacity_type.as_str() == capacity_type.as_str() && offering_allowed(reqs, o))
+        .filter(|(_, o)| {
+            o.capacity_type.as_str() == capacity_type.as_str() && offering_allowed(reqs, o)
+        })
         .map(|(it, o)| FleetOverride {
             instance_type: it.name.clone(),
             zone: o.zone.clone(),
@@ -539,11 +658,23 @@ fn overrides(
 }
 
 /// Labels a launched instance resolves: the type's labels, zone, zone id, capacity type.
-fn launched_labels(instance_type: &Option<Arc<InstanceType>>, instance: &Instance) -> BTreeMap<String, String> {
-    let mut labels: BTreeMap<String, String> = instance_type.as_ref().map(|it| it.labels.clone()).unwrap_or_default();
-    labels.insert(labels::INSTANCE_TYPE.to_owned(), instance.instance_type.clone());
+fn launched_labels(
+    instance_type: &Option<Arc<InstanceType>>,
+    instance: &Instance,
+) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = instance_type
+        .as_ref()
+        .map(|it| it.labels.clone())
+        .unwrap_or_default();
+    labels.insert(
+        labels::INSTANCE_TYPE.to_owned(),
+        instance.instance_type.clone(),
+    );
     labels.insert(labels::ZONE.to_owned(), instance.zone.clone());
-    labels.insert(labels::CAPACITY_TYPE.to_owned(), instance.capacity_type.as_str().to_owned());
+    labels.insert(
+        labels::CAPACITY_TYPE.to_owned(),
+        instance.capacity_type.as_str().to_owned(),
+    );
     let zone_id = instance_type
         .as_ref()
         .and_then(|it| it.offerings.iter().find(|o| o.zone == instance.zone))
@@ -564,5 +695,6 @@ pub fn resource_list(resources: &Resources) -> ResourceList {
 }
 
 fn system_time(time: std::time::SystemTime) -> k8s_openapi::jiff::Timestamp {
-    k8s_openapi::jiff::Timestamp::try_from(time).unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now())
+    k8s_openapi::jiff::Timestamp::try_from(time)
+        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now())
 }

@@ -49,13 +49,21 @@ pub struct OfferingKey {
 
 impl OfferingKey {
     pub fn new(instance_type: &str, zone: &str, capacity_type: CapacityType) -> Self {
-        Self { instance_type: instance_type.to_owned(), zone: zone.to_owned(), capacity_type }
+        Self {
+            instance_type: instance_type.to_owned(),
+            zone: zone.to_owned(),
+            capacity_type,
+        }
     }
 }
 
 impl fmt::Display for OfferingKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.capacity_type, self.instance_type, self.zone)
+        write!(
+            f,
+            "{}/{}/{}",
+            self.capacity_type, self.instance_type, self.zone
+        )
     }
 }
 
@@ -258,7 +266,14 @@ pub struct InstanceStateChange {
 /// handling and reports. Delivered on a broadcast channel ([`super::SimulatedEc2::subscribe`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Ec2Event {
-    Launched { instance_id: String, provider_id: String },
-    StateChanged { instance_id: String, provider_id: String, state: InstanceState },
+    Launched {
+        instance_id: String,
+        provider_id: String,
+    },
+    StateChanged {
+        instance_id: String,
+        provider_id: String,
+        state: InstanceState,
+    },
     SpotInterruptionWarning(SpotInterruption),
 }

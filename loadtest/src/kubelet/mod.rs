@@ -124,7 +124,11 @@ impl Drop for KubeletHandle {
 
 /// Starts the simulated kubelets for the instances `cloud` launches, against the API
 /// server `client` talks to.
-pub fn start(client: Client, cloud: Arc<SimulatedCloudProvider>, config: KubeletConfig) -> KubeletHandle {
+pub fn start(
+    client: Client,
+    cloud: Arc<SimulatedCloudProvider>,
+    config: KubeletConfig,
+) -> KubeletHandle {
     let stats = Arc::new(KubeletStats::default());
     let task = tokio::spawn(run(client, cloud, config, Arc::clone(&stats)));
     KubeletHandle { task, stats }
@@ -141,18 +145,34 @@ impl Drop for Helpers {
     }
 }
 
-async fn run(client: Client, cloud: Arc<SimulatedCloudProvider>, config: KubeletConfig, stats: Arc<KubeletStats>) {
-    let claims = Informer::start(Api::<NodeClaim>::all(client.clone()), any_event::<NodeClaim>);
+async fn run(
+    client: Client,
+    cloud: Arc<SimulatedCloudProvider>,
+    config: KubeletConfig,
+    stats: Arc<KubeletStats>,
+) {
+    let claims = Informer::start(
+        Api::<NodeClaim>::all(client.clone()),
+        any_event::<NodeClaim>,
+    );
     let nodes = Informer::start(Api::<Node>::all(client.clone()), any_event::<Node>);
     let pods = Informer::start(Api::<Pod>::all(client.clone()), any_event::<Pod>);
-    let daemonsets = Informer::start(Api::<DaemonSet>::all(client.clone()), any_event::<DaemonSet>);
+    let daemonsets = Informer::start(
+        Api::<DaemonSet>::all(client.clone()),
+        any_event::<DaemonSet>,
+    );
     claims.ready().await;
     nodes.ready().await;
     pods.ready().await;
     daemonsets.ready().await;
     let wake = Arc::new(Notify::new());
     let mut helpers = Helpers(Vec::new());
-    for mut changes in [claims.changes(), nodes.changes(), pods.changes(), daemonsets.changes()] {
+    for mut changes in [
+        claims.changes(),
+        nodes.changes(),
+        pods.changes(),
+        daemonsets.changes(),
+    ] {
         let wake = Arc::clone(&wake);
         helpers.0.push(tokio::spawn(async move {
             while changes.changed().await.is_ok() {
@@ -164,7 +184,10 @@ async fn run(client: Client, cloud: Arc<SimulatedCloudProvider>, config: Kubelet
     let ec2_wake = Arc::clone(&wake);
     helpers.0.push(tokio::spawn(async move {
         // A lagged receiver only means we missed details; the loop re-reads the instances.
-        while !matches!(ec2_events.recv().await, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+        while !matches!(
+            ec2_events.recv().await,
+            Err(tokio::sync::broadcast::error::RecvError::Closed)
+        ) {
             ec2_wake.notify_one();
         }
     }));
@@ -173,12 +196,19 @@ async fn run(client: Client, cloud: Arc<SimulatedCloudProvider>, config: Kubelet
     loop {
         let view = View {
             claims: claims.store().state(),
-            nodes: nodes.store().state().into_iter().map(|n| (n.metadata.name.clone().unwrap_or_default(), n)).collect(),
+            nodes: nodes
+                .store()
+                .state()
+                .into_iter()
+                .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
+                .collect(),
             pods: pods.store().state(),
             daemonsets: daemonsets.store().state(),
         };
         kubelet.reconcile(&view).await;
-        let deadline = kubelet.next_due().map_or(Instant::now() + resync, |due| due.min(Instant::now() + resync));
+        let deadline = kubelet.next_due().map_or(Instant::now() + resync, |due| {
+            due.min(Instant::now() + resync)
+        });
         tokio::select! {
             _ = wake.notified() => {}
             _ = tokio::time::sleep_until(deadline) => {}
@@ -221,22 +251,56 @@ struct Machine {
 }
 
 enum Action {
-    Register { provider_id: String, node: Box<Node> },
-    MarkReady { provider_id: String, node_name: String },
-    RemoveStartupTaints { provider_id: String, node: Box<Node> },
-    MarkNotReady { provider_id: String, node_name: String },
-    DeleteNode { provider_id: String, node_name: String },
-    StartPod { namespace: String, name: String, patch: Value },
-    DeletePod { uid: String, namespace: String, name: String },
-    CreateDaemonPod { key: (String, String), pod: Box<Pod> },
+    Register {
+        provider_id: String,
+        node: Box<Node>,
+    },
+    MarkReady {
+        provider_id: String,
+        node_name: String,
+    },
+    RemoveStartupTaints {
+        provider_id: String,
+        node: Box<Node>,
+    },
+    MarkNotReady {
+        provider_id: String,
+        node_name: String,
+    },
+    DeleteNode {
+        provider_id: String,
+        node_name: String,
+    },
+    StartPod {
+        namespace: String,
+        name: String,
+        patch: Value,
+    },
+    DeletePod {
+        uid: String,
+        namespace: String,
+        name: String,
+    },
+    CreateDaemonPod {
+        key: (String, String),
+        pod: Box<Pod>,
+    },
 }
 
 /// The outcome of an action, applied to the kubelet's memory after the writes.
 enum Done {
-    Phase { provider_id: String, phase: Phase, ok: bool },
+    Phase {
+        provider_id: String,
+        phase: Phase,
+        ok: bool,
+    },
     Pod,
-    PodDeleteFailed { uid: String },
-    DaemonPodFailed { key: (String, String) },
+    PodDeleteFailed {
+        uid: String,
+    },
+    DaemonPodFailed {
+        key: (String, String),
+    },
 }
 
 /// How long to wait before retrying a write that failed.
@@ -258,7 +322,12 @@ struct Kubelet {
 }
 
 impl Kubelet {
-    fn new(client: Client, cloud: Arc<SimulatedCloudProvider>, config: KubeletConfig, stats: Arc<KubeletStats>) -> Self {
+    fn new(
+        client: Client,
+        cloud: Arc<SimulatedCloudProvider>,
+        config: KubeletConfig,
+        stats: Arc<KubeletStats>,
+    ) -> Self {
         Self {
             client,
             cloud,
@@ -274,7 +343,11 @@ impl Kubelet {
     }
 
     fn next_due(&self) -> Option<Instant> {
-        let machines = self.machines.values().filter(|m| m.phase != Phase::Gone).map(|m| m.due);
+        let machines = self
+            .machines
+            .values()
+            .filter(|m| m.phase != Phase::Gone)
+            .map(|m| m.due);
         let pods = self
             .pod_first_seen
             .iter()
@@ -308,16 +381,22 @@ impl Kubelet {
     fn discover(&mut self, view: &View) {
         let now = Instant::now();
         for claim in &view.claims {
-            let Some(provider_id) = claim.provider_id() else { continue };
+            let Some(provider_id) = claim.provider_id() else {
+                continue;
+            };
             if let Some(machine) = self.machines.get_mut(provider_id) {
                 machine.claim = Arc::clone(claim);
                 continue;
             }
-            let Ok(parsed) = parse_aws_provider_id(provider_id) else { continue };
+            let Ok(parsed) = parse_aws_provider_id(provider_id) else {
+                continue;
+            };
             if !is_instance_id(parsed.instance_id) {
                 continue;
             }
-            let Some(instance) = self.cloud.ec2().instance(parsed.instance_id) else { continue };
+            let Some(instance) = self.cloud.ec2().instance(parsed.instance_id) else {
+                continue;
+            };
             if !instance.state.is_live() {
                 continue;
             }
@@ -339,14 +418,21 @@ impl Kubelet {
         let now = Instant::now();
         let mut actions = Vec::new();
         for (provider_id, machine) in &mut self.machines {
-            let alive = self.cloud.ec2().instance(&machine.instance_id).is_some_and(|i| i.state.is_live());
+            let alive = self
+                .cloud
+                .ec2()
+                .instance(&machine.instance_id)
+                .is_some_and(|i| i.state.is_live());
             if !alive && machine.phase == Phase::Booting {
                 machine.phase = Phase::Gone;
                 continue;
             }
             if !alive && machine.phase.hosts_pods() {
                 machine.due = now + RETRY;
-                actions.push(Action::MarkNotReady { provider_id: provider_id.clone(), node_name: machine.node_name.clone() });
+                actions.push(Action::MarkNotReady {
+                    provider_id: provider_id.clone(),
+                    node_name: machine.node_name.clone(),
+                });
                 continue;
             }
             if now < machine.due {
@@ -361,17 +447,32 @@ impl Kubelet {
                     let instance = self.cloud.ec2().instance(&machine.instance_id);
                     if let Some(instance) = instance {
                         let instance_type = self.cloud.instance_type(&instance.instance_type);
-                        let node = node::registration(&machine.claim, &instance, instance_type.as_deref());
-                        actions.push(Action::Register { provider_id, node: Box::new(node) });
+                        let node =
+                            node::registration(&machine.claim, &instance, instance_type.as_deref());
+                        actions.push(Action::Register {
+                            provider_id,
+                            node: Box::new(node),
+                        });
                     }
                 }
-                Phase::Registered => actions.push(Action::MarkReady { provider_id, node_name }),
-                Phase::Ready => match without_startup_taints(&machine.claim, view.nodes.get(&node_name)) {
-                    Some(Some(node)) => actions.push(Action::RemoveStartupTaints { provider_id, node: Box::new(node) }),
-                    Some(None) => machine.phase = Phase::Running,
-                    None => {}
-                },
-                Phase::Terminating => actions.push(Action::DeleteNode { provider_id, node_name }),
+                Phase::Registered => actions.push(Action::MarkReady {
+                    provider_id,
+                    node_name,
+                }),
+                Phase::Ready => {
+                    match without_startup_taints(&machine.claim, view.nodes.get(&node_name)) {
+                        Some(Some(node)) => actions.push(Action::RemoveStartupTaints {
+                            provider_id,
+                            node: Box::new(node),
+                        }),
+                        Some(None) => machine.phase = Phase::Running,
+                        None => {}
+                    }
+                }
+                Phase::Terminating => actions.push(Action::DeleteNode {
+                    provider_id,
+                    node_name,
+                }),
                 Phase::Running | Phase::Gone => {}
             }
         }
@@ -394,15 +495,28 @@ impl Kubelet {
             .collect();
         let mut actions = Vec::new();
         for pod in &view.pods {
-            let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
+            let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+                continue;
+            };
             let uid = pod.metadata.uid.clone().unwrap_or_default();
-            let (namespace, name) = (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone().unwrap_or_default());
+            let (namespace, name) = (
+                pod.metadata.namespace.clone().unwrap_or_default(),
+                pod.metadata.name.clone().unwrap_or_default(),
+            );
             let deleted = pod.metadata.deletion_timestamp.is_some();
-            if (gone.contains(node_name) || (deleted && hosts.contains_key(node_name))) && self.deleting.insert(uid.clone()) {
-                actions.push(Action::DeletePod { uid, namespace, name });
+            if (gone.contains(node_name) || (deleted && hosts.contains_key(node_name)))
+                && self.deleting.insert(uid.clone())
+            {
+                actions.push(Action::DeletePod {
+                    uid,
+                    namespace,
+                    name,
+                });
                 continue;
             }
-            let Some(machine) = hosts.get(node_name) else { continue };
+            let Some(machine) = hosts.get(node_name) else {
+                continue;
+            };
             if deleted || is_started(pod) || self.started.contains(&uid) {
                 continue;
             }
@@ -412,7 +526,11 @@ impl Kubelet {
                 let pod_ip = pod_ip(self.next_pod_ip);
                 self.next_pod_ip += 1;
                 let patch = pods::running_patch(pod, &machine.host_ip, &pod_ip);
-                actions.push(Action::StartPod { namespace, name, patch });
+                actions.push(Action::StartPod {
+                    namespace,
+                    name,
+                    patch,
+                });
             }
         }
         actions
@@ -432,20 +550,31 @@ impl Kubelet {
             .collect();
         let mut actions = Vec::new();
         for machine in self.machines.values().filter(|m| m.phase.hosts_pods()) {
-            let Some(node) = view.nodes.get(&machine.node_name) else { continue };
+            let Some(node) = view.nodes.get(&machine.node_name) else {
+                continue;
+            };
             for daemonset in &view.daemonsets {
-                let key = (daemonset.metadata.uid.clone().unwrap_or_default(), machine.node_name.clone());
+                let key = (
+                    daemonset.metadata.uid.clone().unwrap_or_default(),
+                    machine.node_name.clone(),
+                );
                 if existing.contains(&key) {
                     self.daemon_pods.remove(&key);
                     continue;
                 }
-                let recently_created = self.daemon_pods.get(&key).is_some_and(|at| now < *at + DAEMON_POD_GRACE);
+                let recently_created = self
+                    .daemon_pods
+                    .get(&key)
+                    .is_some_and(|at| now < *at + DAEMON_POD_GRACE);
                 if recently_created || !pods::should_run(daemonset, node) {
                     continue;
                 }
                 self.daemon_pods.insert(key.clone(), now);
                 let pod = pods::daemon_pod(daemonset, &machine.node_name);
-                actions.push(Action::CreateDaemonPod { key, pod: Box::new(pod) });
+                actions.push(Action::CreateDaemonPod {
+                    key,
+                    pod: Box::new(pod),
+                });
             }
         }
         actions
@@ -453,20 +582,34 @@ impl Kubelet {
 
     /// Drops memory of pods that are gone and of machines whose node and pods are gone.
     fn forget(&mut self, view: &View) {
-        let live: HashSet<&str> = view.pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
-        self.pod_first_seen.retain(|uid, _| live.contains(uid.as_str()));
+        let live: HashSet<&str> = view
+            .pods
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        self.pod_first_seen
+            .retain(|uid, _| live.contains(uid.as_str()));
         self.started.retain(|uid| live.contains(uid.as_str()));
         self.deleting.retain(|uid| live.contains(uid.as_str()));
-        let bound: HashSet<&str> = view.pods.iter().filter_map(|p| p.spec.as_ref()?.node_name.as_deref()).collect();
+        let bound: HashSet<&str> = view
+            .pods
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
+            .collect();
         let retired: Vec<String> = self
             .machines
             .iter()
-            .filter(|(_, m)| m.phase == Phase::Gone && !view.nodes.contains_key(&m.node_name) && !bound.contains(m.node_name.as_str()))
+            .filter(|(_, m)| {
+                m.phase == Phase::Gone
+                    && !view.nodes.contains_key(&m.node_name)
+                    && !bound.contains(m.node_name.as_str())
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for provider_id in retired {
             if let Some(machine) = self.machines.remove(&provider_id) {
-                self.daemon_pods.retain(|(_, node), _| *node != machine.node_name);
+                self.daemon_pods
+                    .retain(|(_, node), _| *node != machine.node_name);
             }
         }
     }
@@ -474,8 +617,14 @@ impl Kubelet {
     fn apply(&mut self, done: Done) {
         let now = Instant::now();
         match done {
-            Done::Phase { provider_id, phase, ok } => {
-                let Some(machine) = self.machines.get_mut(&provider_id) else { return };
+            Done::Phase {
+                provider_id,
+                phase,
+                ok,
+            } => {
+                let Some(machine) = self.machines.get_mut(&provider_id) else {
+                    return;
+                };
                 if !ok {
                     machine.due = now + RETRY;
                     return;
@@ -504,9 +653,17 @@ impl Kubelet {
 /// yet, `Some(None)` when none is left to remove.
 fn without_startup_taints(claim: &NodeClaim, node: Option<&Arc<Node>>) -> Option<Option<Node>> {
     let node = node?;
-    let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
     let startup = claim.startup_taints();
-    let kept: Vec<Taint> = taints.iter().filter(|t| !startup.iter().any(|s| taints_match(s, t))).cloned().collect();
+    let kept: Vec<Taint> = taints
+        .iter()
+        .filter(|t| !startup.iter().any(|s| taints_match(s, t)))
+        .cloned()
+        .collect();
     if kept.len() == taints.len() {
         return Some(None);
     }
@@ -518,13 +675,21 @@ fn without_startup_taints(claim: &NodeClaim, node: Option<&Arc<Node>>) -> Option
 }
 
 fn is_started(pod: &Pod) -> bool {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()).is_some_and(|p| p != "Pending")
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p != "Pending")
 }
 
 /// Pod addresses from 100.64.0.0/10, the range EKS custom networking commonly uses.
 fn pod_ip(n: u32) -> String {
     let host = n.saturating_add(2);
-    format!("100.{}.{}.{}", 64 + ((host >> 16) & 0x3f), (host >> 8) & 0xff, host & 0xff)
+    format!(
+        "100.{}.{}.{}",
+        64 + ((host >> 16) & 0x3f),
+        (host >> 8) & 0xff,
+        host & 0xff
+    )
 }
 
 async fn perform(client: Client, stats: Arc<KubeletStats>, action: Action) -> Done {
@@ -547,35 +712,84 @@ async fn perform(client: Client, stats: Arc<KubeletStats>, action: Action) -> Do
             if ok {
                 stats.nodes_registered.fetch_add(1, Ordering::Relaxed);
             }
-            Done::Phase { provider_id, phase: Phase::Registered, ok }
+            Done::Phase {
+                provider_id,
+                phase: Phase::Registered,
+                ok,
+            }
         }
-        Action::MarkReady { provider_id, node_name } => {
-            let patch = node::readiness_patch("True", "KubeletReady", "kubelet is posting ready status");
-            let result = nodes.patch_status(&node_name, &strategic, &Patch::Strategic(&patch)).await;
-            let ok = result.as_ref().map_err(|e| failed("marking node ready", e)).is_ok();
+        Action::MarkReady {
+            provider_id,
+            node_name,
+        } => {
+            let patch =
+                node::readiness_patch("True", "KubeletReady", "kubelet is posting ready status");
+            let result = nodes
+                .patch_status(&node_name, &strategic, &Patch::Strategic(&patch))
+                .await;
+            let ok = result
+                .as_ref()
+                .map_err(|e| failed("marking node ready", e))
+                .is_ok();
             if ok {
                 stats.nodes_ready.fetch_add(1, Ordering::Relaxed);
             }
-            Done::Phase { provider_id, phase: Phase::Ready, ok }
+            Done::Phase {
+                provider_id,
+                phase: Phase::Ready,
+                ok,
+            }
         }
         Action::RemoveStartupTaints { provider_id, node } => {
             let name = node.metadata.name.clone().unwrap_or_default();
             let result = nodes.replace(&name, &PostParams::default(), &node).await;
-            let ok = result.as_ref().map_err(|e| failed("removing startup taints", e)).is_ok();
-            Done::Phase { provider_id, phase: Phase::Running, ok }
+            let ok = result
+                .as_ref()
+                .map_err(|e| failed("removing startup taints", e))
+                .is_ok();
+            Done::Phase {
+                provider_id,
+                phase: Phase::Running,
+                ok,
+            }
         }
-        Action::MarkNotReady { provider_id, node_name } => {
-            let patch = node::readiness_patch("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.");
-            match nodes.patch_status(&node_name, &strategic, &Patch::Strategic(&patch)).await {
-                Ok(_) => Done::Phase { provider_id, phase: Phase::Terminating, ok: true },
-                Err(e) if is_status(&e, 404) => Done::Phase { provider_id, phase: Phase::Gone, ok: true },
+        Action::MarkNotReady {
+            provider_id,
+            node_name,
+        } => {
+            let patch = node::readiness_patch(
+                "Unknown",
+                "NodeStatusUnknown",
+                "Kubelet stopped posting node status.",
+            );
+            match nodes
+                .patch_status(&node_name, &strategic, &Patch::Strategic(&patch))
+                .await
+            {
+                Ok(_) => Done::Phase {
+                    provider_id,
+                    phase: Phase::Terminating,
+                    ok: true,
+                },
+                Err(e) if is_status(&e, 404) => Done::Phase {
+                    provider_id,
+                    phase: Phase::Gone,
+                    ok: true,
+                },
                 Err(e) => {
                     failed("marking node not ready", &e);
-                    Done::Phase { provider_id, phase: Phase::Terminating, ok: false }
+                    Done::Phase {
+                        provider_id,
+                        phase: Phase::Terminating,
+                        ok: false,
+                    }
                 }
             }
         }
-        Action::DeleteNode { provider_id, node_name } => {
+        Action::DeleteNode {
+            provider_id,
+            node_name,
+        } => {
             let ok = match nodes.delete(&node_name, &DeleteParams::default()).await {
                 Ok(_) => true,
                 Err(e) if is_status(&e, 404) => true,
@@ -587,11 +801,22 @@ async fn perform(client: Client, stats: Arc<KubeletStats>, action: Action) -> Do
             if ok {
                 stats.nodes_deleted.fetch_add(1, Ordering::Relaxed);
             }
-            Done::Phase { provider_id, phase: Phase::Gone, ok }
+            Done::Phase {
+                provider_id,
+                phase: Phase::Gone,
+                ok,
+            }
         }
-        Action::StartPod { namespace, name, patch } => {
+        Action::StartPod {
+            namespace,
+            name,
+            patch,
+        } => {
             let api: Api<Pod> = Api::namespaced(client, &namespace);
-            match api.patch_status(&name, &strategic, &Patch::Strategic(&patch)).await {
+            match api
+                .patch_status(&name, &strategic, &Patch::Strategic(&patch))
+                .await
+            {
                 Ok(_) => {
                     stats.pods_started.fetch_add(1, Ordering::Relaxed);
                 }
@@ -599,9 +824,16 @@ async fn perform(client: Client, stats: Arc<KubeletStats>, action: Action) -> Do
             }
             Done::Pod
         }
-        Action::DeletePod { uid, namespace, name } => {
+        Action::DeletePod {
+            uid,
+            namespace,
+            name,
+        } => {
             let api: Api<Pod> = Api::namespaced(client, &namespace);
-            let params = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            };
             match api.delete(&name, &params).await {
                 Ok(_) => {
                     stats.pods_deleted.fetch_add(1, Ordering::Relaxed);
@@ -615,7 +847,11 @@ async fn perform(client: Client, stats: Arc<KubeletStats>, action: Action) -> Do
             }
         }
         Action::CreateDaemonPod { key, pod } => {
-            let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+            let namespace = pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned());
             let api: Api<Pod> = Api::namespaced(client, &namespace);
             match api.create(&PostParams::default(), &pod).await {
                 Ok(_) => {

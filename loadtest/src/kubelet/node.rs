@@ -43,7 +43,11 @@ pub(crate) fn registration(
         status: Some(NodeStatus {
             capacity: Some(capacity(claim, instance_type, false)),
             allocatable: Some(capacity(claim, instance_type, true)),
-            conditions: Some(vec![ready_condition("False", "KubeletNotReady", "container runtime network not ready")]),
+            conditions: Some(vec![ready_condition(
+                "False",
+                "KubeletNotReady",
+                "container runtime network not ready",
+            )]),
             addresses: Some(vec![
                 address("InternalIP", &instance.private_ip_address),
                 address("InternalDNS", &name),
@@ -66,15 +70,28 @@ fn node_labels(
     out.extend(claim.metadata.labels.clone().unwrap_or_default());
     if let Some(it) = instance_type {
         out.extend(it.labels.clone());
-        let zone_id = it.offerings.iter().find(|o| o.zone == instance.zone).map(|o| o.zone_id.clone());
+        let zone_id = it
+            .offerings
+            .iter()
+            .find(|o| o.zone == instance.zone)
+            .map(|o| o.zone_id.clone());
         if let Some(zone_id) = zone_id {
             out.insert(labels::ZONE_ID.to_owned(), zone_id);
         }
     }
-    out.insert(labels::INSTANCE_TYPE.to_owned(), instance.instance_type.clone());
+    out.insert(
+        labels::INSTANCE_TYPE.to_owned(),
+        instance.instance_type.clone(),
+    );
     out.insert(labels::ZONE.to_owned(), instance.zone.clone());
-    out.insert(labels::CAPACITY_TYPE.to_owned(), instance.capacity_type.as_str().to_owned());
-    out.insert(labels::HOSTNAME.to_owned(), instance.private_dns_name.clone());
+    out.insert(
+        labels::CAPACITY_TYPE.to_owned(),
+        instance.capacity_type.as_str().to_owned(),
+    );
+    out.insert(
+        labels::HOSTNAME.to_owned(),
+        instance.private_dns_name.clone(),
+    );
     out
 }
 
@@ -109,18 +126,32 @@ fn capacity(
     match (instance_type, allocatable) {
         (Some(it), false) => resource_list(&it.capacity),
         (Some(it), true) => resource_list(&it.allocatable()),
-        (None, false) => claim.status.as_ref().map(|s| s.capacity.clone()).unwrap_or_default(),
-        (None, true) => claim.status.as_ref().map(|s| s.allocatable.clone()).unwrap_or_default(),
+        (None, false) => claim
+            .status
+            .as_ref()
+            .map(|s| s.capacity.clone())
+            .unwrap_or_default(),
+        (None, true) => claim
+            .status
+            .as_ref()
+            .map(|s| s.allocatable.clone())
+            .unwrap_or_default(),
     }
 }
 
 fn address(type_: &str, value: &str) -> NodeAddress {
-    NodeAddress { type_: type_.to_owned(), address: value.to_owned() }
+    NodeAddress {
+        type_: type_.to_owned(),
+        address: value.to_owned(),
+    }
 }
 
 fn system_info(instance: &Instance, instance_type: Option<&InstanceType>) -> NodeSystemInfo {
     let label = |key: &str, default: &str| {
-        instance_type.and_then(|it| it.label(key)).unwrap_or(default).to_owned()
+        instance_type
+            .and_then(|it| it.label(key))
+            .unwrap_or(default)
+            .to_owned()
     };
     NodeSystemInfo {
         architecture: label(labels::ARCH, "amd64"),
@@ -153,10 +184,9 @@ fn ready_condition(status: &str, reason: &str, message: &str) -> NodeCondition {
 /// conditions a healthy kubelet reports.
 pub(crate) fn readiness_patch(status: &str, reason: &str, message: &str) -> Value {
     let now = Timestamp::now().to_string();
-    let pressure = |type_: &str, reason: &str| {
-        json!({"type": type_, "status": "False", "reason": reason, "lastHeartbeatTime": now, "lastTransitionTime": now})
-    };
-    let mut conditions = vec![serde_json::to_value(ready_condition(status, reason, message)).unwrap_or(Value::Null)];
+    let pressure = |type_: &str, reason: &str| json!({"type": type_, "status": "False", "reason": reason, "lastHeartbeatTime": now, "lastTransitionTime": now});
+    let mut conditions =
+        vec![serde_json::to_value(ready_condition(status, reason, message)).unwrap_or(Value::Null)];
     if status == "True" {
         conditions.push(pressure("MemoryPressure", "KubeletHasSufficientMemory"));
         conditions.push(pressure("DiskPressure", "KubeletHasNoDiskPressure"));
@@ -213,12 +243,34 @@ mod tests {
         let labels = node.metadata.labels.clone().expect("labels");
         assert_eq!(labels["karpenter.sh/nodepool"], "default");
         assert_eq!(labels["team"], "a");
-        assert_eq!(labels["example.com/tier"], "gold", "single-valued requirement becomes a label");
-        assert_eq!(labels[labels::CAPACITY_TYPE], "spot", "the instance decides the capacity type");
+        assert_eq!(
+            labels["example.com/tier"], "gold",
+            "single-valued requirement becomes a label"
+        );
+        assert_eq!(
+            labels[labels::CAPACITY_TYPE],
+            "spot",
+            "the instance decides the capacity type"
+        );
         assert_eq!(labels[labels::HOSTNAME], "ip-10-0-0-16.ec2.internal");
         let spec = node.spec.expect("spec");
-        assert_eq!(spec.provider_id.as_deref(), Some("aws:///us-east-1a/i-0123456789abcdef0"));
-        let taints: Vec<String> = spec.taints.expect("taints").iter().map(|t| format!("{}:{}", t.key, t.effect)).collect();
-        assert_eq!(taints, ["dedicated:NoSchedule", "cni:NoSchedule", "karpenter.sh/unregistered:NoExecute"]);
+        assert_eq!(
+            spec.provider_id.as_deref(),
+            Some("aws:///us-east-1a/i-0123456789abcdef0")
+        );
+        let taints: Vec<String> = spec
+            .taints
+            .expect("taints")
+            .iter()
+            .map(|t| format!("{}:{}", t.key, t.effect))
+            .collect();
+        assert_eq!(
+            taints,
+            [
+                "dedicated:NoSchedule",
+                "cni:NoSchedule",
+                "karpenter.sh/unregistered:NoExecute"
+            ]
+        );
     }
 }

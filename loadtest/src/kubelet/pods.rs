@@ -28,7 +28,10 @@ fn default_tolerations(host_network: bool) -> Vec<Toleration> {
         exists("node.kubernetes.io/unschedulable", EFFECT_NO_SCHEDULE),
     ];
     if host_network {
-        tolerations.push(exists("node.kubernetes.io/network-unavailable", EFFECT_NO_SCHEDULE));
+        tolerations.push(exists(
+            "node.kubernetes.io/network-unavailable",
+            EFFECT_NO_SCHEDULE,
+        ));
     }
     tolerations
 }
@@ -36,7 +39,11 @@ fn default_tolerations(host_network: bool) -> Vec<Toleration> {
 /// The daemon pod of `daemonset` for `node`: its template, owned by the DaemonSet, bound.
 pub(crate) fn daemon_pod(daemonset: &DaemonSet, node: &str) -> Pod {
     let ds_name = daemonset.metadata.name.clone().unwrap_or_default();
-    let template = daemonset.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let template = daemonset
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
     let template_meta = template.metadata.unwrap_or_default();
     let mut spec = template.spec.unwrap_or_default();
     let host_network = spec.host_network.unwrap_or(false);
@@ -88,7 +95,8 @@ pub(crate) fn daemonset_owner(pod: &Pod) -> Option<&str> {
 /// Strategic merge patch of a pod's status: Running and Ready on `host_ip` with `pod_ip`.
 pub(crate) fn running_patch(pod: &Pod, host_ip: &str, pod_ip: &str) -> Value {
     let now = Timestamp::now().to_string();
-    let condition = |type_: &str| json!({"type": type_, "status": "True", "lastTransitionTime": now});
+    let condition =
+        |type_: &str| json!({"type": type_, "status": "True", "lastTransitionTime": now});
     let containers: Vec<Value> = pod
         .spec
         .iter()
@@ -129,7 +137,9 @@ pub(crate) fn running_patch(pod: &Pod, host_ip: &str, pod_ip: &str) -> Value {
 fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
-    (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 #[cfg(test)]
@@ -165,16 +175,30 @@ mod tests {
         assert_eq!(daemonset_owner(&pod), Some("ds-uid"));
         let spec = pod.spec.expect("spec");
         assert_eq!(spec.node_name.as_deref(), Some("n1"));
-        assert!(spec.tolerations.expect("tolerations").iter().any(|t| t.key.as_deref() == Some("node.kubernetes.io/unschedulable")));
+        assert!(
+            spec.tolerations
+                .expect("tolerations")
+                .iter()
+                .any(|t| t.key.as_deref() == Some("node.kubernetes.io/unschedulable"))
+        );
         assert!(pod.metadata.name.expect("name").starts_with("agent-"));
     }
 
     #[test]
     fn daemons_wait_for_taints_they_do_not_tolerate() {
         let unregistered = json!([{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]);
-        assert!(!should_run(&daemonset(json!([])), &node(unregistered.clone(), true)));
-        assert!(should_run(&daemonset(json!([{"operator": "Exists"}])), &node(unregistered, false)));
-        assert!(!should_run(&daemonset(json!([])), &node(json!([]), false)), "not ready counts as tainted");
+        assert!(!should_run(
+            &daemonset(json!([])),
+            &node(unregistered.clone(), true)
+        ));
+        assert!(should_run(
+            &daemonset(json!([{"operator": "Exists"}])),
+            &node(unregistered, false)
+        ));
+        assert!(
+            !should_run(&daemonset(json!([])), &node(json!([]), false)),
+            "not ready counts as tainted"
+        );
         assert!(should_run(&daemonset(json!([])), &node(json!([]), true)));
     }
 }

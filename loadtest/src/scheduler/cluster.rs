@@ -38,7 +38,9 @@ impl fmt::Display for Reason {
             Reason::UntoleratedTaint { key, value } => {
                 write!(f, "node(s) had untolerated taint {{{key}: {value}}}")
             }
-            Reason::NodeAffinity => f.write_str("node(s) didn't match Pod's node affinity/selector"),
+            Reason::NodeAffinity => {
+                f.write_str("node(s) didn't match Pod's node affinity/selector")
+            }
             Reason::HostPorts => {
                 f.write_str("node(s) didn't have free ports for the requested pod ports")
             }
@@ -113,7 +115,11 @@ impl Cluster {
             .filter(|(_, p)| !p.anti_affinity.is_empty())
             .map(|(i, p)| (i, Arc::clone(p)))
             .collect();
-        let next_start = if nodes.is_empty() { 0 } else { start % nodes.len() };
+        let next_start = if nodes.is_empty() {
+            0
+        } else {
+            start % nodes.len()
+        };
         Cluster {
             nodes,
             static_verdicts: HashMap::new(),
@@ -157,7 +163,8 @@ impl Cluster {
             }
         }
         self.next_start = (self.next_start + examined) % total;
-        self.best(pod, &feasible).ok_or_else(|| unschedulable_message(total, &reasons))
+        self.best(pod, &feasible)
+            .ok_or_else(|| unschedulable_message(total, &reasons))
     }
 
     /// Accounts `pod` on node `index` for the rest of the cycle.
@@ -187,25 +194,40 @@ impl Cluster {
             let affinity = matches_node_affinity(pod, node);
             verdict.affinity.push(affinity);
             verdict.taints.push(taint.is_none());
-            verdict.filter.push(if node.unschedulable && !tolerates_unschedulable(pod) {
-                Err(Reason::Unschedulable)
-            } else if let Some(reason) = taint {
-                Err(reason)
-            } else if !affinity {
-                Err(Reason::NodeAffinity)
-            } else {
-                Ok(())
-            });
+            verdict
+                .filter
+                .push(if node.unschedulable && !tolerates_unschedulable(pod) {
+                    Err(Reason::Unschedulable)
+                } else if let Some(reason) = taint {
+                    Err(reason)
+                } else if !affinity {
+                    Err(Reason::NodeAffinity)
+                } else {
+                    Ok(())
+                });
         }
         self.static_verdicts.insert(pod.static_fingerprint, verdict);
     }
 
-    fn filter(&self, pod: &PodInfo, index: usize, topology: &TopologyState) -> Result<(), Vec<Reason>> {
+    fn filter(
+        &self,
+        pod: &PodInfo,
+        index: usize,
+        topology: &TopologyState,
+    ) -> Result<(), Vec<Reason>> {
         let node = &self.nodes[index];
-        if let Some(Err(reason)) = self.static_verdicts.get(&pod.static_fingerprint).map(|v| &v.filter[index]) {
+        if let Some(Err(reason)) = self
+            .static_verdicts
+            .get(&pod.static_fingerprint)
+            .map(|v| &v.filter[index])
+        {
             return Err(vec![reason.clone()]);
         }
-        if pod.host_ports.iter().any(|p| node.ports.iter().any(|used| used.conflicts(p))) {
+        if pod
+            .host_ports
+            .iter()
+            .any(|p| node.ports.iter().any(|used| used.conflicts(p)))
+        {
             return Err(vec![Reason::HostPorts]);
         }
         let insufficient = insufficient_resources(pod, node);
@@ -252,7 +274,9 @@ impl Cluster {
             let verdict = &self.static_verdicts[&pod.static_fingerprint];
             let mut domains: HashMap<String, u32> = HashMap::new();
             for (i, node) in self.nodes.iter().enumerate() {
-                let Some(value) = node.labels.get(&constraint.topology_key) else { continue };
+                let Some(value) = node.labels.get(&constraint.topology_key) else {
+                    continue;
+                };
                 let counts = (!constraint.honor_node_affinity || verdict.affinity[i])
                     && (!constraint.honor_taints || verdict.taints[i]);
                 if counts {
@@ -296,7 +320,10 @@ impl Cluster {
     }
 
     /// For each term: matching pods per value of its topology key.
-    fn term_domains(&mut self, terms: &[super::podinfo::AffinityTerm]) -> Vec<(String, HashMap<String, u32>)> {
+    fn term_domains(
+        &mut self,
+        terms: &[super::podinfo::AffinityTerm],
+    ) -> Vec<(String, HashMap<String, u32>)> {
         let mut out = Vec::with_capacity(terms.len());
         for term in terms {
             let per_node = self.counts_for(&term.pods).clone();
@@ -391,7 +418,11 @@ fn feasible_nodes_to_find(nodes: usize) -> usize {
 fn first_untolerated(node: &NodeInfo, pod: &PodInfo) -> Option<Reason> {
     node.taints
         .iter()
-        .find(|taint| !pod.tolerations.iter().any(|t| toleration_tolerates(t, taint)))
+        .find(|taint| {
+            !pod.tolerations
+                .iter()
+                .any(|t| toleration_tolerates(t, taint))
+        })
         .map(|taint| Reason::UntoleratedTaint {
             key: taint.key.clone(),
             value: taint.value.clone().unwrap_or_default(),
@@ -404,11 +435,16 @@ fn tolerates_unschedulable(pod: &PodInfo) -> bool {
         effect: EFFECT_NO_SCHEDULE.to_owned(),
         ..Default::default()
     };
-    pod.tolerations.iter().any(|t| toleration_tolerates(t, &taint))
+    pod.tolerations
+        .iter()
+        .any(|t| toleration_tolerates(t, &taint))
 }
 
 fn matches_node_affinity(pod: &PodInfo, node: &NodeInfo) -> bool {
-    let selector_ok = pod.node_selector.iter().all(|(k, v)| node.labels.get(k) == Some(v));
+    let selector_ok = pod
+        .node_selector
+        .iter()
+        .all(|(k, v)| node.labels.get(k) == Some(v));
     selector_ok
         && pod
             .required_terms
@@ -421,10 +457,13 @@ fn term_matches(term: &NodeTerm, node: &NodeInfo) -> bool {
     if term.invalid || (term.labels.is_empty() && term.names.is_empty()) {
         return false;
     }
-    let label_ok = term.labels.iter().all(|req| match node.labels.get(req.key()) {
-        Some(value) => req.has(value),
-        None => matches!(req.operator(), Operator::NotIn | Operator::DoesNotExist),
-    });
+    let label_ok = term
+        .labels
+        .iter()
+        .all(|req| match node.labels.get(req.key()) {
+            Some(value) => req.has(value),
+            None => matches!(req.operator(), Operator::NotIn | Operator::DoesNotExist),
+        });
     label_ok && term.names.iter().all(|req| req.has(&node.name))
 }
 
@@ -442,7 +481,10 @@ fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Reason> {
         if wanted <= kerf::resources::Quantity::ZERO {
             continue;
         }
-        let free = node.allocatable.get_or_zero(name).saturating_sub(node.requested.get_or_zero(name));
+        let free = node
+            .allocatable
+            .get_or_zero(name)
+            .saturating_sub(node.requested.get_or_zero(name));
         if wanted > free {
             reasons.push(if name == kerf::labels::RESOURCE_PODS {
                 Reason::TooManyPods
@@ -462,7 +504,8 @@ fn least_allocated(pod: &PodInfo, node: &NodeInfo) -> i64 {
         if capacity <= 0 {
             continue;
         }
-        let used = node.requested.get_or_zero(name).milli_value() + pod.requests.get_or_zero(name).milli_value();
+        let used = node.requested.get_or_zero(name).milli_value()
+            + pod.requests.get_or_zero(name).milli_value();
         total += (capacity - used).max(0) * 100 / capacity;
     }
     total / 2
@@ -476,12 +519,21 @@ mod tests {
     fn messages_follow_kube_scheduler_format() {
         let mut reasons = BTreeMap::new();
         reasons.insert(Reason::Insufficient("cpu".into()), 1);
-        reasons.insert(Reason::UntoleratedTaint { key: "k".into(), value: "v".into() }, 2);
+        reasons.insert(
+            Reason::UntoleratedTaint {
+                key: "k".into(),
+                value: "v".into(),
+            },
+            2,
+        );
         assert_eq!(
             unschedulable_message(3, &reasons),
             "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {k: v}."
         );
-        assert_eq!(unschedulable_message(0, &BTreeMap::new()), "no nodes available to schedule pods");
+        assert_eq!(
+            unschedulable_message(0, &BTreeMap::new()),
+            "no nodes available to schedule pods"
+        );
     }
 
     #[test]

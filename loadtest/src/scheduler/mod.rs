@@ -120,7 +120,9 @@ async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>
     loop {
         ticker.tick().await;
         let epoch = nodes.generation() + pods.generation();
-        scheduler.cycle(&nodes.store().state(), &pods.store().state(), epoch).await;
+        scheduler
+            .cycle(&nodes.store().state(), &pods.store().state(), epoch)
+            .await;
     }
 }
 
@@ -140,8 +142,17 @@ struct Attempt {
 }
 
 enum Action {
-    Bind { namespace: String, name: String, uid: String, node: String },
-    Unschedulable { namespace: String, name: String, conditions: Vec<PodCondition> },
+    Bind {
+        namespace: String,
+        name: String,
+        uid: String,
+        node: String,
+    },
+    Unschedulable {
+        namespace: String,
+        name: String,
+        conditions: Vec<PodCondition>,
+    },
 }
 
 struct Scheduler {
@@ -228,7 +239,11 @@ impl Scheduler {
         let mut pending: Vec<Arc<Pod>> = pods
             .iter()
             .filter(|p| self.is_ours(p) && !self.assumed.contains_key(&uid(p)))
-            .filter(|p| self.attempts.get(&uid(p)).is_none_or(|a| self.due(a, epoch, now)))
+            .filter(|p| {
+                self.attempts
+                    .get(&uid(p))
+                    .is_none_or(|a| self.due(a, epoch, now))
+            })
             .cloned()
             .collect();
         pending.sort_by(|a, b| {
@@ -242,8 +257,12 @@ impl Scheduler {
 
     fn is_ours(&self, pod: &Pod) -> bool {
         let spec = pod.spec.as_ref();
-        let scheduler = spec.and_then(|s| s.scheduler_name.as_deref()).unwrap_or(DEFAULT_SCHEDULER_NAME);
-        let gated = spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty());
+        let scheduler = spec
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or(DEFAULT_SCHEDULER_NAME);
+        let gated = spec
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
         node_name(pod).is_none()
             && scheduler == self.config.scheduler_name
             && pod.metadata.deletion_timestamp.is_none()
@@ -253,14 +272,25 @@ impl Scheduler {
 
     fn due(&self, attempt: &Attempt, epoch: u64, now: Instant) -> bool {
         let since = now.duration_since(attempt.at);
-        (attempt.epoch != epoch && since >= attempt.backoff) || since >= self.config.unschedulable_flush
+        (attempt.epoch != epoch && since >= attempt.backoff)
+            || since >= self.config.unschedulable_flush
     }
 
     fn record_failure(&mut self, uid: &str, epoch: u64) {
-        let backoff = self.attempts.get(uid).map_or(self.config.initial_backoff, |a| {
-            (a.backoff * 2).min(self.config.max_backoff)
-        });
-        self.attempts.insert(uid.to_owned(), Attempt { epoch, at: Instant::now(), backoff });
+        let backoff = self
+            .attempts
+            .get(uid)
+            .map_or(self.config.initial_backoff, |a| {
+                (a.backoff * 2).min(self.config.max_backoff)
+            });
+        self.attempts.insert(
+            uid.to_owned(),
+            Attempt {
+                epoch,
+                at: Instant::now(),
+                backoff,
+            },
+        );
     }
 
     fn compile(&mut self, pod: &Pod) -> Result<Arc<PodInfo>, String> {
@@ -285,14 +315,19 @@ impl Scheduler {
                 Err(error) => tracing::warn!(%error, "skipping node"),
             }
         }
-        let index: HashMap<String, usize> =
-            infos.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        let index: HashMap<String, usize> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
         for pod in pods {
             if is_terminal(pod) {
                 continue;
             }
             let target = node_name(pod).or_else(|| self.assumed.get(&uid(pod)).cloned());
-            let Some(slot) = target.and_then(|n| index.get(&n).copied()) else { continue };
+            let Some(slot) = target.and_then(|n| index.get(&n).copied()) else {
+                continue;
+            };
             match self.compile(pod) {
                 Ok(info) => infos[slot].add_pod(info),
                 Err(error) => tracing::warn!(%error, "not accounting pod"),
@@ -319,14 +354,29 @@ impl Scheduler {
 /// Performs one action; returns the uid of a pod whose binding failed.
 async fn apply(client: Client, stats: Arc<SchedulerStats>, action: Action) -> Option<String> {
     match action {
-        Action::Bind { namespace, name, uid, node } => {
+        Action::Bind {
+            namespace,
+            name,
+            uid,
+            node,
+        } => {
             let api: Api<Pod> = Api::namespaced(client, &namespace);
             let binding = Binding {
-                metadata: ObjectMeta { name: Some(name.clone()), namespace: Some(namespace.clone()), ..ObjectMeta::default() },
-                target: ObjectReference { kind: Some("Node".to_owned()), api_version: Some("v1".to_owned()), name: Some(node.clone()), ..ObjectReference::default() },
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                target: ObjectReference {
+                    kind: Some("Node".to_owned()),
+                    api_version: Some("v1".to_owned()),
+                    name: Some(node.clone()),
+                    ..ObjectReference::default()
+                },
             };
-            let result: Result<serde_json::Value, _> =
-                api.create_subresource("binding", &name, &PostParams::default(), &binding).await;
+            let result: Result<serde_json::Value, _> = api
+                .create_subresource("binding", &name, &PostParams::default(), &binding)
+                .await;
             match result {
                 Ok(_) => {
                     stats.bound.fetch_add(1, Ordering::Relaxed);
@@ -339,10 +389,17 @@ async fn apply(client: Client, stats: Arc<SchedulerStats>, action: Action) -> Op
                 }
             }
         }
-        Action::Unschedulable { namespace, name, conditions } => {
+        Action::Unschedulable {
+            namespace,
+            name,
+            conditions,
+        } => {
             let api: Api<Pod> = Api::namespaced(client, &namespace);
             let patch = serde_json::json!({ "status": { "conditions": conditions } });
-            match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
                 Ok(_) => {
                     stats.marked_unschedulable.fetch_add(1, Ordering::Relaxed);
                 }
@@ -359,10 +416,16 @@ async fn apply(client: Client, stats: Arc<SchedulerStats>, action: Action) -> Op
 /// The pod's conditions with `PodScheduled=False, reason=Unschedulable`; `None` when the
 /// pod already says exactly that (no write needed).
 fn unschedulable_conditions(pod: &Pod, message: &str) -> Option<Vec<PodCondition>> {
-    let mut conditions = pod.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let mut conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
     let current = conditions.iter().find(|c| c.type_ == "PodScheduled");
     let unchanged = current.is_some_and(|c| {
-        c.status == "False" && c.reason.as_deref() == Some("Unschedulable") && c.message.as_deref() == Some(message)
+        c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+            && c.message.as_deref() == Some(message)
     });
     if unchanged {
         return None;
@@ -384,7 +447,10 @@ fn now() -> k8s_openapi::jiff::Timestamp {
 }
 
 fn uid(pod: &Pod) -> String {
-    pod.metadata.uid.clone().unwrap_or_else(|| format!("{}/{}", namespace(pod), name(pod)))
+    pod.metadata
+        .uid
+        .clone()
+        .unwrap_or_else(|| format!("{}/{}", namespace(pod), name(pod)))
 }
 
 fn name(pod: &Pod) -> String {
@@ -392,11 +458,17 @@ fn name(pod: &Pod) -> String {
 }
 
 fn namespace(pod: &Pod) -> String {
-    pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned())
+    pod.metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_owned())
 }
 
 fn node_name(pod: &Pod) -> Option<String> {
-    pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty())
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
 }
 
 fn priority(pod: &Pod) -> i32 {

@@ -38,7 +38,10 @@ impl NodeInfo {
         let mut allocatable = Resources::new();
         for (resource, quantity) in listed.into_iter().flatten() {
             let parsed = Quantity::parse(&quantity.0).map_err(|e| {
-                format!("node {name}: status.allocatable[{resource}]: invalid quantity {:?}: {e}", quantity.0)
+                format!(
+                    "node {name}: status.allocatable[{resource}]: invalid quantity {:?}: {e}",
+                    quantity.0
+                )
             })?;
             allocatable.insert(resource, parsed);
         }

@@ -111,24 +111,48 @@ pub(crate) struct PodInfo {
 impl PodInfo {
     /// Compiles `pod`; a malformed quantity is reported with the pod and field it is in.
     pub(crate) fn new(pod: &Pod) -> Result<PodInfo, String> {
-        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         let empty = PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or(&empty);
         let requests = pod_requests(spec).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
-        let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
+        let node_affinity = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref());
         let required_terms = node_affinity
-            .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref())
-            .map(|sel| sel.node_selector_terms.iter().map(compile_node_term).collect());
+            .and_then(|na| {
+                na.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .map(|sel| {
+                sel.node_selector_terms
+                    .iter()
+                    .map(compile_node_term)
+                    .collect()
+            });
         let preferred_terms = node_affinity
-            .and_then(|na| na.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|na| {
+                na.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .map(|prefs| {
-                prefs.iter().map(|p| (p.weight, compile_node_term(&p.preference))).collect()
+                prefs
+                    .iter()
+                    .map(|p| (p.weight, compile_node_term(&p.preference)))
+                    .collect()
             })
             .unwrap_or_default();
         let pod_affinity = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref());
-        let pod_anti_affinity = spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
+        let pod_anti_affinity = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref());
         let compile_terms = |terms: Option<&Vec<PodAffinityTerm>>| -> Vec<AffinityTerm> {
             terms
                 .into_iter()
@@ -136,13 +160,14 @@ impl PodInfo {
                 .map(|t| compile_affinity_term(t, &namespace, &labels))
                 .collect()
         };
-        let affinity = compile_terms(
-            pod_affinity.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
-        );
-        let anti_affinity = compile_terms(
-            pod_anti_affinity
-                .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
-        );
+        let affinity = compile_terms(pod_affinity.and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }));
+        let anti_affinity = compile_terms(pod_anti_affinity.and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }));
         let spread = spec
             .topology_spread_constraints
             .iter()
@@ -208,11 +233,15 @@ fn container_requests(container: &Container) -> Result<Resources, String> {
     let mut out = Resources::new();
     let requests = resources.requests.iter().flatten();
     for (name, quantity) in requests {
-        out.insert(name, parse_quantity(name, &quantity.0).map_err(|e| in_container(container, e))?);
+        out.insert(
+            name,
+            parse_quantity(name, &quantity.0).map_err(|e| in_container(container, e))?,
+        );
     }
     for (name, quantity) in resources.limits.iter().flatten() {
         if !out.contains(name) {
-            let limit = parse_quantity(name, &quantity.0).map_err(|e| in_container(container, e))?;
+            let limit =
+                parse_quantity(name, &quantity.0).map_err(|e| in_container(container, e))?;
             out.insert(name, limit);
         }
     }
@@ -228,7 +257,10 @@ fn parse_quantity(name: &str, text: &str) -> Result<Quantity, String> {
 }
 
 fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
-    let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
     containers
         .flat_map(|c| c.ports.iter().flatten())
         .filter_map(|p| {
@@ -272,7 +304,10 @@ fn compile_affinity_term(
     let selector = Selector::compile(term.label_selector.as_ref())
         .with_label_keys(term.match_label_keys.as_deref().unwrap_or(&[]), labels);
     AffinityTerm {
-        pods: PodSelector { namespaces, selector },
+        pods: PodSelector {
+            namespaces,
+            selector,
+        },
         topology_key: term.topology_key.clone(),
     }
 }
@@ -282,13 +317,21 @@ fn compile_spread(
     namespace: &str,
     labels: &BTreeMap<String, String>,
 ) -> SpreadConstraint {
-    let selector = Selector::compile(constraint.label_selector.as_ref())
-        .with_label_keys(constraint.match_label_keys.as_deref().unwrap_or(&[]), labels);
+    let selector = Selector::compile(constraint.label_selector.as_ref()).with_label_keys(
+        constraint.match_label_keys.as_deref().unwrap_or(&[]),
+        labels,
+    );
     SpreadConstraint {
         max_skew: u32::try_from(constraint.max_skew).unwrap_or(1).max(1),
         topology_key: constraint.topology_key.clone(),
-        pods: PodSelector { namespaces: Namespaces::Listed(vec![namespace.to_owned()]), selector },
-        min_domains: constraint.min_domains.and_then(|m| u32::try_from(m).ok()).unwrap_or(1),
+        pods: PodSelector {
+            namespaces: Namespaces::Listed(vec![namespace.to_owned()]),
+            selector,
+        },
+        min_domains: constraint
+            .min_domains
+            .and_then(|m| u32::try_from(m).ok())
+            .unwrap_or(1),
         honor_node_affinity: constraint.node_affinity_policy.as_deref() != Some("Ignore"),
         honor_taints: constraint.node_taints_policy.as_deref() == Some("Honor"),
     }
@@ -296,10 +339,19 @@ fn compile_spread(
 
 fn fingerprint(spec: &PodSpec) -> u64 {
     let mut hasher = DefaultHasher::new();
-    serde_json::to_string(&spec.node_selector).unwrap_or_default().hash(&mut hasher);
-    let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
-    serde_json::to_string(&node_affinity).unwrap_or_default().hash(&mut hasher);
-    serde_json::to_string(&spec.tolerations).unwrap_or_default().hash(&mut hasher);
+    serde_json::to_string(&spec.node_selector)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    let node_affinity = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref());
+    serde_json::to_string(&node_affinity)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    serde_json::to_string(&spec.tolerations)
+        .unwrap_or_default()
+        .hash(&mut hasher);
     hasher.finish()
 }
 
@@ -361,9 +413,15 @@ mod tests {
 
     #[test]
     fn malformed_quantities_name_the_container_and_resource() {
-        let spec = PodSpec { containers: vec![container("app", "lots", "1Gi")], ..PodSpec::default() };
+        let spec = PodSpec {
+            containers: vec![container("app", "lots", "1Gi")],
+            ..PodSpec::default()
+        };
         let err = pod_requests(&spec).expect_err("invalid cpu");
-        assert!(err.contains("container app") && err.contains("cpu") && err.contains("lots"), "{err}");
+        assert!(
+            err.contains("container app") && err.contains("cpu") && err.contains("lots"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -382,11 +440,24 @@ mod tests {
         };
         let ports = host_ports(&spec);
         assert_eq!(ports.len(), 1);
-        let other_ip = HostPort { port: 8080, protocol: "TCP".into(), ip: "10.0.0.1".into() };
-        assert!(ports[0].conflicts(&other_ip), "wildcard address conflicts with any");
-        let udp = HostPort { protocol: "UDP".into(), ..other_ip.clone() };
+        let other_ip = HostPort {
+            port: 8080,
+            protocol: "TCP".into(),
+            ip: "10.0.0.1".into(),
+        };
+        assert!(
+            ports[0].conflicts(&other_ip),
+            "wildcard address conflicts with any"
+        );
+        let udp = HostPort {
+            protocol: "UDP".into(),
+            ..other_ip.clone()
+        };
         assert!(!ports[0].conflicts(&udp));
-        let ip2 = HostPort { ip: "10.0.0.2".into(), ..other_ip.clone() };
+        let ip2 = HostPort {
+            ip: "10.0.0.2".into(),
+            ..other_ip.clone()
+        };
         assert!(!other_ip.conflicts(&ip2));
     }
 }

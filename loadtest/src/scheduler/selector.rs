@@ -26,7 +26,10 @@ impl Selector {
     /// Compiles `selector`; `None` (absent) selects nothing.
     pub(crate) fn compile(selector: Option<&LabelSelector>) -> Selector {
         let Some(selector) = selector else {
-            return Selector { exprs: Vec::new(), nothing: true };
+            return Selector {
+                exprs: Vec::new(),
+                nothing: true,
+            };
         };
         let mut exprs: Vec<Expr> = selector
             .match_labels
@@ -44,7 +47,10 @@ impl Selector {
                 _ => Expr::Never,
             });
         }
-        Selector { exprs, nothing: false }
+        Selector {
+            exprs,
+            nothing: false,
+        }
     }
 
     /// Adds `key In [value]` for each of `keys` the pod carries (`matchLabelKeys`).
@@ -82,7 +88,10 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
     }
 
     #[test]

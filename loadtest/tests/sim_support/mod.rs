@@ -35,21 +35,36 @@ pub struct Harness {
 
 /// An emulator with kerf's CRDs, and a client for it.
 pub async fn start() -> Harness {
-    let config = ServerConfig { bookmark_interval: Duration::from_millis(200), ..ServerConfig::default() };
+    let config = ServerConfig {
+        bookmark_interval: Duration::from_millis(200),
+        ..ServerConfig::default()
+    };
     let server = ApiServer::start(config).await.expect("emulator starts");
-    let kubeconfig = std::env::temp_dir()
-        .join(format!("kerf-sim-{}-{}.kubeconfig", std::process::id(), server.addr().port()));
-    server.write_kubeconfig(&kubeconfig).expect("kubeconfig written");
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "kerf-sim-{}-{}.kubeconfig",
+        std::process::id(),
+        server.addr().port()
+    ));
+    server
+        .write_kubeconfig(&kubeconfig)
+        .expect("kubeconfig written");
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig parses");
-    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .expect("kube config");
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kube config");
     let client = Client::try_from(config).expect("client");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in kerf::api::crds() {
-        crds.create(&PostParams::default(), &crd).await.expect("CRD installs");
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("CRD installs");
     }
-    Harness { server, client, kubeconfig }
+    Harness {
+        server,
+        client,
+        kubeconfig,
+    }
 }
 
 impl Harness {
@@ -87,10 +102,13 @@ pub async fn wait_gone<K>(api: &Api<K>, name: &str)
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + 'static,
 {
-    tokio::time::timeout(PATIENCE, await_condition(api.clone(), name, kube::runtime::conditions::is_deleted("")))
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {name} to go"))
-        .expect("watch for deletion");
+    tokio::time::timeout(
+        PATIENCE,
+        await_condition(api.clone(), name, kube::runtime::conditions::is_deleted("")),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for {name} to go"))
+    .expect("watch for deletion");
 }
 
 /// Waits (bounded by [`PATIENCE`]) until the listed objects satisfy `done`; returns them.
@@ -100,7 +118,8 @@ where
     K::DynamicType: Eq + Hash + Clone + Default,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default())).default_backoff();
+    let stream = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
+        .default_backoff();
     let wait = async {
         futures::pin_mut!(stream);
         let mut listed = false;
@@ -117,7 +136,9 @@ where
         }
         panic!("watch of {what} ended");
     };
-    tokio::time::timeout(PATIENCE, wait).await.unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+    tokio::time::timeout(PATIENCE, wait)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
 pub async fn create<K>(api: &Api<K>, object: serde_json::Value) -> K
@@ -125,11 +146,17 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Serialize,
 {
     let typed: K = serde_json::from_value(object).expect("test object deserialises");
-    api.create(&PostParams::default(), &typed).await.expect("create succeeds")
+    api.create(&PostParams::default(), &typed)
+        .await
+        .expect("create succeeds")
 }
 
 /// A NodeClaim of NodePool `default` with the given requirements and resource requests.
-pub fn node_claim(name: &str, requirements: serde_json::Value, requests: serde_json::Value) -> kerf::api::NodeClaim {
+pub fn node_claim(
+    name: &str,
+    requirements: serde_json::Value,
+    requests: serde_json::Value,
+) -> kerf::api::NodeClaim {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
