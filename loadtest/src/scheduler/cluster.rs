@@ -9,6 +9,7 @@
 
 use super::nodeinfo::{NodeInfo, UNSCHEDULABLE_TAINT};
 use super::podinfo::{NodeTerm, PodInfo, PodSelector};
+use super::topology::{Domains, Spread, Term, TopologyState};
 use kerf::requirements::Operator;
 use kerf::taints::{EFFECT_NO_SCHEDULE, toleration_tolerates};
 use std::collections::{BTreeMap, HashMap};
@@ -101,6 +102,8 @@ pub(crate) struct Cluster {
     static_verdicts: HashMap<u64, StaticVerdict>,
     /// Matching pods per node, per selector, maintained as pods are assumed.
     counts: HashMap<PodSelector, Vec<u32>>,
+    /// Domains per topology key.
+    domains: HashMap<String, Domains>,
     /// Placed pods that carry required anti-affinity, with their node index.
     anti_affinity_pods: Vec<(usize, Arc<PodInfo>)>,
     next_start: usize,
@@ -124,6 +127,7 @@ impl Cluster {
             nodes,
             static_verdicts: HashMap::new(),
             counts: HashMap::new(),
+            domains: HashMap::new(),
             anti_affinity_pods,
             next_start,
         }
@@ -143,28 +147,34 @@ impl Cluster {
         if self.nodes.is_empty() {
             return Err(unschedulable_message(0, &BTreeMap::new()));
         }
-        self.ensure_static(pod);
-        let topology = self.topology_state(pod);
+        self.prepare(pod);
         let total = self.nodes.len();
-        let wanted = feasible_nodes_to_find(total);
-        let mut feasible = Vec::new();
-        let mut reasons: BTreeMap<Reason, usize> = BTreeMap::new();
-        let mut examined = 0;
-        while examined < total && feasible.len() < wanted {
-            let index = (self.next_start + examined) % total;
-            examined += 1;
-            match self.filter(pod, index, &topology) {
-                Ok(()) => feasible.push(index),
-                Err(failed) => {
-                    for reason in failed {
-                        *reasons.entry(reason).or_default() += 1;
+        let (choice, examined) = {
+            let topology = self.topology_state(pod);
+            let verdict = &self.static_verdicts[&pod.static_fingerprint];
+            let wanted = feasible_nodes_to_find(total);
+            let mut feasible = Vec::new();
+            let mut reasons: BTreeMap<Reason, usize> = BTreeMap::new();
+            let mut examined = 0;
+            while examined < total && feasible.len() < wanted {
+                let index = (self.next_start + examined) % total;
+                examined += 1;
+                match self.filter(pod, index, verdict, &topology) {
+                    Ok(()) => feasible.push(index),
+                    Err(failed) => {
+                        for reason in failed {
+                            *reasons.entry(reason).or_default() += 1;
+                        }
                     }
                 }
             }
-        }
+            let choice = self
+                .best(pod, &feasible)
+                .ok_or_else(|| unschedulable_message(total, &reasons));
+            (choice, examined)
+        };
         self.next_start = (self.next_start + examined) % total;
-        self.best(pod, &feasible)
-            .ok_or_else(|| unschedulable_message(total, &reasons))
+        choice
     }
 
     /// Accounts `pod` on node `index` for the rest of the cycle.
@@ -213,14 +223,11 @@ impl Cluster {
         &self,
         pod: &PodInfo,
         index: usize,
-        topology: &TopologyState,
+        verdict: &StaticVerdict,
+        topology: &TopologyState<'_>,
     ) -> Result<(), Vec<Reason>> {
         let node = &self.nodes[index];
-        if let Some(Err(reason)) = self
-            .static_verdicts
-            .get(&pod.static_fingerprint)
-            .map(|v| &v.filter[index])
-        {
+        if let Err(reason) = &verdict.filter[index] {
             return Err(vec![reason.clone()]);
         }
         if pod
@@ -234,8 +241,8 @@ impl Cluster {
         if !insufficient.is_empty() {
             return Err(insufficient);
         }
-        topology.check_spread(node).map_err(|r| vec![r])?;
-        topology.check_affinity(pod, node).map_err(|r| vec![r])
+        topology.check_spread(index).map_err(|r| vec![r])?;
+        topology.check_affinity(index, node).map_err(|r| vec![r])
     }
 
     fn best(&self, pod: &PodInfo, feasible: &[usize]) -> Option<usize> {
@@ -257,49 +264,76 @@ impl Cluster {
         best.map(|(_, index)| index)
     }
 
-    fn counts_for(&mut self, selector: &PodSelector) -> &Vec<u32> {
-        let nodes = &self.nodes;
-        self.counts.entry(selector.clone()).or_insert_with(|| {
-            nodes
-                .iter()
-                .map(|n| n.pods.iter().filter(|p| selector.selects(p)).count() as u32)
-                .collect()
-        })
+    /// Fills the caches `pod`'s topology reads: static verdicts, per-node counts of its
+    /// selectors, and the domains of its topology keys.
+    fn prepare(&mut self, pod: &PodInfo) {
+        self.ensure_static(pod);
+        let selectors = pod.spread.iter().map(|c| (&c.pods, &c.topology_key));
+        let terms = pod
+            .affinity
+            .iter()
+            .chain(&pod.anti_affinity)
+            .map(|t| (&t.pods, &t.topology_key));
+        for (selector, key) in selectors.chain(terms) {
+            if !self.counts.contains_key(selector) {
+                let counts = self
+                    .nodes
+                    .iter()
+                    .map(|n| n.pods.iter().filter(|p| selector.selects(p)).count() as u32)
+                    .collect();
+                self.counts.insert(selector.clone(), counts);
+            }
+            if !self.domains.contains_key(key) {
+                self.domains
+                    .insert(key.clone(), Domains::build(&self.nodes, key));
+            }
+        }
     }
 
-    fn topology_state(&mut self, pod: &PodInfo) -> TopologyState {
-        let mut spread = Vec::new();
-        for constraint in &pod.spread {
-            let per_node = self.counts_for(&constraint.pods).clone();
-            let verdict = &self.static_verdicts[&pod.static_fingerprint];
-            let mut domains: HashMap<String, u32> = HashMap::new();
-            for (i, node) in self.nodes.iter().enumerate() {
-                let Some(value) = node.labels.get(&constraint.topology_key) else {
-                    continue;
+    /// The pod's topology state; [`Cluster::prepare`] must have run for it.
+    fn topology_state(&self, pod: &PodInfo) -> TopologyState<'_> {
+        let verdict = &self.static_verdicts[&pod.static_fingerprint];
+        let spread = pod
+            .spread
+            .iter()
+            .map(|constraint| {
+                let domains = &self.domains[&constraint.topology_key];
+                let eligible = |i: usize| {
+                    (!constraint.honor_node_affinity || verdict.affinity[i])
+                        && (!constraint.honor_taints || verdict.taints[i])
                 };
-                let counts = (!constraint.honor_node_affinity || verdict.affinity[i])
-                    && (!constraint.honor_taints || verdict.taints[i]);
-                if counts {
-                    *domains.entry(value.clone()).or_default() += per_node[i];
+                let (counts, present) = domains.sum(&self.counts[&constraint.pods], eligible);
+                let eligible_counts = counts
+                    .iter()
+                    .zip(&present)
+                    .filter(|(_, p)| **p)
+                    .map(|(c, _)| *c);
+                let eligible_domains = present.iter().filter(|p| **p).count() as u32;
+                let min = if eligible_domains < constraint.min_domains {
+                    0
+                } else {
+                    eligible_counts.min().unwrap_or(0)
+                };
+                Spread {
+                    domains,
+                    max_skew: constraint.max_skew,
+                    self_match: u32::from(constraint.pods.selects(pod)),
+                    min,
+                    counts,
                 }
-            }
-            let min = if (domains.len() as u32) < constraint.min_domains {
-                0
-            } else {
-                domains.values().copied().min().unwrap_or(0)
-            };
-            spread.push(SpreadState {
-                key: constraint.topology_key.clone(),
-                max_skew: constraint.max_skew,
-                self_match: u32::from(constraint.pods.selects(pod)),
-                min,
+            })
+            .collect();
+        let term = |t: &super::podinfo::AffinityTerm| {
+            let domains = &self.domains[&t.topology_key];
+            Term {
                 domains,
-            });
-        }
-        let affinity = self.term_domains(&pod.affinity);
-        let anti_affinity = self.term_domains(&pod.anti_affinity);
-        let affinity_matches_exist = affinity.iter().any(|(_, d)| d.values().any(|&c| c > 0));
-        let self_affinity = pod.affinity.iter().all(|t| t.pods.selects(pod));
+                counts: domains.sum(&self.counts[&t.pods], |_| true).0,
+            }
+        };
+        let affinity: Vec<Term<'_>> = pod.affinity.iter().map(term).collect();
+        let anti_affinity = pod.anti_affinity.iter().map(term).collect();
+        let matches_exist = affinity.iter().any(|t| t.counts.iter().any(|&c| c > 0));
+        let self_affine = pod.affinity.iter().all(|t| t.pods.selects(pod));
         let mut forbidden = Vec::new();
         for (index, other) in &self.anti_affinity_pods {
             for term in &other.anti_affinity {
@@ -314,94 +348,9 @@ impl Cluster {
             spread,
             affinity,
             anti_affinity,
-            first_of_group: !affinity_matches_exist && self_affinity,
+            first_of_group: !matches_exist && self_affine,
             forbidden,
         }
-    }
-
-    /// For each term: matching pods per value of its topology key.
-    fn term_domains(
-        &mut self,
-        terms: &[super::podinfo::AffinityTerm],
-    ) -> Vec<(String, HashMap<String, u32>)> {
-        let mut out = Vec::with_capacity(terms.len());
-        for term in terms {
-            let per_node = self.counts_for(&term.pods).clone();
-            let mut domains: HashMap<String, u32> = HashMap::new();
-            for (i, node) in self.nodes.iter().enumerate() {
-                if let Some(value) = node.labels.get(&term.topology_key) {
-                    *domains.entry(value.clone()).or_default() += per_node[i];
-                }
-            }
-            out.push((term.topology_key.clone(), domains));
-        }
-        out
-    }
-}
-
-struct SpreadState {
-    key: String,
-    max_skew: u32,
-    self_match: u32,
-    min: u32,
-    domains: HashMap<String, u32>,
-}
-
-struct TopologyState {
-    spread: Vec<SpreadState>,
-    affinity: Vec<(String, HashMap<String, u32>)>,
-    anti_affinity: Vec<(String, HashMap<String, u32>)>,
-    /// No pod matches the pod's affinity yet and it matches its own terms: it may start
-    /// the group anywhere (kube-scheduler's rule for self-affine workloads).
-    first_of_group: bool,
-    /// Topology pairs excluded by the anti-affinity of pods already placed.
-    forbidden: Vec<(String, String)>,
-}
-
-impl TopologyState {
-    fn check_spread(&self, node: &NodeInfo) -> Result<(), Reason> {
-        for constraint in &self.spread {
-            let Some(value) = node.labels.get(&constraint.key) else {
-                return Err(Reason::SpreadMissingLabel);
-            };
-            let count = constraint.domains.get(value).copied().unwrap_or(0);
-            if count + constraint.self_match > constraint.min + constraint.max_skew {
-                return Err(Reason::Spread);
-            }
-        }
-        Ok(())
-    }
-
-    fn check_affinity(&self, _pod: &PodInfo, node: &NodeInfo) -> Result<(), Reason> {
-        if !self.affinity.is_empty() {
-            let mut all_present = true;
-            for (key, domains) in &self.affinity {
-                let Some(value) = node.labels.get(key) else {
-                    return Err(Reason::Affinity);
-                };
-                if domains.get(value).copied().unwrap_or(0) == 0 {
-                    all_present = false;
-                }
-            }
-            if !all_present && !self.first_of_group {
-                return Err(Reason::Affinity);
-            }
-        }
-        for (key, domains) in &self.anti_affinity {
-            if let Some(value) = node.labels.get(key)
-                && domains.get(value).copied().unwrap_or(0) > 0
-            {
-                return Err(Reason::AntiAffinity);
-            }
-        }
-        let excluded = self
-            .forbidden
-            .iter()
-            .any(|(key, value)| node.labels.get(key) == Some(value));
-        if excluded {
-            return Err(Reason::ExistingAntiAffinity);
-        }
-        Ok(())
     }
 }
 
@@ -476,39 +425,37 @@ fn preferred_affinity_weight(pod: &PodInfo, node: &NodeInfo) -> i64 {
 }
 
 fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Reason> {
-    let mut reasons = Vec::new();
-    for (name, wanted) in pod.requests.iter() {
-        if wanted <= kerf::resources::Quantity::ZERO {
-            continue;
-        }
-        let free = node
-            .allocatable
-            .get_or_zero(name)
-            .saturating_sub(node.requested.get_or_zero(name));
-        if wanted > free {
-            reasons.push(if name == kerf::labels::RESOURCE_PODS {
+    pod.requests
+        .shortfalls(&node.allocatable, &node.requested)
+        .into_iter()
+        .map(|name| {
+            if name == kerf::labels::RESOURCE_PODS {
                 Reason::TooManyPods
             } else {
                 Reason::Insufficient(name.to_owned())
-            });
-        }
-    }
-    reasons
+            }
+        })
+        .collect()
 }
 
 /// kube-scheduler's LeastAllocated score (0..=100) over cpu and memory.
 fn least_allocated(pod: &PodInfo, node: &NodeInfo) -> i64 {
-    let mut total = 0i64;
-    for name in [kerf::labels::RESOURCE_CPU, kerf::labels::RESOURCE_MEMORY] {
-        let capacity = node.allocatable.get_or_zero(name).milli_value();
+    let score = |capacity: i64, used: i64| {
         if capacity <= 0 {
-            continue;
+            0
+        } else {
+            (capacity - used).max(0) * 100 / capacity
         }
-        let used = node.requested.get_or_zero(name).milli_value()
-            + pod.requests.get_or_zero(name).milli_value();
-        total += (capacity - used).max(0) * 100 / capacity;
-    }
-    total / 2
+    };
+    let cpu = score(
+        node.allocatable.cpu(),
+        node.requested.cpu() + pod.requests.cpu(),
+    );
+    let memory = score(
+        node.allocatable.memory(),
+        node.requested.memory() + pod.requests.memory(),
+    );
+    (cpu + memory) / 2
 }
 
 #[cfg(test)]

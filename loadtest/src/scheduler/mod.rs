@@ -7,10 +7,12 @@
 //! scheduler's unschedulable queue does, so 10k waiting pods do not cost a full pass each
 //! cycle.
 
+mod amounts;
 mod cluster;
 mod nodeinfo;
 mod podinfo;
 mod selector;
+mod topology;
 
 use crate::informer::{Informer, any_event};
 use cluster::Cluster;

@@ -2,6 +2,7 @@
 //! (including the `not-ready` taint the node lifecycle controller puts on a node that is
 //! not Ready), allocatable, and what the pods already on it use.
 
+use super::amounts::Amounts;
 use super::podinfo::{HostPort, PodInfo};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kerf::resources::{Quantity, Resources};
@@ -21,8 +22,8 @@ pub(crate) struct NodeInfo {
     /// NoSchedule and NoExecute taints, the only ones the filter considers.
     pub(crate) taints: Vec<Taint>,
     pub(crate) unschedulable: bool,
-    pub(crate) allocatable: Resources,
-    pub(crate) requested: Resources,
+    pub(crate) allocatable: Amounts,
+    pub(crate) requested: Amounts,
     pub(crate) ports: Vec<HostPort>,
     pub(crate) pods: Vec<Arc<PodInfo>>,
 }
@@ -65,8 +66,8 @@ impl NodeInfo {
             labels: node.metadata.labels.clone().unwrap_or_default(),
             taints,
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-            allocatable,
-            requested: Resources::new(),
+            allocatable: Amounts::of(&allocatable),
+            requested: Amounts::default(),
             ports: Vec::new(),
             pods: Vec::new(),
         })
@@ -74,7 +75,7 @@ impl NodeInfo {
 
     /// Accounts a pod running (or assumed) on this node.
     pub(crate) fn add_pod(&mut self, pod: Arc<PodInfo>) {
-        self.requested.add_assign(&pod.requests);
+        self.requested.add(&pod.requests);
         self.ports.extend(pod.host_ports.iter().cloned());
         self.pods.push(pod);
     }

@@ -2,6 +2,7 @@
 //! version: its effective requests, host ports, node affinity, tolerations, topology spread
 //! constraints and inter-pod (anti-)affinity terms, already compiled for matching.
 
+use super::amounts::Amounts;
 use super::selector::Selector;
 use k8s_openapi::api::core::v1::{
     Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Toleration,
@@ -93,7 +94,7 @@ pub(crate) struct NodeTerm {
 pub(crate) struct PodInfo {
     pub(crate) namespace: String,
     pub(crate) labels: BTreeMap<String, String>,
-    pub(crate) requests: Resources,
+    pub(crate) requests: Amounts,
     pub(crate) host_ports: Vec<HostPort>,
     pub(crate) node_selector: BTreeMap<String, String>,
     /// `None` when the pod has no required node affinity.
@@ -121,6 +122,7 @@ impl PodInfo {
         let empty = PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or(&empty);
         let requests = pod_requests(spec).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+        let requests = Amounts::of(&requests);
         let node_affinity = spec
             .affinity
             .as_ref()
