@@ -3,7 +3,9 @@
 //! the first required term plus, unless strict, the heaviest preferred term, which the
 //! scheduler relaxes away later if it cannot be met), and converting back for printing.
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{
+    NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, PreferredSchedulingTerm,
+};
 use serde::{Deserialize, Serialize};
 
 use super::error::RequirementError;
@@ -133,18 +135,20 @@ impl Requirements {
     }
 }
 
-/// The preferred term with the largest weight; the first such term on ties.
 fn heaviest_preference(
     node_affinity: &k8s_openapi::api::core::v1::NodeAffinity,
 ) -> Option<&NodeSelectorTerm> {
     let preferred = node_affinity
         .preferred_during_scheduling_ignored_during_execution
         .as_deref()?;
-    let heaviest = preferred.iter().map(|p| p.weight).max()?;
-    preferred
-        .iter()
-        .find(|p| p.weight == heaviest)
-        .map(|p| &p.preference)
+    heaviest_preferred_term(preferred).map(|i| &preferred[i].preference)
+}
+
+/// Index of the preferred term with the largest weight (the first such on ties): the term
+/// [`Requirements::from_pod`] treats as required, and the one relaxation removes first.
+pub fn heaviest_preferred_term(terms: &[PreferredSchedulingTerm]) -> Option<usize> {
+    let heaviest = terms.iter().map(|t| t.weight).max()?;
+    terms.iter().position(|t| t.weight == heaviest)
 }
 
 /// Whether the pod has any preferred node affinity term (which the scheduler may relax).
