@@ -59,6 +59,8 @@ pub enum Sub {
     Main,
     /// `/status`: only status changes are kept.
     Status,
+    /// Spec and status together, as the server's own subresource handlers (binding) write.
+    Whole,
 }
 
 /// PATCH body formats.
@@ -615,7 +617,7 @@ impl Registry {
                     new.as_object_mut().map(|o| o.remove("status"));
                 }
             }
-        } else if t.rt.subresources.status {
+        } else if sub == Sub::Main && t.rt.subresources.status {
             match current.get("status") {
                 Some(status) => new["status"] = status.clone(),
                 None => {
@@ -815,7 +817,7 @@ impl Registry {
             return Err(ApiError::invalid("", "Binding", name, "target.name", "Required value"));
         }
         let now = self.now();
-        self.update_with(t, name, Sub::Main, &WriteOptions::default(), |current| {
+        self.update_with(t, name, Sub::Whole, &WriteOptions::default(), |current| {
             let assigned = current.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or_default();
             if !assigned.is_empty() {
                 return Err(ApiError::conflict("", "pods", name, &format!("pod {name} is already assigned to node {assigned:?}")));
