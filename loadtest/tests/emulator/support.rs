@@ -22,24 +22,46 @@ pub struct Harness {
 }
 
 pub async fn start() -> Harness {
-    start_with(ServerConfig { bookmark_interval: Duration::from_millis(200), ..ServerConfig::default() }).await
+    start_with(ServerConfig {
+        bookmark_interval: Duration::from_millis(200),
+        ..ServerConfig::default()
+    })
+    .await
 }
 
 pub async fn start_with_clock(clock: Arc<dyn Clock>) -> Harness {
-    start_with(ServerConfig { clock, bookmark_interval: Duration::from_millis(200), ..ServerConfig::default() }).await
+    start_with(ServerConfig {
+        clock,
+        bookmark_interval: Duration::from_millis(200),
+        ..ServerConfig::default()
+    })
+    .await
 }
 
 pub async fn start_with(config: ServerConfig) -> Harness {
     let server = ApiServer::start(config).await.expect("emulator starts");
-    let kubeconfig = std::env::temp_dir().join(format!("kerf-emu-{}-{}.kubeconfig", std::process::id(), server.addr().port()));
-    server.write_kubeconfig(&kubeconfig).expect("kubeconfig written");
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "kerf-emu-{}-{}.kubeconfig",
+        std::process::id(),
+        server.addr().port()
+    ));
+    server
+        .write_kubeconfig(&kubeconfig)
+        .expect("kubeconfig written");
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig parses");
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("kube config");
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kube config");
     // kube 5 retries 429/503/504 up to 15 times with exponential backoff by default; the
     // tests assert on those answers themselves.
     config.default_retry = false;
     let client = Client::try_from(config).expect("client");
-    Harness { server, client, kubeconfig }
+    Harness {
+        server,
+        client,
+        kubeconfig,
+    }
 }
 
 impl Harness {
@@ -65,7 +87,9 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Serialize,
 {
     let typed: K = serde_json::from_value(object).expect("test object deserialises");
-    api.create(&PostParams::default(), &typed).await.expect("create succeeds")
+    api.create(&PostParams::default(), &typed)
+        .await
+        .expect("create succeeds")
 }
 
 /// The HTTP status code of a kube-rs API error.
