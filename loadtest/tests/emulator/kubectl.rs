@@ -51,6 +51,7 @@ async fn kubectl_gets_nodes_pods_and_nodepools() {
     let out = tokio::task::spawn_blocking(move || run(&k, &kubeconfig, &["get", "nodes,pods"]))
         .await
         .expect("joined");
+    eprintln!("{out}");
     assert!(out.contains("node-a") && out.contains("pod-a"), "{out}");
     let kubeconfig = h.kubeconfig.clone();
     let k = kubectl.clone();
@@ -71,6 +72,7 @@ async fn kubectl_gets_nodes_pods_and_nodepools() {
             tokio::task::spawn_blocking(move || run(&kubectl, &kubeconfig, &["get", "nodepools"]))
                 .await
                 .expect("joined");
+        eprintln!("{out}");
         assert!(out.contains("general"), "{out}");
     }
     h.stop().await;
