@@ -3,32 +3,22 @@
 //! the first required term plus, unless strict, the heaviest preferred term, which the
 //! scheduler relaxes away later if it cannot be met), and converting back for printing.
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec};
-use serde::{Deserialize, Serialize};
+use k8s_openapi::api::core::v1::{
+    NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, PreferredSchedulingTerm,
+};
 
 use super::error::RequirementError;
-use super::operator::Operator;
 use super::requirement::Requirement;
 use super::set::Requirements;
-
-/// Karpenter v1's node selector requirement with `minValues` (NodePool and NodeClaim
-/// `spec.requirements` entries), in its JSON shape.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeSelectorRequirementWithMinValues {
-    pub key: String,
-    pub operator: Operator,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub values: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_values: Option<u32>,
-}
+pub use crate::api::NodeSelectorRequirementWithMinValues;
 
 impl TryFrom<&NodeSelectorRequirementWithMinValues> for Requirement {
     type Error = RequirementError;
 
     fn try_from(r: &NodeSelectorRequirementWithMinValues) -> Result<Self, Self::Error> {
-        Requirement::new(&r.key, r.operator, &r.values, r.min_values)
+        // A negative minValues is rejected by validation; here it can only mean "no floor".
+        let min_values = r.min_values.and_then(|m| u32::try_from(m).ok());
+        Requirement::new(&r.key, r.operator, &r.values, min_values)
     }
 }
 
@@ -133,18 +123,20 @@ impl Requirements {
     }
 }
 
-/// The preferred term with the largest weight; the first such term on ties.
 fn heaviest_preference(
     node_affinity: &k8s_openapi::api::core::v1::NodeAffinity,
 ) -> Option<&NodeSelectorTerm> {
     let preferred = node_affinity
         .preferred_during_scheduling_ignored_during_execution
         .as_deref()?;
-    let heaviest = preferred.iter().map(|p| p.weight).max()?;
-    preferred
-        .iter()
-        .find(|p| p.weight == heaviest)
-        .map(|p| &p.preference)
+    heaviest_preferred_term(preferred).map(|i| &preferred[i].preference)
+}
+
+/// Index of the preferred term with the largest weight (the first such on ties): the term
+/// [`Requirements::from_pod`] treats as required, and the one relaxation removes first.
+pub fn heaviest_preferred_term(terms: &[PreferredSchedulingTerm]) -> Option<usize> {
+    let heaviest = terms.iter().map(|t| t.weight).max()?;
+    terms.iter().position(|t| t.weight == heaviest)
 }
 
 /// Whether the pod has any preferred node affinity term (which the scheduler may relax).

@@ -18,6 +18,7 @@ mod tests;
 
 pub use convert::{
     NodeSelectorRequirementWithMinValues, PodRequirementScope, has_preferred_node_affinity,
+    heaviest_preferred_term,
 };
 pub use error::{Incompatible, KeyConflict, RequirementError};
 pub use operator::{Operator, UnknownOperator};

@@ -217,9 +217,13 @@ impl Requirement {
         self.values.contains(value) != self.complement && within_bounds(value, self.gte, self.lte)
     }
 
-    /// The requirement both `self` and `other` impose; keeps `self`'s key and the larger
-    /// `minValues`.
+    /// The requirement both `self` and `other` impose, with the larger `minValues`. Both
+    /// must be on the same key.
     pub fn intersection(&self, other: &Requirement) -> Requirement {
+        debug_assert_eq!(
+            self.key, other.key,
+            "intersecting requirements on different keys"
+        );
         let gte = max_bound(self.gte, other.gte);
         let lte = min_bound(self.lte, other.lte);
         let min_values = self.min_values.max(other.min_values);
@@ -354,7 +358,7 @@ impl Requirement {
             key: self.key.as_str().to_owned(),
             operator,
             values,
-            min_values: self.min_values,
+            min_values: self.min_values.map(i64::from),
         }
     }
 }

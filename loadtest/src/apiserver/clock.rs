@@ -32,8 +32,16 @@ pub struct ScaledClock {
 impl ScaledClock {
     /// A clock running `speed` times faster than real time (1.0 = real time).
     pub fn new(speed: f64) -> Self {
-        let speed = if speed.is_finite() && speed > 0.0 { speed } else { 1.0 };
-        Self { speed, origin_wall: SystemTime::now(), origin: Instant::now() }
+        let speed = if speed.is_finite() && speed > 0.0 {
+            speed
+        } else {
+            1.0
+        };
+        Self {
+            speed,
+            origin_wall: SystemTime::now(),
+            origin: Instant::now(),
+        }
     }
 }
 
@@ -49,7 +57,9 @@ impl Clock for ScaledClock {
     }
 
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {
-        let emulated = deadline.duration_since(self.now()).unwrap_or(Duration::ZERO);
+        let emulated = deadline
+            .duration_since(self.now())
+            .unwrap_or(Duration::ZERO);
         let real = emulated.div_f64(self.speed);
         Box::pin(tokio::time::sleep(real))
     }
@@ -66,12 +76,18 @@ impl ManualClock {
     /// A manual clock starting at `start`.
     pub fn new(start: SystemTime) -> Self {
         let (ticks, _) = watch::channel(start);
-        Self { now: Mutex::new(start), ticks }
+        Self {
+            now: Mutex::new(start),
+            ticks,
+        }
     }
 
     /// Moves time forward, firing every timer whose deadline has been reached.
     pub fn advance(&self, by: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *now += by;
         self.ticks.send_replace(*now);
     }
@@ -85,7 +101,10 @@ impl Default for ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> SystemTime {
-        *self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {
@@ -99,7 +118,10 @@ impl Clock for ManualClock {
 
 /// Formats a time as Kubernetes does for `metav1.Time`: RFC 3339, whole seconds, UTC.
 pub fn rfc3339(time: SystemTime) -> String {
-    let secs = time.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = time
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let rem = secs % 86_400;
     let (year, month, day) = civil_from_days(days);
@@ -173,7 +195,12 @@ mod tests {
         assert_eq!(parse_rfc3339("2023-11-14T22:13:20Z"), Some(t));
         assert_eq!(parse_rfc3339("2023-11-14T23:13:20.123+01:00"), Some(t));
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        assert_eq!(parse_rfc3339("2024-02-29T00:00:00Z").map(rfc3339).as_deref(), Some("2024-02-29T00:00:00Z"));
+        assert_eq!(
+            parse_rfc3339("2024-02-29T00:00:00Z")
+                .map(rfc3339)
+                .as_deref(),
+            Some("2024-02-29T00:00:00Z")
+        );
         assert_eq!(parse_rfc3339("garbage"), None);
     }
 

@@ -15,7 +15,10 @@ use super::schema::Schema;
 const CRD_GROUP: &str = "apiextensions.k8s.io";
 
 fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
-    value.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 fn invalid(name: &str, field: &str, problem: &str) -> ApiError {
@@ -38,16 +41,41 @@ pub fn resource_type_of(crd: &Value) -> ApiResult<ResourceType> {
         return Err(invalid(name, "spec.names.kind", "Required value"));
     }
     if name != format!("{plural}.{group}") {
-        return Err(invalid(name, "metadata.name", "Invalid value: must be spec.names.plural+\".\"+spec.group"));
+        return Err(invalid(
+            name,
+            "metadata.name",
+            "Invalid value: must be spec.names.plural+\".\"+spec.group",
+        ));
     }
     let namespaced = match text(crd, "/spec/scope") {
         "Namespaced" => true,
         "Cluster" => false,
-        other => return Err(invalid(name, "spec.scope", &format!("Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\""))),
+        other => {
+            return Err(invalid(
+                name,
+                "spec.scope",
+                &format!(
+                    "Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\""
+                ),
+            ));
+        }
     };
-    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
-    if versions.iter().filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true)).count() != 1 {
-        return Err(invalid(name, "spec.versions", "Invalid value: must have exactly one version marked as storage version"));
+    let versions = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if versions
+        .iter()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .count()
+        != 1
+    {
+        return Err(invalid(
+            name,
+            "spec.versions",
+            "Invalid value: must have exactly one version marked as storage version",
+        ));
     }
     let mut served: Vec<String> = Vec::new();
     let mut schemas = HashMap::new();
@@ -61,7 +89,10 @@ pub fn resource_type_of(crd: &Value) -> ApiResult<ResourceType> {
         if let Some(schema) = version.pointer("/schema/openAPIV3Schema") {
             schemas.insert(vname.clone(), Arc::new(Schema::new(schema.clone())));
         }
-        if let Some(columns) = version.get("additionalPrinterColumns").and_then(Value::as_array) {
+        if let Some(columns) = version
+            .get("additionalPrinterColumns")
+            .and_then(Value::as_array)
+        {
             printer_columns.insert(vname.clone(), columns.clone());
         }
         subresources.status |= version.pointer("/subresources/status").is_some();
@@ -75,7 +106,11 @@ pub fn resource_type_of(crd: &Value) -> ApiResult<ResourceType> {
     let strings = |pointer: &str| -> Vec<String> {
         crd.pointer(pointer)
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let singular = match text(crd, "/spec/names/singular") {
@@ -109,9 +144,7 @@ pub fn established_status(crd: &Value, now: &str) -> Value {
         .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
         .filter_map(|v| v.get("name").cloned())
         .collect();
-    let condition = |kind: &str, reason: &str, message: &str| {
-        json!({"type": kind, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message})
-    };
+    let condition = |kind: &str, reason: &str, message: &str| json!({"type": kind, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message});
     json!({
         "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or(Value::Null),
         "conditions": [
@@ -145,10 +178,14 @@ mod tests {
             eprintln!("upstream CRDs not found; skipping");
             return;
         };
-        let text = std::fs::read_to_string(dir.join("karpenter.sh_nodepools.yaml")).expect("readable CRD");
+        let text =
+            std::fs::read_to_string(dir.join("karpenter.sh_nodepools.yaml")).expect("readable CRD");
         let crd: Value = serde_saphyr::from_str(&text).expect("upstream CRD is valid YAML");
         let rt = resource_type_of(&crd).expect("upstream CRD is valid");
-        assert_eq!((rt.group.as_str(), rt.plural.as_str(), rt.kind.as_str()), ("karpenter.sh", "nodepools", "NodePool"));
+        assert_eq!(
+            (rt.group.as_str(), rt.plural.as_str(), rt.kind.as_str()),
+            ("karpenter.sh", "nodepools", "NodePool")
+        );
         assert!(!rt.namespaced);
         assert_eq!(rt.versions, ["v1"]);
         assert!(rt.subresources.status);

@@ -42,14 +42,20 @@ fn groups(types: &[Arc<ResourceType>]) -> BTreeMap<String, Vec<String>> {
 }
 
 fn group_entry(name: &str, versions: &[String]) -> Value {
-    let entries: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+    let entries: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
     let preferred = entries.first().cloned().unwrap_or(Value::Null);
     json!({"name": name, "versions": entries, "preferredVersion": preferred})
 }
 
 /// `/apis`
 pub fn group_list(types: &[Arc<ResourceType>]) -> Value {
-    let groups: Vec<Value> = groups(types).iter().map(|(name, versions)| group_entry(name, versions)).collect();
+    let groups: Vec<Value> = groups(types)
+        .iter()
+        .map(|(name, versions)| group_entry(name, versions))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -65,14 +71,26 @@ pub fn group(types: &[Arc<ResourceType>], name: &str) -> Option<Value> {
 
 /// `/api/v1` or `/apis/<group>/<version>`, or `None` when nothing is served there.
 pub fn resource_list(types: &[Arc<ResourceType>], group: &str, version: &str) -> Option<Value> {
-    let mut served: Vec<&Arc<ResourceType>> = types.iter().filter(|rt| rt.group == group && rt.serves(version)).collect();
+    let mut served: Vec<&Arc<ResourceType>> = types
+        .iter()
+        .filter(|rt| rt.group == group && rt.serves(version))
+        .collect();
     if served.is_empty() {
         return None;
     }
     served.sort_by(|a, b| a.plural.cmp(&b.plural));
-    let resources: Vec<Value> = served.iter().flat_map(|rt| rt.discovery_entries()).collect();
-    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+    let resources: Vec<Value> = served
+        .iter()
+        .flat_map(|rt| rt.discovery_entries())
+        .collect();
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+    )
 }
 
 #[cfg(test)]
@@ -84,12 +102,26 @@ mod tests {
     fn lists_groups_and_resources() {
         let types: Vec<Arc<ResourceType>> = builtin_types().into_iter().map(Arc::new).collect();
         let groups = group_list(&types);
-        let names: Vec<&str> = groups["groups"].as_array().into_iter().flatten().filter_map(|g| g["name"].as_str()).collect();
+        let names: Vec<&str> = groups["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g["name"].as_str())
+            .collect();
         assert!(names.contains(&"apps") && names.contains(&"policy") && !names.contains(&""));
         let core = resource_list(&types, "", "v1").expect("core is served");
         assert_eq!(core["groupVersion"], "v1");
-        assert!(core["resources"].as_array().into_iter().flatten().any(|r| r["name"] == "pods/eviction"));
+        assert!(
+            core["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r["name"] == "pods/eviction")
+        );
         assert!(resource_list(&types, "apps", "v2").is_none());
-        assert_eq!(group(&types, "apps").map(|g| g["preferredVersion"]["version"].clone()), Some(json!("v1")));
+        assert_eq!(
+            group(&types, "apps").map(|g| g["preferredVersion"]["version"].clone()),
+            Some(json!("v1"))
+        );
     }
 }

@@ -86,7 +86,12 @@ pub struct ApiError {
 impl ApiError {
     /// An error with a reason and message and no details.
     pub fn new(reason: Reason, message: impl Into<String>) -> Self {
-        Self { reason, message: message.into(), details: None, retry_after: None }
+        Self {
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
     }
 
     /// 400 with `message`.
@@ -104,8 +109,11 @@ impl ApiError {
     /// 409 AlreadyExists for a create of an existing name.
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
         let what = qualified(group, plural);
-        Self::new(Reason::AlreadyExists, format!("{what} \"{name}\" already exists"))
-            .with_details(json!({"name": name, "group": group, "kind": plural}))
+        Self::new(
+            Reason::AlreadyExists,
+            format!("{what} \"{name}\" already exists"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": plural}))
     }
 
     /// 409 Conflict for an update carrying a stale resourceVersion.
@@ -174,7 +182,11 @@ impl ApiError {
 
 /// `plural.group` as error messages name a resource (`pods`, `nodepools.karpenter.sh`).
 fn qualified(group: &str, plural: &str) -> String {
-    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
 }
 
 /// Result alias for emulator operations.

@@ -43,7 +43,11 @@ pub struct FaultState {
 impl FaultState {
     pub(crate) fn new() -> Self {
         let (drops, _) = watch::channel(0);
-        Self { settings: Mutex::new(Settings::default()), drops, injected: AtomicU64::new(0) }
+        Self {
+            settings: Mutex::new(Settings::default()),
+            drops,
+            injected: AtomicU64::new(0),
+        }
     }
 
     /// Watches end when this changes.
@@ -58,9 +62,14 @@ impl FaultState {
             (rand::rng().random::<f64>() < fraction).then(|| {
                 self.injected.fetch_add(1, Ordering::Relaxed);
                 match kind {
-                    InjectedError::ServerError => ApiError::internal("injected fault: internal error"),
+                    InjectedError::ServerError => {
+                        ApiError::internal("injected fault: internal error")
+                    }
                     InjectedError::TooManyRequests { retry_after_secs } => {
-                        let mut err = ApiError::new(Reason::TooManyRequests, "injected fault: too many requests, please try again later");
+                        let mut err = ApiError::new(
+                            Reason::TooManyRequests,
+                            "injected fault: too many requests, please try again later",
+                        );
                         err.retry_after = Some(retry_after_secs);
                         err
                     }

@@ -19,13 +19,16 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use super::discovery;
-use super::stopped;
 use super::error::{ApiError, ApiResult, Reason, success_status};
 use super::faults::FaultState;
-use super::registry::{DeleteOptions, Deleted, ListQuery, PatchKind, Registry, Sub, Target, WriteOptions, parse_propagation};
+use super::registry::{
+    DeleteOptions, Deleted, ListQuery, PatchKind, Registry, Sub, Target, WriteOptions,
+    parse_propagation,
+};
 use super::resources::Behavior;
 use super::schema::FieldValidation;
 use super::selectors::{FieldSelector, LabelSelector, SELECTABLE_FIELDS};
+use super::stopped;
 use super::store::StoredObject;
 use super::table;
 use super::watch::{self as watches, WatchParams};
@@ -44,10 +47,15 @@ impl hyper::body::Body for ApiBody {
     type Data = Bytes;
     type Error = Infallible;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
             ApiBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            ApiBody::Stream(rx) => rx.poll_recv(cx).map(|chunk| chunk.map(|b| Ok(Frame::data(b)))),
+            ApiBody::Stream(rx) => rx
+                .poll_recv(cx)
+                .map(|chunk| chunk.map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -108,13 +116,20 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Re
 
 fn json_response(code: u16, body: Bytes) -> Response<ApiBody> {
     let mut response = Response::new(ApiBody::Full(Some(body)));
-    *response.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    *response.status_mut() =
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
 fn value_response(code: u16, value: &Value) -> Response<ApiBody> {
-    json_response(code, Bytes::from(serde_json::to_vec(value).expect("a serde_json::Value always serialises")))
+    json_response(
+        code,
+        Bytes::from(serde_json::to_vec(value).expect("a serde_json::Value always serialises")),
+    )
 }
 
 fn error_response(err: &ApiError) -> Response<ApiBody> {
@@ -146,7 +161,10 @@ fn parse_query(query: &str) -> HashMap<String, String> {
             match bytes[i] {
                 b'+' => out.push(b' '),
                 b'%' if i + 2 < bytes.len() => {
-                    match std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    match std::str::from_utf8(&bytes[i + 1..i + 3])
+                        .ok()
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    {
                         Some(b) => {
                             out.push(b);
                             i += 2;
@@ -187,7 +205,9 @@ fn parse_resource_path(segments: &[&str]) -> Option<ResourcePath> {
         _ => return None,
     };
     let (namespace, rest) = match rest {
-        ["namespaces", ns, tail @ ..] if tail.len() >= 1 && !(tail.len() == 1 && matches!(tail[0], "status" | "finalize")) => (Some(ns.to_string()), tail),
+        ["namespaces", ns, tail @ ..] if !matches!(tail, [] | ["status" | "finalize"]) => {
+            (Some(ns.to_string()), tail)
+        }
         _ => (None, rest),
     };
     let (plural, name, subresource) = match rest {
@@ -196,25 +216,49 @@ fn parse_resource_path(segments: &[&str]) -> Option<ResourcePath> {
         [plural, name, sub] => (plural, Some(name.to_string()), Some(sub.to_string())),
         _ => return None,
     };
-    Some(ResourcePath { group, version, namespace, plural: plural.to_string(), name, subresource })
+    Some(ResourcePath {
+        group,
+        version,
+        namespace,
+        plural: plural.to_string(),
+        name,
+        subresource,
+    })
 }
 
 async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>> {
     let path = req.uri().path().to_string();
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let types: Vec<_> = app.registry.store.all().iter().map(|ts| ts.resource_type()).collect();
+    let types = || -> Vec<_> {
+        app.registry
+            .store
+            .all()
+            .iter()
+            .map(|ts| ts.resource_type())
+            .collect()
+    };
     let get = req.method() == Method::GET;
     match segments.as_slice() {
         ["version"] if get => return Ok(value_response(200, &discovery::version())),
-        ["healthz" | "readyz" | "livez"] if get => return Ok(json_response(200, Bytes::from_static(b"ok"))),
-        ["api"] if get => return Ok(value_response(200, &discovery::core_versions(&app.address))),
-        ["apis"] if get => return Ok(value_response(200, &discovery::group_list(&types))),
-        ["api", version] if get => {
-            return discovery::resource_list(&types, "", version).map(|v| value_response(200, &v)).ok_or_else(not_found);
+        ["healthz" | "readyz" | "livez"] if get => {
+            return Ok(json_response(200, Bytes::from_static(b"ok")));
         }
-        ["apis", group] if get => return discovery::group(&types, group).map(|v| value_response(200, &v)).ok_or_else(not_found),
+        ["api"] if get => return Ok(value_response(200, &discovery::core_versions(&app.address))),
+        ["apis"] if get => return Ok(value_response(200, &discovery::group_list(&types()))),
+        ["api", version] if get => {
+            return discovery::resource_list(&types(), "", version)
+                .map(|v| value_response(200, &v))
+                .ok_or_else(not_found);
+        }
+        ["apis", group] if get => {
+            return discovery::group(&types(), group)
+                .map(|v| value_response(200, &v))
+                .ok_or_else(not_found);
+        }
         ["apis", group, version] if get => {
-            return discovery::resource_list(&types, group, version).map(|v| value_response(200, &v)).ok_or_else(not_found);
+            return discovery::resource_list(&types(), group, version)
+                .map(|v| value_response(200, &v))
+                .ok_or_else(not_found);
         }
         _ => {}
     }
@@ -227,13 +271,39 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         return Err(err);
     }
     let query = parse_query(req.uri().query().unwrap_or_default());
-    let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     let method = req.method().clone();
     let body = read_body(req).await?;
-    let target = app.registry.target(&resource.group, &resource.version, &resource.plural, resource.namespace.as_deref())?;
-    let request = ResourceRequest { app, target, query, accept, content_type, body };
-    match (&method, resource.name.as_deref(), resource.subresource.as_deref()) {
+    let target = app.registry.target(
+        &resource.group,
+        &resource.version,
+        &resource.plural,
+        resource.namespace.as_deref(),
+    )?;
+    let request = ResourceRequest {
+        app,
+        target,
+        query,
+        accept,
+        content_type,
+        body,
+    };
+    match (
+        &method,
+        resource.name.as_deref(),
+        resource.subresource.as_deref(),
+    ) {
         (&Method::GET, None, None) if is_true(request.query.get("watch")) => request.watch(),
         (&Method::GET, None, None) => request.list(),
         (&Method::POST, None, None) => request.create(),
@@ -244,19 +314,39 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
             }
             request.get(name)
         }
-        (&Method::PUT, Some(name), sub @ (None | Some("status"))) => request.replace(name, request.sub(sub)?),
-        (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => request.patch(name, request.sub(sub)?),
+        (&Method::PUT, Some(name), sub @ (None | Some("status"))) => {
+            request.replace(name, request.sub(sub)?)
+        }
+        (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
+            request.patch(name, request.sub(sub)?)
+        }
         (&Method::DELETE, Some(name), None) => request.delete(name),
-        (&Method::POST, Some(name), Some("binding")) if request.target.rt.subresources.binding => request.bind(name),
-        (&Method::POST, Some(name), Some("eviction")) if request.target.rt.subresources.eviction => request.evict(name),
-        (&Method::GET | &Method::PUT | &Method::PATCH, Some(name), Some("scale")) if request.target.rt.subresources.scale => request.scale(&method, name),
+        (&Method::POST, Some(name), Some("binding")) if request.target.rt.subresources.binding => {
+            request.bind(name)
+        }
+        (&Method::POST, Some(name), Some("eviction"))
+            if request.target.rt.subresources.eviction =>
+        {
+            request.evict(name)
+        }
+        (&Method::GET | &Method::PUT | &Method::PATCH, Some(name), Some("scale"))
+            if request.target.rt.subresources.scale =>
+        {
+            request.scale(&method, name)
+        }
         (_, _, Some(_)) => Err(not_found()),
-        _ => Err(ApiError::new(Reason::MethodNotAllowed, format!("the server does not allow this method on the requested resource ({method})"))),
+        _ => Err(ApiError::new(
+            Reason::MethodNotAllowed,
+            format!("the server does not allow this method on the requested resource ({method})"),
+        )),
     }
 }
 
 fn not_found() -> ApiError {
-    ApiError::new(Reason::NotFound, "the server could not find the requested resource")
+    ApiError::new(
+        Reason::NotFound,
+        "the server could not find the requested resource",
+    )
 }
 
 fn is_true(value: Option<&String>) -> bool {
@@ -267,7 +357,10 @@ async fn read_body(req: Request<Incoming>) -> ApiResult<Bytes> {
     let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY);
     match limited.collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(err) => Err(ApiError::new(Reason::BadRequest, format!("reading request body: {err}"))),
+        Err(err) => Err(ApiError::new(
+            Reason::BadRequest,
+            format!("reading request body: {err}"),
+        )),
     }
 }
 
@@ -286,7 +379,11 @@ impl ResourceRequest<'_> {
     }
 
     fn require_status(&self) -> ApiResult<()> {
-        if self.target.rt.subresources.status { Ok(()) } else { Err(not_found()) }
+        if self.target.rt.subresources.status {
+            Ok(())
+        } else {
+            Err(not_found())
+        }
     }
 
     fn sub(&self, sub: Option<&str>) -> ApiResult<Sub> {
@@ -300,7 +397,11 @@ impl ResourceRequest<'_> {
         if self.body.is_empty() {
             return Ok(json!({}));
         }
-        serde_json::from_slice(&self.body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as JSON: {e}")))
+        serde_json::from_slice(&self.body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request could not be decoded as JSON: {e}"
+            ))
+        })
     }
 
     fn write_options(&self) -> ApiResult<WriteOptions> {
@@ -309,24 +410,50 @@ impl ResourceRequest<'_> {
             Some("Strict") => Some(FieldValidation::Strict),
             Some("Warn") => Some(FieldValidation::Warn),
             Some("Ignore") => Some(FieldValidation::Ignore),
-            Some(other) => return Err(ApiError::bad_request(format!("fieldValidation must be Ignore, Warn or Strict, not {other:?}"))),
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "fieldValidation must be Ignore, Warn or Strict, not {other:?}"
+                )));
+            }
         };
         Ok(WriteOptions {
             dry_run: self.query.get("dryRun").is_some_and(|v| v == "All"),
-            field_manager: self.query.get("fieldManager").filter(|m| !m.is_empty()).cloned(),
+            field_manager: self
+                .query
+                .get("fieldManager")
+                .filter(|m| !m.is_empty())
+                .cloned(),
             field_validation,
             force: is_true(self.query.get("force")),
         })
     }
 
     fn list_query(&self) -> ApiResult<ListQuery> {
-        let labels = LabelSelector::parse(self.query.get("labelSelector").map(String::as_str).unwrap_or_default())?;
-        let fields = FieldSelector::parse(self.query.get("fieldSelector").map(String::as_str).unwrap_or_default(), &SELECTABLE_FIELDS)?;
+        let labels = LabelSelector::parse(
+            self.query
+                .get("labelSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+        )?;
+        let fields = FieldSelector::parse(
+            self.query
+                .get("fieldSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+            &SELECTABLE_FIELDS,
+        )?;
         let limit = match self.query.get("limit").map(String::as_str) {
             None | Some("") => 0,
-            Some(l) => l.parse().map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+            Some(l) => l
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
         };
-        Ok(ListQuery { labels, fields, limit, continue_token: self.query.get("continue").cloned() })
+        Ok(ListQuery {
+            labels,
+            fields,
+            limit,
+            continue_token: self.query.get("continue").cloned(),
+        })
     }
 
     /// The object's JSON for the requested version.
@@ -340,14 +467,27 @@ impl ResourceRequest<'_> {
         Bytes::from(serde_json::to_vec(&value).expect("a serde_json::Value always serialises"))
     }
 
-    fn object_response(&self, code: u16, object: &StoredObject, warnings: &[String]) -> Response<ApiBody> {
+    fn object_response(
+        &self,
+        code: u16,
+        object: &StoredObject,
+        warnings: &[String],
+    ) -> Response<ApiBody> {
         if table::wants_table(&self.accept) {
-            let value = table::table(&self.target.rt, &self.target.version, &[&object.value], self.registry().clock.now(), &object.rv.to_string());
+            let value = table::table(
+                &self.target.rt,
+                &self.target.version,
+                &[&object.value],
+                self.registry().clock.now(),
+                &object.rv.to_string(),
+            );
             return value_response(code, &value);
         }
         let mut response = json_response(code, self.render(object));
         for warning in warnings {
-            if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{}\"", warning.replace('"', "'"))) {
+            if let Ok(v) =
+                HeaderValue::from_str(&format!("299 - \"{}\"", warning.replace('"', "'")))
+            {
                 response.headers_mut().append(header::WARNING, v);
             }
         }
@@ -363,7 +503,16 @@ impl ResourceRequest<'_> {
         let page = self.registry().list(&self.target, &self.list_query()?)?;
         if table::wants_table(&self.accept) {
             let objects: Vec<&Value> = page.items.iter().map(|o| &*o.value).collect();
-            return Ok(value_response(200, &table::table(&self.target.rt, &self.target.version, &objects, self.registry().clock.now(), &page.rv.to_string())));
+            return Ok(value_response(
+                200,
+                &table::table(
+                    &self.target.rt,
+                    &self.target.version,
+                    &objects,
+                    self.registry().clock.now(),
+                    &page.rv.to_string(),
+                ),
+            ));
         }
         let rt = &self.target.rt;
         let mut metadata = json!({"resourceVersion": page.rv.to_string()});
@@ -373,7 +522,9 @@ impl ResourceRequest<'_> {
         }
         let head = json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(&self.target.version), "metadata": metadata});
         let head = serde_json::to_vec(&head).expect("a serde_json::Value always serialises");
-        let mut out = BytesMut::with_capacity(head.len() + page.items.iter().map(|o| o.bytes.len() + 1).sum::<usize>() + 16);
+        let mut out = BytesMut::with_capacity(
+            head.len() + page.items.iter().map(|o| o.bytes.len() + 1).sum::<usize>() + 16,
+        );
         out.extend_from_slice(&head[..head.len() - 1]);
         out.extend_from_slice(b",\"items\":[");
         for (i, object) in page.items.iter().enumerate() {
@@ -390,7 +541,9 @@ impl ResourceRequest<'_> {
         let q = self.list_query()?;
         let timeout = match self.query.get("timeoutSeconds").map(String::as_str) {
             None | Some("") => None,
-            Some(t) => Some(Duration::from_secs(t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?)),
+            Some(t) => Some(Duration::from_secs(t.parse().map_err(|_| {
+                ApiError::bad_request(format!("invalid timeoutSeconds {t:?}"))
+            })?)),
         };
         let params = WatchParams {
             labels: q.labels,
@@ -413,44 +566,86 @@ impl ResourceRequest<'_> {
             }
         });
         let mut response = Response::new(ApiBody::Stream(rx));
-        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         Ok(response)
     }
 
     fn create(&self) -> ApiResult<Response<ApiBody>> {
-        let written = self.registry().create(&self.target, self.json_body()?, &self.write_options()?)?;
+        let written =
+            self.registry()
+                .create(&self.target, self.json_body()?, &self.write_options()?)?;
         Ok(self.object_response(201, &written.object, &written.warnings))
     }
 
     fn replace(&self, name: &str, sub: Sub) -> ApiResult<Response<ApiBody>> {
-        let written = self.registry().replace(&self.target, name, sub, self.json_body()?, &self.write_options()?)?;
+        let written = self.registry().replace(
+            &self.target,
+            name,
+            sub,
+            self.json_body()?,
+            &self.write_options()?,
+        )?;
         Ok(self.object_response(200, &written.object, &written.warnings))
     }
 
     fn patch(&self, name: &str, sub: Sub) -> ApiResult<Response<ApiBody>> {
-        let media = self.content_type.split(';').next().unwrap_or_default().trim();
+        let media = self
+            .content_type
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim();
         let kind = match media {
             "application/merge-patch+json" => PatchKind::Merge,
             "application/json-patch+json" => PatchKind::Json,
             "application/strategic-merge-patch+json" => PatchKind::Strategic,
             "application/apply-patch+yaml" => PatchKind::Apply,
-            other => return Err(ApiError::new(Reason::UnsupportedMediaType, format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})"))),
+            other => {
+                return Err(ApiError::new(
+                    Reason::UnsupportedMediaType,
+                    format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})"
+                    ),
+                ));
+            }
         };
         let patch: Value = match kind {
             PatchKind::Apply => serde_json::from_slice(&self.body).or_else(|_| {
-                let text = std::str::from_utf8(&self.body).map_err(|e| ApiError::bad_request(format!("apply body is not UTF-8: {e}")))?;
-                serde_saphyr::from_str::<Value>(text).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+                let text = std::str::from_utf8(&self.body)
+                    .map_err(|e| ApiError::bad_request(format!("apply body is not UTF-8: {e}")))?;
+                serde_saphyr::from_str::<Value>(text)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
             })?,
             _ => self.json_body()?,
         };
-        let written = self.registry().patch(&self.target, name, sub, kind, &patch, &self.write_options()?)?;
-        Ok(self.object_response(if written.created { 201 } else { 200 }, &written.object, &written.warnings))
+        let written = self.registry().patch(
+            &self.target,
+            name,
+            sub,
+            kind,
+            &patch,
+            &self.write_options()?,
+        )?;
+        Ok(self.object_response(
+            if written.created { 201 } else { 200 },
+            &written.object,
+            &written.warnings,
+        ))
     }
 
     fn delete_options(&self) -> ApiResult<DeleteOptions> {
-        let mut opts = if self.body.is_empty() { DeleteOptions::default() } else { DeleteOptions::from_json(&self.json_body()?)? };
+        let mut opts = if self.body.is_empty() {
+            DeleteOptions::default()
+        } else {
+            DeleteOptions::from_json(&self.json_body()?)?
+        };
         if let Some(grace) = self.query.get("gracePeriodSeconds") {
-            opts.grace_period_seconds = Some(grace.parse().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {grace:?}")))?);
+            opts.grace_period_seconds = Some(grace.parse().map_err(|_| {
+                ApiError::bad_request(format!("invalid gracePeriodSeconds {grace:?}"))
+            })?);
         }
         if let Some(policy) = self.query.get("propagationPolicy") {
             opts.propagation = parse_propagation(policy)?;
@@ -462,32 +657,52 @@ impl ResourceRequest<'_> {
     }
 
     fn delete(&self, name: &str) -> ApiResult<Response<ApiBody>> {
-        match self.registry().delete(&self.target, name, &self.delete_options()?)? {
+        match self
+            .registry()
+            .delete(&self.target, name, &self.delete_options()?)?
+        {
             Deleted::Pending(object) => Ok(self.object_response(200, &object, &[])),
-            Deleted::Removed(object) if self.target.rt.behavior == Behavior::Pod => Ok(self.object_response(200, &object, &[])),
-            Deleted::Removed(object) => Ok(value_response(200, &success_status(200, Some(json!({
-                "name": object.attrs.name, "group": self.target.rt.group, "kind": self.target.rt.plural, "uid": object.attrs.uid,
-            }))))),
+            Deleted::Removed(object) if self.target.rt.behavior == Behavior::Pod => {
+                Ok(self.object_response(200, &object, &[]))
+            }
+            Deleted::Removed(object) => Ok(value_response(
+                200,
+                &success_status(
+                    200,
+                    Some(json!({
+                        "name": object.attrs.name, "group": self.target.rt.group, "kind": self.target.rt.plural, "uid": object.attrs.uid,
+                    })),
+                ),
+            )),
         }
     }
 
     fn delete_collection(&self) -> ApiResult<Response<ApiBody>> {
-        let deleted = self.registry().delete_collection(&self.target, &self.list_query()?, &self.delete_options()?)?;
+        let deleted = self.registry().delete_collection(
+            &self.target,
+            &self.list_query()?,
+            &self.delete_options()?,
+        )?;
         let rt = &self.target.rt;
         let items: Vec<Value> = deleted.iter().map(|o| (*o.value).clone()).collect();
-        Ok(value_response(200, &json!({
-            "kind": rt.list_kind(), "apiVersion": rt.api_version(&self.target.version),
-            "metadata": {"resourceVersion": self.registry().store.current_rv().to_string()}, "items": items,
-        })))
+        Ok(value_response(
+            200,
+            &json!({
+                "kind": rt.list_kind(), "apiVersion": rt.api_version(&self.target.version),
+                "metadata": {"resourceVersion": self.registry().store.current_rv().to_string()}, "items": items,
+            }),
+        ))
     }
 
     fn bind(&self, name: &str) -> ApiResult<Response<ApiBody>> {
-        self.registry().bind(&self.target, name, &self.json_body()?)?;
+        self.registry()
+            .bind(&self.target, name, &self.json_body()?)?;
         Ok(value_response(201, &success_status(201, None)))
     }
 
     fn evict(&self, name: &str) -> ApiResult<Response<ApiBody>> {
-        self.registry().evict(&self.target, name, &self.json_body()?)?;
+        self.registry()
+            .evict(&self.target, name, &self.json_body()?)?;
         Ok(value_response(201, &success_status(201, None)))
     }
 
@@ -512,16 +727,29 @@ impl ResourceRequest<'_> {
         } else {
             super::patch::merge_patch(&mut scale, &body);
         }
-        let replicas = scale.pointer("/spec/replicas").and_then(Value::as_i64).ok_or_else(|| ApiError::bad_request("spec.replicas is required"))?;
-        let rv = scale.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_string();
-        let written = self.registry().update_with(&self.target, name, Sub::Main, &WriteOptions::default(), |current| {
-            let mut next = current.clone();
-            next["spec"]["replicas"] = json!(replicas);
-            if !rv.is_empty() {
-                next["metadata"]["resourceVersion"] = json!(rv);
-            }
-            Ok(next)
-        })?;
+        let replicas = scale
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| ApiError::bad_request("spec.replicas is required"))?;
+        let rv = scale
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let written = self.registry().update_with(
+            &self.target,
+            name,
+            Sub::Main,
+            &WriteOptions::default(),
+            |current| {
+                let mut next = current.clone();
+                next["spec"]["replicas"] = json!(replicas);
+                if !rv.is_empty() {
+                    next["metadata"]["resourceVersion"] = json!(rv);
+                }
+                Ok(next)
+            },
+        )?;
         Ok(value_response(200, &scale_of(&written.object.value)))
     }
 }
@@ -532,25 +760,61 @@ mod tests {
 
     #[test]
     fn parses_paths() {
-        let p = parse_resource_path(&["api", "v1", "namespaces", "default", "pods", "web", "eviction"]).expect("valid");
-        assert_eq!((p.group.as_str(), p.namespace.as_deref(), p.plural.as_str(), p.name.as_deref(), p.subresource.as_deref()), ("", Some("default"), "pods", Some("web"), Some("eviction")));
+        let p = parse_resource_path(&[
+            "api",
+            "v1",
+            "namespaces",
+            "default",
+            "pods",
+            "web",
+            "eviction",
+        ])
+        .expect("valid");
+        assert_eq!(
+            (
+                p.group.as_str(),
+                p.namespace.as_deref(),
+                p.plural.as_str(),
+                p.name.as_deref(),
+                p.subresource.as_deref()
+            ),
+            ("", Some("default"), "pods", Some("web"), Some("eviction"))
+        );
         let p = parse_resource_path(&["api", "v1", "namespaces", "kube-system"]).expect("valid");
-        assert_eq!((p.plural.as_str(), p.name.as_deref(), p.namespace), ("namespaces", Some("kube-system"), None));
+        assert_eq!(
+            (p.plural.as_str(), p.name.as_deref(), p.namespace),
+            ("namespaces", Some("kube-system"), None)
+        );
         let p = parse_resource_path(&["api", "v1", "namespaces", "x", "status"]).expect("valid");
-        assert_eq!((p.name.as_deref(), p.subresource.as_deref()), (Some("x"), Some("status")));
+        assert_eq!(
+            (p.name.as_deref(), p.subresource.as_deref()),
+            (Some("x"), Some("status"))
+        );
         let p = parse_resource_path(&["apis", "karpenter.sh", "v1", "nodepools"]).expect("valid");
-        assert_eq!((p.group.as_str(), p.plural.as_str(), p.name), ("karpenter.sh", "nodepools", None));
+        assert_eq!(
+            (p.group.as_str(), p.plural.as_str(), p.name),
+            ("karpenter.sh", "nodepools", None)
+        );
         let p = parse_resource_path(&["api", "v1", "namespaces", "ns", "pods"]).expect("valid");
-        assert_eq!((p.namespace.as_deref(), p.plural.as_str()), (Some("ns"), "pods"));
+        assert_eq!(
+            (p.namespace.as_deref(), p.plural.as_str()),
+            (Some("ns"), "pods")
+        );
         assert!(parse_resource_path(&["apis", "g"]).is_none());
     }
 
     #[test]
     fn decodes_queries() {
         let q = parse_query("labelSelector=app%3Dweb%2Ctier+in+%28a%2Cb%29&watch=1&x");
-        assert_eq!(q.get("labelSelector").map(String::as_str), Some("app=web,tier in (a,b)"));
+        assert_eq!(
+            q.get("labelSelector").map(String::as_str),
+            Some("app=web,tier in (a,b)")
+        );
         assert_eq!(q.get("watch").map(String::as_str), Some("1"));
         assert_eq!(q.get("x").map(String::as_str), Some(""));
-        assert_eq!(parse_query("a=%zz%4").get("a").map(String::as_str), Some("%zz%4"));
+        assert_eq!(
+            parse_query("a=%zz%4").get("a").map(String::as_str),
+            Some("%zz%4")
+        );
     }
 }

@@ -32,7 +32,12 @@ preferences: {{}}
 
 /// Writes the kubeconfig to `path`, naming the file in the error.
 pub fn write(path: &Path, url: &str) -> Result<(), std::io::Error> {
-    std::fs::write(path, render(url)).map_err(|e| std::io::Error::new(e.kind(), format!("writing kubeconfig {}: {e}", path.display())))
+    std::fs::write(path, render(url)).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("writing kubeconfig {}: {e}", path.display()),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -41,8 +46,12 @@ mod tests {
 
     #[test]
     fn is_valid_yaml_with_the_server() {
-        let doc: serde_json::Value = serde_saphyr::from_str(&render("http://127.0.0.1:1234")).expect("valid YAML");
-        assert_eq!(doc["clusters"][0]["cluster"]["server"], "http://127.0.0.1:1234");
+        let doc: serde_json::Value =
+            serde_saphyr::from_str(&render("http://127.0.0.1:1234")).expect("valid YAML");
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["server"],
+            "http://127.0.0.1:1234"
+        );
         assert_eq!(doc["current-context"], CONTEXT);
     }
 }

@@ -10,7 +10,9 @@ pub fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
         *object = Value::Object(Map::new());
     }
     let map = object.as_object_mut().expect("just made an object");
-    let meta = map.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let meta = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !meta.is_object() {
         *meta = Value::Object(Map::new());
     }
@@ -19,7 +21,11 @@ pub fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
 
 /// A string field of `metadata` (empty when absent).
 pub fn meta_str<'a>(object: &'a Value, field: &str) -> &'a str {
-    object.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or_default()
+    object
+        .get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// `metadata.finalizers`.
@@ -27,13 +33,19 @@ pub fn finalizers(object: &Value) -> Vec<String> {
     object
         .pointer("/metadata/finalizers")
         .and_then(Value::as_array)
-        .map(|f| f.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .map(|f| {
+            f.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// Whether `metadata.deletionTimestamp` is set.
 pub fn is_deleting(object: &Value) -> bool {
-    object.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null())
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
 }
 
 /// Everything but `metadata` and `status` (what `metadata.generation` tracks).
@@ -42,7 +54,9 @@ pub fn spec_part(object: &Value) -> Map<String, Value> {
         .as_object()
         .map(|m| {
             m.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })
@@ -54,14 +68,23 @@ pub fn new_uid() -> String {
     let n: u128 = rand::rng().random();
     let n = (n & !(0xF << 76) | (0x4 << 76)) & !(0x3 << 62) | (0x2 << 62);
     let hex = format!("{n:032x}");
-    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 /// Five characters from the API server's name-suffix alphabet (no vowels, no look-alikes).
 pub fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
-    (0..5).map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())])).collect()
+    (0..5)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
 }
 
 /// A stable short hash of a JSON value, in the same alphabet (used for `pod-template-hash`).

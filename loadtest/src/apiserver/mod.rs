@@ -44,7 +44,9 @@ use tokio::task::JoinHandle;
 pub use clock::{Clock, ManualClock, ScaledClock};
 pub use error::{ApiError, Reason};
 pub use faults::{Faults, InjectedError};
-pub use registry::{DeleteOptions, Deleted, ListQuery, PatchKind, Propagation, Registry, Sub, WriteOptions};
+pub use registry::{
+    DeleteOptions, Deleted, ListQuery, PatchKind, Propagation, Registry, Sub, WriteOptions,
+};
 pub use schema::FieldValidation;
 
 /// How to run the emulator.
@@ -114,10 +116,25 @@ impl ApiServer {
     /// Binds, starts serving and starts the built-in controllers. Must run inside a
     /// multi-threaded tokio runtime.
     pub async fn start(config: ServerConfig) -> Result<RunningServer, StartError> {
-        let listener = tokio::net::TcpListener::bind(config.bind).await.map_err(|source| StartError::Bind { addr: config.bind, source })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.bind, source })?;
-        let registry_config = registry::RegistryConfig { field_validation: config.field_validation, history_capacity: config.history_capacity };
-        let registry = Registry::new(config.clock.clone(), registry_config, tokio::runtime::Handle::current());
+        let listener = tokio::net::TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+        let registry_config = registry::RegistryConfig {
+            field_validation: config.field_validation,
+            history_capacity: config.history_capacity,
+        };
+        let registry = Registry::new(
+            config.clock.clone(),
+            registry_config,
+            tokio::runtime::Handle::current(),
+        );
         let fault_state = Arc::new(faults::FaultState::new());
         let (shutdown_tx, shutdown_rx) = signal::channel(false);
         let app = Arc::new(http::App {
@@ -172,7 +189,9 @@ impl RunningServer {
 
     /// Direct, in-process access to the API (for test setup and simulated components).
     pub fn cluster(&self) -> Cluster {
-        Cluster { registry: self.registry.clone() }
+        Cluster {
+            registry: self.registry.clone(),
+        }
     }
 
     /// Stops serving, ends every watch and controller, and waits for them.
@@ -196,7 +215,12 @@ fn split_api_version(api_version: &str) -> (&str, &str) {
 }
 
 impl Cluster {
-    fn target(&self, api_version: &str, plural: &str, namespace: Option<&str>) -> Result<registry::Target, ApiError> {
+    fn target(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+    ) -> Result<registry::Target, ApiError> {
         let (group, version) = split_api_version(api_version);
         self.registry.target(group, version, plural, namespace)
     }
@@ -207,34 +231,129 @@ impl Cluster {
     }
 
     /// Creates an object; the namespace comes from `object.metadata.namespace`.
-    pub fn create(&self, api_version: &str, plural: &str, object: Value) -> Result<Value, ApiError> {
-        let ns = object.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
+    pub fn create(
+        &self,
+        api_version: &str,
+        plural: &str,
+        object: Value,
+    ) -> Result<Value, ApiError> {
+        let ns = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let t = self.target(api_version, plural, ns.as_deref())?;
-        Ok((*self.registry.create(&t, object, &WriteOptions::default())?.object.value).clone())
+        Ok((*self
+            .registry
+            .create(&t, object, &WriteOptions::default())?
+            .object
+            .value)
+            .clone())
     }
 
     /// Reads an object.
-    pub fn get(&self, api_version: &str, plural: &str, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
+    pub fn get(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         let t = self.target(api_version, plural, namespace)?;
         Ok((*self.registry.get(&t, name)?.value).clone())
     }
 
     /// Lists objects (all namespaces when `namespace` is `None`) matching a label selector.
-    pub fn list(&self, api_version: &str, plural: &str, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Value>, ApiError> {
+    pub fn list(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        label_selector: &str,
+    ) -> Result<Vec<Value>, ApiError> {
         let t = self.target(api_version, plural, namespace)?;
-        let query = ListQuery { labels: selectors::LabelSelector::parse(label_selector)?, ..ListQuery::default() };
-        Ok(self.registry.list(&t, &query)?.items.iter().map(|o| (*o.value).clone()).collect())
+        let query = ListQuery {
+            labels: selectors::LabelSelector::parse(label_selector)?,
+            ..ListQuery::default()
+        };
+        Ok(self
+            .registry
+            .list(&t, &query)?
+            .items
+            .iter()
+            .map(|o| (*o.value).clone())
+            .collect())
     }
 
-    /// Patches an object (or its status).
-    pub fn patch(&self, api_version: &str, plural: &str, namespace: Option<&str>, name: &str, sub: Sub, kind: PatchKind, patch: &Value) -> Result<Value, ApiError> {
+    /// Patches an object.
+    pub fn patch(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+        kind: PatchKind,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        self.patch_sub(api_version, plural, namespace, name, Sub::Main, kind, patch)
+    }
+
+    /// Patches an object's status subresource.
+    pub fn patch_status(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+        kind: PatchKind,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        self.patch_sub(
+            api_version,
+            plural,
+            namespace,
+            name,
+            Sub::Status,
+            kind,
+            patch,
+        )
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "private funnel of the two public patch calls"
+    )]
+    fn patch_sub(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+        sub: Sub,
+        kind: PatchKind,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
         let t = self.target(api_version, plural, namespace)?;
-        let opts = WriteOptions { field_manager: Some("kerf-loadtest".to_string()), ..WriteOptions::default() };
-        Ok((*self.registry.patch(&t, name, sub, kind, patch, &opts)?.object.value).clone())
+        let opts = WriteOptions {
+            field_manager: Some("kerf-loadtest".to_string()),
+            ..WriteOptions::default()
+        };
+        Ok((*self
+            .registry
+            .patch(&t, name, sub, kind, patch, &opts)?
+            .object
+            .value)
+            .clone())
     }
 
     /// Deletes an object.
-    pub fn delete(&self, api_version: &str, plural: &str, namespace: Option<&str>, name: &str, opts: &DeleteOptions) -> Result<Deleted, ApiError> {
+    pub fn delete(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Deleted, ApiError> {
         let t = self.target(api_version, plural, namespace)?;
         self.registry.delete(&t, name, opts)
     }
@@ -242,12 +361,17 @@ impl Cluster {
     /// Assigns a pod to a node (`pods/binding`).
     pub fn bind(&self, namespace: &str, pod: &str, node: &str) -> Result<(), ApiError> {
         let t = self.target("v1", "pods", Some(namespace))?;
-        self.registry.bind(&t, pod, &serde_json::json!({"target": {"kind": "Node", "name": node}}))
+        self.registry.bind(
+            &t,
+            pod,
+            &serde_json::json!({"target": {"kind": "Node", "name": node}}),
+        )
     }
 
     /// Creates a CRD from its YAML text (e.g. an upstream Karpenter CRD file).
     pub fn apply_crd_yaml(&self, yaml: &str) -> Result<Value, ApiError> {
-        let crd: Value = serde_saphyr::from_str(yaml).map_err(|e| ApiError::bad_request(format!("CRD YAML: {e}")))?;
+        let crd: Value = serde_saphyr::from_str(yaml)
+            .map_err(|e| ApiError::bad_request(format!("CRD YAML: {e}")))?;
         self.create("apiextensions.k8s.io/v1", "customresourcedefinitions", crd)
     }
 

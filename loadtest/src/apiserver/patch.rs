@@ -17,7 +17,9 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     if !target.is_object() {
         *target = Value::Object(Map::new());
     }
-    let Value::Object(target_map) = target else { return };
+    let Value::Object(target_map) = target else {
+        return;
+    };
     for (key, value) in patch_map {
         if value.is_null() {
             target_map.shift_remove(key);
@@ -29,7 +31,9 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 
 /// RFC 6902 over `document`; fails (as a whole) with a message naming the failing op.
 pub fn json_patch(document: &Value, operations: &Value) -> Result<Value, String> {
-    let ops = operations.as_array().ok_or("json patch must be an array of operations")?;
+    let ops = operations
+        .as_array()
+        .ok_or("json patch must be an array of operations")?;
     let mut doc = document.clone();
     for (i, op) in ops.iter().enumerate() {
         apply_op(&mut doc, op).map_err(|e| format!("json patch operation {i} ({op}): {e}"))?;
@@ -38,10 +42,18 @@ pub fn json_patch(document: &Value, operations: &Value) -> Result<Value, String>
 }
 
 fn apply_op(doc: &mut Value, op: &Value) -> Result<(), String> {
-    let field = |name: &str| op.get(name).and_then(Value::as_str).ok_or(format!("missing {name:?}"));
+    let field = |name: &str| {
+        op.get(name)
+            .and_then(Value::as_str)
+            .ok_or(format!("missing {name:?}"))
+    };
     let path = field("path")?;
     match field("op")? {
-        "add" => add(doc, path, op.get("value").cloned().ok_or("missing \"value\"")?),
+        "add" => add(
+            doc,
+            path,
+            op.get("value").cloned().ok_or("missing \"value\"")?,
+        ),
         "remove" => remove(doc, path).map(drop),
         "replace" => {
             let value = op.get("value").cloned().ok_or("missing \"value\"")?;
@@ -58,7 +70,11 @@ fn apply_op(doc: &mut Value, op: &Value) -> Result<(), String> {
         }
         "test" => {
             let expected = op.get("value").ok_or("missing \"value\"")?;
-            if pointer_mut(doc, path)? == expected { Ok(()) } else { Err("test failed".to_string()) }
+            if pointer_mut(doc, path)? == expected {
+                Ok(())
+            } else {
+                Err("test failed".to_string())
+            }
         }
         other => Err(format!("unknown op {other:?}")),
     }
@@ -68,8 +84,13 @@ fn tokens(path: &str) -> Result<Vec<String>, String> {
     if path.is_empty() {
         return Ok(Vec::new());
     }
-    let rest = path.strip_prefix('/').ok_or_else(|| format!("path {path:?} must start with /"))?;
-    Ok(rest.split('/').map(|t| t.replace("~1", "/").replace("~0", "~")).collect())
+    let rest = path
+        .strip_prefix('/')
+        .ok_or_else(|| format!("path {path:?} must start with /"))?;
+    Ok(rest
+        .split('/')
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect())
 }
 
 fn pointer_mut<'a>(doc: &'a mut Value, path: &str) -> Result<&'a mut Value, String> {
@@ -88,7 +109,10 @@ fn pointer_mut<'a>(doc: &'a mut Value, path: &str) -> Result<&'a mut Value, Stri
 fn split_parent(path: &str) -> Result<(String, String), String> {
     let mut toks = tokens(path)?;
     let last = toks.pop().ok_or("cannot add or remove the document root")?;
-    let parent = toks.iter().map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1"))).collect();
+    let parent = toks
+        .iter()
+        .map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1")))
+        .collect();
     Ok((parent, last))
 }
 
@@ -104,7 +128,12 @@ fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
             Ok(())
         }
         Value::Array(items) => {
-            let index = if last == "-" { items.len() } else { last.parse::<usize>().map_err(|_| format!("bad index {last:?}"))? };
+            let index = if last == "-" {
+                items.len()
+            } else {
+                last.parse::<usize>()
+                    .map_err(|_| format!("bad index {last:?}"))?
+            };
             if index > items.len() {
                 return Err(format!("index {index} out of bounds"));
             }
@@ -118,10 +147,18 @@ fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
 fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
     let (parent, last) = split_parent(path)?;
     match pointer_mut(doc, &parent)? {
-        Value::Object(map) => map.shift_remove(&last).ok_or_else(|| format!("path {path:?} does not exist")),
+        Value::Object(map) => map
+            .shift_remove(&last)
+            .ok_or_else(|| format!("path {path:?} does not exist")),
         Value::Array(items) => {
-            let index = last.parse::<usize>().map_err(|_| format!("bad index {last:?}"))?;
-            if index < items.len() { Ok(items.remove(index)) } else { Err(format!("index {index} out of bounds")) }
+            let index = last
+                .parse::<usize>()
+                .map_err(|_| format!("bad index {last:?}"))?;
+            if index < items.len() {
+                Ok(items.remove(index))
+            } else {
+                Err(format!("index {index} out of bounds"))
+            }
         }
         _ => Err(format!("parent of {path:?} is not a container")),
     }
@@ -143,8 +180,14 @@ fn list_strategy(parent_path: &[String], key: &str) -> ListStrategy {
     let in_container = parent_path.iter().any(|p| p.ends_with("ontainers"));
     match key {
         "finalizers" if parent_path.last().is_some_and(|p| p == "metadata") => ListStrategy::Set,
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes" | "imagePullSecrets"
-        | "schedulingGates" | "resourceClaims" => ListStrategy::MergeKey("name"),
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "schedulingGates"
+        | "resourceClaims" => ListStrategy::MergeKey("name"),
         "volumeMounts" => ListStrategy::MergeKey("mountPath"),
         "volumeDevices" => ListStrategy::MergeKey("devicePath"),
         "ports" if in_container => ListStrategy::MergeKey("containerPort"),
@@ -183,10 +226,14 @@ fn merge_object(target: &mut Value, patch: &Value, path: &mut Vec<String>) -> Re
     if !target.is_object() {
         *target = Value::Object(Map::new());
     }
-    let Value::Object(target_map) = target else { return Ok(()) };
+    let Value::Object(target_map) = target else {
+        return Ok(());
+    };
     for (key, value) in patch_map {
         if let Some(field) = key.strip_prefix("$deleteFromPrimitiveList/") {
-            if let (Some(Value::Array(items)), Some(gone)) = (target_map.get_mut(field), value.as_array()) {
+            if let (Some(Value::Array(items)), Some(gone)) =
+                (target_map.get_mut(field), value.as_array())
+            {
                 items.retain(|item| !gone.contains(item));
             }
             continue;
@@ -209,15 +256,24 @@ fn merge_object(target: &mut Value, patch: &Value, path: &mut Vec<String>) -> Re
     Ok(())
 }
 
-fn merge_field(target_map: &mut Map<String, Value>, key: &str, value: &Value, path: &mut Vec<String>) -> Result<(), String> {
+fn merge_field(
+    target_map: &mut Map<String, Value>,
+    key: &str,
+    value: &Value,
+    path: &mut Vec<String>,
+) -> Result<(), String> {
     let parent = &path[..path.len() - 1];
     match (value, list_strategy(parent, key)) {
         (Value::Array(items), ListStrategy::MergeKey(merge_key)) => {
-            let current = target_map.entry(key.to_string()).or_insert_with(|| Value::Array(Vec::new()));
+            let current = target_map
+                .entry(key.to_string())
+                .or_insert_with(|| Value::Array(Vec::new()));
             merge_keyed_list(current, items, merge_key, path)
         }
         (Value::Array(items), ListStrategy::Set) => {
-            let current = target_map.entry(key.to_string()).or_insert_with(|| Value::Array(Vec::new()));
+            let current = target_map
+                .entry(key.to_string())
+                .or_insert_with(|| Value::Array(Vec::new()));
             if !current.is_array() {
                 *current = Value::Array(Vec::new());
             }
@@ -230,7 +286,11 @@ fn merge_field(target_map: &mut Map<String, Value>, key: &str, value: &Value, pa
             }
             Ok(())
         }
-        (Value::Object(_), _) => merge_object(target_map.entry(key.to_string()).or_insert(Value::Null), value, path),
+        (Value::Object(_), _) => merge_object(
+            target_map.entry(key.to_string()).or_insert(Value::Null),
+            value,
+            path,
+        ),
         _ => {
             target_map.insert(key.to_string(), strip_directives(value));
             Ok(())
@@ -238,21 +298,39 @@ fn merge_field(target_map: &mut Map<String, Value>, key: &str, value: &Value, pa
     }
 }
 
-fn merge_keyed_list(current: &mut Value, patch_items: &[Value], merge_key: &str, path: &mut Vec<String>) -> Result<(), String> {
-    if patch_items.iter().any(|item| item.get("$patch").and_then(Value::as_str) == Some("replace")) {
-        let kept = patch_items.iter().filter(|i| i.get("$patch").is_none()).map(strip_directives).collect();
+fn merge_keyed_list(
+    current: &mut Value,
+    patch_items: &[Value],
+    merge_key: &str,
+    path: &mut Vec<String>,
+) -> Result<(), String> {
+    if patch_items
+        .iter()
+        .any(|item| item.get("$patch").and_then(Value::as_str) == Some("replace"))
+    {
+        let kept = patch_items
+            .iter()
+            .filter(|i| i.get("$patch").is_none())
+            .map(strip_directives)
+            .collect();
         *current = Value::Array(kept);
         return Ok(());
     }
     if !current.is_array() {
         *current = Value::Array(Vec::new());
     }
-    let Value::Array(existing) = current else { return Ok(()) };
+    let Value::Array(existing) = current else {
+        return Ok(());
+    };
     for item in patch_items {
         let Some(key_value) = item.get(merge_key) else {
-            return Err(format!("list element {item} has no merge key {merge_key:?}"));
+            return Err(format!(
+                "list element {item} has no merge key {merge_key:?}"
+            ));
         };
-        let position = existing.iter().position(|e| e.get(merge_key) == Some(key_value));
+        let position = existing
+            .iter()
+            .position(|e| e.get(merge_key) == Some(key_value));
         if item.get("$patch").and_then(Value::as_str) == Some("delete") {
             existing.retain(|e| e.get(merge_key) != Some(key_value));
             continue;
@@ -269,7 +347,10 @@ fn merge_keyed_list(current: &mut Value, patch_items: &[Value], merge_key: &str,
 fn strip_directives(value: &Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
-            map.iter().filter(|(k, _)| !k.starts_with('$')).map(|(k, v)| (k.clone(), strip_directives(v))).collect(),
+            map.iter()
+                .filter(|(k, _)| !k.starts_with('$'))
+                .map(|(k, v)| (k.clone(), strip_directives(v)))
+                .collect(),
         ),
         Value::Array(items) => Value::Array(items.iter().map(strip_directives).collect()),
         other => other.clone(),
@@ -310,8 +391,17 @@ mod tests {
             {"op": "move", "from": "/metadata/annotations/a~1b", "path": "/metadata/annotations/c"},
         ]))
         .expect("valid patch");
-        assert_eq!(out, json!({"metadata": {"labels": {"a/b": "2"}, "finalizers": ["y", "z"], "annotations": {"c": "2"}}}));
-        assert!(json_patch(&doc, &json!([{"op": "test", "path": "/metadata/labels/a~1b", "value": "9"}])).is_err());
+        assert_eq!(
+            out,
+            json!({"metadata": {"labels": {"a/b": "2"}, "finalizers": ["y", "z"], "annotations": {"c": "2"}}})
+        );
+        assert!(
+            json_patch(
+                &doc,
+                &json!([{"op": "test", "path": "/metadata/labels/a~1b", "value": "9"}])
+            )
+            .is_err()
+        );
         assert!(json_patch(&doc, &json!([{"op": "remove", "path": "/nope"}])).is_err());
     }
 
@@ -329,10 +419,19 @@ mod tests {
         }))
         .expect("valid");
         assert_eq!(pod["metadata"]["finalizers"], json!(["a", "b"]));
-        assert_eq!(pod["metadata"]["ownerReferences"].as_array().map(Vec::len), Some(2));
-        assert_eq!(pod["spec"]["containers"], json!([{"name": "app", "image": "v2"}]));
+        assert_eq!(
+            pod["metadata"]["ownerReferences"].as_array().map(Vec::len),
+            Some(2)
+        );
+        assert_eq!(
+            pod["spec"]["containers"],
+            json!([{"name": "app", "image": "v2"}])
+        );
         assert_eq!(pod["spec"]["tolerations"], json!([{"key": "y"}]));
-        assert_eq!(pod["status"]["conditions"], json!([{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]));
+        assert_eq!(
+            pod["status"]["conditions"],
+            json!([{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}])
+        );
     }
 
     #[test]
@@ -344,9 +443,22 @@ mod tests {
         }))
         .expect("valid");
         assert_eq!(node["metadata"]["finalizers"], json!(["b"]));
-        assert_eq!(node["spec"]["taints"], json!([{"key": "k2", "effect": "NoExecute"}]));
-        strategic_merge(&mut node, &json!({"spec": {"$patch": "replace", "unschedulable": true}})).expect("valid");
+        assert_eq!(
+            node["spec"]["taints"],
+            json!([{"key": "k2", "effect": "NoExecute"}])
+        );
+        strategic_merge(
+            &mut node,
+            &json!({"spec": {"$patch": "replace", "unschedulable": true}}),
+        )
+        .expect("valid");
         assert_eq!(node["spec"], json!({"unschedulable": true}));
-        assert!(strategic_merge(&mut node, &json!({"status": {"conditions": [{"status": "True"}]}})).is_err());
+        assert!(
+            strategic_merge(
+                &mut node,
+                &json!({"status": {"conditions": [{"status": "True"}]}})
+            )
+            .is_err()
+        );
     }
 }

@@ -19,7 +19,10 @@ pub struct WorkQueue<K> {
 
 impl<K: Clone + Eq + Hash> Default for WorkQueue<K> {
     fn default() -> Self {
-        Self { items: Mutex::new((VecDeque::new(), HashSet::new())), notify: Notify::new() }
+        Self {
+            items: Mutex::new((VecDeque::new(), HashSet::new())),
+            notify: Notify::new(),
+        }
     }
 }
 

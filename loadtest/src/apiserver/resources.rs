@@ -22,7 +22,10 @@ pub struct GroupResource {
 impl GroupResource {
     /// Builds a group/resource pair.
     pub fn new(group: &str, resource: &str) -> Self {
-        Self { group: group.to_string(), resource: resource.to_string() }
+        Self {
+            group: group.to_string(),
+            resource: resource.to_string(),
+        }
     }
 }
 
@@ -84,7 +87,14 @@ pub struct ResourceType {
 }
 
 impl ResourceType {
-    fn builtin(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool, short: &[&str]) -> Self {
+    fn builtin(
+        group: &str,
+        version: &str,
+        plural: &str,
+        kind: &str,
+        namespaced: bool,
+        short: &[&str],
+    ) -> Self {
         Self {
             group: group.to_string(),
             versions: vec![version.to_string()],
@@ -119,7 +129,11 @@ impl ResourceType {
 
     /// `apiVersion` for `version`.
     pub fn api_version(&self, version: &str) -> String {
-        if self.group.is_empty() { version.to_string() } else { format!("{}/{version}", self.group) }
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{version}", self.group)
+        }
     }
 
     /// The preferred (storage) version.
@@ -139,7 +153,16 @@ impl ResourceType {
 
     /// The discovery entries (`APIResource`) for this resource and its subresources.
     pub fn discovery_entries(&self) -> Vec<Value> {
-        let verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+        let verbs = [
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ];
         let mut main = json!({
             "name": self.plural, "singularName": self.singular, "namespaced": self.namespaced,
             "kind": self.kind, "verbs": verbs, "storageVersionHash": "",
@@ -166,7 +189,12 @@ impl ResourceType {
             entries.push(sub("status", &self.kind, None, &["get", "patch", "update"]));
         }
         if self.subresources.scale {
-            entries.push(sub("scale", "Scale", Some("autoscaling"), &["get", "patch", "update"]));
+            entries.push(sub(
+                "scale",
+                "Scale",
+                Some("autoscaling"),
+                &["get", "patch", "update"],
+            ));
         }
         if self.subresources.binding {
             entries.push(sub("binding", "Binding", None, &["create"]));
@@ -180,18 +208,33 @@ impl ResourceType {
 
 /// The built-in resources, as a 1.33 API server serves the subset kerf needs.
 pub fn builtin_types() -> Vec<ResourceType> {
-    let core = |plural, kind, ns, short: &[&str]| ResourceType::builtin("", "v1", plural, kind, ns, short);
+    let core =
+        |plural, kind, ns, short: &[&str]| ResourceType::builtin("", "v1", plural, kind, ns, short);
     let mut pod = core("pods", "Pod", true, &["po"]).with_status().in_all();
     pod.subresources.binding = true;
     pod.subresources.eviction = true;
     pod.behavior = Behavior::Pod;
     let mut namespace = core("namespaces", "Namespace", false, &["ns"]).with_status();
     namespace.behavior = Behavior::Namespace;
-    let mut deployment = ResourceType::builtin("apps", "v1", "deployments", "Deployment", true, &["deploy"]).with_status().in_all();
+    let mut deployment =
+        ResourceType::builtin("apps", "v1", "deployments", "Deployment", true, &["deploy"])
+            .with_status()
+            .in_all();
     deployment.subresources.scale = true;
-    let mut replicaset = ResourceType::builtin("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"]).with_status().in_all();
+    let mut replicaset =
+        ResourceType::builtin("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"])
+            .with_status()
+            .in_all();
     replicaset.subresources.scale = true;
-    let mut crd = ResourceType::builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", false, &["crd", "crds"]).with_status();
+    let mut crd = ResourceType::builtin(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        false,
+        &["crd", "crds"],
+    )
+    .with_status();
     crd.behavior = Behavior::CustomResourceDefinition;
     vec![
         pod,
@@ -199,18 +242,53 @@ pub fn builtin_types() -> Vec<ResourceType> {
         namespace,
         core("events", "Event", true, &["ev"]),
         core("persistentvolumes", "PersistentVolume", false, &["pv"]).with_status(),
-        core("persistentvolumeclaims", "PersistentVolumeClaim", true, &["pvc"]).with_status(),
+        core(
+            "persistentvolumeclaims",
+            "PersistentVolumeClaim",
+            true,
+            &["pvc"],
+        )
+        .with_status(),
         core("configmaps", "ConfigMap", true, &["cm"]),
         core("secrets", "Secret", true, &[]),
-        core("services", "Service", true, &["svc"]).with_status().in_all(),
-        ResourceType::builtin("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"]).with_status().in_all(),
+        core("services", "Service", true, &["svc"])
+            .with_status()
+            .in_all(),
+        ResourceType::builtin("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"])
+            .with_status()
+            .in_all(),
         deployment,
         replicaset,
-        ResourceType::builtin("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"]).with_status().in_all(),
-        ResourceType::builtin("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, &["pdb"]).with_status(),
-        ResourceType::builtin("storage.k8s.io", "v1", "storageclasses", "StorageClass", false, &["sc"]),
+        ResourceType::builtin("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"])
+            .with_status()
+            .in_all(),
+        ResourceType::builtin(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+        )
+        .with_status(),
+        ResourceType::builtin(
+            "storage.k8s.io",
+            "v1",
+            "storageclasses",
+            "StorageClass",
+            false,
+            &["sc"],
+        ),
         ResourceType::builtin("storage.k8s.io", "v1", "csinodes", "CSINode", false, &[]),
-        ResourceType::builtin("storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", false, &[]).with_status(),
+        ResourceType::builtin(
+            "storage.k8s.io",
+            "v1",
+            "volumeattachments",
+            "VolumeAttachment",
+            false,
+            &[],
+        )
+        .with_status(),
         ResourceType::builtin("coordination.k8s.io", "v1", "leases", "Lease", true, &[]),
         ResourceType::builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"]),
         crd,
@@ -223,9 +301,19 @@ mod tests {
 
     #[test]
     fn pods_advertise_their_subresources() {
-        let pods = builtin_types().into_iter().find(|t| t.plural == "pods").expect("pods are built in");
-        let names: Vec<String> = pods.discovery_entries().iter().map(|e| e["name"].as_str().unwrap_or_default().to_string()).collect();
-        assert_eq!(names, ["pods", "pods/status", "pods/binding", "pods/eviction"]);
+        let pods = builtin_types()
+            .into_iter()
+            .find(|t| t.plural == "pods")
+            .expect("pods are built in");
+        let names: Vec<String> = pods
+            .discovery_entries()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            ["pods", "pods/status", "pods/binding", "pods/eviction"]
+        );
         let eviction = &pods.discovery_entries()[3];
         assert_eq!(eviction["group"], "policy");
         assert_eq!(eviction["kind"], "Eviction");

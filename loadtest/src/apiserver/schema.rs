@@ -53,10 +53,22 @@ impl Schema {
 
     /// Defaults `object` in place and checks it; `apiVersion`, `kind` and `metadata` at the
     /// top level are the API server's business, not the schema's.
-    pub fn apply(&self, object: &mut Value, mode: FieldValidation) -> Result<Pass, Vec<FieldProblem>> {
-        let mut walk = Walk { mode, pass: Pass::default(), problems: Vec::new() };
+    pub fn apply(
+        &self,
+        object: &mut Value,
+        mode: FieldValidation,
+    ) -> Result<Pass, Vec<FieldProblem>> {
+        let mut walk = Walk {
+            mode,
+            pass: Pass::default(),
+            problems: Vec::new(),
+        };
         walk.node(&self.root, object, "", true);
-        if walk.problems.is_empty() { Ok(walk.pass) } else { Err(walk.problems) }
+        if walk.problems.is_empty() {
+            Ok(walk.pass)
+        } else {
+            Err(walk.problems)
+        }
     }
 }
 
@@ -67,7 +79,11 @@ struct Walk {
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 fn flag(schema: &Value, name: &str) -> bool {
@@ -76,7 +92,8 @@ fn flag(schema: &Value, name: &str) -> bool {
 
 impl Walk {
     fn invalid(&mut self, path: &str, message: String) {
-        self.problems.push(FieldProblem::Invalid(path.to_string(), message));
+        self.problems
+            .push(FieldProblem::Invalid(path.to_string(), message));
     }
 
     fn node(&mut self, schema: &Value, value: &mut Value, path: &str, top: bool) {
@@ -105,10 +122,15 @@ impl Walk {
             if value.is_string() || value.is_i64() || value.is_u64() {
                 return true;
             }
-            self.invalid(path, format!("Invalid value: {value}: {path} in body must be of type int-or-string"));
+            self.invalid(
+                path,
+                format!("Invalid value: {value}: {path} in body must be of type int-or-string"),
+            );
             return false;
         }
-        let Some(expected) = schema.get("type").and_then(Value::as_str) else { return true };
+        let Some(expected) = schema.get("type").and_then(Value::as_str) else {
+            return true;
+        };
         let ok = match expected {
             "object" => value.is_object(),
             "array" => value.is_array(),
@@ -127,7 +149,12 @@ impl Walk {
                 Value::Array(_) => "array",
                 Value::Object(_) => "object",
             };
-            self.invalid(path, format!("Invalid value: \"{got}\": {path} in body must be of type {expected}: \"{got}\""));
+            self.invalid(
+                path,
+                format!(
+                    "Invalid value: \"{got}\": {path} in body must be of type {expected}: \"{got}\""
+                ),
+            );
         }
         ok
     }
@@ -137,15 +164,33 @@ impl Walk {
             && !allowed.contains(value)
         {
             let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
-            self.invalid(path, format!("Unsupported value: {value}: supported values: {}", list.join(", ")));
+            self.invalid(
+                path,
+                format!(
+                    "Unsupported value: {value}: supported values: {}",
+                    list.join(", ")
+                ),
+            );
         }
         let bound = |name: &str| schema.get(name).and_then(Value::as_f64);
         if let Some(n) = value.as_f64() {
             if bound("minimum").is_some_and(|min| n < min) {
-                self.invalid(path, format!("Invalid value: {n}: {path} in body should be greater than or equal to {}", schema["minimum"]));
+                self.invalid(
+                    path,
+                    format!(
+                        "Invalid value: {n}: {path} in body should be greater than or equal to {}",
+                        schema["minimum"]
+                    ),
+                );
             }
             if bound("maximum").is_some_and(|max| n > max) {
-                self.invalid(path, format!("Invalid value: {n}: {path} in body should be less than or equal to {}", schema["maximum"]));
+                self.invalid(
+                    path,
+                    format!(
+                        "Invalid value: {n}: {path} in body should be less than or equal to {}",
+                        schema["maximum"]
+                    ),
+                );
             }
         }
         let len = match value {
@@ -156,11 +201,21 @@ impl Walk {
         };
         if let Some(len) = len {
             let len = len as f64;
-            for (name, too_long) in [("maxLength", true), ("maxItems", true), ("maxProperties", true), ("minLength", false), ("minItems", false), ("minProperties", false)] {
+            for (name, too_long) in [
+                ("maxLength", true),
+                ("maxItems", true),
+                ("maxProperties", true),
+                ("minLength", false),
+                ("minItems", false),
+                ("minProperties", false),
+            ] {
                 if let Some(limit) = bound(name)
                     && ((too_long && len > limit) || (!too_long && len < limit))
                 {
-                    self.invalid(path, format!("Invalid value: {value}: {path} in body violates {name} {limit}"));
+                    self.invalid(
+                        path,
+                        format!("Invalid value: {value}: {path} in body violates {name} {limit}"),
+                    );
                 }
             }
         }
@@ -172,11 +227,14 @@ impl Walk {
         let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields")
             || additional.is_some_and(|a| a.as_bool() == Some(true));
         let embedded = flag(schema, "x-kubernetes-embedded-resource");
-        let is_meta = |key: &str| (top || embedded) && matches!(key, "apiVersion" | "kind" | "metadata");
+        let is_meta =
+            |key: &str| (top || embedded) && matches!(key, "apiVersion" | "kind" | "metadata");
 
         // Nulls of non-nullable fields are pruned before defaulting, as the server does.
         map.retain(|key, v| {
-            !v.is_null() || is_meta(key) || sub_schema(properties, additional, key).is_some_and(|s| flag(s, "nullable"))
+            !v.is_null()
+                || is_meta(key)
+                || sub_schema(properties, additional, key).is_some_and(|s| flag(s, "nullable"))
         });
         if let Some(properties) = properties {
             for (key, prop) in properties {
@@ -203,7 +261,12 @@ impl Walk {
                 None => self.unknown(map, &key, child_path),
             }
         }
-        for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+        for required in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if let Some(name) = required.as_str()
                 && !map.contains_key(name)
             {
@@ -226,8 +289,14 @@ impl Walk {
     }
 }
 
-fn sub_schema<'a>(properties: Option<&'a Map<String, Value>>, additional: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-    properties.and_then(|p| p.get(key)).or_else(|| additional.filter(|a| a.is_object()))
+fn sub_schema<'a>(
+    properties: Option<&'a Map<String, Value>>,
+    additional: Option<&'a Value>,
+    key: &str,
+) -> Option<&'a Value> {
+    properties
+        .and_then(|p| p.get(key))
+        .or_else(|| additional.filter(|a| a.is_object()))
 }
 
 #[cfg(test)]
@@ -266,20 +335,34 @@ mod tests {
     #[test]
     fn applies_defaults_recursively() {
         let mut obj = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "a"}});
-        schema().apply(&mut obj, FieldValidation::Strict).expect("valid");
+        schema()
+            .apply(&mut obj, FieldValidation::Strict)
+            .expect("valid");
         assert_eq!(obj["spec"]["policy"], "WhenEmpty");
         assert_eq!(obj["spec"]["budgets"], json!([{"nodes": "10%"}]));
         let mut obj = json!({"spec": {"budgets": [{}, {"nodes": "5"}]}});
-        schema().apply(&mut obj, FieldValidation::Strict).expect("valid");
-        assert_eq!(obj["spec"]["budgets"], json!([{"nodes": "10%"}, {"nodes": "5"}]));
+        schema()
+            .apply(&mut obj, FieldValidation::Strict)
+            .expect("valid");
+        assert_eq!(
+            obj["spec"]["budgets"],
+            json!([{"nodes": "10%"}, {"nodes": "5"}])
+        );
     }
 
     #[test]
     fn rejects_or_prunes_unknown_fields() {
         let mut obj = json!({"spec": {"bogus": 1, "free": {"anything": true}, "limits": {"cpu": "10", "memory": 5}}});
-        let problems = schema().apply(&mut obj.clone(), FieldValidation::Strict).expect_err("unknown field");
-        assert_eq!(problems, vec![FieldProblem::Unknown("spec.bogus".to_string())]);
-        let pass = schema().apply(&mut obj, FieldValidation::Warn).expect("pruned");
+        let problems = schema()
+            .apply(&mut obj.clone(), FieldValidation::Strict)
+            .expect_err("unknown field");
+        assert_eq!(
+            problems,
+            vec![FieldProblem::Unknown("spec.bogus".to_string())]
+        );
+        let pass = schema()
+            .apply(&mut obj, FieldValidation::Warn)
+            .expect("pruned");
         assert_eq!(pass.pruned, vec!["spec.bogus".to_string()]);
         assert!(obj["spec"].get("bogus").is_none());
         assert_eq!(obj["spec"]["free"]["anything"], true);
@@ -291,15 +374,28 @@ mod tests {
             (json!({"spec": {"weight": "heavy"}}), "spec.weight"),
             (json!({"spec": {"weight": 101}}), "spec.weight"),
             (json!({"spec": {"policy": "Sometimes"}}), "spec.policy"),
-            (json!({"spec": {"limits": {"cpu": true}}}), "spec.limits.cpu"),
-            (json!({"spec": {"budgets": [{"reasons": [1]}]}}), "spec.budgets[0].reasons[0]"),
+            (
+                json!({"spec": {"limits": {"cpu": true}}}),
+                "spec.limits.cpu",
+            ),
+            (
+                json!({"spec": {"budgets": [{"reasons": [1]}]}}),
+                "spec.budgets[0].reasons[0]",
+            ),
         ];
         for (mut obj, field) in cases {
-            let problems = schema().apply(&mut obj, FieldValidation::Strict).expect_err(field);
-            assert!(matches!(&problems[0], FieldProblem::Invalid(p, _) if p == field), "{problems:?}");
+            let problems = schema()
+                .apply(&mut obj, FieldValidation::Strict)
+                .expect_err(field);
+            assert!(
+                matches!(&problems[0], FieldProblem::Invalid(p, _) if p == field),
+                "{problems:?}"
+            );
         }
         let mut obj = json!({"spec": {"opt": null, "weight": null}});
-        schema().apply(&mut obj, FieldValidation::Strict).expect("nulls are fine");
+        schema()
+            .apply(&mut obj, FieldValidation::Strict)
+            .expect("nulls are fine");
         assert!(obj["spec"]["opt"].is_null() && obj["spec"].get("opt").is_some());
         assert!(obj["spec"].get("weight").is_none());
     }

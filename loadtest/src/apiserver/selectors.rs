@@ -33,8 +33,14 @@ impl Requirement {
             Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
             Requirement::Exists(k) => labels.contains_key(k),
             Requirement::DoesNotExist(k) => !labels.contains_key(k),
-            Requirement::Gt(k, n) => labels.get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
-            Requirement::Lt(k, n) => labels.get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
+            Requirement::Gt(k, n) => labels
+                .get(k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v > *n),
+            Requirement::Lt(k, n) => labels
+                .get(k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v < *n),
         }
     }
 }
@@ -67,25 +73,45 @@ impl LabelSelector {
                 continue;
             }
             requirements.push(parse_requirement(clause).ok_or_else(|| {
-                ApiError::bad_request(format!("unable to parse requirement: {clause:?} in labelSelector {text:?}"))
+                ApiError::bad_request(format!(
+                    "unable to parse requirement: {clause:?} in labelSelector {text:?}"
+                ))
             })?);
         }
-        Ok(Self { requirements, matches_nothing: false })
+        Ok(Self {
+            requirements,
+            matches_nothing: false,
+        })
     }
 
     /// Converts a `metav1.LabelSelector` JSON object; `null`/absent selects nothing.
     pub fn from_json(selector: Option<&Value>) -> ApiResult<Self> {
         let Some(selector) = selector.filter(|s| !s.is_null()) else {
-            return Ok(Self { requirements: Vec::new(), matches_nothing: true });
+            return Ok(Self {
+                requirements: Vec::new(),
+                matches_nothing: true,
+            });
         };
         let mut requirements = Vec::new();
         if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
             for (k, v) in labels {
-                requirements.push(Requirement::In(k.clone(), vec![v.as_str().unwrap_or_default().to_string()]));
+                requirements.push(Requirement::In(
+                    k.clone(),
+                    vec![v.as_str().unwrap_or_default().to_string()],
+                ));
             }
         }
-        for expr in selector.get("matchExpressions").and_then(Value::as_array).into_iter().flatten() {
-            let key = expr.get("key").and_then(Value::as_str).unwrap_or_default().to_string();
+        for expr in selector
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let key = expr
+                .get("key")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
             let values: Vec<String> = expr
                 .get("values")
                 .and_then(Value::as_array)
@@ -106,7 +132,10 @@ impl LabelSelector {
             };
             requirements.push(requirement);
         }
-        Ok(Self { requirements, matches_nothing: false })
+        Ok(Self {
+            requirements,
+            matches_nothing: false,
+        })
     }
 }
 
@@ -138,20 +167,39 @@ fn parse_requirement(clause: &str) -> Option<Requirement> {
             let values = rest.trim().strip_prefix('(')?.strip_suffix(')')?;
             let values: Vec<String> = values.split(',').map(|v| v.trim().to_string()).collect();
             let key = key.trim().to_string();
-            return valid_key(&key).then(|| if set_op { Requirement::In(key, values) } else { Requirement::NotIn(key, values) });
+            if !valid_key(&key) {
+                return None;
+            }
+            return Some(if set_op {
+                Requirement::In(key, values)
+            } else {
+                Requirement::NotIn(key, values)
+            });
         }
     }
     if let Some((key, value)) = clause.split_once("!=") {
-        return Some(Requirement::NotIn(checked_key(key)?, vec![value.trim().to_string()]));
+        return Some(Requirement::NotIn(
+            checked_key(key)?,
+            vec![value.trim().to_string()],
+        ));
     }
     if let Some((key, value)) = clause.split_once("==").or_else(|| clause.split_once('=')) {
-        return Some(Requirement::In(checked_key(key)?, vec![value.trim().to_string()]));
+        return Some(Requirement::In(
+            checked_key(key)?,
+            vec![value.trim().to_string()],
+        ));
     }
     if let Some((key, value)) = clause.split_once('>') {
-        return Some(Requirement::Gt(checked_key(key)?, value.trim().parse().ok()?));
+        return Some(Requirement::Gt(
+            checked_key(key)?,
+            value.trim().parse().ok()?,
+        ));
     }
     if let Some((key, value)) = clause.split_once('<') {
-        return Some(Requirement::Lt(checked_key(key)?, value.trim().parse().ok()?));
+        return Some(Requirement::Lt(
+            checked_key(key)?,
+            value.trim().parse().ok()?,
+        ));
     }
     valid_key(clause).then(|| Requirement::Exists(clause.to_string()))
 }
@@ -162,11 +210,19 @@ fn checked_key(key: &str) -> Option<String> {
 }
 
 fn valid_key(key: &str) -> bool {
-    !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+    !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
 }
 
 /// The fields a `fieldSelector` may name; unknown fields are rejected like the server does.
-pub const SELECTABLE_FIELDS: [&str; 4] = ["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"];
+pub const SELECTABLE_FIELDS: [&str; 4] = [
+    "metadata.name",
+    "metadata.namespace",
+    "spec.nodeName",
+    "status.phase",
+];
 
 /// One `field=value` / `field!=value` term.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,23 +245,34 @@ impl FieldSelector {
         for clause in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
             let (field, value, equal) = if let Some((f, v)) = clause.split_once("!=") {
                 (f, v, false)
-            } else if let Some((f, v)) = clause.split_once("==").or_else(|| clause.split_once('=')) {
+            } else if let Some((f, v)) = clause.split_once("==").or_else(|| clause.split_once('='))
+            {
                 (f, v, true)
             } else {
-                return Err(ApiError::bad_request(format!("invalid selector: {clause:?}; can't understand it")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid selector: {clause:?}; can't understand it"
+                )));
             };
             let field = field.trim();
             if !allowed.contains(&field) {
-                return Err(ApiError::bad_request(format!("field label not supported: {field}")));
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {field}"
+                )));
             }
-            terms.push(FieldTerm { field: field.to_string(), value: value.trim().to_string(), equal });
+            terms.push(FieldTerm {
+                field: field.to_string(),
+                value: value.trim().to_string(),
+                equal,
+            });
         }
         Ok(Self { terms })
     }
 
     /// Whether an object whose selectable fields are given by `lookup` satisfies every term.
     pub fn matches(&self, lookup: impl Fn(&str) -> String) -> bool {
-        self.terms.iter().all(|t| (lookup(&t.field) == t.value) == t.equal)
+        self.terms
+            .iter()
+            .all(|t| (lookup(&t.field) == t.value) == t.equal)
     }
 
     /// True when there are no terms.
@@ -220,19 +287,49 @@ mod tests {
     use serde_json::json;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn parses_every_operator() {
         let l = labels(&[("app", "web"), ("tier", "front"), ("n", "5")]);
-        let yes = ["app=web", "app==web", "app!=db", "tier in (front, back)", "tier notin (db)", "app", "!legacy", "n>3", "n<6", "app=web,tier=front", "missing!=x"];
+        let yes = [
+            "app=web",
+            "app==web",
+            "app!=db",
+            "tier in (front, back)",
+            "tier notin (db)",
+            "app",
+            "!legacy",
+            "n>3",
+            "n<6",
+            "app=web,tier=front",
+            "missing!=x",
+        ];
         for s in yes {
-            assert!(LabelSelector::parse(s).expect(s).matches(&l), "{s} should match");
+            assert!(
+                LabelSelector::parse(s).expect(s).matches(&l),
+                "{s} should match"
+            );
         }
-        let no = ["app=db", "app!=web", "tier in (back)", "tier notin (front,x)", "legacy", "!app", "n>5", "app=web,tier=back"];
+        let no = [
+            "app=db",
+            "app!=web",
+            "tier in (back)",
+            "tier notin (front,x)",
+            "legacy",
+            "!app",
+            "n>5",
+            "app=web,tier=back",
+        ];
         for s in no {
-            assert!(!LabelSelector::parse(s).expect(s).matches(&l), "{s} should not match");
+            assert!(
+                !LabelSelector::parse(s).expect(s).matches(&l),
+                "{s} should not match"
+            );
         }
         assert!(LabelSelector::parse("").expect("empty").is_everything());
         assert!(LabelSelector::parse("a in b").is_err());
@@ -248,14 +345,31 @@ mod tests {
         .expect("valid");
         assert!(sel.matches(&labels(&[("app", "web")])));
         assert!(!sel.matches(&labels(&[("app", "web"), ("tier", "db")])));
-        assert!(!LabelSelector::from_json(None).expect("null").matches(&labels(&[])));
-        assert!(LabelSelector::from_json(Some(&json!({}))).expect("empty").matches(&labels(&[])));
-        assert!(LabelSelector::from_json(Some(&json!({"matchExpressions": [{"key": "a", "operator": "Bogus"}]}))).is_err());
+        assert!(
+            !LabelSelector::from_json(None)
+                .expect("null")
+                .matches(&labels(&[]))
+        );
+        assert!(
+            LabelSelector::from_json(Some(&json!({})))
+                .expect("empty")
+                .matches(&labels(&[]))
+        );
+        assert!(
+            LabelSelector::from_json(Some(
+                &json!({"matchExpressions": [{"key": "a", "operator": "Bogus"}]})
+            ))
+            .is_err()
+        );
     }
 
     #[test]
     fn field_selectors() {
-        let sel = FieldSelector::parse("spec.nodeName=n1,status.phase!=Succeeded", &SELECTABLE_FIELDS).expect("valid");
+        let sel = FieldSelector::parse(
+            "spec.nodeName=n1,status.phase!=Succeeded",
+            &SELECTABLE_FIELDS,
+        )
+        .expect("valid");
         let pod = |node: &'static str, phase: &'static str| {
             move |f: &str| match f {
                 "spec.nodeName" => node.to_string(),
@@ -267,6 +381,10 @@ mod tests {
         assert!(!sel.matches(pod("n1", "Succeeded")));
         assert!(!sel.matches(pod("n2", "Running")));
         assert!(FieldSelector::parse("spec.bogus=1", &SELECTABLE_FIELDS).is_err());
-        assert!(FieldSelector::parse("spec.nodeName=", &SELECTABLE_FIELDS).expect("empty value").matches(pod("", "")));
+        assert!(
+            FieldSelector::parse("spec.nodeName=", &SELECTABLE_FIELDS)
+                .expect("empty value")
+                .matches(pod("", ""))
+        );
     }
 }

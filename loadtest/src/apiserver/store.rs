@@ -68,7 +68,10 @@ pub struct Attrs {
 }
 
 fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
-    value.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 impl Attrs {
@@ -77,7 +80,11 @@ impl Attrs {
         let labels = object
             .pointer("/metadata/labels")
             .and_then(Value::as_object)
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect()
+            })
             .unwrap_or_default();
         let owners = object
             .pointer("/metadata/ownerReferences")
@@ -88,7 +95,10 @@ impl Attrs {
                         kind: str_at(r, "/kind").to_string(),
                         name: str_at(r, "/name").to_string(),
                         uid: str_at(r, "/uid").to_string(),
-                        controller: r.get("controller").and_then(Value::as_bool).unwrap_or(false),
+                        controller: r
+                            .get("controller")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(false),
                     })
                     .collect()
             })
@@ -101,7 +111,9 @@ impl Attrs {
             node_name: str_at(object, "/spec/nodeName").to_string(),
             phase: str_at(object, "/status/phase").to_string(),
             owners,
-            deleting: object.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()),
+            deleting: object
+                .pointer("/metadata/deletionTimestamp")
+                .is_some_and(|v| !v.is_null()),
         }
     }
 
@@ -336,7 +348,11 @@ impl Store {
 
     /// Objects whose ownerReferences name `owner_uid`.
     pub fn dependents(&self, owner_uid: &str) -> Vec<Location> {
-        lock(&self.index).dependents.get(owner_uid).map(|s| s.iter().cloned().collect()).unwrap_or_default()
+        lock(&self.index)
+            .dependents
+            .get(owner_uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Writes (or with `new == None`, removes) the object at `key` under the caller's lock,
@@ -360,11 +376,21 @@ impl Store {
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".to_string(), Value::String(rv.to_string()));
         }
-        let bytes = Bytes::from(serde_json::to_vec(&value).expect("a serde_json::Value always serialises"));
+        let bytes =
+            Bytes::from(serde_json::to_vec(&value).expect("a serde_json::Value always serialises"));
         let attrs = Arc::new(Attrs::of(&value));
-        let stored = Arc::new(StoredObject { value: Arc::new(value), bytes: bytes.clone(), attrs: attrs.clone(), rv });
+        let stored = Arc::new(StoredObject {
+            value: Arc::new(value),
+            bytes: bytes.clone(),
+            attrs: attrs.clone(),
+            rv,
+        });
         let gr = ts.resource_type().group_resource();
-        self.reindex(&gr, old.as_ref().map(|o| &*o.attrs), (kind != EventType::Deleted).then_some(&*attrs));
+        self.reindex(
+            &gr,
+            old.as_ref().map(|o| &*o.attrs),
+            (kind != EventType::Deleted).then_some(&*attrs),
+        );
         if kind == EventType::Deleted {
             state.objects.remove(key);
         } else {
@@ -375,7 +401,13 @@ impl Store {
         {
             state.floor = dropped.rv;
         }
-        state.history.push_back(Record { rv, kind, object: bytes, attrs, prev: old.map(|o| o.attrs.clone()) });
+        state.history.push_back(Record {
+            rv,
+            kind,
+            object: bytes,
+            attrs,
+            prev: old.map(|o| o.attrs.clone()),
+        });
         ts.changed.send_replace(rv);
         stored
     }
@@ -398,7 +430,11 @@ impl Store {
             let loc = (gr.clone(), new.key());
             index.by_uid.insert(new.uid.clone(), loc.clone());
             for owner in &new.owners {
-                index.dependents.entry(owner.uid.clone()).or_default().insert(loc.clone());
+                index
+                    .dependents
+                    .entry(owner.uid.clone())
+                    .or_default()
+                    .insert(loc.clone());
             }
         }
     }
@@ -411,14 +447,18 @@ mod tests {
     use serde_json::json;
 
     fn pods(store: &Store) -> Arc<TypeStore> {
-        let rt = builtin_types().into_iter().find(|t| t.plural == "pods").expect("pods are built in");
+        let rt = builtin_types()
+            .into_iter()
+            .find(|t| t.plural == "pods")
+            .expect("pods are built in");
         store.register(rt)
     }
 
     fn pod(ns: &str, name: &str, owner: Option<&str>) -> Value {
         let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": ns, "name": name, "uid": format!("uid-{ns}-{name}")}});
         if let Some(owner) = owner {
-            p["metadata"]["ownerReferences"] = json!([{"kind": "ReplicaSet", "name": "rs", "uid": owner, "controller": true}]);
+            p["metadata"]["ownerReferences"] =
+                json!([{"kind": "ReplicaSet", "name": "rs", "uid": owner, "controller": true}]);
         }
         p
     }
@@ -428,13 +468,26 @@ mod tests {
         let store = Store::new(16);
         let ts = pods(&store);
         let mut state = write(&ts.state);
-        let a = store.commit(&ts, &mut state, &("ns".into(), "a".into()), Some(pod("ns", "a", Some("o1"))));
-        let b = store.commit(&ts, &mut state, &("ns".into(), "a".into()), Some(pod("ns", "a", None)));
+        let a = store.commit(
+            &ts,
+            &mut state,
+            &("ns".into(), "a".into()),
+            Some(pod("ns", "a", Some("o1"))),
+        );
+        let b = store.commit(
+            &ts,
+            &mut state,
+            &("ns".into(), "a".into()),
+            Some(pod("ns", "a", None)),
+        );
         assert!(b.rv > a.rv);
         assert_eq!(b.value["metadata"]["resourceVersion"], b.rv.to_string());
         let gone = store.commit(&ts, &mut state, &("ns".into(), "a".into()), None);
         let kinds: Vec<EventType> = state.history.iter().map(|r| r.kind).collect();
-        assert_eq!(kinds, [EventType::Added, EventType::Modified, EventType::Deleted]);
+        assert_eq!(
+            kinds,
+            [EventType::Added, EventType::Modified, EventType::Deleted]
+        );
         assert!(state.objects.is_empty());
         assert_eq!(state.history[2].rv, gone.rv);
     }
@@ -445,7 +498,12 @@ mod tests {
         let ts = pods(&store);
         let mut state = write(&ts.state);
         for i in 0..20 {
-            store.commit(&ts, &mut state, &("ns".into(), format!("p{i}")), Some(pod("ns", &format!("p{i}"), None)));
+            store.commit(
+                &ts,
+                &mut state,
+                &("ns".into(), format!("p{i}")),
+                Some(pod("ns", &format!("p{i}"), None)),
+            );
         }
         assert_eq!(state.history.len(), 16);
         assert_eq!(state.floor + 1, state.history[0].rv);
@@ -456,13 +514,31 @@ mod tests {
         let store = Store::new(16);
         let ts = pods(&store);
         let mut state = write(&ts.state);
-        store.commit(&ts, &mut state, &("ns".into(), "a".into()), Some(pod("ns", "a", Some("o1"))));
-        store.commit(&ts, &mut state, &("other".into(), "b".into()), Some(pod("other", "b", Some("o1"))));
+        store.commit(
+            &ts,
+            &mut state,
+            &("ns".into(), "a".into()),
+            Some(pod("ns", "a", Some("o1"))),
+        );
+        store.commit(
+            &ts,
+            &mut state,
+            &("other".into(), "b".into()),
+            Some(pod("other", "b", Some("o1"))),
+        );
         assert_eq!(store.dependents("o1").len(), 2);
-        store.commit(&ts, &mut state, &("ns".into(), "a".into()), Some(pod("ns", "a", None)));
+        store.commit(
+            &ts,
+            &mut state,
+            &("ns".into(), "a".into()),
+            Some(pod("ns", "a", None)),
+        );
         assert_eq!(store.dependents("o1").len(), 1);
         assert!(store.locate("uid-ns-a").is_some());
-        let in_ns: Vec<String> = state.range(Some("ns"), None).map(|o| o.attrs.name.clone()).collect();
+        let in_ns: Vec<String> = state
+            .range(Some("ns"), None)
+            .map(|o| o.attrs.name.clone())
+            .collect();
         assert_eq!(in_ns, ["a"]);
     }
 }

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use super::error::{ApiError, ApiResult};
 use super::registry::Target;
 use super::selectors::{FieldSelector, LabelSelector};
-use super::store::{Attrs, EventType, Record, StoredObject, Store, TypeStore, read};
+use super::store::{Attrs, EventType, Record, Store, StoredObject, TypeStore, read};
 
 /// Parameters of one watch request.
 #[derive(Debug, Clone, Default)]
@@ -59,7 +59,9 @@ struct Filter {
 
 impl Filter {
     fn matches(&self, attrs: &Attrs) -> bool {
-        self.namespace.as_deref().is_none_or(|ns| ns == attrs.namespace)
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| ns == attrs.namespace)
             && self.labels.matches(&attrs.labels)
             && self.fields.matches(|f| attrs.field(f))
     }
@@ -99,10 +101,22 @@ pub fn prepare(target: Target, params: WatchParams) -> ApiResult<Watch> {
     let start = match params.resource_version.as_deref() {
         None | Some("") | Some("0") => Start::Snapshot,
         Some(_) if params.send_initial_events => Start::Snapshot,
-        Some(rv) => Start::After(rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?),
+        Some(rv) => Start::After(
+            rv.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?,
+        ),
     };
-    let filter = Filter { namespace: target.namespace.clone(), labels: params.labels.clone(), fields: params.fields.clone() };
-    Ok(Watch { target, params, filter, start })
+    let filter = Filter {
+        namespace: target.namespace.clone(),
+        labels: params.labels.clone(),
+        fields: params.fields.clone(),
+    };
+    Ok(Watch {
+        target,
+        params,
+        filter,
+        start,
+    })
 }
 
 struct Encoder {
@@ -122,7 +136,9 @@ impl Encoder {
             Some(api_version) => {
                 let mut value: Value = serde_json::from_slice(object).unwrap_or(Value::Null);
                 value["apiVersion"] = json!(api_version);
-                out.put_slice(&serde_json::to_vec(&value).expect("a serde_json::Value always serialises"));
+                out.put_slice(
+                    &serde_json::to_vec(&value).expect("a serde_json::Value always serialises"),
+                );
             }
         }
         out.put_slice(b"}\n");
@@ -151,7 +167,13 @@ fn expired(rv: u64, floor: u64) -> ApiError {
 
 impl Watch {
     /// Streams events into `tx` until the client leaves, the timeout passes, or `stop` changes.
-    pub async fn run(self, store: &Store, tx: mpsc::Sender<Bytes>, mut stop: watch::Receiver<u64>, bookmark_every: Duration) -> WatchEnd {
+    pub async fn run(
+        self,
+        store: &Store,
+        tx: mpsc::Sender<Bytes>,
+        mut stop: watch::Receiver<u64>,
+        bookmark_every: Duration,
+    ) -> WatchEnd {
         let ts = self.target.ts.clone();
         let rt = self.target.rt.clone();
         let api_version = rt.api_version(&self.target.version);
@@ -165,7 +187,8 @@ impl Watch {
         stop.borrow_and_update();
         let deadline = tokio::time::sleep(self.params.timeout.unwrap_or(Duration::from_secs(1800)));
         tokio::pin!(deadline);
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + bookmark_every, bookmark_every);
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + bookmark_every, bookmark_every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut bookmark_due = false;
         let mut out = BytesMut::new();
@@ -194,7 +217,11 @@ impl Watch {
                 if pos < state.floor {
                     too_old = Some(expired(pos, state.floor));
                 }
-                let start = if too_old.is_some() { state.history.len() } else { state.history.partition_point(|r| r.rv <= pos) };
+                let start = if too_old.is_some() {
+                    state.history.len()
+                } else {
+                    state.history.partition_point(|r| r.rv <= pos)
+                };
                 for record in state.history.range(start..) {
                     pos = record.rv;
                     if let Some(kind) = self.filter.event_for(record) {
@@ -219,7 +246,13 @@ impl Watch {
                 return WatchEnd::ClientGone;
             }
             tokio::select! {
-                changed = changes.changed() => if changed.is_err() { return WatchEnd::ResourceGone },
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return WatchEnd::ResourceGone;
+                    }
+                    // Let writers that are already running land, so a burst goes out as one chunk.
+                    tokio::task::yield_now().await;
+                }
                 _ = ticker.tick() => bookmark_due = true,
                 () = &mut deadline => return WatchEnd::Timeout,
                 _ = stop.changed() => return WatchEnd::Dropped,
@@ -265,13 +298,25 @@ impl Cursor {
                 let state = read(&self.ts.state);
                 if self.pos < state.floor {
                     self.pos = state.history.back().map_or(state.floor, |r| r.rv);
-                    return Some(state.objects.values().map(|o| Change { attrs: o.attrs.clone(), prev: None }).collect());
+                    return Some(
+                        state
+                            .objects
+                            .values()
+                            .map(|o| Change {
+                                attrs: o.attrs.clone(),
+                                prev: None,
+                            })
+                            .collect(),
+                    );
                 }
                 let start = state.history.partition_point(|r| r.rv <= self.pos);
                 let batch: Vec<Change> = state
                     .history
                     .range(start..)
-                    .map(|r| Change { attrs: r.attrs.clone(), prev: r.prev.clone() })
+                    .map(|r| Change {
+                        attrs: r.attrs.clone(),
+                        prev: r.prev.clone(),
+                    })
                     .collect();
                 if let Some(last) = state.history.back() {
                     self.pos = self.pos.max(last.rv);

@@ -218,7 +218,7 @@ fn selector(
         key: key.to_owned(),
         operator,
         values: values.iter().map(|v| v.to_string()).collect(),
-        min_values,
+        min_values: min_values.map(i64::from),
     }
 }
 
@@ -504,6 +504,18 @@ fn pod_requirements_take_first_required_term_and_heaviest_preference() {
         "team In [a], topology.kubernetes.io/zone In [z1 z2]"
     );
     assert!(has_preferred_node_affinity(&p));
+    let preferred = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.preferred_during_scheduling_ignored_during_execution
+                .as_deref()
+        })
+        .expect("the pod has preferences");
+    assert_eq!(heaviest_preferred_term(preferred), Some(1));
+    assert_eq!(heaviest_preferred_term(&[]), None);
     assert!(!has_preferred_node_affinity(&Pod::default()));
     assert!(
         Requirements::from_pod(&Pod::default())

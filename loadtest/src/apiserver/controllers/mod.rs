@@ -21,7 +21,10 @@ use super::store::ObjKey;
 use super::watch::{Change, Cursor};
 
 /// Starts every built-in controller; they stop when `shutdown` flips.
-pub fn spawn_all(registry: &Arc<Registry>, shutdown: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+pub fn spawn_all(
+    registry: &Arc<Registry>,
+    shutdown: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
     let mut handles = Vec::new();
     let mut spawn = |task: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>| {
         let mut stop = shutdown.clone();
@@ -40,6 +43,10 @@ pub fn spawn_all(registry: &Arc<Registry>, shutdown: &watch::Receiver<bool>) -> 
     handles
 }
 
+/// How long a controller keeps collecting changes after a wake-up before reconciling, so
+/// a burst of pod events costs one reconcile per owner rather than one per event.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// A controller following two resources: its own kind, and a kind whose changes map to
 /// keys of its own kind. Reconciles each dirty key once per wake-up.
 pub(crate) async fn follow(
@@ -52,11 +59,22 @@ pub(crate) async fn follow(
     let (mut own_cursor, initial) = Cursor::start(&registry.store, own.ts.clone());
     let (mut related_cursor, _) = Cursor::start(&registry.store, related.ts.clone());
     let mut dirty: BTreeSet<ObjKey> = initial.iter().map(|o| o.attrs.key()).collect();
+    let mut window_ends = (!dirty.is_empty()).then(tokio::time::Instant::now);
     loop {
-        for key in std::mem::take(&mut dirty) {
-            reconcile(&registry, &key);
-        }
+        let window = async {
+            match window_ends {
+                Some(end) => tokio::time::sleep_until(end).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            () = window => {
+                window_ends = None;
+                for key in std::mem::take(&mut dirty) {
+                    reconcile(&registry, &key);
+                }
+                continue;
+            }
             batch = own_cursor.next() => match batch {
                 Some(changes) => dirty.extend(changes.iter().map(|c| c.attrs.key())),
                 None => return,
@@ -69,6 +87,9 @@ pub(crate) async fn follow(
                 }
                 None => return,
             },
+        }
+        if !dirty.is_empty() && window_ends.is_none() {
+            window_ends = Some(tokio::time::Instant::now() + COALESCE);
         }
     }
 }
@@ -89,5 +110,8 @@ pub(crate) fn controller_keys(change: &Change, kind: &str) -> Vec<ObjKey> {
 
 /// The target of `t`'s kind in namespace `ns`.
 pub(crate) fn in_namespace(t: &Target, ns: &str) -> Target {
-    Target { namespace: t.rt.namespaced.then(|| ns.to_string()), ..t.clone() }
+    Target {
+        namespace: t.rt.namespaced.then(|| ns.to_string()),
+        ..t.clone()
+    }
 }

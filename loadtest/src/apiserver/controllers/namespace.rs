@@ -16,8 +16,13 @@ pub async fn run(registry: Arc<Registry>) {
 }
 
 fn reconcile(registry: &Arc<Registry>, ns: &str) {
-    let Ok(namespaces) = registry.target("", "v1", "namespaces", None) else { return };
-    if !registry.get(&namespaces, ns).is_ok_and(|n| n.attrs.deleting) {
+    let Ok(namespaces) = registry.target("", "v1", "namespaces", None) else {
+        return;
+    };
+    if !registry
+        .get(&namespaces, ns)
+        .is_ok_and(|n| n.attrs.deleting)
+    {
         return;
     }
     let mut remaining = 0usize;
@@ -26,11 +31,14 @@ fn reconcile(registry: &Arc<Registry>, ns: &str) {
         if !rt.namespaced {
             continue;
         }
-        let Some(target) = registry.target_of(&rt.group_resource(), ns) else { continue };
+        let Some(target) = registry.target_of(&rt.group_resource(), ns) else {
+            continue;
+        };
         for object in all_objects(&target) {
             remaining += 1;
             if !object.attrs.deleting
-                && let Err(err) = registry.delete(&target, &object.attrs.name, &DeleteOptions::default())
+                && let Err(err) =
+                    registry.delete(&target, &object.attrs.name, &DeleteOptions::default())
             {
                 tracing::debug!(%err, ns, "namespace cleanup delete failed");
             }

@@ -23,7 +23,10 @@ const DISRUPTED_POD_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs the controller.
 pub async fn run(registry: Arc<Registry>) {
-    let (Ok(pdbs), Ok(pods)) = (registry.target("policy", "v1", "poddisruptionbudgets", None), registry.target("", "v1", "pods", None)) else {
+    let (Ok(pdbs), Ok(pods)) = (
+        registry.target("policy", "v1", "poddisruptionbudgets", None),
+        registry.target("", "v1", "pods", None),
+    ) else {
         return;
     };
     let (pdbs_map, pdbs_reconcile, pods_reconcile) = (pdbs.clone(), pdbs.clone(), pods.clone());
@@ -43,7 +46,8 @@ fn budgets_covering(pdbs: &Target, change: &Change) -> Vec<ObjKey> {
         .into_iter()
         .filter(|pdb| {
             LabelSelector::from_json(pdb.value.pointer("/spec/selector")).is_ok_and(|s| {
-                s.matches(&change.attrs.labels) || change.prev.as_ref().is_some_and(|p| s.matches(&p.labels))
+                s.matches(&change.attrs.labels)
+                    || change.prev.as_ref().is_some_and(|p| s.matches(&p.labels))
             })
         })
         .map(|pdb| pdb.attrs.key())
@@ -64,7 +68,11 @@ fn scaled(value: &Value, total: i64) -> Option<i64> {
 
 /// Expected pods: for an integer `minAvailable`, the matching pods; otherwise the scale
 /// of their controllers (pods without a controller count once each).
-fn expected_pods(registry: &Registry, pods: &[Arc<StoredObject>], integer_min_available: bool) -> i64 {
+fn expected_pods(
+    registry: &Registry,
+    pods: &[Arc<StoredObject>],
+    integer_min_available: bool,
+) -> i64 {
     if integer_min_available {
         return i64::try_from(pods.len()).unwrap_or(i64::MAX);
     }
@@ -75,7 +83,11 @@ fn expected_pods(registry: &Registry, pods: &[Arc<StoredObject>], integer_min_av
             Some(owner) if seen.insert(owner.uid.clone()) => {
                 let scale = registry
                     .locate(&owner.uid)
-                    .and_then(|(gr, (ns, name))| registry.target_of(&gr, &ns).and_then(|t| registry.get(&t, &name).ok()))
+                    .and_then(|(gr, (ns, name))| {
+                        registry
+                            .target_of(&gr, &ns)
+                            .and_then(|t| registry.get(&t, &name).ok())
+                    })
                     .and_then(|o| o.value.pointer("/spec/replicas").and_then(Value::as_i64));
                 total += scale.unwrap_or(1);
             }
@@ -87,13 +99,20 @@ fn expected_pods(registry: &Registry, pods: &[Arc<StoredObject>], integer_min_av
 }
 
 /// Approved evictions whose pods still run, approved recently enough.
-fn still_disrupted(pdb: &Value, live: &BTreeMap<&str, &StoredObject>, now: std::time::SystemTime) -> Map<String, Value> {
+fn still_disrupted(
+    pdb: &Value,
+    live: &BTreeMap<&str, &StoredObject>,
+    now: std::time::SystemTime,
+) -> Map<String, Value> {
     pdb.pointer("/status/disruptedPods")
         .and_then(Value::as_object)
         .map(|m| {
             m.iter()
                 .filter(|(pod, when)| {
-                    let recent = when.as_str().and_then(parse_rfc3339).is_some_and(|t| t + DISRUPTED_POD_TIMEOUT > now);
+                    let recent = when
+                        .as_str()
+                        .and_then(parse_rfc3339)
+                        .is_some_and(|t| t + DISRUPTED_POD_TIMEOUT > now);
                     live.contains_key(pod.as_str()) && recent
                 })
                 .map(|(k, v)| (k.clone(), v.clone()))
@@ -104,14 +123,33 @@ fn still_disrupted(pdb: &Value, live: &BTreeMap<&str, &StoredObject>, now: std::
 
 fn reconcile(registry: &Arc<Registry>, pdbs: &Target, pods: &Target, (ns, name): &ObjKey) {
     let pdbs = in_namespace(pdbs, ns);
-    let Ok(pdb) = registry.get(&pdbs, name) else { return };
-    let Ok(selector) = LabelSelector::from_json(pdb.value.pointer("/spec/selector")) else { return };
-    let matching: Vec<Arc<StoredObject>> = all_objects(&in_namespace(pods, ns)).into_iter().filter(|p| selector.matches(&p.attrs.labels)).collect();
+    let Some(pdb) = registry.find(&pdbs, name) else {
+        return;
+    };
+    let Ok(selector) = LabelSelector::from_json(pdb.value.pointer("/spec/selector")) else {
+        return;
+    };
+    let matching: Vec<Arc<StoredObject>> = all_objects(&in_namespace(pods, ns))
+        .into_iter()
+        .filter(|p| selector.matches(&p.attrs.labels))
+        .collect();
     let now = registry.clock.now();
-    let live: BTreeMap<&str, &StoredObject> = matching.iter().filter(|p| !p.attrs.deleting).map(|p| (p.attrs.name.as_str(), &**p)).collect();
+    let live: BTreeMap<&str, &StoredObject> = matching
+        .iter()
+        .filter(|p| !p.attrs.deleting)
+        .map(|p| (p.attrs.name.as_str(), &**p))
+        .collect();
     let spec = pdb.value.get("spec").cloned().unwrap_or(Value::Null);
     let min_available = spec.get("minAvailable");
-    let expected = expected_pods(registry, &matching.iter().filter(|p| !p.attrs.deleting).cloned().collect::<Vec<_>>(), min_available.is_some_and(Value::is_number));
+    let expected = expected_pods(
+        registry,
+        &matching
+            .iter()
+            .filter(|p| !p.attrs.deleting)
+            .cloned()
+            .collect::<Vec<_>>(),
+        min_available.is_some_and(Value::is_number),
+    );
     let desired = match (min_available, spec.get("maxUnavailable")) {
         (Some(min), _) => scaled(min, expected).unwrap_or(expected),
         (None, Some(max)) => (expected - scaled(max, expected).unwrap_or(0)).max(0),

@@ -12,7 +12,10 @@ use crate::apiserver::store::{ObjKey, StoredObject};
 
 /// Runs the controller.
 pub async fn run(registry: Arc<Registry>) {
-    let (Ok(replicasets), Ok(pods)) = (registry.target("apps", "v1", "replicasets", None), registry.target("", "v1", "pods", None)) else {
+    let (Ok(replicasets), Ok(pods)) = (
+        registry.target("apps", "v1", "replicasets", None),
+        registry.target("", "v1", "pods", None),
+    ) else {
         return;
     };
     let pods_for_reconcile = pods.clone();
@@ -27,14 +30,19 @@ pub async fn run(registry: Arc<Registry>) {
 }
 
 /// Pods controlled by the object with `owner_uid`.
-pub(crate) fn owned_pods(registry: &Registry, pods: &Target, ns: &str, owner_uid: &str) -> Vec<Arc<StoredObject>> {
+pub(crate) fn owned_pods(
+    registry: &Registry,
+    pods: &Target,
+    ns: &str,
+    owner_uid: &str,
+) -> Vec<Arc<StoredObject>> {
     let pods = in_namespace(pods, ns);
     registry
         .store
         .dependents(owner_uid)
         .into_iter()
         .filter(|(gr, _)| gr.group.is_empty() && gr.resource == "pods")
-        .filter_map(|(_, (_, name))| registry.get(&pods, &name).ok())
+        .filter_map(|(_, (_, name))| registry.find(&pods, &name))
         .filter(|p| p.attrs.controller().is_some_and(|o| o.uid == owner_uid))
         .collect()
 }
@@ -43,7 +51,10 @@ pub(crate) fn owned_pods(registry: &Registry, pods: &Target, ns: &str, owner_uid
 pub(crate) fn is_ready(pod: &Value) -> bool {
     pod.pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
 }
 
 fn is_active(pod: &StoredObject) -> bool {
@@ -52,16 +63,32 @@ fn is_active(pod: &StoredObject) -> bool {
 
 fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns, name): &ObjKey) {
     let replicasets = in_namespace(replicasets, ns);
-    let Ok(rs) = registry.get(&replicasets, name) else { return };
+    let Some(rs) = registry.find(&replicasets, name) else {
+        return;
+    };
     if rs.attrs.deleting {
         return;
     }
-    let desired = usize::try_from(rs.value.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0)).unwrap_or(0);
-    let mut active: Vec<Arc<StoredObject>> = owned_pods(registry, pods, ns, &rs.attrs.uid).into_iter().filter(|p| is_active(p)).collect();
+    let desired = usize::try_from(
+        rs.value
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+            .max(0),
+    )
+    .unwrap_or(0);
+    let mut active: Vec<Arc<StoredObject>> = owned_pods(registry, pods, ns, &rs.attrs.uid)
+        .into_iter()
+        .filter(|p| is_active(p))
+        .collect();
     let pods_ns = in_namespace(pods, ns);
     if active.len() < desired {
         for _ in active.len()..desired {
-            if let Err(err) = registry.create(&pods_ns, pod_from_template(&rs.value), &WriteOptions::default()) {
+            if let Err(err) = registry.create(
+                &pods_ns,
+                pod_from_template(&rs.value),
+                &WriteOptions::default(),
+            ) {
                 tracing::debug!(%err, name, "replicaset pod creation failed");
                 break;
             }
@@ -69,12 +96,17 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
     } else if active.len() > desired {
         active.sort_by_key(|p| deletion_rank(p));
         for victim in &active[..active.len() - desired] {
-            if let Err(err) = registry.delete(&pods_ns, &victim.attrs.name, &DeleteOptions::default()) {
+            if let Err(err) =
+                registry.delete(&pods_ns, &victim.attrs.name, &DeleteOptions::default())
+            {
                 tracing::debug!(%err, name, "replicaset pod deletion failed");
             }
         }
     }
-    let observed: Vec<Arc<StoredObject>> = owned_pods(registry, pods, ns, &rs.attrs.uid).into_iter().filter(|p| is_active(p)).collect();
+    let observed: Vec<Arc<StoredObject>> = owned_pods(registry, pods, ns, &rs.attrs.uid)
+        .into_iter()
+        .filter(|p| is_active(p))
+        .collect();
     let ready = observed.iter().filter(|p| is_ready(&p.value)).count();
     let status = json!({
         "replicas": observed.len(),
@@ -83,11 +115,17 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
         "availableReplicas": ready,
         "observedGeneration": rs.value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
     });
-    let result = registry.update_with(&replicasets, name, Sub::Status, &WriteOptions::default(), |current| {
-        let mut next = current.clone();
-        next["status"] = status;
-        Ok(next)
-    });
+    let result = registry.update_with(
+        &replicasets,
+        name,
+        Sub::Status,
+        &WriteOptions::default(),
+        |current| {
+            let mut next = current.clone();
+            next["status"] = status;
+            Ok(next)
+        },
+    );
     if let Err(err) = result {
         tracing::debug!(%err, name, "replicaset status update failed");
     }
@@ -100,13 +138,26 @@ fn deletion_rank(pod: &StoredObject) -> (bool, u8, bool, std::cmp::Reverse<Strin
         "Unknown" => 1,
         _ => 2,
     };
-    let created = pod.value.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or_default().to_string();
-    (!pod.attrs.node_name.is_empty(), phase_rank, is_ready(&pod.value), std::cmp::Reverse(created))
+    let created = pod
+        .value
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    (
+        !pod.attrs.node_name.is_empty(),
+        phase_rank,
+        is_ready(&pod.value),
+        std::cmp::Reverse(created),
+    )
 }
 
 fn pod_from_template(rs: &Value) -> Value {
     let template = rs.pointer("/spec/template").cloned().unwrap_or(json!({}));
-    let name = rs.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let name = rs
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let mut metadata = template.get("metadata").cloned().unwrap_or(json!({}));
     metadata["generateName"] = json!(format!("{name}-"));
     metadata["ownerReferences"] = json!([{
