@@ -56,10 +56,10 @@ impl Amounts {
     /// The resources of `self` (a request) that `allocatable` less `used` cannot hold.
     pub(crate) fn shortfalls<'a>(&'a self, allocatable: &Amounts, used: &Amounts) -> Vec<&'a str> {
         let mut short = Vec::new();
-        for slot in 0..CORE.len() {
+        for (slot, name) in CORE.iter().enumerate() {
             let wanted = self.core[slot];
             if wanted > 0 && wanted > allocatable.core[slot].saturating_sub(used.core[slot]) {
-                short.push(CORE[slot]);
+                short.push(*name);
             }
         }
         for (name, wanted) in &self.extended {
