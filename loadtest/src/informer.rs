@@ -91,8 +91,3 @@ where
 pub fn any_event<K>(_: &Event<K>) -> bool {
     true
 }
-
-/// Only changes after the initial list count (applies and deletes).
-pub fn changes_only<K>(event: &Event<K>) -> bool {
-    matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone)
-}

@@ -43,6 +43,7 @@ pub mod tags {
     pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
     pub const EC2NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
     pub const EKS_CLUSTER_NAME: &str = "eks:eks-cluster-name";
+    /// Set to the node name by the tagging controller once the node registers.
     pub const NAME: &str = "Name";
     /// `kubernetes.io/cluster/<cluster-name>: owned`.
     pub fn cluster_ownership(cluster: &str) -> String {
@@ -74,6 +75,9 @@ pub struct SimulatedCloudProvider {
     cluster_name: String,
     image_id: Mutex<String>,
     instance_types: Vec<Arc<InstanceType>>,
+    /// Per instance type (same order), what Create matches against: its requirements and
+    /// allocatable, computed once.
+    launch_facts: Vec<(Requirements, Resources)>,
     by_name: HashMap<String, Arc<InstanceType>>,
 }
 
@@ -106,11 +110,16 @@ impl SimulatedCloudProvider {
             .iter()
             .map(|it| (it.name.clone(), Arc::clone(it)))
             .collect();
+        let launch_facts = instance_types
+            .iter()
+            .map(|it| (instance_type_requirements(it), it.allocatable()))
+            .collect();
         Self {
             ec2,
             cluster_name: config.cluster_name,
             image_id: Mutex::new(config.image_id),
             instance_types,
+            launch_facts,
             by_name,
         }
     }
@@ -193,14 +202,14 @@ impl SimulatedCloudProvider {
         let mut compatible: Vec<(f64, Arc<InstanceType>)> = self
             .instance_types
             .iter()
-            .filter(|it| {
-                reqs.is_compatible(
-                    &instance_type_requirements(it),
-                    AllowUndefined::WellKnownLabels,
-                )
+            .zip(&self.launch_facts)
+            .filter(|(_, (it_reqs, allocatable))| {
+                reqs.is_compatible(it_reqs, AllowUndefined::WellKnownLabels)
+                    && requests.fits(allocatable)
             })
-            .filter(|it| requests.fits(&it.allocatable()))
-            .filter_map(|it| cheapest_offering(it, reqs, None).map(|price| (price, Arc::clone(it))))
+            .filter_map(|(it, _)| {
+                cheapest_offering(it, reqs, None).map(|price| (price, Arc::clone(it)))
+            })
             .collect();
         if !reqs.has_min_values() {
             compatible = drop_exotic(compatible);
@@ -224,7 +233,6 @@ impl SimulatedCloudProvider {
     fn launch_tags(&self, node_claim: &NodeClaim) -> BTreeMap<String, String> {
         let mut tags = BTreeMap::new();
         tags.insert(tags::NODECLAIM.to_owned(), node_claim.name().to_owned());
-        tags.insert(tags::NAME.to_owned(), node_claim.name().to_owned());
         tags.insert(tags::EKS_CLUSTER_NAME.to_owned(), self.cluster_name.clone());
         tags.insert(
             tags::cluster_ownership(&self.cluster_name),
