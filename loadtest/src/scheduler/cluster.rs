@@ -490,4 +490,176 @@ mod tests {
         assert_eq!(feasible_nodes_to_find(1000), 420);
         assert_eq!(feasible_nodes_to_find(5000), 500);
     }
+
+    fn node(name: &str, zone: &str, extra_labels: serde_json::Value) -> NodeInfo {
+        let mut labels = serde_json::json!({"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone});
+        if let (Some(l), Some(extra)) = (labels.as_object_mut(), extra_labels.as_object()) {
+            l.extend(extra.clone());
+        }
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("valid node");
+        NodeInfo::new(&node).expect("compiles")
+    }
+
+    fn pod(labels: serde_json::Value, spec: serde_json::Value) -> Arc<PodInfo> {
+        let mut full = serde_json::json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]});
+        if let (Some(f), Some(extra)) = (full.as_object_mut(), spec.as_object()) {
+            f.extend(extra.clone());
+        }
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "labels": labels}, "spec": full
+        }))
+        .expect("valid pod");
+        Arc::new(PodInfo::new(&pod).expect("compiles"))
+    }
+
+    fn place(cluster: &mut Cluster, pod: &Arc<PodInfo>) -> Result<String, String> {
+        let index = cluster.schedule(pod)?;
+        cluster.assume(index, Arc::clone(pod));
+        Ok(cluster.node_name(index).to_owned())
+    }
+
+    #[test]
+    fn required_node_affinity_terms_are_ored_and_not_in_admits_unlabelled_nodes() {
+        let nodes = vec![
+            node("a", "z1", serde_json::json!({"disk": "ssd"})),
+            node("b", "z2", serde_json::json!({"disk": "hdd"})),
+            node("c", "z3", serde_json::json!({})),
+        ];
+        let mut cluster = Cluster::new(nodes, 0);
+        let either = pod(
+            serde_json::json!({}),
+            serde_json::json!({"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["nvme"]}]},
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z2"]}]}
+            ]}}}}),
+        );
+        assert_eq!(place(&mut cluster, &either), Ok("b".to_owned()));
+        let not_hdd = pod(
+            serde_json::json!({}),
+            serde_json::json!({"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [
+                    {"key": "disk", "operator": "NotIn", "values": ["hdd", "ssd"]},
+                ]}
+            ]}}}}),
+        );
+        assert_eq!(
+            place(&mut cluster, &not_hdd),
+            Ok("c".to_owned()),
+            "absent label passes NotIn"
+        );
+        let nothing = pod(
+            serde_json::json!({}),
+            serde_json::json!({"nodeSelector": {"disk": "tape"}}),
+        );
+        assert_eq!(
+            place(&mut cluster, &nothing),
+            Err(
+                "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+                    .to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn pod_affinity_lets_the_first_pod_start_the_group_and_the_rest_follow() {
+        let mut cluster = Cluster::new(
+            vec![
+                node("a", "z1", serde_json::json!({})),
+                node("b", "z2", serde_json::json!({})),
+            ],
+            0,
+        );
+        let affine = serde_json::json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "db"}}}
+        ]}}});
+        let first = place(
+            &mut cluster,
+            &pod(serde_json::json!({"app": "db"}), affine.clone()),
+        )
+        .expect("starts the group");
+        for _ in 0..5 {
+            let next = place(
+                &mut cluster,
+                &pod(serde_json::json!({"app": "db"}), affine.clone()),
+            )
+            .expect("follows");
+            assert_eq!(next, first, "stays in the zone of the group");
+        }
+        let outsider = pod(
+            serde_json::json!({"app": "web"}),
+            serde_json::json!({"affinity": {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "cache"}}}
+            ]}}}),
+        );
+        assert_eq!(
+            place(&mut cluster, &outsider),
+            Err("0/2 nodes are available: 2 node(s) didn't match pod affinity rules.".to_owned())
+        );
+    }
+
+    #[test]
+    fn existing_pods_anti_affinity_repels_the_pods_it_selects() {
+        let mut cluster = Cluster::new(
+            vec![
+                node("a", "z1", serde_json::json!({})),
+                node("b", "z1", serde_json::json!({})),
+            ],
+            0,
+        );
+        let loner = pod(
+            serde_json::json!({"app": "loner"}),
+            serde_json::json!({"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "noisy"}}}
+            ]}}}),
+        );
+        place(&mut cluster, &loner).expect("placed");
+        let noisy = pod(serde_json::json!({"app": "noisy"}), serde_json::json!({}));
+        assert_eq!(
+            place(&mut cluster, &noisy),
+            Err("0/2 nodes are available: 2 node(s) didn't satisfy existing pods anti-affinity rules.".to_owned())
+        );
+        let quiet = pod(serde_json::json!({"app": "quiet"}), serde_json::json!({}));
+        assert!(place(&mut cluster, &quiet).is_ok());
+    }
+
+    #[test]
+    fn spread_counts_missing_domains_as_empty_under_min_domains() {
+        let mut cluster = Cluster::new(
+            vec![
+                node("a", "z1", serde_json::json!({})),
+                node("b", "z2", serde_json::json!({})),
+            ],
+            0,
+        );
+        let spread = |min_domains: i32| {
+            pod(
+                serde_json::json!({"app": "web"}),
+                serde_json::json!({"topologySpreadConstraints": [{
+                    "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+                    "minDomains": min_domains, "labelSelector": {"matchLabels": {"app": "web"}}
+                }]}),
+            )
+        };
+        for _ in 0..4 {
+            place(&mut cluster, &spread(2)).expect("two zones hold two each");
+        }
+        assert_eq!(
+            place(&mut cluster, &spread(3)),
+            Err(
+                "0/2 nodes are available: 2 node(s) didn't match pod topology spread constraints."
+                    .to_owned()
+            ),
+            "with three domains required and two present, the global minimum is 0"
+        );
+        assert!(place(&mut cluster, &spread(2)).is_ok());
+    }
 }
