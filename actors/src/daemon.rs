@@ -76,8 +76,8 @@ impl Daemon {
             feature_gates: _feature_gates_for_disruption,
             metrics_port,
             health_probe_port,
-            kube_client_qps: _qps_applied_to_the_client_by_the_binary,
-            kube_client_burst: _burst_applied_to_the_client_by_the_binary,
+            kube_client_qps: _kube_client_qps_not_yet_enforced,
+            kube_client_burst: _kube_client_burst_not_yet_enforced,
             leader_election,
             preference_policy: _preference_policy_for_scheduler,
             min_values_policy: _min_values_policy_for_scheduler,
@@ -104,6 +104,7 @@ impl Daemon {
                 .await
                 .map_err(|e| StartError::HealthProbePort(probes_at, e))?;
 
+        tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
         let (leader, leader_task) = match leader_election {
             Some(lease) => {
                 let election = Election {
