@@ -26,7 +26,7 @@ enum Command {
     /// Offline what-if: the NodeClaims kerf would create for the pending pods in manifests.
     Plan(cmd::plan::Args),
     /// Run the controller daemon against the cluster in the kubeconfig (or in-cluster).
-    Controller(cmd::controller::Args),
+    Controller(Box<cmd::controller::Args>),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +35,6 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Catalog(args) => cmd::catalog::run(args),
         Command::Plan(args) => cmd::plan::run(args),
-        Command::Controller(args) => cmd::controller::run(args),
+        Command::Controller(args) => cmd::controller::run(*args),
     }
 }
