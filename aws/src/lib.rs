@@ -1,0 +1,18 @@
+//! kerf's AWS cloud provider: discovers an EC2NodeClass's subnets, security groups and AMIs
+//! (EC2, SSM), renders user data per AMI family, keeps launch templates, launches capacity
+//! with CreateFleet and classifies its errors into unavailable offerings, lists and
+//! terminates instances, prices offerings (Pricing API, spot price history) and detects
+//! drift. All AWS SDK code of kerf lives in this crate so the core and most tests never
+//! compile the SDK; its tests run against moto, a real AWS API emulator ([`moto`]).
+
+pub mod ami;
+pub mod cache;
+pub mod errors;
+pub mod moto;
+pub mod securitygroup;
+pub mod selectors;
+pub mod ssm;
+pub mod subnet;
+pub mod tags;
+pub mod userdata;
+pub mod unavailable;
