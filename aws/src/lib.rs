@@ -7,6 +7,7 @@
 
 pub mod ami;
 pub mod cache;
+pub mod clients;
 pub mod errors;
 pub mod moto;
 pub mod securitygroup;

@@ -4,14 +4,20 @@
 #   in:  JSON commands, each answered "OK" or "ERROR <text>":
 #        {"op": "ssm_put", "account": "...", "region": "...", "name": "...", "value": "..."}
 #        writes a parameter straight into moto's SSM backend, which is how tests seed the
-#        EKS AMI parameters under /aws/service/ that moto's API refuses to create.
+#        EKS AMI parameters under /aws/service/ that moto's API refuses to create;
+#        {"op": "ec2_image", "account": "...", "region": "...", "image_id": "...",
+#         "architecture": "...", "creation_date": "...", "deprecation_time": "..."}
+#        sets image attributes RegisterImage cannot (optional keys, RFC 3339 times).
 # End of input (the test process exited or closed the pipe) stops the server.
 import json
 import sys
 
 try:
     from moto.server import ThreadedMotoServer
+    from moto.core.utils import utcnow
+    from moto.ec2.models import ec2_backends
     from moto.ssm.models import Parameter, ssm_backends
+    from datetime import datetime
 except Exception as err:  # moto missing or broken: say so on the protocol line
     print(f"ERROR moto is not importable ({err}); install it with: pip install 'moto[server]'", flush=True)
     sys.exit(1)
@@ -36,6 +42,16 @@ def ssm_put(cmd):
     )
 
 
+def ec2_image(cmd):
+    image = ec2_backends[cmd["account"]][cmd["region"]].amis[cmd["image_id"]]
+    if "architecture" in cmd:
+        image.architecture = cmd["architecture"]
+    if "creation_date" in cmd:
+        image.creation_date = datetime.fromisoformat(cmd["creation_date"].replace("Z", "+00:00"))
+    if "deprecation_time" in cmd:
+        image.deprecation_time = cmd["deprecation_time"]
+
+
 def main():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -49,6 +65,8 @@ def main():
             cmd = json.loads(line)
             if cmd.get("op") == "ssm_put":
                 ssm_put(cmd)
+            elif cmd.get("op") == "ec2_image":
+                ec2_image(cmd)
             else:
                 raise ValueError(f"unknown op {cmd.get('op')!r}")
             print("OK", flush=True)

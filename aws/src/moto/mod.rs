@@ -91,13 +91,37 @@ impl MotoServer {
     /// Writes an SSM parameter straight into moto's backend, bypassing the API's refusal of
     /// reserved `/aws/...` names.
     pub fn seed_ssm_parameter(&self, region: &str, name: &str, value: &str) -> Result<(), MotoError> {
-        let command = serde_json::json!({
+        self.command(serde_json::json!({
             "op": "ssm_put",
             "account": MOTO_ACCOUNT_ID,
             "region": region,
             "name": name,
             "value": value,
+        }))
+    }
+
+    /// Sets image attributes RegisterImage cannot: architecture, creation date and
+    /// deprecation time (RFC 3339).
+    pub fn set_image_attributes(&self, region: &str, image_id: &str, attrs: &ImageAttributes) -> Result<(), MotoError> {
+        let mut command = serde_json::json!({
+            "op": "ec2_image",
+            "account": MOTO_ACCOUNT_ID,
+            "region": region,
+            "image_id": image_id,
         });
+        for (key, value) in [
+            ("architecture", &attrs.architecture),
+            ("creation_date", &attrs.creation_date),
+            ("deprecation_time", &attrs.deprecation_time),
+        ] {
+            if let Some(v) = value {
+                command[key] = serde_json::Value::String(v.clone());
+            }
+        }
+        self.command(command)
+    }
+
+    fn command(&self, command: serde_json::Value) -> Result<(), MotoError> {
         let mut control = self
             .control
             .lock()
@@ -116,6 +140,14 @@ impl MotoServer {
             }),
         }
     }
+}
+
+/// Image attributes [`MotoServer::set_image_attributes`] can set.
+#[derive(Clone, Debug, Default)]
+pub struct ImageAttributes {
+    pub architecture: Option<String>,
+    pub creation_date: Option<String>,
+    pub deprecation_time: Option<String>,
 }
 
 impl Control {
