@@ -9,6 +9,7 @@ pub mod ami;
 pub mod cache;
 pub mod clients;
 pub mod errors;
+pub mod launchtemplate;
 pub mod moto;
 pub mod securitygroup;
 pub mod selectors;
