@@ -13,6 +13,7 @@ use thiserror::Error;
 pub mod codes {
     pub const LAUNCH_TEMPLATE_NAME_NOT_FOUND: &str = "InvalidLaunchTemplateName.NotFoundException";
     pub const LAUNCH_TEMPLATE_ID_NOT_FOUND: &str = "InvalidLaunchTemplateId.NotFound";
+    pub const LAUNCH_TEMPLATE_NAME_ALREADY_EXISTS: &str = "InvalidLaunchTemplateName.AlreadyExistsException";
     pub const INSTANCE_ID_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
     pub const PARAMETER_NOT_FOUND: &str = "ParameterNotFound";
     pub const NO_SUCH_ENTITY: &str = "NoSuchEntity";

@@ -7,7 +7,7 @@
 //! EC2NodeClass is deleted, and forgotten when a launch reports them missing.
 
 use crate::cache::TtlCache;
-use crate::errors::ApiError;
+use crate::errors::{ApiError, codes};
 use crate::selectors::filter;
 use crate::tags;
 use aws_sdk_ec2::types::{
@@ -145,7 +145,14 @@ impl LaunchTemplateProvider {
         }
         let found = match self.describe(&name).await? {
             Some(existing) => existing,
-            None => self.create(&name, config).await?,
+            None => match self.create(&name, config).await {
+                Ok(created) => created,
+                // Another process created it between our describe and create.
+                Err(e) if e.code.as_deref() == Some(codes::LAUNCH_TEMPLATE_NAME_ALREADY_EXISTS) => {
+                    self.describe(&name).await?.ok_or(e)?
+                }
+                Err(e) => return Err(e),
+            },
         };
         self.cache.insert(name, found.clone());
         Ok(found)

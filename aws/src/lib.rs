@@ -6,9 +6,12 @@
 //! compile the SDK; its tests run against moto, a real AWS API emulator ([`moto`]).
 
 pub mod ami;
+pub mod batcher;
 pub mod cache;
 pub mod clients;
 pub mod errors;
+pub mod fleet;
+pub mod instance;
 pub mod launchtemplate;
 pub mod moto;
 pub mod securitygroup;

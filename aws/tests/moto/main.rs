@@ -5,4 +5,5 @@
 
 mod ami;
 mod discovery;
+mod launch;
 mod support;
