@@ -13,6 +13,7 @@ pub mod errors;
 pub mod fleet;
 pub mod instance;
 pub mod launchtemplate;
+pub mod pricing;
 pub mod moto;
 pub mod securitygroup;
 pub mod selectors;

@@ -6,4 +6,5 @@
 mod ami;
 mod discovery;
 mod launch;
+mod pricing;
 mod support;
