@@ -12,6 +12,7 @@ pub mod clients;
 pub mod errors;
 pub mod fleet;
 pub mod instance;
+pub mod instancetype;
 pub mod launchtemplate;
 pub mod pricing;
 pub mod moto;
