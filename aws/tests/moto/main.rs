@@ -5,6 +5,7 @@
 
 mod ami;
 mod discovery;
+mod instancetypes;
 mod launch;
 mod pricing;
 mod support;
