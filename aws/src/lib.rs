@@ -18,6 +18,7 @@ pub mod instancetype;
 pub mod launchtemplate;
 pub mod pricing;
 pub mod moto;
+pub mod nodeclass;
 pub mod securitygroup;
 pub mod selectors;
 pub mod ssm;

@@ -7,5 +7,6 @@ mod ami;
 mod discovery;
 mod instancetypes;
 mod launch;
+mod nodeclass;
 mod pricing;
 mod support;
