@@ -74,7 +74,6 @@ pub const RESOURCE_AWS_NEURON_CORE: &str = "aws.amazon.com/neuroncore";
 pub const RESOURCE_HABANA_GAUDI: &str = "habana.ai/gaudi";
 pub const RESOURCE_AWS_POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
 pub const RESOURCE_EFA: &str = "vpc.amazonaws.com/efa";
-
 pub const RESOURCE_PRIVATE_IPV4_ADDRESS: &str = "vpc.amazonaws.com/PrivateIPv4Address";
 
 // Core Kubernetes resource names.
@@ -82,6 +81,17 @@ pub const RESOURCE_CPU: &str = "cpu";
 pub const RESOURCE_MEMORY: &str = "memory";
 pub const RESOURCE_PODS: &str = "pods";
 pub const RESOURCE_EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+
+// karpenter.k8s.aws labels that are allowed in NodePool requirements and template labels
+// alongside the instance-* ones above.
+pub const INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
+pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
+    "karpenter.k8s.aws/capacity-reservation-interruptible";
+pub const NITRO_SANDBOX: &str = "karpenter.k8s.aws/nitro-sandbox";
+pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
+pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
 
 // Aliases Kubernetes still accepts for the labels above (normalised by `normalize_label_key`).
 pub const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
@@ -91,14 +101,7 @@ pub const ARCH_BETA: &str = "beta.kubernetes.io/arch";
 pub const OS_BETA: &str = "beta.kubernetes.io/os";
 
 // More karpenter.k8s.aws labels the AWS provider declares well known.
-pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
-pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
-pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
-    "karpenter.k8s.aws/capacity-reservation-interruptible";
 pub const INSTANCE_NITRO_ENCLAVES_SUPPORTED: &str = "karpenter.k8s.aws/nitro-sandbox";
-pub const INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
-pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
-pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
 
 // Taints other controllers put on nodes while they start.
 pub const TAINT_NODE_NOT_READY: &str = "node.kubernetes.io/not-ready";

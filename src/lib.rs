@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod catalog;
+pub mod cloudprovider;
 pub mod labels;
 pub mod manifest;
 pub mod requirements;

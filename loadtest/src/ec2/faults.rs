@@ -1,0 +1,152 @@
+//! Injected faults: pools without capacity (ICE), a fraction of throttled calls, and the
+//! per-operation call counters reports read. Kept apart from the instance state so the
+//! allocation logic and the fault bookkeeping each read as one idea.
+
+use super::error::Ec2ConfigError;
+use super::types::OfferingKey;
+use std::collections::{BTreeMap, HashSet};
+
+/// Pools currently out of capacity. Toggled at runtime by tests and the load harness.
+#[derive(Debug, Default)]
+pub(crate) struct IceSet {
+    pools: HashSet<OfferingKey>,
+}
+
+impl IceSet {
+    pub(crate) fn set(&mut self, key: OfferingKey, insufficient: bool) {
+        if insufficient {
+            self.pools.insert(key);
+        } else {
+            self.pools.remove(&key);
+        }
+    }
+
+    pub(crate) fn contains(&self, key: &OfferingKey) -> bool {
+        self.pools.contains(key)
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.pools.clear();
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<OfferingKey> {
+        let mut pools: Vec<_> = self.pools.iter().cloned().collect();
+        pools.sort();
+        pools
+    }
+}
+
+/// Rejects exactly `fraction` of calls, spread evenly: an accumulator gains `fraction` per
+/// call and a call is throttled each time it reaches 1. Deterministic on purpose, so a
+/// load run is reproducible and a test can assert the exact count.
+#[derive(Debug, Default)]
+pub(crate) struct Throttle {
+    fraction: f64,
+    credit: f64,
+}
+
+impl Throttle {
+    pub(crate) fn set_fraction(&mut self, fraction: f64) -> Result<(), Ec2ConfigError> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(Ec2ConfigError::ThrottleFraction(fraction));
+        }
+        self.fraction = fraction;
+        self.credit = 0.0;
+        Ok(())
+    }
+
+    /// Whether this call is throttled.
+    pub(crate) fn admit(&mut self) -> bool {
+        if self.fraction <= 0.0 {
+            return false;
+        }
+        self.credit += self.fraction;
+        if self.credit >= 1.0 - f64::EPSILON {
+            self.credit -= 1.0;
+            return true;
+        }
+        false
+    }
+}
+
+/// How many times each API operation was called, and how many of those were throttled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallCount {
+    pub calls: u64,
+    pub throttled: u64,
+}
+
+/// Calls per operation name (`CreateFleet`, `DescribeInstances`, ...).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApiCalls {
+    pub by_operation: BTreeMap<&'static str, CallCount>,
+}
+
+impl ApiCalls {
+    pub(crate) fn record(&mut self, operation: &'static str, throttled: bool) {
+        let count = self.by_operation.entry(operation).or_default();
+        count.calls += 1;
+        if throttled {
+            count.throttled += 1;
+        }
+    }
+
+    /// Calls of `operation` (0 when never called).
+    pub fn calls(&self, operation: &str) -> u64 {
+        self.by_operation.get(operation).map_or(0, |c| c.calls)
+    }
+
+    /// Throttled calls of `operation`.
+    pub fn throttled(&self, operation: &str) -> u64 {
+        self.by_operation.get(operation).map_or(0, |c| c.throttled)
+    }
+
+    pub fn total_calls(&self) -> u64 {
+        self.by_operation.values().map(|c| c.calls).sum()
+    }
+
+    pub fn total_throttled(&self) -> u64 {
+        self.by_operation.values().map(|c| c.throttled).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_rejects_the_exact_fraction() {
+        let mut throttle = Throttle::default();
+        throttle.set_fraction(0.25).expect("valid fraction");
+        let rejected = (0..100).filter(|_| throttle.admit()).count();
+        assert_eq!(rejected, 25);
+    }
+
+    #[test]
+    fn throttle_off_and_full() {
+        let mut throttle = Throttle::default();
+        assert!((0..10).all(|_| !throttle.admit()));
+        throttle.set_fraction(1.0).expect("valid fraction");
+        assert!((0..10).all(|_| throttle.admit()));
+    }
+
+    #[test]
+    fn throttle_fraction_out_of_range_is_refused() {
+        let mut throttle = Throttle::default();
+        assert_eq!(
+            throttle.set_fraction(1.5),
+            Err(Ec2ConfigError::ThrottleFraction(1.5))
+        );
+        assert!(throttle.set_fraction(f64::NAN).is_err());
+    }
+
+    #[test]
+    fn ice_set_toggles() {
+        let mut ice = IceSet::default();
+        let key = OfferingKey::new("m5.large", "us-east-1a", super::super::CapacityType::Spot);
+        ice.set(key.clone(), true);
+        assert!(ice.contains(&key));
+        ice.set(key.clone(), false);
+        assert!(!ice.contains(&key));
+    }
+}

@@ -1,0 +1,646 @@
+//! Simulated EC2: an in-memory region that launches instances through the `CreateFleet`
+//! request kerf sends to AWS, describes, tags and terminates them, and injects the failures
+//! real EC2 produces under load — insufficient capacity per pool, throttling, spot
+//! interruptions — under the control of tests and the load harness. Every API call is
+//! counted by operation for reports. [`SimulatedCloudProvider`] puts kerf's `CloudProvider`
+//! trait on top of it, and the simulated kubelets follow its instances to register nodes.
+
+mod error;
+mod faults;
+mod fleet;
+mod ids;
+mod provider;
+mod types;
+
+pub use error::{Ec2ConfigError, Ec2Error};
+pub use faults::{ApiCalls, CallCount};
+pub use ids::is_instance_id;
+pub use provider::{
+    MAX_INSTANCE_TYPES, SimulatedCloudProvider, SimulatedCloudProviderConfig, catalog_offerings,
+    instance_type_requirements, resource_list, tags,
+};
+pub use types::{
+    CapacityType, CreateFleetOutput, CreateFleetRequest, DescribeInstancesRequest, Ec2Event,
+    Filter, FleetError, FleetInstance, FleetOverride, INSUFFICIENT_INSTANCE_CAPACITY, Instance,
+    InstanceState, InstanceStateChange, LaunchTemplateConfig, OfferingKey, PricedOffering,
+    SpotInterruption, UNFULFILLABLE_CAPACITY_CODES, UNSUPPORTED,
+};
+
+use faults::{IceSet, Throttle};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+use tokio::sync::broadcast;
+
+/// API operation names, as they appear in reports and [`ApiCalls`].
+pub mod ops {
+    pub const CREATE_FLEET: &str = "CreateFleet";
+    pub const DESCRIBE_INSTANCES: &str = "DescribeInstances";
+    pub const TERMINATE_INSTANCES: &str = "TerminateInstances";
+    pub const CREATE_TAGS: &str = "CreateTags";
+}
+
+/// Timings of the simulated region. Zero durations make the transition immediate, which
+/// is what unit tests want; the defaults are EC2's typical figures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ec2Config {
+    pub region: String,
+    /// How long `CreateFleet` takes to answer.
+    pub launch_latency: Duration,
+    /// How long a launched instance stays `pending` before `running`.
+    pub pending_duration: Duration,
+    /// How long a terminated instance stays `shutting-down` before `terminated`.
+    pub shutdown_duration: Duration,
+    /// Time between a spot interruption warning and the termination (EC2: two minutes).
+    pub interruption_notice: Duration,
+}
+
+impl Default for Ec2Config {
+    fn default() -> Self {
+        Self {
+            region: "us-east-1".to_owned(),
+            launch_latency: Duration::from_millis(500),
+            pending_duration: Duration::from_secs(5),
+            shutdown_duration: Duration::from_secs(10),
+            interruption_notice: Duration::from_secs(120),
+        }
+    }
+}
+
+impl Ec2Config {
+    /// A configuration with every delay zero, for tests.
+    pub fn instant(region: &str) -> Self {
+        Self {
+            region: region.to_owned(),
+            launch_latency: Duration::ZERO,
+            pending_duration: Duration::ZERO,
+            shutdown_duration: Duration::ZERO,
+            interruption_notice: Duration::ZERO,
+        }
+    }
+}
+
+/// A cheap, cloneable handle on one simulated region.
+#[derive(Clone)]
+pub struct SimulatedEc2 {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Ec2Config,
+    prices: HashMap<OfferingKey, f64>,
+    state: Mutex<State>,
+    events: broadcast::Sender<Ec2Event>,
+}
+
+#[derive(Default)]
+struct State {
+    instances: BTreeMap<String, Instance>,
+    ice: IceSet,
+    throttle: Throttle,
+    calls: ApiCalls,
+    launched: u32,
+    interruptions: Vec<SpotInterruption>,
+}
+
+/// Capacity of the event channel; a subscriber that lags further resynchronises from
+/// [`SimulatedEc2::instances`].
+const EVENT_BUFFER: usize = 16 * 1024;
+
+impl SimulatedEc2 {
+    /// A region selling exactly `offerings` (pools absent from it answer `Unsupported`).
+    pub fn new(config: Ec2Config, offerings: impl IntoIterator<Item = PricedOffering>) -> Self {
+        let prices = offerings.into_iter().map(|o| (o.key, o.price)).collect();
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                prices,
+                state: Mutex::default(),
+                events,
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &Ec2Config {
+        &self.inner.config
+    }
+
+    /// The hourly price of a pool, if the region sells it.
+    pub fn price(&self, key: &OfferingKey) -> Option<f64> {
+        self.inner.prices.get(key).copied()
+    }
+
+    // ---- the EC2 API (counted, throttleable) ----
+
+    /// `CreateFleet` (`Type=instant`): launches `total_target_capacity` instances in the
+    /// cheapest pool with capacity, reporting the pools that failed before it. Nothing
+    /// launchable is not an error of the call: `instances` is empty and `errors` says why.
+    pub async fn create_fleet(
+        &self,
+        request: &CreateFleetRequest,
+    ) -> Result<CreateFleetOutput, Ec2Error> {
+        self.admit(ops::CREATE_FLEET)?;
+        let capacity_type = validate_fleet(request)?;
+        sleep(self.inner.config.launch_latency).await;
+        let (output, launched) = {
+            let mut state = self.lock();
+            let allocation =
+                fleet::allocate(request, capacity_type, &self.inner.prices, &state.ice);
+            let mut output = CreateFleetOutput {
+                fleet_id: ids::fleet_id(&mut rand::rng()),
+                instances: Vec::new(),
+                errors: allocation.errors,
+            };
+            let mut launched = Vec::new();
+            if let Some(chosen) = allocation.chosen {
+                for _ in 0..request.total_target_capacity {
+                    launched.push(self.launch(&mut state, &chosen, &request.tags));
+                }
+                output.instances.push(FleetInstance {
+                    instance_ids: launched.iter().map(|i| i.instance_id.clone()).collect(),
+                    instance_type: chosen.key.instance_type,
+                    zone: chosen.key.zone,
+                    capacity_type: chosen.key.capacity_type,
+                    launch_template_name: chosen.launch_template_name,
+                });
+            }
+            (output, launched)
+        };
+        for instance in &launched {
+            self.emit(Ec2Event::Launched {
+                instance_id: instance.instance_id.clone(),
+                provider_id: instance.provider_id(),
+            });
+            if instance.state == InstanceState::Pending {
+                self.schedule_state(
+                    &instance.instance_id,
+                    InstanceState::Running,
+                    self.inner.config.pending_duration,
+                );
+            }
+        }
+        Ok(output)
+    }
+
+    /// `DescribeInstances`: the named instances (every id must exist) matching all filters.
+    pub async fn describe_instances(
+        &self,
+        request: &DescribeInstancesRequest,
+    ) -> Result<Vec<Instance>, Ec2Error> {
+        self.admit(ops::DESCRIBE_INSTANCES)?;
+        let state = self.lock();
+        let selected: Vec<&Instance> = if request.instance_ids.is_empty() {
+            state.instances.values().collect()
+        } else {
+            request
+                .instance_ids
+                .iter()
+                .map(|id| find(&state, ops::DESCRIBE_INSTANCES, id))
+                .collect::<Result<_, _>>()?
+        };
+        Ok(selected
+            .into_iter()
+            .filter(|i| request.filters.iter().all(|f| matches_filter(i, f)))
+            .cloned()
+            .collect())
+    }
+
+    /// `TerminateInstances`: live instances go `shutting-down`, then `terminated`.
+    pub async fn terminate_instances(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<Vec<InstanceStateChange>, Ec2Error> {
+        self.admit(ops::TERMINATE_INSTANCES)?;
+        let changes = {
+            let mut state = self.lock();
+            for id in instance_ids {
+                find(&state, ops::TERMINATE_INSTANCES, id)?;
+            }
+            let shutdown = self.inner.config.shutdown_duration;
+            let mut changes = Vec::with_capacity(instance_ids.len());
+            for id in instance_ids {
+                if let Some(instance) = state.instances.get_mut(id) {
+                    changes.push(begin_shutdown(instance, shutdown));
+                }
+            }
+            changes
+        };
+        for change in &changes {
+            self.after_state_change(change);
+        }
+        Ok(changes)
+    }
+
+    /// `CreateTags`: adds or overwrites tags on existing instances.
+    pub async fn create_tags(
+        &self,
+        instance_ids: &[String],
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), Ec2Error> {
+        self.admit(ops::CREATE_TAGS)?;
+        let mut state = self.lock();
+        for id in instance_ids {
+            find(&state, ops::CREATE_TAGS, id)?;
+        }
+        for id in instance_ids {
+            if let Some(instance) = state.instances.get_mut(id) {
+                instance
+                    .tags
+                    .extend(tags.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- fault injection and observation (not API calls: neither counted nor throttled) ----
+
+    /// Turns insufficient capacity on or off for one pool.
+    pub fn set_insufficient_capacity(&self, pool: OfferingKey, insufficient: bool) {
+        self.lock().ice.set(pool, insufficient);
+    }
+
+    /// Restores capacity in every pool.
+    pub fn clear_insufficient_capacity(&self) {
+        self.lock().ice.clear();
+    }
+
+    /// The pools currently out of capacity, sorted.
+    pub fn insufficient_capacity_pools(&self) -> Vec<OfferingKey> {
+        self.lock().ice.snapshot()
+    }
+
+    /// Throttles `fraction` (0..=1) of all subsequent API calls with `RequestLimitExceeded`.
+    pub fn set_throttling(&self, fraction: f64) -> Result<(), Ec2ConfigError> {
+        self.lock().throttle.set_fraction(fraction)
+    }
+
+    /// Issues a spot interruption warning for a running spot instance; EC2 terminates it
+    /// when the notice (`interruption_notice`) runs out.
+    pub fn interrupt_spot(&self, instance_id: &str) -> Result<SpotInterruption, Ec2Error> {
+        let notice = self.inner.config.interruption_notice;
+        let interruption =
+            {
+                let mut state = self.lock();
+                let instance = state.instances.get_mut(instance_id).ok_or_else(|| {
+                    Ec2Error::NotInterruptible {
+                        instance_id: instance_id.to_owned(),
+                        reason: "no such instance".to_owned(),
+                    }
+                })?;
+                check_interruptible(instance)?;
+                let issued_at = SystemTime::now();
+                let interruption = SpotInterruption {
+                    instance_id: instance_id.to_owned(),
+                    issued_at,
+                    action_time: issued_at + notice,
+                };
+                instance.interruption = Some(interruption.clone());
+                state.interruptions.push(interruption.clone());
+                interruption
+            };
+        self.emit(Ec2Event::SpotInterruptionWarning(interruption.clone()));
+        self.schedule_reclaim(instance_id, notice);
+        Ok(interruption)
+    }
+
+    /// Every spot interruption warning issued so far, oldest first.
+    pub fn spot_interruptions(&self) -> Vec<SpotInterruption> {
+        self.lock().interruptions.clone()
+    }
+
+    /// Launches, state changes and interruption warnings from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Ec2Event> {
+        self.inner.events.subscribe()
+    }
+
+    /// All instances in every state, by id; the simulator's own view, not an API call.
+    pub fn instances(&self) -> Vec<Instance> {
+        self.lock().instances.values().cloned().collect()
+    }
+
+    /// One instance by id; the simulator's own view, not an API call.
+    pub fn instance(&self, instance_id: &str) -> Option<Instance> {
+        self.lock().instances.get(instance_id).cloned()
+    }
+
+    /// API calls so far, by operation.
+    pub fn api_calls(&self) -> ApiCalls {
+        self.lock().calls.clone()
+    }
+
+    // ---- internals ----
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the maps half-updated in a way that
+        // matters to a simulation, so a poisoned lock is still usable.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn admit(&self, operation: &'static str) -> Result<(), Ec2Error> {
+        let mut state = self.lock();
+        let throttled = state.throttle.admit();
+        state.calls.record(operation, throttled);
+        if throttled {
+            return Err(Ec2Error::RequestLimitExceeded { operation });
+        }
+        Ok(())
+    }
+
+    fn launch(
+        &self,
+        state: &mut State,
+        chosen: &fleet::Chosen,
+        tags: &BTreeMap<String, String>,
+    ) -> Instance {
+        let mut rng = rand::rng();
+        let mut instance_id = ids::instance_id(&mut rng);
+        while state.instances.contains_key(&instance_id) {
+            instance_id = ids::instance_id(&mut rng);
+        }
+        let ip = ids::private_ip(state.launched);
+        state.launched += 1;
+        let instance = Instance {
+            instance_id: instance_id.clone(),
+            instance_type: chosen.key.instance_type.clone(),
+            zone: chosen.key.zone.clone(),
+            capacity_type: chosen.key.capacity_type,
+            state: if self.inner.config.pending_duration.is_zero() {
+                InstanceState::Running
+            } else {
+                InstanceState::Pending
+            },
+            image_id: chosen.image_id.clone(),
+            subnet_id: chosen.subnet_id.clone(),
+            launch_template_name: chosen.launch_template_name.clone(),
+            private_dns_name: ids::private_dns_name(&ip, &self.inner.config.region),
+            private_ip_address: ip,
+            launch_time: SystemTime::now(),
+            price: chosen.price,
+            tags: tags.clone(),
+            interruption: None,
+        };
+        state.instances.insert(instance_id, instance.clone());
+        instance
+    }
+
+    fn emit(&self, event: Ec2Event) {
+        // No subscriber is a normal state (nobody watching yet), not an error.
+        let _ = self.inner.events.send(event);
+    }
+
+    fn after_state_change(&self, change: &InstanceStateChange) {
+        if change.previous_state == change.current_state {
+            return;
+        }
+        self.emit_state(&change.instance_id, change.current_state);
+        if change.current_state == InstanceState::ShuttingDown {
+            self.schedule_state(
+                &change.instance_id,
+                InstanceState::Terminated,
+                self.inner.config.shutdown_duration,
+            );
+        }
+    }
+
+    fn emit_state(&self, instance_id: &str, state: InstanceState) {
+        let provider_id = self
+            .instance(instance_id)
+            .map(|i| i.provider_id())
+            .unwrap_or_default();
+        self.emit(Ec2Event::StateChanged {
+            instance_id: instance_id.to_owned(),
+            provider_id,
+            state,
+        });
+    }
+
+    /// Moves an instance to `to` after `delay`, unless it moved on meanwhile (a pending
+    /// instance terminated before it ran stays terminated).
+    fn schedule_state(&self, instance_id: &str, to: InstanceState, delay: Duration) {
+        let ec2 = self.clone();
+        let id = instance_id.to_owned();
+        run_later(delay, move || ec2.transition(&id, to));
+    }
+
+    fn transition(&self, instance_id: &str, to: InstanceState) {
+        let changed = {
+            let mut state = self.lock();
+            match state.instances.get_mut(instance_id) {
+                Some(instance) if precedes(instance.state, to) => {
+                    instance.state = to;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if changed {
+            self.emit_state(instance_id, to);
+        }
+    }
+
+    fn schedule_reclaim(&self, instance_id: &str, notice: Duration) {
+        let ec2 = self.clone();
+        let id = instance_id.to_owned();
+        run_later(notice, move || {
+            let change = {
+                let mut state = ec2.lock();
+                let shutdown = ec2.inner.config.shutdown_duration;
+                state
+                    .instances
+                    .get_mut(&id)
+                    .map(|i| begin_shutdown(i, shutdown))
+            };
+            if let Some(change) = change {
+                ec2.after_state_change(&change);
+            }
+        });
+    }
+}
+
+impl std::fmt::Debug for SimulatedEc2 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatedEc2")
+            .field("region", &self.inner.config.region)
+            .field("pools", &self.inner.prices.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn validate_fleet(request: &CreateFleetRequest) -> Result<CapacityType, Ec2Error> {
+    let invalid = |message: &str| Ec2Error::InvalidParameter {
+        operation: ops::CREATE_FLEET,
+        message: message.to_owned(),
+    };
+    let capacity_type = request.capacity_type.ok_or_else(|| {
+        invalid("TargetCapacitySpecification.DefaultTargetCapacityType is required")
+    })?;
+    if request.total_target_capacity == 0 {
+        return Err(invalid(
+            "TargetCapacitySpecification.TotalTargetCapacity must be at least 1",
+        ));
+    }
+    if request
+        .launch_template_configs
+        .iter()
+        .all(|lt| lt.overrides.is_empty())
+    {
+        return Err(invalid(
+            "LaunchTemplateConfigs must contain at least one override",
+        ));
+    }
+    Ok(capacity_type)
+}
+
+fn find<'s>(state: &'s State, operation: &'static str, id: &str) -> Result<&'s Instance, Ec2Error> {
+    if !ids::is_instance_id(id) {
+        return Err(Ec2Error::MalformedInstanceId {
+            operation,
+            instance_id: id.to_owned(),
+        });
+    }
+    state
+        .instances
+        .get(id)
+        .ok_or_else(|| Ec2Error::InstanceNotFound {
+            operation,
+            instance_id: id.to_owned(),
+        })
+}
+
+fn check_interruptible(instance: &Instance) -> Result<(), Ec2Error> {
+    let refuse = |reason: &str| {
+        Err(Ec2Error::NotInterruptible {
+            instance_id: instance.instance_id.clone(),
+            reason: reason.to_owned(),
+        })
+    };
+    if instance.capacity_type != CapacityType::Spot {
+        return refuse("not a spot instance");
+    }
+    if !instance.state.is_live() {
+        return refuse(&format!("instance is {}", instance.state));
+    }
+    if instance.interruption.is_some() {
+        return refuse("already interrupted");
+    }
+    Ok(())
+}
+
+/// Starts shutting an instance down; with no shutdown time it is terminated at once.
+fn begin_shutdown(instance: &mut Instance, shutdown: Duration) -> InstanceStateChange {
+    let previous_state = instance.state;
+    if previous_state.is_live() {
+        instance.state = if shutdown.is_zero() {
+            InstanceState::Terminated
+        } else {
+            InstanceState::ShuttingDown
+        };
+    }
+    InstanceStateChange {
+        instance_id: instance.instance_id.clone(),
+        previous_state,
+        current_state: instance.state,
+    }
+}
+
+/// Whether `to` is a later lifecycle state than `from`.
+fn precedes(from: InstanceState, to: InstanceState) -> bool {
+    fn rank(state: InstanceState) -> u8 {
+        match state {
+            InstanceState::Pending => 0,
+            InstanceState::Running => 1,
+            InstanceState::ShuttingDown => 2,
+            InstanceState::Terminated => 3,
+        }
+    }
+    rank(from) < rank(to)
+}
+
+fn matches_filter(instance: &Instance, filter: &Filter) -> bool {
+    match filter {
+        Filter::TagKey(key) => instance.tags.contains_key(key),
+        Filter::Tag { key, values } => instance
+            .tags
+            .get(key)
+            .is_some_and(|v| values.iter().any(|pattern| glob_match(pattern, v))),
+        Filter::InstanceStateName(states) => states.contains(&instance.state),
+        Filter::InstanceType(types) => types.contains(&instance.instance_type),
+        Filter::AvailabilityZone(zones) => zones.contains(&instance.zone),
+    }
+}
+
+/// EC2 filter values: `*` matches any run of characters, `?` any one character.
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let (mut star, mut star_ti) = (None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            star_ti = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            star_ti += 1;
+            ti = star_ti;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+async fn sleep(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Runs `task` after `delay`: inline when there is no delay (deterministic for tests) or no
+/// runtime to defer it on, otherwise on the current Tokio runtime.
+fn run_later<F>(delay: Duration, task: F)
+where
+    F: FnOnce() + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if !delay.is_zero() => {
+            handle.spawn(async move {
+                tokio::time::sleep(delay).await;
+                task();
+            });
+        }
+        _ => task(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_matches_like_ec2_filters() {
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("kerf-*", "kerf-cluster"));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("kerf-*", "other"));
+        assert!(glob_match("exact", "exact"));
+        assert!(!glob_match("exact", "exactly"));
+    }
+
+    #[test]
+    fn lifecycle_only_moves_forward() {
+        assert!(precedes(InstanceState::Pending, InstanceState::Running));
+        assert!(!precedes(InstanceState::Terminated, InstanceState::Running));
+        assert!(!precedes(
+            InstanceState::ShuttingDown,
+            InstanceState::Running
+        ));
+    }
+}

@@ -1,0 +1,700 @@
+//! [`SimulatedCloudProvider`]: kerf's [`CloudProvider`] over the simulated EC2 and the
+//! embedded catalog, doing what the AWS provider does with real EC2. Create narrows the
+//! catalog to the instance types compatible with the NodeClaim's requirements whose
+//! allocatable fits its requests (dropping exotic types and overpriced spot as upstream),
+//! keeps the 60 cheapest, picks spot when allowed and offered, and sends one `CreateFleet`
+//! whose overrides are those types × their compatible zones; an answer without instances
+//! becomes `InsufficientCapacity` listing the refused offerings. Get, List and Delete go
+//! through `DescribeInstances` and `TerminateInstances`, so every call is counted and can
+//! be throttled.
+
+use super::types::{
+    CapacityType as Ec2CapacityType, CreateFleetOutput, CreateFleetRequest,
+    DescribeInstancesRequest, Filter, FleetOverride, Instance, InstanceState, LaunchTemplateConfig,
+    OfferingKey, PricedOffering,
+};
+use super::{Ec2Config, Ec2Error, SimulatedEc2};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kerf::api::nodeclaim::DEFAULT_EXPIRE_AFTER;
+use kerf::api::{
+    NillableDuration, NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference, NodePool,
+    ResourceList,
+};
+use kerf::catalog::{
+    AllocatableSettings, CapacityType, Catalog, CatalogError, InstanceType, Offering,
+};
+use kerf::cloudprovider::{
+    BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, OfferingRef,
+    parse_aws_provider_id,
+};
+use kerf::labels;
+use kerf::requirements::{AllowUndefined, Requirement, Requirements};
+use kerf::resources::{Quantity, Resources};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Upstream's cap on the instance types one launch offers to CreateFleet.
+pub const MAX_INSTANCE_TYPES: usize = 60;
+
+/// The EC2 tag keys kerf (like Karpenter) puts on the instances it launches.
+pub mod tags {
+    pub const NODEPOOL: &str = "karpenter.sh/nodepool";
+    pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
+    pub const EC2NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+    pub const EKS_CLUSTER_NAME: &str = "eks:eks-cluster-name";
+    pub const NAME: &str = "Name";
+    /// `kubernetes.io/cluster/<cluster-name>: owned`.
+    pub fn cluster_ownership(cluster: &str) -> String {
+        format!("kubernetes.io/cluster/{cluster}")
+    }
+}
+
+/// What the simulated provider launches with.
+#[derive(Clone, Debug)]
+pub struct SimulatedCloudProviderConfig {
+    /// `CLUSTER_NAME`: tagged on instances and used to list them.
+    pub cluster_name: String,
+    /// The AMI launches use; changing it later makes running instances drift.
+    pub image_id: String,
+}
+
+impl Default for SimulatedCloudProviderConfig {
+    fn default() -> Self {
+        Self {
+            cluster_name: "kerf-sim".to_owned(),
+            image_id: "ami-0000000000000000a".to_owned(),
+        }
+    }
+}
+
+/// The simulated cloud provider.
+pub struct SimulatedCloudProvider {
+    ec2: SimulatedEc2,
+    cluster_name: String,
+    image_id: Mutex<String>,
+    instance_types: Vec<Arc<InstanceType>>,
+    by_name: HashMap<String, Arc<InstanceType>>,
+}
+
+/// The priced, available offerings of `instance_types`: the pools the simulated region sells.
+pub fn catalog_offerings(instance_types: &[InstanceType]) -> Vec<PricedOffering> {
+    instance_types
+        .iter()
+        .flat_map(|it| it.available_offerings().map(move |o| (it, o)))
+        .filter_map(|(it, o)| {
+            let capacity_type = Ec2CapacityType::parse(o.capacity_type.as_str())?;
+            Some(PricedOffering {
+                key: OfferingKey::new(&it.name, &o.zone, capacity_type),
+                price: o.price,
+            })
+        })
+        .collect()
+}
+
+impl SimulatedCloudProvider {
+    /// A provider launching `instance_types` (usually the embedded catalog's for the
+    /// simulated region) into `ec2`.
+    pub fn new(
+        ec2: SimulatedEc2,
+        instance_types: Vec<InstanceType>,
+        config: SimulatedCloudProviderConfig,
+    ) -> Self {
+        let instance_types: Vec<Arc<InstanceType>> =
+            instance_types.into_iter().map(Arc::new).collect();
+        let by_name = instance_types
+            .iter()
+            .map(|it| (it.name.clone(), Arc::clone(it)))
+            .collect();
+        Self {
+            ec2,
+            cluster_name: config.cluster_name,
+            image_id: Mutex::new(config.image_id),
+            instance_types,
+            by_name,
+        }
+    }
+
+    /// A simulated region from the embedded catalog: EC2 selling every priced offering of
+    /// `region`, and a provider launching its instance types (default AL2023 settings).
+    pub fn for_region(
+        region: &str,
+        ec2_config: Ec2Config,
+        config: SimulatedCloudProviderConfig,
+    ) -> Result<Self, CatalogError> {
+        let catalog = Catalog::embedded(region)?;
+        let instance_types = catalog.instance_types(&AllocatableSettings::default());
+        let ec2 = SimulatedEc2::new(ec2_config, catalog_offerings(&instance_types));
+        Ok(Self::new(ec2, instance_types, config))
+    }
+
+    pub fn ec2(&self) -> &SimulatedEc2 {
+        &self.ec2
+    }
+
+    pub fn instance_type(&self, name: &str) -> Option<Arc<InstanceType>> {
+        self.by_name.get(name).cloned()
+    }
+
+    /// Selects a new AMI: instances launched with another one report `AMIDrift`.
+    pub fn set_image_id(&self, image_id: &str) {
+        *self.image_id.lock().unwrap_or_else(PoisonError::into_inner) = image_id.to_owned();
+    }
+
+    pub fn image_id(&self) -> String {
+        self.image_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    async fn launch(&self, node_claim: &NodeClaim) -> CloudResult<NodeClaim> {
+        let name = node_claim.name().to_owned();
+        let reqs = claim_requirements(node_claim)?;
+        let requests = claim_requests(node_claim)?;
+        let candidates = self.candidates(&name, &reqs, &requests)?;
+        let capacity_type = choose_capacity_type(&reqs, &candidates);
+        let image_id = self.image_id();
+        let request = CreateFleetRequest {
+            launch_template_configs: vec![LaunchTemplateConfig {
+                launch_template_name: format!("karpenter.k8s.aws/{}", self.cluster_name),
+                overrides: overrides(&candidates, &reqs, capacity_type, &image_id),
+            }],
+            capacity_type: Some(capacity_type),
+            total_target_capacity: 1,
+            tags: self.launch_tags(node_claim),
+            context: None,
+        };
+        let output = self.ec2.create_fleet(&request).await.map_err(from_ec2)?;
+        let instance_id = launched_instance(&name, &output)?;
+        let instance =
+            self.ec2
+                .instance(&instance_id)
+                .ok_or_else(|| CloudProviderError::Other {
+                    operation: "CreateFleet".to_owned(),
+                    message: format!("launched instance {instance_id} is unknown"),
+                })?;
+        let mut launched = self.to_node_claim(&instance);
+        launched.metadata = node_claim.metadata.clone();
+        let mut merged = launched_labels(&self.instance_type(&instance.instance_type), &instance);
+        merged.extend(node_claim.metadata.labels.clone().unwrap_or_default());
+        launched.metadata.labels = Some(merged);
+        launched.spec = node_claim.spec.clone();
+        Ok(launched)
+    }
+
+    /// Compatible, fitting instance types, cheapest first, at most [`MAX_INSTANCE_TYPES`].
+    fn candidates(
+        &self,
+        node_claim: &str,
+        reqs: &Requirements,
+        requests: &Resources,
+    ) -> CloudResult<Vec<Arc<InstanceType>>> {
+        let mut compatible: Vec<(f64, Arc<InstanceType>)> = self
+            .instance_types
+            .iter()
+            .filter(|it| {
+                reqs.is_compatible(
+                    &instance_type_requirements(it),
+                    AllowUndefined::WellKnownLabels,
+                )
+            })
+            .filter(|it| requests.fits(&it.allocatable()))
+            .filter_map(|it| cheapest_offering(it, reqs, None).map(|price| (price, Arc::clone(it))))
+            .collect();
+        if !reqs.has_min_values() {
+            compatible = drop_exotic(compatible);
+            if allows_both_capacity_types(reqs, &compatible) {
+                compatible = drop_overpriced_spot(compatible, reqs);
+            }
+        }
+        compatible.sort_by(|(pa, a), (pb, b)| pa.total_cmp(pb).then_with(|| a.name.cmp(&b.name)));
+        compatible.truncate(MAX_INSTANCE_TYPES);
+        let types: Vec<Arc<InstanceType>> = compatible.into_iter().map(|(_, it)| it).collect();
+        if types.is_empty() {
+            return Err(CloudProviderError::InsufficientCapacity {
+                node_claim: node_claim.to_owned(),
+                offerings: Vec::new(),
+            });
+        }
+        check_min_values(node_claim, reqs, &types)?;
+        Ok(types)
+    }
+
+    fn launch_tags(&self, node_claim: &NodeClaim) -> BTreeMap<String, String> {
+        let mut tags = BTreeMap::new();
+        tags.insert(tags::NODECLAIM.to_owned(), node_claim.name().to_owned());
+        tags.insert(tags::NAME.to_owned(), node_claim.name().to_owned());
+        tags.insert(tags::EKS_CLUSTER_NAME.to_owned(), self.cluster_name.clone());
+        tags.insert(
+            tags::cluster_ownership(&self.cluster_name),
+            "owned".to_owned(),
+        );
+        tags.insert(
+            tags::EC2NODECLASS.to_owned(),
+            node_claim.node_class_ref().name.clone(),
+        );
+        if let Some(pool) = node_claim.nodepool_name() {
+            tags.insert(tags::NODEPOOL.to_owned(), pool.to_owned());
+        }
+        tags
+    }
+
+    /// The NodeClaim a live instance stands for (as upstream's `instanceToNodeClaim`).
+    fn to_node_claim(&self, instance: &Instance) -> NodeClaim {
+        let instance_type = self.instance_type(&instance.instance_type);
+        let mut labels = launched_labels(&instance_type, instance);
+        if let Some(pool) = instance.tags.get(tags::NODEPOOL) {
+            labels.insert(labels::NODEPOOL.to_owned(), pool.clone());
+        }
+        let spec = NodeClaimSpec {
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            requirements: Vec::new(),
+            resources: None,
+            node_class_ref: NodeClassReference {
+                group: labels::AWS_GROUP.to_owned(),
+                kind: "EC2NodeClass".to_owned(),
+                name: instance
+                    .tags
+                    .get(tags::EC2NODECLASS)
+                    .cloned()
+                    .unwrap_or_default(),
+            },
+            expire_after: NillableDuration::parse(DEFAULT_EXPIRE_AFTER)
+                .expect("the default expireAfter is a valid duration"),
+            termination_grace_period: None,
+        };
+        let name = instance
+            .tags
+            .get(tags::NODECLAIM)
+            .map_or("", String::as_str);
+        let mut node_claim = NodeClaim::new(name, spec);
+        node_claim.metadata.labels = Some(labels);
+        node_claim.metadata.creation_timestamp = Some(Time(system_time(instance.launch_time)));
+        if !instance.state.is_live() {
+            node_claim.metadata.deletion_timestamp =
+                Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        }
+        node_claim.status = Some(NodeClaimStatus {
+            provider_id: Some(instance.provider_id()),
+            image_id: instance.image_id.clone(),
+            capacity: instance_type
+                .as_ref()
+                .map(|it| resource_list(&it.capacity))
+                .unwrap_or_default(),
+            allocatable: instance_type
+                .as_ref()
+                .map(|it| resource_list(&it.allocatable()))
+                .unwrap_or_default(),
+            ..NodeClaimStatus::default()
+        });
+        node_claim
+    }
+
+    /// The instance behind `provider_id` if it exists (pending, running or shutting down).
+    async fn find(&self, provider_id: &str) -> CloudResult<Instance> {
+        let parsed = parse_aws_provider_id(provider_id)?;
+        let request = DescribeInstancesRequest {
+            instance_ids: vec![parsed.instance_id.to_owned()],
+            filters: vec![existing_states()],
+        };
+        let found = self
+            .ec2
+            .describe_instances(&request)
+            .await
+            .map_err(from_ec2)?;
+        found
+            .into_iter()
+            .next()
+            .ok_or_else(|| CloudProviderError::NodeClaimNotFound {
+                provider_id: provider_id.to_owned(),
+                reason: "instance is terminated".to_owned(),
+            })
+    }
+}
+
+impl CloudProvider for SimulatedCloudProvider {
+    fn name(&self) -> &str {
+        "simulated"
+    }
+
+    fn create<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<NodeClaim>> {
+        Box::pin(self.launch(node_claim))
+    }
+
+    fn delete<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
+        Box::pin(async move {
+            let provider_id =
+                node_claim
+                    .provider_id()
+                    .ok_or_else(|| CloudProviderError::InvalidProviderId {
+                        provider_id: String::new(),
+                        reason: format!("nodeclaim {} has no status.providerID", node_claim.name()),
+                    })?;
+            let instance = self.find(provider_id).await?;
+            if instance.state == InstanceState::ShuttingDown {
+                return Ok(());
+            }
+            self.ec2
+                .terminate_instances(&[instance.instance_id])
+                .await
+                .map_err(from_ec2)?;
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, provider_id: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>> {
+        Box::pin(async move { Ok(self.to_node_claim(&self.find(provider_id).await?)) })
+    }
+
+    fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {
+        Box::pin(async move {
+            let request = DescribeInstancesRequest {
+                instance_ids: Vec::new(),
+                filters: vec![
+                    Filter::TagKey(tags::NODEPOOL.to_owned()),
+                    Filter::TagKey(tags::EC2NODECLASS.to_owned()),
+                    Filter::Tag {
+                        key: tags::EKS_CLUSTER_NAME.to_owned(),
+                        values: vec![self.cluster_name.clone()],
+                    },
+                    existing_states(),
+                ],
+            };
+            let instances = self
+                .ec2
+                .describe_instances(&request)
+                .await
+                .map_err(from_ec2)?;
+            Ok(instances.iter().map(|i| self.to_node_claim(i)).collect())
+        })
+    }
+
+    fn get_instance_types<'a>(
+        &'a self,
+        _node_pool: &'a NodePool,
+    ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
+        Box::pin(async move { Ok(self.instance_types.clone()) })
+    }
+
+    fn is_drifted<'a>(
+        &'a self,
+        node_claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
+        Box::pin(async move {
+            let Some(provider_id) = node_claim.provider_id() else {
+                return Ok(None);
+            };
+            let instance = self.find(provider_id).await?;
+            let current = self.image_id();
+            Ok((instance.image_id.as_deref() != Some(current.as_str()))
+                .then(|| DriftReason::new(DriftReason::AMI_DRIFT)))
+        })
+    }
+}
+
+fn existing_states() -> Filter {
+    Filter::InstanceStateName(vec![
+        InstanceState::Pending,
+        InstanceState::Running,
+        InstanceState::ShuttingDown,
+    ])
+}
+
+fn from_ec2(error: Ec2Error) -> CloudProviderError {
+    match error {
+        Ec2Error::RequestLimitExceeded { operation } => CloudProviderError::Throttled {
+            operation: operation.to_owned(),
+            message: error.to_string(),
+        },
+        Ec2Error::InstanceNotFound {
+            ref instance_id, ..
+        } => CloudProviderError::NodeClaimNotFound {
+            provider_id: instance_id.clone(),
+            reason: error.to_string(),
+        },
+        other => CloudProviderError::Other {
+            operation: other.code().to_owned(),
+            message: other.to_string(),
+        },
+    }
+}
+
+/// The id of the launched instance, or the error the fleet's answer amounts to.
+fn launched_instance(node_claim: &str, output: &CreateFleetOutput) -> CloudResult<String> {
+    if let Some(id) = output
+        .instances
+        .iter()
+        .flat_map(|i| i.instance_ids.iter())
+        .next()
+    {
+        return Ok(id.clone());
+    }
+    if output.errors.iter().all(|e| e.is_unfulfillable_capacity()) {
+        let mut offerings: Vec<OfferingRef> = output
+            .errors
+            .iter()
+            .map(|e| OfferingRef::new(e.capacity_type.as_str(), &e.instance_type, &e.zone))
+            .collect();
+        offerings.sort();
+        offerings.dedup();
+        return Err(CloudProviderError::InsufficientCapacity {
+            node_claim: node_claim.to_owned(),
+            offerings,
+        });
+    }
+    let codes: BTreeSet<String> = output
+        .errors
+        .iter()
+        .map(|e| format!("{}: {}", e.error_code, e.error_message))
+        .collect();
+    let reason = output
+        .errors
+        .iter()
+        .find(|e| !e.is_unfulfillable_capacity())
+        .map_or("LaunchFailed", |e| e.error_code.as_str());
+    Err(CloudProviderError::LaunchFailed {
+        node_claim: node_claim.to_owned(),
+        reason: reason.to_owned(),
+        message: codes.into_iter().collect::<Vec<_>>().join("; "),
+    })
+}
+
+fn claim_requirements(node_claim: &NodeClaim) -> CloudResult<Requirements> {
+    let mut reqs = Requirements::new();
+    for (i, r) in node_claim.requirements().iter().enumerate() {
+        let min_values = r.min_values.and_then(|m| u32::try_from(m).ok());
+        let req = Requirement::parse(&r.key, r.operator.as_str(), &r.values, min_values).map_err(
+            |e| CloudProviderError::LaunchFailed {
+                node_claim: node_claim.name().to_owned(),
+                reason: "InvalidRequirements".to_owned(),
+                message: format!("spec.requirements[{i}] ({}): {e}", r.key),
+            },
+        )?;
+        reqs.add(req);
+    }
+    Ok(reqs)
+}
+
+fn claim_requests(node_claim: &NodeClaim) -> CloudResult<Resources> {
+    let mut requests = Resources::new();
+    for (name, quantity) in node_claim.resource_requests().into_iter().flatten() {
+        let parsed =
+            Quantity::parse(&quantity.0).map_err(|e| CloudProviderError::LaunchFailed {
+                node_claim: node_claim.name().to_owned(),
+                reason: "InvalidResourceRequests".to_owned(),
+                message: format!(
+                    "spec.resources.requests[{name}]: invalid quantity {:?}: {e}",
+                    quantity.0
+                ),
+            })?;
+        requests.insert(name, parsed);
+    }
+    Ok(requests)
+}
+
+/// The instance type as requirements: its single-valued labels, and "does not exist" for
+/// the well-known keys it lacks (a GPU-less type has no GPU count).
+pub fn instance_type_requirements(it: &InstanceType) -> Requirements {
+    let mut reqs: Requirements = it
+        .labels
+        .iter()
+        .map(|(k, v)| Requirement::in_values(k, [v.as_str()]))
+        .collect();
+    for key in kerf::catalog::INSTANCE_TYPE_LABEL_KEYS {
+        if !it.labels.contains_key(*key) {
+            reqs.add(Requirement::does_not_exist(key));
+        }
+    }
+    reqs
+}
+
+fn offering_allowed(reqs: &Requirements, offering: &Offering) -> bool {
+    let allows = |key: &str, value: &str| reqs.get(key).is_none_or(|r| r.has(value));
+    offering.available
+        && allows(labels::ZONE, &offering.zone)
+        && allows(labels::ZONE_ID, &offering.zone_id)
+        && allows(labels::CAPACITY_TYPE, offering.capacity_type.as_str())
+}
+
+/// The cheapest available offering compatible with `reqs` (of one capacity type if given).
+fn cheapest_offering(
+    it: &InstanceType,
+    reqs: &Requirements,
+    only: Option<CapacityType>,
+) -> Option<f64> {
+    it.offerings
+        .iter()
+        .filter(|o| offering_allowed(reqs, o) && only.is_none_or(|c| o.capacity_type == c))
+        .map(|o| o.price)
+        .min_by(f64::total_cmp)
+}
+
+fn allows_capacity_type(reqs: &Requirements, capacity_type: CapacityType) -> bool {
+    reqs.get(labels::CAPACITY_TYPE)
+        .is_none_or(|r| r.has(capacity_type.as_str()))
+}
+
+/// Spot when the requirements allow it and some candidate offers it, else on-demand.
+fn choose_capacity_type(reqs: &Requirements, candidates: &[Arc<InstanceType>]) -> Ec2CapacityType {
+    let spot_offered = allows_capacity_type(reqs, CapacityType::Spot)
+        && candidates
+            .iter()
+            .any(|it| cheapest_offering(it, reqs, Some(CapacityType::Spot)).is_some());
+    if spot_offered {
+        Ec2CapacityType::Spot
+    } else {
+        Ec2CapacityType::OnDemand
+    }
+}
+
+fn allows_both_capacity_types(
+    reqs: &Requirements,
+    candidates: &[(f64, Arc<InstanceType>)],
+) -> bool {
+    let offered = |c: CapacityType| {
+        allows_capacity_type(reqs, c)
+            && candidates
+                .iter()
+                .any(|(_, it)| cheapest_offering(it, reqs, Some(c)).is_some())
+    };
+    offered(CapacityType::Spot) && offered(CapacityType::OnDemand)
+}
+
+/// Upstream's `filterExoticInstanceTypes`: metal and accelerator types only when nothing
+/// else fits.
+fn drop_exotic(candidates: Vec<(f64, Arc<InstanceType>)>) -> Vec<(f64, Arc<InstanceType>)> {
+    let accelerators = [
+        labels::RESOURCE_NVIDIA_GPU,
+        labels::RESOURCE_AMD_GPU,
+        labels::RESOURCE_AWS_NEURON,
+        labels::RESOURCE_AWS_NEURON_CORE,
+        labels::RESOURCE_HABANA_GAUDI,
+    ];
+    let exotic = |it: &InstanceType| {
+        it.label(labels::INSTANCE_SIZE)
+            .is_some_and(|s| s.contains("metal"))
+            || accelerators
+                .iter()
+                .any(|r| it.capacity.get_or_zero(r) > Quantity::ZERO)
+    };
+    let generic: Vec<_> = candidates
+        .iter()
+        .filter(|(_, it)| !exotic(it))
+        .cloned()
+        .collect();
+    if generic.is_empty() {
+        candidates
+    } else {
+        generic
+    }
+}
+
+/// Upstream's `filterUnwantedSpot`: with both capacity types possible, drop types whose
+/// cheapest offering costs more than the cheapest on-demand one.
+fn drop_overpriced_spot(
+    candidates: Vec<(f64, Arc<InstanceType>)>,
+    reqs: &Requirements,
+) -> Vec<(f64, Arc<InstanceType>)> {
+    let cheapest_on_demand = candidates
+        .iter()
+        .filter_map(|(_, it)| cheapest_offering(it, reqs, Some(CapacityType::OnDemand)))
+        .min_by(f64::total_cmp)
+        .unwrap_or(f64::INFINITY);
+    candidates
+        .into_iter()
+        .filter(|(price, _)| *price <= cheapest_on_demand)
+        .collect()
+}
+
+/// Upstream's `SatisfiesMinValues` on the truncated list.
+fn check_min_values(
+    node_claim: &str,
+    reqs: &Requirements,
+    types: &[Arc<InstanceType>],
+) -> CloudResult<()> {
+    for req in reqs.iter() {
+        let Some(min) = req.min_values() else {
+            continue;
+        };
+        let distinct: BTreeSet<&str> = types.iter().filter_map(|it| it.label(req.key())).collect();
+        if (distinct.len() as u64) < u64::from(min) {
+            return Err(CloudProviderError::LaunchFailed {
+                node_claim: node_claim.to_owned(),
+                reason: "InstanceTypeResolutionFailed".to_owned(),
+                message: format!(
+                    "minValues requirement is not met for {:?}: {} of {min} values among the {} cheapest instance types",
+                    req.key(),
+                    distinct.len(),
+                    types.len()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn overrides(
+    candidates: &[Arc<InstanceType>],
+    reqs: &Requirements,
+    capacity_type: Ec2CapacityType,
+    image_id: &str,
+) -> Vec<FleetOverride> {
+    candidates
+        .iter()
+        .flat_map(|it| it.offerings.iter().map(move |o| (it, o)))
+        .filter(|(_, o)| {
+            o.capacity_type.as_str() == capacity_type.as_str() && offering_allowed(reqs, o)
+        })
+        .map(|(it, o)| FleetOverride {
+            instance_type: it.name.clone(),
+            zone: o.zone.clone(),
+            subnet_id: Some(format!("subnet-{}", o.zone_id)),
+            image_id: Some(image_id.to_owned()),
+            priority: None,
+        })
+        .collect()
+}
+
+/// Labels a launched instance resolves: the type's labels, zone, zone id, capacity type.
+fn launched_labels(
+    instance_type: &Option<Arc<InstanceType>>,
+    instance: &Instance,
+) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = instance_type
+        .as_ref()
+        .map(|it| it.labels.clone())
+        .unwrap_or_default();
+    labels.insert(
+        labels::INSTANCE_TYPE.to_owned(),
+        instance.instance_type.clone(),
+    );
+    labels.insert(labels::ZONE.to_owned(), instance.zone.clone());
+    labels.insert(
+        labels::CAPACITY_TYPE.to_owned(),
+        instance.capacity_type.as_str().to_owned(),
+    );
+    let zone_id = instance_type
+        .as_ref()
+        .and_then(|it| it.offerings.iter().find(|o| o.zone == instance.zone))
+        .map(|o| o.zone_id.clone());
+    if let Some(zone_id) = zone_id {
+        labels.insert(labels::ZONE_ID.to_owned(), zone_id);
+    }
+    labels
+}
+
+/// A resource list for the API, without zero entries (as upstream drops them).
+pub fn resource_list(resources: &Resources) -> ResourceList {
+    resources
+        .iter()
+        .filter(|(_, q)| *q != Quantity::ZERO)
+        .map(|(name, q)| (name.to_owned(), K8sQuantity(q.to_string())))
+        .collect()
+}
+
+fn system_time(time: std::time::SystemTime) -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::try_from(time)
+        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now())
+}

@@ -1,0 +1,98 @@
+//! A minimal informer for the simulated actors: a kube-rs reflector (watch + local cache)
+//! driven on its own task, plus a generation counter that moves on every event a caller
+//! cares about, so actors wake up on change instead of polling the API server.
+
+use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::hash::Hash;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A cache of one resource kind kept current by a watch.
+pub struct Informer<K>
+where
+    K: Resource + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    store: Store<K>,
+    generation: watch::Receiver<u64>,
+    task: JoinHandle<()>,
+}
+
+impl<K> Informer<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    /// Starts watching `api`. `relevant` decides which events move the generation counter.
+    pub fn start(api: Api<K>, relevant: fn(&Event<K>) -> bool) -> Informer<K> {
+        let (store, writer) = reflector::store();
+        let (bump, generation) = watch::channel(0u64);
+        let stream =
+            reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
+                .default_backoff();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(event) => {
+                        if relevant(&event) {
+                            bump.send_modify(|g| *g += 1);
+                        }
+                    }
+                    Err(error) => tracing::debug!(%error, "watch error; the watcher retries"),
+                }
+            }
+        });
+        Informer {
+            store,
+            generation,
+            task,
+        }
+    }
+
+    /// Waits for the initial list to be cached.
+    pub async fn ready(&self) {
+        // The writer lives as long as the task; if it is gone there is nothing to wait for.
+        let _ = self.store.wait_until_ready().await;
+    }
+
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// A receiver that sees the generation counter move on relevant events.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.generation.clone()
+    }
+
+    /// The current generation.
+    pub fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+}
+
+impl<K> Drop for Informer<K>
+where
+    K: Resource + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Every event counts.
+pub fn any_event<K>(_: &Event<K>) -> bool {
+    true
+}
+
+/// Only changes after the initial list count (applies and deletes).
+pub fn changes_only<K>(event: &Event<K>) -> bool {
+    matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone)
+}

@@ -1,0 +1,488 @@
+//! The simulated kube-scheduler. It watches nodes and pods through the API server like the
+//! real one, and every `interval` (100 ms by default) runs one cycle over all pending pods:
+//! each is filtered and scored against the nodes (see [`cluster`]), bound through the
+//! `binding` subresource, or marked `PodScheduled=False, reason=Unschedulable` with
+//! kube-scheduler's "0/N nodes are available: ..." message — the signal kerf provisions
+//! for. Unschedulable pods are retried with backoff once nodes or pods changed, as the real
+//! scheduler's unschedulable queue does, so 10k waiting pods do not cost a full pass each
+//! cycle.
+
+mod cluster;
+mod nodeinfo;
+mod podinfo;
+mod selector;
+
+use crate::informer::{Informer, any_event};
+use cluster::Cluster;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::watcher::Event;
+use kube::{Api, Client};
+use nodeinfo::NodeInfo;
+use podinfo::PodInfo;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+
+pub use nodeinfo::is_ready as node_is_ready;
+
+/// Whether `pod` may run on `node` considering cordon, taints (a node that is not Ready
+/// counts as tainted `node.kubernetes.io/not-ready:NoSchedule`) and node affinity, but not
+/// resources: the check a controller that binds pods itself (daemonsets) makes. The error
+/// is kube-scheduler's reason text, or the malformed field.
+pub fn fits_node(pod: &Pod, node: &Node) -> Result<(), String> {
+    let pod = PodInfo::new(pod)?;
+    let node = NodeInfo::new(node)?;
+    cluster::static_fit(&pod, &node).map_err(|reason| reason.to_string())
+}
+
+/// The name pods select this scheduler by (`spec.schedulerName`, empty meaning it too).
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// Knobs of the simulated scheduler; the defaults are kube-scheduler's.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// Time between scheduling cycles.
+    pub interval: Duration,
+    pub scheduler_name: String,
+    /// Binding and status requests in flight at once.
+    pub concurrency: usize,
+    /// First retry delay of an unschedulable pod once the cluster changed.
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Retry an unschedulable pod after this long even if nothing changed.
+    pub unschedulable_flush: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_millis(100),
+            scheduler_name: DEFAULT_SCHEDULER_NAME.to_owned(),
+            concurrency: 32,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(10),
+            unschedulable_flush: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Running totals, for reports and tests.
+#[derive(Debug, Default)]
+pub struct SchedulerStats {
+    pub cycles: AtomicU64,
+    pub bound: AtomicU64,
+    pub marked_unschedulable: AtomicU64,
+    pub api_errors: AtomicU64,
+}
+
+/// The running scheduler; dropping it stops it.
+pub struct SchedulerHandle {
+    task: JoinHandle<()>,
+    stats: Arc<SchedulerStats>,
+}
+
+impl SchedulerHandle {
+    pub fn stats(&self) -> &SchedulerStats {
+        &self.stats
+    }
+
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for SchedulerHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts the simulated kube-scheduler against the API server `client` talks to.
+pub fn start(client: Client, config: SchedulerConfig) -> SchedulerHandle {
+    let stats = Arc::new(SchedulerStats::default());
+    let task = tokio::spawn(run(client, config, Arc::clone(&stats)));
+    SchedulerHandle { task, stats }
+}
+
+async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>) {
+    let nodes = Informer::start(Api::<Node>::all(client.clone()), any_event::<Node>);
+    let pods = Informer::start(Api::<Pod>::all(client.clone()), frees_capacity);
+    nodes.ready().await;
+    pods.ready().await;
+    let mut scheduler = Scheduler::new(client, config.clone(), stats);
+    let mut ticker = tokio::time::interval(config.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let epoch = nodes.generation() + pods.generation();
+        scheduler
+            .cycle(&nodes.store().state(), &pods.store().state(), epoch)
+            .await;
+    }
+}
+
+/// Pod events after which a waiting pod may fit: a pod leaving (deleted or finished).
+fn frees_capacity(event: &Event<Pod>) -> bool {
+    match event {
+        Event::Delete(_) | Event::InitDone => true,
+        Event::Apply(pod) => is_terminal(pod),
+        _ => false,
+    }
+}
+
+struct Attempt {
+    epoch: u64,
+    at: Instant,
+    backoff: Duration,
+}
+
+enum Action {
+    Bind {
+        namespace: String,
+        name: String,
+        uid: String,
+        node: String,
+    },
+    Unschedulable {
+        namespace: String,
+        name: String,
+        conditions: Vec<PodCondition>,
+    },
+}
+
+struct Scheduler {
+    client: Client,
+    config: SchedulerConfig,
+    stats: Arc<SchedulerStats>,
+    compiled: HashMap<String, (String, Arc<PodInfo>)>,
+    /// Pods bound by us whose binding the pod cache has not shown yet: uid → node.
+    assumed: HashMap<String, String>,
+    attempts: HashMap<String, Attempt>,
+    next_start: usize,
+}
+
+impl Scheduler {
+    fn new(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>) -> Self {
+        Self {
+            client,
+            config,
+            stats,
+            compiled: HashMap::new(),
+            assumed: HashMap::new(),
+            attempts: HashMap::new(),
+            next_start: 0,
+        }
+    }
+
+    async fn cycle(&mut self, nodes: &[Arc<Node>], pods: &[Arc<Pod>], epoch: u64) {
+        self.stats.cycles.fetch_add(1, Ordering::Relaxed);
+        self.forget_stale(pods);
+        let pending = self.pending(pods, epoch);
+        if pending.is_empty() {
+            return;
+        }
+        let mut cluster = self.snapshot(nodes, pods);
+        let mut actions = Vec::new();
+        for pod in pending {
+            let uid = uid(&pod);
+            let compiled = self.compile(&pod);
+            let placed = compiled
+                .clone()
+                .and_then(|info| cluster.schedule(&info).map(|index| (index, info)));
+            match placed {
+                Ok((index, info)) => {
+                    let node = cluster.node_name(index).to_owned();
+                    cluster.assume(index, info);
+                    self.attempts.remove(&uid);
+                    self.assumed.insert(uid.clone(), node.clone());
+                    actions.push(Action::Bind {
+                        namespace: namespace(&pod),
+                        name: name(&pod),
+                        uid,
+                        node,
+                    });
+                }
+                Err(message) => {
+                    self.record_failure(&uid, epoch);
+                    if let Some(conditions) = unschedulable_conditions(&pod, &message) {
+                        actions.push(Action::Unschedulable {
+                            namespace: namespace(&pod),
+                            name: name(&pod),
+                            conditions,
+                        });
+                    }
+                }
+            }
+        }
+        self.next_start = cluster.next_start();
+        self.execute(actions).await;
+    }
+
+    /// Drops bookkeeping of pods that are gone or whose binding the cache now shows.
+    fn forget_stale(&mut self, pods: &[Arc<Pod>]) {
+        let mut live: HashMap<String, bool> = HashMap::with_capacity(pods.len());
+        for pod in pods {
+            live.insert(uid(pod), node_name(pod).is_some());
+        }
+        self.assumed.retain(|uid, _| live.get(uid) == Some(&false));
+        self.attempts.retain(|uid, _| live.contains_key(uid));
+        self.compiled.retain(|uid, _| live.contains_key(uid));
+    }
+
+    fn pending(&self, pods: &[Arc<Pod>], epoch: u64) -> Vec<Arc<Pod>> {
+        let now = Instant::now();
+        let mut pending: Vec<Arc<Pod>> = pods
+            .iter()
+            .filter(|p| self.is_ours(p) && !self.assumed.contains_key(&uid(p)))
+            .filter(|p| {
+                self.attempts
+                    .get(&uid(p))
+                    .is_none_or(|a| self.due(a, epoch, now))
+            })
+            .cloned()
+            .collect();
+        pending.sort_by(|a, b| {
+            priority(b)
+                .cmp(&priority(a))
+                .then_with(|| created(a).cmp(&created(b)))
+                .then_with(|| name(a).cmp(&name(b)))
+        });
+        pending
+    }
+
+    fn is_ours(&self, pod: &Pod) -> bool {
+        let spec = pod.spec.as_ref();
+        let scheduler = spec
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or(DEFAULT_SCHEDULER_NAME);
+        let gated = spec
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
+        node_name(pod).is_none()
+            && scheduler == self.config.scheduler_name
+            && pod.metadata.deletion_timestamp.is_none()
+            && !gated
+            && !is_terminal(pod)
+    }
+
+    fn due(&self, attempt: &Attempt, epoch: u64, now: Instant) -> bool {
+        let since = now.duration_since(attempt.at);
+        (attempt.epoch != epoch && since >= attempt.backoff)
+            || since >= self.config.unschedulable_flush
+    }
+
+    fn record_failure(&mut self, uid: &str, epoch: u64) {
+        let backoff = self
+            .attempts
+            .get(uid)
+            .map_or(self.config.initial_backoff, |a| {
+                (a.backoff * 2).min(self.config.max_backoff)
+            });
+        self.attempts.insert(
+            uid.to_owned(),
+            Attempt {
+                epoch,
+                at: Instant::now(),
+                backoff,
+            },
+        );
+    }
+
+    fn compile(&mut self, pod: &Pod) -> Result<Arc<PodInfo>, String> {
+        let uid = uid(pod);
+        let version = pod.metadata.resource_version.clone().unwrap_or_default();
+        if let Some((seen, info)) = self.compiled.get(&uid)
+            && *seen == version
+        {
+            return Ok(Arc::clone(info));
+        }
+        let info = Arc::new(PodInfo::new(pod)?);
+        self.compiled.insert(uid, (version, Arc::clone(&info)));
+        Ok(info)
+    }
+
+    /// Nodes with the pods bound (or assumed bound) to them.
+    fn snapshot(&mut self, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> Cluster {
+        let mut infos = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            match NodeInfo::new(node) {
+                Ok(info) => infos.push(info),
+                Err(error) => tracing::warn!(%error, "skipping node"),
+            }
+        }
+        let index: HashMap<String, usize> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        for pod in pods {
+            if is_terminal(pod) {
+                continue;
+            }
+            let target = node_name(pod).or_else(|| self.assumed.get(&uid(pod)).cloned());
+            let Some(slot) = target.and_then(|n| index.get(&n).copied()) else {
+                continue;
+            };
+            match self.compile(pod) {
+                Ok(info) => infos[slot].add_pod(info),
+                Err(error) => tracing::warn!(%error, "not accounting pod"),
+            }
+        }
+        Cluster::new(infos, self.next_start)
+    }
+
+    async fn execute(&mut self, actions: Vec<Action>) {
+        let client = self.client.clone();
+        let stats = Arc::clone(&self.stats);
+        let results: Vec<Option<String>> = futures::stream::iter(actions)
+            .map(|action| apply(client.clone(), Arc::clone(&stats), action))
+            .buffer_unordered(self.config.concurrency.max(1))
+            .collect()
+            .await;
+        // A failed binding is forgotten so the pod is considered again next cycle.
+        for failed_uid in results.into_iter().flatten() {
+            self.assumed.remove(&failed_uid);
+        }
+    }
+}
+
+/// Performs one action; returns the uid of a pod whose binding failed.
+async fn apply(client: Client, stats: Arc<SchedulerStats>, action: Action) -> Option<String> {
+    match action {
+        Action::Bind {
+            namespace,
+            name,
+            uid,
+            node,
+        } => {
+            let api: Api<Pod> = Api::namespaced(client, &namespace);
+            let binding = Binding {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                target: ObjectReference {
+                    kind: Some("Node".to_owned()),
+                    api_version: Some("v1".to_owned()),
+                    name: Some(node.clone()),
+                    ..ObjectReference::default()
+                },
+            };
+            let result: Result<serde_json::Value, _> = api
+                .create_subresource("binding", &name, &PostParams::default(), &binding)
+                .await;
+            match result {
+                Ok(_) => {
+                    stats.bound.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+                Err(error) => {
+                    stats.api_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%error, pod = %format!("{namespace}/{name}"), %node, "binding failed");
+                    Some(uid)
+                }
+            }
+        }
+        Action::Unschedulable {
+            namespace,
+            name,
+            conditions,
+        } => {
+            let api: Api<Pod> = Api::namespaced(client, &namespace);
+            let patch = serde_json::json!({ "status": { "conditions": conditions } });
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    stats.marked_unschedulable.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    stats.api_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%error, pod = %format!("{namespace}/{name}"), "status patch failed");
+                }
+            }
+            None
+        }
+    }
+}
+
+/// The pod's conditions with `PodScheduled=False, reason=Unschedulable`; `None` when the
+/// pod already says exactly that (no write needed).
+fn unschedulable_conditions(pod: &Pod, message: &str) -> Option<Vec<PodCondition>> {
+    let mut conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let current = conditions.iter().find(|c| c.type_ == "PodScheduled");
+    let unchanged = current.is_some_and(|c| {
+        c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+            && c.message.as_deref() == Some(message)
+    });
+    if unchanged {
+        return None;
+    }
+    conditions.retain(|c| c.type_ != "PodScheduled");
+    conditions.push(PodCondition {
+        type_: "PodScheduled".to_owned(),
+        status: "False".to_owned(),
+        reason: Some("Unschedulable".to_owned()),
+        message: Some(message.to_owned()),
+        last_transition_time: Some(Time(now())),
+        ..PodCondition::default()
+    });
+    Some(conditions)
+}
+
+fn now() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::now()
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata
+        .uid
+        .clone()
+        .unwrap_or_else(|| format!("{}/{}", namespace(pod), name(pod)))
+}
+
+fn name(pod: &Pod) -> String {
+    pod.metadata.name.clone().unwrap_or_default()
+}
+
+fn namespace(pod: &Pod) -> String {
+    pod.metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+fn node_name(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+}
+
+fn priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+fn created(pod: &Pod) -> Option<k8s_openapi::jiff::Timestamp> {
+    pod.metadata.creation_timestamp.as_ref().map(|t| t.0)
+}
+
+/// Succeeded and Failed pods hold no resources.
+pub(crate) fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}

@@ -1,0 +1,91 @@
+//! A node as the simulated kube-scheduler sees it: labels, the taints its filter checks
+//! (including the `not-ready` taint the node lifecycle controller puts on a node that is
+//! not Ready), allocatable, and what the pods already on it use.
+
+use super::podinfo::{HostPort, PodInfo};
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kerf::resources::{Quantity, Resources};
+use kerf::taints::{EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The taint kube-controller-manager keeps on nodes whose Ready condition is not True.
+pub(crate) const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+/// The taint equivalent of `spec.unschedulable` (cordon), which pods may tolerate.
+pub(crate) const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+#[derive(Clone, Debug)]
+pub(crate) struct NodeInfo {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    /// NoSchedule and NoExecute taints, the only ones the filter considers.
+    pub(crate) taints: Vec<Taint>,
+    pub(crate) unschedulable: bool,
+    pub(crate) allocatable: Resources,
+    pub(crate) requested: Resources,
+    pub(crate) ports: Vec<HostPort>,
+    pub(crate) pods: Vec<Arc<PodInfo>>,
+}
+
+impl NodeInfo {
+    /// Compiles a Node; a malformed allocatable quantity is reported with node and resource.
+    pub(crate) fn new(node: &Node) -> Result<NodeInfo, String> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let status = node.status.as_ref();
+        let listed = status
+            .and_then(|s| s.allocatable.as_ref())
+            .or_else(|| status.and_then(|s| s.capacity.as_ref()));
+        let mut allocatable = Resources::new();
+        for (resource, quantity) in listed.into_iter().flatten() {
+            let parsed = Quantity::parse(&quantity.0).map_err(|e| {
+                format!(
+                    "node {name}: status.allocatable[{resource}]: invalid quantity {:?}: {e}",
+                    quantity.0
+                )
+            })?;
+            allocatable.insert(resource, parsed);
+        }
+        let spec = node.spec.as_ref();
+        let mut taints: Vec<Taint> = spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|t| t.effect == EFFECT_NO_SCHEDULE || t.effect == EFFECT_NO_EXECUTE)
+            .cloned()
+            .collect();
+        if !is_ready(node) && !taints.iter().any(|t| t.key == NOT_READY_TAINT) {
+            taints.push(Taint {
+                key: NOT_READY_TAINT.to_owned(),
+                effect: EFFECT_NO_SCHEDULE.to_owned(),
+                ..Taint::default()
+            });
+        }
+        Ok(NodeInfo {
+            name,
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints,
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            allocatable,
+            requested: Resources::new(),
+            ports: Vec::new(),
+            pods: Vec::new(),
+        })
+    }
+
+    /// Accounts a pod running (or assumed) on this node.
+    pub(crate) fn add_pod(&mut self, pod: Arc<PodInfo>) {
+        self.requested.add_assign(&pod.requests);
+        self.ports.extend(pod.host_ports.iter().cloned());
+        self.pods.push(pod);
+    }
+}
+
+/// Whether the node's Ready condition is True.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}

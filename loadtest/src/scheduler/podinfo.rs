@@ -1,0 +1,463 @@
+//! What the simulated kube-scheduler needs to know about a pod, extracted once per pod
+//! version: its effective requests, host ports, node affinity, tolerations, topology spread
+//! constraints and inter-pod (anti-)affinity terms, already compiled for matching.
+
+use super::selector::Selector;
+use k8s_openapi::api::core::v1::{
+    Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Toleration,
+    TopologySpreadConstraint,
+};
+use kerf::requirements::Requirement;
+use kerf::resources::{Quantity, Resources};
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+/// A host port a pod claims; conflicts with the same port and protocol on a shared address.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct HostPort {
+    pub(crate) port: i32,
+    pub(crate) protocol: String,
+    pub(crate) ip: String,
+}
+
+impl HostPort {
+    pub(crate) fn conflicts(&self, other: &HostPort) -> bool {
+        let wildcard = |ip: &str| ip.is_empty() || ip == "0.0.0.0";
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.ip == other.ip || wildcard(&self.ip) || wildcard(&other.ip))
+    }
+}
+
+/// Which namespaces an affinity term's selector looks at.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Namespaces {
+    Listed(Vec<String>),
+    All,
+}
+
+impl Namespaces {
+    pub(crate) fn contains(&self, namespace: &str) -> bool {
+        match self {
+            Namespaces::Listed(names) => names.iter().any(|n| n == namespace),
+            Namespaces::All => true,
+        }
+    }
+}
+
+/// Which pods count: namespaces plus label selector. The key of the per-node count cache.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PodSelector {
+    pub(crate) namespaces: Namespaces,
+    pub(crate) selector: Selector,
+}
+
+impl PodSelector {
+    pub(crate) fn selects(&self, pod: &PodInfo) -> bool {
+        self.namespaces.contains(&pod.namespace) && self.selector.matches(&pod.labels)
+    }
+}
+
+/// A required pod (anti-)affinity term.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AffinityTerm {
+    pub(crate) pods: PodSelector,
+    pub(crate) topology_key: String,
+}
+
+/// A `whenUnsatisfiable: DoNotSchedule` topology spread constraint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SpreadConstraint {
+    pub(crate) max_skew: u32,
+    pub(crate) topology_key: String,
+    pub(crate) pods: PodSelector,
+    pub(crate) min_domains: u32,
+    /// `nodeAffinityPolicy: Honor` (the default): only nodes the pod could use count.
+    pub(crate) honor_node_affinity: bool,
+    /// `nodeTaintsPolicy: Honor` (default Ignore): only nodes whose taints it tolerates count.
+    pub(crate) honor_taints: bool,
+}
+
+/// One OR-ed term of required node affinity: label requirements plus node-name fields.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NodeTerm {
+    pub(crate) labels: Vec<Requirement>,
+    /// `matchFields` on `metadata.name`.
+    pub(crate) names: Vec<Requirement>,
+    /// A term the API server would have rejected; it matches no node.
+    pub(crate) invalid: bool,
+}
+
+/// A pod compiled for scheduling.
+#[derive(Clone, Debug)]
+pub(crate) struct PodInfo {
+    pub(crate) namespace: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) requests: Resources,
+    pub(crate) host_ports: Vec<HostPort>,
+    pub(crate) node_selector: BTreeMap<String, String>,
+    /// `None` when the pod has no required node affinity.
+    pub(crate) required_terms: Option<Vec<NodeTerm>>,
+    pub(crate) preferred_terms: Vec<(i32, NodeTerm)>,
+    pub(crate) tolerations: Vec<Toleration>,
+    pub(crate) spread: Vec<SpreadConstraint>,
+    pub(crate) affinity: Vec<AffinityTerm>,
+    pub(crate) anti_affinity: Vec<AffinityTerm>,
+    /// Hash of everything that decides which nodes pass the pod-independent filters
+    /// (node affinity, tolerations), so pods of one workload share that work.
+    pub(crate) static_fingerprint: u64,
+}
+
+impl PodInfo {
+    /// Compiles `pod`; a malformed quantity is reported with the pod and field it is in.
+    pub(crate) fn new(pod: &Pod) -> Result<PodInfo, String> {
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let empty = PodSpec::default();
+        let spec = pod.spec.as_ref().unwrap_or(&empty);
+        let requests = pod_requests(spec).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
+        let node_affinity = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref());
+        let required_terms = node_affinity
+            .and_then(|na| {
+                na.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .map(|sel| {
+                sel.node_selector_terms
+                    .iter()
+                    .map(compile_node_term)
+                    .collect()
+            });
+        let preferred_terms = node_affinity
+            .and_then(|na| {
+                na.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .map(|prefs| {
+                prefs
+                    .iter()
+                    .map(|p| (p.weight, compile_node_term(&p.preference)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let pod_affinity = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref());
+        let pod_anti_affinity = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref());
+        let compile_terms = |terms: Option<&Vec<PodAffinityTerm>>| -> Vec<AffinityTerm> {
+            terms
+                .into_iter()
+                .flatten()
+                .map(|t| compile_affinity_term(t, &namespace, &labels))
+                .collect()
+        };
+        let affinity = compile_terms(pod_affinity.and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }));
+        let anti_affinity = compile_terms(pod_anti_affinity.and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }));
+        let spread = spec
+            .topology_spread_constraints
+            .iter()
+            .flatten()
+            .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
+            .map(|c| compile_spread(c, &namespace, &labels))
+            .collect();
+        let tolerations = spec.tolerations.clone().unwrap_or_default();
+        let node_selector = spec.node_selector.clone().unwrap_or_default();
+        let static_fingerprint = fingerprint(spec);
+        Ok(PodInfo {
+            host_ports: host_ports(spec),
+            namespace,
+            labels,
+            requests,
+            node_selector,
+            required_terms,
+            preferred_terms,
+            tolerations,
+            spread,
+            affinity,
+            anti_affinity,
+            static_fingerprint,
+        })
+    }
+}
+
+/// The pod's effective requests as the scheduler counts them: the larger of the regular
+/// containers' sum (plus restartable init containers, which keep running) and any single
+/// init container, plus pod overhead, plus one `pods` slot. A request omitted where a
+/// limit is set defaults to the limit, as the API server defaults it.
+pub(crate) fn pod_requests(spec: &PodSpec) -> Result<Resources, String> {
+    let mut containers = Resources::new();
+    for container in &spec.containers {
+        containers.add_assign(&container_requests(container)?);
+    }
+    // Sidecars (restartable init containers) start in order and keep running, so each later
+    // init container runs beside the sidecars started before it.
+    let mut sidecars = Resources::new();
+    let mut init_peak = Resources::new();
+    for init in spec.init_containers.iter().flatten() {
+        let requests = container_requests(init)?;
+        if init.restart_policy.as_deref() == Some("Always") {
+            sidecars.add_assign(&requests);
+            init_peak = init_peak.max(&sidecars);
+        } else {
+            init_peak = init_peak.max(&requests.merged(&sidecars));
+        }
+    }
+    let mut total = containers.merged(&sidecars).max(&init_peak);
+    for (name, quantity) in spec.overhead.iter().flatten() {
+        total.add_assign(&Resources::new().with(name, parse_quantity(name, &quantity.0)?));
+    }
+    let one_pod = Quantity::new(1, Default::default());
+    total.add_assign(&Resources::new().with(kerf::labels::RESOURCE_PODS, one_pod));
+    Ok(total)
+}
+
+fn container_requests(container: &Container) -> Result<Resources, String> {
+    let Some(resources) = container.resources.as_ref() else {
+        return Ok(Resources::new());
+    };
+    let mut out = Resources::new();
+    let requests = resources.requests.iter().flatten();
+    for (name, quantity) in requests {
+        out.insert(
+            name,
+            parse_quantity(name, &quantity.0).map_err(|e| in_container(container, e))?,
+        );
+    }
+    for (name, quantity) in resources.limits.iter().flatten() {
+        if !out.contains(name) {
+            let limit =
+                parse_quantity(name, &quantity.0).map_err(|e| in_container(container, e))?;
+            out.insert(name, limit);
+        }
+    }
+    Ok(out)
+}
+
+fn in_container(container: &Container, error: String) -> String {
+    format!("container {}: {error}", container.name)
+}
+
+fn parse_quantity(name: &str, text: &str) -> Result<Quantity, String> {
+    Quantity::parse(text).map_err(|e| format!("resource {name}: invalid quantity {text:?}: {e}"))
+}
+
+fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    containers
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p.host_port.filter(|port| *port > 0)?;
+            Some(HostPort {
+                port,
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
+                ip: p.host_ip.clone().unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+fn compile_node_term(term: &NodeSelectorTerm) -> NodeTerm {
+    let mut compiled = NodeTerm::default();
+    for expr in term.match_expressions.iter().flatten() {
+        match Requirement::try_from(expr) {
+            Ok(req) => compiled.labels.push(req),
+            Err(_) => compiled.invalid = true,
+        }
+    }
+    for field in term.match_fields.iter().flatten() {
+        match Requirement::try_from(field) {
+            Ok(req) if field.key == "metadata.name" => compiled.names.push(req),
+            _ => compiled.invalid = true,
+        }
+    }
+    compiled
+}
+
+fn compile_affinity_term(
+    term: &PodAffinityTerm,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> AffinityTerm {
+    let namespaces = match (&term.namespaces, &term.namespace_selector) {
+        (Some(list), _) if !list.is_empty() => Namespaces::Listed(list.clone()),
+        (_, Some(_)) => Namespaces::All,
+        _ => Namespaces::Listed(vec![namespace.to_owned()]),
+    };
+    let selector = Selector::compile(term.label_selector.as_ref())
+        .with_label_keys(term.match_label_keys.as_deref().unwrap_or(&[]), labels);
+    AffinityTerm {
+        pods: PodSelector {
+            namespaces,
+            selector,
+        },
+        topology_key: term.topology_key.clone(),
+    }
+}
+
+fn compile_spread(
+    constraint: &TopologySpreadConstraint,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> SpreadConstraint {
+    let selector = Selector::compile(constraint.label_selector.as_ref()).with_label_keys(
+        constraint.match_label_keys.as_deref().unwrap_or(&[]),
+        labels,
+    );
+    SpreadConstraint {
+        max_skew: u32::try_from(constraint.max_skew).unwrap_or(1).max(1),
+        topology_key: constraint.topology_key.clone(),
+        pods: PodSelector {
+            namespaces: Namespaces::Listed(vec![namespace.to_owned()]),
+            selector,
+        },
+        min_domains: constraint
+            .min_domains
+            .and_then(|m| u32::try_from(m).ok())
+            .unwrap_or(1),
+        honor_node_affinity: constraint.node_affinity_policy.as_deref() != Some("Ignore"),
+        honor_taints: constraint.node_taints_policy.as_deref() == Some("Honor"),
+    }
+}
+
+fn fingerprint(spec: &PodSpec) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_string(&spec.node_selector)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    let node_affinity = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref());
+    serde_json::to_string(&node_affinity)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    serde_json::to_string(&spec.tolerations)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerPort, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+
+    fn container(name: &str, cpu: &str, memory: &str) -> Container {
+        Container {
+            name: name.into(),
+            resources: Some(ResourceRequirements {
+                requests: Some(
+                    [
+                        ("cpu".to_string(), K8sQuantity(cpu.into())),
+                        ("memory".to_string(), K8sQuantity(memory.into())),
+                    ]
+                    .into(),
+                ),
+                ..ResourceRequirements::default()
+            }),
+            ..Container::default()
+        }
+    }
+
+    fn q(text: &str) -> Quantity {
+        Quantity::parse(text).expect("valid quantity")
+    }
+
+    #[test]
+    fn requests_take_the_larger_of_containers_and_init_containers() {
+        let spec = PodSpec {
+            containers: vec![container("a", "500m", "1Gi"), container("b", "250m", "1Gi")],
+            init_containers: Some(vec![container("init", "2", "512Mi")]),
+            ..PodSpec::default()
+        };
+        let requests = pod_requests(&spec).expect("valid");
+        assert_eq!(requests.cpu(), q("2"));
+        assert_eq!(requests.memory(), q("2Gi"));
+        assert_eq!(requests.pods(), q("1"));
+    }
+
+    #[test]
+    fn limits_stand_in_for_missing_requests() {
+        let spec = PodSpec {
+            containers: vec![Container {
+                name: "a".into(),
+                resources: Some(ResourceRequirements {
+                    limits: Some([("cpu".to_string(), K8sQuantity("1".into()))].into()),
+                    ..ResourceRequirements::default()
+                }),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        };
+        assert_eq!(pod_requests(&spec).expect("valid").cpu(), q("1"));
+    }
+
+    #[test]
+    fn malformed_quantities_name_the_container_and_resource() {
+        let spec = PodSpec {
+            containers: vec![container("app", "lots", "1Gi")],
+            ..PodSpec::default()
+        };
+        let err = pod_requests(&spec).expect_err("invalid cpu");
+        assert!(
+            err.contains("container app") && err.contains("cpu") && err.contains("lots"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn host_ports_conflict_on_shared_addresses_only() {
+        let spec = PodSpec {
+            containers: vec![Container {
+                name: "a".into(),
+                ports: Some(vec![ContainerPort {
+                    container_port: 80,
+                    host_port: Some(8080),
+                    ..ContainerPort::default()
+                }]),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        };
+        let ports = host_ports(&spec);
+        assert_eq!(ports.len(), 1);
+        let other_ip = HostPort {
+            port: 8080,
+            protocol: "TCP".into(),
+            ip: "10.0.0.1".into(),
+        };
+        assert!(
+            ports[0].conflicts(&other_ip),
+            "wildcard address conflicts with any"
+        );
+        let udp = HostPort {
+            protocol: "UDP".into(),
+            ..other_ip.clone()
+        };
+        assert!(!ports[0].conflicts(&udp));
+        let ip2 = HostPort {
+            ip: "10.0.0.2".into(),
+            ..other_ip.clone()
+        };
+        assert!(!other_ip.conflicts(&ip2));
+    }
+}

@@ -1,0 +1,326 @@
+//! The cloud provider boundary: the [`CloudProvider`] trait through which kerf's controller
+//! launches, finds and removes capacity, and the errors it branches on. It follows upstream
+//! Karpenter's `cloudprovider.CloudProvider` interface — Create hydrates a NodeClaim with
+//! what was launched, Delete/Get/List work by providerID, GetInstanceTypes lists what a
+//! NodePool may launch, IsDrifted compares a node to its current configuration — so the
+//! controller's lifecycle logic reads like upstream's. Two implementations exist: the AWS
+//! provider (EC2 CreateFleet) and the simulated one in `kerf-loadtest`. This module is pure:
+//! the trait, its data and the providerID format, no I/O.
+
+use crate::api::{NodeClaim, NodePool};
+use crate::catalog::InstanceType;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// A boxed, sendable future: what every [`CloudProvider`] method returns, so the trait stays
+/// dyn-compatible and the controller can hold an `Arc<dyn CloudProvider>`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The result of a cloud provider call.
+pub type CloudResult<T> = Result<T, CloudProviderError>;
+
+/// Launches and tracks the machines behind NodeClaims.
+///
+/// Implementations must be cheap to share (`Send + Sync`, held in an `Arc`) and safe to
+/// call concurrently: the launcher creates many NodeClaims at once, the disruption and
+/// garbage-collection loops list and get while launches are in flight.
+///
+/// Every machine a provider launches for kerf is identified by its providerID (AWS:
+/// `aws:///<zone>/<instance-id>`), the same string the kubelet registers its Node with, which
+/// is how the controller ties a NodeClaim to its Node.
+pub trait CloudProvider: Send + Sync {
+    /// The implementation's name (`aws`, `simulated`), for logs and metrics labels.
+    fn name(&self) -> &str;
+
+    /// Launches one machine for `node_claim` and returns the NodeClaim hydrated with what
+    /// was launched:
+    /// - `status.providerID`, `status.imageID`, `status.capacity`, `status.allocatable`;
+    /// - labels resolved by the launch: instance type, zone (and zone id), capacity type,
+    ///   architecture, OS and the instance type's other single-valued well-known labels,
+    ///   merged under the NodeClaim's own labels (which win).
+    ///
+    /// The provider chooses among the instance types and offerings compatible with
+    /// `spec.requirements` whose allocatable fits `spec.resources.requests`, preferring the
+    /// cheapest (spot when the requirements allow it and a spot offering exists).
+    /// Fails with [`CloudProviderError::InsufficientCapacity`] when no offering could be
+    /// launched, listing the offerings that were refused so the caller can mark them
+    /// unavailable.
+    fn create<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<NodeClaim>>;
+
+    /// Terminates the machine of `node_claim` (found by `status.providerID`). Fails with
+    /// [`CloudProviderError::NodeClaimNotFound`] once the machine is gone, which is how the
+    /// termination flow learns it may remove its finalizer; calling it again while the
+    /// machine shuts down is not an error.
+    fn delete<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>>;
+
+    /// The NodeClaim as the provider sees it (labels, capacity, providerID) for a live
+    /// machine; [`CloudProviderError::NodeClaimNotFound`] when it does not exist or is
+    /// terminated.
+    fn get<'a>(&'a self, provider_id: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>>;
+
+    /// Every live machine this cluster's kerf launched, as NodeClaims (for garbage
+    /// collection of machines whose NodeClaim is gone).
+    fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>>;
+
+    /// Every instance type `node_pool` may use, with its offerings. Types or offerings that
+    /// are currently unavailable are still returned (with `available` false where the
+    /// provider knows it), so prices stay known to consolidation.
+    fn get_instance_types<'a>(
+        &'a self,
+        node_pool: &'a NodePool,
+    ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>>;
+
+    /// Whether the machine behind `node_claim` drifted from its provider configuration
+    /// (e.g. a newer AMI was selected); `None` when it did not.
+    fn is_drifted<'a>(
+        &'a self,
+        node_claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>>;
+}
+
+/// Why a NodeClaim drifted, as it appears in the `Drifted` condition's reason.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DriftReason(pub String);
+
+impl DriftReason {
+    /// The image the machine runs is no longer one the node class selects.
+    pub const AMI_DRIFT: &str = "AMIDrift";
+    /// The machine's subnet is no longer one the node class selects.
+    pub const SUBNET_DRIFT: &str = "SubnetDrift";
+    /// The machine's security groups differ from the node class's.
+    pub const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
+    /// The node class's static fields changed since the NodeClaim was launched.
+    pub const NODE_CLASS_DRIFT: &str = "NodeClassDrift";
+
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self(reason.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for DriftReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An offering (capacity pool) a launch was refused for.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OfferingRef {
+    pub capacity_type: String,
+    pub instance_type: String,
+    pub zone: String,
+}
+
+impl OfferingRef {
+    pub fn new(capacity_type: &str, instance_type: &str, zone: &str) -> Self {
+        Self {
+            capacity_type: capacity_type.to_owned(),
+            instance_type: instance_type.to_owned(),
+            zone: zone.to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for OfferingRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}",
+            self.capacity_type, self.instance_type, self.zone
+        )
+    }
+}
+
+/// A failed cloud provider call. The variants are the cases the controller handles
+/// differently; their messages name the NodeClaim, machine or operation concerned.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum CloudProviderError {
+    /// No offering could be launched. `offerings` lists the pools the cloud refused for lack
+    /// of capacity (the caller marks them unavailable for a while); it is empty when no
+    /// compatible offering was available to try at all.
+    #[error("insufficient capacity launching nodeclaim {node_claim}: {}", describe_offerings(.offerings))]
+    InsufficientCapacity {
+        node_claim: String,
+        offerings: Vec<OfferingRef>,
+    },
+    /// The machine does not exist (never did, or is terminated).
+    #[error("nodeclaim not found for providerID {provider_id:?}: {reason}")]
+    NodeClaimNotFound { provider_id: String, reason: String },
+    /// The cloud API rate-limited the call; retry with backoff.
+    #[error("{operation} throttled: {message}")]
+    Throttled { operation: String, message: String },
+    /// The node class the NodeClaim points at is missing or not resolved yet.
+    #[error("node class {node_class:?} not ready: {reason}")]
+    NodeClassNotReady { node_class: String, reason: String },
+    /// The launch failed for a reason other than capacity; `reason` is a CamelCase word for
+    /// the NodeClaim's `Launched` condition (e.g. `InstanceTypeResolutionFailed`).
+    #[error("launching nodeclaim {node_claim} failed ({reason}): {message}")]
+    LaunchFailed {
+        node_claim: String,
+        reason: String,
+        message: String,
+    },
+    /// A providerID that is not in the provider's format.
+    #[error("invalid providerID {provider_id:?}: {reason}")]
+    InvalidProviderId { provider_id: String, reason: String },
+    /// Any other failure of a cloud API call.
+    #[error("{operation} failed: {message}")]
+    Other { operation: String, message: String },
+}
+
+impl CloudProviderError {
+    pub fn is_insufficient_capacity(&self) -> bool {
+        matches!(self, CloudProviderError::InsufficientCapacity { .. })
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, CloudProviderError::NodeClaimNotFound { .. })
+    }
+
+    /// Whether retrying the same call later can succeed without anything else changing.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            CloudProviderError::Throttled { .. } | CloudProviderError::Other { .. }
+        )
+    }
+
+    /// The reason to record on the NodeClaim's `Launched=False` condition.
+    pub fn condition_reason(&self) -> &str {
+        match self {
+            CloudProviderError::InsufficientCapacity { .. } => "InsufficientCapacity",
+            CloudProviderError::NodeClaimNotFound { .. } => "NotFound",
+            CloudProviderError::Throttled { .. } => "Throttled",
+            CloudProviderError::NodeClassNotReady { .. } => "NodeClassNotReady",
+            CloudProviderError::LaunchFailed { reason, .. } => reason,
+            CloudProviderError::InvalidProviderId { .. } => "InvalidProviderID",
+            CloudProviderError::Other { .. } => "LaunchFailed",
+        }
+    }
+}
+
+fn describe_offerings(offerings: &[OfferingRef]) -> String {
+    if offerings.is_empty() {
+        return "no compatible offering is available".to_owned();
+    }
+    let listed: Vec<String> = offerings.iter().map(ToString::to_string).collect();
+    format!("all offerings refused ({})", listed.join(", "))
+}
+
+/// The providerID scheme of AWS nodes.
+pub const AWS_PROVIDER_ID_PREFIX: &str = "aws:///";
+
+/// `aws:///<zone>/<instance-id>`, the providerID the kubelet of an EC2 instance registers.
+pub fn aws_provider_id(zone: &str, instance_id: &str) -> String {
+    format!("{AWS_PROVIDER_ID_PREFIX}{zone}/{instance_id}")
+}
+
+/// The parts of an AWS providerID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AwsProviderId<'a> {
+    pub zone: &'a str,
+    pub instance_id: &'a str,
+}
+
+/// Splits `aws:///<zone>/<instance-id>`; anything else is
+/// [`CloudProviderError::InvalidProviderId`].
+pub fn parse_aws_provider_id(provider_id: &str) -> CloudResult<AwsProviderId<'_>> {
+    let invalid = |reason: &str| CloudProviderError::InvalidProviderId {
+        provider_id: provider_id.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let rest = provider_id
+        .strip_prefix(AWS_PROVIDER_ID_PREFIX)
+        .ok_or_else(|| invalid("expected aws:///<zone>/<instance-id>"))?;
+    let (zone, instance_id) = rest
+        .split_once('/')
+        .ok_or_else(|| invalid("expected aws:///<zone>/<instance-id>"))?;
+    if zone.is_empty() || instance_id.is_empty() || instance_id.contains('/') {
+        return Err(invalid("expected aws:///<zone>/<instance-id>"));
+    }
+    if !instance_id.starts_with("i-") {
+        return Err(invalid("instance id must start with \"i-\""));
+    }
+    Ok(AwsProviderId { zone, instance_id })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids_round_trip() {
+        let id = aws_provider_id("us-east-1a", "i-0123456789abcdef0");
+        assert_eq!(id, "aws:///us-east-1a/i-0123456789abcdef0");
+        let parsed = parse_aws_provider_id(&id).expect("well-formed");
+        assert_eq!(parsed.zone, "us-east-1a");
+        assert_eq!(parsed.instance_id, "i-0123456789abcdef0");
+    }
+
+    #[test]
+    fn malformed_provider_ids_are_named_in_the_error() {
+        for bad in [
+            "",
+            "aws://us-east-1a/i-1",
+            "aws:///i-1",
+            "aws:///z/",
+            "aws:///z/x",
+            "gce:///z/i-1",
+        ] {
+            let err = parse_aws_provider_id(bad).expect_err(bad);
+            assert!(
+                matches!(err, CloudProviderError::InvalidProviderId { .. }),
+                "{bad}"
+            );
+            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn insufficient_capacity_lists_the_refused_offerings() {
+        let err = CloudProviderError::InsufficientCapacity {
+            node_claim: "default-abcde".into(),
+            offerings: vec![
+                OfferingRef::new("spot", "m5.large", "us-east-1a"),
+                OfferingRef::new("spot", "m5.large", "us-east-1b"),
+            ],
+        };
+        let text = err.to_string();
+        assert!(text.contains("default-abcde"), "{text}");
+        assert!(
+            text.contains("spot/m5.large/us-east-1a, spot/m5.large/us-east-1b"),
+            "{text}"
+        );
+        assert!(err.is_insufficient_capacity());
+        assert_eq!(err.condition_reason(), "InsufficientCapacity");
+    }
+
+    #[test]
+    fn only_transient_errors_are_retryable() {
+        let throttled = CloudProviderError::Throttled {
+            operation: "CreateFleet".into(),
+            message: "RequestLimitExceeded".into(),
+        };
+        assert!(throttled.is_retryable());
+        let not_found = CloudProviderError::NodeClaimNotFound {
+            provider_id: "aws:///a/i-1".into(),
+            reason: "terminated".into(),
+        };
+        assert!(!not_found.is_retryable());
+        assert!(not_found.is_not_found());
+    }
+
+    /// The trait must stay usable as `Arc<dyn CloudProvider>`.
+    #[test]
+    fn trait_is_dyn_compatible() {
+        fn takes(_: Option<Arc<dyn CloudProvider>>) {}
+        takes(None);
+    }
+}
