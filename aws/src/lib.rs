@@ -20,6 +20,7 @@ pub mod pricing;
 pub mod moto;
 pub mod nodeclass;
 pub mod securitygroup;
+pub mod selection;
 pub mod selectors;
 pub mod ssm;
 pub mod subnet;
