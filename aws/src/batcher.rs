@@ -92,11 +92,19 @@ where
     /// Adds a request to the open batch for `key` and waits for its result.
     pub async fn add(&self, key: K, request: Req) -> Result<Resp, BatchError> {
         let (reply, answer) = oneshot::channel();
-        let mut item = Item { key, request, reply };
+        let mut item = Item {
+            key,
+            request,
+            reply,
+        };
         for _ in 0..2 {
             let sender = self.sender();
             match sender.send(item).await {
-                Ok(()) => return answer.await.map_err(|_| BatchError::NoResult(self.window.name)),
+                Ok(()) => {
+                    return answer
+                        .await
+                        .map_err(|_| BatchError::NoResult(self.window.name));
+                }
                 // The task's runtime is gone: start a new task and try once more.
                 Err(mpsc::error::SendError(returned)) => {
                     item = returned;
@@ -183,12 +191,19 @@ async fn run<K, Req, Resp>(
     }
 }
 
-async fn execute<K, Req, Resp>(window: BatchWindow, executor: Executor<K, Req, Resp>, key: K, batch: Open<Req, Resp>) {
+async fn execute<K, Req, Resp>(
+    window: BatchWindow,
+    executor: Executor<K, Req, Resp>,
+    key: K,
+    batch: Open<Req, Resp>,
+) {
     let size = batch.items.len();
-    metrics::histogram!("karpenter_cloudprovider_batcher_batch_size", "batcher" => window.name).record(size as f64);
+    metrics::histogram!("karpenter_cloudprovider_batcher_batch_size", "batcher" => window.name)
+        .record(size as f64);
     metrics::histogram!("karpenter_cloudprovider_batcher_batch_time_seconds", "batcher" => window.name)
         .record(batch.first.elapsed().as_secs_f64());
-    let (requests, replies): (Vec<Req>, Vec<oneshot::Sender<Resp>>) = batch.items.into_iter().unzip();
+    let (requests, replies): (Vec<Req>, Vec<oneshot::Sender<Resp>>) =
+        batch.items.into_iter().unzip();
     let results = executor(key, requests).await;
     for (reply, result) in replies.into_iter().zip(results) {
         // A caller that gave up no longer wants its result.
@@ -206,14 +221,15 @@ mod tests {
         idle: Duration,
         max_items: usize,
     ) -> Arc<Batcher<String, u32, (usize, u32)>> {
-        let executor: Executor<String, u32, (usize, u32)> = Arc::new(move |_key, reqs: Vec<u32>| {
-            let calls = calls.clone();
-            Box::pin(async move {
-                calls.fetch_add(1, Ordering::SeqCst);
-                let n = reqs.len();
-                reqs.into_iter().map(|r| (n, r * 10)).collect()
-            })
-        });
+        let executor: Executor<String, u32, (usize, u32)> =
+            Arc::new(move |_key, reqs: Vec<u32>| {
+                let calls = calls.clone();
+                Box::pin(async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let n = reqs.len();
+                    reqs.into_iter().map(|r| (n, r * 10)).collect()
+                })
+            });
         let window = BatchWindow {
             name: "test",
             idle,
@@ -263,6 +279,9 @@ mod tests {
             },
             executor,
         );
-        assert_eq!(b.add((), 1).await, Err(BatchError::NoResult("create_fleet")));
+        assert_eq!(
+            b.add((), 1).await,
+            Err(BatchError::NoResult("create_fleet"))
+        );
     }
 }

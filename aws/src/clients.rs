@@ -42,7 +42,8 @@ pub enum StartupError {
 impl AwsClients {
     /// Clients from the standard credential and region chains; `region` overrides them.
     pub async fn from_environment(region: Option<String>) -> Result<Self, StartupError> {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest()).retry_config(retry_config());
+        let mut loader =
+            aws_config::defaults(BehaviorVersion::latest()).retry_config(retry_config());
         if let Some(region) = region {
             loader = loader.region(Region::new(region));
         }
@@ -52,7 +53,8 @@ impl AwsClients {
 
     /// Clients for an emulator or a fixed endpoint, with static test credentials.
     pub async fn for_endpoint(endpoint: &str, region: &str) -> Self {
-        let creds = aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "kerf-test");
+        let creds =
+            aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "kerf-test");
         let conf = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(region.to_owned()))
             .endpoint_url(endpoint)
@@ -121,7 +123,11 @@ pub fn pricing_region(region: &str) -> String {
         "cn-northwest-1".to_owned()
     } else if region.starts_with("ap-") {
         "ap-south-1".to_owned()
-    } else if region.starts_with("eu-") || region.starts_with("il-") || region.starts_with("me-") || region.starts_with("af-") {
+    } else if region.starts_with("eu-")
+        || region.starts_with("il-")
+        || region.starts_with("me-")
+        || region.starts_with("af-")
+    {
         "eu-central-1".to_owned()
     } else {
         "us-east-1".to_owned()
@@ -164,7 +170,12 @@ mod tests {
             code: None,
             message: "dispatch failure: dns error: failed to lookup address".into(),
         };
-        let msg = unreachable_message("STS", "https://sts.eu-west-1.amazonaws.com", "eu-west-1", &err);
+        let msg = unreachable_message(
+            "STS",
+            "https://sts.eu-west-1.amazonaws.com",
+            "eu-west-1",
+            &err,
+        );
         assert!(msg.contains("cannot reach STS at https://sts.eu-west-1.amazonaws.com"));
         assert!(msg.contains("dnsPolicy: Default"));
         assert!(msg.contains("com.amazonaws.eu-west-1.sts"));
@@ -178,7 +189,12 @@ mod tests {
             code: Some("UnauthorizedOperation".into()),
             message: "denied".into(),
         };
-        let msg = unreachable_message("EC2", "https://ec2.us-east-1.amazonaws.com", "us-east-1", &err);
+        let msg = unreachable_message(
+            "EC2",
+            "https://ec2.us-east-1.amazonaws.com",
+            "us-east-1",
+            &err,
+        );
         assert!(msg.contains("IAM role"));
         assert!(!msg.contains("dnsPolicy"));
     }

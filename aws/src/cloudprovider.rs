@@ -10,11 +10,15 @@ use crate::ami::AmiProvider;
 use crate::clients::AwsClients;
 use crate::drift::{self, DriftInputs};
 use crate::errors::{ApiError, launch_failure_reason};
-use crate::fleet::{FleetRequest, LaunchCandidate, MAX_INSTANCE_TYPES, launch_configs, record_fleet_errors};
+use crate::fleet::{
+    FleetRequest, LaunchCandidate, MAX_INSTANCE_TYPES, launch_configs, record_fleet_errors,
+};
 use crate::instance::{Instance, InstanceError, InstanceProvider};
 use crate::instanceprofile::InstanceProfileProvider;
 use crate::instancetype::{InstanceTypeProvider, LaunchScope};
-use crate::launchtemplate::{BlockDeviceSpec, LaunchTemplateConfig, LaunchTemplateProvider, MetadataSpec};
+use crate::launchtemplate::{
+    BlockDeviceSpec, LaunchTemplateConfig, LaunchTemplateProvider, MetadataSpec,
+};
 use crate::nodeclass::NodeClassResolver;
 use crate::pricing::PricingProvider;
 use crate::securitygroup::SecurityGroupProvider;
@@ -32,8 +36,8 @@ use kerf::api::nodeclaim::{NodeClaimStatus, ResourceList};
 use kerf::api::{AmiFamily, EC2NodeClass, NodeClaim, NodePool};
 use kerf::catalog::{AllocatableSettings, CapacityType, InstanceType};
 use kerf::cloudprovider::{
-    BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, OfferingRef, aws_provider_id,
-    parse_aws_provider_id,
+    BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, OfferingRef,
+    aws_provider_id, parse_aws_provider_id,
 };
 use kerf::labels;
 use kerf::resources::{Quantity, Resources};
@@ -80,7 +84,11 @@ impl InMemoryNodeClasses {
 
 impl NodeClassStore for InMemoryNodeClasses {
     fn get(&self, name: &str) -> Option<EC2NodeClass> {
-        self.classes.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        self.classes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
     }
 }
 
@@ -177,8 +185,14 @@ impl AwsCloudProvider {
                 pricing.clone(),
                 unavailable.clone(),
             )),
-            launch_templates: Arc::new(LaunchTemplateProvider::new(clients.ec2.clone(), &settings.cluster_name)),
-            instances: Arc::new(InstanceProvider::new(clients.ec2.clone(), &settings.cluster_name)),
+            launch_templates: Arc::new(LaunchTemplateProvider::new(
+                clients.ec2.clone(),
+                &settings.cluster_name,
+            )),
+            instances: Arc::new(InstanceProvider::new(
+                clients.ec2.clone(),
+                &settings.cluster_name,
+            )),
             ssm,
             pricing,
             node_classes,
@@ -211,7 +225,11 @@ impl AwsCloudProvider {
     pub async fn garbage_collect(&self, known_provider_ids: &[String]) -> CloudResult<Vec<String>> {
         let known: HashSet<String> = known_provider_ids
             .iter()
-            .filter_map(|p| parse_aws_provider_id(p).ok().map(|id| id.instance_id.to_owned()))
+            .filter_map(|p| {
+                parse_aws_provider_id(p)
+                    .ok()
+                    .map(|id| id.instance_id.to_owned())
+            })
             .collect();
         self.instances
             .garbage_collect(&known, crate::instance::GARBAGE_COLLECTION_MIN_AGE)
@@ -228,7 +246,9 @@ impl AwsCloudProvider {
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
             .unwrap_or_default();
-        let wanted = self.instances.registration_tags(node_name, node_claim.name());
+        let wanted = self
+            .instances
+            .registration_tags(node_name, node_claim.name());
         self.instances
             .tag(id.instance_id, &wanted)
             .await
@@ -257,11 +277,15 @@ impl AwsCloudProvider {
     }
 
     fn allocatable_settings(&self, nc: &EC2NodeClass) -> CloudResult<AllocatableSettings> {
-        AllocatableSettings::for_node_class(nc, self.settings.reserved_enis, self.settings.vm_memory_overhead_percent)
-            .map_err(|e| CloudProviderError::NodeClassNotReady {
-                node_class: nc.name().to_owned(),
-                reason: e.to_string(),
-            })
+        AllocatableSettings::for_node_class(
+            nc,
+            self.settings.reserved_enis,
+            self.settings.vm_memory_overhead_percent,
+        )
+        .map_err(|e| CloudProviderError::NodeClassNotReady {
+            node_class: nc.name().to_owned(),
+            reason: e.to_string(),
+        })
     }
 
     fn scope(nc: &EC2NodeClass) -> LaunchScope {
@@ -286,8 +310,10 @@ impl AwsCloudProvider {
             reason: reason.to_owned(),
             message,
         };
-        let reqs = claim_requirements(claim).map_err(|e| launch_failed("InvalidRequirements", e.to_string()))?;
-        let requests = claim_requests(claim).map_err(|e| launch_failed("InvalidResourceRequests", e.to_string()))?;
+        let reqs = claim_requirements(claim)
+            .map_err(|e| launch_failed("InvalidRequirements", e.to_string()))?;
+        let requests = claim_requests(claim)
+            .map_err(|e| launch_failed("InvalidResourceRequests", e.to_string()))?;
         let types = self.types_for(&nc)?;
         let insufficient = |offerings: Vec<OfferingRef>| CloudProviderError::InsufficientCapacity {
             node_claim: claim_name.clone(),
@@ -295,12 +321,18 @@ impl AwsCloudProvider {
         };
         let selection = select(&types, &reqs, &requests).ok_or_else(|| insufficient(Vec::new()))?;
         let capacity_type = selection.capacity_type;
-        let chosen: Vec<&InstanceType> = selection.instance_types.into_iter().take(MAX_INSTANCE_TYPES).collect();
+        let chosen: Vec<&InstanceType> = selection
+            .instance_types
+            .into_iter()
+            .take(MAX_INSTANCE_TYPES)
+            .collect();
 
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (request, reserved) = self.fleet_request(&nc, claim, &chosen, capacity_type, &reqs).await?;
+            let (request, reserved) = self
+                .fleet_request(&nc, claim, &chosen, capacity_type, &reqs)
+                .await?;
             if request.configs.is_empty() {
                 return Err(insufficient(Vec::new()));
             }
@@ -318,7 +350,12 @@ impl AwsCloudProvider {
                 }
                 Err(e) => return Err(instance_error("", e)),
             };
-            let (marked, _) = record_fleet_errors(&outcome.errors, capacity_type.as_str(), &claim_name, &*self.unavailable);
+            let (marked, _) = record_fleet_errors(
+                &outcome.errors,
+                capacity_type.as_str(),
+                &claim_name,
+                &*self.unavailable,
+            );
             for (subnet, ips) in &reserved {
                 let used = outcome
                     .instance
@@ -343,7 +380,8 @@ impl AwsCloudProvider {
                     .collect();
                 return Err(insufficient(offerings));
             };
-            let types_by_name: HashMap<&str, &InstanceType> = chosen.iter().map(|t| (t.name.as_str(), *t)).collect();
+            let types_by_name: HashMap<&str, &InstanceType> =
+                chosen.iter().map(|t| (t.name.as_str(), *t)).collect();
             let it = types_by_name.get(instance.instance_type.as_str()).copied();
             return Ok(self.launched_claim(claim, &nc, it, &instance, capacity_type));
         }
@@ -360,7 +398,12 @@ impl AwsCloudProvider {
     ) -> CloudResult<(FleetRequest, Vec<(String, i32)>)> {
         let status = nc.status.clone().unwrap_or_default();
         let node_pool = claim.nodepool_name().unwrap_or_default().to_owned();
-        let tags = tags::launch_tags(&self.settings.cluster_name, &node_pool, nc.name(), &nc.spec.tags);
+        let tags = tags::launch_tags(
+            &self.settings.cluster_name,
+            &node_pool,
+            nc.name(),
+            &nc.spec.tags,
+        );
         let mut candidates = Vec::new();
         let mut templates: HashMap<(String, i64), String> = HashMap::new();
         for it in chosen {
@@ -370,7 +413,8 @@ impl AwsCloudProvider {
             let max_pods = it.capacity.pods().value();
             let key = (ami.id.clone(), max_pods);
             if !templates.contains_key(&key) {
-                let config = self.template_config(nc, claim, &ami.id, max_pods, capacity_type, &tags)?;
+                let config =
+                    self.template_config(nc, claim, &ami.id, max_pods, capacity_type, &tags)?;
                 let lt = self.launch_templates.ensure(&config).await.map_err(|e| {
                     let why = launch_failure_reason(&e.code_and_message());
                     CloudProviderError::LaunchFailed {
@@ -407,9 +451,15 @@ impl AwsCloudProvider {
                 tags: BTreeMap::new(),
             })
             .collect();
-        let min_pods = chosen.iter().map(|t| t.capacity.pods().value()).min().unwrap_or(0);
+        let min_pods = chosen
+            .iter()
+            .map(|t| t.capacity.pods().value())
+            .min()
+            .unwrap_or(0);
         let reserve = i32::try_from(min_pods).unwrap_or(i32::MAX);
-        let zonal = self.subnets.zonal_subnets_for_launch(&subnet_candidates, |_| reserve);
+        let zonal = self
+            .subnets
+            .zonal_subnets_for_launch(&subnet_candidates, |_| reserve);
         let reserved = zonal.values().map(|s| (s.id.clone(), reserve)).collect();
         let request = FleetRequest {
             capacity_type: capacity_type.as_str().to_owned(),
@@ -434,13 +484,16 @@ impl AwsCloudProvider {
             AmiFamily::Al2 => UserDataFormat::Al2,
             AmiFamily::Al2023 => UserDataFormat::Al2023,
             AmiFamily::Bottlerocket => UserDataFormat::Bottlerocket,
-            AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025 => UserDataFormat::Windows,
+            AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025 => {
+                UserDataFormat::Windows
+            }
             AmiFamily::Custom => UserDataFormat::Custom,
         };
-        let user_data = userdata::render(format, &opts).map_err(|e| CloudProviderError::NodeClassNotReady {
-            node_class: nc.name().to_owned(),
-            reason: e.to_string(),
-        })?;
+        let user_data =
+            userdata::render(format, &opts).map_err(|e| CloudProviderError::NodeClassNotReady {
+                node_class: nc.name().to_owned(),
+                reason: e.to_string(),
+            })?;
         let status = nc.status.clone().unwrap_or_default();
         let metadata = &nc.spec.metadata_options;
         let word = |v: serde_json::Value| v.as_str().unwrap_or_default().to_owned();
@@ -448,13 +501,22 @@ impl AwsCloudProvider {
             node_class: nc.name().to_owned(),
             ami_id: ami_id.to_owned(),
             user_data,
-            security_group_ids: status.security_groups.iter().map(|g| g.id.clone()).collect(),
+            security_group_ids: status
+                .security_groups
+                .iter()
+                .map(|g| g.id.clone())
+                .collect(),
             instance_profile: status.instance_profile.clone(),
-            block_device_mappings: nc.effective_block_device_mappings().iter().filter_map(block_device).collect(),
+            block_device_mappings: nc
+                .effective_block_device_mappings()
+                .iter()
+                .filter_map(block_device)
+                .collect(),
             metadata: MetadataSpec {
                 http_endpoint: word(serde_json::json!(metadata.http_endpoint)),
                 http_protocol_ipv6: word(serde_json::json!(metadata.http_protocol_ipv6)),
-                http_put_response_hop_limit: i32::try_from(metadata.http_put_response_hop_limit).unwrap_or(1),
+                http_put_response_hop_limit: i32::try_from(metadata.http_put_response_hop_limit)
+                    .unwrap_or(1),
                 http_tokens: word(serde_json::json!(metadata.http_tokens)),
             },
             detailed_monitoring: nc.spec.detailed_monitoring.unwrap_or(false),
@@ -465,7 +527,13 @@ impl AwsCloudProvider {
         })
     }
 
-    fn bootstrap_options(&self, nc: &EC2NodeClass, claim: &NodeClaim, max_pods: i64, capacity_type: CapacityType) -> BootstrapOptions {
+    fn bootstrap_options(
+        &self,
+        nc: &EC2NodeClass,
+        claim: &NodeClaim,
+        max_pods: i64,
+        capacity_type: CapacityType,
+    ) -> BootstrapOptions {
         let mut node_labels: BTreeMap<String, String> = claim
             .metadata
             .labels
@@ -474,12 +542,26 @@ impl AwsCloudProvider {
             .into_iter()
             .filter(|(k, _)| !is_restricted_label(k))
             .collect();
-        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.as_str().to_owned());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.to_owned(),
+            capacity_type.as_str().to_owned(),
+        );
         if nc.ami_family() != AmiFamily::Custom {
-            node_labels.insert("karpenter.sh/do-not-sync-taints".to_owned(), "true".to_owned());
+            node_labels.insert(
+                "karpenter.sh/do-not-sync-taints".to_owned(),
+                "true".to_owned(),
+            );
         }
-        let mut taints: Vec<Taint> = claim.taints().iter().chain(claim.startup_taints()).cloned().collect();
-        if !taints.iter().any(|t| t.key == labels::UNREGISTERED_TAINT && t.effect == "NoExecute") {
+        let mut taints: Vec<Taint> = claim
+            .taints()
+            .iter()
+            .chain(claim.startup_taints())
+            .cloned()
+            .collect();
+        if !taints
+            .iter()
+            .any(|t| t.key == labels::UNREGISTERED_TAINT && t.effect == "NoExecute")
+        {
             taints.push(Taint {
                 key: labels::UNREGISTERED_TAINT.to_owned(),
                 value: None,
@@ -535,9 +617,15 @@ impl AwsCloudProvider {
     ) -> NodeClaim {
         let mut launched = claim.clone();
         let mut node_labels = it.map(|t| t.labels.clone()).unwrap_or_default();
-        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance.instance_type.clone());
+        node_labels.insert(
+            labels::INSTANCE_TYPE.to_owned(),
+            instance.instance_type.clone(),
+        );
         node_labels.insert(labels::ZONE.to_owned(), instance.zone.clone());
-        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.as_str().to_owned());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.to_owned(),
+            capacity_type.as_str().to_owned(),
+        );
         if let Some(o) = it.and_then(|t| t.offerings.iter().find(|o| o.zone == instance.zone)) {
             node_labels.insert(labels::ZONE_ID.to_owned(), o.zone_id.clone());
         }
@@ -569,9 +657,15 @@ impl AwsCloudProvider {
             .into_iter()
             .find(|t| t.name == instance.instance_type);
         let mut node_labels = it.as_ref().map(|t| t.labels.clone()).unwrap_or_default();
-        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance.instance_type.clone());
+        node_labels.insert(
+            labels::INSTANCE_TYPE.to_owned(),
+            instance.instance_type.clone(),
+        );
         node_labels.insert(labels::ZONE.to_owned(), instance.zone.clone());
-        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), instance.capacity_type.clone());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.to_owned(),
+            instance.capacity_type.clone(),
+        );
         if let Some(zone_id) = &instance.zone_id {
             node_labels.insert(labels::ZONE_ID.to_owned(), zone_id.clone());
         }
@@ -587,7 +681,10 @@ impl AwsCloudProvider {
             },
         }))
         .expect("a minimal NodeClaim spec always deserialises");
-        let name = instance.tags.get(tags::NODECLAIM).map_or("", String::as_str);
+        let name = instance
+            .tags
+            .get(tags::NODECLAIM)
+            .map_or("", String::as_str);
         let mut claim = NodeClaim::new(name, spec);
         claim.metadata.labels = Some(node_labels);
         claim.metadata.creation_timestamp = instance
@@ -600,8 +697,14 @@ impl AwsCloudProvider {
         claim.status = Some(NodeClaimStatus {
             provider_id: Some(aws_provider_id(&instance.zone, &instance.id)),
             image_id: instance.image_id.clone(),
-            capacity: it.as_ref().map(|t| resource_list(&t.capacity)).unwrap_or_default(),
-            allocatable: it.as_ref().map(|t| resource_list(&t.allocatable())).unwrap_or_default(),
+            capacity: it
+                .as_ref()
+                .map(|t| resource_list(&t.capacity))
+                .unwrap_or_default(),
+            allocatable: it
+                .as_ref()
+                .map(|t| resource_list(&t.allocatable()))
+                .unwrap_or_default(),
             ..NodeClaimStatus::default()
         });
         claim
@@ -632,7 +735,11 @@ impl AwsCloudProvider {
         let status = nc.status.clone().unwrap_or_default();
         let empty = BTreeMap::new();
         let subnet_ids: Vec<String> = status.subnets.iter().map(|s| s.id.clone()).collect();
-        let group_ids: Vec<String> = status.security_groups.iter().map(|g| g.id.clone()).collect();
+        let group_ids: Vec<String> = status
+            .security_groups
+            .iter()
+            .map(|g| g.id.clone())
+            .collect();
         let image_id = claim
             .status
             .as_ref()
@@ -681,7 +788,9 @@ fn block_device(m: &kerf::api::BlockDeviceMapping) -> Option<BlockDeviceSpec> {
         iops: ebs.and_then(|e| e.iops).and_then(|v| i32::try_from(v).ok()),
         kms_key_id: ebs.and_then(|e| e.kms_key_id.clone()),
         snapshot_id: ebs.and_then(|e| e.snapshot_id.clone()),
-        throughput: ebs.and_then(|e| e.throughput).and_then(|v| i32::try_from(v).ok()),
+        throughput: ebs
+            .and_then(|e| e.throughput)
+            .and_then(|v| i32::try_from(v).ok()),
         volume_size_gib: gib,
         volume_type: ebs
             .and_then(|e| e.volume_type)
@@ -701,10 +810,13 @@ impl CloudProvider for AwsCloudProvider {
 
     fn delete<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
         Box::pin(async move {
-            let provider_id = node_claim.provider_id().ok_or_else(|| CloudProviderError::InvalidProviderId {
-                provider_id: String::new(),
-                reason: format!("nodeclaim {} has no status.providerID", node_claim.name()),
-            })?;
+            let provider_id =
+                node_claim
+                    .provider_id()
+                    .ok_or_else(|| CloudProviderError::InvalidProviderId {
+                        provider_id: String::new(),
+                        reason: format!("nodeclaim {} has no status.providerID", node_claim.name()),
+                    })?;
             let id = parse_aws_provider_id(provider_id)?;
             self.instances
                 .terminate(id.instance_id)
@@ -727,12 +839,19 @@ impl CloudProvider for AwsCloudProvider {
 
     fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {
         Box::pin(async move {
-            let instances = self.instances.list().await.map_err(|e| instance_error("", e))?;
+            let instances = self
+                .instances
+                .list()
+                .await
+                .map_err(|e| instance_error("", e))?;
             Ok(instances.iter().map(|i| self.instance_claim(i)).collect())
         })
     }
 
-    fn get_instance_types<'a>(&'a self, node_pool: &'a NodePool) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
+    fn get_instance_types<'a>(
+        &'a self,
+        node_pool: &'a NodePool,
+    ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
         Box::pin(async move {
             let Some(nc) = self.node_classes.get(&node_pool.node_class_ref().name) else {
                 return Ok(Vec::new());
@@ -744,7 +863,10 @@ impl CloudProvider for AwsCloudProvider {
         })
     }
 
-    fn is_drifted<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
+    fn is_drifted<'a>(
+        &'a self,
+        node_claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
         Box::pin(self.drifted(node_claim))
     }
 }

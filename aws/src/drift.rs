@@ -21,7 +21,8 @@ pub const HASH_VERSION: &str = "v6";
 /// separately), `ipPrefixCount` and the literal `amiFamily` (the resolved family counts, so
 /// spelling out the family an alias implies does not drift nodes), plus the CA bundle.
 pub fn node_class_hash(node_class: &EC2NodeClass, ca_bundle: Option<&str>) -> String {
-    let mut spec = serde_json::to_value(&node_class.spec).expect("an EC2NodeClass spec always serialises");
+    let mut spec =
+        serde_json::to_value(&node_class.spec).expect("an EC2NodeClass spec always serialises");
     if let Some(map) = spec.as_object_mut() {
         for dynamic in [
             "subnetSelectorTerms",
@@ -34,7 +35,11 @@ pub fn node_class_hash(node_class: &EC2NodeClass, ca_bundle: Option<&str>) -> St
             map.remove(dynamic);
         }
     }
-    let input = serde_json::json!([spec, node_class.ami_family().as_str(), ca_bundle.unwrap_or_default()]);
+    let input = serde_json::json!([
+        spec,
+        node_class.ami_family().as_str(),
+        ca_bundle.unwrap_or_default()
+    ]);
     fnv1a64(input.to_string().as_bytes()).to_string()
 }
 
@@ -78,7 +83,8 @@ pub fn labels_satisfy(reqs: &[NodeSelectorRequirement], labels: &BTreeMap<String
 
 /// The first (newest) status AMI an instance type with `labels` can run.
 pub fn ami_for<'a>(amis: &'a [Ami], labels: &BTreeMap<String, String>) -> Option<&'a Ami> {
-    amis.iter().find(|a| labels_satisfy(&a.requirements, labels))
+    amis.iter()
+        .find(|a| labels_satisfy(&a.requirements, labels))
 }
 
 /// The node class's static fields changed since launch.
@@ -144,18 +150,36 @@ mod tests {
     }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
     }
 
     #[test]
     fn amis_map_to_instance_types_by_requirements() {
         let amis = [
-            ami("ami-gpu", vec![in_values("kubernetes.io/arch", &["amd64"]), exists("karpenter.k8s.aws/instance-gpu-count")]),
-            ami("ami-std", vec![in_values("kubernetes.io/arch", &["amd64"]), does_not_exist("karpenter.k8s.aws/instance-gpu-count")]),
+            ami(
+                "ami-gpu",
+                vec![
+                    in_values("kubernetes.io/arch", &["amd64"]),
+                    exists("karpenter.k8s.aws/instance-gpu-count"),
+                ],
+            ),
+            ami(
+                "ami-std",
+                vec![
+                    in_values("kubernetes.io/arch", &["amd64"]),
+                    does_not_exist("karpenter.k8s.aws/instance-gpu-count"),
+                ],
+            ),
             ami("ami-arm", vec![in_values("kubernetes.io/arch", &["arm64"])]),
         ];
         let m5 = labels(&[("kubernetes.io/arch", "amd64")]);
-        let g5 = labels(&[("kubernetes.io/arch", "amd64"), ("karpenter.k8s.aws/instance-gpu-count", "1")]);
+        let g5 = labels(&[
+            ("kubernetes.io/arch", "amd64"),
+            ("karpenter.k8s.aws/instance-gpu-count", "1"),
+        ]);
         let m6g = labels(&[("kubernetes.io/arch", "arm64")]);
         assert_eq!(ami_for(&amis, &m5).map(|a| a.id.as_str()), Some("ami-std"));
         assert_eq!(ami_for(&amis, &g5).map(|a| a.id.as_str()), Some("ami-gpu"));
@@ -172,7 +196,10 @@ mod tests {
 
     #[test]
     fn drift_reasons_in_upstream_order() {
-        let amis = [ami("ami-new", vec![in_values("kubernetes.io/arch", &["amd64"])])];
+        let amis = [ami(
+            "ami-new",
+            vec![in_values("kubernetes.io/arch", &["amd64"])],
+        )];
         let it = labels(&[("kubernetes.io/arch", "amd64")]);
         let empty = BTreeMap::new();
         let subnets = ["subnet-a".to_owned()];
@@ -190,15 +217,39 @@ mod tests {
         };
         assert_eq!(drift_reason(&base), None);
         let reason = |i: &DriftInputs<'_>| drift_reason(i).map(str::to_owned);
-        assert_eq!(reason(&DriftInputs { image_id: Some("ami-old"), ..base.clone() }).as_deref(), Some("AMIDrift"));
-        assert_eq!(reason(&DriftInputs { subnet_id: Some("subnet-b"), ..base.clone() }).as_deref(), Some("SubnetDrift"));
+        assert_eq!(
+            reason(&DriftInputs {
+                image_id: Some("ami-old"),
+                ..base.clone()
+            })
+            .as_deref(),
+            Some("AMIDrift")
+        );
+        assert_eq!(
+            reason(&DriftInputs {
+                subnet_id: Some("subnet-b"),
+                ..base.clone()
+            })
+            .as_deref(),
+            Some("SubnetDrift")
+        );
         let other = ["sg-1".to_owned(), "sg-2".to_owned()];
         assert_eq!(
-            reason(&DriftInputs { security_group_ids: &other, ..base.clone() }).as_deref(),
+            reason(&DriftInputs {
+                security_group_ids: &other,
+                ..base.clone()
+            })
+            .as_deref(),
             Some("SecurityGroupDrift")
         );
-        let class = labels(&[(labels::EC2NODECLASS_HASH, "2"), (HASH_VERSION_ANNOTATION, "v6")]);
-        let claim = labels(&[(labels::EC2NODECLASS_HASH, "1"), (HASH_VERSION_ANNOTATION, "v6")]);
+        let class = labels(&[
+            (labels::EC2NODECLASS_HASH, "2"),
+            (HASH_VERSION_ANNOTATION, "v6"),
+        ]);
+        let claim = labels(&[
+            (labels::EC2NODECLASS_HASH, "1"),
+            (HASH_VERSION_ANNOTATION, "v6"),
+        ]);
         let both = DriftInputs {
             node_class_annotations: &class,
             node_claim_annotations: &claim,
@@ -206,7 +257,10 @@ mod tests {
             ..base.clone()
         };
         assert_eq!(reason(&both).as_deref(), Some("NodeClassDrift"));
-        let old_version = labels(&[(labels::EC2NODECLASS_HASH, "1"), (HASH_VERSION_ANNOTATION, "v5")]);
+        let old_version = labels(&[
+            (labels::EC2NODECLASS_HASH, "1"),
+            (HASH_VERSION_ANNOTATION, "v5"),
+        ]);
         assert!(!static_fields_drifted(&class, &old_version));
     }
 
@@ -221,9 +275,15 @@ mod tests {
             }))
             .unwrap()
         };
-        let a = yaml(r#"{"role":"r","amiSelectorTerms":[{"alias":"al2023@latest"}],"subnetSelectorTerms":[{"id":"subnet-1"}],"securityGroupSelectorTerms":[{"id":"sg-1"}]}"#);
-        let b = yaml(r#"{"role":"r","amiFamily":"AL2023","amiSelectorTerms":[{"alias":"al2023@v2024"}],"subnetSelectorTerms":[{"id":"subnet-2"}],"securityGroupSelectorTerms":[{"id":"sg-2"}]}"#);
-        let c = yaml(r#"{"role":"r","detailedMonitoring":true,"amiSelectorTerms":[{"alias":"al2023@latest"}],"subnetSelectorTerms":[{"id":"subnet-1"}],"securityGroupSelectorTerms":[{"id":"sg-1"}]}"#);
+        let a = yaml(
+            r#"{"role":"r","amiSelectorTerms":[{"alias":"al2023@latest"}],"subnetSelectorTerms":[{"id":"subnet-1"}],"securityGroupSelectorTerms":[{"id":"sg-1"}]}"#,
+        );
+        let b = yaml(
+            r#"{"role":"r","amiFamily":"AL2023","amiSelectorTerms":[{"alias":"al2023@v2024"}],"subnetSelectorTerms":[{"id":"subnet-2"}],"securityGroupSelectorTerms":[{"id":"sg-2"}]}"#,
+        );
+        let c = yaml(
+            r#"{"role":"r","detailedMonitoring":true,"amiSelectorTerms":[{"alias":"al2023@latest"}],"subnetSelectorTerms":[{"id":"subnet-1"}],"securityGroupSelectorTerms":[{"id":"sg-1"}]}"#,
+        );
         assert_eq!(node_class_hash(&a, None), node_class_hash(&b, None));
         assert_ne!(node_class_hash(&a, None), node_class_hash(&c, None));
         assert_ne!(node_class_hash(&a, None), node_class_hash(&a, Some("ca")));

@@ -13,7 +13,8 @@ use thiserror::Error;
 pub mod codes {
     pub const LAUNCH_TEMPLATE_NAME_NOT_FOUND: &str = "InvalidLaunchTemplateName.NotFoundException";
     pub const LAUNCH_TEMPLATE_ID_NOT_FOUND: &str = "InvalidLaunchTemplateId.NotFound";
-    pub const LAUNCH_TEMPLATE_NAME_ALREADY_EXISTS: &str = "InvalidLaunchTemplateName.AlreadyExistsException";
+    pub const LAUNCH_TEMPLATE_NAME_ALREADY_EXISTS: &str =
+        "InvalidLaunchTemplateName.AlreadyExistsException";
     pub const INSTANCE_ID_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
     pub const PARAMETER_NOT_FOUND: &str = "ParameterNotFound";
     pub const NO_SUCH_ENTITY: &str = "NoSuchEntity";
@@ -33,7 +34,8 @@ pub mod codes {
 }
 
 /// The spot service-linked role command the user must run once per account.
-pub const SPOT_SLR_FIX: &str = "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com";
+pub const SPOT_SLR_FIX: &str =
+    "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com";
 
 const NOT_FOUND_CODES: &[&str] = &[
     "InvalidCapacityReservationId.NotFound",
@@ -122,7 +124,9 @@ impl ApiError {
     }
 
     pub fn is_launch_template_not_found(&self) -> bool {
-        self.code.as_deref().is_some_and(is_launch_template_not_found_code)
+        self.code
+            .as_deref()
+            .is_some_and(is_launch_template_not_found_code)
     }
 
     pub fn is_already_exists(&self) -> bool {
@@ -177,15 +181,24 @@ pub fn launch_failure_reason(text: &str) -> LaunchFailureReason {
     let ordered: &[(&str, LaunchFailureReason)] = &[
         (
             codes::LAUNCH_TEMPLATE_ID_NOT_FOUND,
-            reason("LaunchTemplateNotFound", "Launch template used for instance launch wasn't found"),
+            reason(
+                "LaunchTemplateNotFound",
+                "Launch template used for instance launch wasn't found",
+            ),
         ),
         (
             codes::LAUNCH_TEMPLATE_NAME_NOT_FOUND,
-            reason("LaunchTemplateNotFound", "Launch template used for instance launch wasn't found"),
+            reason(
+                "LaunchTemplateNotFound",
+                "Launch template used for instance launch wasn't found",
+            ),
         ),
         (
             "User data is limited to",
-            reason("UserDataSizeLimitExceeded", "Rendered user data exceeds the EC2 user data size limit"),
+            reason(
+                "UserDataSizeLimitExceeded",
+                "Rendered user data exceeds the EC2 user data size limit",
+            ),
         ),
         (
             "InvalidAMIID.Malformed",
@@ -202,10 +215,16 @@ pub fn launch_failure_reason(text: &str) -> LaunchFailureReason {
             codes::REQUEST_LIMIT_EXCEEDED,
             reason("RequestLimitExceeded", "Request limit exceeded"),
         ),
-        ("InternalError", reason("InternalError", "An internal error has occurred")),
+        (
+            "InternalError",
+            reason("InternalError", "An internal error has occurred"),
+        ),
         (
             "not eligible for Free Tier",
-            reason("FreeTierIneligible", "The specified instance type is not eligible for Free Tier"),
+            reason(
+                "FreeTierIneligible",
+                "The specified instance type is not eligible for Free Tier",
+            ),
         ),
         (
             codes::MAX_FLEET_COUNT_EXCEEDED,
@@ -230,7 +249,10 @@ pub fn launch_failure_reason(text: &str) -> LaunchFailureReason {
         ),
         (
             codes::VCPU_LIMIT_EXCEEDED,
-            reason("VCPULimitExceeded", "An instance was requested that would exceed your VCPU quota"),
+            reason(
+                "VCPULimitExceeded",
+                "An instance was requested that would exceed your VCPU quota",
+            ),
         ),
         (
             codes::INSUFFICIENT_FREE_ADDRESSES,
@@ -261,7 +283,10 @@ fn unauthorized_reason(text: &str) -> LaunchFailureReason {
         );
     }
     if text.contains("Not authorized for images") {
-        return reason("AMIAuthorizationFailure", "User is not authorized for AMI used in instance launch");
+        return reason(
+            "AMIAuthorizationFailure",
+            "User is not authorized for AMI used in instance launch",
+        );
     }
     reason(
         "Unauthorized",
@@ -290,7 +315,9 @@ impl From<&aws_sdk_ec2::types::CreateFleetError> for FleetError {
             instance_type: overrides
                 .and_then(|o| o.instance_type())
                 .map(|t| t.as_str().to_owned()),
-            zone: overrides.and_then(|o| o.availability_zone()).map(str::to_owned),
+            zone: overrides
+                .and_then(|o| o.availability_zone())
+                .map(str::to_owned),
             subnet_id: overrides.and_then(|o| o.subnet_id()).map(str::to_owned),
         }
     }
@@ -408,7 +435,8 @@ mod tests {
 
     #[test]
     fn free_address_exhaustion_marks_the_subnet_and_the_offering() {
-        let actions = classify_fleet_error(&fleet_err("InsufficientFreeAddressesInSubnet"), "on-demand");
+        let actions =
+            classify_fleet_error(&fleet_err("InsufficientFreeAddressesInSubnet"), "on-demand");
         assert_eq!(
             actions[0],
             FleetErrorAction::MarkSubnetUnavailable {
@@ -429,7 +457,11 @@ mod tests {
         );
         assert_eq!(actions, vec![FleetErrorAction::BlockSpot]);
         let message = spot_service_linked_role_message("default-abc");
-        assert!(message.contains("aws iam create-service-linked-role --aws-service-name spot.amazonaws.com"));
+        assert!(
+            message.contains(
+                "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com"
+            )
+        );
         assert!(message.contains("default-abc"));
     }
 
@@ -446,8 +478,12 @@ mod tests {
         assert!(is_not_found_code("InvalidInstanceID.NotFound"));
         assert!(is_not_found_code("ParameterNotFound"));
         assert!(!is_not_found_code("InsufficientInstanceCapacity"));
-        assert!(is_launch_template_not_found_code("InvalidLaunchTemplateName.NotFoundException"));
-        assert!(is_launch_template_not_found_code("InvalidLaunchTemplateId.NotFound"));
+        assert!(is_launch_template_not_found_code(
+            "InvalidLaunchTemplateName.NotFoundException"
+        ));
+        assert!(is_launch_template_not_found_code(
+            "InvalidLaunchTemplateId.NotFound"
+        ));
         assert!(is_throttling_code("RequestLimitExceeded"));
         assert!(!is_unfulfillable_capacity_code("RequestLimitExceeded"));
     }
@@ -455,25 +491,46 @@ mod tests {
     #[test]
     fn launch_failure_reasons_follow_upstream_precedence() {
         let r = |t: &str| launch_failure_reason(t).reason;
-        assert_eq!(r("AuthFailure.ServiceLinkedRoleCreationNotPermitted: x"), "SpotSLRCreationFailed");
+        assert_eq!(
+            r("AuthFailure.ServiceLinkedRoleCreationNotPermitted: x"),
+            "SpotSLRCreationFailed"
+        );
         assert_eq!(r("UnauthorizedOperation: nope"), "Unauthorized");
         assert_eq!(
-            launch_failure_reason("UnauthorizedOperation: with an explicit deny in a service control policy").message,
+            launch_failure_reason(
+                "UnauthorizedOperation: with an explicit deny in a service control policy"
+            )
+            .message,
             "User is not authorized to perform this operation due to a service control policy"
         );
-        assert_eq!(r("AuthFailure: Not authorized for images: [ami-1]"), "AMIAuthorizationFailure");
+        assert_eq!(
+            r("AuthFailure: Not authorized for images: [ami-1]"),
+            "AMIAuthorizationFailure"
+        );
         assert_eq!(
             r("InvalidParameter: security group and subnet belong to different networks"),
             "SecurityGroupSubnetVPCMismatch"
         );
-        assert_eq!(r("InvalidLaunchTemplateName.NotFoundException: gone"), "LaunchTemplateNotFound");
+        assert_eq!(
+            r("InvalidLaunchTemplateName.NotFoundException: gone"),
+            "LaunchTemplateNotFound"
+        );
         assert_eq!(r("InvalidAMIID.NotFound: ami-1"), "AMINotFound");
         assert_eq!(r("RequestLimitExceeded: slow down"), "RequestLimitExceeded");
         // A specific error wins over capacity errors reported alongside it.
-        assert_eq!(r("VcpuLimitExceeded: a; InvalidAMIID.Malformed: b"), "InvalidAMIID");
-        assert_eq!(r("MaxSpotInstanceCountExceeded: quota"), "SpotQuotaExceeded");
+        assert_eq!(
+            r("VcpuLimitExceeded: a; InvalidAMIID.Malformed: b"),
+            "InvalidAMIID"
+        );
+        assert_eq!(
+            r("MaxSpotInstanceCountExceeded: quota"),
+            "SpotQuotaExceeded"
+        );
         assert_eq!(r("VcpuLimitExceeded: quota"), "VCPULimitExceeded");
-        assert_eq!(r("InsufficientFreeAddressesInSubnet: none"), "InsufficientFreeAddressesInSubnet");
+        assert_eq!(
+            r("InsufficientFreeAddressesInSubnet: none"),
+            "InsufficientFreeAddressesInSubnet"
+        );
         assert_eq!(r("something else"), "LaunchFailed");
     }
 

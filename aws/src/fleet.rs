@@ -7,14 +7,17 @@
 //! launch otherwise. The response's errors are classified into unavailable offerings.
 
 use crate::batcher::{BoxFuture, Executor};
-use crate::errors::{ApiError, FleetError, FleetErrorAction, classify_fleet_error, spot_service_linked_role_message};
+use crate::errors::{
+    ApiError, FleetError, FleetErrorAction, classify_fleet_error, spot_service_linked_role_message,
+};
 use crate::subnet::SubnetInfo;
 use crate::tags;
 use crate::unavailable::UnavailableOfferings;
 use aws_sdk_ec2::types::{
-    DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
-    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceType,
-    OnDemandOptionsRequest, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, TagSpecification,
+    DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
+    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetType, InstanceType, OnDemandOptionsRequest, ResourceType,
+    SpotAllocationStrategy, SpotOptionsRequest, TagSpecification,
     TargetCapacitySpecificationRequest,
 };
 use kerf::labels::CAPACITY_TYPE_SPOT;
@@ -74,7 +77,11 @@ pub fn cheapest_types(candidates: &[LaunchCandidate], max: usize) -> Vec<String>
     }
     let mut types: Vec<(&str, f64)> = cheapest.into_iter().collect();
     types.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(b.0)));
-    types.into_iter().take(max).map(|(t, _)| t.to_owned()).collect()
+    types
+        .into_iter()
+        .take(max)
+        .map(|(t, _)| t.to_owned())
+        .collect()
 }
 
 /// The launch configs of a request: the offerings of the cheapest types that have a subnet
@@ -111,7 +118,10 @@ pub fn launch_configs(
             image_id: c.image_id.clone(),
             price_micros: (c.price * 1e6).round().max(0.0) as u64,
         };
-        match configs.iter_mut().find(|cfg| cfg.launch_template == c.launch_template) {
+        match configs
+            .iter_mut()
+            .find(|cfg| cfg.launch_template == c.launch_template)
+        {
             Some(cfg) => cfg.overrides.push(o),
             None => configs.push(FleetLaunchConfig {
                 launch_template: c.launch_template.clone(),
@@ -124,20 +134,29 @@ pub fn launch_configs(
 
 impl FleetRequest {
     /// The CreateFleet call for `count` instances; `node_claim` adds the NodeClaim tag.
-    pub fn to_call(&self, ec2: &aws_sdk_ec2::Client, count: i32, node_claim: Option<&str>) -> aws_sdk_ec2::operation::create_fleet::builders::CreateFleetFluentBuilder {
+    pub fn to_call(
+        &self,
+        ec2: &aws_sdk_ec2::Client,
+        count: i32,
+        node_claim: Option<&str>,
+    ) -> aws_sdk_ec2::operation::create_fleet::builders::CreateFleetFluentBuilder {
         let mut instance_tags = self.tags.clone();
         if let Some(nc) = node_claim {
             instance_tags.insert(tags::NODECLAIM.to_owned(), nc.to_owned());
         }
-        let tag_specs = [ResourceType::Instance, ResourceType::Volume, ResourceType::Fleet]
-            .into_iter()
-            .map(|r| {
-                TagSpecification::builder()
-                    .resource_type(r)
-                    .set_tags(Some(tags::to_ec2(&instance_tags)))
-                    .build()
-            })
-            .collect();
+        let tag_specs = [
+            ResourceType::Instance,
+            ResourceType::Volume,
+            ResourceType::Fleet,
+        ]
+        .into_iter()
+        .map(|r| {
+            TagSpecification::builder()
+                .resource_type(r)
+                .set_tags(Some(tags::to_ec2(&instance_tags)))
+                .build()
+        })
+        .collect();
         let spot = self.capacity_type == CAPACITY_TYPE_SPOT;
         let mut call = ec2
             .create_fleet()
@@ -219,14 +238,24 @@ pub struct FleetOutcome {
 pub type FleetBatchItem = String;
 
 /// The batch executor: one CreateFleet call for all NodeClaims of identical requests.
-pub fn executor(ec2: aws_sdk_ec2::Client) -> Executor<FleetRequest, FleetBatchItem, Result<FleetOutcome, ApiError>> {
-    Arc::new(move |request: FleetRequest, node_claims: Vec<String>| -> BoxFuture<Vec<Result<FleetOutcome, ApiError>>> {
-        let ec2 = ec2.clone();
-        Box::pin(async move { launch_batch(&ec2, &request, &node_claims).await })
-    })
+pub fn executor(
+    ec2: aws_sdk_ec2::Client,
+) -> Executor<FleetRequest, FleetBatchItem, Result<FleetOutcome, ApiError>> {
+    Arc::new(
+        move |request: FleetRequest,
+              node_claims: Vec<String>|
+              -> BoxFuture<Vec<Result<FleetOutcome, ApiError>>> {
+            let ec2 = ec2.clone();
+            Box::pin(async move { launch_batch(&ec2, &request, &node_claims).await })
+        },
+    )
 }
 
-async fn launch_batch(ec2: &aws_sdk_ec2::Client, request: &FleetRequest, node_claims: &[String]) -> Vec<Result<FleetOutcome, ApiError>> {
+async fn launch_batch(
+    ec2: &aws_sdk_ec2::Client,
+    request: &FleetRequest,
+    node_claims: &[String],
+) -> Vec<Result<FleetOutcome, ApiError>> {
     let count = node_claims.len();
     let single = (count == 1).then(|| node_claims[0].as_str());
     let out = match request.to_call(ec2, count as i32, single).send().await {
@@ -240,23 +269,36 @@ async fn launch_batch(ec2: &aws_sdk_ec2::Client, request: &FleetRequest, node_cl
     let fleet_id = out.fleet_id().map(str::to_owned);
     let mut instances: Vec<FleetInstance> = Vec::new();
     for launched in out.instances() {
-        let overrides = launched.launch_template_and_overrides().and_then(|l| l.overrides());
+        let overrides = launched
+            .launch_template_and_overrides()
+            .and_then(|l| l.overrides());
         for id in launched.instance_ids() {
             instances.push(FleetInstance {
                 instance_id: id.clone(),
                 instance_type: launched
                     .instance_type()
                     .map(|t| t.as_str().to_owned())
-                    .or_else(|| overrides.and_then(|o| o.instance_type()).map(|t| t.as_str().to_owned()))
+                    .or_else(|| {
+                        overrides
+                            .and_then(|o| o.instance_type())
+                            .map(|t| t.as_str().to_owned())
+                    })
                     .unwrap_or_default(),
-                zone: overrides.and_then(|o| o.availability_zone()).unwrap_or_default().to_owned(),
+                zone: overrides
+                    .and_then(|o| o.availability_zone())
+                    .unwrap_or_default()
+                    .to_owned(),
                 subnet_id: overrides.and_then(|o| o.subnet_id()).map(str::to_owned),
                 image_id: overrides.and_then(|o| o.image_id()).map(str::to_owned),
             });
         }
     }
     if instances.len() > count {
-        tracing::error!(requested = count, received = instances.len(), "CreateFleet returned more instances than requested; ignoring the extra ones");
+        tracing::error!(
+            requested = count,
+            received = instances.len(),
+            "CreateFleet returned more instances than requested; ignoring the extra ones"
+        );
     }
     let mut results = Vec::with_capacity(count);
     let mut launched = instances.into_iter();
@@ -280,7 +322,12 @@ async fn tag_node_claim(ec2: &aws_sdk_ec2::Client, instance_id: &str, node_claim
     let result = ec2
         .create_tags()
         .resources(instance_id)
-        .tags(aws_sdk_ec2::types::Tag::builder().key(tags::NODECLAIM).value(node_claim).build())
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key(tags::NODECLAIM)
+                .value(node_claim)
+                .build(),
+        )
         .send()
         .await;
     if let Err(e) = result {
@@ -380,9 +427,13 @@ mod tests {
         let all: Vec<(&str, &str, &str)> = configs
             .iter()
             .flat_map(|c| {
-                c.overrides
-                    .iter()
-                    .map(move |o| (c.launch_template.as_str(), o.instance_type.as_str(), o.zone.as_str()))
+                c.overrides.iter().map(move |o| {
+                    (
+                        c.launch_template.as_str(),
+                        o.instance_type.as_str(),
+                        o.zone.as_str(),
+                    )
+                })
             })
             .collect();
         assert_eq!(
@@ -416,7 +467,11 @@ mod tests {
         let ec2 = aws_sdk_ec2::Client::from_conf(conf);
         let request = FleetRequest {
             capacity_type: "spot".into(),
-            configs: launch_configs(&[cand("m5.large", "us-east-1a", 0.1, "lt")], &subnets(&["us-east-1a"]), 60),
+            configs: launch_configs(
+                &[cand("m5.large", "us-east-1a", 0.1, "lt")],
+                &subnets(&["us-east-1a"]),
+                60,
+            ),
             tags: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
             context: None,
         };
@@ -425,9 +480,16 @@ mod tests {
         assert_eq!(input.get_type(), &Some(FleetType::Instant));
         let target = input.get_target_capacity_specification().as_ref().unwrap();
         assert_eq!(target.total_target_capacity(), Some(3));
-        assert_eq!(target.default_target_capacity_type(), Some(&DefaultTargetCapacityType::Spot));
         assert_eq!(
-            input.get_spot_options().as_ref().unwrap().allocation_strategy(),
+            target.default_target_capacity_type(),
+            Some(&DefaultTargetCapacityType::Spot)
+        );
+        assert_eq!(
+            input
+                .get_spot_options()
+                .as_ref()
+                .unwrap()
+                .allocation_strategy(),
             Some(&SpotAllocationStrategy::PriceCapacityOptimized)
         );
         assert!(input.get_on_demand_options().is_none());
@@ -442,7 +504,12 @@ mod tests {
         };
         let input = on_demand.to_call(&ec2, 1, None);
         assert_eq!(
-            input.as_input().get_on_demand_options().as_ref().unwrap().allocation_strategy(),
+            input
+                .as_input()
+                .get_on_demand_options()
+                .as_ref()
+                .unwrap()
+                .allocation_strategy(),
             Some(&FleetOnDemandAllocationStrategy::LowestPrice)
         );
     }
@@ -472,7 +539,17 @@ mod tests {
         assert!(cache.is_unavailable("c5.large", "us-east-1b", "spot", &[]));
         assert!(!cache.is_unavailable("c5.large", "us-east-1b", "on-demand", &[]));
 
-        record_fleet_errors(&[err("InsufficientFreeAddressesInSubnet")], "on-demand", "nc-2", &cache);
-        assert!(cache.is_unavailable("c5.large", "us-east-1a", "on-demand", &["subnet-a".to_owned()]));
+        record_fleet_errors(
+            &[err("InsufficientFreeAddressesInSubnet")],
+            "on-demand",
+            "nc-2",
+            &cache,
+        );
+        assert!(cache.is_unavailable(
+            "c5.large",
+            "us-east-1a",
+            "on-demand",
+            &["subnet-a".to_owned()]
+        ));
     }
 }

@@ -5,7 +5,8 @@
 //! stopped and shutting-down.
 
 use crate::batcher::{
-    Batcher, BoxFuture, CREATE_FLEET_WINDOW, DESCRIBE_INSTANCES_WINDOW, Executor, TERMINATE_INSTANCES_WINDOW,
+    Batcher, BoxFuture, CREATE_FLEET_WINDOW, DESCRIBE_INSTANCES_WINDOW, Executor,
+    TERMINATE_INSTANCES_WINDOW,
 };
 use crate::errors::ApiError;
 use crate::fleet::{self, FleetOutcome, FleetRequest};
@@ -75,7 +76,11 @@ impl InstanceProvider {
     }
 
     /// Launches one instance for `node_claim` (batched with identical requests).
-    pub async fn launch(&self, request: FleetRequest, node_claim: &str) -> Result<FleetOutcome, InstanceError> {
+    pub async fn launch(
+        &self,
+        request: FleetRequest,
+        node_claim: &str,
+    ) -> Result<FleetOutcome, InstanceError> {
         Ok(self.fleet.add(request, node_claim.to_owned()).await??)
     }
 
@@ -92,7 +97,10 @@ impl InstanceProvider {
         let filters = vec![
             filter("tag-key", [tags::NODEPOOL.to_owned()]),
             filter("tag-key", [tags::EC2NODECLASS.to_owned()]),
-            filter(&format!("tag:{}", tags::EKS_CLUSTER_NAME), [self.cluster_name.clone()]),
+            filter(
+                &format!("tag:{}", tags::EKS_CLUSTER_NAME),
+                [self.cluster_name.clone()],
+            ),
             state_filter(),
         ];
         Ok(describe_pages(&self.ec2, None, filters).await?)
@@ -109,7 +117,11 @@ impl InstanceProvider {
     }
 
     /// Adds `tags` the instance does not already carry.
-    pub async fn tag(&self, id: &str, wanted: &BTreeMap<String, String>) -> Result<(), InstanceError> {
+    pub async fn tag(
+        &self,
+        id: &str,
+        wanted: &BTreeMap<String, String>,
+    ) -> Result<(), InstanceError> {
         let instance = self.get(id).await?;
         let missing: BTreeMap<String, String> = wanted
             .iter()
@@ -148,7 +160,11 @@ impl InstanceProvider {
 
     /// Terminates the cluster's instances that no NodeClaim accounts for (ids not in
     /// `known`) and that are older than `min_age`; returns the terminated ids.
-    pub async fn garbage_collect(&self, known: &HashSet<String>, min_age: Duration) -> Result<Vec<String>, InstanceError> {
+    pub async fn garbage_collect(
+        &self,
+        known: &HashSet<String>,
+        min_age: Duration,
+    ) -> Result<Vec<String>, InstanceError> {
         let now = SystemTime::now();
         let mut leaked: Vec<String> = self
             .list()
@@ -164,7 +180,10 @@ impl InstanceProvider {
             .collect();
         leaked.sort();
         for id in &leaked {
-            tracing::info!(instance_id = id, "garbage collecting instance with no nodeclaim");
+            tracing::info!(
+                instance_id = id,
+                "garbage collecting instance with no nodeclaim"
+            );
             match self.terminate.add((), id.clone()).await? {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
@@ -176,10 +195,17 @@ impl InstanceProvider {
 }
 
 fn state_filter() -> Filter {
-    filter("instance-state-name", LIVE_STATES.iter().map(|s| (*s).to_owned()))
+    filter(
+        "instance-state-name",
+        LIVE_STATES.iter().map(|s| (*s).to_owned()),
+    )
 }
 
-async fn describe_pages(ec2: &aws_sdk_ec2::Client, ids: Option<Vec<String>>, filters: Vec<Filter>) -> Result<Vec<Instance>, ApiError> {
+async fn describe_pages(
+    ec2: &aws_sdk_ec2::Client,
+    ids: Option<Vec<String>>,
+    filters: Vec<Filter>,
+) -> Result<Vec<Instance>, ApiError> {
     let mut pages = ec2
         .describe_instances()
         .set_instance_ids(ids)
@@ -197,28 +223,36 @@ async fn describe_pages(ec2: &aws_sdk_ec2::Client, ids: Option<Vec<String>>, fil
 }
 
 fn describe_executor(ec2: aws_sdk_ec2::Client) -> Executor<(), String, DescribeResult> {
-    Arc::new(move |(), ids: Vec<String>| -> BoxFuture<Vec<DescribeResult>> {
-        let ec2 = ec2.clone();
-        Box::pin(async move {
-            let unique: Vec<String> = ids.iter().cloned().collect::<HashSet<_>>().into_iter().collect();
-            match describe_pages(&ec2, Some(unique), vec![state_filter()]).await {
-                Ok(found) => {
-                    let by_id: HashMap<String, Instance> = found.into_iter().map(|i| (i.id.clone(), i)).collect();
-                    ids.iter().map(|id| Ok(by_id.get(id).cloned())).collect()
-                }
-                // One unknown id fails the whole call: ask for each id on its own.
-                Err(e) if e.is_not_found() && ids.len() > 1 => {
-                    let mut results = Vec::with_capacity(ids.len());
-                    for id in &ids {
-                        results.push(describe_one(&ec2, id).await);
+    Arc::new(
+        move |(), ids: Vec<String>| -> BoxFuture<Vec<DescribeResult>> {
+            let ec2 = ec2.clone();
+            Box::pin(async move {
+                let unique: Vec<String> = ids
+                    .iter()
+                    .cloned()
+                    .collect::<HashSet<_>>()
+                    .into_iter()
+                    .collect();
+                match describe_pages(&ec2, Some(unique), vec![state_filter()]).await {
+                    Ok(found) => {
+                        let by_id: HashMap<String, Instance> =
+                            found.into_iter().map(|i| (i.id.clone(), i)).collect();
+                        ids.iter().map(|id| Ok(by_id.get(id).cloned())).collect()
                     }
-                    results
+                    // One unknown id fails the whole call: ask for each id on its own.
+                    Err(e) if e.is_not_found() && ids.len() > 1 => {
+                        let mut results = Vec::with_capacity(ids.len());
+                        for id in &ids {
+                            results.push(describe_one(&ec2, id).await);
+                        }
+                        results
+                    }
+                    Err(e) if e.is_not_found() => vec![Ok(None)],
+                    Err(e) => vec![Err(e); ids.len()],
                 }
-                Err(e) if e.is_not_found() => vec![Ok(None)],
-                Err(e) => vec![Err(e); ids.len()],
-            }
-        })
-    })
+            })
+        },
+    )
 }
 
 async fn describe_one(ec2: &aws_sdk_ec2::Client, id: &str) -> DescribeResult {
@@ -230,23 +264,30 @@ async fn describe_one(ec2: &aws_sdk_ec2::Client, id: &str) -> DescribeResult {
 }
 
 fn terminate_executor(ec2: aws_sdk_ec2::Client) -> Executor<(), String, TerminateResult> {
-    Arc::new(move |(), ids: Vec<String>| -> BoxFuture<Vec<TerminateResult>> {
-        let ec2 = ec2.clone();
-        Box::pin(async move {
-            let unique: Vec<String> = ids.iter().cloned().collect::<HashSet<_>>().into_iter().collect();
-            match terminate_call(&ec2, unique).await {
-                Ok(()) => vec![Ok(()); ids.len()],
-                Err(_) if ids.len() > 1 => {
-                    let mut results = Vec::with_capacity(ids.len());
-                    for id in &ids {
-                        results.push(terminate_call(&ec2, vec![id.clone()]).await);
+    Arc::new(
+        move |(), ids: Vec<String>| -> BoxFuture<Vec<TerminateResult>> {
+            let ec2 = ec2.clone();
+            Box::pin(async move {
+                let unique: Vec<String> = ids
+                    .iter()
+                    .cloned()
+                    .collect::<HashSet<_>>()
+                    .into_iter()
+                    .collect();
+                match terminate_call(&ec2, unique).await {
+                    Ok(()) => vec![Ok(()); ids.len()],
+                    Err(_) if ids.len() > 1 => {
+                        let mut results = Vec::with_capacity(ids.len());
+                        for id in &ids {
+                            results.push(terminate_call(&ec2, vec![id.clone()]).await);
+                        }
+                        results
                     }
-                    results
+                    Err(e) => vec![Err(e)],
                 }
-                Err(e) => vec![Err(e)],
-            }
-        })
-    })
+            })
+        },
+    )
 }
 
 async fn terminate_call(ec2: &aws_sdk_ec2::Client, ids: Vec<String>) -> TerminateResult {
@@ -262,9 +303,17 @@ fn instance_of(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
     let placement = i.placement();
     Some(Instance {
         id: i.instance_id()?.to_owned(),
-        instance_type: i.instance_type().map(|t| t.as_str().to_owned()).unwrap_or_default(),
-        zone: placement.and_then(|p| p.availability_zone()).unwrap_or_default().to_owned(),
-        zone_id: placement.and_then(|p| p.availability_zone_id()).map(str::to_owned),
+        instance_type: i
+            .instance_type()
+            .map(|t| t.as_str().to_owned())
+            .unwrap_or_default(),
+        zone: placement
+            .and_then(|p| p.availability_zone())
+            .unwrap_or_default()
+            .to_owned(),
+        zone_id: placement
+            .and_then(|p| p.availability_zone_id())
+            .map(str::to_owned),
         state: i
             .state()
             .and_then(|s| s.name())

@@ -14,7 +14,9 @@ use thiserror::Error;
 pub enum InstanceProfileError {
     #[error("instance profile {0:?} (spec.instanceProfile) does not exist")]
     NotFound(String),
-    #[error("role {role:?} (spec.role) could not be attached to instance profile {profile:?}: {source}")]
+    #[error(
+        "role {role:?} (spec.role) could not be attached to instance profile {profile:?}: {source}"
+    )]
     AttachRole {
         role: String,
         profile: String,
@@ -48,7 +50,13 @@ impl InstanceProfileProvider {
 
     /// Checks a user-named profile exists.
     pub async fn check_exists(&self, name: &str) -> Result<(), InstanceProfileError> {
-        match self.iam.get_instance_profile().instance_profile_name(name).send().await {
+        match self
+            .iam
+            .get_instance_profile()
+            .instance_profile_name(name)
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => {
                 let err = ApiError::from_sdk("GetInstanceProfile", e);
@@ -63,9 +71,19 @@ impl InstanceProfileProvider {
 
     /// Creates (if needed) the managed profile for `node_class` with `role` attached;
     /// returns its name.
-    pub async fn ensure(&self, node_class: &str, role: &str) -> Result<String, InstanceProfileError> {
+    pub async fn ensure(
+        &self,
+        node_class: &str,
+        role: &str,
+    ) -> Result<String, InstanceProfileError> {
         let name = self.managed_name(node_class);
-        let current_roles = match self.iam.get_instance_profile().instance_profile_name(&name).send().await {
+        let current_roles = match self
+            .iam
+            .get_instance_profile()
+            .instance_profile_name(&name)
+            .send()
+            .await
+        {
             Ok(out) => out
                 .instance_profile()
                 .map(|p| p.roles().iter().map(|r| r.role_name().to_owned()).collect())
@@ -109,14 +127,23 @@ impl InstanceProfileProvider {
 
     async fn create(&self, name: &str, node_class: &str) -> Result<(), ApiError> {
         let profile_tags: BTreeMap<String, String> = BTreeMap::from([
-            (tags::cluster_ownership_key(&self.cluster_name), "owned".to_owned()),
+            (
+                tags::cluster_ownership_key(&self.cluster_name),
+                "owned".to_owned(),
+            ),
             (tags::EKS_CLUSTER_NAME.to_owned(), self.cluster_name.clone()),
             (tags::EC2NODECLASS.to_owned(), node_class.to_owned()),
             (kerf::labels::REGION.to_owned(), self.region.clone()),
         ]);
         let iam_tags = profile_tags
             .iter()
-            .filter_map(|(k, v)| aws_sdk_iam::types::Tag::builder().key(k).value(v).build().ok())
+            .filter_map(|(k, v)| {
+                aws_sdk_iam::types::Tag::builder()
+                    .key(k)
+                    .value(v)
+                    .build()
+                    .ok()
+            })
             .collect();
         match self
             .iam
@@ -130,7 +157,11 @@ impl InstanceProfileProvider {
             Ok(_) => Ok(()),
             Err(e) => {
                 let err = ApiError::from_sdk("CreateInstanceProfile", e);
-                if err.is_already_exists() { Ok(()) } else { Err(err) }
+                if err.is_already_exists() {
+                    Ok(())
+                } else {
+                    Err(err)
+                }
             }
         }
     }
@@ -138,7 +169,13 @@ impl InstanceProfileProvider {
     /// Deletes the managed profile of `node_class` (detaching its role first).
     pub async fn delete(&self, node_class: &str) -> Result<(), ApiError> {
         let name = self.managed_name(node_class);
-        let roles: Vec<String> = match self.iam.get_instance_profile().instance_profile_name(&name).send().await {
+        let roles: Vec<String> = match self
+            .iam
+            .get_instance_profile()
+            .instance_profile_name(&name)
+            .send()
+            .await
+        {
             Ok(out) => out
                 .instance_profile()
                 .map(|p| p.roles().iter().map(|r| r.role_name().to_owned()).collect())

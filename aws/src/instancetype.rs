@@ -14,8 +14,8 @@ use crate::selectors::filter;
 use crate::unavailable::UnavailableOfferings;
 use aws_sdk_ec2::types::LocationType;
 use kerf::catalog::{
-    Accelerator, AllocatableSettings, CapacityType, Catalog, Gpu, InstanceStorage, InstanceType, InstanceTypeInfo,
-    NeuronDevice, Offering,
+    Accelerator, AllocatableSettings, CapacityType, Catalog, Gpu, InstanceStorage, InstanceType,
+    InstanceTypeInfo, NeuronDevice, Offering,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
@@ -52,7 +52,10 @@ impl LaunchScope {
     pub fn from_subnets<'a>(subnets: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut subnets_by_zone: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (zone, id) in subnets {
-            subnets_by_zone.entry(zone.to_owned()).or_default().push(id.to_owned());
+            subnets_by_zone
+                .entry(zone.to_owned())
+                .or_default()
+                .push(id.to_owned());
         }
         Self { subnets_by_zone }
     }
@@ -92,7 +95,11 @@ impl InstanceTypeProvider {
         let mut infos = Vec::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| ApiError::from_sdk("DescribeInstanceTypes", e))?;
-            infos.extend(page.instance_types().iter().filter_map(|t| self.info_from_ec2(t)));
+            infos.extend(
+                page.instance_types()
+                    .iter()
+                    .filter_map(|t| self.info_from_ec2(t)),
+            );
         }
         infos.sort_by(|a, b| a.name.cmp(&b.name));
         let count = infos.len();
@@ -112,7 +119,12 @@ impl InstanceTypeProvider {
             .map_err(|e| ApiError::from_sdk("DescribeAvailabilityZones", e))?
             .availability_zones()
             .iter()
-            .filter_map(|z| Some((z.zone_name()?.to_owned(), z.zone_id().unwrap_or_default().to_owned())))
+            .filter_map(|z| {
+                Some((
+                    z.zone_name()?.to_owned(),
+                    z.zone_id().unwrap_or_default().to_owned(),
+                ))
+            })
             .collect();
         let mut pages = self
             .ec2
@@ -128,7 +140,10 @@ impl InstanceTypeProvider {
                     continue;
                 };
                 let id = zone_ids.get(zone).cloned().unwrap_or_default();
-                zones.entry(t.as_str().to_owned()).or_default().insert(zone.to_owned(), id);
+                zones
+                    .entry(t.as_str().to_owned())
+                    .or_default()
+                    .insert(zone.to_owned(), id);
             }
         }
         let count = zones.len();
@@ -189,22 +204,42 @@ impl InstanceTypeProvider {
     }
 
     fn resolve_all(&self, settings: &AllocatableSettings) -> Vec<InstanceType> {
-        let infos: Vec<InstanceTypeInfo> = match self.live_infos.read().unwrap_or_else(|p| p.into_inner()).clone() {
+        let infos: Vec<InstanceTypeInfo> = match self
+            .live_infos
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
             Some(live) => live.as_ref().clone(),
-            None => self.catalog.map(|c| c.infos().cloned().collect()).unwrap_or_default(),
+            None => self
+                .catalog
+                .map(|c| c.infos().cloned().collect())
+                .unwrap_or_default(),
         };
         infos
             .iter()
-            .filter_map(|info| InstanceType::resolve(info, &self.region, self.offerings(info), settings))
+            .filter_map(|info| {
+                InstanceType::resolve(info, &self.region, self.offerings(info), settings)
+            })
             .collect()
     }
 
     fn zones_of(&self, name: &str) -> Zones {
-        if let Some(live) = self.live_zones.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some(live) = self
+            .live_zones
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
             return live.get(name).cloned().unwrap_or_default();
         }
         self.catalog
-            .map(|c| c.offerings(name).into_iter().map(|o| (o.zone, o.zone_id)).collect())
+            .map(|c| {
+                c.offerings(name)
+                    .into_iter()
+                    .map(|o| (o.zone, o.zone_id))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -249,11 +284,27 @@ impl InstanceTypeProvider {
         let processor = t.processor_info();
         Some(InstanceTypeInfo {
             architectures: processor
-                .map(|p| p.supported_architectures().iter().map(|a| a.as_str().to_owned()).collect())
+                .map(|p| {
+                    p.supported_architectures()
+                        .iter()
+                        .map(|a| a.as_str().to_owned())
+                        .collect()
+                })
                 .unwrap_or_default(),
-            vcpus: t.v_cpu_info().and_then(|v| v.default_v_cpus()).unwrap_or(0).max(0) as u32,
-            memory_mib: t.memory_info().and_then(|m| m.size_in_mib()).unwrap_or(0).max(0) as u64,
-            hypervisor: t.hypervisor().map(|h| h.as_str().to_owned()).unwrap_or_default(),
+            vcpus: t
+                .v_cpu_info()
+                .and_then(|v| v.default_v_cpus())
+                .unwrap_or(0)
+                .max(0) as u32,
+            memory_mib: t
+                .memory_info()
+                .and_then(|m| m.size_in_mib())
+                .unwrap_or(0)
+                .max(0) as u64,
+            hypervisor: t
+                .hypervisor()
+                .map(|h| h.as_str().to_owned())
+                .unwrap_or_default(),
             cpu_manufacturer: processor.and_then(|p| p.manufacturer()).map(str::to_owned),
             sustained_clock_speed_ghz: processor.and_then(|p| p.sustained_clock_speed_in_ghz()),
             ebs_optimized_support: t
@@ -265,19 +316,30 @@ impl InstanceTypeProvider {
                 .and_then(|e| e.ebs_optimized_info())
                 .and_then(|o| o.maximum_bandwidth_in_mbps())
                 .map(|b| b.max(0) as u64),
-            encryption_in_transit_supported: network.and_then(|n| n.encryption_in_transit_supported()).unwrap_or(false),
+            encryption_in_transit_supported: network
+                .and_then(|n| n.encryption_in_transit_supported())
+                .unwrap_or(false),
             default_network_card_max_interfaces: default_card.unwrap_or(0).max(0) as u32,
-            ipv4_addresses_per_interface: network.and_then(|n| n.ipv4_addresses_per_interface()).unwrap_or(0).max(0)
-                as u32,
+            ipv4_addresses_per_interface: network
+                .and_then(|n| n.ipv4_addresses_per_interface())
+                .unwrap_or(0)
+                .max(0) as u32,
             maximum_efa_interfaces: network
                 .and_then(|n| n.efa_info())
                 .and_then(|e| e.maximum_efa_interfaces())
                 .map(|m| m.max(0) as u32),
-            usage_classes: t.supported_usage_classes().iter().map(|u| u.as_str().to_owned()).collect(),
+            usage_classes: t
+                .supported_usage_classes()
+                .iter()
+                .map(|u| u.as_str().to_owned())
+                .collect(),
             network_bandwidth_mbps: embedded.and_then(|e| e.network_bandwidth_mbps),
             instance_storage: t.instance_storage_info().map(|s| InstanceStorage {
                 total_size_gb: s.total_size_in_gb().map(|g| g.max(0) as u64),
-                nvme_support: s.nvme_support().map(|n| n.as_str().to_owned()).unwrap_or_default(),
+                nvme_support: s
+                    .nvme_support()
+                    .map(|n| n.as_str().to_owned())
+                    .unwrap_or_default(),
             }),
             gpus: t
                 .gpu_info()
@@ -288,7 +350,11 @@ impl InstanceTypeProvider {
                             name: d.name().unwrap_or_default().to_owned(),
                             manufacturer: d.manufacturer().unwrap_or_default().to_owned(),
                             count: d.count().unwrap_or(0).max(0) as u32,
-                            memory_mib: d.memory_info().and_then(|m| m.size_in_mib()).unwrap_or(0).max(0) as u64,
+                            memory_mib: d
+                                .memory_info()
+                                .and_then(|m| m.size_in_mib())
+                                .unwrap_or(0)
+                                .max(0) as u64,
                         })
                         .collect()
                 })
@@ -314,7 +380,8 @@ impl InstanceTypeProvider {
                         .map(|d| NeuronDevice {
                             name: d.name().unwrap_or_default().to_owned(),
                             count: d.count().unwrap_or(0).max(0) as u32,
-                            core_count: d.core_info().and_then(|c| c.count()).unwrap_or(0).max(0) as u32,
+                            core_count: d.core_info().and_then(|c| c.count()).unwrap_or(0).max(0)
+                                as u32,
                         })
                         .collect()
                 })
@@ -326,7 +393,12 @@ impl InstanceTypeProvider {
 
     /// The zones where any type is offered (for validating subnets).
     pub fn offered_zones(&self) -> BTreeSet<String> {
-        match self.live_zones.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        match self
+            .live_zones
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
             Some(live) => live.values().flat_map(|z| z.keys().cloned()).collect(),
             None => self
                 .catalog

@@ -15,8 +15,9 @@ use aws_sdk_ec2::types::{
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceMetadataTagsState,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplateTagSpecificationRequest,
-    LaunchTemplatesMonitoringRequest, RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+    LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest,
+    RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
 };
 use base64::Engine;
 use serde::Serialize;
@@ -89,7 +90,8 @@ impl LaunchTemplateConfig {
     pub fn name(&self) -> String {
         let mut canonical = self.clone();
         canonical.security_group_ids.sort();
-        let json = serde_json::to_vec(&canonical).expect("a launch template config always serialises");
+        let json =
+            serde_json::to_vec(&canonical).expect("a launch template config always serialises");
         format!("{NAME_PREFIX}/{}", fnv1a64(&json))
     }
 }
@@ -134,7 +136,10 @@ impl LaunchTemplateProvider {
     }
 
     /// The template for `config`, found in the cache, in EC2, or created.
-    pub async fn ensure(&self, config: &LaunchTemplateConfig) -> Result<LaunchTemplateRef, ApiError> {
+    pub async fn ensure(
+        &self,
+        config: &LaunchTemplateConfig,
+    ) -> Result<LaunchTemplateRef, ApiError> {
         let name = config.name();
         if let Some(hit) = self.cache.get_and_touch(&name) {
             return Ok(hit);
@@ -159,16 +164,30 @@ impl LaunchTemplateProvider {
     }
 
     async fn describe(&self, name: &str) -> Result<Option<LaunchTemplateRef>, ApiError> {
-        match self.ec2.describe_launch_templates().launch_template_names(name).send().await {
+        match self
+            .ec2
+            .describe_launch_templates()
+            .launch_template_names(name)
+            .send()
+            .await
+        {
             Ok(out) => Ok(out.launch_templates().first().and_then(template_ref)),
             Err(e) => {
                 let err = ApiError::from_sdk("DescribeLaunchTemplates", e);
-                if err.is_not_found() { Ok(None) } else { Err(err) }
+                if err.is_not_found() {
+                    Ok(None)
+                } else {
+                    Err(err)
+                }
             }
         }
     }
 
-    async fn create(&self, name: &str, config: &LaunchTemplateConfig) -> Result<LaunchTemplateRef, ApiError> {
+    async fn create(
+        &self,
+        name: &str,
+        config: &LaunchTemplateConfig,
+    ) -> Result<LaunchTemplateRef, ApiError> {
         let mut template_tags = config.tags.clone();
         template_tags.insert(tags::EKS_CLUSTER_NAME.to_owned(), self.cluster_name.clone());
         template_tags.insert(tags::EC2NODECLASS.to_owned(), config.node_class.clone());
@@ -246,7 +265,11 @@ impl LaunchTemplateProvider {
             .await
         {
             Ok(_) => {
-                tracing::debug!(name = template.name, id = template.id, "deleted launch template");
+                tracing::debug!(
+                    name = template.name,
+                    id = template.id,
+                    "deleted launch template"
+                );
                 Ok(())
             }
             Err(e) => {
@@ -256,10 +279,19 @@ impl LaunchTemplateProvider {
         }
     }
 
-    async fn list_tagged(&self, node_class: Option<&str>) -> Result<Vec<LaunchTemplateRef>, ApiError> {
-        let mut filters = vec![filter(&format!("tag:{}", tags::EKS_CLUSTER_NAME), [self.cluster_name.clone()])];
+    async fn list_tagged(
+        &self,
+        node_class: Option<&str>,
+    ) -> Result<Vec<LaunchTemplateRef>, ApiError> {
+        let mut filters = vec![filter(
+            &format!("tag:{}", tags::EKS_CLUSTER_NAME),
+            [self.cluster_name.clone()],
+        )];
         if let Some(nc) = node_class {
-            filters.push(filter(&format!("tag:{}", tags::EC2NODECLASS), [nc.to_owned()]));
+            filters.push(filter(
+                &format!("tag:{}", tags::EC2NODECLASS),
+                [nc.to_owned()],
+            ));
         }
         let mut pages = self
             .ec2
@@ -288,7 +320,10 @@ pub fn launch_template_data(config: &LaunchTemplateConfig) -> RequestLaunchTempl
     let user_data = base64::engine::general_purpose::STANDARD.encode(config.user_data.as_bytes());
     let mut tag_specs = vec![resource_tags(ResourceType::NetworkInterface, &config.tags)];
     if config.capacity_type == kerf::labels::CAPACITY_TYPE_SPOT {
-        tag_specs.push(resource_tags(ResourceType::SpotInstancesRequest, &config.tags));
+        tag_specs.push(resource_tags(
+            ResourceType::SpotInstancesRequest,
+            &config.tags,
+        ));
     }
     let mut data = RequestLaunchTemplateData::builder()
         .image_id(&config.ami_id)
@@ -300,7 +335,11 @@ pub fn launch_template_data(config: &LaunchTemplateConfig) -> RequestLaunchTempl
         )
         .metadata_options(metadata_options(&config.metadata))
         .set_block_device_mappings(Some(
-            config.block_device_mappings.iter().map(block_device).collect(),
+            config
+                .block_device_mappings
+                .iter()
+                .map(block_device)
+                .collect(),
         ))
         .set_tag_specifications(Some(tag_specs));
     if let Some(profile) = &config.instance_profile {
@@ -326,7 +365,10 @@ pub fn launch_template_data(config: &LaunchTemplateConfig) -> RequestLaunchTempl
     data.build()
 }
 
-fn resource_tags(resource: ResourceType, tags: &BTreeMap<String, String>) -> LaunchTemplateTagSpecificationRequest {
+fn resource_tags(
+    resource: ResourceType,
+    tags: &BTreeMap<String, String>,
+) -> LaunchTemplateTagSpecificationRequest {
     LaunchTemplateTagSpecificationRequest::builder()
         .resource_type(resource)
         .set_tags(Some(tags::to_ec2(tags)))
@@ -335,8 +377,12 @@ fn resource_tags(resource: ResourceType, tags: &BTreeMap<String, String>) -> Lau
 
 fn metadata_options(m: &MetadataSpec) -> LaunchTemplateInstanceMetadataOptionsRequest {
     LaunchTemplateInstanceMetadataOptionsRequest::builder()
-        .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::from(m.http_endpoint.as_str()))
-        .http_protocol_ipv6(LaunchTemplateInstanceMetadataProtocolIpv6::from(m.http_protocol_ipv6.as_str()))
+        .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::from(
+            m.http_endpoint.as_str(),
+        ))
+        .http_protocol_ipv6(LaunchTemplateInstanceMetadataProtocolIpv6::from(
+            m.http_protocol_ipv6.as_str(),
+        ))
         .http_put_response_hop_limit(m.http_put_response_hop_limit)
         .http_tokens(LaunchTemplateHttpTokensState::from(m.http_tokens.as_str()))
         .instance_metadata_tags(LaunchTemplateInstanceMetadataTagsState::Disabled)
@@ -407,14 +453,28 @@ mod tests {
         assert_eq!(data.image_id(), Some("ami-1"));
         assert_eq!(data.security_group_ids(), ["sg-2", "sg-1"]);
         assert!(data.network_interfaces().is_empty());
-        assert_eq!(data.block_device_mappings()[0].ebs().and_then(|e| e.volume_size()), Some(20));
-        assert_eq!(data.iam_instance_profile().and_then(|p| p.name()), Some("profile"));
+        assert_eq!(
+            data.block_device_mappings()[0]
+                .ebs()
+                .and_then(|e| e.volume_size()),
+            Some(20)
+        );
+        assert_eq!(
+            data.iam_instance_profile().and_then(|p| p.name()),
+            Some("profile")
+        );
         let resources: Vec<&ResourceType> = data
             .tag_specifications()
             .iter()
             .filter_map(|t| t.resource_type())
             .collect();
-        assert_eq!(resources, [&ResourceType::NetworkInterface, &ResourceType::SpotInstancesRequest]);
+        assert_eq!(
+            resources,
+            [
+                &ResourceType::NetworkInterface,
+                &ResourceType::SpotInstancesRequest
+            ]
+        );
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(data.user_data().unwrap())
             .unwrap();

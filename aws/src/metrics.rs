@@ -75,22 +75,45 @@ impl CloudProvider for MeteredCloudProvider {
     }
 
     fn create<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<NodeClaim>> {
-        Box::pin(observe(&self.controller, "Create", self.inner.name(), self.inner.create(node_claim)))
+        Box::pin(observe(
+            &self.controller,
+            "Create",
+            self.inner.name(),
+            self.inner.create(node_claim),
+        ))
     }
 
     fn delete<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
-        Box::pin(observe(&self.controller, "Delete", self.inner.name(), self.inner.delete(node_claim)))
+        Box::pin(observe(
+            &self.controller,
+            "Delete",
+            self.inner.name(),
+            self.inner.delete(node_claim),
+        ))
     }
 
     fn get<'a>(&'a self, provider_id: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>> {
-        Box::pin(observe(&self.controller, "Get", self.inner.name(), self.inner.get(provider_id)))
+        Box::pin(observe(
+            &self.controller,
+            "Get",
+            self.inner.name(),
+            self.inner.get(provider_id),
+        ))
     }
 
     fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {
-        Box::pin(observe(&self.controller, "List", self.inner.name(), self.inner.list()))
+        Box::pin(observe(
+            &self.controller,
+            "List",
+            self.inner.name(),
+            self.inner.list(),
+        ))
     }
 
-    fn get_instance_types<'a>(&'a self, node_pool: &'a NodePool) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
+    fn get_instance_types<'a>(
+        &'a self,
+        node_pool: &'a NodePool,
+    ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
         Box::pin(observe(
             &self.controller,
             "GetInstanceTypes",
@@ -99,8 +122,16 @@ impl CloudProvider for MeteredCloudProvider {
         ))
     }
 
-    fn is_drifted<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
-        Box::pin(observe(&self.controller, "IsDrifted", self.inner.name(), self.inner.is_drifted(node_claim)))
+    fn is_drifted<'a>(
+        &'a self,
+        node_claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
+        Box::pin(observe(
+            &self.controller,
+            "IsDrifted",
+            self.inner.name(),
+            self.inner.is_drifted(node_claim),
+        ))
     }
 }
 

@@ -161,16 +161,26 @@ impl NodeClassResolver {
                     .collect();
                 outcomes.push(Outcome::ok(types::SECURITY_GROUPS_READY));
             }
-            Err(e) => outcomes.push(Outcome::unknown(types::SECURITY_GROUPS_READY, e.to_string())),
+            Err(e) => outcomes.push(Outcome::unknown(
+                types::SECURITY_GROUPS_READY,
+                e.to_string(),
+            )),
         }
 
         outcomes.push(self.resolve_amis(nc, &mut status).await);
         outcomes.push(self.resolve_instance_profile(nc, &mut status).await);
         outcomes.push(validate(nc));
 
-        let previous = nc.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or(&[]);
+        let previous = nc
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or(&[]);
         let generation = nc.metadata.generation;
-        let mut conditions: Vec<Condition> = outcomes.iter().map(|o| condition(o, previous, generation)).collect();
+        let mut conditions: Vec<Condition> = outcomes
+            .iter()
+            .map(|o| condition(o, previous, generation))
+            .collect();
         conditions.push(condition(&ready(&outcomes), previous, generation));
         status.conditions = conditions;
         status
@@ -197,7 +207,11 @@ impl NodeClassResolver {
         }
     }
 
-    async fn resolve_instance_profile(&self, nc: &EC2NodeClass, status: &mut EC2NodeClassStatus) -> Outcome {
+    async fn resolve_instance_profile(
+        &self,
+        nc: &EC2NodeClass,
+        status: &mut EC2NodeClassStatus,
+    ) -> Outcome {
         let result = match (nc.instance_profile(), nc.role()) {
             (Some(profile), _) => self
                 .instance_profiles
@@ -221,21 +235,34 @@ impl NodeClassResolver {
             Err(e @ crate::instanceprofile::InstanceProfileError::Api(_)) => {
                 Outcome::unknown(types::INSTANCE_PROFILE_READY, e.to_string())
             }
-            Err(e) => Outcome::failed(types::INSTANCE_PROFILE_READY, "InstanceProfileNotFound", e.to_string()),
+            Err(e) => Outcome::failed(
+                types::INSTANCE_PROFILE_READY,
+                "InstanceProfileNotFound",
+                e.to_string(),
+            ),
         }
     }
 }
 
 /// Checks the spec can be launched as written.
 fn validate(nc: &EC2NodeClass) -> Outcome {
-    let restricted: Vec<&String> = nc.spec.tags.keys().filter(|k| tags::is_restricted(k)).collect();
+    let restricted: Vec<&String> = nc
+        .spec
+        .tags
+        .keys()
+        .filter(|k| tags::is_restricted(k))
+        .collect();
     if !restricted.is_empty() {
         return Outcome::failed(
             types::VALIDATION_SUCCEEDED,
             "TagValidationFailed",
             format!(
                 "spec.tags may not set keys kerf manages: {}",
-                restricted.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
+                restricted
+                    .iter()
+                    .map(|k| format!("{k:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         );
     }

@@ -73,12 +73,19 @@ struct Dimension {
 
 /// The currency GetProducts prices a region in.
 pub fn currency(region: &str) -> &'static str {
-    if region.starts_with("cn-") { "CNY" } else { "USD" }
+    if region.starts_with("cn-") {
+        "CNY"
+    } else {
+        "USD"
+    }
 }
 
 /// Prices per instance type from GetProducts `PriceList` entries (each a JSON document).
 /// Entries that do not parse or carry no positive price are skipped.
-pub fn parse_price_list<'a>(entries: impl IntoIterator<Item = &'a str>, currency: &str) -> HashMap<String, f64> {
+pub fn parse_price_list<'a>(
+    entries: impl IntoIterator<Item = &'a str>,
+    currency: &str,
+) -> HashMap<String, f64> {
     let mut prices = HashMap::new();
     for entry in entries {
         let item: PriceItem = match serde_json::from_str(entry) {
@@ -134,20 +141,34 @@ impl PricingProvider {
 
     /// The on-demand price of `instance_type`: live, else embedded.
     pub fn on_demand_price(&self, instance_type: &str) -> Option<f64> {
-        let live = self.on_demand.read().unwrap_or_else(|p| p.into_inner()).get(instance_type).copied();
+        let live = self
+            .on_demand
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(instance_type)
+            .copied();
         live.or_else(|| self.catalog.and_then(|c| c.on_demand_price(instance_type)))
     }
 
     /// The spot price of `instance_type` in `zone`: live, else embedded.
     pub fn spot_price(&self, instance_type: &str, zone: &str) -> Option<f64> {
         let key = (instance_type.to_owned(), zone.to_owned());
-        let live = self.spot.read().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
+        let live = self
+            .spot
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .copied();
         live.or_else(|| {
             let catalog = self.catalog?;
             catalog
                 .offerings(instance_type)
                 .into_iter()
-                .find(|o| o.zone == zone && o.capacity_type == kerf::catalog::CapacityType::Spot && o.available)
+                .find(|o| {
+                    o.zone == zone
+                        && o.capacity_type == kerf::catalog::CapacityType::Spot
+                        && o.available
+                })
                 .map(|o| o.price)
         })
     }
@@ -155,7 +176,10 @@ impl PricingProvider {
     /// Number of live on-demand and spot prices known.
     pub fn live_counts(&self) -> (usize, usize) {
         (
-            self.on_demand.read().unwrap_or_else(|p| p.into_inner()).len(),
+            self.on_demand
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .len(),
             self.spot.read().unwrap_or_else(|p| p.into_inner()).len(),
         )
     }
@@ -164,26 +188,38 @@ impl PricingProvider {
     /// isolated VPC or a GovCloud region (no Pricing API there).
     pub async fn update_on_demand(&self) -> Result<usize, PricingError> {
         if self.isolated_vpc || self.region.starts_with("us-gov") {
-            tracing::debug!(region = self.region, "on-demand prices stay embedded: no Pricing API reachable");
+            tracing::debug!(
+                region = self.region,
+                "on-demand prices stay embedded: no Pricing API reachable"
+            );
             return Ok(0);
         }
         let mut prices = self
             .fetch_on_demand(&[("tenancy", "Shared"), ("productFamily", "Compute Instance")])
             .await?;
         prices.extend(
-            self.fetch_on_demand(&[("tenancy", "Dedicated"), ("productFamily", "Compute Instance (bare metal)")])
-                .await?,
+            self.fetch_on_demand(&[
+                ("tenancy", "Dedicated"),
+                ("productFamily", "Compute Instance (bare metal)"),
+            ])
+            .await?,
         );
         if prices.is_empty() {
             return Err(PricingError::Empty("GetProducts"));
         }
         let count = prices.len();
-        self.on_demand.write().unwrap_or_else(|p| p.into_inner()).extend(prices);
+        self.on_demand
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(prices);
         tracing::debug!(instance_types = count, "updated on-demand pricing");
         Ok(count)
     }
 
-    async fn fetch_on_demand(&self, extra: &[(&str, &str)]) -> Result<HashMap<String, f64>, PricingError> {
+    async fn fetch_on_demand(
+        &self,
+        extra: &[(&str, &str)],
+    ) -> Result<HashMap<String, f64>, PricingError> {
         let mut filters = vec![
             term_match("regionCode", &self.region),
             term_match("serviceCode", "AmazonEC2"),
@@ -202,7 +238,8 @@ impl PricingProvider {
             .send();
         let mut prices = HashMap::new();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| PricingError::GetProducts(ApiError::from_sdk("GetProducts", e)))?;
+            let page =
+                page.map_err(|e| PricingError::GetProducts(ApiError::from_sdk("GetProducts", e)))?;
             prices.extend(parse_price_list(
                 page.price_list().iter().map(String::as_str),
                 currency(&self.region),
@@ -223,7 +260,9 @@ impl PricingProvider {
             .send();
         let mut latest: HashMap<(String, String), (i64, f64)> = HashMap::new();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| PricingError::SpotPriceHistory(ApiError::from_sdk("DescribeSpotPriceHistory", e)))?;
+            let page = page.map_err(|e| {
+                PricingError::SpotPriceHistory(ApiError::from_sdk("DescribeSpotPriceHistory", e))
+            })?;
             for record in page.spot_price_history() {
                 let (Some(t), Some(zone), Some(price), Some(ts)) = (
                     record.instance_type(),
@@ -269,7 +308,10 @@ mod tests {
             serde_json::from_str(include_str!("../testdata/pricing-get-products.json")).unwrap();
         let mut prices = HashMap::new();
         for page in &pages {
-            prices.extend(parse_price_list(page.price_list.iter().map(String::as_str), "USD"));
+            prices.extend(parse_price_list(
+                page.price_list.iter().map(String::as_str),
+                "USD",
+            ));
         }
         assert_eq!(prices.len(), 3, "{prices:?}");
         assert_eq!(prices["m5.large"], 0.096);

@@ -16,22 +16,30 @@ use thiserror::Error;
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum ClaimSpecError {
     #[error("spec.requirements[{index}] ({key}): {reason}")]
-    Requirement { index: usize, key: String, reason: String },
+    Requirement {
+        index: usize,
+        key: String,
+        reason: String,
+    },
     #[error("spec.resources.requests[{name}]: invalid quantity {value:?}: {reason}")]
-    Request { name: String, value: String, reason: String },
+    Request {
+        name: String,
+        value: String,
+        reason: String,
+    },
 }
 
 pub fn claim_requirements(node_claim: &NodeClaim) -> Result<Requirements, ClaimSpecError> {
     let mut reqs = Requirements::new();
     for (index, r) in node_claim.requirements().iter().enumerate() {
         let min_values = r.min_values.and_then(|m| u32::try_from(m).ok());
-        let req = Requirement::parse(&r.key, r.operator.as_str(), &r.values, min_values).map_err(|e| {
-            ClaimSpecError::Requirement {
+        let req = Requirement::parse(&r.key, r.operator.as_str(), &r.values, min_values).map_err(
+            |e| ClaimSpecError::Requirement {
                 index,
                 key: r.key.clone(),
                 reason: e.to_string(),
-            }
-        })?;
+            },
+        )?;
         reqs.add(req);
     }
     Ok(reqs)
@@ -89,8 +97,11 @@ fn is_exotic(it: &InstanceType) -> bool {
         labels::RESOURCE_AWS_NEURON_CORE,
         labels::RESOURCE_HABANA_GAUDI,
     ];
-    it.label(labels::INSTANCE_SIZE).is_some_and(|s| s.contains("metal"))
-        || accelerators.iter().any(|r| it.capacity.get_or_zero(r) > Quantity::ZERO)
+    it.label(labels::INSTANCE_SIZE)
+        .is_some_and(|s| s.contains("metal"))
+        || accelerators
+            .iter()
+            .any(|r| it.capacity.get_or_zero(r) > Quantity::ZERO)
 }
 
 /// The launch choice for a NodeClaim.
@@ -102,10 +113,19 @@ pub struct Selection<'a> {
 }
 
 /// Chooses the capacity type and the compatible instance types; `None` when nothing fits.
-pub fn select<'a>(types: &'a [InstanceType], reqs: &Requirements, requests: &Resources) -> Option<Selection<'a>> {
+pub fn select<'a>(
+    types: &'a [InstanceType],
+    reqs: &Requirements,
+    requests: &Resources,
+) -> Option<Selection<'a>> {
     let mut compatible: Vec<(f64, &InstanceType)> = types
         .iter()
-        .filter(|it| reqs.is_compatible(&instance_type_requirements(it), AllowUndefined::WellKnownLabels))
+        .filter(|it| {
+            reqs.is_compatible(
+                &instance_type_requirements(it),
+                AllowUndefined::WellKnownLabels,
+            )
+        })
         .filter(|it| requests.fits(&it.allocatable()))
         .filter_map(|it| cheapest(it, reqs, None).map(|p| (p, it)))
         .collect();
@@ -115,16 +135,25 @@ pub fn select<'a>(types: &'a [InstanceType], reqs: &Requirements, requests: &Res
     if !reqs.has_min_values() && compatible.iter().any(|(_, it)| !is_exotic(it)) {
         compatible.retain(|(_, it)| !is_exotic(it));
     }
-    let allows = |c: CapacityType| reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(c.as_str()));
+    let allows = |c: CapacityType| {
+        reqs.get(labels::CAPACITY_TYPE)
+            .is_none_or(|r| r.has(c.as_str()))
+    };
     let offered = |c: CapacityType, list: &[(f64, &InstanceType)]| {
-        allows(c) && list.iter().any(|(_, it)| cheapest(it, reqs, Some(c)).is_some())
+        allows(c)
+            && list
+                .iter()
+                .any(|(_, it)| cheapest(it, reqs, Some(c)).is_some())
     };
     let capacity_type = if offered(CapacityType::Spot, &compatible) {
         CapacityType::Spot
     } else {
         CapacityType::OnDemand
     };
-    if !reqs.has_min_values() && offered(CapacityType::OnDemand, &compatible) && capacity_type == CapacityType::Spot {
+    if !reqs.has_min_values()
+        && offered(CapacityType::OnDemand, &compatible)
+        && capacity_type == CapacityType::Spot
+    {
         let on_demand_floor = compatible
             .iter()
             .filter_map(|(_, it)| cheapest(it, reqs, Some(CapacityType::OnDemand)))
@@ -150,10 +179,16 @@ mod tests {
 
     fn types() -> Vec<InstanceType> {
         let catalog = Catalog::embedded("us-east-1").unwrap();
-        ["m5.large", "m5.xlarge", "m6g.large", "g5.xlarge", "m5.metal"]
-            .iter()
-            .filter_map(|n| catalog.instance_type(n, &AllocatableSettings::default()))
-            .collect()
+        [
+            "m5.large",
+            "m5.xlarge",
+            "m6g.large",
+            "g5.xlarge",
+            "m5.metal",
+        ]
+        .iter()
+        .filter_map(|n| catalog.instance_type(n, &AllocatableSettings::default()))
+        .collect()
     }
 
     fn reqs(list: &[Requirement]) -> Requirements {
@@ -166,7 +201,10 @@ mod tests {
         let s = select(&all, &Requirements::new(), &Resources::new()).unwrap();
         assert_eq!(s.capacity_type, CapacityType::Spot);
         let names: Vec<&str> = s.instance_types.iter().map(|t| t.name.as_str()).collect();
-        assert!(!names.contains(&"g5.xlarge") && !names.contains(&"m5.metal"), "{names:?}");
+        assert!(
+            !names.contains(&"g5.xlarge") && !names.contains(&"m5.metal"),
+            "{names:?}"
+        );
         assert!(names.contains(&"m5.large"));
     }
 
@@ -175,17 +213,29 @@ mod tests {
         let all = types();
         let on_demand = reqs(&[Requirement::in_values(labels::CAPACITY_TYPE, ["on-demand"])]);
         assert_eq!(
-            select(&all, &on_demand, &Resources::new()).unwrap().capacity_type,
+            select(&all, &on_demand, &Resources::new())
+                .unwrap()
+                .capacity_type,
             CapacityType::OnDemand
         );
         let arm = reqs(&[Requirement::in_values(labels::ARCH, ["arm64"])]);
         let s = select(&all, &arm, &Resources::new()).unwrap();
-        assert!(s.instance_types.iter().all(|t| t.label(labels::ARCH) == Some("arm64")));
+        assert!(
+            s.instance_types
+                .iter()
+                .all(|t| t.label(labels::ARCH) == Some("arm64"))
+        );
         let big = Resources::new().with("cpu", Quantity::parse("3").unwrap());
         let s = select(&all, &Requirements::new(), &big).unwrap();
         assert!(s.instance_types.iter().all(|t| t.name != "m5.large"));
         let gpu = reqs(&[Requirement::exists(labels::INSTANCE_GPU_COUNT)]);
-        assert_eq!(select(&all, &gpu, &Resources::new()).unwrap().instance_types[0].name, "g5.xlarge");
+        assert_eq!(
+            select(&all, &gpu, &Resources::new())
+                .unwrap()
+                .instance_types[0]
+                .name,
+            "g5.xlarge"
+        );
         let nowhere = reqs(&[Requirement::in_values(labels::ZONE, ["mars-1a"])]);
         assert!(select(&all, &nowhere, &Resources::new()).is_none());
     }

@@ -132,7 +132,10 @@ mod tests {
             describe(&subnet_filter_sets(&terms)),
             vec![
                 vec![
-                    ("tag:karpenter.sh/discovery".to_owned(), vec!["demo".to_owned()]),
+                    (
+                        "tag:karpenter.sh/discovery".to_owned(),
+                        vec!["demo".to_owned()]
+                    ),
                     ("tag-key".to_owned(), vec!["tier".to_owned()]),
                 ],
                 vec![(

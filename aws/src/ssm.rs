@@ -28,7 +28,11 @@ impl SsmProvider {
 
     /// The parameter's value, or `None` when it does not exist.
     pub async fn get(&self, name: &str, mutable: bool) -> Result<Option<String>, ApiError> {
-        let cache = if mutable { &self.mutable } else { &self.immutable };
+        let cache = if mutable {
+            &self.mutable
+        } else {
+            &self.immutable
+        };
         let key = name.to_owned();
         if let Some(value) = cache.get(&key) {
             return Ok(Some(value));
@@ -37,7 +41,11 @@ impl SsmProvider {
             Ok(out) => out,
             Err(e) => {
                 let err = ApiError::from_sdk("GetParameter", e);
-                return if err.is_not_found() { Ok(None) } else { Err(err) };
+                return if err.is_not_found() {
+                    Ok(None)
+                } else {
+                    Err(err)
+                };
             }
         };
         let Some(value) = out.parameter().and_then(|p| p.value()) else {

@@ -54,7 +54,12 @@ pub fn launch_tags(
 
 pub fn from_ec2(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
     tags.iter()
-        .filter_map(|t| Some((t.key()?.to_owned(), t.value().unwrap_or_default().to_owned())))
+        .filter_map(|t| {
+            Some((
+                t.key()?.to_owned(),
+                t.value().unwrap_or_default().to_owned(),
+            ))
+        })
         .collect()
 }
 

@@ -17,8 +17,13 @@ pub const UNAVAILABLE_OFFERINGS_TTL: Duration = Duration::from_secs(180);
 pub trait UnavailableOfferings: Send + Sync {
     /// Whether the offering, its capacity type, or every one of `subnet_ids` (when there are
     /// any) is marked unavailable.
-    fn is_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str, subnet_ids: &[String])
-    -> bool;
+    fn is_unavailable(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: &str,
+        subnet_ids: &[String],
+    ) -> bool;
     /// Marks one offering unavailable; `reason` is the EC2 error code, for logs.
     fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str, reason: &str);
     /// Marks a whole capacity type unavailable (spot without its service-linked role).
@@ -98,10 +103,15 @@ impl UnavailableOfferings for UnavailableOfferingsCache {
         subnet_ids: &[String],
     ) -> bool {
         self.with_state(|s| {
-            let key = (capacity_type.to_owned(), instance_type.to_owned(), zone.to_owned());
+            let key = (
+                capacity_type.to_owned(),
+                instance_type.to_owned(),
+                zone.to_owned(),
+            );
             s.offerings.contains_key(&key)
                 || s.capacity_types.contains_key(capacity_type)
-                || (!subnet_ids.is_empty() && subnet_ids.iter().all(|id| s.subnets.contains_key(id)))
+                || (!subnet_ids.is_empty()
+                    && subnet_ids.iter().all(|id| s.subnets.contains_key(id)))
         })
     }
 
@@ -116,7 +126,11 @@ impl UnavailableOfferings for UnavailableOfferingsCache {
         );
         let until = Instant::now() + self.ttl;
         self.with_state(|s| {
-            let key = (capacity_type.to_owned(), instance_type.to_owned(), zone.to_owned());
+            let key = (
+                capacity_type.to_owned(),
+                instance_type.to_owned(),
+                zone.to_owned(),
+            );
             s.offerings.insert(key, until);
             *s.type_seq.entry(instance_type.to_owned()).or_default() += 1;
         });
@@ -151,7 +165,12 @@ mod tests {
     fn offerings_are_unavailable_per_type_zone_and_capacity_type() {
         let cache = UnavailableOfferingsCache::default();
         let before = cache.seq_num("m5.large");
-        cache.mark_unavailable("m5.large", "us-east-1a", "spot", "InsufficientInstanceCapacity");
+        cache.mark_unavailable(
+            "m5.large",
+            "us-east-1a",
+            "spot",
+            "InsufficientInstanceCapacity",
+        );
         assert!(cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]));
         assert!(!cache.is_unavailable("m5.large", "us-east-1a", "on-demand", &[]));
         assert!(!cache.is_unavailable("m5.large", "us-east-1b", "spot", &[]));
@@ -181,6 +200,9 @@ mod tests {
         cache.mark_unavailable("m5.large", "us-east-1a", "spot", "x");
         let seq = cache.seq_num("m5.large");
         assert!(!cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]));
-        assert!(seq >= 2, "marking and expiring both change the sequence, got {seq}");
+        assert!(
+            seq >= 2,
+            "marking and expiring both change the sequence, got {seq}"
+        );
     }
 }

@@ -85,7 +85,11 @@ pub fn does_not_exist(key: &str) -> NodeSelectorRequirement {
 }
 
 pub fn in_values(key: &str, values: &[&str]) -> NodeSelectorRequirement {
-    requirement(key, "In", Some(values.iter().map(|v| (*v).to_owned()).collect()))
+    requirement(
+        key,
+        "In",
+        Some(values.iter().map(|v| (*v).to_owned()).collect()),
+    )
 }
 
 /// One SSM parameter an alias reads and the requirements of the image it names (without
@@ -199,12 +203,21 @@ impl Alias {
                 requirements: vec![Variant::Standard.requirements()],
             },
             AliasParameter {
-                path: format!("{base}/amazon-linux-2-arm64/{}/image_id", leaf("amazon-eks-arm64-node")),
+                path: format!(
+                    "{base}/amazon-linux-2-arm64/{}/image_id",
+                    leaf("amazon-eks-arm64-node")
+                ),
                 requirements: vec![Variant::Standard.requirements()],
             },
             AliasParameter {
-                path: format!("{base}/amazon-linux-2-gpu/{}/image_id", leaf("amazon-eks-gpu-node")),
-                requirements: vec![Variant::Neuron.requirements(), Variant::Nvidia.requirements()],
+                path: format!(
+                    "{base}/amazon-linux-2-gpu/{}/image_id",
+                    leaf("amazon-eks-gpu-node")
+                ),
+                requirements: vec![
+                    Variant::Neuron.requirements(),
+                    Variant::Nvidia.requirements(),
+                ],
             },
         ]
     }
@@ -243,7 +256,10 @@ impl Alias {
         vec![
             AliasParameter {
                 path: path("", "x86_64"),
-                requirements: vec![Variant::Standard.requirements(), Variant::Neuron.requirements()],
+                requirements: vec![
+                    Variant::Standard.requirements(),
+                    Variant::Neuron.requirements(),
+                ],
             },
             AliasParameter {
                 path: path("", "arm64"),
@@ -318,15 +334,27 @@ mod tests {
             paths("al2@v20240703", "1.29")[1],
             "/aws/service/eks/optimized-ami/1.29/amazon-linux-2-arm64/amazon-eks-arm64-node-1.29-v20240703/image_id"
         );
-        let err = Alias::parse("al2@latest").unwrap().parameters("1.33").unwrap_err();
-        assert!(err.to_string().contains("no longer supported on EKS 1.33+"), "{err}");
+        let err = Alias::parse("al2@latest")
+            .unwrap()
+            .parameters("1.33")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("no longer supported on EKS 1.33+"),
+            "{err}"
+        );
     }
 
     #[test]
     fn bottlerocket_strips_the_v_and_has_nvidia_variants() {
         let p = paths("bottlerocket@v1.20.1", "1.31");
-        assert_eq!(p[0], "/aws/service/bottlerocket/aws-k8s-1.31/x86_64/1.20.1/image_id");
-        assert_eq!(p[3], "/aws/service/bottlerocket/aws-k8s-1.31-nvidia/arm64/1.20.1/image_id");
+        assert_eq!(
+            p[0],
+            "/aws/service/bottlerocket/aws-k8s-1.31/x86_64/1.20.1/image_id"
+        );
+        assert_eq!(
+            p[3],
+            "/aws/service/bottlerocket/aws-k8s-1.31-nvidia/arm64/1.20.1/image_id"
+        );
         assert_eq!(
             paths("bottlerocket@latest", "1.31")[1],
             "/aws/service/bottlerocket/aws-k8s-1.31/arm64/latest/image_id"
@@ -337,22 +365,39 @@ mod tests {
     fn windows_latest_only_and_2025_needs_1_35() {
         assert_eq!(
             paths("windows2022@latest", "1.31"),
-            vec!["/aws/service/ami-windows-latest/Windows_Server-2022-English-Core-EKS_Optimized-1.31/image_id"]
+            vec![
+                "/aws/service/ami-windows-latest/Windows_Server-2022-English-Core-EKS_Optimized-1.31/image_id"
+            ]
         );
         assert!(matches!(
             Alias::parse("windows2019@v1"),
             Err(AliasError::Unsupported { .. })
         ));
-        assert!(Alias::parse("windows2025@latest").unwrap().parameters("1.34").is_err());
+        assert!(
+            Alias::parse("windows2025@latest")
+                .unwrap()
+                .parameters("1.34")
+                .is_err()
+        );
         assert_eq!(paths("windows2025@latest", "1.35").len(), 1);
-        let reqs = &Alias::parse("windows2019@latest").unwrap().parameters("1.31").unwrap()[0].requirements[0];
-        assert_eq!(reqs[1].values.as_deref(), Some(&["10.0.17763".to_owned()][..]));
+        let reqs = &Alias::parse("windows2019@latest")
+            .unwrap()
+            .parameters("1.31")
+            .unwrap()[0]
+            .requirements[0];
+        assert_eq!(
+            reqs[1].values.as_deref(),
+            Some(&["10.0.17763".to_owned()][..])
+        );
     }
 
     #[test]
     fn malformed_aliases() {
         for bad in ["al2023", "ubuntu@latest", "al2023@", ""] {
-            assert!(matches!(Alias::parse(bad), Err(AliasError::Malformed(_))), "{bad}");
+            assert!(
+                matches!(Alias::parse(bad), Err(AliasError::Malformed(_))),
+                "{bad}"
+            );
         }
     }
 
@@ -360,7 +405,10 @@ mod tests {
     fn variants_map_to_accelerator_requirements() {
         let standard = Variant::Standard.requirements();
         assert!(standard.iter().all(|r| r.operator == "DoesNotExist"));
-        assert_eq!(Variant::Nvidia.requirements()[0].key, "karpenter.k8s.aws/instance-gpu-count");
+        assert_eq!(
+            Variant::Nvidia.requirements()[0].key,
+            "karpenter.k8s.aws/instance-gpu-count"
+        );
         assert_eq!(
             Variant::Neuron.requirements()[0].key,
             "karpenter.k8s.aws/instance-accelerator-count"

@@ -84,7 +84,11 @@ impl AmiProvider {
     }
 
     /// The AMIs `terms` select on a cluster of `k8s_version`, newest first.
-    pub async fn list(&self, terms: &[AmiTerm], k8s_version: &str) -> Result<Vec<ResolvedAmi>, AmiError> {
+    pub async fn list(
+        &self,
+        terms: &[AmiTerm],
+        k8s_version: &str,
+    ) -> Result<Vec<ResolvedAmi>, AmiError> {
         let queries = self.queries(terms, k8s_version).await?;
         let key = format!("{k8s_version}/{terms:?}/{queries:?}");
         if let Some(hit) = self.cache.get(&key) {
@@ -114,9 +118,15 @@ impl AmiProvider {
     }
 
     /// The DescribeImages queries for `terms`.
-    pub async fn queries(&self, terms: &[AmiTerm], k8s_version: &str) -> Result<Vec<ImageQuery>, AmiError> {
+    pub async fn queries(
+        &self,
+        terms: &[AmiTerm],
+        k8s_version: &str,
+    ) -> Result<Vec<ImageQuery>, AmiError> {
         if let Some(alias) = terms.iter().find_map(|t| t.alias.as_deref()) {
-            return Ok(vec![self.alias_query(&Alias::parse(alias)?, k8s_version).await?]);
+            return Ok(vec![
+                self.alias_query(&Alias::parse(alias)?, k8s_version).await?,
+            ]);
         }
         let mut ids = Vec::new();
         let mut queries = Vec::new();
@@ -141,18 +151,22 @@ impl AmiProvider {
     }
 
     async fn ssm_image_id(&self, parameter: &str) -> Result<Option<String>, AmiError> {
-        let value = self
-            .ssm
-            .get(parameter, true)
-            .await
-            .map_err(|source| AmiError::SsmParameter {
-                parameter: parameter.to_owned(),
-                source,
-            })?;
+        let value =
+            self.ssm
+                .get(parameter, true)
+                .await
+                .map_err(|source| AmiError::SsmParameter {
+                    parameter: parameter.to_owned(),
+                    source,
+                })?;
         match value {
             Some(v) if v.starts_with("ami-") => Ok(Some(v)),
             Some(v) => {
-                tracing::warn!(ssm_parameter = parameter, value = v, "parameter value is not an AMI id");
+                tracing::warn!(
+                    ssm_parameter = parameter,
+                    value = v,
+                    "parameter value is not an AMI id"
+                );
                 Ok(None)
             }
             None => {
@@ -169,7 +183,10 @@ impl AmiProvider {
             // Missing parameters are normal (not every variant exists in every region).
             let value = self.ssm.get(&parameter.path, alias.is_latest()).await;
             if let Ok(Some(id)) = value {
-                known.entry(id).or_default().extend(parameter.requirements.clone());
+                known
+                    .entry(id)
+                    .or_default()
+                    .extend(parameter.requirements.clone());
             }
         }
         if known.is_empty() {
@@ -187,7 +204,10 @@ impl AmiProvider {
         })
     }
 
-    async fn describe(&self, query: &ImageQuery) -> Result<Vec<aws_sdk_ec2::types::Image>, AmiError> {
+    async fn describe(
+        &self,
+        query: &ImageQuery,
+    ) -> Result<Vec<aws_sdk_ec2::types::Image>, AmiError> {
         let mut filters = query.filters.clone();
         filters.push(filter("state", ["available".to_owned()]));
         let mut pages = self
@@ -200,7 +220,8 @@ impl AmiProvider {
             .send();
         let mut images = Vec::new();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| AmiError::DescribeImages(ApiError::from_sdk("DescribeImages", e)))?;
+            let page = page
+                .map_err(|e| AmiError::DescribeImages(ApiError::from_sdk("DescribeImages", e)))?;
             images.extend(page.images().iter().cloned());
         }
         Ok(images)
@@ -239,7 +260,11 @@ pub fn kube_arch(ec2_arch: &str) -> Option<&'static str> {
     }
 }
 
-fn amis_of_image(image: &aws_sdk_ec2::types::Image, query: &ImageQuery, now: SystemTime) -> Vec<ResolvedAmi> {
+fn amis_of_image(
+    image: &aws_sdk_ec2::types::Image,
+    query: &ImageQuery,
+    now: SystemTime,
+) -> Vec<ResolvedAmi> {
     let (Some(id), Some(arch)) = (
         image.image_id(),
         image.architecture().and_then(|a| kube_arch(a.as_str())),
@@ -293,9 +318,12 @@ fn better(candidate: &ResolvedAmi, current: &ResolvedAmi) -> bool {
 
 /// Parses the RFC 3339 timestamps EC2 uses (`2024-01-02T03:04:05.000Z`).
 fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    aws_sdk_ec2::primitives::DateTime::from_str(text, aws_sdk_ec2::primitives::DateTimeFormat::DateTime)
-        .ok()
-        .and_then(|t| SystemTime::try_from(t).ok())
+    aws_sdk_ec2::primitives::DateTime::from_str(
+        text,
+        aws_sdk_ec2::primitives::DateTimeFormat::DateTime,
+    )
+    .ok()
+    .and_then(|t| SystemTime::try_from(t).ok())
 }
 
 #[cfg(test)]

@@ -90,7 +90,12 @@ impl MotoServer {
 
     /// Writes an SSM parameter straight into moto's backend, bypassing the API's refusal of
     /// reserved `/aws/...` names.
-    pub fn seed_ssm_parameter(&self, region: &str, name: &str, value: &str) -> Result<(), MotoError> {
+    pub fn seed_ssm_parameter(
+        &self,
+        region: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<(), MotoError> {
         self.command(serde_json::json!({
             "op": "ssm_put",
             "account": MOTO_ACCOUNT_ID,
@@ -102,7 +107,12 @@ impl MotoServer {
 
     /// Sets image attributes RegisterImage cannot: architecture, creation date and
     /// deprecation time (RFC 3339).
-    pub fn set_image_attributes(&self, region: &str, image_id: &str, attrs: &ImageAttributes) -> Result<(), MotoError> {
+    pub fn set_image_attributes(
+        &self,
+        region: &str,
+        image_id: &str,
+        attrs: &ImageAttributes,
+    ) -> Result<(), MotoError> {
         let mut command = serde_json::json!({
             "op": "ec2_image",
             "account": MOTO_ACCOUNT_ID,

@@ -123,17 +123,28 @@ mod tests {
         let words = bootstrap_words(&render(&options()).unwrap());
         assert_eq!(words[0], "/etc/eks/bootstrap.sh");
         assert_eq!(words[1], "demo");
-        assert_eq!(flag(&words, "--apiserver-endpoint"), Some("https://demo.eks.example"));
+        assert_eq!(
+            flag(&words, "--apiserver-endpoint"),
+            Some("https://demo.eks.example")
+        );
         assert_eq!(flag(&words, "--b64-cluster-ca"), Some("Y2EtYnVuZGxlCg=="));
         assert_eq!(flag(&words, "--dns-cluster-ip"), Some("10.100.0.10"));
         assert_eq!(flag(&words, "--use-max-pods"), Some("false"));
         assert_eq!(flag(&words, "--ip-family"), None);
         let kubelet = shell_words(flag(&words, "--kubelet-extra-args").unwrap());
         assert!(kubelet.contains(&"--max-pods=58".to_owned()));
-        assert!(kubelet.contains(&"--node-labels=karpenter.sh/capacity-type=spot,karpenter.sh/nodepool=default".to_owned()));
-        assert!(kubelet.contains(
-            &"--register-with-taints=karpenter.sh/unregistered:NoExecute,gpu=true:NoSchedule".to_owned()
-        ));
+        assert!(
+            kubelet.contains(
+                &"--node-labels=karpenter.sh/capacity-type=spot,karpenter.sh/nodepool=default"
+                    .to_owned()
+            )
+        );
+        assert!(
+            kubelet.contains(
+                &"--register-with-taints=karpenter.sh/unregistered:NoExecute,gpu=true:NoSchedule"
+                    .to_owned()
+            )
+        );
         assert!(kubelet.contains(&"--eviction-hard=memory.available<5%".to_owned()));
     }
 

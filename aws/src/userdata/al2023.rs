@@ -10,7 +10,10 @@ use serde_json::{Map, Value, json};
 
 pub fn render(opts: &BootstrapOptions) -> Result<String, UserDataError> {
     let mut parts = custom_parts(opts.custom_user_data.as_deref())?;
-    parts.push(MimePart::new(CONTENT_TYPE_NODECONFIG, &node_config_yaml(opts)?));
+    parts.push(MimePart::new(
+        CONTENT_TYPE_NODECONFIG,
+        &node_config_yaml(opts)?,
+    ));
     Ok(mime::serialize(&parts))
 }
 
@@ -57,7 +60,10 @@ fn node_config_yaml(opts: &BootstrapOptions) -> Result<String, UserDataError> {
     let mut spec = Map::new();
     spec.insert("cluster".into(), Value::Object(cluster));
     if opts.instance_store_raid0 {
-        spec.insert("instance".into(), json!({"localStorage": {"strategy": "RAID0"}}));
+        spec.insert(
+            "instance".into(),
+            json!({"localStorage": {"strategy": "RAID0"}}),
+        );
     }
     spec.insert("kubelet".into(), Value::Object(kubelet));
     let config = json!({
@@ -65,7 +71,8 @@ fn node_config_yaml(opts: &BootstrapOptions) -> Result<String, UserDataError> {
         "kind": "NodeConfig",
         "spec": Value::Object(spec),
     });
-    let yaml = serde_saphyr::to_string(&config).map_err(|e| UserDataError::NodeConfig(e.to_string()))?;
+    let yaml =
+        serde_saphyr::to_string(&config).map_err(|e| UserDataError::NodeConfig(e.to_string()))?;
     Ok(format!("# Karpenter Generated NodeConfig\n{yaml}"))
 }
 
@@ -166,14 +173,17 @@ mod tests {
         );
         assert_eq!(
             cfg["spec"]["kubelet"]["flags"],
-            json!(["--node-labels=\"karpenter.sh/capacity-type=spot,karpenter.sh/nodepool=default\""])
+            json!([
+                "--node-labels=\"karpenter.sh/capacity-type=spot,karpenter.sh/nodepool=default\""
+            ])
         );
     }
 
     #[test]
     fn user_parts_come_first_and_yaml_is_a_node_config() {
         let mut o = options();
-        o.custom_user_data = Some("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec: {}\n".into());
+        o.custom_user_data =
+            Some("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec: {}\n".into());
         let parts = mime::parse(&render(&o).unwrap()).unwrap();
         assert_eq!(parts.len(), 2);
         assert_eq!(parts[0].content_type, CONTENT_TYPE_NODECONFIG);
@@ -183,7 +193,10 @@ mod tests {
         let parts = mime::parse(&render(&o).unwrap()).unwrap();
         assert_eq!(parts[0].content_type, CONTENT_TYPE_SHELL);
 
-        o.custom_user_data = Some(mime::serialize(&[MimePart::new(CONTENT_TYPE_SHELL, "echo a\n")]));
+        o.custom_user_data = Some(mime::serialize(&[MimePart::new(
+            CONTENT_TYPE_SHELL,
+            "echo a\n",
+        )]));
         let parts = mime::parse(&render(&o).unwrap()).unwrap();
         assert_eq!(parts.len(), 2);
         assert_eq!(parts[0].body, "echo a\n");

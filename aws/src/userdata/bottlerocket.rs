@@ -59,20 +59,32 @@ fn apply_kubernetes(k8s: &mut Table, opts: &BootstrapOptions) -> Result<(), User
         ("kube-reserved", &kubelet.kube_reserved),
         ("eviction-hard", &kubelet.eviction_hard),
         ("eviction-soft", &kubelet.eviction_soft),
-        ("eviction-soft-grace-period", &kubelet.eviction_soft_grace_period),
+        (
+            "eviction-soft-grace-period",
+            &kubelet.eviction_soft_grace_period,
+        ),
     ] {
         if !map.is_empty() {
             set(key, string_table(map));
         }
     }
     if let Some(v) = kubelet.eviction_max_pod_grace_period {
-        set("eviction-max-pod-grace-period", Value::Integer(i64::from(v)));
+        set(
+            "eviction-max-pod-grace-period",
+            Value::Integer(i64::from(v)),
+        );
     }
     if let Some(v) = kubelet.image_gc_high_threshold_percent {
-        set("image-gc-high-threshold-percent", Value::String(v.to_string()));
+        set(
+            "image-gc-high-threshold-percent",
+            Value::String(v.to_string()),
+        );
     }
     if let Some(v) = kubelet.image_gc_low_threshold_percent {
-        set("image-gc-low-threshold-percent", Value::String(v.to_string()));
+        set(
+            "image-gc-low-threshold-percent",
+            Value::String(v.to_string()),
+        );
     }
     if let Some(v) = kubelet.cpu_cfs_quota {
         set("cpu-cfs-quota-enforced", Value::Boolean(v));
@@ -97,7 +109,14 @@ fn apply_kubernetes(k8s: &mut Table, opts: &BootstrapOptions) -> Result<(), User
 
 fn add_raid0_bootstrap(settings: &mut Table) -> Result<(), UserDataError> {
     let commands = child_table(settings, "bootstrap-commands")?;
-    let argv = |words: &[&str]| Value::Array(words.iter().map(|w| Value::String((*w).to_owned())).collect());
+    let argv = |words: &[&str]| {
+        Value::Array(
+            words
+                .iter()
+                .map(|w| Value::String((*w).to_owned()))
+                .collect(),
+        )
+    };
     let mut cmd = Table::new();
     cmd.insert(
         "commands".into(),
@@ -127,16 +146,31 @@ mod tests {
         let k8s = out["settings"]["kubernetes"].as_table().unwrap();
         assert_eq!(k8s["cluster-name"].as_str(), Some("demo"));
         assert_eq!(k8s["api-server"].as_str(), Some("https://demo.eks.example"));
-        assert_eq!(k8s["cluster-certificate"].as_str(), Some("Y2EtYnVuZGxlCg=="));
+        assert_eq!(
+            k8s["cluster-certificate"].as_str(),
+            Some("Y2EtYnVuZGxlCg==")
+        );
         assert_eq!(k8s["cluster-dns-ip"].as_str(), Some("10.100.0.10"));
         assert_eq!(k8s["max-pods"].as_integer(), Some(58));
-        assert_eq!(k8s["eviction-hard"]["memory.available"].as_str(), Some("5%"));
-        assert_eq!(k8s["node-labels"]["karpenter.sh/nodepool"].as_str(), Some("default"));
         assert_eq!(
-            k8s["node-taints"]["karpenter.sh/unregistered"].as_array().unwrap()[0].as_str(),
+            k8s["eviction-hard"]["memory.available"].as_str(),
+            Some("5%")
+        );
+        assert_eq!(
+            k8s["node-labels"]["karpenter.sh/nodepool"].as_str(),
+            Some("default")
+        );
+        assert_eq!(
+            k8s["node-taints"]["karpenter.sh/unregistered"]
+                .as_array()
+                .unwrap()[0]
+                .as_str(),
             Some(":NoExecute")
         );
-        assert_eq!(k8s["node-taints"]["gpu"].as_array().unwrap()[0].as_str(), Some("true:NoSchedule"));
+        assert_eq!(
+            k8s["node-taints"]["gpu"].as_array().unwrap()[0].as_str(),
+            Some("true:NoSchedule")
+        );
     }
 
     #[test]
@@ -155,7 +189,10 @@ mod tests {
         assert_eq!(k8s["cluster-name"].as_str(), Some("demo"));
         assert_eq!(k8s["cloud-provider"].as_str(), Some("external"));
         assert_eq!(k8s["node-labels"]["team"].as_str(), Some("data"));
-        assert_eq!(k8s["node-labels"]["karpenter.sh/nodepool"].as_str(), Some("default"));
+        assert_eq!(
+            k8s["node-labels"]["karpenter.sh/nodepool"].as_str(),
+            Some("default")
+        );
         assert!(k8s["node-taints"].get("old").is_none());
         assert_eq!(
             out["settings"]["ntp"]["time-servers"].as_array().unwrap()[0].as_str(),

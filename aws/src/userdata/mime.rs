@@ -53,11 +53,13 @@ pub fn looks_like_mime(text: &str) -> bool {
 pub fn parse(text: &str) -> Result<Vec<MimePart>, MimeError> {
     let text = text.replace("\r\n", "\n");
     let (headers, body) = split_headers(text.trim_start());
-    let content_type = header_value(&headers, "content-type").ok_or(MimeError::MissingContentType)?;
+    let content_type =
+        header_value(&headers, "content-type").ok_or(MimeError::MissingContentType)?;
     if !content_type.to_ascii_lowercase().starts_with("multipart/") {
         return Err(MimeError::NotMultipart(content_type));
     }
-    let boundary = boundary_param(&content_type).ok_or(MimeError::MissingBoundary(content_type.clone()))?;
+    let boundary =
+        boundary_param(&content_type).ok_or(MimeError::MissingBoundary(content_type.clone()))?;
     let delimiter = format!("--{boundary}");
     let closing = format!("--{boundary}--");
     let mut parts = Vec::new();
@@ -113,7 +115,10 @@ fn boundary_param(content_type: &str) -> Option<String> {
 }
 
 fn part_from_lines(lines: &[&str], index: usize) -> Result<MimePart, MimeError> {
-    let blank = lines.iter().position(|l| l.trim().is_empty()).unwrap_or(lines.len());
+    let blank = lines
+        .iter()
+        .position(|l| l.trim().is_empty())
+        .unwrap_or(lines.len());
     let mut content_type = None;
     let mut extra_headers = Vec::new();
     for line in &lines[..blank] {
@@ -136,9 +141,13 @@ fn part_from_lines(lines: &[&str], index: usize) -> Result<MimePart, MimeError> 
 
 /// Writes an archive of `parts` with kerf's boundary.
 pub fn serialize(parts: &[MimePart]) -> String {
-    let mut out = format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\n\n");
+    let mut out =
+        format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\n\n");
     for part in parts {
-        out.push_str(&format!("--{BOUNDARY}\nContent-Type: {}\n", part.content_type));
+        out.push_str(&format!(
+            "--{BOUNDARY}\nContent-Type: {}\n",
+            part.content_type
+        ));
         for header in &part.extra_headers {
             out.push_str(header);
             out.push('\n');
@@ -163,7 +172,9 @@ mod tests {
             MimePart::new(CONTENT_TYPE_NODECONFIG, "kind: NodeConfig\n"),
         ];
         let text = serialize(&parts);
-        assert!(text.starts_with("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\""));
+        assert!(
+            text.starts_with("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"")
+        );
         let back = parse(&text).unwrap();
         assert_eq!(back.len(), 2);
         assert_eq!(back[0].content_type, CONTENT_TYPE_SHELL);

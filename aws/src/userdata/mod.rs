@@ -97,7 +97,11 @@ impl BootstrapOptions {
         if self.labels.is_empty() {
             return None;
         }
-        let joined: Vec<String> = self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let joined: Vec<String> = self
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         Some(format!("--node-labels=\"{}\"", joined.join(",")))
     }
 
@@ -121,7 +125,11 @@ impl BootstrapOptions {
         args.extend(map_arg("--kube-reserved", &k.kube_reserved, "="));
         args.extend(map_arg("--eviction-hard", &k.eviction_hard, "<"));
         args.extend(map_arg("--eviction-soft", &k.eviction_soft, "<"));
-        args.extend(map_arg("--eviction-soft-grace-period", &k.eviction_soft_grace_period, "="));
+        args.extend(map_arg(
+            "--eviction-soft-grace-period",
+            &k.eviction_soft_grace_period,
+            "=",
+        ));
         if let Some(v) = k.eviction_max_pod_grace_period {
             args.push(format!("--eviction-max-pod-grace-period={v}"));
         }
@@ -235,6 +243,9 @@ mod tests {
     fn custom_is_passed_through() {
         let mut o = options();
         o.custom_user_data = Some("anything at all".into());
-        assert_eq!(render(UserDataFormat::Custom, &o).unwrap(), "anything at all");
+        assert_eq!(
+            render(UserDataFormat::Custom, &o).unwrap(),
+            "anything at all"
+        );
     }
 }

@@ -58,7 +58,10 @@ mod tests {
         let mut o = options();
         o.custom_user_data = Some("Write-Host 'custom'".into());
         let script = render(&o);
-        assert!(script.starts_with("<powershell>\nWrite-Host 'custom'\n[string]$EKSBootstrapScriptFile"));
+        assert!(
+            script
+                .starts_with("<powershell>\nWrite-Host 'custom'\n[string]$EKSBootstrapScriptFile")
+        );
         assert!(script.ends_with("</powershell>"));
         let params = parameters(&script);
         assert_eq!(params["EKSClusterName"], "demo");
@@ -67,6 +70,8 @@ mod tests {
         assert_eq!(params["DNSClusterIP"], "10.100.0.10");
         let kubelet = &params["KubeletExtraArgs"];
         assert!(kubelet.contains("--max-pods=58"));
-        assert!(kubelet.contains("--register-with-taints=\"karpenter.sh/unregistered:NoExecute,gpu=true:NoSchedule\""));
+        assert!(kubelet.contains(
+            "--register-with-taints=\"karpenter.sh/unregistered:NoExecute,gpu=true:NoSchedule\""
+        ));
     }
 }

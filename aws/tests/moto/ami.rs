@@ -24,9 +24,30 @@ fn arch_of(ami: &kerf_aws::ami::ResolvedAmi) -> String {
 async fn tag_terms_pick_the_newest_image_per_architecture() {
     let c = clients().await;
     let team = unique("team");
-    let old = image(&c, &unique("node-old"), "x86_64", "2024-01-01T00:00:00Z", &[("team", &team)]).await;
-    let new = image(&c, &unique("node-new"), "x86_64", "2024-06-01T00:00:00Z", &[("team", &team)]).await;
-    let arm = image(&c, &unique("node-arm"), "arm64", "2024-03-01T00:00:00Z", &[("team", &team)]).await;
+    let old = image(
+        &c,
+        &unique("node-old"),
+        "x86_64",
+        "2024-01-01T00:00:00Z",
+        &[("team", &team)],
+    )
+    .await;
+    let new = image(
+        &c,
+        &unique("node-new"),
+        "x86_64",
+        "2024-06-01T00:00:00Z",
+        &[("team", &team)],
+    )
+    .await;
+    let arm = image(
+        &c,
+        &unique("node-arm"),
+        "arm64",
+        "2024-03-01T00:00:00Z",
+        &[("team", &team)],
+    )
+    .await;
     let amis = provider(&c)
         .list(
             &[AmiTerm {
@@ -76,8 +97,22 @@ async fn id_and_name_terms() {
 async fn deprecated_images_lose_to_current_ones() {
     let c = clients().await;
     let team = unique("team");
-    let current = image(&c, &unique("current"), "x86_64", "2024-01-01T00:00:00Z", &[("team", &team)]).await;
-    let deprecated = image(&c, &unique("deprecated"), "x86_64", "2024-09-01T00:00:00Z", &[("team", &team)]).await;
+    let current = image(
+        &c,
+        &unique("current"),
+        "x86_64",
+        "2024-01-01T00:00:00Z",
+        &[("team", &team)],
+    )
+    .await;
+    let deprecated = image(
+        &c,
+        &unique("deprecated"),
+        "x86_64",
+        "2024-09-01T00:00:00Z",
+        &[("team", &team)],
+    )
+    .await;
     moto()
         .set_image_attributes(
             REGION,
@@ -120,7 +155,10 @@ async fn ssm_parameter_term_resolves_through_ssm() {
         ssm_parameter: Some(parameter.clone()),
         ..AmiTerm::default()
     };
-    let amis = provider(&c).list(&[term.clone()], "1.31").await.unwrap();
+    let amis = provider(&c)
+        .list(std::slice::from_ref(&term), "1.31")
+        .await
+        .unwrap();
     assert_eq!(amis.len(), 1);
     assert_eq!(amis[0].id, ami);
 
@@ -129,7 +167,13 @@ async fn ssm_parameter_term_resolves_through_ssm() {
         ssm_parameter: Some(format!("{parameter}-missing")),
         ..AmiTerm::default()
     };
-    assert!(provider(&c).list(&[missing], "1.31").await.unwrap().is_empty());
+    assert!(
+        provider(&c)
+            .list(&[missing], "1.31")
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -137,9 +181,30 @@ async fn al2023_alias_resolves_standard_and_gpu_variants() {
     let c = clients().await;
     // A Kubernetes version no other test uses keeps these parameters to this test.
     let k8s = "1.29";
-    let amd = image(&c, &unique("al2023-amd64"), "x86_64", "2024-07-01T00:00:00Z", &[]).await;
-    let arm = image(&c, &unique("al2023-arm64"), "arm64", "2024-07-01T00:00:00Z", &[]).await;
-    let gpu = image(&c, &unique("al2023-nvidia"), "x86_64", "2024-07-01T00:00:00Z", &[]).await;
+    let amd = image(
+        &c,
+        &unique("al2023-amd64"),
+        "x86_64",
+        "2024-07-01T00:00:00Z",
+        &[],
+    )
+    .await;
+    let arm = image(
+        &c,
+        &unique("al2023-arm64"),
+        "arm64",
+        "2024-07-01T00:00:00Z",
+        &[],
+    )
+    .await;
+    let gpu = image(
+        &c,
+        &unique("al2023-nvidia"),
+        "x86_64",
+        "2024-07-01T00:00:00Z",
+        &[],
+    )
+    .await;
     let base = format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023");
     for (path, id) in [
         (format!("{base}/x86_64/standard/recommended/image_id"), &amd),
@@ -162,13 +227,17 @@ async fn al2023_alias_resolves_standard_and_gpu_variants() {
     let find = |id: &str| amis.iter().find(|a| a.id == id).unwrap();
     assert_eq!(arch_of(find(&arm)), "arm64");
     let gpu_reqs = &find(&gpu).requirements;
-    assert!(gpu_reqs
-        .iter()
-        .any(|r| r.key == "karpenter.k8s.aws/instance-gpu-count" && r.operator == "Exists"));
+    assert!(
+        gpu_reqs
+            .iter()
+            .any(|r| r.key == "karpenter.k8s.aws/instance-gpu-count" && r.operator == "Exists")
+    );
     let std_reqs = &find(&amd).requirements;
-    assert!(std_reqs
-        .iter()
-        .any(|r| r.key == "karpenter.k8s.aws/instance-gpu-count" && r.operator == "DoesNotExist"));
+    assert!(
+        std_reqs.iter().any(
+            |r| r.key == "karpenter.k8s.aws/instance-gpu-count" && r.operator == "DoesNotExist"
+        )
+    );
 
     let err = provider(&c)
         .list(
@@ -180,5 +249,9 @@ async fn al2023_alias_resolves_standard_and_gpu_variants() {
         )
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("/aws/service/bottlerocket/aws-k8s-1.29/x86_64/latest/image_id"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("/aws/service/bottlerocket/aws-k8s-1.29/x86_64/latest/image_id"),
+        "{err}"
+    );
 }

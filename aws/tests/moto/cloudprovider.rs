@@ -27,8 +27,22 @@ async fn fixture() -> Fixture {
     subnet(&c, &vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
     subnet(&c, &vpc, "us-east-1b", 2, &[("discovery", &cluster)]).await;
     security_group(&c, &vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
-    image(&c, &unique("node-amd64"), "x86_64", "2024-01-01T00:00:00Z", &[("discovery", &cluster)]).await;
-    image(&c, &unique("node-arm64"), "arm64", "2024-01-01T00:00:00Z", &[("discovery", &cluster)]).await;
+    image(
+        &c,
+        &unique("node-amd64"),
+        "x86_64",
+        "2024-01-01T00:00:00Z",
+        &[("discovery", &cluster)],
+    )
+    .await;
+    image(
+        &c,
+        &unique("node-arm64"),
+        "arm64",
+        "2024-01-01T00:00:00Z",
+        &[("discovery", &cluster)],
+    )
+    .await;
     let role = unique("NodeRole");
     c.iam
         .create_role()
@@ -49,7 +63,12 @@ async fn fixture() -> Fixture {
         reserved_enis: 0,
         vm_memory_overhead_percent: 0.075,
     };
-    let provider = AwsCloudProvider::new(c, settings, store.clone(), Arc::new(UnavailableOfferingsCache::default()));
+    let provider = AwsCloudProvider::new(
+        c,
+        settings,
+        store.clone(),
+        Arc::new(UnavailableOfferingsCache::default()),
+    );
     let mut node_class: EC2NodeClass = serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.k8s.aws/v1",
         "kind": "EC2NodeClass",
@@ -63,14 +82,18 @@ async fn fixture() -> Fixture {
             "tags": {"team": "data"},
         },
     }))
-    .unwrap();
+    .expect("a valid EC2NodeClass");
     let hash = node_class_hash(&node_class, provider.settings.ca_bundle.as_deref());
     node_class.metadata.annotations = Some(BTreeMap::from([
         ("karpenter.k8s.aws/ec2nodeclass-hash".to_owned(), hash),
         (HASH_VERSION_ANNOTATION.to_owned(), HASH_VERSION.to_owned()),
     ]));
     node_class.status = Some(provider.node_class_resolver().resolve(&node_class).await);
-    assert!(node_class.is_condition_true("Ready"), "{:#?}", node_class.status);
+    assert!(
+        node_class.is_condition_true("Ready"),
+        "{:#?}",
+        node_class.status
+    );
     store.put(node_class.clone());
     Fixture {
         provider,
@@ -92,7 +115,7 @@ fn node_claim(name: &str, requirements: serde_json::Value) -> NodeClaim {
             "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
         },
     }))
-    .unwrap()
+    .expect("a valid NodeClaim")
 }
 
 #[tokio::test]
@@ -118,7 +141,10 @@ async fn create_get_list_drift_and_delete() {
     assert!(zone == "us-east-1a" || zone == "us-east-1b", "{zone}");
     let status = launched.status.clone().unwrap();
     let provider_id = status.provider_id.clone().unwrap();
-    assert!(provider_id.starts_with(&format!("aws:///{zone}/i-")), "{provider_id}");
+    assert!(
+        provider_id.starts_with(&format!("aws:///{zone}/i-")),
+        "{provider_id}"
+    );
     assert_eq!(status.capacity["cpu"].0, "2");
     let amd64_ami = status.image_id.clone().unwrap();
     assert_eq!(
@@ -138,12 +164,19 @@ async fn create_get_list_drift_and_delete() {
         .clients
         .ec2
         .describe_launch_templates()
-        .filters(kerf_aws::selectors::filter("tag:eks:eks-cluster-name", [f.cluster.clone()]))
+        .filters(kerf_aws::selectors::filter(
+            "tag:eks:eks-cluster-name",
+            [f.cluster.clone()],
+        ))
         .send()
         .await
         .unwrap();
     let lt = &templates.launch_templates()[0];
-    assert!(lt.launch_template_name().unwrap().starts_with("karpenter.k8s.aws/"));
+    assert!(
+        lt.launch_template_name()
+            .unwrap()
+            .starts_with("karpenter.k8s.aws/")
+    );
     let version = p
         .clients
         .ec2
@@ -152,10 +185,17 @@ async fn create_get_list_drift_and_delete() {
         .send()
         .await
         .unwrap();
-    let data = version.launch_template_versions()[0].launch_template_data().unwrap();
+    let data = version.launch_template_versions()[0]
+        .launch_template_data()
+        .unwrap();
     assert_eq!(
         data.iam_instance_profile().and_then(|i| i.name()),
-        f.node_class.status.as_ref().unwrap().instance_profile.as_deref()
+        f.node_class
+            .status
+            .as_ref()
+            .unwrap()
+            .instance_profile
+            .as_deref()
     );
     let user_data = base64::engine::general_purpose::STANDARD
         .decode(data.user_data().unwrap())
@@ -163,8 +203,14 @@ async fn create_get_list_drift_and_delete() {
     let parts = mime::parse(std::str::from_utf8(&user_data).unwrap()).unwrap();
     let config: serde_json::Value = serde_saphyr::from_str(&parts.last().unwrap().body).unwrap();
     let kubelet = &config["spec"]["kubelet"];
-    assert_eq!(kubelet["config"]["clusterDNS"], serde_json::json!(["10.100.0.10"]));
-    assert_eq!(kubelet["config"]["maxPods"], 29, "m5.large's ENI-limited max pods");
+    assert_eq!(
+        kubelet["config"]["clusterDNS"],
+        serde_json::json!(["10.100.0.10"])
+    );
+    assert_eq!(
+        kubelet["config"]["maxPods"], 29,
+        "m5.large's ENI-limited max pods"
+    );
     let taint_keys: Vec<&str> = kubelet["config"]["registerWithTaints"]
         .as_array()
         .unwrap()
@@ -173,14 +219,23 @@ async fn create_get_list_drift_and_delete() {
         .collect();
     assert_eq!(taint_keys, ["dedicated", "karpenter.sh/unregistered"]);
     let flags = kubelet["flags"][0].as_str().unwrap();
-    assert!(flags.contains("karpenter.sh/capacity-type=on-demand"), "{flags}");
-    assert!(flags.contains("karpenter.sh/do-not-sync-taints=true"), "{flags}");
+    assert!(
+        flags.contains("karpenter.sh/capacity-type=on-demand"),
+        "{flags}"
+    );
+    assert!(
+        flags.contains("karpenter.sh/do-not-sync-taints=true"),
+        "{flags}"
+    );
     assert!(flags.contains("team=data"), "{flags}");
 
     // Get and List see it.
     let got = p.get(&provider_id).await.unwrap();
     assert_eq!(got.name(), "default-x1");
-    assert_eq!(got.metadata.labels.as_ref().unwrap()["karpenter.sh/nodepool"], "default");
+    assert_eq!(
+        got.metadata.labels.as_ref().unwrap()["karpenter.sh/nodepool"],
+        "default"
+    );
     let listed = p.list().await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].provider_id(), Some(provider_id.as_str()));
@@ -197,19 +252,51 @@ async fn create_get_list_drift_and_delete() {
     // Not drifted; then a newer AMI is selected and the node is.
     assert_eq!(p.is_drifted(&launched).await.unwrap(), None);
     let c = &p.clients;
-    let newer = image(c, &unique("node-amd64-new"), "x86_64", "2024-06-01T00:00:00Z", &[("discovery", &f.cluster)]).await;
+    let newer = image(
+        c,
+        &unique("node-amd64-new"),
+        "x86_64",
+        "2024-06-01T00:00:00Z",
+        &[("discovery", &f.cluster)],
+    )
+    .await;
     p.amis.invalidate();
     let mut updated = f.node_class.clone();
     updated.status = Some(p.node_class_resolver().resolve(&updated).await);
-    assert!(updated.status.as_ref().unwrap().amis.iter().any(|a| a.id == newer));
-    assert!(!updated.status.as_ref().unwrap().amis.iter().any(|a| a.id == amd64_ami));
+    assert!(
+        updated
+            .status
+            .as_ref()
+            .unwrap()
+            .amis
+            .iter()
+            .any(|a| a.id == newer)
+    );
+    assert!(
+        !updated
+            .status
+            .as_ref()
+            .unwrap()
+            .amis
+            .iter()
+            .any(|a| a.id == amd64_ami)
+    );
     f.store.put(updated);
-    assert_eq!(p.is_drifted(&launched).await.unwrap().map(|r| r.0), Some("AMIDrift".to_owned()));
+    assert_eq!(
+        p.is_drifted(&launched).await.unwrap().map(|r| r.0),
+        Some("AMIDrift".to_owned())
+    );
 
     // Delete terminates; afterwards the NodeClaim is gone for Get and Delete.
     p.delete(&launched).await.unwrap();
-    assert!(matches!(p.get(&provider_id).await, Err(CloudProviderError::NodeClaimNotFound { .. })));
-    assert!(matches!(p.delete(&launched).await, Err(CloudProviderError::NodeClaimNotFound { .. })));
+    assert!(matches!(
+        p.get(&provider_id).await,
+        Err(CloudProviderError::NodeClaimNotFound { .. })
+    ));
+    assert!(matches!(
+        p.delete(&launched).await,
+        Err(CloudProviderError::NodeClaimNotFound { .. })
+    ));
 }
 
 #[tokio::test]
@@ -224,8 +311,19 @@ async fn impossible_requirements_and_unready_node_classes_fail_clearly() {
     assert!(err.is_insufficient_capacity(), "{err}");
 
     let mut broken = f.node_class.clone();
-    broken.status.as_mut().unwrap().conditions.retain(|c| c.type_ != "Ready");
+    broken
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .retain(|c| c.type_ != "Ready");
     f.store.put(broken);
-    let err = p.create(&node_claim("default-x3", serde_json::json!([]))).await.unwrap_err();
-    assert!(matches!(err, CloudProviderError::NodeClassNotReady { .. }), "{err}");
+    let err = p
+        .create(&node_claim("default-x3", serde_json::json!([])))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, CloudProviderError::NodeClassNotReady { .. }),
+        "{err}"
+    );
 }

@@ -29,12 +29,13 @@ async fn env() -> Env {
     let vpc = vpc(&c).await;
     subnet(&c, &vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
     subnet(&c, &vpc, "us-east-1b", 2, &[("discovery", &cluster)]).await;
-    let security_group = security_group(&c, &vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
+    let security_group =
+        security_group(&c, &vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
     let ami = image(&c, &unique("node"), "x86_64", "2024-05-01T00:00:00Z", &[]).await;
     let subnets = SubnetProvider::new(c.ec2.clone())
         .list(&[SelectorTerm::by_tags([("discovery", cluster.as_str())])])
         .await
-        .unwrap();
+        .expect("listing the test's subnets");
     Env {
         c,
         cluster,
@@ -53,7 +54,7 @@ fn user_data(cluster: &str) -> String {
         labels: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
         ..BootstrapOptions::default()
     };
-    userdata::render(UserDataFormat::Al2023, &opts).unwrap()
+    userdata::render(UserDataFormat::Al2023, &opts).expect("AL2023 user data renders")
 }
 
 fn template_config(e: &Env, node_class: &str) -> LaunchTemplateConfig {
@@ -63,7 +64,12 @@ fn template_config(e: &Env, node_class: &str) -> LaunchTemplateConfig {
         user_data: user_data(&e.cluster),
         security_group_ids: vec![e.security_group.clone()],
         capacity_type: "on-demand".into(),
-        tags: launch_tags(&e.cluster, "default", node_class, &BTreeMap::from([("team".into(), "data".into())])),
+        tags: launch_tags(
+            &e.cluster,
+            "default",
+            node_class,
+            &BTreeMap::from([("team".into(), "data".into())]),
+        ),
         ..LaunchTemplateConfig::default()
     }
 }
@@ -83,21 +89,23 @@ async fn launch_templates_are_created_once_reused_and_deleted_with_their_node_cl
     assert_eq!(restarted.ensure(&config).await.unwrap().id, a.id);
 
     // What was sent: the user data decodes to the MIME archive with the NodeConfig.
-    let versions = e
-        .c
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_id(&a.id)
-        .send()
-        .await
+    let versions =
+        e.c.ec2
+            .describe_launch_template_versions()
+            .launch_template_id(&a.id)
+            .send()
+            .await
+            .unwrap();
+    let data = versions.launch_template_versions()[0]
+        .launch_template_data()
         .unwrap();
-    let data = versions.launch_template_versions()[0].launch_template_data().unwrap();
     assert_eq!(data.image_id(), Some(e.ami.as_str()));
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(data.user_data().unwrap())
         .unwrap();
     let parts = mime::parse(std::str::from_utf8(&decoded).unwrap()).unwrap();
-    let node_config: serde_json::Value = serde_saphyr::from_str(&parts.last().unwrap().body).unwrap();
+    let node_config: serde_json::Value =
+        serde_saphyr::from_str(&parts.last().unwrap().body).unwrap();
     assert_eq!(node_config["spec"]["cluster"]["name"], e.cluster.as_str());
 
     let mut other = template_config(&e, "default");
@@ -110,13 +118,12 @@ async fn launch_templates_are_created_once_reused_and_deleted_with_their_node_cl
     let mut expected = vec![a.name.clone(), second.name.clone()];
     expected.sort();
     assert_eq!(deleted, expected);
-    let gone = e
-        .c
-        .ec2
-        .describe_launch_templates()
-        .launch_template_names(&a.name)
-        .send()
-        .await;
+    let gone =
+        e.c.ec2
+            .describe_launch_templates()
+            .launch_template_names(&a.name)
+            .send()
+            .await;
     assert!(gone.is_err() || gone.unwrap().launch_templates().is_empty());
 }
 
@@ -124,45 +131,66 @@ async fn launch_templates_are_created_once_reused_and_deleted_with_their_node_cl
 async fn unused_templates_are_deleted_when_they_expire() {
     let e = env().await;
     let provider = LaunchTemplateProvider::with_ttl(e.c.ec2.clone(), &e.cluster, Duration::ZERO);
-    let created = provider.ensure(&template_config(&e, "expiring")).await.unwrap();
-    assert_eq!(provider.evict_expired().await.unwrap(), vec![created.name.clone()]);
-    let remaining = e
-        .c
-        .ec2
-        .describe_launch_templates()
-        .launch_template_ids(&created.id)
-        .send()
-        .await;
+    let created = provider
+        .ensure(&template_config(&e, "expiring"))
+        .await
+        .unwrap();
+    assert_eq!(
+        provider.evict_expired().await.unwrap(),
+        vec![created.name.clone()]
+    );
+    let remaining =
+        e.c.ec2
+            .describe_launch_templates()
+            .launch_template_ids(&created.id)
+            .send()
+            .await;
     assert!(remaining.is_err() || remaining.unwrap().launch_templates().is_empty());
 }
 
-async fn launch(e: &Env, instances: &InstanceProvider, node_claim: &str) -> kerf_aws::fleet::FleetOutcome {
+async fn launch(
+    e: &Env,
+    instances: &InstanceProvider,
+    node_claim: &str,
+) -> kerf_aws::fleet::FleetOutcome {
     let lt = LaunchTemplateProvider::new(e.c.ec2.clone(), &e.cluster)
         .ensure(&template_config(e, "default"))
         .await
-        .unwrap();
+        .expect("the launch template exists");
     let zonal = SubnetProvider::new(e.c.ec2.clone()).zonal_subnets_for_launch(&e.subnets, |_| 10);
-    let candidates: Vec<LaunchCandidate> = [("m5.large", 0.096), ("c5.large", 0.085), ("m5.xlarge", 0.192)]
-        .iter()
-        .flat_map(|(t, price)| {
-            ["us-east-1a", "us-east-1b"].map(|zone| LaunchCandidate {
-                instance_type: (*t).into(),
-                zone: zone.into(),
-                price: *price,
-                launch_template: lt.name.clone(),
-                image_id: e.ami.clone(),
-            })
+    let candidates: Vec<LaunchCandidate> = [
+        ("m5.large", 0.096),
+        ("c5.large", 0.085),
+        ("m5.xlarge", 0.192),
+    ]
+    .iter()
+    .flat_map(|(t, price)| {
+        ["us-east-1a", "us-east-1b"].map(|zone| LaunchCandidate {
+            instance_type: (*t).into(),
+            zone: zone.into(),
+            price: *price,
+            launch_template: lt.name.clone(),
+            image_id: e.ami.clone(),
         })
-        .collect();
+    })
+    .collect();
     let request = FleetRequest {
         capacity_type: "on-demand".into(),
         configs: launch_configs(&candidates, &zonal, MAX_INSTANCE_TYPES),
-        tags: launch_tags(&e.cluster, "default", "default", &BTreeMap::from([("team".into(), "data".into())])),
+        tags: launch_tags(
+            &e.cluster,
+            "default",
+            "default",
+            &BTreeMap::from([("team".into(), "data".into())]),
+        ),
         context: None,
     };
     // Cheapest first: moto launches the first override.
     assert_eq!(request.configs[0].overrides[0].instance_type, "c5.large");
-    instances.launch(request, node_claim).await.unwrap()
+    instances
+        .launch(request, node_claim)
+        .await
+        .expect("CreateFleet succeeds")
 }
 
 #[tokio::test]
@@ -190,30 +218,54 @@ async fn create_fleet_launches_tagged_instances_that_get_list_and_terminate_find
     ] {
         assert_eq!(got.tags.get(k).map(String::as_str), Some(v), "tag {k}");
     }
-    assert_eq!(got.tags[&format!("kubernetes.io/cluster/{}", e.cluster)], "owned");
+    assert_eq!(
+        got.tags[&format!("kubernetes.io/cluster/{}", e.cluster)],
+        "owned"
+    );
 
     let listed = instances.list().await.unwrap();
-    assert_eq!(listed.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), [launched.instance_id.as_str()]);
+    assert_eq!(
+        listed.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+        [launched.instance_id.as_str()]
+    );
 
     instances
-        .tag(&got.id, &instances.registration_tags("ip-10-1-1-5.ec2.internal", "default-abcde"))
+        .tag(
+            &got.id,
+            &instances.registration_tags("ip-10-1-1-5.ec2.internal", "default-abcde"),
+        )
         .await
         .unwrap();
-    assert_eq!(instances.get(&got.id).await.unwrap().tags["Name"], "ip-10-1-1-5.ec2.internal");
+    assert_eq!(
+        instances.get(&got.id).await.unwrap().tags["Name"],
+        "ip-10-1-1-5.ec2.internal"
+    );
 
     instances.terminate(&got.id).await.unwrap();
     // Terminated instances are gone for Get and List.
-    assert!(matches!(instances.get(&got.id).await, Err(InstanceError::NotFound(_))));
-    assert!(matches!(instances.terminate(&got.id).await, Err(InstanceError::NotFound(_))));
+    assert!(matches!(
+        instances.get(&got.id).await,
+        Err(InstanceError::NotFound(_))
+    ));
+    assert!(matches!(
+        instances.terminate(&got.id).await,
+        Err(InstanceError::NotFound(_))
+    ));
     assert!(instances.list().await.unwrap().is_empty());
-    assert!(matches!(instances.get("i-0000000000000dead").await, Err(InstanceError::NotFound(_))));
+    assert!(matches!(
+        instances.get("i-0000000000000dead").await,
+        Err(InstanceError::NotFound(_))
+    ));
 }
 
 #[tokio::test]
 async fn concurrent_identical_launches_are_batched_and_tagged_per_node_claim() {
     let e = env().await;
     let instances = InstanceProvider::new(e.c.ec2.clone(), &e.cluster);
-    let (a, b) = tokio::join!(launch(&e, &instances, "claim-a"), launch(&e, &instances, "claim-b"));
+    let (a, b) = tokio::join!(
+        launch(&e, &instances, "claim-a"),
+        launch(&e, &instances, "claim-b")
+    );
     let (a, b) = (a.instance.unwrap(), b.instance.unwrap());
     assert_ne!(a.instance_id, b.instance_id);
     let tag_of = |id: String| {
@@ -229,16 +281,33 @@ async fn concurrent_identical_launches_are_batched_and_tagged_per_node_claim() {
 async fn garbage_collection_terminates_only_old_instances_without_a_node_claim() {
     let e = env().await;
     let instances = InstanceProvider::new(e.c.ec2.clone(), &e.cluster);
-    let kept = launch(&e, &instances, "known").await.instance.unwrap().instance_id;
-    let leaked = launch(&e, &instances, "leaked").await.instance.unwrap().instance_id;
+    let kept = launch(&e, &instances, "known")
+        .await
+        .instance
+        .unwrap()
+        .instance_id;
+    let leaked = launch(&e, &instances, "leaked")
+        .await
+        .instance
+        .unwrap()
+        .instance_id;
     let known = HashSet::from([kept.clone()]);
 
     // Younger than the minimum age: left alone, its NodeClaim may still be on its way.
-    let none = instances.garbage_collect(&known, Duration::from_secs(3600)).await.unwrap();
+    let none = instances
+        .garbage_collect(&known, Duration::from_secs(3600))
+        .await
+        .unwrap();
     assert!(none.is_empty());
 
-    let collected = instances.garbage_collect(&known, Duration::ZERO).await.unwrap();
-    assert_eq!(collected, [leaked.clone()]);
-    assert!(matches!(instances.get(&leaked).await, Err(InstanceError::NotFound(_))));
+    let collected = instances
+        .garbage_collect(&known, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(collected, std::slice::from_ref(&leaked));
+    assert!(matches!(
+        instances.get(&leaked).await,
+        Err(InstanceError::NotFound(_))
+    ));
     assert_eq!(instances.get(&kept).await.unwrap().id, kept);
 }

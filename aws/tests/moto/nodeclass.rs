@@ -16,7 +16,10 @@ fn resolver(c: &AwsClients, cluster: &str) -> NodeClassResolver {
     NodeClassResolver {
         subnets: Arc::new(SubnetProvider::new(c.ec2.clone())),
         security_groups: Arc::new(SecurityGroupProvider::new(c.ec2.clone())),
-        amis: Arc::new(AmiProvider::new(c.ec2.clone(), Arc::new(SsmProvider::new(c.ssm.clone())))),
+        amis: Arc::new(AmiProvider::new(
+            c.ec2.clone(),
+            Arc::new(SsmProvider::new(c.ssm.clone())),
+        )),
         instance_profiles: Arc::new(InstanceProfileProvider::new(c.iam.clone(), cluster, REGION)),
         kubernetes_version: "1.31".into(),
     }
@@ -47,7 +50,14 @@ async fn a_valid_node_class_resolves_and_is_ready() {
     let vpc = vpc(&c).await;
     let subnet_id = subnet(&c, &vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
     let sg = security_group(&c, &vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
-    let ami = image(&c, &unique("node"), "arm64", "2024-04-01T00:00:00Z", &[("discovery", &cluster)]).await;
+    let ami = image(
+        &c,
+        &unique("node"),
+        "arm64",
+        "2024-04-01T00:00:00Z",
+        &[("discovery", &cluster)],
+    )
+    .await;
     let role = unique("KarpenterNodeRole");
     c.iam
         .create_role()
@@ -73,14 +83,38 @@ async fn a_valid_node_class_resolves_and_is_ready() {
     assert_eq!(status.subnets[0].zone, "us-east-1a");
     assert_eq!(status.security_groups[0].id, sg);
     assert_eq!(status.amis[0].id, ami);
-    let profile = status.instance_profile.clone().expect("an instance profile");
+    let profile = status
+        .instance_profile
+        .clone()
+        .expect("an instance profile");
     assert!(profile.starts_with(&format!("{cluster}_")));
-    for t in ["SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady", "ValidationSucceeded", "Ready"] {
-        assert_eq!(condition(&status, t).status, ConditionStatus::True, "{t}: {}", condition(&status, t).message);
+    for t in [
+        "SubnetsReady",
+        "SecurityGroupsReady",
+        "AMIsReady",
+        "InstanceProfileReady",
+        "ValidationSucceeded",
+        "Ready",
+    ] {
+        assert_eq!(
+            condition(&status, t).status,
+            ConditionStatus::True,
+            "{t}: {}",
+            condition(&status, t).message
+        );
         assert_eq!(condition(&status, t).observed_generation, Some(3));
     }
-    let attached = c.iam.get_instance_profile().instance_profile_name(&profile).send().await.unwrap();
-    assert_eq!(attached.instance_profile().unwrap().roles()[0].role_name(), role);
+    let attached = c
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&profile)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        attached.instance_profile().unwrap().roles()[0].role_name(),
+        role
+    );
 
     // Resolving again keeps the profile (and the transition times of unchanged conditions).
     let mut nc2 = nc.clone();
@@ -93,7 +127,14 @@ async fn a_valid_node_class_resolves_and_is_ready() {
     );
 
     r.instance_profiles.delete("default").await.unwrap();
-    assert!(c.iam.get_instance_profile().instance_profile_name(&profile).send().await.is_err());
+    assert!(
+        c.iam
+            .get_instance_profile()
+            .instance_profile_name(&profile)
+            .send()
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test]
@@ -119,11 +160,33 @@ async fn unmatched_selectors_say_what_to_fix() {
         assert_eq!(cond.reason, reason, "{t}");
         assert!(cond.message.contains(needle), "{t}: {}", cond.message);
     };
-    expect("SubnetsReady", "SubnetsNotFound", "SubnetSelector did not match any Subnets");
-    expect("SecurityGroupsReady", "SecurityGroupsNotFound", "SecurityGroupSelector did not match any SecurityGroups");
-    expect("AMIsReady", "UnsupportedAlias", "no longer supported on EKS 1.33+");
-    expect("InstanceProfileReady", "InstanceProfileNotFound", "no-such-profile");
-    expect("ValidationSucceeded", "TagValidationFailed", "karpenter.sh/nodepool");
+    expect(
+        "SubnetsReady",
+        "SubnetsNotFound",
+        "SubnetSelector did not match any Subnets",
+    );
+    expect(
+        "SecurityGroupsReady",
+        "SecurityGroupsNotFound",
+        "SecurityGroupSelector did not match any SecurityGroups",
+    );
+    expect(
+        "AMIsReady",
+        "UnsupportedAlias",
+        "no longer supported on EKS 1.33+",
+    );
+    expect(
+        "InstanceProfileReady",
+        "InstanceProfileNotFound",
+        "no-such-profile",
+    );
+    expect(
+        "ValidationSucceeded",
+        "TagValidationFailed",
+        "karpenter.sh/nodepool",
+    );
     expect("Ready", "UnhealthyDependents", "SubnetsReady=False");
-    assert!(status.subnets.is_empty() && status.amis.is_empty() && status.instance_profile.is_none());
+    assert!(
+        status.subnets.is_empty() && status.amis.is_empty() && status.instance_profile.is_none()
+    );
 }

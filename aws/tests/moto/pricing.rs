@@ -8,10 +8,17 @@ use kerf_aws::pricing::{PricingError, PricingProvider};
 async fn spot_prices_come_from_the_price_history() {
     let c = clients().await;
     let p = PricingProvider::new(c.pricing.clone(), c.ec2.clone(), REGION, false);
-    let embedded = p.spot_price("m5.large", "us-east-1a").expect("embedded spot price");
+    let embedded = p
+        .spot_price("m5.large", "us-east-1a")
+        .expect("embedded spot price");
     let count = p.update_spot().await.unwrap();
-    assert!(count > 100, "moto's history covers many offerings, got {count}");
-    let live = p.spot_price("m5.large", "us-east-1a").expect("live spot price");
+    assert!(
+        count > 100,
+        "moto's history covers many offerings, got {count}"
+    );
+    let live = p
+        .spot_price("m5.large", "us-east-1a")
+        .expect("live spot price");
     // moto's prices are placeholders, far from the embedded estimate.
     assert_ne!(live, embedded);
     assert_eq!(p.live_counts().1, count);

@@ -24,11 +24,18 @@ pub async fn clients() -> AwsClients {
 /// A name unique within this test process.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub fn tag(key: &str, value: &str) -> aws_sdk_ec2::types::Tag {
-    aws_sdk_ec2::types::Tag::builder().key(key).value(value).build()
+    aws_sdk_ec2::types::Tag::builder()
+        .key(key)
+        .value(value)
+        .build()
 }
 
 pub fn tag_spec(
@@ -52,11 +59,20 @@ pub async fn vpc(c: &AwsClients) -> String {
         .send()
         .await
         .expect("CreateVpc");
-    out.vpc().and_then(|v| v.vpc_id()).expect("vpc id").to_owned()
+    out.vpc()
+        .and_then(|v| v.vpc_id())
+        .expect("vpc id")
+        .to_owned()
 }
 
 /// A subnet in `zone` with `tags`; `index` picks its /24 within the VPC.
-pub async fn subnet(c: &AwsClients, vpc_id: &str, zone: &str, index: u8, tags: &[(&str, &str)]) -> String {
+pub async fn subnet(
+    c: &AwsClients,
+    vpc_id: &str,
+    zone: &str,
+    index: u8,
+    tags: &[(&str, &str)],
+) -> String {
     let vpc = c
         .ec2
         .describe_vpcs()
@@ -76,17 +92,28 @@ pub async fn subnet(c: &AwsClients, vpc_id: &str, zone: &str, index: u8, tags: &
         .send()
         .await
         .expect("CreateSubnet");
-    out.subnet().and_then(|s| s.subnet_id()).expect("subnet id").to_owned()
+    out.subnet()
+        .and_then(|s| s.subnet_id())
+        .expect("subnet id")
+        .to_owned()
 }
 
-pub async fn security_group(c: &AwsClients, vpc_id: &str, name: &str, tags: &[(&str, &str)]) -> String {
+pub async fn security_group(
+    c: &AwsClients,
+    vpc_id: &str,
+    name: &str,
+    tags: &[(&str, &str)],
+) -> String {
     let out = c
         .ec2
         .create_security_group()
         .vpc_id(vpc_id)
         .group_name(name)
         .description("kerf test")
-        .tag_specifications(tag_spec(aws_sdk_ec2::types::ResourceType::SecurityGroup, tags))
+        .tag_specifications(tag_spec(
+            aws_sdk_ec2::types::ResourceType::SecurityGroup,
+            tags,
+        ))
         .send()
         .await
         .expect("CreateSecurityGroup");
@@ -94,7 +121,13 @@ pub async fn security_group(c: &AwsClients, vpc_id: &str, name: &str, tags: &[(&
 }
 
 /// Registers an AMI named `name` of `arch` created at `created` (RFC 3339), tagged `tags`.
-pub async fn image(c: &AwsClients, name: &str, arch: &str, created: &str, tags: &[(&str, &str)]) -> String {
+pub async fn image(
+    c: &AwsClients,
+    name: &str,
+    arch: &str,
+    created: &str,
+    tags: &[(&str, &str)],
+) -> String {
     let out = c
         .ec2
         .register_image()
