@@ -350,7 +350,7 @@ impl AwsCloudProvider {
                 }
                 Err(e) => return Err(instance_error("", e)),
             };
-            let (marked, _) = record_fleet_errors(
+            let (marked, spot_blocked) = record_fleet_errors(
                 &outcome.errors,
                 capacity_type.as_str(),
                 &claim_name,
@@ -374,6 +374,12 @@ impl AwsCloudProvider {
                 }
             }
             let Some(instance) = outcome.instance else {
+                if spot_blocked {
+                    return Err(launch_failed(
+                        "SpotSLRCreationFailed",
+                        crate::errors::spot_service_linked_role_message(&claim_name),
+                    ));
+                }
                 let offerings = marked
                     .into_iter()
                     .map(|(t, z)| OfferingRef::new(capacity_type.as_str(), &t, &z))
@@ -759,14 +765,20 @@ impl AwsCloudProvider {
         Ok(drift::drift_reason(&inputs).map(DriftReason::new))
     }
 
-    /// Refreshes instance types, offerings and prices every `interval` until dropped.
-    pub async fn refresh_periodically(self: Arc<Self>, interval: Duration) {
-        let mut tick = tokio::time::interval(interval);
+    /// Background upkeep until dropped: refreshes instance types, offerings and prices at
+    /// start and every `refresh_interval` (12 hours upstream), and deletes launch templates
+    /// unused for their TTL every minute.
+    pub async fn run_upkeep(self: Arc<Self>, refresh_interval: Duration) {
+        let mut refresh = tokio::time::interval(refresh_interval);
+        let mut evict = tokio::time::interval(crate::launchtemplate::LAUNCH_TEMPLATE_TTL);
         loop {
-            tick.tick().await;
-            self.instance_types.refresh().await;
-            if let Err(e) = self.launch_templates.evict_expired().await {
-                tracing::warn!(error = %e, "deleting unused launch templates failed");
+            tokio::select! {
+                _ = refresh.tick() => self.instance_types.refresh().await,
+                _ = evict.tick() => {
+                    if let Err(e) = self.launch_templates.evict_expired().await {
+                        tracing::warn!(error = %e, "deleting unused launch templates failed");
+                    }
+                }
             }
         }
     }

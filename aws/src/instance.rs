@@ -326,7 +326,9 @@ fn instance_of(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
             .iter()
             .filter_map(|g| g.group_id().map(str::to_owned))
             .collect(),
-        capacity_type: if i.spot_instance_request_id().is_some() {
+        capacity_type: if i.spot_instance_request_id().is_some()
+            || i.instance_lifecycle() == Some(&aws_sdk_ec2::types::InstanceLifecycleType::Spot)
+        {
             CAPACITY_TYPE_SPOT.to_owned()
         } else {
             CAPACITY_TYPE_ON_DEMAND.to_owned()

@@ -327,3 +327,27 @@ async fn impossible_requirements_and_unready_node_classes_fail_clearly() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn spot_is_preferred_when_allowed() {
+    let f = fixture().await;
+    let p = &f.provider;
+    let claim = node_claim(
+        "default-spot",
+        serde_json::json!([
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5"]},
+        ]),
+    );
+    let launched = p.create(&claim).await.expect("a spot launch");
+    let labels = launched.metadata.labels.clone().expect("labels");
+    assert_eq!(labels["karpenter.sh/capacity-type"], "spot");
+    let provider_id = launched.provider_id().expect("a provider id").to_owned();
+    let got = p.get(&provider_id).await.expect("the instance");
+    // EC2 (moto) reports the instance as a spot instance too.
+    assert_eq!(
+        got.metadata.labels.as_ref().expect("labels")["karpenter.sh/capacity-type"],
+        "spot"
+    );
+    p.delete(&launched).await.expect("terminating");
+}

@@ -126,3 +126,26 @@ async fn security_groups_by_name_tags_and_id() {
     let by_id = provider.list(&[SelectorTerm::by_id(&nodes)]).await.unwrap();
     assert_eq!(by_id[0].id, nodes);
 }
+
+#[tokio::test]
+async fn start_up_connectivity_check() {
+    let c = clients().await;
+    c.check_connectivity()
+        .await
+        .expect("moto answers STS and EC2");
+
+    // Nothing listens on port 9 of loopback: the error names the endpoint and the causes.
+    let unreachable =
+        kerf_aws::clients::AwsClients::for_endpoint("http://127.0.0.1:9", REGION).await;
+    let err = unreachable
+        .check_connectivity()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot reach STS at http://127.0.0.1:9"),
+        "{err}"
+    );
+    assert!(err.contains("dnsPolicy: Default"), "{err}");
+    assert!(err.contains("VPC interface endpoints"), "{err}");
+}
