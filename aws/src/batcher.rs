@@ -1,0 +1,287 @@
+//! Request batching for EC2 calls made once per NodeClaim (CreateFleet, TerminateInstances,
+//! DescribeInstances). Requests with the same key that arrive within an idle window are
+//! executed together, as upstream: a batch closes when no request joined it for the idle
+//! time (35 ms for CreateFleet, 100 ms for the others), when it is the maximum age (1 s) or
+//! when it is full. One background task per batcher owns the open batches and is fed over a
+//! bounded channel; callers await their own result. The task is spawned on the runtime of
+//! the first caller and respawned if that runtime went away.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+/// Mailbox size of a batcher's task; callers wait when it is full.
+const MAILBOX: usize = 1024;
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Runs one batch: all requests that share `key`, in arrival order; must answer one result
+/// per request, in the same order.
+pub type Executor<K, Req, Resp> = Arc<dyn Fn(K, Vec<Req>) -> BoxFuture<Vec<Resp>> + Send + Sync>;
+
+/// Timing of a batcher.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchWindow {
+    pub name: &'static str,
+    pub idle: Duration,
+    pub max_wait: Duration,
+    pub max_items: usize,
+}
+
+pub const CREATE_FLEET_WINDOW: BatchWindow = BatchWindow {
+    name: "create_fleet",
+    idle: Duration::from_millis(35),
+    max_wait: Duration::from_secs(1),
+    max_items: 1_000,
+};
+
+pub const TERMINATE_INSTANCES_WINDOW: BatchWindow = BatchWindow {
+    name: "terminate_instances",
+    idle: Duration::from_millis(100),
+    max_wait: Duration::from_secs(1),
+    max_items: 500,
+};
+
+pub const DESCRIBE_INSTANCES_WINDOW: BatchWindow = BatchWindow {
+    name: "describe_instances",
+    idle: Duration::from_millis(100),
+    max_wait: Duration::from_secs(1),
+    max_items: 500,
+};
+
+/// A request could not be answered by its batch.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum BatchError {
+    #[error("the {0} batch ended without a result for this request")]
+    NoResult(&'static str),
+}
+
+struct Item<K, Req, Resp> {
+    key: K,
+    request: Req,
+    reply: oneshot::Sender<Resp>,
+}
+
+/// Batches requests by key.
+pub struct Batcher<K, Req, Resp> {
+    window: BatchWindow,
+    executor: Executor<K, Req, Resp>,
+    sender: Mutex<Option<mpsc::Sender<Item<K, Req, Resp>>>>,
+}
+
+impl<K, Req, Resp> Batcher<K, Req, Resp>
+where
+    K: Eq + Hash + Clone + Send + 'static,
+    Req: Send + 'static,
+    Resp: Send + 'static,
+{
+    pub fn new(window: BatchWindow, executor: Executor<K, Req, Resp>) -> Self {
+        Self {
+            window,
+            executor,
+            sender: Mutex::new(None),
+        }
+    }
+
+    /// Adds a request to the open batch for `key` and waits for its result.
+    pub async fn add(&self, key: K, request: Req) -> Result<Resp, BatchError> {
+        let (reply, answer) = oneshot::channel();
+        let mut item = Item {
+            key,
+            request,
+            reply,
+        };
+        for _ in 0..2 {
+            let sender = self.sender();
+            match sender.send(item).await {
+                Ok(()) => {
+                    return answer
+                        .await
+                        .map_err(|_| BatchError::NoResult(self.window.name));
+                }
+                // The task's runtime is gone: start a new task and try once more.
+                Err(mpsc::error::SendError(returned)) => {
+                    item = returned;
+                    self.lock_sender().take();
+                }
+            }
+        }
+        Err(BatchError::NoResult(self.window.name))
+    }
+
+    fn lock_sender(&self) -> std::sync::MutexGuard<'_, Option<mpsc::Sender<Item<K, Req, Resp>>>> {
+        self.sender.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn sender(&self) -> mpsc::Sender<Item<K, Req, Resp>> {
+        let mut slot = self.lock_sender();
+        if let Some(sender) = slot.as_ref().filter(|s| !s.is_closed()) {
+            return sender.clone();
+        }
+        let (tx, rx) = mpsc::channel(MAILBOX);
+        tokio::spawn(run(self.window, self.executor.clone(), rx));
+        *slot = Some(tx.clone());
+        tx
+    }
+}
+
+struct Open<Req, Resp> {
+    first: Instant,
+    last: Instant,
+    items: Vec<(Req, oneshot::Sender<Resp>)>,
+}
+
+impl<Req, Resp> Open<Req, Resp> {
+    fn deadline(&self, window: &BatchWindow) -> Instant {
+        (self.last + window.idle).min(self.first + window.max_wait)
+    }
+}
+
+async fn run<K, Req, Resp>(
+    window: BatchWindow,
+    executor: Executor<K, Req, Resp>,
+    mut inbox: mpsc::Receiver<Item<K, Req, Resp>>,
+) where
+    K: Eq + Hash + Clone + Send + 'static,
+    Req: Send + 'static,
+    Resp: Send + 'static,
+{
+    let mut open: HashMap<K, Open<Req, Resp>> = HashMap::new();
+    loop {
+        let next_deadline = open.values().map(|b| b.deadline(&window)).min();
+        let received = match next_deadline {
+            Some(deadline) => tokio::select! {
+                item = inbox.recv() => Some(item),
+                () = tokio::time::sleep_until(deadline) => None,
+            },
+            None => Some(inbox.recv().await),
+        };
+        match received {
+            Some(None) if open.is_empty() => return,
+            Some(None) => {}
+            Some(Some(item)) => {
+                let now = Instant::now();
+                let batch = open.entry(item.key.clone()).or_insert_with(|| Open {
+                    first: now,
+                    last: now,
+                    items: Vec::new(),
+                });
+                batch.last = now;
+                batch.items.push((item.request, item.reply));
+            }
+            None => {}
+        }
+        let now = Instant::now();
+        let due: Vec<K> = open
+            .iter()
+            .filter(|(_, b)| b.deadline(&window) <= now || b.items.len() >= window.max_items)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            if let Some(batch) = open.remove(&key) {
+                tokio::spawn(execute(window, executor.clone(), key, batch));
+            }
+        }
+    }
+}
+
+async fn execute<K, Req, Resp>(
+    window: BatchWindow,
+    executor: Executor<K, Req, Resp>,
+    key: K,
+    batch: Open<Req, Resp>,
+) {
+    let size = batch.items.len();
+    metrics::histogram!("karpenter_cloudprovider_batcher_batch_size", "batcher" => window.name)
+        .record(size as f64);
+    metrics::histogram!("karpenter_cloudprovider_batcher_batch_time_seconds", "batcher" => window.name)
+        .record(batch.first.elapsed().as_secs_f64());
+    let (requests, replies): (Vec<Req>, Vec<oneshot::Sender<Resp>>) =
+        batch.items.into_iter().unzip();
+    let results = executor(key, requests).await;
+    for (reply, result) in replies.into_iter().zip(results) {
+        // A caller that gave up no longer wants its result.
+        let _ = reply.send(result);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn counting_batcher(
+        calls: Arc<AtomicUsize>,
+        idle: Duration,
+        max_items: usize,
+    ) -> Arc<Batcher<String, u32, (usize, u32)>> {
+        let executor: Executor<String, u32, (usize, u32)> =
+            Arc::new(move |_key, reqs: Vec<u32>| {
+                let calls = calls.clone();
+                Box::pin(async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let n = reqs.len();
+                    reqs.into_iter().map(|r| (n, r * 10)).collect()
+                })
+            });
+        let window = BatchWindow {
+            name: "test",
+            idle,
+            max_wait: idle,
+            max_items,
+        };
+        Arc::new(Batcher::new(window, executor))
+    }
+
+    // Batches close on size here (the idle time is far away), so the grouping does not
+    // depend on scheduling.
+    #[tokio::test]
+    async fn requests_with_one_key_share_a_call_and_keys_never_mix() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let b = counting_batcher(calls.clone(), Duration::from_secs(60), 2);
+        let tasks: Vec<_> = [("k", 1), ("other", 5), ("k", 2), ("other", 6)]
+            .into_iter()
+            .map(|(key, i)| {
+                let b = b.clone();
+                tokio::spawn(async move { b.add(key.to_owned(), i).await })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap().unwrap());
+        }
+        assert_eq!(results, [(2, 10), (2, 50), (2, 20), (2, 60)]);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_lone_request_runs_after_the_idle_time() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let b = counting_batcher(calls.clone(), Duration::from_millis(5), 10);
+        assert_eq!(b.add("k".into(), 3).await, Ok((1, 30)));
+        assert_eq!(b.add("k".into(), 4).await, Ok((1, 40)));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn missing_results_are_errors() {
+        let executor: Executor<(), u32, u32> = Arc::new(|_, _| Box::pin(async { Vec::new() }));
+        let b = Batcher::new(
+            BatchWindow {
+                idle: Duration::from_millis(1),
+                ..CREATE_FLEET_WINDOW
+            },
+            executor,
+        );
+        assert_eq!(
+            b.add((), 1).await,
+            Err(BatchError::NoResult("create_fleet"))
+        );
+    }
+}

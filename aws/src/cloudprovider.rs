@@ -1,0 +1,911 @@
+//! The AWS implementation of kerf's [`CloudProvider`]: Create resolves the NodeClaim's
+//! EC2NodeClass, picks instance types and a capacity type, renders user data and ensures a
+//! launch template per (AMI, max pods) group, and launches through CreateFleet; Delete, Get
+//! and List work on the instances tagged for this cluster; GetInstanceTypes lists the
+//! NodePool's types with live offerings; IsDrifted compares an instance with its node
+//! class. The controller supplies EC2NodeClasses through [`NodeClassStore`] and owns the
+//! unavailable-offerings state through [`UnavailableOfferings`].
+
+use crate::ami::AmiProvider;
+use crate::clients::AwsClients;
+use crate::drift::{self, DriftInputs};
+use crate::errors::{ApiError, launch_failure_reason};
+use crate::fleet::{
+    FleetRequest, LaunchCandidate, MAX_INSTANCE_TYPES, launch_configs, record_fleet_errors,
+};
+use crate::instance::{Instance, InstanceError, InstanceProvider};
+use crate::instanceprofile::InstanceProfileProvider;
+use crate::instancetype::{InstanceTypeProvider, LaunchScope};
+use crate::launchtemplate::{
+    BlockDeviceSpec, LaunchTemplateConfig, LaunchTemplateProvider, MetadataSpec,
+};
+use crate::nodeclass::NodeClassResolver;
+use crate::pricing::PricingProvider;
+use crate::securitygroup::SecurityGroupProvider;
+use crate::selection::{claim_requests, claim_requirements, offering_allowed, select};
+use crate::ssm::SsmProvider;
+use crate::subnet::{SubnetInfo, SubnetProvider};
+use crate::tags;
+use crate::unavailable::UnavailableOfferings;
+use crate::userdata::{self, BootstrapOptions, KubeletArgs, UserDataFormat};
+use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kerf::api::condition::types;
+use kerf::api::nodeclaim::{NodeClaimStatus, ResourceList};
+use kerf::api::{AmiFamily, EC2NodeClass, NodeClaim, NodePool};
+use kerf::catalog::{AllocatableSettings, CapacityType, InstanceType};
+use kerf::cloudprovider::{
+    BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, OfferingRef,
+    aws_provider_id, parse_aws_provider_id,
+};
+use kerf::labels;
+use kerf::resources::{Quantity, Resources};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Cluster facts and controller settings the provider needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AwsSettings {
+    pub cluster_name: String,
+    pub cluster_endpoint: String,
+    pub ca_bundle: Option<String>,
+    /// The service CIDR (AL2023 nodes need it).
+    pub cluster_cidr: Option<String>,
+    /// The cluster DNS service IP (kube-dns), unless the node class's kubelet sets one.
+    pub kube_dns_ip: Option<String>,
+    /// `1.31`-style version of the control plane, for AMI aliases.
+    pub kubernetes_version: String,
+    pub isolated_vpc: bool,
+    pub reserved_enis: u32,
+    pub vm_memory_overhead_percent: f64,
+}
+
+/// Where the provider reads EC2NodeClasses (the controller's informer cache).
+pub trait NodeClassStore: Send + Sync {
+    fn get(&self, name: &str) -> Option<EC2NodeClass>;
+}
+
+/// A [`NodeClassStore`] held in memory.
+#[derive(Default)]
+pub struct InMemoryNodeClasses {
+    classes: RwLock<HashMap<String, EC2NodeClass>>,
+}
+
+impl InMemoryNodeClasses {
+    pub fn put(&self, node_class: EC2NodeClass) {
+        self.classes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(node_class.name().to_owned(), node_class);
+    }
+}
+
+impl NodeClassStore for InMemoryNodeClasses {
+    fn get(&self, name: &str) -> Option<EC2NodeClass> {
+        self.classes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+}
+
+/// The AWS cloud provider and the providers it is built from.
+pub struct AwsCloudProvider {
+    pub settings: AwsSettings,
+    pub clients: AwsClients,
+    node_classes: Arc<dyn NodeClassStore>,
+    pub unavailable: Arc<dyn UnavailableOfferings>,
+    pub subnets: Arc<SubnetProvider>,
+    pub security_groups: Arc<SecurityGroupProvider>,
+    pub ssm: Arc<SsmProvider>,
+    pub amis: Arc<AmiProvider>,
+    pub instance_profiles: Arc<InstanceProfileProvider>,
+    pub pricing: Arc<PricingProvider>,
+    pub instance_types: Arc<InstanceTypeProvider>,
+    pub launch_templates: Arc<LaunchTemplateProvider>,
+    pub instances: Arc<InstanceProvider>,
+}
+
+fn api_error(err: ApiError) -> CloudProviderError {
+    if err.is_throttled() {
+        CloudProviderError::Throttled {
+            operation: err.operation.to_owned(),
+            message: err.message,
+        }
+    } else {
+        CloudProviderError::Other {
+            operation: err.operation.to_owned(),
+            message: err.code_and_message(),
+        }
+    }
+}
+
+fn instance_error(provider_id: &str, err: InstanceError) -> CloudProviderError {
+    match err {
+        InstanceError::NotFound(id) => CloudProviderError::NodeClaimNotFound {
+            provider_id: provider_id.to_owned(),
+            reason: format!("instance {id} does not exist or is terminated"),
+        },
+        InstanceError::Api(e) => api_error(e),
+        InstanceError::Batch(e) => CloudProviderError::Other {
+            operation: "EC2 batch".to_owned(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// A resource list for the API, without zero entries.
+fn resource_list(resources: &Resources) -> ResourceList {
+    resources
+        .iter()
+        .filter(|(_, q)| *q != Quantity::ZERO)
+        .map(|(name, q)| (name.to_owned(), K8sQuantity(q.to_string())))
+        .collect()
+}
+
+/// Labels kubelets may not set on themselves (`kubernetes.io` / `k8s.io` domains).
+fn is_restricted_label(key: &str) -> bool {
+    let Some((domain, _)) = key.split_once('/') else {
+        return false;
+    };
+    ["kubernetes.io", "k8s.io"]
+        .iter()
+        .any(|d| domain == *d || domain.ends_with(&format!(".{d}")))
+}
+
+impl AwsCloudProvider {
+    pub fn new(
+        clients: AwsClients,
+        settings: AwsSettings,
+        node_classes: Arc<dyn NodeClassStore>,
+        unavailable: Arc<dyn UnavailableOfferings>,
+    ) -> Self {
+        let ssm = Arc::new(SsmProvider::new(clients.ssm.clone()));
+        let pricing = Arc::new(PricingProvider::new(
+            clients.pricing.clone(),
+            clients.ec2.clone(),
+            &clients.region,
+            settings.isolated_vpc,
+        ));
+        Self {
+            subnets: Arc::new(SubnetProvider::new(clients.ec2.clone())),
+            security_groups: Arc::new(SecurityGroupProvider::new(clients.ec2.clone())),
+            amis: Arc::new(AmiProvider::new(clients.ec2.clone(), ssm.clone())),
+            instance_profiles: Arc::new(InstanceProfileProvider::new(
+                clients.iam.clone(),
+                &settings.cluster_name,
+                &clients.region,
+            )),
+            instance_types: Arc::new(InstanceTypeProvider::new(
+                clients.ec2.clone(),
+                &clients.region,
+                pricing.clone(),
+                unavailable.clone(),
+            )),
+            launch_templates: Arc::new(LaunchTemplateProvider::new(
+                clients.ec2.clone(),
+                &settings.cluster_name,
+            )),
+            instances: Arc::new(InstanceProvider::new(
+                clients.ec2.clone(),
+                &settings.cluster_name,
+            )),
+            ssm,
+            pricing,
+            node_classes,
+            unavailable,
+            settings,
+            clients,
+        }
+    }
+
+    /// The resolver of EC2NodeClass statuses, sharing this provider's caches.
+    pub fn node_class_resolver(&self) -> NodeClassResolver {
+        NodeClassResolver {
+            subnets: self.subnets.clone(),
+            security_groups: self.security_groups.clone(),
+            amis: self.amis.clone(),
+            instance_profiles: self.instance_profiles.clone(),
+            kubernetes_version: self.settings.kubernetes_version.clone(),
+        }
+    }
+
+    /// Deletes what kerf created for a deleted EC2NodeClass: its launch templates and the
+    /// instance profile it managed.
+    pub async fn delete_node_class_resources(&self, node_class: &str) -> Result<(), ApiError> {
+        self.launch_templates.delete_all(node_class).await?;
+        self.instance_profiles.delete(node_class).await
+    }
+
+    /// Terminates instances of this cluster that no NodeClaim (by providerID) accounts for
+    /// and that are older than 30 seconds.
+    pub async fn garbage_collect(&self, known_provider_ids: &[String]) -> CloudResult<Vec<String>> {
+        let known: HashSet<String> = known_provider_ids
+            .iter()
+            .filter_map(|p| {
+                parse_aws_provider_id(p)
+                    .ok()
+                    .map(|id| id.instance_id.to_owned())
+            })
+            .collect();
+        self.instances
+            .garbage_collect(&known, crate::instance::GARBAGE_COLLECTION_MIN_AGE)
+            .await
+            .map_err(|e| instance_error("", e))
+    }
+
+    /// Tags a registered node's instance with its node name (`Name`), NodeClaim and cluster.
+    pub async fn tag_registered(&self, node_claim: &NodeClaim) -> CloudResult<()> {
+        let provider_id = node_claim.provider_id().unwrap_or_default();
+        let id = parse_aws_provider_id(provider_id)?;
+        let node_name = node_claim
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default();
+        let wanted = self
+            .instances
+            .registration_tags(node_name, node_claim.name());
+        self.instances
+            .tag(id.instance_id, &wanted)
+            .await
+            .map_err(|e| instance_error(provider_id, e))
+    }
+
+    fn ready_node_class(&self, name: &str) -> CloudResult<EC2NodeClass> {
+        let not_ready = |reason: String| CloudProviderError::NodeClassNotReady {
+            node_class: name.to_owned(),
+            reason,
+        };
+        let nc = self
+            .node_classes
+            .get(name)
+            .ok_or_else(|| not_ready("EC2NodeClass not found".to_owned()))?;
+        if !nc.is_condition_true(types::READY) {
+            let message = nc
+                .conditions()
+                .iter()
+                .find(|c| c.type_ == types::READY)
+                .map(|c| c.message.clone())
+                .unwrap_or_else(|| "status not resolved yet".to_owned());
+            return Err(not_ready(format!("Ready is not True: {message}")));
+        }
+        Ok(nc)
+    }
+
+    fn allocatable_settings(&self, nc: &EC2NodeClass) -> CloudResult<AllocatableSettings> {
+        AllocatableSettings::for_node_class(
+            nc,
+            self.settings.reserved_enis,
+            self.settings.vm_memory_overhead_percent,
+        )
+        .map_err(|e| CloudProviderError::NodeClassNotReady {
+            node_class: nc.name().to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn scope(nc: &EC2NodeClass) -> LaunchScope {
+        LaunchScope::from_subnets(
+            nc.status
+                .iter()
+                .flat_map(|s| s.subnets.iter())
+                .map(|s| (s.zone.as_str(), s.id.as_str())),
+        )
+    }
+
+    fn types_for(&self, nc: &EC2NodeClass) -> CloudResult<Vec<InstanceType>> {
+        let settings = self.allocatable_settings(nc)?;
+        Ok(self.instance_types.list(&settings, &Self::scope(nc)))
+    }
+
+    async fn launch(&self, claim: &NodeClaim) -> CloudResult<NodeClaim> {
+        let claim_name = claim.name().to_owned();
+        let nc = self.ready_node_class(&claim.node_class_ref().name)?;
+        let launch_failed = |reason: &str, message: String| CloudProviderError::LaunchFailed {
+            node_claim: claim_name.clone(),
+            reason: reason.to_owned(),
+            message,
+        };
+        let reqs = claim_requirements(claim)
+            .map_err(|e| launch_failed("InvalidRequirements", e.to_string()))?;
+        let requests = claim_requests(claim)
+            .map_err(|e| launch_failed("InvalidResourceRequests", e.to_string()))?;
+        let types = self.types_for(&nc)?;
+        let insufficient = |offerings: Vec<OfferingRef>| CloudProviderError::InsufficientCapacity {
+            node_claim: claim_name.clone(),
+            offerings,
+        };
+        let selection = select(&types, &reqs, &requests).ok_or_else(|| insufficient(Vec::new()))?;
+        let capacity_type = selection.capacity_type;
+        let chosen: Vec<&InstanceType> = selection
+            .instance_types
+            .into_iter()
+            .take(MAX_INSTANCE_TYPES)
+            .collect();
+
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (request, reserved) = self
+                .fleet_request(&nc, claim, &chosen, capacity_type, &reqs)
+                .await?;
+            if request.configs.is_empty() {
+                return Err(insufficient(Vec::new()));
+            }
+            let outcome = match self.instances.launch(request.clone(), &claim_name).await {
+                Ok(outcome) => outcome,
+                Err(InstanceError::Api(e)) if e.is_launch_template_not_found() && attempt == 1 => {
+                    for cfg in &request.configs {
+                        self.launch_templates.invalidate(&cfg.launch_template);
+                    }
+                    continue;
+                }
+                Err(InstanceError::Api(e)) => {
+                    let why = launch_failure_reason(&e.code_and_message());
+                    return Err(launch_failed(why.reason, format!("{}: {}", why.message, e)));
+                }
+                Err(e) => return Err(instance_error("", e)),
+            };
+            let (marked, spot_blocked) = record_fleet_errors(
+                &outcome.errors,
+                capacity_type.as_str(),
+                &claim_name,
+                &*self.unavailable,
+            );
+            for (subnet, ips) in &reserved {
+                let used = outcome
+                    .instance
+                    .as_ref()
+                    .and_then(|i| i.subnet_id.as_deref())
+                    .is_some_and(|s| s == subnet);
+                if !used {
+                    self.subnets.release_reserved(subnet, *ips);
+                }
+            }
+            for err in &outcome.errors {
+                if err.code == crate::errors::codes::INSUFFICIENT_FREE_ADDRESSES
+                    && let Some(subnet) = &err.subnet_id
+                {
+                    self.subnets.mark_exhausted(subnet);
+                }
+            }
+            let Some(instance) = outcome.instance else {
+                if spot_blocked {
+                    return Err(launch_failed(
+                        "SpotSLRCreationFailed",
+                        crate::errors::spot_service_linked_role_message(&claim_name),
+                    ));
+                }
+                let offerings = marked
+                    .into_iter()
+                    .map(|(t, z)| OfferingRef::new(capacity_type.as_str(), &t, &z))
+                    .collect();
+                return Err(insufficient(offerings));
+            };
+            let types_by_name: HashMap<&str, &InstanceType> =
+                chosen.iter().map(|t| (t.name.as_str(), *t)).collect();
+            let it = types_by_name.get(instance.instance_type.as_str()).copied();
+            return Ok(self.launched_claim(claim, &nc, it, &instance, capacity_type));
+        }
+    }
+
+    /// The CreateFleet request for a launch, and the addresses reserved per subnet.
+    async fn fleet_request(
+        &self,
+        nc: &EC2NodeClass,
+        claim: &NodeClaim,
+        chosen: &[&InstanceType],
+        capacity_type: CapacityType,
+        reqs: &kerf::requirements::Requirements,
+    ) -> CloudResult<(FleetRequest, Vec<(String, i32)>)> {
+        let status = nc.status.clone().unwrap_or_default();
+        let node_pool = claim.nodepool_name().unwrap_or_default().to_owned();
+        let tags = tags::launch_tags(
+            &self.settings.cluster_name,
+            &node_pool,
+            nc.name(),
+            &nc.spec.tags,
+        );
+        let mut candidates = Vec::new();
+        let mut templates: HashMap<(String, i64), String> = HashMap::new();
+        for it in chosen {
+            let Some(ami) = drift::ami_for(&status.amis, &it.labels) else {
+                continue;
+            };
+            let max_pods = it.capacity.pods().value();
+            let key = (ami.id.clone(), max_pods);
+            if !templates.contains_key(&key) {
+                let config =
+                    self.template_config(nc, claim, &ami.id, max_pods, capacity_type, &tags)?;
+                let lt = self.launch_templates.ensure(&config).await.map_err(|e| {
+                    let why = launch_failure_reason(&e.code_and_message());
+                    CloudProviderError::LaunchFailed {
+                        node_claim: claim.name().to_owned(),
+                        reason: why.reason.to_owned(),
+                        message: format!("getting launch templates: {e}"),
+                    }
+                })?;
+                templates.insert(key.clone(), lt.name);
+            }
+            for o in it
+                .offerings
+                .iter()
+                .filter(|o| o.capacity_type == capacity_type && offering_allowed(reqs, o))
+            {
+                candidates.push(LaunchCandidate {
+                    instance_type: it.name.clone(),
+                    zone: o.zone.clone(),
+                    price: o.price,
+                    launch_template: templates[&key].clone(),
+                    image_id: ami.id.clone(),
+                });
+            }
+        }
+        let subnet_candidates: Vec<SubnetInfo> = status
+            .subnets
+            .iter()
+            .map(|s| SubnetInfo {
+                id: s.id.clone(),
+                zone: s.zone.clone(),
+                zone_id: s.zone_id.clone(),
+                vpc_id: None,
+                available_ip_count: 0,
+                tags: BTreeMap::new(),
+            })
+            .collect();
+        let min_pods = chosen
+            .iter()
+            .map(|t| t.capacity.pods().value())
+            .min()
+            .unwrap_or(0);
+        let reserve = i32::try_from(min_pods).unwrap_or(i32::MAX);
+        let zonal = self
+            .subnets
+            .zonal_subnets_for_launch(&subnet_candidates, |_| reserve);
+        let reserved = zonal.values().map(|s| (s.id.clone(), reserve)).collect();
+        let request = FleetRequest {
+            capacity_type: capacity_type.as_str().to_owned(),
+            configs: launch_configs(&candidates, &zonal, MAX_INSTANCE_TYPES),
+            tags,
+            context: nc.spec.context.clone(),
+        };
+        Ok((request, reserved))
+    }
+
+    fn template_config(
+        &self,
+        nc: &EC2NodeClass,
+        claim: &NodeClaim,
+        ami_id: &str,
+        max_pods: i64,
+        capacity_type: CapacityType,
+        tags: &BTreeMap<String, String>,
+    ) -> CloudResult<LaunchTemplateConfig> {
+        let opts = self.bootstrap_options(nc, claim, max_pods, capacity_type);
+        let format = match nc.ami_family() {
+            AmiFamily::Al2 => UserDataFormat::Al2,
+            AmiFamily::Al2023 => UserDataFormat::Al2023,
+            AmiFamily::Bottlerocket => UserDataFormat::Bottlerocket,
+            AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025 => {
+                UserDataFormat::Windows
+            }
+            AmiFamily::Custom => UserDataFormat::Custom,
+        };
+        let user_data =
+            userdata::render(format, &opts).map_err(|e| CloudProviderError::NodeClassNotReady {
+                node_class: nc.name().to_owned(),
+                reason: e.to_string(),
+            })?;
+        let status = nc.status.clone().unwrap_or_default();
+        let metadata = &nc.spec.metadata_options;
+        let word = |v: serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        Ok(LaunchTemplateConfig {
+            node_class: nc.name().to_owned(),
+            ami_id: ami_id.to_owned(),
+            user_data,
+            security_group_ids: status
+                .security_groups
+                .iter()
+                .map(|g| g.id.clone())
+                .collect(),
+            instance_profile: status.instance_profile.clone(),
+            block_device_mappings: nc
+                .effective_block_device_mappings()
+                .iter()
+                .filter_map(block_device)
+                .collect(),
+            metadata: MetadataSpec {
+                http_endpoint: word(serde_json::json!(metadata.http_endpoint)),
+                http_protocol_ipv6: word(serde_json::json!(metadata.http_protocol_ipv6)),
+                http_put_response_hop_limit: i32::try_from(metadata.http_put_response_hop_limit)
+                    .unwrap_or(1),
+                http_tokens: word(serde_json::json!(metadata.http_tokens)),
+            },
+            detailed_monitoring: nc.spec.detailed_monitoring.unwrap_or(false),
+            associate_public_ip_address: nc.spec.associate_public_ip_address,
+            ipv6: opts.is_ipv6(),
+            capacity_type: capacity_type.as_str().to_owned(),
+            tags: tags.clone(),
+        })
+    }
+
+    fn bootstrap_options(
+        &self,
+        nc: &EC2NodeClass,
+        claim: &NodeClaim,
+        max_pods: i64,
+        capacity_type: CapacityType,
+    ) -> BootstrapOptions {
+        let mut node_labels: BTreeMap<String, String> = claim
+            .metadata
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| !is_restricted_label(k))
+            .collect();
+        node_labels.insert(
+            labels::CAPACITY_TYPE.to_owned(),
+            capacity_type.as_str().to_owned(),
+        );
+        if nc.ami_family() != AmiFamily::Custom {
+            node_labels.insert(
+                "karpenter.sh/do-not-sync-taints".to_owned(),
+                "true".to_owned(),
+            );
+        }
+        let mut taints: Vec<Taint> = claim
+            .taints()
+            .iter()
+            .chain(claim.startup_taints())
+            .cloned()
+            .collect();
+        if !taints
+            .iter()
+            .any(|t| t.key == labels::UNREGISTERED_TAINT && t.effect == "NoExecute")
+        {
+            taints.push(Taint {
+                key: labels::UNREGISTERED_TAINT.to_owned(),
+                value: None,
+                effect: "NoExecute".to_owned(),
+                time_added: None,
+            });
+        }
+        BootstrapOptions {
+            cluster_name: self.settings.cluster_name.clone(),
+            cluster_endpoint: self.settings.cluster_endpoint.clone(),
+            cluster_cidr: self.settings.cluster_cidr.clone(),
+            ca_bundle: self.settings.ca_bundle.clone(),
+            kubelet: self.kubelet_args(nc, max_pods),
+            taints,
+            labels: node_labels,
+            custom_user_data: nc.spec.user_data.clone(),
+            instance_store_raid0: nc.spec.instance_store_policy.is_some(),
+        }
+    }
+
+    fn kubelet_args(&self, nc: &EC2NodeClass, max_pods: i64) -> KubeletArgs {
+        let k = nc.kubelet().cloned().unwrap_or_default();
+        let cluster_dns = if k.cluster_dns.is_empty() {
+            self.settings.kube_dns_ip.iter().cloned().collect()
+        } else {
+            k.cluster_dns.clone()
+        };
+        KubeletArgs {
+            cluster_dns,
+            max_pods: k.max_pods.or_else(|| i32::try_from(max_pods).ok()),
+            pods_per_core: k.pods_per_core,
+            system_reserved: k.system_reserved.clone(),
+            kube_reserved: k.kube_reserved.clone(),
+            eviction_hard: k.eviction_hard.clone(),
+            eviction_soft: k.eviction_soft.clone(),
+            eviction_soft_grace_period: k.eviction_soft_grace_period.clone(),
+            eviction_max_pod_grace_period: k.eviction_max_pod_grace_period,
+            image_gc_high_threshold_percent: k.image_gc_high_threshold_percent,
+            image_gc_low_threshold_percent: k.image_gc_low_threshold_percent,
+            cpu_cfs_quota: k.cpu_cfs_quota,
+            extra: k.other.clone(),
+        }
+    }
+
+    /// The NodeClaim hydrated with what was launched.
+    fn launched_claim(
+        &self,
+        claim: &NodeClaim,
+        nc: &EC2NodeClass,
+        it: Option<&InstanceType>,
+        instance: &crate::fleet::FleetInstance,
+        capacity_type: CapacityType,
+    ) -> NodeClaim {
+        let mut launched = claim.clone();
+        let mut node_labels = it.map(|t| t.labels.clone()).unwrap_or_default();
+        node_labels.insert(
+            labels::INSTANCE_TYPE.to_owned(),
+            instance.instance_type.clone(),
+        );
+        node_labels.insert(labels::ZONE.to_owned(), instance.zone.clone());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.to_owned(),
+            capacity_type.as_str().to_owned(),
+        );
+        if let Some(o) = it.and_then(|t| t.offerings.iter().find(|o| o.zone == instance.zone)) {
+            node_labels.insert(labels::ZONE_ID.to_owned(), o.zone_id.clone());
+        }
+        node_labels.extend(claim.metadata.labels.clone().unwrap_or_default());
+        launched.metadata.labels = Some(node_labels);
+        let mut annotations = claim.metadata.annotations.clone().unwrap_or_default();
+        for key in [labels::EC2NODECLASS_HASH, drift::HASH_VERSION_ANNOTATION] {
+            if let Some(v) = nc.metadata.annotations.as_ref().and_then(|a| a.get(key)) {
+                annotations.insert(key.to_owned(), v.clone());
+            }
+        }
+        launched.metadata.annotations = Some(annotations);
+        let mut status = launched.status.take().unwrap_or_default();
+        status.provider_id = Some(aws_provider_id(&instance.zone, &instance.instance_id));
+        status.image_id = instance.image_id.clone();
+        if let Some(t) = it {
+            status.capacity = resource_list(&t.capacity);
+            status.allocatable = resource_list(&t.allocatable());
+        }
+        launched.status = Some(status);
+        launched
+    }
+
+    /// The NodeClaim a live instance stands for.
+    fn instance_claim(&self, instance: &Instance) -> NodeClaim {
+        let it = self
+            .instance_types
+            .list(&AllocatableSettings::default(), &LaunchScope::default())
+            .into_iter()
+            .find(|t| t.name == instance.instance_type);
+        let mut node_labels = it.as_ref().map(|t| t.labels.clone()).unwrap_or_default();
+        node_labels.insert(
+            labels::INSTANCE_TYPE.to_owned(),
+            instance.instance_type.clone(),
+        );
+        node_labels.insert(labels::ZONE.to_owned(), instance.zone.clone());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.to_owned(),
+            instance.capacity_type.clone(),
+        );
+        if let Some(zone_id) = &instance.zone_id {
+            node_labels.insert(labels::ZONE_ID.to_owned(), zone_id.clone());
+        }
+        if let Some(pool) = instance.tags.get(tags::NODEPOOL) {
+            node_labels.insert(labels::NODEPOOL.to_owned(), pool.clone());
+        }
+        let spec: kerf::api::NodeClaimSpec = serde_json::from_value(serde_json::json!({
+            "requirements": [],
+            "nodeClassRef": {
+                "group": labels::AWS_GROUP,
+                "kind": "EC2NodeClass",
+                "name": instance.tags.get(tags::EC2NODECLASS).cloned().unwrap_or_default(),
+            },
+        }))
+        .expect("a minimal NodeClaim spec always deserialises");
+        let name = instance
+            .tags
+            .get(tags::NODECLAIM)
+            .map_or("", String::as_str);
+        let mut claim = NodeClaim::new(name, spec);
+        claim.metadata.labels = Some(node_labels);
+        claim.metadata.creation_timestamp = instance
+            .launch_time
+            .and_then(|t| k8s_openapi::jiff::Timestamp::try_from(t).ok())
+            .map(Time);
+        if instance.state == "shutting-down" {
+            claim.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        }
+        claim.status = Some(NodeClaimStatus {
+            provider_id: Some(aws_provider_id(&instance.zone, &instance.id)),
+            image_id: instance.image_id.clone(),
+            capacity: it
+                .as_ref()
+                .map(|t| resource_list(&t.capacity))
+                .unwrap_or_default(),
+            allocatable: it
+                .as_ref()
+                .map(|t| resource_list(&t.allocatable()))
+                .unwrap_or_default(),
+            ..NodeClaimStatus::default()
+        });
+        claim
+    }
+
+    async fn drifted(&self, claim: &NodeClaim) -> CloudResult<Option<DriftReason>> {
+        let Some(provider_id) = claim.provider_id() else {
+            return Ok(None);
+        };
+        let Some(nc) = self.node_classes.get(&claim.node_class_ref().name) else {
+            return Ok(None);
+        };
+        if !nc.is_condition_true(types::READY) {
+            return Ok(None);
+        }
+        let id = parse_aws_provider_id(provider_id)?;
+        let instance = self
+            .instances
+            .get(id.instance_id)
+            .await
+            .map_err(|e| instance_error(provider_id, e))?;
+        let type_labels = self
+            .types_for(&nc)?
+            .into_iter()
+            .find(|t| t.name == instance.instance_type)
+            .map(|t| t.labels)
+            .unwrap_or_default();
+        let status = nc.status.clone().unwrap_or_default();
+        let empty = BTreeMap::new();
+        let subnet_ids: Vec<String> = status.subnets.iter().map(|s| s.id.clone()).collect();
+        let group_ids: Vec<String> = status
+            .security_groups
+            .iter()
+            .map(|g| g.id.clone())
+            .collect();
+        let image_id = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.image_id.clone())
+            .or(instance.image_id.clone());
+        let inputs = DriftInputs {
+            node_class_annotations: nc.metadata.annotations.as_ref().unwrap_or(&empty),
+            node_claim_annotations: claim.metadata.annotations.as_ref().unwrap_or(&empty),
+            image_id: image_id.as_deref(),
+            instance_type_labels: &type_labels,
+            status_amis: &status.amis,
+            subnet_id: instance.subnet_id.as_deref(),
+            status_subnet_ids: &subnet_ids,
+            security_group_ids: &instance.security_group_ids,
+            status_security_group_ids: &group_ids,
+        };
+        Ok(drift::drift_reason(&inputs).map(DriftReason::new))
+    }
+
+    /// Background upkeep until dropped: refreshes instance types, offerings and prices at
+    /// start and every `refresh_interval` (12 hours upstream), and deletes launch templates
+    /// unused for their TTL every minute.
+    pub async fn run_upkeep(self: Arc<Self>, refresh_interval: Duration) {
+        let mut refresh = tokio::time::interval(refresh_interval);
+        let mut evict = tokio::time::interval(crate::launchtemplate::LAUNCH_TEMPLATE_TTL);
+        loop {
+            tokio::select! {
+                _ = refresh.tick() => self.instance_types.refresh().await,
+                _ = evict.tick() => {
+                    if let Err(e) = self.launch_templates.evict_expired().await {
+                        tracing::warn!(error = %e, "deleting unused launch templates failed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn block_device(m: &kerf::api::BlockDeviceMapping) -> Option<BlockDeviceSpec> {
+    let ebs = m.ebs.as_ref();
+    let gib = ebs
+        .and_then(|e| e.volume_size.as_ref())
+        .and_then(|q| Quantity::parse(&q.0).ok())
+        .map(|q| {
+            let bytes = q.as_approximate_f64();
+            (bytes / f64::from(1u32 << 30)).ceil() as i32
+        });
+    Some(BlockDeviceSpec {
+        device_name: m.device_name.clone()?,
+        delete_on_termination: ebs.and_then(|e| e.delete_on_termination),
+        encrypted: ebs.and_then(|e| e.encrypted),
+        iops: ebs.and_then(|e| e.iops).and_then(|v| i32::try_from(v).ok()),
+        kms_key_id: ebs.and_then(|e| e.kms_key_id.clone()),
+        snapshot_id: ebs.and_then(|e| e.snapshot_id.clone()),
+        throughput: ebs
+            .and_then(|e| e.throughput)
+            .and_then(|v| i32::try_from(v).ok()),
+        volume_size_gib: gib,
+        volume_type: ebs
+            .and_then(|e| e.volume_type)
+            .and_then(|t| serde_json::to_value(t).ok())
+            .and_then(|v| v.as_str().map(str::to_owned)),
+    })
+}
+
+impl CloudProvider for AwsCloudProvider {
+    fn name(&self) -> &str {
+        "aws"
+    }
+
+    fn create<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<NodeClaim>> {
+        Box::pin(self.launch(node_claim))
+    }
+
+    fn delete<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
+        Box::pin(async move {
+            let provider_id =
+                node_claim
+                    .provider_id()
+                    .ok_or_else(|| CloudProviderError::InvalidProviderId {
+                        provider_id: String::new(),
+                        reason: format!("nodeclaim {} has no status.providerID", node_claim.name()),
+                    })?;
+            let id = parse_aws_provider_id(provider_id)?;
+            self.instances
+                .terminate(id.instance_id)
+                .await
+                .map_err(|e| instance_error(provider_id, e))
+        })
+    }
+
+    fn get<'a>(&'a self, provider_id: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>> {
+        Box::pin(async move {
+            let id = parse_aws_provider_id(provider_id)?;
+            let instance = self
+                .instances
+                .get(id.instance_id)
+                .await
+                .map_err(|e| instance_error(provider_id, e))?;
+            Ok(self.instance_claim(&instance))
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {
+        Box::pin(async move {
+            let instances = self
+                .instances
+                .list()
+                .await
+                .map_err(|e| instance_error("", e))?;
+            Ok(instances.iter().map(|i| self.instance_claim(i)).collect())
+        })
+    }
+
+    fn get_instance_types<'a>(
+        &'a self,
+        node_pool: &'a NodePool,
+    ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
+        Box::pin(async move {
+            let Some(nc) = self.node_classes.get(&node_pool.node_class_ref().name) else {
+                return Ok(Vec::new());
+            };
+            if !nc.is_condition_true(types::READY) {
+                return Ok(Vec::new());
+            }
+            Ok(self.types_for(&nc)?.into_iter().map(Arc::new).collect())
+        })
+    }
+
+    fn is_drifted<'a>(
+        &'a self,
+        node_claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
+        Box::pin(self.drifted(node_claim))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelets_may_not_set_kubernetes_io_labels() {
+        assert!(is_restricted_label("topology.kubernetes.io/zone"));
+        assert!(is_restricted_label("node.kubernetes.io/instance-type"));
+        assert!(is_restricted_label("kubernetes.io/arch"));
+        assert!(is_restricted_label("k8s.io/x"));
+        assert!(!is_restricted_label("karpenter.k8s.aws/instance-family"));
+        assert!(!is_restricted_label("karpenter.sh/nodepool"));
+        assert!(!is_restricted_label("team"));
+    }
+
+    #[test]
+    fn throttling_maps_to_throttled() {
+        let err = api_error(ApiError {
+            operation: "CreateFleet",
+            code: Some("RequestLimitExceeded".into()),
+            message: "slow down".into(),
+        });
+        assert!(matches!(err, CloudProviderError::Throttled { .. }));
+        assert!(err.is_retryable());
+    }
+}

@@ -1,0 +1,339 @@
+//! EC2 instances launched for NodeClaims: launch through the CreateFleet batcher, describe
+//! and terminate through batchers of their own (so many NodeClaims' calls become one), list
+//! by the cluster's tags, tag after registration, and garbage-collect instances whose
+//! NodeClaim no longer exists. Only live instances count: pending, running, stopping,
+//! stopped and shutting-down.
+
+use crate::batcher::{
+    Batcher, BoxFuture, CREATE_FLEET_WINDOW, DESCRIBE_INSTANCES_WINDOW, Executor,
+    TERMINATE_INSTANCES_WINDOW,
+};
+use crate::errors::ApiError;
+use crate::fleet::{self, FleetOutcome, FleetRequest};
+use crate::selectors::filter;
+use crate::tags;
+use aws_sdk_ec2::types::Filter;
+use kerf::labels::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use thiserror::Error;
+
+/// Instances younger than this are never garbage-collected: their NodeClaim may not have
+/// been written yet.
+pub const GARBAGE_COLLECTION_MIN_AGE: Duration = Duration::from_secs(30);
+
+const LIVE_STATES: [&str; 5] = ["pending", "running", "stopping", "stopped", "shutting-down"];
+
+/// An EC2 instance as the provider sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Instance {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub zone_id: Option<String>,
+    pub state: String,
+    pub image_id: Option<String>,
+    pub subnet_id: Option<String>,
+    pub security_group_ids: Vec<String>,
+    pub capacity_type: String,
+    pub tags: BTreeMap<String, String>,
+    pub launch_time: Option<SystemTime>,
+}
+
+/// Why an instance call failed.
+#[derive(Clone, Debug, Error, PartialEq)]
+pub enum InstanceError {
+    #[error("instance {0} not found")]
+    NotFound(String),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("{0}")]
+    Batch(#[from] crate::batcher::BatchError),
+}
+
+type DescribeResult = Result<Option<Instance>, ApiError>;
+type TerminateResult = Result<(), ApiError>;
+
+/// Launches, finds and removes instances.
+pub struct InstanceProvider {
+    ec2: aws_sdk_ec2::Client,
+    cluster_name: String,
+    fleet: Batcher<FleetRequest, String, Result<FleetOutcome, ApiError>>,
+    describe: Batcher<(), String, DescribeResult>,
+    terminate: Batcher<(), String, TerminateResult>,
+}
+
+impl InstanceProvider {
+    pub fn new(ec2: aws_sdk_ec2::Client, cluster_name: &str) -> Self {
+        Self {
+            fleet: Batcher::new(CREATE_FLEET_WINDOW, fleet::executor(ec2.clone())),
+            describe: Batcher::new(DESCRIBE_INSTANCES_WINDOW, describe_executor(ec2.clone())),
+            terminate: Batcher::new(TERMINATE_INSTANCES_WINDOW, terminate_executor(ec2.clone())),
+            cluster_name: cluster_name.to_owned(),
+            ec2,
+        }
+    }
+
+    /// Launches one instance for `node_claim` (batched with identical requests).
+    pub async fn launch(
+        &self,
+        request: FleetRequest,
+        node_claim: &str,
+    ) -> Result<FleetOutcome, InstanceError> {
+        Ok(self.fleet.add(request, node_claim.to_owned()).await??)
+    }
+
+    /// The live instance `id`.
+    pub async fn get(&self, id: &str) -> Result<Instance, InstanceError> {
+        self.describe
+            .add((), id.to_owned())
+            .await??
+            .ok_or_else(|| InstanceError::NotFound(id.to_owned()))
+    }
+
+    /// Every live instance this cluster launched for a NodePool.
+    pub async fn list(&self) -> Result<Vec<Instance>, InstanceError> {
+        let filters = vec![
+            filter("tag-key", [tags::NODEPOOL.to_owned()]),
+            filter("tag-key", [tags::EC2NODECLASS.to_owned()]),
+            filter(
+                &format!("tag:{}", tags::EKS_CLUSTER_NAME),
+                [self.cluster_name.clone()],
+            ),
+            state_filter(),
+        ];
+        Ok(describe_pages(&self.ec2, None, filters).await?)
+    }
+
+    /// Terminates instance `id`; `NotFound` once it is gone, `Ok` while it shuts down.
+    pub async fn terminate(&self, id: &str) -> Result<(), InstanceError> {
+        let instance = self.get(id).await?;
+        if instance.state == "shutting-down" {
+            return Ok(());
+        }
+        self.terminate.add((), id.to_owned()).await??;
+        Ok(())
+    }
+
+    /// Adds `tags` the instance does not already carry.
+    pub async fn tag(
+        &self,
+        id: &str,
+        wanted: &BTreeMap<String, String>,
+    ) -> Result<(), InstanceError> {
+        let instance = self.get(id).await?;
+        let missing: BTreeMap<String, String> = wanted
+            .iter()
+            .filter(|(k, v)| instance.tags.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.ec2
+            .create_tags()
+            .resources(id)
+            .set_tags(Some(tags::to_ec2(&missing)))
+            .send()
+            .await
+            .map_err(|e| {
+                let err = ApiError::from_sdk("CreateTags", e);
+                if err.is_not_found() {
+                    InstanceError::NotFound(id.to_owned())
+                } else {
+                    InstanceError::Api(err)
+                }
+            })?;
+        Ok(())
+    }
+
+    /// The tags an instance gets once its node registered: `Name` = node name, its
+    /// NodeClaim and the cluster.
+    pub fn registration_tags(&self, node_name: &str, node_claim: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (tags::NAME.to_owned(), node_name.to_owned()),
+            (tags::NODECLAIM.to_owned(), node_claim.to_owned()),
+            (tags::EKS_CLUSTER_NAME.to_owned(), self.cluster_name.clone()),
+        ])
+    }
+
+    /// Terminates the cluster's instances that no NodeClaim accounts for (ids not in
+    /// `known`) and that are older than `min_age`; returns the terminated ids.
+    pub async fn garbage_collect(
+        &self,
+        known: &HashSet<String>,
+        min_age: Duration,
+    ) -> Result<Vec<String>, InstanceError> {
+        let now = SystemTime::now();
+        let mut leaked: Vec<String> = self
+            .list()
+            .await?
+            .into_iter()
+            .filter(|i| !known.contains(&i.id) && i.state != "shutting-down")
+            .filter(|i| {
+                i.launch_time
+                    .and_then(|t| now.duration_since(t).ok())
+                    .is_some_and(|age| age >= min_age)
+            })
+            .map(|i| i.id)
+            .collect();
+        leaked.sort();
+        for id in &leaked {
+            tracing::info!(
+                instance_id = id,
+                "garbage collecting instance with no nodeclaim"
+            );
+            match self.terminate.add((), id.clone()).await? {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(leaked)
+    }
+}
+
+fn state_filter() -> Filter {
+    filter(
+        "instance-state-name",
+        LIVE_STATES.iter().map(|s| (*s).to_owned()),
+    )
+}
+
+async fn describe_pages(
+    ec2: &aws_sdk_ec2::Client,
+    ids: Option<Vec<String>>,
+    filters: Vec<Filter>,
+) -> Result<Vec<Instance>, ApiError> {
+    let mut pages = ec2
+        .describe_instances()
+        .set_instance_ids(ids)
+        .set_filters(Some(filters))
+        .into_paginator()
+        .send();
+    let mut found = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| ApiError::from_sdk("DescribeInstances", e))?;
+        for reservation in page.reservations() {
+            found.extend(reservation.instances().iter().filter_map(instance_of));
+        }
+    }
+    Ok(found)
+}
+
+fn describe_executor(ec2: aws_sdk_ec2::Client) -> Executor<(), String, DescribeResult> {
+    Arc::new(
+        move |(), ids: Vec<String>| -> BoxFuture<Vec<DescribeResult>> {
+            let ec2 = ec2.clone();
+            Box::pin(async move {
+                let unique: Vec<String> = ids
+                    .iter()
+                    .cloned()
+                    .collect::<HashSet<_>>()
+                    .into_iter()
+                    .collect();
+                match describe_pages(&ec2, Some(unique), vec![state_filter()]).await {
+                    Ok(found) => {
+                        let by_id: HashMap<String, Instance> =
+                            found.into_iter().map(|i| (i.id.clone(), i)).collect();
+                        ids.iter().map(|id| Ok(by_id.get(id).cloned())).collect()
+                    }
+                    // One unknown id fails the whole call: ask for each id on its own.
+                    Err(e) if e.is_not_found() && ids.len() > 1 => {
+                        let mut results = Vec::with_capacity(ids.len());
+                        for id in &ids {
+                            results.push(describe_one(&ec2, id).await);
+                        }
+                        results
+                    }
+                    Err(e) if e.is_not_found() => vec![Ok(None)],
+                    Err(e) => vec![Err(e); ids.len()],
+                }
+            })
+        },
+    )
+}
+
+async fn describe_one(ec2: &aws_sdk_ec2::Client, id: &str) -> DescribeResult {
+    match describe_pages(ec2, Some(vec![id.to_owned()]), vec![state_filter()]).await {
+        Ok(found) => Ok(found.into_iter().next()),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn terminate_executor(ec2: aws_sdk_ec2::Client) -> Executor<(), String, TerminateResult> {
+    Arc::new(
+        move |(), ids: Vec<String>| -> BoxFuture<Vec<TerminateResult>> {
+            let ec2 = ec2.clone();
+            Box::pin(async move {
+                let unique: Vec<String> = ids
+                    .iter()
+                    .cloned()
+                    .collect::<HashSet<_>>()
+                    .into_iter()
+                    .collect();
+                match terminate_call(&ec2, unique).await {
+                    Ok(()) => vec![Ok(()); ids.len()],
+                    Err(_) if ids.len() > 1 => {
+                        let mut results = Vec::with_capacity(ids.len());
+                        for id in &ids {
+                            results.push(terminate_call(&ec2, vec![id.clone()]).await);
+                        }
+                        results
+                    }
+                    Err(e) => vec![Err(e)],
+                }
+            })
+        },
+    )
+}
+
+async fn terminate_call(ec2: &aws_sdk_ec2::Client, ids: Vec<String>) -> TerminateResult {
+    ec2.terminate_instances()
+        .set_instance_ids(Some(ids))
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| ApiError::from_sdk("TerminateInstances", e))
+}
+
+fn instance_of(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
+    let placement = i.placement();
+    Some(Instance {
+        id: i.instance_id()?.to_owned(),
+        instance_type: i
+            .instance_type()
+            .map(|t| t.as_str().to_owned())
+            .unwrap_or_default(),
+        zone: placement
+            .and_then(|p| p.availability_zone())
+            .unwrap_or_default()
+            .to_owned(),
+        zone_id: placement
+            .and_then(|p| p.availability_zone_id())
+            .map(str::to_owned),
+        state: i
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_owned())
+            .unwrap_or_default(),
+        image_id: i.image_id().map(str::to_owned),
+        subnet_id: i.subnet_id().map(str::to_owned),
+        security_group_ids: i
+            .security_groups()
+            .iter()
+            .filter_map(|g| g.group_id().map(str::to_owned))
+            .collect(),
+        capacity_type: if i.spot_instance_request_id().is_some()
+            || i.instance_lifecycle() == Some(&aws_sdk_ec2::types::InstanceLifecycleType::Spot)
+        {
+            CAPACITY_TYPE_SPOT.to_owned()
+        } else {
+            CAPACITY_TYPE_ON_DEMAND.to_owned()
+        },
+        tags: tags::from_ec2(i.tags()),
+        launch_time: i.launch_time().and_then(|t| SystemTime::try_from(*t).ok()),
+    })
+}

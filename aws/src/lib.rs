@@ -1,0 +1,31 @@
+//! kerf's AWS cloud provider: discovers an EC2NodeClass's subnets, security groups and AMIs
+//! (EC2, SSM), renders user data per AMI family, keeps launch templates, launches capacity
+//! with CreateFleet and classifies its errors into unavailable offerings, lists and
+//! terminates instances, prices offerings (Pricing API, spot price history) and detects
+//! drift. All AWS SDK code of kerf lives in this crate so the core and most tests never
+//! compile the SDK; its tests run against moto, a real AWS API emulator ([`moto`]).
+
+pub mod ami;
+pub mod batcher;
+pub mod cache;
+pub mod clients;
+pub mod cloudprovider;
+pub mod drift;
+pub mod errors;
+pub mod fleet;
+pub mod instance;
+pub mod instanceprofile;
+pub mod instancetype;
+pub mod launchtemplate;
+pub mod metrics;
+pub mod moto;
+pub mod nodeclass;
+pub mod pricing;
+pub mod securitygroup;
+pub mod selection;
+pub mod selectors;
+pub mod ssm;
+pub mod subnet;
+pub mod tags;
+pub mod unavailable;
+pub mod userdata;

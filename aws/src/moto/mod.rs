@@ -1,0 +1,181 @@
+//! Starts and stops moto, the AWS API emulator the AWS provider is tested against. A small
+//! Python launcher (embedded here, run with `python3 -c`) starts moto's threaded server on a
+//! free 127.0.0.1 port and keeps a line protocol on its stdin/stdout, so tests can also seed
+//! backend state moto's API refuses to create (the EKS AMI parameters under `/aws/service/`).
+//! The server lives as long as the launcher's stdin is open: dropping [`MotoServer`] kills
+//! it, and a test process that exits closes the pipe, so no emulator outlives its tests.
+//! When moto is not installed, [`MotoServer::start`] fails with a message that says how to
+//! install it rather than letting tests pass without it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
+use thiserror::Error;
+
+/// The account moto attributes every resource to.
+pub const MOTO_ACCOUNT_ID: &str = "123456789012";
+
+const LAUNCHER: &str = include_str!("launcher.py");
+
+/// Why moto could not be started or driven.
+#[derive(Debug, Error)]
+pub enum MotoError {
+    #[error(
+        "starting the moto launcher with `python3` failed: {0}; install Python 3 and moto \
+         (pip install 'moto[server]')"
+    )]
+    SpawnLauncher(std::io::Error),
+    #[error("moto could not start: {0}")]
+    StartServer(String),
+    #[error("talking to the moto launcher failed: {0}")]
+    Protocol(String),
+    #[error("moto refused the command {command}: {message}")]
+    CommandRejected { command: String, message: String },
+}
+
+/// A running moto server and the control channel of its launcher.
+pub struct MotoServer {
+    endpoint: String,
+    child: Mutex<Child>,
+    control: Mutex<Control>,
+}
+
+struct Control {
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl MotoServer {
+    /// Starts moto on a free loopback port and waits until it accepts requests.
+    pub fn start() -> Result<Self, MotoError> {
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(LAUNCHER)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(MotoError::SpawnLauncher)?;
+        let stdin = child.stdin.take().expect("stdin was configured as piped");
+        let stdout = child.stdout.take().expect("stdout was configured as piped");
+        let mut control = Control {
+            stdin,
+            stdout: BufReader::new(stdout),
+        };
+        let first = control.read_line().map_err(|e| {
+            let _ = child.kill();
+            MotoError::StartServer(format!(
+                "the launcher exited before reporting a port ({e}); check that \
+                 `python3 -c 'import moto.server'` works (pip install 'moto[server]')"
+            ))
+        })?;
+        let port = match first.split_once(' ') {
+            Some(("PORT", port)) => port.to_owned(),
+            _ => {
+                let _ = child.kill();
+                return Err(MotoError::StartServer(first));
+            }
+        };
+        Ok(Self {
+            endpoint: format!("http://127.0.0.1:{port}"),
+            child: Mutex::new(child),
+            control: Mutex::new(control),
+        })
+    }
+
+    /// The URL to point the AWS SDK's endpoint override at.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Writes an SSM parameter straight into moto's backend, bypassing the API's refusal of
+    /// reserved `/aws/...` names.
+    pub fn seed_ssm_parameter(
+        &self,
+        region: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<(), MotoError> {
+        self.command(serde_json::json!({
+            "op": "ssm_put",
+            "account": MOTO_ACCOUNT_ID,
+            "region": region,
+            "name": name,
+            "value": value,
+        }))
+    }
+
+    /// Sets image attributes RegisterImage cannot: architecture, creation date and
+    /// deprecation time (RFC 3339).
+    pub fn set_image_attributes(
+        &self,
+        region: &str,
+        image_id: &str,
+        attrs: &ImageAttributes,
+    ) -> Result<(), MotoError> {
+        let mut command = serde_json::json!({
+            "op": "ec2_image",
+            "account": MOTO_ACCOUNT_ID,
+            "region": region,
+            "image_id": image_id,
+        });
+        for (key, value) in [
+            ("architecture", &attrs.architecture),
+            ("creation_date", &attrs.creation_date),
+            ("deprecation_time", &attrs.deprecation_time),
+        ] {
+            if let Some(v) = value {
+                command[key] = serde_json::Value::String(v.clone());
+            }
+        }
+        self.command(command)
+    }
+
+    fn command(&self, command: serde_json::Value) -> Result<(), MotoError> {
+        let mut control = self
+            .control
+            .lock()
+            .map_err(|_| MotoError::Protocol("control channel poisoned".into()))?;
+        writeln!(control.stdin, "{command}").map_err(|e| MotoError::Protocol(e.to_string()))?;
+        control
+            .stdin
+            .flush()
+            .map_err(|e| MotoError::Protocol(e.to_string()))?;
+        let answer = control.read_line().map_err(MotoError::Protocol)?;
+        match answer.as_str() {
+            "OK" => Ok(()),
+            other => Err(MotoError::CommandRejected {
+                command: command.to_string(),
+                message: other.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Image attributes [`MotoServer::set_image_attributes`] can set.
+#[derive(Clone, Debug, Default)]
+pub struct ImageAttributes {
+    pub architecture: Option<String>,
+    pub creation_date: Option<String>,
+    pub deprecation_time: Option<String>,
+}
+
+impl Control {
+    fn read_line(&mut self) -> Result<String, String> {
+        let mut line = String::new();
+        match self.stdout.read_line(&mut line) {
+            Ok(0) => Err("launcher closed its output".to_owned()),
+            Ok(_) => Ok(line.trim_end().to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        if let Ok(mut child) = self.child.lock() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

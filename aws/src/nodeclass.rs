@@ -1,0 +1,299 @@
+//! EC2NodeClass status resolution: subnets, security groups and AMIs from the selector
+//! terms, the instance profile from `role` / `instanceProfile`, and the conditions upstream
+//! sets — `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`,
+//! `ValidationSucceeded`, and `Ready` when all of them hold — each `False` with a message that
+//! says what to fix. An AWS call that fails leaves its condition `Unknown` with the error, so
+//! a transient outage is not reported as a misconfiguration.
+
+use crate::ami::{AmiError, AmiProvider, AmiTerm, ResolvedAmi};
+use crate::instanceprofile::InstanceProfileProvider;
+use crate::securitygroup::SecurityGroupProvider;
+use crate::selectors::SelectorTerm;
+use crate::subnet::SubnetProvider;
+use crate::tags;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kerf::api::condition::types;
+use kerf::api::ec2nodeclass::{Ami, SecurityGroup, Subnet};
+use kerf::api::{Condition, ConditionStatus, EC2NodeClass, EC2NodeClassStatus};
+use std::sync::Arc;
+
+/// The provider's view of subnet / security-group terms of the API.
+pub fn subnet_terms(nc: &EC2NodeClass) -> Vec<SelectorTerm> {
+    nc.spec
+        .subnet_selector_terms
+        .iter()
+        .map(|t| SelectorTerm {
+            id: t.id.clone(),
+            name: None,
+            tags: t.tags.clone(),
+        })
+        .collect()
+}
+
+pub fn security_group_terms(nc: &EC2NodeClass) -> Vec<SelectorTerm> {
+    nc.spec
+        .security_group_selector_terms
+        .iter()
+        .map(|t| SelectorTerm {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            tags: t.tags.clone(),
+        })
+        .collect()
+}
+
+pub fn ami_terms(nc: &EC2NodeClass) -> Vec<AmiTerm> {
+    nc.spec
+        .ami_selector_terms
+        .iter()
+        .map(|t| AmiTerm {
+            alias: t.alias.clone(),
+            id: t.id.clone(),
+            name: t.name.clone(),
+            owner: t.owner.clone(),
+            ssm_parameter: t.ssm_parameter.clone(),
+            tags: t.tags.clone(),
+        })
+        .collect()
+}
+
+/// A resolved AMI as `status.amis` holds it.
+pub fn status_ami(a: &ResolvedAmi) -> Ami {
+    Ami {
+        id: a.id.clone(),
+        name: a.name.clone(),
+        deprecated: a.deprecated.then_some(true),
+        requirements: a.requirements.clone(),
+    }
+}
+
+/// One condition's outcome before timestamps are applied.
+struct Outcome {
+    type_: &'static str,
+    status: ConditionStatus,
+    reason: String,
+    message: String,
+}
+
+impl Outcome {
+    fn ok(type_: &'static str) -> Self {
+        Self {
+            type_,
+            status: ConditionStatus::True,
+            reason: type_.to_owned(),
+            message: String::new(),
+        }
+    }
+
+    fn failed(type_: &'static str, reason: &str, message: String) -> Self {
+        Self {
+            type_,
+            status: ConditionStatus::False,
+            reason: reason.to_owned(),
+            message,
+        }
+    }
+
+    fn unknown(type_: &'static str, message: String) -> Self {
+        Self {
+            type_,
+            status: ConditionStatus::Unknown,
+            reason: "ResolutionFailed".to_owned(),
+            message,
+        }
+    }
+}
+
+/// Resolves node class statuses.
+pub struct NodeClassResolver {
+    pub subnets: Arc<SubnetProvider>,
+    pub security_groups: Arc<SecurityGroupProvider>,
+    pub amis: Arc<AmiProvider>,
+    pub instance_profiles: Arc<InstanceProfileProvider>,
+    /// The cluster's Kubernetes version (`1.31`), for alias resolution.
+    pub kubernetes_version: String,
+}
+
+impl NodeClassResolver {
+    /// The status `nc` should have now; `previous` keeps transition times of unchanged
+    /// conditions.
+    pub async fn resolve(&self, nc: &EC2NodeClass) -> EC2NodeClassStatus {
+        let mut status = EC2NodeClassStatus::default();
+        let mut outcomes = Vec::new();
+
+        match self.subnets.list(&subnet_terms(nc)).await {
+            Ok(found) if found.is_empty() => outcomes.push(Outcome::failed(
+                types::SUBNETS_READY,
+                "SubnetsNotFound",
+                "SubnetSelector did not match any Subnets; check spec.subnetSelectorTerms (ids, tags) \
+                 against the VPC's subnets"
+                    .to_owned(),
+            )),
+            Ok(found) => {
+                status.subnets = found
+                    .iter()
+                    .map(|s| Subnet {
+                        id: s.id.clone(),
+                        zone: s.zone.clone(),
+                        zone_id: s.zone_id.clone(),
+                    })
+                    .collect();
+                outcomes.push(Outcome::ok(types::SUBNETS_READY));
+            }
+            Err(e) => outcomes.push(Outcome::unknown(types::SUBNETS_READY, e.to_string())),
+        }
+
+        match self.security_groups.list(&security_group_terms(nc)).await {
+            Ok(found) if found.is_empty() => outcomes.push(Outcome::failed(
+                types::SECURITY_GROUPS_READY,
+                "SecurityGroupsNotFound",
+                "SecurityGroupSelector did not match any SecurityGroups; check \
+                 spec.securityGroupSelectorTerms (ids, names, tags)"
+                    .to_owned(),
+            )),
+            Ok(found) => {
+                status.security_groups = found
+                    .iter()
+                    .map(|g| SecurityGroup {
+                        id: g.id.clone(),
+                        name: g.name.clone(),
+                    })
+                    .collect();
+                outcomes.push(Outcome::ok(types::SECURITY_GROUPS_READY));
+            }
+            Err(e) => outcomes.push(Outcome::unknown(
+                types::SECURITY_GROUPS_READY,
+                e.to_string(),
+            )),
+        }
+
+        outcomes.push(self.resolve_amis(nc, &mut status).await);
+        outcomes.push(self.resolve_instance_profile(nc, &mut status).await);
+        outcomes.push(validate(nc));
+
+        let previous = nc
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or(&[]);
+        let generation = nc.metadata.generation;
+        let mut conditions: Vec<Condition> = outcomes
+            .iter()
+            .map(|o| condition(o, previous, generation))
+            .collect();
+        conditions.push(condition(&ready(&outcomes), previous, generation));
+        status.conditions = conditions;
+        status
+    }
+
+    async fn resolve_amis(&self, nc: &EC2NodeClass, status: &mut EC2NodeClassStatus) -> Outcome {
+        match self.amis.list(&ami_terms(nc), &self.kubernetes_version).await {
+            Ok(found) if found.is_empty() => Outcome::failed(
+                types::AMIS_READY,
+                "AMINotFound",
+                "AMISelector did not match any AMIs; check spec.amiSelectorTerms (ids, names, owners, tags, \
+                 ssmParameter) and that the images are available in this region"
+                    .to_owned(),
+            ),
+            Ok(found) => {
+                status.amis = found.iter().map(status_ami).collect();
+                Outcome::ok(types::AMIS_READY)
+            }
+            Err(AmiError::Alias(e)) => Outcome::failed(types::AMIS_READY, "UnsupportedAlias", e.to_string()),
+            Err(e @ AmiError::AliasNotResolved { .. }) => {
+                Outcome::failed(types::AMIS_READY, "AMINotFound", e.to_string())
+            }
+            Err(e) => Outcome::unknown(types::AMIS_READY, e.to_string()),
+        }
+    }
+
+    async fn resolve_instance_profile(
+        &self,
+        nc: &EC2NodeClass,
+        status: &mut EC2NodeClassStatus,
+    ) -> Outcome {
+        let result = match (nc.instance_profile(), nc.role()) {
+            (Some(profile), _) => self
+                .instance_profiles
+                .check_exists(profile)
+                .await
+                .map(|()| profile.to_owned()),
+            (None, Some(role)) => self.instance_profiles.ensure(nc.name(), role).await,
+            (None, None) => {
+                return Outcome::failed(
+                    types::INSTANCE_PROFILE_READY,
+                    "InstanceProfileNotSpecified",
+                    "set spec.role (kerf manages an instance profile for it) or spec.instanceProfile".to_owned(),
+                );
+            }
+        };
+        match result {
+            Ok(name) => {
+                status.instance_profile = Some(name);
+                Outcome::ok(types::INSTANCE_PROFILE_READY)
+            }
+            Err(e @ crate::instanceprofile::InstanceProfileError::Api(_)) => {
+                Outcome::unknown(types::INSTANCE_PROFILE_READY, e.to_string())
+            }
+            Err(e) => Outcome::failed(
+                types::INSTANCE_PROFILE_READY,
+                "InstanceProfileNotFound",
+                e.to_string(),
+            ),
+        }
+    }
+}
+
+/// Checks the spec can be launched as written.
+fn validate(nc: &EC2NodeClass) -> Outcome {
+    let restricted: Vec<&String> = nc
+        .spec
+        .tags
+        .keys()
+        .filter(|k| tags::is_restricted(k))
+        .collect();
+    if !restricted.is_empty() {
+        return Outcome::failed(
+            types::VALIDATION_SUCCEEDED,
+            "TagValidationFailed",
+            format!(
+                "spec.tags may not set keys kerf manages: {}",
+                restricted
+                    .iter()
+                    .map(|k| format!("{k:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+    Outcome::ok(types::VALIDATION_SUCCEEDED)
+}
+
+fn ready(outcomes: &[Outcome]) -> Outcome {
+    let unhealthy: Vec<String> = outcomes
+        .iter()
+        .filter(|o| o.status != ConditionStatus::True)
+        .map(|o| format!("{}={:?}: {}", o.type_, o.status, o.message))
+        .collect();
+    if unhealthy.is_empty() {
+        Outcome::ok(types::READY)
+    } else {
+        Outcome::failed(types::READY, "UnhealthyDependents", unhealthy.join("; "))
+    }
+}
+
+fn condition(o: &Outcome, previous: &[Condition], generation: Option<i64>) -> Condition {
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == o.type_ && c.status == o.status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
+    Condition {
+        type_: o.type_.to_owned(),
+        status: o.status,
+        observed_generation: generation,
+        last_transition_time,
+        reason: o.reason.clone(),
+        message: o.message.clone(),
+    }
+}
