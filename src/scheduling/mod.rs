@@ -199,3 +199,6 @@ fn assemble(prep: &Prepared, outcomes: Vec<Outcome>) -> SchedulingResult {
         .collect();
     result
 }
+
+#[cfg(test)]
+mod tests;
