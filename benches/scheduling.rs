@@ -157,7 +157,7 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--profile") {
         let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(20000);
         let inp = input(diverse_pods(n, 42), true);
-        for _ in 0..3 {
+        for _ in 0..(20000 / n.max(1)).clamp(3, 1000) {
             black_box(solve(&inp).ok());
         }
         return;

@@ -15,11 +15,8 @@ use super::prepare::Prepared;
 use super::req::{Req, ReqSet, Vocab};
 use super::resvec;
 use super::solve::Claim;
-use super::types::{InstanceTypeOption, LaunchChoice, MinValuesPolicy, PlannedNodeClaim};
+use super::types::{InstanceTypeOption, InstanceTypeOptions, LaunchChoice, MinValuesPolicy, PlannedNodeClaim};
 use crate::labels;
-
-/// Types a launch considers after filtering (the AWS provider's CreateFleet override cap).
-const LAUNCH_CANDIDATES: usize = 60;
 
 /// Capacity types in launch preference order.
 const CAPACITY_TYPES: [&str; 3] = [labels::CAPACITY_TYPE_RESERVED, labels::CAPACITY_TYPE_SPOT, labels::CAPACITY_TYPE_ON_DEMAND];
@@ -34,10 +31,11 @@ pub struct PriceTable {
     by_capacity_type: [Vec<f64>; 3],
 }
 
-/// Price tables keyed by pool and requirement pair.
+/// Price tables keyed by pool and requirement pair, and the option lists built from them.
 #[derive(Default)]
 pub struct PriceCache {
     tables: FxHashMap<(usize, Option<Req>, Option<Req>), Rc<PriceTable>>,
+    lists: FxHashMap<(usize, Bits), InstanceTypeOptions>,
 }
 
 impl PriceCache {
@@ -88,10 +86,8 @@ pub fn planned(claim: &Claim, pool: &Pool, prep: &Prepared, prices: &mut PriceCa
             )
         })?;
     }
-    let names: Vec<_> = ordered.iter().filter_map(|i| vocab.interner.get(&pool.its[*i].name)).collect();
-    let mut it_req = Req::is_in(names);
-    it_req.min_values = reqs.get(vocab.instance_type).and_then(|r| r.min_values);
-    reqs.set(vocab.instance_type, it_req);
+    // The instance-type list lives in `instance_types`; `requirements` carries the rest.
+    reqs.0.retain(|(k, _)| *k != vocab.instance_type);
     let mut cts = Vec::new();
     for (k, c) in CAPACITY_TYPES.iter().enumerate() {
         if ordered.iter().any(|i| table.by_capacity_type[k][*i] < f64::MAX) {
@@ -108,12 +104,22 @@ pub fn planned(claim: &Claim, pool: &Pool, prep: &Prepared, prices: &mut PriceCa
     let mut requests = claim.requests.clone();
     resvec::add_assign(&mut requests, &pool.min_overhead(&kept, pool.stride));
     let launch = launch_choice(pool, &ordered, &table, &claim.reqs, vocab);
+    let instance_type_min_values = claim.reqs.get(vocab.instance_type).and_then(|r| r.min_values);
     Ok(PlannedNodeClaim {
         node_pool: pool.name.clone(),
-        instance_types: ordered
-            .iter()
-            .map(|i| InstanceTypeOption { name: pool.its[*i].name.clone(), price: table.cheapest[*i] })
-            .collect(),
+        instance_types: prices
+            .lists
+            .entry((Rc::as_ptr(&table) as usize, kept))
+            .or_insert_with(|| {
+                InstanceTypeOptions(
+                    ordered
+                        .iter()
+                        .map(|i| InstanceTypeOption { name: pool.its[*i].name.clone(), price: table.cheapest[*i] })
+                        .collect(),
+                )
+            })
+            .clone(),
+        instance_type_min_values,
         requirements: reqs.0.iter().flat_map(|(k, r)| r.to_public(*k, &vocab.interner)).collect(),
         labels: labels_of(pool, &reqs, vocab),
         taints: pool.taints.clone(),
@@ -139,27 +145,33 @@ fn labels_of(pool: &Pool, reqs: &ReqSet, vocab: &Vocab) -> BTreeMap<String, Stri
     out
 }
 
-/// The offering a launch of `ordered` (cheapest first) would pick now.
+/// The offering a launch of `ordered` (cheapest first) would pick now. The provider keeps
+/// the 60 cheapest candidates and launches the cheapest offering among them, which is the
+/// cheapest candidate overall, so one pass finds it.
 fn launch_choice(pool: &Pool, ordered: &[usize], table: &PriceTable, reqs: &ReqSet, vocab: &Vocab) -> Option<LaunchChoice> {
     let k = (0..CAPACITY_TYPES.len()).find(|k| ordered.iter().any(|i| table.by_capacity_type[*k][*i] < f64::MAX))?;
     let price = |i: usize| table.by_capacity_type[k][i];
-    let mut candidates: Vec<usize> = ordered.iter().copied().filter(|i| price(*i) < f64::MAX).collect();
-    if candidates.iter().any(|i| !pool.its[*i].exotic) {
-        candidates.retain(|i| !pool.its[*i].exotic);
-    }
+    let offered = || ordered.iter().copied().filter(|i| price(*i) < f64::MAX);
+    let any_plain = offered().any(|i| !pool.its[i].exotic);
+    let plain = |i: &usize| !any_plain || !pool.its[*i].exotic;
+    let mut cap = f64::MAX;
     if CAPACITY_TYPES[k] == labels::CAPACITY_TYPE_SPOT {
-        let on_demand = &table.by_capacity_type[2];
-        let cheapest_od = candidates.iter().map(|i| on_demand[*i]).fold(f64::MAX, f64::min);
-        if cheapest_od < f64::MAX {
-            let cheaper: Vec<usize> = candidates.iter().copied().filter(|i| price(*i) <= cheapest_od).collect();
-            if !cheaper.is_empty() {
-                candidates = cheaper;
-            }
+        // Spot dearer than the cheapest on-demand option is dropped (unless that drops all).
+        let cheapest_od = offered().filter(plain).map(|i| table.by_capacity_type[2][i]).fold(f64::MAX, f64::min);
+        if offered().filter(plain).any(|i| price(i) <= cheapest_od) {
+            cap = cheapest_od;
         }
     }
-    candidates.sort_by(|a, b| price(*a).total_cmp(&price(*b)).then_with(|| pool.its[*a].name.cmp(&pool.its[*b].name)));
-    candidates.truncate(LAUNCH_CANDIDATES);
-    let best = *candidates.first()?;
+    let mut best: Option<usize> = None;
+    for i in offered().filter(plain).filter(|i| cap == f64::MAX || price(*i) <= cap) {
+        let better = best.is_none_or(|b| {
+            price(i).total_cmp(&price(b)).then_with(|| pool.its[i].name.cmp(&pool.its[b].name)).is_lt()
+        });
+        if better {
+            best = Some(i);
+        }
+    }
+    let best = best?;
     let it = &pool.its[best];
     let (zone, ct) = (reqs.get(vocab.zone), reqs.get(vocab.capacity_type));
     let zone_name = it

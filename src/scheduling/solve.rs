@@ -26,11 +26,12 @@ use super::topology::Topology;
 #[derive(Clone, Debug)]
 pub struct Claim {
     pub pool: usize,
-    pub host: Sym,
     pub reqs: ReqSet,
     pub its: Bits,
     /// Componentwise maximum room over `its` (a quick necessary condition for fitting).
     room: Vec<i64>,
+    /// Number of instance types `room` was computed over.
+    room_count: usize,
     pub requests: Vec<i64>,
     pub pods: Vec<u32>,
     ports: Vec<HostPort>,
@@ -302,37 +303,48 @@ impl<'a> Solver<'a> {
     fn schedule(&mut self, p: u32) -> Result<(), String> {
         let mut class = self.prep.pods[p as usize].class;
         loop {
-            match self.add(p, class) {
-                Ok(()) => return Ok(()),
-                Err(e) => match self.prep.classes[class as usize].next {
-                    Some(next) => class = next,
-                    None => return Err(e),
-                },
+            if self.add(p, class).is_ok() {
+                return Ok(());
+            }
+            match self.prep.classes[class as usize].next {
+                Some(next) => class = next,
+                // Failed attempts change nothing, so the reasons are rebuilt only now, for
+                // the most relaxed form of the pod, as upstream reports them.
+                None => return Err(self.new_claim_errors(p, class)),
             }
         }
     }
 
-    fn add(&mut self, p: u32, c: ClassId) -> Result<(), String> {
+    /// Why no NodePool could take the pod (every attempt fails; nothing is committed).
+    fn new_claim_errors(&mut self, p: u32, c: ClassId) -> String {
+        let mut errors = Vec::new();
+        for pi in 0..self.prep.pools.len() {
+            if self.prep.pools[pi].base.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.try_new(pi, p, c, true) {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            return "nodepool requirements filtered out all available instance types".into();
+        }
+        errors.join("; ")
+    }
+
+    fn add(&mut self, p: u32, c: ClassId) -> Result<(), ()> {
         let mut memo = std::mem::take(&mut self.memos[c as usize]);
         let placed = self.add_existing(p, c, &mut memo);
         self.memos[c as usize] = memo;
         if placed {
             return Ok(());
         }
-        let mut errors = Vec::new();
         for pi in 0..self.prep.pools.len() {
-            if self.prep.pools[pi].base.is_empty() {
-                continue;
-            }
-            match self.try_new(pi, p, c) {
-                Ok(()) => return Ok(()),
-                Err(e) => errors.push(e),
+            if !self.prep.pools[pi].base.is_empty() && self.try_new(pi, p, c, false).is_ok() {
+                return Ok(());
             }
         }
-        if errors.is_empty() {
-            return Err("nodepool requirements filtered out all available instance types".into());
-        }
-        Err(errors.join("; "))
+        Err(())
     }
 
     /// Tries existing nodes, then planned NodeClaims; true when the pod was placed.
@@ -546,7 +558,13 @@ impl<'a> Solver<'a> {
         }
         if let Some(its) = placement.its {
             if its != claim.its {
-                claim.room = pool.max_room(&its);
+                // A stale room over-estimates, which only weakens the quick check; refresh
+                // it once a quarter of the types are gone.
+                let count = its.count();
+                if count * 4 <= claim.room_count * 3 {
+                    claim.room = pool.max_room(&its);
+                    claim.room_count = count;
+                }
                 claim.its = its;
             }
         }
@@ -588,17 +606,24 @@ impl<'a> Solver<'a> {
             .map(|conflict| format!("incompatible requirements, {}", conflict.render(&self.vocab.interner)))
     }
 
-    fn try_new(&mut self, pi: usize, p: u32, c: ClassId) -> Result<(), String> {
+    fn try_new(&mut self, pi: usize, p: u32, c: ClassId, explain: bool) -> Result<(), String> {
         let name = &self.prep.pools[pi].name;
         let prefix = || {
+            if !explain {
+                return String::new();
+            }
             format!(
                 "incompatible with nodepool {:?}, daemonset overhead={}, ",
                 name,
                 self.prep.pools[pi].overhead_for_errors(&self.prep.names)
             )
         };
-        if let Some(reason) = self.pool_incompatibility(pi, c) {
-            return Err(prefix() + &reason);
+        if explain {
+            if let Some(reason) = self.pool_incompatibility(pi, c) {
+                return Err(prefix() + &reason);
+            }
+        } else if self.prep.classes[c as usize].pool_taint[pi].is_some() {
+            return Err(String::new());
         }
         let Some(pool) = self.pools[pi].as_mut() else {
             // Only pools the class is statically incompatible with live in other components.
@@ -615,12 +640,13 @@ impl<'a> Solver<'a> {
         let host = SYNTHETIC_BASE + u32::try_from(cid).expect("fewer than 2^31 NodeClaims");
         let mut reqs = pool.reqs.clone();
         reqs.set(self.vocab.hostname, Req::single(host));
-        let room = pool.max_room(&its);
+        let room = pool.limit_room();
+        let room_count = its.count();
         self.claims.push(Claim {
             pool: pi,
-            host,
             reqs,
             its,
+            room_count,
             room,
             requests: vec![0; self.prep.names.len()],
             pods: Vec::new(),
@@ -628,7 +654,7 @@ impl<'a> Solver<'a> {
             created: u32::try_from(cid).expect("fewer than 2^32 NodeClaims"),
             version: 0,
         });
-        match self.try_claim(cid, p, c, true) {
+        match self.try_claim(cid, p, c, explain) {
             Ok(placement) => {
                 self.commit_claim(cid, p, c, placement);
                 let claim_its = self.claims[cid].its.clone();
