@@ -43,16 +43,10 @@ pub enum SchedulingError {
 
 /// Solves one scheduling batch.
 pub fn solve(input: &SchedulingInput) -> Result<SchedulingResult, SchedulingError> {
-    let t0 = std::time::Instant::now();
     let prep = prepare::prepare(input)?;
-    let t1 = std::time::Instant::now();
     let components = if input.options.parallel { components(&prep) } else { vec![everything(&prep)] };
     let outcomes = run_components(&prep, &components, input.options.parallel);
-    let t2 = std::time::Instant::now();
-    let r = assemble(&prep, outcomes);
-    let t3 = std::time::Instant::now();
-    if std::env::var_os("KERF_TIMING").is_some() { eprintln!("prepare {:?} run {:?} assemble {:?}", t1-t0, t2-t1, t3-t2); }
-    Ok(r)
+    Ok(assemble(&prep, outcomes))
 }
 
 /// A set of pods with the pools and nodes they may use.
