@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group};
 use k8s_openapi::api::core::v1::Pod;
 
-use kerf::scheduling::testing::{benchmark_instance_types, diverse_pods, node_pool, preference_pods};
+use kerf::scheduling::testing::{
+    benchmark_instance_types, diverse_pods, node_pool, preference_pods,
+};
 use kerf::scheduling::{InstanceType, SchedulingInput, SchedulingOptions, solve};
 
 const SIZES: [usize; 6] = [1, 100, 1000, 5000, 20000, 40000];
@@ -19,7 +21,10 @@ fn input(pods: Vec<Pod>, parallel: bool) -> SchedulingInput {
     SchedulingInput {
         pods,
         node_pools: vec![node_pool("default", benchmark_instance_types())],
-        options: SchedulingOptions { parallel, ..Default::default() },
+        options: SchedulingOptions {
+            parallel,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
@@ -55,18 +60,29 @@ fn first_fit_decreasing(pods: &[Pod], its: &[InstanceType]) -> usize {
     let caps: Vec<([i64; 3], f64)> = its
         .iter()
         .map(|it| {
-            let get = |k: &str| it.capacity.get(k).map_or(0, |q| milli(&q.0));
-            let ovh = |k: &str| it.overhead.get(k).map_or(0, |q| milli(&q.0));
-            let price = it.offerings.iter().map(|o| o.price).fold(f64::MAX, f64::min);
-            ([get("cpu") - ovh("cpu"), get("memory") - ovh("memory"), get("pods")], price)
+            let alloc = it.allocatable();
+            let get = |k: &str| alloc.get(k).map_or(0, |q| q.milli_value());
+            let price = it
+                .offerings
+                .iter()
+                .map(|o| o.price)
+                .fold(f64::MAX, f64::min);
+            ([get("cpu"), get("memory"), get("pods")], price)
         })
         .collect();
-    let largest = caps.iter().map(|(c, _)| *c).max_by_key(|c| c[0]).unwrap_or([0; 3]);
+    let largest = caps
+        .iter()
+        .map(|(c, _)| *c)
+        .max_by_key(|c| c[0])
+        .unwrap_or([0; 3]);
     let mut items: Vec<[i64; 3]> = pods.iter().map(requests).collect();
     items.sort_unstable_by(|a, b| b.cmp(a));
     let mut bins: Vec<[i64; 3]> = Vec::new();
     for item in items {
-        match bins.iter_mut().find(|b| (0..3).all(|r| b[r] + item[r] <= largest[r])) {
+        match bins
+            .iter_mut()
+            .find(|b| (0..3).all(|r| b[r] + item[r] <= largest[r]))
+        {
             Some(b) => (0..3).for_each(|r| b[r] += item[r]),
             None => bins.push(item),
         }
@@ -74,7 +90,10 @@ fn first_fit_decreasing(pods: &[Pod], its: &[InstanceType]) -> usize {
     let chosen: Vec<f64> = bins
         .iter()
         .map(|b| {
-            caps.iter().filter(|(c, _)| (0..3).all(|r| b[r] <= c[r])).map(|(_, p)| *p).fold(f64::MAX, f64::min)
+            caps.iter()
+                .filter(|(c, _)| (0..3).all(|r| b[r] <= c[r]))
+                .map(|(_, p)| *p)
+                .fold(f64::MAX, f64::min)
         })
         .collect();
     black_box(chosen).len()
@@ -82,10 +101,15 @@ fn first_fit_decreasing(pods: &[Pod], its: &[InstanceType]) -> usize {
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("scheduling");
-    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3));
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
     for n in SIZES {
         let inp = input(diverse_pods(n, 42), true);
-        group.bench_function(format!("diverse/{n}"), |b| b.iter(|| solve(black_box(&inp))));
+        group.bench_function(format!("diverse/{n}"), |b| {
+            b.iter(|| solve(black_box(&inp)))
+        });
         group.bench_function(format!("ffd/{n}"), |b| {
             b.iter(|| first_fit_decreasing(black_box(&inp.pods), &inp.node_pools[0].instance_types))
         });
@@ -118,7 +142,10 @@ fn summary() {
             black_box(solve(&inp).ok());
         });
         let lb = median(5, || {
-            black_box(first_fit_decreasing(&inp.pods, &inp.node_pools[0].instance_types));
+            black_box(first_fit_decreasing(
+                &inp.pods,
+                &inp.node_pools[0].instance_types,
+            ));
         });
         at.insert(n, t);
         println!(
@@ -133,7 +160,10 @@ fn summary() {
         );
     }
     if let (Some(t20), Some(t2)) = (at.get(&20000), at.get(&2000)) {
-        println!("time(20000)/time(2000) = {:.1}", t20.as_secs_f64() / t2.as_secs_f64());
+        println!(
+            "time(20000)/time(2000) = {:.1}",
+            t20.as_secs_f64() / t2.as_secs_f64()
+        );
     }
     let pref = input(preference_pods(4000, 42), true);
     let result = solve(&pref).expect("benchmark input is valid");
@@ -155,7 +185,10 @@ fn main() {
     // `--profile N`: solve N diverse pods repeatedly (for perf/callgrind), nothing else.
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--profile") {
-        let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(20000);
+        let n = args
+            .get(i + 1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(20000);
         let inp = input(diverse_pods(n, 42), true);
         for _ in 0..(20000 / n.max(1)).clamp(3, 1000) {
             black_box(solve(&inp).ok());

@@ -47,17 +47,32 @@ pub struct Class {
 
 /// Node requirements of a spec: node selector, the first required node-affinity term and,
 /// when `with_preferred`, the heaviest preferred term. Errors name the bad requirement.
-pub fn spec_requirements(spec: &ConstraintSpec, with_preferred: bool, vocab: &mut Vocab) -> Result<ReqSet, String> {
+pub fn spec_requirements(
+    spec: &ConstraintSpec,
+    with_preferred: bool,
+    vocab: &mut Vocab,
+) -> Result<ReqSet, String> {
     let mut reqs = vocab.label_set(spec.node_selector.iter());
-    let Some(node_affinity) = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()) else {
+    let Some(node_affinity) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+    else {
         return Ok(reqs);
     };
     if with_preferred {
-        if let Some(preferred) = node_affinity.preferred_during_scheduling_ignored_during_execution.as_ref() {
+        if let Some(preferred) = node_affinity
+            .preferred_during_scheduling_ignored_during_execution
+            .as_ref()
+        {
             let mut terms: Vec<_> = preferred.iter().collect();
             terms.sort_by_key(|t| std::cmp::Reverse(t.weight));
             if let Some(t) = terms.first() {
-                add_expressions(&mut reqs, t.preference.match_expressions.iter().flatten(), vocab)?;
+                add_expressions(
+                    &mut reqs,
+                    t.preference.match_expressions.iter().flatten(),
+                    vocab,
+                )?;
             }
         }
     }
@@ -73,13 +88,19 @@ pub fn spec_requirements(spec: &ConstraintSpec, with_preferred: bool, vocab: &mu
 
 /// Node requirements of each required node-affinity term (each combined with the node
 /// selector); a single node-selector set when there are no terms.
-pub fn required_term_alternatives(spec: &ConstraintSpec, vocab: &mut Vocab) -> Result<Vec<ReqSet>, String> {
+pub fn required_term_alternatives(
+    spec: &ConstraintSpec,
+    vocab: &mut Vocab,
+) -> Result<Vec<ReqSet>, String> {
     let base = vocab.label_set(spec.node_selector.iter());
     let terms = spec
         .affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
         .map(|r| r.node_selector_terms.as_slice())
         .unwrap_or_default();
     if terms.is_empty() {
@@ -95,15 +116,27 @@ pub fn required_term_alternatives(spec: &ConstraintSpec, vocab: &mut Vocab) -> R
         .collect()
 }
 
-pub fn add_expressions<'a>(reqs: &mut ReqSet, exprs: impl Iterator<Item = &'a K8sReq>, vocab: &mut Vocab) -> Result<(), String> {
+pub fn add_expressions<'a>(
+    reqs: &mut ReqSet,
+    exprs: impl Iterator<Item = &'a K8sReq>,
+    vocab: &mut Vocab,
+) -> Result<(), String> {
     for e in exprs {
-        let op = Operator::parse(&e.operator)
-            .ok_or_else(|| format!("node selector requirement {:?} has unknown operator {:?}", e.key, e.operator))?;
+        let op: Operator = e.operator.parse().map_err(|_| {
+            format!(
+                "node selector requirement {:?} has unknown operator {:?}",
+                e.key, e.operator
+            )
+        })?;
         let key = vocab.intern(&e.key);
         let values: Vec<Sym> = e.values.iter().flatten().map(|v| vocab.intern(v)).collect();
-        let req = super::req::Req::from_operator(op, &values, &vocab.interner).ok_or_else(|| {
-            format!("node selector requirement {:?} {} needs a single integer value", e.key, e.operator)
-        })?;
+        let req =
+            super::req::Req::from_operator(op, &values, &vocab.interner).ok_or_else(|| {
+                format!(
+                    "node selector requirement {:?} {} needs a single integer value",
+                    e.key, e.operator
+                )
+            })?;
         reqs.add(key, req, &vocab.interner);
     }
     Ok(())

@@ -10,16 +10,22 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use super::intern::{Bits, FxHashMap};
-use super::pool::{Pool, offer_allowed};
+use super::pool::{OfferReqs, Pool, offer_allowed};
 use super::prepare::Prepared;
 use super::req::{Req, ReqSet, Vocab};
 use super::resvec;
 use super::solve::Claim;
-use super::types::{InstanceTypeOption, InstanceTypeOptions, LaunchChoice, MinValuesPolicy, PlannedNodeClaim};
+use super::types::{
+    InstanceTypeOption, InstanceTypeOptions, LaunchChoice, MinValuesPolicy, PlannedNodeClaim,
+};
 use crate::labels;
 
 /// Capacity types in launch preference order.
-const CAPACITY_TYPES: [&str; 3] = [labels::CAPACITY_TYPE_RESERVED, labels::CAPACITY_TYPE_SPOT, labels::CAPACITY_TYPE_ON_DEMAND];
+const CAPACITY_TYPES: [&str; 3] = [
+    labels::CAPACITY_TYPE_RESERVED,
+    labels::CAPACITY_TYPE_SPOT,
+    labels::CAPACITY_TYPE_ON_DEMAND,
+];
 
 /// Prices of a pool's instance types under one zone/capacity-type requirement pair.
 pub struct PriceTable {
@@ -34,45 +40,84 @@ pub struct PriceTable {
 /// Price tables keyed by pool and requirement pair, and the option lists built from them.
 #[derive(Default)]
 pub struct PriceCache {
-    tables: FxHashMap<(usize, Option<Req>, Option<Req>), Rc<PriceTable>>,
+    tables: FxHashMap<(usize, Option<Req>, Option<Req>, Option<Req>), Rc<PriceTable>>,
     lists: FxHashMap<(usize, Bits), InstanceTypeOptions>,
 }
 
 impl PriceCache {
-    fn table(&mut self, pool_index: usize, pool: &Pool, reqs: &ReqSet, vocab: &Vocab) -> Rc<PriceTable> {
-        let (zone, ct) = (reqs.get(vocab.zone), reqs.get(vocab.capacity_type));
-        let key = (pool_index, zone.cloned(), ct.cloned());
+    fn table(
+        &mut self,
+        pool_index: usize,
+        pool: &Pool,
+        reqs: &ReqSet,
+        vocab: &Vocab,
+    ) -> Rc<PriceTable> {
+        let offers = OfferReqs::from(|k| reqs.get(k), vocab);
+        let key = (
+            pool_index,
+            offers.zone.cloned(),
+            offers.zone_id.cloned(),
+            offers.capacity_type.cloned(),
+        );
         if let Some(t) = self.tables.get(&key) {
             return t.clone();
         }
         let n = pool.its.len();
         let mut cheapest = vec![f64::MAX; n];
         let mut by_capacity_type = [vec![f64::MAX; n], vec![f64::MAX; n], vec![f64::MAX; n]];
-        let ct_index: Vec<Option<usize>> = CAPACITY_TYPES.iter().map(|c| vocab.interner.get(c).map(|s| s as usize)).collect();
+        let ct_index: Vec<Option<usize>> = CAPACITY_TYPES
+            .iter()
+            .map(|c| vocab.interner.get(c).map(|s| s as usize))
+            .collect();
         for (i, it) in pool.its.iter().enumerate() {
-            for o in it.offers.iter().filter(|o| o.available && offer_allowed(o, zone, ct, vocab)) {
+            for o in it
+                .offers
+                .iter()
+                .filter(|o| o.available && offer_allowed(o, offers, vocab))
+            {
                 cheapest[i] = cheapest[i].min(o.price);
-                if let Some(k) = ct_index.iter().position(|c| *c == Some(o.capacity_type as usize)) {
+                if let Some(k) = ct_index
+                    .iter()
+                    .position(|c| *c == Some(o.capacity_type as usize))
+                {
                     by_capacity_type[k][i] = by_capacity_type[k][i].min(o.price);
                 }
             }
         }
         let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|a, b| cheapest[*a].total_cmp(&cheapest[*b]).then_with(|| pool.its[*a].name.cmp(&pool.its[*b].name)));
-        let table = Rc::new(PriceTable { cheapest, order, by_capacity_type });
+        order.sort_by(|a, b| {
+            cheapest[*a]
+                .total_cmp(&cheapest[*b])
+                .then_with(|| pool.its[*a].name.cmp(&pool.its[*b].name))
+        });
+        let table = Rc::new(PriceTable {
+            cheapest,
+            order,
+            by_capacity_type,
+        });
         self.tables.insert(key, table.clone());
         table
     }
 }
 
 /// Builds the public NodeClaim, or returns the minValues error that drops it.
-pub fn planned(claim: &Claim, pool: &Pool, prep: &Prepared, prices: &mut PriceCache) -> Result<PlannedNodeClaim, String> {
+pub fn planned(
+    claim: &Claim,
+    pool: &Pool,
+    prep: &Prepared,
+    prices: &mut PriceCache,
+) -> Result<PlannedNodeClaim, String> {
     let vocab = &prep.vocab;
     let mut reqs = claim.reqs.clone();
     reqs.0.retain(|(k, _)| *k != vocab.hostname);
     let table = prices.table(claim.pool, pool, &reqs, vocab);
-    let ordered: Vec<usize> =
-        table.order.iter().copied().filter(|i| claim.its.has(*i)).take(prep.options.max_instance_types).collect();
+    let ordered: Vec<usize> = table
+        .order
+        .iter()
+        .copied()
+        .filter(|i| claim.its.has(*i))
+        .take(prep.options.max_instance_types)
+        .collect();
     let mut kept = Bits::empty(pool.its.len());
     for i in &ordered {
         kept.set(*i);
@@ -90,7 +135,10 @@ pub fn planned(claim: &Claim, pool: &Pool, prep: &Prepared, prices: &mut PriceCa
     reqs.0.retain(|(k, _)| *k != vocab.instance_type);
     let mut cts = Vec::new();
     for (k, c) in CAPACITY_TYPES.iter().enumerate() {
-        if ordered.iter().any(|i| table.by_capacity_type[k][*i] < f64::MAX) {
+        if ordered
+            .iter()
+            .any(|i| table.by_capacity_type[k][*i] < f64::MAX)
+        {
             if let Some(sym) = vocab.interner.get(c) {
                 cts.push(sym);
             }
@@ -104,7 +152,11 @@ pub fn planned(claim: &Claim, pool: &Pool, prep: &Prepared, prices: &mut PriceCa
     let mut requests = claim.requests.clone();
     resvec::add_assign(&mut requests, &pool.min_overhead(&kept, pool.stride));
     let launch = launch_choice(pool, &ordered, &table, &claim.reqs, vocab);
-    let instance_type_min_values = claim.reqs.get(vocab.instance_type).and_then(|r| r.min_values);
+    let instance_type_min_values = claim
+        .reqs
+        .get(vocab.instance_type)
+        .and_then(|r| r.min_values)
+        .map(i64::from);
     Ok(PlannedNodeClaim {
         node_pool: pool.name.clone(),
         instance_types: prices
@@ -114,18 +166,29 @@ pub fn planned(claim: &Claim, pool: &Pool, prep: &Prepared, prices: &mut PriceCa
                 InstanceTypeOptions(
                     ordered
                         .iter()
-                        .map(|i| InstanceTypeOption { name: pool.its[*i].name.clone(), price: table.cheapest[*i] })
+                        .map(|i| InstanceTypeOption {
+                            name: pool.its[*i].name.clone(),
+                            price: table.cheapest[*i],
+                        })
                         .collect(),
                 )
             })
             .clone(),
         instance_type_min_values,
-        requirements: reqs.0.iter().flat_map(|(k, r)| r.to_public(*k, &vocab.interner)).collect(),
+        requirements: reqs
+            .0
+            .iter()
+            .flat_map(|(k, r)| r.to_public(*k, &vocab.interner))
+            .collect(),
         labels: labels_of(pool, &reqs, vocab),
         taints: pool.taints.clone(),
         startup_taints: pool.startup_taints.clone(),
         requests: prep.names.to_resources(&requests),
-        pods: claim.pods.iter().map(|p| prep.pods[*p as usize].pod_ref.clone()).collect(),
+        pods: claim
+            .pods
+            .iter()
+            .map(|p| prep.pods[*p as usize].pod_ref.clone())
+            .collect(),
         launch,
     })
 }
@@ -139,7 +202,8 @@ fn labels_of(pool: &Pool, reqs: &ReqSet, vocab: &Vocab) -> BTreeMap<String, Stri
             continue;
         }
         if let Some(v) = r.values.iter().map(|v| vocab.interner.name(*v)).min() {
-            out.entry(vocab.interner.name(*k).into_owned()).or_insert_with(|| v.into_owned());
+            out.entry(vocab.interner.name(*k).into_owned())
+                .or_insert_with(|| v.into_owned());
         }
     }
     out
@@ -148,8 +212,18 @@ fn labels_of(pool: &Pool, reqs: &ReqSet, vocab: &Vocab) -> BTreeMap<String, Stri
 /// The offering a launch of `ordered` (cheapest first) would pick now. The provider keeps
 /// the 60 cheapest candidates and launches the cheapest offering among them, which is the
 /// cheapest candidate overall, so one pass finds it.
-fn launch_choice(pool: &Pool, ordered: &[usize], table: &PriceTable, reqs: &ReqSet, vocab: &Vocab) -> Option<LaunchChoice> {
-    let k = (0..CAPACITY_TYPES.len()).find(|k| ordered.iter().any(|i| table.by_capacity_type[*k][*i] < f64::MAX))?;
+fn launch_choice(
+    pool: &Pool,
+    ordered: &[usize],
+    table: &PriceTable,
+    reqs: &ReqSet,
+    vocab: &Vocab,
+) -> Option<LaunchChoice> {
+    let k = (0..CAPACITY_TYPES.len()).find(|k| {
+        ordered
+            .iter()
+            .any(|i| table.by_capacity_type[*k][*i] < f64::MAX)
+    })?;
     let price = |i: usize| table.by_capacity_type[k][i];
     let offered = || ordered.iter().copied().filter(|i| price(*i) < f64::MAX);
     let any_plain = offered().any(|i| !pool.its[i].exotic);
@@ -157,15 +231,24 @@ fn launch_choice(pool: &Pool, ordered: &[usize], table: &PriceTable, reqs: &ReqS
     let mut cap = f64::MAX;
     if CAPACITY_TYPES[k] == labels::CAPACITY_TYPE_SPOT {
         // Spot dearer than the cheapest on-demand option is dropped (unless that drops all).
-        let cheapest_od = offered().filter(plain).map(|i| table.by_capacity_type[2][i]).fold(f64::MAX, f64::min);
+        let cheapest_od = offered()
+            .filter(plain)
+            .map(|i| table.by_capacity_type[2][i])
+            .fold(f64::MAX, f64::min);
         if offered().filter(plain).any(|i| price(i) <= cheapest_od) {
             cap = cheapest_od;
         }
     }
     let mut best: Option<usize> = None;
-    for i in offered().filter(plain).filter(|i| cap == f64::MAX || price(*i) <= cap) {
+    for i in offered()
+        .filter(plain)
+        .filter(|i| cap == f64::MAX || price(*i) <= cap)
+    {
         let better = best.is_none_or(|b| {
-            price(i).total_cmp(&price(b)).then_with(|| pool.its[i].name.cmp(&pool.its[b].name)).is_lt()
+            price(i)
+                .total_cmp(&price(b))
+                .then_with(|| pool.its[i].name.cmp(&pool.its[b].name))
+                .is_lt()
         });
         if better {
             best = Some(i);
@@ -173,13 +256,13 @@ fn launch_choice(pool: &Pool, ordered: &[usize], table: &PriceTable, reqs: &ReqS
     }
     let best = best?;
     let it = &pool.its[best];
-    let (zone, ct) = (reqs.get(vocab.zone), reqs.get(vocab.capacity_type));
+    let offers = OfferReqs::from(|k| reqs.get(k), vocab);
     let zone_name = it
         .offers
         .iter()
         .filter(|o| {
             o.available
-                && offer_allowed(o, zone, ct, vocab)
+                && offer_allowed(o, offers, vocab)
                 && vocab.interner.name(o.capacity_type) == CAPACITY_TYPES[k]
                 && o.price == price(best)
         })

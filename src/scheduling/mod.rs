@@ -16,9 +16,7 @@ mod pool;
 mod prepare;
 mod req;
 mod resvec;
-mod shim;
 mod solve;
-mod taint;
 mod topology;
 mod types;
 mod volumes;
@@ -26,9 +24,9 @@ mod volumes;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod testing;
 
-pub use shim::{InstanceType, Offering, Resources};
 pub use types::*;
 
+use crate::taints::PreferNoSchedule;
 use prepare::Prepared;
 use solve::{Outcome, Solver};
 
@@ -36,15 +34,27 @@ use solve::{Outcome, Solver};
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SchedulingError {
     #[error("nodepool {node_pool:?}: {field}: {reason}")]
-    InvalidNodePool { node_pool: String, field: String, reason: String },
+    InvalidNodePool {
+        node_pool: String,
+        field: String,
+        reason: String,
+    },
     #[error("node {node:?}: {field}: {reason}")]
-    InvalidNode { node: String, field: String, reason: String },
+    InvalidNode {
+        node: String,
+        field: String,
+        reason: String,
+    },
 }
 
 /// Solves one scheduling batch.
 pub fn solve(input: &SchedulingInput) -> Result<SchedulingResult, SchedulingError> {
     let prep = prepare::prepare(input)?;
-    let components = if input.options.parallel { components(&prep) } else { vec![everything(&prep)] };
+    let components = if input.options.parallel {
+        components(&prep)
+    } else {
+        vec![everything(&prep)]
+    };
     let outcomes = run_components(&prep, &components, input.options.parallel);
     Ok(assemble(&prep, outcomes))
 }
@@ -100,13 +110,25 @@ fn components(prep: &Prepared) -> Vec<Component> {
             uf.union(c, next as usize);
         }
         for (pi, pool) in prep.pools.iter().enumerate() {
-            if class.pool_taint[pi].is_none() && pool.reqs.compatible(&class.reqs, &prep.vocab).is_ok() {
+            if class.pool_taint[pi].is_none()
+                && pool.reqs.compatible(&class.reqs, &prep.vocab).is_ok()
+            {
                 uf.union(c, pool_at + pi);
             }
         }
         for (n, node) in prep.nodes.iter().enumerate() {
-            let tolerated = taint::first_untolerated(&node.taints, &class.tolerations).is_none();
-            if tolerated && node.reqs.compatible_strict(&class.reqs, &prep.vocab.interner).is_ok() {
+            let tolerated = crate::taints::tolerates_with(
+                &node.taints,
+                &class.tolerations,
+                PreferNoSchedule::Consider,
+            )
+            .is_ok();
+            if tolerated
+                && node
+                    .reqs
+                    .compatible_strict(&class.reqs, &prep.vocab.interner)
+                    .is_ok()
+            {
                 uf.union(c, node_at + n);
             }
         }
@@ -117,12 +139,23 @@ fn components(prep: &Prepared) -> Vec<Component> {
             uf.union(c, inv_at + *g as usize);
         }
     }
-    let mut by_root: std::collections::BTreeMap<usize, Component> = std::collections::BTreeMap::new();
-    fn slot<'m>(by_root: &'m mut std::collections::BTreeMap<usize, Component>, uf: &mut UnionFind, x: usize) -> &'m mut Component {
-        by_root.entry(uf.find(x)).or_insert_with(|| Component { pools: Vec::new(), nodes: Vec::new(), pods: Vec::new() })
+    let mut by_root: std::collections::BTreeMap<usize, Component> =
+        std::collections::BTreeMap::new();
+    fn slot<'m>(
+        by_root: &'m mut std::collections::BTreeMap<usize, Component>,
+        uf: &mut UnionFind,
+        x: usize,
+    ) -> &'m mut Component {
+        by_root.entry(uf.find(x)).or_insert_with(|| Component {
+            pools: Vec::new(),
+            nodes: Vec::new(),
+            pods: Vec::new(),
+        })
     }
     for (p, info) in prep.pods.iter().enumerate() {
-        slot(&mut by_root, &mut uf, info.class as usize).pods.push(p as u32);
+        slot(&mut by_root, &mut uf, info.class as usize)
+            .pods
+            .push(p as u32);
     }
     for pi in 0..np {
         slot(&mut by_root, &mut uf, pool_at + pi).pools.push(pi);
@@ -130,12 +163,17 @@ fn components(prep: &Prepared) -> Vec<Component> {
     for n in 0..nn {
         slot(&mut by_root, &mut uf, node_at + n).nodes.push(n);
     }
-    by_root.into_values().filter(|c| !c.pods.is_empty()).collect()
+    by_root
+        .into_values()
+        .filter(|c| !c.pods.is_empty())
+        .collect()
 }
 
 fn run_components(prep: &Prepared, components: &[Component], parallel: bool) -> Vec<Outcome> {
     let solve_one = |c: &Component| Solver::new(prep, &c.pools, &c.nodes).run(&c.pods);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(components.len());
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(components.len());
     if !parallel || threads <= 1 {
         return components.iter().map(solve_one).collect();
     }
@@ -167,9 +205,12 @@ fn assemble(prep: &Prepared, outcomes: Vec<Outcome>) -> SchedulingResult {
     let mut nodes = Vec::new();
     let mut prices = finalize::PriceCache::default();
     for outcome in outcomes {
-        let pools: std::collections::BTreeMap<usize, pool::Pool> = outcome.pools.into_iter().collect();
+        let pools: std::collections::BTreeMap<usize, pool::Pool> =
+            outcome.pools.into_iter().collect();
         for (p, e) in outcome.errors {
-            result.errors.insert(prep.pods[p as usize].pod_ref.clone(), e);
+            result
+                .errors
+                .insert(prep.pods[p as usize].pod_ref.clone(), e);
         }
         for claim in outcome.claims {
             let first = claim.pods.iter().copied().min().unwrap_or(u32::MAX);
@@ -178,7 +219,9 @@ fn assemble(prep: &Prepared, outcomes: Vec<Outcome>) -> SchedulingResult {
                 Ok(planned) => claims.push((first, planned)),
                 Err(e) => {
                     for p in &claim.pods {
-                        result.errors.insert(prep.pods[*p as usize].pod_ref.clone(), e.clone());
+                        result
+                            .errors
+                            .insert(prep.pods[*p as usize].pod_ref.clone(), e.clone());
                     }
                 }
             }
@@ -189,13 +232,18 @@ fn assemble(prep: &Prepared, outcomes: Vec<Outcome>) -> SchedulingResult {
     result.new_node_claims = claims.into_iter().map(|(_, c)| c).collect();
     nodes.sort_by(|(a, _), (b, _)| {
         let (na, nb) = (&prep.nodes[*a], &prep.nodes[*b]);
-        nb.initialized.cmp(&na.initialized).then_with(|| na.name.cmp(&nb.name))
+        nb.initialized
+            .cmp(&na.initialized)
+            .then_with(|| na.name.cmp(&nb.name))
     });
     result.existing_nodes = nodes
         .into_iter()
         .map(|(n, pods)| ExistingNodePlacement {
             name: prep.nodes[n].name.clone(),
-            pods: pods.iter().map(|p| prep.pods[*p as usize].pod_ref.clone()).collect(),
+            pods: pods
+                .iter()
+                .map(|p| prep.pods[*p as usize].pod_ref.clone())
+                .collect(),
         })
         .collect();
     result

@@ -75,20 +75,31 @@ impl<'a> SpecView<'a> {
             labels: non_empty(pod.metadata.labels.as_ref()),
             node_selector: non_empty(spec.and_then(|s| s.node_selector.as_ref())),
             affinity: spec.and_then(|s| s.affinity.as_ref()),
-            tolerations: spec.and_then(|s| s.tolerations.as_deref()).unwrap_or_default(),
-            spread: spec.and_then(|s| s.topology_spread_constraints.as_deref()).unwrap_or_default(),
+            tolerations: spec
+                .and_then(|s| s.tolerations.as_deref())
+                .unwrap_or_default(),
+            spread: spec
+                .and_then(|s| s.topology_spread_constraints.as_deref())
+                .unwrap_or_default(),
             host_ports,
             claims: spec
                 .and_then(|s| s.volumes.as_ref())
                 .map(|vs| {
                     vs.iter()
                         .filter_map(|v| {
-                            v.persistent_volume_claim.as_ref().map(|c| c.claim_name.clone()).or_else(|| {
-                                // Generic ephemeral volumes create a PVC named <pod>-<volume>.
-                                v.ephemeral.as_ref().map(|_| {
-                                    format!("{}-{}", pod.metadata.name.as_deref().unwrap_or(""), v.name)
+                            v.persistent_volume_claim
+                                .as_ref()
+                                .map(|c| c.claim_name.clone())
+                                .or_else(|| {
+                                    // Generic ephemeral volumes create a PVC named <pod>-<volume>.
+                                    v.ephemeral.as_ref().map(|_| {
+                                        format!(
+                                            "{}-{}",
+                                            pod.metadata.name.as_deref().unwrap_or(""),
+                                            v.name
+                                        )
+                                    })
                                 })
-                            })
                         })
                         .collect()
                 })
@@ -118,11 +129,22 @@ impl<'a> SpecView<'a> {
             let terms = a
                 .pod_affinity
                 .iter()
-                .flat_map(|p| p.required_during_scheduling_ignored_during_execution.iter().flatten())
-                .chain(a.pod_anti_affinity.iter().flat_map(|p| p.required_during_scheduling_ignored_during_execution.iter().flatten()));
+                .flat_map(|p| {
+                    p.required_during_scheduling_ignored_during_execution
+                        .iter()
+                        .flatten()
+                })
+                .chain(a.pod_anti_affinity.iter().flat_map(|p| {
+                    p.required_during_scheduling_ignored_during_execution
+                        .iter()
+                        .flatten()
+                }));
             for term in terms {
                 term.topology_key.hash(&mut h);
-                term.label_selector.as_ref().map(|s| &s.match_labels).hash(&mut h);
+                term.label_selector
+                    .as_ref()
+                    .map(|s| &s.match_labels)
+                    .hash(&mut h);
             }
             a.node_affinity.is_some().hash(&mut h);
         }
@@ -177,7 +199,11 @@ impl ConstraintSpec {
             .or_else(|| self.remove_preferred_pod_anti_affinity_term())
             .or_else(|| self.remove_preferred_node_affinity_term())
             .or_else(|| self.remove_schedule_anyway_spread())
-            .or_else(|| tolerate_prefer_no_schedule.then(|| self.tolerate_prefer_no_schedule()).flatten())
+            .or_else(|| {
+                tolerate_prefer_no_schedule
+                    .then(|| self.tolerate_prefer_no_schedule())
+                    .flatten()
+            })
     }
 
     fn remove_required_node_affinity_term(&mut self) -> Option<String> {
@@ -203,8 +229,9 @@ impl ConstraintSpec {
             .as_mut()?
             .preferred_during_scheduling_ignored_during_execution
             .as_mut()?;
-        remove_heaviest(terms, |t| t.weight)
-            .then(|| "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]".into())
+        remove_heaviest(terms, |t| t.weight).then(|| {
+            "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]".into()
+        })
     }
 
     fn remove_preferred_pod_anti_affinity_term(&mut self) -> Option<String> {
@@ -215,8 +242,10 @@ impl ConstraintSpec {
             .as_mut()?
             .preferred_during_scheduling_ignored_during_execution
             .as_mut()?;
-        remove_heaviest(terms, |t| t.weight)
-            .then(|| "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]".into())
+        remove_heaviest(terms, |t| t.weight).then(|| {
+            "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+                .into()
+        })
     }
 
     fn remove_preferred_node_affinity_term(&mut self) -> Option<String> {
@@ -227,12 +256,16 @@ impl ConstraintSpec {
             .as_mut()?
             .preferred_during_scheduling_ignored_during_execution
             .as_mut()?;
-        remove_heaviest(terms, |t| t.weight)
-            .then(|| "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]".into())
+        remove_heaviest(terms, |t| t.weight).then(|| {
+            "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]".into()
+        })
     }
 
     fn remove_schedule_anyway_spread(&mut self) -> Option<String> {
-        let i = self.spread.iter().position(|s| s.when_unsatisfiable == "ScheduleAnyway")?;
+        let i = self
+            .spread
+            .iter()
+            .position(|s| s.when_unsatisfiable == "ScheduleAnyway")?;
         // Upstream swaps the last constraint into the removed slot.
         self.spread.swap_remove(i);
         Some("spec.topologySpreadConstraints (ScheduleAnyway)".into())
@@ -247,7 +280,10 @@ impl ConstraintSpec {
         let already = self.tolerations.iter().any(|t| {
             t.key.as_deref().unwrap_or("").is_empty()
                 && t.operator.as_deref() == Some("Exists")
-                && matches!(t.effect.as_deref(), None | Some("") | Some("PreferNoSchedule"))
+                && matches!(
+                    t.effect.as_deref(),
+                    None | Some("") | Some("PreferNoSchedule")
+                )
         });
         if already {
             return None;
@@ -274,7 +310,11 @@ fn container_host_ports(c: &Container) -> Vec<HostPort> {
         .filter_map(|p| {
             let port = p.host_port.filter(|hp| *hp != 0)?;
             Some(HostPort {
-                ip: p.host_ip.clone().filter(|ip| !ip.is_empty()).unwrap_or_else(|| "0.0.0.0".into()),
+                ip: p
+                    .host_ip
+                    .clone()
+                    .filter(|ip| !ip.is_empty())
+                    .unwrap_or_else(|| "0.0.0.0".into()),
                 port,
                 protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
             })
@@ -310,7 +350,7 @@ pub fn pod_requests(pod: &Pod, names: &mut ResNames) -> Result<Vec<(ResId, i64)>
         merge(&mut total, &sidecars, |a, b| a + b);
         merge(&mut total, &init_max, i64::max);
         if let Some(overhead) = &spec.overhead {
-            let ov = names.vector(overhead)?;
+            let ov = names.k8s_vector(overhead)?;
             merge(&mut total, &ov, |a, b| a + b);
         }
     }
@@ -350,7 +390,6 @@ fn merge(acc: &mut Vec<(ResId, i64)>, other: &[(ResId, i64)], f: impl Fn(i64, i6
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,13 +415,19 @@ mod tests {
         let pod = Pod {
             spec: Some(PodSpec {
                 containers: vec![container("1", None), container("500m", None)],
-                init_containers: Some(vec![container("100m", Some("Always")), container("2", None)]),
+                init_containers: Some(vec![
+                    container("100m", Some("Always")),
+                    container("2", None),
+                ]),
                 ..Default::default()
             }),
             ..Default::default()
         };
         let mut names = ResNames::default();
-        let req: BTreeMap<_, _> = pod_requests(&pod, &mut names).expect("valid").into_iter().collect();
+        let req: BTreeMap<_, _> = pod_requests(&pod, &mut names)
+            .expect("valid")
+            .into_iter()
+            .collect();
         assert_eq!(req.len(), 2);
         // main = 1.5 + sidecar 0.1 = 1.6; init = 2 + 0.1 = 2.1
         assert_eq!(req[&super::super::resvec::CPU], 2100);
@@ -395,11 +440,20 @@ mod tests {
             affinity: Some(Affinity {
                 node_affinity: Some(NodeAffinity {
                     required_during_scheduling_ignored_during_execution: Some(NodeSelector {
-                        node_selector_terms: vec![NodeSelectorTerm::default(), NodeSelectorTerm::default()],
+                        node_selector_terms: vec![
+                            NodeSelectorTerm::default(),
+                            NodeSelectorTerm::default(),
+                        ],
                     }),
                     preferred_during_scheduling_ignored_during_execution: Some(vec![
-                        PreferredSchedulingTerm { weight: 1, preference: NodeSelectorTerm::default() },
-                        PreferredSchedulingTerm { weight: 9, preference: NodeSelectorTerm::default() },
+                        PreferredSchedulingTerm {
+                            weight: 1,
+                            preference: NodeSelectorTerm::default(),
+                        },
+                        PreferredSchedulingTerm {
+                            weight: 9,
+                            preference: NodeSelectorTerm::default(),
+                        },
                     ]),
                 }),
                 ..Default::default()

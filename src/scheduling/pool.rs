@@ -18,6 +18,7 @@ use super::types::MinValuesPolicy;
 #[derive(Clone, Debug)]
 pub struct Offer {
     pub zone: Sym,
+    pub zone_id: Option<Sym>,
     pub capacity_type: Sym,
     pub price: f64,
     pub available: bool,
@@ -64,14 +65,23 @@ impl FilterFailure {
         }
         let (r, f, o) = (self.requirements_met, self.fits, self.has_offering);
         let s = match (r, f, o) {
-            (false, false, false) => "no instance type met the scheduling requirements or had enough resources or had a required offering",
-            (false, false, true) => "no instance type met the scheduling requirements or had enough resources",
-            (false, true, false) => "no instance type met the scheduling requirements or had a required offering",
-            (true, false, false) => "no instance type had enough resources or had a required offering",
+            (false, false, false) => {
+                "no instance type met the scheduling requirements or had enough resources or had a required offering"
+            }
+            (false, false, true) => {
+                "no instance type met the scheduling requirements or had enough resources"
+            }
+            (false, true, false) => {
+                "no instance type met the scheduling requirements or had a required offering"
+            }
+            (true, false, false) => {
+                "no instance type had enough resources or had a required offering"
+            }
             (false, true, true) => "no instance type met all requirements",
             (true, false, true) => {
                 return if self.cpu_typo {
-                    "no instance type has enough resources (CPU request >= 1 Million, m vs M typo?)".into()
+                    "no instance type has enough resources (CPU request >= 1 Million, m vs M typo?)"
+                        .into()
                 } else {
                     "no instance type has enough resources".into()
                 };
@@ -113,7 +123,7 @@ pub struct Pool {
     limit_bits: Option<Bits>,
     limit_room: Option<Vec<i64>>,
     key_cache: FxHashMap<(Sym, Req), Bits>,
-    offer_cache: FxHashMap<(Option<Req>, Option<Req>), Bits>,
+    offer_cache: FxHashMap<(Option<Req>, Option<Req>, Option<Req>), Bits>,
 }
 
 impl Pool {
@@ -162,7 +172,7 @@ impl Pool {
         for (k, r) in &reqs.0 {
             base.and_assign(&pool.key_bits(*k, r, vocab));
         }
-        base.and_assign(&pool.offer_bits(reqs.get(vocab.zone), reqs.get(vocab.capacity_type), vocab));
+        base.and_assign(&pool.offer_bits(OfferReqs::from(|k| reqs.get(k), vocab), vocab));
         let zero = vec![0; stride];
         for i in 0..n {
             if !resvec::fits(&zero, pool.effective_row(i)) {
@@ -201,14 +211,18 @@ impl Pool {
     }
 
     /// Instance types with an available offering the zone and capacity-type requirements allow.
-    pub fn offer_bits(&mut self, zone: Option<&Req>, ct: Option<&Req>, vocab: &Vocab) -> Bits {
-        let cache_key = (zone.cloned(), ct.cloned());
+    pub fn offer_bits(&mut self, reqs: OfferReqs<'_>, vocab: &Vocab) -> Bits {
+        let cache_key = reqs.key();
         if let Some(b) = self.offer_cache.get(&cache_key) {
             return b.clone();
         }
         let mut bits = Bits::empty(self.its.len());
         for (i, it) in self.its.iter().enumerate() {
-            if it.offers.iter().any(|o| o.available && offer_allowed(o, zone, ct, vocab)) {
+            if it
+                .offers
+                .iter()
+                .any(|o| o.available && offer_allowed(o, reqs, vocab))
+            {
                 bits.set(i);
             }
         }
@@ -248,7 +262,11 @@ impl Pool {
         }
         for (r, rem) in self.remaining.iter_mut().enumerate() {
             if let Some(rem) = rem.as_mut() {
-                let max = its.iter().map(|i| self.its[i].capacity[r]).max().unwrap_or(0);
+                let max = its
+                    .iter()
+                    .map(|i| self.its[i].capacity[r])
+                    .max()
+                    .unwrap_or(0);
                 *rem -= max;
             }
         }
@@ -269,15 +287,14 @@ impl Pool {
 
     /// Narrows `current` (all compatible with the NodeClaim's requirements before `changes`)
     /// to the instance types compatible with the changed keys, with an offering allowed by
-    /// the resulting `zone` and `ct` requirements, free of daemonset host-port conflicts with
+    /// the resulting `offers` requirements, free of daemonset host-port conflicts with
     /// `ports`, and with room for `total` plus their daemonset overhead.
     #[allow(clippy::too_many_arguments)]
     pub fn narrow(
         &mut self,
         current: &Bits,
         changes: &ReqSet,
-        zone: Option<&Req>,
-        ct: Option<&Req>,
+        offers: OfferReqs<'_>,
         total: &[i64],
         ports: &[HostPort],
         vocab: &Vocab,
@@ -288,13 +305,13 @@ impl Pool {
             if *k == vocab.hostname {
                 continue; // instance types never define hostnames
             }
-            if *k == vocab.zone || *k == vocab.capacity_type {
+            if *k == vocab.zone || *k == vocab.capacity_type || *k == vocab.zone_id {
                 offers_changed = true;
             }
             cand.and_assign(&self.key_bits(*k, r, vocab));
         }
         if offers_changed {
-            cand.and_assign(&self.offer_bits(zone, ct, vocab));
+            cand.and_assign(&self.offer_bits(offers, vocab));
         }
         if !ports.is_empty() {
             for g in &self.groups {
@@ -333,7 +350,13 @@ impl Pool {
 
     /// Checks minValues on `its`. Under BestEffort lowers the requirements' minValues to what
     /// is achievable; under Strict returns upstream's error text.
-    pub fn check_min_values(&self, its: &Bits, reqs: &mut ReqSet, policy: MinValuesPolicy, vocab: &Vocab) -> Result<(), String> {
+    pub fn check_min_values(
+        &self,
+        its: &Bits,
+        reqs: &mut ReqSet,
+        policy: MinValuesPolicy,
+        vocab: &Vocab,
+    ) -> Result<(), String> {
         if !reqs.has_min_values() {
             return Ok(());
         }
@@ -360,13 +383,24 @@ impl Pool {
             Ok(())
         } else {
             failing.sort();
-            Err(format!("minValues requirement is not met for label(s) {}", failing.join(", ")))
+            Err(format!(
+                "minValues requirement is not met for label(s) {}",
+                failing.join(", ")
+            ))
         }
     }
 
     /// Recomputes, for an error message, which criteria the instance types of `current` met.
-    pub fn explain(&mut self, current: &Bits, reqs: &ReqSet, total: &[i64], pod_requests: &[i64], cpu: usize, vocab: &Vocab) -> FilterFailure {
-        let offers = self.offer_bits(reqs.get(vocab.zone), reqs.get(vocab.capacity_type), vocab);
+    pub fn explain(
+        &mut self,
+        current: &Bits,
+        reqs: &ReqSet,
+        total: &[i64],
+        pod_requests: &[i64],
+        cpu: usize,
+        vocab: &Vocab,
+    ) -> FilterFailure {
+        let offers = self.offer_bits(OfferReqs::from(|k| reqs.get(k), vocab), vocab);
         let mut f = FilterFailure::default();
         for i in current.iter() {
             let compat = self.its[i].reqs.intersects(reqs, &vocab.interner).is_ok();
@@ -410,6 +444,39 @@ fn is_negative(r: &Req) -> bool {
 }
 
 /// Whether an offering is allowed by the zone and capacity-type requirements.
-pub fn offer_allowed(o: &Offer, zone: Option<&Req>, ct: Option<&Req>, vocab: &Vocab) -> bool {
-    zone.is_none_or(|z| z.has(o.zone, &vocab.interner)) && ct.is_none_or(|c| c.has(o.capacity_type, &vocab.interner))
+/// The requirements an offering is checked against: zone, zone id and capacity type.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OfferReqs<'a> {
+    pub zone: Option<&'a Req>,
+    pub zone_id: Option<&'a Req>,
+    pub capacity_type: Option<&'a Req>,
+}
+
+impl<'a> OfferReqs<'a> {
+    /// The offering-relevant requirements of a set, looked up through `get`.
+    pub fn from(get: impl Fn(Sym) -> Option<&'a Req>, vocab: &Vocab) -> OfferReqs<'a> {
+        OfferReqs {
+            zone: get(vocab.zone),
+            zone_id: get(vocab.zone_id),
+            capacity_type: get(vocab.capacity_type),
+        }
+    }
+
+    fn key(&self) -> (Option<Req>, Option<Req>, Option<Req>) {
+        (
+            self.zone.cloned(),
+            self.zone_id.cloned(),
+            self.capacity_type.cloned(),
+        )
+    }
+}
+
+/// Whether an offering is allowed by the zone, zone-id and capacity-type requirements.
+pub fn offer_allowed(o: &Offer, reqs: OfferReqs<'_>, vocab: &Vocab) -> bool {
+    let i = &vocab.interner;
+    reqs.zone.is_none_or(|z| z.has(o.zone, i))
+        && reqs.capacity_type.is_none_or(|c| c.has(o.capacity_type, i))
+        && reqs
+            .zone_id
+            .is_none_or(|z| o.zone_id.is_some_and(|id| z.has(id, i)))
 }

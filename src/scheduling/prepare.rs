@@ -9,18 +9,22 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use super::SchedulingError;
 use super::class::{Class, ClassId, required_term_alternatives, respects, spec_requirements};
 use super::intern::{Bits, FxHashMap, Sym};
 use super::pod::{ConstraintSpec, HostPort, SpecView, pod_requests};
 use super::pool::{DaemonGroup, ItInfo, Offer, Pool};
 use super::req::{Req, ReqSet, Vocab};
 use super::resvec::{self, CPU, MEMORY, ResId, ResNames};
-use super::taint;
-use super::topology::{DomainUniverse, Group, GroupId, GroupSpec, Kind, Namespaces, NodeFilter, Selector, TolerationKey, Topology};
+use super::topology::{
+    DomainUniverse, Group, GroupId, GroupSpec, Kind, Namespaces, NodeFilter, Selector,
+    TolerationKey, Topology,
+};
+use super::types::InstanceType;
 use super::types::{PodRef, SchedulingInput, SchedulingOptions};
 use super::volumes::VolumeIndex;
-use super::SchedulingError;
 use crate::labels;
+use crate::taints::{self, PreferNoSchedule};
 
 /// A pending pod: its identity, requests and first class.
 #[derive(Clone, Debug)]
@@ -137,10 +141,30 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
         pending.push((p, requests));
     }
     let stride = names.len();
-    let pools: Vec<Pool> = sparse_pools.into_iter().map(|sp| build_pool(sp, &daemons, stride, &input.existing_nodes, &vocab, &mut names)).collect();
-    let tolerate_pns = pools.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
-    let universe = DomainUniverse { taint_sets: pools.iter().map(|p| p.taints.clone()).collect(), ..Default::default() };
-    let nodes: Vec<NodeState> = sparse_nodes.iter().map(|n| node_state(n, &daemons, stride, &vocab)).collect();
+    let pools: Vec<Pool> = sparse_pools
+        .into_iter()
+        .map(|sp| {
+            build_pool(
+                sp,
+                &daemons,
+                stride,
+                &input.existing_nodes,
+                &vocab,
+                &mut names,
+            )
+        })
+        .collect();
+    let tolerate_pns = pools
+        .iter()
+        .any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
+    let universe = DomainUniverse {
+        taint_sets: pools.iter().map(|p| p.taints.clone()).collect(),
+        ..Default::default()
+    };
+    let nodes: Vec<NodeState> = sparse_nodes
+        .iter()
+        .map(|n| node_state(n, &daemons, stride, &vocab))
+        .collect();
 
     let mut builder = ClassBuilder {
         vocab: &mut vocab,
@@ -161,12 +185,25 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
         let class = builder.class_of(p);
         let (requests, error) = match requests {
             Ok(r) => (resvec::dense(stride, &r), None),
-            Err(q) => (vec![0; stride], Some(format!("invalid resource quantity {q}"))),
+            Err(q) => (
+                vec![0; stride],
+                Some(format!("invalid resource quantity {q}")),
+            ),
         };
-        pods.push((p, PodInfo { pod_ref: pod_ref(p), class, requests, error }));
+        pods.push((
+            p,
+            PodInfo {
+                pod_ref: pod_ref(p),
+                class,
+                requests,
+                error,
+            },
+        ));
     }
     builder.link_selections();
-    let ClassBuilder { topology, classes, .. } = builder;
+    let ClassBuilder {
+        topology, classes, ..
+    } = builder;
     pods.sort_by(|(pa, a), (pb, b)| {
         b.requests[CPU]
             .cmp(&a.requests[CPU])
@@ -192,50 +229,53 @@ fn creation(p: &Pod) -> Option<k8s_openapi::jiff::Timestamp> {
 
 pub fn pod_ref(p: &Pod) -> PodRef {
     PodRef {
-        namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        namespace: p
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
         name: p.metadata.name.clone().unwrap_or_default(),
         uid: p.metadata.uid.clone().unwrap_or_default(),
     }
 }
 
-fn sparse_pool(np: &super::types::NodePoolInput, vocab: &mut Vocab, names: &mut ResNames) -> Result<SparsePool, SchedulingError> {
+fn sparse_pool(
+    np: &super::types::NodePoolInput,
+    vocab: &mut Vocab,
+    names: &mut ResNames,
+) -> Result<SparsePool, SchedulingError> {
     let mut reqs = ReqSet::default();
     for r in &np.requirements {
-        let (k, req) = vocab.requirement(r).ok_or_else(|| SchedulingError::InvalidNodePool {
-            node_pool: np.name.clone(),
-            field: format!("spec.template.spec.requirements[{}]", r.key),
-            reason: format!("operator {} needs a single integer value", r.operator.as_str()),
-        })?;
+        let (k, req) = vocab
+            .requirement(r)
+            .ok_or_else(|| SchedulingError::InvalidNodePool {
+                node_pool: np.name.clone(),
+                field: format!("spec.template.spec.requirements[{}]", r.key),
+                reason: format!(
+                    "operator {} needs a single integer value",
+                    r.operator.as_str()
+                ),
+            })?;
         reqs.add(k, req, &vocab.interner);
     }
     let labels_set = vocab.label_set(np.labels.iter());
     reqs.add_all(&labels_set, &vocab.interner);
     let pool_sym = vocab.intern(&np.name);
     reqs.add(vocab.nodepool, Req::single(pool_sym), &vocab.interner);
-    let quantity_err = |field: String| move |q: String| SchedulingError::InvalidNodePool {
-        node_pool: np.name.clone(),
-        field: field.clone(),
-        reason: format!("invalid quantity {q}"),
-    };
-    let mut its = Vec::with_capacity(np.instance_types.len());
-    for it in &np.instance_types {
-        its.push(sparse_it(it, vocab, names).map_err(quantity_err(format!("instanceTypes[{}]", it.name)))?);
-    }
+    let its = np
+        .instance_types
+        .iter()
+        .map(|it| sparse_it(it, vocab, names))
+        .collect();
     let (limits, node_limit) = match &np.limits {
         None => (None, None),
         Some(l) => {
             let mut l = l.clone();
-            let nodes = match l.remove("nodes") {
-                Some(q) => Some(resvec::parse_milli(&q.0).ok_or_else(|| quantity_err("spec.limits.nodes".into())(q.0.clone()))? / 1000),
-                None => None,
-            };
-            (Some(names.vector(&l).map_err(quantity_err("spec.limits".into()))?), nodes)
+            let nodes = l.remove("nodes").map(|q| q.value());
+            (Some(names.vector(&l)), nodes)
         }
     };
-    let usage = match &np.usage {
-        None => None,
-        Some(u) => Some(names.vector(u).map_err(quantity_err("status.resources".into()))?),
-    };
+    let usage = np.usage.as_ref().map(|u| names.vector(u));
     Ok(SparsePool {
         name: np.name.clone(),
         reqs,
@@ -249,7 +289,7 @@ fn sparse_pool(np: &super::types::NodePoolInput, vocab: &mut Vocab, names: &mut 
     })
 }
 
-fn sparse_it(it: &super::shim::InstanceType, vocab: &mut Vocab, names: &mut ResNames) -> Result<SparseIt, String> {
+fn sparse_it(it: &InstanceType, vocab: &mut Vocab, names: &mut ResNames) -> SparseIt {
     let mut reqs = vocab.label_set(it.labels.iter());
     let name = vocab.intern(&it.name);
     reqs.add(vocab.instance_type, Req::single(name), &vocab.interner);
@@ -258,26 +298,64 @@ fn sparse_it(it: &super::shim::InstanceType, vocab: &mut Vocab, names: &mut ResN
         .iter()
         .map(|o| Offer {
             zone: vocab.intern(&o.zone),
-            capacity_type: vocab.intern(&o.capacity_type),
+            zone_id: (!o.zone_id.is_empty()).then(|| vocab.intern(&o.zone_id)),
+            capacity_type: vocab.intern(o.capacity_type.as_str()),
             price: o.price,
             available: o.available,
         })
         .collect();
-    let zones = offers.iter().filter(|o| o.available).map(|o| o.zone).collect();
-    let cts = offers.iter().filter(|o| o.available).map(|o| o.capacity_type).collect();
-    reqs.0.retain(|(k, _)| *k != vocab.zone && *k != vocab.capacity_type);
+    let zones = offers
+        .iter()
+        .filter(|o| o.available)
+        .map(|o| o.zone)
+        .collect();
+    let cts = offers
+        .iter()
+        .filter(|o| o.available)
+        .map(|o| o.capacity_type)
+        .collect();
+    let zone_ids: Vec<Sym> = offers
+        .iter()
+        .filter(|o| o.available)
+        .filter_map(|o| o.zone_id)
+        .collect();
+    reqs.0
+        .retain(|(k, _)| *k != vocab.zone && *k != vocab.capacity_type && *k != vocab.zone_id);
     reqs.add(vocab.zone, Req::is_in(zones), &vocab.interner);
+    if !zone_ids.is_empty() {
+        reqs.add(vocab.zone_id, Req::is_in(zone_ids), &vocab.interner);
+    }
     reqs.add(vocab.capacity_type, Req::is_in(cts), &vocab.interner);
-    let capacity = names.vector(&it.capacity)?;
-    let overhead = names.vector(&it.overhead)?;
-    let positive = |key: &str| it.labels.get(key).and_then(|v| v.parse::<i64>().ok()).is_some_and(|n| n > 0);
+    let capacity = names.vector(&it.capacity);
+    let overhead = names.vector(&it.overhead.total());
+    let positive = |key: &str| {
+        it.labels
+            .get(key)
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_some_and(|n| n > 0)
+    };
     let exotic = positive(labels::INSTANCE_GPU_COUNT)
         || positive(labels::INSTANCE_ACCELERATOR_COUNT)
-        || it.labels.get(labels::INSTANCE_SIZE).is_some_and(|s| s.contains("metal"))
-        || [labels::RESOURCE_NVIDIA_GPU, labels::RESOURCE_AMD_GPU, labels::RESOURCE_AWS_NEURON, labels::RESOURCE_HABANA_GAUDI]
-            .iter()
-            .any(|r| it.capacity.get(*r).and_then(|q| resvec::parse_milli(&q.0)).is_some_and(|m| m > 0));
-    Ok(SparseIt { name: it.name.clone(), reqs, offers, capacity, overhead, exotic })
+        || it
+            .labels
+            .get(labels::INSTANCE_SIZE)
+            .is_some_and(|s| s.contains("metal"))
+        || [
+            labels::RESOURCE_NVIDIA_GPU,
+            labels::RESOURCE_AMD_GPU,
+            labels::RESOURCE_AWS_NEURON,
+            labels::RESOURCE_HABANA_GAUDI,
+        ]
+        .iter()
+        .any(|r| it.capacity.get(r).is_some_and(|q| q.signum() > 0));
+    SparseIt {
+        name: it.name.clone(),
+        reqs,
+        offers,
+        capacity,
+        overhead,
+        exotic,
+    }
 }
 
 fn daemon(ds: &Pod, vocab: &mut Vocab, names: &mut ResNames) -> Result<Daemon, String> {
@@ -300,14 +378,26 @@ fn daemon(ds: &Pod, vocab: &mut Vocab, names: &mut ResNames) -> Result<Daemon, S
     })
 }
 
-fn sparse_node(n: &super::types::ExistingNode, vocab: &mut Vocab, names: &mut ResNames) -> Result<SparseNode, SchedulingError> {
+fn sparse_node(
+    n: &super::types::ExistingNode,
+    vocab: &mut Vocab,
+    names: &mut ResNames,
+) -> Result<SparseNode, SchedulingError> {
     let bad = |field: &str| {
         let field = field.to_string();
         let node = n.name.clone();
-        move |q: String| SchedulingError::InvalidNode { node: node.clone(), field: field.clone(), reason: format!("invalid quantity {q}") }
+        move |q: String| SchedulingError::InvalidNode {
+            node: node.clone(),
+            field: field.clone(),
+            reason: format!("invalid quantity {q}"),
+        }
     };
     let mut reqs = vocab.label_set(n.labels.iter());
-    let host_name = n.labels.get(labels::HOSTNAME).cloned().unwrap_or_else(|| n.name.clone());
+    let host_name = n
+        .labels
+        .get(labels::HOSTNAME)
+        .cloned()
+        .unwrap_or_else(|| n.name.clone());
     let host = vocab.intern(&host_name);
     reqs.0.retain(|(k, _)| *k != vocab.hostname);
     reqs.add(vocab.hostname, Req::single(host), &vocab.interner);
@@ -318,21 +408,33 @@ fn sparse_node(n: &super::types::ExistingNode, vocab: &mut Vocab, names: &mut Re
     let taints = if n.initialized {
         n.taints.clone()
     } else {
-        n.taints.iter().filter(|t| !taint::is_ephemeral(t)).cloned().collect()
+        n.taints
+            .iter()
+            .filter(|t| !taints::is_known_ephemeral_taint(t))
+            .cloned()
+            .collect()
     };
     let mut pods = Vec::with_capacity(n.pods.len());
     for p in &n.pods {
         let spec = ConstraintSpec::of(p);
         let ns = vocab.intern(&spec.namespace);
-        let mut pod_labels: Vec<(Sym, Sym)> = spec.labels.iter().map(|(k, v)| (vocab.intern(k), vocab.intern(v))).collect();
+        let mut pod_labels: Vec<(Sym, Sym)> = spec
+            .labels
+            .iter()
+            .map(|(k, v)| (vocab.intern(k), vocab.intern(v)))
+            .collect();
         pod_labels.sort_unstable();
         let status_phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-        let counted = p.metadata.deletion_timestamp.is_none() && !matches!(status_phase, Some("Succeeded") | Some("Failed"));
+        let counted = p.metadata.deletion_timestamp.is_none()
+            && !matches!(status_phase, Some("Succeeded") | Some("Failed"));
         let anti_terms = spec
             .affinity
             .as_ref()
             .and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.clone())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .clone()
+            })
             .unwrap_or_default();
         let daemonset = p
             .metadata
@@ -345,7 +447,11 @@ fn sparse_node(n: &super::types::ExistingNode, vocab: &mut Vocab, names: &mut Re
             ns,
             labels: pod_labels,
             counted,
-            requests: if counted { pod_requests(p, names).map_err(bad("pods"))? } else { Vec::new() },
+            requests: if counted {
+                pod_requests(p, names).map_err(bad("pods"))?
+            } else {
+                Vec::new()
+            },
             ports: spec.host_ports.clone(),
             anti_terms,
             namespace: spec.namespace,
@@ -358,13 +464,20 @@ fn sparse_node(n: &super::types::ExistingNode, vocab: &mut Vocab, names: &mut Re
         label_values,
         reqs,
         taints,
-        allocatable: names.vector(&n.allocatable).map_err(bad("allocatable"))?,
+        allocatable: names.vector(&n.allocatable),
         pods,
         initialized: n.initialized,
     })
 }
 
-fn build_pool(sp: SparsePool, daemons: &[Daemon], stride: usize, nodes: &[super::types::ExistingNode], vocab: &Vocab, names: &mut ResNames) -> Pool {
+fn build_pool(
+    sp: SparsePool,
+    daemons: &[Daemon],
+    stride: usize,
+    nodes: &[super::types::ExistingNode],
+    vocab: &Vocab,
+    names: &mut ResNames,
+) -> Pool {
     let its: Vec<ItInfo> = sp
         .its
         .into_iter()
@@ -372,7 +485,14 @@ fn build_pool(sp: SparsePool, daemons: &[Daemon], stride: usize, nodes: &[super:
             let capacity = resvec::dense(stride, &it.capacity);
             let mut allocatable = capacity.clone();
             resvec::sub_assign(&mut allocatable, &resvec::dense(stride, &it.overhead));
-            ItInfo { name: it.name, reqs: it.reqs, offers: it.offers, capacity, allocatable, exotic: it.exotic }
+            ItInfo {
+                name: it.name,
+                reqs: it.reqs,
+                offers: it.offers,
+                capacity,
+                allocatable,
+                exotic: it.exotic,
+            }
         })
         .collect();
     // Group instance types by the exact set of daemonsets that would run on them.
@@ -390,17 +510,28 @@ fn build_pool(sp: SparsePool, daemons: &[Daemon], stride: usize, nodes: &[super:
             let mut overhead = vec![0; stride];
             let mut ports = Vec::new();
             for di in &compatible {
-                resvec::add_assign(&mut overhead, &resvec::dense(stride, &daemons[*di].requests));
+                resvec::add_assign(
+                    &mut overhead,
+                    &resvec::dense(stride, &daemons[*di].requests),
+                );
                 ports.extend(daemons[*di].ports.iter().cloned());
             }
-            groups.push(DaemonGroup { overhead, ports, members: Bits::empty(its.len()) });
+            groups.push(DaemonGroup {
+                overhead,
+                ports,
+                members: Bits::empty(its.len()),
+            });
             groups.len() - 1
         });
         groups[gi].members.set(i);
         it_group.push(gi);
     }
     if groups.is_empty() {
-        groups.push(DaemonGroup { overhead: vec![0; stride], ports: Vec::new(), members: Bits::empty(0) });
+        groups.push(DaemonGroup {
+            overhead: vec![0; stride],
+            ports: Vec::new(),
+            members: Bits::empty(0),
+        });
     }
     let mut remaining: Vec<Option<i64>> = vec![None; stride];
     if let Some(limits) = &sp.limits {
@@ -411,10 +542,12 @@ fn build_pool(sp: SparsePool, daemons: &[Daemon], stride: usize, nodes: &[super:
             Some(u) => resvec::dense(stride, u),
             None => {
                 let mut total = vec![0; stride];
-                for n in nodes.iter().filter(|n| n.node_pool.as_deref() == Some(sp.name.as_str())) {
-                    if let Ok(cap) = names.vector(&n.capacity) {
-                        resvec::add_assign(&mut total, &resvec::dense(stride, &cap));
-                    }
+                for n in nodes
+                    .iter()
+                    .filter(|n| n.node_pool.as_deref() == Some(sp.name.as_str()))
+                {
+                    let cap = names.vector(&n.capacity);
+                    resvec::add_assign(&mut total, &resvec::dense(stride, &cap));
                 }
                 total
             }
@@ -428,23 +561,45 @@ fn build_pool(sp: SparsePool, daemons: &[Daemon], stride: usize, nodes: &[super:
     let node_limit = sp.node_limit.map(|l| {
         let used = match &sp.usage {
             Some(_) => 0,
-            None => nodes.iter().filter(|n| n.node_pool.as_deref() == Some(sp.name.as_str())).count() as i64,
+            None => nodes
+                .iter()
+                .filter(|n| n.node_pool.as_deref() == Some(sp.name.as_str()))
+                .count() as i64,
         };
         l - used
     });
-    Pool::new(sp.name, sp.reqs, sp.labels, sp.taints, sp.startup_taints, its, groups, it_group, stride, remaining, node_limit, vocab)
+    Pool::new(
+        sp.name,
+        sp.reqs,
+        sp.labels,
+        sp.taints,
+        sp.startup_taints,
+        its,
+        groups,
+        it_group,
+        stride,
+        remaining,
+        node_limit,
+        vocab,
+    )
 }
 
 /// Upstream `isDaemonPodCompatible`: tolerates the template taints (PreferNoSchedule always
 /// tolerated), and some required node-affinity term is compatible with the template and
 /// intersects the instance type.
-fn daemon_fits_template(d: &Daemon, pool_reqs: &ReqSet, taints: &[Taint], it_reqs: &ReqSet, vocab: &Vocab) -> bool {
-    if taint::first_untolerated(taints, &d.tolerations_pns).is_some() {
+fn daemon_fits_template(
+    d: &Daemon,
+    pool_reqs: &ReqSet,
+    taints: &[Taint],
+    it_reqs: &ReqSet,
+    vocab: &Vocab,
+) -> bool {
+    if taints::tolerates_with(taints, &d.tolerations_pns, PreferNoSchedule::Consider).is_err() {
         return false;
     }
-    d.alternatives
-        .iter()
-        .any(|alt| pool_reqs.compatible(alt, vocab).is_ok() && it_reqs.intersects(alt, &vocab.interner).is_ok())
+    d.alternatives.iter().any(|alt| {
+        pool_reqs.compatible(alt, vocab).is_ok() && it_reqs.intersects(alt, &vocab.interner).is_ok()
+    })
 }
 
 fn node_state(n: &SparseNode, daemons: &[Daemon], stride: usize, vocab: &Vocab) -> NodeState {
@@ -456,11 +611,15 @@ fn node_state(n: &SparseNode, daemons: &[Daemon], stride: usize, vocab: &Vocab) 
     }
     // Daemonsets that will run here but have no pod yet still need their room.
     for d in daemons {
-        let running = n.pods.iter().any(|p| p.daemonset.as_ref() == Some(&(d.namespace.clone(), d.name.clone())));
+        let running = n
+            .pods
+            .iter()
+            .any(|p| p.daemonset.as_ref() == Some(&(d.namespace.clone(), d.name.clone())));
         if running {
             continue;
         }
-        let tolerated = taint::first_untolerated(&n.taints, &d.tolerations).is_none();
+        let tolerated =
+            taints::tolerates_with(&n.taints, &d.tolerations, PreferNoSchedule::Consider).is_ok();
         if tolerated && n.reqs.compatible_strict(&d.strict, &vocab.interner).is_ok() {
             resvec::sub_assign(&mut avail, &resvec::dense(stride, &d.requests));
             ports.extend(d.ports.iter().cloned());
@@ -535,7 +694,10 @@ impl ClassBuilder<'_> {
         let view = SpecView::of(pod);
         let fp = view.fingerprint();
         if let Some(ids) = self.memo.get(&fp) {
-            if let Some(id) = ids.iter().find(|id| self.classes[**id as usize].spec.view() == view) {
+            if let Some(id) = ids
+                .iter()
+                .find(|id| self.classes[**id as usize].spec.view() == view)
+            {
                 return *id;
             }
         }
@@ -546,7 +708,10 @@ impl ClassBuilder<'_> {
     fn class_chain(&mut self, spec: ConstraintSpec) -> ClassId {
         let fp = spec.fingerprint();
         if let Some(ids) = self.memo.get(&fp) {
-            if let Some(id) = ids.iter().find(|id| self.classes[**id as usize].spec == spec) {
+            if let Some(id) = ids
+                .iter()
+                .find(|id| self.classes[**id as usize].spec == spec)
+            {
                 return *id;
             }
         }
@@ -564,7 +729,11 @@ impl ClassBuilder<'_> {
 
     fn build(&mut self, spec: ConstraintSpec) -> Class {
         let ns = self.vocab.intern(&spec.namespace);
-        let mut labels: Vec<(Sym, Sym)> = spec.labels.iter().map(|(k, v)| (self.vocab.intern(k), self.vocab.intern(v))).collect();
+        let mut labels: Vec<(Sym, Sym)> = spec
+            .labels
+            .iter()
+            .map(|(k, v)| (self.vocab.intern(k), self.vocab.intern(v)))
+            .collect();
         labels.sort_unstable();
         let mut error = None;
         let respect = respects(self.options.preference_policy);
@@ -573,14 +742,21 @@ impl ClassBuilder<'_> {
             ReqSet::default()
         });
         let strict = spec_requirements(&spec, false, self.vocab).unwrap_or_default();
-        let volumes = self.volumes.alternatives(&spec.namespace, &spec.claims, self.vocab).unwrap_or_else(|e| {
-            error.get_or_insert(e);
-            Vec::new()
-        });
+        let volumes = self
+            .volumes
+            .alternatives(&spec.namespace, &spec.claims, self.vocab)
+            .unwrap_or_else(|e| {
+                error.get_or_insert(e);
+                Vec::new()
+            });
         let pool_taint = self
             .pools
             .iter()
-            .map(|p| taint::first_untolerated(&p.taints, &spec.tolerations).map(|t| format!("did not tolerate taint {}", taint::render(t))))
+            .map(|p| {
+                taints::tolerates_with(&p.taints, &spec.tolerations, PreferNoSchedule::Consider)
+                    .err()
+                    .map(|u| u.to_string())
+            })
             .collect();
         let mut class = Class {
             ns,
@@ -615,9 +791,16 @@ impl ClassBuilder<'_> {
                 .match_label_keys
                 .iter()
                 .flatten()
-                .filter_map(|k| spec.labels.get(k).map(|v| (self.vocab.intern(k), self.vocab.intern(v))))
+                .filter_map(|k| {
+                    spec.labels
+                        .get(k)
+                        .map(|v| (self.vocab.intern(k), self.vocab.intern(v)))
+                })
                 .collect();
-            let selector = tsc.label_selector.as_ref().and_then(|s| Selector::compile(s, &extra, self.vocab));
+            let selector = tsc
+                .label_selector
+                .as_ref()
+                .and_then(|s| Selector::compile(s, &extra, self.vocab));
             let mut terms = Vec::new();
             if let Ok(alts) = required_term_alternatives(&spec, self.vocab) {
                 terms = alts;
@@ -632,7 +815,9 @@ impl ClassBuilder<'_> {
                 kind: Kind::Spread,
                 key,
                 max_skew: u32::try_from(tsc.max_skew.max(0)).unwrap_or(0),
-                min_domains: tsc.min_domains.map(|m| u32::try_from(m.max(0)).unwrap_or(0)),
+                min_domains: tsc
+                    .min_domains
+                    .map(|m| u32::try_from(m.max(0)).unwrap_or(0)),
                 namespaces: Namespaces::Set(vec![class.ns]),
                 selector,
                 filter: Some(filter),
@@ -640,18 +825,40 @@ impl ClassBuilder<'_> {
             let id = self.group(gs, &spec.tolerations);
             class.owned.push(id);
         }
-        let Some(affinity) = spec.affinity.as_ref() else { return };
+        let Some(affinity) = spec.affinity.as_ref() else {
+            return;
+        };
         let mut terms: Vec<(Kind, &PodAffinityTerm)> = Vec::new();
         if let Some(a) = &affinity.pod_affinity {
-            terms.extend(a.required_during_scheduling_ignored_during_execution.iter().flatten().map(|t| (Kind::Affinity, t)));
+            terms.extend(
+                a.required_during_scheduling_ignored_during_execution
+                    .iter()
+                    .flatten()
+                    .map(|t| (Kind::Affinity, t)),
+            );
             if respect {
-                terms.extend(a.preferred_during_scheduling_ignored_during_execution.iter().flatten().map(|t| (Kind::Affinity, &t.pod_affinity_term)));
+                terms.extend(
+                    a.preferred_during_scheduling_ignored_during_execution
+                        .iter()
+                        .flatten()
+                        .map(|t| (Kind::Affinity, &t.pod_affinity_term)),
+                );
             }
         }
         if let Some(a) = &affinity.pod_anti_affinity {
-            terms.extend(a.required_during_scheduling_ignored_during_execution.iter().flatten().map(|t| (Kind::AntiAffinity, t)));
+            terms.extend(
+                a.required_during_scheduling_ignored_during_execution
+                    .iter()
+                    .flatten()
+                    .map(|t| (Kind::AntiAffinity, t)),
+            );
             if respect {
-                terms.extend(a.preferred_during_scheduling_ignored_during_execution.iter().flatten().map(|t| (Kind::AntiAffinity, &t.pod_affinity_term)));
+                terms.extend(
+                    a.preferred_during_scheduling_ignored_during_execution
+                        .iter()
+                        .flatten()
+                        .map(|t| (Kind::AntiAffinity, &t.pod_affinity_term)),
+                );
             }
         }
         for (kind, term) in terms {
@@ -659,11 +866,11 @@ impl ClassBuilder<'_> {
             let id = self.group(gs, &spec.tolerations);
             class.owned.push(id);
         }
-        for term in affinity
-            .pod_anti_affinity
-            .iter()
-            .flat_map(|a| a.required_during_scheduling_ignored_during_execution.iter().flatten())
-        {
+        for term in affinity.pod_anti_affinity.iter().flat_map(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+        }) {
             let gs = self.term_spec(Kind::AntiAffinity, &spec.namespace, term);
             let id = self.inverse_group(gs);
             class.inverse_owned.push(id);
@@ -674,19 +881,31 @@ impl ClassBuilder<'_> {
 
     fn term_spec(&mut self, kind: Kind, pod_ns: &str, term: &PodAffinityTerm) -> GroupSpec {
         let key = self.vocab.intern(&term.topology_key);
-        let selector = term.label_selector.as_ref().and_then(|s| Selector::compile(s, &[], self.vocab));
+        let selector = term
+            .label_selector
+            .as_ref()
+            .and_then(|s| Selector::compile(s, &[], self.vocab));
         GroupSpec {
             kind,
             key,
             max_skew: u32::MAX,
             min_domains: None,
-            namespaces: self.term_namespaces(pod_ns, term.namespaces.as_deref(), term.namespace_selector.as_ref()),
+            namespaces: self.term_namespaces(
+                pod_ns,
+                term.namespaces.as_deref(),
+                term.namespace_selector.as_ref(),
+            ),
             selector,
             filter: None,
         }
     }
 
-    fn term_namespaces(&mut self, pod_ns: &str, names: Option<&[String]>, selector: Option<&LabelSelector>) -> Namespaces {
+    fn term_namespaces(
+        &mut self,
+        pod_ns: &str,
+        names: Option<&[String]>,
+        selector: Option<&LabelSelector>,
+    ) -> Namespaces {
         let names = names.unwrap_or_default();
         let mut set: Vec<Sym> = names.iter().map(|n| self.vocab.intern(n)).collect();
         match selector {
@@ -700,7 +919,10 @@ impl ClassBuilder<'_> {
                 }
                 if let Some(compiled) = Selector::compile(sel, &[], self.vocab) {
                     for (ns, ns_labels) in self.namespaces {
-                        let mut l: Vec<(Sym, Sym)> = ns_labels.iter().map(|(k, v)| (self.vocab.intern(k), self.vocab.intern(v))).collect();
+                        let mut l: Vec<(Sym, Sym)> = ns_labels
+                            .iter()
+                            .map(|(k, v)| (self.vocab.intern(k), self.vocab.intern(v)))
+                            .collect();
                         l.sort_unstable();
                         if compiled.matches(&l) {
                             set.push(self.vocab.intern(ns));
@@ -727,7 +949,10 @@ impl ClassBuilder<'_> {
                 g.register(d, &vocab.interner);
             }
             for n in nodes {
-                let counts_here = spec.filter.as_ref().is_none_or(|f| f.matches(&n.taints, &n.reqs, vocab, true));
+                let counts_here = spec
+                    .filter
+                    .as_ref()
+                    .is_none_or(|f| f.matches(&n.taints, &n.reqs, vocab, true));
                 if !counts_here {
                     continue;
                 }

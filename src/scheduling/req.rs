@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use super::intern::{Interner, Sym};
-use super::types::{NodeSelectorRequirement, Operator};
+use super::types::{NodeSelectorRequirementWithMinValues, Operator};
 use crate::labels;
 
 /// One key's requirement: a (possibly complemented) value set with optional integer bounds.
@@ -33,17 +33,35 @@ pub enum Op {
 
 impl Req {
     pub fn exists() -> Req {
-        Req { complement: true, values: Vec::new(), gte: None, lte: None, min_values: None }
+        Req {
+            complement: true,
+            values: Vec::new(),
+            gte: None,
+            lte: None,
+            min_values: None,
+        }
     }
 
     pub fn does_not_exist() -> Req {
-        Req { complement: false, values: Vec::new(), gte: None, lte: None, min_values: None }
+        Req {
+            complement: false,
+            values: Vec::new(),
+            gte: None,
+            lte: None,
+            min_values: None,
+        }
     }
 
     pub fn is_in(mut values: Vec<Sym>) -> Req {
         values.sort_unstable();
         values.dedup();
-        Req { complement: false, values, gte: None, lte: None, min_values: None }
+        Req {
+            complement: false,
+            values,
+            gte: None,
+            lte: None,
+            min_values: None,
+        }
     }
 
     pub fn single(value: Sym) -> Req {
@@ -62,20 +80,23 @@ impl Req {
             }
             Operator::Exists => Req::exists(),
             Operator::DoesNotExist => Req::does_not_exist(),
-            Operator::Gt | Operator::Lt => {
+            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
                 let [v] = values else { return None };
                 let n = interner.number(*v)?;
                 let mut r = Req::exists();
-                if op == Operator::Gt {
-                    match n.checked_add(1) {
-                        Some(bound) => r.gte = Some(bound),
-                        None => return Some(Req::does_not_exist()),
-                    }
+                // Gt and Lt become the inclusive bounds Gte n+1 and Lte n-1.
+                let bound = match op {
+                    Operator::Gt => n.checked_add(1),
+                    Operator::Lt => n.checked_sub(1),
+                    _ => Some(n),
+                };
+                let Some(bound) = bound else {
+                    return Some(Req::does_not_exist());
+                };
+                if matches!(op, Operator::Gt | Operator::Gte) {
+                    r.gte = Some(bound);
                 } else {
-                    match n.checked_sub(1) {
-                        Some(bound) => r.lte = Some(bound),
-                        None => return Some(Req::does_not_exist()),
-                    }
+                    r.lte = Some(bound);
                 }
                 r
             }
@@ -96,7 +117,9 @@ impl Req {
         if self.gte.is_none() && self.lte.is_none() {
             return true;
         }
-        let Some(n) = interner.number(v) else { return false };
+        let Some(n) = interner.number(v) else {
+            return false;
+        };
         self.gte.is_none_or(|g| n >= g) && self.lte.is_none_or(|l| n <= l)
     }
 
@@ -118,7 +141,11 @@ impl Req {
     /// Number of allowed values; `usize::MAX` for complements.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        if self.complement { usize::MAX - self.values.len() } else { self.values.len() }
+        if self.complement {
+            usize::MAX - self.values.len()
+        } else {
+            self.values.len()
+        }
     }
 
     /// The requirement allowing what both allow (upstream `Intersection`).
@@ -129,7 +156,10 @@ impl Req {
         let min_values = max_opt(self.min_values, other.min_values);
         if let (Some(g), Some(l)) = (gte, lte) {
             if g > l {
-                return Req { min_values, ..Req::does_not_exist() };
+                return Req {
+                    min_values,
+                    ..Req::does_not_exist()
+                };
             }
         }
         let mut values = match (self.complement, other.complement) {
@@ -138,10 +168,22 @@ impl Req {
             (false, true) => difference(&self.values, &other.values),
             (false, false) => intersect(&self.values, &other.values),
         };
-        let bounds = Req { complement, values: Vec::new(), gte, lte, min_values: None };
+        let bounds = Req {
+            complement,
+            values: Vec::new(),
+            gte,
+            lte,
+            min_values: None,
+        };
         values.retain(|v| bounds.within(*v, interner));
         let (gte, lte) = if complement { (gte, lte) } else { (None, None) };
-        Req { complement, values, gte, lte, min_values }
+        Req {
+            complement,
+            values,
+            gte,
+            lte,
+            min_values,
+        }
     }
 
     /// Whether some value satisfies both (upstream `HasIntersection`).
@@ -153,7 +195,13 @@ impl Req {
                 return false;
             }
         }
-        let bounds = Req { complement: true, values: Vec::new(), gte, lte, min_values: None };
+        let bounds = Req {
+            complement: true,
+            values: Vec::new(),
+            gte,
+            lte,
+            min_values: None,
+        };
         match (self.complement, other.complement) {
             (true, true) => true,
             (true, false) => other
@@ -187,8 +235,11 @@ impl Req {
         };
         let mut s = format!("{} {}", interner.name(key), op);
         if matches!(self.op(), Op::In | Op::NotIn) {
-            let mut names: Vec<String> =
-                self.values.iter().map(|v| interner.name(*v).into_owned()).collect();
+            let mut names: Vec<String> = self
+                .values
+                .iter()
+                .map(|v| interner.name(*v).into_owned())
+                .collect();
             names.sort();
             let extra = names.len().saturating_sub(5);
             names.truncate(5);
@@ -210,13 +261,17 @@ impl Req {
     }
 
     /// The public form of this requirement (bounded sets become Gt/Lt pairs).
-    pub fn to_public(&self, key: Sym, interner: &Interner) -> Vec<NodeSelectorRequirement> {
+    pub fn to_public(
+        &self,
+        key: Sym,
+        interner: &Interner,
+    ) -> Vec<NodeSelectorRequirementWithMinValues> {
         let key_name = interner.name(key).into_owned();
-        let mk = |operator, values: Vec<String>| NodeSelectorRequirement {
+        let mk = |operator, values: Vec<String>| NodeSelectorRequirementWithMinValues {
             key: key_name.clone(),
             operator,
             values,
-            min_values: self.min_values,
+            min_values: self.min_values.map(i64::from),
         };
         if self.gte.is_some() || self.lte.is_some() {
             let mut out = Vec::new();
@@ -228,8 +283,11 @@ impl Req {
             }
             return out;
         }
-        let mut names: Vec<String> =
-            self.values.iter().map(|v| interner.name(*v).into_owned()).collect();
+        let mut names: Vec<String> = self
+            .values
+            .iter()
+            .map(|v| interner.name(*v).into_owned())
+            .collect();
         names.sort();
         let op = match self.op() {
             Op::In => Operator::In,
@@ -267,11 +325,17 @@ fn union(a: &[Sym], b: &[Sym]) -> Vec<Sym> {
 }
 
 fn difference(a: &[Sym], b: &[Sym]) -> Vec<Sym> {
-    a.iter().copied().filter(|v| b.binary_search(v).is_err()).collect()
+    a.iter()
+        .copied()
+        .filter(|v| b.binary_search(v).is_err())
+        .collect()
 }
 
 fn intersect(a: &[Sym], b: &[Sym]) -> Vec<Sym> {
-    a.iter().copied().filter(|v| b.binary_search(v).is_ok()).collect()
+    a.iter()
+        .copied()
+        .filter(|v| b.binary_search(v).is_ok())
+        .collect()
 }
 
 /// Why two requirement sets are incompatible.
@@ -306,7 +370,10 @@ pub struct ReqSet(pub Vec<(Sym, Req)>);
 impl ReqSet {
     #[inline]
     pub fn get(&self, key: Sym) -> Option<&Req> {
-        self.0.binary_search_by_key(&key, |(k, _)| *k).ok().map(|i| &self.0[i].1)
+        self.0
+            .binary_search_by_key(&key, |(k, _)| *k)
+            .ok()
+            .map(|i| &self.0[i].1)
     }
 
     pub fn has(&self, key: Sym) -> bool {
@@ -373,7 +440,11 @@ impl ReqSet {
     }
 
     /// Strict `Compatible` (no undefined labels allowed), as used against existing nodes.
-    pub fn compatible_strict(&self, incoming: &ReqSet, interner: &Interner) -> Result<(), Conflict> {
+    pub fn compatible_strict(
+        &self,
+        incoming: &ReqSet,
+        interner: &Interner,
+    ) -> Result<(), Conflict> {
         for (k, r) in &incoming.0 {
             if negative(r) || self.has(*k) {
                 continue;
@@ -408,46 +479,12 @@ pub struct Vocab {
     pub interner: Interner,
     well_known: Vec<Sym>,
     pub zone: Sym,
+    pub zone_id: Sym,
     pub capacity_type: Sym,
     pub hostname: Sym,
     pub instance_type: Sym,
     pub nodepool: Sym,
 }
-
-/// Labels upstream treats as well known (core plus the AWS provider's).
-pub const WELL_KNOWN_LABELS: &[&str] = &[
-    labels::NODEPOOL,
-    labels::ZONE,
-    labels::REGION,
-    labels::ZONE_ID,
-    labels::INSTANCE_TYPE,
-    labels::ARCH,
-    labels::OS,
-    labels::WINDOWS_BUILD,
-    labels::CAPACITY_TYPE,
-    labels::INSTANCE_CATEGORY,
-    labels::INSTANCE_FAMILY,
-    labels::INSTANCE_GENERATION,
-    labels::INSTANCE_SIZE,
-    labels::INSTANCE_CPU,
-    labels::INSTANCE_CPU_MANUFACTURER,
-    labels::INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
-    labels::INSTANCE_MEMORY,
-    labels::INSTANCE_EBS_BANDWIDTH,
-    labels::INSTANCE_NETWORK_BANDWIDTH,
-    labels::INSTANCE_HYPERVISOR,
-    labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
-    labels::INSTANCE_LOCAL_NVME,
-    labels::INSTANCE_GPU_NAME,
-    labels::INSTANCE_GPU_MANUFACTURER,
-    labels::INSTANCE_GPU_COUNT,
-    labels::INSTANCE_GPU_MEMORY,
-    labels::INSTANCE_ACCELERATOR_NAME,
-    labels::INSTANCE_ACCELERATOR_MANUFACTURER,
-    labels::INSTANCE_ACCELERATOR_COUNT,
-    labels::INSTANCE_CAPABILITY_FLEX,
-    labels::EC2NODECLASS,
-];
 
 impl Default for Vocab {
     fn default() -> Self {
@@ -458,10 +495,14 @@ impl Default for Vocab {
 impl Vocab {
     pub fn new() -> Vocab {
         let mut interner = Interner::default();
-        let mut well_known: Vec<Sym> = WELL_KNOWN_LABELS.iter().map(|l| interner.intern(l)).collect();
+        let mut well_known: Vec<Sym> = labels::WELL_KNOWN_LABELS
+            .iter()
+            .map(|l| interner.intern(l))
+            .collect();
         well_known.sort_unstable();
         Vocab {
             zone: interner.intern(labels::ZONE),
+            zone_id: interner.intern(labels::ZONE_ID),
             capacity_type: interner.intern(labels::CAPACITY_TYPE),
             hostname: interner.intern(labels::HOSTNAME),
             instance_type: interner.intern(labels::INSTANCE_TYPE),
@@ -480,17 +521,24 @@ impl Vocab {
         self.interner.intern(s)
     }
 
-    /// Interns a public requirement; `None` when a Gt/Lt value is not an integer.
-    pub fn requirement(&mut self, r: &NodeSelectorRequirement) -> Option<(Sym, Req)> {
+    /// Interns a public requirement; `None` when a numeric operator's value is not one
+    /// integer or minValues is negative.
+    pub fn requirement(&mut self, r: &NodeSelectorRequirementWithMinValues) -> Option<(Sym, Req)> {
         let key = self.intern(&r.key);
         let values: Vec<Sym> = r.values.iter().map(|v| self.interner.intern(v)).collect();
         let mut req = Req::from_operator(r.operator, &values, &self.interner)?;
-        req.min_values = r.min_values;
+        req.min_values = match r.min_values {
+            None => None,
+            Some(m) => Some(u32::try_from(m).ok()?),
+        };
         Some((key, req))
     }
 
     /// Requirements equal to a label map (each label `In` its value).
-    pub fn label_set<'a>(&mut self, labels: impl IntoIterator<Item = (&'a String, &'a String)>) -> ReqSet {
+    pub fn label_set<'a>(
+        &mut self,
+        labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> ReqSet {
         let mut set = ReqSet::default();
         for (k, v) in labels {
             let key = self.intern(k);
@@ -558,13 +606,27 @@ mod tests {
         pod.add(team, Req::single(red), &v.interner);
         assert_eq!(pool.compatible(&pod, &v), Err(Conflict::Undefined(team)));
         let mut not_red = ReqSet::default();
-        not_red.add(team, Req::from_operator(Operator::NotIn, &[red], &v.interner).expect("ok"), &v.interner);
-        assert!(pool.compatible(&not_red, &v).is_ok(), "negative custom requirements pass");
-        assert!(pool.compatible_strict(&{
-            let mut z = ReqSet::default();
-            z.add(zone, Req::single(a), &v.interner);
-            z
-        }, &v.interner).is_err(), "strict mode allows nothing undefined");
+        not_red.add(
+            team,
+            Req::from_operator(Operator::NotIn, &[red], &v.interner).expect("ok"),
+            &v.interner,
+        );
+        assert!(
+            pool.compatible(&not_red, &v).is_ok(),
+            "negative custom requirements pass"
+        );
+        assert!(
+            pool.compatible_strict(
+                &{
+                    let mut z = ReqSet::default();
+                    z.add(zone, Req::single(a), &v.interner);
+                    z
+                },
+                &v.interner
+            )
+            .is_err(),
+            "strict mode allows nothing undefined"
+        );
     }
 
     #[test]
@@ -585,8 +647,15 @@ mod tests {
         let mut dne = ReqSet::default();
         dne.add(zone, Req::does_not_exist(), &v.interner);
         let mut not_a = ReqSet::default();
-        not_a.add(zone, Req::from_operator(Operator::NotIn, &[a], &v.interner).expect("ok"), &v.interner);
-        assert!(dne.intersects(&not_a, &v.interner).is_ok(), "two negatives never conflict");
+        not_a.add(
+            zone,
+            Req::from_operator(Operator::NotIn, &[a], &v.interner).expect("ok"),
+            &v.interner,
+        );
+        assert!(
+            dne.intersects(&not_a, &v.interner).is_ok(),
+            "two negatives never conflict"
+        );
     }
 
     #[test]
@@ -594,7 +663,7 @@ mod tests {
         let mut v = Vocab::new();
         let cpu = v.intern(crate::labels::INSTANCE_CPU);
         let (k, r) = v
-            .requirement(&NodeSelectorRequirement {
+            .requirement(&NodeSelectorRequirementWithMinValues {
                 key: crate::labels::INSTANCE_CPU.into(),
                 operator: Operator::Gt,
                 values: vec!["3".into()],

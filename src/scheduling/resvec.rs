@@ -2,11 +2,7 @@
 //! held as exact milli-units in `i64` (a millicore, a thousandth of a byte), so fit checks are
 //! a few integer comparisons instead of map lookups and decimal arithmetic.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
-use super::shim::Resources;
+use crate::resources::{Format, Quantity, Resources};
 
 /// Index of a resource name within a solve.
 pub type ResId = usize;
@@ -23,7 +19,9 @@ pub struct ResNames {
 
 impl Default for ResNames {
     fn default() -> Self {
-        ResNames { names: vec!["cpu".into(), "memory".into(), "pods".into()] }
+        ResNames {
+            names: vec!["cpu".into(), "memory".into(), "pods".into()],
+        }
     }
 }
 
@@ -40,8 +38,22 @@ impl ResNames {
         self.names.len()
     }
 
-    /// Converts a resource list, registering new names; `Err` names the unparsable entry.
-    pub fn vector(&mut self, list: &Resources) -> Result<Vec<(ResId, i64)>, String> {
+    /// Converts a resource list, registering new names.
+    pub fn vector(&mut self, list: &Resources) -> Vec<(ResId, i64)> {
+        list.iter()
+            .map(|(name, q)| (self.id(name), q.milli_value()))
+            .collect()
+    }
+
+    /// Converts a Kubernetes resource list, registering new names; `Err` names the
+    /// unparsable entry.
+    pub fn k8s_vector(
+        &mut self,
+        list: &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    ) -> Result<Vec<(ResId, i64)>, String> {
         let mut out = Vec::with_capacity(list.len());
         for (name, q) in list {
             let milli = parse_milli(&q.0).ok_or_else(|| format!("{name}={}", q.0))?;
@@ -66,10 +78,10 @@ impl ResNames {
 
     /// The public resource list of a vector, omitting zero entries.
     pub fn to_resources(&self, v: &[i64]) -> Resources {
-        let mut out = BTreeMap::new();
+        let mut out = Resources::new();
         for (i, q) in v.iter().enumerate() {
             if *q != 0 {
-                out.insert(self.names[i].clone(), Quantity(format_milli(&self.names[i], *q)));
+                out.insert(&self.names[i], quantity(&self.names[i], *q));
             }
         }
         out
@@ -107,87 +119,25 @@ pub fn sub_assign(acc: &mut [i64], v: &[i64]) {
 
 /// Parses a Kubernetes quantity into milli-units, rounding up like `Quantity.MilliValue`.
 pub fn parse_milli(s: &str) -> Option<i64> {
-    let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
-    let (num, suffix) = split_number(s);
-    let (mantissa, scale) = parse_decimal(num)?;
-    // value = mantissa * 10^-scale * multiplier; milli = value * 1000
-    let (mul_num, pow10): (i128, i32) = match suffix {
-        "" => (1, 0),
-        "n" => (1, -9),
-        "u" => (1, -6),
-        "m" => (1, -3),
-        "k" => (1, 3),
-        "M" => (1, 6),
-        "G" => (1, 9),
-        "T" => (1, 12),
-        "P" => (1, 15),
-        "E" => (1, 18),
-        "Ki" => (1 << 10, 0),
-        "Mi" => (1 << 20, 0),
-        "Gi" => (1 << 30, 0),
-        "Ti" => (1 << 40, 0),
-        "Pi" => (1 << 50, 0),
-        "Ei" => (1 << 60, 0),
-        exp if exp.starts_with(['e', 'E']) => (1, exp[1..].parse::<i32>().ok()?),
-        _ => return None,
-    };
-    let value = mantissa.checked_mul(mul_num)?;
-    let exp = pow10 + 3 - scale;
-    let milli = if exp >= 0 {
-        value.checked_mul(10i128.checked_pow(u32::try_from(exp).ok()?)?)?
-    } else {
-        let div = 10i128.checked_pow(u32::try_from(-exp).ok()?)?;
-        let q = value / div;
-        if value % div > 0 { q + 1 } else { q }
-    };
-    i64::try_from(milli).ok()
+    Quantity::parse(s.trim()).ok().map(Quantity::milli_value)
 }
 
-fn split_number(s: &str) -> (&str, &str) {
-    let bytes = s.as_bytes();
-    let mut end = 0;
-    while end < bytes.len() && (bytes[end].is_ascii_digit() || matches!(bytes[end], b'.' | b'+' | b'-')) {
-        end += 1;
-    }
-    (&s[..end], &s[end..])
-}
-
-/// Parses a signed decimal into (digits as integer, digits after the point).
-fn parse_decimal(s: &str) -> Option<(i128, i32)> {
-    let (neg, body) = match s.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
-    if int.is_empty() && frac.is_empty() {
-        return None;
-    }
-    let mut m: i128 = 0;
-    for c in int.chars().chain(frac.chars()) {
-        m = m.checked_mul(10)?.checked_add(i128::from(c.to_digit(10)?))?;
-    }
-    let scale = i32::try_from(frac.len()).ok()?;
-    Some((if neg { -m } else { m }, scale))
-}
-
-/// Formats milli-units as a canonical-looking quantity for `name`.
-pub fn format_milli(name: &str, milli: i64) -> String {
-    if milli % 1000 != 0 {
-        return format!("{milli}m");
-    }
-    let whole = milli / 1000;
+/// A quantity of `milli` thousandths of `name`'s unit, in the format upstream prints it in.
+fn quantity(name: &str, milli: i64) -> Quantity {
     let binary = name == "memory" || name == "ephemeral-storage" || name.starts_with("hugepages-");
-    if binary && whole != 0 {
-        for (suffix, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-            if whole % (1i64 << shift) == 0 {
-                return format!("{}{suffix}", whole >> shift);
-            }
-        }
-    }
-    whole.to_string()
+    Quantity::from_milli(
+        milli,
+        if binary {
+            Format::BinarySI
+        } else {
+            Format::DecimalSI
+        },
+    )
+}
+
+/// Formats milli-units as a canonical quantity for `name`.
+pub fn format_milli(name: &str, milli: i64) -> String {
+    quantity(name, milli).to_string()
 }
 
 #[cfg(test)]
@@ -205,6 +155,7 @@ mod tests {
         assert_eq!(parse_milli("1e3"), Some(1_000_000));
         assert_eq!(parse_milli("1n"), Some(1), "rounds up to a milli");
         assert_eq!(parse_milli("bogus"), None);
+        assert_eq!(parse_milli("1.5Gi"), Some(1536 * (1 << 20) * 1000));
         assert_eq!(parse_milli("1Qi"), None);
     }
 
@@ -215,7 +166,10 @@ mod tests {
         assert_eq!(format_milli("memory", (1 << 30) * 1000), "1Gi");
         assert_eq!(format_milli("pods", 5000), "5");
         let names = ResNames::default();
-        assert_eq!(names.render(&[1500, 0, 1000]), r#"{"cpu":"1500m","pods":"1"}"#);
+        assert_eq!(
+            names.render(&[1500, 0, 1000]),
+            r#"{"cpu":"1500m","pods":"1"}"#
+        );
     }
 
     #[test]

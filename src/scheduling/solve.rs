@@ -14,12 +14,12 @@ use std::collections::VecDeque;
 
 use super::class::{Class, ClassId};
 use super::intern::{Bits, FxHashMap, SYNTHETIC_BASE, Sym};
-use super::topology::GroupId;
 use super::pod::HostPort;
-use super::pool::Pool;
+use super::pool::{OfferReqs, Pool};
 use super::prepare::{NodeState, Prepared};
 use super::req::{Conflict, Op, Req, ReqSet, Vocab, negative};
 use super::resvec;
+use super::topology::GroupId;
 use super::topology::Topology;
 
 /// A NodeClaim planned in this solve.
@@ -53,7 +53,11 @@ struct Fail {
 
 impl Fail {
     fn new(permanent: bool, explain: bool, msg: impl FnOnce() -> String) -> Fail {
-        Fail { permanent, msg: explain.then(msg), topology: None }
+        Fail {
+            permanent,
+            msg: explain.then(msg),
+            topology: None,
+        }
     }
 }
 
@@ -119,7 +123,13 @@ fn view<'r>(base: &'r ReqSet, delta: &'r ReqSet, key: Sym) -> Option<&'r Req> {
 
 /// Merges `incoming` into `delta` (changes over `base`), failing like upstream `Compatible`
 /// (undefined well-known labels allowed unless `strict`).
-fn merge(base: &ReqSet, delta: &mut ReqSet, incoming: &ReqSet, vocab: &Vocab, strict: bool) -> Result<(), Conflict> {
+fn merge(
+    base: &ReqSet,
+    delta: &mut ReqSet,
+    incoming: &ReqSet,
+    vocab: &Vocab,
+    strict: bool,
+) -> Result<(), Conflict> {
     let interner = &vocab.interner;
     for (k, r) in &incoming.0 {
         let existing = view(base, delta, *k);
@@ -159,14 +169,31 @@ fn render_full(base: &ReqSet, delta: &ReqSet, vocab: &Vocab) -> String {
 }
 
 /// The requirements topology adds for a pod of `class` on a node with `base`+`delta`.
-fn topology_requirements(topology: &Topology, class: &Class, base: &ReqSet, delta: &ReqSet, vocab: &Vocab, explain: bool) -> Result<ReqSet, Fail> {
+fn topology_requirements(
+    topology: &Topology,
+    class: &Class,
+    base: &ReqSet,
+    delta: &ReqSet,
+    vocab: &Vocab,
+    explain: bool,
+) -> Result<ReqSet, Fail> {
     let exists = Req::exists();
     let mut out = ReqSet::default();
-    let owned = class.owned.iter().map(|g| (&topology.groups[*g as usize], class.selected_by.binary_search(g).is_ok()));
-    let inverse = class.inverse_selected_by.iter().map(|g| (&topology.inverse[*g as usize], true));
+    let owned = class.owned.iter().map(|g| {
+        (
+            &topology.groups[*g as usize],
+            class.selected_by.binary_search(g).is_ok(),
+        )
+    });
+    let inverse = class
+        .inverse_selected_by
+        .iter()
+        .map(|g| (&topology.inverse[*g as usize], true));
     let owned_ids = class.owned.iter().map(|g| (false, *g));
     let inverse_ids = class.inverse_selected_by.iter().map(|g| (true, *g));
-    for ((group, self_selecting), (is_inverse, gid)) in owned.chain(inverse).zip(owned_ids.chain(inverse_ids)) {
+    for ((group, self_selecting), (is_inverse, gid)) in
+        owned.chain(inverse).zip(owned_ids.chain(inverse_ids))
+    {
         let key = group.spec.key;
         let pod = class.strict.get(key).unwrap_or(&exists);
         let node = view(base, delta, key).unwrap_or(&exists);
@@ -174,7 +201,9 @@ fn topology_requirements(topology: &Topology, class: &Class, base: &ReqSet, delt
         if domains.op() == Op::DoesNotExist {
             let permanent = group.spec.kind == super::topology::Kind::AntiAffinity
                 || (group.spec.kind == super::topology::Kind::Spread && group.is_hostname);
-            let mut fail = Fail::new(permanent, explain, || group.describe_failure(pod, node, &vocab.interner));
+            let mut fail = Fail::new(permanent, explain, || {
+                group.describe_failure(pod, node, &vocab.interner)
+            });
             fail.topology = Some((is_inverse, gid, group.stamp()));
             return Err(fail);
         }
@@ -184,13 +213,27 @@ fn topology_requirements(topology: &Topology, class: &Class, base: &ReqSet, delt
 }
 
 /// Records a placed pod in every group that counts it.
-fn record(topology: &mut Topology, class: &Class, taints: &[k8s_openapi::api::core::v1::Taint], reqs: &ReqSet, vocab: &Vocab, strict: bool) {
+fn record(
+    topology: &mut Topology,
+    class: &Class,
+    taints: &[k8s_openapi::api::core::v1::Taint],
+    reqs: &ReqSet,
+    vocab: &Vocab,
+    strict: bool,
+) {
     for g in &class.selected_by {
         let group = &mut topology.groups[*g as usize];
-        if !group.spec.filter.as_ref().is_none_or(|f| f.matches(taints, reqs, vocab, strict)) {
+        if !group
+            .spec
+            .filter
+            .as_ref()
+            .is_none_or(|f| f.matches(taints, reqs, vocab, strict))
+        {
             continue;
         }
-        let Some(r) = reqs.get(group.spec.key) else { continue };
+        let Some(r) = reqs.get(group.spec.key) else {
+            continue;
+        };
         if group.spec.kind == super::topology::Kind::AntiAffinity {
             if !r.complement {
                 for v in r.values.clone() {
@@ -237,7 +280,9 @@ impl<'a> Solver<'a> {
         let mut node_order: Vec<usize> = nodes.to_vec();
         node_order.sort_by(|a, b| {
             let (na, nb) = (&prep.nodes[*a], &prep.nodes[*b]);
-            nb.initialized.cmp(&na.initialized).then_with(|| na.name.cmp(&nb.name))
+            nb.initialized
+                .cmp(&na.initialized)
+                .then_with(|| na.name.cmp(&nb.name))
         });
         Solver {
             prep,
@@ -248,7 +293,9 @@ impl<'a> Solver<'a> {
             topology: prep.topology.clone(),
             claims: Vec::new(),
             order: Vec::new(),
-            memos: (0..prep.classes.len()).map(|_| ClassMemo::default()).collect(),
+            memos: (0..prep.classes.len())
+                .map(|_| ClassMemo::default())
+                .collect(),
         }
     }
 
@@ -293,7 +340,12 @@ impl<'a> Solver<'a> {
                 .filter_map(|(i, n)| n.as_mut().map(|n| (i, std::mem::take(&mut n.placed))))
                 .filter(|(_, placed)| !placed.is_empty())
                 .collect(),
-            pools: self.pools.into_iter().enumerate().filter_map(|(i, p)| p.map(|p| (i, p))).collect(),
+            pools: self
+                .pools
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, p)| p.map(|p| (i, p)))
+                .collect(),
             claims: self.claims,
             errors,
         }
@@ -389,9 +441,15 @@ impl<'a> Solver<'a> {
                     return true;
                 }
                 Err(f) if f.permanent => ClassMemo::kill(&mut memo.dead_claims, cid),
-                Err(Fail { topology: Some((inverse, g, stamp)), .. }) if self.prep.classes[c as usize].volumes.len() <= 1 => {
+                Err(Fail {
+                    topology: Some((inverse, g, stamp)),
+                    ..
+                }) if self.prep.classes[c as usize].volumes.len() <= 1 => {
                     let version = u64::from(self.claims[cid].version);
-                    memo.claim_topology[cid] = (version << 32 | u64::from(stamp), g | if inverse { 1 << 31 } else { 0 });
+                    memo.claim_topology[cid] = (
+                        version << 32 | u64::from(stamp),
+                        g | if inverse { 1 << 31 } else { 0 },
+                    );
                 }
                 Err(_) => {}
             }
@@ -400,10 +458,18 @@ impl<'a> Solver<'a> {
     }
 
     fn try_node(&self, ni: usize, p: u32, c: ClassId) -> Result<Placement, Fail> {
-        let node = self.nodes[ni].as_ref().expect("node order lists owned nodes");
+        let node = self.nodes[ni]
+            .as_ref()
+            .expect("node order lists owned nodes");
         let class = &self.prep.classes[c as usize];
         let pod = &self.prep.pods[p as usize];
-        if super::taint::first_untolerated(&node.taints, &class.tolerations).is_some() {
+        if crate::taints::tolerates_with(
+            &node.taints,
+            &class.tolerations,
+            crate::taints::PreferNoSchedule::Consider,
+        )
+        .is_err()
+        {
             return Err(Fail::new(true, false, String::new));
         }
         if ports_conflict(&class.ports, &node.ports).is_some() {
@@ -420,14 +486,25 @@ impl<'a> Solver<'a> {
         let alternatives = class.volumes.len().max(1);
         for alt in 0..alternatives {
             let vol = class.volumes.get(alt);
-            let mut d = if alt + 1 == alternatives { std::mem::take(&mut delta) } else { delta.clone() };
+            let mut d = if alt + 1 == alternatives {
+                std::mem::take(&mut delta)
+            } else {
+                delta.clone()
+            };
             if let Some(v) = vol {
                 if merge(&node.reqs, &mut d, v, self.vocab, true).is_err() {
                     last = Fail::new(false, false, String::new);
                     continue;
                 }
             }
-            let topo = match topology_requirements(&self.topology, class, &node.reqs, &d, self.vocab, false) {
+            let topo = match topology_requirements(
+                &self.topology,
+                class,
+                &node.reqs,
+                &d,
+                self.vocab,
+                false,
+            ) {
                 Ok(t) => t,
                 Err(f) => {
                     last = f;
@@ -438,7 +515,11 @@ impl<'a> Solver<'a> {
                 last = Fail::new(false, false, String::new);
                 continue;
             }
-            return Ok(Placement { delta: d, its: None, total: Vec::new() });
+            return Ok(Placement {
+                delta: d,
+                its: None,
+                total: Vec::new(),
+            });
         }
         Err(last)
     }
@@ -452,10 +533,23 @@ impl<'a> Solver<'a> {
         }
         node.ports.extend(class.ports.iter().cloned());
         node.placed.push(p);
-        record(&mut self.topology, class, &node.taints, &node.reqs, self.vocab, true);
+        record(
+            &mut self.topology,
+            class,
+            &node.taints,
+            &node.reqs,
+            self.vocab,
+            true,
+        );
     }
 
-    fn try_claim(&mut self, cid: usize, p: u32, c: ClassId, explain: bool) -> Result<Placement, Fail> {
+    fn try_claim(
+        &mut self,
+        cid: usize,
+        p: u32,
+        c: ClassId,
+        explain: bool,
+    ) -> Result<Placement, Fail> {
         let prep = self.prep;
         let vocab = self.vocab;
         let claim = &self.claims[cid];
@@ -467,49 +561,72 @@ impl<'a> Solver<'a> {
         if let Some(msg) = ports_conflict(&class.ports, &claim.ports) {
             return Err(Fail::new(true, explain, || msg));
         }
-        let room_ok = claim.requests.iter().zip(&pod.requests).zip(&claim.room).all(|((a, b), r)| a + b <= *r);
+        let room_ok = claim
+            .requests
+            .iter()
+            .zip(&pod.requests)
+            .zip(&claim.room)
+            .all(|((a, b), r)| a + b <= *r);
         if !explain && !room_ok {
             return Err(Fail::new(false, false, String::new));
         }
         let mut delta = ReqSet::default();
         if let Err(conflict) = merge(&claim.reqs, &mut delta, &class.reqs, vocab, false) {
-            return Err(Fail::new(true, explain, || format!("incompatible requirements, {}", conflict.render(&vocab.interner))));
+            return Err(Fail::new(true, explain, || {
+                format!(
+                    "incompatible requirements, {}",
+                    conflict.render(&vocab.interner)
+                )
+            }));
         }
-        let pool = self.pools[claim.pool].as_mut().expect("claims belong to owned pools");
+        let pool = self.pools[claim.pool]
+            .as_mut()
+            .expect("claims belong to owned pools");
         let mut last = Fail::new(false, explain, String::new);
         let alternatives = class.volumes.len().max(1);
         for alt in 0..alternatives {
             let vol = class.volumes.get(alt);
-            let mut d = if alt + 1 == alternatives { std::mem::take(&mut delta) } else { delta.clone() };
+            let mut d = if alt + 1 == alternatives {
+                std::mem::take(&mut delta)
+            } else {
+                delta.clone()
+            };
             if let Some(v) = vol {
                 if let Err(conflict) = merge(&claim.reqs, &mut d, v, vocab, false) {
-                    last = Fail::new(false, explain, || format!("incompatible volume requirements, {}", conflict.render(&vocab.interner)));
+                    last = Fail::new(false, explain, || {
+                        format!(
+                            "incompatible volume requirements, {}",
+                            conflict.render(&vocab.interner)
+                        )
+                    });
                     continue;
                 }
             }
-            let topo = match topology_requirements(&self.topology, class, &claim.reqs, &d, vocab, explain) {
-                Ok(t) => t,
-                Err(f) => {
-                    last = f;
-                    continue;
-                }
-            };
+            let topo =
+                match topology_requirements(&self.topology, class, &claim.reqs, &d, vocab, explain)
+                {
+                    Ok(t) => t,
+                    Err(f) => {
+                        last = f;
+                        continue;
+                    }
+                };
             if let Err(conflict) = merge(&claim.reqs, &mut d, &topo, vocab, false) {
                 last = Fail::new(false, explain, || conflict.render(&vocab.interner));
                 continue;
             }
             let mut total = claim.requests.clone();
             resvec::add_assign(&mut total, &pod.requests);
-            let zone = view(&claim.reqs, &d, vocab.zone);
-            let ct = view(&claim.reqs, &d, vocab.capacity_type);
-            let its = pool.narrow(&claim.its, &d, zone, ct, &total, &class.ports, vocab);
+            let offers = OfferReqs::from(|k| view(&claim.reqs, &d, k), vocab);
+            let its = pool.narrow(&claim.its, &d, offers, &total, &class.ports, vocab);
             if its.is_empty() {
                 last = Fail::new(false, explain, || {
                     let mut full = claim.reqs.clone();
                     for (k, r) in &d.0 {
                         full.set(*k, r.clone());
                     }
-                    let failure = pool.explain(&claim.its, &full, &total, &pod.requests, resvec::CPU, vocab);
+                    let failure =
+                        pool.explain(&claim.its, &full, &total, &pod.requests, resvec::CPU, vocab);
                     let mut cumulative = pool.min_overhead(&pool.base, pool.stride);
                     resvec::add_assign(&mut cumulative, &pod.requests);
                     format!(
@@ -527,7 +644,8 @@ impl<'a> Solver<'a> {
                 for (k, r) in &d.0 {
                     full.set(*k, r.clone());
                 }
-                match pool.check_min_values(&its, &mut full, prep.options.min_values_policy, vocab) {
+                match pool.check_min_values(&its, &mut full, prep.options.min_values_policy, vocab)
+                {
                     Ok(()) => {
                         // BestEffort may have lowered minValues; carry them in the delta.
                         for (k, r) in full.0 {
@@ -544,7 +662,11 @@ impl<'a> Solver<'a> {
                     }
                 }
             }
-            return Ok(Placement { delta: d, its: Some(its), total });
+            return Ok(Placement {
+                delta: d,
+                its: Some(its),
+                total,
+            });
         }
         Err(last)
     }
@@ -572,17 +694,30 @@ impl<'a> Solver<'a> {
         claim.version += 1;
         claim.pods.push(p);
         claim.ports.extend(class.ports.iter().cloned());
-        record(&mut self.topology, class, &pool.taints, &claim.reqs, self.vocab, false);
+        record(
+            &mut self.topology,
+            class,
+            &pool.taints,
+            &claim.reqs,
+            self.vocab,
+            false,
+        );
     }
 
     /// Moves a claim that just gained a pod to its place in (pod count, creation) order.
     fn reorder(&mut self, cid: usize) {
-        let key = |claims: &[Claim], id: u32| (claims[id as usize].pods.len(), claims[id as usize].created);
+        let key = |claims: &[Claim], id: u32| {
+            (claims[id as usize].pods.len(), claims[id as usize].created)
+        };
         let created = self.claims[cid].created;
         let old = (self.claims[cid].pods.len() - 1, created);
         let claims = &self.claims;
         if let Ok(at) = self.order.binary_search_by(|id| {
-            if *id as usize == cid { std::cmp::Ordering::Equal } else { key(claims, *id).cmp(&old) }
+            if *id as usize == cid {
+                std::cmp::Ordering::Equal
+            } else {
+                key(claims, *id).cmp(&old)
+            }
         }) {
             self.order.remove(at);
         }
@@ -603,7 +738,12 @@ impl<'a> Solver<'a> {
         pool.reqs
             .compatible(&class.reqs, self.vocab)
             .err()
-            .map(|conflict| format!("incompatible requirements, {}", conflict.render(&self.vocab.interner)))
+            .map(|conflict| {
+                format!(
+                    "incompatible requirements, {}",
+                    conflict.render(&self.vocab.interner)
+                )
+            })
     }
 
     fn try_new(&mut self, pi: usize, p: u32, c: ClassId, explain: bool) -> Result<(), String> {
@@ -630,11 +770,15 @@ impl<'a> Solver<'a> {
             return Err(prefix() + "incompatible requirements");
         };
         if pool.remaining_nodes.is_some_and(|n| n <= 0) {
-            return Err(format!("node limits have been exhausted for nodepool {name:?}"));
+            return Err(format!(
+                "node limits have been exhausted for nodepool {name:?}"
+            ));
         }
         let its = pool.within_limits();
         if its.is_empty() {
-            return Err(format!("all available instance types exceed limits for nodepool: {name:?}"));
+            return Err(format!(
+                "all available instance types exceed limits for nodepool: {name:?}"
+            ));
         }
         let cid = self.claims.len();
         let host = SYNTHETIC_BASE + u32::try_from(cid).expect("fewer than 2^31 NodeClaims");
@@ -662,7 +806,12 @@ impl<'a> Solver<'a> {
                     pool.charge(&claim_its);
                 }
                 let claims = &self.claims;
-                let at = self.order.partition_point(|id| (claims[*id as usize].pods.len(), claims[*id as usize].created) < (1, cid as u32));
+                let at = self.order.partition_point(|id| {
+                    (
+                        claims[*id as usize].pods.len(),
+                        claims[*id as usize].created,
+                    ) < (1, cid as u32)
+                });
                 self.order.insert(at, cid as u32);
                 Ok(())
             }
@@ -673,4 +822,3 @@ impl<'a> Solver<'a> {
         }
     }
 }
-

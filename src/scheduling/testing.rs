@@ -6,27 +6,38 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, NodeAffinity, NodeSelector, NodeSelectorRequirement as K8sReq, NodeSelectorTerm,
-    PersistentVolumeClaimVolumeSource, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration, TopologySpreadConstraint, Volume,
+    Affinity, Container, ContainerPort, NodeAffinity, NodeSelector,
+    NodeSelectorRequirement as K8sReq, NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod,
+    PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PreferredSchedulingTerm,
+    ResourceRequirements, Taint, Toleration, TopologySpreadConstraint, Volume,
     WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 
-use super::shim::{InstanceType, Offering};
-use super::types::{NodePoolInput, NodeSelectorRequirement, Operator};
+use super::types::{
+    CapacityType, InstanceType, NodePoolInput, NodeSelectorRequirementWithMinValues, Offering,
+    Operator, Resources,
+};
+use crate::catalog::Overhead;
 use crate::labels;
+use crate::resources::Quantity as Q;
 
 /// The three zones fixtures use.
 pub const ZONES: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
 
 fn labels_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
-    LabelSelector { match_labels: Some(labels_of(pairs)), match_expressions: None }
+    LabelSelector {
+        match_labels: Some(labels_of(pairs)),
+        match_expressions: None,
+    }
 }
 
 /// Builds a pod from defaults (namespace `default`, 1 container, no requests) plus overrides.
@@ -46,7 +57,10 @@ pub fn pod(name: &str) -> PodBuilder {
                 ..Default::default()
             },
             spec: Some(PodSpec {
-                containers: vec![Container { name: "app".into(), ..Default::default() }],
+                containers: vec![Container {
+                    name: "app".into(),
+                    ..Default::default()
+                }],
                 ..Default::default()
             }),
             status: None,
@@ -91,28 +105,41 @@ impl PodBuilder {
     }
 
     pub fn labels(mut self, pairs: &[(&str, &str)]) -> Self {
-        self.pod.metadata.labels.get_or_insert_with(BTreeMap::new).extend(labels_of(pairs));
+        self.pod
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .extend(labels_of(pairs));
         self
     }
 
     /// Seconds after the epoch, for queue ordering.
     pub fn created(mut self, seconds: i64) -> Self {
-        let ts = k8s_openapi::jiff::Timestamp::from_second(seconds).expect("fixture timestamps are in range");
+        let ts = k8s_openapi::jiff::Timestamp::from_second(seconds)
+            .expect("fixture timestamps are in range");
         self.pod.metadata.creation_timestamp = Some(Time(ts));
         self
     }
 
     pub fn node_selector(mut self, pairs: &[(&str, &str)]) -> Self {
-        self.spec().node_selector.get_or_insert_with(BTreeMap::new).extend(labels_of(pairs));
+        self.spec()
+            .node_selector
+            .get_or_insert_with(BTreeMap::new)
+            .extend(labels_of(pairs));
         self
     }
 
     /// Adds a required node-affinity term (terms are ORed).
     pub fn required_term(mut self, exprs: &[(&str, &str, &[&str])]) -> Self {
         let term = node_term(exprs);
-        let node = self.affinity().node_affinity.get_or_insert_with(NodeAffinity::default);
+        let node = self
+            .affinity()
+            .node_affinity
+            .get_or_insert_with(NodeAffinity::default);
         node.required_during_scheduling_ignored_during_execution
-            .get_or_insert_with(|| NodeSelector { node_selector_terms: Vec::new() })
+            .get_or_insert_with(|| NodeSelector {
+                node_selector_terms: Vec::new(),
+            })
             .node_selector_terms
             .push(term);
         self
@@ -120,21 +147,33 @@ impl PodBuilder {
 
     pub fn preferred_term(mut self, weight: i32, exprs: &[(&str, &str, &[&str])]) -> Self {
         let preference = node_term(exprs);
-        let node = self.affinity().node_affinity.get_or_insert_with(NodeAffinity::default);
+        let node = self
+            .affinity()
+            .node_affinity
+            .get_or_insert_with(NodeAffinity::default);
         node.preferred_during_scheduling_ignored_during_execution
             .get_or_insert_with(Vec::new)
             .push(PreferredSchedulingTerm { weight, preference });
         self
     }
 
-    pub fn toleration(mut self, key: Option<&str>, op: &str, value: Option<&str>, effect: Option<&str>) -> Self {
-        self.spec().tolerations.get_or_insert_with(Vec::new).push(Toleration {
-            key: key.map(Into::into),
-            operator: Some(op.into()),
-            value: value.map(Into::into),
-            effect: effect.map(Into::into),
-            toleration_seconds: None,
-        });
+    pub fn toleration(
+        mut self,
+        key: Option<&str>,
+        op: &str,
+        value: Option<&str>,
+        effect: Option<&str>,
+    ) -> Self {
+        self.spec()
+            .tolerations
+            .get_or_insert_with(Vec::new)
+            .push(Toleration {
+                key: key.map(Into::into),
+                operator: Some(op.into()),
+                value: value.map(Into::into),
+                effect: effect.map(Into::into),
+                toleration_seconds: None,
+            });
         self
     }
 
@@ -150,7 +189,10 @@ impl PodBuilder {
     }
 
     pub fn spread_with(mut self, tsc: TopologySpreadConstraint) -> Self {
-        self.spec().topology_spread_constraints.get_or_insert_with(Vec::new).push(tsc);
+        self.spec()
+            .topology_spread_constraints
+            .get_or_insert_with(Vec::new)
+            .push(tsc);
         self
     }
 
@@ -165,8 +207,16 @@ impl PodBuilder {
         self
     }
 
-    pub fn preferred_affinity_to(mut self, weight: i32, key: &str, select: &[(&str, &str)]) -> Self {
-        let term = WeightedPodAffinityTerm { weight, pod_affinity_term: pod_term(key, select) };
+    pub fn preferred_affinity_to(
+        mut self,
+        weight: i32,
+        key: &str,
+        select: &[(&str, &str)],
+    ) -> Self {
+        let term = WeightedPodAffinityTerm {
+            weight,
+            pod_affinity_term: pod_term(key, select),
+        };
         self.affinity()
             .pod_affinity
             .get_or_insert_with(PodAffinity::default)
@@ -187,8 +237,16 @@ impl PodBuilder {
         self
     }
 
-    pub fn preferred_anti_affinity_to(mut self, weight: i32, key: &str, select: &[(&str, &str)]) -> Self {
-        let term = WeightedPodAffinityTerm { weight, pod_affinity_term: pod_term(key, select) };
+    pub fn preferred_anti_affinity_to(
+        mut self,
+        weight: i32,
+        key: &str,
+        select: &[(&str, &str)],
+    ) -> Self {
+        let term = WeightedPodAffinityTerm {
+            weight,
+            pod_affinity_term: pod_term(key, select),
+        };
         self.affinity()
             .pod_anti_affinity
             .get_or_insert_with(PodAntiAffinity::default)
@@ -199,20 +257,29 @@ impl PodBuilder {
     }
 
     pub fn host_port(mut self, port: i32) -> Self {
-        self.spec().containers[0].ports.get_or_insert_with(Vec::new).push(ContainerPort {
-            container_port: port,
-            host_port: Some(port),
-            ..Default::default()
-        });
+        self.spec().containers[0]
+            .ports
+            .get_or_insert_with(Vec::new)
+            .push(ContainerPort {
+                container_port: port,
+                host_port: Some(port),
+                ..Default::default()
+            });
         self
     }
 
     pub fn pvc(mut self, claim: &str) -> Self {
-        self.spec().volumes.get_or_insert_with(Vec::new).push(Volume {
-            name: claim.into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource { claim_name: claim.into(), read_only: None }),
-            ..Default::default()
-        });
+        self.spec()
+            .volumes
+            .get_or_insert_with(Vec::new)
+            .push(Volume {
+                name: claim.into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.into(),
+                    read_only: None,
+                }),
+                ..Default::default()
+            });
         self
     }
 
@@ -251,21 +318,44 @@ fn node_term(exprs: &[(&str, &str, &[&str])]) -> NodeSelectorTerm {
 }
 
 fn pod_term(key: &str, select: &[(&str, &str)]) -> PodAffinityTerm {
-    PodAffinityTerm { topology_key: key.into(), label_selector: Some(selector(select)), ..Default::default() }
+    PodAffinityTerm {
+        topology_key: key.into(),
+        label_selector: Some(selector(select)),
+        ..Default::default()
+    }
 }
 
 /// A taint.
 pub fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
-    Taint { key: key.into(), value: value.map(Into::into), effect: effect.into(), time_added: None }
+    Taint {
+        key: key.into(),
+        value: value.map(Into::into),
+        effect: effect.into(),
+        time_added: None,
+    }
 }
 
 /// A requirement for NodePool templates.
-pub fn requirement(key: &str, op: Operator, values: &[&str]) -> NodeSelectorRequirement {
-    NodeSelectorRequirement { key: key.into(), operator: op, values: values.iter().map(|v| v.to_string()).collect(), min_values: None }
+pub fn requirement(
+    key: &str,
+    op: Operator,
+    values: &[&str],
+) -> NodeSelectorRequirementWithMinValues {
+    NodeSelectorRequirementWithMinValues {
+        key: key.into(),
+        operator: op,
+        values: values.iter().map(|v| v.to_string()).collect(),
+        min_values: None,
+    }
 }
 
-fn resources(pairs: &[(&str, String)]) -> BTreeMap<String, Quantity> {
-    pairs.iter().map(|(k, v)| (k.to_string(), Quantity(v.clone()))).collect()
+/// A resource list from `(name, quantity)` pairs; panics on a malformed fixture quantity.
+pub fn resources(pairs: &[(&str, &str)]) -> Resources {
+    let mut out = Resources::new();
+    for (name, q) in pairs {
+        out.insert(name, Q::parse(q).expect("fixture quantities are valid"));
+    }
+    out
 }
 
 /// Upstream's fake price: 0.1 per vCPU plus 0.1 per GB of memory.
@@ -278,9 +368,22 @@ pub fn price_of(cpu: f64, mem_gib: f64) -> f64 {
 pub fn instance_type(name: &str, cpu: u32, mem_gib: u32, pods: u32) -> InstanceType {
     let price = price_of(f64::from(cpu), f64::from(mem_gib));
     let mut offerings = Vec::new();
-    for zone in ZONES {
-        offerings.push(Offering { zone: zone.into(), capacity_type: "spot".into(), price: price * 0.7, available: true });
-        offerings.push(Offering { zone: zone.into(), capacity_type: "on-demand".into(), price, available: true });
+    for (i, zone) in ZONES.iter().enumerate() {
+        let zone_id = format!("tz{}", i + 1);
+        offerings.push(Offering {
+            zone: zone.to_string(),
+            zone_id: zone_id.clone(),
+            capacity_type: CapacityType::Spot,
+            price: price * 0.7,
+            available: true,
+        });
+        offerings.push(Offering {
+            zone: zone.to_string(),
+            zone_id,
+            capacity_type: CapacityType::OnDemand,
+            price,
+            available: true,
+        });
     }
     InstanceType {
         name: name.into(),
@@ -288,22 +391,38 @@ pub fn instance_type(name: &str, cpu: u32, mem_gib: u32, pods: u32) -> InstanceT
             (labels::ARCH, "amd64"),
             (labels::OS, "linux"),
             (labels::INSTANCE_CPU, &cpu.to_string()),
-            (labels::INSTANCE_MEMORY, &(u64::from(mem_gib) * 1024).to_string()),
+            (
+                labels::INSTANCE_MEMORY,
+                &(u64::from(mem_gib) * 1024).to_string(),
+            ),
         ]),
-        capacity: resources(&[("cpu", cpu.to_string()), ("memory", format!("{mem_gib}Gi")), ("pods", pods.to_string())]),
-        overhead: resources(&[("cpu", "100m".into()), ("memory", "10Mi".into())]),
+        capacity: resources(&[
+            ("cpu", &cpu.to_string()),
+            ("memory", &format!("{mem_gib}Gi")),
+            ("pods", &pods.to_string()),
+        ]),
+        overhead: Overhead {
+            kube_reserved: resources(&[("cpu", "100m"), ("memory", "10Mi")]),
+            ..Overhead::default()
+        },
         offerings,
     }
 }
 
 /// Upstream's `fake.InstanceTypes(n)`: i+1 vCPU, 2(i+1) GiB, 10(i+1) pods.
 pub fn fake_instance_types(n: u32) -> Vec<InstanceType> {
-    (0..n).map(|i| instance_type(&format!("fake-it-{i}"), i + 1, (i + 1) * 2, (i + 1) * 10)).collect()
+    (0..n)
+        .map(|i| instance_type(&format!("fake-it-{i}"), i + 1, (i + 1) * 2, (i + 1) * 10))
+        .collect()
 }
 
 /// A NodePool named `name` with the given instance types and no constraints.
 pub fn node_pool(name: &str, instance_types: Vec<InstanceType>) -> NodePoolInput {
-    NodePoolInput { name: name.into(), instance_types, ..Default::default() }
+    NodePoolInput {
+        name: name.into(),
+        instance_types,
+        ..Default::default()
+    }
 }
 
 /// A small deterministic generator (SplitMix64), so workloads need no RNG dependency.
@@ -346,10 +465,16 @@ pub fn benchmark_instance_types() -> Vec<InstanceType> {
                     if out.len() == 400 {
                         return out;
                     }
-                    let name = format!("{family}{generation}{}.{cpu}x", if arch == "arm64" { "g" } else { "" });
+                    let name = format!(
+                        "{family}{generation}{}.{cpu}x",
+                        if arch == "arm64" { "g" } else { "" }
+                    );
                     let mut it = instance_type(&name, cpu, cpu * ratio, (cpu * 16).clamp(8, 737));
                     it.labels.insert(labels::ARCH.into(), arch.into());
-                    it.labels.insert(labels::INSTANCE_FAMILY.into(), format!("{family}{generation}"));
+                    it.labels.insert(
+                        labels::INSTANCE_FAMILY.into(),
+                        format!("{family}{generation}"),
+                    );
                     // Later generations are a little cheaper, as on EC2.
                     let discount = 1.0 - f64::from(generation) * 0.01;
                     for o in &mut it.offerings {
@@ -387,11 +512,24 @@ pub fn diverse_pods(count: usize, seed: u64) -> Vec<Pod> {
         let b = match kind {
             1 | 2 => {
                 let sel = *rng.pick(&LABEL_VALUES);
-                let key = if kind == 1 { labels::ZONE } else { labels::HOSTNAME };
-                b.labels(&[("my-label", label)]).spread(key, 1, "DoNotSchedule", &[("my-label", sel)])
+                let key = if kind == 1 {
+                    labels::ZONE
+                } else {
+                    labels::HOSTNAME
+                };
+                b.labels(&[("my-label", label)]).spread(
+                    key,
+                    1,
+                    "DoNotSchedule",
+                    &[("my-label", sel)],
+                )
             }
-            3 => b.labels(&[("my-affinity", label)]).affinity_to(labels::ZONE, &[("my-affinity", label)]),
-            4 => b.labels(&[("app", "nginx")]).anti_affinity_to(labels::HOSTNAME, &[("app", "nginx")]),
+            3 => b
+                .labels(&[("my-affinity", label)])
+                .affinity_to(labels::ZONE, &[("my-affinity", label)]),
+            4 => b
+                .labels(&[("app", "nginx")])
+                .anti_affinity_to(labels::HOSTNAME, &[("app", "nginx")]),
             _ => b.labels(&[("my-label", label)]),
         };
         random_requests(b, rng).build()

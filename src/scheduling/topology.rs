@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::intern::{FxHashMap, Interner, Sym};
 use super::req::{Req, ReqSet, Vocab};
-use super::taint;
+use crate::taints::{self, PreferNoSchedule};
 
 /// Index of a group within its list (regular or inverse).
 pub type GroupId = u32;
@@ -50,7 +50,11 @@ pub struct Selector {
 
 impl Selector {
     /// Compiles a selector; an invalid operator makes it select nothing (upstream behaviour).
-    pub fn compile(sel: &LabelSelector, extra: &[(Sym, Sym)], vocab: &mut Vocab) -> Option<Selector> {
+    pub fn compile(
+        sel: &LabelSelector,
+        extra: &[(Sym, Sym)],
+        vocab: &mut Vocab,
+    ) -> Option<Selector> {
         let mut exprs = Vec::new();
         for (k, v) in sel.match_labels.iter().flatten() {
             exprs.push((vocab.intern(k), SelOp::In, vec![vocab.intern(v)]));
@@ -78,7 +82,10 @@ impl Selector {
     /// Whether pod labels (sorted by key) match.
     pub fn matches(&self, labels: &[(Sym, Sym)]) -> bool {
         self.exprs.iter().all(|(k, op, values)| {
-            let value = labels.binary_search_by_key(k, |(lk, _)| *lk).ok().map(|i| labels[i].1);
+            let value = labels
+                .binary_search_by_key(k, |(lk, _)| *lk)
+                .ok()
+                .map(|i| labels[i].1);
             match op {
                 SelOp::In => value.is_some_and(|v| values.binary_search(&v).is_ok()),
                 SelOp::NotIn => value.is_none_or(|v| values.binary_search(&v).is_err()),
@@ -129,11 +136,21 @@ pub struct NodeFilter {
 
 /// A hashable copy of a toleration.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct TolerationKey(pub Option<String>, pub Option<String>, pub Option<String>, pub Option<String>);
+pub struct TolerationKey(
+    pub Option<String>,
+    pub Option<String>,
+    pub Option<String>,
+    pub Option<String>,
+);
 
 impl TolerationKey {
     pub fn of(t: &Toleration) -> TolerationKey {
-        TolerationKey(t.key.clone(), t.operator.clone(), t.value.clone(), t.effect.clone())
+        TolerationKey(
+            t.key.clone(),
+            t.operator.clone(),
+            t.value.clone(),
+            t.effect.clone(),
+        )
     }
 
     fn toleration(&self) -> Toleration {
@@ -164,8 +181,12 @@ impl NodeFilter {
     }
 
     fn tolerates(&self, taints: &[Taint]) -> bool {
-        let tols: Vec<Toleration> = self.tolerations.iter().map(TolerationKey::toleration).collect();
-        taint::first_untolerated(taints, &tols).is_none()
+        let tols: Vec<Toleration> = self
+            .tolerations
+            .iter()
+            .map(TolerationKey::toleration)
+            .collect();
+        taints::tolerates_with(taints, &tols, PreferNoSchedule::Consider).is_ok()
     }
 }
 
@@ -196,11 +217,23 @@ pub struct Group {
 
 impl Group {
     pub fn new(spec: GroupSpec, is_hostname: bool) -> Group {
-        Group { spec, is_hostname, counts: FxHashMap::default(), domains: Vec::new(), nonzero: 0, records: 0 }
+        Group {
+            spec,
+            is_hostname,
+            counts: FxHashMap::default(),
+            domains: Vec::new(),
+            nonzero: 0,
+            records: 0,
+        }
     }
 
     pub fn selects(&self, ns: Sym, labels: &[(Sym, Sym)]) -> bool {
-        self.spec.namespaces.has(ns) && self.spec.selector.as_ref().is_some_and(|s| s.matches(labels))
+        self.spec.namespaces.has(ns)
+            && self
+                .spec
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.matches(labels))
     }
 
     /// Makes a domain known (with zero pods if new).
@@ -243,7 +276,13 @@ impl Group {
 
     /// The domains the pod may use on a node whose requirement for the key is `node`, given
     /// the pod's own (strict) requirement `pod`. An empty `In` means none.
-    pub fn next_domains(&self, self_selecting: bool, pod: &Req, node: &Req, interner: &Interner) -> Req {
+    pub fn next_domains(
+        &self,
+        self_selecting: bool,
+        pod: &Req,
+        node: &Req,
+        interner: &Interner,
+    ) -> Req {
         match self.spec.kind {
             Kind::Spread => self.next_spread(self_selecting, pod, node, interner),
             Kind::Affinity => self.next_affinity(self_selecting, pod, node, interner),
@@ -300,12 +339,21 @@ impl Group {
         if pod.complement && pod.values.is_empty() && pod.gte.is_none() && pod.lte.is_none() {
             return self.nonzero > 0;
         }
-        self.counts.iter().any(|(d, c)| *c > 0 && pod.has(*d, interner))
+        self.counts
+            .iter()
+            .any(|(d, c)| *c > 0 && pod.has(*d, interner))
     }
 
-    fn next_affinity(&self, self_selecting: bool, pod: &Req, node: &Req, interner: &Interner) -> Req {
-        let bootstrap =
-            || self_selecting && (self.nonzero == 0 || !self.any_compatible_pod_domain(pod, interner));
+    fn next_affinity(
+        &self,
+        self_selecting: bool,
+        pod: &Req,
+        node: &Req,
+        interner: &Interner,
+    ) -> Req {
+        let bootstrap = || {
+            self_selecting && (self.nonzero == 0 || !self.any_compatible_pod_domain(pod, interner))
+        };
         if self.is_hostname {
             if let Some(host) = node.single_value() {
                 if !pod.has(host, interner) {
@@ -333,19 +381,31 @@ impl Group {
         // The first pod of a self-selecting group picks a domain, preferring one the node
         // already offers so an in-flight node keeps its domain.
         let mut picks = Vec::new();
-        if let Some(d) = self.domains.iter().find(|d| pod.has(**d, interner) && node.has(**d, interner)) {
+        if let Some(d) = self
+            .domains
+            .iter()
+            .find(|d| pod.has(**d, interner) && node.has(**d, interner))
+        {
             picks.push(*d);
         }
         if let Some(d) = self.domains.iter().find(|d| pod.has(**d, interner)) {
             picks.push(*d);
         }
-        if picks.is_empty() { Req::does_not_exist() } else { Req::is_in(picks) }
+        if picks.is_empty() {
+            Req::does_not_exist()
+        } else {
+            Req::is_in(picks)
+        }
     }
 
     fn next_anti_affinity(&self, pod: &Req, node: &Req, interner: &Interner) -> Req {
         if self.is_hostname {
             if let Some(host) = node.single_value() {
-                return if self.count(host) == 0 { Req::single(host) } else { Req::does_not_exist() };
+                return if self.count(host) == 0 {
+                    Req::single(host)
+                } else {
+                    Req::does_not_exist()
+                };
             }
         }
         let options: Vec<Sym> = self
@@ -364,7 +424,11 @@ impl Group {
         for (d, c) in &self.counts {
             counts.insert(interner.name(*d).into_owned(), *c);
         }
-        let shown: Vec<String> = counts.iter().take(25).map(|(d, c)| format!("{d}: {c}")).collect();
+        let shown: Vec<String> = counts
+            .iter()
+            .take(25)
+            .map(|(d, c)| format!("{d}: {c}"))
+            .collect();
         format!(
             "unsatisfiable topology constraint for {}, key={} (counts = {{{}}}, podDomains = {}, nodeDomains = {})",
             self.spec.kind.describe(),
@@ -387,7 +451,12 @@ pub struct DomainUniverse {
 
 impl DomainUniverse {
     pub fn insert(&mut self, key: Sym, domain: Sym, taint_set: usize) {
-        let sets = self.domains.entry(key).or_default().entry(domain).or_default();
+        let sets = self
+            .domains
+            .entry(key)
+            .or_default()
+            .entry(domain)
+            .or_default();
         if !sets.contains(&taint_set) {
             sets.push(taint_set);
         }
@@ -396,12 +465,21 @@ impl DomainUniverse {
     /// Domains of `key`, restricted to those some tolerated pool produces when `tolerations`
     /// is given.
     pub fn domains_for(&self, key: Sym, tolerations: Option<&[Toleration]>) -> Vec<Sym> {
-        let Some(domains) = self.domains.get(&key) else { return Vec::new() };
+        let Some(domains) = self.domains.get(&key) else {
+            return Vec::new();
+        };
         domains
             .iter()
             .filter(|(_, sets)| {
                 tolerations.is_none_or(|tols| {
-                    sets.iter().any(|s| taint::first_untolerated(&self.taint_sets[*s], tols).is_none())
+                    sets.iter().any(|s| {
+                        taints::tolerates_with(
+                            &self.taint_sets[*s],
+                            tols,
+                            PreferNoSchedule::Consider,
+                        )
+                        .is_ok()
+                    })
                 })
             })
             .map(|(d, _)| *d)
@@ -421,7 +499,12 @@ pub struct Topology {
 
 impl Topology {
     /// Returns the group with this spec, creating it with `init` when new.
-    pub fn get_or_create(&mut self, spec: GroupSpec, inverse: bool, init: impl FnOnce(GroupSpec) -> Group) -> (GroupId, bool) {
+    pub fn get_or_create(
+        &mut self,
+        spec: GroupSpec,
+        inverse: bool,
+        init: impl FnOnce(GroupSpec) -> Group,
+    ) -> (GroupId, bool) {
         let (index, list) = if inverse {
             (&mut self.inverse_index, &mut self.inverse)
         } else {
@@ -472,7 +555,10 @@ mod tests {
         assert_eq!(g.next_domains(true, &any, &any, i), Req::single(c));
         // A node limited to a and b cannot take a fourth pod while c is empty.
         let ab = Req::is_in(vec![a, b]);
-        assert_eq!(g.next_domains(true, &any, &ab, i).op(), super::super::req::Op::DoesNotExist);
+        assert_eq!(
+            g.next_domains(true, &any, &ab, i).op(),
+            super::super::req::Op::DoesNotExist
+        );
         // But a pod restricted to a and b only sees those domains, so skew allows it.
         assert_eq!(g.next_domains(true, &ab, &ab, i).len(), 1);
     }
@@ -490,7 +576,10 @@ mod tests {
         let any = Req::exists();
         // Only one domain exists but two are required: the minimum is 0 so a second pod in a
         // would be skew 2.
-        assert_eq!(g.next_domains(true, &any, &any, i).op(), super::super::req::Op::DoesNotExist);
+        assert_eq!(
+            g.next_domains(true, &any, &any, i).op(),
+            super::super::req::Op::DoesNotExist
+        );
     }
 
     #[test]
@@ -501,8 +590,15 @@ mod tests {
         let i = &v.interner;
         let mut g = group(Kind::AntiAffinity, host, u32::MAX, true);
         g.record(h1, i);
-        assert_eq!(g.next_domains(true, &Req::exists(), &Req::single(h1), i).len(), 0);
-        assert_eq!(g.next_domains(true, &Req::exists(), &Req::single(h2), i), Req::single(h2));
+        assert_eq!(
+            g.next_domains(true, &Req::exists(), &Req::single(h1), i)
+                .len(),
+            0
+        );
+        assert_eq!(
+            g.next_domains(true, &Req::exists(), &Req::single(h2), i),
+            Req::single(h2)
+        );
     }
 
     #[test]
@@ -528,14 +624,21 @@ mod tests {
         let mut v = Vocab::new();
         let sel = LabelSelector {
             match_labels: Some([("app".to_string(), "web".to_string())].into()),
-            match_expressions: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
-                key: "tier".into(),
-                operator: "NotIn".into(),
-                values: Some(vec!["db".into()]),
-            }]),
+            match_expressions: Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: "tier".into(),
+                    operator: "NotIn".into(),
+                    values: Some(vec!["db".into()]),
+                },
+            ]),
         };
         let s = Selector::compile(&sel, &[], &mut v).expect("valid");
-        let (app, web, tier, db) = (v.intern("app"), v.intern("web"), v.intern("tier"), v.intern("db"));
+        let (app, web, tier, db) = (
+            v.intern("app"),
+            v.intern("web"),
+            v.intern("tier"),
+            v.intern("db"),
+        );
         let mut labels = vec![(app, web)];
         labels.sort();
         assert!(s.matches(&labels));

@@ -5,13 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    PersistentVolume, PersistentVolumeClaim, Pod, Taint,
-};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde::{Deserialize, Serialize};
 
-use super::shim::{InstanceType, Resources};
+pub use crate::api::{NodeSelectorRequirementWithMinValues, Operator};
+pub use crate::catalog::{CapacityType, InstanceType, Offering};
+pub use crate::resources::Resources;
 
 /// Everything one solve needs: the pods to place and the capacity they may use.
 #[derive(Clone, Debug, Default)]
@@ -66,7 +66,7 @@ pub struct NodePoolInput {
     /// `spec.weight`; higher is tried first.
     pub weight: i32,
     /// `spec.template.spec.requirements`.
-    pub requirements: Vec<NodeSelectorRequirement>,
+    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     /// `spec.template.metadata.labels`.
     pub labels: BTreeMap<String, String>,
     /// `spec.template.spec.taints`: pods must tolerate them.
@@ -80,55 +80,6 @@ pub struct NodePoolInput {
     pub usage: Option<Resources>,
     /// Instance types the pool may launch (already resolved against its EC2NodeClass).
     pub instance_types: Vec<InstanceType>,
-}
-
-/// A node selector requirement with Karpenter's `minValues` extension.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeSelectorRequirement {
-    pub key: String,
-    pub operator: Operator,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub values: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_values: Option<u32>,
-}
-
-/// Node selector operators (Kubernetes' set plus the numeric comparisons).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Operator {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-    Gt,
-    Lt,
-}
-
-impl Operator {
-    /// Parses the Kubernetes spelling of an operator.
-    pub fn parse(op: &str) -> Option<Operator> {
-        Some(match op {
-            "In" => Operator::In,
-            "NotIn" => Operator::NotIn,
-            "Exists" => Operator::Exists,
-            "DoesNotExist" => Operator::DoesNotExist,
-            "Gt" => Operator::Gt,
-            "Lt" => Operator::Lt,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operator::In => "In",
-            Operator::NotIn => "NotIn",
-            Operator::Exists => "Exists",
-            Operator::DoesNotExist => "DoesNotExist",
-            Operator::Gt => "Gt",
-            Operator::Lt => "Lt",
-        }
-    }
 }
 
 /// Volume objects the pods' PVCs refer to.
@@ -214,11 +165,11 @@ pub struct PlannedNodeClaim {
     /// Instance types that fit every pod, cheapest first, at most `max_instance_types`.
     pub instance_types: InstanceTypeOptions,
     /// `minValues` of the NodePool's instance-type requirement, if any.
-    pub instance_type_min_values: Option<u32>,
+    pub instance_type_min_values: Option<i64>,
     /// Requirements of the NodeClaim (pool requirements narrowed by its pods, and the
     /// capacity types its instance types offer), sorted by key, without the instance-type
     /// list: [`PlannedNodeClaim::node_claim_requirements`] adds it from `instance_types`.
-    pub requirements: Vec<NodeSelectorRequirement>,
+    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     /// Template labels plus custom labels the requirements resolve to a single value.
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
@@ -233,11 +184,11 @@ pub struct PlannedNodeClaim {
 impl PlannedNodeClaim {
     /// The full `spec.requirements` of the NodeClaim to create: `requirements` plus
     /// `node.kubernetes.io/instance-type In [instance types]` (names sorted).
-    pub fn node_claim_requirements(&self) -> Vec<NodeSelectorRequirement> {
+    pub fn node_claim_requirements(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
         let mut names: Vec<String> = self.instance_types.iter().map(|i| i.name.clone()).collect();
         names.sort();
         let mut out = self.requirements.clone();
-        out.push(NodeSelectorRequirement {
+        out.push(NodeSelectorRequirementWithMinValues {
             key: crate::labels::INSTANCE_TYPE.to_string(),
             operator: Operator::In,
             values: names,

@@ -25,16 +25,35 @@ impl<'a> VolumeIndex<'a> {
                 .pvcs
                 .iter()
                 .map(|c| {
-                    ((c.metadata.namespace.as_deref().unwrap_or("default"), c.metadata.name.as_deref().unwrap_or("")), c)
+                    (
+                        (
+                            c.metadata.namespace.as_deref().unwrap_or("default"),
+                            c.metadata.name.as_deref().unwrap_or(""),
+                        ),
+                        c,
+                    )
                 })
                 .collect(),
-            pvs: v.pvs.iter().map(|p| (p.metadata.name.as_deref().unwrap_or(""), p)).collect(),
-            classes: v.storage_classes.iter().map(|s| (s.metadata.name.as_deref().unwrap_or(""), s)).collect(),
+            pvs: v
+                .pvs
+                .iter()
+                .map(|p| (p.metadata.name.as_deref().unwrap_or(""), p))
+                .collect(),
+            classes: v
+                .storage_classes
+                .iter()
+                .map(|s| (s.metadata.name.as_deref().unwrap_or(""), s))
+                .collect(),
         }
     }
 
     /// Alternatives for a pod in `namespace` mounting `claims`; empty means unconstrained.
-    pub fn alternatives(&self, namespace: &str, claims: &[String], vocab: &mut Vocab) -> Result<Vec<ReqSet>, String> {
+    pub fn alternatives(
+        &self,
+        namespace: &str,
+        claims: &[String],
+        vocab: &mut Vocab,
+    ) -> Result<Vec<ReqSet>, String> {
         let mut alternatives: Vec<ReqSet> = Vec::new();
         for claim in claims {
             let per_volume = self.claim_alternatives(namespace, claim, vocab)?;
@@ -50,27 +69,33 @@ impl<'a> VolumeIndex<'a> {
         Ok(alternatives)
     }
 
-    fn claim_alternatives(&self, namespace: &str, claim: &str, vocab: &mut Vocab) -> Result<Vec<ReqSet>, String> {
+    fn claim_alternatives(
+        &self,
+        namespace: &str,
+        claim: &str,
+        vocab: &mut Vocab,
+    ) -> Result<Vec<ReqSet>, String> {
         let pvc = self
             .pvcs
             .get(&(namespace, claim))
             .ok_or_else(|| format!("persistentvolumeclaim \"{namespace}/{claim}\" not found"))?;
         let spec = pvc.spec.as_ref();
-        if let Some(volume) = spec.and_then(|s| s.volume_name.as_deref()).filter(|v| !v.is_empty()) {
-            let pv = self
-                .pvs
-                .get(volume)
-                .ok_or_else(|| format!("persistentvolume \"{volume}\" of claim \"{namespace}/{claim}\" not found"))?;
+        if let Some(volume) = spec
+            .and_then(|s| s.volume_name.as_deref())
+            .filter(|v| !v.is_empty())
+        {
+            let pv = self.pvs.get(volume).ok_or_else(|| {
+                format!("persistentvolume \"{volume}\" of claim \"{namespace}/{claim}\" not found")
+            })?;
             return pv_alternatives(pv, vocab);
         }
         let class_name = spec
             .and_then(|s| s.storage_class_name.as_deref())
             .filter(|s| !s.is_empty())
             .ok_or_else(|| format!("unbound persistentvolumeclaim \"{namespace}/{claim}\" must define a storage class"))?;
-        let class = self
-            .classes
-            .get(class_name)
-            .ok_or_else(|| format!("storageclass \"{class_name}\" of claim \"{namespace}/{claim}\" not found"))?;
+        let class = self.classes.get(class_name).ok_or_else(|| {
+            format!("storageclass \"{class_name}\" of claim \"{namespace}/{claim}\" not found")
+        })?;
         if class.volume_binding_mode.as_deref() == Some("Immediate") {
             return Err(format!(
                 "persistentvolumeclaim \"{namespace}/{claim}\" with immediate volume binding mode must be bound"
@@ -102,7 +127,10 @@ fn pv_alternatives(pv: &PersistentVolume, vocab: &mut Vocab) -> Result<Vec<ReqSe
     else {
         return Ok(Vec::new());
     };
-    let node_local = pv.spec.as_ref().is_some_and(|s| s.local.is_some() || s.host_path.is_some());
+    let node_local = pv
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.local.is_some() || s.host_path.is_some());
     let mut out = Vec::new();
     for term in terms {
         let exprs: Vec<_> = term
@@ -115,7 +143,12 @@ fn pv_alternatives(pv: &PersistentVolume, vocab: &mut Vocab) -> Result<Vec<ReqSe
             .collect();
         let mut set = ReqSet::default();
         add_expressions(&mut set, exprs.iter(), vocab)?;
-        if !set.0.is_empty() || term.match_expressions.as_ref().is_some_and(|e| !e.is_empty()) {
+        if !set.0.is_empty()
+            || term
+                .match_expressions
+                .as_ref()
+                .is_some_and(|e| !e.is_empty())
+        {
             out.push(set);
         }
     }
@@ -139,5 +172,7 @@ fn combine(a: &[ReqSet], b: &[ReqSet], vocab: &Vocab) -> Vec<ReqSet> {
     if !compatible.is_empty() {
         return compatible;
     }
-    a.iter().flat_map(|x| b.iter().map(move |y| merge(x, y))).collect()
+    a.iter()
+        .flat_map(|x| b.iter().map(move |y| merge(x, y)))
+        .collect()
 }

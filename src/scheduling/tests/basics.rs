@@ -18,7 +18,10 @@ fn packs_small_pods_onto_one_claim_and_picks_the_cheapest_type() {
 
 #[test]
 fn diverse_workload_schedules_everything() {
-    let r = run(&single_pool(diverse_pods(500, 7), benchmark_instance_types()));
+    let r = run(&single_pool(
+        diverse_pods(500, 7),
+        benchmark_instance_types(),
+    ));
     assert!(r.errors.is_empty(), "{:?}", r.errors.iter().next());
     let placed: usize = r.new_node_claims.iter().map(|c| c.pods.len()).sum();
     assert_eq!(placed, 500);

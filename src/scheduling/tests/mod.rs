@@ -12,13 +12,25 @@ pub fn run(input: &SchedulingInput) -> SchedulingResult {
 }
 
 /// An input with one NodePool "default" of the given instance types.
-pub fn single_pool(pods: Vec<k8s_openapi::api::core::v1::Pod>, its: Vec<InstanceType>) -> SchedulingInput {
-    SchedulingInput { pods, node_pools: vec![node_pool("default", its)], ..Default::default() }
+pub fn single_pool(
+    pods: Vec<k8s_openapi::api::core::v1::Pod>,
+    its: Vec<InstanceType>,
+) -> SchedulingInput {
+    SchedulingInput {
+        pods,
+        node_pools: vec![node_pool("default", its)],
+        ..Default::default()
+    }
 }
 
 /// The value of requirement `key` on a planned NodeClaim (its `In` values).
 pub fn req_values(claim: &PlannedNodeClaim, key: &str) -> Vec<String> {
-    claim.requirements.iter().filter(|r| r.key == key && r.operator == Operator::In).flat_map(|r| r.values.clone()).collect()
+    claim
+        .requirements
+        .iter()
+        .filter(|r| r.key == key && r.operator == Operator::In)
+        .flat_map(|r| r.values.clone())
+        .collect()
 }
 
 /// Number of pods per zone across NodeClaims (claims must be pinned to one zone).
@@ -34,12 +46,16 @@ pub fn zone_counts(result: &SchedulingResult) -> std::collections::BTreeMap<Stri
 
 /// Sorted list of per-claim pod counts.
 pub fn pods_per_claim(result: &SchedulingResult) -> Vec<usize> {
-    let mut v: Vec<usize> = result.new_node_claims.iter().map(|c| c.pods.len()).collect();
+    let mut v: Vec<usize> = result
+        .new_node_claims
+        .iter()
+        .map(|c| c.pods.len())
+        .collect();
     v.sort_unstable();
     v
 }
 mod affinity;
-mod topology;
-mod nodepools;
 mod existing;
+mod nodepools;
 mod parallel;
+mod topology;
