@@ -60,20 +60,19 @@ pub fn spec_requirements(
     else {
         return Ok(reqs);
     };
-    if with_preferred {
-        if let Some(preferred) = node_affinity
+    if with_preferred
+        && let Some(preferred) = node_affinity
             .preferred_during_scheduling_ignored_during_execution
             .as_ref()
-        {
-            let mut terms: Vec<_> = preferred.iter().collect();
-            terms.sort_by_key(|t| std::cmp::Reverse(t.weight));
-            if let Some(t) = terms.first() {
-                add_expressions(
-                    &mut reqs,
-                    t.preference.match_expressions.iter().flatten(),
-                    vocab,
-                )?;
-            }
+    {
+        let mut terms: Vec<_> = preferred.iter().collect();
+        terms.sort_by_key(|t| std::cmp::Reverse(t.weight));
+        if let Some(t) = terms.first() {
+            add_expressions(
+                &mut reqs,
+                t.preference.match_expressions.iter().flatten(),
+                vocab,
+            )?;
         }
     }
     if let Some(first) = node_affinity

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use super::intern::{Bits, FxHashMap};
-use super::pool::{OfferReqs, Pool, offer_allowed};
+use super::pool::{OfferKey, OfferReqs, Pool, offer_allowed};
 use super::prepare::Prepared;
 use super::req::{Req, ReqSet, Vocab};
 use super::resvec;
@@ -40,7 +40,7 @@ pub struct PriceTable {
 /// Price tables keyed by pool and requirement pair, and the option lists built from them.
 #[derive(Default)]
 pub struct PriceCache {
-    tables: FxHashMap<(usize, Option<Req>, Option<Req>, Option<Req>), Rc<PriceTable>>,
+    tables: FxHashMap<(usize, OfferKey), Rc<PriceTable>>,
     lists: FxHashMap<(usize, Bits), InstanceTypeOptions>,
 }
 
@@ -53,12 +53,7 @@ impl PriceCache {
         vocab: &Vocab,
     ) -> Rc<PriceTable> {
         let offers = OfferReqs::from(|k| reqs.get(k), vocab);
-        let key = (
-            pool_index,
-            offers.zone.cloned(),
-            offers.zone_id.cloned(),
-            offers.capacity_type.cloned(),
-        );
+        let key = (pool_index, offers.key());
         if let Some(t) = self.tables.get(&key) {
             return t.clone();
         }
@@ -138,10 +133,9 @@ pub fn planned(
         if ordered
             .iter()
             .any(|i| table.by_capacity_type[k][*i] < f64::MAX)
+            && let Some(sym) = vocab.interner.get(c)
         {
-            if let Some(sym) = vocab.interner.get(c) {
-                cts.push(sym);
-            }
+            cts.push(sym);
         }
     }
     if !cts.is_empty() {

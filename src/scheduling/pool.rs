@@ -123,7 +123,7 @@ pub struct Pool {
     limit_bits: Option<Bits>,
     limit_room: Option<Vec<i64>>,
     key_cache: FxHashMap<(Sym, Req), Bits>,
-    offer_cache: FxHashMap<(Option<Req>, Option<Req>, Option<Req>), Bits>,
+    offer_cache: FxHashMap<OfferKey, Bits>,
 }
 
 impl Pool {
@@ -444,6 +444,9 @@ fn is_negative(r: &Req) -> bool {
 }
 
 /// Whether an offering is allowed by the zone and capacity-type requirements.
+/// Owned zone, zone-id and capacity-type requirements: a cache key.
+pub type OfferKey = (Option<Req>, Option<Req>, Option<Req>);
+
 /// The requirements an offering is checked against: zone, zone id and capacity type.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OfferReqs<'a> {
@@ -462,7 +465,7 @@ impl<'a> OfferReqs<'a> {
         }
     }
 
-    fn key(&self) -> (Option<Req>, Option<Req>, Option<Req>) {
+    pub fn key(&self) -> OfferKey {
         (
             self.zone.cloned(),
             self.zone_id.cloned(),

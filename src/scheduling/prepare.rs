@@ -693,13 +693,12 @@ impl ClassBuilder<'_> {
     fn class_of(&mut self, pod: &Pod) -> ClassId {
         let view = SpecView::of(pod);
         let fp = view.fingerprint();
-        if let Some(ids) = self.memo.get(&fp) {
-            if let Some(id) = ids
+        if let Some(ids) = self.memo.get(&fp)
+            && let Some(id) = ids
                 .iter()
                 .find(|id| self.classes[**id as usize].spec.view() == view)
-            {
-                return *id;
-            }
+        {
+            return *id;
         }
         self.class_chain(view.to_owned())
     }
@@ -707,13 +706,12 @@ impl ClassBuilder<'_> {
     /// The class of `spec`, building it and its relaxation chain when new.
     fn class_chain(&mut self, spec: ConstraintSpec) -> ClassId {
         let fp = spec.fingerprint();
-        if let Some(ids) = self.memo.get(&fp) {
-            if let Some(id) = ids
+        if let Some(ids) = self.memo.get(&fp)
+            && let Some(id) = ids
                 .iter()
                 .find(|id| self.classes[**id as usize].spec == spec)
-            {
-                return *id;
-            }
+        {
+            return *id;
         }
         let id = ClassId::try_from(self.classes.len()).expect("fewer than 2^32 classes");
         let class = self.build(spec.clone());

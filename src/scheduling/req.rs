@@ -154,13 +154,13 @@ impl Req {
         let gte = max_opt(self.gte, other.gte);
         let lte = min_opt(self.lte, other.lte);
         let min_values = max_opt(self.min_values, other.min_values);
-        if let (Some(g), Some(l)) = (gte, lte) {
-            if g > l {
-                return Req {
-                    min_values,
-                    ..Req::does_not_exist()
-                };
-            }
+        if let (Some(g), Some(l)) = (gte, lte)
+            && g > l
+        {
+            return Req {
+                min_values,
+                ..Req::does_not_exist()
+            };
         }
         let mut values = match (self.complement, other.complement) {
             (true, true) => union(&self.values, &other.values),
@@ -190,10 +190,10 @@ impl Req {
     pub fn has_intersection(&self, other: &Req, interner: &Interner) -> bool {
         let gte = max_opt(self.gte, other.gte);
         let lte = min_opt(self.lte, other.lte);
-        if let (Some(g), Some(l)) = (gte, lte) {
-            if g > l {
-                return false;
-            }
+        if let (Some(g), Some(l)) = (gte, lte)
+            && g > l
+        {
+            return false;
         }
         let bounds = Req {
             complement: true,
@@ -344,7 +344,7 @@ pub enum Conflict {
     /// The incoming requirement names a custom label the node side never defines.
     Undefined(Sym),
     /// Both define the key but no value satisfies both: (key, incoming, existing).
-    Disjoint(Sym, Req, Req),
+    Disjoint(Sym, Box<(Req, Req)>),
 }
 
 impl Conflict {
@@ -353,11 +353,11 @@ impl Conflict {
             Conflict::Undefined(k) => {
                 format!("label {:?} does not have known values", interner.name(*k))
             }
-            Conflict::Disjoint(k, incoming, existing) => format!(
+            Conflict::Disjoint(k, pair) => format!(
                 "key {}, {} not in {}",
                 interner.name(*k),
-                incoming.render(*k, interner),
-                existing.render(*k, interner)
+                pair.0.render(*k, interner),
+                pair.1.render(*k, interner)
             ),
         }
     }
@@ -416,8 +416,8 @@ impl ReqSet {
                 std::cmp::Ordering::Less => i += 1,
                 std::cmp::Ordering::Greater => j += 1,
                 std::cmp::Ordering::Equal => {
-                    if !ra.has_intersection(rb, interner) && !(negative(rb) && negative(ra)) {
-                        return Err(Conflict::Disjoint(*ka, rb.clone(), ra.clone()));
+                    if !ra.has_intersection(rb, interner) && (!negative(rb) || !negative(ra)) {
+                        return Err(Conflict::Disjoint(*ka, Box::new((rb.clone(), ra.clone()))));
                     }
                     i += 1;
                     j += 1;

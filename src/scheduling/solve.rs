@@ -140,8 +140,8 @@ fn merge(
                 }
             }
             Some(e) => {
-                if !e.has_intersection(r, interner) && !(negative(r) && negative(e)) {
-                    return Err(Conflict::Disjoint(*k, r.clone(), e.clone()));
+                if !e.has_intersection(r, interner) && (!negative(r) || !negative(e)) {
+                    return Err(Conflict::Disjoint(*k, Box::new((r.clone(), e.clone()))));
                 }
             }
         }
@@ -491,11 +491,11 @@ impl<'a> Solver<'a> {
             } else {
                 delta.clone()
             };
-            if let Some(v) = vol {
-                if merge(&node.reqs, &mut d, v, self.vocab, true).is_err() {
-                    last = Fail::new(false, false, String::new);
-                    continue;
-                }
+            if let Some(v) = vol
+                && merge(&node.reqs, &mut d, v, self.vocab, true).is_err()
+            {
+                last = Fail::new(false, false, String::new);
+                continue;
             }
             let topo = match topology_requirements(
                 &self.topology,
@@ -591,16 +591,16 @@ impl<'a> Solver<'a> {
             } else {
                 delta.clone()
             };
-            if let Some(v) = vol {
-                if let Err(conflict) = merge(&claim.reqs, &mut d, v, vocab, false) {
-                    last = Fail::new(false, explain, || {
-                        format!(
-                            "incompatible volume requirements, {}",
-                            conflict.render(&vocab.interner)
-                        )
-                    });
-                    continue;
-                }
+            if let Some(v) = vol
+                && let Err(conflict) = merge(&claim.reqs, &mut d, v, vocab, false)
+            {
+                last = Fail::new(false, explain, || {
+                    format!(
+                        "incompatible volume requirements, {}",
+                        conflict.render(&vocab.interner)
+                    )
+                });
+                continue;
             }
             let topo =
                 match topology_requirements(&self.topology, class, &claim.reqs, &d, vocab, explain)
@@ -678,17 +678,17 @@ impl<'a> Solver<'a> {
         for (k, r) in placement.delta.0 {
             claim.reqs.set(k, r);
         }
-        if let Some(its) = placement.its {
-            if its != claim.its {
-                // A stale room over-estimates, which only weakens the quick check; refresh
-                // it once a quarter of the types are gone.
-                let count = its.count();
-                if count * 4 <= claim.room_count * 3 {
-                    claim.room = pool.max_room(&its);
-                    claim.room_count = count;
-                }
-                claim.its = its;
+        if let Some(its) = placement.its
+            && its != claim.its
+        {
+            // A stale room over-estimates, which only weakens the quick check; refresh
+            // it once a quarter of the types are gone.
+            let count = its.count();
+            if count * 4 <= claim.room_count * 3 {
+                claim.room = pool.max_room(&its);
+                claim.room_count = count;
             }
+            claim.its = its;
         }
         claim.requests = placement.total;
         claim.version += 1;

@@ -292,15 +292,15 @@ impl Group {
 
     fn next_spread(&self, self_selecting: bool, pod: &Req, node: &Req, interner: &Interner) -> Req {
         let own = u32::from(self_selecting);
-        if self.is_hostname {
-            if let Some(host) = node.single_value() {
-                // A hostname domain can always be created empty, so the global minimum is zero.
-                return if self.count(host) + own <= self.spec.max_skew {
-                    Req::single(host)
-                } else {
-                    Req::does_not_exist()
-                };
-            }
+        if self.is_hostname
+            && let Some(host) = node.single_value()
+        {
+            // A hostname domain can always be created empty, so the global minimum is zero.
+            return if self.count(host) + own <= self.spec.max_skew {
+                Req::single(host)
+            } else {
+                Req::does_not_exist()
+            };
         }
         let min = self.min_count(pod, interner);
         let mut best: Option<(i64, Sym)> = None;
@@ -354,17 +354,17 @@ impl Group {
         let bootstrap = || {
             self_selecting && (self.nonzero == 0 || !self.any_compatible_pod_domain(pod, interner))
         };
-        if self.is_hostname {
-            if let Some(host) = node.single_value() {
-                if !pod.has(host, interner) {
-                    return Req::does_not_exist();
-                }
-                return if self.count(host) > 0 || bootstrap() {
-                    Req::single(host)
-                } else {
-                    Req::does_not_exist()
-                };
+        if self.is_hostname
+            && let Some(host) = node.single_value()
+        {
+            if !pod.has(host, interner) {
+                return Req::does_not_exist();
             }
+            return if self.count(host) > 0 || bootstrap() {
+                Req::single(host)
+            } else {
+                Req::does_not_exist()
+            };
         }
         let options: Vec<Sym> = self
             .domains
@@ -399,14 +399,14 @@ impl Group {
     }
 
     fn next_anti_affinity(&self, pod: &Req, node: &Req, interner: &Interner) -> Req {
-        if self.is_hostname {
-            if let Some(host) = node.single_value() {
-                return if self.count(host) == 0 {
-                    Req::single(host)
-                } else {
-                    Req::does_not_exist()
-                };
-            }
+        if self.is_hostname
+            && let Some(host) = node.single_value()
+        {
+            return if self.count(host) == 0 {
+                Req::single(host)
+            } else {
+                Req::does_not_exist()
+            };
         }
         let options: Vec<Sym> = self
             .domains
