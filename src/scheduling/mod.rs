@@ -45,6 +45,8 @@ pub enum SchedulingError {
         field: String,
         reason: String,
     },
+    #[error("daemonset {daemonset:?}: {reason}")]
+    InvalidDaemonSet { daemonset: String, reason: String },
 }
 
 /// Solves one scheduling batch.

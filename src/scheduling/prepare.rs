@@ -126,11 +126,17 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
     for np in order {
         sparse_pools.push(sparse_pool(np, &mut vocab, &mut names)?);
     }
-    let daemons: Vec<Daemon> = input
-        .daemonsets
-        .iter()
-        .filter_map(|ds| daemon(ds, &mut vocab, &mut names).ok())
-        .collect();
+    let mut daemons = Vec::with_capacity(input.daemonsets.len());
+    for ds in &input.daemonsets {
+        let d = daemon(ds, &mut vocab, &mut names).map_err(|reason| {
+            let r = pod_ref(ds);
+            SchedulingError::InvalidDaemonSet {
+                daemonset: format!("{}/{}", r.namespace, r.name),
+                reason,
+            }
+        })?;
+        daemons.push(d);
+    }
     let mut sparse_nodes = Vec::new();
     for n in &input.existing_nodes {
         sparse_nodes.push(sparse_node(n, &mut vocab, &mut names)?);

@@ -719,12 +719,11 @@ impl<'a> Solver<'a> {
                 key(claims, *id).cmp(&old)
             }
         }) {
-            self.order.remove(at);
+            // The key only grows, so the claim moves right past the claims now below it.
+            let new = (self.claims[cid].pods.len(), created);
+            let passed = self.order[at + 1..].partition_point(|id| key(claims, *id) < new);
+            self.order[at..=at + passed].rotate_left(1);
         }
-        let new = (self.claims[cid].pods.len(), created);
-        let claims = &self.claims;
-        let at = self.order.partition_point(|id| key(claims, *id) < new);
-        self.order.insert(at, cid as u32);
     }
 
     /// Static reasons a pool can never take the class (checked before limits so that the

@@ -1,3 +1,5 @@
+//! Pod affinity and anti-affinity, required and preferred, including the inverse
+//! anti-affinity of running and pending pods.
 use super::*;
 use crate::labels::{HOSTNAME, ZONE};
 

@@ -214,3 +214,20 @@ fn invalid_nodepool_requirements_are_input_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn invalid_daemonsets_are_input_errors() {
+    let ds = pod("agent")
+        .required_term(&[(ZONE, "Gt", &["abc"])])
+        .build();
+    let err = solve(&SchedulingInput {
+        daemonsets: vec![ds],
+        ..Default::default()
+    })
+    .expect_err("invalid");
+    assert!(
+        err.to_string()
+            .starts_with(r#"daemonset "default/agent": node selector requirement"#),
+        "{err}"
+    );
+}

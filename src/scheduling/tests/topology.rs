@@ -1,3 +1,5 @@
+//! Topology spread: zones, hostnames, capacity types and custom keys, minDomains,
+//! whenUnsatisfiable, nodeAffinityPolicy, nodeTaintsPolicy and matchLabelKeys.
 use super::*;
 use crate::labels::{CAPACITY_TYPE, HOSTNAME, NODEPOOL, ZONE};
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
