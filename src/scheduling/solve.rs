@@ -66,6 +66,8 @@ impl Fail {
 #[derive(Default)]
 struct ClassMemo {
     dead_claims: Vec<u64>,
+    /// Number of bits set in `dead_claims`: when every claim is dead the scan is skipped.
+    dead_claim_count: usize,
     dead_nodes: Vec<u64>,
     /// Per claim: (claim version << 32 | group stamp) of the last topology failure, and the
     /// failing group (high bit: inverse).
@@ -77,11 +79,20 @@ impl ClassMemo {
         bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
-    fn kill(bits: &mut Vec<u64>, i: usize) {
+    /// Sets bit `i`; true when it was not set before.
+    fn kill(bits: &mut Vec<u64>, i: usize) -> bool {
         if bits.len() <= i / 64 {
             bits.resize(i / 64 + 1, 0);
         }
+        let was = bits[i / 64] & (1 << (i % 64)) != 0;
         bits[i / 64] |= 1 << (i % 64);
+        !was
+    }
+
+    fn kill_claim(&mut self, cid: usize) {
+        if ClassMemo::kill(&mut self.dead_claims, cid) {
+            self.dead_claim_count += 1;
+        }
     }
 }
 
@@ -115,6 +126,11 @@ pub struct Solver<'a> {
     /// Claim ids by (pod count, creation).
     order: Vec<u32>,
     memos: Vec<ClassMemo>,
+    /// Per hostname anti-affinity group (regular, then inverse offset by the regular count):
+    /// the classes a recorded pod in it shuts out of that NodeClaim for good.
+    shut_out: Vec<Vec<ClassId>>,
+    /// (class, claim) pairs to mark dead once the class memos are back in place.
+    deaths: Vec<(ClassId, usize)>,
 }
 
 fn view<'r>(base: &'r ReqSet, delta: &'r ReqSet, key: Sym) -> Option<&'r Req> {
@@ -296,6 +312,8 @@ impl<'a> Solver<'a> {
             memos: (0..prep.classes.len())
                 .map(|_| ClassMemo::default())
                 .collect(),
+            shut_out: shut_out(prep),
+            deaths: Vec::new(),
         }
     }
 
@@ -388,11 +406,13 @@ impl<'a> Solver<'a> {
         let mut memo = std::mem::take(&mut self.memos[c as usize]);
         let placed = self.add_existing(p, c, &mut memo);
         self.memos[c as usize] = memo;
+        self.apply_deaths();
         if placed {
             return Ok(());
         }
         for pi in 0..self.prep.pools.len() {
             if !self.prep.pools[pi].base.is_empty() && self.try_new(pi, p, c, false).is_ok() {
+                self.apply_deaths();
                 return Ok(());
             }
         }
@@ -411,9 +431,14 @@ impl<'a> Solver<'a> {
                     self.commit_node(ni, p, c, placement);
                     return true;
                 }
-                Err(f) if f.permanent => ClassMemo::kill(&mut memo.dead_nodes, ni),
+                Err(f) if f.permanent => {
+                    ClassMemo::kill(&mut memo.dead_nodes, ni);
+                }
                 Err(_) => {}
             }
+        }
+        if memo.dead_claim_count >= self.claims.len() {
+            return false; // no planned NodeClaim can ever take this class
         }
         if memo.claim_topology.len() < self.claims.len() {
             memo.claim_topology.resize(self.claims.len(), (u64::MAX, 0));
@@ -440,7 +465,7 @@ impl<'a> Solver<'a> {
                     self.reorder(cid);
                     return true;
                 }
-                Err(f) if f.permanent => ClassMemo::kill(&mut memo.dead_claims, cid),
+                Err(f) if f.permanent => memo.kill_claim(cid),
                 Err(Fail {
                     topology: Some((inverse, g, stamp)),
                     ..
@@ -702,6 +727,23 @@ impl<'a> Solver<'a> {
             self.vocab,
             false,
         );
+        // A pod counted by a hostname anti-affinity group closes this NodeClaim to the pods
+        // that group keeps apart, whatever else happens; note it now instead of rediscovering
+        // it by trying.
+        let regular = self.topology.groups.len();
+        let groups = class.selected_by.iter().map(|g| *g as usize);
+        let inverse = class.inverse_owned.iter().map(|g| regular + *g as usize);
+        for g in groups.chain(inverse) {
+            for o in &self.shut_out[g] {
+                self.deaths.push((*o, cid));
+            }
+        }
+    }
+
+    fn apply_deaths(&mut self) {
+        for (c, cid) in std::mem::take(&mut self.deaths) {
+            self.memos[c as usize].kill_claim(cid);
+        }
     }
 
     /// Moves a claim that just gained a pod to its place in (pod count, creation) order.
@@ -820,4 +862,28 @@ impl<'a> Solver<'a> {
             }
         }
     }
+}
+
+/// For each hostname anti-affinity group, the classes a pod counted in it keeps off the same
+/// node: owners of a regular group, and classes selected by an inverse group.
+fn shut_out(prep: &Prepared) -> Vec<Vec<ClassId>> {
+    let topology = &prep.topology;
+    let regular = topology.groups.len();
+    let mut out = vec![Vec::new(); regular + topology.inverse.len()];
+    let is_host_anti = |g: &super::topology::Group| {
+        g.is_hostname && g.spec.kind == super::topology::Kind::AntiAffinity
+    };
+    for (c, class) in prep.classes.iter().enumerate() {
+        for g in &class.owned {
+            if is_host_anti(&topology.groups[*g as usize]) {
+                out[*g as usize].push(c as ClassId);
+            }
+        }
+        for g in &class.inverse_selected_by {
+            if is_host_anti(&topology.inverse[*g as usize]) {
+                out[regular + *g as usize].push(c as ClassId);
+            }
+        }
+    }
+    out
 }

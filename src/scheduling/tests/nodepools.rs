@@ -486,30 +486,62 @@ fn numeric_requirements_filter_instance_types() {
     let mut its = fake_instance_types(8);
     for it in &mut its {
         let cpu = it.capacity.get("cpu").map_or(0, |q| q.value());
-        it.labels.insert(crate::labels::INSTANCE_CPU.into(), cpu.to_string());
+        it.labels
+            .insert(crate::labels::INSTANCE_CPU.into(), cpu.to_string());
     }
-    let pods = vec![pod("p").cpu("1").required_term(&[(crate::labels::INSTANCE_CPU, "Gt", &["4"])]).build()];
+    let pods = vec![
+        pod("p")
+            .cpu("1")
+            .required_term(&[(crate::labels::INSTANCE_CPU, "Gt", &["4"])])
+            .build(),
+    ];
     let r = run(&single_pool(pods, its));
-    let names: Vec<&str> = r.new_node_claims[0].instance_types.iter().map(|i| i.name.as_str()).collect();
+    let names: Vec<&str> = r.new_node_claims[0]
+        .instance_types
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
     // fake-it-i has i+1 vCPUs: only 5 and more pass Gt 4.
-    assert_eq!(names, vec!["fake-it-4", "fake-it-5", "fake-it-6", "fake-it-7"]);
+    assert_eq!(
+        names,
+        vec!["fake-it-4", "fake-it-5", "fake-it-6", "fake-it-7"]
+    );
 }
 
 #[test]
 fn zone_id_requirements_pick_the_matching_offering() {
-    let pods = vec![pod("p").cpu("1").node_selector(&[(crate::labels::ZONE_ID, "tz2")]).build()];
+    let pods = vec![
+        pod("p")
+            .cpu("1")
+            .node_selector(&[(crate::labels::ZONE_ID, "tz2")])
+            .build(),
+    ];
     let r = run(&single_pool(pods, fake_instance_types(4)));
     assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert_eq!(r.new_node_claims[0].launch.as_ref().map(|l| l.zone.as_str()), Some("test-zone-2"));
+    assert_eq!(
+        r.new_node_claims[0]
+            .launch
+            .as_ref()
+            .map(|l| l.zone.as_str()),
+        Some("test-zone-2")
+    );
 }
 
 #[test]
 fn default_truncation_keeps_the_600_cheapest_types() {
-    let r = run(&single_pool(vec![pod("p").cpu("1").build()], fake_instance_types(700)));
+    let r = run(&single_pool(
+        vec![pod("p").cpu("1").build()],
+        fake_instance_types(700),
+    ));
     let claim = &r.new_node_claims[0];
     assert_eq!(claim.instance_types.len(), 600);
     assert_eq!(claim.instance_types[0].name, "fake-it-1");
-    assert!(claim.instance_types.windows(2).all(|w| w[0].price <= w[1].price));
+    assert!(
+        claim
+            .instance_types
+            .windows(2)
+            .all(|w| w[0].price <= w[1].price)
+    );
 }
 
 #[test]
@@ -519,8 +551,22 @@ fn nodepool_labels_can_be_selected() {
     let mut b = node_pool("b", fake_instance_types(4));
     b.labels.insert("team".into(), "b".into());
     b.weight = 10;
-    let pods = vec![pod("p").cpu("1").node_selector(&[("team", "a")]).build(), pod("q").cpu("1").node_selector(&[(crate::labels::NODEPOOL, "a")]).build()];
-    let r = run(&SchedulingInput { pods, node_pools: vec![a, b], ..Default::default() });
+    let pods = vec![
+        pod("p").cpu("1").node_selector(&[("team", "a")]).build(),
+        pod("q")
+            .cpu("1")
+            .node_selector(&[(crate::labels::NODEPOOL, "a")])
+            .build(),
+    ];
+    let r = run(&SchedulingInput {
+        pods,
+        node_pools: vec![a, b],
+        ..Default::default()
+    });
     assert!(r.errors.is_empty());
-    assert!(r.new_node_claims.iter().all(|c| c.node_pool == "a" && c.labels.get("team").map(String::as_str) == Some("a")));
+    assert!(
+        r.new_node_claims
+            .iter()
+            .all(|c| c.node_pool == "a" && c.labels.get("team").map(String::as_str) == Some("a"))
+    );
 }
