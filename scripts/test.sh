@@ -9,6 +9,14 @@ if ! python3 -c 'import moto.server, flask' 2>/dev/null; then
   python3 -m pip install --quiet 'moto[server]>=5,<6'
 fi
 
+# kubectl lets the emulator's tests check that a real client can use it; optional, so a
+# failed install only skips that test.
+if ! command -v kubectl >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "==> installing kubectl (Debian kubernetes-client) for the API emulator's kubectl test"
+  (apt-get update -qq && apt-get install -y -qq kubernetes-client) >/dev/null 2>&1 \
+    || echo "    kubectl not installed; its test will be skipped"
+fi
+
 echo "==> cargo fmt --check"
 cargo fmt --all --check
 echo "==> cargo clippy"

@@ -25,6 +25,8 @@ enum Command {
     Catalog(cmd::catalog::Args),
     /// Offline what-if: the NodeClaims kerf would create for the pending pods in manifests.
     Plan(cmd::plan::Args),
+    /// Run the controller daemon against the cluster in the kubeconfig (or in-cluster).
+    Controller(Box<cmd::controller::Args>),
 }
 
 fn main() -> ExitCode {
@@ -33,5 +35,6 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Catalog(args) => cmd::catalog::run(args),
         Command::Plan(args) => cmd::plan::run(args),
+        Command::Controller(args) => cmd::controller::run(*args),
     }
 }

@@ -1,0 +1,173 @@
+//! Wiring: starts every actor and task of the controller against one Kubernetes client —
+//! metrics and probe endpoints, leader election, the PodWatcher's watch streams, the Batcher
+//! and the Provisioner — and stops them in reverse order. Must be called inside an actix
+//! `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`): actors live
+//! on the system's thread, watch streams and HTTP on the runtime's workers.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use actix::prelude::*;
+use kube::Client;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::batcher::{BatchLimits, Batcher};
+use crate::leader::{self, Election, Timing};
+use crate::mailbox::{MailboxDepth, Outbox};
+use crate::provisioner::{Provisioner, Round};
+use crate::settings::ValidSettings;
+use crate::state::ClusterState;
+use crate::{pod_watcher, server};
+
+/// What the daemon needs besides its settings.
+#[derive(Clone)]
+pub struct Environment {
+    pub client: Client,
+    /// The namespace the controller runs in (its leader Lease lives there by default).
+    pub namespace: String,
+    /// This replica's name in leader election (unique per process).
+    pub identity: String,
+    /// Leader election timing (controller-runtime's defaults outside tests).
+    pub leader_timing: Timing,
+    /// Address the metrics and probe listeners bind to.
+    pub bind: Ipv4Addr,
+}
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("binding the metrics endpoint on {0}: {1}")]
+    MetricsPort(SocketAddr, #[source] std::io::Error),
+    #[error("binding the health probe endpoint on {0}: {1}")]
+    HealthProbePort(SocketAddr, #[source] std::io::Error),
+}
+
+/// A running controller.
+pub struct Daemon {
+    pub state: Arc<ClusterState>,
+    /// True while this replica leads.
+    pub leader: watch::Receiver<bool>,
+    /// The latest provisioning round.
+    pub rounds: watch::Receiver<Option<Round>>,
+    pub metrics_addr: SocketAddr,
+    pub probes_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    leader_task: Option<JoinHandle<()>>,
+    actors: (Addr<Batcher>, Addr<Provisioner>),
+}
+
+impl Daemon {
+    /// Starts everything; returns once the endpoints are bound (cluster state syncs after).
+    pub async fn start(settings: ValidSettings, env: Environment) -> Result<Self, StartError> {
+        // Destructured field by field: a setting added without being wired fails to compile.
+        let ValidSettings {
+            cluster_name,
+            cluster_endpoint: _cluster_endpoint_for_launcher,
+            cluster_ca_bundle: _cluster_ca_bundle_for_launcher,
+            interruption_queue: _interruption_queue_for_interruption_actor,
+            batch_idle_duration,
+            batch_max_duration,
+            vm_memory_overhead_percent: _overhead_for_instance_types,
+            reserved_enis: _reserved_enis_for_instance_types,
+            isolated_vpc: _isolated_vpc_for_pricing,
+            log_level: _log_level_applied_by_the_binary,
+            feature_gates: _feature_gates_for_disruption,
+            metrics_port,
+            health_probe_port,
+            kube_client_qps: _kube_client_qps_not_yet_enforced,
+            kube_client_burst: _kube_client_burst_not_yet_enforced,
+            leader_election,
+            preference_policy: _preference_policy_for_scheduler,
+            min_values_policy: _min_values_policy_for_scheduler,
+        } = settings;
+        let Environment {
+            client,
+            namespace,
+            identity,
+            leader_timing,
+            bind,
+        } = env;
+        tracing::info!(cluster = %cluster_name, identity = %identity, "starting controller");
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (state, writers) = ClusterState::new();
+        crate::metrics::handle();
+
+        let metrics_at = SocketAddr::from((bind, metrics_port));
+        let (metrics_addr, metrics_task) = server::serve_metrics(metrics_at, shutdown_rx.clone())
+            .await
+            .map_err(|e| StartError::MetricsPort(metrics_at, e))?;
+        let probes_at = SocketAddr::from((bind, health_probe_port));
+        let (probes_addr, probes_task) =
+            server::serve_probes(probes_at, state.clone(), shutdown_rx.clone())
+                .await
+                .map_err(|e| StartError::HealthProbePort(probes_at, e))?;
+
+        tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
+        let (leader, leader_task) = match leader_election {
+            Some(lease) => {
+                let election = Election {
+                    namespace: lease.namespace.unwrap_or(namespace),
+                    name: lease.name,
+                    identity,
+                    timing: leader_timing,
+                };
+                let (rx, task) = leader::spawn(client.clone(), election, shutdown_rx.clone());
+                (rx, Some(task))
+            }
+            // A lone replica leads from the start; the sender is dropped, the value stays.
+            None => (watch::channel(true).1, None),
+        };
+
+        let provisioner_depth = MailboxDepth::new("provisioner");
+        let (provisioner, rounds) =
+            Provisioner::new(state.clone(), leader.clone(), provisioner_depth.clone());
+        let provisioner = provisioner.start_bounded();
+        let batcher_depth = MailboxDepth::new("batcher");
+        let batcher = Batcher::new(
+            BatchLimits {
+                idle: batch_idle_duration,
+                max: batch_max_duration,
+            },
+            Outbox::new(&provisioner, provisioner_depth),
+            batcher_depth.clone(),
+        )
+        .start_bounded();
+
+        let mut tasks = pod_watcher::spawn(
+            &client,
+            &state,
+            writers,
+            Outbox::new(&batcher, batcher_depth),
+            &shutdown_rx,
+        );
+        tasks.push(metrics_task);
+        tasks.push(probes_task);
+        Ok(Self {
+            state,
+            leader,
+            rounds,
+            metrics_addr,
+            probes_addr,
+            shutdown,
+            tasks,
+            leader_task,
+            actors: (batcher, provisioner),
+        })
+    }
+
+    /// Stops every task and actor; a leader releases its Lease before this returns, so a
+    /// standby can take over at once.
+    pub async fn stop(self) {
+        self.shutdown.send_replace(true);
+        if let Some(task) = self.leader_task {
+            let _released = task.await;
+        }
+        for task in self.tasks {
+            let _ended = task.await;
+        }
+        let (batcher, provisioner) = self.actors;
+        drop((batcher, provisioner));
+    }
+}

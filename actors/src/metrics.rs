@@ -1,0 +1,92 @@
+//! Prometheus metrics under upstream Karpenter's names, so its Grafana dashboards chart kerf
+//! unchanged, plus kerf's own mailbox metrics. One process-wide recorder is installed on
+//! first use (several daemons in one test process share it); every histogram gets explicit
+//! buckets, because the exporter renders a histogram without buckets as a summary, which
+//! Grafana cannot aggregate across replicas.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Pods by state (upstream gauge; labels `name`, `namespace`, `phase`, …).
+pub const PODS_STATE: &str = "karpenter_pods_state";
+/// Pods waiting in the current batching window (upstream: scheduler queue depth).
+pub const SCHEDULER_QUEUE_DEPTH: &str = "karpenter_scheduler_queue_depth";
+/// Duration of one provisioning solve.
+pub const SCHEDULING_DURATION: &str = "karpenter_provisioner_scheduling_duration_seconds";
+/// NodeClaims created (labels `reason`, `nodepool`).
+pub const NODECLAIMS_CREATED: &str = "karpenter_nodeclaims_created_total";
+/// Batches handed to the provisioner, with the window's length as a histogram.
+pub const BATCH_WINDOW_DURATION: &str = "karpenter_provisioner_batch_window_duration_seconds";
+/// Pods per closed batch.
+pub const BATCH_SIZE: &str = "karpenter_provisioner_batch_size";
+/// Messages waiting in an actor's mailbox (label `mailbox`).
+pub const MAILBOX_DEPTH: &str = "kerf_mailbox_depth";
+/// Messages dropped because a mailbox was full (label `mailbox`).
+pub const MAILBOX_DROPPED: &str = "kerf_mailbox_dropped_total";
+/// Watched objects that could not be read as their kind (label `kind`).
+pub const MALFORMED_OBJECTS: &str = "kerf_cluster_state_malformed_objects_total";
+/// Objects held in cluster state (label `kind`).
+pub const CLUSTER_STATE_OBJECTS: &str = "kerf_cluster_state_objects";
+/// 1 when every watched kind has completed its initial list.
+pub const CLUSTER_STATE_SYNCED: &str = "karpenter_cluster_state_synced";
+/// 1 while this replica holds the leader Lease.
+pub const LEADER: &str = "kerf_leader_election_is_leader";
+
+/// Buckets of controller-runtime style duration histograms (seconds).
+const DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// Batch windows last between the idle duration and the max duration (1 s–10 s by default).
+const WINDOW_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0];
+/// Batch sizes span one pod to thousands.
+const SIZE_BUCKETS: &[f64] = &[1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process-wide Prometheus handle, installing the recorder on first call.
+pub fn handle() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(install)
+}
+
+fn install() -> PrometheusHandle {
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(SCHEDULING_DURATION.into()), DURATION_BUCKETS)
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(BATCH_WINDOW_DURATION.into()), WINDOW_BUCKETS)
+        })
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), SIZE_BUCKETS))
+        .expect("bucket lists are non-empty constants")
+        .build_recorder();
+    let handle = recorder.handle();
+    // Another recorder can only exist if an embedding program installed its own; then our
+    // handle renders nothing, which is visible but not fatal.
+    if metrics::set_global_recorder(recorder).is_err() {
+        tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
+    }
+    handle
+}
+
+/// Renders the exposition text, running the exporter's periodic upkeep first.
+pub fn render() -> String {
+    let handle = handle();
+    handle.run_upkeep();
+    handle.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_render_as_buckets_not_summaries() {
+        handle();
+        metrics::histogram!(SCHEDULING_DURATION).record(0.2);
+        let text = render();
+        assert!(
+            text.contains(&format!("{SCHEDULING_DURATION}_bucket{{le=\"0.25\"}}")),
+            "{text}"
+        );
+        assert!(!text.contains(&format!("{SCHEDULING_DURATION}{{quantile")));
+    }
+}

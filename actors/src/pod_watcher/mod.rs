@@ -1,0 +1,136 @@
+//! The PodWatcher: one kube watch stream per kind the controller decides on (pods, nodes,
+//! NodeClaims, NodePools, EC2NodeClasses, daemonsets, PDBs, volumes and storage classes),
+//! each the single writer of its cluster-state store. Streams run as tokio tasks on the
+//! runtime's worker threads, not on the actor thread. Objects are watched untyped and read
+//! into their kind one by one, so a malformed object (a NodePool with a field of the wrong
+//! type) is reported — logged and counted — and skipped, instead of breaking the whole
+//! stream. Once every store has synced, provisionable pods trigger the Batcher: all of them
+//! at sync, then each as it changes, and all of them again on every resync period.
+
+mod kind;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
+use kube::Client;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::batcher::Trigger;
+use crate::mailbox::{DeliverError, Outbox};
+use crate::state::{ClusterState, Writers, is_provisionable};
+pub use kind::{Change, watch_kind};
+
+/// How often every provisionable pod is triggered again. Triggers are sent with
+/// `try_deliver`, so one dropped on a full Batcher mailbox is repaired here; it also retries
+/// pods whose last solve failed (for example on insufficient capacity).
+pub const RESYNC_PERIOD: Duration = Duration::from_secs(60);
+
+/// Starts one watch task per kind plus the resync task; they end when `shutdown` turns true.
+pub fn spawn(
+    client: &Client,
+    state: &Arc<ClusterState>,
+    writers: Writers,
+    batcher: Outbox<Trigger>,
+    shutdown: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let Writers {
+        pods,
+        nodes,
+        nodeclaims,
+        nodepools,
+        nodeclasses,
+        daemonsets,
+        pdbs,
+        persistent_volumes,
+        persistent_volume_claims,
+        storage_classes,
+    } = writers;
+    let pod_state = state.clone();
+    let pod_batcher = batcher.clone();
+    let on_pod = move |pod: &Pod, change: Change| {
+        if change == Change::Applied && pod_state.synced() && is_provisionable(pod) {
+            trigger(&pod_batcher, pod);
+        }
+    };
+    vec![
+        spawn_kind(client, pods, on_pod, shutdown),
+        spawn_kind::<Node>(client, nodes, ignore, shutdown),
+        spawn_kind::<NodeClaim>(client, nodeclaims, ignore, shutdown),
+        spawn_kind::<NodePool>(client, nodepools, ignore, shutdown),
+        spawn_kind::<EC2NodeClass>(client, nodeclasses, ignore, shutdown),
+        spawn_kind::<DaemonSet>(client, daemonsets, ignore, shutdown),
+        spawn_kind::<PodDisruptionBudget>(client, pdbs, ignore, shutdown),
+        spawn_kind::<PersistentVolume>(client, persistent_volumes, ignore, shutdown),
+        spawn_kind::<PersistentVolumeClaim>(client, persistent_volume_claims, ignore, shutdown),
+        spawn_kind::<StorageClass>(client, storage_classes, ignore, shutdown),
+        tokio::spawn(resync(state.clone(), batcher, shutdown.clone())),
+    ]
+}
+
+fn spawn_kind<K>(
+    client: &Client,
+    writer: crate::state::StoreWriter<K>,
+    on_change: impl FnMut(&K, Change) + Send + 'static,
+    shutdown: &watch::Receiver<bool>,
+) -> JoinHandle<()>
+where
+    K: kube::Resource<DynamicType = ()>
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let client = client.clone();
+    let mut shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = watch_kind(client, writer, on_change) => {}
+            _ = shutdown.wait_for(|s| *s) => {}
+        }
+    })
+}
+
+/// The hook of kinds whose changes trigger nothing yet.
+fn ignore<K>(_: &K, _: Change) {}
+
+fn trigger(batcher: &Outbox<Trigger>, pod: &Pod) {
+    let Some(uid) = pod.metadata.uid.clone() else {
+        return;
+    };
+    match batcher.try_deliver(Trigger { pod_uid: uid }) {
+        Ok(()) => {}
+        // Counted by the outbox; the resync will trigger the pod again.
+        Err(DeliverError::Full(_)) => {}
+        Err(err @ DeliverError::Closed(_)) => tracing::warn!(error = %err, "triggering batcher"),
+    }
+}
+
+/// Triggers every provisionable pod once cluster state has synced, then every
+/// [`RESYNC_PERIOD`].
+async fn resync(
+    state: Arc<ClusterState>,
+    batcher: Outbox<Trigger>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    tokio::select! {
+        () = state.wait_synced() => {}
+        _ = shutdown.wait_for(|s| *s) => return,
+    }
+    loop {
+        for pod in state.provisionable_pods() {
+            trigger(&batcher, &pod);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RESYNC_PERIOD) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The controller's own HTTP endpoints, on the two ports upstream uses: `/metrics`
+//! (Prometheus text) on `METRICS_PORT`, and `/healthz` (the process serves) and `/readyz`
+//! (cluster state has synced) on `HEALTH_PROBE_PORT`. Plain HTTP/1 over hyper.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::state::ClusterState;
+
+/// Which endpoints a listener answers.
+#[derive(Clone)]
+enum Endpoints {
+    Metrics,
+    Probes(Arc<ClusterState>),
+}
+
+/// Binds `addr` and serves `/metrics` until shutdown; returns the bound address.
+pub async fn serve_metrics(
+    addr: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
+    serve(addr, Endpoints::Metrics, shutdown).await
+}
+
+/// Binds `addr` and serves `/healthz` and `/readyz` until shutdown.
+pub async fn serve_probes(
+    addr: SocketAddr,
+    state: Arc<ClusterState>,
+    shutdown: watch::Receiver<bool>,
+) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
+    serve(addr, Endpoints::Probes(state), shutdown).await
+}
+
+async fn serve(
+    addr: SocketAddr,
+    endpoints: Endpoints,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            let Ok((stream, _)) = accepted else { continue };
+            let endpoints = endpoints.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| answer(req, endpoints.clone()));
+                // A client hanging up mid-request is not our problem to report.
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok((bound, task))
+}
+
+async fn answer(
+    req: Request<Incoming>,
+    endpoints: Endpoints,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (status, body) = match (&endpoints, req.uri().path()) {
+        (Endpoints::Metrics, "/metrics") => (StatusCode::OK, crate::metrics::render()),
+        (Endpoints::Probes(_), "/healthz") => (StatusCode::OK, "ok".to_string()),
+        (Endpoints::Probes(state), "/readyz") if state.synced() => {
+            (StatusCode::OK, "ok".to_string())
+        }
+        (Endpoints::Probes(_), "/readyz") => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cluster state not synced".to_string(),
+        ),
+        _ => (StatusCode::NOT_FOUND, "not found".to_string()),
+    };
+    let content_type = if matches!(endpoints, Endpoints::Metrics) {
+        "text/plain; version=0.0.4"
+    } else {
+        "text/plain"
+    };
+    let response = Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(Full::new(Bytes::from(body)))
+        .expect("status and a static header always build a response");
+    Ok(response)
+}

@@ -1,0 +1,132 @@
+//! Cluster state: the controller's in-memory copy of every object kind it decides on, filled
+//! by the PodWatcher's watch streams and read by every other actor. Each kind is a
+//! [`Store`] (a `DashMap` behind `Arc`) with exactly one writer: [`ClusterState::new`] hands
+//! out one [`StoreWriter`] per kind, which cannot be cloned, so two tasks can never race on a
+//! kind. No decision is taken before every store has completed its initial list
+//! ([`ClusterState::synced`]).
+
+mod pods;
+mod store;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
+use tokio::sync::watch;
+
+pub use pods::is_provisionable;
+pub use store::{ObjectKey, Store, StoreWriter};
+
+/// Every kind the controller watches.
+#[derive(Debug)]
+pub struct ClusterState {
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub nodeclaims: Store<NodeClaim>,
+    pub nodepools: Store<NodePool>,
+    pub nodeclasses: Store<EC2NodeClass>,
+    pub daemonsets: Store<DaemonSet>,
+    pub pdbs: Store<PodDisruptionBudget>,
+    pub persistent_volumes: Store<PersistentVolume>,
+    pub persistent_volume_claims: Store<PersistentVolumeClaim>,
+    pub storage_classes: Store<StorageClass>,
+    synced: watch::Sender<bool>,
+}
+
+/// The single writer of each store.
+#[derive(Debug)]
+pub struct Writers {
+    pub pods: StoreWriter<Pod>,
+    pub nodes: StoreWriter<Node>,
+    pub nodeclaims: StoreWriter<NodeClaim>,
+    pub nodepools: StoreWriter<NodePool>,
+    pub nodeclasses: StoreWriter<EC2NodeClass>,
+    pub daemonsets: StoreWriter<DaemonSet>,
+    pub pdbs: StoreWriter<PodDisruptionBudget>,
+    pub persistent_volumes: StoreWriter<PersistentVolume>,
+    pub persistent_volume_claims: StoreWriter<PersistentVolumeClaim>,
+    pub storage_classes: StoreWriter<StorageClass>,
+}
+
+impl ClusterState {
+    /// Empty, unsynced state and the writers that fill it.
+    pub fn new() -> (Arc<Self>, Writers) {
+        let (synced, _) = watch::channel(false);
+        let state = Arc::new(Self {
+            pods: Store::new("Pod"),
+            nodes: Store::new("Node"),
+            nodeclaims: Store::new("NodeClaim"),
+            nodepools: Store::new("NodePool"),
+            nodeclasses: Store::new("EC2NodeClass"),
+            daemonsets: Store::new("DaemonSet"),
+            pdbs: Store::new("PodDisruptionBudget"),
+            persistent_volumes: Store::new("PersistentVolume"),
+            persistent_volume_claims: Store::new("PersistentVolumeClaim"),
+            storage_classes: Store::new("StorageClass"),
+            synced,
+        });
+        let writers = Writers {
+            pods: StoreWriter::new(&state, |s| &s.pods),
+            nodes: StoreWriter::new(&state, |s| &s.nodes),
+            nodeclaims: StoreWriter::new(&state, |s| &s.nodeclaims),
+            nodepools: StoreWriter::new(&state, |s| &s.nodepools),
+            nodeclasses: StoreWriter::new(&state, |s| &s.nodeclasses),
+            daemonsets: StoreWriter::new(&state, |s| &s.daemonsets),
+            pdbs: StoreWriter::new(&state, |s| &s.pdbs),
+            persistent_volumes: StoreWriter::new(&state, |s| &s.persistent_volumes),
+            persistent_volume_claims: StoreWriter::new(&state, |s| &s.persistent_volume_claims),
+            storage_classes: StoreWriter::new(&state, |s| &s.storage_classes),
+        };
+        (state, writers)
+    }
+
+    fn all_synced(&self) -> bool {
+        [
+            self.pods.is_synced(),
+            self.nodes.is_synced(),
+            self.nodeclaims.is_synced(),
+            self.nodepools.is_synced(),
+            self.nodeclasses.is_synced(),
+            self.daemonsets.is_synced(),
+            self.pdbs.is_synced(),
+            self.persistent_volumes.is_synced(),
+            self.persistent_volume_claims.is_synced(),
+            self.storage_classes.is_synced(),
+        ]
+        .into_iter()
+        .all(|s| s)
+    }
+
+    /// Re-evaluates the all-synced flag; called by a writer after its initial list.
+    fn store_synced(&self) {
+        if self.all_synced() && !*self.synced.borrow() {
+            self.synced.send_replace(true);
+            metrics::gauge!(crate::metrics::CLUSTER_STATE_SYNCED).set(1.0);
+            tracing::info!("cluster state synced");
+        }
+    }
+
+    /// Whether every store has completed its initial list.
+    pub fn synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Completes once every store has completed its initial list.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we borrow it.
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Pods the Provisioner must find capacity for.
+    pub fn provisionable_pods(&self) -> Vec<Arc<Pod>> {
+        self.pods
+            .snapshot()
+            .into_iter()
+            .filter(|p| is_provisionable(p))
+            .collect()
+    }
+}

@@ -1,0 +1,226 @@
+//! One kind's store: objects by namespace/name, whether the initial list has completed, and
+//! the one writer allowed to change it. A relist (the watch restarting after a 410 or a
+//! dropped connection) replaces the contents wholesale at its end, so objects deleted while
+//! the watch was down disappear too.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use dashmap::DashMap;
+
+use super::ClusterState;
+use crate::metrics::CLUSTER_STATE_OBJECTS;
+
+/// `namespace/name`, or `name` for cluster-scoped objects.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey(String);
+
+impl ObjectKey {
+    pub fn new(namespace: Option<&str>, name: &str) -> Self {
+        match namespace {
+            Some(ns) if !ns.is_empty() => Self(format!("{ns}/{name}")),
+            _ => Self(name.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The objects of one kind.
+pub struct Store<K> {
+    kind: &'static str,
+    objects: DashMap<ObjectKey, Arc<K>>,
+    synced: AtomicBool,
+}
+
+impl<K> fmt::Debug for Store<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("kind", &self.kind)
+            .field("len", &self.objects.len())
+            .field("synced", &self.is_synced())
+            .finish()
+    }
+}
+
+impl<K> Store<K> {
+    pub(super) fn new(kind: &'static str) -> Self {
+        Self {
+            kind,
+            objects: DashMap::new(),
+            synced: AtomicBool::new(false),
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        self.objects.get(key).map(|o| o.value().clone())
+    }
+
+    /// Every object, in no particular order.
+    pub fn snapshot(&self) -> Vec<Arc<K>> {
+        self.objects.iter().map(|o| o.value().clone()).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    fn publish_len(&self) {
+        #[allow(
+            clippy::cast_precision_loss,
+            reason = "object counts are far below 2^52"
+        )]
+        metrics::gauge!(CLUSTER_STATE_OBJECTS, "kind" => self.kind).set(self.objects.len() as f64);
+    }
+}
+
+/// The single writer of one store. Not `Clone`: one watch stream owns each kind.
+pub struct StoreWriter<K> {
+    state: Arc<ClusterState>,
+    store: fn(&ClusterState) -> &Store<K>,
+    relist: Option<HashSet<ObjectKey>>,
+}
+
+impl<K> fmt::Debug for StoreWriter<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreWriter")
+            .field("kind", &self.store().kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> StoreWriter<K> {
+    pub(super) fn new(state: &Arc<ClusterState>, store: fn(&ClusterState) -> &Store<K>) -> Self {
+        Self {
+            state: state.clone(),
+            store,
+            relist: None,
+        }
+    }
+
+    pub fn store(&self) -> &Store<K> {
+        (self.store)(&self.state)
+    }
+
+    /// Inserts or replaces an object.
+    pub fn apply(&mut self, key: ObjectKey, object: K) {
+        if let Some(seen) = &mut self.relist {
+            seen.insert(key.clone());
+        }
+        self.store().objects.insert(key, Arc::new(object));
+        self.store().publish_len();
+    }
+
+    /// Removes an object; returns what was stored.
+    pub fn delete(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
+        let removed = self.store().objects.remove(key).map(|(_, o)| o);
+        self.store().publish_len();
+        removed
+    }
+
+    /// A (re)list starts: objects not applied before [`Self::finish_relist`] are gone.
+    pub fn begin_relist(&mut self) {
+        self.relist = Some(HashSet::new());
+    }
+
+    /// A (re)list ended: drops what it did not list and marks the store synced.
+    pub fn finish_relist(&mut self) {
+        if let Some(seen) = self.relist.take() {
+            self.store().objects.retain(|k, _| seen.contains(k));
+        }
+        self.store().publish_len();
+        self.store().synced.store(true, Ordering::Release);
+        self.state.store_synced();
+    }
+
+    /// An object seen during a relist that could not be read: it must not survive the
+    /// relist's sweep as a stale copy, nor be applied.
+    pub fn forget(&mut self, key: &ObjectKey) {
+        if let Some(seen) = &mut self.relist {
+            seen.remove(key);
+        }
+        self.delete(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Writers;
+    use k8s_openapi::api::core::v1::Node;
+
+    fn node(name: &str) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.to_string());
+        n
+    }
+
+    #[test]
+    fn relist_drops_objects_it_does_not_list_and_marks_synced() {
+        let (state, mut w) = ClusterState::new();
+        w.nodes.apply(ObjectKey::new(None, "a"), node("a"));
+        w.nodes.apply(ObjectKey::new(None, "b"), node("b"));
+        assert!(!state.nodes.is_synced());
+        w.nodes.begin_relist();
+        w.nodes.apply(ObjectKey::new(None, "b"), node("b"));
+        w.nodes.finish_relist();
+        assert!(state.nodes.is_synced());
+        assert!(state.nodes.get(&ObjectKey::new(None, "a")).is_none());
+        assert!(state.nodes.get(&ObjectKey::new(None, "b")).is_some());
+        assert!(!state.synced(), "other kinds have not listed yet");
+    }
+
+    #[test]
+    fn state_is_synced_only_when_every_kind_is() {
+        let (state, w) = ClusterState::new();
+        let Writers {
+            mut pods,
+            mut nodes,
+            mut nodeclaims,
+            mut nodepools,
+            mut nodeclasses,
+            mut daemonsets,
+            mut pdbs,
+            mut persistent_volumes,
+            mut persistent_volume_claims,
+            mut storage_classes,
+        } = w;
+        pods.finish_relist();
+        nodes.finish_relist();
+        nodeclaims.finish_relist();
+        nodepools.finish_relist();
+        nodeclasses.finish_relist();
+        daemonsets.finish_relist();
+        pdbs.finish_relist();
+        persistent_volumes.finish_relist();
+        persistent_volume_claims.finish_relist();
+        assert!(!state.synced());
+        storage_classes.finish_relist();
+        assert!(state.synced());
+    }
+
+    #[test]
+    fn namespaced_and_cluster_keys() {
+        assert_eq!(ObjectKey::new(Some("ns"), "p").to_string(), "ns/p");
+        assert_eq!(ObjectKey::new(None, "n").to_string(), "n");
+        assert_eq!(ObjectKey::new(Some(""), "n").to_string(), "n");
+    }
+}

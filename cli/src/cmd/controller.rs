@@ -1,0 +1,90 @@
+//! `kerf controller`: the daemon. Reads upstream's settings from flags and environment,
+//! refuses bad ones by name, logs JSON, connects to the cluster in the kubeconfig (or the
+//! in-cluster service account), runs the actors until SIGTERM or Ctrl-C, then stops them,
+//! releasing the leader Lease.
+
+use std::net::Ipv4Addr;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use kerf_actors::leader::Timing;
+use kerf_actors::{Daemon, Environment, Settings, ValidSettings};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    settings: Settings,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let settings = match args.settings.validate() {
+        Ok(settings) => settings,
+        Err(err) => {
+            eprintln!("kerf controller: invalid settings: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    kerf_actors::logging::init(settings.log_level);
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("the tokio runtime builds with default settings")
+    });
+    match system.block_on(serve(settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = format!("{err:#}"), "controller stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
+    let config = kube::Config::infer()
+        .await
+        .context("loading kubeconfig or in-cluster configuration")?;
+    // The chart sets SYSTEM_NAMESPACE from the downward API, as upstream's does.
+    let namespace = std::env::var("SYSTEM_NAMESPACE")
+        .ok()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
+    let daemon = Daemon::start(
+        settings,
+        Environment {
+            client,
+            namespace,
+            identity: identity(),
+            leader_timing: Timing::default(),
+            bind: Ipv4Addr::UNSPECIFIED,
+        },
+    )
+    .await
+    .context("starting the controller")?;
+    terminated().await.context("waiting for a stop signal")?;
+    tracing::info!("stopping controller");
+    daemon.stop().await;
+    Ok(())
+}
+
+/// This replica's leader election identity: its pod (host) name, made unique per process.
+fn identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "kerf".to_string());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{host}_{:x}{nanos:08x}", std::process::id())
+}
+
+/// Completes on SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
+async fn terminated() -> std::io::Result<()> {
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = sigterm.recv() => Ok(()),
+        ctrl_c = tokio::signal::ctrl_c() => ctrl_c,
+    }
+}

@@ -1,0 +1,172 @@
+//! ReplicaSet controller: keeps `spec.replicas` active pods, created from the pod template
+//! with its labels and a controller ownerReference, deleting surplus pods
+//! unscheduled-first, then pending, then not-ready, then newest; reports replica counts.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{controller_keys, follow, in_namespace};
+use crate::apiserver::registry::{DeleteOptions, Registry, Sub, Target, WriteOptions};
+use crate::apiserver::store::{ObjKey, StoredObject};
+
+/// Runs the controller.
+pub async fn run(registry: Arc<Registry>) {
+    let (Ok(replicasets), Ok(pods)) = (
+        registry.target("apps", "v1", "replicasets", None),
+        registry.target("", "v1", "pods", None),
+    ) else {
+        return;
+    };
+    let pods_for_reconcile = pods.clone();
+    follow(
+        registry,
+        replicasets.clone(),
+        pods,
+        |_, change| controller_keys(change, "ReplicaSet"),
+        move |registry, key| reconcile(registry, &replicasets, &pods_for_reconcile, key),
+    )
+    .await;
+}
+
+/// Pods controlled by the object with `owner_uid`.
+pub(crate) fn owned_pods(
+    registry: &Registry,
+    pods: &Target,
+    ns: &str,
+    owner_uid: &str,
+) -> Vec<Arc<StoredObject>> {
+    let pods = in_namespace(pods, ns);
+    registry
+        .store
+        .dependents(owner_uid)
+        .into_iter()
+        .filter(|(gr, _)| gr.group.is_empty() && gr.resource == "pods")
+        .filter_map(|(_, (_, name))| registry.find(&pods, &name))
+        .filter(|p| p.attrs.controller().is_some_and(|o| o.uid == owner_uid))
+        .collect()
+}
+
+/// A pod with condition Ready=True.
+pub(crate) fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+fn is_active(pod: &StoredObject) -> bool {
+    !pod.attrs.deleting && !matches!(pod.attrs.phase.as_str(), "Succeeded" | "Failed")
+}
+
+fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns, name): &ObjKey) {
+    let replicasets = in_namespace(replicasets, ns);
+    let Some(rs) = registry.find(&replicasets, name) else {
+        return;
+    };
+    if rs.attrs.deleting {
+        return;
+    }
+    let desired = usize::try_from(
+        rs.value
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+            .max(0),
+    )
+    .unwrap_or(0);
+    let mut active: Vec<Arc<StoredObject>> = owned_pods(registry, pods, ns, &rs.attrs.uid)
+        .into_iter()
+        .filter(|p| is_active(p))
+        .collect();
+    let pods_ns = in_namespace(pods, ns);
+    if active.len() < desired {
+        for _ in active.len()..desired {
+            if let Err(err) = registry.create(
+                &pods_ns,
+                pod_from_template(&rs.value),
+                &WriteOptions::default(),
+            ) {
+                tracing::debug!(%err, name, "replicaset pod creation failed");
+                break;
+            }
+        }
+    } else if active.len() > desired {
+        active.sort_by_key(|p| deletion_rank(p));
+        for victim in &active[..active.len() - desired] {
+            if let Err(err) =
+                registry.delete(&pods_ns, &victim.attrs.name, &DeleteOptions::default())
+            {
+                tracing::debug!(%err, name, "replicaset pod deletion failed");
+            }
+        }
+    }
+    let observed: Vec<Arc<StoredObject>> = owned_pods(registry, pods, ns, &rs.attrs.uid)
+        .into_iter()
+        .filter(|p| is_active(p))
+        .collect();
+    let ready = observed.iter().filter(|p| is_ready(&p.value)).count();
+    let status = json!({
+        "replicas": observed.len(),
+        "fullyLabeledReplicas": observed.len(),
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "observedGeneration": rs.value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+    });
+    let result = registry.update_with(
+        &replicasets,
+        name,
+        Sub::Status,
+        &WriteOptions::default(),
+        |current| {
+            let mut next = current.clone();
+            next["status"] = status;
+            Ok(next)
+        },
+    );
+    if let Err(err) = result {
+        tracing::debug!(%err, name, "replicaset status update failed");
+    }
+}
+
+/// Lower ranks are deleted first.
+fn deletion_rank(pod: &StoredObject) -> (bool, u8, bool, std::cmp::Reverse<String>) {
+    let phase_rank = match pod.attrs.phase.as_str() {
+        "Pending" | "" => 0,
+        "Unknown" => 1,
+        _ => 2,
+    };
+    let created = pod
+        .value
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    (
+        !pod.attrs.node_name.is_empty(),
+        phase_rank,
+        is_ready(&pod.value),
+        std::cmp::Reverse(created),
+    )
+}
+
+fn pod_from_template(rs: &Value) -> Value {
+    let template = rs.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let name = rs
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut metadata = template.get("metadata").cloned().unwrap_or(json!({}));
+    metadata["generateName"] = json!(format!("{name}-"));
+    metadata["ownerReferences"] = json!([{
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name,
+        "uid": rs.pointer("/metadata/uid"), "controller": true, "blockOwnerDeletion": true,
+    }]);
+    if let Some(m) = metadata.as_object_mut() {
+        m.remove("name");
+        m.remove("namespace");
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.get("spec").cloned().unwrap_or(json!({}))})
+}

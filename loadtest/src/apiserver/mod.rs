@@ -1,0 +1,382 @@
+//! A Kubernetes API server emulator. Controllers reach it over HTTP with an ordinary
+//! kubeconfig, exactly as they reach EKS; tests can also reach its storage in process
+//! through [`Cluster`]. See the submodules for the semantics each part reproduces.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kerf_loadtest::apiserver::StartError> {
+//! use kerf_loadtest::apiserver::{ApiServer, ServerConfig};
+//! let server = ApiServer::start(ServerConfig::default()).await?;
+//! server.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig"))?;
+//! server.faults().drop_watches();
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod apply;
+pub mod clock;
+mod controllers;
+pub mod crd;
+mod discovery;
+pub mod error;
+pub mod faults;
+mod http;
+pub mod kubeconfig;
+mod meta;
+pub mod patch;
+mod queue;
+pub mod registry;
+pub mod resources;
+pub mod schema;
+pub mod selectors;
+pub mod store;
+mod table;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::watch as signal;
+use tokio::task::JoinHandle;
+
+pub use clock::{Clock, ManualClock, ScaledClock};
+pub use error::{ApiError, Reason};
+pub use faults::{Faults, InjectedError};
+pub use registry::{
+    DeleteOptions, Deleted, ListQuery, PatchKind, Propagation, Registry, Sub, WriteOptions,
+};
+pub use schema::FieldValidation;
+
+/// How to run the emulator.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// Listen address; port 0 picks a free port.
+    pub bind: SocketAddr,
+    /// Time source (timestamps, grace periods).
+    pub clock: Arc<dyn Clock>,
+    /// Changes kept per resource for watches (older resourceVersions get 410).
+    pub history_capacity: usize,
+    /// Interval of BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
+    /// `fieldValidation` when a request names none (see [`registry::RegistryConfig`]).
+    pub field_validation: FieldValidation,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            clock: Arc::new(ScaledClock::default()),
+            history_capacity: 200_000,
+            bookmark_interval: Duration::from_secs(10),
+            field_validation: FieldValidation::Strict,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("bind", &self.bind)
+            .field("history_capacity", &self.history_capacity)
+            .field("bookmark_interval", &self.bookmark_interval)
+            .field("field_validation", &self.field_validation)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Binding the listen address failed.
+    #[error("binding the API emulator to {addr}: {source}")]
+    Bind {
+        /// Requested address.
+        addr: SocketAddr,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Writing the kubeconfig failed.
+    #[error(transparent)]
+    Kubeconfig(#[from] std::io::Error),
+}
+
+/// Completes once `flag` is true (or its sender is gone).
+pub(crate) async fn stopped(flag: &mut signal::Receiver<bool>) {
+    let _closed = flag.wait_for(|stop| *stop).await;
+}
+
+/// Entry point.
+#[derive(Debug)]
+pub struct ApiServer;
+
+impl ApiServer {
+    /// Binds, starts serving and starts the built-in controllers. Must run inside a
+    /// multi-threaded tokio runtime.
+    pub async fn start(config: ServerConfig) -> Result<RunningServer, StartError> {
+        let listener = tokio::net::TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+        let registry_config = registry::RegistryConfig {
+            field_validation: config.field_validation,
+            history_capacity: config.history_capacity,
+        };
+        let registry = Registry::new(
+            config.clock.clone(),
+            registry_config,
+            tokio::runtime::Handle::current(),
+        );
+        let fault_state = Arc::new(faults::FaultState::new());
+        let (shutdown_tx, shutdown_rx) = signal::channel(false);
+        let app = Arc::new(http::App {
+            registry: registry.clone(),
+            faults: fault_state.clone(),
+            address: addr.to_string(),
+            bookmark_every: config.bookmark_interval,
+            shutdown: shutdown_rx.clone(),
+        });
+        let mut tasks = controllers::spawn_all(&registry, &shutdown_rx);
+        tasks.push(tokio::spawn(http::serve(listener, app, shutdown_rx)));
+        Ok(RunningServer {
+            addr,
+            registry: registry.clone(),
+            faults: Faults::new(fault_state, registry),
+            shutdown: shutdown_tx,
+            tasks,
+        })
+    }
+}
+
+/// A running emulator.
+#[derive(Debug)]
+pub struct RunningServer {
+    addr: SocketAddr,
+    registry: Arc<Registry>,
+    faults: Faults,
+    shutdown: signal::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningServer {
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Writes a kubeconfig for this server to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), std::io::Error> {
+        kubeconfig::write(path, &self.url())
+    }
+
+    /// Fault injection.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// Direct, in-process access to the API (for test setup and simulated components).
+    pub fn cluster(&self) -> Cluster {
+        Cluster {
+            registry: self.registry.clone(),
+        }
+    }
+
+    /// Stops serving, ends every watch and controller, and waits for them.
+    pub async fn shutdown(self) {
+        self.shutdown.send_replace(true);
+        for task in self.tasks {
+            let _joined = task.await;
+        }
+    }
+}
+
+/// In-process access to the emulator's API with the same semantics as HTTP requests.
+/// Resources are named by `apiVersion` (`"v1"`, `"karpenter.sh/v1"`) and plural.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    registry: Arc<Registry>,
+}
+
+fn split_api_version(api_version: &str) -> (&str, &str) {
+    api_version.rsplit_once('/').unwrap_or(("", api_version))
+}
+
+impl Cluster {
+    fn target(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+    ) -> Result<registry::Target, ApiError> {
+        let (group, version) = split_api_version(api_version);
+        self.registry.target(group, version, plural, namespace)
+    }
+
+    /// The underlying registry (for components that need the full API surface).
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Creates an object; the namespace comes from `object.metadata.namespace`.
+    pub fn create(
+        &self,
+        api_version: &str,
+        plural: &str,
+        object: Value,
+    ) -> Result<Value, ApiError> {
+        let ns = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let t = self.target(api_version, plural, ns.as_deref())?;
+        Ok((*self
+            .registry
+            .create(&t, object, &WriteOptions::default())?
+            .object
+            .value)
+            .clone())
+    }
+
+    /// Reads an object.
+    pub fn get(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let t = self.target(api_version, plural, namespace)?;
+        Ok((*self.registry.get(&t, name)?.value).clone())
+    }
+
+    /// Lists objects (all namespaces when `namespace` is `None`) matching a label selector.
+    pub fn list(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        label_selector: &str,
+    ) -> Result<Vec<Value>, ApiError> {
+        let t = self.target(api_version, plural, namespace)?;
+        let query = ListQuery {
+            labels: selectors::LabelSelector::parse(label_selector)?,
+            ..ListQuery::default()
+        };
+        Ok(self
+            .registry
+            .list(&t, &query)?
+            .items
+            .iter()
+            .map(|o| (*o.value).clone())
+            .collect())
+    }
+
+    /// Patches an object.
+    pub fn patch(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+        kind: PatchKind,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        self.patch_sub(api_version, plural, namespace, name, Sub::Main, kind, patch)
+    }
+
+    /// Patches an object's status subresource.
+    pub fn patch_status(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+        kind: PatchKind,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        self.patch_sub(
+            api_version,
+            plural,
+            namespace,
+            name,
+            Sub::Status,
+            kind,
+            patch,
+        )
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "private funnel of the two public patch calls"
+    )]
+    fn patch_sub(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+        sub: Sub,
+        kind: PatchKind,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        let t = self.target(api_version, plural, namespace)?;
+        let opts = WriteOptions {
+            field_manager: Some("kerf-loadtest".to_string()),
+            ..WriteOptions::default()
+        };
+        Ok((*self
+            .registry
+            .patch(&t, name, sub, kind, patch, &opts)?
+            .object
+            .value)
+            .clone())
+    }
+
+    /// Deletes an object.
+    pub fn delete(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Deleted, ApiError> {
+        let t = self.target(api_version, plural, namespace)?;
+        self.registry.delete(&t, name, opts)
+    }
+
+    /// Assigns a pod to a node (`pods/binding`).
+    pub fn bind(&self, namespace: &str, pod: &str, node: &str) -> Result<(), ApiError> {
+        let t = self.target("v1", "pods", Some(namespace))?;
+        self.registry.bind(
+            &t,
+            pod,
+            &serde_json::json!({"target": {"kind": "Node", "name": node}}),
+        )
+    }
+
+    /// Creates a CRD from its YAML text (e.g. an upstream Karpenter CRD file).
+    pub fn apply_crd_yaml(&self, yaml: &str) -> Result<Value, ApiError> {
+        let crd: Value = serde_saphyr::from_str(yaml)
+            .map_err(|e| ApiError::bad_request(format!("CRD YAML: {e}")))?;
+        self.create("apiextensions.k8s.io/v1", "customresourcedefinitions", crd)
+    }
+
+    /// The latest resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.registry.store.current_rv()
+    }
+}

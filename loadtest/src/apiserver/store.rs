@@ -1,0 +1,544 @@
+//! Object storage: one [`TypeStore`] per resource (objects in a `BTreeMap` by
+//! namespace/name behind a `RwLock`), one global resourceVersion counter, and per type a
+//! bounded history of change [`Record`]s that watches read from. Each write serialises the
+//! object once; the bytes are shared by GET, LIST and every watcher. The store also keeps
+//! the uid and ownerReference indexes that garbage collection and the workload controllers
+//! need. It knows nothing of API semantics (that is `registry`).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::resources::{GroupResource, ResourceType};
+
+/// Namespace (`""` for cluster-scoped) and name.
+pub type ObjKey = (String, String);
+
+/// Reads a lock, ignoring poisoning: every critical section leaves the data consistent.
+pub fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Writes a lock, ignoring poisoning (see [`read`]).
+pub fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Locks a mutex, ignoring poisoning (see [`read`]).
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One entry of `metadata.ownerReferences`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRef {
+    /// Owner kind.
+    pub kind: String,
+    /// Owner name.
+    pub name: String,
+    /// Owner uid.
+    pub uid: String,
+    /// `controller: true`
+    pub controller: bool,
+}
+
+/// The parts of an object selectors, indexes and controllers look at, extracted once per write.
+#[derive(Debug, Clone, Default)]
+pub struct Attrs {
+    /// Namespace (`""` when cluster-scoped).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// uid.
+    pub uid: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// `spec.nodeName`
+    pub node_name: String,
+    /// `status.phase`
+    pub phase: String,
+    /// `metadata.ownerReferences`
+    pub owners: Vec<OwnerRef>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+}
+
+fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+impl Attrs {
+    /// Extracts the attributes of an object.
+    pub fn of(object: &Value) -> Self {
+        let labels = object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let owners = object
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .map(|refs| {
+                refs.iter()
+                    .map(|r| OwnerRef {
+                        kind: str_at(r, "/kind").to_string(),
+                        name: str_at(r, "/name").to_string(),
+                        uid: str_at(r, "/uid").to_string(),
+                        controller: r
+                            .get("controller")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(false),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            namespace: str_at(object, "/metadata/namespace").to_string(),
+            name: str_at(object, "/metadata/name").to_string(),
+            uid: str_at(object, "/metadata/uid").to_string(),
+            labels,
+            node_name: str_at(object, "/spec/nodeName").to_string(),
+            phase: str_at(object, "/status/phase").to_string(),
+            owners,
+            deleting: object
+                .pointer("/metadata/deletionTimestamp")
+                .is_some_and(|v| !v.is_null()),
+        }
+    }
+
+    /// The value of a selectable field (see `selectors::SELECTABLE_FIELDS`).
+    pub fn field(&self, field: &str) -> String {
+        match field {
+            "metadata.name" => self.name.clone(),
+            "metadata.namespace" => self.namespace.clone(),
+            "spec.nodeName" => self.node_name.clone(),
+            "status.phase" => self.phase.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// The owner with `controller: true`, if any.
+    pub fn controller(&self) -> Option<&OwnerRef> {
+        self.owners.iter().find(|o| o.controller)
+    }
+
+    /// Storage key.
+    pub fn key(&self) -> ObjKey {
+        (self.namespace.clone(), self.name.clone())
+    }
+}
+
+/// An object as stored: the value, its serialised bytes and its attributes.
+#[derive(Debug)]
+pub struct StoredObject {
+    /// The object (with `metadata.resourceVersion` set).
+    pub value: Arc<Value>,
+    /// `value` serialised as JSON.
+    pub bytes: Bytes,
+    /// Extracted attributes.
+    pub attrs: Arc<Attrs>,
+    /// resourceVersion.
+    pub rv: u64,
+}
+
+/// Watch event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Object created.
+    Added,
+    /// Object changed.
+    Modified,
+    /// Object removed.
+    Deleted,
+}
+
+impl EventType {
+    /// The watch wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change in a type's history.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// resourceVersion of the change.
+    pub rv: u64,
+    /// What happened.
+    pub kind: EventType,
+    /// The object after the change (for deletions: its last state, at the deletion's rv).
+    pub object: Bytes,
+    /// Attributes after the change.
+    pub attrs: Arc<Attrs>,
+    /// Attributes before the change (for selector transitions).
+    pub prev: Option<Arc<Attrs>>,
+}
+
+/// Objects and history of one resource.
+#[derive(Debug, Default)]
+pub struct TypeState {
+    /// Live objects by namespace/name.
+    pub objects: BTreeMap<ObjKey, Arc<StoredObject>>,
+    /// Recent changes, oldest first, rv ascending.
+    pub history: VecDeque<Record>,
+    /// rv of the newest change dropped from history: watches must start at or after it.
+    pub floor: u64,
+}
+
+impl TypeState {
+    /// Live objects of `namespace` (all when `None`), in key order, starting after `after`.
+    pub fn range<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        after: Option<&ObjKey>,
+    ) -> impl Iterator<Item = &'a Arc<StoredObject>> + 'a {
+        use std::ops::Bound;
+        let lower = match (after, namespace) {
+            (Some(key), _) => Bound::Excluded(key.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        self.objects
+            .range((lower, Bound::Unbounded))
+            .take_while(move |((ns, _), _)| namespace.is_none_or(|want| want == ns))
+            .map(|(_, obj)| obj)
+    }
+}
+
+/// One resource's storage.
+#[derive(Debug)]
+pub struct TypeStore {
+    rt: RwLock<Arc<ResourceType>>,
+    /// Objects and history.
+    pub state: RwLock<TypeState>,
+    changed: watch::Sender<u64>,
+    capacity: usize,
+}
+
+impl TypeStore {
+    /// The resource's current definition.
+    pub fn resource_type(&self) -> Arc<ResourceType> {
+        read(&self.rt).clone()
+    }
+
+    /// Replaces the definition (a CRD was updated).
+    pub fn set_resource_type(&self, rt: ResourceType) {
+        *write(&self.rt) = Arc::new(rt);
+    }
+
+    /// A receiver that changes whenever a record is appended.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Drops all history: watches from before now get 410 Gone.
+    pub fn compact(&self) {
+        let mut state = write(&self.state);
+        if let Some(last) = state.history.back() {
+            state.floor = last.rv;
+        }
+        state.history.clear();
+        drop(state);
+        self.changed.send_modify(|_| {});
+    }
+}
+
+/// Where an object lives: its resource and key.
+pub type Location = (GroupResource, ObjKey);
+
+/// uid and owner indexes over all types.
+#[derive(Debug, Default)]
+struct Index {
+    by_uid: HashMap<String, Location>,
+    dependents: HashMap<String, HashSet<Location>>,
+}
+
+/// All storage.
+#[derive(Debug)]
+pub struct Store {
+    rv: AtomicU64,
+    types: RwLock<HashMap<GroupResource, Arc<TypeStore>>>,
+    index: Mutex<Index>,
+    history_capacity: usize,
+}
+
+impl Store {
+    /// Empty storage keeping up to `history_capacity` changes per type.
+    pub fn new(history_capacity: usize) -> Self {
+        Self {
+            rv: AtomicU64::new(1),
+            types: RwLock::new(HashMap::new()),
+            index: Mutex::new(Index::default()),
+            history_capacity: history_capacity.max(16),
+        }
+    }
+
+    /// The latest resourceVersion handed out. Read it under a type's state lock to get a
+    /// version consistent with that type's history.
+    pub fn current_rv(&self) -> u64 {
+        self.rv.load(Ordering::SeqCst)
+    }
+
+    /// Registers (or redefines) a resource.
+    pub fn register(&self, rt: ResourceType) -> Arc<TypeStore> {
+        let gr = rt.group_resource();
+        let mut types = write(&self.types);
+        if let Some(existing) = types.get(&gr) {
+            existing.set_resource_type(rt);
+            return existing.clone();
+        }
+        let (changed, _) = watch::channel(0);
+        let ts = Arc::new(TypeStore {
+            rt: RwLock::new(Arc::new(rt)),
+            state: RwLock::new(TypeState::default()),
+            changed,
+            capacity: self.history_capacity,
+        });
+        types.insert(gr, ts.clone());
+        ts
+    }
+
+    /// Removes a resource and all its objects (its CRD was deleted).
+    pub fn unregister(&self, gr: &GroupResource) -> Option<Arc<TypeStore>> {
+        let removed = write(&self.types).remove(gr)?;
+        let state = read(&removed.state);
+        let mut index = lock(&self.index);
+        for obj in state.objects.values() {
+            index.by_uid.remove(&obj.attrs.uid);
+            for owner in &obj.attrs.owners {
+                if let Some(set) = index.dependents.get_mut(&owner.uid) {
+                    set.remove(&(gr.clone(), obj.attrs.key()));
+                }
+            }
+        }
+        drop(index);
+        drop(state);
+        Some(removed)
+    }
+
+    /// The storage of a resource.
+    pub fn get(&self, gr: &GroupResource) -> Option<Arc<TypeStore>> {
+        read(&self.types).get(gr).cloned()
+    }
+
+    /// Every registered resource.
+    pub fn all(&self) -> Vec<Arc<TypeStore>> {
+        read(&self.types).values().cloned().collect()
+    }
+
+    /// Where the object with `uid` lives.
+    pub fn locate(&self, uid: &str) -> Option<Location> {
+        lock(&self.index).by_uid.get(uid).cloned()
+    }
+
+    /// Objects whose ownerReferences name `owner_uid`.
+    pub fn dependents(&self, owner_uid: &str) -> Vec<Location> {
+        lock(&self.index)
+            .dependents
+            .get(owner_uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Writes (or with `new == None`, removes) the object at `key` under the caller's lock,
+    /// assigning the next resourceVersion and appending a history record.
+    pub fn commit(
+        &self,
+        ts: &TypeStore,
+        state: &mut TypeState,
+        key: &ObjKey,
+        new: Option<Value>,
+    ) -> Arc<StoredObject> {
+        let rv = self.rv.fetch_add(1, Ordering::SeqCst) + 1;
+        let old = state.objects.get(key).cloned();
+        let (mut value, kind) = match (new, &old) {
+            (Some(v), None) => (v, EventType::Added),
+            (Some(v), Some(_)) => (v, EventType::Modified),
+            (None, Some(o)) => ((*o.value).clone(), EventType::Deleted),
+            // Removing an absent object is a caller bug; record it as an empty deletion.
+            (None, None) => (Value::Object(serde_json::Map::new()), EventType::Deleted),
+        };
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("resourceVersion".to_string(), Value::String(rv.to_string()));
+        }
+        let bytes =
+            Bytes::from(serde_json::to_vec(&value).expect("a serde_json::Value always serialises"));
+        let attrs = Arc::new(Attrs::of(&value));
+        let stored = Arc::new(StoredObject {
+            value: Arc::new(value),
+            bytes: bytes.clone(),
+            attrs: attrs.clone(),
+            rv,
+        });
+        let gr = ts.resource_type().group_resource();
+        self.reindex(
+            &gr,
+            old.as_ref().map(|o| &*o.attrs),
+            (kind != EventType::Deleted).then_some(&*attrs),
+        );
+        if kind == EventType::Deleted {
+            state.objects.remove(key);
+        } else {
+            state.objects.insert(key.clone(), stored.clone());
+        }
+        if state.history.len() >= ts.capacity
+            && let Some(dropped) = state.history.pop_front()
+        {
+            state.floor = dropped.rv;
+        }
+        state.history.push_back(Record {
+            rv,
+            kind,
+            object: bytes,
+            attrs,
+            prev: old.map(|o| o.attrs.clone()),
+        });
+        ts.changed.send_replace(rv);
+        stored
+    }
+
+    fn reindex(&self, gr: &GroupResource, old: Option<&Attrs>, new: Option<&Attrs>) {
+        let mut index = lock(&self.index);
+        if let Some(old) = old {
+            let loc = (gr.clone(), old.key());
+            index.by_uid.remove(&old.uid);
+            for owner in &old.owners {
+                if let Some(set) = index.dependents.get_mut(&owner.uid) {
+                    set.remove(&loc);
+                    if set.is_empty() {
+                        index.dependents.remove(&owner.uid);
+                    }
+                }
+            }
+        }
+        if let Some(new) = new {
+            let loc = (gr.clone(), new.key());
+            index.by_uid.insert(new.uid.clone(), loc.clone());
+            for owner in &new.owners {
+                index
+                    .dependents
+                    .entry(owner.uid.clone())
+                    .or_default()
+                    .insert(loc.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::resources::builtin_types;
+    use serde_json::json;
+
+    fn pods(store: &Store) -> Arc<TypeStore> {
+        let rt = builtin_types()
+            .into_iter()
+            .find(|t| t.plural == "pods")
+            .expect("pods are built in");
+        store.register(rt)
+    }
+
+    fn pod(ns: &str, name: &str, owner: Option<&str>) -> Value {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": ns, "name": name, "uid": format!("uid-{ns}-{name}")}});
+        if let Some(owner) = owner {
+            p["metadata"]["ownerReferences"] =
+                json!([{"kind": "ReplicaSet", "name": "rs", "uid": owner, "controller": true}]);
+        }
+        p
+    }
+
+    #[test]
+    fn commits_assign_increasing_versions_and_record_history() {
+        let store = Store::new(16);
+        let ts = pods(&store);
+        let mut state = write(&ts.state);
+        let a = store.commit(
+            &ts,
+            &mut state,
+            &("ns".into(), "a".into()),
+            Some(pod("ns", "a", Some("o1"))),
+        );
+        let b = store.commit(
+            &ts,
+            &mut state,
+            &("ns".into(), "a".into()),
+            Some(pod("ns", "a", None)),
+        );
+        assert!(b.rv > a.rv);
+        assert_eq!(b.value["metadata"]["resourceVersion"], b.rv.to_string());
+        let gone = store.commit(&ts, &mut state, &("ns".into(), "a".into()), None);
+        let kinds: Vec<EventType> = state.history.iter().map(|r| r.kind).collect();
+        assert_eq!(
+            kinds,
+            [EventType::Added, EventType::Modified, EventType::Deleted]
+        );
+        assert!(state.objects.is_empty());
+        assert_eq!(state.history[2].rv, gone.rv);
+    }
+
+    #[test]
+    fn history_is_bounded_and_raises_the_floor() {
+        let store = Store::new(16);
+        let ts = pods(&store);
+        let mut state = write(&ts.state);
+        for i in 0..20 {
+            store.commit(
+                &ts,
+                &mut state,
+                &("ns".into(), format!("p{i}")),
+                Some(pod("ns", &format!("p{i}"), None)),
+            );
+        }
+        assert_eq!(state.history.len(), 16);
+        assert_eq!(state.floor + 1, state.history[0].rv);
+    }
+
+    #[test]
+    fn owner_index_tracks_dependents() {
+        let store = Store::new(16);
+        let ts = pods(&store);
+        let mut state = write(&ts.state);
+        store.commit(
+            &ts,
+            &mut state,
+            &("ns".into(), "a".into()),
+            Some(pod("ns", "a", Some("o1"))),
+        );
+        store.commit(
+            &ts,
+            &mut state,
+            &("other".into(), "b".into()),
+            Some(pod("other", "b", Some("o1"))),
+        );
+        assert_eq!(store.dependents("o1").len(), 2);
+        store.commit(
+            &ts,
+            &mut state,
+            &("ns".into(), "a".into()),
+            Some(pod("ns", "a", None)),
+        );
+        assert_eq!(store.dependents("o1").len(), 1);
+        assert!(store.locate("uid-ns-a").is_some());
+        let in_ns: Vec<String> = state
+            .range(Some("ns"), None)
+            .map(|o| o.attrs.name.clone())
+            .collect();
+        assert_eq!(in_ns, ["a"]);
+    }
+}

@@ -1,0 +1,331 @@
+//! Watches: a stream of `{"type":...,"object":...}` lines read from a type's history
+//! ring. Each watcher keeps a position (resourceVersion) and, when woken, copies the
+//! already-serialised object bytes of every newer record that passes its filters into one
+//! chunk, so N watchers cost N memcpys and no re-serialisation. Covers the semantics
+//! controllers rely on: start from a resourceVersion (410 Expired once compacted), initial
+//! state for `resourceVersion=0`/unset and `sendInitialEvents`, selector transitions
+//! (ADDED/DELETED when an object starts/stops matching), periodic and initial-events-end
+//! BOOKMARKs, `timeoutSeconds`, and being cut off by fault injection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+use super::error::{ApiError, ApiResult};
+use super::registry::Target;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::store::{Attrs, EventType, Record, Store, StoredObject, TypeStore, read};
+
+/// Parameters of one watch request.
+#[derive(Debug, Clone, Default)]
+pub struct WatchParams {
+    /// `labelSelector`
+    pub labels: LabelSelector,
+    /// `fieldSelector`
+    pub fields: FieldSelector,
+    /// `resourceVersion` (absent or `"0"`: start with the current state).
+    pub resource_version: Option<String>,
+    /// `sendInitialEvents=true`
+    pub send_initial_events: bool,
+    /// `allowWatchBookmarks=true`
+    pub bookmarks: bool,
+    /// `timeoutSeconds`
+    pub timeout: Option<Duration>,
+}
+
+/// Why a watch stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEnd {
+    /// `timeoutSeconds` elapsed.
+    Timeout,
+    /// The client went away.
+    ClientGone,
+    /// Fault injection or shutdown cut the stream.
+    Dropped,
+    /// The watcher fell behind the retained history (410 sent).
+    Expired,
+    /// The resource stopped being served (CRD deleted).
+    ResourceGone,
+}
+
+struct Filter {
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn matches(&self, attrs: &Attrs) -> bool {
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| ns == attrs.namespace)
+            && self.labels.matches(&attrs.labels)
+            && self.fields.matches(|f| attrs.field(f))
+    }
+
+    /// The event type this watcher sees for a record, if any.
+    fn event_for(&self, record: &Record) -> Option<EventType> {
+        let now = self.matches(&record.attrs);
+        let before = record.prev.as_deref().map(|p| self.matches(p));
+        match (record.kind, before, now) {
+            (EventType::Added, _, true) => Some(EventType::Added),
+            (EventType::Modified, Some(true), true) => Some(EventType::Modified),
+            (EventType::Modified, _, true) => Some(EventType::Added),
+            (EventType::Modified, Some(true), false) => Some(EventType::Deleted),
+            (EventType::Deleted, _, true) => Some(EventType::Deleted),
+            _ => None,
+        }
+    }
+}
+
+/// A validated watch, ready to stream.
+pub struct Watch {
+    target: Target,
+    params: WatchParams,
+    filter: Filter,
+    start: Start,
+}
+
+enum Start {
+    /// Send the current state, then changes.
+    Snapshot,
+    /// Send changes after this resourceVersion.
+    After(u64),
+}
+
+/// Validates the request (400 for a malformed resourceVersion).
+pub fn prepare(target: Target, params: WatchParams) -> ApiResult<Watch> {
+    let start = match params.resource_version.as_deref() {
+        None | Some("") | Some("0") => Start::Snapshot,
+        Some(_) if params.send_initial_events => Start::Snapshot,
+        Some(rv) => Start::After(
+            rv.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?,
+        ),
+    };
+    let filter = Filter {
+        namespace: target.namespace.clone(),
+        labels: params.labels.clone(),
+        fields: params.fields.clone(),
+    };
+    Ok(Watch {
+        target,
+        params,
+        filter,
+        start,
+    })
+}
+
+struct Encoder {
+    /// `Some(apiVersion)` when the requested version differs from the stored one.
+    rewrite: Option<String>,
+    kind: String,
+    api_version: String,
+}
+
+impl Encoder {
+    fn event(&self, out: &mut BytesMut, kind: &str, object: &Bytes) {
+        out.put_slice(b"{\"type\":\"");
+        out.put_slice(kind.as_bytes());
+        out.put_slice(b"\",\"object\":");
+        match &self.rewrite {
+            None => out.put_slice(object),
+            Some(api_version) => {
+                let mut value: Value = serde_json::from_slice(object).unwrap_or(Value::Null);
+                value["apiVersion"] = json!(api_version);
+                out.put_slice(
+                    &serde_json::to_vec(&value).expect("a serde_json::Value always serialises"),
+                );
+            }
+        }
+        out.put_slice(b"}\n");
+    }
+
+    fn bookmark(&self, out: &mut BytesMut, rv: u64, initial_end: bool) {
+        let mut metadata = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let line = json!({"type": "BOOKMARK", "object": {"kind": self.kind, "apiVersion": self.api_version, "metadata": metadata}});
+        out.put_slice(&serde_json::to_vec(&line).expect("a serde_json::Value always serialises"));
+        out.put_slice(b"\n");
+    }
+
+    fn error(&self, out: &mut BytesMut, err: &ApiError) {
+        let line = json!({"type": "ERROR", "object": err.to_status()});
+        out.put_slice(&serde_json::to_vec(&line).expect("a serde_json::Value always serialises"));
+        out.put_slice(b"\n");
+    }
+}
+
+fn expired(rv: u64, floor: u64) -> ApiError {
+    ApiError::expired(format!("too old resource version: {rv} ({floor})"))
+}
+
+impl Watch {
+    /// Streams events into `tx` until the client leaves, the timeout passes, or `stop` changes.
+    pub async fn run(
+        self,
+        store: &Store,
+        tx: mpsc::Sender<Bytes>,
+        mut stop: watch::Receiver<u64>,
+        bookmark_every: Duration,
+    ) -> WatchEnd {
+        let ts = self.target.ts.clone();
+        let rt = self.target.rt.clone();
+        let api_version = rt.api_version(&self.target.version);
+        let encoder = Encoder {
+            rewrite: (self.target.version != rt.storage_version()).then(|| api_version.clone()),
+            kind: rt.kind.clone(),
+            api_version,
+        };
+        let mut changes = ts.subscribe();
+        changes.borrow_and_update();
+        stop.borrow_and_update();
+        let deadline = tokio::time::sleep(self.params.timeout.unwrap_or(Duration::from_secs(1800)));
+        tokio::pin!(deadline);
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + bookmark_every, bookmark_every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut bookmark_due = false;
+        let mut out = BytesMut::new();
+        let mut pos = match self.start {
+            Start::After(rv) => rv,
+            Start::Snapshot => {
+                let state = read(&ts.state);
+                for obj in state.range(self.filter.namespace.as_deref(), None) {
+                    if self.filter.matches(&obj.attrs) {
+                        encoder.event(&mut out, "ADDED", &obj.bytes);
+                    }
+                }
+                let rv = store.current_rv();
+                drop(state);
+                if self.params.send_initial_events && self.params.bookmarks {
+                    encoder.bookmark(&mut out, rv, true);
+                }
+                rv
+            }
+        };
+        loop {
+            let mut bookmark_rv = None;
+            let mut too_old = None;
+            {
+                let state = read(&ts.state);
+                if pos < state.floor {
+                    too_old = Some(expired(pos, state.floor));
+                }
+                let start = if too_old.is_some() {
+                    state.history.len()
+                } else {
+                    state.history.partition_point(|r| r.rv <= pos)
+                };
+                for record in state.history.range(start..) {
+                    pos = record.rv;
+                    if let Some(kind) = self.filter.event_for(record) {
+                        encoder.event(&mut out, kind.as_str(), &record.object);
+                    }
+                }
+                if bookmark_due && self.params.bookmarks {
+                    bookmark_rv = Some(store.current_rv());
+                }
+            }
+            bookmark_due = false;
+            if let Some(err) = too_old {
+                encoder.error(&mut out, &err);
+                let _gone = tx.send(out.freeze()).await;
+                return WatchEnd::Expired;
+            }
+            if let Some(rv) = bookmark_rv {
+                pos = pos.max(rv);
+                encoder.bookmark(&mut out, pos, false);
+            }
+            if !out.is_empty() && tx.send(out.split().freeze()).await.is_err() {
+                return WatchEnd::ClientGone;
+            }
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return WatchEnd::ResourceGone;
+                    }
+                    // Let writers that are already running land, so a burst goes out as one chunk.
+                    tokio::task::yield_now().await;
+                }
+                _ = ticker.tick() => bookmark_due = true,
+                () = &mut deadline => return WatchEnd::Timeout,
+                _ = stop.changed() => return WatchEnd::Dropped,
+                () = tx.closed() => return WatchEnd::ClientGone,
+            }
+        }
+    }
+}
+
+/// A change seen by an in-process controller.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// Attributes after the change.
+    pub attrs: Arc<Attrs>,
+    /// Attributes before it, for updates.
+    pub prev: Option<Arc<Attrs>>,
+}
+
+/// An in-process follower of one type's history, for the built-in controllers.
+pub struct Cursor {
+    ts: Arc<TypeStore>,
+    changes: watch::Receiver<u64>,
+    pos: u64,
+}
+
+impl Cursor {
+    /// Starts following `ts`, returning the cursor and the current objects.
+    pub fn start(store: &Store, ts: Arc<TypeStore>) -> (Self, Vec<Arc<StoredObject>>) {
+        let mut changes = ts.subscribe();
+        changes.borrow_and_update();
+        let state = read(&ts.state);
+        let objects: Vec<Arc<StoredObject>> = state.objects.values().cloned().collect();
+        let pos = store.current_rv();
+        drop(state);
+        (Self { ts, changes, pos }, objects)
+    }
+
+    /// Waits for changes; after falling behind the history, reports every live object.
+    /// `None` when the resource is no longer served.
+    pub async fn next(&mut self) -> Option<Vec<Change>> {
+        loop {
+            {
+                let state = read(&self.ts.state);
+                if self.pos < state.floor {
+                    self.pos = state.history.back().map_or(state.floor, |r| r.rv);
+                    return Some(
+                        state
+                            .objects
+                            .values()
+                            .map(|o| Change {
+                                attrs: o.attrs.clone(),
+                                prev: None,
+                            })
+                            .collect(),
+                    );
+                }
+                let start = state.history.partition_point(|r| r.rv <= self.pos);
+                let batch: Vec<Change> = state
+                    .history
+                    .range(start..)
+                    .map(|r| Change {
+                        attrs: r.attrs.clone(),
+                        prev: r.prev.clone(),
+                    })
+                    .collect();
+                if let Some(last) = state.history.back() {
+                    self.pos = self.pos.max(last.rv);
+                }
+                if !batch.is_empty() {
+                    return Some(batch);
+                }
+            }
+            self.changes.changed().await.ok()?;
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The upstream Karpenter CRDs applied through the API, then their kinds served with
+//! schema defaults, unknown-field rejection and the status subresource.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kerf_loadtest::apiserver::crd::upstream_crd_dir;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::discovery::{Discovery, Scope, pinned_kind};
+use kube::runtime::conditions::is_crd_established;
+use serde_json::{Value, json};
+
+use crate::support::{code, start, wait_for};
+
+/// Applies the three upstream CRDs; `None` (with a note) when they are not on this machine.
+pub async fn install_karpenter_crds(client: &kube::Client) -> Option<()> {
+    let Some(dir) = upstream_crd_dir() else {
+        eprintln!("note: shared/upstream/crds not found; skipping CRD test");
+        return None;
+    };
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in [
+        "karpenter.sh_nodepools.yaml",
+        "karpenter.sh_nodeclaims.yaml",
+        "karpenter.k8s.aws_ec2nodeclasses.yaml",
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).expect("CRD readable");
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("CRD parses");
+        let name = crd.metadata.name.clone().expect("named");
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("CRD accepted");
+        wait_for(&crds, &name, is_crd_established()).await;
+    }
+    Some(())
+}
+
+fn api_for(client: &kube::Client, gvk: &GroupVersionKind, plural: &str) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(gvk, plural),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn karpenter_crds_are_served_with_defaults_and_strict_fields() {
+    let h = start().await;
+    if install_karpenter_crds(&h.client).await.is_none() {
+        return h.stop().await;
+    }
+    let discovery = Discovery::new(h.client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let group = discovery
+        .get("karpenter.sh")
+        .expect("karpenter.sh discovered");
+    let (nodeclaim, caps) = group
+        .recommended_kind("NodeClaim")
+        .expect("NodeClaim discovered");
+    assert_eq!(nodeclaim.plural, "nodeclaims");
+    assert_eq!(caps.scope, Scope::Cluster);
+    assert!(
+        caps.subresources
+            .iter()
+            .any(|(sub, _)| sub.plural == "status"),
+        "status subresource advertised"
+    );
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+    let (nodepool_ar, _) = pinned_kind(&h.client, &gvk).await.expect("NodePool served");
+    let nodepools: Api<DynamicObject> = Api::all_with(h.client.clone(), &nodepool_ar);
+
+    let pool = |extra: Value| {
+        let mut p = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}}}});
+        json_patch::merge(&mut p, &extra);
+        serde_json::from_value::<DynamicObject>(p).expect("dynamic object")
+    };
+    let created = nodepools
+        .create(
+            &PostParams::default(),
+            &pool(json!({"status": {"nodes": 5}})),
+        )
+        .await
+        .expect("NodePool accepted");
+    let spec = &created.data["spec"];
+    assert_eq!(
+        spec["disruption"]["consolidateAfter"], "0s",
+        "object default applied"
+    );
+    assert_eq!(
+        spec["disruption"]["consolidationPolicy"], "WhenEmptyOrUnderutilized",
+        "default inside an inserted default"
+    );
+    assert_eq!(spec["disruption"]["budgets"], json!([{"nodes": "10%"}]));
+    assert_eq!(spec["template"]["spec"]["expireAfter"], "720h");
+    assert!(
+        created.data.get("status").is_none(),
+        "status is dropped on create with a status subresource"
+    );
+    assert_eq!(created.metadata.generation, Some(1));
+
+    for (extra, field) in [
+        (
+            json!({"metadata": {"name": "bad1"}, "spec": {"bogus": true}}),
+            "spec.bogus",
+        ),
+        (
+            json!({"metadata": {"name": "bad2"}, "spec": {"template": {"spec": {"requirements": [{"key": "k", "operator": "In", "oops": 1}]}}}}),
+            "spec.template.spec.requirements[0].oops",
+        ),
+    ] {
+        let err = nodepools
+            .create(&PostParams::default(), &pool(extra))
+            .await
+            .expect_err("unknown field rejected");
+        assert_eq!(code(&err), 400);
+        let kube::Error::Api(status) = err else {
+            unreachable!()
+        };
+        assert!(
+            status.message.contains(field),
+            "{} should name {field}",
+            status.message
+        );
+    }
+    let wrong_type = nodepools
+        .create(
+            &PostParams::default(),
+            &pool(json!({"metadata": {"name": "bad3"}, "spec": {"weight": "heavy"}})),
+        )
+        .await
+        .expect_err("type checked");
+    assert_eq!(code(&wrong_type), 422);
+    let kube::Error::Api(status) = wrong_type else {
+        unreachable!()
+    };
+    assert!(status.message.contains("spec.weight"), "{}", status.message);
+    // Metadata-only extras such as annotations are fine; so is preserve-unknown content.
+    let pp = PatchParams::default();
+    let status_patch = Patch::Merge(
+        json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+        "lastTransitionTime": "2024-01-01T00:00:00Z"}], "resources": {"cpu": "4"}}}),
+    );
+    let with_status = nodepools
+        .patch_status("default", &pp, &status_patch)
+        .await
+        .expect("status patch");
+    assert_eq!(with_status.data["status"]["resources"]["cpu"], "4");
+    assert_eq!(
+        with_status.metadata.generation,
+        Some(1),
+        "status writes do not bump generation"
+    );
+    let spec_patch = nodepools
+        .patch(
+            "default",
+            &pp,
+            &Patch::Merge(json!({"spec": {"weight": 10}, "status": {"resources": {}}})),
+        )
+        .await
+        .expect("spec patch");
+    assert_eq!(spec_patch.metadata.generation, Some(2));
+    assert_eq!(
+        spec_patch.data["status"]["resources"]["cpu"], "4",
+        "main endpoint ignores status"
+    );
+    let strategic = nodepools
+        .patch(
+            "default",
+            &pp,
+            &Patch::Strategic(json!({"spec": {"weight": 1}})),
+        )
+        .await
+        .expect_err("no strategic merge for CRs");
+    assert_eq!(code(&strategic), 415);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_upstream_example_is_accepted() {
+    let h = start().await;
+    if install_karpenter_crds(&h.client).await.is_none() {
+        return h.stop().await;
+    }
+    let examples = upstream_crd_dir()
+        .and_then(|d| d.parent().map(|p| p.join("examples")))
+        .expect("examples beside CRDs");
+    let mut applied = 0;
+    let mut files: Vec<_> = std::fs::read_dir(&examples)
+        .expect("examples dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("example parses");
+        for doc in docs.into_iter().filter(|d| d.is_object()) {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            let (gvk, plural) = match kind.as_str() {
+                "NodePool" => (
+                    GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
+                    "nodepools",
+                ),
+                "EC2NodeClass" => (
+                    GroupVersionKind::gvk("karpenter.k8s.aws", "v1", "EC2NodeClass"),
+                    "ec2nodeclasses",
+                ),
+                _ => continue,
+            };
+            let api = api_for(&h.client, &gvk, plural);
+            let name = doc["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            // Several examples reuse a name; apply them as the same object, like kubectl apply.
+            let params = PatchParams::apply("examples").force();
+            let result = api.patch(&name, &params, &Patch::Apply(&doc)).await;
+            if let Err(err) = result {
+                panic!("{} {kind}/{name} rejected: {err}", path.display());
+            }
+            applied += 1;
+        }
+    }
+    assert!(applied >= 10, "applied {applied} example objects");
+    h.stop().await;
+}

@@ -1,0 +1,79 @@
+//! kubectl against the emulator, when kubectl is installed.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::crds::install_karpenter_crds;
+use crate::support::start;
+
+fn kubectl() -> Option<String> {
+    let path = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".to_string());
+    Command::new(&path)
+        .arg("version")
+        .arg("--client")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| path)
+}
+
+fn run(kubectl: &str, kubeconfig: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_gets_nodes_pods_and_nodepools() {
+    let Some(kubectl) = kubectl() else {
+        eprintln!("note: kubectl not installed; skipping the kubectl test");
+        return;
+    };
+    let h = start().await;
+    let cluster = h.server.cluster();
+    cluster
+        .create("v1", "nodes", json!({"metadata": {"name": "node-a"}}))
+        .expect("node");
+    cluster.create("v1", "pods", json!({"metadata": {"name": "pod-a", "namespace": "default"}, "spec": {"containers": [{"name": "c", "image": "i"}]}})).expect("pod");
+    let kubeconfig = h.kubeconfig.clone();
+    let k = kubectl.clone();
+    let out = tokio::task::spawn_blocking(move || run(&k, &kubeconfig, &["get", "nodes,pods"]))
+        .await
+        .expect("joined");
+    eprintln!("{out}");
+    assert!(out.contains("node-a") && out.contains("pod-a"), "{out}");
+    let kubeconfig = h.kubeconfig.clone();
+    let k = kubectl.clone();
+    let json_out =
+        tokio::task::spawn_blocking(move || run(&k, &kubeconfig, &["get", "pods", "-o", "json"]))
+            .await
+            .expect("joined");
+    let list: serde_json::Value = serde_json::from_str(&json_out).expect("kubectl prints JSON");
+    assert_eq!(list["items"][0]["metadata"]["name"], "pod-a");
+
+    if install_karpenter_crds(&h.client).await.is_some() {
+        cluster
+            .create("karpenter.sh/v1", "nodepools", json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general"},
+                "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}}}}))
+            .expect("nodepool");
+        let kubeconfig = h.kubeconfig.clone();
+        let out =
+            tokio::task::spawn_blocking(move || run(&kubectl, &kubeconfig, &["get", "nodepools"]))
+                .await
+                .expect("joined");
+        eprintln!("{out}");
+        assert!(out.contains("general"), "{out}");
+    }
+    h.stop().await;
+}
