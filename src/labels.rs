@@ -74,3 +74,14 @@ pub const RESOURCE_AWS_NEURON_CORE: &str = "aws.amazon.com/neuroncore";
 pub const RESOURCE_HABANA_GAUDI: &str = "habana.ai/gaudi";
 pub const RESOURCE_AWS_POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
 pub const RESOURCE_EFA: &str = "vpc.amazonaws.com/efa";
+
+// Labels and annotations the Kubernetes workload controllers stamp on the pods they create;
+// topology spread `matchLabelKeys` and affinity selectors commonly key on them.
+pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+pub const STATEFULSET_POD_NAME: &str = "statefulset.kubernetes.io/pod-name";
+pub const POD_INDEX: &str = "apps.kubernetes.io/pod-index";
+pub const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+pub const JOB_NAME_LEGACY: &str = "job-name";
+pub const JOB_CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
+pub const JOB_CONTROLLER_UID_LEGACY: &str = "controller-uid";
+pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";

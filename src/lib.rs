@@ -8,6 +8,7 @@ pub mod api;
 pub mod catalog;
 pub mod labels;
 pub mod manifest;
+pub mod plan;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;
