@@ -6,6 +6,7 @@
 mod checks;
 mod decode;
 mod quantity;
+pub mod report;
 pub mod workloads;
 
 use std::fmt;

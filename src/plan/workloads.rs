@@ -340,11 +340,12 @@ fn pod_from_template(template: &PodTemplateSpec, owner: &Controller, name: Strin
     default_requests_from_limits(&mut spec);
     Pod {
         metadata: ObjectMeta {
-            name: Some(name),
             namespace: Some(owner.namespace.clone()),
             labels: template_metadata.labels,
             annotations: template_metadata.annotations,
             owner_references: Some(vec![owner.owner_reference()]),
+            uid: Some(format!("{}/{name}", owner.uid())),
+            name: Some(name),
             ..Default::default()
         },
         spec: Some(spec),
