@@ -75,6 +75,17 @@ pub const RESOURCE_HABANA_GAUDI: &str = "habana.ai/gaudi";
 pub const RESOURCE_AWS_POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
 pub const RESOURCE_EFA: &str = "vpc.amazonaws.com/efa";
 
+// karpenter.k8s.aws labels that are allowed in NodePool requirements and template labels
+// alongside the instance-* ones above.
+pub const INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
+pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
+    "karpenter.k8s.aws/capacity-reservation-interruptible";
+pub const NITRO_SANDBOX: &str = "karpenter.k8s.aws/nitro-sandbox";
+pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
+pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
+
 // Labels and annotations the Kubernetes workload controllers stamp on the pods they create;
 // topology spread `matchLabelKeys` and affinity selectors commonly key on them.
 pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";

@@ -1,11 +1,98 @@
-//! `kerf validate`.
+//! `kerf validate -f PATH [-f PATH ...]`: checks Karpenter manifests the way the API server
+//! (and upstream's controller) would, without a cluster. Prints `FILE: KIND/NAME: OK` per
+//! valid Karpenter object and `FILE: KIND/NAME: field.path: problem` per problem; other
+//! kinds are noted as ignored on stderr. Exits 1 if anything was wrong or unreadable.
 
+use kerf::manifest::{self, ManifestError, Object};
+use kerf::validation::{Verdict, validate_object};
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Manifest file or directory (YAML or JSON, searched recursively); `-` reads stdin.
+    #[arg(short = 'f', long = "filename", value_name = "PATH", required = true)]
+    pub files: Vec<PathBuf>,
+}
 
-pub fn run(_args: Args) -> ExitCode {
-    eprintln!("kerf validate: not yet available");
-    ExitCode::FAILURE
+/// Counts what was found, to decide the exit code and the closing note.
+#[derive(Default)]
+struct Tally {
+    failed: bool,
+    karpenter_objects: usize,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let mut tally = Tally::default();
+    for path in &args.files {
+        match read_sources(path) {
+            Ok(sources) => {
+                for (file, text) in sources {
+                    check_text(&file, &text, &mut tally);
+                }
+            }
+            Err(e) => report_error(&e, &mut tally),
+        }
+    }
+    if tally.karpenter_objects == 0 && !tally.failed {
+        eprintln!("kerf validate: no Karpenter objects found");
+    }
+    if tally.failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ManifestError> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| ManifestError::ReadFile {
+                path: "-".to_owned(),
+                message: e.to_string(),
+            })?;
+        return Ok(vec![("-".to_owned(), text)]);
+    }
+    manifest::read_path(path)
+}
+
+fn check_text(file: &str, text: &str, tally: &mut Tally) {
+    match manifest::parse_str(text, file) {
+        Ok(documents) => {
+            for document in documents {
+                match document {
+                    Ok(object) => check_object(&object, tally),
+                    Err(e) => report_error(&e, tally),
+                }
+            }
+        }
+        Err(e) => report_error(&e, tally),
+    }
+}
+
+fn check_object(object: &Object, tally: &mut Tally) {
+    let file = &object.source.file;
+    let name = object.display_name();
+    match validate_object(object) {
+        Verdict::Ignored => eprintln!("{file}: {name}: ignored (not a Karpenter object)"),
+        Verdict::Valid(_) => {
+            tally.karpenter_objects += 1;
+            println!("{file}: {name}: OK");
+        }
+        Verdict::Invalid(problems) => {
+            tally.karpenter_objects += 1;
+            tally.failed = true;
+            for problem in problems {
+                println!("{file}: {name}: {problem}");
+            }
+        }
+    }
+}
+
+fn report_error(error: &ManifestError, tally: &mut Tally) {
+    tally.failed = true;
+    println!("{error}");
 }
