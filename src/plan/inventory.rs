@@ -8,9 +8,7 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
-};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
@@ -63,10 +61,18 @@ pub fn inventory(objects: &[Object]) -> Result<Inventory, Vec<ObjectProblem>> {
 }
 
 /// Objects keyed by kind, namespace and name, remembering the order they first appeared in.
-#[derive(Default)]
 struct Keyed<T> {
     items: Vec<T>,
     index: HashMap<(String, String), usize>,
+}
+
+impl<T> Default for Keyed<T> {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
 }
 
 impl<T> Keyed<T> {
@@ -78,7 +84,8 @@ impl<T> Keyed<T> {
                 true
             }
             None => {
-                self.index.insert((namespace.to_string(), name.to_string()), self.items.len());
+                self.index
+                    .insert((namespace.to_string(), name.to_string()), self.items.len());
                 self.items.push(item);
                 false
             }
@@ -123,7 +130,10 @@ impl Origin<'_> {
 
 impl Builder {
     fn add(&mut self, object: &Object) -> Result<(), Vec<ObjectProblem>> {
-        let origin = Origin { file: &object.source.file, object: object.display_name() };
+        let origin = Origin {
+            file: &object.source.file,
+            object: object.display_name(),
+        };
         let single = |error: FieldError| vec![origin.problem(error)];
         match (object.group(), object.kind.as_str()) {
             ("", "Pod") => {
@@ -199,7 +209,11 @@ impl Builder {
     }
 
     /// Karpenter objects go through `kerf validate`'s rules; anything else is ignored.
-    fn add_karpenter_object(&mut self, object: &Object, origin: &Origin) -> Result<(), Vec<ObjectProblem>> {
+    fn add_karpenter_object(
+        &mut self,
+        object: &Object,
+        origin: &Origin,
+    ) -> Result<(), Vec<ObjectProblem>> {
         let problems = |list: Vec<validation::Problem>| {
             list.into_iter()
                 .map(|problem| origin.problem(FieldError::new(problem.path, problem.message)))
@@ -209,18 +223,22 @@ impl Builder {
         let name = object.name.clone().unwrap_or_default();
         let replaced = match validation::validate_object(object) {
             Verdict::Ignored => {
-                self.ignored.push(format!("{}: {}", origin.file, origin.object));
+                self.ignored
+                    .push(format!("{}: {}", origin.file, origin.object));
                 return Ok(());
             }
             Verdict::Invalid(list) => return Err(problems(list)),
             Verdict::Valid(validation::KarpenterKind::NodePool) => {
-                self.node_pools.put("", &name, decode(object.value.clone()).map_err(convert)?)
+                self.node_pools
+                    .put("", &name, decode(object.value.clone()).map_err(convert)?)
             }
             Verdict::Valid(validation::KarpenterKind::NodeClaim) => {
-                self.node_claims.put("", &name, decode(object.value.clone()).map_err(convert)?)
+                self.node_claims
+                    .put("", &name, decode(object.value.clone()).map_err(convert)?)
             }
             Verdict::Valid(validation::KarpenterKind::EC2NodeClass) => {
-                self.node_classes.put("", &name, decode(object.value.clone()).map_err(convert)?)
+                self.node_classes
+                    .put("", &name, decode(object.value.clone()).map_err(convert)?)
             }
         };
         self.note_replacement(replaced, origin);
@@ -245,7 +263,11 @@ impl Builder {
         for claim in expansion.claims {
             let (namespace, name) = namespaced_name(&claim.metadata);
             // A claim given in the input is the existing one: the StatefulSet controller reuses it.
-            if !self.claims.index.contains_key(&(namespace.clone(), name.clone())) {
+            if !self
+                .claims
+                .index
+                .contains_key(&(namespace.clone(), name.clone()))
+            {
                 self.claims.put(&namespace, &name, claim);
             }
         }
@@ -279,9 +301,14 @@ impl Builder {
     }
 }
 
-fn namespaced_name(metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+fn namespaced_name(
+    metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> (String, String) {
     (
-        metadata.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
+        metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
         metadata.name.clone().unwrap_or_default(),
     )
 }
@@ -291,7 +318,10 @@ fn namespaced_name(metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Ob
 fn given_pod(value: &Value) -> Result<Pod, FieldError> {
     require(value, &["spec"])?;
     let mut pod: Pod = namespaced(value)?;
-    let spec = pod.spec.as_mut().ok_or_else(|| FieldError::required("spec"))?;
+    let spec = pod
+        .spec
+        .as_mut()
+        .ok_or_else(|| FieldError::required("spec"))?;
     checks::pod_spec(spec, "spec")?;
     workloads::default_requests_from_limits(spec);
     if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
@@ -328,7 +358,10 @@ fn named<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
 /// A named object in a namespace, `default` when it names none.
 fn namespaced<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
     let mut value = value.clone();
-    if value.pointer("/metadata/namespace").and_then(Value::as_str).is_none_or(str::is_empty)
+    if value
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
         && let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut)
     {
         metadata.insert("namespace".into(), DEFAULT_NAMESPACE.into());
@@ -347,7 +380,10 @@ fn require(value: &Value, path: &[&str]) -> Result<(), FieldError> {
             Some(other) => {
                 return Err(FieldError::new(
                     here,
-                    format!("must be an object, not {}", crate::manifest::json_type(other)),
+                    format!(
+                        "must be an object, not {}",
+                        crate::manifest::json_type(other)
+                    ),
                 ));
             }
         };

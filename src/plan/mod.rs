@@ -5,6 +5,7 @@
 
 mod checks;
 mod decode;
+pub mod inventory;
 mod quantity;
 pub mod report;
 pub mod workloads;
@@ -35,5 +36,26 @@ impl FieldError {
 impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// A problem with one input object, located as `FILE: KIND/NAME: field.path: what is wrong`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectProblem {
+    pub file: String,
+    /// `KIND/NAME`.
+    pub object: String,
+    /// Dotted field path; empty when the problem is with the object as a whole.
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ObjectProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: ", self.file, self.object)?;
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)
     }
 }
