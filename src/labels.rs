@@ -86,6 +86,14 @@ pub const NITRO_SANDBOX: &str = "karpenter.k8s.aws/nitro-sandbox";
 pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
 pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
 
+pub const RESOURCE_PRIVATE_IPV4_ADDRESS: &str = "vpc.amazonaws.com/PrivateIPv4Address";
+
+// Core Kubernetes resource names.
+pub const RESOURCE_CPU: &str = "cpu";
+pub const RESOURCE_MEMORY: &str = "memory";
+pub const RESOURCE_PODS: &str = "pods";
+pub const RESOURCE_EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+
 // Labels and annotations the Kubernetes workload controllers stamp on the pods they create;
 // topology spread `matchLabelKeys` and affinity selectors commonly key on them.
 pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
