@@ -75,17 +75,6 @@ pub const RESOURCE_HABANA_GAUDI: &str = "habana.ai/gaudi";
 pub const RESOURCE_AWS_POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
 pub const RESOURCE_EFA: &str = "vpc.amazonaws.com/efa";
 
-// karpenter.k8s.aws labels that are allowed in NodePool requirements and template labels
-// alongside the instance-* ones above.
-pub const INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
-pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
-pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
-pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
-    "karpenter.k8s.aws/capacity-reservation-interruptible";
-pub const NITRO_SANDBOX: &str = "karpenter.k8s.aws/nitro-sandbox";
-pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
-pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
-
 pub const RESOURCE_PRIVATE_IPV4_ADDRESS: &str = "vpc.amazonaws.com/PrivateIPv4Address";
 
 // Core Kubernetes resource names.
@@ -93,6 +82,198 @@ pub const RESOURCE_CPU: &str = "cpu";
 pub const RESOURCE_MEMORY: &str = "memory";
 pub const RESOURCE_PODS: &str = "pods";
 pub const RESOURCE_EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+
+// Aliases Kubernetes still accepts for the labels above (normalised by `normalize_label_key`).
+pub const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
+pub const REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
+pub const INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
+pub const ARCH_BETA: &str = "beta.kubernetes.io/arch";
+pub const OS_BETA: &str = "beta.kubernetes.io/os";
+
+// More karpenter.k8s.aws labels the AWS provider declares well known.
+pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
+    "karpenter.k8s.aws/capacity-reservation-interruptible";
+pub const INSTANCE_NITRO_ENCLAVES_SUPPORTED: &str = "karpenter.k8s.aws/nitro-sandbox";
+pub const INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
+pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
+pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
+
+// Taints other controllers put on nodes while they start.
+pub const TAINT_NODE_NOT_READY: &str = "node.kubernetes.io/not-ready";
+pub const TAINT_NODE_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+pub const TAINT_EXTERNAL_CLOUD_PROVIDER: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// Prefix of the Node Readiness Controller's taints, whose suffix names a readiness rule.
+pub const TAINT_NODE_READINESS_PREFIX: &str = "readiness.k8s.io/";
+
+/// Labels kerf knows the values of (from NodePools, instance types and offerings), so
+/// pods and NodePools may constrain them without any NodePool defining them: upstream
+/// Karpenter's `WellKnownLabels` plus those the AWS provider adds. Core labels come first
+/// because typo hints pick the first label that looks like the mistyped one.
+pub const WELL_KNOWN_LABELS: &[&str] = &[
+    NODEPOOL,
+    ZONE,
+    REGION,
+    INSTANCE_TYPE,
+    ARCH,
+    OS,
+    CAPACITY_TYPE,
+    WINDOWS_BUILD,
+    CAPACITY_RESERVATION_ID,
+    CAPACITY_RESERVATION_TYPE,
+    CAPACITY_RESERVATION_INTERRUPTIBLE,
+    INSTANCE_HYPERVISOR,
+    INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+    INSTANCE_NITRO_ENCLAVES_SUPPORTED,
+    INSTANCE_CATEGORY,
+    INSTANCE_CAPABILITY_FLEX,
+    INSTANCE_FAMILY,
+    INSTANCE_GENERATION,
+    INSTANCE_SIZE,
+    INSTANCE_LOCAL_NVME,
+    INSTANCE_CPU,
+    INSTANCE_CPU_MANUFACTURER,
+    INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
+    INSTANCE_MEMORY,
+    INSTANCE_EBS_BANDWIDTH,
+    INSTANCE_NETWORK_BANDWIDTH,
+    INSTANCE_GPU_NAME,
+    INSTANCE_GPU_MANUFACTURER,
+    INSTANCE_GPU_COUNT,
+    INSTANCE_GPU_MEMORY,
+    INSTANCE_ACCELERATOR_NAME,
+    INSTANCE_ACCELERATOR_MANUFACTURER,
+    INSTANCE_ACCELERATOR_COUNT,
+    ZONE_ID,
+    INSTANCE_TENANCY,
+    PLACEMENT_GROUP_ID,
+    PLACEMENT_GROUP_PARTITION,
+];
+
+/// Label domains reserved for kerf itself: users may not set labels under them except the
+/// well-known ones.
+pub const RESTRICTED_LABEL_DOMAINS: &[&str] = &[GROUP, AWS_GROUP];
+
+/// Labels users may not constrain on NodePools because the provisioning logic owns them.
+pub const RESTRICTED_LABELS: &[&str] = &[HOSTNAME];
+
+/// Deprecated label aliases and the well-known label each one means.
+pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
+    (ZONE_BETA, ZONE),
+    (ARCH_BETA, ARCH),
+    (OS_BETA, OS),
+    (INSTANCE_TYPE_BETA, INSTANCE_TYPE),
+    (REGION_BETA, REGION),
+];
+
+/// Whether `key` is one of [`WELL_KNOWN_LABELS`]. A `match` rather than a scan because the
+/// scheduler asks this for every undefined key of every compatibility check.
+pub fn is_well_known_label(key: &str) -> bool {
+    matches!(
+        key,
+        NODEPOOL
+            | ZONE
+            | REGION
+            | INSTANCE_TYPE
+            | ARCH
+            | OS
+            | CAPACITY_TYPE
+            | WINDOWS_BUILD
+            | CAPACITY_RESERVATION_ID
+            | CAPACITY_RESERVATION_TYPE
+            | CAPACITY_RESERVATION_INTERRUPTIBLE
+            | INSTANCE_HYPERVISOR
+            | INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED
+            | INSTANCE_NITRO_ENCLAVES_SUPPORTED
+            | INSTANCE_CATEGORY
+            | INSTANCE_CAPABILITY_FLEX
+            | INSTANCE_FAMILY
+            | INSTANCE_GENERATION
+            | INSTANCE_SIZE
+            | INSTANCE_LOCAL_NVME
+            | INSTANCE_CPU
+            | INSTANCE_CPU_MANUFACTURER
+            | INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ
+            | INSTANCE_MEMORY
+            | INSTANCE_EBS_BANDWIDTH
+            | INSTANCE_NETWORK_BANDWIDTH
+            | INSTANCE_GPU_NAME
+            | INSTANCE_GPU_MANUFACTURER
+            | INSTANCE_GPU_COUNT
+            | INSTANCE_GPU_MEMORY
+            | INSTANCE_ACCELERATOR_NAME
+            | INSTANCE_ACCELERATOR_MANUFACTURER
+            | INSTANCE_ACCELERATOR_COUNT
+            | ZONE_ID
+            | INSTANCE_TENANCY
+            | PLACEMENT_GROUP_ID
+            | PLACEMENT_GROUP_PARTITION
+    )
+}
+
+/// Whether `key` is one of [`RESTRICTED_LABELS`].
+pub fn is_restricted_label(key: &str) -> bool {
+    RESTRICTED_LABELS.contains(&key)
+}
+
+/// The well-known label a deprecated alias stands for, or `key` itself.
+pub fn normalize_label_key(key: &str) -> &str {
+    NORMALIZED_LABELS
+        .iter()
+        .find(|(alias, _)| *alias == key)
+        .map_or(key, |(_, stable)| stable)
+}
+
+/// The domain (prefix before `/`) of a label key; empty for unprefixed keys.
+pub fn label_domain(key: &str) -> &str {
+    key.split_once('/').map_or("", |(domain, _)| domain)
+}
+
+/// Whether `key` lies in a [`RESTRICTED_LABEL_DOMAINS`] domain or one of its subdomains.
+pub fn is_in_restricted_domain(key: &str) -> bool {
+    let domain = label_domain(key);
+    RESTRICTED_LABEL_DOMAINS.iter().any(|restricted| {
+        domain == *restricted
+            || domain
+                .strip_suffix(restricted)
+                .is_some_and(|rest| rest.ends_with('.'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn well_known_predicate_agrees_with_the_list() {
+        for label in WELL_KNOWN_LABELS {
+            assert!(is_well_known_label(label), "{label}");
+        }
+        assert!(!is_well_known_label(HOSTNAME));
+        assert!(!is_well_known_label("topology.kubernetes.io/zones"));
+        let mut sorted = WELL_KNOWN_LABELS.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), WELL_KNOWN_LABELS.len(), "duplicate entries");
+    }
+
+    #[test]
+    fn aliases_normalise_to_stable_labels() {
+        assert_eq!(normalize_label_key(ZONE_BETA), ZONE);
+        assert_eq!(normalize_label_key(INSTANCE_TYPE_BETA), INSTANCE_TYPE);
+        assert_eq!(normalize_label_key("team"), "team");
+    }
+
+    #[test]
+    fn restricted_domains_cover_subdomains_only() {
+        assert!(is_in_restricted_domain("karpenter.sh/foo"));
+        assert!(is_in_restricted_domain("sub.karpenter.k8s.aws/foo"));
+        assert!(!is_in_restricted_domain("notkarpenter.sh/foo"));
+        assert!(!is_in_restricted_domain("karpenter.sh"));
+        assert_eq!(label_domain("a.b/c"), "a.b");
+    }
+}
 
 // Labels and annotations the Kubernetes workload controllers stamp on the pods they create;
 // topology spread `matchLabelKeys` and affinity selectors commonly key on them.
