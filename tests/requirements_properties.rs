@@ -26,7 +26,7 @@ fn simple(key: &'static str) -> impl Strategy<Value = Requirement> {
         prop::option::of(1u32..4),
     )
         .prop_map(move |(operator, values, bound, min_values)| {
-            let values = if operator.is_bound() {
+            let values = if operator.is_numeric() {
                 vec![bound.to_string()]
             } else {
                 values.iter().map(|v| v.to_string()).collect()

@@ -6,31 +6,19 @@
 use k8s_openapi::api::core::v1::{
     NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, PreferredSchedulingTerm,
 };
-use serde::{Deserialize, Serialize};
 
 use super::error::RequirementError;
-use super::operator::Operator;
 use super::requirement::Requirement;
 use super::set::Requirements;
-
-/// Karpenter v1's node selector requirement with `minValues` (NodePool and NodeClaim
-/// `spec.requirements` entries), in its JSON shape.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeSelectorRequirementWithMinValues {
-    pub key: String,
-    pub operator: Operator,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub values: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_values: Option<u32>,
-}
+pub use crate::api::NodeSelectorRequirementWithMinValues;
 
 impl TryFrom<&NodeSelectorRequirementWithMinValues> for Requirement {
     type Error = RequirementError;
 
     fn try_from(r: &NodeSelectorRequirementWithMinValues) -> Result<Self, Self::Error> {
-        Requirement::new(&r.key, r.operator, &r.values, r.min_values)
+        // A negative minValues is rejected by validation; here it can only mean "no floor".
+        let min_values = r.min_values.and_then(|m| u32::try_from(m).ok());
+        Requirement::new(&r.key, r.operator, &r.values, min_values)
     }
 }
 

@@ -1,65 +1,11 @@
-//! The operators a node selector requirement may use: the Kubernetes set operators (In,
-//! NotIn, Exists, DoesNotExist), the integer comparisons Gt and Lt, and Karpenter v1's
-//! inclusive Gte and Lte. Parsing is strict and case-sensitive, as the API server's is.
+//! Parsing the operators a node selector requirement may use (the API type
+//! [`crate::api::Operator`]): the Kubernetes set operators (In, NotIn, Exists,
+//! DoesNotExist), the integer comparisons Gt and Lt, and Karpenter v1's inclusive Gte and
+//! Lte. Parsing is strict and case-sensitive, as the API server's is.
 
-use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
-
-/// A node selector operator. A [`super::Requirement`] reports only the four set operators
-/// back, because bounds are stored as integer limits rather than as operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Operator {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-    Gt,
-    Lt,
-    Gte,
-    Lte,
-}
-
-impl Operator {
-    pub const ALL: [Operator; 8] = [
-        Operator::In,
-        Operator::NotIn,
-        Operator::Exists,
-        Operator::DoesNotExist,
-        Operator::Gt,
-        Operator::Lt,
-        Operator::Gte,
-        Operator::Lte,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operator::In => "In",
-            Operator::NotIn => "NotIn",
-            Operator::Exists => "Exists",
-            Operator::DoesNotExist => "DoesNotExist",
-            Operator::Gt => "Gt",
-            Operator::Lt => "Lt",
-            Operator::Gte => "Gte",
-            Operator::Lte => "Lte",
-        }
-    }
-
-    /// Whether the operator compares one integer value rather than matching a set.
-    pub fn is_bound(self) -> bool {
-        matches!(
-            self,
-            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte
-        )
-    }
-}
-
-impl fmt::Display for Operator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::api::Operator;
 
 /// An operator name that is none of [`Operator::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

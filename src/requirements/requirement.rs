@@ -358,7 +358,7 @@ impl Requirement {
             key: self.key.as_str().to_owned(),
             operator,
             values,
-            min_values: self.min_values,
+            min_values: self.min_values.map(i64::from),
         }
     }
 }

@@ -218,7 +218,7 @@ fn selector(
         key: key.to_owned(),
         operator,
         values: values.iter().map(|v| v.to_string()).collect(),
-        min_values,
+        min_values: min_values.map(i64::from),
     }
 }
 
