@@ -1,0 +1,161 @@
+//! The scheduling benchmark: upstream Karpenter's workload (400 synthetic instance types, the
+//! diverse pod mix and the preference pods) at several sizes, against a first-fit-decreasing
+//! lower bound that packs the same pods onto the same instance types with no constraints.
+//! Run with `cargo bench --bench scheduling`; a summary line per size follows criterion's
+//! output (pods/s, NodeClaims, time relative to the lower bound).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group};
+use k8s_openapi::api::core::v1::Pod;
+
+use kerf::scheduling::testing::{benchmark_instance_types, diverse_pods, node_pool, preference_pods};
+use kerf::scheduling::{InstanceType, SchedulingInput, SchedulingOptions, solve};
+
+const SIZES: [usize; 6] = [1, 100, 1000, 5000, 20000, 40000];
+
+fn input(pods: Vec<Pod>, parallel: bool) -> SchedulingInput {
+    SchedulingInput {
+        pods,
+        node_pools: vec![node_pool("default", benchmark_instance_types())],
+        options: SchedulingOptions { parallel, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+/// Milli-units of a quantity string (the benchmark's quantities are plain `m`/`Mi`/`Gi`).
+fn milli(q: &str) -> i64 {
+    let (num, mul) = if let Some(n) = q.strip_suffix('m') {
+        (n, 1)
+    } else if let Some(n) = q.strip_suffix("Mi") {
+        (n, 1000 << 20)
+    } else if let Some(n) = q.strip_suffix("Gi") {
+        (n, 1000 << 30)
+    } else {
+        (q, 1000)
+    };
+    num.parse::<i64>().map_or(0, |n| n * mul)
+}
+
+fn requests(p: &Pod) -> [i64; 3] {
+    let mut out = [0, 0, 1000];
+    for c in p.spec.iter().flat_map(|s| &s.containers) {
+        if let Some(r) = c.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+            out[0] += r.get("cpu").map_or(0, |q| milli(&q.0));
+            out[1] += r.get("memory").map_or(0, |q| milli(&q.0));
+        }
+    }
+    out
+}
+
+/// First-fit decreasing with no constraints: bins as large as the largest instance type,
+/// each shrunk to the cheapest type that holds it. Returns the number of bins.
+fn first_fit_decreasing(pods: &[Pod], its: &[InstanceType]) -> usize {
+    let caps: Vec<([i64; 3], f64)> = its
+        .iter()
+        .map(|it| {
+            let get = |k: &str| it.capacity.get(k).map_or(0, |q| milli(&q.0));
+            let ovh = |k: &str| it.overhead.get(k).map_or(0, |q| milli(&q.0));
+            let price = it.offerings.iter().map(|o| o.price).fold(f64::MAX, f64::min);
+            ([get("cpu") - ovh("cpu"), get("memory") - ovh("memory"), get("pods")], price)
+        })
+        .collect();
+    let largest = caps.iter().map(|(c, _)| *c).max_by_key(|c| c[0]).unwrap_or([0; 3]);
+    let mut items: Vec<[i64; 3]> = pods.iter().map(requests).collect();
+    items.sort_unstable_by(|a, b| b.cmp(a));
+    let mut bins: Vec<[i64; 3]> = Vec::new();
+    for item in items {
+        match bins.iter_mut().find(|b| (0..3).all(|r| b[r] + item[r] <= largest[r])) {
+            Some(b) => (0..3).for_each(|r| b[r] += item[r]),
+            None => bins.push(item),
+        }
+    }
+    let chosen: Vec<f64> = bins
+        .iter()
+        .map(|b| {
+            caps.iter().filter(|(c, _)| (0..3).all(|r| b[r] <= c[r])).map(|(_, p)| *p).fold(f64::MAX, f64::min)
+        })
+        .collect();
+    black_box(chosen).len()
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("scheduling");
+    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3));
+    for n in SIZES {
+        let inp = input(diverse_pods(n, 42), true);
+        group.bench_function(format!("diverse/{n}"), |b| b.iter(|| solve(black_box(&inp))));
+        group.bench_function(format!("ffd/{n}"), |b| {
+            b.iter(|| first_fit_decreasing(black_box(&inp.pods), &inp.node_pools[0].instance_types))
+        });
+    }
+    let pref = input(preference_pods(4000, 42), true);
+    group.bench_function("preferences/4000", |b| b.iter(|| solve(black_box(&pref))));
+    group.finish();
+}
+
+/// Median wall time of `runs` calls.
+fn median(runs: usize, mut f: impl FnMut()) -> Duration {
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn summary() {
+    println!("\nsummary (median of 5 runs each, one NodePool so one solver thread):");
+    let mut at = std::collections::BTreeMap::new();
+    for n in SIZES.into_iter().chain([2000]) {
+        let inp = input(diverse_pods(n, 42), true);
+        let result = solve(&inp).expect("benchmark input is valid");
+        let t = median(5, || {
+            black_box(solve(&inp).ok());
+        });
+        let lb = median(5, || {
+            black_box(first_fit_decreasing(&inp.pods, &inp.node_pools[0].instance_types));
+        });
+        at.insert(n, t);
+        println!(
+            "diverse {n:>6} pods: {:>9.2} ms  {:>9.0} pods/s  {:>5} nodeclaims  {} unschedulable  lower bound {:>8.2} ms ({} bins)  ratio {:.1}x",
+            t.as_secs_f64() * 1e3,
+            n as f64 / t.as_secs_f64(),
+            result.new_node_claims.len(),
+            result.errors.len(),
+            lb.as_secs_f64() * 1e3,
+            first_fit_decreasing(&inp.pods, &inp.node_pools[0].instance_types),
+            t.as_secs_f64() / lb.as_secs_f64(),
+        );
+    }
+    if let (Some(t20), Some(t2)) = (at.get(&20000), at.get(&2000)) {
+        println!("time(20000)/time(2000) = {:.1}", t20.as_secs_f64() / t2.as_secs_f64());
+    }
+    let pref = input(preference_pods(4000, 42), true);
+    let result = solve(&pref).expect("benchmark input is valid");
+    let t = median(5, || {
+        black_box(solve(&pref).ok());
+    });
+    println!(
+        "preferences  4000 pods: {:>9.2} ms  {:>9.0} pods/s  {:>5} nodeclaims  {} unschedulable",
+        t.as_secs_f64() * 1e3,
+        4000.0 / t.as_secs_f64(),
+        result.new_node_claims.len(),
+        result.errors.len()
+    );
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    let summary_only = std::env::args().any(|a| a == "--summary");
+    if !summary_only {
+        benches();
+        Criterion::default().configure_from_args().final_summary();
+    }
+    summary();
+}

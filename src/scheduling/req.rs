@@ -1,0 +1,608 @@
+//! The scheduler's internal requirements algebra over interned keys and values. It has the
+//! semantics of upstream Karpenter's `scheduling.Requirements` (In, NotIn, Exists,
+//! DoesNotExist, Gt, Lt as inclusive bounds, minValues; `Intersects` and `Compatible` with
+//! undefined well-known labels allowed) but stores sorted integer sets, so intersections are
+//! merges of small sorted slices and requirement sets hash cheaply for the solver's caches.
+
+use std::fmt::Write as _;
+
+use super::intern::{Interner, Sym};
+use super::types::{NodeSelectorRequirement, Operator};
+use crate::labels;
+
+/// One key's requirement: a (possibly complemented) value set with optional integer bounds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Req {
+    /// When true, `values` lists excluded values (NotIn/Exists); otherwise allowed values.
+    pub complement: bool,
+    /// Sorted, unique.
+    pub values: Vec<Sym>,
+    pub gte: Option<i64>,
+    pub lte: Option<i64>,
+    pub min_values: Option<u32>,
+}
+
+/// The operator a requirement would be written with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl Req {
+    pub fn exists() -> Req {
+        Req { complement: true, values: Vec::new(), gte: None, lte: None, min_values: None }
+    }
+
+    pub fn does_not_exist() -> Req {
+        Req { complement: false, values: Vec::new(), gte: None, lte: None, min_values: None }
+    }
+
+    pub fn is_in(mut values: Vec<Sym>) -> Req {
+        values.sort_unstable();
+        values.dedup();
+        Req { complement: false, values, gte: None, lte: None, min_values: None }
+    }
+
+    pub fn single(value: Sym) -> Req {
+        Req::is_in(vec![value])
+    }
+
+    /// Builds a requirement from an operator and its (interned) values; `numbers` are the
+    /// parsed values for Gt/Lt. Returns `None` for a Gt/Lt whose value is not one integer.
+    pub fn from_operator(op: Operator, values: &[Sym], interner: &Interner) -> Option<Req> {
+        Some(match op {
+            Operator::In => Req::is_in(values.to_vec()),
+            Operator::NotIn => {
+                let mut r = Req::is_in(values.to_vec());
+                r.complement = true;
+                r
+            }
+            Operator::Exists => Req::exists(),
+            Operator::DoesNotExist => Req::does_not_exist(),
+            Operator::Gt | Operator::Lt => {
+                let [v] = values else { return None };
+                let n = interner.number(*v)?;
+                let mut r = Req::exists();
+                if op == Operator::Gt {
+                    match n.checked_add(1) {
+                        Some(bound) => r.gte = Some(bound),
+                        None => return Some(Req::does_not_exist()),
+                    }
+                } else {
+                    match n.checked_sub(1) {
+                        Some(bound) => r.lte = Some(bound),
+                        None => return Some(Req::does_not_exist()),
+                    }
+                }
+                r
+            }
+        })
+    }
+
+    pub fn op(&self) -> Op {
+        match (self.complement, self.values.is_empty()) {
+            (true, false) => Op::NotIn,
+            (true, true) => Op::Exists,
+            (false, false) => Op::In,
+            (false, true) => Op::DoesNotExist,
+        }
+    }
+
+    #[inline]
+    fn within(&self, v: Sym, interner: &Interner) -> bool {
+        if self.gte.is_none() && self.lte.is_none() {
+            return true;
+        }
+        let Some(n) = interner.number(v) else { return false };
+        self.gte.is_none_or(|g| n >= g) && self.lte.is_none_or(|l| n <= l)
+    }
+
+    /// Whether `value` satisfies the requirement.
+    #[inline]
+    pub fn has(&self, value: Sym, interner: &Interner) -> bool {
+        let listed = self.values.binary_search(&value).is_ok();
+        listed != self.complement && self.within(value, interner)
+    }
+
+    /// The only allowed value, when there is exactly one.
+    pub fn single_value(&self) -> Option<Sym> {
+        match (self.complement, self.values.as_slice()) {
+            (false, [v]) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// Number of allowed values; `usize::MAX` for complements.
+    pub fn len(&self) -> usize {
+        if self.complement { usize::MAX - self.values.len() } else { self.values.len() }
+    }
+
+    /// The requirement allowing what both allow (upstream `Intersection`).
+    pub fn intersection(&self, other: &Req, interner: &Interner) -> Req {
+        let complement = self.complement && other.complement;
+        let gte = max_opt(self.gte, other.gte);
+        let lte = min_opt(self.lte, other.lte);
+        let min_values = max_opt(self.min_values, other.min_values);
+        if let (Some(g), Some(l)) = (gte, lte) {
+            if g > l {
+                return Req { min_values, ..Req::does_not_exist() };
+            }
+        }
+        let mut values = match (self.complement, other.complement) {
+            (true, true) => union(&self.values, &other.values),
+            (true, false) => difference(&other.values, &self.values),
+            (false, true) => difference(&self.values, &other.values),
+            (false, false) => intersect(&self.values, &other.values),
+        };
+        let bounds = Req { complement, values: Vec::new(), gte, lte, min_values: None };
+        values.retain(|v| bounds.within(*v, interner));
+        let (gte, lte) = if complement { (gte, lte) } else { (None, None) };
+        Req { complement, values, gte, lte, min_values }
+    }
+
+    /// Whether some value satisfies both (upstream `HasIntersection`).
+    pub fn has_intersection(&self, other: &Req, interner: &Interner) -> bool {
+        let gte = max_opt(self.gte, other.gte);
+        let lte = min_opt(self.lte, other.lte);
+        if let (Some(g), Some(l)) = (gte, lte) {
+            if g > l {
+                return false;
+            }
+        }
+        let bounds = Req { complement: true, values: Vec::new(), gte, lte, min_values: None };
+        match (self.complement, other.complement) {
+            (true, true) => true,
+            (true, false) => other
+                .values
+                .iter()
+                .any(|v| self.values.binary_search(v).is_err() && bounds.within(*v, interner)),
+            (false, true) => self
+                .values
+                .iter()
+                .any(|v| other.values.binary_search(v).is_err() && bounds.within(*v, interner)),
+            (false, false) => {
+                let (small, large) = if self.values.len() <= other.values.len() {
+                    (&self.values, &other.values)
+                } else {
+                    (&other.values, &self.values)
+                };
+                small
+                    .iter()
+                    .any(|v| large.binary_search(v).is_ok() && bounds.within(*v, interner))
+            }
+        }
+    }
+
+    /// Upstream's textual form, e.g. `topology.kubernetes.io/zone In [a b]`.
+    pub fn render(&self, key: Sym, interner: &Interner) -> String {
+        let op = match self.op() {
+            Op::In => "In",
+            Op::NotIn => "NotIn",
+            Op::Exists => "Exists",
+            Op::DoesNotExist => "DoesNotExist",
+        };
+        let mut s = format!("{} {}", interner.name(key), op);
+        if matches!(self.op(), Op::In | Op::NotIn) {
+            let mut names: Vec<String> =
+                self.values.iter().map(|v| interner.name(*v).into_owned()).collect();
+            names.sort();
+            let extra = names.len().saturating_sub(5);
+            names.truncate(5);
+            if extra > 0 {
+                names.push(format!("and {extra} others"));
+            }
+            let _ = write!(s, " [{}]", names.join(" "));
+        }
+        if let Some(g) = self.gte {
+            let _ = write!(s, " >={g}");
+        }
+        if let Some(l) = self.lte {
+            let _ = write!(s, " <={l}");
+        }
+        if let Some(m) = self.min_values {
+            let _ = write!(s, " minValues {m}");
+        }
+        s
+    }
+
+    /// The public form of this requirement (bounded sets become Gt/Lt pairs).
+    pub fn to_public(&self, key: Sym, interner: &Interner) -> Vec<NodeSelectorRequirement> {
+        let key_name = interner.name(key).into_owned();
+        let mk = |operator, values: Vec<String>| NodeSelectorRequirement {
+            key: key_name.clone(),
+            operator,
+            values,
+            min_values: self.min_values,
+        };
+        if self.gte.is_some() || self.lte.is_some() {
+            let mut out = Vec::new();
+            if let Some(g) = self.gte {
+                out.push(mk(Operator::Gt, vec![(g - 1).to_string()]));
+            }
+            if let Some(l) = self.lte {
+                out.push(mk(Operator::Lt, vec![(l + 1).to_string()]));
+            }
+            return out;
+        }
+        let mut names: Vec<String> =
+            self.values.iter().map(|v| interner.name(*v).into_owned()).collect();
+        names.sort();
+        let op = match self.op() {
+            Op::In => Operator::In,
+            Op::NotIn => Operator::NotIn,
+            Op::Exists => Operator::Exists,
+            Op::DoesNotExist => Operator::DoesNotExist,
+        };
+        vec![mk(op, names)]
+    }
+}
+
+fn max_opt<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+fn min_opt<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+fn union(a: &[Sym], b: &[Sym]) -> Vec<Sym> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    out.extend_from_slice(a);
+    out.extend_from_slice(b);
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+fn difference(a: &[Sym], b: &[Sym]) -> Vec<Sym> {
+    a.iter().copied().filter(|v| b.binary_search(v).is_err()).collect()
+}
+
+fn intersect(a: &[Sym], b: &[Sym]) -> Vec<Sym> {
+    a.iter().copied().filter(|v| b.binary_search(v).is_ok()).collect()
+}
+
+/// Why two requirement sets are incompatible.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Conflict {
+    /// The incoming requirement names a custom label the node side never defines.
+    Undefined(Sym),
+    /// Both define the key but no value satisfies both: (key, incoming, existing).
+    Disjoint(Sym, Req, Req),
+}
+
+impl Conflict {
+    pub fn render(&self, interner: &Interner) -> String {
+        match self {
+            Conflict::Undefined(k) => {
+                format!("label {:?} does not have known values", interner.name(*k))
+            }
+            Conflict::Disjoint(k, incoming, existing) => format!(
+                "key {}, {} not in {}",
+                interner.name(*k),
+                incoming.render(*k, interner),
+                existing.render(*k, interner)
+            ),
+        }
+    }
+}
+
+/// A set of requirements keyed by label key, sorted by key id.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ReqSet(pub Vec<(Sym, Req)>);
+
+impl ReqSet {
+    #[inline]
+    pub fn get(&self, key: Sym) -> Option<&Req> {
+        self.0.binary_search_by_key(&key, |(k, _)| *k).ok().map(|i| &self.0[i].1)
+    }
+
+    pub fn has(&self, key: Sym) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Narrows the requirement of `key` (or sets it) to its intersection with `req`.
+    pub fn add(&mut self, key: Sym, req: Req, interner: &Interner) {
+        match self.0.binary_search_by_key(&key, |(k, _)| *k) {
+            Ok(i) => {
+                let merged = req.intersection(&self.0[i].1, interner);
+                self.0[i].1 = merged;
+            }
+            Err(i) => self.0.insert(i, (key, req)),
+        }
+    }
+
+    /// Sets the requirement of `key`, replacing any existing one.
+    pub fn set(&mut self, key: Sym, req: Req) {
+        match self.0.binary_search_by_key(&key, |(k, _)| *k) {
+            Ok(i) => self.0[i].1 = req,
+            Err(i) => self.0.insert(i, (key, req)),
+        }
+    }
+
+    pub fn add_all(&mut self, other: &ReqSet, interner: &Interner) {
+        for (k, r) in &other.0 {
+            self.add(*k, r.clone(), interner);
+        }
+    }
+
+    /// Upstream `Intersects`: every shared key has a common value, except that two negative
+    /// requirements (NotIn/DoesNotExist) never conflict.
+    pub fn intersects(&self, incoming: &ReqSet, interner: &Interner) -> Result<(), Conflict> {
+        let (mut i, mut j) = (0, 0);
+        while i < self.0.len() && j < incoming.0.len() {
+            let (ka, ra) = &self.0[i];
+            let (kb, rb) = &incoming.0[j];
+            match ka.cmp(kb) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    if !ra.has_intersection(rb, interner) && !(negative(rb) && negative(ra)) {
+                        return Err(Conflict::Disjoint(*ka, rb.clone(), ra.clone()));
+                    }
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Upstream `Compatible` with undefined well-known labels allowed: custom keys the
+    /// incoming side requires positively must be defined here; then `intersects`.
+    pub fn compatible(&self, incoming: &ReqSet, vocab: &Vocab) -> Result<(), Conflict> {
+        for (k, r) in &incoming.0 {
+            if vocab.is_well_known(*k) || negative(r) || self.has(*k) {
+                continue;
+            }
+            return Err(Conflict::Undefined(*k));
+        }
+        self.intersects(incoming, &vocab.interner)
+    }
+
+    /// Strict `Compatible` (no undefined labels allowed), as used against existing nodes.
+    pub fn compatible_strict(&self, incoming: &ReqSet, interner: &Interner) -> Result<(), Conflict> {
+        for (k, r) in &incoming.0 {
+            if negative(r) || self.has(*k) {
+                continue;
+            }
+            return Err(Conflict::Undefined(*k));
+        }
+        self.intersects(incoming, interner)
+    }
+
+    pub fn has_min_values(&self) -> bool {
+        self.0.iter().any(|(_, r)| r.min_values.is_some())
+    }
+
+    /// Upstream's textual form: requirements sorted, comma separated.
+    pub fn render(&self, interner: &Interner) -> String {
+        let mut parts: Vec<String> = self.0.iter().map(|(k, r)| r.render(*k, interner)).collect();
+        parts.sort();
+        parts.join(", ")
+    }
+}
+
+/// NotIn or DoesNotExist: requirements that never need the other side to define the key.
+#[inline]
+pub fn negative(r: &Req) -> bool {
+    matches!(r.op(), Op::NotIn | Op::DoesNotExist)
+}
+
+/// The interner plus the ids of well-known labels (those Karpenter may leave undefined on a
+/// NodePool because instance types and offerings define them).
+#[derive(Clone, Debug)]
+pub struct Vocab {
+    pub interner: Interner,
+    well_known: Vec<Sym>,
+    pub zone: Sym,
+    pub capacity_type: Sym,
+    pub hostname: Sym,
+    pub instance_type: Sym,
+    pub nodepool: Sym,
+}
+
+/// Labels upstream treats as well known (core plus the AWS provider's).
+pub const WELL_KNOWN_LABELS: &[&str] = &[
+    labels::NODEPOOL,
+    labels::ZONE,
+    labels::REGION,
+    labels::ZONE_ID,
+    labels::INSTANCE_TYPE,
+    labels::ARCH,
+    labels::OS,
+    labels::WINDOWS_BUILD,
+    labels::CAPACITY_TYPE,
+    labels::INSTANCE_CATEGORY,
+    labels::INSTANCE_FAMILY,
+    labels::INSTANCE_GENERATION,
+    labels::INSTANCE_SIZE,
+    labels::INSTANCE_CPU,
+    labels::INSTANCE_CPU_MANUFACTURER,
+    labels::INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
+    labels::INSTANCE_MEMORY,
+    labels::INSTANCE_EBS_BANDWIDTH,
+    labels::INSTANCE_NETWORK_BANDWIDTH,
+    labels::INSTANCE_HYPERVISOR,
+    labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+    labels::INSTANCE_LOCAL_NVME,
+    labels::INSTANCE_GPU_NAME,
+    labels::INSTANCE_GPU_MANUFACTURER,
+    labels::INSTANCE_GPU_COUNT,
+    labels::INSTANCE_GPU_MEMORY,
+    labels::INSTANCE_ACCELERATOR_NAME,
+    labels::INSTANCE_ACCELERATOR_MANUFACTURER,
+    labels::INSTANCE_ACCELERATOR_COUNT,
+    labels::INSTANCE_CAPABILITY_FLEX,
+    labels::EC2NODECLASS,
+];
+
+impl Default for Vocab {
+    fn default() -> Self {
+        Vocab::new()
+    }
+}
+
+impl Vocab {
+    pub fn new() -> Vocab {
+        let mut interner = Interner::default();
+        let mut well_known: Vec<Sym> = WELL_KNOWN_LABELS.iter().map(|l| interner.intern(l)).collect();
+        well_known.sort_unstable();
+        Vocab {
+            zone: interner.intern(labels::ZONE),
+            capacity_type: interner.intern(labels::CAPACITY_TYPE),
+            hostname: interner.intern(labels::HOSTNAME),
+            instance_type: interner.intern(labels::INSTANCE_TYPE),
+            nodepool: interner.intern(labels::NODEPOOL),
+            interner,
+            well_known,
+        }
+    }
+
+    #[inline]
+    pub fn is_well_known(&self, key: Sym) -> bool {
+        self.well_known.binary_search(&key).is_ok()
+    }
+
+    pub fn intern(&mut self, s: &str) -> Sym {
+        self.interner.intern(s)
+    }
+
+    /// Interns a public requirement; `None` when a Gt/Lt value is not an integer.
+    pub fn requirement(&mut self, r: &NodeSelectorRequirement) -> Option<(Sym, Req)> {
+        let key = self.intern(&r.key);
+        let values: Vec<Sym> = r.values.iter().map(|v| self.interner.intern(v)).collect();
+        let mut req = Req::from_operator(r.operator, &values, &self.interner)?;
+        req.min_values = r.min_values;
+        Some((key, req))
+    }
+
+    /// Requirements equal to a label map (each label `In` its value).
+    pub fn label_set<'a>(&mut self, labels: impl IntoIterator<Item = (&'a String, &'a String)>) -> ReqSet {
+        let mut set = ReqSet::default();
+        for (k, v) in labels {
+            let key = self.intern(k);
+            let val = self.intern(v);
+            set.add(key, Req::single(val), &self.interner);
+        }
+        set
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vocab_with(names: &[&str]) -> (Vocab, Vec<Sym>) {
+        let mut v = Vocab::new();
+        let ids = names.iter().map(|n| v.intern(n)).collect();
+        (v, ids)
+    }
+
+    #[test]
+    fn in_and_not_in_intersect_to_difference() {
+        let (v, s) = vocab_with(&["a", "b", "c"]);
+        let i = &v.interner;
+        let in_ab = Req::is_in(vec![s[0], s[1]]);
+        let not_b = Req::from_operator(Operator::NotIn, &[s[1]], i).expect("valid");
+        let both = in_ab.intersection(&not_b, i);
+        assert_eq!(both, Req::is_in(vec![s[0]]));
+        assert!(in_ab.has_intersection(&not_b, i));
+        assert!(!Req::is_in(vec![s[1]]).has_intersection(&not_b, i));
+        assert_eq!(not_b.op(), Op::NotIn);
+        assert!(!not_b.has(s[1], i) && not_b.has(s[2], i));
+    }
+
+    #[test]
+    fn gt_lt_are_inclusive_bounds_on_integer_values() {
+        let (mut v, _) = vocab_with(&[]);
+        let four = v.intern("4");
+        let eight = v.intern("8");
+        let text = v.intern("large");
+        let i = &v.interner;
+        let gt4 = Req::from_operator(Operator::Gt, &[four], i).expect("integer");
+        assert!(!gt4.has(four, i));
+        assert!(gt4.has(eight, i));
+        assert!(!gt4.has(text, i), "non-integers never satisfy bounds");
+        let lt8 = Req::from_operator(Operator::Lt, &[eight], i).expect("integer");
+        let window = gt4.intersection(&lt8, i);
+        assert_eq!((window.gte, window.lte), (Some(5), Some(7)));
+        let lt4 = Req::from_operator(Operator::Lt, &[four], i).expect("integer");
+        assert_eq!(gt4.intersection(&lt4, i).op(), Op::DoesNotExist);
+        assert!(Req::from_operator(Operator::Gt, &[text], i).is_none());
+    }
+
+    #[test]
+    fn compatible_allows_undefined_well_known_but_not_custom_labels() {
+        let mut v = Vocab::new();
+        let zone = v.zone;
+        let a = v.intern("zone-a");
+        let team = v.intern("team");
+        let red = v.intern("red");
+        let pool = ReqSet::default();
+        let mut pod = ReqSet::default();
+        pod.add(zone, Req::single(a), &v.interner);
+        assert!(pool.compatible(&pod, &v).is_ok());
+        pod.add(team, Req::single(red), &v.interner);
+        assert_eq!(pool.compatible(&pod, &v), Err(Conflict::Undefined(team)));
+        let mut not_red = ReqSet::default();
+        not_red.add(team, Req::from_operator(Operator::NotIn, &[red], &v.interner).expect("ok"), &v.interner);
+        assert!(pool.compatible(&not_red, &v).is_ok(), "negative custom requirements pass");
+        assert!(pool.compatible_strict(&{
+            let mut z = ReqSet::default();
+            z.add(zone, Req::single(a), &v.interner);
+            z
+        }, &v.interner).is_err(), "strict mode allows nothing undefined");
+    }
+
+    #[test]
+    fn disjoint_requirements_name_the_key() {
+        let mut v = Vocab::new();
+        let zone = v.zone;
+        let a = v.intern("zone-a");
+        let b = v.intern("zone-b");
+        let mut node = ReqSet::default();
+        node.add(zone, Req::single(a), &v.interner);
+        let mut pod = ReqSet::default();
+        pod.add(zone, Req::single(b), &v.interner);
+        let err = node.intersects(&pod, &v.interner).expect_err("disjoint");
+        assert_eq!(
+            err.render(&v.interner),
+            "key topology.kubernetes.io/zone, topology.kubernetes.io/zone In [zone-b] not in topology.kubernetes.io/zone In [zone-a]"
+        );
+        let mut dne = ReqSet::default();
+        dne.add(zone, Req::does_not_exist(), &v.interner);
+        let mut not_a = ReqSet::default();
+        not_a.add(zone, Req::from_operator(Operator::NotIn, &[a], &v.interner).expect("ok"), &v.interner);
+        assert!(dne.intersects(&not_a, &v.interner).is_ok(), "two negatives never conflict");
+    }
+
+    #[test]
+    fn public_form_round_trips_bounds() {
+        let mut v = Vocab::new();
+        let cpu = v.intern(crate::labels::INSTANCE_CPU);
+        let (k, r) = v
+            .requirement(&NodeSelectorRequirement {
+                key: crate::labels::INSTANCE_CPU.into(),
+                operator: Operator::Gt,
+                values: vec!["3".into()],
+                min_values: None,
+            })
+            .expect("valid");
+        assert_eq!(k, cpu);
+        let out = r.to_public(k, &v.interner);
+        assert_eq!(out[0].operator, Operator::Gt);
+        assert_eq!(out[0].values, vec!["3".to_string()]);
+    }
+}

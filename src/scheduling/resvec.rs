@@ -1,0 +1,234 @@
+//! Dense resource vectors. Every resource name seen in a solve gets an index; quantities are
+//! held as exact milli-units in `i64` (a millicore, a thousandth of a byte), so fit checks are
+//! a few integer comparisons instead of map lookups and decimal arithmetic.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::shim::Resources;
+
+/// Index of a resource name within a solve.
+pub type ResId = usize;
+
+pub const CPU: ResId = 0;
+pub const MEMORY: ResId = 1;
+pub const PODS: ResId = 2;
+
+/// The resource names of a solve, in index order (cpu, memory, pods first).
+#[derive(Clone, Debug)]
+pub struct ResNames {
+    names: Vec<String>,
+}
+
+impl Default for ResNames {
+    fn default() -> Self {
+        ResNames { names: vec!["cpu".into(), "memory".into(), "pods".into()] }
+    }
+}
+
+impl ResNames {
+    pub fn id(&mut self, name: &str) -> ResId {
+        if let Some(i) = self.names.iter().position(|n| n == name) {
+            return i;
+        }
+        self.names.push(name.to_string());
+        self.names.len() - 1
+    }
+
+    pub fn get(&self, name: &str) -> Option<ResId> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn name(&self, id: ResId) -> &str {
+        &self.names[id]
+    }
+
+    /// Converts a resource list, registering new names; `Err` names the unparsable entry.
+    pub fn vector(&mut self, list: &Resources) -> Result<Vec<(ResId, i64)>, String> {
+        let mut out = Vec::with_capacity(list.len());
+        for (name, q) in list {
+            let milli = parse_milli(&q.0).ok_or_else(|| format!("{name}={}", q.0))?;
+            out.push((self.id(name), milli));
+        }
+        Ok(out)
+    }
+
+    /// Renders a vector the way upstream prints resource lists: `{"cpu":"1500m",...}`,
+    /// omitting zero entries.
+    pub fn render(&self, v: &[i64]) -> String {
+        let mut parts: Vec<(String, String)> = v
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| **q != 0)
+            .map(|(i, q)| (self.names[i].clone(), format_milli(&self.names[i], *q)))
+            .collect();
+        parts.sort();
+        let body: Vec<String> = parts.iter().map(|(k, q)| format!("{k:?}:{q:?}")).collect();
+        format!("{{{}}}", body.join(","))
+    }
+
+    /// The public resource list of a vector, omitting zero entries.
+    pub fn to_resources(&self, v: &[i64]) -> Resources {
+        let mut out = BTreeMap::new();
+        for (i, q) in v.iter().enumerate() {
+            if *q != 0 {
+                out.insert(self.names[i].clone(), Quantity(format_milli(&self.names[i], *q)));
+            }
+        }
+        out
+    }
+}
+
+/// Fills a zeroed vector of `len` from sparse entries.
+pub fn dense(len: usize, entries: &[(ResId, i64)]) -> Vec<i64> {
+    let mut v = vec![0; len];
+    for (i, q) in entries {
+        v[*i] += q;
+    }
+    v
+}
+
+/// Whether `requests` fit in `available`, resource by resource.
+#[inline]
+pub fn fits(requests: &[i64], available: &[i64]) -> bool {
+    requests.iter().zip(available).all(|(r, a)| r <= a)
+}
+
+#[inline]
+pub fn add_assign(acc: &mut [i64], v: &[i64]) {
+    for (a, b) in acc.iter_mut().zip(v) {
+        *a = a.saturating_add(*b);
+    }
+}
+
+#[inline]
+pub fn sub_assign(acc: &mut [i64], v: &[i64]) {
+    for (a, b) in acc.iter_mut().zip(v) {
+        *a = a.saturating_sub(*b);
+    }
+}
+
+/// Parses a Kubernetes quantity into milli-units, rounding up like `Quantity.MilliValue`.
+pub fn parse_milli(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let (num, suffix) = split_number(s);
+    let (mantissa, scale) = parse_decimal(num)?;
+    // value = mantissa * 10^-scale * multiplier; milli = value * 1000
+    let (mul_num, pow10): (i128, i32) = match suffix {
+        "" => (1, 0),
+        "n" => (1, -9),
+        "u" => (1, -6),
+        "m" => (1, -3),
+        "k" => (1, 3),
+        "M" => (1, 6),
+        "G" => (1, 9),
+        "T" => (1, 12),
+        "P" => (1, 15),
+        "E" => (1, 18),
+        "Ki" => (1 << 10, 0),
+        "Mi" => (1 << 20, 0),
+        "Gi" => (1 << 30, 0),
+        "Ti" => (1 << 40, 0),
+        "Pi" => (1 << 50, 0),
+        "Ei" => (1 << 60, 0),
+        exp if exp.starts_with(['e', 'E']) => (1, exp[1..].parse::<i32>().ok()?),
+        _ => return None,
+    };
+    let value = mantissa.checked_mul(mul_num)?;
+    let exp = pow10 + 3 - scale;
+    let milli = if exp >= 0 {
+        value.checked_mul(10i128.checked_pow(u32::try_from(exp).ok()?)?)?
+    } else {
+        let div = 10i128.checked_pow(u32::try_from(-exp).ok()?)?;
+        let q = value / div;
+        if value % div > 0 { q + 1 } else { q }
+    };
+    i64::try_from(milli).ok()
+}
+
+fn split_number(s: &str) -> (&str, &str) {
+    let bytes = s.as_bytes();
+    let mut end = 0;
+    while end < bytes.len() && (bytes[end].is_ascii_digit() || matches!(bytes[end], b'.' | b'+' | b'-')) {
+        end += 1;
+    }
+    (&s[..end], &s[end..])
+}
+
+/// Parses a signed decimal into (digits as integer, digits after the point).
+fn parse_decimal(s: &str) -> Option<(i128, i32)> {
+    let (neg, body) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    let mut m: i128 = 0;
+    for c in int.chars().chain(frac.chars()) {
+        m = m.checked_mul(10)?.checked_add(i128::from(c.to_digit(10)?))?;
+    }
+    let scale = i32::try_from(frac.len()).ok()?;
+    Some((if neg { -m } else { m }, scale))
+}
+
+/// Formats milli-units as a canonical-looking quantity for `name`.
+pub fn format_milli(name: &str, milli: i64) -> String {
+    if milli % 1000 != 0 {
+        return format!("{milli}m");
+    }
+    let whole = milli / 1000;
+    let binary = name == "memory" || name == "ephemeral-storage" || name.starts_with("hugepages-");
+    if binary && whole != 0 {
+        for (suffix, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+            if whole % (1i64 << shift) == 0 {
+                return format!("{}{suffix}", whole >> shift);
+            }
+        }
+    }
+    whole.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_quantities_to_milli_units() {
+        assert_eq!(parse_milli("100m"), Some(100));
+        assert_eq!(parse_milli("1.5"), Some(1500));
+        assert_eq!(parse_milli("2"), Some(2000));
+        assert_eq!(parse_milli("1Gi"), Some((1 << 30) * 1000));
+        assert_eq!(parse_milli("512Mi"), Some(512 * (1 << 20) * 1000));
+        assert_eq!(parse_milli("1k"), Some(1_000_000));
+        assert_eq!(parse_milli("1e3"), Some(1_000_000));
+        assert_eq!(parse_milli("1n"), Some(1), "rounds up to a milli");
+        assert_eq!(parse_milli("bogus"), None);
+        assert_eq!(parse_milli("1Qi"), None);
+    }
+
+    #[test]
+    fn formats_like_upstream() {
+        assert_eq!(format_milli("cpu", 1500), "1500m");
+        assert_eq!(format_milli("cpu", 2000), "2");
+        assert_eq!(format_milli("memory", (1 << 30) * 1000), "1Gi");
+        assert_eq!(format_milli("pods", 5000), "5");
+        let names = ResNames::default();
+        assert_eq!(names.render(&[1500, 0, 1000]), r#"{"cpu":"1500m","pods":"1"}"#);
+    }
+
+    #[test]
+    fn fits_compares_every_resource() {
+        assert!(fits(&[1, 2, 3], &[1, 2, 3]));
+        assert!(!fits(&[1, 3, 3], &[1, 2, 3]));
+    }
+}

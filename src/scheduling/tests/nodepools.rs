@@ -1,0 +1,254 @@
+//! Taints, weights, relaxation, daemonsets, limits, minValues, truncation and launch choice.
+use super::*;
+use crate::labels::{ARCH, CAPACITY_TYPE, INSTANCE_FAMILY, INSTANCE_GPU_COUNT, ZONE};
+
+fn q(s: &str) -> k8s_openapi::apimachinery::pkg::api::resource::Quantity {
+    k8s_openapi::apimachinery::pkg::api::resource::Quantity(s.into())
+}
+
+#[test]
+fn required_node_affinity_or_terms_are_tried_in_turn() {
+    let pods = vec![pod("p").cpu("1").required_term(&[(ZONE, "In", &["nowhere"])]).required_term(&[(ZONE, "In", &["test-zone-2"])]).build()];
+    let r = run(&single_pool(pods, fake_instance_types(4)));
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(zone_counts(&r), [("test-zone-2".to_string(), 1)].into());
+}
+
+#[test]
+fn preferred_node_affinity_is_used_then_relaxed() {
+    let pods = vec![
+        pod("likes-3").cpu("1").preferred_term(10, &[(ZONE, "In", &["test-zone-3"])]).build(),
+        pod("likes-nowhere").cpu("1").preferred_term(10, &[(ZONE, "In", &["nowhere"])]).build(),
+    ];
+    let r = run(&single_pool(pods, fake_instance_types(4)));
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let claim_of = |name: &str| r.new_node_claims.iter().find(|c| c.pods.iter().any(|p| p.name == name)).expect("placed");
+    assert_eq!(req_values(claim_of("likes-3"), ZONE), vec!["test-zone-3".to_string()]);
+}
+
+#[test]
+fn untolerated_taints_are_named_and_tolerations_allow_scheduling() {
+    let mut np = node_pool("gpu", fake_instance_types(4));
+    np.taints = vec![taint("nvidia.com/gpu", Some("true"), "NoSchedule")];
+    let pods = vec![
+        pod("plain").cpu("1").build(),
+        pod("tolerant").cpu("1").toleration(Some("nvidia.com/gpu"), "Exists", None, None).build(),
+    ];
+    let r = run(&SchedulingInput { pods, node_pools: vec![np], ..Default::default() });
+    assert_eq!(r.new_node_claims.len(), 1);
+    assert_eq!(r.new_node_claims[0].pods[0].name, "tolerant");
+    assert_eq!(r.new_node_claims[0].taints.len(), 1);
+    let err = r.errors.values().next().expect("plain fails");
+    assert_eq!(err, r#"incompatible with nodepool "gpu", daemonset overhead={}, did not tolerate taint nvidia.com/gpu=true:NoSchedule"#);
+}
+
+#[test]
+fn startup_taints_do_not_block_scheduling() {
+    let mut np = node_pool("default", fake_instance_types(4));
+    np.startup_taints = vec![taint("cilium.io/agent-not-ready", None, "NoExecute")];
+    let r = run(&SchedulingInput { pods: vec![pod("p").cpu("1").build()], node_pools: vec![np], ..Default::default() });
+    assert!(r.errors.is_empty());
+    assert_eq!(r.new_node_claims[0].startup_taints.len(), 1);
+}
+
+#[test]
+fn prefer_no_schedule_taints_are_tolerated_after_relaxation() {
+    let mut np = node_pool("default", fake_instance_types(4));
+    np.taints = vec![taint("soft", None, "PreferNoSchedule")];
+    let r = run(&SchedulingInput { pods: vec![pod("p").cpu("1").build()], node_pools: vec![np], ..Default::default() });
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.new_node_claims.len(), 1);
+}
+
+#[test]
+fn heavier_nodepools_are_tried_first_and_fallback_follows_weight() {
+    let mut heavy = node_pool("heavy", fake_instance_types(4));
+    heavy.weight = 50;
+    heavy.taints = vec![taint("team", Some("a"), "NoSchedule")];
+    let light = node_pool("light", fake_instance_types(4));
+    let pods = vec![
+        pod("team-a").cpu("2").toleration(Some("team"), "Equal", Some("a"), None).build(),
+        pod("other").cpu("1").build(),
+    ];
+    let r = run(&SchedulingInput { pods, node_pools: vec![light, heavy], ..Default::default() });
+    assert!(r.errors.is_empty());
+    let pool_of = |name: &str| r.new_node_claims.iter().find(|c| c.pods.iter().any(|p| p.name == name)).map(|c| c.node_pool.clone());
+    assert_eq!(pool_of("team-a").as_deref(), Some("heavy"));
+    assert_eq!(pool_of("other").as_deref(), Some("light"));
+}
+
+#[test]
+fn daemonset_overhead_is_reserved_on_new_nodeclaims() {
+    let ds = pod("logging").namespace("kube-system").cpu("1").build();
+    let pods = vec![pod("p").cpu("1").build()];
+    let input = SchedulingInput { pods, node_pools: vec![node_pool("default", fake_instance_types(8))], daemonsets: vec![ds], ..Default::default() };
+    let r = run(&input);
+    let claim = &r.new_node_claims[0];
+    // 1 CPU pod + 1 CPU daemon + 100m overhead needs the 3-vCPU type.
+    assert_eq!(claim.instance_types[0].name, "fake-it-2");
+    assert_eq!(claim.requests.get("cpu").map(|q| q.0.clone()), Some("2".to_string()));
+}
+
+#[test]
+fn daemonset_overhead_only_counts_where_the_daemonset_runs() {
+    let mut its = fake_instance_types(4);
+    for it in &mut its[..2] {
+        it.labels.insert(ARCH.into(), "arm64".into());
+    }
+    let ds = pod("arm-agent").cpu("1").node_selector(&[(ARCH, "arm64")]).toleration(Some("special"), "Exists", None, None).build();
+    let untolerated = pod("tainted-agent").cpu("1").build();
+    let mut np = node_pool("default", its);
+    np.taints = vec![taint("special", None, "NoSchedule")];
+    let pods = vec![pod("p").cpu("500m").toleration(Some("special"), "Exists", None, None).build()];
+    let r = run(&SchedulingInput { pods, node_pools: vec![np], daemonsets: vec![ds, untolerated], ..Default::default() });
+    let claim = &r.new_node_claims[0];
+    // The arm64 types carry the arm agent (1 CPU), so the 1-vCPU arm type is too small; the
+    // amd64 types carry no daemon at all. The daemon that does not tolerate the pool never counts.
+    let names: Vec<&str> = claim.instance_types.iter().map(|i| i.name.as_str()).collect();
+    assert!(!names.contains(&"fake-it-0"), "{names:?}");
+    assert!(names.contains(&"fake-it-1") && names.contains(&"fake-it-2"), "{names:?}");
+    assert_eq!(claim.requests.get("cpu").map(|q| q.0.clone()), Some("500m".to_string()), "smallest overhead group is zero");
+}
+
+#[test]
+fn cpu_limits_stop_new_nodeclaims() {
+    let mut np = node_pool("default", fake_instance_types(4));
+    np.limits = Some([("cpu".to_string(), q("8"))].into());
+    let pods = pod("p").cpu("3").replicas("p", 4);
+    let r = run(&SchedulingInput { pods, node_pools: vec![np], ..Default::default() });
+    // Each 3-CPU pod needs the 4-vCPU type; 8 CPUs of limit allow two such NodeClaims.
+    assert_eq!(r.new_node_claims.len(), 2);
+    assert_eq!(r.errors.len(), 2);
+    assert!(r.errors.values().all(|e| e == r#"all available instance types exceed limits for nodepool: "default""#));
+}
+
+#[test]
+fn node_limits_count_nodes_and_existing_usage() {
+    let mut np = node_pool("default", fake_instance_types(4));
+    np.limits = Some([("nodes".to_string(), q("2"))].into());
+    let existing = ExistingNode {
+        name: "old".into(),
+        node_pool: Some("default".into()),
+        taints: vec![taint("full", None, "NoSchedule")],
+        initialized: true,
+        ..Default::default()
+    };
+    let pods = pod("w").labels(&[("app", "w")]).cpu("100m").anti_affinity_to(crate::labels::HOSTNAME, &[("app", "w")]).replicas("w", 3);
+    let r = run(&SchedulingInput { pods, existing_nodes: vec![existing], node_pools: vec![np], ..Default::default() });
+    assert_eq!(r.new_node_claims.len(), 1, "one node of the two is already used");
+    assert!(r.errors.values().all(|e| e.contains("node limits have been exhausted")), "{:?}", r.errors);
+}
+
+#[test]
+fn min_values_keeps_enough_families_or_fails() {
+    let mut its = fake_instance_types(6);
+    for (i, it) in its.iter_mut().enumerate() {
+        it.labels.insert(INSTANCE_FAMILY.into(), format!("f{}", i % 3));
+    }
+    let mut np = node_pool("default", its);
+    np.requirements.push(NodeSelectorRequirement { key: INSTANCE_FAMILY.into(), operator: Operator::Exists, values: vec![], min_values: Some(3) });
+    let pods = vec![pod("small").cpu("1").build(), pod("huge").cpu("5").build()];
+    let r = run(&SchedulingInput { pods, node_pools: vec![np], ..Default::default() });
+    // The small pod keeps types of all three families; the 5-CPU pod only fits the 6-vCPU type.
+    assert_eq!(r.new_node_claims.len(), 1);
+    let families: std::collections::BTreeSet<String> = r.new_node_claims[0].instance_types.iter().map(|i| i.name.clone()).collect();
+    assert!(families.len() >= 3);
+    let err = r.errors.iter().find(|(p, _)| p.name == "huge").map(|(_, e)| e.clone()).expect("huge fails");
+    assert!(err.contains("minValues requirement is not met"), "{err}");
+}
+
+#[test]
+fn min_values_best_effort_relaxes() {
+    let mut its = fake_instance_types(6);
+    for (i, it) in its.iter_mut().enumerate() {
+        it.labels.insert(INSTANCE_FAMILY.into(), format!("f{}", i % 3));
+    }
+    let mut np = node_pool("default", its);
+    np.requirements.push(NodeSelectorRequirement { key: INSTANCE_FAMILY.into(), operator: Operator::Exists, values: vec![], min_values: Some(3) });
+    let options = SchedulingOptions { min_values_policy: MinValuesPolicy::BestEffort, ..Default::default() };
+    let r = run(&SchedulingInput { pods: vec![pod("huge").cpu("5").build()], node_pools: vec![np], options, ..Default::default() });
+    assert!(r.errors.is_empty());
+    let fam = r.new_node_claims[0].requirements.iter().find(|r| r.key == INSTANCE_FAMILY).expect("kept");
+    assert_eq!(fam.min_values, Some(1));
+}
+
+#[test]
+fn instance_types_are_ordered_by_price_and_truncated() {
+    let options = SchedulingOptions { max_instance_types: 3, ..Default::default() };
+    let r = run(&SchedulingInput { pods: vec![pod("p").cpu("1").build()], node_pools: vec![node_pool("default", fake_instance_types(10))], options, ..Default::default() });
+    let names: Vec<&str> = r.new_node_claims[0].instance_types.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, vec!["fake-it-1", "fake-it-2", "fake-it-3"]);
+    let it_req = req_values(&r.new_node_claims[0], crate::labels::INSTANCE_TYPE);
+    assert_eq!(it_req.len(), 3);
+}
+
+#[test]
+fn launch_prefers_spot_unless_on_demand_is_required() {
+    let mut od = node_pool("od", fake_instance_types(4));
+    od.requirements.push(requirement(CAPACITY_TYPE, Operator::In, &["on-demand"]));
+    let r = run(&SchedulingInput { pods: vec![pod("p").cpu("1").build()], node_pools: vec![od], ..Default::default() });
+    assert_eq!(r.new_node_claims[0].launch.as_ref().map(|l| l.capacity_type.as_str()), Some("on-demand"));
+    let r = run(&single_pool(vec![pod("p").cpu("1").build()], fake_instance_types(4)));
+    let launch = r.new_node_claims[0].launch.clone().expect("launch");
+    assert_eq!((launch.capacity_type.as_str(), launch.instance_type.as_str()), ("spot", "fake-it-1"));
+}
+
+#[test]
+fn launch_avoids_exotic_types_and_overpriced_spot() {
+    let mut its = fake_instance_types(4);
+    // The cheapest fitting type is a GPU type; it is skipped for a pod that needs no GPU.
+    its[1].labels.insert(INSTANCE_GPU_COUNT.into(), "1".into());
+    // Spot for the 3-vCPU type costs more than on-demand of the 4-vCPU type.
+    for o in its[2].offerings.iter_mut().filter(|o| o.capacity_type == "spot") {
+        o.price = 100.0;
+    }
+    let r = run(&single_pool(vec![pod("p").cpu("1").build()], its));
+    let launch = r.new_node_claims[0].launch.clone().expect("launch");
+    assert_eq!((launch.instance_type.as_str(), launch.capacity_type.as_str()), ("fake-it-3", "spot"));
+}
+
+#[test]
+fn oversized_pods_get_upstream_style_reasons() {
+    let r = run(&single_pool(vec![pod("huge").cpu("100").build()], fake_instance_types(4)));
+    let err = r.errors.values().next().expect("fails");
+    assert!(
+        err.starts_with(r#"incompatible with nodepool "default", daemonset overhead={}, no instance type satisfied resources {"cpu":"100","pods":"1"} and requirements "#),
+        "{err}"
+    );
+    assert!(err.ends_with("(no instance type has enough resources)"), "{err}");
+}
+
+#[test]
+fn requirement_conflicts_are_named() {
+    let mut np = node_pool("default", fake_instance_types(4));
+    np.requirements.push(requirement(ZONE, Operator::In, &["test-zone-1"]));
+    let r = run(&SchedulingInput { pods: vec![pod("p").node_selector(&[(ZONE, "test-zone-2")]).build()], node_pools: vec![np], ..Default::default() });
+    let err = r.errors.values().next().expect("fails");
+    assert!(err.contains("incompatible requirements, key topology.kubernetes.io/zone, topology.kubernetes.io/zone In [test-zone-2] not in topology.kubernetes.io/zone In [test-zone-1]"), "{err}");
+    let r = run(&single_pool(vec![pod("p").node_selector(&[("team", "a")]).build()], fake_instance_types(2)));
+    assert!(r.errors.values().next().expect("fails").contains(r#"label "team" does not have known values"#));
+}
+
+#[test]
+fn queue_places_larger_pods_first() {
+    let mut np = node_pool("default", fake_instance_types(4));
+    np.limits = Some([("nodes".to_string(), q("1"))].into());
+    // Only one NodeClaim may exist: the 3-CPU pod is first in the queue and takes it.
+    let pods = vec![pod("small").cpu("1").created(1).build(), pod("big").cpu("3").created(2).build(), pod("small2").cpu("1").created(0).build()];
+    let r = run(&SchedulingInput { pods, node_pools: vec![np], ..Default::default() });
+    let placed: Vec<&str> = r.new_node_claims[0].pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(placed, vec!["big"], "small pods no longer fit the 4-vCPU type: {:?}", r.errors);
+    assert_eq!(r.errors.len(), 2);
+}
+
+#[test]
+fn planned_nodeclaims_fill_fewest_pods_first() {
+    let pods = vec![
+        pod("a").labels(&[("app", "x")]).cpu("1").anti_affinity_to(crate::labels::HOSTNAME, &[("app", "x")]).build(),
+        pod("b").labels(&[("app", "x")]).cpu("1").anti_affinity_to(crate::labels::HOSTNAME, &[("app", "x")]).build(),
+        pod("c").cpu("500m").build(),
+        pod("d").cpu("500m").build(),
+    ];
+    let r = run(&single_pool(pods, fake_instance_types(8)));
+    assert_eq!(pods_per_claim(&r), vec![2, 2]);
+}
