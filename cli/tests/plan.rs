@@ -30,13 +30,22 @@ const GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
 fn kerf(args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("kerf starts");
     if let Some(text) = stdin {
-        child.stdin.take().expect("piped stdin").write_all(text.as_bytes()).expect("stdin written");
+        child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(text.as_bytes())
+            .expect("stdin written");
     }
     child.wait_with_output().expect("kerf finishes")
 }
@@ -57,7 +66,8 @@ fn plan_json(args: &[&str], stdin: Option<&str>) -> Value {
         text(&output.stderr)
     );
     let stdout = text(&output.stdout);
-    let value: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not one JSON value ({e}):\n{stdout}"));
+    let value: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one JSON value ({e}):\n{stdout}"));
     assert!(value.is_object(), "{value}");
     check_contract(&value);
     value
@@ -68,7 +78,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("kerf-plan-test-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("kerf-plan-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("scratch dir");
         Self(dir)
@@ -95,7 +106,10 @@ impl Drop for Scratch {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("cli/ is inside the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("cli/ is inside the workspace")
+        .to_path_buf()
 }
 
 fn examples_dir() -> String {
@@ -103,8 +117,14 @@ fn examples_dir() -> String {
 }
 
 fn upstream_example(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/upstream/examples").join(name);
-    assert!(path.exists(), "upstream example {} is missing", path.display());
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/upstream/examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "upstream example {} is missing",
+        path.display()
+    );
     path.display().to_string()
 }
 
@@ -143,12 +163,19 @@ fn strings(value: &Value) -> Vec<String> {
         .as_array()
         .unwrap_or_else(|| panic!("array expected: {value}"))
         .iter()
-        .map(|v| v.as_str().unwrap_or_else(|| panic!("string expected: {v}")).to_string())
+        .map(|v| {
+            v.as_str()
+                .unwrap_or_else(|| panic!("string expected: {v}"))
+                .to_string()
+        })
         .collect()
 }
 
 fn requirement<'a>(claim: &'a Value, key: &str) -> Option<&'a Value> {
-    claim["requirements"].as_array()?.iter().find(|r| r["key"] == key)
+    claim["requirements"]
+        .as_array()?
+        .iter()
+        .find(|r| r["key"] == key)
 }
 
 /// The values of an `In` requirement on `key`.
@@ -158,7 +185,9 @@ fn in_values(claim: &Value, key: &str) -> Option<Vec<String>> {
 }
 
 fn claim_of<'a>(report: &'a Value, pod: &str) -> Option<&'a Value> {
-    claims(report).iter().find(|claim| strings(&claim["pods"]).iter().any(|p| p == pod))
+    claims(report)
+        .iter()
+        .find(|claim| strings(&claim["pods"]).iter().any(|p| p == pod))
 }
 
 fn unschedulable(report: &Value) -> BTreeMap<String, String> {
@@ -166,7 +195,12 @@ fn unschedulable(report: &Value) -> BTreeMap<String, String> {
         .as_array()
         .expect("unschedulable array")
         .iter()
-        .map(|u| (u["pod"].as_str().expect("pod").to_string(), u["reason"].as_str().expect("reason").to_string()))
+        .map(|u| {
+            (
+                u["pod"].as_str().expect("pod").to_string(),
+                u["reason"].as_str().expect("reason").to_string(),
+            )
+        })
         .collect()
 }
 
@@ -175,13 +209,25 @@ fn quantity_milli(text: &str) -> f64 {
         Some(number) => (number, 1.0),
         None => (text, 1000.0),
     };
-    number.parse::<f64>().unwrap_or_else(|_| panic!("plain quantity expected: {text}")) * factor
+    number
+        .parse::<f64>()
+        .unwrap_or_else(|_| panic!("plain quantity expected: {text}"))
+        * factor
 }
 
 /// The JSON contract every report must honour, whatever the input.
 fn check_contract(report: &Value) {
-    let keys: Vec<&str> = report.as_object().expect("object").keys().map(String::as_str).collect();
-    assert_eq!(keys, ["nodeClaims", "existingNodes", "unschedulable", "summary"], "{report}");
+    let keys: Vec<&str> = report
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        ["nodeClaims", "existingNodes", "unschedulable", "summary"],
+        "{report}"
+    );
     let mut placed = 0;
     let mut cost = 0.0;
     for claim in claims(report) {
@@ -192,23 +238,43 @@ fn check_contract(report: &Value) {
         assert!(!pods.is_empty(), "a NodeClaim is created for pods: {claim}");
         placed += pods.len();
         for requirement in claim["requirements"].as_array().expect("requirements") {
-            assert!(requirement["key"].is_string() && requirement["operator"].is_string(), "{requirement}");
+            assert!(
+                requirement["key"].is_string() && requirement["operator"].is_string(),
+                "{requirement}"
+            );
             assert!(requirement["values"].is_array(), "{requirement}");
         }
-        assert_eq!(in_values(claim, NODEPOOL), Some(vec![pool.to_string()]), "{claim}");
+        assert_eq!(
+            in_values(claim, NODEPOOL),
+            Some(vec![pool.to_string()]),
+            "{claim}"
+        );
         let type_requirement = in_values(claim, INSTANCE_TYPE).expect("instance-type requirement");
-        assert!(types.iter().all(|t| type_requirement.contains(t)), "{claim}");
+        assert!(
+            types.iter().all(|t| type_requirement.contains(t)),
+            "{claim}"
+        );
         let requested_pods = claim["requests"]["pods"].as_str().expect("pods request");
-        assert!(requested_pods.parse::<usize>().expect("integer") >= pods.len(), "{claim}");
+        assert!(
+            requested_pods.parse::<usize>().expect("integer") >= pods.len(),
+            "{claim}"
+        );
         assert!(claim["requests"]["cpu"].is_string(), "{claim}");
         let launch = &claim["launch"];
-        let launched = launch["instanceType"].as_str().expect("launch.instanceType");
-        assert!(types.iter().any(|t| t == launched), "launch type among the options: {claim}");
+        let launched = launch["instanceType"]
+            .as_str()
+            .expect("launch.instanceType");
+        assert!(
+            types.iter().any(|t| t == launched),
+            "launch type among the options: {claim}"
+        );
         let zone = launch["zone"].as_str().expect("launch.zone");
         if let Some(zones) = in_values(claim, ZONE) {
             assert!(zones.iter().any(|z| z == zone), "{claim}");
         }
-        let capacity = launch["capacityType"].as_str().expect("launch.capacityType");
+        let capacity = launch["capacityType"]
+            .as_str()
+            .expect("launch.capacityType");
         if let Some(capacities) = in_values(claim, CAPACITY_TYPE) {
             assert!(capacities.iter().any(|c| c == capacity), "{claim}");
         }
@@ -219,17 +285,26 @@ fn check_contract(report: &Value) {
     for node in report["existingNodes"].as_array().expect("existingNodes") {
         assert!(node["name"].is_string(), "{node}");
         let pods = strings(&node["pods"]);
-        assert!(!pods.is_empty(), "only nodes that receive pods are listed: {node}");
+        assert!(
+            !pods.is_empty(),
+            "only nodes that receive pods are listed: {node}"
+        );
         placed += pods.len();
     }
     let unplaced = unschedulable(report);
-    assert!(unplaced.values().all(|reason| !reason.is_empty()), "{report}");
+    assert!(
+        unplaced.values().all(|reason| !reason.is_empty()),
+        "{report}"
+    );
     let summary = &report["summary"];
     assert_eq!(summary["scheduled"], placed, "{report}");
     assert_eq!(summary["pods"], placed + unplaced.len(), "{report}");
     assert_eq!(summary["nodeClaims"], claims(report).len(), "{report}");
     let hourly = summary["hourlyCost"].as_f64().expect("hourlyCost");
-    assert!((hourly - cost).abs() < 1e-6, "hourlyCost {hourly} is the sum of launch prices {cost}");
+    assert!(
+        (hourly - cost).abs() < 1e-6,
+        "hourlyCost {hourly} is the sum of launch prices {cost}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -293,7 +368,9 @@ spec:
 }
 
 fn zone_spread(app: &str, min_domains: Option<u32>) -> String {
-    let min_domains = min_domains.map(|n| format!("\n    minDomains: {n}")).unwrap_or_default();
+    let min_domains = min_domains
+        .map(|n| format!("\n    minDomains: {n}"))
+        .unwrap_or_default();
     format!(
         r#"topologySpreadConstraints:
   - maxSkew: 1
@@ -317,7 +394,11 @@ fn bundled_examples_plan_as_documented() {
         .map(|i| {
             let claim = claim_of(&report, &format!("default/web-{i}")).expect("web pod placed");
             let zones = in_values(claim, ZONE).expect("zone requirement");
-            assert_eq!(zones.len(), 1, "a spread pod pins its NodeClaim's zone: {claim}");
+            assert_eq!(
+                zones.len(),
+                1,
+                "a spread pod pins its NodeClaim's zone: {claim}"
+            );
             zones[0].clone()
         })
         .collect();
@@ -326,7 +407,10 @@ fn bundled_examples_plan_as_documented() {
     // Anti-affinity on hostname: each cache pod gets its own NodeClaim.
     let cache_0 = claim_of(&report, "default/cache-0").expect("cache-0 placed");
     let cache_1 = claim_of(&report, "default/cache-1").expect("cache-1 placed");
-    assert!(!std::ptr::eq(cache_0, cache_1), "anti-affine pods share a NodeClaim");
+    assert!(
+        !std::ptr::eq(cache_0, cache_1),
+        "anti-affine pods share a NodeClaim"
+    );
 
     // Graviton API pods.
     for i in 0..4 {
@@ -351,14 +435,25 @@ fn bundled_examples_plan_as_documented() {
     }
 
     // The daemonset's requests are in every default-pool NodeClaim's requests.
-    for claim in claims(&report).iter().filter(|c| c["nodePool"] == "default") {
+    for claim in claims(&report)
+        .iter()
+        .filter(|c| c["nodePool"] == "default")
+    {
         let pods = strings(&claim["pods"]).len();
-        assert_eq!(claim["requests"]["pods"], (pods + 1).to_string(), "pods + log-shipper: {claim}");
+        assert_eq!(
+            claim["requests"]["pods"],
+            (pods + 1).to_string(),
+            "pods + log-shipper: {claim}"
+        );
     }
 
     // The deliberately oversized pod is reported with a reason.
     let unplaced = unschedulable(&report);
-    assert_eq!(unplaced.keys().collect::<Vec<_>>(), ["default/too-big"], "{report}");
+    assert_eq!(
+        unplaced.keys().collect::<Vec<_>>(),
+        ["default/too-big"],
+        "{report}"
+    );
     assert_eq!(report["summary"]["pods"], 3 + 2 + 4 + 1 + 1);
 }
 
@@ -367,11 +462,23 @@ fn table_output_is_the_default() {
     let output = kerf(&["plan", "-f", &examples_dir()], None);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let stdout = text(&output.stdout);
-    assert!(stdout.lines().next().is_some_and(|l| l.starts_with("NODEPOOL")), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.starts_with("NODEPOOL")),
+        "{stdout}"
+    );
     assert!(stdout.contains("UNSCHEDULABLE POD"), "{stdout}");
-    assert!(stdout.lines().any(|l| l.starts_with("default/too-big")), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("default/too-big")),
+        "{stdout}"
+    );
     let summary = stdout.lines().last().expect("summary line");
-    assert!(summary.starts_with("11 pending pods, 10 scheduled"), "{summary}");
+    assert!(
+        summary.starts_with("11 pending pods, 10 scheduled"),
+        "{summary}"
+    );
 }
 
 #[test]
@@ -388,10 +495,20 @@ fn cheapest_types_come_first_and_launch_is_the_cheapest_offering() {
             .map(|o| o.price)
             .fold(f64::INFINITY, f64::min)
     };
-    let prices: Vec<f64> = strings(&claim["instanceTypes"]).iter().map(|t| cheapest(t)).collect();
-    assert!(prices.windows(2).all(|w| w[0] <= w[1]), "instance types sorted by price: {prices:?}");
+    let prices: Vec<f64> = strings(&claim["instanceTypes"])
+        .iter()
+        .map(|t| cheapest(t))
+        .collect();
+    assert!(
+        prices.windows(2).all(|w| w[0] <= w[1]),
+        "instance types sorted by price: {prices:?}"
+    );
     let launch_price = claim["launch"]["price"].as_f64().expect("price");
-    assert!((launch_price - prices[0]).abs() < 1e-9, "launch {launch_price} vs cheapest {}", prices[0]);
+    assert!(
+        (launch_price - prices[0]).abs() < 1e-9,
+        "launch {launch_price} vs cheapest {}",
+        prices[0]
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -399,7 +516,10 @@ fn cheapest_types_come_first_and_launch_is_the_cheapest_offering() {
 
 #[test]
 fn zone_spread_creates_one_node_claim_per_zone() {
-    let input = format!("{NODEPOOL_ALL}{}", deployment("web", 3, "1", "1Gi", &zone_spread("web", None)));
+    let input = format!(
+        "{NODEPOOL_ALL}{}",
+        deployment("web", 3, "1", "1Gi", &zone_spread("web", None))
+    );
     let report = plan_json(&["-f", "-"], Some(&input));
     assert_eq!(claims(&report).len(), 3, "{report}");
     let zones: BTreeSet<String> = claims(&report)
@@ -436,11 +556,19 @@ spec:
         kind: EC2NodeClass
         name: default
 "#;
-    let input = format!("{pool}{}", deployment("web", 3, "1", "1Gi", &zone_spread("web", Some(3))));
+    let input = format!(
+        "{pool}{}",
+        deployment("web", 3, "1", "1Gi", &zone_spread("web", Some(3)))
+    );
     let report = plan_json(&["-f", "-"], Some(&input));
-    let placed_zones: BTreeSet<String> =
-        claims(&report).iter().flat_map(|claim| in_values(claim, ZONE).expect("zone requirement")).collect();
-    assert_eq!(placed_zones, BTreeSet::from(["us-east-1a".to_string(), "us-east-1b".to_string()]));
+    let placed_zones: BTreeSet<String> = claims(&report)
+        .iter()
+        .flat_map(|claim| in_values(claim, ZONE).expect("zone requirement"))
+        .collect();
+    assert_eq!(
+        placed_zones,
+        BTreeSet::from(["us-east-1a".to_string(), "us-east-1b".to_string()])
+    );
     assert_eq!(report["summary"]["scheduled"], 2, "{report}");
     let unplaced = unschedulable(&report);
     assert_eq!(unplaced.len(), 1, "{report}");
@@ -453,12 +581,22 @@ spec:
 fn an_arm64_workload_gets_graviton_instance_types() {
     let input = format!(
         "{NODEPOOL_ALL}{}",
-        deployment("api", 2, "500m", "512Mi", "nodeSelector:\n  kubernetes.io/arch: arm64")
+        deployment(
+            "api",
+            2,
+            "500m",
+            "512Mi",
+            "nodeSelector:\n  kubernetes.io/arch: arm64"
+        )
     );
     let report = plan_json(&["-f", "-"], Some(&input));
     assert!(!claims(&report).is_empty());
     for claim in claims(&report) {
-        assert_eq!(in_values(claim, ARCH), Some(vec!["arm64".to_string()]), "{claim}");
+        assert_eq!(
+            in_values(claim, ARCH),
+            Some(vec!["arm64".to_string()]),
+            "{claim}"
+        );
         for instance_type in strings(&claim["instanceTypes"]) {
             assert_eq!(type_label(&instance_type, ARCH), "arm64", "{instance_type}");
         }
@@ -467,17 +605,29 @@ fn an_arm64_workload_gets_graviton_instance_types() {
 
 #[test]
 fn pods_are_packed_onto_few_node_claims() {
-    let input = format!("{NODEPOOL_ALL}{}", deployment("inflate", 10, "1", "1Gi", ""));
+    let input = format!(
+        "{NODEPOOL_ALL}{}",
+        deployment("inflate", 10, "1", "1Gi", "")
+    );
     let report = plan_json(&["-f", "-"], Some(&input));
     assert_eq!(report["summary"]["scheduled"], 10);
-    assert_eq!(claims(&report).len(), 1, "ten 1-cpu pods fit one large instance: {report}");
+    assert_eq!(
+        claims(&report).len(),
+        1,
+        "ten 1-cpu pods fit one large instance: {report}"
+    );
     let claim = &claims(&report)[0];
     assert_eq!(claim["requests"]["cpu"], "10");
     assert_eq!(claim["requests"]["memory"], "10Gi");
     assert_eq!(claim["requests"]["pods"], "10");
     for instance_type in strings(&claim["instanceTypes"]) {
-        let cpus: u32 = type_label(&instance_type, INSTANCE_CPU).parse().expect("vcpus");
-        assert!(cpus > 10, "{instance_type} cannot hold 10 cpus of requests plus overhead");
+        let cpus: u32 = type_label(&instance_type, INSTANCE_CPU)
+            .parse()
+            .expect("vcpus");
+        assert!(
+            cpus > 10,
+            "{instance_type} cannot hold 10 cpus of requests plus overhead"
+        );
     }
 }
 
@@ -514,14 +664,24 @@ spec:
 
 #[test]
 fn existing_nodes_absorb_pods_before_new_node_claims() {
-    let input = format!("{NODEPOOL_ALL}---{NODE_A}{}", deployment("web", 2, "1", "1Gi", ""));
+    let input = format!(
+        "{NODEPOOL_ALL}---{NODE_A}{}",
+        deployment("web", 2, "1", "1Gi", "")
+    );
     let report = plan_json(&["-f", "-"], Some(&input));
     let existing = report["existingNodes"].as_array().expect("existingNodes");
     assert_eq!(existing.len(), 1, "{report}");
     assert_eq!(existing[0]["name"], "node-a");
-    assert_eq!(strings(&existing[0]["pods"]).len(), 1, "1.42 cpu left on node-a holds one pod: {report}");
+    assert_eq!(
+        strings(&existing[0]["pods"]).len(),
+        1,
+        "1.42 cpu left on node-a holds one pod: {report}"
+    );
     assert_eq!(claims(&report).len(), 1, "{report}");
-    assert_eq!(report["summary"]["pods"], 2, "the bound pod is not pending: {report}");
+    assert_eq!(
+        report["summary"]["pods"], 2,
+        "the bound pod is not pending: {report}"
+    );
     assert_eq!(report["summary"]["scheduled"], 2);
 }
 
@@ -530,7 +690,11 @@ fn existing_nodes_alone_need_no_node_pool() {
     let input = format!("{NODE_A}{}", deployment("small", 3, "250m", "256Mi", ""));
     let report = plan_json(&["-f", "-"], Some(&input));
     assert!(claims(&report).is_empty(), "{report}");
-    assert_eq!(strings(&report["existingNodes"][0]["pods"]).len(), 3, "{report}");
+    assert_eq!(
+        strings(&report["existingNodes"][0]["pods"]).len(),
+        3,
+        "{report}"
+    );
 }
 
 #[test]
@@ -558,7 +722,10 @@ status:
   capacity: {cpu: "8", memory: 32Gi, pods: "58"}
   allocatable: {cpu: 7910m, memory: 30Gi, pods: "58"}
 "#;
-    let input = format!("{NODEPOOL_ALL}---{node_claim}{}", deployment("web", 2, "1", "1Gi", ""));
+    let input = format!(
+        "{NODEPOOL_ALL}---{node_claim}{}",
+        deployment("web", 2, "1", "1Gi", "")
+    );
     let report = plan_json(&["-f", "-"], Some(&input));
     assert!(claims(&report).is_empty(), "{report}");
     let existing = &report["existingNodes"][0];
@@ -568,11 +735,24 @@ status:
 
 #[test]
 fn pods_that_do_not_tolerate_a_nodes_taint_do_not_go_there() {
-    let tainted = NODE_A.replacen("status:\n", "spec:\n  taints:\n    - {key: dedicated, value: db, effect: NoSchedule}\nstatus:\n", 1);
+    let tainted = NODE_A.replacen(
+        "status:\n",
+        "spec:\n  taints:\n    - {key: dedicated, value: db, effect: NoSchedule}\nstatus:\n",
+        1,
+    );
     assert_ne!(tainted, NODE_A);
-    let input = format!("{NODEPOOL_ALL}---{tainted}{}", deployment("web", 1, "100m", "128Mi", ""));
+    let input = format!(
+        "{NODEPOOL_ALL}---{tainted}{}",
+        deployment("web", 1, "100m", "128Mi", "")
+    );
     let report = plan_json(&["-f", "-"], Some(&input));
-    assert!(report["existingNodes"].as_array().expect("array").is_empty(), "{report}");
+    assert!(
+        report["existingNodes"]
+            .as_array()
+            .expect("array")
+            .is_empty(),
+        "{report}"
+    );
     assert_eq!(claims(&report).len(), 1);
 }
 
@@ -583,7 +763,10 @@ fn pods_that_do_not_tolerate_a_nodes_taint_do_not_go_there() {
 fn reads_directories_recursively_and_several_paths() {
     let scratch = Scratch::new("dirs");
     scratch.file("pools/nodepool.yaml", NODEPOOL_ALL);
-    scratch.file("apps/team-a/web.yaml", &deployment("web", 2, "1", "1Gi", ""));
+    scratch.file(
+        "apps/team-a/web.yaml",
+        &deployment("web", 2, "1", "1Gi", ""),
+    );
     scratch.file("apps/notes.txt", "not a manifest: skipped");
     let other = Scratch::new("dirs-extra");
     let extra = other.file("job.json", r#"{"apiVersion": "batch/v1", "kind": "Job",
@@ -591,9 +774,18 @@ fn reads_directories_recursively_and_several_paths() {
         "spec": {"parallelism": 2, "template": {"spec": {"restartPolicy": "Never",
             "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}}"#);
     let report = plan_json(&["-f", &scratch.path(), "-f", &extra], None);
-    let pods: BTreeSet<String> = claims(&report).iter().flat_map(|c| strings(&c["pods"])).collect();
-    let expected: BTreeSet<String> =
-        ["default/web-0", "default/web-1", "default/batch-0", "default/batch-1"].map(String::from).into();
+    let pods: BTreeSet<String> = claims(&report)
+        .iter()
+        .flat_map(|c| strings(&c["pods"]))
+        .collect();
+    let expected: BTreeSet<String> = [
+        "default/web-0",
+        "default/web-1",
+        "default/batch-0",
+        "default/batch-1",
+    ]
+    .map(String::from)
+    .into();
     assert_eq!(pods, expected, "{report}");
 }
 
@@ -609,7 +801,10 @@ fn reads_stdin_with_json_lists() {
     let input = format!("{NODEPOOL_ALL}---\n{list}\n");
     let report = plan_json(&["-f", "-"], Some(&input));
     let claim = claim_of(&report, "jobs/solo").expect("pod placed");
-    assert_eq!(claim["requests"]["cpu"], "2", "limits stand in for missing requests: {claim}");
+    assert_eq!(
+        claim["requests"]["cpu"], "2",
+        "limits stand in for missing requests: {claim}"
+    );
 }
 
 #[test]
@@ -619,7 +814,10 @@ fn other_kinds_are_listed_as_ignored() {
     let output = kerf(&["plan", "-o", "json", "-f", "-"], Some(&input));
     assert!(output.status.success(), "{}", text(&output.stderr));
     let stderr = text(&output.stderr);
-    assert!(stderr.contains("Service/web") && stderr.contains("ignored"), "{stderr}");
+    assert!(
+        stderr.contains("Service/web") && stderr.contains("ignored"),
+        "{stderr}"
+    );
     let report: Value = serde_json::from_slice(&output.stdout).expect("json");
     assert_eq!(report["summary"]["pods"], 0);
 }
@@ -656,8 +854,17 @@ fn plan_fails(input: &str) -> String {
     let scratch = Scratch::new(&format!("bad-{:x}", input.len()));
     let file = scratch.file("bad.yaml", input);
     let output = kerf(&["plan", "-o", "json", "-f", &file], None);
-    assert_eq!(output.status.code(), Some(1), "invalid input exits 1: {}", text(&output.stderr));
-    assert!(output.stdout.is_empty(), "nothing on stdout: {}", text(&output.stdout));
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "invalid input exits 1: {}",
+        text(&output.stderr)
+    );
+    assert!(
+        output.stdout.is_empty(),
+        "nothing on stdout: {}",
+        text(&output.stdout)
+    );
     let stderr = text(&output.stderr);
     assert!(stderr.contains(&file), "the file is named: {stderr}");
     stderr
@@ -665,32 +872,50 @@ fn plan_fails(input: &str) -> String {
 
 #[test]
 fn a_bad_quantity_is_refused_naming_file_object_and_field() {
-    let stderr = plan_fails(&format!("{NODEPOOL_ALL}{}", deployment("web", 1, "1x", "1Gi", "")));
+    let stderr = plan_fails(&format!(
+        "{NODEPOOL_ALL}{}",
+        deployment("web", 1, "1x", "1Gi", "")
+    ));
     assert!(stderr.contains("Deployment/web"), "{stderr}");
-    assert!(stderr.contains("spec.template.spec.containers[0].resources.requests.cpu"), "{stderr}");
+    assert!(
+        stderr.contains("spec.template.spec.containers[0].resources.requests.cpu"),
+        "{stderr}"
+    );
     assert!(stderr.contains("1x"), "{stderr}");
 }
 
 #[test]
 fn a_deployment_without_template_is_refused() {
-    let input = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: hollow\nspec:\n  replicas: 2\n";
+    let input =
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: hollow\nspec:\n  replicas: 2\n";
     let stderr = plan_fails(input);
-    assert!(stderr.contains("Deployment/hollow: spec.template"), "{stderr}");
+    assert!(
+        stderr.contains("Deployment/hollow: spec.template"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_pod_without_containers_is_refused() {
-    let stderr = plan_fails("apiVersion: v1\nkind: Pod\nmetadata:\n  name: empty\nspec:\n  containers: []\n");
+    let stderr = plan_fails(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: empty\nspec:\n  containers: []\n",
+    );
     assert!(stderr.contains("Pod/empty: spec.containers"), "{stderr}");
 }
 
 #[test]
 fn an_invalid_node_pool_is_refused_with_the_validate_rules() {
-    let pool = NODEPOOL_ALL.replace("operator: In\n          values: [\"c\", \"m\", \"r\"]", "operator: Has\n          values: [\"c\"]");
+    let pool = NODEPOOL_ALL.replace(
+        "operator: In\n          values: [\"c\", \"m\", \"r\"]",
+        "operator: Has\n          values: [\"c\"]",
+    );
     assert_ne!(pool, NODEPOOL_ALL);
     let stderr = plan_fails(&format!("{pool}{}", deployment("web", 1, "1", "1Gi", "")));
     assert!(stderr.contains("NodePool/default"), "{stderr}");
-    assert!(stderr.contains("spec.template.spec.requirements[2].operator"), "{stderr}");
+    assert!(
+        stderr.contains("spec.template.spec.requirements[2].operator"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -701,20 +926,33 @@ fn every_problem_is_reported_at_once() {
         deployment("two", 1, "1", "lots", "")
     );
     let stderr = plan_fails(&input);
-    assert!(stderr.contains("Deployment/one") && stderr.contains("Deployment/two"), "{stderr}");
+    assert!(
+        stderr.contains("Deployment/one") && stderr.contains("Deployment/two"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn an_unknown_region_is_refused() {
-    let output = kerf(&["plan", "--region", "mars-north-1", "-f", "-"], Some(NODEPOOL_ALL));
+    let output = kerf(
+        &["plan", "--region", "mars-north-1", "-f", "-"],
+        Some(NODEPOOL_ALL),
+    );
     assert_eq!(output.status.code(), Some(1));
     assert!(output.stdout.is_empty());
-    assert!(text(&output.stderr).contains("mars-north-1"), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("mars-north-1"),
+        "{}",
+        text(&output.stderr)
+    );
 }
 
 #[test]
 fn another_region_uses_its_zones() {
-    let input = format!("{NODEPOOL_ALL}{}", deployment("web", 3, "1", "1Gi", &zone_spread("web", None)));
+    let input = format!(
+        "{NODEPOOL_ALL}{}",
+        deployment("web", 3, "1", "1Gi", &zone_spread("web", None))
+    );
     let report = plan_json(&["--region", "eu-west-1", "-f", "-"], Some(&input));
     for claim in claims(&report) {
         let zone = claim["launch"]["zone"].as_str().expect("zone");
@@ -727,19 +965,28 @@ fn another_region_uses_its_zones() {
 
 /// The NodePool's `In` requirements hold on every NodeClaim of the pool.
 fn assert_claims_honour_pool(report: &Value, pool: &str, allowed: &[(&str, &[&str])]) {
-    let pool_claims: Vec<&Value> = claims(report).iter().filter(|c| c["nodePool"] == pool).collect();
+    let pool_claims: Vec<&Value> = claims(report)
+        .iter()
+        .filter(|c| c["nodePool"] == pool)
+        .collect();
     assert!(!pool_claims.is_empty(), "no NodeClaim for {pool}: {report}");
     for claim in pool_claims {
         for (key, values) in allowed {
             if let Some(claimed) = in_values(claim, key) {
-                assert!(claimed.iter().all(|v| values.contains(&v.as_str())), "{key} {claimed:?} ⊄ {values:?}");
+                assert!(
+                    claimed.iter().all(|v| values.contains(&v.as_str())),
+                    "{key} {claimed:?} ⊄ {values:?}"
+                );
             }
         }
         for instance_type in strings(&claim["instanceTypes"]) {
             for (key, values) in allowed {
                 let label = type_label(&instance_type, key);
                 if !label.is_empty() {
-                    assert!(values.contains(&label.as_str()), "{instance_type}: {key}={label} ∉ {values:?}");
+                    assert!(
+                        values.contains(&label.as_str()),
+                        "{instance_type}: {key}={label} ∉ {values:?}"
+                    );
                 }
             }
             let generation: u32 = type_label(&instance_type, GENERATION).parse().unwrap_or(0);
@@ -767,11 +1014,18 @@ fn upstream_general_purpose_style_pools_plan_on_demand_amd64_cmr() {
         ("max-node-lifetime.yaml", "default"),
     ] {
         let workload = deployment("inflate", 5, "1", "1Gi", "");
-        let report = plan_json(&["-f", &upstream_example(example), "-f", "-"], Some(&workload));
+        let report = plan_json(
+            &["-f", &upstream_example(example), "-f", "-"],
+            Some(&workload),
+        );
         assert_eq!(report["summary"]["scheduled"], 5, "{example}: {report}");
         assert_claims_honour_pool(&report, pool, AMD64_ON_DEMAND_CMR);
         for claim in claims(&report) {
-            assert_eq!(in_values(claim, OS), Some(vec!["linux".to_string()]), "{example}: {claim}");
+            assert_eq!(
+                in_values(claim, OS),
+                Some(vec!["linux".to_string()]),
+                "{example}: {claim}"
+            );
         }
     }
 }
@@ -779,7 +1033,10 @@ fn upstream_general_purpose_style_pools_plan_on_demand_amd64_cmr() {
 #[test]
 fn upstream_cpu_limit_is_respected() {
     let workload = deployment("inflate", 30, "4", "4Gi", "");
-    let report = plan_json(&["-f", &upstream_example("100-cpu-limit.yaml"), "-f", "-"], Some(&workload));
+    let report = plan_json(
+        &["-f", &upstream_example("100-cpu-limit.yaml"), "-f", "-"],
+        Some(&workload),
+    );
     assert_claims_honour_pool(&report, "limitcpu100", AMD64_ON_DEMAND_CMR);
     // Upstream counts a NodeClaim against the limit at the largest of its instance types.
     let committed: u32 = claims(&report)
@@ -792,67 +1049,116 @@ fn upstream_cpu_limit_is_respected() {
                 .expect("types")
         })
         .sum();
-    assert!(committed <= 100, "NodeClaims commit {committed} vCPUs against a limit of 100");
+    assert!(
+        committed <= 100,
+        "NodeClaims commit {committed} vCPUs against a limit of 100"
+    );
     let requested: f64 = claims(&report)
         .iter()
         .map(|c| quantity_milli(c["requests"]["cpu"].as_str().expect("cpu")))
         .sum();
     assert!(requested <= 100_000.0);
-    assert!(!unschedulable(&report).is_empty(), "120 cpus of pods cannot fit in 100: {report}");
+    assert!(
+        !unschedulable(&report).is_empty(),
+        "120 cpus of pods cannot fit in 100: {report}"
+    );
 }
 
 #[test]
 fn upstream_arm64_deployment_lands_on_the_arm64_pool() {
     let report = plan_json(
-        &["-f", &upstream_example("arm64.yaml"), "-f", &upstream_example("multiple-arch.yaml")],
+        &[
+            "-f",
+            &upstream_example("arm64.yaml"),
+            "-f",
+            &upstream_example("multiple-arch.yaml"),
+        ],
         None,
     );
     assert_eq!(report["summary"]["scheduled"], 1, "{report}");
     assert_claims_honour_pool(
         &report,
         "arm64",
-        &[(ARCH, &["arm64"]), (CAPACITY_TYPE, &["on-demand"]), (CATEGORY, &["c", "a"])],
+        &[
+            (ARCH, &["arm64"]),
+            (CAPACITY_TYPE, &["on-demand"]),
+            (CATEGORY, &["c", "a"]),
+        ],
     );
 }
 
 #[test]
 fn upstream_multiple_arch_routes_amd64_pods_to_the_amd64_pool() {
-    let workload = deployment("x86", 2, "1", "1Gi", "nodeSelector:\n  kubernetes.io/arch: amd64");
-    let report = plan_json(&["-f", &upstream_example("multiple-arch.yaml"), "-f", "-"], Some(&workload));
+    let workload = deployment(
+        "x86",
+        2,
+        "1",
+        "1Gi",
+        "nodeSelector:\n  kubernetes.io/arch: amd64",
+    );
+    let report = plan_json(
+        &["-f", &upstream_example("multiple-arch.yaml"), "-f", "-"],
+        Some(&workload),
+    );
     assert_claims_honour_pool(&report, "amd64", AMD64_ON_DEMAND_CMR);
-    assert!(claims(&report).iter().all(|c| c["nodePool"] == "amd64"), "{report}");
+    assert!(
+        claims(&report).iter().all(|c| c["nodePool"] == "amd64"),
+        "{report}"
+    );
 }
 
 #[test]
 fn upstream_spot_deployment_launches_spot() {
     let spot = std::fs::read_to_string(upstream_example("spot.yaml")).expect("spot.yaml");
-    assert!(spot.contains("replicas: 0"), "upstream ships it scaled to zero");
+    assert!(
+        spot.contains("replicas: 0"),
+        "upstream ships it scaled to zero"
+    );
     let scaled = spot.replace("replicas: 0", "replicas: 4");
     let input = format!("{NODEPOOL_ALL}---\n{scaled}");
     let report = plan_json(&["-f", "-"], Some(&input));
     assert_eq!(report["summary"]["scheduled"], 4, "{report}");
     for claim in claims(&report) {
         assert_eq!(claim["launch"]["capacityType"], "spot", "{claim}");
-        assert_eq!(in_values(claim, CAPACITY_TYPE), Some(vec!["spot".to_string()]), "{claim}");
+        assert_eq!(
+            in_values(claim, CAPACITY_TYPE),
+            Some(vec!["spot".to_string()]),
+            "{claim}"
+        );
     }
     // As upstream ships it, the deployment has no pods: nothing to plan.
-    let report = plan_json(&["-f", &upstream_example("spot.yaml"), "-f", "-"], Some(NODEPOOL_ALL));
+    let report = plan_json(
+        &["-f", &upstream_example("spot.yaml"), "-f", "-"],
+        Some(NODEPOOL_ALL),
+    );
     assert_eq!(report["summary"]["pods"], 0);
 }
 
 #[test]
 fn upstream_min_values_keeps_enough_families() {
     let workload = deployment("inflate", 3, "1", "1Gi", "");
-    let report = plan_json(&["-f", &upstream_example("min-values-family.yaml"), "-f", "-"], Some(&workload));
+    let report = plan_json(
+        &["-f", &upstream_example("min-values-family.yaml"), "-f", "-"],
+        Some(&workload),
+    );
     assert_claims_honour_pool(
         &report,
         "spot",
-        &[(ARCH, &["amd64"]), (CAPACITY_TYPE, &["spot"]), (CATEGORY, &["c", "m", "r"])],
+        &[
+            (ARCH, &["amd64"]),
+            (CAPACITY_TYPE, &["spot"]),
+            (CATEGORY, &["c", "m", "r"]),
+        ],
     );
     for claim in claims(&report) {
-        let families: BTreeSet<String> =
-            strings(&claim["instanceTypes"]).iter().map(|t| type_label(t, FAMILY)).collect();
-        assert!(families.len() >= 5, "minValues 5 on instance-family: {families:?}");
+        let families: BTreeSet<String> = strings(&claim["instanceTypes"])
+            .iter()
+            .map(|t| type_label(t, FAMILY))
+            .collect();
+        assert!(
+            families.len() >= 5,
+            "minValues 5 on instance-family: {families:?}"
+        );
         let family = requirement(claim, FAMILY).expect("instance-family requirement");
         assert_eq!(family["minValues"], 5, "{claim}");
     }
@@ -860,23 +1166,47 @@ fn upstream_min_values_keeps_enough_families() {
 
 #[test]
 fn upstream_windows_pool_plans_windows_nodes() {
-    let workload = deployment("iis", 2, "1", "2Gi", "nodeSelector:\n  kubernetes.io/os: windows");
-    let report = plan_json(&["-f", &upstream_example("windows-2022.yaml"), "-f", "-"], Some(&workload));
+    let workload = deployment(
+        "iis",
+        2,
+        "1",
+        "2Gi",
+        "nodeSelector:\n  kubernetes.io/os: windows",
+    );
+    let report = plan_json(
+        &["-f", &upstream_example("windows-2022.yaml"), "-f", "-"],
+        Some(&workload),
+    );
     assert_eq!(report["summary"]["scheduled"], 2, "{report}");
     assert_claims_honour_pool(&report, "windows2022", AMD64_ON_DEMAND_CMR);
     for claim in claims(&report) {
-        assert_eq!(in_values(claim, OS), Some(vec!["windows".to_string()]), "{claim}");
+        assert_eq!(
+            in_values(claim, OS),
+            Some(vec!["windows".to_string()]),
+            "{claim}"
+        );
     }
 }
 
 #[test]
 fn upstream_disruption_budget_example_is_read_and_planned() {
     let output = kerf(
-        &["plan", "-o", "json", "-f", &upstream_example("disruption-budget.yaml"), "-f", &upstream_example("general-purpose.yaml")],
+        &[
+            "plan",
+            "-o",
+            "json",
+            "-f",
+            &upstream_example("disruption-budget.yaml"),
+            "-f",
+            &upstream_example("general-purpose.yaml"),
+        ],
         None,
     );
     assert!(output.status.success(), "{}", text(&output.stderr));
-    assert!(!text(&output.stderr).contains("PodDisruptionBudget/pdb: ignored"), "PDBs are read");
+    assert!(
+        !text(&output.stderr).contains("PodDisruptionBudget/pdb: ignored"),
+        "PDBs are read"
+    );
     let report: Value = serde_json::from_slice(&output.stdout).expect("json");
     check_contract(&report);
     assert_eq!(report["summary"]["scheduled"], 10, "{report}");
@@ -889,8 +1219,16 @@ fn every_upstream_example_is_accepted() {
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).expect("examples dir") {
         let path = entry.expect("entry").path();
-        let output = kerf(&["plan", "-o", "json", "-f", &path.display().to_string()], None);
-        assert!(output.status.success(), "{}: {}", path.display(), text(&output.stderr));
+        let output = kerf(
+            &["plan", "-o", "json", "-f", &path.display().to_string()],
+            None,
+        );
+        assert!(
+            output.status.success(),
+            "{}: {}",
+            path.display(),
+            text(&output.stderr)
+        );
         let report: Value = serde_json::from_slice(&output.stdout).expect("json");
         check_contract(&report);
         seen += 1;

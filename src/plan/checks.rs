@@ -88,7 +88,10 @@ fn requests_within_limits(
     Ok(())
 }
 
-fn resource_list(list: &BTreeMap<String, Quantity>, path: &str) -> Result<(), FieldError> {
+pub(crate) fn resource_list(
+    list: &BTreeMap<String, Quantity>,
+    path: &str,
+) -> Result<(), FieldError> {
     for (name, quantity) in list {
         let field = format!("{path}.{name}");
         if name.is_empty() {

@@ -169,6 +169,7 @@ impl Builder {
             }
             ("", "Node") => {
                 let node: Node = named(&object.value).map_err(single)?;
+                node_resources(&node).map_err(single)?;
                 let name = node.metadata.name.clone().unwrap_or_default();
                 let replaced = self.nodes.put("", &name, node);
                 self.note_replacement(replaced, &origin);
@@ -233,8 +234,9 @@ impl Builder {
                     .put("", &name, decode(object.value.clone()).map_err(convert)?)
             }
             Verdict::Valid(validation::KarpenterKind::NodeClaim) => {
-                self.node_claims
-                    .put("", &name, decode(object.value.clone()).map_err(convert)?)
+                let claim: NodeClaim = decode(object.value.clone()).map_err(convert)?;
+                node_claim_resources(&claim).map_err(convert)?;
+                self.node_claims.put("", &name, claim)
             }
             Verdict::Valid(validation::KarpenterKind::EC2NodeClass) => {
                 self.node_classes
@@ -311,6 +313,30 @@ fn namespaced_name(
             .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
         metadata.name.clone().unwrap_or_default(),
     )
+}
+
+/// Capacity and allocatable decide what fits on a node: they must be quantities.
+fn node_resources(node: &Node) -> Result<(), FieldError> {
+    let Some(status) = &node.status else {
+        return Ok(());
+    };
+    if let Some(capacity) = &status.capacity {
+        checks::resource_list(capacity, "status.capacity")?;
+    }
+    if let Some(allocatable) = &status.allocatable {
+        checks::resource_list(allocatable, "status.allocatable")?;
+    }
+    Ok(())
+}
+
+/// `kerf validate` leaves a NodeClaim's status alone (the API server ignores it on create);
+/// an in-flight NodeClaim's resources are read from it, so they are checked here.
+fn node_claim_resources(claim: &NodeClaim) -> Result<(), FieldError> {
+    let Some(status) = &claim.status else {
+        return Ok(());
+    };
+    checks::resource_list(&status.capacity, "status.capacity")?;
+    checks::resource_list(&status.allocatable, "status.allocatable")
 }
 
 /// A pod given as such: named, in its namespace (default `default`), checked, with the

@@ -6,7 +6,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
+
+use crate::scheduling::{self, PodRef, SchedulingResult};
 
 /// Upstream Karpenter sends at most this many instance types to CreateFleet per NodeClaim.
 pub const MAX_INSTANCE_TYPES: usize = 600;
@@ -127,6 +130,53 @@ impl PlanReport {
         }
     }
 
+    /// The report of a solve over `pending`. A pending pod the result does not mention is
+    /// reported unschedulable rather than silently dropped.
+    pub fn from_result(result: &SchedulingResult, pending: &[Pod]) -> Self {
+        let mut unschedulable: Vec<UnschedulablePod> = result
+            .errors
+            .iter()
+            .map(|(pod, reason)| UnschedulablePod {
+                pod: pod_name(pod),
+                reason: reason.clone(),
+            })
+            .collect();
+        let mut node_claims = Vec::new();
+        for claim in &result.new_node_claims {
+            match planned_node_claim(claim) {
+                Some(planned) => node_claims.push(planned),
+                None => unschedulable.extend(claim.pods.iter().map(|pod| UnschedulablePod {
+                    pod: pod_name(pod),
+                    reason: format!(
+                        "no offering of the NodeClaim's instance types is available (nodepool {:?})",
+                        claim.node_pool
+                    ),
+                })),
+            }
+        }
+        let existing_nodes: Vec<ExistingNodePlacement> = result
+            .existing_nodes
+            .iter()
+            .map(|node| ExistingNodePlacement {
+                name: node.name.clone(),
+                pods: node.pods.iter().map(pod_name).collect(),
+            })
+            .collect();
+        let mut accounted: std::collections::HashSet<String> =
+            unschedulable.iter().map(|u| u.pod.clone()).collect();
+        accounted.extend(node_claims.iter().flat_map(|c| c.pods.iter().cloned()));
+        accounted.extend(existing_nodes.iter().flat_map(|n| n.pods.iter().cloned()));
+        for pod in pending.iter().map(super::snapshot::pod_key) {
+            if !accounted.contains(&pod) {
+                unschedulable.push(UnschedulablePod {
+                    pod,
+                    reason: "the scheduler did not place this pod".into(),
+                });
+            }
+        }
+        Self::new(node_claims, existing_nodes, unschedulable)
+    }
+
     /// The report for people: a table of new NodeClaims, one of existing nodes receiving
     /// pods, one of unschedulable pods (each only when not empty), then the summary line.
     pub fn to_table(&self) -> String {
@@ -174,6 +224,50 @@ impl PlanReport {
         let _ = write!(line, "; new capacity ${:.4}/hour", summary.hourly_cost);
         line
     }
+}
+
+/// A quantity in Kubernetes' canonical form (`1.5` → `1500m`, `1536Mi` stays).
+fn canonical(text: &str) -> String {
+    crate::resources::Quantity::parse(text).map_or_else(|_| text.to_string(), |q| q.to_string())
+}
+
+fn pod_name(pod: &PodRef) -> String {
+    format!("{}/{}", pod.namespace, pod.name)
+}
+
+fn planned_node_claim(claim: &scheduling::PlannedNodeClaim) -> Option<PlannedNodeClaim> {
+    let launch = claim.launch.as_ref()?;
+    Some(PlannedNodeClaim {
+        node_pool: claim.node_pool.clone(),
+        instance_types: claim
+            .instance_types
+            .iter()
+            .take(MAX_INSTANCE_TYPES)
+            .map(|it| it.name.clone())
+            .collect(),
+        requirements: claim
+            .requirements
+            .iter()
+            .map(|r| RequirementReport {
+                key: r.key.clone(),
+                operator: r.operator.as_str().to_string(),
+                values: r.values.clone(),
+                min_values: r.min_values,
+            })
+            .collect(),
+        requests: claim
+            .requests
+            .iter()
+            .map(|(name, quantity)| (name.to_string(), canonical(&quantity.0)))
+            .collect(),
+        pods: claim.pods.iter().map(pod_name).collect(),
+        launch: Launch {
+            instance_type: launch.instance_type.clone(),
+            zone: launch.zone.clone(),
+            capacity_type: launch.capacity_type.clone(),
+            price: launch.price,
+        },
+    })
 }
 
 fn node_claim_table(claims: &[PlannedNodeClaim]) -> String {
