@@ -578,6 +578,60 @@ spec:
 }
 
 #[test]
+fn an_existing_node_in_a_third_zone_counts_as_a_spread_domain() {
+    // As in a real cluster: a system node in us-east-1c that the pool cannot launch into
+    // still counts for the spread, so a third replica in 1a or 1b would exceed maxSkew.
+    let pool = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: two-zones
+spec:
+  template:
+    spec:
+      requirements:
+        - key: topology.kubernetes.io/zone
+          operator: In
+          values: ["us-east-1a", "us-east-1b"]
+      nodeClassRef:
+        group: karpenter.k8s.aws
+        kind: EC2NodeClass
+        name: default
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: system-c
+  labels:
+    topology.kubernetes.io/zone: us-east-1c
+spec:
+  taints:
+    - {key: CriticalAddonsOnly, effect: NoSchedule}
+status:
+  allocatable: {cpu: "2", memory: 4Gi, pods: "20"}
+"#;
+    let input = format!(
+        "{pool}{}",
+        deployment("web", 3, "1", "1Gi", &zone_spread("web", None))
+    );
+    let report = plan_json(&["-f", "-"], Some(&input));
+    assert_eq!(report["summary"]["scheduled"], 2, "{report}");
+    let unplaced = unschedulable(&report);
+    assert_eq!(unplaced.len(), 1, "{report}");
+    let reason = unplaced.values().next().expect("one");
+    assert!(
+        reason.contains("topology"),
+        "the reason names the spread: {reason}"
+    );
+    assert!(
+        report["existingNodes"]
+            .as_array()
+            .expect("array")
+            .is_empty()
+    );
+}
+
+#[test]
 fn an_arm64_workload_gets_graviton_instance_types() {
     let input = format!(
         "{NODEPOOL_ALL}{}",
