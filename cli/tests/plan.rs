@@ -458,6 +458,37 @@ fn bundled_examples_plan_as_documented() {
 }
 
 #[test]
+fn bundled_existing_capacity_example_fills_existing_nodes_first() {
+    let dir = workspace_root()
+        .join("examples/plan-existing-capacity")
+        .display()
+        .to_string();
+    let report = plan_json(&["-f", &dir], None);
+    let existing: BTreeMap<String, usize> = report["existingNodes"]
+        .as_array()
+        .expect("existingNodes")
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().expect("name").to_string(),
+                strings(&n["pods"]).len(),
+            )
+        })
+        .collect();
+    let expected = BTreeMap::from([
+        ("ip-10-0-1-17.ec2.internal".to_string(), 2),
+        ("default-x7k2p".to_string(), 2),
+    ]);
+    assert_eq!(existing, expected, "{report}");
+    assert_eq!(claims(&report).len(), 1, "{report}");
+    assert_eq!(strings(&claims(&report)[0]["pods"]).len(), 2);
+    assert_eq!(
+        report["summary"]["pods"], 6,
+        "the running billing pod is not pending"
+    );
+}
+
+#[test]
 fn table_output_is_the_default() {
     let output = kerf(&["plan", "-f", &examples_dir()], None);
     assert!(output.status.success(), "{}", text(&output.stderr));
