@@ -3,8 +3,9 @@
 //! EC2NodeClasses, disruption budgets, volumes and namespaces. Each object is decoded and
 //! checked as the API server would check it; every problem found, in every object, is
 //! collected so that one run reports them all. Objects of other kinds are listed as ignored.
+//! Workloads add only the pods their controllers are missing (see `adoption`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -14,6 +15,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::adoption::{self, Workload};
 use super::decode::decode;
 use super::workloads::{self, DEFAULT_NAMESPACE, Expansion};
 use super::{FieldError, ObjectProblem, checks};
@@ -106,9 +108,18 @@ struct Builder {
     volumes: Keyed<PersistentVolume>,
     storage_classes: Keyed<StorageClass>,
     namespaces: Keyed<Namespace>,
+    /// Workload expansions, placed once every given pod is known (see [`adoption`]).
+    deferred: Vec<Deferred>,
     ignored: Vec<String>,
     warnings: Vec<String>,
     problems: Vec<ObjectProblem>,
+}
+
+struct Deferred {
+    file: String,
+    object: String,
+    workload: Workload,
+    expansion: Expansion,
 }
 
 /// Where an object came from, for messages.
@@ -143,22 +154,52 @@ impl Builder {
             ("apps", "Deployment") => {
                 let deployment: Deployment = workload(&object.value).map_err(single)?;
                 let expansion = workloads::expand_deployment(&deployment).map_err(single)?;
-                self.put_expansion(expansion, &origin);
+                let (namespace, name) = namespaced_name(&deployment.metadata);
+                let selector = deployment
+                    .spec
+                    .map(|spec| spec.selector)
+                    .unwrap_or_default();
+                self.defer(
+                    Workload::Deployment {
+                        namespace,
+                        name,
+                        selector,
+                    },
+                    expansion,
+                    &origin,
+                );
             }
             ("apps", "ReplicaSet") => {
                 let replica_set: ReplicaSet = workload(&object.value).map_err(single)?;
                 let expansion = workloads::expand_replica_set(&replica_set).map_err(single)?;
-                self.put_expansion(expansion, &origin);
+                let (namespace, name) = namespaced_name(&replica_set.metadata);
+                let deployment =
+                    adoption::owning_deployment(replica_set.metadata.owner_references.as_ref());
+                self.defer(
+                    Workload::ReplicaSet {
+                        namespace,
+                        name,
+                        deployment,
+                    },
+                    expansion,
+                    &origin,
+                );
             }
             ("apps", "StatefulSet") => {
                 let stateful_set: StatefulSet = workload(&object.value).map_err(single)?;
                 let expansion = workloads::expand_stateful_set(&stateful_set).map_err(single)?;
-                self.put_expansion(expansion, &origin);
+                let (namespace, name) = namespaced_name(&stateful_set.metadata);
+                self.defer(
+                    Workload::StatefulSet { namespace, name },
+                    expansion,
+                    &origin,
+                );
             }
             ("batch", "Job") => {
                 let job: Job = workload(&object.value).map_err(single)?;
                 let expansion = workloads::expand_job(&job).map_err(single)?;
-                self.put_expansion(expansion, &origin);
+                let (namespace, name) = namespaced_name(&job.metadata);
+                self.defer(Workload::Job { namespace, name }, expansion, &origin);
             }
             ("apps", "DaemonSet") => {
                 let daemon_set: DaemonSet = workload(&object.value).map_err(single)?;
@@ -258,6 +299,39 @@ impl Builder {
         }
     }
 
+    fn defer(&mut self, workload: Workload, expansion: Expansion, origin: &Origin) {
+        self.deferred.push(Deferred {
+            file: origin.file.to_string(),
+            object: origin.object.clone(),
+            workload,
+            expansion,
+        });
+    }
+
+    /// Workloads create their missing pods once every given pod is known.
+    fn expand_deferred(&mut self) {
+        let given = self.pods.items.clone();
+        let deployments: HashSet<(String, String)> = self
+            .deferred
+            .iter()
+            .filter_map(|d| match &d.workload {
+                Workload::Deployment {
+                    namespace, name, ..
+                } => Some((namespace.clone(), name.clone())),
+                _ => None,
+            })
+            .collect();
+        for deferred in std::mem::take(&mut self.deferred) {
+            let expansion =
+                adoption::missing(&deferred.workload, deferred.expansion, &given, &deployments);
+            let origin = Origin {
+                file: &deferred.file,
+                object: deferred.object.clone(),
+            };
+            self.put_expansion(expansion, &origin);
+        }
+    }
+
     fn put_expansion(&mut self, expansion: Expansion, origin: &Origin) {
         for pod in expansion.pods {
             self.put_pod(pod, origin);
@@ -284,7 +358,8 @@ impl Builder {
         }
     }
 
-    fn finish(self) -> Inventory {
+    fn finish(mut self) -> Inventory {
+        self.expand_deferred();
         Inventory {
             pods: self.pods.items,
             daemon_pods: self.daemon_pods.items,

@@ -3,6 +3,7 @@
 //! are expanded into the pods they would create, inputs are checked the way the API server
 //! would check them, and every problem is reported with the object and field at fault.
 
+mod adoption;
 mod checks;
 mod decode;
 pub mod inventory;

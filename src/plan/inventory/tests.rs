@@ -181,3 +181,59 @@ fn a_given_claim_wins_over_the_one_a_stateful_set_would_create() {
         Some("data-db-1")
     );
 }
+
+#[test]
+fn running_replicas_from_a_cluster_dump_are_not_planned_again() {
+    let yaml = "apiVersion: v1
+kind: List
+items:
+  - apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: web, namespace: shop}
+    spec:
+      replicas: 3
+      selector: {matchLabels: {app: web}}
+      template:
+        metadata: {labels: {app: web}}
+        spec: {containers: [{name: c, image: x}]}
+  - apiVersion: apps/v1
+    kind: ReplicaSet
+    metadata:
+      name: web-5d8f
+      namespace: shop
+      ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: web, uid: d1, controller: true}]
+    spec:
+      replicas: 3
+      selector: {matchLabels: {app: web}}
+      template:
+        metadata: {labels: {app: web}}
+        spec: {containers: [{name: c, image: x}]}
+  - apiVersion: v1
+    kind: Pod
+    metadata:
+      name: web-5d8f-abcde
+      namespace: shop
+      labels: {app: web}
+      ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d8f, uid: r1, controller: true}]
+    spec: {nodeName: n1, containers: [{name: c, image: x}]}
+  - apiVersion: v1
+    kind: Pod
+    metadata:
+      name: web-5d8f-fghij
+      namespace: shop
+      labels: {app: web}
+      ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d8f, uid: r1, controller: true}]
+    spec: {containers: [{name: c, image: x}]}
+";
+    let inventory = read(yaml).expect("valid");
+    let names: Vec<_> = inventory
+        .pods
+        .iter()
+        .map(|p| p.metadata.name.clone().expect("named"))
+        .collect();
+    assert_eq!(
+        names,
+        ["web-5d8f-abcde", "web-5d8f-fghij", "web-0"],
+        "one replica is missing"
+    );
+}
