@@ -86,6 +86,9 @@ kind: EC2NodeClass
 metadata:
   name: bottlerocket
 spec:
+  role: KarpenterNodeRole
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
   amiSelectorTerms:
     - alias: bottlerocket@latest
   kubelet:
@@ -178,9 +181,31 @@ fn bad_input_is_reported_with_file_and_field() {
         stderr.contains(manifest.to_str().expect("utf-8")),
         "{stderr}"
     );
+    let file = manifest.to_str().expect("utf-8");
     assert!(
-        stderr.contains("\"broken\"") && stderr.contains("spec.kubelet.kubeReserved.memory"),
+        stderr.contains(&format!(
+            "{file}: EC2NodeClass/broken: spec.kubelet.kubeReserved[memory]: "
+        )) && stderr.contains(&format!(
+            "{file}: EC2NodeClass/broken: spec.subnetSelectorTerms: Required value"
+        )),
         "{stderr}"
+    );
+    // The same lines `kerf validate` prints for the file.
+    let validate = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["validate", "-f", file])
+        .output()
+        .expect("kerf runs");
+    assert_eq!(stderr, String::from_utf8_lossy(&validate.stdout));
+
+    let two = write_manifest(
+        "two",
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: a}\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: b}\n",
+    );
+    let output = kerf(&["--nodeclass", two.to_str().expect("utf-8 path")], &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("expected exactly one EC2NodeClass, found 2")
     );
 
     let output = kerf(&["--region", "mars-1"], &[]);

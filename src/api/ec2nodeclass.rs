@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::str::FromStr;
 
 /// Tag key → value; a `*` value matches any value of that key.
 pub type Tags = BTreeMap<String, String>;
@@ -204,11 +205,45 @@ impl AmiFamily {
         }
     }
 
+    /// The family of a whole `amiSelectorTerms[].alias` such as `al2023@latest` (Custom
+    /// has no alias; the version must be non-empty).
+    pub fn from_alias(alias: &str) -> Result<Self, AmiFamilyError> {
+        let malformed = || AmiFamilyError::Alias(alias.to_owned());
+        let (family, version) = alias.split_once('@').ok_or_else(malformed)?;
+        if version.is_empty() || version.contains('@') {
+            return Err(malformed());
+        }
+        AmiFamily::from_alias_family(family).ok_or_else(malformed)
+    }
+
     pub fn is_windows(self) -> bool {
-        matches!(
-            self,
-            AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025
-        )
+        self.windows_build().is_some()
+    }
+
+    /// The `node.kubernetes.io/windows-build` value of Windows families.
+    pub fn windows_build(self) -> Option<&'static str> {
+        match self {
+            AmiFamily::Windows2019 => Some("10.0.17763"),
+            AmiFamily::Windows2022 => Some("10.0.20348"),
+            AmiFamily::Windows2025 => Some("10.0.26100"),
+            _ => None,
+        }
+    }
+
+    /// Whether kube-reserved memory is sized from ENI-limited pods (ignoring `maxPods`), as
+    /// upstream does for the families whose bootstrap computes it that way.
+    pub fn uses_eni_limited_memory_overhead(self) -> bool {
+        self != AmiFamily::Bottlerocket && !self.is_windows()
+    }
+
+    /// Whether the family's bootstrap honours `podsPerCore` (Bottlerocket does not).
+    pub fn pods_per_core_enabled(self) -> bool {
+        self != AmiFamily::Bottlerocket
+    }
+
+    /// Whether the default max pods is ENI-limited (else 110, as on Windows).
+    pub fn supports_eni_limited_pod_density(self) -> bool {
+        !self.is_windows()
     }
 
     /// The block devices upstream attaches when the EC2NodeClass lists none.
@@ -243,6 +278,31 @@ impl fmt::Display for AmiFamily {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+impl FromStr for AmiFamily {
+    type Err = AmiFamilyError;
+
+    /// A `spec.amiFamily` value, exactly as the CRD spells it.
+    fn from_str(name: &str) -> Result<Self, AmiFamilyError> {
+        AmiFamily::ALL
+            .into_iter()
+            .find(|family| family.as_str() == name)
+            .ok_or_else(|| AmiFamilyError::Family(name.to_owned()))
+    }
+}
+
+/// Why an AMI family name or alias was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AmiFamilyError {
+    #[error(
+        "unknown AMI family {0:?} (expected AL2, AL2023, Bottlerocket, Custom, Windows2019, Windows2022 or Windows2025)"
+    )]
+    Family(String),
+    #[error(
+        "AMI alias {0:?} is not <family>@<version> with family al2, al2023, bottlerocket, windows2019, windows2022 or windows2025"
+    )]
+    Alias(String),
 }
 
 fn default_gp3(device: &str, size: &str) -> BlockDeviceMapping {
@@ -517,11 +577,7 @@ impl EC2NodeClass {
     pub fn ami_family(&self) -> AmiFamily {
         self.spec
             .ami_family
-            .or_else(|| {
-                self.alias()
-                    .and_then(|a| a.split_once('@'))
-                    .and_then(|(family, _)| AmiFamily::from_alias_family(family))
-            })
+            .or_else(|| self.alias().and_then(|a| AmiFamily::from_alias(a).ok()))
             .unwrap_or(AmiFamily::Custom)
     }
 
@@ -658,6 +714,64 @@ mod tests {
             own.ephemeral_block_device().unwrap().device_name.as_deref(),
             Some("/dev/xvdc")
         );
+    }
+
+    #[test]
+    fn ami_family_names_and_aliases() {
+        assert_eq!("AL2023".parse::<AmiFamily>(), Ok(AmiFamily::Al2023));
+        for family in AmiFamily::ALL {
+            assert_eq!(family.as_str().parse::<AmiFamily>(), Ok(family));
+        }
+        let unknown = "al2023".parse::<AmiFamily>().unwrap_err();
+        assert_eq!(unknown, AmiFamilyError::Family("al2023".into()));
+        assert!(
+            unknown.to_string().contains("expected AL2, AL2023"),
+            "{unknown}"
+        );
+        assert_eq!(
+            AmiFamily::from_alias("bottlerocket@v1.20.0"),
+            Ok(AmiFamily::Bottlerocket)
+        );
+        assert_eq!(
+            AmiFamily::from_alias("windows2022@latest"),
+            Ok(AmiFamily::Windows2022)
+        );
+        for bad in [
+            "custom@latest",
+            "al2023",
+            "al2023@",
+            "al2023@a@b",
+            "AL2023@latest",
+        ] {
+            assert_eq!(
+                AmiFamily::from_alias(bad),
+                Err(AmiFamilyError::Alias(bad.into())),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn family_behaviour() {
+        let windows: Vec<_> = AmiFamily::ALL
+            .into_iter()
+            .filter(|f| f.is_windows())
+            .collect();
+        assert_eq!(
+            windows,
+            [
+                AmiFamily::Windows2019,
+                AmiFamily::Windows2022,
+                AmiFamily::Windows2025
+            ]
+        );
+        assert_eq!(AmiFamily::Windows2022.windows_build(), Some("10.0.20348"));
+        assert!(!AmiFamily::Bottlerocket.pods_per_core_enabled());
+        assert!(!AmiFamily::Bottlerocket.uses_eni_limited_memory_overhead());
+        assert!(!AmiFamily::Windows2019.uses_eni_limited_memory_overhead());
+        assert!(AmiFamily::Custom.uses_eni_limited_memory_overhead());
+        assert!(!AmiFamily::Windows2025.supports_eni_limited_pod_density());
+        assert!(AmiFamily::Al2.supports_eni_limited_pod_density());
     }
 
     #[test]

@@ -15,8 +15,9 @@ pub mod requirement;
 pub use condition::{Condition, ConditionStatus, Conditions};
 pub use duration::{Duration, NillableDuration, ParseDurationError};
 pub use ec2nodeclass::{
-    AmiFamily, AmiSelectorTerm, BlockDevice, BlockDeviceMapping, EC2NodeClass, EC2NodeClassSpec,
-    EC2NodeClassStatus, MetadataOptions,
+    AmiFamily, AmiFamilyError, AmiSelectorTerm, BlockDevice, BlockDeviceMapping, EC2NodeClass,
+    EC2NodeClassSpec, EC2NodeClassStatus, InstanceStorePolicy, InterfaceType, MetadataOptions,
+    NetworkInterface,
 };
 pub use kubelet::KubeletConfiguration;
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference, ResourceList};

@@ -7,9 +7,8 @@
 //! resources with a count of zero are left out, as NodeClaim capacity leaves them out.
 
 use super::info::InstanceTypeInfo;
-use super::settings::{
-    AllocatableSettings, AmiFamily, BlockDeviceMapping, DEFAULT_EBS_VOLUME_SIZE,
-};
+use super::settings::{AllocatableSettings, BlockDeviceSize, DEFAULT_EBS_VOLUME_SIZE};
+use crate::api::{AmiFamily, InterfaceType, NetworkInterface};
 use crate::labels::*;
 use crate::resources::{Format, Quantity, Resources};
 
@@ -93,7 +92,7 @@ pub fn memory(info: &InstanceTypeInfo, overhead_percent: f64) -> Quantity {
 
 /// Pods' ephemeral storage: the local NVMe under RAID0, else the root volume of the
 /// EC2NodeClass (`rootVolume: true`, else for Custom the last mapping, else the family's
-/// ephemeral device), else the family's default volume.
+/// ephemeral device), else the family's default volume for its ephemeral device.
 pub fn ephemeral_storage(info: &InstanceTypeInfo, settings: &AllocatableSettings) -> Quantity {
     if settings.instance_store_raid0
         && let Some(total_gb) = info.instance_storage.as_ref().and_then(|s| s.total_size_gb)
@@ -101,10 +100,10 @@ pub fn ephemeral_storage(info: &InstanceTypeInfo, settings: &AllocatableSettings
         return Quantity::new(total_gb as i64 * 1_000_000_000, Format::DecimalSI);
     }
     volume_from_mappings(&settings.block_device_mappings, settings.ami_family)
-        .unwrap_or_else(|| settings.ami_family.default_ephemeral_volume_size())
+        .unwrap_or_else(|| default_ephemeral_volume_size(settings.ami_family))
 }
 
-fn volume_from_mappings(mappings: &[BlockDeviceMapping], family: AmiFamily) -> Option<Quantity> {
+fn volume_from_mappings(mappings: &[BlockDeviceSize], family: AmiFamily) -> Option<Quantity> {
     let last = mappings.last()?;
     if let Some(size) = mappings
         .iter()
@@ -113,13 +112,28 @@ fn volume_from_mappings(mappings: &[BlockDeviceMapping], family: AmiFamily) -> O
     {
         return Some(size);
     }
-    match family.ephemeral_block_device() {
+    match family.ephemeral_device_name() {
         None => Some(last.volume_size.unwrap_or(DEFAULT_EBS_VOLUME_SIZE)),
         Some(device) => mappings
             .iter()
             .find(|m| m.device_name.as_deref() == Some(device))
             .and_then(|m| m.volume_size),
     }
+}
+
+/// The size of the family's ephemeral device among the block devices upstream attaches by
+/// default (20Gi, 50Gi on Windows), else `DefaultEBS.VolumeSize`.
+fn default_ephemeral_volume_size(family: AmiFamily) -> Quantity {
+    let Some(device) = family.ephemeral_device_name() else {
+        return DEFAULT_EBS_VOLUME_SIZE;
+    };
+    family
+        .default_block_device_mappings()
+        .iter()
+        .find(|m| m.device_name.as_deref() == Some(device))
+        .and_then(|m| BlockDeviceSize::from_mapping(m).ok())
+        .and_then(|m| m.volume_size)
+        .unwrap_or(DEFAULT_EBS_VOLUME_SIZE)
 }
 
 /// The pod limit: `maxPods` if set, else ENI-limited (families that support it) or 110,
@@ -149,12 +163,12 @@ pub fn pods(info: &InstanceTypeInfo, settings: &AllocatableSettings) -> i64 {
 pub fn eni_limited_pods(
     info: &InstanceTypeInfo,
     reserved_enis: u32,
-    interfaces: Option<&[super::settings::NetworkInterface]>,
+    interfaces: Option<&[NetworkInterface]>,
 ) -> i64 {
     let efa_only = interfaces
         .unwrap_or_default()
         .iter()
-        .filter(|nic| nic.network_card_index == 0 && nic.efa_only)
+        .filter(|nic| nic.network_card_index == 0 && is_efa_only(nic))
         .count() as i64;
     let usable =
         (info.default_network_card_max_interfaces as i64 - reserved_enis as i64 - efa_only).max(0);
@@ -176,7 +190,12 @@ fn pod_enis(info: &InstanceTypeInfo) -> i64 {
 /// interfaces, else the type's maximum.
 fn efas(info: &InstanceTypeInfo, settings: &AllocatableSettings) -> i64 {
     match &settings.network_interfaces {
-        Some(interfaces) => interfaces.iter().filter(|nic| nic.efa_only).count() as i64,
+        Some(interfaces) => interfaces.iter().filter(|nic| is_efa_only(nic)).count() as i64,
         None => info.maximum_efa_interfaces.unwrap_or(0) as i64,
     }
+}
+
+/// An EFA-only interface carries no IP traffic, so it hosts no pod addresses.
+fn is_efa_only(nic: &NetworkInterface) -> bool {
+    nic.interface_type == InterfaceType::EfaOnly
 }

@@ -1,8 +1,10 @@
 //! The embedded EC2 instance-type catalog and the allocatable computation. [`Catalog`]
 //! opens the catalog compiled into the binary for one region; [`Catalog::instance_types`]
 //! resolves every type offered there for an [`AllocatableSettings`] (what an EC2NodeClass and
-//! the controller settings contribute) into [`InstanceType`]s with upstream's labels,
-//! capacity, overhead and offerings; [`InstanceType::allocatable`] is capacity minus overhead.
+//! the controller settings contribute; [`AllocatableSettings::for_node_class`] builds it from
+//! a typed [`EC2NodeClass`](crate::api::EC2NodeClass)) into [`InstanceType`]s with upstream's
+//! labels, capacity, overhead and offerings; [`InstanceType::allocatable`] is capacity minus
+//! overhead.
 //!
 //! # Data and how to regenerate it
 //!
@@ -43,6 +45,7 @@ mod capacity;
 mod embedded;
 mod info;
 mod instance_type;
+mod node_class;
 mod overhead;
 pub mod pricing;
 mod settings;
@@ -52,11 +55,12 @@ pub use capacity::{eni_limited_pods, ephemeral_storage, memory, pods};
 pub use embedded::{Catalog, CatalogError, Zone};
 pub use info::{Accelerator, Gpu, InstanceStorage, InstanceTypeInfo, NeuronDevice, VpcLimits};
 pub use instance_type::{CapacityType, InstanceType, Offering};
+pub use node_class::NodeClassSettingsError;
 pub use overhead::{Overhead, kube_reserved};
 pub use settings::{
-    AllocatableSettings, AmiFamily, AmiFamilyError, BlockDeviceMapping, DEFAULT_EBS_VOLUME_SIZE,
+    AllocatableSettings, BlockDeviceSize, DEFAULT_EBS_VOLUME_SIZE,
     DEFAULT_VM_MEMORY_OVERHEAD_PERCENT, EvictionValue, EvictionValueError, KubeletSettings,
-    MEMORY_AVAILABLE, NODEFS_AVAILABLE, NetworkInterface,
+    MEMORY_AVAILABLE, NODEFS_AVAILABLE,
 };
 pub use type_labels::{
     INSTANCE_TENANCY_VALUES, INSTANCE_TYPE_LABEL_KEYS, category_and_generation, family_and_size,

@@ -6,7 +6,7 @@
 //! apply is absent, which upstream expresses as a `DoesNotExist` requirement.
 
 use super::info::InstanceTypeInfo;
-use super::settings::AmiFamily;
+use crate::api::AmiFamily;
 use crate::labels::*;
 use std::collections::BTreeMap;
 

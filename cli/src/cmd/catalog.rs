@@ -48,30 +48,33 @@ pub fn run(args: Args) -> ExitCode {
     match list(&args) {
         Ok(types) => write_output(&types, args.output),
         Err(message) => {
-            eprintln!("kerf catalog: {message}");
+            eprintln!("{message}");
             ExitCode::from(2)
         }
     }
 }
 
-/// The instance types to print, or a message naming what was wrong with the input.
+/// The instance types to print, or what to print about the input instead: node class
+/// errors as `kerf validate` prints them (they name file and object), others prefixed with
+/// the command.
 fn list(args: &Args) -> Result<Vec<InstanceType>, String> {
+    let failed = |message: String| format!("kerf catalog: {message}");
     if !(0.0..1.0).contains(&args.vm_memory_overhead_percent) {
-        return Err(format!(
+        return Err(failed(format!(
             "--vm-memory-overhead-percent (VM_MEMORY_OVERHEAD_PERCENT) must be in [0, 1), got {}",
             args.vm_memory_overhead_percent
-        ));
+        )));
     }
-    let base = AllocatableSettings {
-        reserved_enis: args.reserved_enis,
-        vm_memory_overhead_percent: args.vm_memory_overhead_percent,
-        ..AllocatableSettings::default()
-    };
     let settings = match &args.nodeclass {
-        Some(file) => nodeclass::read(file, base).map_err(|e| e.to_string())?,
-        None => base,
+        Some(file) => nodeclass::read(file, args.reserved_enis, args.vm_memory_overhead_percent)
+            .map_err(|e| e.to_string())?,
+        None => AllocatableSettings {
+            reserved_enis: args.reserved_enis,
+            vm_memory_overhead_percent: args.vm_memory_overhead_percent,
+            ..AllocatableSettings::default()
+        },
     };
-    let catalog = Catalog::embedded(&args.region).map_err(|e| e.to_string())?;
+    let catalog = Catalog::embedded(&args.region).map_err(|e| failed(e.to_string()))?;
     if args.instance_types.is_empty() {
         return Ok(catalog.instance_types(&settings));
     }
@@ -79,10 +82,10 @@ fn list(args: &Args) -> Result<Vec<InstanceType>, String> {
         .iter()
         .map(|name| {
             catalog.instance_type(name, &settings).ok_or_else(|| {
-                format!(
+                failed(format!(
                     "instance type {name:?} is not offered in {} for AMI family {}",
                     args.region, settings.ami_family
-                )
+                ))
             })
         })
         .collect()
