@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::adoption::{self, Workload};
 use super::decode::decode;
+use super::nodeclass::{self, ControllerSettings};
 use super::workloads::{self, DEFAULT_NAMESPACE, Expansion};
 use super::{FieldError, ObjectProblem, checks};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
@@ -280,8 +281,12 @@ impl Builder {
                 self.node_claims.put("", &name, claim)
             }
             Verdict::Valid(validation::KarpenterKind::EC2NodeClass) => {
-                self.node_classes
-                    .put("", &name, decode(object.value.clone()).map_err(convert)?)
+                let class: EC2NodeClass = decode(object.value.clone()).map_err(convert)?;
+                // Its sizing settings are needed for every pool that uses it: refuse it here,
+                // where the file is known, rather than while planning.
+                nodeclass::allocatable_settings(&class, ControllerSettings::default())
+                    .map_err(convert)?;
+                self.node_classes.put("", &name, class)
             }
         };
         self.note_replacement(replaced, origin);
