@@ -152,6 +152,16 @@ fn summary() {
 criterion_group!(benches, bench);
 
 fn main() {
+    // `--profile N`: solve N diverse pods repeatedly (for perf/callgrind), nothing else.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--profile") {
+        let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(20000);
+        let inp = input(diverse_pods(n, 42), true);
+        for _ in 0..(20000 / n.max(1)).clamp(3, 1000) {
+            black_box(solve(&inp).ok());
+        }
+        return;
+    }
     let summary_only = std::env::args().any(|a| a == "--summary");
     if !summary_only {
         benches();

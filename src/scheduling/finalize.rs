@@ -2,46 +2,79 @@
 //! truncated (checking minValues again on what is kept), the NodeClaim's requirements,
 //! labels and requests, and the offering a launch would pick, following the AWS provider:
 //! reserved, then spot, then on-demand; non-exotic types first; no spot dearer than the
-//! cheapest on-demand; the 60 cheapest types; the cheapest offering among them.
+//! cheapest on-demand; the 60 cheapest types; the cheapest offering among them. Prices per
+//! instance type depend only on a NodeClaim's zone and capacity-type requirements, so they
+//! are computed once per distinct pair and shared by every NodeClaim with that pair.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
-use super::intern::Bits;
-use super::pool::{ItInfo, Pool, offer_allowed};
+use super::intern::{Bits, FxHashMap};
+use super::pool::{Pool, offer_allowed};
 use super::prepare::Prepared;
 use super::req::{Req, ReqSet, Vocab};
 use super::resvec;
 use super::solve::Claim;
-use super::types::{InstanceTypeOption, LaunchChoice, MinValuesPolicy, PlannedNodeClaim};
+use super::types::{InstanceTypeOption, InstanceTypeOptions, LaunchChoice, MinValuesPolicy, PlannedNodeClaim};
 use crate::labels;
 
-/// Types a launch considers after filtering (the AWS provider's CreateFleet override cap).
-const LAUNCH_CANDIDATES: usize = 60;
+/// Capacity types in launch preference order.
+const CAPACITY_TYPES: [&str; 3] = [labels::CAPACITY_TYPE_RESERVED, labels::CAPACITY_TYPE_SPOT, labels::CAPACITY_TYPE_ON_DEMAND];
 
-/// The cheapest available offering price of `it` that `reqs` allow.
-fn cheapest(it: &ItInfo, reqs: &ReqSet, vocab: &Vocab) -> Option<f64> {
-    let (zone, ct) = (reqs.get(vocab.zone), reqs.get(vocab.capacity_type));
-    it.offers
-        .iter()
-        .filter(|o| o.available && offer_allowed(o, zone, ct, vocab))
-        .map(|o| o.price)
-        .min_by(f64::total_cmp)
+/// Prices of a pool's instance types under one zone/capacity-type requirement pair.
+pub struct PriceTable {
+    /// Cheapest allowed available offering per instance type (`f64::MAX`: none).
+    cheapest: Vec<f64>,
+    /// Instance types by (cheapest price, name).
+    order: Vec<usize>,
+    /// Per capacity type in `CAPACITY_TYPES` order: cheapest price per instance type.
+    by_capacity_type: [Vec<f64>; 3],
+}
+
+/// Price tables keyed by pool and requirement pair, and the option lists built from them.
+#[derive(Default)]
+pub struct PriceCache {
+    tables: FxHashMap<(usize, Option<Req>, Option<Req>), Rc<PriceTable>>,
+    lists: FxHashMap<(usize, Bits), InstanceTypeOptions>,
+}
+
+impl PriceCache {
+    fn table(&mut self, pool_index: usize, pool: &Pool, reqs: &ReqSet, vocab: &Vocab) -> Rc<PriceTable> {
+        let (zone, ct) = (reqs.get(vocab.zone), reqs.get(vocab.capacity_type));
+        let key = (pool_index, zone.cloned(), ct.cloned());
+        if let Some(t) = self.tables.get(&key) {
+            return t.clone();
+        }
+        let n = pool.its.len();
+        let mut cheapest = vec![f64::MAX; n];
+        let mut by_capacity_type = [vec![f64::MAX; n], vec![f64::MAX; n], vec![f64::MAX; n]];
+        let ct_index: Vec<Option<usize>> = CAPACITY_TYPES.iter().map(|c| vocab.interner.get(c).map(|s| s as usize)).collect();
+        for (i, it) in pool.its.iter().enumerate() {
+            for o in it.offers.iter().filter(|o| o.available && offer_allowed(o, zone, ct, vocab)) {
+                cheapest[i] = cheapest[i].min(o.price);
+                if let Some(k) = ct_index.iter().position(|c| *c == Some(o.capacity_type as usize)) {
+                    by_capacity_type[k][i] = by_capacity_type[k][i].min(o.price);
+                }
+            }
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|a, b| cheapest[*a].total_cmp(&cheapest[*b]).then_with(|| pool.its[*a].name.cmp(&pool.its[*b].name)));
+        let table = Rc::new(PriceTable { cheapest, order, by_capacity_type });
+        self.tables.insert(key, table.clone());
+        table
+    }
 }
 
 /// Builds the public NodeClaim, or returns the minValues error that drops it.
-pub fn planned(claim: &Claim, pool: &Pool, prep: &Prepared) -> Result<PlannedNodeClaim, String> {
+pub fn planned(claim: &Claim, pool: &Pool, prep: &Prepared, prices: &mut PriceCache) -> Result<PlannedNodeClaim, String> {
     let vocab = &prep.vocab;
     let mut reqs = claim.reqs.clone();
     reqs.0.retain(|(k, _)| *k != vocab.hostname);
-    let mut ordered: Vec<(usize, f64)> = claim
-        .its
-        .iter()
-        .map(|i| (i, cheapest(&pool.its[i], &reqs, vocab).unwrap_or(f64::MAX)))
-        .collect();
-    ordered.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| pool.its[a.0].name.cmp(&pool.its[b.0].name)));
-    ordered.truncate(prep.options.max_instance_types);
+    let table = prices.table(claim.pool, pool, &reqs, vocab);
+    let ordered: Vec<usize> =
+        table.order.iter().copied().filter(|i| claim.its.has(*i)).take(prep.options.max_instance_types).collect();
     let mut kept = Bits::empty(pool.its.len());
-    for (i, _) in &ordered {
+    for i in &ordered {
         kept.set(*i);
     }
     if prep.options.min_values_policy == MinValuesPolicy::Strict {
@@ -53,41 +86,47 @@ pub fn planned(claim: &Claim, pool: &Pool, prep: &Prepared) -> Result<PlannedNod
             )
         })?;
     }
-    let names: Vec<_> = ordered.iter().map(|(i, _)| vocab.interner.get(&pool.its[*i].name)).collect();
-    let min_values = reqs.get(vocab.instance_type).and_then(|r| r.min_values);
-    let mut it_req = Req::is_in(names.into_iter().flatten().collect());
-    it_req.min_values = min_values;
-    reqs.set(vocab.instance_type, it_req);
+    // The instance-type list lives in `instance_types`; `requirements` carries the rest.
+    reqs.0.retain(|(k, _)| *k != vocab.instance_type);
     let mut cts = Vec::new();
-    for (i, _) in &ordered {
-        let it = &pool.its[*i];
-        for o in &it.offers {
-            if o.available && offer_allowed(o, reqs.get(vocab.zone), reqs.get(vocab.capacity_type), vocab) {
-                cts.push(o.capacity_type);
+    for (k, c) in CAPACITY_TYPES.iter().enumerate() {
+        if ordered.iter().any(|i| table.by_capacity_type[k][*i] < f64::MAX) {
+            if let Some(sym) = vocab.interner.get(c) {
+                cts.push(sym);
             }
         }
     }
     if !cts.is_empty() {
-        let existing_min = reqs.get(vocab.capacity_type).and_then(|r| r.min_values);
         let mut ct_req = Req::is_in(cts);
-        ct_req.min_values = existing_min;
+        ct_req.min_values = reqs.get(vocab.capacity_type).and_then(|r| r.min_values);
         reqs.set(vocab.capacity_type, ct_req);
     }
     let mut requests = claim.requests.clone();
     resvec::add_assign(&mut requests, &pool.min_overhead(&kept, pool.stride));
+    let launch = launch_choice(pool, &ordered, &table, &claim.reqs, vocab);
+    let instance_type_min_values = claim.reqs.get(vocab.instance_type).and_then(|r| r.min_values);
     Ok(PlannedNodeClaim {
         node_pool: pool.name.clone(),
-        instance_types: ordered
-            .iter()
-            .map(|(i, price)| InstanceTypeOption { name: pool.its[*i].name.clone(), price: *price })
-            .collect(),
+        instance_types: prices
+            .lists
+            .entry((Rc::as_ptr(&table) as usize, kept))
+            .or_insert_with(|| {
+                InstanceTypeOptions(
+                    ordered
+                        .iter()
+                        .map(|i| InstanceTypeOption { name: pool.its[*i].name.clone(), price: table.cheapest[*i] })
+                        .collect(),
+                )
+            })
+            .clone(),
+        instance_type_min_values,
         requirements: reqs.0.iter().flat_map(|(k, r)| r.to_public(*k, &vocab.interner)).collect(),
         labels: labels_of(pool, &reqs, vocab),
         taints: pool.taints.clone(),
         startup_taints: pool.startup_taints.clone(),
         requests: prep.names.to_resources(&requests),
         pods: claim.pods.iter().map(|p| prep.pods[*p as usize].pod_ref.clone()).collect(),
-        launch: launch_choice(pool, &ordered, &reqs, vocab),
+        launch,
     })
 }
 
@@ -106,62 +145,50 @@ fn labels_of(pool: &Pool, reqs: &ReqSet, vocab: &Vocab) -> BTreeMap<String, Stri
     out
 }
 
-/// The offering a launch of these instance types would pick now.
-pub fn launch_choice(pool: &Pool, ordered: &[(usize, f64)], reqs: &ReqSet, vocab: &Vocab) -> Option<LaunchChoice> {
+/// The offering a launch of `ordered` (cheapest first) would pick now. The provider keeps
+/// the 60 cheapest candidates and launches the cheapest offering among them, which is the
+/// cheapest candidate overall, so one pass finds it.
+fn launch_choice(pool: &Pool, ordered: &[usize], table: &PriceTable, reqs: &ReqSet, vocab: &Vocab) -> Option<LaunchChoice> {
+    let k = (0..CAPACITY_TYPES.len()).find(|k| ordered.iter().any(|i| table.by_capacity_type[*k][*i] < f64::MAX))?;
+    let price = |i: usize| table.by_capacity_type[k][i];
+    let offered = || ordered.iter().copied().filter(|i| price(*i) < f64::MAX);
+    let any_plain = offered().any(|i| !pool.its[i].exotic);
+    let plain = |i: &usize| !any_plain || !pool.its[*i].exotic;
+    let mut cap = f64::MAX;
+    if CAPACITY_TYPES[k] == labels::CAPACITY_TYPE_SPOT {
+        // Spot dearer than the cheapest on-demand option is dropped (unless that drops all).
+        let cheapest_od = offered().filter(plain).map(|i| table.by_capacity_type[2][i]).fold(f64::MAX, f64::min);
+        if offered().filter(plain).any(|i| price(i) <= cheapest_od) {
+            cap = cheapest_od;
+        }
+    }
+    let mut best: Option<usize> = None;
+    for i in offered().filter(plain).filter(|i| cap == f64::MAX || price(*i) <= cap) {
+        let better = best.is_none_or(|b| {
+            price(i).total_cmp(&price(b)).then_with(|| pool.its[i].name.cmp(&pool.its[b].name)).is_lt()
+        });
+        if better {
+            best = Some(i);
+        }
+    }
+    let best = best?;
+    let it = &pool.its[best];
     let (zone, ct) = (reqs.get(vocab.zone), reqs.get(vocab.capacity_type));
-    let allowed = |it: &ItInfo, want: &str| -> Vec<(f64, usize)> {
-        it.offers
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.available && offer_allowed(o, zone, ct, vocab) && vocab.interner.name(o.capacity_type) == want)
-            .map(|(oi, o)| (o.price, oi))
-            .collect()
-    };
-    let chosen_ct = [labels::CAPACITY_TYPE_RESERVED, labels::CAPACITY_TYPE_SPOT, labels::CAPACITY_TYPE_ON_DEMAND]
-        .into_iter()
-        .find(|want| ordered.iter().any(|(i, _)| !allowed(&pool.its[*i], want).is_empty()))?;
-    let mut candidates: Vec<usize> = ordered
+    let zone_name = it
+        .offers
         .iter()
-        .map(|(i, _)| *i)
-        .filter(|i| !allowed(&pool.its[*i], chosen_ct).is_empty())
-        .collect();
-    if candidates.iter().any(|i| !pool.its[*i].exotic) {
-        candidates.retain(|i| !pool.its[*i].exotic);
-    }
-    let best = |i: usize, want: &str| allowed(&pool.its[i], want).into_iter().map(|(p, _)| p).min_by(f64::total_cmp);
-    if chosen_ct == labels::CAPACITY_TYPE_SPOT {
-        let cheapest_od = candidates
-            .iter()
-            .filter_map(|i| best(*i, labels::CAPACITY_TYPE_ON_DEMAND))
-            .min_by(f64::total_cmp);
-        if let Some(limit) = cheapest_od {
-            let cheaper: Vec<usize> = candidates
-                .iter()
-                .copied()
-                .filter(|i| best(*i, chosen_ct).is_some_and(|p| p <= limit))
-                .collect();
-            if !cheaper.is_empty() {
-                candidates = cheaper;
-            }
-        }
-    }
-    candidates.sort_by(|a, b| {
-        let (pa, pb) = (best(*a, chosen_ct).unwrap_or(f64::MAX), best(*b, chosen_ct).unwrap_or(f64::MAX));
-        pa.total_cmp(&pb).then_with(|| pool.its[*a].name.cmp(&pool.its[*b].name))
-    });
-    candidates.truncate(LAUNCH_CANDIDATES);
-    let mut offers: Vec<(f64, &str, String, usize)> = Vec::new();
-    for i in &candidates {
-        let it = &pool.its[*i];
-        for (price, oi) in allowed(it, chosen_ct) {
-            offers.push((price, it.name.as_str(), vocab.interner.name(it.offers[oi].zone).into_owned(), oi));
-        }
-    }
-    offers.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)).then_with(|| a.2.cmp(&b.2)));
-    offers.first().map(|(price, name, zone, _)| LaunchChoice {
-        instance_type: (*name).to_string(),
-        zone: zone.clone(),
-        capacity_type: chosen_ct.to_string(),
-        price: *price,
+        .filter(|o| {
+            o.available
+                && offer_allowed(o, zone, ct, vocab)
+                && vocab.interner.name(o.capacity_type) == CAPACITY_TYPES[k]
+                && o.price == price(best)
+        })
+        .map(|o| vocab.interner.name(o.zone).into_owned())
+        .min()?;
+    Some(LaunchChoice {
+        instance_type: it.name.clone(),
+        zone: zone_name,
+        capacity_type: CAPACITY_TYPES[k].to_string(),
+        price: price(best),
     })
 }

@@ -64,7 +64,7 @@ pub type FxHashMap<K, V> = HashMap<K, V, FxBuild>;
 /// so numeric requirements (Gt/Lt) never re-parse.
 #[derive(Clone, Debug, Default)]
 pub struct Interner {
-    ids: HashMap<String, Sym>,
+    ids: FxHashMap<String, Sym>,
     names: Vec<String>,
     numbers: Vec<Option<i64>>,
 }

@@ -165,6 +165,7 @@ fn assemble(prep: &Prepared, outcomes: Vec<Outcome>) -> SchedulingResult {
     let mut result = SchedulingResult::default();
     let mut claims = Vec::new();
     let mut nodes = Vec::new();
+    let mut prices = finalize::PriceCache::default();
     for outcome in outcomes {
         let pools: std::collections::BTreeMap<usize, pool::Pool> = outcome.pools.into_iter().collect();
         for (p, e) in outcome.errors {
@@ -173,7 +174,7 @@ fn assemble(prep: &Prepared, outcomes: Vec<Outcome>) -> SchedulingResult {
         for claim in outcome.claims {
             let first = claim.pods.iter().copied().min().unwrap_or(u32::MAX);
             let pool = pools.get(&claim.pool).unwrap_or(&prep.pools[claim.pool]);
-            match finalize::planned(&claim, pool, prep) {
+            match finalize::planned(&claim, pool, prep, &mut prices) {
                 Ok(planned) => claims.push((first, planned)),
                 Err(e) => {
                     for p in &claim.pods {

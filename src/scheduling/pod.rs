@@ -45,20 +45,38 @@ pub struct ConstraintSpec {
     pub claims: Vec<String>,
 }
 
-impl ConstraintSpec {
-    pub fn of(pod: &Pod) -> ConstraintSpec {
+/// A borrowed view of a pod's constraint-bearing parts, so finding a pod's class needs no
+/// cloning (only pods with host ports or volumes allocate their lists).
+#[derive(PartialEq)]
+pub struct SpecView<'a> {
+    namespace: &'a str,
+    labels: Option<&'a BTreeMap<String, String>>,
+    node_selector: Option<&'a BTreeMap<String, String>>,
+    affinity: Option<&'a Affinity>,
+    tolerations: &'a [Toleration],
+    spread: &'a [TopologySpreadConstraint],
+    host_ports: Vec<HostPort>,
+    claims: Vec<String>,
+}
+
+fn non_empty<K, V>(m: Option<&BTreeMap<K, V>>) -> Option<&BTreeMap<K, V>> {
+    m.filter(|m| !m.is_empty())
+}
+
+impl<'a> SpecView<'a> {
+    pub fn of(pod: &'a Pod) -> SpecView<'a> {
         let spec = pod.spec.as_ref();
         let mut host_ports: Vec<HostPort> = spec
             .map(|s| s.containers.iter().flat_map(container_host_ports).collect())
             .unwrap_or_default();
         host_ports.sort();
-        ConstraintSpec {
-            namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
-            node_selector: spec.and_then(|s| s.node_selector.clone()).unwrap_or_default(),
-            affinity: spec.and_then(|s| s.affinity.clone()),
-            tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
-            spread: spec.and_then(|s| s.topology_spread_constraints.clone()).unwrap_or_default(),
+        SpecView {
+            namespace: pod.metadata.namespace.as_deref().unwrap_or("default"),
+            labels: non_empty(pod.metadata.labels.as_ref()),
+            node_selector: non_empty(spec.and_then(|s| s.node_selector.as_ref())),
+            affinity: spec.and_then(|s| s.affinity.as_ref()),
+            tolerations: spec.and_then(|s| s.tolerations.as_deref()).unwrap_or_default(),
+            spread: spec.and_then(|s| s.topology_spread_constraints.as_deref()).unwrap_or_default(),
             host_ports,
             claims: spec
                 .and_then(|s| s.volumes.as_ref())
@@ -78,30 +96,31 @@ impl ConstraintSpec {
         }
     }
 
-    /// A cheap hash of the spec used to find equal specs; collisions are resolved by `==`.
+    /// A cheap hash of the view used to find equal specs; collisions are resolved by `==`.
     pub fn fingerprint(&self) -> u64 {
         let mut h = FxHasher::default();
         self.namespace.hash(&mut h);
         self.labels.hash(&mut h);
         self.node_selector.hash(&mut h);
         self.tolerations.len().hash(&mut h);
-        for t in &self.tolerations {
+        for t in self.tolerations {
             t.key.hash(&mut h);
             t.value.hash(&mut h);
         }
-        for s in &self.spread {
+        for s in self.spread {
             s.topology_key.hash(&mut h);
             s.max_skew.hash(&mut h);
             if let Some(sel) = &s.label_selector {
                 sel.match_labels.hash(&mut h);
             }
         }
-        if let Some(a) = &self.affinity {
-            for term in a.pod_affinity.iter().flat_map(|p| p.required_during_scheduling_ignored_during_execution.iter().flatten()) {
-                term.topology_key.hash(&mut h);
-                term.label_selector.as_ref().map(|s| &s.match_labels).hash(&mut h);
-            }
-            for term in a.pod_anti_affinity.iter().flat_map(|p| p.required_during_scheduling_ignored_during_execution.iter().flatten()) {
+        if let Some(a) = self.affinity {
+            let terms = a
+                .pod_affinity
+                .iter()
+                .flat_map(|p| p.required_during_scheduling_ignored_during_execution.iter().flatten())
+                .chain(a.pod_anti_affinity.iter().flat_map(|p| p.required_during_scheduling_ignored_during_execution.iter().flatten()));
+            for term in terms {
                 term.topology_key.hash(&mut h);
                 term.label_selector.as_ref().map(|s| &s.match_labels).hash(&mut h);
             }
@@ -110,6 +129,42 @@ impl ConstraintSpec {
         self.host_ports.hash(&mut h);
         self.claims.hash(&mut h);
         h.finish()
+    }
+
+    pub fn to_owned(&self) -> ConstraintSpec {
+        ConstraintSpec {
+            namespace: self.namespace.to_string(),
+            labels: self.labels.cloned().unwrap_or_default(),
+            node_selector: self.node_selector.cloned().unwrap_or_default(),
+            affinity: self.affinity.cloned(),
+            tolerations: self.tolerations.to_vec(),
+            spread: self.spread.to_vec(),
+            host_ports: self.host_ports.clone(),
+            claims: self.claims.clone(),
+        }
+    }
+}
+
+impl ConstraintSpec {
+    pub fn of(pod: &Pod) -> ConstraintSpec {
+        SpecView::of(pod).to_owned()
+    }
+
+    pub fn view(&self) -> SpecView<'_> {
+        SpecView {
+            namespace: &self.namespace,
+            labels: non_empty(Some(&self.labels)),
+            node_selector: non_empty(Some(&self.node_selector)),
+            affinity: self.affinity.as_ref(),
+            tolerations: &self.tolerations,
+            spread: &self.spread,
+            host_ports: self.host_ports.clone(),
+            claims: self.claims.clone(),
+        }
+    }
+
+    pub fn fingerprint(&self) -> u64 {
+        self.view().fingerprint()
     }
 
     /// Applies the next preference relaxation, returning what was relaxed, or `None` when
@@ -231,61 +286,70 @@ fn container_host_ports(c: &Container) -> Vec<HostPort> {
 /// containers plus sidecars and each init container plus the sidecars started before it,
 /// plus pod overhead, plus one `pods` slot. Limits stand in for missing requests.
 pub fn pod_requests(pod: &Pod, names: &mut ResNames) -> Result<Vec<(ResId, i64)>, String> {
-    let mut total: BTreeMap<ResId, i64> = BTreeMap::new();
+    let mut total: Vec<(ResId, i64)> = Vec::with_capacity(4);
     if let Some(spec) = pod.spec.as_ref() {
-        let mut main: BTreeMap<ResId, i64> = BTreeMap::new();
         for c in &spec.containers {
-            merge(&mut main, &container_requests(c.resources.as_ref(), names)?, |a, b| a + b);
+            container_requests(c.resources.as_ref(), names, &mut total, |a, b| a + b)?;
         }
-        let mut sidecars: BTreeMap<ResId, i64> = BTreeMap::new();
-        let mut init_max: BTreeMap<ResId, i64> = BTreeMap::new();
+        let mut sidecars: Vec<(ResId, i64)> = Vec::new();
+        let mut init_max: Vec<(ResId, i64)> = Vec::new();
         for c in spec.init_containers.iter().flatten() {
-            let req = container_requests(c.resources.as_ref(), names)?;
+            let mut req = Vec::new();
+            container_requests(c.resources.as_ref(), names, &mut req, |a, b| a + b)?;
             if c.restart_policy.as_deref() == Some("Always") {
                 merge(&mut sidecars, &req, |a, b| a + b);
                 // A sidecar must also fit alongside the sidecars started before it.
-                merge(&mut init_max, &sidecars.clone(), i64::max);
+                let started = sidecars.clone();
+                merge(&mut init_max, &started, i64::max);
             } else {
                 let mut with_sidecars = sidecars.clone();
                 merge(&mut with_sidecars, &req, |a, b| a + b);
                 merge(&mut init_max, &with_sidecars, i64::max);
             }
         }
-        merge(&mut main, &sidecars, |a, b| a + b);
-        merge(&mut main, &init_max, i64::max);
-        total = main;
+        merge(&mut total, &sidecars, |a, b| a + b);
+        merge(&mut total, &init_max, i64::max);
         if let Some(overhead) = &spec.overhead {
             let ov = names.vector(overhead)?;
-            merge(&mut total, &ov.into_iter().collect(), |a, b| a + b);
+            merge(&mut total, &ov, |a, b| a + b);
         }
     }
-    *total.entry(super::resvec::PODS).or_insert(0) += 1000;
-    Ok(total.into_iter().collect())
+    merge(&mut total, &[(super::resvec::PODS, 1000)], |a, b| a + b);
+    Ok(total)
 }
 
-fn container_requests(res: Option<&ResourceRequirements>, names: &mut ResNames) -> Result<BTreeMap<ResId, i64>, String> {
-    let mut out = BTreeMap::new();
-    let Some(res) = res else { return Ok(out) };
-    if let Some(limits) = &res.limits {
-        out.extend(names.vector(limits)?);
+/// Adds a container's requests (limits standing in for missing requests) into `acc`.
+fn container_requests(
+    res: Option<&ResourceRequirements>,
+    names: &mut ResNames,
+    acc: &mut Vec<(ResId, i64)>,
+    f: impl Fn(i64, i64) -> i64 + Copy,
+) -> Result<(), String> {
+    let Some(res) = res else { return Ok(()) };
+    let requests = res.requests.as_ref();
+    for (name, q) in requests.into_iter().flatten() {
+        let milli = parse_milli(&q.0).ok_or_else(|| format!("{name}={}", q.0))?;
+        merge(acc, &[(names.id(name), milli)], f);
     }
-    if let Some(requests) = &res.requests {
-        out.extend(names.vector(requests)?);
+    for (name, q) in res.limits.iter().flatten() {
+        if requests.is_some_and(|r| r.contains_key(name)) {
+            continue;
+        }
+        let milli = parse_milli(&q.0).ok_or_else(|| format!("{name}={}", q.0))?;
+        merge(acc, &[(names.id(name), milli)], f);
     }
-    Ok(out)
+    Ok(())
 }
 
-fn merge(acc: &mut BTreeMap<ResId, i64>, other: &BTreeMap<ResId, i64>, f: impl Fn(i64, i64) -> i64) {
+fn merge(acc: &mut Vec<(ResId, i64)>, other: &[(ResId, i64)], f: impl Fn(i64, i64) -> i64) {
     for (k, v) in other {
-        let e = acc.entry(*k).or_insert(0);
-        *e = f(*e, *v);
+        match acc.iter_mut().find(|(ak, _)| ak == k) {
+            Some((_, a)) => *a = f(*a, *v),
+            None => acc.push((*k, f(0, *v))),
+        }
     }
 }
 
-/// Parses a quantity string to milli-units (re-exported for callers building inputs).
-pub fn milli(q: &str) -> Option<i64> {
-    parse_milli(q)
-}
 
 #[cfg(test)]
 mod tests {
@@ -319,6 +383,7 @@ mod tests {
         };
         let mut names = ResNames::default();
         let req: BTreeMap<_, _> = pod_requests(&pod, &mut names).expect("valid").into_iter().collect();
+        assert_eq!(req.len(), 2);
         // main = 1.5 + sidecar 0.1 = 1.6; init = 2 + 0.1 = 2.1
         assert_eq!(req[&super::super::resvec::CPU], 2100);
         assert_eq!(req[&super::super::resvec::PODS], 1000);

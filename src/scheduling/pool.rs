@@ -96,14 +96,12 @@ impl FilterFailure {
 #[derive(Clone, Debug)]
 pub struct Pool {
     pub name: String,
-    pub weight: i32,
     pub reqs: ReqSet,
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub startup_taints: Vec<Taint>,
     pub its: Vec<ItInfo>,
     pub groups: Vec<DaemonGroup>,
-    pub it_group: Vec<usize>,
     /// Allocatable minus the instance type's daemonset overhead, `its.len() * stride`.
     pub effective: Vec<i64>,
     pub stride: usize,
@@ -113,6 +111,7 @@ pub struct Pool {
     pub remaining: Vec<Option<i64>>,
     pub remaining_nodes: Option<i64>,
     limit_bits: Option<Bits>,
+    limit_room: Option<Vec<i64>>,
     key_cache: FxHashMap<(Sym, Req), Bits>,
     offer_cache: FxHashMap<(Option<Req>, Option<Req>), Bits>,
 }
@@ -121,7 +120,6 @@ impl Pool {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: String,
-        weight: i32,
         reqs: ReqSet,
         labels: BTreeMap<String, String>,
         taints: Vec<Taint>,
@@ -143,20 +141,19 @@ impl Pool {
         let n = its.len();
         let mut pool = Pool {
             name,
-            weight,
             reqs,
             labels,
             taints,
             startup_taints,
             its,
             groups,
-            it_group,
             effective,
             stride,
             base: Bits::empty(n),
             remaining,
             remaining_nodes,
             limit_bits: None,
+            limit_room: None,
             key_cache: FxHashMap::default(),
             offer_cache: FxHashMap::default(),
         };
@@ -256,6 +253,18 @@ impl Pool {
             }
         }
         self.limit_bits = None;
+        self.limit_room = None;
+    }
+
+    /// `max_room` of `within_limits`, cached alongside it.
+    pub fn limit_room(&mut self) -> Vec<i64> {
+        if let Some(r) = &self.limit_room {
+            return r.clone();
+        }
+        let its = self.within_limits();
+        let room = self.max_room(&its);
+        self.limit_room = Some(room.clone());
+        room
     }
 
     /// Narrows `current` (all compatible with the NodeClaim's requirements before `changes`)

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::class::{Class, ClassId, required_term_alternatives, respects, spec_requirements};
 use super::intern::{Bits, FxHashMap, Sym};
-use super::pod::{ConstraintSpec, HostPort, pod_requests};
+use super::pod::{ConstraintSpec, HostPort, SpecView, pod_requests};
 use super::pool::{DaemonGroup, ItInfo, Offer, Pool};
 use super::req::{Req, ReqSet, Vocab};
 use super::resvec::{self, CPU, MEMORY, ResId, ResNames};
@@ -35,7 +35,6 @@ pub struct PodInfo {
 #[derive(Clone, Debug)]
 pub struct NodeState {
     pub name: String,
-    pub host: Sym,
     pub reqs: ReqSet,
     pub taints: Vec<Taint>,
     pub avail: Vec<i64>,
@@ -69,7 +68,6 @@ struct SparseIt {
 
 struct SparsePool {
     name: String,
-    weight: i32,
     reqs: ReqSet,
     labels: BTreeMap<String, String>,
     taints: Vec<Taint>,
@@ -141,12 +139,12 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
     let stride = names.len();
     let pools: Vec<Pool> = sparse_pools.into_iter().map(|sp| build_pool(sp, &daemons, stride, &input.existing_nodes, &vocab, &mut names)).collect();
     let tolerate_pns = pools.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
-    let universe = build_universe(&pools, &vocab);
+    let universe = DomainUniverse { taint_sets: pools.iter().map(|p| p.taints.clone()).collect(), ..Default::default() };
     let nodes: Vec<NodeState> = sparse_nodes.iter().map(|n| node_state(n, &daemons, stride, &vocab)).collect();
 
     let mut builder = ClassBuilder {
         vocab: &mut vocab,
-        universe: &universe,
+        universe,
         nodes: &sparse_nodes,
         pools: &pools,
         volumes: VolumeIndex::new(&input.volumes),
@@ -160,8 +158,7 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
     builder.existing_inverse_groups();
     let mut pods = Vec::with_capacity(pending.len());
     for (p, requests) in pending {
-        let spec = ConstraintSpec::of(p);
-        let class = builder.class_chain(spec);
+        let class = builder.class_of(p);
         let (requests, error) = match requests {
             Ok(r) => (resvec::dense(stride, &r), None),
             Err(q) => (vec![0; stride], Some(format!("invalid resource quantity {q}"))),
@@ -241,7 +238,6 @@ fn sparse_pool(np: &super::types::NodePoolInput, vocab: &mut Vocab, names: &mut 
     };
     Ok(SparsePool {
         name: np.name.clone(),
-        weight: np.weight,
         reqs,
         labels: np.labels.clone(),
         taints: np.taints.clone(),
@@ -436,7 +432,7 @@ fn build_pool(sp: SparsePool, daemons: &[Daemon], stride: usize, nodes: &[super:
         };
         l - used
     });
-    Pool::new(sp.name, sp.weight, sp.reqs, sp.labels, sp.taints, sp.startup_taints, its, groups, it_group, stride, remaining, node_limit, vocab)
+    Pool::new(sp.name, sp.reqs, sp.labels, sp.taints, sp.startup_taints, its, groups, it_group, stride, remaining, node_limit, vocab)
 }
 
 /// Upstream `isDaemonPodCompatible`: tolerates the template taints (PreferNoSchedule always
@@ -472,7 +468,6 @@ fn node_state(n: &SparseNode, daemons: &[Daemon], stride: usize, vocab: &Vocab) 
     }
     NodeState {
         name: n.name.clone(),
-        host: n.host,
         reqs: n.reqs.clone(),
         taints: n.taints.clone(),
         avail,
@@ -482,38 +477,47 @@ fn node_state(n: &SparseNode, daemons: &[Daemon], stride: usize, vocab: &Vocab) 
     }
 }
 
-/// Domains each key can take: values the pools' requirements intersected with their instance
-/// types allow, plus values the pools' requirements list (upstream `buildDomainGroups`).
-fn build_universe(pools: &[Pool], vocab: &Vocab) -> DomainUniverse {
-    let mut u = DomainUniverse::default();
-    for pool in pools {
-        let ts = u.taint_sets.len();
-        u.taint_sets.push(pool.taints.clone());
+/// Domains `key` can take (upstream `buildDomainGroups`, one key at a time): values the
+/// pools' requirements intersected with each instance type allow, plus values the pools'
+/// requirements list, each with the taints of the pool producing it.
+fn universe_for(universe: &mut DomainUniverse, pools: &[Pool], key: Sym, vocab: &Vocab) {
+    if universe.domains.contains_key(&key) {
+        return;
+    }
+    universe.domains.insert(key, BTreeMap::new());
+    for (ts, pool) in pools.iter().enumerate() {
+        let pool_req = pool.reqs.get(key);
+        let mut seen: Option<&Req> = None;
         for it in &pool.its {
-            let mut reqs = pool.reqs.clone();
-            reqs.add_all(&it.reqs, &vocab.interner);
-            for (k, r) in &reqs.0 {
-                if !r.complement {
-                    for v in &r.values {
-                        u.insert(*k, *v, ts);
+            let merged = match (pool_req, it.reqs.get(key)) {
+                (Some(p), Some(i)) => p.intersection(i, &vocab.interner),
+                (Some(r), None) | (None, Some(r)) => {
+                    // Identical requirements across types add nothing new.
+                    if seen == Some(r) {
+                        continue;
                     }
+                    seen = Some(r);
+                    r.clone()
+                }
+                (None, None) => continue,
+            };
+            if !merged.complement {
+                for v in &merged.values {
+                    universe.insert(key, *v, ts);
                 }
             }
         }
-        for (k, r) in &pool.reqs.0 {
-            if !r.complement {
-                for v in &r.values {
-                    u.insert(*k, *v, ts);
-                }
+        if let Some(r) = pool_req.filter(|r| !r.complement) {
+            for v in &r.values {
+                universe.insert(key, *v, ts);
             }
         }
     }
-    u
 }
 
 struct ClassBuilder<'a> {
     vocab: &'a mut Vocab,
-    universe: &'a DomainUniverse,
+    universe: DomainUniverse,
     nodes: &'a [SparseNode],
     pools: &'a [Pool],
     volumes: VolumeIndex<'a>,
@@ -526,6 +530,18 @@ struct ClassBuilder<'a> {
 }
 
 impl ClassBuilder<'_> {
+    /// The class of a pending pod, found without copying its spec when it already exists.
+    fn class_of(&mut self, pod: &Pod) -> ClassId {
+        let view = SpecView::of(pod);
+        let fp = view.fingerprint();
+        if let Some(ids) = self.memo.get(&fp) {
+            if let Some(id) = ids.iter().find(|id| self.classes[**id as usize].spec.view() == view) {
+                return *id;
+            }
+        }
+        self.class_chain(view.to_owned())
+    }
+
     /// The class of `spec`, building it and its relaxation chain when new.
     fn class_chain(&mut self, spec: ConstraintSpec) -> ClassId {
         let fp = spec.fingerprint();
@@ -700,8 +716,9 @@ impl ClassBuilder<'_> {
 
     /// The regular group for `spec`, counting pods already running when it is new.
     fn group(&mut self, spec: GroupSpec, owner_tolerations: &[Toleration]) -> GroupId {
+        universe_for(&mut self.universe, self.pools, spec.key, self.vocab);
         let vocab = &*self.vocab;
-        let universe = self.universe;
+        let universe = &self.universe;
         let nodes = self.nodes;
         let (id, _) = self.topology.get_or_create(spec, false, |spec| {
             let honor_taints = spec.filter.as_ref().is_some_and(|f| f.honor_taints);
@@ -734,8 +751,9 @@ impl ClassBuilder<'_> {
     }
 
     fn inverse_group(&mut self, spec: GroupSpec) -> GroupId {
+        universe_for(&mut self.universe, self.pools, spec.key, self.vocab);
         let vocab = &*self.vocab;
-        let universe = self.universe;
+        let universe = &self.universe;
         let (id, _) = self.topology.get_or_create(spec, true, |spec| {
             let mut g = Group::new(spec.clone(), spec.key == vocab.hostname);
             for d in universe.domains_for(spec.key, None) {

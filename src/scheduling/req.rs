@@ -116,6 +116,7 @@ impl Req {
     }
 
     /// Number of allowed values; `usize::MAX` for complements.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         if self.complement { usize::MAX - self.values.len() } else { self.values.len() }
     }

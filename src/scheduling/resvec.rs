@@ -36,16 +36,8 @@ impl ResNames {
         self.names.len() - 1
     }
 
-    pub fn get(&self, name: &str) -> Option<ResId> {
-        self.names.iter().position(|n| n == name)
-    }
-
     pub fn len(&self) -> usize {
         self.names.len()
-    }
-
-    pub fn name(&self, id: ResId) -> &str {
-        &self.names[id]
     }
 
     /// Converts a resource list, registering new names; `Err` names the unparsable entry.

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 
 use super::class::{Class, ClassId};
 use super::intern::{Bits, FxHashMap, SYNTHETIC_BASE, Sym};
+use super::topology::GroupId;
 use super::pod::HostPort;
 use super::pool::Pool;
 use super::prepare::{NodeState, Prepared};
@@ -25,15 +26,18 @@ use super::topology::Topology;
 #[derive(Clone, Debug)]
 pub struct Claim {
     pub pool: usize,
-    pub host: Sym,
     pub reqs: ReqSet,
     pub its: Bits,
     /// Componentwise maximum room over `its` (a quick necessary condition for fitting).
     room: Vec<i64>,
+    /// Number of instance types `room` was computed over.
+    room_count: usize,
     pub requests: Vec<i64>,
     pub pods: Vec<u32>,
     ports: Vec<HostPort>,
     created: u32,
+    /// Bumped on every pod added, invalidating memoized failures.
+    version: u32,
 }
 
 /// A failed placement attempt.
@@ -42,11 +46,38 @@ struct Fail {
     permanent: bool,
     /// The reason, built only when the caller will report it.
     msg: Option<String>,
+    /// For a topology failure: the regular group (or inverse group, flagged) and its stamp,
+    /// which stays a failure while neither the group's stamp nor the target changes.
+    topology: Option<(bool, GroupId, u32)>,
 }
 
 impl Fail {
     fn new(permanent: bool, explain: bool, msg: impl FnOnce() -> String) -> Fail {
-        Fail { permanent, msg: explain.then(msg) }
+        Fail { permanent, msg: explain.then(msg), topology: None }
+    }
+}
+
+/// Per-class memory of targets: ones that can never take the class, and ones that failed on
+/// topology at a known state.
+#[derive(Default)]
+struct ClassMemo {
+    dead_claims: Vec<u64>,
+    dead_nodes: Vec<u64>,
+    /// Per claim: (claim version << 32 | group stamp) of the last topology failure, and the
+    /// failing group (high bit: inverse).
+    claim_topology: Vec<(u64, u32)>,
+}
+
+impl ClassMemo {
+    fn is_dead(bits: &[u64], i: usize) -> bool {
+        bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    fn kill(bits: &mut Vec<u64>, i: usize) {
+        if bits.len() <= i / 64 {
+            bits.resize(i / 64 + 1, 0);
+        }
+        bits[i / 64] |= 1 << (i % 64);
     }
 }
 
@@ -79,20 +110,7 @@ pub struct Solver<'a> {
     claims: Vec<Claim>,
     /// Claim ids by (pod count, creation).
     order: Vec<u32>,
-    dead_claims: FxHashMap<ClassId, Vec<u64>>,
-    dead_nodes: FxHashMap<ClassId, Vec<u64>>,
-}
-
-fn bit(map: &FxHashMap<ClassId, Vec<u64>>, c: ClassId, i: usize) -> bool {
-    map.get(&c).is_some_and(|b| b.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0))
-}
-
-fn set_bit(map: &mut FxHashMap<ClassId, Vec<u64>>, c: ClassId, i: usize) {
-    let b = map.entry(c).or_default();
-    if b.len() <= i / 64 {
-        b.resize(i / 64 + 1, 0);
-    }
-    b[i / 64] |= 1 << (i % 64);
+    memos: Vec<ClassMemo>,
 }
 
 fn view<'r>(base: &'r ReqSet, delta: &'r ReqSet, key: Sym) -> Option<&'r Req> {
@@ -146,7 +164,9 @@ fn topology_requirements(topology: &Topology, class: &Class, base: &ReqSet, delt
     let mut out = ReqSet::default();
     let owned = class.owned.iter().map(|g| (&topology.groups[*g as usize], class.selected_by.binary_search(g).is_ok()));
     let inverse = class.inverse_selected_by.iter().map(|g| (&topology.inverse[*g as usize], true));
-    for (group, self_selecting) in owned.chain(inverse) {
+    let owned_ids = class.owned.iter().map(|g| (false, *g));
+    let inverse_ids = class.inverse_selected_by.iter().map(|g| (true, *g));
+    for ((group, self_selecting), (is_inverse, gid)) in owned.chain(inverse).zip(owned_ids.chain(inverse_ids)) {
         let key = group.spec.key;
         let pod = class.strict.get(key).unwrap_or(&exists);
         let node = view(base, delta, key).unwrap_or(&exists);
@@ -154,7 +174,9 @@ fn topology_requirements(topology: &Topology, class: &Class, base: &ReqSet, delt
         if domains.op() == Op::DoesNotExist {
             let permanent = group.spec.kind == super::topology::Kind::AntiAffinity
                 || (group.spec.kind == super::topology::Kind::Spread && group.is_hostname);
-            return Err(Fail::new(permanent, explain, || group.describe_failure(pod, node, &vocab.interner)));
+            let mut fail = Fail::new(permanent, explain, || group.describe_failure(pod, node, &vocab.interner));
+            fail.topology = Some((is_inverse, gid, group.stamp()));
+            return Err(fail);
         }
         out.add(key, domains, &vocab.interner);
     }
@@ -226,8 +248,7 @@ impl<'a> Solver<'a> {
             topology: prep.topology.clone(),
             claims: Vec::new(),
             order: Vec::new(),
-            dead_claims: FxHashMap::default(),
-            dead_nodes: FxHashMap::default(),
+            memos: (0..prep.classes.len()).map(|_| ClassMemo::default()).collect(),
         }
     }
 
@@ -282,60 +303,100 @@ impl<'a> Solver<'a> {
     fn schedule(&mut self, p: u32) -> Result<(), String> {
         let mut class = self.prep.pods[p as usize].class;
         loop {
-            match self.add(p, class) {
-                Ok(()) => return Ok(()),
-                Err(e) => match self.prep.classes[class as usize].next {
-                    Some(next) => class = next,
-                    None => return Err(e),
-                },
+            if self.add(p, class).is_ok() {
+                return Ok(());
+            }
+            match self.prep.classes[class as usize].next {
+                Some(next) => class = next,
+                // Failed attempts change nothing, so the reasons are rebuilt only now, for
+                // the most relaxed form of the pod, as upstream reports them.
+                None => return Err(self.new_claim_errors(p, class)),
             }
         }
     }
 
-    fn add(&mut self, p: u32, c: ClassId) -> Result<(), String> {
-        for oi in 0..self.node_order.len() {
-            let ni = self.node_order[oi];
-            if bit(&self.dead_nodes, c, ni) {
-                continue;
-            }
-            match self.try_node(ni, p, c) {
-                Ok(placement) => {
-                    self.commit_node(ni, p, c, placement);
-                    return Ok(());
-                }
-                Err(f) if f.permanent => set_bit(&mut self.dead_nodes, c, ni),
-                Err(_) => {}
-            }
-        }
-        for oi in 0..self.order.len() {
-            let cid = self.order[oi] as usize;
-            if bit(&self.dead_claims, c, cid) {
-                continue;
-            }
-            match self.try_claim(cid, p, c, false) {
-                Ok(placement) => {
-                    self.commit_claim(cid, p, c, placement);
-                    self.reorder(cid);
-                    return Ok(());
-                }
-                Err(f) if f.permanent => set_bit(&mut self.dead_claims, c, cid),
-                Err(_) => {}
-            }
-        }
+    /// Why no NodePool could take the pod (every attempt fails; nothing is committed).
+    fn new_claim_errors(&mut self, p: u32, c: ClassId) -> String {
         let mut errors = Vec::new();
         for pi in 0..self.prep.pools.len() {
             if self.prep.pools[pi].base.is_empty() {
                 continue;
             }
-            match self.try_new(pi, p, c) {
-                Ok(()) => return Ok(()),
-                Err(e) => errors.push(e),
+            if let Err(e) = self.try_new(pi, p, c, true) {
+                errors.push(e);
             }
         }
         if errors.is_empty() {
-            return Err("nodepool requirements filtered out all available instance types".into());
+            return "nodepool requirements filtered out all available instance types".into();
         }
-        Err(errors.join("; "))
+        errors.join("; ")
+    }
+
+    fn add(&mut self, p: u32, c: ClassId) -> Result<(), ()> {
+        let mut memo = std::mem::take(&mut self.memos[c as usize]);
+        let placed = self.add_existing(p, c, &mut memo);
+        self.memos[c as usize] = memo;
+        if placed {
+            return Ok(());
+        }
+        for pi in 0..self.prep.pools.len() {
+            if !self.prep.pools[pi].base.is_empty() && self.try_new(pi, p, c, false).is_ok() {
+                return Ok(());
+            }
+        }
+        Err(())
+    }
+
+    /// Tries existing nodes, then planned NodeClaims; true when the pod was placed.
+    fn add_existing(&mut self, p: u32, c: ClassId, memo: &mut ClassMemo) -> bool {
+        for oi in 0..self.node_order.len() {
+            let ni = self.node_order[oi];
+            if ClassMemo::is_dead(&memo.dead_nodes, ni) {
+                continue;
+            }
+            match self.try_node(ni, p, c) {
+                Ok(placement) => {
+                    self.commit_node(ni, p, c, placement);
+                    return true;
+                }
+                Err(f) if f.permanent => ClassMemo::kill(&mut memo.dead_nodes, ni),
+                Err(_) => {}
+            }
+        }
+        if memo.claim_topology.len() < self.claims.len() {
+            memo.claim_topology.resize(self.claims.len(), (u64::MAX, 0));
+        }
+        for oi in 0..self.order.len() {
+            let cid = self.order[oi] as usize;
+            if ClassMemo::is_dead(&memo.dead_claims, cid) {
+                continue;
+            }
+            let (stamp, group) = memo.claim_topology[cid];
+            if stamp >> 32 == u64::from(self.claims[cid].version) {
+                let g = if group & (1 << 31) != 0 {
+                    &self.topology.inverse[(group & !(1 << 31)) as usize]
+                } else {
+                    &self.topology.groups[group as usize]
+                };
+                if stamp & 0xffff_ffff == u64::from(g.stamp()) {
+                    continue; // nothing this failure depended on has changed
+                }
+            }
+            match self.try_claim(cid, p, c, false) {
+                Ok(placement) => {
+                    self.commit_claim(cid, p, c, placement);
+                    self.reorder(cid);
+                    return true;
+                }
+                Err(f) if f.permanent => ClassMemo::kill(&mut memo.dead_claims, cid),
+                Err(Fail { topology: Some((inverse, g, stamp)), .. }) if self.prep.classes[c as usize].volumes.len() <= 1 => {
+                    let version = u64::from(self.claims[cid].version);
+                    memo.claim_topology[cid] = (version << 32 | u64::from(stamp), g | if inverse { 1 << 31 } else { 0 });
+                }
+                Err(_) => {}
+            }
+        }
+        false
     }
 
     fn try_node(&self, ni: usize, p: u32, c: ClassId) -> Result<Placement, Fail> {
@@ -356,8 +417,10 @@ impl<'a> Solver<'a> {
             return Err(Fail::new(true, false, String::new));
         }
         let mut last = Fail::new(false, false, String::new);
-        for vol in volume_alternatives(class) {
-            let mut d = delta.clone();
+        let alternatives = class.volumes.len().max(1);
+        for alt in 0..alternatives {
+            let vol = class.volumes.get(alt);
+            let mut d = if alt + 1 == alternatives { std::mem::take(&mut delta) } else { delta.clone() };
             if let Some(v) = vol {
                 if merge(&node.reqs, &mut d, v, self.vocab, true).is_err() {
                     last = Fail::new(false, false, String::new);
@@ -404,9 +467,8 @@ impl<'a> Solver<'a> {
         if let Some(msg) = ports_conflict(&class.ports, &claim.ports) {
             return Err(Fail::new(true, explain, || msg));
         }
-        let mut total = claim.requests.clone();
-        resvec::add_assign(&mut total, &pod.requests);
-        if !explain && !resvec::fits(&total, &claim.room) {
+        let room_ok = claim.requests.iter().zip(&pod.requests).zip(&claim.room).all(|((a, b), r)| a + b <= *r);
+        if !explain && !room_ok {
             return Err(Fail::new(false, false, String::new));
         }
         let mut delta = ReqSet::default();
@@ -415,8 +477,10 @@ impl<'a> Solver<'a> {
         }
         let pool = self.pools[claim.pool].as_mut().expect("claims belong to owned pools");
         let mut last = Fail::new(false, explain, String::new);
-        for vol in volume_alternatives(class) {
-            let mut d = delta.clone();
+        let alternatives = class.volumes.len().max(1);
+        for alt in 0..alternatives {
+            let vol = class.volumes.get(alt);
+            let mut d = if alt + 1 == alternatives { std::mem::take(&mut delta) } else { delta.clone() };
             if let Some(v) = vol {
                 if let Err(conflict) = merge(&claim.reqs, &mut d, v, vocab, false) {
                     last = Fail::new(false, explain, || format!("incompatible volume requirements, {}", conflict.render(&vocab.interner)));
@@ -434,6 +498,8 @@ impl<'a> Solver<'a> {
                 last = Fail::new(false, explain, || conflict.render(&vocab.interner));
                 continue;
             }
+            let mut total = claim.requests.clone();
+            resvec::add_assign(&mut total, &pod.requests);
             let zone = view(&claim.reqs, &d, vocab.zone);
             let ct = view(&claim.reqs, &d, vocab.capacity_type);
             let its = pool.narrow(&claim.its, &d, zone, ct, &total, &class.ports, vocab);
@@ -492,11 +558,18 @@ impl<'a> Solver<'a> {
         }
         if let Some(its) = placement.its {
             if its != claim.its {
-                claim.room = pool.max_room(&its);
+                // A stale room over-estimates, which only weakens the quick check; refresh
+                // it once a quarter of the types are gone.
+                let count = its.count();
+                if count * 4 <= claim.room_count * 3 {
+                    claim.room = pool.max_room(&its);
+                    claim.room_count = count;
+                }
                 claim.its = its;
             }
         }
         claim.requests = placement.total;
+        claim.version += 1;
         claim.pods.push(p);
         claim.ports.extend(class.ports.iter().cloned());
         record(&mut self.topology, class, &pool.taints, &claim.reqs, self.vocab, false);
@@ -533,17 +606,24 @@ impl<'a> Solver<'a> {
             .map(|conflict| format!("incompatible requirements, {}", conflict.render(&self.vocab.interner)))
     }
 
-    fn try_new(&mut self, pi: usize, p: u32, c: ClassId) -> Result<(), String> {
+    fn try_new(&mut self, pi: usize, p: u32, c: ClassId, explain: bool) -> Result<(), String> {
         let name = &self.prep.pools[pi].name;
         let prefix = || {
+            if !explain {
+                return String::new();
+            }
             format!(
                 "incompatible with nodepool {:?}, daemonset overhead={}, ",
                 name,
                 self.prep.pools[pi].overhead_for_errors(&self.prep.names)
             )
         };
-        if let Some(reason) = self.pool_incompatibility(pi, c) {
-            return Err(prefix() + &reason);
+        if explain {
+            if let Some(reason) = self.pool_incompatibility(pi, c) {
+                return Err(prefix() + &reason);
+            }
+        } else if self.prep.classes[c as usize].pool_taint[pi].is_some() {
+            return Err(String::new());
         }
         let Some(pool) = self.pools[pi].as_mut() else {
             // Only pools the class is statically incompatible with live in other components.
@@ -560,19 +640,21 @@ impl<'a> Solver<'a> {
         let host = SYNTHETIC_BASE + u32::try_from(cid).expect("fewer than 2^31 NodeClaims");
         let mut reqs = pool.reqs.clone();
         reqs.set(self.vocab.hostname, Req::single(host));
-        let room = pool.max_room(&its);
+        let room = pool.limit_room();
+        let room_count = its.count();
         self.claims.push(Claim {
             pool: pi,
-            host,
             reqs,
             its,
+            room_count,
             room,
             requests: vec![0; self.prep.names.len()],
             pods: Vec::new(),
             ports: Vec::new(),
             created: u32::try_from(cid).expect("fewer than 2^32 NodeClaims"),
+            version: 0,
         });
-        match self.try_claim(cid, p, c, true) {
+        match self.try_claim(cid, p, c, explain) {
             Ok(placement) => {
                 self.commit_claim(cid, p, c, placement);
                 let claim_its = self.claims[cid].its.clone();
@@ -592,6 +674,3 @@ impl<'a> Solver<'a> {
     }
 }
 
-fn volume_alternatives(class: &Class) -> Vec<Option<&ReqSet>> {
-    if class.volumes.is_empty() { vec![None] } else { class.volumes.iter().map(Some).collect() }
-}

@@ -191,11 +191,12 @@ pub struct Group {
     /// Known domains sorted by name (not kept for hostname groups, which have one per node).
     domains: Vec<Sym>,
     nonzero: u32,
+    records: u32,
 }
 
 impl Group {
     pub fn new(spec: GroupSpec, is_hostname: bool) -> Group {
-        Group { spec, is_hostname, counts: FxHashMap::default(), domains: Vec::new(), nonzero: 0 }
+        Group { spec, is_hostname, counts: FxHashMap::default(), domains: Vec::new(), nonzero: 0, records: 0 }
     }
 
     pub fn selects(&self, ns: Sym, labels: &[(Sym, Sym)]) -> bool {
@@ -216,12 +217,23 @@ impl Group {
     }
 
     pub fn record(&mut self, domain: Sym, interner: &Interner) {
+        self.records = self.records.wrapping_add(1);
         self.register(domain, interner);
         let c = self.counts.entry(domain).or_insert(0);
         if *c == 0 {
             self.nonzero += 1;
         }
         *c += 1;
+    }
+
+    /// A value that changes whenever a failed `next_domains` answer could change (node side
+    /// held fixed): the set of non-empty domains for affinity, any count for spreads.
+    #[inline]
+    pub fn stamp(&self) -> u32 {
+        match self.spec.kind {
+            Kind::Affinity => self.nonzero,
+            Kind::Spread | Kind::AntiAffinity => self.records,
+        }
     }
 
     #[inline]

@@ -212,9 +212,12 @@ pub struct ExistingNodePlacement {
 pub struct PlannedNodeClaim {
     pub node_pool: String,
     /// Instance types that fit every pod, cheapest first, at most `max_instance_types`.
-    pub instance_types: Vec<InstanceTypeOption>,
-    /// Requirements of the NodeClaim (pool requirements narrowed by its pods, plus the
-    /// instance-type and capacity-type lists), sorted by key.
+    pub instance_types: InstanceTypeOptions,
+    /// `minValues` of the NodePool's instance-type requirement, if any.
+    pub instance_type_min_values: Option<u32>,
+    /// Requirements of the NodeClaim (pool requirements narrowed by its pods, and the
+    /// capacity types its instance types offer), sorted by key, without the instance-type
+    /// list: [`PlannedNodeClaim::node_claim_requirements`] adds it from `instance_types`.
     pub requirements: Vec<NodeSelectorRequirement>,
     /// Template labels plus custom labels the requirements resolve to a single value.
     pub labels: BTreeMap<String, String>,
@@ -225,6 +228,42 @@ pub struct PlannedNodeClaim {
     pub pods: Vec<PodRef>,
     /// The offering a launch would pick now; `None` if no offering is available.
     pub launch: Option<LaunchChoice>,
+}
+
+impl PlannedNodeClaim {
+    /// The full `spec.requirements` of the NodeClaim to create: `requirements` plus
+    /// `node.kubernetes.io/instance-type In [instance types]` (names sorted).
+    pub fn node_claim_requirements(&self) -> Vec<NodeSelectorRequirement> {
+        let mut names: Vec<String> = self.instance_types.iter().map(|i| i.name.clone()).collect();
+        names.sort();
+        let mut out = self.requirements.clone();
+        out.push(NodeSelectorRequirement {
+            key: crate::labels::INSTANCE_TYPE.to_string(),
+            operator: Operator::In,
+            values: names,
+            min_values: self.instance_type_min_values,
+        });
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+}
+
+/// A NodeClaim's instance-type options. NodeClaims with the same options share one list, so
+/// thousands of NodeClaims do not each hold hundreds of copies of the same names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceTypeOptions(pub std::sync::Arc<[InstanceTypeOption]>);
+
+impl std::ops::Deref for InstanceTypeOptions {
+    type Target = [InstanceTypeOption];
+    fn deref(&self) -> &[InstanceTypeOption] {
+        &self.0
+    }
+}
+
+impl Serialize for InstanceTypeOptions {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter())
+    }
 }
 
 /// An instance type option of a planned NodeClaim with its cheapest compatible price.

@@ -178,8 +178,9 @@ fn instance_types_are_ordered_by_price_and_truncated() {
     let r = run(&SchedulingInput { pods: vec![pod("p").cpu("1").build()], node_pools: vec![node_pool("default", fake_instance_types(10))], options, ..Default::default() });
     let names: Vec<&str> = r.new_node_claims[0].instance_types.iter().map(|i| i.name.as_str()).collect();
     assert_eq!(names, vec!["fake-it-1", "fake-it-2", "fake-it-3"]);
-    let it_req = req_values(&r.new_node_claims[0], crate::labels::INSTANCE_TYPE);
-    assert_eq!(it_req.len(), 3);
+    let full = r.new_node_claims[0].node_claim_requirements();
+    let it_req = full.iter().find(|r| r.key == crate::labels::INSTANCE_TYPE).expect("instance types listed");
+    assert_eq!(it_req.values, vec!["fake-it-1", "fake-it-2", "fake-it-3"]);
 }
 
 #[test]
