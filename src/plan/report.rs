@@ -246,7 +246,7 @@ fn planned_node_claim(claim: &scheduling::PlannedNodeClaim) -> Option<PlannedNod
             .map(|it| it.name.clone())
             .collect(),
         requirements: claim
-            .requirements
+            .node_claim_requirements()
             .iter()
             .map(|r| RequirementReport {
                 key: r.key.clone(),
