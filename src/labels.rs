@@ -241,6 +241,17 @@ pub fn is_in_restricted_domain(key: &str) -> bool {
     })
 }
 
+// Labels and annotations the Kubernetes workload controllers stamp on the pods they create;
+// topology spread `matchLabelKeys` and affinity selectors commonly key on them.
+pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+pub const STATEFULSET_POD_NAME: &str = "statefulset.kubernetes.io/pod-name";
+pub const POD_INDEX: &str = "apps.kubernetes.io/pod-index";
+pub const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+pub const JOB_NAME_LEGACY: &str = "job-name";
+pub const JOB_CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
+pub const JOB_CONTROLLER_UID_LEGACY: &str = "controller-uid";
+pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod cloudprovider;
 pub mod labels;
 pub mod manifest;
+pub mod plan;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;

@@ -1,0 +1,501 @@
+//! Sorting the objects of the input manifests into what a plan needs: pods (given, and
+//! expanded from their workload controllers), daemonset pods, nodes, NodeClaims, NodePools,
+//! EC2NodeClasses, disruption budgets, volumes and namespaces. Each object is decoded and
+//! checked as the API server would check it; every problem found, in every object, is
+//! collected so that one run reports them all. Objects of other kinds are listed as ignored.
+//! Workloads add only the pods their controllers are missing (see `adoption`).
+
+use std::collections::{HashMap, HashSet};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::adoption::{self, Workload};
+use super::decode::decode;
+use super::nodeclass::{self, ControllerSettings};
+use super::workloads::{self, DEFAULT_NAMESPACE, Expansion};
+use super::{FieldError, ObjectProblem, checks};
+use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+use crate::manifest::Object;
+use crate::validation::{self, Verdict};
+
+/// The input of a plan, by kind. Objects appear once: a later object of the same kind,
+/// namespace and name replaces an earlier one, as a later `kubectl apply` would.
+#[derive(Debug, Default, Clone)]
+pub struct Inventory {
+    /// Every pod: given ones and those workload controllers would create, bound or pending.
+    pub pods: Vec<Pod>,
+    /// One pod per DaemonSet, as the DaemonSet would run it on each node.
+    pub daemon_pods: Vec<Pod>,
+    pub nodes: Vec<Node>,
+    pub node_claims: Vec<NodeClaim>,
+    pub node_pools: Vec<NodePool>,
+    pub node_classes: Vec<EC2NodeClass>,
+    pub disruption_budgets: Vec<PodDisruptionBudget>,
+    /// Given claims and those StatefulSets create from their volumeClaimTemplates.
+    pub claims: Vec<PersistentVolumeClaim>,
+    pub volumes: Vec<PersistentVolume>,
+    pub storage_classes: Vec<StorageClass>,
+    pub namespaces: Vec<Namespace>,
+    /// `FILE: KIND/NAME` of each object of a kind a plan does not read.
+    pub ignored: Vec<String>,
+    /// Things worth telling the user that do not make the input invalid.
+    pub warnings: Vec<String>,
+}
+
+/// Reads every object into an [`Inventory`], or returns every problem found.
+pub fn inventory(objects: &[Object]) -> Result<Inventory, Vec<ObjectProblem>> {
+    let mut builder = Builder::default();
+    for object in objects {
+        if let Err(problems) = builder.add(object) {
+            builder.problems.extend(problems);
+        }
+    }
+    if builder.problems.is_empty() {
+        Ok(builder.finish())
+    } else {
+        Err(builder.problems)
+    }
+}
+
+/// Objects keyed by kind, namespace and name, remembering the order they first appeared in.
+struct Keyed<T> {
+    items: Vec<T>,
+    index: HashMap<(String, String), usize>,
+}
+
+impl<T> Default for Keyed<T> {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+}
+
+impl<T> Keyed<T> {
+    /// Inserts or replaces; returns whether an earlier object was replaced.
+    fn put(&mut self, namespace: &str, name: &str, item: T) -> bool {
+        match self.index.get(&(namespace.to_string(), name.to_string())) {
+            Some(&position) => {
+                self.items[position] = item;
+                true
+            }
+            None => {
+                self.index
+                    .insert((namespace.to_string(), name.to_string()), self.items.len());
+                self.items.push(item);
+                false
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Builder {
+    pods: Keyed<Pod>,
+    daemon_pods: Keyed<Pod>,
+    nodes: Keyed<Node>,
+    node_claims: Keyed<NodeClaim>,
+    node_pools: Keyed<NodePool>,
+    node_classes: Keyed<EC2NodeClass>,
+    disruption_budgets: Keyed<PodDisruptionBudget>,
+    claims: Keyed<PersistentVolumeClaim>,
+    volumes: Keyed<PersistentVolume>,
+    storage_classes: Keyed<StorageClass>,
+    namespaces: Keyed<Namespace>,
+    /// Workload expansions, placed once every given pod is known (see [`adoption`]).
+    deferred: Vec<Deferred>,
+    ignored: Vec<String>,
+    warnings: Vec<String>,
+    problems: Vec<ObjectProblem>,
+}
+
+struct Deferred {
+    file: String,
+    object: String,
+    workload: Workload,
+    expansion: Expansion,
+}
+
+/// Where an object came from, for messages.
+struct Origin<'a> {
+    file: &'a str,
+    object: String,
+}
+
+impl Origin<'_> {
+    fn problem(&self, error: FieldError) -> ObjectProblem {
+        ObjectProblem {
+            file: self.file.to_string(),
+            object: self.object.clone(),
+            path: error.path,
+            message: error.message,
+        }
+    }
+}
+
+impl Builder {
+    fn add(&mut self, object: &Object) -> Result<(), Vec<ObjectProblem>> {
+        let origin = Origin {
+            file: &object.source.file,
+            object: object.display_name(),
+        };
+        let single = |error: FieldError| vec![origin.problem(error)];
+        match (object.group(), object.kind.as_str()) {
+            ("", "Pod") => {
+                let pod = given_pod(&object.value).map_err(single)?;
+                self.put_pod(pod, &origin);
+            }
+            ("apps", "Deployment") => {
+                let deployment: Deployment = workload(&object.value).map_err(single)?;
+                let expansion = workloads::expand_deployment(&deployment).map_err(single)?;
+                let (namespace, name) = namespaced_name(&deployment.metadata);
+                let selector = deployment
+                    .spec
+                    .map(|spec| spec.selector)
+                    .unwrap_or_default();
+                self.defer(
+                    Workload::Deployment {
+                        namespace,
+                        name,
+                        selector,
+                    },
+                    expansion,
+                    &origin,
+                );
+            }
+            ("apps", "ReplicaSet") => {
+                let replica_set: ReplicaSet = workload(&object.value).map_err(single)?;
+                let expansion = workloads::expand_replica_set(&replica_set).map_err(single)?;
+                let (namespace, name) = namespaced_name(&replica_set.metadata);
+                let deployment =
+                    adoption::owning_deployment(replica_set.metadata.owner_references.as_ref());
+                self.defer(
+                    Workload::ReplicaSet {
+                        namespace,
+                        name,
+                        deployment,
+                    },
+                    expansion,
+                    &origin,
+                );
+            }
+            ("apps", "StatefulSet") => {
+                let stateful_set: StatefulSet = workload(&object.value).map_err(single)?;
+                let expansion = workloads::expand_stateful_set(&stateful_set).map_err(single)?;
+                let (namespace, name) = namespaced_name(&stateful_set.metadata);
+                self.defer(
+                    Workload::StatefulSet { namespace, name },
+                    expansion,
+                    &origin,
+                );
+            }
+            ("batch", "Job") => {
+                let job: Job = workload(&object.value).map_err(single)?;
+                let expansion = workloads::expand_job(&job).map_err(single)?;
+                let (namespace, name) = namespaced_name(&job.metadata);
+                self.defer(Workload::Job { namespace, name }, expansion, &origin);
+            }
+            ("apps", "DaemonSet") => {
+                let daemon_set: DaemonSet = workload(&object.value).map_err(single)?;
+                let pod = workloads::daemon_pod(&daemon_set).map_err(single)?;
+                let (namespace, name) = namespaced_name(&pod.metadata);
+                let replaced = self.daemon_pods.put(&namespace, &name, pod);
+                self.note_replacement(replaced, &origin);
+            }
+            ("", "Node") => {
+                let node: Node = named(&object.value).map_err(single)?;
+                node_resources(&node).map_err(single)?;
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let replaced = self.nodes.put("", &name, node);
+                self.note_replacement(replaced, &origin);
+            }
+            ("", "Namespace") => {
+                let namespace: Namespace = named(&object.value).map_err(single)?;
+                let name = namespace.metadata.name.clone().unwrap_or_default();
+                let replaced = self.namespaces.put("", &name, namespace);
+                self.note_replacement(replaced, &origin);
+            }
+            ("", "PersistentVolumeClaim") => {
+                let claim: PersistentVolumeClaim = namespaced(&object.value).map_err(single)?;
+                let (namespace, name) = namespaced_name(&claim.metadata);
+                let replaced = self.claims.put(&namespace, &name, claim);
+                self.note_replacement(replaced, &origin);
+            }
+            ("", "PersistentVolume") => {
+                let volume: PersistentVolume = named(&object.value).map_err(single)?;
+                let name = volume.metadata.name.clone().unwrap_or_default();
+                let replaced = self.volumes.put("", &name, volume);
+                self.note_replacement(replaced, &origin);
+            }
+            ("storage.k8s.io", "StorageClass") => {
+                let class: StorageClass = named(&object.value).map_err(single)?;
+                let name = class.metadata.name.clone().unwrap_or_default();
+                let replaced = self.storage_classes.put("", &name, class);
+                self.note_replacement(replaced, &origin);
+            }
+            ("policy", "PodDisruptionBudget") => {
+                let budget: PodDisruptionBudget = namespaced(&object.value).map_err(single)?;
+                let (namespace, name) = namespaced_name(&budget.metadata);
+                let replaced = self.disruption_budgets.put(&namespace, &name, budget);
+                self.note_replacement(replaced, &origin);
+            }
+            _ => return self.add_karpenter_object(object, &origin),
+        }
+        Ok(())
+    }
+
+    /// Karpenter objects go through `kerf validate`'s rules; anything else is ignored.
+    fn add_karpenter_object(
+        &mut self,
+        object: &Object,
+        origin: &Origin,
+    ) -> Result<(), Vec<ObjectProblem>> {
+        let problems = |list: Vec<validation::Problem>| {
+            list.into_iter()
+                .map(|problem| origin.problem(FieldError::new(problem.path, problem.message)))
+                .collect::<Vec<_>>()
+        };
+        let convert = |error: FieldError| vec![origin.problem(error)];
+        let name = object.name.clone().unwrap_or_default();
+        let replaced = match validation::validate_object(object) {
+            Verdict::Ignored => {
+                self.ignored
+                    .push(format!("{}: {}", origin.file, origin.object));
+                return Ok(());
+            }
+            Verdict::Invalid(list) => return Err(problems(list)),
+            Verdict::Valid(validation::KarpenterKind::NodePool) => {
+                self.node_pools
+                    .put("", &name, decode(object.value.clone()).map_err(convert)?)
+            }
+            Verdict::Valid(validation::KarpenterKind::NodeClaim) => {
+                let claim: NodeClaim = decode(object.value.clone()).map_err(convert)?;
+                node_claim_resources(&claim).map_err(convert)?;
+                self.node_claims.put("", &name, claim)
+            }
+            Verdict::Valid(validation::KarpenterKind::EC2NodeClass) => {
+                let class: EC2NodeClass = decode(object.value.clone()).map_err(convert)?;
+                // Its sizing settings are needed for every pool that uses it: refuse it here,
+                // where the file is known, rather than while planning.
+                nodeclass::allocatable_settings(&class, ControllerSettings::default())
+                    .map_err(convert)?;
+                self.node_classes.put("", &name, class)
+            }
+        };
+        self.note_replacement(replaced, origin);
+        Ok(())
+    }
+
+    fn put_pod(&mut self, pod: Pod, origin: &Origin) {
+        let (namespace, name) = namespaced_name(&pod.metadata);
+        let replaced = self.pods.put(&namespace, &name, pod);
+        if replaced {
+            self.warnings.push(format!(
+                "{}: {}: pod {namespace}/{name} appears more than once; the last one is used",
+                origin.file, origin.object
+            ));
+        }
+    }
+
+    fn defer(&mut self, workload: Workload, expansion: Expansion, origin: &Origin) {
+        self.deferred.push(Deferred {
+            file: origin.file.to_string(),
+            object: origin.object.clone(),
+            workload,
+            expansion,
+        });
+    }
+
+    /// Workloads create their missing pods once every given pod is known.
+    fn expand_deferred(&mut self) {
+        let given = self.pods.items.clone();
+        let deployments: HashSet<(String, String)> = self
+            .deferred
+            .iter()
+            .filter_map(|d| match &d.workload {
+                Workload::Deployment {
+                    namespace, name, ..
+                } => Some((namespace.clone(), name.clone())),
+                _ => None,
+            })
+            .collect();
+        for deferred in std::mem::take(&mut self.deferred) {
+            let expansion =
+                adoption::missing(&deferred.workload, deferred.expansion, &given, &deployments);
+            let origin = Origin {
+                file: &deferred.file,
+                object: deferred.object.clone(),
+            };
+            self.put_expansion(expansion, &origin);
+        }
+    }
+
+    fn put_expansion(&mut self, expansion: Expansion, origin: &Origin) {
+        for pod in expansion.pods {
+            self.put_pod(pod, origin);
+        }
+        for claim in expansion.claims {
+            let (namespace, name) = namespaced_name(&claim.metadata);
+            // A claim given in the input is the existing one: the StatefulSet controller reuses it.
+            if !self
+                .claims
+                .index
+                .contains_key(&(namespace.clone(), name.clone()))
+            {
+                self.claims.put(&namespace, &name, claim);
+            }
+        }
+    }
+
+    fn note_replacement(&mut self, replaced: bool, origin: &Origin) {
+        if replaced {
+            self.warnings.push(format!(
+                "{}: {}: appears more than once; the last one is used",
+                origin.file, origin.object
+            ));
+        }
+    }
+
+    fn finish(mut self) -> Inventory {
+        self.expand_deferred();
+        Inventory {
+            pods: self.pods.items,
+            daemon_pods: self.daemon_pods.items,
+            nodes: self.nodes.items,
+            node_claims: self.node_claims.items,
+            node_pools: self.node_pools.items,
+            node_classes: self.node_classes.items,
+            disruption_budgets: self.disruption_budgets.items,
+            claims: self.claims.items,
+            volumes: self.volumes.items,
+            storage_classes: self.storage_classes.items,
+            namespaces: self.namespaces.items,
+            ignored: self.ignored,
+            warnings: self.warnings,
+        }
+    }
+}
+
+fn namespaced_name(
+    metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> (String, String) {
+    (
+        metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
+        metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Capacity and allocatable decide what fits on a node: they must be quantities.
+fn node_resources(node: &Node) -> Result<(), FieldError> {
+    let Some(status) = &node.status else {
+        return Ok(());
+    };
+    if let Some(capacity) = &status.capacity {
+        checks::resource_list(capacity, "status.capacity")?;
+    }
+    if let Some(allocatable) = &status.allocatable {
+        checks::resource_list(allocatable, "status.allocatable")?;
+    }
+    Ok(())
+}
+
+/// `kerf validate` leaves a NodeClaim's status alone (the API server ignores it on create);
+/// an in-flight NodeClaim's resources are read from it, so they are checked here.
+fn node_claim_resources(claim: &NodeClaim) -> Result<(), FieldError> {
+    let Some(status) = &claim.status else {
+        return Ok(());
+    };
+    checks::resource_list(&status.capacity, "status.capacity")?;
+    checks::resource_list(&status.allocatable, "status.allocatable")
+}
+
+/// A pod given as such: named, in its namespace (default `default`), checked, with the
+/// API server's request defaulting applied and a stable UID when it has none.
+fn given_pod(value: &Value) -> Result<Pod, FieldError> {
+    require(value, &["spec"])?;
+    let mut pod: Pod = namespaced(value)?;
+    let spec = pod
+        .spec
+        .as_mut()
+        .ok_or_else(|| FieldError::required("spec"))?;
+    checks::pod_spec(spec, "spec")?;
+    workloads::default_requests_from_limits(spec);
+    if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
+        let (namespace, name) = namespaced_name(&pod.metadata);
+        pod.metadata.uid = Some(format!("kerf-plan/Pod/{namespace}/{name}"));
+    }
+    Ok(pod)
+}
+
+/// A workload controller: its spec and pod template must be present. A missing selector
+/// defaults to the template's labels, as the pre-`apps/v1` APIs did; planning loses nothing by
+/// accepting it, and an explicit selector is still held to selecting its template.
+fn workload<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
+    require(value, &["spec", "template"])?;
+    let mut value = value.clone();
+    let spec = &mut value["spec"];
+    if spec.get("selector").is_none_or(Value::is_null)
+        && let Some(labels) = spec["template"].pointer("/metadata/labels").cloned()
+    {
+        spec["selector"] = serde_json::json!({ "matchLabels": labels });
+    }
+    named(&value)
+}
+
+/// An object that must have a name.
+fn named<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
+    let name = value.pointer("/metadata/name").and_then(Value::as_str);
+    if name.is_none_or(str::is_empty) {
+        return Err(FieldError::required("metadata.name"));
+    }
+    decode(value.clone())
+}
+
+/// A named object in a namespace, `default` when it names none.
+fn namespaced<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
+    let mut value = value.clone();
+    if value
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+        && let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        metadata.insert("namespace".into(), DEFAULT_NAMESPACE.into());
+    }
+    named(&value)
+}
+
+/// Each prefix of `path` must be an object: the API server rejects the object otherwise.
+fn require(value: &Value, path: &[&str]) -> Result<(), FieldError> {
+    let mut current = value;
+    for (depth, field) in path.iter().enumerate() {
+        let here = path[..=depth].join(".");
+        current = match current.get(*field) {
+            None | Some(Value::Null) => return Err(FieldError::required(here)),
+            Some(inner @ Value::Object(_)) => inner,
+            Some(other) => {
+                return Err(FieldError::new(
+                    here,
+                    format!(
+                        "must be an object, not {}",
+                        crate::manifest::json_type(other)
+                    ),
+                ));
+            }
+        };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,151 @@
+//! `kerf plan`'s core: from parsed Kubernetes manifests to the scheduling snapshot the
+//! scheduler solves, and from its result to the report users read. Workload controllers
+//! are expanded into the pods they would create, inputs are checked the way the API server
+//! would check them, and every problem is reported with the object and field at fault.
+
+mod adoption;
+mod checks;
+mod decode;
+pub mod inventory;
+pub mod nodeclass;
+mod quantity;
+pub mod report;
+pub mod snapshot;
+pub mod workloads;
+
+use std::fmt;
+
+use crate::catalog::{Catalog, CatalogError};
+use crate::manifest::Object;
+use crate::scheduling::{self, SchedulingError};
+
+pub use nodeclass::ControllerSettings;
+pub use report::PlanReport;
+
+/// What a plan depends on besides the manifests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanOptions {
+    /// The region whose catalog (instance types, zones, prices) is used.
+    pub region: String,
+    pub controller: ControllerSettings,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        Self {
+            region: "us-east-1".into(),
+            controller: ControllerSettings::default(),
+        }
+    }
+}
+
+/// A plan and what the user should hear about the input besides it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanOutcome {
+    pub report: PlanReport,
+    /// `FILE: KIND/NAME` of each object of a kind a plan does not read.
+    pub ignored: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Why no plan could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// Objects the API server (or upstream's controller) would refuse; all of them.
+    #[error("{}", lines(.0))]
+    InvalidInput(Vec<ObjectProblem>),
+    /// A field the inventory's checks let through but the snapshot could not use.
+    #[error("{kind}/{name}: {error}")]
+    InvalidObject {
+        kind: &'static str,
+        name: String,
+        error: FieldError,
+    },
+    #[error("--region: {0}")]
+    Region(#[source] CatalogError),
+    #[error("scheduling: {0}")]
+    Scheduling(#[from] SchedulingError),
+}
+
+impl PlanError {
+    pub(crate) fn node(kind: &'static str, name: &str, error: FieldError) -> Self {
+        Self::InvalidObject {
+            kind,
+            name: name.to_string(),
+            error,
+        }
+    }
+}
+
+fn lines(problems: &[ObjectProblem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Plans the manifests' pending pods: reads and checks every object, builds the cluster
+/// snapshot, runs the scheduler once and reports its decisions.
+pub fn plan(objects: &[Object], options: &PlanOptions) -> Result<PlanOutcome, PlanError> {
+    let inventory = inventory::inventory(objects).map_err(PlanError::InvalidInput)?;
+    let catalog = Catalog::embedded(&options.region).map_err(PlanError::Region)?;
+    let snapshot = snapshot::build(&inventory, &catalog, options.controller)?;
+    let result = scheduling::solve(&snapshot.input)?;
+    let report = PlanReport::from_result(&result, &snapshot.input.pods);
+    let mut warnings = inventory.warnings;
+    warnings.extend(snapshot.warnings);
+    Ok(PlanOutcome {
+        report,
+        ignored: inventory.ignored,
+        warnings,
+    })
+}
+
+/// A problem with one field of one object: `path` is the dotted field path
+/// (`spec.template.spec.containers[0].resources.requests.cpu`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn required(path: impl Into<String>) -> Self {
+        Self::new(path, "required field is missing")
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// A problem with one input object, located as `FILE: KIND/NAME: field.path: what is wrong`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectProblem {
+    pub file: String,
+    /// `KIND/NAME`.
+    pub object: String,
+    /// Dotted field path; empty when the problem is with the object as a whole.
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ObjectProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: ", self.file, self.object)?;
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)
+    }
+}

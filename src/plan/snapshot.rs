@@ -1,0 +1,421 @@
+//! From the plan's [`Inventory`] to the scheduler's input: which pods are pending (unbound,
+//! not daemonset or mirror pods, not finished), the existing capacity (Nodes with the pods
+//! bound to them, and in-flight NodeClaims that have no Node yet), each NodePool with the
+//! catalog's instance types resolved for its EC2NodeClass, daemonset pods, volumes and
+//! namespace labels. This is where `kerf plan` models a cluster the way upstream Karpenter's
+//! cluster state would see it a moment after the manifests were applied.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KubeQuantity;
+
+use super::inventory::Inventory;
+use super::nodeclass::{self, ControllerSettings};
+use super::workloads::DEFAULT_NAMESPACE;
+use super::{FieldError, PlanError};
+use crate::api::{NodeClaim, NodePool, Operator};
+use crate::catalog::{Catalog, InstanceType};
+use crate::labels;
+use crate::resources::{Quantity, Resources};
+use crate::scheduling::{ExistingNode, NodePoolInput, SchedulingInput, VolumeTopology};
+
+/// The scheduler's input plus what the report needs to know about it.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub input: SchedulingInput,
+    /// Things worth telling the user that do not make the input invalid.
+    pub warnings: Vec<String>,
+}
+
+/// Builds the scheduling snapshot for `inventory` with instance types from `catalog`.
+pub fn build(
+    inventory: &Inventory,
+    catalog: &Catalog,
+    controller: ControllerSettings,
+) -> Result<Snapshot, PlanError> {
+    let mut warnings = Vec::new();
+    let (pending, bound) = split_pods(&inventory.pods);
+    let mut bound_by_node: HashMap<&str, Vec<Pod>> = HashMap::new();
+    for pod in bound {
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default();
+        bound_by_node.entry(node).or_default().push(pod.clone());
+    }
+    let mut existing_nodes = Vec::new();
+    for node in inventory
+        .nodes
+        .iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+    {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let pods = bound_by_node.remove(name).unwrap_or_default();
+        existing_nodes.push(existing_node(node, &inventory.node_claims, pods)?);
+    }
+    let node_names: Vec<&str> = inventory
+        .nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    for claim in inventory
+        .node_claims
+        .iter()
+        .filter(|c| in_flight(c, &node_names))
+    {
+        let node_name = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default();
+        let pods = bound_by_node.remove(node_name).unwrap_or_default();
+        existing_nodes.push(in_flight_node(
+            claim,
+            pods,
+            inventory,
+            catalog,
+            controller,
+            &mut warnings,
+        )?);
+    }
+    let mut orphans: Vec<String> = bound_by_node
+        .into_iter()
+        .flat_map(|(node, pods)| {
+            pods.into_iter()
+                .map(move |pod| format!("{} (on {node})", pod_key(&pod)))
+        })
+        .collect();
+    orphans.sort();
+    if !orphans.is_empty() {
+        warnings.push(format!(
+            "pods bound to nodes that are not in the input are left out: {}",
+            orphans.join(", ")
+        ));
+    }
+    let node_pools = node_pools(inventory, catalog, controller, &mut warnings)?;
+    let input = SchedulingInput {
+        namespaces: namespaces(inventory, &pending),
+        pods: pending,
+        existing_nodes,
+        node_pools,
+        daemonsets: inventory.daemon_pods.clone(),
+        volumes: VolumeTopology {
+            pvcs: inventory.claims.clone(),
+            pvs: inventory.volumes.clone(),
+            storage_classes: inventory.storage_classes.clone(),
+        },
+        options: Default::default(),
+    };
+    Ok(Snapshot { input, warnings })
+}
+
+/// `namespace/name`, as the report names pods.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata
+            .namespace
+            .as_deref()
+            .unwrap_or(DEFAULT_NAMESPACE),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Pending pods (to place) and bound pods (already using capacity); the rest (daemonset
+/// and mirror pods without a node, finished or deleting pods) is neither.
+fn split_pods(pods: &[Pod]) -> (Vec<Pod>, Vec<&Pod>) {
+    let mut pending = Vec::new();
+    let mut bound = Vec::new();
+    for pod in pods {
+        let node_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty());
+        if node_name.is_some() {
+            bound.push(pod);
+        } else if is_provisionable(pod) {
+            pending.push(pod.clone());
+        }
+    }
+    (pending, bound)
+}
+
+/// Upstream's test for a pod Karpenter provisions for, less the kube-scheduler's verdict
+/// (there is no kube-scheduler here: every unbound pod is taken as unschedulable so far).
+fn is_provisionable(pod: &Pod) -> bool {
+    let owned_by = |kind: &str| {
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == kind)
+    };
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let preempting = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    !owned_by("DaemonSet")
+        && !owned_by("Node")
+        && !matches!(phase, Some("Succeeded" | "Failed"))
+        && pod.metadata.deletion_timestamp.is_none()
+        && !preempting
+}
+
+/// A NodeClaim is in-flight capacity while no input Node stands for it.
+fn in_flight(claim: &NodeClaim, node_names: &[&str]) -> bool {
+    let node_name = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty());
+    claim.metadata.deletion_timestamp.is_none()
+        && node_name.is_none_or(|name| !node_names.contains(&name))
+}
+
+fn existing_node(
+    node: &Node,
+    claims: &[NodeClaim],
+    pods: Vec<Pod>,
+) -> Result<ExistingNode, PlanError> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let invalid = |error: FieldError| PlanError::node("Node", &name, error);
+    let mut labels = node.metadata.labels.clone().unwrap_or_default();
+    labels
+        .entry(labels::HOSTNAME.to_string())
+        .or_insert_with(|| name.clone());
+    let spec = node.spec.as_ref();
+    let mut taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
+    if spec.and_then(|s| s.unschedulable) == Some(true)
+        && !taints.iter().any(|t| t.key == UNSCHEDULABLE_TAINT)
+    {
+        // The node lifecycle controller taints cordoned nodes; the scheduler keys on the taint.
+        taints.push(Taint {
+            key: UNSCHEDULABLE_TAINT.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        });
+    }
+    let status = node.status.as_ref();
+    let allocatable = status.and_then(|s| s.allocatable.as_ref());
+    let capacity = status.and_then(|s| s.capacity.as_ref());
+    let allocatable = resources(allocatable.or(capacity), "status.allocatable").map_err(invalid)?;
+    let capacity = match capacity {
+        Some(capacity) => resources(Some(capacity), "status.capacity").map_err(invalid)?,
+        None => allocatable.clone(),
+    };
+    let node_pool = labels.get(labels::NODEPOOL).cloned();
+    let initialized =
+        node_pool.is_none() || labels.get(labels::INITIALIZED).is_some_and(|v| v == "true");
+    let node_claim = claims
+        .iter()
+        .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
+        .map(|c| c.name().to_string());
+    Ok(ExistingNode {
+        name,
+        labels,
+        taints,
+        allocatable: allocatable,
+        capacity: capacity,
+        pods,
+        initialized,
+        node_pool,
+        node_claim,
+    })
+}
+
+const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+/// A launched (or launching) NodeClaim without a Node: its labels are what its requirements
+/// pin to one value; its resources are its status, or, before the launch filled that in,
+/// those of its one instance type in the catalog.
+fn in_flight_node(
+    claim: &NodeClaim,
+    pods: Vec<Pod>,
+    inventory: &Inventory,
+    catalog: &Catalog,
+    controller: ControllerSettings,
+    warnings: &mut Vec<String>,
+) -> Result<ExistingNode, PlanError> {
+    let name = claim.name().to_string();
+    let invalid = |error: FieldError| PlanError::node("NodeClaim", &name, error);
+    let mut labels = claim.metadata.labels.clone().unwrap_or_default();
+    for requirement in claim.requirements() {
+        if requirement.operator == Operator::In && requirement.values.len() == 1 {
+            labels
+                .entry(requirement.key.clone())
+                .or_insert_with(|| requirement.values[0].clone());
+        }
+    }
+    let status = claim.status.as_ref();
+    let mut allocatable = status
+        .map(|s| resources(Some(&s.allocatable), "status.allocatable"))
+        .transpose()
+        .map_err(invalid)?
+        .unwrap_or_default();
+    let mut capacity = status
+        .map(|s| resources(Some(&s.capacity), "status.capacity"))
+        .transpose()
+        .map_err(invalid)?
+        .unwrap_or_default();
+    if allocatable.is_empty() {
+        match catalog_instance_type(claim, &labels, inventory, catalog, controller).map_err(invalid)? {
+            Some(instance_type) => {
+                allocatable = instance_type.allocatable();
+                capacity = instance_type.capacity.clone();
+            }
+            None => warnings.push(format!(
+                "NodeClaim {name} has no status.allocatable and no single known instance type: no pods are placed on it"
+            )),
+        }
+    }
+    if capacity.is_empty() {
+        capacity = allocatable.clone();
+    }
+    let node_pool = labels
+        .get(labels::NODEPOOL)
+        .cloned()
+        .or_else(|| claim.nodepool_name().map(str::to_string));
+    Ok(ExistingNode {
+        name: name.clone(),
+        labels,
+        taints: claim.taints().to_vec(),
+        allocatable: allocatable,
+        capacity: capacity,
+        pods,
+        initialized: false,
+        node_pool,
+        node_claim: Some(name),
+    })
+}
+
+fn catalog_instance_type(
+    claim: &NodeClaim,
+    labels: &BTreeMap<String, String>,
+    inventory: &Inventory,
+    catalog: &Catalog,
+    controller: ControllerSettings,
+) -> Result<Option<InstanceType>, FieldError> {
+    let Some(instance_type) = labels.get(labels::INSTANCE_TYPE) else {
+        return Ok(None);
+    };
+    let settings = settings_for(&claim.node_class_ref().name, inventory, controller)?.0;
+    Ok(catalog.instance_type(instance_type, &settings))
+}
+
+/// The EC2NodeClass's settings, or the defaults (and `false`) when it is not in the input.
+fn settings_for(
+    class_name: &str,
+    inventory: &Inventory,
+    controller: ControllerSettings,
+) -> Result<(crate::catalog::AllocatableSettings, bool), FieldError> {
+    match inventory
+        .node_classes
+        .iter()
+        .find(|c| c.name() == class_name)
+    {
+        Some(class) => Ok((nodeclass::allocatable_settings(class, controller)?, true)),
+        None => Ok((nodeclass::default_settings(controller), false)),
+    }
+}
+
+fn node_pools(
+    inventory: &Inventory,
+    catalog: &Catalog,
+    controller: ControllerSettings,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<NodePoolInput>, PlanError> {
+    let mut resolved: HashMap<String, Vec<InstanceType>> = HashMap::new();
+    let mut pools = Vec::new();
+    for pool in &inventory.node_pools {
+        let class_name = pool.node_class_ref().name.clone();
+        if !resolved.contains_key(&class_name) {
+            let (settings, found) = settings_for(&class_name, inventory, controller)
+                .map_err(|error| PlanError::node("EC2NodeClass", &class_name, error))?;
+            if !found {
+                warnings.push(format!(
+                    "NodePool {}: EC2NodeClass {class_name} is not in the input; using the default AL2023 settings",
+                    pool.name()
+                ));
+            }
+            let instance_types = catalog.instance_types(&settings);
+            resolved.insert(class_name.clone(), instance_types);
+        }
+        let instance_types = resolved.get(&class_name).cloned().unwrap_or_default();
+        pools.push(node_pool(pool, instance_types)?);
+    }
+    Ok(pools)
+}
+
+fn node_pool(
+    pool: &NodePool,
+    instance_types: Vec<InstanceType>,
+) -> Result<NodePoolInput, PlanError> {
+    let invalid = |error: FieldError| PlanError::node("NodePool", pool.name(), error);
+    let limits = pool
+        .limits()
+        .map(|limits| resources(Some(limits), "spec.limits"))
+        .transpose()
+        .map_err(invalid)?
+        .map(|limits| limits);
+    Ok(NodePoolInput {
+        name: pool.name().to_string(),
+        weight: pool.weight(),
+        requirements: pool.requirements().to_vec(),
+        labels: pool.template_labels().clone(),
+        taints: pool.taints().to_vec(),
+        startup_taints: pool.startup_taints().to_vec(),
+        limits,
+        usage: None,
+        instance_types,
+    })
+}
+
+/// Labels of every namespace: declared ones with their labels, and any other a pod uses,
+/// each with the `kubernetes.io/metadata.name` label the API server sets.
+fn namespaces(
+    inventory: &Inventory,
+    pending: &[Pod],
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    const NAME_LABEL: &str = "kubernetes.io/metadata.name";
+    let mut namespaces = BTreeMap::new();
+    let used = inventory
+        .pods
+        .iter()
+        .chain(pending)
+        .filter_map(|p| p.metadata.namespace.clone());
+    for name in used.chain(std::iter::once(DEFAULT_NAMESPACE.to_string())) {
+        namespaces.insert(
+            name.clone(),
+            BTreeMap::from([(NAME_LABEL.to_string(), name)]),
+        );
+    }
+    for namespace in &inventory.namespaces {
+        let name = namespace.metadata.name.clone().unwrap_or_default();
+        let mut labels = namespace.metadata.labels.clone().unwrap_or_default();
+        labels.insert(NAME_LABEL.to_string(), name.clone());
+        namespaces.insert(name, labels);
+    }
+    namespaces
+}
+
+/// A Kubernetes resource list as exact quantities.
+fn resources(
+    list: Option<&BTreeMap<String, KubeQuantity>>,
+    path: &str,
+) -> Result<Resources, FieldError> {
+    let mut resources = Resources::new();
+    for (name, quantity) in list.into_iter().flatten() {
+        let parsed = Quantity::parse(&quantity.0)
+            .map_err(|error| FieldError::new(format!("{path}.{name}"), error.to_string()))?;
+        resources.insert(name, parsed);
+    }
+    Ok(resources)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,227 @@
+use super::*;
+use crate::catalog::CapacityType;
+use crate::manifest::parse_all;
+use crate::plan::inventory::inventory;
+
+fn snapshot(yaml: &str) -> Snapshot {
+    let inventory = inventory(&parse_all(yaml, "in.yaml").expect("parses")).expect("valid");
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    build(&inventory, &catalog, ControllerSettings::default()).expect("builds")
+}
+
+fn names(pods: &[Pod]) -> Vec<String> {
+    pods.iter().map(pod_key).collect()
+}
+
+const POOL: &str = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      requirements:\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gte, values: ['5']}\n        - {key: karpenter.k8s.aws/instance-cpu, operator: Lte, values: ['16']}\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: missing}\n";
+
+fn pod(name: &str, extra_metadata: &str, extra_spec: &str, status: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n{extra_metadata}spec:\n{extra_spec}  containers: [{{name: c, image: x, resources: {{requests: {{cpu: 500m}}}}}}]\n{status}"
+    )
+}
+
+#[test]
+fn only_unbound_provisionable_pods_are_pending() {
+    let yaml = [
+        pod("pending", "", "", ""),
+        pod("bound", "", "  nodeName: n1\n", ""),
+        pod("daemon", "  ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: ds, uid: u}]\n", "", ""),
+        pod("mirror", "  ownerReferences: [{apiVersion: v1, kind: Node, name: n1, uid: u}]\n", "", ""),
+        pod("done", "", "", "status: {phase: Succeeded}\n"),
+        pod("failed", "", "", "status: {phase: Failed}\n"),
+        pod("deleting", "  deletionTimestamp: '2024-01-01T00:00:00Z'\n", "", ""),
+        pod("preempting", "", "", "status: {nominatedNodeName: n1}\n"),
+        "---\napiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '2'}}\n".to_string(),
+    ]
+    .concat();
+    let snapshot = snapshot(&yaml);
+    assert_eq!(names(&snapshot.input.pods), ["default/pending"]);
+    let node = &snapshot.input.existing_nodes[0];
+    assert_eq!(names(&node.pods), ["default/bound"]);
+}
+
+#[test]
+fn nodes_carry_labels_taints_and_resources() {
+    let yaml = "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels: {karpenter.sh/nodepool: default, karpenter.sh/initialized: 'true'}\nspec:\n  unschedulable: true\n  taints: [{key: dedicated, value: db, effect: NoSchedule}]\nstatus:\n  capacity: {cpu: '4', memory: 16Gi}\n  allocatable: {cpu: 3920m, memory: 15Gi}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n2, labels: {karpenter.sh/nodepool: default}}\nstatus: {capacity: {cpu: '2'}}\n";
+    let snapshot = snapshot(yaml);
+    let nodes = &snapshot.input.existing_nodes;
+    let n1 = &nodes[0];
+    assert_eq!(
+        n1.labels.get(labels::HOSTNAME).map(String::as_str),
+        Some("n1"),
+        "kubelet's hostname label"
+    );
+    let taints: Vec<&str> = n1.taints.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(
+        taints,
+        ["dedicated", UNSCHEDULABLE_TAINT],
+        "a cordoned node is tainted"
+    );
+    assert_eq!(
+        n1.allocatable.get("cpu").map(|q| q.to_string()).as_deref(),
+        Some("3920m")
+    );
+    assert_eq!(
+        n1.capacity.get("memory").map(|q| q.to_string()).as_deref(),
+        Some("16Gi")
+    );
+    assert_eq!(n1.node_pool.as_deref(), Some("default"));
+    assert!(n1.initialized);
+    let n2 = &nodes[1];
+    assert!(
+        !n2.initialized,
+        "a Karpenter node without the initialized label is not initialized"
+    );
+    assert_eq!(
+        n2.allocatable.get("cpu").map(|q| q.to_string()).as_deref(),
+        Some("2"),
+        "capacity stands in for allocatable"
+    );
+}
+
+const CLAIM: &str = "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: claim-1\n  labels: {karpenter.sh/nodepool: default}\nspec:\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n  taints: [{key: team, value: a, effect: NoSchedule}]\n  requirements:\n    - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}\n    - {key: topology.kubernetes.io/zone, operator: In, values: [us-east-1b]}\n    - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}\n";
+
+#[test]
+fn an_in_flight_node_claim_is_capacity_with_its_pinned_labels() {
+    let yaml = format!(
+        "{CLAIM}status:\n  nodeName: ip-10-0-0-1\n  allocatable: {{cpu: 1930m, memory: 7Gi, pods: '29'}}\n"
+    );
+    let snapshot = snapshot(&yaml);
+    let node = &snapshot.input.existing_nodes[0];
+    assert_eq!(node.name, "claim-1");
+    assert_eq!(node.node_claim.as_deref(), Some("claim-1"));
+    assert_eq!(
+        node.labels.get(labels::INSTANCE_TYPE).map(String::as_str),
+        Some("m5.large")
+    );
+    assert_eq!(
+        node.labels.get(labels::ZONE).map(String::as_str),
+        Some("us-east-1b")
+    );
+    assert!(
+        !node.labels.contains_key(labels::CAPACITY_TYPE),
+        "two values pin nothing"
+    );
+    assert_eq!(node.taints.len(), 1);
+    assert_eq!(
+        node.allocatable
+            .get("pods")
+            .map(|q| q.to_string())
+            .as_deref(),
+        Some("29")
+    );
+    assert!(!node.initialized);
+    assert_eq!(node.node_pool.as_deref(), Some("default"));
+}
+
+#[test]
+fn a_node_claim_without_status_is_sized_from_the_catalog() {
+    let snapshot = snapshot(CLAIM);
+    let node = &snapshot.input.existing_nodes[0];
+    let cpu = node.allocatable.get("cpu").expect("cpu");
+    assert!(
+        cpu < Quantity::parse("2").expect("2"),
+        "m5.large less overhead: {cpu:?}"
+    );
+    assert_eq!(
+        node.capacity.get("cpu").map(|q| q.to_string()).as_deref(),
+        Some("2")
+    );
+}
+
+#[test]
+fn a_node_claim_with_its_node_in_the_input_is_the_node() {
+    let yaml = format!(
+        "{CLAIM}status: {{nodeName: n1}}\n---\napiVersion: v1\nkind: Node\nmetadata: {{name: n1}}\nstatus: {{allocatable: {{cpu: '2'}}}}\n"
+    );
+    let snapshot = snapshot(&yaml);
+    assert_eq!(snapshot.input.existing_nodes.len(), 1);
+    let node = &snapshot.input.existing_nodes[0];
+    assert_eq!(node.name, "n1");
+    assert_eq!(node.node_claim.as_deref(), Some("claim-1"));
+}
+
+#[test]
+fn pools_get_catalog_types_and_their_requirements() {
+    let snapshot = snapshot(POOL);
+    let pool = &snapshot.input.node_pools[0];
+    assert_eq!(pool.name, "default");
+    assert!(
+        pool.instance_types.len() > 100,
+        "{} types",
+        pool.instance_types.len()
+    );
+    let generation = &pool.requirements[0];
+    assert_eq!(
+        (generation.operator, generation.values.as_slice()),
+        (Operator::Gte, ["5".to_string()].as_slice())
+    );
+    let cpu = &pool.requirements[1];
+    assert_eq!(
+        (cpu.operator, cpu.values.as_slice()),
+        (Operator::Lte, ["16".to_string()].as_slice())
+    );
+    assert!(
+        snapshot
+            .warnings
+            .iter()
+            .any(|w| w.contains("EC2NodeClass missing is not in the input")),
+        "{:?}",
+        snapshot.warnings
+    );
+    let m5 = pool
+        .instance_types
+        .iter()
+        .find(|it| it.name == "m5.large")
+        .expect("m5.large");
+    assert!(
+        m5.offerings
+            .iter()
+            .any(|o| o.capacity_type == CapacityType::Spot && o.available)
+    );
+}
+
+#[test]
+fn the_node_class_shapes_allocatable() {
+    let class = "---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: missing}\nspec:\n  role: r\n  amiSelectorTerms: [{alias: al2023@latest}]\n  subnetSelectorTerms: [{id: subnet-1}]\n  securityGroupSelectorTerms: [{id: sg-1}]\n  kubelet: {maxPods: 7}\n";
+    let snapshot = snapshot(&format!("{POOL}{class}"));
+    assert!(snapshot.warnings.is_empty(), "{:?}", snapshot.warnings);
+    let pool = &snapshot.input.node_pools[0];
+    let m5 = pool
+        .instance_types
+        .iter()
+        .find(|it| it.name == "m5.large")
+        .expect("m5.large");
+    assert_eq!(
+        m5.capacity.get("pods").map(|q| q.to_string()).as_deref(),
+        Some("7")
+    );
+}
+
+#[test]
+fn namespaces_carry_their_name_label() {
+    let yaml = format!(
+        "{}---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: shop, labels: {{team: a}}}}\n",
+        pod("p", "  namespace: jobs\n", "", "")
+    );
+    let snapshot = snapshot(&yaml);
+    let namespaces = &snapshot.input.namespaces;
+    assert_eq!(namespaces["jobs"]["kubernetes.io/metadata.name"], "jobs");
+    assert_eq!(namespaces["shop"]["team"], "a");
+    assert_eq!(namespaces["shop"]["kubernetes.io/metadata.name"], "shop");
+}
+
+#[test]
+fn pods_bound_to_unknown_nodes_are_reported() {
+    let snapshot = snapshot(&pod("stray", "", "  nodeName: gone\n", ""));
+    assert!(snapshot.input.pods.is_empty());
+    assert!(
+        snapshot
+            .warnings
+            .iter()
+            .any(|w| w.contains("default/stray (on gone)")),
+        "{:?}",
+        snapshot.warnings
+    );
+}
