@@ -219,8 +219,8 @@ fn existing_node(
         name,
         labels,
         taints,
-        allocatable: allocatable,
-        capacity: capacity,
+        allocatable,
+        capacity,
         pods,
         initialized,
         node_pool,
@@ -284,8 +284,8 @@ fn in_flight_node(
         name: name.clone(),
         labels,
         taints: claim.taints().to_vec(),
-        allocatable: allocatable,
-        capacity: capacity,
+        allocatable,
+        capacity,
         pods,
         initialized: false,
         node_pool,
@@ -360,8 +360,7 @@ fn node_pool(
         .limits()
         .map(|limits| resources(Some(limits), "spec.limits"))
         .transpose()
-        .map_err(invalid)?
-        .map(|limits| limits);
+        .map_err(invalid)?;
     Ok(NodePoolInput {
         name: pool.name().to_string(),
         weight: pool.weight(),
