@@ -164,7 +164,12 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
         .iter()
         .any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
     let universe = DomainUniverse {
-        taint_sets: pools.iter().map(|p| p.taints.clone()).collect(),
+        // One taint set per pool, then an empty one for domains no pool reaches.
+        taint_sets: pools
+            .iter()
+            .map(|p| p.taints.clone())
+            .chain([Vec::new()])
+            .collect(),
         ..Default::default()
     };
     let nodes: Vec<NodeState> = sparse_nodes
@@ -642,33 +647,35 @@ fn node_state(n: &SparseNode, daemons: &[Daemon], stride: usize, vocab: &Vocab) 
     }
 }
 
-/// Domains `key` can take (upstream `buildDomainGroups`, one key at a time): values the
-/// pools' requirements intersected with each instance type allow, plus values the pools'
-/// requirements list, each with the taints of the pool producing it.
+/// Domains `key` can take: every value the pools' instance types offer (for zones: every
+/// zone of the region), plus values the pools' requirements list. A pod's eligible domains
+/// come from the pod's requirements, not from the NodePools: a spread over zones counts the
+/// zones no NodePool reaches, so a NodePool limited to two of three zones takes two
+/// replicas of a `maxSkew: 1` spread, not three. A domain a pool reaches carries that
+/// pool's taints (for nodeTaintsPolicy: Honor); one no pool reaches carries none.
 fn universe_for(universe: &mut DomainUniverse, pools: &[Pool], key: Sym, vocab: &Vocab) {
     if universe.domains.contains_key(&key) {
         return;
     }
     universe.domains.insert(key, BTreeMap::new());
+    let mut unreached = Vec::new();
     for (ts, pool) in pools.iter().enumerate() {
         let pool_req = pool.reqs.get(key);
         let mut seen: Option<&Req> = None;
         for it in &pool.its {
-            let merged = match (pool_req, it.reqs.get(key)) {
-                (Some(p), Some(i)) => p.intersection(i, &vocab.interner),
-                (Some(r), None) | (None, Some(r)) => {
-                    // Identical requirements across types add nothing new.
-                    if seen == Some(r) {
-                        continue;
-                    }
-                    seen = Some(r);
-                    r.clone()
-                }
-                (None, None) => continue,
+            let Some(offered) = it.reqs.get(key) else {
+                continue;
             };
-            if !merged.complement {
-                for v in &merged.values {
+            // Identical requirements across types add nothing new.
+            if seen == Some(offered) || offered.complement {
+                continue;
+            }
+            seen = Some(offered);
+            for v in &offered.values {
+                if pool_req.is_none_or(|r| r.has(*v, &vocab.interner)) {
                     universe.insert(key, *v, ts);
+                } else {
+                    unreached.push(*v);
                 }
             }
         }
@@ -676,6 +683,19 @@ fn universe_for(universe: &mut DomainUniverse, pools: &[Pool], key: Sym, vocab: 
             for v in &r.values {
                 universe.insert(key, *v, ts);
             }
+        }
+    }
+    // The last taint set is the empty one `prepare` appends for unreached domains.
+    let Some(untainted) = universe.taint_sets.len().checked_sub(1) else {
+        return;
+    };
+    for v in unreached {
+        if !universe
+            .domains
+            .get(&key)
+            .is_some_and(|d| d.contains_key(&v))
+        {
+            universe.insert(key, v, untainted);
         }
     }
 }

@@ -44,8 +44,10 @@ fn zonal_spread_balances_across_zones() {
     assert_eq!(counts, vec![1, 1, 2]);
 }
 
+/// A NodePool's zone restriction does not shrink the spread's domains: the zone it cannot
+/// reach still counts, so each reachable zone takes one replica and the rest wait.
 #[test]
-fn spread_respects_nodepool_zone_subset() {
+fn nodepool_zone_subset_does_not_shrink_spread_domains() {
     let pods = web(0)
         .cpu("1.1")
         .spread(ZONE, 1, "DoNotSchedule", &[("app", "web")])
@@ -56,15 +58,22 @@ fn spread_respects_nodepool_zone_subset() {
         ..Default::default()
     };
     let r = run(&input);
-    assert!(r.errors.is_empty());
     assert_eq!(
         zone_counts(&r),
         [
-            ("test-zone-1".to_string(), 2),
-            ("test-zone-2".to_string(), 2)
+            ("test-zone-1".to_string(), 1),
+            ("test-zone-2".to_string(), 1)
         ]
         .into()
     );
+    assert_eq!(r.errors.len(), 2, "{:?}", r.errors);
+    for reason in r.errors.values() {
+        assert!(
+            reason.contains("unsatisfiable topology constraint for topology spread")
+                && reason.contains("test-zone-3: 0"),
+            "{reason}"
+        );
+    }
 }
 
 /// The seed case: domains come from every NodePool, and a pod's eligible domains from its own
