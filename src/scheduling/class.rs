@@ -127,7 +127,8 @@ pub fn add_expressions<'a>(
                 e.key, e.operator
             )
         })?;
-        let key = vocab.intern(&e.key);
+        // Deprecated aliases mean the well-known label, as upstream's NewRequirement reads them.
+        let key = vocab.intern(crate::labels::normalize_label_key(&e.key));
         let values: Vec<Sym> = e.values.iter().flatten().map(|v| vocab.intern(v)).collect();
         let req =
             super::req::Req::from_operator(op, &values, &vocab.interner).ok_or_else(|| {

@@ -260,7 +260,9 @@ impl Req {
         s
     }
 
-    /// The public form of this requirement (bounded sets become Gt/Lt pairs).
+    /// The public form of this requirement, as `Requirement::to_node_selector_requirements`
+    /// writes it: bounds become Gte/Lte (which cannot overflow, unlike Gt/Lt at the i64
+    /// limits) and the values a bounded requirement still excludes become a NotIn.
     pub fn to_public(
         &self,
         key: Sym,
@@ -273,29 +275,25 @@ impl Req {
             values,
             min_values: self.min_values.map(i64::from),
         };
-        if self.gte.is_some() || self.lte.is_some() {
-            let mut out = Vec::new();
-            if let Some(g) = self.gte {
-                out.push(mk(Operator::Gt, vec![(g - 1).to_string()]));
-            }
-            if let Some(l) = self.lte {
-                out.push(mk(Operator::Lt, vec![(l + 1).to_string()]));
-            }
-            return out;
-        }
         let mut names: Vec<String> = self
             .values
             .iter()
             .map(|v| interner.name(*v).into_owned())
             .collect();
         names.sort();
-        let op = match self.op() {
-            Op::In => Operator::In,
-            Op::NotIn => Operator::NotIn,
-            Op::Exists => Operator::Exists,
-            Op::DoesNotExist => Operator::DoesNotExist,
-        };
-        vec![mk(op, names)]
+        if self.gte.is_none() && self.lte.is_none() {
+            let op = match self.op() {
+                Op::In => Operator::In,
+                Op::NotIn => Operator::NotIn,
+                Op::Exists => Operator::Exists,
+                Op::DoesNotExist => Operator::DoesNotExist,
+            };
+            return vec![mk(op, names)];
+        }
+        let gte = self.gte.map(|g| mk(Operator::Gte, vec![g.to_string()]));
+        let lte = self.lte.map(|l| mk(Operator::Lte, vec![l.to_string()]));
+        let excluded = (!names.is_empty()).then(|| mk(Operator::NotIn, names));
+        [gte, lte, excluded].into_iter().flatten().collect()
     }
 }
 
@@ -521,10 +519,10 @@ impl Vocab {
         self.interner.intern(s)
     }
 
-    /// Interns a public requirement; `None` when a numeric operator's value is not one
-    /// integer or minValues is negative.
+    /// Interns a public requirement, reading a deprecated key as the label it aliases; `None`
+    /// when a numeric operator's value is not one integer or minValues is negative.
     pub fn requirement(&mut self, r: &NodeSelectorRequirementWithMinValues) -> Option<(Sym, Req)> {
-        let key = self.intern(&r.key);
+        let key = self.intern(labels::normalize_label_key(&r.key));
         let values: Vec<Sym> = r.values.iter().map(|v| self.interner.intern(v)).collect();
         let mut req = Req::from_operator(r.operator, &values, &self.interner)?;
         req.min_values = match r.min_values {
@@ -534,14 +532,15 @@ impl Vocab {
         Some((key, req))
     }
 
-    /// Requirements equal to a label map (each label `In` its value).
+    /// Requirements equal to a label map (each label `In` its value); deprecated label keys
+    /// are read as the well-known label they alias, as `Requirements::from_labels` does.
     pub fn label_set<'a>(
         &mut self,
         labels: impl IntoIterator<Item = (&'a String, &'a String)>,
     ) -> ReqSet {
         let mut set = ReqSet::default();
         for (k, v) in labels {
-            let key = self.intern(k);
+            let key = self.intern(crate::labels::normalize_label_key(k));
             let val = self.intern(v);
             set.add(key, Req::single(val), &self.interner);
         }
@@ -672,7 +671,7 @@ mod tests {
             .expect("valid");
         assert_eq!(k, cpu);
         let out = r.to_public(k, &v.interner);
-        assert_eq!(out[0].operator, Operator::Gt);
-        assert_eq!(out[0].values, vec!["3".to_string()]);
+        assert_eq!(out[0].operator, Operator::Gte);
+        assert_eq!(out[0].values, vec!["4".to_string()]);
     }
 }

@@ -58,4 +58,5 @@ mod affinity;
 mod existing;
 mod nodepools;
 mod parallel;
+mod req_xcheck;
 mod topology;

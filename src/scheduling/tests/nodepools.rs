@@ -17,6 +17,31 @@ fn required_node_affinity_or_terms_are_tried_in_turn() {
 }
 
 #[test]
+fn deprecated_zone_label_keys_constrain_the_zone() {
+    // Upstream reads the beta alias as the zone label in selectors and affinity alike.
+    let pods = vec![
+        pod("selector")
+            .cpu("1")
+            .node_selector(&[(crate::labels::ZONE_BETA, "test-zone-3")])
+            .build(),
+        pod("affinity")
+            .cpu("1")
+            .required_term(&[(crate::labels::ZONE_BETA, "In", &["test-zone-1"])])
+            .build(),
+    ];
+    let r = run(&single_pool(pods, fake_instance_types(4)));
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(
+        zone_counts(&r),
+        [
+            ("test-zone-1".to_string(), 1),
+            ("test-zone-3".to_string(), 1)
+        ]
+        .into()
+    );
+}
+
+#[test]
 fn preferred_node_affinity_is_used_then_relaxed() {
     let pods = vec![
         pod("likes-3")
