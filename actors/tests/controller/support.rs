@@ -164,6 +164,7 @@ pub async fn start_daemon(harness: &Harness, settings: ValidSettings, identity: 
             identity: identity.into(),
             leader_timing: FAST_LEASE,
             bind: Ipv4Addr::LOCALHOST,
+            cloud: None,
         },
     )
     .await
