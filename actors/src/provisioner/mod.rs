@@ -33,6 +33,10 @@ use crate::state::{ClusterState, ObjectKey};
 /// and keeps collecting the next window meanwhile.
 pub const PROVISIONER_MAILBOX_CAPACITY: usize = 1;
 
+/// Instance types written on one NodeClaim, cheapest first: upstream's limit, which keeps
+/// `spec.requirements` within the NodeClaim CRD's validation.
+pub const MAX_INSTANCE_TYPES: usize = 60;
+
 /// How long a NodeClaim this controller created counts as in-flight capacity before its
 /// watch event arrives. Events normally arrive within milliseconds; the bound only matters
 /// for a NodeClaim deleted again (insufficient capacity) before the watch ever saw it, whose
@@ -165,7 +169,9 @@ impl Provisioner {
             .map_err(|e| e.to_string())
             .and_then(|snapshot| {
                 problems.extend(snapshot.warnings);
-                scheduling::solve(&snapshot.input).map_err(|e| e.to_string())
+                let mut input = snapshot.input;
+                input.options.max_instance_types = MAX_INSTANCE_TYPES;
+                scheduling::solve(&input).map_err(|e| e.to_string())
             });
         let result = match result {
             Ok(result) => result,
