@@ -92,3 +92,81 @@ pub fn launched_status(created: &NodeClaim, launched: &NodeClaim) -> NodeClaimSt
         ..NodeClaimStatus::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kerf::api::{NodeClaimStatus, NodeClassReference};
+
+    fn claim(labels: &[(&str, &str)], status: Option<NodeClaimStatus>) -> NodeClaim {
+        let mut claim = NodeClaim::new(
+            "default-abcde",
+            NodeClaimSpec {
+                taints: Vec::new(),
+                startup_taints: Vec::new(),
+                requirements: Vec::new(),
+                resources: None,
+                node_class_ref: NodeClassReference {
+                    group: labels::AWS_GROUP.to_owned(),
+                    kind: "EC2NodeClass".to_owned(),
+                    name: "default".to_owned(),
+                },
+                expire_after: kerf::api::NillableDuration::parse("720h").expect("valid"),
+                termination_grace_period: None,
+            },
+        );
+        claim.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        claim.metadata.generation = Some(1);
+        claim.status = status;
+        claim
+    }
+
+    #[test]
+    fn launched_labels_sit_under_the_nodeclaims_own() {
+        let created = claim(&[(labels::NODEPOOL, "default"), ("team", "a")], None);
+        let launched = claim(
+            &[
+                (labels::INSTANCE_TYPE, "m5.large"),
+                ("team", "from-provider"),
+            ],
+            None,
+        );
+        let merged = merged_labels(&created, &launched);
+        assert_eq!(merged[labels::INSTANCE_TYPE], "m5.large");
+        assert_eq!(merged["team"], "a");
+        assert_eq!(merged[labels::NODEPOOL], "default");
+    }
+
+    #[test]
+    fn launched_status_keeps_what_the_provider_reported_and_marks_launched() {
+        let created = claim(&[], None);
+        let launched = claim(
+            &[],
+            Some(NodeClaimStatus {
+                provider_id: Some("aws:///us-east-1a/i-0123".to_owned()),
+                image_id: Some("ami-1".to_owned()),
+                node_name: Some("ignored".to_owned()),
+                ..NodeClaimStatus::default()
+            }),
+        );
+        let status = launched_status(&created, &launched);
+        assert_eq!(
+            status.provider_id.as_deref(),
+            Some("aws:///us-east-1a/i-0123")
+        );
+        assert_eq!(status.image_id.as_deref(), Some("ami-1"));
+        assert_eq!(
+            status.node_name, None,
+            "the node name comes with registration"
+        );
+        assert_eq!(status.conditions.len(), 1);
+        assert_eq!(status.conditions[0].type_, types::LAUNCHED);
+        assert!(status.conditions[0].is_true());
+        assert_eq!(status.conditions[0].observed_generation, Some(1));
+    }
+}
