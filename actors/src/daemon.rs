@@ -1,6 +1,6 @@
 //! Wiring: starts every actor and task of the controller against one Kubernetes client —
-//! metrics and probe endpoints, leader election, the PodWatcher's watch streams, the Batcher
-//! and the Provisioner — and stops them in reverse order. Must be called inside an actix
+//! metrics and probe endpoints, leader election, the PodWatcher's watch streams, the Batcher,
+//! the Provisioner and (with a cloud provider) the Launcher — and stops them in reverse order. Must be called inside an actix
 //! `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`): actors live
 //! on the system's thread, watch streams and HTTP on the runtime's workers.
 
@@ -8,14 +8,18 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use actix::prelude::*;
+use kerf::catalog::Catalog;
+use kerf::cloudprovider::CloudProvider;
+use kerf::plan::ControllerSettings;
 use kube::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batcher::{BatchLimits, Batcher};
+use crate::launcher::Launcher;
 use crate::leader::{self, Election, Timing};
 use crate::mailbox::{MailboxDepth, Outbox};
-use crate::provisioner::{Provisioner, Round};
+use crate::provisioner::{Provisioner, Provisioning, Round};
 use crate::settings::ValidSettings;
 use crate::state::ClusterState;
 use crate::{pod_watcher, server};
@@ -32,6 +36,16 @@ pub struct Environment {
     pub leader_timing: Timing,
     /// Address the metrics and probe listeners bind to.
     pub bind: Ipv4Addr,
+    /// Where capacity comes from; without it rounds are observed but nothing is launched.
+    pub cloud: Option<Cloud>,
+}
+
+/// The cloud the controller launches into.
+#[derive(Clone)]
+pub struct Cloud {
+    pub provider: Arc<dyn CloudProvider>,
+    /// The region's instance types, which the scheduler plans with.
+    pub catalog: Catalog,
 }
 
 /// Why the daemon could not start.
@@ -55,7 +69,7 @@ pub struct Daemon {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     leader_task: Option<JoinHandle<()>>,
-    actors: (Addr<Batcher>, Addr<Provisioner>),
+    actors: (Addr<Batcher>, Addr<Provisioner>, Option<Addr<Launcher>>),
 }
 
 impl Daemon {
@@ -69,8 +83,8 @@ impl Daemon {
             interruption_queue: _interruption_queue_for_interruption_actor,
             batch_idle_duration,
             batch_max_duration,
-            vm_memory_overhead_percent: _overhead_for_instance_types,
-            reserved_enis: _reserved_enis_for_instance_types,
+            vm_memory_overhead_percent,
+            reserved_enis,
             isolated_vpc: _isolated_vpc_for_pricing,
             log_level: _log_level_applied_by_the_binary,
             feature_gates: _feature_gates_for_disruption,
@@ -88,6 +102,7 @@ impl Daemon {
             identity,
             leader_timing,
             bind,
+            cloud,
         } = env;
         tracing::info!(cluster = %cluster_name, identity = %identity, "starting controller");
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -120,9 +135,28 @@ impl Daemon {
             None => (watch::channel(true).1, None),
         };
 
+        let launcher_depth = MailboxDepth::new("launcher");
+        let launcher = cloud.map(|cloud| {
+            let addr = Launcher::new(client.clone(), cloud.provider, launcher_depth.clone())
+                .start_bounded();
+            let provisioning = Provisioning {
+                launcher: Outbox::new(&addr, launcher_depth),
+                catalog: cloud.catalog,
+                controller: ControllerSettings {
+                    reserved_enis,
+                    vm_memory_overhead_percent,
+                },
+            };
+            (addr, provisioning)
+        });
+        let (launcher, provisioning) = launcher.unzip();
         let provisioner_depth = MailboxDepth::new("provisioner");
-        let (provisioner, rounds) =
-            Provisioner::new(state.clone(), leader.clone(), provisioner_depth.clone());
+        let (provisioner, rounds) = Provisioner::new(
+            state.clone(),
+            leader.clone(),
+            provisioner_depth.clone(),
+            provisioning,
+        );
         let provisioner = provisioner.start_bounded();
         let batcher_depth = MailboxDepth::new("batcher");
         let batcher = Batcher::new(
@@ -153,7 +187,7 @@ impl Daemon {
             shutdown,
             tasks,
             leader_task,
-            actors: (batcher, provisioner),
+            actors: (batcher, provisioner, launcher),
         })
     }
 
@@ -167,7 +201,7 @@ impl Daemon {
         for task in self.tasks {
             let _ended = task.await;
         }
-        let (batcher, provisioner) = self.actors;
-        drop((batcher, provisioner));
+        let (batcher, provisioner, launcher) = self.actors;
+        drop((batcher, provisioner, launcher));
     }
 }

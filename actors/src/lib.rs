@@ -1,11 +1,12 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
-//! `batcher`, `provisioner`, `leader`), the cluster state they share (`state`), the daemon
+//! `batcher`, `provisioner`, `launcher`, `leader`), the cluster state they share (`state`), the daemon
 //! that wires them (`daemon`), and the operational surface: settings, JSON logs, metrics and
 //! the HTTP endpoints. Decisions come from the pure core crate `kerf`; this crate does the I/O.
 
 pub mod batcher;
 pub mod daemon;
+pub mod launcher;
 pub mod leader;
 pub mod logging;
 pub mod mailbox;
@@ -16,5 +17,5 @@ pub mod server;
 pub mod settings;
 pub mod state;
 
-pub use daemon::{Daemon, Environment, StartError};
+pub use daemon::{Cloud, Daemon, Environment, StartError};
 pub use settings::{Settings, ValidSettings};

@@ -14,8 +14,10 @@ pub const PODS_STATE: &str = "karpenter_pods_state";
 pub const SCHEDULER_QUEUE_DEPTH: &str = "karpenter_scheduler_queue_depth";
 /// Duration of one provisioning solve.
 pub const SCHEDULING_DURATION: &str = "karpenter_provisioner_scheduling_duration_seconds";
-/// NodeClaims created (labels `reason`, `nodepool`).
+/// NodeClaims created (labels `reason`, `nodepool`, `min_values_relaxed`).
 pub const NODECLAIMS_CREATED: &str = "karpenter_nodeclaims_created_total";
+/// NodeClaims whose machine the cloud provider launched (label `nodepool`).
+pub const NODECLAIMS_LAUNCHED: &str = "karpenter_nodeclaims_launched_total";
 /// Batches handed to the provisioner, with the window's length as a histogram.
 pub const BATCH_WINDOW_DURATION: &str = "karpenter_provisioner_batch_window_duration_seconds";
 /// Pods per closed batch.

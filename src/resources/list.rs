@@ -30,6 +30,20 @@ pub struct Resources {
 }
 
 impl Resources {
+    /// The list as the API writes it (`status.capacity`, `spec.resources.requests`), zero
+    /// entries left out as upstream leaves them out.
+    pub fn to_api(&self) -> crate::api::nodeclaim::ResourceList {
+        self.iter()
+            .filter(|(_, q)| *q != Quantity::ZERO)
+            .map(|(name, q)| {
+                (
+                    name.to_owned(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(q.to_string()),
+                )
+            })
+            .collect()
+    }
+
     pub fn new() -> Resources {
         Resources::default()
     }

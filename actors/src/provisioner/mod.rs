@@ -2,29 +2,48 @@
 //! consistent snapshot of cluster state — every provisionable pod at that moment, not only
 //! the pods that triggered the batch. Only the leader provisions, and only once cluster
 //! state has synced; a batch arriving otherwise is skipped (the PodWatcher's resync triggers
-//! the pods again). Each round is published on a watch channel for observers (`kerf
-//! simulate`'s report, tests).
-//!
-//! The solve itself (snapshot → scheduler input → NodeClaims handed to the Launcher) lands
-//! with the scheduler; this actor owns the gatekeeping and the snapshot it will solve on.
+//! the pods again). With a cloud provider configured, a round builds the scheduler's input
+//! from the snapshot (the code `kerf plan` uses), solves it, and hands each planned NodeClaim
+//! to the Launcher, waiting until every one is created before the next round starts, so no
+//! round plans for pods an earlier round already covered. Each round is published on a watch
+//! channel for observers (`kerf simulate`'s report, tests).
 
+mod inventory;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use kerf::api::{NodeClaim, NodePool};
+use kerf::catalog::Catalog;
+use kerf::plan::ControllerSettings;
+use kerf::plan::snapshot;
+use kerf::scheduling::{self, PlannedNodeClaim};
 use tokio::sync::watch;
 
 use crate::batcher::BatchReady;
-use crate::mailbox::MailboxDepth;
+use crate::launcher::Launch;
+use crate::mailbox::{MailboxDepth, Outbox};
 use crate::metrics::SCHEDULING_DURATION;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, ObjectKey};
 
 /// One solve runs at a time and each reads the latest cluster state, so a single queued
 /// batch behind the running one is enough: the Batcher waits (`deliver`) rather than drops,
 /// and keeps collecting the next window meanwhile.
 pub const PROVISIONER_MAILBOX_CAPACITY: usize = 1;
 
-/// What one round saw.
+/// Instance types written on one NodeClaim, cheapest first: upstream's limit, which keeps
+/// `spec.requirements` within the NodeClaim CRD's validation.
+pub const MAX_INSTANCE_TYPES: usize = 60;
+
+/// How long a NodeClaim this controller created counts as in-flight capacity before its
+/// watch event arrives. Events normally arrive within milliseconds; the bound only matters
+/// for a NodeClaim deleted again (insufficient capacity) before the watch ever saw it, whose
+/// pods must not stay covered by it for good.
+pub const UNSEEN_NODECLAIM_GRACE: Duration = Duration::from_secs(30);
+
+/// What one round saw and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Round {
     /// Rounds run since start, this one included.
@@ -35,6 +54,10 @@ pub struct Round {
     pub pending: Vec<String>,
     /// How long the batching window was open.
     pub window: Duration,
+    /// Names of the NodeClaims created, in creation order (none without a cloud provider).
+    pub nodeclaims: Vec<String>,
+    /// Problems of the round: snapshot warnings, pods left unschedulable, failed creates.
+    pub problems: Vec<String>,
 }
 
 /// Why a batch did not become a round.
@@ -44,6 +67,14 @@ pub enum Skipped {
     NotSynced,
 }
 
+/// What the Provisioner solves with when it launches capacity.
+pub struct Provisioning {
+    pub launcher: Outbox<Launch>,
+    /// Instance types offered in the cluster's region.
+    pub catalog: Catalog,
+    pub controller: ControllerSettings,
+}
+
 /// The actor.
 pub struct Provisioner {
     state: Arc<ClusterState>,
@@ -51,6 +82,9 @@ pub struct Provisioner {
     rounds: watch::Sender<Option<Round>>,
     number: u64,
     depth: MailboxDepth,
+    provisioning: Option<Provisioning>,
+    /// NodeClaims created whose watch event may not have arrived, with their creation time.
+    unseen: HashMap<String, (NodeClaim, Instant)>,
 }
 
 impl Provisioner {
@@ -58,6 +92,7 @@ impl Provisioner {
         state: Arc<ClusterState>,
         leader: watch::Receiver<bool>,
         depth: MailboxDepth,
+        provisioning: Option<Provisioning>,
     ) -> (Self, watch::Receiver<Option<Round>>) {
         let (rounds, observer) = watch::channel(None);
         let actor = Self {
@@ -66,6 +101,8 @@ impl Provisioner {
             rounds,
             number: 0,
             depth,
+            provisioning,
+            unseen: HashMap::new(),
         };
         (actor, observer)
     }
@@ -78,7 +115,7 @@ impl Provisioner {
         })
     }
 
-    fn round(&mut self, batch: BatchReady) -> Result<Round, Skipped> {
+    fn round(&mut self, batch: BatchReady) -> Result<(Round, Vec<Launch>), Skipped> {
         if !*self.leader.borrow() {
             return Err(Skipped::NotLeader);
         }
@@ -99,12 +136,64 @@ impl Provisioner {
             .collect();
         pending.sort();
         self.number += 1;
-        Ok(Round {
+        let mut round = Round {
             number: self.number,
             triggered: batch.pods,
             pending,
             window: batch.window,
-        })
+            nodeclaims: Vec::new(),
+            problems: Vec::new(),
+        };
+        let launches = self.solve(&mut round.problems);
+        Ok((round, launches))
+    }
+
+    /// The NodeClaims to launch for the current snapshot; problems go to `problems`.
+    fn solve(&mut self, problems: &mut Vec<String>) -> Vec<Launch> {
+        let Some(provisioning) = &self.provisioning else {
+            return Vec::new();
+        };
+        let state = &self.state;
+        self.unseen.retain(|name, (_, created)| {
+            state.nodeclaims.get(&ObjectKey::new(None, name)).is_none()
+                && created.elapsed() < UNSEEN_NODECLAIM_GRACE
+        });
+        let inventory = inventory::of(state, self.unseen.values().map(|(c, _)| c.clone()));
+        problems.extend(inventory.warnings.iter().cloned());
+        let pools: HashMap<String, Arc<NodePool>> = inventory
+            .node_pools
+            .iter()
+            .map(|p| (p.name().to_owned(), Arc::new(p.clone())))
+            .collect();
+        let result = snapshot::build(&inventory, &provisioning.catalog, provisioning.controller)
+            .map_err(|e| e.to_string())
+            .and_then(|snapshot| {
+                problems.extend(snapshot.warnings);
+                let mut input = snapshot.input;
+                input.options.max_instance_types = MAX_INSTANCE_TYPES;
+                scheduling::solve(&input).map_err(|e| e.to_string())
+            });
+        let result = match result {
+            Ok(result) => result,
+            Err(error) => {
+                problems.push(error);
+                return Vec::new();
+            }
+        };
+        problems.extend(
+            result
+                .errors
+                .iter()
+                .map(|(pod, reason)| format!("{}/{}: {reason}", pod.namespace, pod.name)),
+        );
+        result
+            .new_node_claims
+            .into_iter()
+            .filter_map(|claim: PlannedNodeClaim| {
+                let pool = pools.get(&claim.node_pool)?.clone();
+                Some(Launch { claim, pool })
+            })
+            .collect()
     }
 }
 
@@ -113,23 +202,57 @@ impl Actor for Provisioner {
 }
 
 impl Handler<BatchReady> for Provisioner {
-    type Result = ();
+    type Result = AtomicResponse<Self, ()>;
 
-    fn handle(&mut self, batch: BatchReady, _ctx: &mut Context<Self>) {
+    fn handle(&mut self, batch: BatchReady, _ctx: &mut Context<Self>) -> Self::Result {
         self.depth.taken();
         let started = Instant::now();
-        match self.round(batch) {
-            Ok(round) => {
+        let (round, launches) = match self.round(batch) {
+            Ok(planned) => {
+                metrics::histogram!(SCHEDULING_DURATION).record(started.elapsed().as_secs_f64());
+                planned
+            }
+            Err(reason) => {
+                tracing::debug!(?reason, "batch skipped");
+                return AtomicResponse::new(Box::pin(fut::ready(())));
+            }
+        };
+        let launcher = self.provisioning.as_ref().map(|p| p.launcher.clone());
+        let created = async move {
+            let mut outcomes = Vec::new();
+            if let Some(launcher) = launcher {
+                for launch in launches {
+                    outcomes.push(launcher.deliver(launch).await);
+                }
+            }
+            outcomes
+        };
+        // Atomic: the next batch waits until this round's NodeClaims exist and are
+        // remembered, so its snapshot counts them.
+        AtomicResponse::new(Box::pin(created.into_actor(self).map(
+            move |outcomes, act, _ctx| {
+                let mut round = round;
+                for outcome in outcomes {
+                    match outcome {
+                        Ok(Ok(claim)) => {
+                            let name = claim.metadata.name.clone().unwrap_or_default();
+                            round.nodeclaims.push(name.clone());
+                            act.unseen.insert(name, (claim, Instant::now()));
+                        }
+                        Ok(Err(error)) => round.problems.push(error.to_string()),
+                        Err(error) => round.problems.push(error.to_string()),
+                    }
+                }
                 tracing::info!(
                     round = round.number,
                     pending = round.pending.len(),
                     triggered = round.triggered.len(),
+                    nodeclaims = round.nodeclaims.len(),
+                    problems = ?round.problems,
                     "provisioning round"
                 );
-                self.rounds.send_replace(Some(round));
-                metrics::histogram!(SCHEDULING_DURATION).record(started.elapsed().as_secs_f64());
-            }
-            Err(reason) => tracing::debug!(?reason, "batch skipped"),
-        }
+                act.rounds.send_replace(Some(round));
+            },
+        )))
     }
 }

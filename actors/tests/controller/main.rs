@@ -2,6 +2,7 @@
 //! kube-rs, exactly as they would against EKS.
 
 mod batching;
+mod launching;
 mod leader;
 mod malformed;
 mod state_sync;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kerf_actors::leader::Timing;
-use kerf_actors::{Daemon, Environment, Settings, ValidSettings};
+use kerf_actors::{Cloud, Daemon, Environment, Settings, ValidSettings};
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
 use kube::Client;
 use kube::api::Api;
@@ -156,6 +156,16 @@ pub fn settings(extra: &[&str]) -> ValidSettings {
 }
 
 pub async fn start_daemon(harness: &Harness, settings: ValidSettings, identity: &str) -> Daemon {
+    start_daemon_with(harness, settings, identity, None).await
+}
+
+/// The daemon launching into `cloud`.
+pub async fn start_daemon_with(
+    harness: &Harness,
+    settings: ValidSettings,
+    identity: &str,
+    cloud: Option<Cloud>,
+) -> Daemon {
     Daemon::start(
         settings,
         Environment {
@@ -164,6 +174,7 @@ pub async fn start_daemon(harness: &Harness, settings: ValidSettings, identity: 
             identity: identity.into(),
             leader_timing: FAST_LEASE,
             bind: Ipv4Addr::LOCALHOST,
+            cloud,
         },
     )
     .await

@@ -58,6 +58,8 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
             identity: identity(),
             leader_timing: Timing::default(),
             bind: Ipv4Addr::UNSPECIFIED,
+            // The AWS provider is not wired into the daemon yet.
+            cloud: None,
         },
     )
     .await

@@ -14,7 +14,6 @@ use super::types::{
     OfferingKey, PricedOffering,
 };
 use super::{Ec2Config, Ec2Error, SimulatedEc2};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kerf::api::nodeclaim::DEFAULT_EXPIRE_AFTER;
 use kerf::api::{
@@ -695,11 +694,7 @@ fn launched_labels(
 
 /// A resource list for the API, without zero entries (as upstream drops them).
 pub fn resource_list(resources: &Resources) -> ResourceList {
-    resources
-        .iter()
-        .filter(|(_, q)| *q != Quantity::ZERO)
-        .map(|(name, q)| (name.to_owned(), K8sQuantity(q.to_string())))
-        .collect()
+    resources.to_api()
 }
 
 fn system_time(time: std::time::SystemTime) -> k8s_openapi::jiff::Timestamp {

@@ -1,0 +1,78 @@
+//! Cluster state as the plan's [`Inventory`], so the controller's snapshot is built by the
+//! same code as `kerf plan`'s (`kerf::plan::snapshot`). Only pods the kube-scheduler gave up
+//! on count as pending (upstream provisions nothing else); bound pods count as used
+//! capacity; each DaemonSet contributes the pod it would run on every new node. NodeClaims
+//! this controller created that the watch has not delivered yet are added, so a round right
+//! after a launch sees them as in-flight capacity instead of planning them again.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kerf::api::NodeClaim;
+use kerf::plan::inventory::Inventory;
+use kerf::plan::workloads::daemon_pod;
+
+use crate::state::{ClusterState, ObjectKey, is_provisionable};
+
+/// The inventory of `state` plus `unseen` NodeClaims not yet in its store.
+pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> Inventory {
+    let pods: Vec<Pod> = state
+        .pods
+        .snapshot()
+        .into_iter()
+        .filter(|p| is_bound(p) || is_provisionable(p))
+        .map(Arc::unwrap_or_clone)
+        .collect();
+    let mut warnings = Vec::new();
+    let daemon_pods = state
+        .daemonsets
+        .snapshot()
+        .iter()
+        .filter_map(|ds| match daemon_pod(ds) {
+            Ok(pod) => Some(pod),
+            Err(error) => {
+                warnings.push(format!(
+                    "DaemonSet {}: {}: {}",
+                    ds.metadata.name.as_deref().unwrap_or_default(),
+                    error.path,
+                    error.message
+                ));
+                None
+            }
+        })
+        .collect();
+    let mut node_claims = owned(state.nodeclaims.snapshot());
+    node_claims.extend(unseen.into_iter().filter(|c| {
+        state
+            .nodeclaims
+            .get(&ObjectKey::new(None, c.name()))
+            .is_none()
+    }));
+    Inventory {
+        pods,
+        daemon_pods,
+        nodes: owned(state.nodes.snapshot()),
+        node_claims,
+        node_pools: owned(state.nodepools.snapshot()),
+        node_classes: owned(state.nodeclasses.snapshot()),
+        disruption_budgets: owned(state.pdbs.snapshot()),
+        claims: owned(state.persistent_volume_claims.snapshot()),
+        volumes: owned(state.persistent_volumes.snapshot()),
+        storage_classes: owned(state.storage_classes.snapshot()),
+        namespaces: Vec::new(),
+        ignored: Vec::new(),
+        warnings,
+    }
+}
+
+/// The objects themselves: the store keeps its `Arc`s, so each is cloned.
+fn owned<K: Clone>(objects: Vec<Arc<K>>) -> Vec<K> {
+    objects.into_iter().map(Arc::unwrap_or_clone).collect()
+}
+
+fn is_bound(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some()
+}
