@@ -214,6 +214,17 @@ fn describe_offerings(offerings: &[OfferingRef]) -> String {
     format!("all offerings refused ({})", listed.join(", "))
 }
 
+/// The providerID a launched NodeClaim carries; a NodeClaim without one was never launched
+/// (or its launch was not recorded), which Delete cannot act on.
+pub fn launched_provider_id(node_claim: &NodeClaim) -> CloudResult<&str> {
+    node_claim
+        .provider_id()
+        .ok_or_else(|| CloudProviderError::InvalidProviderId {
+            provider_id: String::new(),
+            reason: format!("nodeclaim {} has no status.providerID", node_claim.name()),
+        })
+}
+
 /// The providerID scheme of AWS nodes.
 pub const AWS_PROVIDER_ID_PREFIX: &str = "aws:///";
 

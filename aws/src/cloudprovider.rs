@@ -37,7 +37,7 @@ use kerf::api::{AmiFamily, EC2NodeClass, NodeClaim, NodePool};
 use kerf::catalog::{AllocatableSettings, CapacityType, InstanceType};
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, OfferingRef,
-    aws_provider_id, parse_aws_provider_id,
+    aws_provider_id, launched_provider_id, parse_aws_provider_id,
 };
 use kerf::labels;
 use kerf::resources::{Quantity, Resources};
@@ -822,13 +822,7 @@ impl CloudProvider for AwsCloudProvider {
 
     fn delete<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
         Box::pin(async move {
-            let provider_id =
-                node_claim
-                    .provider_id()
-                    .ok_or_else(|| CloudProviderError::InvalidProviderId {
-                        provider_id: String::new(),
-                        reason: format!("nodeclaim {} has no status.providerID", node_claim.name()),
-                    })?;
+            let provider_id = launched_provider_id(node_claim)?;
             let id = parse_aws_provider_id(provider_id)?;
             self.instances
                 .terminate(id.instance_id)

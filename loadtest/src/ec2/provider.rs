@@ -25,7 +25,7 @@ use kerf::catalog::{
 };
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, OfferingRef,
-    parse_aws_provider_id,
+    launched_provider_id, parse_aws_provider_id,
 };
 use kerf::labels;
 use kerf::requirements::{AllowUndefined, Requirement, Requirements};
@@ -332,13 +332,7 @@ impl CloudProvider for SimulatedCloudProvider {
 
     fn delete<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
         Box::pin(async move {
-            let provider_id =
-                node_claim
-                    .provider_id()
-                    .ok_or_else(|| CloudProviderError::InvalidProviderId {
-                        provider_id: String::new(),
-                        reason: format!("nodeclaim {} has no status.providerID", node_claim.name()),
-                    })?;
+            let provider_id = launched_provider_id(node_claim)?;
             let instance = self.find(provider_id).await?;
             if instance.state == InstanceState::ShuttingDown {
                 return Ok(());
