@@ -10,6 +10,7 @@ pub mod cloudprovider;
 pub mod labels;
 pub mod manifest;
 pub mod plan;
+pub mod pods;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;

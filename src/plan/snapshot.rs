@@ -17,6 +17,7 @@ use super::{FieldError, PlanError};
 use crate::api::{NodeClaim, NodePool, Operator};
 use crate::catalog::{Catalog, InstanceType};
 use crate::labels;
+use crate::pods;
 use crate::resources::{Quantity, Resources};
 use crate::scheduling::{ExistingNode, NodePoolInput, SchedulingInput, VolumeTopology};
 
@@ -129,41 +130,13 @@ fn split_pods(pods: &[Pod]) -> (Vec<Pod>, Vec<&Pod>) {
     let mut pending = Vec::new();
     let mut bound = Vec::new();
     for pod in pods {
-        let node_name = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty());
-        if node_name.is_some() {
+        if pods::is_bound(pod) {
             bound.push(pod);
-        } else if is_provisionable(pod) {
+        } else if pods::wants_capacity(pod) {
             pending.push(pod.clone());
         }
     }
     (pending, bound)
-}
-
-/// Upstream's test for a pod Karpenter provisions for, less the kube-scheduler's verdict
-/// (there is no kube-scheduler here: every unbound pod is taken as unschedulable so far).
-fn is_provisionable(pod: &Pod) -> bool {
-    let owned_by = |kind: &str| {
-        pod.metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == kind)
-    };
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    let preempting = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    !owned_by("DaemonSet")
-        && !owned_by("Node")
-        && !matches!(phase, Some("Succeeded" | "Failed"))
-        && pod.metadata.deletion_timestamp.is_none()
-        && !preempting
 }
 
 /// A NodeClaim is in-flight capacity while no input Node stands for it.

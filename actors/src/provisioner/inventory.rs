@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kerf::api::NodeClaim;
 use kerf::plan::inventory::Inventory;
 use kerf::plan::workloads::daemon_pod;
+use kerf::pods::is_bound;
 
 use crate::state::{ClusterState, ObjectKey, is_provisionable};
 
@@ -68,11 +69,4 @@ pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> 
 /// The objects themselves: the store keeps its `Arc`s, so each is cloned.
 fn owned<K: Clone>(objects: Vec<Arc<K>>) -> Vec<K> {
     objects.into_iter().map(Arc::unwrap_or_clone).collect()
-}
-
-fn is_bound(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_ref())
-        .is_some()
 }

@@ -4,42 +4,11 @@
 //! mirror pod (those follow nodes rather than asking for them).
 
 use k8s_openapi::api::core::v1::Pod;
+use kerf::pods;
 
 /// Whether `pod` is waiting for capacity the controller should provide.
 pub fn is_provisionable(pod: &Pod) -> bool {
-    let spec_bound = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let status = pod.status.as_ref();
-    let phase = status.and_then(|s| s.phase.as_deref());
-    let nominated = status
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let unschedulable = status
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-        });
-    let owned_by = |kind: &str| {
-        pod.metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == kind)
-    };
-    unschedulable
-        && !spec_bound
-        && !nominated
-        && !matches!(phase, Some("Succeeded" | "Failed"))
-        && pod.metadata.deletion_timestamp.is_none()
-        && !owned_by("DaemonSet")
-        && !owned_by("Node")
+    pods::is_marked_unschedulable(pod) && !pods::is_bound(pod) && pods::wants_capacity(pod)
 }
 
 #[cfg(test)]
