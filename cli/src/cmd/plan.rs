@@ -4,12 +4,11 @@
 //! pods and the pods it cannot place. Valid input exits 0 even when pods are unschedulable;
 //! unreadable or invalid input exits 1 with every problem on stderr and nothing on stdout.
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kerf::catalog::DEFAULT_VM_MEMORY_OVERHEAD_PERCENT;
-use kerf::manifest::{self, ManifestError, Object};
+use kerf::manifest::{self, Object};
 use kerf::plan::{self, ControllerSettings, PlanOptions};
 
 #[derive(clap::Args)]
@@ -88,7 +87,7 @@ fn read_objects(paths: &[PathBuf]) -> Result<Vec<Object>, Vec<String>> {
     let mut objects = Vec::new();
     let mut errors = Vec::new();
     for path in paths {
-        let sources = match read_sources(path) {
+        let sources = match super::read_sources(path) {
             Ok(sources) => sources,
             Err(error) => {
                 errors.push(error.to_string());
@@ -114,18 +113,4 @@ fn read_objects(paths: &[PathBuf]) -> Result<Vec<Object>, Vec<String>> {
     } else {
         Err(errors)
     }
-}
-
-fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ManifestError> {
-    if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|error| ManifestError::ReadFile {
-                path: "-".to_owned(),
-                message: error.to_string(),
-            })?;
-        return Ok(vec![("-".to_owned(), text)]);
-    }
-    manifest::read_path(path)
 }

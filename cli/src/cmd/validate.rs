@@ -5,8 +5,7 @@
 
 use kerf::manifest::{self, ManifestError, Object};
 use kerf::validation::{Verdict, validate_object};
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -26,7 +25,7 @@ struct Tally {
 pub fn run(args: Args) -> ExitCode {
     let mut tally = Tally::default();
     for path in &args.files {
-        match read_sources(path) {
+        match super::read_sources(path) {
             Ok(sources) => {
                 for (file, text) in sources {
                     check_text(&file, &text, &mut tally);
@@ -43,20 +42,6 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
-}
-
-fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ManifestError> {
-    if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| ManifestError::ReadFile {
-                path: "-".to_owned(),
-                message: e.to_string(),
-            })?;
-        return Ok(vec![("-".to_owned(), text)]);
-    }
-    manifest::read_path(path)
 }
 
 fn check_text(file: &str, text: &str, tally: &mut Tally) {
