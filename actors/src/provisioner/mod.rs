@@ -58,6 +58,19 @@ pub struct Round {
     pub nodeclaims: Vec<String>,
     /// Problems of the round: snapshot warnings, pods left unschedulable, failed creates.
     pub problems: Vec<String>,
+    /// Where the round's time went.
+    pub timing: RoundTiming,
+}
+
+/// Latencies of one round, for logs and `kerf simulate`'s report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoundTiming {
+    /// From the batch window closing to the round starting (waiting for the previous round).
+    pub queued: Duration,
+    /// Snapshot of cluster state and scheduling.
+    pub solve: Duration,
+    /// From the batch window closing to the last of the round's NodeClaims being created.
+    pub closed_to_created: Duration,
 }
 
 /// Why a batch did not become a round.
@@ -122,6 +135,8 @@ impl Provisioner {
         if !self.state.synced() {
             return Err(Skipped::NotSynced);
         }
+        let started = Instant::now();
+        let queued = batch.closed.elapsed();
         let mut pending: Vec<String> = self
             .state
             .provisionable_pods()
@@ -143,8 +158,13 @@ impl Provisioner {
             window: batch.window,
             nodeclaims: Vec::new(),
             problems: Vec::new(),
+            timing: RoundTiming {
+                queued,
+                ..RoundTiming::default()
+            },
         };
         let launches = self.solve(&mut round.problems);
+        round.timing.solve = started.elapsed();
         Ok((round, launches))
     }
 
@@ -207,6 +227,7 @@ impl Handler<BatchReady> for Provisioner {
     fn handle(&mut self, batch: BatchReady, _ctx: &mut Context<Self>) -> Self::Result {
         self.depth.taken();
         let started = Instant::now();
+        let closed = batch.closed;
         let (round, launches) = match self.round(batch) {
             Ok(planned) => {
                 metrics::histogram!(SCHEDULING_DURATION).record(started.elapsed().as_secs_f64());
@@ -243,12 +264,16 @@ impl Handler<BatchReady> for Provisioner {
                         Err(error) => round.problems.push(error.to_string()),
                     }
                 }
+                round.timing.closed_to_created = closed.elapsed();
                 tracing::info!(
                     round = round.number,
                     pending = round.pending.len(),
                     triggered = round.triggered.len(),
                     nodeclaims = round.nodeclaims.len(),
                     problems = ?round.problems,
+                    queued_ms = round.timing.queued.as_millis() as u64,
+                    solve_ms = round.timing.solve.as_millis() as u64,
+                    closed_to_created_ms = round.timing.closed_to_created.as_millis() as u64,
                     "provisioning round"
                 );
                 act.rounds.send_replace(Some(round));

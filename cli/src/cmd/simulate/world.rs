@@ -1,0 +1,252 @@
+//! The simulated world and the real controller in one process: the Kubernetes API emulator
+//! with kerf's CRDs, a kube client talking to it over HTTP, the simulated EC2 region (with
+//! any injected insufficient capacity), the simulated kubelets and kube-scheduler, and the
+//! controller daemon launching into that EC2 — started in dependency order and stopped in
+//! reverse. Must run inside an actix `System` on a multi-threaded tokio runtime.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use kerf::catalog::{AllocatableSettings, Catalog};
+use kerf_actors::leader::Timing;
+use kerf_actors::{Cloud, Daemon, Environment, Settings};
+use kerf_loadtest::apiserver::{ApiServer, Cluster, RunningServer, ServerConfig};
+use kerf_loadtest::ec2::{
+    Ec2Config, OfferingKey, SimulatedCloudProvider, SimulatedCloudProviderConfig, catalog_offerings,
+};
+use kerf_loadtest::kubelet::{self, KubeletConfig, KubeletHandle};
+use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle};
+use kube::Client;
+
+use super::defaults::{CLUSTER_NAME, REGION};
+use super::ice::{self, IceTarget};
+
+pub const NODEPOOL_CRD: &str = include_str!("../../../../deploy/crds/karpenter.sh_nodepools.yaml");
+pub const NODECLAIM_CRD: &str =
+    include_str!("../../../../deploy/crds/karpenter.sh_nodeclaims.yaml");
+pub const NODECLASS_CRD: &str =
+    include_str!("../../../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
+
+/// How fast the simulated machines and nodes move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// Delays shaped like EC2 and a kubelet's, shortened so a run takes seconds.
+    Brisk,
+    /// Millisecond delays and short batching windows, for tests.
+    Instant,
+}
+
+impl Pace {
+    fn ec2(self) -> Ec2Config {
+        match self {
+            Self::Brisk => Ec2Config {
+                region: REGION.to_owned(),
+                launch_latency: Duration::from_millis(200),
+                pending_duration: Duration::from_secs(1),
+                shutdown_duration: Duration::from_secs(2),
+                interruption_notice: Duration::from_secs(120),
+            },
+            Self::Instant => Ec2Config::instant(REGION),
+        }
+    }
+
+    fn kubelet(self) -> KubeletConfig {
+        match self {
+            Self::Brisk => KubeletConfig {
+                boot_delay: Duration::from_secs(2),
+                ready_delay: Duration::from_secs(1),
+                startup_taint_delay: Duration::from_millis(500),
+                pod_start_delay: Duration::from_millis(500),
+                shutdown_delay: Duration::from_secs(1),
+                concurrency: 64,
+                resync: Duration::from_secs(1),
+            },
+            Self::Instant => KubeletConfig::fast(),
+        }
+    }
+
+    fn scheduler(self) -> SchedulerConfig {
+        match self {
+            Self::Brisk => SchedulerConfig {
+                concurrency: 64,
+                ..SchedulerConfig::default()
+            },
+            Self::Instant => SchedulerConfig {
+                interval: Duration::from_millis(20),
+                initial_backoff: Duration::from_millis(50),
+                max_backoff: Duration::from_millis(500),
+                ..SchedulerConfig::default()
+            },
+        }
+    }
+
+    /// Controller flags the pace implies (the environment may set the rest).
+    fn controller_flags(self) -> &'static [&'static str] {
+        match self {
+            Self::Brisk => &[],
+            Self::Instant => &[
+                "--batch-idle-duration",
+                "100ms",
+                "--batch-max-duration",
+                "1s",
+            ],
+        }
+    }
+}
+
+/// Why the world did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("starting the API emulator: {0}")]
+    ApiServer(#[from] kerf_loadtest::apiserver::StartError),
+    #[error("installing the {crd} CRD: {error}")]
+    Crd {
+        crd: &'static str,
+        error: kerf_loadtest::apiserver::ApiError,
+    },
+    #[error("building a Kubernetes client for the emulator: {0}")]
+    Client(String),
+    #[error("the embedded catalog: {0}")]
+    Catalog(#[from] kerf::catalog::CatalogError),
+    #[error(transparent)]
+    Ice(#[from] ice::IceError),
+    #[error("controller settings: {0}")]
+    Settings(String),
+    #[error("starting the controller: {0}")]
+    Controller(#[from] kerf_actors::StartError),
+}
+
+/// The running simulated cluster (the controller starts separately, see [`World::start_controller`]).
+pub struct World {
+    pub server: RunningServer,
+    pub client: Client,
+    pub provider: Arc<SimulatedCloudProvider>,
+    pub catalog: Catalog,
+    /// The pools answering with insufficient capacity.
+    pub ice: Vec<OfferingKey>,
+    kubelets: KubeletHandle,
+    scheduler: SchedulerHandle,
+    pace: Pace,
+}
+
+impl World {
+    /// Starts the emulator with kerf's CRDs, the simulated EC2 (with `ice` applied), the
+    /// kubelets and the scheduler.
+    pub async fn start(pace: Pace, ice: &[IceTarget]) -> Result<Self, StartError> {
+        let catalog = Catalog::embedded(REGION)?;
+        let offerings = catalog_offerings(&catalog.instance_types(&AllocatableSettings::default()));
+        let ice = ice::pools(ice, &offerings)?;
+        let server = ApiServer::start(ServerConfig::default()).await?;
+        let cluster = server.cluster();
+        for (crd, yaml) in [
+            ("NodePool", NODEPOOL_CRD),
+            ("NodeClaim", NODECLAIM_CRD),
+            ("EC2NodeClass", NODECLASS_CRD),
+        ] {
+            cluster
+                .apply_crd_yaml(yaml)
+                .map_err(|error| StartError::Crd { crd, error })?;
+        }
+        let client = client_for(&server).await?;
+        let provider = Arc::new(SimulatedCloudProvider::for_region(
+            REGION,
+            pace.ec2(),
+            SimulatedCloudProviderConfig {
+                cluster_name: CLUSTER_NAME.to_owned(),
+                ..SimulatedCloudProviderConfig::default()
+            },
+        )?);
+        for pool in &ice {
+            provider.ec2().set_insufficient_capacity(pool.clone(), true);
+        }
+        let kubelets = kubelet::start(client.clone(), Arc::clone(&provider), pace.kubelet());
+        let scheduler = scheduler::start(client.clone(), pace.scheduler());
+        Ok(Self {
+            server,
+            client,
+            provider,
+            catalog,
+            ice,
+            kubelets,
+            scheduler,
+            pace,
+        })
+    }
+
+    pub fn cluster(&self) -> Cluster {
+        self.server.cluster()
+    }
+
+    /// Starts the controller against the emulator over HTTP, launching into the simulated
+    /// EC2, and waits until its cluster state has synced.
+    pub async fn start_controller(&self) -> Result<Daemon, StartError> {
+        let settings = controller_settings(self.pace)?;
+        let daemon = Daemon::start(
+            settings,
+            Environment {
+                client: self.client.clone(),
+                namespace: "kube-system".to_owned(),
+                identity: format!("kerf-simulate-{}", std::process::id()),
+                leader_timing: Timing::default(),
+                bind: Ipv4Addr::LOCALHOST,
+                cloud: Some(Cloud {
+                    provider: Arc::clone(&self.provider)
+                        as Arc<dyn kerf::cloudprovider::CloudProvider>,
+                    catalog: self.catalog.clone(),
+                }),
+            },
+        )
+        .await?;
+        daemon.state.wait_synced().await;
+        Ok(daemon)
+    }
+
+    /// Stops the simulated components and the emulator.
+    pub async fn stop(self) {
+        self.kubelets.stop();
+        self.scheduler.stop();
+        self.server.shutdown().await;
+    }
+}
+
+async fn client_for(server: &RunningServer) -> Result<Client, StartError> {
+    let text = kerf_loadtest::apiserver::kubeconfig::render(&server.url());
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
+        .map_err(|e| StartError::Client(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| StartError::Client(e.to_string()))?;
+    Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))
+}
+
+/// The controller's settings: its defaults and environment (`BATCH_IDLE_DURATION`, ...), a
+/// single replica without leader election, endpoints on free ports.
+fn controller_settings(pace: Pace) -> Result<kerf_actors::ValidSettings, StartError> {
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        settings: Settings,
+    }
+    let mut argv = vec![
+        "kerf",
+        "--cluster-name",
+        CLUSTER_NAME,
+        "--metrics-port",
+        "0",
+        "--health-probe-port",
+        "0",
+        "--disable-leader-election",
+        "true",
+    ];
+    argv.extend_from_slice(pace.controller_flags());
+    Flags::try_parse_from(argv)
+        .map_err(|e| StartError::Settings(e.to_string()))?
+        .settings
+        .validate()
+        .map_err(|e| StartError::Settings(e.to_string()))
+}
