@@ -1,12 +1,16 @@
 //! What `kerf simulate` applies when it is given nothing: one AL2023 EC2NodeClass, one
 //! general-purpose NodePool (amd64, spot or on-demand, c/m/r generation 5+, every zone)
-//! and a workload of six Deployments of mixed shapes — small zone-spread web pods, medium
+//! and a workload of six Deployments of mixed shapes — small web pods pinned to three zones
+//! and spread evenly over them, medium
 //! API pods, CPU-heavy and memory-heavy workers, and a cache whose replicas refuse to share
 //! a host — sized to `--pods`. They are manifest text, read through the same parser and
 //! checks as user files, so they are exactly what `kerf validate` and `kerf plan` accept.
 
 /// The region the simulated EC2 sells (the embedded catalog's).
 pub const REGION: &str = "us-east-1";
+
+/// The zones the web tier is pinned to and spread over.
+pub const WEB_ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 
 /// The cluster name the simulated EC2 tags instances with and the node class discovers by.
 pub const CLUSTER_NAME: &str = "kerf-sim";
@@ -95,7 +99,8 @@ struct Shape {
 
 enum Placement {
     Anywhere,
-    /// `topologySpreadConstraints` over zones, `maxSkew: 1`, `DoNotSchedule`.
+    /// Required node affinity to [`WEB_ZONES`] and `topologySpreadConstraints` over them,
+    /// `maxSkew: 1`, `DoNotSchedule`.
     SpreadOverZones,
     /// Required pod anti-affinity on the hostname: one replica per node.
     OnePerNode,
@@ -176,14 +181,23 @@ fn deployment(shape: &Shape, replicas: usize) -> String {
     let placement = match shape.placement {
         Placement::Anywhere => String::new(),
         Placement::SpreadOverZones => format!(
-            "      topologySpreadConstraints:
+            "      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions:
+                  - key: topology.kubernetes.io/zone
+                    operator: In
+                    values: [{zones}]
+      topologySpreadConstraints:
         - maxSkew: 1
           topologyKey: topology.kubernetes.io/zone
           whenUnsatisfiable: DoNotSchedule
           labelSelector:
             matchLabels:
               app: {name}
-"
+",
+            zones = WEB_ZONES.join(", ")
         ),
         Placement::OnePerNode => format!(
             "      affinity:

@@ -271,14 +271,30 @@ impl Summary {
                 self.insufficient_capacity_pools
             );
         }
-        for pod in &self.pods.unschedulable {
-            let _ = writeln!(out, "unschedulable   {}: {}", pod.pod, pod.reason);
+        for (reason, pods) in by_reason(&self.pods.unschedulable) {
+            let _ = writeln!(
+                out,
+                "unschedulable   {} pod(s), e.g. {}: {reason}",
+                pods.len(),
+                pods[0]
+            );
         }
         for pod in &self.pods.stuck {
             let _ = writeln!(out, "still pending   {pod}");
         }
         out
     }
+}
+
+/// Unschedulable pods grouped by reason, most common first.
+fn by_reason(pods: &[UnschedulablePod]) -> Vec<(&str, Vec<&str>)> {
+    let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for pod in pods {
+        groups.entry(&pod.reason).or_default().push(&pod.pod);
+    }
+    let mut groups: Vec<(&str, Vec<&str>)> = groups.into_iter().collect();
+    groups.sort_by_key(|(_, pods)| std::cmp::Reverse(pods.len()));
+    groups
 }
 
 fn joined<V: std::fmt::Display>(counts: &BTreeMap<String, V>) -> String {
@@ -402,5 +418,9 @@ mod tests {
         let table = summary.to_table();
         assert!(table.contains("1 bound of 3"), "{table}");
         assert!(table.contains("still pending   default/web-1"), "{table}");
+        assert!(
+            table.contains("unschedulable   1 pod(s), e.g. default/big: too big"),
+            "{table}"
+        );
     }
 }
