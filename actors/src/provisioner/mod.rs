@@ -239,14 +239,17 @@ impl Handler<BatchReady> for Provisioner {
             }
         };
         let launcher = self.provisioning.as_ref().map(|p| p.launcher.clone());
+        // Delivered all at once: each answer is one API create, so a large round's creates
+        // overlap (the Launcher's bounded mailbox caps how many are in flight) instead of
+        // paying one round trip after another. Answers keep the planned order.
         let created = async move {
-            let mut outcomes = Vec::new();
-            if let Some(launcher) = launcher {
-                for launch in launches {
-                    outcomes.push(launcher.deliver(launch).await);
+            match launcher {
+                Some(launcher) => {
+                    futures::future::join_all(launches.into_iter().map(|l| launcher.deliver(l)))
+                        .await
                 }
+                None => Vec::new(),
             }
-            outcomes
         };
         // Atomic: the next batch waits until this round's NodeClaims exist and are
         // remembered, so its snapshot counts them.

@@ -21,7 +21,7 @@ pub enum ApplyError {
     Refused {
         source_ref: String,
         object: String,
-        error: ApiError,
+        error: Box<ApiError>,
     },
     #[error("{source_ref}: {object}: cannot encode the expanded {what}: {error}")]
     Encode {
@@ -50,7 +50,7 @@ pub fn apply(
         let refused = |error: ApiError| ApplyError::Refused {
             source_ref: object.source.to_string(),
             object: object.display_name(),
-            error,
+            error: Box::new(error),
         };
         if SKIPPED.contains(&object.kind.as_str()) {
             notes.push(format!(
@@ -173,7 +173,7 @@ fn create_expanded(
     let refused = |error: ApiError| ApplyError::Refused {
         source_ref: object.source.to_string(),
         object: object.display_name(),
-        error,
+        error: Box::new(error),
     };
     let encode = |what: &'static str| {
         move |error| ApplyError::Encode {

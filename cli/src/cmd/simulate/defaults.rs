@@ -75,8 +75,6 @@ spec:
         kind: EC2NodeClass
         name: default
       expireAfter: 720h
-  limits:
-    cpu: \"100000\"
   disruption:
     consolidationPolicy: WhenEmptyOrUnderutilized
     consolidateAfter: 1m

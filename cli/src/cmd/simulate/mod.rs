@@ -108,7 +108,7 @@ pub fn run(args: Args) -> ExitCode {
         print(&finished.summary, output);
         if keep_serving {
             eprintln!("the simulated cluster keeps running; Ctrl-C stops it");
-            tokio::signal::ctrl_c().await?;
+            stop_signal().await?;
         }
         let summary = finished.summary.clone();
         finished.stop().await;
@@ -131,6 +131,15 @@ pub fn run(args: Args) -> ExitCode {
             );
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn stop_signal() -> std::io::Result<()> {
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = sigterm.recv() => Ok(()),
+        ctrl_c = tokio::signal::ctrl_c() => ctrl_c,
     }
 }
 

@@ -29,6 +29,11 @@ pub const NODECLAIM_CRD: &str =
 pub const NODECLASS_CRD: &str =
     include_str!("../../../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
 
+/// Changes the emulator keeps per resource for watches to resume from. Watchers here keep
+/// up within milliseconds, so a tenth of the emulator's default is plenty, and at 10k pods
+/// the default's retained history would dwarf everything else in the process.
+const HISTORY_CAPACITY: usize = 20_000;
+
 /// How fast the simulated machines and nodes move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pace {
@@ -104,7 +109,7 @@ pub enum StartError {
     #[error("installing the {crd} CRD: {error}")]
     Crd {
         crd: &'static str,
-        error: kerf_loadtest::apiserver::ApiError,
+        error: Box<kerf_loadtest::apiserver::ApiError>,
     },
     #[error("building a Kubernetes client for the emulator: {0}")]
     Client(String),
@@ -138,7 +143,11 @@ impl World {
         let catalog = Catalog::embedded(REGION)?;
         let offerings = catalog_offerings(&catalog.instance_types(&AllocatableSettings::default()));
         let ice = ice::pools(ice, &offerings)?;
-        let server = ApiServer::start(ServerConfig::default()).await?;
+        let server = ApiServer::start(ServerConfig {
+            history_capacity: HISTORY_CAPACITY,
+            ..ServerConfig::default()
+        })
+        .await?;
         let cluster = server.cluster();
         for (crd, yaml) in [
             ("NodePool", NODEPOOL_CRD),
@@ -147,7 +156,10 @@ impl World {
         ] {
             cluster
                 .apply_crd_yaml(yaml)
-                .map_err(|error| StartError::Crd { crd, error })?;
+                .map_err(|error| StartError::Crd {
+                    crd,
+                    error: Box::new(error),
+                })?;
         }
         let client = client_for(&server).await?;
         let provider = Arc::new(SimulatedCloudProvider::for_region(
@@ -194,7 +206,7 @@ impl World {
                 cloud: Some(Cloud {
                     provider: Arc::clone(&self.provider)
                         as Arc<dyn kerf::cloudprovider::CloudProvider>,
-                    catalog: self.catalog.clone(),
+                    catalog: self.catalog,
                 }),
             },
         )
