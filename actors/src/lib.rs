@@ -5,7 +5,12 @@
 //! the HTTP endpoints. Decisions come from the pure core crate `kerf`; this crate does the I/O.
 
 pub mod batcher;
+pub mod client;
+pub mod cloud_metrics;
+pub mod cluster_metrics;
 pub mod daemon;
+pub mod drain;
+pub mod events;
 pub mod launcher;
 pub mod leader;
 pub mod logging;
