@@ -1,6 +1,7 @@
 //! Wiring: starts every actor and task of the controller against one Kubernetes client —
-//! metrics and probe endpoints, leader election, the PodWatcher's watch streams, the Batcher,
-//! the Provisioner and (with a cloud provider) the Launcher — and stops them in reverse order. Must be called inside an actix
+//! metrics and probe endpoints, leader election, the event recorder, the PodWatcher's watch
+//! streams, the Batcher, the Provisioner and (with a cloud provider) the Launcher — and stops
+//! them in reverse order, draining provisioning first ([`crate::drain`]). Must be called inside an actix
 //! `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`): actors live
 //! on the system's thread, watch streams and HTTP on the runtime's workers.
 
@@ -16,13 +17,19 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batcher::{BatchLimits, Batcher};
+use crate::cloud_metrics::MeteredCloudProvider;
+use crate::drain::{DRAIN_TIMEOUT, Drain, InFlight};
 use crate::launcher::Launcher;
 use crate::leader::{self, Election, Timing};
 use crate::mailbox::{MailboxDepth, Outbox};
 use crate::provisioner::{Provisioner, Provisioning, Round};
 use crate::settings::ValidSettings;
 use crate::state::ClusterState;
-use crate::{pod_watcher, server};
+use crate::{drain, events, pod_watcher, server};
+
+/// Upstream's name for the controller that launches NodeClaims: the `controller` label of
+/// the Launcher's cloud provider metrics.
+const LAUNCH_CONTROLLER: &str = "nodeclaim.lifecycle";
 
 /// What the daemon needs besides its settings.
 #[derive(Clone)]
@@ -70,6 +77,7 @@ pub struct Daemon {
     tasks: Vec<JoinHandle<()>>,
     leader_task: Option<JoinHandle<()>>,
     actors: (Addr<Batcher>, Addr<Provisioner>, Option<Addr<Launcher>>),
+    drain: Drain,
 }
 
 impl Daemon {
@@ -90,8 +98,8 @@ impl Daemon {
             feature_gates: _feature_gates_for_disruption,
             metrics_port,
             health_probe_port,
-            kube_client_qps: _kube_client_qps_not_yet_enforced,
-            kube_client_burst: _kube_client_burst_not_yet_enforced,
+            kube_client_qps: _kube_client_qps_applied_by_client_build,
+            kube_client_burst: _kube_client_burst_applied_by_client_build,
             leader_election,
             preference_policy: _preference_policy_for_scheduler,
             min_values_policy: _min_values_policy_for_scheduler,
@@ -110,9 +118,10 @@ impl Daemon {
         crate::metrics::handle();
 
         let metrics_at = SocketAddr::from((bind, metrics_port));
-        let (metrics_addr, metrics_task) = server::serve_metrics(metrics_at, shutdown_rx.clone())
-            .await
-            .map_err(|e| StartError::MetricsPort(metrics_at, e))?;
+        let (metrics_addr, metrics_task) =
+            server::serve_metrics(metrics_at, state.clone(), shutdown_rx.clone())
+                .await
+                .map_err(|e| StartError::MetricsPort(metrics_at, e))?;
         let probes_at = SocketAddr::from((bind, health_probe_port));
         let (probes_addr, probes_task) =
             server::serve_probes(probes_at, state.clone(), shutdown_rx.clone())
@@ -120,6 +129,8 @@ impl Daemon {
                 .map_err(|e| StartError::HealthProbePort(probes_at, e))?;
 
         tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
+        let (events, events_task) =
+            events::spawn(client.clone(), identity.clone(), shutdown_rx.clone());
         let (leader, leader_task) = match leader_election {
             Some(lease) => {
                 let election = Election {
@@ -136,9 +147,13 @@ impl Daemon {
         };
 
         let launcher_depth = MailboxDepth::new("launcher");
+        let mut launches = InFlight::default();
         let launcher = cloud.map(|cloud| {
-            let addr = Launcher::new(client.clone(), cloud.provider, launcher_depth.clone())
-                .start_bounded();
+            let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
+            let launcher = Launcher::new(client.clone(), Arc::new(metered), launcher_depth.clone())
+                .with_events(events.clone());
+            launches = launcher.in_flight();
+            let addr = launcher.start_bounded();
             let provisioning = Provisioning {
                 launcher: Outbox::new(&addr, launcher_depth),
                 catalog: cloud.catalog,
@@ -146,14 +161,18 @@ impl Daemon {
                     reserved_enis,
                     vm_memory_overhead_percent,
                 },
+                events: events.clone(),
             };
             (addr, provisioning)
         });
         let (launcher, provisioning) = launcher.unzip();
+        let (drain, draining) = Drain::new(launches);
+        // The Provisioner runs rounds only while this replica leads and is not stopping.
+        let (may_provision, gate_task) = drain::gate(leader.clone(), draining, shutdown_rx.clone());
         let provisioner_depth = MailboxDepth::new("provisioner");
         let (provisioner, rounds) = Provisioner::new(
             state.clone(),
-            leader.clone(),
+            may_provision,
             provisioner_depth.clone(),
             provisioning,
         );
@@ -178,6 +197,8 @@ impl Daemon {
         );
         tasks.push(metrics_task);
         tasks.push(probes_task);
+        tasks.push(events_task);
+        tasks.push(gate_task);
         Ok(Self {
             state,
             leader,
@@ -188,12 +209,15 @@ impl Daemon {
             tasks,
             leader_task,
             actors: (batcher, provisioner, launcher),
+            drain,
         })
     }
 
-    /// Stops every task and actor; a leader releases its Lease before this returns, so a
-    /// standby can take over at once.
+    /// Stops every task and actor: first provisioning drains (no new rounds; the current
+    /// round and its launches finish, for at most [`DRAIN_TIMEOUT`]), then a leader releases
+    /// its Lease before this returns, so a standby can take over at once.
     pub async fn stop(self) {
+        self.drain.run(&self.actors.1, DRAIN_TIMEOUT).await;
         self.shutdown.send_replace(true);
         if let Some(task) = self.leader_task {
             let _released = task.await;

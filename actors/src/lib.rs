@@ -1,11 +1,17 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
 //! `batcher`, `provisioner`, `launcher`, `leader`), the cluster state they share (`state`), the daemon
-//! that wires them (`daemon`), and the operational surface: settings, JSON logs, metrics and
-//! the HTTP endpoints. Decisions come from the pure core crate `kerf`; this crate does the I/O.
+//! that wires them (`daemon`) and stops them gracefully (`drain`), and the operational surface:
+//! settings, the rate-limited Kubernetes client (`client`), Kubernetes Events (`events`), JSON
+//! logs, metrics (`metrics`, `cluster_metrics`, `cloud_metrics`) and the HTTP endpoints. Decisions come from the pure core crate `kerf`; this crate does the I/O.
 
 pub mod batcher;
+pub mod client;
+pub mod cloud_metrics;
+pub mod cluster_metrics;
 pub mod daemon;
+pub mod drain;
+pub mod events;
 pub mod launcher;
 pub mod leader;
 pub mod logging;

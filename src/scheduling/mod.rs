@@ -24,6 +24,7 @@ mod volumes;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod testing;
 
+pub use pod::resource_requests;
 pub use types::*;
 
 use crate::taints::PreferNoSchedule;

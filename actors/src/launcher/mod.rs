@@ -5,7 +5,9 @@
 //! counts it as in-flight capacity; then, off the mailbox, it asks the [`CloudProvider`] for a
 //! machine and records what was launched on the NodeClaim (labels, then status with
 //! `Launched=True`). A launch refused for insufficient capacity deletes the NodeClaim, so its
-//! pods turn up unschedulable again and the PodWatcher's resync batches them anew.
+//! pods turn up unschedulable again and the PodWatcher's resync batches them anew. Each pod of
+//! a created NodeClaim gets upstream's `Nominated` event, a failed launch upstream's NodeClaim
+//! event; launches are tracked so a stopping daemon can wait for them ([`crate::drain`]).
 
 mod claim;
 
@@ -13,12 +15,14 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use kerf::api::{NodeClaim, NodePool};
-use kerf::cloudprovider::CloudProvider;
+use kerf::cloudprovider::{CloudProvider, CloudProviderError};
 use kerf::scheduling::PlannedNodeClaim;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+use crate::drain::InFlight;
+use crate::events::{EventRecorder, upstream as events};
 use crate::mailbox::MailboxDepth;
 use crate::metrics::{NODECLAIMS_CREATED, NODECLAIMS_LAUNCHED};
 
@@ -53,6 +57,9 @@ pub struct Launcher {
     nodeclaims: Api<NodeClaim>,
     cloud: Arc<dyn CloudProvider>,
     depth: MailboxDepth,
+    events: EventRecorder,
+    /// Launches running off the mailbox, which a stopping daemon waits for.
+    in_flight: InFlight,
 }
 
 impl Launcher {
@@ -61,7 +68,20 @@ impl Launcher {
             nodeclaims: Api::all(client),
             cloud,
             depth,
+            events: EventRecorder::disabled(),
+            in_flight: InFlight::default(),
         }
+    }
+
+    /// Publishes nominations and launch failures to `events`.
+    pub fn with_events(mut self, events: EventRecorder) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// The launches this Launcher has running.
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.clone()
     }
 
     /// Starts the actor with its bounded mailbox.
@@ -84,6 +104,8 @@ impl Handler<Launch> for Launcher {
         self.depth.taken();
         let api = self.nodeclaims.clone();
         let cloud = Arc::clone(&self.cloud);
+        let recorder = self.events.clone();
+        let in_flight = self.in_flight.clone();
         Box::pin(async move {
             let pool = launch.pool.name().to_owned();
             let wanted = node_claim(&launch.claim, &launch.pool);
@@ -107,9 +129,13 @@ impl Handler<Launch> for Launcher {
                 pods = launch.claim.pods.len(),
                 "created nodeclaim"
             );
+            for pod in &launch.claim.pods {
+                recorder.publish(events::nominate_pod(pod, &created.name_any()));
+            }
             // The machine is launched off the mailbox: a slow cloud call must not hold up
             // the creation of the round's other NodeClaims.
-            tokio::spawn(launch_machine(api, cloud, created.clone()));
+            let launching = launch_machine(api, cloud, created.clone(), recorder);
+            tokio::spawn(in_flight.track(launching));
             Ok(created)
         })
     }
@@ -117,7 +143,12 @@ impl Handler<Launch> for Launcher {
 
 /// Launches the machine behind `created` and records it; logs instead of failing, because a
 /// NodeClaim left unlaunched is found again by the lifecycle's liveness check upstream does.
-async fn launch_machine(api: Api<NodeClaim>, cloud: Arc<dyn CloudProvider>, created: NodeClaim) {
+async fn launch_machine(
+    api: Api<NodeClaim>,
+    cloud: Arc<dyn CloudProvider>,
+    created: NodeClaim,
+    recorder: EventRecorder,
+) {
     let name = created.name_any();
     match cloud.create(&created).await {
         Ok(launched) => match record_launch(&api, &created, &launched).await {
@@ -133,12 +164,18 @@ async fn launch_machine(api: Api<NodeClaim>, cloud: Arc<dyn CloudProvider>, crea
             Err(error) => tracing::error!(nodeclaim = %name, %error, "recording launch"),
         },
         Err(error) if error.is_insufficient_capacity() => {
+            recorder.publish(events::insufficient_capacity(&created, &error));
             tracing::warn!(nodeclaim = %name, %error, "no capacity; deleting nodeclaim");
             if let Err(error) = api.delete(&name, &DeleteParams::default()).await {
                 tracing::error!(nodeclaim = %name, %error, "deleting unlaunchable nodeclaim");
             }
         }
-        Err(error) => tracing::error!(nodeclaim = %name, %error, "launching nodeclaim"),
+        Err(error) => {
+            if matches!(error, CloudProviderError::NodeClassNotReady { .. }) {
+                recorder.publish(events::node_class_not_ready(&created, &error));
+            }
+            tracing::error!(nodeclaim = %name, %error, "launching nodeclaim");
+        }
     }
 }
 

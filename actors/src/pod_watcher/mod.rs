@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batcher::Trigger;
+use crate::cluster_metrics::StartupTracker;
 use crate::mailbox::{DeliverError, Outbox};
 use crate::state::{ClusterState, Writers, is_provisionable};
 pub use kind::{Change, watch_kind};
@@ -53,7 +54,9 @@ pub fn spawn(
     } = writers;
     let pod_state = state.clone();
     let pod_batcher = batcher.clone();
+    let mut startup = StartupTracker::default();
     let on_pod = move |pod: &Pod, change: Change| {
+        startup.observe(pod, change);
         if change == Change::Applied && pod_state.synced() && is_provisionable(pod) {
             trigger(&pod_batcher, pod);
         }

@@ -23,6 +23,7 @@ use kerf::scheduling::{self, PlannedNodeClaim};
 use tokio::sync::watch;
 
 use crate::batcher::BatchReady;
+use crate::events::{EventRecorder, upstream as events};
 use crate::launcher::Launch;
 use crate::mailbox::{MailboxDepth, Outbox};
 use crate::metrics::SCHEDULING_DURATION;
@@ -86,6 +87,8 @@ pub struct Provisioning {
     /// Instance types offered in the cluster's region.
     pub catalog: Catalog,
     pub controller: ControllerSettings,
+    /// Where pods the solve could not place are reported (`FailedScheduling`).
+    pub events: EventRecorder,
 }
 
 /// The actor.
@@ -206,6 +209,11 @@ impl Provisioner {
                 .iter()
                 .map(|(pod, reason)| format!("{}/{}: {reason}", pod.namespace, pod.name)),
         );
+        for (pod, reason) in &result.errors {
+            provisioning
+                .events
+                .publish(events::pod_failed_to_schedule(pod, reason));
+        }
         result
             .new_node_claims
             .into_iter()

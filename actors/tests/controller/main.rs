@@ -2,8 +2,11 @@
 //! kube-rs, exactly as they would against EKS.
 
 mod batching;
+mod events;
 mod launching;
 mod leader;
 mod malformed;
+mod scrape;
+mod shutdown;
 mod state_sync;
 mod support;
