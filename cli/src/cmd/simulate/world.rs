@@ -1,5 +1,5 @@
 //! The simulated world and the real controller in one process: the Kubernetes API emulator
-//! with kerf's CRDs, a kube client talking to it over HTTP, the simulated EC2 region (with
+//! with kerf's CRDs, kube clients talking to it over HTTP, the simulated EC2 region (with
 //! any injected insufficient capacity), the simulated kubelets and kube-scheduler, and the
 //! controller daemon launching into that EC2 — started in dependency order and stopped in
 //! reverse. Must run inside an actix `System` on a multi-threaded tokio runtime.
@@ -126,7 +126,6 @@ pub enum StartError {
 /// The running simulated cluster (the controller starts separately, see [`World::start_controller`]).
 pub struct World {
     pub server: RunningServer,
-    pub client: Client,
     pub provider: Arc<SimulatedCloudProvider>,
     pub catalog: Catalog,
     /// The pools answering with insufficient capacity.
@@ -174,10 +173,9 @@ impl World {
             provider.ec2().set_insufficient_capacity(pool.clone(), true);
         }
         let kubelets = kubelet::start(client.clone(), Arc::clone(&provider), pace.kubelet());
-        let scheduler = scheduler::start(client.clone(), pace.scheduler());
+        let scheduler = scheduler::start(client, pace.scheduler());
         Ok(Self {
             server,
-            client,
             provider,
             catalog,
             ice,
@@ -192,13 +190,21 @@ impl World {
     }
 
     /// Starts the controller against the emulator over HTTP, launching into the simulated
-    /// EC2, and waits until its cluster state has synced.
+    /// EC2, and waits until its cluster state has synced. It gets its own client, limited to
+    /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST` as `kerf controller`'s is; the simulated
+    /// kubelets and scheduler stand for the rest of a cluster and are not limited.
     pub async fn start_controller(&self) -> Result<Daemon, StartError> {
         let settings = controller_settings(self.pace)?;
+        let client = kerf_actors::client::build(
+            kube_config(&self.server).await?,
+            settings.kube_client_qps,
+            settings.kube_client_burst,
+        )
+        .map_err(|e| StartError::Client(e.to_string()))?;
         let daemon = Daemon::start(
             settings,
             Environment {
-                client: self.client.clone(),
+                client,
                 namespace: "kube-system".to_owned(),
                 identity: format!("kerf-simulate-{}", std::process::id()),
                 leader_timing: Timing::default(),
@@ -223,17 +229,19 @@ impl World {
     }
 }
 
-async fn client_for(server: &RunningServer) -> Result<Client, StartError> {
+/// The client configuration a kubeconfig for the emulator gives.
+async fn kube_config(server: &RunningServer) -> Result<kube::Config, StartError> {
     let text = kerf_loadtest::apiserver::kubeconfig::render(&server.url());
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
         .map_err(|e| StartError::Client(e.to_string()))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .map_err(|e| StartError::Client(e.to_string()))?;
-    Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| StartError::Client(e.to_string()))
+}
+
+/// An unlimited client for the simulated components.
+async fn client_for(server: &RunningServer) -> Result<Client, StartError> {
+    Client::try_from(kube_config(server).await?).map_err(|e| StartError::Client(e.to_string()))
 }
 
 /// The controller's settings: its defaults and environment (`BATCH_IDLE_DURATION`, ...), a
