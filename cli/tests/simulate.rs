@@ -184,6 +184,45 @@ spec:
 }
 
 #[test]
+fn a_nodepools_file_replaces_the_default_pool() {
+    let dir = TempDir::new("pools");
+    let pools = dir.file(
+        "pools.yaml",
+        "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: on-demand}
+spec:
+  template:
+    spec:
+      requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+        - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, m6i]}
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+",
+    );
+    let (out, summary) = simulate(&["--pods", "10", "--nodepools", path(&pools)]);
+    assert!(
+        out.status.success(),
+        "stderr: {}\n{summary:#}",
+        text(&out.stderr)
+    );
+    assert_eq!(count(&summary["pods"]["bound"]), 10, "{summary:#}");
+    let nodes = &summary["nodes"];
+    let capacity = nodes["byCapacityType"].as_object().expect("by capacity");
+    assert_eq!(
+        capacity.keys().collect::<Vec<_>>(),
+        ["on-demand"],
+        "{summary:#}"
+    );
+    for instance_type in nodes["byInstanceType"].as_object().expect("types").keys() {
+        assert!(
+            instance_type.starts_with("m5.") || instance_type.starts_with("m6i."),
+            "{instance_type}"
+        );
+    }
+}
+
+#[test]
 fn a_malformed_ice_value_names_the_flag() {
     let out = kerf(&["--ice", "m5.large"]);
     assert_eq!(out.status.code(), Some(2));
