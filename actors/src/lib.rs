@@ -11,6 +11,7 @@ pub mod leader;
 pub mod logging;
 pub mod mailbox;
 pub mod metrics;
+pub mod node_pool_scheduler;
 pub mod offering_cache;
 pub mod pod_watcher;
 pub mod provisioner;

@@ -4,16 +4,18 @@
 //! the termination finalizer) and answers the Provisioner with it at once, so the next round
 //! counts it as in-flight capacity; then, off the mailbox, it asks the [`CloudProvider`] for a
 //! machine and records what was launched on the NodeClaim (labels, then status with
-//! `Launched=True`). A launch refused for insufficient capacity deletes the NodeClaim, so its
-//! pods turn up unschedulable again and the PodWatcher's resync batches them anew.
+//! `Launched=True`). A launch refused for insufficient capacity first marks the refused
+//! offerings in the OfferingCache, so the next solves plan around them, then deletes the
+//! NodeClaim, so its pods turn up unschedulable again and are batched anew.
 
 mod claim;
+mod created;
 
 use std::sync::Arc;
 
 use actix::prelude::*;
 use kerf::api::{NodeClaim, NodePool};
-use kerf::cloudprovider::CloudProvider;
+use kerf::cloudprovider::{CloudProvider, CloudProviderError};
 use kerf::scheduling::PlannedNodeClaim;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -21,8 +23,14 @@ use serde_json::json;
 
 use crate::mailbox::MailboxDepth;
 use crate::metrics::{NODECLAIMS_CREATED, NODECLAIMS_LAUNCHED};
+use crate::offering_cache::OfferingCacheHandle;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
+pub use created::{CreatedClaims, UNSEEN_NODECLAIM_GRACE};
+
+/// The reason recorded with offerings a launch was refused for (the provider's error does
+/// not carry EC2's code).
+pub const INSUFFICIENT_CAPACITY_REASON: &str = "InsufficientCapacity";
 
 /// Each message is answered after one API create (milliseconds), and the Provisioner waits
 /// for every answer before its next round, so a short queue covers one round's claims being
@@ -53,6 +61,8 @@ pub struct Launcher {
     nodeclaims: Api<NodeClaim>,
     cloud: Arc<dyn CloudProvider>,
     depth: MailboxDepth,
+    created: CreatedClaims,
+    offerings: Option<OfferingCacheHandle>,
 }
 
 impl Launcher {
@@ -61,7 +71,20 @@ impl Launcher {
             nodeclaims: Api::all(client),
             cloud,
             depth,
+            created: CreatedClaims::default(),
+            offerings: None,
         }
+    }
+
+    /// Records refused offerings in `offerings` before deleting an unlaunchable NodeClaim.
+    pub fn with_offering_cache(mut self, offerings: OfferingCacheHandle) -> Self {
+        self.offerings = Some(offerings);
+        self
+    }
+
+    /// The NodeClaims this Launcher created, for the Provisioner to count as in-flight.
+    pub fn created_claims(&self) -> CreatedClaims {
+        self.created.clone()
     }
 
     /// Starts the actor with its bounded mailbox.
@@ -84,6 +107,8 @@ impl Handler<Launch> for Launcher {
         self.depth.taken();
         let api = self.nodeclaims.clone();
         let cloud = Arc::clone(&self.cloud);
+        let registry = self.created.clone();
+        let offerings = self.offerings.clone();
         Box::pin(async move {
             let pool = launch.pool.name().to_owned();
             let wanted = node_claim(&launch.claim, &launch.pool);
@@ -107,17 +132,34 @@ impl Handler<Launch> for Launcher {
                 pods = launch.claim.pods.len(),
                 "created nodeclaim"
             );
+            // Recorded before the answer, so the Provisioner's next round counts it.
+            registry.insert(created.clone());
             // The machine is launched off the mailbox: a slow cloud call must not hold up
             // the creation of the round's other NodeClaims.
-            tokio::spawn(launch_machine(api, cloud, created.clone()));
+            let refused = Refused {
+                registry,
+                offerings,
+            };
+            tokio::spawn(launch_machine(api, cloud, created.clone(), refused));
             Ok(created)
         })
     }
 }
 
+/// Where a refused launch is recorded.
+struct Refused {
+    registry: CreatedClaims,
+    offerings: Option<OfferingCacheHandle>,
+}
+
 /// Launches the machine behind `created` and records it; logs instead of failing, because a
 /// NodeClaim left unlaunched is found again by the lifecycle's liveness check upstream does.
-async fn launch_machine(api: Api<NodeClaim>, cloud: Arc<dyn CloudProvider>, created: NodeClaim) {
+async fn launch_machine(
+    api: Api<NodeClaim>,
+    cloud: Arc<dyn CloudProvider>,
+    created: NodeClaim,
+    refused: Refused,
+) {
     let name = created.name_any();
     match cloud.create(&created).await {
         Ok(launched) => match record_launch(&api, &created, &launched).await {
@@ -134,6 +176,12 @@ async fn launch_machine(api: Api<NodeClaim>, cloud: Arc<dyn CloudProvider>, crea
         },
         Err(error) if error.is_insufficient_capacity() => {
             tracing::warn!(nodeclaim = %name, %error, "no capacity; deleting nodeclaim");
+            if let (Some(cache), CloudProviderError::InsufficientCapacity { offerings, .. }) =
+                (&refused.offerings, &error)
+            {
+                cache.mark_offerings(offerings, INSUFFICIENT_CAPACITY_REASON);
+            }
+            refused.registry.withdraw(&name);
             if let Err(error) = api.delete(&name, &DeleteParams::default()).await {
                 tracing::error!(nodeclaim = %name, %error, "deleting unlaunchable nodeclaim");
             }

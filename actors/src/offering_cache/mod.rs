@@ -224,4 +224,6 @@ impl UnavailableOfferings for OfferingCacheHandle {
 }
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

@@ -3,32 +3,8 @@
 
 use std::sync::Arc;
 
+use super::testing::{paused, until_generation};
 use super::*;
-
-/// Runs `test` in an actix system on a paused current-thread runtime: `sleep` jumps the
-/// clock as soon as every task (the actor included) is idle.
-fn paused<Fut: std::future::Future<Output = ()>>(test: impl FnOnce() -> Fut) {
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime builds")
-    });
-    system.block_on(test());
-}
-
-/// Lets the actor take what was sent: on a current-thread runtime it runs only when the
-/// test yields.
-async fn until_generation(cache: &OfferingCacheHandle, generation: u64) {
-    for _ in 0..1000 {
-        if cache.generation() >= generation {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("the actor never reached generation {generation}: {cache:?}");
-}
 
 #[test]
 fn a_refused_offering_is_unavailable_until_its_ttl_passes() {

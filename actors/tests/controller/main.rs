@@ -2,8 +2,10 @@
 //! kube-rs, exactly as they would against EKS.
 
 mod batching;
+mod ice;
 mod launching;
 mod leader;
 mod malformed;
+mod schedulers;
 mod state_sync;
 mod support;
