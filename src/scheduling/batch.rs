@@ -9,12 +9,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::SchedulingError;
 use super::finalize;
 use super::pool::Pool;
 use super::prepare::{self, Prepared};
 use super::solve::{Outcome, Solver};
 use super::types::{ExistingNodePlacement, SchedulingInput, SchedulingResult};
-use super::SchedulingError;
 use crate::taints::PreferNoSchedule;
 
 /// A prepared solve: the interned input, shared read-only by every part (cloning a batch
@@ -92,7 +92,11 @@ impl Batch {
             .enumerate()
             .map(|(index, g)| Part {
                 index,
-                pool_names: g.pools.iter().map(|p| prep.pools[*p].name.clone()).collect(),
+                pool_names: g
+                    .pools
+                    .iter()
+                    .map(|p| prep.pools[*p].name.clone())
+                    .collect(),
                 pools: g.pools,
                 nodes: g.nodes,
                 pods: g.pods,
@@ -127,7 +131,11 @@ impl Batch {
         outcomes.sort_by_key(|o| o.index);
         outcomes.dedup_by_key(|o| o.index);
         let mut missing: Vec<&Part> = self.parts.iter().collect();
-        missing.retain(|p| outcomes.binary_search_by_key(&p.index, |o| o.index).is_err());
+        missing.retain(|p| {
+            outcomes
+                .binary_search_by_key(&p.index, |o| o.index)
+                .is_err()
+        });
         let mut result = assemble(&self.prep, outcomes.into_iter().map(|o| o.outcome));
         for part in missing {
             for p in &part.pods {
