@@ -130,7 +130,7 @@ fn subnets_by_zone(class: Option<&EC2NodeClass>) -> BTreeMap<String, Vec<String>
 
 /// Marks every offering of `types` the table holds unavailable (its own entry, its capacity
 /// type's, or all of the class's subnets in its zone).
-pub fn mark_unavailable(
+fn mark_unavailable(
     types: &mut [InstanceType],
     table: &Table,
     subnets: &BTreeMap<String, Vec<String>>,

@@ -249,8 +249,13 @@ impl Actor for Provisioner {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         if self.provisioning.is_some() {
-            ctx.run_interval(SCHEDULER_RECONCILE_PERIOD, |act, _ctx| {
+            ctx.run_interval(SCHEDULER_RECONCILE_PERIOD, |act, ctx| {
                 act.reconcile_schedulers();
+                // Without senders no round can come; the tick alone would keep the actor
+                // (and its schedulers' threads) alive for good.
+                if !ctx.connected() {
+                    ctx.stop();
+                }
             });
         }
     }
