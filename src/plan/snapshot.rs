@@ -14,8 +14,8 @@ use super::inventory::Inventory;
 use super::nodeclass::{self, ControllerSettings};
 use super::workloads::DEFAULT_NAMESPACE;
 use super::{FieldError, PlanError};
-use crate::api::{NodeClaim, NodePool, Operator};
-use crate::catalog::{Catalog, InstanceType};
+use crate::api::{EC2NodeClass, NodeClaim, NodePool, Operator};
+use crate::catalog::{AllocatableSettings, Catalog, InstanceType};
 use crate::labels;
 use crate::pods;
 use crate::resources::{Quantity, Resources};
@@ -29,11 +29,48 @@ pub struct Snapshot {
     pub warnings: Vec<String>,
 }
 
+/// Where a snapshot's NodePools get their instance types: `kerf plan` takes them straight
+/// from the catalog; the controller goes through a cache that also marks the offerings that
+/// recently failed to launch unavailable.
+pub trait InstanceTypeSource {
+    /// The instance types of NodePools whose EC2NodeClass is `class_name` (`class`, when the
+    /// inventory has it), resolved with its allocatable `settings`. Called once per class
+    /// per snapshot.
+    fn resolve(
+        &mut self,
+        class_name: &str,
+        class: Option<&EC2NodeClass>,
+        settings: &AllocatableSettings,
+    ) -> Vec<InstanceType>;
+}
+
+impl InstanceTypeSource for &Catalog {
+    fn resolve(
+        &mut self,
+        _class_name: &str,
+        _class: Option<&EC2NodeClass>,
+        settings: &AllocatableSettings,
+    ) -> Vec<InstanceType> {
+        self.instance_types(settings)
+    }
+}
+
 /// Builds the scheduling snapshot for `inventory` with instance types from `catalog`.
 pub fn build(
     inventory: &Inventory,
     catalog: &Catalog,
     controller: ControllerSettings,
+) -> Result<Snapshot, PlanError> {
+    build_with(inventory, catalog, controller, &mut &*catalog)
+}
+
+/// [`build`], with the NodePools' instance types from `source`; `catalog` still sizes
+/// in-flight NodeClaims that have no status yet.
+pub fn build_with(
+    inventory: &Inventory,
+    catalog: &Catalog,
+    controller: ControllerSettings,
+    source: &mut dyn InstanceTypeSource,
 ) -> Result<Snapshot, PlanError> {
     let mut warnings = Vec::new();
     let (pending, bound) = split_pods(&inventory.pods);
@@ -95,7 +132,7 @@ pub fn build(
             orphans.join(", ")
         ));
     }
-    let node_pools = node_pools(inventory, catalog, controller, &mut warnings)?;
+    let node_pools = node_pools(inventory, source, controller, &mut warnings)?;
     let input = SchedulingInput {
         namespaces: namespaces(inventory, &pending),
         pods: pending,
@@ -298,7 +335,7 @@ fn settings_for(
 
 fn node_pools(
     inventory: &Inventory,
-    catalog: &Catalog,
+    source: &mut dyn InstanceTypeSource,
     controller: ControllerSettings,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<NodePoolInput>, PlanError> {
@@ -315,7 +352,11 @@ fn node_pools(
                     pool.name()
                 ));
             }
-            let instance_types = catalog.instance_types(&settings);
+            let class = inventory
+                .node_classes
+                .iter()
+                .find(|c| c.name() == class_name);
+            let instance_types = source.resolve(&class_name, class, &settings);
             resolved.insert(class_name.clone(), instance_types);
         }
         let instance_types = resolved.get(&class_name).cloned().unwrap_or_default();

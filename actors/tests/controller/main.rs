@@ -3,9 +3,11 @@
 
 mod batching;
 mod events;
+mod ice;
 mod launching;
 mod leader;
 mod malformed;
+mod schedulers;
 mod scrape;
 mod shutdown;
 mod state_sync;
