@@ -5,5 +5,6 @@ mod batching;
 mod launching;
 mod leader;
 mod malformed;
+mod mixed;
 mod state_sync;
 mod support;

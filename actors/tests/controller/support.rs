@@ -4,19 +4,31 @@
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kerf::api::NodeClaim;
+use kerf::catalog::Catalog;
+use kerf::labels;
+use kerf::plan::ControllerSettings;
+use kerf::plan::inventory::Inventory;
+use kerf::plan::snapshot;
+use kerf::scheduling::{self, SchedulingResult};
 use kerf_actors::leader::Timing;
+use kerf_actors::provisioner::{MAX_INSTANCE_TYPES, Round};
 use kerf_actors::{Cloud, Daemon, Environment, Settings, ValidSettings};
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
+use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
 use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::conditions::is_crd_established;
 use kube::runtime::wait::await_condition;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
 
 /// Guard against hangs only; every wait below normally completes in milliseconds.
 pub const PATIENCE: Duration = Duration::from_secs(20);
@@ -270,4 +282,227 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+// ---- Provisioning fixtures: a simulated region, objects built from defaults plus overrides,
+// ---- and what one uninterrupted solve would create.
+
+/// The region every provisioning test launches into.
+pub const REGION: &str = "us-east-1";
+
+/// A simulated region (EC2 answering with `ec2`) and the cloud the daemon launches into.
+pub fn simulated_cloud_with(ec2: Ec2Config) -> (Arc<SimulatedCloudProvider>, Cloud) {
+    let provider = Arc::new(
+        SimulatedCloudProvider::for_region(REGION, ec2, SimulatedCloudProviderConfig::default())
+            .expect("simulated region"),
+    );
+    let cloud = Cloud {
+        provider: provider.clone(),
+        catalog: Catalog::embedded(REGION).expect("embedded region"),
+    };
+    (provider, cloud)
+}
+
+/// A simulated region whose launches complete at once.
+pub fn simulated_cloud() -> (Arc<SimulatedCloudProvider>, Cloud) {
+    simulated_cloud_with(Ec2Config::instant(REGION))
+}
+
+/// Settings of a daemon that provisions quickly: a short batching window plus `extra`.
+pub fn quick_settings(extra: &[&str]) -> ValidSettings {
+    let mut argv = vec![
+        "--batch-idle-duration",
+        "200ms",
+        "--batch-max-duration",
+        "2s",
+    ];
+    argv.extend_from_slice(extra);
+    settings(&argv)
+}
+
+/// A lone daemon (no leader election) launching into `cloud`, once its cluster state synced.
+pub async fn start_provisioner(harness: &Harness, cloud: Cloud) -> Daemon {
+    let daemon = start_daemon_with(
+        harness,
+        quick_settings(&["--disable-leader-election", "true"]),
+        "solo",
+        Some(cloud),
+    )
+    .await;
+    tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
+        .await
+        .expect("cluster state syncs");
+    daemon
+}
+
+/// `base` with `overrides` applied as a JSON merge patch (RFC 7386): objects merge key by
+/// key, `null` removes a key, anything else (arrays included) replaces.
+pub fn merged(mut base: Value, overrides: Value) -> Value {
+    merge_into(&mut base, overrides);
+    base
+}
+
+fn merge_into(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(base), Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    base.remove(&key);
+                } else {
+                    merge_into(base.entry(key).or_insert(Value::Null), value);
+                }
+            }
+        }
+        (base, patch) => *base = patch,
+    }
+}
+
+/// [`nodepool`] allowing both architectures and capacity types, with `overrides` merged in.
+pub fn nodepool_with(name: &str, overrides: Value) -> Value {
+    let open = json!({"spec": {"template": {"spec": {"requirements": [
+        {"key": labels::ARCH, "operator": "In", "values": ["amd64", "arm64"]},
+        {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["spot", "on-demand"]}
+    ]}}}});
+    merged(merged(nodepool(name), open), overrides)
+}
+
+pub fn create_nodepool(cluster: &Cluster, pool: Value) -> Value {
+    cluster
+        .create("karpenter.sh/v1", "nodepools", pool)
+        .expect("nodepool created")
+}
+
+/// A pod spec of one container requesting `cpu` and `memory`, with `overrides` merged in.
+pub fn pod_spec(cpu: &str, memory: &str, overrides: Value) -> Value {
+    merged(
+        json!({"containers": [{"name": "app", "image": "app",
+            "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}),
+        overrides,
+    )
+}
+
+/// Creates pod `name` in `default` with `labels` and `spec`, marked unschedulable.
+pub fn create_pending_pod(cluster: &Cluster, name: &str, labels: Value, spec: Value) -> Value {
+    cluster
+        .create(
+            "v1",
+            "pods",
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "labels": labels},
+                "spec": spec}),
+        )
+        .expect("pod created");
+    mark_unschedulable(cluster, name)
+}
+
+/// Creates Deployment `name` in `default`: `replicas` pods labelled `app: name` with `spec`.
+pub fn create_deployment(cluster: &Cluster, name: &str, replicas: u32, spec: Value) -> Value {
+    cluster
+        .create(
+            "apps/v1",
+            "deployments",
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}),
+        )
+        .expect("deployment created")
+}
+
+/// Waits for the `replicas` pods of Deployment `app` and marks each unschedulable, as the
+/// kube-scheduler would with no nodes; returns their names.
+pub async fn pending_replicas(cluster: &Cluster, app: &str, replicas: usize) -> Vec<String> {
+    let selector = format!("app={app}");
+    let list = || {
+        cluster
+            .list("v1", "pods", Some("default"), &selector)
+            .expect("pods list")
+    };
+    eventually(&format!("{replicas} pods of {app}"), || {
+        list().len() == replicas
+    })
+    .await;
+    let names: Vec<String> = list()
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    for name in &names {
+        mark_unschedulable(cluster, name);
+    }
+    names
+}
+
+/// Every NodeClaim in the cluster.
+pub async fn nodeclaims(client: &Client) -> Vec<NodeClaim> {
+    Api::<NodeClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("nodeclaims list")
+        .items
+}
+
+/// Waits for the first round published after the current one that satisfies `done`.
+pub async fn round_where(
+    rounds: &mut watch::Receiver<Option<Round>>,
+    what: &str,
+    done: impl FnMut(&Round) -> bool,
+) -> Round {
+    let mut done = done;
+    tokio::time::timeout(
+        PATIENCE,
+        rounds.wait_for(|r| r.as_ref().is_some_and(&mut done)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for a round: {what}"))
+    .expect("provisioner alive")
+    .clone()
+    .expect("a round")
+}
+
+/// Marks pod `name` unschedulable again with a new message, as the kube-scheduler does when
+/// it retries a pod: a real update, so the PodWatcher triggers a batch.
+pub fn retry_pod(cluster: &Cluster, name: &str, attempt: u32) {
+    cluster
+        .patch_status(
+            "v1",
+            "pods",
+            Some("default"),
+            name,
+            PatchKind::Merge,
+            &json!({"status": {"conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": format!("0/0 nodes are available (attempt {attempt})")
+            }]}}),
+        )
+        .expect("pod status patched");
+}
+
+/// What one uninterrupted solve over the cluster's pending pods and NodePools creates, with
+/// nothing in flight: the plan `kerf plan` would print for the same objects.
+pub fn one_solve(cluster: &Cluster, cloud: &Cloud) -> SchedulingResult {
+    fn read<K: serde::de::DeserializeOwned>(objects: Vec<Value>) -> Vec<K> {
+        objects
+            .into_iter()
+            .map(|o| serde_json::from_value(o).expect("object reads as its kind"))
+            .collect()
+    }
+    let pods: Vec<Pod> = read(cluster.list("v1", "pods", None, "").expect("pods"));
+    let inventory = Inventory {
+        pods: pods
+            .into_iter()
+            .filter(|p| kerf_actors::state::is_provisionable(p))
+            .collect(),
+        node_pools: read(
+            cluster
+                .list("karpenter.sh/v1", "nodepools", None, "")
+                .expect("nodepools"),
+        ),
+        ..Inventory::default()
+    };
+    let snapshot = snapshot::build(&inventory, &cloud.catalog, ControllerSettings::default())
+        .expect("snapshot builds");
+    let mut input = snapshot.input;
+    input.options.max_instance_types = MAX_INSTANCE_TYPES;
+    scheduling::solve(&input).expect("solves")
 }
