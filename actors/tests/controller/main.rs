@@ -4,7 +4,9 @@
 mod batching;
 mod launching;
 mod leader;
+mod limits;
 mod malformed;
 mod mixed;
 mod state_sync;
 mod support;
+mod weights;

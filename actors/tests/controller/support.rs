@@ -506,3 +506,49 @@ pub fn one_solve(cluster: &Cluster, cloud: &Cloud) -> SchedulingResult {
     input.options.max_instance_types = MAX_INSTANCE_TYPES;
     scheduling::solve(&input).expect("solves")
 }
+
+/// How many pods the NodeClaims were sized for: the sum of their `pods` requests.
+pub fn pods_covered(claims: &[NodeClaim]) -> i64 {
+    claims
+        .iter()
+        .filter_map(|c| c.resource_requests()?.get("pods"))
+        .map(|q| {
+            kerf::resources::Quantity::parse(&q.0)
+                .expect("pods quantity")
+                .value()
+        })
+        .sum()
+}
+
+/// The most cpu (in millicores) a NodeClaim may launch with: the largest capacity among its
+/// instance types, which is what its NodePool's limits are charged.
+pub fn largest_cpu_milli(claim: &NodeClaim, catalog: &Catalog) -> i64 {
+    let settings = kerf::catalog::AllocatableSettings::default();
+    claim
+        .requirements()
+        .iter()
+        .filter(|r| r.key == labels::INSTANCE_TYPE)
+        .flat_map(|r| r.values.iter())
+        .map(|name| {
+            catalog
+                .instance_type(name, &settings)
+                .unwrap_or_else(|| panic!("unknown instance type {name}"))
+                .capacity
+                .cpu()
+                .milli_value()
+        })
+        .max()
+        .expect("a NodeClaim names its instance types")
+}
+
+/// Creates `count` identical pending pods `{prefix}-{i}` requesting `cpu` and `memory`.
+pub fn create_pending_pods(cluster: &Cluster, prefix: &str, count: usize, cpu: &str, memory: &str) {
+    for i in 0..count {
+        create_pending_pod(
+            cluster,
+            &format!("{prefix}-{i}"),
+            json!({"app": prefix}),
+            pod_spec(cpu, memory, json!({})),
+        );
+    }
+}
