@@ -69,6 +69,8 @@ pub struct Daemon {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     leader_task: Option<JoinHandle<()>>,
+    /// Leadership of a replica without election, withdrawn on stop.
+    lone_leader: Option<watch::Sender<bool>>,
     actors: (Addr<Batcher>, Addr<Provisioner>, Option<Addr<Launcher>>),
 }
 
@@ -120,7 +122,7 @@ impl Daemon {
                 .map_err(|e| StartError::HealthProbePort(probes_at, e))?;
 
         tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
-        let (leader, leader_task) = match leader_election {
+        let (leader, leader_task, lone_leader) = match leader_election {
             Some(lease) => {
                 let election = Election {
                     namespace: lease.namespace.unwrap_or(namespace),
@@ -129,10 +131,13 @@ impl Daemon {
                     timing: leader_timing,
                 };
                 let (rx, task) = leader::spawn(client.clone(), election, shutdown_rx.clone());
-                (rx, Some(task))
+                (rx, Some(task), None)
             }
-            // A lone replica leads from the start; the sender is dropped, the value stays.
-            None => (watch::channel(true).1, None),
+            // A lone replica leads from the start until it stops.
+            None => {
+                let (lone, rx) = watch::channel(true);
+                (rx, None, Some(lone))
+            }
         };
 
         let launcher_depth = MailboxDepth::new("launcher");
@@ -174,6 +179,7 @@ impl Daemon {
             &state,
             writers,
             Outbox::new(&batcher, batcher_depth),
+            &leader,
             &shutdown_rx,
         );
         tasks.push(metrics_task);
@@ -187,14 +193,19 @@ impl Daemon {
             shutdown,
             tasks,
             leader_task,
+            lone_leader,
             actors: (batcher, provisioner, launcher),
         })
     }
 
     /// Stops every task and actor; a leader releases its Lease before this returns, so a
-    /// standby can take over at once.
+    /// standby can take over at once. No round starts after this: a batch the Batcher still
+    /// hands over finds the replica no longer leading.
     pub async fn stop(self) {
         self.shutdown.send_replace(true);
+        if let Some(lone) = &self.lone_leader {
+            lone.send_replace(false);
+        }
         if let Some(task) = self.leader_task {
             let _released = task.await;
         }

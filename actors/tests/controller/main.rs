@@ -2,11 +2,13 @@
 //! kube-rs, exactly as they would against EKS.
 
 mod batching;
+mod failover;
 mod launching;
 mod leader;
 mod limits;
 mod malformed;
 mod mixed;
+mod restart;
 mod state_sync;
 mod support;
 mod weights;

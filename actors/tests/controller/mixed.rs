@@ -216,205 +216,195 @@ fn a_mixed_workload_gets_nodeclaims_that_host_every_pod() {
 /// pack the pods differently; a retry then is not guaranteed to fit them as planned.)
 #[test]
 fn nodeclaims_not_yet_launched_still_host_the_pods_they_were_planned_for() {
-    run(|| {
-        mixed_workload(
-            Ec2Config {
-                launch_latency: std::time::Duration::from_secs(3600),
-                ..Ec2Config::instant(REGION)
-            },
-            true,
-        )
-    });
+    run(|| mixed_workload(stalled_launches(), true));
 }
 
 async fn mixed_workload(ec2: Ec2Config, retry_in_flight: bool) {
-    {
-        let h = start_cluster().await;
-        let cluster = h.cluster();
-        create_nodepool(&cluster, nodepool_with("general", json!({})));
-        create_nodepool(
-            &cluster,
-            nodepool_with(
-                "batch",
-                json!({"spec": {"template": {
-                    "metadata": {"labels": {POOL_LABEL: "batch"}},
-                    "spec": {"taints": [{"key": TAINT_KEY, "value": "batch", "effect": "NoSchedule"}]}
-                }}}),
-            ),
-        );
-        let (_provider, cloud) = simulated_cloud_with(ec2);
-        let catalog = cloud.catalog.clone();
-        let daemon = start_provisioner(&h, cloud.clone()).await;
+    let h = start_cluster().await;
+    let cluster = h.cluster();
+    create_nodepool(&cluster, nodepool_with("general", json!({})));
+    create_nodepool(
+        &cluster,
+        nodepool_with(
+            "batch",
+            json!({"spec": {"template": {
+                "metadata": {"labels": {POOL_LABEL: "batch"}},
+                "spec": {"taints": [{"key": TAINT_KEY, "value": "batch", "effect": "NoSchedule"}]}
+            }}}),
+        ),
+    );
+    let (_provider, cloud) = simulated_cloud_with(ec2);
+    let catalog = cloud.catalog;
+    let daemon = start_provisioner(&h, cloud.clone()).await;
 
-        // Every object first; marking them unschedulable at the end puts them in one batch.
-        create_deployment(&cluster, "small", 4, pod_spec("250m", "256Mi", json!({})));
-        create_deployment(
-            &cluster,
-            "spread",
-            3,
-            pod_spec(
-                "500m",
-                "512Mi",
-                json!({"topologySpreadConstraints": [{"maxSkew": 1,
-                    "topologyKey": labels::ZONE, "whenUnsatisfiable": "DoNotSchedule",
-                    "labelSelector": {"matchLabels": {"app": "spread"}}}]}),
-            ),
-        );
-        create_deployment(
-            &cluster,
-            "anti",
-            3,
-            pod_spec(
-                "500m",
-                "512Mi",
-                json!({"affinity": {"podAntiAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": [{
-                        "topologyKey": labels::HOSTNAME,
-                        "labelSelector": {"matchLabels": {"app": "anti"}}}]}}}),
-            ),
-        );
-        let mut needs = Vec::new();
-        for (app, cpu, memory) in [
-            ("small", "250m", "256Mi"),
-            ("spread", "500m", "512Mi"),
-            ("anti", "500m", "512Mi"),
-        ] {
-            let replicas = if app == "small" { 4 } else { 3 };
-            for pod in pending_replicas(&cluster, app, replicas).await {
-                let mut need = Need::new(&pod, cpu, memory);
-                need.spread = app == "spread";
-                need.anti = app == "anti";
-                needs.push(need);
-            }
+    // Every object first; marking them unschedulable at the end puts them in one batch.
+    create_deployment(&cluster, "small", 4, pod_spec("250m", "256Mi", json!({})));
+    create_deployment(
+        &cluster,
+        "spread",
+        3,
+        pod_spec(
+            "500m",
+            "512Mi",
+            json!({"topologySpreadConstraints": [{"maxSkew": 1,
+                "topologyKey": labels::ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "spread"}}}]}),
+        ),
+    );
+    create_deployment(
+        &cluster,
+        "anti",
+        3,
+        pod_spec(
+            "500m",
+            "512Mi",
+            json!({"affinity": {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "topologyKey": labels::HOSTNAME,
+                    "labelSelector": {"matchLabels": {"app": "anti"}}}]}}}),
+        ),
+    );
+    let mut needs = Vec::new();
+    for (app, cpu, memory) in [
+        ("small", "250m", "256Mi"),
+        ("spread", "500m", "512Mi"),
+        ("anti", "500m", "512Mi"),
+    ] {
+        let replicas = if app == "small" { 4 } else { 3 };
+        for pod in pending_replicas(&cluster, app, replicas).await {
+            let mut need = Need::new(&pod, cpu, memory);
+            need.spread = app == "spread";
+            need.anti = app == "anti";
+            needs.push(need);
         }
-        create_pending_pod(
-            &cluster,
-            "large",
-            json!({}),
-            pod_spec("7", "24Gi", json!({})),
-        );
-        needs.push(Need::new("large", "7", "24Gi"));
-        create_pending_pod(
-            &cluster,
-            "spot-arm",
-            json!({}),
-            pod_spec(
-                "1",
-                "1Gi",
-                json!({"nodeSelector": {labels::CAPACITY_TYPE: "spot", labels::ARCH: "arm64"}}),
-            ),
-        );
-        let mut spot_arm = Need::new("spot-arm", "1", "1Gi");
-        spot_arm.selector = vec![(labels::CAPACITY_TYPE, "spot"), (labels::ARCH, "arm64")];
-        needs.push(spot_arm);
-        create_pending_pod(
-            &cluster,
-            "batch-job",
-            json!({}),
-            pod_spec(
-                "1",
-                "1Gi",
-                json!({"nodeSelector": {POOL_LABEL: "batch"},
-                    "tolerations": [{"key": TAINT_KEY, "operator": "Equal", "value": "batch",
-                        "effect": "NoSchedule"}]}),
-            ),
-        );
-        let mut batch_job = Need::new("batch-job", "1", "1Gi");
-        batch_job.selector = vec![(POOL_LABEL, "batch")];
-        batch_job.tolerates_taint = true;
-        needs.push(batch_job);
+    }
+    create_pending_pod(
+        &cluster,
+        "large",
+        json!({}),
+        pod_spec("7", "24Gi", json!({})),
+    );
+    needs.push(Need::new("large", "7", "24Gi"));
+    create_pending_pod(
+        &cluster,
+        "spot-arm",
+        json!({}),
+        pod_spec(
+            "1",
+            "1Gi",
+            json!({"nodeSelector": {labels::CAPACITY_TYPE: "spot", labels::ARCH: "arm64"}}),
+        ),
+    );
+    let mut spot_arm = Need::new("spot-arm", "1", "1Gi");
+    spot_arm.selector = vec![(labels::CAPACITY_TYPE, "spot"), (labels::ARCH, "arm64")];
+    needs.push(spot_arm);
+    create_pending_pod(
+        &cluster,
+        "batch-job",
+        json!({}),
+        pod_spec(
+            "1",
+            "1Gi",
+            json!({"nodeSelector": {POOL_LABEL: "batch"},
+                "tolerations": [{"key": TAINT_KEY, "operator": "Equal", "value": "batch",
+                    "effect": "NoSchedule"}]}),
+        ),
+    );
+    let mut batch_job = Need::new("batch-job", "1", "1Gi");
+    batch_job.selector = vec![(POOL_LABEL, "batch")];
+    batch_job.tolerates_taint = true;
+    needs.push(batch_job);
 
-        let mut rounds = daemon.rounds.clone();
-        let round = round_where(&mut rounds, "every pod pending", |r| {
-            r.pending.len() == needs.len()
+    let mut rounds = daemon.rounds.clone();
+    let round = round_where(&mut rounds, "every pod pending", |r| {
+        r.pending.len() == needs.len()
+    })
+    .await;
+    let expected = one_solve(&cluster, &cloud);
+    assert!(expected.errors.is_empty(), "{:?}", expected.errors);
+    assert_eq!(
+        round.nodeclaims.len(),
+        expected.new_node_claims.len(),
+        "one round creates what one solve plans: {round:?}"
+    );
+    let client = h.client.clone();
+    let claims = nodeclaims(&client).await;
+    assert_eq!(claims.len(), round.nodeclaims.len(), "{round:?}");
+    let by_pool = |pools: Vec<String>| {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for pool in pools {
+            *counts.entry(pool).or_default() += 1;
+        }
+        counts
+    };
+    assert_eq!(
+        by_pool(
+            claims
+                .iter()
+                .map(|c| c.nodepool_name().unwrap_or_default().to_owned())
+                .collect()
+        ),
+        by_pool(
+            expected
+                .new_node_claims
+                .iter()
+                .map(|c| c.node_pool.clone())
+                .collect()
+        )
+    );
+
+    let hosts: Vec<Host> = claims.iter().map(host).collect();
+    for (claim, host) in claims.iter().zip(&hosts) {
+        check_instance_types(claim, host, &catalog);
+        assert_eq!(
+            host.tainted,
+            claim.nodepool_name() == Some("batch"),
+            "{}: only the batch pool's NodeClaims carry its taint",
+            host.name
+        );
+    }
+    // Largest first: the search then finds an assignment (or its absence) at once.
+    needs.sort_by_key(|n| std::cmp::Reverse((n.cpu_milli, n.memory)));
+    let placed = assign(&needs, &hosts).unwrap_or_else(|| {
+        panic!("no NodeClaim assignment hosts every pod:\nneeds {needs:#?}\nhosts {hosts:#?}")
+    });
+    let host_of = |pod: &str| {
+        let i = needs.iter().position(|n| n.pod == pod).expect("a need");
+        &hosts[placed[i]]
+    };
+    assert_eq!(host_of("batch-job").pinned[POOL_LABEL], "batch");
+    assert_eq!(host_of("spot-arm").pinned[labels::ARCH], "arm64");
+    let anti_hosts: BTreeSet<&str> = needs
+        .iter()
+        .zip(&placed)
+        .filter(|(n, _)| n.anti)
+        .map(|(_, &h)| hosts[h].name.as_str())
+        .collect();
+    assert_eq!(
+        anti_hosts.len(),
+        3,
+        "one NodeClaim per anti-affinity replica"
+    );
+    let zones = spread_zones(&needs, &hosts, &placed);
+    assert!(zones.len() >= 2, "spread over zones: {zones:?}");
+
+    if retry_in_flight {
+        // The kube-scheduler retries every pod: the NodeClaims in flight hold them.
+        for need in &needs {
+            retry_pod(&cluster, &need.pod, 1);
+        }
+        let again = round_where(&mut rounds, "the retried pods", |r| {
+            r.number > round.number && r.triggered.len() == needs.len()
         })
         .await;
-        let expected = one_solve(&cluster, &cloud);
-        assert!(expected.errors.is_empty(), "{:?}", expected.errors);
-        assert_eq!(
-            round.nodeclaims.len(),
-            expected.new_node_claims.len(),
-            "one round creates what one solve plans: {round:?}"
+        assert!(again.nodeclaims.is_empty(), "{again:?}");
+        assert!(
+            again.problems.iter().all(|p| !p.contains("NodeClaim")),
+            "{again:?}"
         );
-        let client = h.client.clone();
-        let claims = nodeclaims(&client).await;
-        assert_eq!(claims.len(), round.nodeclaims.len(), "{round:?}");
-        let by_pool = |pools: Vec<String>| {
-            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-            for pool in pools {
-                *counts.entry(pool).or_default() += 1;
-            }
-            counts
-        };
-        assert_eq!(
-            by_pool(
-                claims
-                    .iter()
-                    .map(|c| c.nodepool_name().unwrap_or_default().to_owned())
-                    .collect()
-            ),
-            by_pool(
-                expected
-                    .new_node_claims
-                    .iter()
-                    .map(|c| c.node_pool.clone())
-                    .collect()
-            )
-        );
-
-        let hosts: Vec<Host> = claims.iter().map(host).collect();
-        for (claim, host) in claims.iter().zip(&hosts) {
-            check_instance_types(claim, host, &catalog);
-            assert_eq!(
-                host.tainted,
-                claim.nodepool_name() == Some("batch"),
-                "{}: only the batch pool's NodeClaims carry its taint",
-                host.name
-            );
-        }
-        // Largest first: the search then finds an assignment (or its absence) at once.
-        needs.sort_by_key(|n| std::cmp::Reverse((n.cpu_milli, n.memory)));
-        let placed = assign(&needs, &hosts).unwrap_or_else(|| {
-            panic!("no NodeClaim assignment hosts every pod:\nneeds {needs:#?}\nhosts {hosts:#?}")
-        });
-        let host_of = |pod: &str| {
-            let i = needs.iter().position(|n| n.pod == pod).expect("a need");
-            &hosts[placed[i]]
-        };
-        assert_eq!(host_of("batch-job").pinned[POOL_LABEL], "batch");
-        assert_eq!(host_of("spot-arm").pinned[labels::ARCH], "arm64");
-        let anti_hosts: BTreeSet<&str> = needs
-            .iter()
-            .zip(&placed)
-            .filter(|(n, _)| n.anti)
-            .map(|(_, &h)| hosts[h].name.as_str())
-            .collect();
-        assert_eq!(
-            anti_hosts.len(),
-            3,
-            "one NodeClaim per anti-affinity replica"
-        );
-        let zones = spread_zones(&needs, &hosts, &placed);
-        assert!(zones.len() >= 2, "spread over zones: {zones:?}");
-
-        if retry_in_flight {
-            // The kube-scheduler retries every pod: the NodeClaims in flight hold them.
-            for need in &needs {
-                retry_pod(&cluster, &need.pod, 1);
-            }
-            let again = round_where(&mut rounds, "the retried pods", |r| {
-                r.number > round.number && r.triggered.len() == needs.len()
-            })
-            .await;
-            assert!(again.nodeclaims.is_empty(), "{again:?}");
-            assert!(
-                again.problems.iter().all(|p| !p.contains("NodeClaim")),
-                "{again:?}"
-            );
-            assert_eq!(nodeclaims(&client).await.len(), claims.len());
-        }
-
-        daemon.stop().await;
-        h.stop().await;
+        assert_eq!(nodeclaims(&client).await.len(), claims.len());
     }
+
+    daemon.stop().await;
+    h.stop().await;
 }

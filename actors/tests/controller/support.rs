@@ -303,6 +303,15 @@ pub fn simulated_cloud_with(ec2: Ec2Config) -> (Arc<SimulatedCloudProvider>, Clo
     (provider, cloud)
 }
 
+/// Launches that do not report within a test: every NodeClaim stays in flight, without a
+/// machine or status.
+pub fn stalled_launches() -> Ec2Config {
+    Ec2Config {
+        launch_latency: Duration::from_secs(3600),
+        ..Ec2Config::instant(REGION)
+    }
+}
+
 /// A simulated region whose launches complete at once.
 pub fn simulated_cloud() -> (Arc<SimulatedCloudProvider>, Cloud) {
     simulated_cloud_with(Ec2Config::instant(REGION))
@@ -491,7 +500,7 @@ pub fn one_solve(cluster: &Cluster, cloud: &Cloud) -> SchedulingResult {
     let inventory = Inventory {
         pods: pods
             .into_iter()
-            .filter(|p| kerf_actors::state::is_provisionable(p))
+            .filter(kerf_actors::state::is_provisionable)
             .collect(),
         node_pools: read(
             cluster
@@ -551,4 +560,40 @@ pub fn create_pending_pods(cluster: &Cluster, prefix: &str, count: usize, cpu: &
             pod_spec(cpu, memory, json!({})),
         );
     }
+}
+
+/// Pods of the two-batch scenarios: identical, so how they pack does not depend on order.
+pub const BATCH_POD_CPU: &str = "1";
+pub const BATCH_POD_MEMORY: &str = "1Gi";
+
+/// The NodeClaims one lone controller, never interrupted, creates for `first` pending pods
+/// and then `second` more while the first batch's NodeClaims are still in flight: the
+/// reference the restart and failover scenarios must reproduce.
+pub async fn uninterrupted_two_batches(first: usize, second: usize) -> Vec<NodeClaim> {
+    let h = start_cluster().await;
+    let cluster = h.cluster();
+    create_nodepool(&cluster, nodepool_with("default", json!({})));
+    let (_provider, cloud) = simulated_cloud_with(stalled_launches());
+    let daemon = start_provisioner(&h, cloud).await;
+    let mut rounds = daemon.rounds.clone();
+    create_pending_pods(&cluster, "first", first, BATCH_POD_CPU, BATCH_POD_MEMORY);
+    round_where(&mut rounds, "the first batch", |r| r.pending.len() == first).await;
+    create_pending_pods(&cluster, "second", second, BATCH_POD_CPU, BATCH_POD_MEMORY);
+    round_where(&mut rounds, "the second batch", |r| {
+        r.pending.len() == first + second
+    })
+    .await;
+    let claims = nodeclaims(&h.client).await;
+    daemon.stop().await;
+    h.stop().await;
+    claims
+}
+
+/// The round's problems besides the note that no EC2NodeClass is in the cluster.
+pub fn real_problems(round: &Round) -> Vec<&String> {
+    round
+        .problems
+        .iter()
+        .filter(|p| !p.contains("EC2NodeClass default is not in the input"))
+        .collect()
 }

@@ -108,7 +108,7 @@ fn pods_spill_to_the_lighter_nodepool_when_the_heavier_is_at_its_limit() {
         let cluster = h.cluster();
         pools(&cluster, json!({"cpu": "4"}));
         let (_provider, cloud) = simulated_cloud();
-        let catalog = cloud.catalog.clone();
+        let catalog = cloud.catalog;
         let daemon = start_provisioner(&h, cloud.clone()).await;
         create_pending_pods(&cluster, "web", 6, "1", "1Gi");
 
