@@ -53,7 +53,8 @@ impl Need {
 #[derive(Debug)]
 struct Host {
     name: String,
-    /// Labels the node is sure to carry: its own, and requirements pinned to one value.
+    /// Labels the node is sure to carry: its NodePool's, and requirements pinned to one
+    /// value.
     pinned: BTreeMap<String, String>,
     tainted: bool,
     cpu_milli: i64,
@@ -237,7 +238,8 @@ async fn mixed_workload(ec2: Ec2Config, retry_in_flight: bool) {
     let catalog = cloud.catalog;
     let daemon = start_provisioner(&h, cloud.clone()).await;
 
-    // Every object first; marking them unschedulable at the end puts them in one batch.
+    // Every pod first; marking them unschedulable together at the end, as the kube-scheduler
+    // would in one cycle, puts them in one batch.
     create_deployment(&cluster, "small", 4, pod_spec("250m", "256Mi", json!({})));
     create_deployment(
         &cluster,
@@ -265,27 +267,26 @@ async fn mixed_workload(ec2: Ec2Config, retry_in_flight: bool) {
         ),
     );
     let mut needs = Vec::new();
-    for (app, cpu, memory) in [
-        ("small", "250m", "256Mi"),
-        ("spread", "500m", "512Mi"),
-        ("anti", "500m", "512Mi"),
+    for (app, replicas, cpu, memory) in [
+        ("small", 4, "250m", "256Mi"),
+        ("spread", 3, "500m", "512Mi"),
+        ("anti", 3, "500m", "512Mi"),
     ] {
-        let replicas = if app == "small" { 4 } else { 3 };
-        for pod in pending_replicas(&cluster, app, replicas).await {
+        for pod in replica_pods(&cluster, app, replicas).await {
             let mut need = Need::new(&pod, cpu, memory);
             need.spread = app == "spread";
             need.anti = app == "anti";
             needs.push(need);
         }
     }
-    create_pending_pod(
+    create_pod_with(
         &cluster,
         "large",
         json!({}),
         pod_spec("7", "24Gi", json!({})),
     );
     needs.push(Need::new("large", "7", "24Gi"));
-    create_pending_pod(
+    create_pod_with(
         &cluster,
         "spot-arm",
         json!({}),
@@ -298,7 +299,7 @@ async fn mixed_workload(ec2: Ec2Config, retry_in_flight: bool) {
     let mut spot_arm = Need::new("spot-arm", "1", "1Gi");
     spot_arm.selector = vec![(labels::CAPACITY_TYPE, "spot"), (labels::ARCH, "arm64")];
     needs.push(spot_arm);
-    create_pending_pod(
+    create_pod_with(
         &cluster,
         "batch-job",
         json!({}),
@@ -314,12 +315,16 @@ async fn mixed_workload(ec2: Ec2Config, retry_in_flight: bool) {
     batch_job.selector = vec![(POOL_LABEL, "batch")];
     batch_job.tolerates_taint = true;
     needs.push(batch_job);
+    for need in &needs {
+        mark_unschedulable(&cluster, &need.pod);
+    }
 
     let mut rounds = daemon.rounds.clone();
     let round = round_where(&mut rounds, "every pod pending", |r| {
         r.pending.len() == needs.len()
     })
     .await;
+    assert_eq!(round.number, 1, "one batch: {round:?}");
     let expected = one_solve(&cluster, &cloud);
     assert!(expected.errors.is_empty(), "{:?}", expected.errors);
     assert_eq!(

@@ -390,8 +390,9 @@ pub fn pod_spec(cpu: &str, memory: &str, overrides: Value) -> Value {
     )
 }
 
-/// Creates pod `name` in `default` with `labels` and `spec`, marked unschedulable.
-pub fn create_pending_pod(cluster: &Cluster, name: &str, labels: Value, spec: Value) -> Value {
+/// Creates pod `name` in `default` with `labels` and `spec`; the kube-scheduler has not
+/// judged it yet, so it is not provisionable.
+pub fn create_pod_with(cluster: &Cluster, name: &str, labels: Value, spec: Value) -> Value {
     cluster
         .create(
             "v1",
@@ -400,7 +401,12 @@ pub fn create_pending_pod(cluster: &Cluster, name: &str, labels: Value, spec: Va
                 "metadata": {"name": name, "namespace": "default", "labels": labels},
                 "spec": spec}),
         )
-        .expect("pod created");
+        .expect("pod created")
+}
+
+/// Creates pod `name` in `default` with `labels` and `spec`, marked unschedulable.
+pub fn create_pending_pod(cluster: &Cluster, name: &str, labels: Value, spec: Value) -> Value {
+    create_pod_with(cluster, name, labels, spec);
     mark_unschedulable(cluster, name)
 }
 
@@ -419,9 +425,8 @@ pub fn create_deployment(cluster: &Cluster, name: &str, replicas: u32, spec: Val
         .expect("deployment created")
 }
 
-/// Waits for the `replicas` pods of Deployment `app` and marks each unschedulable, as the
-/// kube-scheduler would with no nodes; returns their names.
-pub async fn pending_replicas(cluster: &Cluster, app: &str, replicas: usize) -> Vec<String> {
+/// Waits for the `replicas` pods of Deployment `app` to exist; returns their names.
+pub async fn replica_pods(cluster: &Cluster, app: &str, replicas: usize) -> Vec<String> {
     let selector = format!("app={app}");
     let list = || {
         cluster
@@ -432,14 +437,10 @@ pub async fn pending_replicas(cluster: &Cluster, app: &str, replicas: usize) -> 
         list().len() == replicas
     })
     .await;
-    let names: Vec<String> = list()
+    list()
         .iter()
         .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
-        .collect();
-    for name in &names {
-        mark_unschedulable(cluster, name);
-    }
-    names
+        .collect()
 }
 
 /// Every NodeClaim in the cluster.
