@@ -86,6 +86,8 @@ pub struct Daemon {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     leader_task: Option<JoinHandle<()>>,
+    /// Leadership of a replica without election, withdrawn on stop.
+    lone_leader: Option<watch::Sender<bool>>,
     actors: (Addr<Batcher>, Addr<Provisioner>, Option<Addr<Launcher>>),
     drain: Drain,
 }
@@ -141,7 +143,7 @@ impl Daemon {
         tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
         let (events, events_task) =
             events::spawn(client.clone(), identity.clone(), shutdown_rx.clone());
-        let (leader, leader_task) = match leader_election {
+        let (leader, leader_task, lone_leader) = match leader_election {
             Some(lease) => {
                 let election = Election {
                     namespace: lease.namespace.unwrap_or(namespace),
@@ -150,10 +152,13 @@ impl Daemon {
                     timing: leader_timing,
                 };
                 let (rx, task) = leader::spawn(client.clone(), election, shutdown_rx.clone());
-                (rx, Some(task))
+                (rx, Some(task), None)
             }
-            // A lone replica leads from the start; the sender is dropped, the value stays.
-            None => (watch::channel(true).1, None),
+            // A lone replica leads from the start until it stops.
+            None => {
+                let (lone, rx) = watch::channel(true);
+                (rx, None, Some(lone))
+            }
         };
 
         let launcher_depth = MailboxDepth::new("launcher");
@@ -215,6 +220,7 @@ impl Daemon {
             &state,
             writers,
             Outbox::new(&batcher, batcher_depth),
+            &leader,
             &shutdown_rx,
         );
         tasks.push(metrics_task);
@@ -232,6 +238,7 @@ impl Daemon {
             shutdown,
             tasks,
             leader_task,
+            lone_leader,
             actors: (batcher, provisioner, launcher),
             drain,
         })
@@ -239,10 +246,14 @@ impl Daemon {
 
     /// Stops every task and actor: first provisioning drains (no new rounds; the current
     /// round and its launches finish, for at most [`DRAIN_TIMEOUT`]), then a leader releases
-    /// its Lease before this returns, so a standby can take over at once.
+    /// its Lease before this returns, so a standby can take over at once. No round starts
+    /// after this: a batch the Batcher still hands over finds the replica no longer leading.
     pub async fn stop(self) {
         self.drain.run(&self.actors.1, DRAIN_TIMEOUT).await;
         self.shutdown.send_replace(true);
+        if let Some(lone) = &self.lone_leader {
+            lone.send_replace(false);
+        }
         if let Some(task) = self.leader_task {
             let _released = task.await;
         }

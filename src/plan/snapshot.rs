@@ -242,7 +242,7 @@ const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 /// A launched (or launching) NodeClaim without a Node: its labels are what its requirements
 /// pin to one value; its resources are its status, or, before the launch filled that in,
-/// those of its one instance type in the catalog.
+/// what its instance types in the catalog guarantee (see [`unlaunched_resources`]).
 fn in_flight_node(
     claim: &NodeClaim,
     pods: Vec<Pod>,
@@ -273,13 +273,15 @@ fn in_flight_node(
         .map_err(invalid)?
         .unwrap_or_default();
     if allocatable.is_empty() {
-        match catalog_instance_type(claim, &labels, inventory, catalog, controller).map_err(invalid)? {
-            Some(instance_type) => {
-                allocatable = instance_type.allocatable();
-                capacity = instance_type.capacity.clone();
+        let instance_types = catalog_instance_types(claim, &labels, inventory, catalog, controller)
+            .map_err(invalid)?;
+        match unlaunched_resources(&instance_types) {
+            Some((guaranteed, largest)) => {
+                allocatable = guaranteed;
+                capacity = largest;
             }
             None => warnings.push(format!(
-                "NodeClaim {name} has no status.allocatable and no single known instance type: no pods are placed on it"
+                "NodeClaim {name} has no status.allocatable and no known instance type: no pods are placed on it"
             )),
         }
     }
@@ -303,18 +305,47 @@ fn in_flight_node(
     })
 }
 
-fn catalog_instance_type(
+/// The catalog's instance types a NodeClaim may launch as: the one its labels name, else
+/// those its instance-type requirement allows.
+fn catalog_instance_types(
     claim: &NodeClaim,
     labels: &BTreeMap<String, String>,
     inventory: &Inventory,
     catalog: &Catalog,
     controller: ControllerSettings,
-) -> Result<Option<InstanceType>, FieldError> {
-    let Some(instance_type) = labels.get(labels::INSTANCE_TYPE) else {
-        return Ok(None);
+) -> Result<Vec<InstanceType>, FieldError> {
+    let names: Vec<&str> = match labels.get(labels::INSTANCE_TYPE) {
+        Some(name) => vec![name.as_str()],
+        None => claim
+            .requirements()
+            .iter()
+            .filter(|r| r.key == labels::INSTANCE_TYPE && r.operator == Operator::In)
+            .flat_map(|r| r.values.iter().map(String::as_str))
+            .collect(),
     };
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
     let settings = settings_for(&claim.node_class_ref().name, inventory, controller)?.0;
-    Ok(catalog.instance_type(instance_type, &settings))
+    Ok(names
+        .into_iter()
+        .filter_map(|name| catalog.instance_type(name, &settings))
+        .collect())
+}
+
+/// The resources of a NodeClaim whose launch has not reported yet: the allocatable every
+/// one of its instance types offers (it was planned so that its pods fit each of them), and
+/// the largest capacity among them, which is what its NodePool's limits must assume until
+/// the launch says which one it got (upstream charges a new NodeClaim the same way).
+fn unlaunched_resources(instance_types: &[InstanceType]) -> Option<(Resources, Resources)> {
+    let (first, rest) = instance_types.split_first()?;
+    let mut guaranteed = first.allocatable();
+    let mut largest = first.capacity.clone();
+    for instance_type in rest {
+        guaranteed = guaranteed.min(&instance_type.allocatable());
+        largest = largest.max(&instance_type.capacity);
+    }
+    Some((guaranteed, largest))
 }
 
 /// The EC2NodeClass's settings, or the defaults (and `false`) when it is not in the input.

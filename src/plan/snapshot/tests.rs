@@ -131,6 +131,44 @@ fn a_node_claim_without_status_is_sized_from_the_catalog() {
 }
 
 #[test]
+fn an_unlaunched_node_claim_with_several_instance_types_holds_what_each_of_them_can() {
+    let yaml = CLAIM.replace(
+        "values: [m5.large]",
+        "values: [m5.large, m5.2xlarge, c5.xlarge]",
+    );
+    let snapshot = snapshot(&yaml);
+    assert!(snapshot.warnings.is_empty(), "{:?}", snapshot.warnings);
+    let node = &snapshot.input.existing_nodes[0];
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    let settings = crate::catalog::AllocatableSettings::default();
+    let allocatable = |name: &str| {
+        catalog
+            .instance_type(name, &settings)
+            .expect("in the catalog")
+            .allocatable()
+    };
+    assert_eq!(
+        node.allocatable.cpu(),
+        allocatable("m5.large").cpu(),
+        "the smallest cpu"
+    );
+    assert_eq!(
+        node.allocatable.memory(),
+        allocatable("c5.xlarge").memory(),
+        "the smallest memory"
+    );
+    assert_eq!(
+        node.capacity.cpu(),
+        Quantity::parse("8").expect("8"),
+        "limits assume the largest"
+    );
+    assert!(
+        !node.labels.contains_key(labels::INSTANCE_TYPE),
+        "three values pin nothing"
+    );
+}
+
+#[test]
 fn a_node_claim_with_its_node_in_the_input_is_the_node() {
     let yaml = format!(
         "{CLAIM}status: {{nodeName: n1}}\n---\napiVersion: v1\nkind: Node\nmetadata: {{name: n1}}\nstatus: {{allocatable: {{cpu: '2'}}}}\n"
