@@ -1,7 +1,8 @@
 //! Wiring: starts every actor and task of the controller against one Kubernetes client —
 //! metrics and probe endpoints, leader election, the event recorder, the PodWatcher's watch
-//! streams, the Batcher, the Provisioner and (with a cloud provider) the Launcher — and stops
-//! them in reverse order, draining provisioning first ([`crate::drain`]). Must be called inside an actix
+//! streams, the Batcher, the Provisioner with its NodePoolSchedulers and (with a cloud
+//! provider) the OfferingCache and the Launcher — and stops them in reverse order, draining
+//! provisioning first ([`crate::drain`]). Must be called inside an actix
 //! `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`): actors live
 //! on the system's thread, watch streams and HTTP on the runtime's workers.
 
@@ -22,6 +23,7 @@ use crate::drain::{DRAIN_TIMEOUT, Drain, InFlight};
 use crate::launcher::Launcher;
 use crate::leader::{self, Election, Timing};
 use crate::mailbox::{MailboxDepth, Outbox};
+use crate::offering_cache::{OfferingCache, OfferingCacheHandle, UNAVAILABLE_OFFERINGS_TTL};
 use crate::provisioner::{Provisioner, Provisioning, Round};
 use crate::settings::ValidSettings;
 use crate::state::ClusterState;
@@ -53,6 +55,10 @@ pub struct Cloud {
     pub provider: Arc<dyn CloudProvider>,
     /// The region's instance types, which the scheduler plans with.
     pub catalog: Catalog,
+    /// The unavailable-offerings state to share with `provider` (start it with
+    /// [`OfferingCache::start`] and hand the provider a clone); `None`: the daemon starts
+    /// its own, which only the Launcher writes.
+    pub offerings: Option<OfferingCacheHandle>,
 }
 
 /// Why the daemon could not start.
@@ -71,11 +77,17 @@ pub struct Daemon {
     pub leader: watch::Receiver<bool>,
     /// The latest provisioning round.
     pub rounds: watch::Receiver<Option<Round>>,
+    /// NodePools with a running NodePoolScheduler.
+    pub node_pool_schedulers: watch::Receiver<Vec<String>>,
+    /// Offerings that recently failed to launch (with a cloud provider).
+    pub offerings: Option<OfferingCacheHandle>,
     pub metrics_addr: SocketAddr,
     pub probes_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     leader_task: Option<JoinHandle<()>>,
+    /// Leadership of a replica without election, withdrawn on stop.
+    lone_leader: Option<watch::Sender<bool>>,
     actors: (Addr<Batcher>, Addr<Provisioner>, Option<Addr<Launcher>>),
     drain: Drain,
 }
@@ -131,7 +143,7 @@ impl Daemon {
         tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
         let (events, events_task) =
             events::spawn(client.clone(), identity.clone(), shutdown_rx.clone());
-        let (leader, leader_task) = match leader_election {
+        let (leader, leader_task, lone_leader) = match leader_election {
             Some(lease) => {
                 let election = Election {
                     namespace: lease.namespace.unwrap_or(namespace),
@@ -140,22 +152,35 @@ impl Daemon {
                     timing: leader_timing,
                 };
                 let (rx, task) = leader::spawn(client.clone(), election, shutdown_rx.clone());
-                (rx, Some(task))
+                (rx, Some(task), None)
             }
-            // A lone replica leads from the start; the sender is dropped, the value stays.
-            None => (watch::channel(true).1, None),
+            // A lone replica leads from the start until it stops.
+            None => {
+                let (lone, rx) = watch::channel(true);
+                (rx, None, Some(lone))
+            }
         };
 
         let launcher_depth = MailboxDepth::new("launcher");
         let mut launches = InFlight::default();
         let launcher = cloud.map(|cloud| {
+            let offerings = cloud.offerings.unwrap_or_else(|| {
+                OfferingCache::start(
+                    UNAVAILABLE_OFFERINGS_TTL,
+                    MailboxDepth::new("offering_cache"),
+                )
+            });
             let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
             let launcher = Launcher::new(client.clone(), Arc::new(metered), launcher_depth.clone())
-                .with_events(events.clone());
+                .with_events(events.clone())
+                .with_offering_cache(offerings.clone());
             launches = launcher.in_flight();
+            let created = launcher.created_claims();
             let addr = launcher.start_bounded();
             let provisioning = Provisioning {
                 launcher: Outbox::new(&addr, launcher_depth),
+                created,
+                offerings: Some(offerings),
                 catalog: cloud.catalog,
                 controller: ControllerSettings {
                     reserved_enis,
@@ -170,12 +195,14 @@ impl Daemon {
         // The Provisioner runs rounds only while this replica leads and is not stopping.
         let (may_provision, gate_task) = drain::gate(leader.clone(), draining, shutdown_rx.clone());
         let provisioner_depth = MailboxDepth::new("provisioner");
+        let offerings = provisioning.as_ref().and_then(|p| p.offerings.clone());
         let (provisioner, rounds) = Provisioner::new(
             state.clone(),
             may_provision,
             provisioner_depth.clone(),
             provisioning,
         );
+        let node_pool_schedulers = provisioner.node_pool_schedulers();
         let provisioner = provisioner.start_bounded();
         let batcher_depth = MailboxDepth::new("batcher");
         let batcher = Batcher::new(
@@ -193,6 +220,7 @@ impl Daemon {
             &state,
             writers,
             Outbox::new(&batcher, batcher_depth),
+            &leader,
             &shutdown_rx,
         );
         tasks.push(metrics_task);
@@ -203,11 +231,14 @@ impl Daemon {
             state,
             leader,
             rounds,
+            node_pool_schedulers,
+            offerings,
             metrics_addr,
             probes_addr,
             shutdown,
             tasks,
             leader_task,
+            lone_leader,
             actors: (batcher, provisioner, launcher),
             drain,
         })
@@ -215,10 +246,14 @@ impl Daemon {
 
     /// Stops every task and actor: first provisioning drains (no new rounds; the current
     /// round and its launches finish, for at most [`DRAIN_TIMEOUT`]), then a leader releases
-    /// its Lease before this returns, so a standby can take over at once.
+    /// its Lease before this returns, so a standby can take over at once. No round starts
+    /// after this: a batch the Batcher still hands over finds the replica no longer leading.
     pub async fn stop(self) {
         self.drain.run(&self.actors.1, DRAIN_TIMEOUT).await;
         self.shutdown.send_replace(true);
+        if let Some(lone) = &self.lone_leader {
+            lone.send_replace(false);
+        }
         if let Some(task) = self.leader_task {
             let _released = task.await;
         }

@@ -1,9 +1,11 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
-//! `batcher`, `provisioner`, `launcher`, `leader`), the cluster state they share (`state`), the daemon
-//! that wires them (`daemon`) and stops them gracefully (`drain`), and the operational surface:
-//! settings, the rate-limited Kubernetes client (`client`), Kubernetes Events (`events`), JSON
-//! logs, metrics (`metrics`, `cluster_metrics`, `cloud_metrics`) and the HTTP endpoints. Decisions come from the pure core crate `kerf`; this crate does the I/O.
+//! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`, `leader`),
+//! the cluster state they share (`state`), the daemon that wires them (`daemon`) and stops
+//! them gracefully (`drain`), and the operational surface: settings, the rate-limited
+//! Kubernetes client (`client`), Kubernetes Events (`events`), JSON logs, metrics (`metrics`,
+//! `cluster_metrics`, `cloud_metrics`) and the HTTP endpoints. Decisions come from the pure
+//! core crate `kerf`; this crate does the I/O.
 
 pub mod batcher;
 pub mod client;
@@ -17,6 +19,8 @@ pub mod leader;
 pub mod logging;
 pub mod mailbox;
 pub mod metrics;
+pub mod node_pool_scheduler;
+pub mod offering_cache;
 pub mod pod_watcher;
 pub mod provisioner;
 pub mod server;

@@ -4,12 +4,14 @@
 //! the termination finalizer) and answers the Provisioner with it at once, so the next round
 //! counts it as in-flight capacity; then, off the mailbox, it asks the [`CloudProvider`] for a
 //! machine and records what was launched on the NodeClaim (labels, then status with
-//! `Launched=True`). A launch refused for insufficient capacity deletes the NodeClaim, so its
-//! pods turn up unschedulable again and the PodWatcher's resync batches them anew. Each pod of
-//! a created NodeClaim gets upstream's `Nominated` event, a failed launch upstream's NodeClaim
+//! `Launched=True`). A launch refused for insufficient capacity first marks the refused
+//! offerings in the OfferingCache, so the next solves plan around them, then deletes the
+//! NodeClaim, so its pods turn up unschedulable again and are batched anew. Each pod of a
+//! created NodeClaim gets upstream's `Nominated` event, a failed launch upstream's NodeClaim
 //! event; launches are tracked so a stopping daemon can wait for them ([`crate::drain`]).
 
 mod claim;
+mod created;
 
 use std::sync::Arc;
 
@@ -25,8 +27,14 @@ use crate::drain::InFlight;
 use crate::events::{EventRecorder, upstream as events};
 use crate::mailbox::MailboxDepth;
 use crate::metrics::{NODECLAIMS_CREATED, NODECLAIMS_LAUNCHED};
+use crate::offering_cache::OfferingCacheHandle;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
+pub use created::{CreatedClaims, UNSEEN_NODECLAIM_GRACE};
+
+/// The reason recorded with offerings a launch was refused for (the provider's error does
+/// not carry EC2's code).
+pub const INSUFFICIENT_CAPACITY_REASON: &str = "InsufficientCapacity";
 
 /// Each message is answered after one API create (milliseconds), and the Provisioner waits
 /// for every answer before its next round, so a short queue covers one round's claims being
@@ -60,6 +68,8 @@ pub struct Launcher {
     events: EventRecorder,
     /// Launches running off the mailbox, which a stopping daemon waits for.
     in_flight: InFlight,
+    created: CreatedClaims,
+    offerings: Option<OfferingCacheHandle>,
 }
 
 impl Launcher {
@@ -70,6 +80,8 @@ impl Launcher {
             depth,
             events: EventRecorder::disabled(),
             in_flight: InFlight::default(),
+            created: CreatedClaims::default(),
+            offerings: None,
         }
     }
 
@@ -82,6 +94,17 @@ impl Launcher {
     /// The launches this Launcher has running.
     pub fn in_flight(&self) -> InFlight {
         self.in_flight.clone()
+    }
+
+    /// Records refused offerings in `offerings` before deleting an unlaunchable NodeClaim.
+    pub fn with_offering_cache(mut self, offerings: OfferingCacheHandle) -> Self {
+        self.offerings = Some(offerings);
+        self
+    }
+
+    /// The NodeClaims this Launcher created, for the Provisioner to count as in-flight.
+    pub fn created_claims(&self) -> CreatedClaims {
+        self.created.clone()
     }
 
     /// Starts the actor with its bounded mailbox.
@@ -106,6 +129,8 @@ impl Handler<Launch> for Launcher {
         let cloud = Arc::clone(&self.cloud);
         let recorder = self.events.clone();
         let in_flight = self.in_flight.clone();
+        let registry = self.created.clone();
+        let offerings = self.offerings.clone();
         Box::pin(async move {
             let pool = launch.pool.name().to_owned();
             let wanted = node_claim(&launch.claim, &launch.pool);
@@ -132,13 +157,25 @@ impl Handler<Launch> for Launcher {
             for pod in &launch.claim.pods {
                 recorder.publish(events::nominate_pod(pod, &created.name_any()));
             }
+            // Recorded before the answer, so the Provisioner's next round counts it.
+            registry.insert(created.clone());
             // The machine is launched off the mailbox: a slow cloud call must not hold up
             // the creation of the round's other NodeClaims.
-            let launching = launch_machine(api, cloud, created.clone(), recorder);
+            let refused = Refused {
+                registry,
+                offerings,
+            };
+            let launching = launch_machine(api, cloud, created.clone(), recorder, refused);
             tokio::spawn(in_flight.track(launching));
             Ok(created)
         })
     }
+}
+
+/// Where a refused launch is recorded.
+struct Refused {
+    registry: CreatedClaims,
+    offerings: Option<OfferingCacheHandle>,
 }
 
 /// Launches the machine behind `created` and records it; logs instead of failing, because a
@@ -148,6 +185,7 @@ async fn launch_machine(
     cloud: Arc<dyn CloudProvider>,
     created: NodeClaim,
     recorder: EventRecorder,
+    refused: Refused,
 ) {
     let name = created.name_any();
     match cloud.create(&created).await {
@@ -166,6 +204,12 @@ async fn launch_machine(
         Err(error) if error.is_insufficient_capacity() => {
             recorder.publish(events::insufficient_capacity(&created, &error));
             tracing::warn!(nodeclaim = %name, %error, "no capacity; deleting nodeclaim");
+            if let (Some(cache), CloudProviderError::InsufficientCapacity { offerings, .. }) =
+                (&refused.offerings, &error)
+            {
+                cache.mark_offerings(offerings, INSUFFICIENT_CAPACITY_REASON);
+            }
+            refused.registry.withdraw(&name);
             if let Err(error) = api.delete(&name, &DeleteParams::default()).await {
                 tracing::error!(nodeclaim = %name, %error, "deleting unlaunchable nodeclaim");
             }

@@ -74,6 +74,7 @@ fn unplaceable_pods_get_failed_scheduling_and_placed_pods_are_nominated() {
         let cloud = Cloud {
             provider: simulated(Ec2Config::instant(REGION)),
             catalog: Catalog::embedded(REGION).expect("embedded region"),
+            offerings: None,
         };
         let daemon = start_daemon_with(&h, settings_fast(), "a", Some(cloud)).await;
         tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
@@ -160,6 +161,7 @@ fn a_launch_without_capacity_raises_insufficient_capacity_on_the_nodeclaim() {
         let cloud = Cloud {
             provider: provider.clone(),
             catalog,
+            offerings: None,
         };
         let daemon = start_daemon_with(&h, settings_fast(), "a", Some(cloud)).await;
         tokio::time::timeout(PATIENCE, daemon.state.wait_synced())

@@ -3,10 +3,17 @@
 
 mod batching;
 mod events;
+mod failover;
+mod ice;
 mod launching;
 mod leader;
+mod limits;
 mod malformed;
+mod mixed;
+mod restart;
+mod schedulers;
 mod scrape;
 mod shutdown;
 mod state_sync;
 mod support;
+mod weights;

@@ -114,6 +114,7 @@ fn metrics_follow_cluster_state_under_upstream_names() {
         let cloud = Cloud {
             provider: provider.clone(),
             catalog: Catalog::embedded(REGION).expect("embedded region"),
+            offerings: None,
         };
         let daemon = Daemon::start(
             settings(&[

@@ -55,6 +55,7 @@ fn a_stopping_leader_finishes_its_launches_before_handing_over() {
         let cloud = || Cloud {
             provider: provider.clone(),
             catalog: Catalog::embedded(REGION).expect("embedded region"),
+            offerings: None,
         };
         let first = start_daemon_with(&h, settings_with_election(), "a", Some(cloud())).await;
         lead(&first).await;

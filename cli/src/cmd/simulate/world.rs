@@ -213,6 +213,8 @@ impl World {
                     provider: Arc::clone(&self.provider)
                         as Arc<dyn kerf::cloudprovider::CloudProvider>,
                     catalog: self.catalog,
+                    // The daemon keeps its own, fed by the Launcher's refused launches.
+                    offerings: None,
                 }),
             },
         )
