@@ -100,6 +100,7 @@ pub struct Counts {
     pub claims_launched: usize,
     pub claims_registered: usize,
     pub claims_ready: usize,
+    /// Deleted or being deleted.
     pub claims_deleted: usize,
 }
 
@@ -202,7 +203,9 @@ fn observe_claim(
     object: &dyn Fn() -> Value,
 ) {
     let track = claims.entry(attrs.uid.clone()).or_default();
-    if kind == EventType::Deleted {
+    // A NodeClaim holds the termination finalizer, so "deleted" starts at its deletion
+    // timestamp: from then on it is no longer capacity.
+    if kind == EventType::Deleted || attrs.deleting {
         track.deleted = true;
         return;
     }
@@ -232,6 +235,13 @@ mod tests {
             "spec": {"containers": [{"name": "c", "image": "i"}]}})
     }
 
+    fn claim_named(name: &str) -> Value {
+        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": []}})
+    }
+
     #[test]
     fn counts_pods_bound_and_claims_even_when_already_deleted() {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -258,12 +268,8 @@ mod tests {
                 )
                 .expect("node");
             cluster.bind("default", "a", "n1").expect("bound");
-            let claim = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-                "metadata": {"name": "c1"},
-                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                    "requirements": []}});
             cluster
-                .create("karpenter.sh/v1", "nodeclaims", claim)
+                .create("karpenter.sh/v1", "nodeclaims", claim_named("c1"))
                 .expect("claim");
             cluster
                 .patch_status(
@@ -286,13 +292,28 @@ mod tests {
                 )
                 .expect("deleted");
 
+            let mut held = claim_named("c2");
+            held["metadata"]["finalizers"] = json!(["karpenter.sh/termination"]);
+            cluster
+                .create("karpenter.sh/v1", "nodeclaims", held)
+                .expect("claim");
+            cluster
+                .delete(
+                    "karpenter.sh/v1",
+                    "nodeclaims",
+                    None,
+                    "c2",
+                    &Default::default(),
+                )
+                .expect("deletion started");
+
             tally.update(Instant::now());
             let counts = tally.counts();
             assert_eq!(counts.pods, 2);
             assert_eq!(counts.bound, 1);
-            assert_eq!(counts.claims_created, 1);
+            assert_eq!(counts.claims_created, 2);
             assert_eq!(counts.claims_launched, 1);
-            assert_eq!(counts.claims_deleted, 1);
+            assert_eq!(counts.claims_deleted, 2, "one gone, one held by its finalizer");
             assert_eq!(tally.pending(), ["default/b"]);
             assert_eq!(tally.latencies().len(), 1);
             server.shutdown().await;
