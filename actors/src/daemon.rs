@@ -1,6 +1,7 @@
 //! Wiring: starts every actor and task of the controller against one Kubernetes client —
 //! metrics and probe endpoints, leader election, the PodWatcher's watch streams, the Batcher,
-//! the Provisioner and (with a cloud provider) the Launcher — and stops them in reverse order. Must be called inside an actix
+//! the Provisioner and (with a cloud provider) the Launcher and the NodeClaim lifecycle — and
+//! stops them in reverse order. Must be called inside an actix
 //! `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`): actors live
 //! on the system's thread, watch streams and HTTP on the runtime's workers.
 
@@ -18,6 +19,7 @@ use tokio::task::JoinHandle;
 use crate::batcher::{BatchLimits, Batcher};
 use crate::launcher::Launcher;
 use crate::leader::{self, Election, Timing};
+use crate::lifecycle::{LifecycleConfig, LifecycleDeps, LifecycleStats, NodeClaimLifecycle};
 use crate::mailbox::{MailboxDepth, Outbox};
 use crate::provisioner::{Provisioner, Provisioning, Round};
 use crate::settings::ValidSettings;
@@ -64,17 +66,29 @@ pub struct Daemon {
     pub leader: watch::Receiver<bool>,
     /// The latest provisioning round.
     pub rounds: watch::Receiver<Option<Round>>,
+    /// The NodeClaim lifecycle's totals (with a cloud provider).
+    pub lifecycle_stats: Option<Arc<LifecycleStats>>,
     pub metrics_addr: SocketAddr,
     pub probes_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     leader_task: Option<JoinHandle<()>>,
     actors: (Addr<Batcher>, Addr<Provisioner>, Option<Addr<Launcher>>),
+    lifecycle: Option<Addr<NodeClaimLifecycle>>,
 }
 
 impl Daemon {
     /// Starts everything; returns once the endpoints are bound (cluster state syncs after).
     pub async fn start(settings: ValidSettings, env: Environment) -> Result<Self, StartError> {
+        Self::start_with_lifecycle(settings, env, LifecycleConfig::default()).await
+    }
+
+    /// [`Self::start`] with the NodeClaim lifecycle's timings (tests shorten its TTLs).
+    pub async fn start_with_lifecycle(
+        settings: ValidSettings,
+        env: Environment,
+        lifecycle_config: LifecycleConfig,
+    ) -> Result<Self, StartError> {
         // Destructured field by field: a setting added without being wired fails to compile.
         let ValidSettings {
             cluster_name,
@@ -135,6 +149,20 @@ impl Daemon {
             None => (watch::channel(true).1, None),
         };
 
+        let lifecycle_depth = MailboxDepth::new("lifecycle");
+        let lifecycle = cloud.as_ref().map(|cloud| {
+            let deps = LifecycleDeps {
+                state: state.clone(),
+                client: client.clone(),
+                cloud: cloud.provider.clone(),
+                leader: leader.clone(),
+                shutdown: shutdown_rx.clone(),
+                depth: lifecycle_depth.clone(),
+            };
+            let (actor, stats) = NodeClaimLifecycle::new(deps, lifecycle_config);
+            (actor.start_bounded(), stats)
+        });
+        let (lifecycle, lifecycle_stats) = lifecycle.unzip();
         let launcher_depth = MailboxDepth::new("launcher");
         let launcher = cloud.map(|cloud| {
             let addr = Launcher::new(client.clone(), cloud.provider, launcher_depth.clone())
@@ -174,6 +202,9 @@ impl Daemon {
             &state,
             writers,
             Outbox::new(&batcher, batcher_depth),
+            lifecycle
+                .as_ref()
+                .map(|addr| Outbox::new(addr, lifecycle_depth)),
             &shutdown_rx,
         );
         tasks.push(metrics_task);
@@ -182,12 +213,14 @@ impl Daemon {
             state,
             leader,
             rounds,
+            lifecycle_stats,
             metrics_addr,
             probes_addr,
             shutdown,
             tasks,
             leader_task,
             actors: (batcher, provisioner, launcher),
+            lifecycle,
         })
     }
 
@@ -202,6 +235,7 @@ impl Daemon {
             let _ended = task.await;
         }
         let (batcher, provisioner, launcher) = self.actors;
-        drop((batcher, provisioner, launcher));
+        // The lifecycle stops itself on the shutdown signal; its address is just released.
+        drop((batcher, provisioner, launcher, self.lifecycle));
     }
 }

@@ -1,6 +1,6 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
-//! `batcher`, `provisioner`, `launcher`, `leader`), the cluster state they share (`state`), the daemon
+//! `batcher`, `provisioner`, `launcher`, `lifecycle`, `leader`), the cluster state they share (`state`), the daemon
 //! that wires them (`daemon`), and the operational surface: settings, JSON logs, metrics and
 //! the HTTP endpoints. Decisions come from the pure core crate `kerf`; this crate does the I/O.
 
@@ -8,6 +8,7 @@ pub mod batcher;
 pub mod daemon;
 pub mod launcher;
 pub mod leader;
+pub mod lifecycle;
 pub mod logging;
 pub mod mailbox;
 pub mod metrics;

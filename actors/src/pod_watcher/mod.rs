@@ -5,7 +5,8 @@
 //! into their kind one by one, so a malformed object (a NodePool with a field of the wrong
 //! type) is reported — logged and counted — and skipped, instead of breaking the whole
 //! stream. Once every store has synced, provisionable pods trigger the Batcher: all of them
-//! at sync, then each as it changes, and all of them again on every resync period.
+//! at sync, then each as it changes, and all of them again on every resync period. Node and
+//! NodeClaim changes are passed to the NodeClaim lifecycle, when one runs.
 
 mod kind;
 
@@ -22,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batcher::Trigger;
+use crate::lifecycle::Changed;
 use crate::mailbox::{DeliverError, Outbox};
 use crate::state::{ClusterState, Writers, is_provisionable};
 pub use kind::{Change, watch_kind};
@@ -37,6 +39,7 @@ pub fn spawn(
     state: &Arc<ClusterState>,
     writers: Writers,
     batcher: Outbox<Trigger>,
+    lifecycle: Option<Outbox<Changed>>,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let Writers {
@@ -58,10 +61,22 @@ pub fn spawn(
             trigger(&pod_batcher, pod);
         }
     };
+    let node_lifecycle = lifecycle.clone();
+    let on_node = move |node: &Node, _: Change| {
+        notify(node_lifecycle.as_ref(), || Changed::Node {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        });
+    };
+    let on_nodeclaim = move |claim: &NodeClaim, _: Change| {
+        notify(lifecycle.as_ref(), || {
+            Changed::NodeClaim(claim.metadata.name.clone().unwrap_or_default())
+        });
+    };
     vec![
         spawn_kind(client, pods, on_pod, shutdown),
-        spawn_kind::<Node>(client, nodes, ignore, shutdown),
-        spawn_kind::<NodeClaim>(client, nodeclaims, ignore, shutdown),
+        spawn_kind::<Node>(client, nodes, on_node, shutdown),
+        spawn_kind::<NodeClaim>(client, nodeclaims, on_nodeclaim, shutdown),
         spawn_kind::<NodePool>(client, nodepools, ignore, shutdown),
         spawn_kind::<EC2NodeClass>(client, nodeclasses, ignore, shutdown),
         spawn_kind::<DaemonSet>(client, daemonsets, ignore, shutdown),
@@ -110,6 +125,18 @@ fn trigger(batcher: &Outbox<Trigger>, pod: &Pod) {
         // Counted by the outbox; the resync will trigger the pod again.
         Err(DeliverError::Full(_)) => {}
         Err(err @ DeliverError::Closed(_)) => tracing::warn!(error = %err, "triggering batcher"),
+    }
+}
+
+/// Tells the lifecycle about a change; a full mailbox drops it (counted), and the
+/// lifecycle's periodic resync repairs the drop.
+fn notify(lifecycle: Option<&Outbox<Changed>>, change: impl FnOnce() -> Changed) {
+    let Some(lifecycle) = lifecycle else {
+        return;
+    };
+    match lifecycle.try_deliver(change()) {
+        Ok(()) | Err(DeliverError::Full(_)) => {}
+        Err(err @ DeliverError::Closed(_)) => tracing::debug!(error = %err, "notifying lifecycle"),
     }
 }
 
