@@ -121,7 +121,7 @@ impl ConditionSet {
             c.status == ConditionStatus::False && c.observed_generation == self.generation
         });
         // Latest transitions first, as upstream lists them.
-        unhealthy.sort_by(|a, b| b.last_transition_time.0.cmp(&a.last_transition_time.0));
+        unhealthy.sort_by_key(|c| std::cmp::Reverse(c.last_transition_time.0));
         let message = unhealthy
             .iter()
             .map(|c| format!("{}={}", c.type_, status_name(c.status)))
@@ -222,7 +222,11 @@ mod tests {
     #[test]
     fn a_new_reason_restamps_the_condition() {
         let mut set = ConditionSet::new(&launched(), Some(1), at(5));
-        set.set_unknown(types::INITIALIZED, "NodeNotReady", "Node status is NotReady");
+        set.set_unknown(
+            types::INITIALIZED,
+            "NodeNotReady",
+            "Node status is NotReady",
+        );
         let mut later = ConditionSet::new(&set.into_vec(), Some(1), at(9));
         assert!(later.set(
             types::INITIALIZED,

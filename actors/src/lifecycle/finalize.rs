@@ -24,13 +24,13 @@ use serde_json::json;
 
 use super::conditions::ConditionSet;
 use super::initialization::is_ready;
+use super::patch;
 use super::reconcile::{Outcome, ReconcileError, Reconciler, is_status, label};
 use super::registration::node_provider_id;
 use super::termination::{
     self, Evicted, disrupting, eviction_answer, has_termination_finalizer,
     without_termination_finalizer,
 };
-use super::patch;
 use crate::metrics::{NODECLAIMS_TERMINATED, NODES_TERMINATED, PODS_EVICTION_REQUESTS};
 
 /// Evictions sent at once while draining one Node.
@@ -45,7 +45,10 @@ pub async fn nodeclaim(r: &Reconciler, claim: &NodeClaim) -> Result<Outcome, Rec
     // ours to delete, and the garbage collector removes it through its ownerReference.
     if claim.is_condition_true(types::REGISTERED) {
         let nodes = r.nodes_of(claim);
-        for node in nodes.iter().filter(|n| n.metadata.deletion_timestamp.is_none()) {
+        for node in nodes
+            .iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+        {
             delete_node(r, node).await?;
         }
         if !nodes.is_empty() {
@@ -88,7 +91,11 @@ async fn mark_instance_terminating(r: &Reconciler, claim: &NodeClaim) {
     if claim.is_condition_true(types::INSTANCE_TERMINATING) {
         return;
     }
-    let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, Timestamp::now());
+    let mut set = ConditionSet::new(
+        claim.conditions(),
+        claim.metadata.generation,
+        Timestamp::now(),
+    );
     set.set_true(types::INSTANCE_TERMINATING);
     let body = json!({
         "metadata": {"resourceVersion": claim.metadata.resource_version},
@@ -205,7 +212,10 @@ async fn delete_nodeclaim(r: &Reconciler, claim: &NodeClaim) -> Result<(), Recon
         .await
     {
         Ok(_) => {
-            tracing::info!(nodeclaim = claim.name(), "deleting nodeclaim of deleted node");
+            tracing::info!(
+                nodeclaim = claim.name(),
+                "deleting nodeclaim of deleted node"
+            );
             Ok(())
         }
         Err(error) if is_status(&error, 404) => Ok(()),
@@ -218,8 +228,7 @@ async fn delete_nodeclaim(r: &Reconciler, claim: &NodeClaim) -> Result<(), Recon
 
 async fn taint(r: &Reconciler, node: &Node) -> Result<(), ReconcileError> {
     let wanted = disrupting(node);
-    let Some(body) = patch::locked(node, &wanted, node.metadata.resource_version.as_deref())
-    else {
+    let Some(body) = patch::locked(node, &wanted, node.metadata.resource_version.as_deref()) else {
         return Ok(());
     };
     let name = node.name_any();
@@ -276,24 +285,23 @@ async fn evict(r: &Reconciler, pod: std::sync::Arc<Pod>) -> Evicted {
     // kube's client retries 429 by itself with exponential backoff for minutes; a budget
     // that keeps refusing must not hold the drain that long, so the attempt is bounded and
     // an unfinished one counts as refused — the next drain step asks again.
-    let answer = match tokio::time::timeout(r.config.eviction_timeout, api.evict(&name, &params))
-        .await
-    {
-        Err(_elapsed) => Evicted::Blocked,
-        Ok(Ok(_)) => {
-            metrics::counter!(PODS_EVICTION_REQUESTS, "code" => "200").increment(1);
-            Evicted::Accepted
-        }
-        Ok(Err(kube::Error::Api(status))) => {
-            metrics::counter!(PODS_EVICTION_REQUESTS, "code" => status.code.to_string())
-                .increment(1);
-            eviction_answer(status.code, &status.message)
-        }
-        Ok(Err(error)) => {
-            tracing::warn!(pod = %name, namespace = %namespace, %error, "evicting pod");
-            Evicted::Failed
-        }
-    };
+    let answer =
+        match tokio::time::timeout(r.config.eviction_timeout, api.evict(&name, &params)).await {
+            Err(_elapsed) => Evicted::Blocked,
+            Ok(Ok(_)) => {
+                metrics::counter!(PODS_EVICTION_REQUESTS, "code" => "200").increment(1);
+                Evicted::Accepted
+            }
+            Ok(Err(kube::Error::Api(status))) => {
+                metrics::counter!(PODS_EVICTION_REQUESTS, "code" => status.code.to_string())
+                    .increment(1);
+                eviction_answer(status.code, &status.message)
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(pod = %name, namespace = %namespace, %error, "evicting pod");
+                Evicted::Failed
+            }
+        };
     match answer {
         Evicted::Blocked => {
             r.stats.record_blocked_eviction();
@@ -324,12 +332,7 @@ async fn release_node(r: &Reconciler, node: &Node) -> Result<(), ReconcileError>
         Err(error) if is_status(&error, 404) => return Ok(()),
         Err(source) => return Err(ReconcileError::PatchNode { node: name, source }),
     }
-    let node_label = |key: &str| {
-        node.labels()
-            .get(key)
-            .cloned()
-            .unwrap_or_default()
-    };
+    let node_label = |key: &str| node.labels().get(key).cloned().unwrap_or_default();
     metrics::counter!(
         NODES_TERMINATED,
         "nodepool" => node_label(labels::NODEPOOL),

@@ -173,14 +173,17 @@ mod tests {
         );
         let unregistered = check(
             &c,
-            &node("True", json!([]), json!({"cpu": "2", "nvidia.com/gpu": "0"})),
+            &node(
+                "True",
+                json!([]),
+                json!({"cpu": "2", "nvidia.com/gpu": "0"}),
+            ),
         );
         assert_eq!(
             unregistered,
             Err(Awaiting {
                 reason: "ResourceNotRegistered",
-                message: "Resource \"nvidia.com/gpu\" was requested but not registered"
-                    .to_owned()
+                message: "Resource \"nvidia.com/gpu\" was requested but not registered".to_owned()
             })
         );
         assert_eq!(

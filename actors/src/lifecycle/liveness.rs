@@ -32,10 +32,7 @@ pub enum Verdict {
     /// Still within its TTL; judge again after `remaining`.
     Waiting { remaining: Duration },
     /// Past its TTL: delete it.
-    TimedOut {
-        reason: &'static str,
-        ttl: Duration,
-    },
+    TimedOut { reason: &'static str, ttl: Duration },
 }
 
 /// Judges `claim` (with its conditions as they will be written) at `now`.

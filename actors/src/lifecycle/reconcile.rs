@@ -215,7 +215,7 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
     match liveness::judge(&judged, r.config.ttls(), now) {
         Verdict::TimedOut { reason, ttl } => {
             delete_for_timeout(r, &claim, reason, ttl).await?;
-            return Ok(Outcome::DONE);
+            Ok(Outcome::DONE)
         }
         Verdict::Waiting { remaining } => {
             write_status(r, &claim, &judged).await?;
@@ -286,18 +286,18 @@ async fn register(
         );
     }
     let wanted = registered_node(claim, node);
-    let registered = match patch::locked(&**node, &wanted, node.metadata.resource_version.as_deref())
-    {
-        Some(body) => r
-            .nodes
-            .patch(&name, &PatchParams::default(), &Patch::Merge(body))
-            .await
-            .map_err(|source| ReconcileError::PatchNode {
-                node: name.clone(),
-                source,
-            })?,
-        None => (**node).clone(),
-    };
+    let registered =
+        match patch::locked(&**node, &wanted, node.metadata.resource_version.as_deref()) {
+            Some(body) => r
+                .nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(body))
+                .await
+                .map_err(|source| ReconcileError::PatchNode {
+                    node: name.clone(),
+                    source,
+                })?,
+            None => (**node).clone(),
+        };
     set.set_true(types::REGISTERED);
     *node_name = Some(name);
     Ok(Some(registered))

@@ -46,7 +46,9 @@ pub fn unregistered_taint() -> Taint {
 
 pub fn has_unregistered_taint(node: &Node) -> bool {
     let unregistered = unregistered_taint();
-    node_taints(node).iter().any(|t| taints_match(t, &unregistered))
+    node_taints(node)
+        .iter()
+        .any(|t| taints_match(t, &unregistered))
 }
 
 /// A Node that has neither been registered nor carries the unregistered taint: the race the
@@ -72,7 +74,10 @@ pub fn registered_node(claim: &NodeClaim, node: &Node) -> Node {
     let mut synced = node.clone();
     let meta = &mut synced.metadata;
     let finalizers = meta.finalizers.get_or_insert_with(Vec::new);
-    if !finalizers.iter().any(|f| f == labels::TERMINATION_FINALIZER) {
+    if !finalizers
+        .iter()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
+    {
         finalizers.push(labels::TERMINATION_FINALIZER.to_owned());
     }
     let owners = meta.owner_references.get_or_insert_with(Vec::new);
@@ -89,8 +94,7 @@ pub fn registered_node(claim: &NodeClaim, node: &Node) -> Node {
             .extend(annotations.clone());
     }
     let node_labels = meta.labels.get_or_insert_with(Default::default);
-    let sync_taints =
-        node_labels.get(DO_NOT_SYNC_TAINTS).map(String::as_str) != Some("true");
+    let sync_taints = node_labels.get(DO_NOT_SYNC_TAINTS).map(String::as_str) != Some("true");
     node_labels.extend(claim.metadata.labels.clone().unwrap_or_default());
     node_labels.insert(labels::REGISTERED.to_owned(), "true".to_owned());
 
@@ -220,7 +224,9 @@ mod tests {
     fn nodes_are_matched_by_provider_id() {
         let nodes = vec![
             Arc::new(node(json!({}))),
-            Arc::new(node(json!({"spec": {"providerID": "aws:///us-east-1a/i-2"}}))),
+            Arc::new(node(
+                json!({"spec": {"providerID": "aws:///us-east-1a/i-2"}}),
+            )),
             Arc::new(node(json!({"spec": {}}))),
         ];
         assert_eq!(nodes_for("aws:///us-east-1a/i-1", &nodes).len(), 1);

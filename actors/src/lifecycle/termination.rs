@@ -24,8 +24,7 @@ pub const EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: &str =
 pub const STUCK_TERMINATING_AFTER: Duration = Duration::from_secs(60);
 
 /// The message of the API server's refusal to evict a pod covered by several budgets.
-pub const MULTIPLE_PDBS_MESSAGE: &str =
-    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
+pub const MULTIPLE_PDBS_MESSAGE: &str = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
 
 const CRITICAL_PRIORITY_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
 
@@ -229,12 +228,21 @@ mod tests {
             pod("web", json!({})),
             pod("other-node", json!({"spec": {"nodeName": "n2"}})),
             pod("done", json!({"status": {"phase": "Succeeded"}})),
-            pod("mirror", json!({"metadata": {"ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u"}]}})),
-            pod("daemon", json!({"metadata": {"ownerReferences": [
-                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}]}})),
-            pod("tolerant", json!({"spec": {"tolerations": [
-                {"key": "karpenter.sh/disrupted", "operator": "Exists"}]}})),
+            pod(
+                "mirror",
+                json!({"metadata": {"ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u"}]}}),
+            ),
+            pod(
+                "daemon",
+                json!({"metadata": {"ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}]}}),
+            ),
+            pod(
+                "tolerant",
+                json!({"spec": {"tolerations": [
+                {"key": "karpenter.sh/disrupted", "operator": "Exists"}]}}),
+            ),
         ];
         let drain = plan("n1", &pods, at(0));
         assert_eq!(names(&drain.evict), ["web"]);
@@ -247,7 +255,7 @@ mod tests {
             "terminating",
             json!({"metadata": {"deletionTimestamp": at(0).to_string()}}),
         );
-        let drain = plan("n1", &[terminating.clone()], at(30));
+        let drain = plan("n1", std::slice::from_ref(&terminating), at(30));
         assert!(drain.evict.is_empty());
         assert_eq!(drain.waiting, 1);
         assert!(plan("n1", &[terminating], at(61)).is_done());
@@ -278,12 +286,18 @@ mod tests {
         }))
         .expect("valid node");
         let tainted = disrupting(&node);
-        let taints = tainted.spec.as_ref().and_then(|s| s.taints.clone()).expect("taints");
+        let taints = tainted
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .expect("taints");
         let listed: Vec<String> = taints.iter().map(kerf::taints::format_taint).collect();
-        assert_eq!(listed, ["other:NoSchedule", "karpenter.sh/disrupted:NoSchedule"]);
         assert_eq!(
-            tainted.metadata.labels.as_ref().expect("labels")
-                [EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS],
+            listed,
+            ["other:NoSchedule", "karpenter.sh/disrupted:NoSchedule"]
+        );
+        assert_eq!(
+            tainted.metadata.labels.as_ref().expect("labels")[EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS],
             "karpenter"
         );
         assert_eq!(disrupting(&tainted), tainted);
@@ -295,16 +309,16 @@ mod tests {
         assert_eq!(eviction_answer(404, "not found"), Evicted::Gone);
         assert_eq!(eviction_answer(409, "uid mismatch"), Evicted::Gone);
         assert_eq!(eviction_answer(429, "budget"), Evicted::Blocked);
-        assert_eq!(eviction_answer(500, MULTIPLE_PDBS_MESSAGE), Evicted::Blocked);
+        assert_eq!(
+            eviction_answer(500, MULTIPLE_PDBS_MESSAGE),
+            Evicted::Blocked
+        );
         assert_eq!(eviction_answer(500, "etcd down"), Evicted::Failed);
     }
 
     #[test]
     fn finalizer_helpers() {
-        let finalizers = vec![
-            "other".to_owned(),
-            labels::TERMINATION_FINALIZER.to_owned(),
-        ];
+        let finalizers = vec!["other".to_owned(), labels::TERMINATION_FINALIZER.to_owned()];
         assert!(has_termination_finalizer(Some(&finalizers)));
         assert_eq!(without_termination_finalizer(Some(&finalizers)), ["other"]);
         assert!(!has_termination_finalizer(None));

@@ -155,7 +155,11 @@ impl Provisioner {
         };
         let state = &self.state;
         self.unseen.retain(|name, (_, created)| {
-            state.nodeclaims.get(&ObjectKey::new(None, name)).is_none()
+            let key = ObjectKey::new(None, name);
+            // Gone already counts as seen: a NodeClaim deleted (and released) within
+            // milliseconds, as after insufficient capacity, must not cover its pods.
+            state.nodeclaims.get(&key).is_none()
+                && !state.nodeclaims.recently_deleted(&key)
                 && created.elapsed() < UNSEEN_NODECLAIM_GRACE
         });
         let inventory = inventory::of(state, self.unseen.values().map(|(c, _)| c.clone()));

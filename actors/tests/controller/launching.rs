@@ -174,8 +174,7 @@ fn unschedulable_pods_get_launched_nodeclaims() {
         assert!(second.nodeclaims.is_empty(), "{second:?}");
 
         // The simulated kubelets boot every launched instance into a Node with its
-        // providerID. (Binding the pods needs the registration step, which lifts the
-        // `karpenter.sh/unregistered` taint; it is not part of the controller yet.)
+        // providerID. (Registration and binding are covered in `lifecycle.rs`.)
         let kubelets = kubelet::start(h.client.clone(), provider, kubelet::KubeletConfig::fast());
         let provider_ids: Vec<String> = api
             .list(&ListParams::default())
@@ -197,7 +196,11 @@ fn unschedulable_pods_get_launched_nodeclaims() {
         // The provisioner counts its NodeClaims as capacity: no second one for these pods.
         let claims = api.list(&ListParams::default()).await.expect("list");
         assert_eq!(claims.items.len(), round.nodeclaims.len());
-        assert_eq!(bound_pods(&cluster), 0, "nothing binds before registration");
+        assert_eq!(
+            bound_pods(&cluster),
+            0,
+            "no scheduler runs here to bind them"
+        );
 
         kubelets.stop();
         daemon.stop().await;
@@ -260,14 +263,16 @@ fn a_launch_without_capacity_deletes_its_nodeclaim_and_the_pod_is_planned_again(
         assert_eq!(first.nodeclaims.len(), 1, "{first:?}");
         let name = first.nodeclaims[0].clone();
 
-        // Deleted; the termination finalizer holds the object until a termination flow
-        // releases it, but a deleting NodeClaim is no longer capacity.
+        // Deleted (and, never launched, released at once by the lifecycle): a deleting or
+        // deleted NodeClaim is no longer capacity.
         let state = daemon.state.clone();
+        let key = kerf_actors::state::ObjectKey::new(None, &name);
         eventually("the unlaunchable nodeclaim is being deleted", || {
-            state
-                .nodeclaims
-                .get(&kerf_actors::state::ObjectKey::new(None, &name))
-                .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+            state.nodeclaims.recently_deleted(&key)
+                || state
+                    .nodeclaims
+                    .get(&key)
+                    .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
         })
         .await;
         // kube-scheduler judges the pod again; the new message makes it a real update.

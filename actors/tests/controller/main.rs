@@ -4,6 +4,7 @@
 mod batching;
 mod launching;
 mod leader;
+mod lifecycle;
 mod malformed;
 mod state_sync;
 mod support;

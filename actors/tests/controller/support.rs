@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kerf_actors::leader::Timing;
+use kerf_actors::lifecycle::LifecycleConfig;
 use kerf_actors::{Cloud, Daemon, Environment, Settings, ValidSettings};
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
 use kube::Client;
@@ -179,6 +180,43 @@ pub async fn start_daemon_with(
     )
     .await
     .expect("daemon starts")
+}
+
+/// The daemon launching into `cloud` with the NodeClaim lifecycle's timings `lifecycle`.
+pub async fn start_daemon_with_lifecycle(
+    harness: &Harness,
+    settings: ValidSettings,
+    identity: &str,
+    cloud: Cloud,
+    lifecycle: LifecycleConfig,
+) -> Daemon {
+    Daemon::start_with_lifecycle(
+        settings,
+        Environment {
+            client: harness.client.clone(),
+            namespace: "karpenter".into(),
+            identity: identity.into(),
+            leader_timing: FAST_LEASE,
+            bind: Ipv4Addr::LOCALHOST,
+            cloud: Some(cloud),
+        },
+        lifecycle,
+    )
+    .await
+    .expect("daemon starts")
+}
+
+/// Lifecycle timings for tests: upstream's TTLs, with requeues and backoff in milliseconds.
+pub fn fast_lifecycle() -> LifecycleConfig {
+    LifecycleConfig {
+        resync_period: Duration::from_secs(2),
+        drain_requeue: Duration::from_millis(50),
+        instance_requeue: Duration::from_millis(50),
+        eviction_timeout: Duration::from_millis(300),
+        backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(500),
+        ..LifecycleConfig::default()
+    }
 }
 
 /// Polls `condition` until it holds, failing the test after [`PATIENCE`].
