@@ -18,11 +18,12 @@ mod finalize;
 mod initialization;
 mod liveness;
 mod patch;
+mod queue;
 mod reconcile;
 mod registration;
 mod termination;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -35,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::mailbox::MailboxDepth;
 use crate::state::ClusterState;
+use queue::WorkQueue;
 use reconcile::{Outcome, ReconcileError, Reconciler, is_managed};
 use termination::has_termination_finalizer;
 
@@ -145,12 +147,7 @@ pub struct NodeClaimLifecycle {
     leader: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
     depth: MailboxDepth,
-    /// Targets waiting to run, each once; bounded by the number of NodeClaims and Nodes.
-    queue: VecDeque<Target>,
-    queued: HashSet<Target>,
-    running: HashSet<Target>,
-    /// Running targets that changed meanwhile: run again when they finish.
-    dirty: HashSet<Target>,
+    queue: WorkQueue<Target>,
     failures: HashMap<Target, u32>,
     /// The earliest scheduled rerun of each target.
     timers: HashMap<Target, (Instant, SpawnHandle)>,
@@ -181,10 +178,7 @@ impl NodeClaimLifecycle {
             leader: deps.leader,
             shutdown: deps.shutdown,
             depth: deps.depth,
-            queue: VecDeque::new(),
-            queued: HashSet::new(),
-            running: HashSet::new(),
-            dirty: HashSet::new(),
+            queue: WorkQueue::default(),
             failures: HashMap::new(),
             timers: HashMap::new(),
         };
@@ -204,11 +198,7 @@ impl NodeClaimLifecycle {
     }
 
     fn enqueue(&mut self, target: Target) {
-        if self.running.contains(&target) {
-            self.dirty.insert(target);
-        } else if self.queued.insert(target.clone()) {
-            self.queue.push_back(target);
-        }
+        self.queue.add(target);
     }
 
     /// Every NodeClaim and every Node waiting for this controller's finalizer.
@@ -235,16 +225,10 @@ impl NodeClaimLifecycle {
     fn pump(&mut self, ctx: &mut Context<Self>) {
         if !self.can_reconcile() {
             // A new leader resyncs everything; nothing queued now is worth keeping.
-            self.queue.clear();
-            self.queued.clear();
+            self.queue.clear_waiting();
             return;
         }
-        while self.running.len() < MAX_CONCURRENT_RECONCILES {
-            let Some(target) = self.queue.pop_front() else {
-                break;
-            };
-            self.queued.remove(&target);
-            self.running.insert(target.clone());
+        while let Some(target) = self.queue.start_next(MAX_CONCURRENT_RECONCILES) {
             let reconciler = Arc::clone(&self.reconciler);
             let running = target.clone();
             let work = async move { reconcile::run(&reconciler, &running).await };
@@ -261,7 +245,6 @@ impl NodeClaimLifecycle {
         result: Result<Outcome, ReconcileError>,
         ctx: &mut Context<Self>,
     ) {
-        self.running.remove(&target);
         match result {
             Ok(outcome) => {
                 self.failures.remove(&target);
@@ -281,9 +264,7 @@ impl NodeClaimLifecycle {
                 self.schedule(target.clone(), delay, ctx);
             }
         }
-        if self.dirty.remove(&target) {
-            self.enqueue(target);
-        }
+        self.queue.finish(&target);
         self.pump(ctx);
     }
 
