@@ -14,11 +14,6 @@ use kerf::api::NodeClaim;
 use kerf::labels;
 use kerf::taints::{EFFECT_NO_EXECUTE, merge_taints, taints_match};
 
-/// On a Node, `true` leaves its taints to the cloud provider: registration does not sync
-/// the NodeClaim's taints onto it. (Belongs in `kerf::labels`; kept here while the core
-/// crate is shared between parallel branches.)
-pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
-
 /// The Nodes claiming `provider_id` (normally none or one).
 pub fn nodes_for(provider_id: &str, nodes: &[Arc<Node>]) -> Vec<Arc<Node>> {
     nodes
@@ -94,7 +89,10 @@ pub fn registered_node(claim: &NodeClaim, node: &Node) -> Node {
             .extend(annotations.clone());
     }
     let node_labels = meta.labels.get_or_insert_with(Default::default);
-    let sync_taints = node_labels.get(DO_NOT_SYNC_TAINTS).map(String::as_str) != Some("true");
+    let sync_taints = node_labels
+        .get(labels::DO_NOT_SYNC_TAINTS)
+        .map(String::as_str)
+        != Some("true");
     node_labels.extend(claim.metadata.labels.clone().unwrap_or_default());
     node_labels.insert(labels::REGISTERED.to_owned(), "true".to_owned());
 

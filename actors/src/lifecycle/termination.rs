@@ -14,11 +14,6 @@ use k8s_openapi::jiff::Timestamp;
 use kerf::labels;
 use kerf::taints::{EFFECT_NO_SCHEDULE, toleration_tolerates};
 
-/// Kubernetes' label that takes a draining Node out of load-balancer target groups.
-/// (Belongs in `kerf::labels`; kept here while the core crate is shared between branches.)
-pub const EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: &str =
-    "node.kubernetes.io/exclude-from-external-load-balancers";
-
 /// Past its deletion timestamp (which includes its grace period) by more than this, a
 /// terminating pod no longer holds up the drain: its kubelet is presumably gone.
 pub const STUCK_TERMINATING_AFTER: Duration = Duration::from_secs(60);
@@ -56,7 +51,7 @@ pub fn disrupting(node: &Node) -> Node {
         .labels
         .get_or_insert_with(Default::default)
         .insert(
-            EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS.to_owned(),
+            labels::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS.to_owned(),
             "karpenter".to_owned(),
         );
     tainted
@@ -297,7 +292,8 @@ mod tests {
             ["other:NoSchedule", "karpenter.sh/disrupted:NoSchedule"]
         );
         assert_eq!(
-            tainted.metadata.labels.as_ref().expect("labels")[EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS],
+            tainted.metadata.labels.as_ref().expect("labels")
+                [labels::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS],
             "karpenter"
         );
         assert_eq!(disrupting(&tainted), tainted);
