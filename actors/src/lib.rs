@@ -1,11 +1,11 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
-//! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`, `leader`),
-//! the cluster state they share (`state`), the daemon that wires them (`daemon`) and stops
-//! them gracefully (`drain`), and the operational surface: settings, the rate-limited
-//! Kubernetes client (`client`), Kubernetes Events (`events`), JSON logs, metrics (`metrics`,
-//! `cluster_metrics`, `cloud_metrics`) and the HTTP endpoints. Decisions come from the pure
-//! core crate `kerf`; this crate does the I/O.
+//! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`,
+//! `lifecycle`, `leader`), the cluster state they share (`state`), the daemon that wires them
+//! (`daemon`) and stops them gracefully (`drain`), and the operational surface: settings, the
+//! rate-limited Kubernetes client (`client`), Kubernetes Events (`events`), JSON logs, metrics
+//! (`metrics`, `cluster_metrics`, `cloud_metrics`) and the HTTP endpoints. Decisions come from
+//! the pure core crate `kerf`; this crate does the I/O.
 
 pub mod batcher;
 pub mod client;
@@ -16,6 +16,7 @@ pub mod drain;
 pub mod events;
 pub mod launcher;
 pub mod leader;
+pub mod lifecycle;
 pub mod logging;
 pub mod mailbox;
 pub mod metrics;

@@ -27,7 +27,7 @@ fn key_of(object: &DynamicObject) -> ObjectKey {
 }
 
 /// Watches `K` in every namespace until the stream ends (it does not, short of the task
-/// being dropped), writing into `writer` and calling `on_change` after each change.
+/// being dropped), writing into `writer` and calling `on_change` once each change is stored.
 pub async fn watch_kind<K>(
     client: Client,
     mut writer: StoreWriter<K>,
@@ -50,8 +50,12 @@ pub async fn watch_kind<K>(
                 let key = key_of(&object);
                 match object.try_parse::<K>() {
                     Ok(typed) => {
-                        on_change(&typed, Change::Applied);
-                        writer.apply(key, typed);
+                        // Stored first: a hook's receiver reads the store and must see this
+                        // version, not the one it replaces.
+                        writer.apply(key.clone(), typed);
+                        if let Some(stored) = writer.store().get(&key) {
+                            on_change(&stored, Change::Applied);
+                        }
                     }
                     Err(err) => {
                         metrics::counter!(MALFORMED_OBJECTS, "kind" => kind).increment(1);

@@ -8,6 +8,7 @@
 //! at sync, then each as it changes, all of them again on every resync period, and all of
 //! them when this replica becomes leader (a standby skips its batches, so a new leader
 //! starts from every pending pod, as upstream's controllers do when they start leading).
+//! Node and NodeClaim changes are passed to the NodeClaim lifecycle, when one runs.
 
 mod kind;
 
@@ -25,6 +26,7 @@ use tokio::task::JoinHandle;
 
 use crate::batcher::Trigger;
 use crate::cluster_metrics::StartupTracker;
+use crate::lifecycle::Changed;
 use crate::mailbox::{DeliverError, Outbox};
 use crate::state::{ClusterState, Writers, is_provisionable};
 pub use kind::{Change, watch_kind};
@@ -42,6 +44,7 @@ pub fn spawn(
     writers: Writers,
     batcher: Outbox<Trigger>,
     leader: &watch::Receiver<bool>,
+    lifecycle: Option<Outbox<Changed>>,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let Writers {
@@ -65,10 +68,22 @@ pub fn spawn(
             trigger(&pod_batcher, pod);
         }
     };
+    let node_lifecycle = lifecycle.clone();
+    let on_node = move |node: &Node, _: Change| {
+        notify(node_lifecycle.as_ref(), || Changed::Node {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        });
+    };
+    let on_nodeclaim = move |claim: &NodeClaim, _: Change| {
+        notify(lifecycle.as_ref(), || {
+            Changed::NodeClaim(claim.metadata.name.clone().unwrap_or_default())
+        });
+    };
     vec![
         spawn_kind(client, pods, on_pod, shutdown),
-        spawn_kind::<Node>(client, nodes, ignore, shutdown),
-        spawn_kind::<NodeClaim>(client, nodeclaims, ignore, shutdown),
+        spawn_kind::<Node>(client, nodes, on_node, shutdown),
+        spawn_kind::<NodeClaim>(client, nodeclaims, on_nodeclaim, shutdown),
         spawn_kind::<NodePool>(client, nodepools, ignore, shutdown),
         spawn_kind::<EC2NodeClass>(client, nodeclasses, ignore, shutdown),
         spawn_kind::<DaemonSet>(client, daemonsets, ignore, shutdown),
@@ -122,6 +137,18 @@ fn trigger(batcher: &Outbox<Trigger>, pod: &Pod) {
         // Counted by the outbox; the resync will trigger the pod again.
         Err(DeliverError::Full(_)) => {}
         Err(err @ DeliverError::Closed(_)) => tracing::warn!(error = %err, "triggering batcher"),
+    }
+}
+
+/// Tells the lifecycle about a change; a full mailbox drops it (counted), and the
+/// lifecycle's periodic resync repairs the drop.
+fn notify(lifecycle: Option<&Outbox<Changed>>, change: impl FnOnce() -> Changed) {
+    let Some(lifecycle) = lifecycle else {
+        return;
+    };
+    match lifecycle.try_deliver(change()) {
+        Ok(()) | Err(DeliverError::Full(_)) => {}
+        Err(err @ DeliverError::Closed(_)) => tracing::debug!(error = %err, "notifying lifecycle"),
     }
 }
 

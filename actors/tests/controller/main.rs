@@ -7,6 +7,7 @@ mod failover;
 mod ice;
 mod launching;
 mod leader;
+mod lifecycle;
 mod limits;
 mod malformed;
 mod mixed;
