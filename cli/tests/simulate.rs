@@ -222,6 +222,79 @@ spec:
     }
 }
 
+/// `GET path` over plain HTTP/1.1: the body.
+fn http_get(server: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let address = server.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).expect("emulator reachable");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: kerf\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response read");
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn kubeconfig_out_keeps_the_cluster_up_until_sigterm() {
+    use std::io::{BufRead, BufReader};
+    let dir = TempDir::new("kubeconfig");
+    let kubeconfig = dir.0.join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["simulate", "--fast", "--pods", "6", "-o", "json"])
+        .args(["--kubeconfig-out", path(&kubeconfig)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kerf starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    // The line comes after the summary; if the run died instead, the pipe closes.
+    for line in lines.by_ref() {
+        let line = line.expect("stderr is text");
+        let up = line.contains("keeps running");
+        seen.push(line);
+        if up {
+            break;
+        }
+    }
+    assert!(
+        seen.last().is_some_and(|l| l.contains("keeps running")),
+        "{seen:?}"
+    );
+    let config = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written");
+    let server = config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .expect("a server URL")
+        .to_owned();
+    let nodes: Value =
+        serde_json::from_str(&http_get(&server, "/api/v1/nodes")).expect("a NodeList");
+    let nodes = nodes["items"].as_array().expect("items").len();
+    assert!(nodes > 0, "the cluster is still up with its nodes");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let out = child.wait_with_output().expect("kerf stops");
+    assert!(out.status.success(), "{:?}", out.status);
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("summary is JSON");
+    assert_eq!(count(&summary["pods"]["bound"]), 6);
+    // Every registered Node is a live instance (an instance may still be booting).
+    assert!(
+        nodes as u64 <= count(&summary["nodes"]["total"]),
+        "{summary:#}"
+    );
+}
+
 #[test]
 fn a_malformed_ice_value_names_the_flag() {
     let out = kerf(&["--ice", "m5.large"]);
