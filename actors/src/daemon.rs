@@ -16,12 +16,16 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batcher::{BatchLimits, Batcher};
+use crate::garbage_collection;
+use crate::launch_template_cache::{self, LaunchTemplateCache};
 use crate::launcher::Launcher;
 use crate::leader::{self, Election, Timing};
 use crate::mailbox::{MailboxDepth, Outbox};
+use crate::pod_watcher::CloudHooks;
 use crate::provisioner::{Provisioner, Provisioning, Round};
 use crate::settings::ValidSettings;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, Writers};
+use crate::tagging::{self, Tagger};
 use crate::{pod_watcher, server};
 
 /// What the daemon needs besides its settings.
@@ -75,6 +79,16 @@ pub struct Daemon {
 impl Daemon {
     /// Starts everything; returns once the endpoints are bound (cluster state syncs after).
     pub async fn start(settings: ValidSettings, env: Environment) -> Result<Self, StartError> {
+        Self::start_with_state(settings, env, ClusterState::new()).await
+    }
+
+    /// [`Self::start`] filling a cluster state made by the caller, who may have handed it to
+    /// the cloud provider already (the AWS provider reads EC2NodeClasses from it).
+    pub async fn start_with_state(
+        settings: ValidSettings,
+        env: Environment,
+        (state, writers): (Arc<ClusterState>, Writers),
+    ) -> Result<Self, StartError> {
         // Destructured field by field: a setting added without being wired fails to compile.
         let ValidSettings {
             cluster_name,
@@ -106,7 +120,6 @@ impl Daemon {
         } = env;
         tracing::info!(cluster = %cluster_name, identity = %identity, "starting controller");
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let (state, writers) = ClusterState::new();
         crate::metrics::handle();
 
         let metrics_at = SocketAddr::from((bind, metrics_port));
@@ -135,6 +148,9 @@ impl Daemon {
             None => (watch::channel(true).1, None),
         };
 
+        let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
+        let (hooks, cloud_tasks) =
+            start_cloud_loops(&client, &state, provider, &leader, &shutdown_rx);
         let launcher_depth = MailboxDepth::new("launcher");
         let launcher = cloud.map(|cloud| {
             let addr = Launcher::new(client.clone(), cloud.provider, launcher_depth.clone())
@@ -174,8 +190,10 @@ impl Daemon {
             &state,
             writers,
             Outbox::new(&batcher, batcher_depth),
+            hooks,
             &shutdown_rx,
         );
+        tasks.extend(cloud_tasks);
         tasks.push(metrics_task);
         tasks.push(probes_task);
         Ok(Self {
@@ -204,4 +222,66 @@ impl Daemon {
         let (batcher, provisioner, launcher) = self.actors;
         drop((batcher, provisioner, launcher));
     }
+}
+
+/// With a cloud provider: the LaunchTemplateCache and the Tagger (when the provider has
+/// those capabilities) with their sweeps, and garbage collection. Returns the PodWatcher
+/// hooks feeding the actors and the tasks to await on stop.
+fn start_cloud_loops(
+    client: &Client,
+    state: &Arc<ClusterState>,
+    provider: Option<Arc<dyn CloudProvider>>,
+    leader: &watch::Receiver<bool>,
+    shutdown: &watch::Receiver<bool>,
+) -> (CloudHooks, Vec<JoinHandle<()>>) {
+    let mut hooks = CloudHooks::default();
+    let mut tasks = Vec::new();
+    let Some(provider) = provider else {
+        return (hooks, tasks);
+    };
+    if provider.node_class_reconciler().is_some() {
+        let depth = MailboxDepth::new("launch_template_cache");
+        let addr = LaunchTemplateCache::new(
+            client.clone(),
+            state.clone(),
+            Arc::clone(&provider),
+            leader.clone(),
+            depth.clone(),
+        )
+        .start_bounded();
+        let out = Outbox::new(&addr, depth);
+        tasks.push(tokio::spawn(launch_template_cache::sweep(
+            state.clone(),
+            out.clone(),
+            leader.clone(),
+            shutdown.clone(),
+        )));
+        hooks.node_classes = Some(out);
+    }
+    if provider.instance_tagger().is_some() {
+        let depth = MailboxDepth::new("tagger");
+        let addr = Tagger::new(
+            client.clone(),
+            state.clone(),
+            Arc::clone(&provider),
+            leader.clone(),
+            depth.clone(),
+        )
+        .start_bounded();
+        let out = Outbox::new(&addr, depth);
+        tasks.push(tokio::spawn(tagging::sweep(
+            state.clone(),
+            out.clone(),
+            shutdown.clone(),
+        )));
+        hooks.node_claims = Some(out);
+    }
+    tasks.push(tokio::spawn(garbage_collection::run(
+        client.clone(),
+        state.clone(),
+        provider,
+        leader.clone(),
+        shutdown.clone(),
+    )));
+    (hooks, tasks)
 }

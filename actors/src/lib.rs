@@ -1,11 +1,14 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
-//! `batcher`, `provisioner`, `launcher`, `leader`), the cluster state they share (`state`), the daemon
+//! `batcher`, `provisioner`, `launcher`, `leader`, `launch_template_cache` for EC2NodeClass
+//! status, `tagging`) and loop (`garbage_collection`), the cluster state they share (`state`), the daemon
 //! that wires them (`daemon`), and the operational surface: settings, JSON logs, metrics and
 //! the HTTP endpoints. Decisions come from the pure core crate `kerf`; this crate does the I/O.
 
 pub mod batcher;
 pub mod daemon;
+pub mod garbage_collection;
+pub mod launch_template_cache;
 pub mod launcher;
 pub mod leader;
 pub mod logging;
@@ -16,6 +19,7 @@ pub mod provisioner;
 pub mod server;
 pub mod settings;
 pub mod state;
+pub mod tagging;
 
 pub use daemon::{Cloud, Daemon, Environment, StartError};
 pub use settings::{Settings, ValidSettings};

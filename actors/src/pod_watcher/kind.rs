@@ -27,7 +27,8 @@ fn key_of(object: &DynamicObject) -> ObjectKey {
 }
 
 /// Watches `K` in every namespace until the stream ends (it does not, short of the task
-/// being dropped), writing into `writer` and calling `on_change` after each change.
+/// being dropped), writing into `writer` and calling `on_change` after each change is in
+/// the store.
 pub async fn watch_kind<K>(
     client: Client,
     mut writer: StoreWriter<K>,
@@ -50,8 +51,12 @@ pub async fn watch_kind<K>(
                 let key = key_of(&object);
                 match object.try_parse::<K>() {
                     Ok(typed) => {
-                        on_change(&typed, Change::Applied);
-                        writer.apply(key, typed);
+                        // The store first: a hook's receiver reading cluster state must find
+                        // the object as the hook saw it.
+                        writer.apply(key.clone(), typed);
+                        if let Some(stored) = writer.store().get(&key) {
+                            on_change(&stored, Change::Applied);
+                        }
                     }
                     Err(err) => {
                         metrics::counter!(MALFORMED_OBJECTS, "kind" => kind).increment(1);

@@ -22,8 +22,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batcher::Trigger;
+use crate::launch_template_cache::{self, ReconcileNodeClass};
 use crate::mailbox::{DeliverError, Outbox};
 use crate::state::{ClusterState, Writers, is_provisionable};
+use crate::tagging::{self, TagInstance};
 pub use kind::{Change, watch_kind};
 
 /// How often every provisionable pod is triggered again. Triggers are sent with
@@ -31,12 +33,23 @@ pub use kind::{Change, watch_kind};
 /// pods whose last solve failed (for example on insufficient capacity).
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(60);
 
+/// Where changes of the kinds the cloud provider's actors reconcile go (none without a
+/// cloud provider, or when it lacks the capability).
+#[derive(Default)]
+pub struct CloudHooks {
+    /// EC2NodeClass changes, to the LaunchTemplateCache.
+    pub node_classes: Option<Outbox<ReconcileNodeClass>>,
+    /// NodeClaim changes, to the Tagger.
+    pub node_claims: Option<Outbox<TagInstance>>,
+}
+
 /// Starts one watch task per kind plus the resync task; they end when `shutdown` turns true.
 pub fn spawn(
     client: &Client,
     state: &Arc<ClusterState>,
     writers: Writers,
     batcher: Outbox<Trigger>,
+    hooks: CloudHooks,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let Writers {
@@ -58,12 +71,28 @@ pub fn spawn(
             trigger(&pod_batcher, pod);
         }
     };
+    let mut node_class_hook = hooks
+        .node_classes
+        .map(|out| launch_template_cache::on_change(state.clone(), out));
+    let on_node_class = move |node_class: &EC2NodeClass, change: Change| {
+        if let Some(hook) = &mut node_class_hook {
+            hook(node_class, change);
+        }
+    };
+    let mut node_claim_hook = hooks
+        .node_claims
+        .map(|out| tagging::on_change(state.clone(), out));
+    let on_node_claim = move |claim: &NodeClaim, change: Change| {
+        if let Some(hook) = &mut node_claim_hook {
+            hook(claim, change);
+        }
+    };
     vec![
         spawn_kind(client, pods, on_pod, shutdown),
         spawn_kind::<Node>(client, nodes, ignore, shutdown),
-        spawn_kind::<NodeClaim>(client, nodeclaims, ignore, shutdown),
+        spawn_kind::<NodeClaim>(client, nodeclaims, on_node_claim, shutdown),
         spawn_kind::<NodePool>(client, nodepools, ignore, shutdown),
-        spawn_kind::<EC2NodeClass>(client, nodeclasses, ignore, shutdown),
+        spawn_kind::<EC2NodeClass>(client, nodeclasses, on_node_class, shutdown),
         spawn_kind::<DaemonSet>(client, daemonsets, ignore, shutdown),
         spawn_kind::<PodDisruptionBudget>(client, pdbs, ignore, shutdown),
         spawn_kind::<PersistentVolume>(client, persistent_volumes, ignore, shutdown),
