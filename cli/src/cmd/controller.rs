@@ -1,13 +1,14 @@
 //! `kerf controller`: the daemon. Reads upstream's settings from flags and environment,
 //! refuses bad ones by name, logs JSON, connects to the cluster in the kubeconfig (or the
-//! in-cluster service account), runs the actors until SIGTERM or Ctrl-C, then stops them,
-//! releasing the leader Lease.
+//! in-cluster service account) and to AWS (see [`crate::aws`]), runs the actors until
+//! SIGTERM or Ctrl-C, then stops them, releasing the leader Lease.
 
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use kerf_actors::leader::Timing;
+use kerf_actors::state::ClusterState;
 use kerf_actors::{Daemon, Environment, Settings, ValidSettings};
 
 #[derive(clap::Args)]
@@ -49,8 +50,11 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
         .ok()
         .filter(|ns| !ns.is_empty())
         .unwrap_or_else(|| config.default_namespace.clone());
-    let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
-    let daemon = Daemon::start(
+    let client =
+        kube::Client::try_from(config.clone()).context("building the Kubernetes client")?;
+    let (state, writers) = ClusterState::new();
+    let aws = crate::aws::connect(&settings, &client, &config, state.clone()).await?;
+    let daemon = Daemon::start_with_state(
         settings,
         Environment {
             client,
@@ -58,15 +62,16 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
             identity: identity(),
             leader_timing: Timing::default(),
             bind: Ipv4Addr::UNSPECIFIED,
-            // The AWS provider is not wired into the daemon yet.
-            cloud: None,
+            cloud: Some(aws.cloud),
         },
+        (state, writers),
     )
     .await
     .context("starting the controller")?;
     terminated().await.context("waiting for a stop signal")?;
     tracing::info!("stopping controller");
     daemon.stop().await;
+    aws.upkeep.abort();
     Ok(())
 }
 
