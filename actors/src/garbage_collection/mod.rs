@@ -182,8 +182,7 @@ fn is_leaked(machine: &NodeClaim, known: &HashSet<&str>, now: SystemTime) -> boo
         .metadata
         .creation_timestamp
         .as_ref()
-        .and_then(|t| SystemTime::try_from(t.0).ok())
-        .and_then(|created| now.duration_since(created).ok())
+        .and_then(|t| now.duration_since(SystemTime::from(t.0)).ok())
         .is_some_and(|age| age >= MIN_MACHINE_AGE);
     machine.metadata.deletion_timestamp.is_none() && !known.contains(provider_id) && old_enough
 }
@@ -279,7 +278,7 @@ mod tests {
 
     fn at(text: &str) -> SystemTime {
         let ts: k8s_openapi::jiff::Timestamp = text.parse().expect("timestamp");
-        SystemTime::try_from(ts).expect("representable")
+        SystemTime::from(ts)
     }
 
     #[test]

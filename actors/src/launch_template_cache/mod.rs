@@ -15,7 +15,7 @@
 
 mod patches;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,7 +87,8 @@ pub struct LaunchTemplateCache {
     cloud: Arc<dyn CloudProvider>,
     leader: watch::Receiver<bool>,
     depth: MailboxDepth,
-    in_flight: HashSet<String>,
+    /// Node classes being resolved, with the generation each run started from.
+    in_flight: HashMap<String, Option<i64>>,
     /// Requested while in flight: resolved once more when the running one ends.
     again: BTreeSet<String>,
     /// Requested while [`MAX_CONCURRENT_RESOLUTIONS`] were running.
@@ -110,7 +111,7 @@ impl LaunchTemplateCache {
             cloud,
             leader,
             depth,
-            in_flight: HashSet::new(),
+            in_flight: HashMap::new(),
             again: BTreeSet::new(),
             waiting: BTreeSet::new(),
             resolved: HashMap::new(),
@@ -133,7 +134,12 @@ impl LaunchTemplateCache {
     }
 
     fn start(&mut self, name: String, ctx: &mut Context<Self>) {
-        self.in_flight.insert(name.clone());
+        let generation = self
+            .state
+            .nodeclasses
+            .get(&ObjectKey::new(None, &name))
+            .and_then(|nc| nc.metadata.generation);
+        self.in_flight.insert(name.clone(), generation);
         let work = reconcile(
             self.api.clone(),
             Arc::clone(&self.state),
@@ -176,11 +182,15 @@ impl Handler<ReconcileNodeClass> for LaunchTemplateCache {
             return;
         }
         let ReconcileNodeClass { name, generation } = request;
-        let seen = generation.is_some() && self.resolved.get(&name) == generation.as_ref();
-        if seen && !self.is_deleting(&name) {
+        // A change at a generation resolved or being resolved is a write of status,
+        // annotations or finalizers (mostly this actor's own): no new resolution needed.
+        let covered = generation.is_some()
+            && (self.resolved.get(&name) == generation.as_ref()
+                || self.in_flight.get(&name) == Some(&generation));
+        if covered && !self.is_deleting(&name) {
             return;
         }
-        if self.in_flight.contains(&name) {
+        if self.in_flight.contains_key(&name) {
             self.again.insert(name);
         } else if self.in_flight.len() >= MAX_CONCURRENT_RESOLUTIONS {
             self.waiting.insert(name);
@@ -251,7 +261,7 @@ fn log_readiness(name: &str, status: &kerf::api::EC2NodeClassStatus) {
         Some(ready) => tracing::warn!(
             ec2nodeclass = name,
             reason = %ready.reason,
-            message = %ready.message,
+            detail = %ready.message,
             "EC2NodeClass is not ready"
         ),
         None => {}
