@@ -6,8 +6,9 @@
 //! controller's lifecycle logic reads like upstream's. Two implementations exist: the AWS
 //! provider (EC2 CreateFleet) and the simulated one in `kerf-loadtest`. Capabilities only some
 //! providers have hang off it: [`NodeClassReconciler`] (EC2NodeClass status) and
-//! [`InstanceTagger`] (tags after registration). This module is pure: the traits, their data
-//! and the providerID format, no I/O.
+//! [`InstanceTagger`] (tags after registration). Beside it sits the [`UnavailableOfferings`]
+//! trait through which launch failures reach the instance types the next solves use. This
+//! module is pure: the traits, their data and the providerID format, no I/O.
 
 use crate::api::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool};
 use crate::catalog::InstanceType;
@@ -16,6 +17,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use thiserror::Error;
 
 /// A boxed, sendable future: what every [`CloudProvider`] method returns, so the trait stays
@@ -162,6 +164,38 @@ impl fmt::Display for DriftReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// How long an offering that failed to launch stays unavailable (upstream's
+/// `UnavailableOfferingsTTL`): long enough that the next rounds plan elsewhere, short enough
+/// that capacity returning to the pool is used again soon.
+pub const UNAVAILABLE_OFFERINGS_TTL: Duration = Duration::from_secs(180);
+
+/// Records and answers which offerings may not be launched right now: offerings
+/// (capacity type × instance type × zone), whole capacity types and subnets that recently
+/// failed to launch. Writers are the launch paths (the AWS provider on fleet errors, the
+/// controller's Launcher on [`CloudProviderError::InsufficientCapacity`]); readers are
+/// whoever lists instance types for a solve. Implementations are shared (`Arc<dyn ..>`) and
+/// called concurrently, so every method takes `&self`.
+pub trait UnavailableOfferings: Send + Sync {
+    /// Whether the offering, its capacity type, or every one of `subnet_ids` (when there are
+    /// any) is marked unavailable.
+    fn is_unavailable(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: &str,
+        subnet_ids: &[String],
+    ) -> bool;
+    /// Marks one offering unavailable; `reason` is the cloud's error code, for logs.
+    fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str, reason: &str);
+    /// Marks a whole capacity type unavailable (spot without its service-linked role).
+    fn mark_capacity_type_unavailable(&self, capacity_type: &str);
+    /// Marks a subnet unavailable (no free addresses).
+    fn mark_subnet_unavailable(&self, subnet_id: &str);
+    /// A number that changes whenever an entry affecting `instance_type` is added or
+    /// expires, which caches of instance types key on to notice changes.
+    fn seq_num(&self, instance_type: &str) -> u64;
 }
 
 /// An offering (capacity pool) a launch was refused for.
@@ -382,10 +416,11 @@ mod tests {
         assert!(not_found.is_not_found());
     }
 
-    /// The trait must stay usable as `Arc<dyn CloudProvider>`.
+    /// The traits must stay usable as `Arc<dyn CloudProvider>` and
+    /// `Arc<dyn UnavailableOfferings>`.
     #[test]
     fn trait_is_dyn_compatible() {
-        fn takes(_: Option<Arc<dyn CloudProvider>>) {}
-        takes(None);
+        fn takes(_: Option<Arc<dyn CloudProvider>>, _: Option<Arc<dyn UnavailableOfferings>>) {}
+        takes(None, None);
     }
 }

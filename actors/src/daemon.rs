@@ -1,6 +1,8 @@
 //! Wiring: starts every actor and task of the controller against one Kubernetes client —
-//! metrics and probe endpoints, leader election, the PodWatcher's watch streams, the Batcher,
-//! the Provisioner and (with a cloud provider) the Launcher — and stops them in reverse order. Must be called inside an actix
+//! metrics and probe endpoints, leader election, the event recorder, the PodWatcher's watch
+//! streams, the Batcher, the Provisioner with its NodePoolSchedulers and (with a cloud
+//! provider) the OfferingCache and the Launcher — and stops them in reverse order, draining
+//! provisioning first ([`crate::drain`]). Must be called inside an actix
 //! `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`): actors live
 //! on the system's thread, watch streams and HTTP on the runtime's workers.
 
@@ -16,17 +18,24 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batcher::{BatchLimits, Batcher};
+use crate::cloud_metrics::MeteredCloudProvider;
+use crate::drain::{DRAIN_TIMEOUT, Drain, InFlight};
 use crate::garbage_collection;
 use crate::launch_template_cache::{self, LaunchTemplateCache};
 use crate::launcher::Launcher;
 use crate::leader::{self, Election, Timing};
 use crate::mailbox::{MailboxDepth, Outbox};
+use crate::offering_cache::{OfferingCache, OfferingCacheHandle, UNAVAILABLE_OFFERINGS_TTL};
 use crate::pod_watcher::CloudHooks;
 use crate::provisioner::{Provisioner, Provisioning, Round};
 use crate::settings::ValidSettings;
 use crate::state::{ClusterState, Writers};
 use crate::tagging::{self, Tagger};
-use crate::{pod_watcher, server};
+use crate::{drain, events, pod_watcher, server};
+
+/// Upstream's name for the controller that launches NodeClaims: the `controller` label of
+/// the Launcher's cloud provider metrics.
+const LAUNCH_CONTROLLER: &str = "nodeclaim.lifecycle";
 
 /// What the daemon needs besides its settings.
 #[derive(Clone)]
@@ -50,6 +59,10 @@ pub struct Cloud {
     pub provider: Arc<dyn CloudProvider>,
     /// The region's instance types, which the scheduler plans with.
     pub catalog: Catalog,
+    /// The unavailable-offerings state to share with `provider` (start it with
+    /// [`OfferingCache::start`] and hand the provider a clone); `None`: the daemon starts
+    /// its own, which only the Launcher writes.
+    pub offerings: Option<OfferingCacheHandle>,
 }
 
 /// Why the daemon could not start.
@@ -68,12 +81,19 @@ pub struct Daemon {
     pub leader: watch::Receiver<bool>,
     /// The latest provisioning round.
     pub rounds: watch::Receiver<Option<Round>>,
+    /// NodePools with a running NodePoolScheduler.
+    pub node_pool_schedulers: watch::Receiver<Vec<String>>,
+    /// Offerings that recently failed to launch (with a cloud provider).
+    pub offerings: Option<OfferingCacheHandle>,
     pub metrics_addr: SocketAddr,
     pub probes_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     leader_task: Option<JoinHandle<()>>,
+    /// Leadership of a replica without election, withdrawn on stop.
+    lone_leader: Option<watch::Sender<bool>>,
     actors: (Addr<Batcher>, Addr<Provisioner>, Option<Addr<Launcher>>),
+    drain: Drain,
 }
 
 impl Daemon {
@@ -104,8 +124,8 @@ impl Daemon {
             feature_gates: _feature_gates_for_disruption,
             metrics_port,
             health_probe_port,
-            kube_client_qps: _kube_client_qps_not_yet_enforced,
-            kube_client_burst: _kube_client_burst_not_yet_enforced,
+            kube_client_qps: _kube_client_qps_applied_by_client_build,
+            kube_client_burst: _kube_client_burst_applied_by_client_build,
             leader_election,
             preference_policy: _preference_policy_for_scheduler,
             min_values_policy: _min_values_policy_for_scheduler,
@@ -123,9 +143,10 @@ impl Daemon {
         crate::metrics::handle();
 
         let metrics_at = SocketAddr::from((bind, metrics_port));
-        let (metrics_addr, metrics_task) = server::serve_metrics(metrics_at, shutdown_rx.clone())
-            .await
-            .map_err(|e| StartError::MetricsPort(metrics_at, e))?;
+        let (metrics_addr, metrics_task) =
+            server::serve_metrics(metrics_at, state.clone(), shutdown_rx.clone())
+                .await
+                .map_err(|e| StartError::MetricsPort(metrics_at, e))?;
         let probes_at = SocketAddr::from((bind, health_probe_port));
         let (probes_addr, probes_task) =
             server::serve_probes(probes_at, state.clone(), shutdown_rx.clone())
@@ -133,7 +154,9 @@ impl Daemon {
                 .map_err(|e| StartError::HealthProbePort(probes_at, e))?;
 
         tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
-        let (leader, leader_task) = match leader_election {
+        let (events, events_task) =
+            events::spawn(client.clone(), identity.clone(), shutdown_rx.clone());
+        let (leader, leader_task, lone_leader) = match leader_election {
             Some(lease) => {
                 let election = Election {
                     namespace: lease.namespace.unwrap_or(namespace),
@@ -142,37 +165,60 @@ impl Daemon {
                     timing: leader_timing,
                 };
                 let (rx, task) = leader::spawn(client.clone(), election, shutdown_rx.clone());
-                (rx, Some(task))
+                (rx, Some(task), None)
             }
-            // A lone replica leads from the start; the sender is dropped, the value stays.
-            None => (watch::channel(true).1, None),
+            // A lone replica leads from the start until it stops.
+            None => {
+                let (lone, rx) = watch::channel(true);
+                (rx, None, Some(lone))
+            }
         };
 
         let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
         let (hooks, cloud_tasks) =
             start_cloud_loops(&client, &state, provider, &leader, &shutdown_rx);
         let launcher_depth = MailboxDepth::new("launcher");
+        let mut launches = InFlight::default();
         let launcher = cloud.map(|cloud| {
-            let addr = Launcher::new(client.clone(), cloud.provider, launcher_depth.clone())
-                .start_bounded();
+            let offerings = cloud.offerings.unwrap_or_else(|| {
+                OfferingCache::start(
+                    UNAVAILABLE_OFFERINGS_TTL,
+                    MailboxDepth::new("offering_cache"),
+                )
+            });
+            let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
+            let launcher = Launcher::new(client.clone(), Arc::new(metered), launcher_depth.clone())
+                .with_events(events.clone())
+                .with_offering_cache(offerings.clone());
+            launches = launcher.in_flight();
+            let created = launcher.created_claims();
+            let addr = launcher.start_bounded();
             let provisioning = Provisioning {
                 launcher: Outbox::new(&addr, launcher_depth),
+                created,
+                offerings: Some(offerings),
                 catalog: cloud.catalog,
                 controller: ControllerSettings {
                     reserved_enis,
                     vm_memory_overhead_percent,
                 },
+                events: events.clone(),
             };
             (addr, provisioning)
         });
         let (launcher, provisioning) = launcher.unzip();
+        let (drain, draining) = Drain::new(launches);
+        // The Provisioner runs rounds only while this replica leads and is not stopping.
+        let (may_provision, gate_task) = drain::gate(leader.clone(), draining, shutdown_rx.clone());
         let provisioner_depth = MailboxDepth::new("provisioner");
+        let offerings = provisioning.as_ref().and_then(|p| p.offerings.clone());
         let (provisioner, rounds) = Provisioner::new(
             state.clone(),
-            leader.clone(),
+            may_provision,
             provisioner_depth.clone(),
             provisioning,
         );
+        let node_pool_schedulers = provisioner.node_pool_schedulers();
         let provisioner = provisioner.start_bounded();
         let batcher_depth = MailboxDepth::new("batcher");
         let batcher = Batcher::new(
@@ -191,28 +237,41 @@ impl Daemon {
             writers,
             Outbox::new(&batcher, batcher_depth),
             hooks,
+            &leader,
             &shutdown_rx,
         );
         tasks.extend(cloud_tasks);
         tasks.push(metrics_task);
         tasks.push(probes_task);
+        tasks.push(events_task);
+        tasks.push(gate_task);
         Ok(Self {
             state,
             leader,
             rounds,
+            node_pool_schedulers,
+            offerings,
             metrics_addr,
             probes_addr,
             shutdown,
             tasks,
             leader_task,
+            lone_leader,
             actors: (batcher, provisioner, launcher),
+            drain,
         })
     }
 
-    /// Stops every task and actor; a leader releases its Lease before this returns, so a
-    /// standby can take over at once.
+    /// Stops every task and actor: first provisioning drains (no new rounds; the current
+    /// round and its launches finish, for at most [`DRAIN_TIMEOUT`]), then a leader releases
+    /// its Lease before this returns, so a standby can take over at once. No round starts
+    /// after this: a batch the Batcher still hands over finds the replica no longer leading.
     pub async fn stop(self) {
+        self.drain.run(&self.actors.1, DRAIN_TIMEOUT).await;
         self.shutdown.send_replace(true);
+        if let Some(lone) = &self.lone_leader {
+            lone.send_replace(false);
+        }
         if let Some(task) = self.leader_task {
             let _released = task.await;
         }
@@ -276,10 +335,11 @@ fn start_cloud_loops(
         )));
         hooks.node_claims = Some(out);
     }
+    let metered = MeteredCloudProvider::new(provider, garbage_collection::CONTROLLER);
     tasks.push(tokio::spawn(garbage_collection::run(
         client.clone(),
         state.clone(),
-        provider,
+        Arc::new(metered),
         leader.clone(),
         shutdown.clone(),
     )));

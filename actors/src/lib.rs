@@ -1,12 +1,20 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
-//! `batcher`, `provisioner`, `launcher`, `leader`, `launch_template_cache` for EC2NodeClass
-//! status, `tagging`) and loop (`garbage_collection`), the cluster state they share (`state`), the daemon
-//! that wires them (`daemon`), and the operational surface: settings, JSON logs, metrics and
-//! the HTTP endpoints. Decisions come from the pure core crate `kerf`; this crate does the I/O.
+//! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`, `leader`,
+//! `launch_template_cache` for EC2NodeClass status, `tagging`) and loop
+//! (`garbage_collection`), the cluster state they share (`state`), the daemon that wires them
+//! (`daemon`) and stops them gracefully (`drain`), and the operational surface: settings, the
+//! rate-limited Kubernetes client (`client`), Kubernetes Events (`events`), JSON logs, metrics
+//! (`metrics`, `cluster_metrics`, `cloud_metrics`) and the HTTP endpoints. Decisions come from
+//! the pure core crate `kerf`; this crate does the I/O.
 
 pub mod batcher;
+pub mod client;
+pub mod cloud_metrics;
+pub mod cluster_metrics;
 pub mod daemon;
+pub mod drain;
+pub mod events;
 pub mod garbage_collection;
 pub mod launch_template_cache;
 pub mod launcher;
@@ -14,6 +22,8 @@ pub mod leader;
 pub mod logging;
 pub mod mailbox;
 pub mod metrics;
+pub mod node_pool_scheduler;
+pub mod offering_cache;
 pub mod pod_watcher;
 pub mod provisioner;
 pub mod server;

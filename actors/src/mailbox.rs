@@ -38,7 +38,7 @@ impl MailboxDepth {
         self.count.load(Ordering::Relaxed)
     }
 
-    fn queued(&self) {
+    pub(crate) fn queued(&self) {
         self.publish(self.count.fetch_add(1, Ordering::Relaxed) + 1);
     }
 
@@ -52,7 +52,7 @@ impl MailboxDepth {
         metrics::gauge!(MAILBOX_DEPTH, "mailbox" => self.name).set(depth as f64);
     }
 
-    fn dropped(&self) {
+    pub(crate) fn dropped(&self) {
         metrics::counter!(MAILBOX_DROPPED, "mailbox" => self.name).increment(1);
     }
 }

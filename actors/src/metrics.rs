@@ -10,6 +10,23 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Pods by state (upstream gauge; labels `name`, `namespace`, `phase`, …).
 pub const PODS_STATE: &str = "karpenter_pods_state";
+/// Time from a pod's creation until it is ready. A summary, as upstream's (its dashboards
+/// read quantiles), so it deliberately gets no buckets.
+pub const PODS_STARTUP_DURATION: &str = "karpenter_pods_startup_duration_seconds";
+/// Resources provisioned for a NodePool (labels `nodepool`, `resource_type`).
+pub const NODEPOOLS_USAGE: &str = "karpenter_nodepools_usage";
+/// A NodePool's `spec.limits` (labels `nodepool`, `resource_type`).
+pub const NODEPOOLS_LIMIT: &str = "karpenter_nodepools_limit";
+/// A node's allocatable resources (labels `node_name`, `resource_type`, well-known labels).
+pub const NODES_ALLOCATABLE: &str = "karpenter_nodes_allocatable";
+/// Requests of the non-DaemonSet pods bound to a node.
+pub const NODES_TOTAL_POD_REQUESTS: &str = "karpenter_nodes_total_pod_requests";
+/// Requests of the DaemonSet pods bound to a node.
+pub const NODES_TOTAL_DAEMON_REQUESTS: &str = "karpenter_nodes_total_daemon_requests";
+/// Duration of cloud provider calls (labels `controller`, `method`, `provider`).
+pub const CLOUDPROVIDER_DURATION: &str = "karpenter_cloudprovider_duration_seconds";
+/// Failed cloud provider calls (labels `controller`, `method`, `provider`, `error`).
+pub const CLOUDPROVIDER_ERRORS: &str = "karpenter_cloudprovider_errors_total";
 /// Pods waiting in the current batching window (upstream: scheduler queue depth).
 pub const SCHEDULER_QUEUE_DEPTH: &str = "karpenter_scheduler_queue_depth";
 /// Duration of one provisioning solve.
@@ -58,6 +75,12 @@ fn install() -> PrometheusHandle {
             b.set_buckets_for_metric(Matcher::Full(BATCH_WINDOW_DURATION.into()), WINDOW_BUCKETS)
         })
         .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), SIZE_BUCKETS))
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(CLOUDPROVIDER_DURATION.into()),
+                DURATION_BUCKETS,
+            )
+        })
         .expect("bucket lists are non-empty constants")
         .build_recorder();
     let handle = recorder.handle();

@@ -1,6 +1,6 @@
 //! The unavailable-offerings cache: offerings (instance type × zone × capacity type),
 //! whole capacity types and subnets that recently failed to launch, skipped until their
-//! entry expires (3 minutes, as upstream). The provider only talks to it through the
+//! entry expires (3 minutes, as upstream). The provider only talks to it through the core's
 //! [`UnavailableOfferings`] trait, so the controller's OfferingCache actor can own the real
 //! state; [`UnavailableOfferingsCache`] is a self-contained implementation used when no actor
 //! is wired in (tests, tools). A sequence number per instance type changes whenever an entry
@@ -10,29 +10,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How long a failed offering stays unavailable.
-pub const UNAVAILABLE_OFFERINGS_TTL: Duration = Duration::from_secs(180);
-
-/// Records and answers which offerings may not be launched right now.
-pub trait UnavailableOfferings: Send + Sync {
-    /// Whether the offering, its capacity type, or every one of `subnet_ids` (when there are
-    /// any) is marked unavailable.
-    fn is_unavailable(
-        &self,
-        instance_type: &str,
-        zone: &str,
-        capacity_type: &str,
-        subnet_ids: &[String],
-    ) -> bool;
-    /// Marks one offering unavailable; `reason` is the EC2 error code, for logs.
-    fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str, reason: &str);
-    /// Marks a whole capacity type unavailable (spot without its service-linked role).
-    fn mark_capacity_type_unavailable(&self, capacity_type: &str);
-    /// Marks a subnet unavailable (no free addresses).
-    fn mark_subnet_unavailable(&self, subnet_id: &str);
-    /// A number that changes whenever an entry affecting `instance_type` changes.
-    fn seq_num(&self, instance_type: &str) -> u64;
-}
+/// The trait and TTL live in the core (`kerf::cloudprovider`) so the controller's
+/// OfferingCache actor implements the same trait; re-exported here for this crate's callers.
+pub use kerf::cloudprovider::{UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
 
 /// An in-process [`UnavailableOfferings`] with expiring entries.
 pub struct UnavailableOfferingsCache {

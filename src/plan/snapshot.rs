@@ -14,8 +14,8 @@ use super::inventory::Inventory;
 use super::nodeclass::{self, ControllerSettings};
 use super::workloads::DEFAULT_NAMESPACE;
 use super::{FieldError, PlanError};
-use crate::api::{NodeClaim, NodePool, Operator};
-use crate::catalog::{Catalog, InstanceType};
+use crate::api::{EC2NodeClass, NodeClaim, NodePool, Operator};
+use crate::catalog::{AllocatableSettings, Catalog, InstanceType};
 use crate::labels;
 use crate::pods;
 use crate::resources::{Quantity, Resources};
@@ -29,11 +29,48 @@ pub struct Snapshot {
     pub warnings: Vec<String>,
 }
 
+/// Where a snapshot's NodePools get their instance types: `kerf plan` takes them straight
+/// from the catalog; the controller goes through a cache that also marks the offerings that
+/// recently failed to launch unavailable.
+pub trait InstanceTypeSource {
+    /// The instance types of NodePools whose EC2NodeClass is `class_name` (`class`, when the
+    /// inventory has it), resolved with its allocatable `settings`. Called once per class
+    /// per snapshot.
+    fn resolve(
+        &mut self,
+        class_name: &str,
+        class: Option<&EC2NodeClass>,
+        settings: &AllocatableSettings,
+    ) -> Vec<InstanceType>;
+}
+
+impl InstanceTypeSource for &Catalog {
+    fn resolve(
+        &mut self,
+        _class_name: &str,
+        _class: Option<&EC2NodeClass>,
+        settings: &AllocatableSettings,
+    ) -> Vec<InstanceType> {
+        self.instance_types(settings)
+    }
+}
+
 /// Builds the scheduling snapshot for `inventory` with instance types from `catalog`.
 pub fn build(
     inventory: &Inventory,
     catalog: &Catalog,
     controller: ControllerSettings,
+) -> Result<Snapshot, PlanError> {
+    build_with(inventory, catalog, controller, &mut &*catalog)
+}
+
+/// [`build`], with the NodePools' instance types from `source`; `catalog` still sizes
+/// in-flight NodeClaims that have no status yet.
+pub fn build_with(
+    inventory: &Inventory,
+    catalog: &Catalog,
+    controller: ControllerSettings,
+    source: &mut dyn InstanceTypeSource,
 ) -> Result<Snapshot, PlanError> {
     let mut warnings = Vec::new();
     let (pending, bound) = split_pods(&inventory.pods);
@@ -95,7 +132,7 @@ pub fn build(
             orphans.join(", ")
         ));
     }
-    let node_pools = node_pools(inventory, catalog, controller, &mut warnings)?;
+    let node_pools = node_pools(inventory, source, controller, &mut warnings)?;
     let input = SchedulingInput {
         namespaces: namespaces(inventory, &pending),
         pods: pending,
@@ -205,7 +242,7 @@ const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 /// A launched (or launching) NodeClaim without a Node: its labels are what its requirements
 /// pin to one value; its resources are its status, or, before the launch filled that in,
-/// those of its one instance type in the catalog.
+/// what its instance types in the catalog guarantee (see [`unlaunched_resources`]).
 fn in_flight_node(
     claim: &NodeClaim,
     pods: Vec<Pod>,
@@ -236,13 +273,15 @@ fn in_flight_node(
         .map_err(invalid)?
         .unwrap_or_default();
     if allocatable.is_empty() {
-        match catalog_instance_type(claim, &labels, inventory, catalog, controller).map_err(invalid)? {
-            Some(instance_type) => {
-                allocatable = instance_type.allocatable();
-                capacity = instance_type.capacity.clone();
+        let instance_types = catalog_instance_types(claim, &labels, inventory, catalog, controller)
+            .map_err(invalid)?;
+        match unlaunched_resources(&instance_types) {
+            Some((guaranteed, largest)) => {
+                allocatable = guaranteed;
+                capacity = largest;
             }
             None => warnings.push(format!(
-                "NodeClaim {name} has no status.allocatable and no single known instance type: no pods are placed on it"
+                "NodeClaim {name} has no status.allocatable and no known instance type: no pods are placed on it"
             )),
         }
     }
@@ -266,18 +305,47 @@ fn in_flight_node(
     })
 }
 
-fn catalog_instance_type(
+/// The catalog's instance types a NodeClaim may launch as: the one its labels name, else
+/// those its instance-type requirement allows.
+fn catalog_instance_types(
     claim: &NodeClaim,
     labels: &BTreeMap<String, String>,
     inventory: &Inventory,
     catalog: &Catalog,
     controller: ControllerSettings,
-) -> Result<Option<InstanceType>, FieldError> {
-    let Some(instance_type) = labels.get(labels::INSTANCE_TYPE) else {
-        return Ok(None);
+) -> Result<Vec<InstanceType>, FieldError> {
+    let names: Vec<&str> = match labels.get(labels::INSTANCE_TYPE) {
+        Some(name) => vec![name.as_str()],
+        None => claim
+            .requirements()
+            .iter()
+            .filter(|r| r.key == labels::INSTANCE_TYPE && r.operator == Operator::In)
+            .flat_map(|r| r.values.iter().map(String::as_str))
+            .collect(),
     };
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
     let settings = settings_for(&claim.node_class_ref().name, inventory, controller)?.0;
-    Ok(catalog.instance_type(instance_type, &settings))
+    Ok(names
+        .into_iter()
+        .filter_map(|name| catalog.instance_type(name, &settings))
+        .collect())
+}
+
+/// The resources of a NodeClaim whose launch has not reported yet: the allocatable every
+/// one of its instance types offers (it was planned so that its pods fit each of them), and
+/// the largest capacity among them, which is what its NodePool's limits must assume until
+/// the launch says which one it got (upstream charges a new NodeClaim the same way).
+fn unlaunched_resources(instance_types: &[InstanceType]) -> Option<(Resources, Resources)> {
+    let (first, rest) = instance_types.split_first()?;
+    let mut guaranteed = first.allocatable();
+    let mut largest = first.capacity.clone();
+    for instance_type in rest {
+        guaranteed = guaranteed.min(&instance_type.allocatable());
+        largest = largest.max(&instance_type.capacity);
+    }
+    Some((guaranteed, largest))
 }
 
 /// The EC2NodeClass's settings, or the defaults (and `false`) when it is not in the input.
@@ -298,7 +366,7 @@ fn settings_for(
 
 fn node_pools(
     inventory: &Inventory,
-    catalog: &Catalog,
+    source: &mut dyn InstanceTypeSource,
     controller: ControllerSettings,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<NodePoolInput>, PlanError> {
@@ -315,7 +383,11 @@ fn node_pools(
                     pool.name()
                 ));
             }
-            let instance_types = catalog.instance_types(&settings);
+            let class = inventory
+                .node_classes
+                .iter()
+                .find(|c| c.name() == class_name);
+            let instance_types = source.resolve(&class_name, class, &settings);
             resolved.insert(class_name.clone(), instance_types);
         }
         let instance_types = resolved.get(&class_name).cloned().unwrap_or_default();

@@ -197,6 +197,16 @@ impl Resources {
         result
     }
 
+    /// The entry-wise minimum over the union of names, a name one list lacks counting as
+    /// zero: what both lists offer at least.
+    pub fn min(&self, other: &Resources) -> Resources {
+        let mut result = Resources::new();
+        for (name, _) in self.iter().chain(other.iter()) {
+            result.insert(name, self.get_or_zero(name).min(other.get_or_zero(name)));
+        }
+        result
+    }
+
     /// True when `self` (a request) fits in `total` (Karpenter `Fits`): no entry of `total`
     /// is negative and every requested quantity is at most what `total` has (absent = 0).
     pub fn fits(&self, total: &Resources) -> bool {

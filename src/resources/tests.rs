@@ -556,6 +556,12 @@ fn resources_arithmetic_follows_karpenter_helpers() {
         max.to_string(),
         "{cpu: 8, memory: 16Gi, nvidia.com/gpu: 1, pods: 1}"
     );
+    // Min is per name over the union, a missing name counting as zero.
+    let min = capacity.min(&Resources::new().with("cpu", q("2")).with("pods", q("1")));
+    assert_eq!(
+        min.to_string(),
+        "{cpu: 2, memory: 0, nvidia.com/gpu: 0, pods: 0}"
+    );
     // Fits: every request at most the total (absent = 0); a negative total never fits.
     let request = Resources::new()
         .with("cpu", q("3920m"))

@@ -358,6 +358,14 @@ pub fn pod_requests(pod: &Pod, names: &mut ResNames) -> Result<Vec<(ResId, i64)>
     Ok(total)
 }
 
+/// [`pod_requests`] as a resource list, for callers outside the scheduler (the
+/// controller's node metrics); `Err` names the unparsable quantity.
+pub fn resource_requests(pod: &Pod) -> Result<crate::resources::Resources, String> {
+    let mut names = ResNames::default();
+    let sparse = pod_requests(pod, &mut names)?;
+    Ok(names.to_resources(&super::resvec::dense(names.len(), &sparse)))
+}
+
 /// Adds a container's requests (limits standing in for missing requests) into `acc`.
 fn container_requests(
     res: Option<&ResourceRequirements>,
@@ -432,6 +440,28 @@ mod tests {
         // main = 1.5 + sidecar 0.1 = 1.6; init = 2 + 0.1 = 2.1
         assert_eq!(req[&super::super::resvec::CPU], 2100);
         assert_eq!(req[&super::super::resvec::PODS], 1000);
+    }
+
+    #[test]
+    fn resource_requests_name_each_resource() {
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![container("1", None), container("500m", None)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let requests = resource_requests(&pod).expect("valid");
+        assert_eq!(requests.cpu().milli_value(), 1500);
+        assert_eq!(requests.pods().value(), 1);
+        let bad = Pod {
+            spec: Some(PodSpec {
+                containers: vec![container("lots", None)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(resource_requests(&bad), Err("cpu=lots".to_owned()));
     }
 
     #[test]

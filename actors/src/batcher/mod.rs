@@ -24,6 +24,9 @@ pub use window::Window;
 /// pending pods on its periodic resync.
 pub const BATCHER_MAILBOX_CAPACITY: usize = 1024;
 
+/// The `controller` label of the queue depth: upstream's provisioner reports it.
+const QUEUE_CONTROLLER: &str = "provisioner";
+
 /// A provisionable pod was seen (sent with `try_deliver`, see [`BATCHER_MAILBOX_CAPACITY`]).
 #[derive(Message, Debug, Clone, PartialEq, Eq)]
 #[rtype(result = "()")]
@@ -108,7 +111,7 @@ impl Batcher {
             window: now.saturating_duration_since(open.window.opened()),
             pods: open.pods,
         };
-        metrics::gauge!(SCHEDULER_QUEUE_DEPTH).set(0.0);
+        metrics::gauge!(SCHEDULER_QUEUE_DEPTH, "controller" => QUEUE_CONTROLLER).set(0.0);
         metrics::histogram!(BATCH_WINDOW_DURATION).record(batch.window.as_secs_f64());
         #[allow(clippy::cast_precision_loss, reason = "batch sizes are far below 2^52")]
         metrics::histogram!(BATCH_SIZE).record(batch.pods.len() as f64);
@@ -155,7 +158,8 @@ impl Handler<Trigger> for Batcher {
             clippy::cast_precision_loss,
             reason = "window sizes are far below 2^52"
         )]
-        metrics::gauge!(SCHEDULER_QUEUE_DEPTH).set(open.pods.len() as f64);
+        metrics::gauge!(SCHEDULER_QUEUE_DEPTH, "controller" => QUEUE_CONTROLLER)
+            .set(open.pods.len() as f64);
         self.arm(ctx);
     }
 }

@@ -25,6 +25,10 @@ use tokio::sync::watch;
 
 use crate::state::ClusterState;
 
+/// Upstream's controller name: the `controller` label of the cloud provider metrics of
+/// the calls garbage collection makes.
+pub const CONTROLLER: &str = "nodeclaim.garbagecollection";
+
 /// Machines younger than this are never collected: their NodeClaim may not record them yet.
 pub const MIN_MACHINE_AGE: Duration = Duration::from_secs(30);
 /// The period of the first passes.

@@ -4,25 +4,37 @@
 //! the termination finalizer) and answers the Provisioner with it at once, so the next round
 //! counts it as in-flight capacity; then, off the mailbox, it asks the [`CloudProvider`] for a
 //! machine and records what was launched on the NodeClaim (labels, then status with
-//! `Launched=True`). A launch refused for insufficient capacity deletes the NodeClaim, so its
-//! pods turn up unschedulable again and the PodWatcher's resync batches them anew.
+//! `Launched=True`). A launch refused for insufficient capacity first marks the refused
+//! offerings in the OfferingCache, so the next solves plan around them, then deletes the
+//! NodeClaim, so its pods turn up unschedulable again and are batched anew. Each pod of a
+//! created NodeClaim gets upstream's `Nominated` event, a failed launch upstream's NodeClaim
+//! event; launches are tracked so a stopping daemon can wait for them ([`crate::drain`]).
 
 mod claim;
+mod created;
 
 use std::sync::Arc;
 
 use actix::prelude::*;
 use kerf::api::{NodeClaim, NodePool};
-use kerf::cloudprovider::CloudProvider;
+use kerf::cloudprovider::{CloudProvider, CloudProviderError};
 use kerf::scheduling::PlannedNodeClaim;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+use crate::drain::InFlight;
+use crate::events::{EventRecorder, upstream as events};
 use crate::mailbox::MailboxDepth;
 use crate::metrics::{NODECLAIMS_CREATED, NODECLAIMS_LAUNCHED};
+use crate::offering_cache::OfferingCacheHandle;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
+pub use created::{CreatedClaims, UNSEEN_NODECLAIM_GRACE};
+
+/// The reason recorded with offerings a launch was refused for (the provider's error does
+/// not carry EC2's code).
+pub const INSUFFICIENT_CAPACITY_REASON: &str = "InsufficientCapacity";
 
 /// Each message is answered after one API create (milliseconds), and the Provisioner waits
 /// for every answer before its next round, so a short queue covers one round's claims being
@@ -53,6 +65,11 @@ pub struct Launcher {
     nodeclaims: Api<NodeClaim>,
     cloud: Arc<dyn CloudProvider>,
     depth: MailboxDepth,
+    events: EventRecorder,
+    /// Launches running off the mailbox, which a stopping daemon waits for.
+    in_flight: InFlight,
+    created: CreatedClaims,
+    offerings: Option<OfferingCacheHandle>,
 }
 
 impl Launcher {
@@ -61,7 +78,33 @@ impl Launcher {
             nodeclaims: Api::all(client),
             cloud,
             depth,
+            events: EventRecorder::disabled(),
+            in_flight: InFlight::default(),
+            created: CreatedClaims::default(),
+            offerings: None,
         }
+    }
+
+    /// Publishes nominations and launch failures to `events`.
+    pub fn with_events(mut self, events: EventRecorder) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// The launches this Launcher has running.
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.clone()
+    }
+
+    /// Records refused offerings in `offerings` before deleting an unlaunchable NodeClaim.
+    pub fn with_offering_cache(mut self, offerings: OfferingCacheHandle) -> Self {
+        self.offerings = Some(offerings);
+        self
+    }
+
+    /// The NodeClaims this Launcher created, for the Provisioner to count as in-flight.
+    pub fn created_claims(&self) -> CreatedClaims {
+        self.created.clone()
     }
 
     /// Starts the actor with its bounded mailbox.
@@ -84,6 +127,10 @@ impl Handler<Launch> for Launcher {
         self.depth.taken();
         let api = self.nodeclaims.clone();
         let cloud = Arc::clone(&self.cloud);
+        let recorder = self.events.clone();
+        let in_flight = self.in_flight.clone();
+        let registry = self.created.clone();
+        let offerings = self.offerings.clone();
         Box::pin(async move {
             let pool = launch.pool.name().to_owned();
             let wanted = node_claim(&launch.claim, &launch.pool);
@@ -107,17 +154,39 @@ impl Handler<Launch> for Launcher {
                 pods = launch.claim.pods.len(),
                 "created nodeclaim"
             );
+            for pod in &launch.claim.pods {
+                recorder.publish(events::nominate_pod(pod, &created.name_any()));
+            }
+            // Recorded before the answer, so the Provisioner's next round counts it.
+            registry.insert(created.clone());
             // The machine is launched off the mailbox: a slow cloud call must not hold up
             // the creation of the round's other NodeClaims.
-            tokio::spawn(launch_machine(api, cloud, created.clone()));
+            let refused = Refused {
+                registry,
+                offerings,
+            };
+            let launching = launch_machine(api, cloud, created.clone(), recorder, refused);
+            tokio::spawn(in_flight.track(launching));
             Ok(created)
         })
     }
 }
 
+/// Where a refused launch is recorded.
+struct Refused {
+    registry: CreatedClaims,
+    offerings: Option<OfferingCacheHandle>,
+}
+
 /// Launches the machine behind `created` and records it; logs instead of failing, because a
 /// NodeClaim left unlaunched is found again by the lifecycle's liveness check upstream does.
-async fn launch_machine(api: Api<NodeClaim>, cloud: Arc<dyn CloudProvider>, created: NodeClaim) {
+async fn launch_machine(
+    api: Api<NodeClaim>,
+    cloud: Arc<dyn CloudProvider>,
+    created: NodeClaim,
+    recorder: EventRecorder,
+    refused: Refused,
+) {
     let name = created.name_any();
     match cloud.create(&created).await {
         Ok(launched) => match record_launch(&api, &created, &launched).await {
@@ -133,12 +202,24 @@ async fn launch_machine(api: Api<NodeClaim>, cloud: Arc<dyn CloudProvider>, crea
             Err(error) => tracing::error!(nodeclaim = %name, %error, "recording launch"),
         },
         Err(error) if error.is_insufficient_capacity() => {
+            recorder.publish(events::insufficient_capacity(&created, &error));
             tracing::warn!(nodeclaim = %name, %error, "no capacity; deleting nodeclaim");
+            if let (Some(cache), CloudProviderError::InsufficientCapacity { offerings, .. }) =
+                (&refused.offerings, &error)
+            {
+                cache.mark_offerings(offerings, INSUFFICIENT_CAPACITY_REASON);
+            }
+            refused.registry.withdraw(&name);
             if let Err(error) = api.delete(&name, &DeleteParams::default()).await {
                 tracing::error!(nodeclaim = %name, %error, "deleting unlaunchable nodeclaim");
             }
         }
-        Err(error) => tracing::error!(nodeclaim = %name, %error, "launching nodeclaim"),
+        Err(error) => {
+            if matches!(error, CloudProviderError::NodeClassNotReady { .. }) {
+                recorder.publish(events::node_class_not_ready(&created, &error));
+            }
+            tracing::error!(nodeclaim = %name, %error, "launching nodeclaim");
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 //! into their kind one by one, so a malformed object (a NodePool with a field of the wrong
 //! type) is reported — logged and counted — and skipped, instead of breaking the whole
 //! stream. Once every store has synced, provisionable pods trigger the Batcher: all of them
-//! at sync, then each as it changes, and all of them again on every resync period.
+//! at sync, then each as it changes, all of them again on every resync period, and all of
+//! them when this replica becomes leader (a standby skips its batches, so a new leader
+//! starts from every pending pod, as upstream's controllers do when they start leading).
 
 mod kind;
 
@@ -22,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batcher::Trigger;
+use crate::cluster_metrics::StartupTracker;
 use crate::launch_template_cache::{self, ReconcileNodeClass};
 use crate::mailbox::{DeliverError, Outbox};
 use crate::state::{ClusterState, Writers, is_provisionable};
@@ -44,12 +47,14 @@ pub struct CloudHooks {
 }
 
 /// Starts one watch task per kind plus the resync task; they end when `shutdown` turns true.
+/// `leader` is this replica's leadership.
 pub fn spawn(
     client: &Client,
     state: &Arc<ClusterState>,
     writers: Writers,
     batcher: Outbox<Trigger>,
     hooks: CloudHooks,
+    leader: &watch::Receiver<bool>,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let Writers {
@@ -66,7 +71,9 @@ pub fn spawn(
     } = writers;
     let pod_state = state.clone();
     let pod_batcher = batcher.clone();
+    let mut startup = StartupTracker::default();
     let on_pod = move |pod: &Pod, change: Change| {
+        startup.observe(pod, change);
         if change == Change::Applied && pod_state.synced() && is_provisionable(pod) {
             trigger(&pod_batcher, pod);
         }
@@ -98,7 +105,12 @@ pub fn spawn(
         spawn_kind::<PersistentVolume>(client, persistent_volumes, ignore, shutdown),
         spawn_kind::<PersistentVolumeClaim>(client, persistent_volume_claims, ignore, shutdown),
         spawn_kind::<StorageClass>(client, storage_classes, ignore, shutdown),
-        tokio::spawn(resync(state.clone(), batcher, shutdown.clone())),
+        tokio::spawn(resync(
+            state.clone(),
+            batcher,
+            leader.clone(),
+            shutdown.clone(),
+        )),
     ]
 }
 
@@ -143,23 +155,41 @@ fn trigger(batcher: &Outbox<Trigger>, pod: &Pod) {
 }
 
 /// Triggers every provisionable pod once cluster state has synced, then every
-/// [`RESYNC_PERIOD`].
+/// [`RESYNC_PERIOD`] and whenever this replica becomes leader.
 async fn resync(
     state: Arc<ClusterState>,
     batcher: Outbox<Trigger>,
+    mut leader: watch::Receiver<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     tokio::select! {
         () = state.wait_synced() => {}
         _ = shutdown.wait_for(|s| *s) => return,
     }
+    let mut leading = *leader.borrow_and_update();
     loop {
         for pod in state.provisionable_pods() {
             trigger(&batcher, &pod);
         }
         tokio::select! {
             () = tokio::time::sleep(RESYNC_PERIOD) => {}
+            () = became_leader(&mut leader, &mut leading) => {}
             _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Completes when leadership turns from false to true; never, once it can no longer change.
+/// `leading` is the last value seen, kept by the caller so that no turn is missed between
+/// two calls.
+async fn became_leader(leader: &mut watch::Receiver<bool>, leading: &mut bool) {
+    loop {
+        if leader.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let was = std::mem::replace(leading, *leader.borrow_and_update());
+        if *leading && !was {
+            return;
         }
     }
 }

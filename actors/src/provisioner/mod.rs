@@ -3,11 +3,14 @@
 //! the pods that triggered the batch. Only the leader provisions, and only once cluster
 //! state has synced; a batch arriving otherwise is skipped (the PodWatcher's resync triggers
 //! the pods again). With a cloud provider configured, a round builds the scheduler's input
-//! from the snapshot (the code `kerf plan` uses), solves it, and hands each planned NodeClaim
-//! to the Launcher, waiting until every one is created before the next round starts, so no
-//! round plans for pods an earlier round already covered. Each round is published on a watch
-//! channel for observers (`kerf simulate`'s report, tests).
+//! from the snapshot (the code `kerf plan` uses) with instance types whose recently refused
+//! offerings are unavailable (the OfferingCache), prepares the solve once and fans its
+//! independent parts out to the NodePoolSchedulers — one thread per NodePool — then hands
+//! each planned NodeClaim to the Launcher, waiting until every one is created before the next
+//! round starts, so no round plans for pods an earlier round already covered. Each round is
+//! published on a watch channel for observers (`kerf simulate`'s report, tests).
 
+mod instance_types;
 mod inventory;
 
 use std::collections::HashMap;
@@ -15,18 +18,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use kerf::api::{NodeClaim, NodePool};
+use kerf::api::NodePool;
 use kerf::catalog::Catalog;
 use kerf::plan::ControllerSettings;
 use kerf::plan::snapshot;
-use kerf::scheduling::{self, PlannedNodeClaim};
+use kerf::scheduling::{Batch, PlannedNodeClaim, SchedulingResult};
 use tokio::sync::watch;
 
 use crate::batcher::BatchReady;
-use crate::launcher::Launch;
+use crate::events::{EventRecorder, upstream as events};
+use crate::launcher::{CreatedClaims, Launch};
 use crate::mailbox::{MailboxDepth, Outbox};
 use crate::metrics::SCHEDULING_DURATION;
-use crate::state::{ClusterState, ObjectKey};
+use crate::node_pool_scheduler::{self, Schedulers};
+use crate::offering_cache::OfferingCacheHandle;
+use crate::state::ClusterState;
+use instance_types::InstanceTypeCache;
+
+pub use crate::launcher::UNSEEN_NODECLAIM_GRACE;
 
 /// One solve runs at a time and each reads the latest cluster state, so a single queued
 /// batch behind the running one is enough: the Batcher waits (`deliver`) rather than drops,
@@ -37,11 +46,10 @@ pub const PROVISIONER_MAILBOX_CAPACITY: usize = 1;
 /// `spec.requirements` within the NodeClaim CRD's validation.
 pub const MAX_INSTANCE_TYPES: usize = 60;
 
-/// How long a NodeClaim this controller created counts as in-flight capacity before its
-/// watch event arrives. Events normally arrive within milliseconds; the bound only matters
-/// for a NodeClaim deleted again (insufficient capacity) before the watch ever saw it, whose
-/// pods must not stay covered by it for good.
-pub const UNSEEN_NODECLAIM_GRACE: Duration = Duration::from_secs(30);
+/// How often the NodePoolSchedulers are matched to the NodePools in cluster state between
+/// rounds (each round also matches them before it solves), so a scheduler starts and stops
+/// with its NodePool even while no pods are pending. Comparing names is cheap.
+pub const SCHEDULER_RECONCILE_PERIOD: Duration = Duration::from_secs(1);
 
 /// What one round saw and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,9 +78,15 @@ pub enum Skipped {
 /// What the Provisioner solves with when it launches capacity.
 pub struct Provisioning {
     pub launcher: Outbox<Launch>,
+    /// The NodeClaims the Launcher created, counted as in-flight until the watch has them.
+    pub created: CreatedClaims,
+    /// Offerings that recently failed to launch; without it every offering is available.
+    pub offerings: Option<OfferingCacheHandle>,
     /// Instance types offered in the cluster's region.
     pub catalog: Catalog,
     pub controller: ControllerSettings,
+    /// Where pods the solve could not place are reported (`FailedScheduling`).
+    pub events: EventRecorder,
 }
 
 /// The actor.
@@ -83,8 +97,15 @@ pub struct Provisioner {
     number: u64,
     depth: MailboxDepth,
     provisioning: Option<Provisioning>,
-    /// NodeClaims created whose watch event may not have arrived, with their creation time.
-    unseen: HashMap<String, (NodeClaim, Instant)>,
+    instance_types: InstanceTypeCache,
+    schedulers: Schedulers,
+    scheduler_names: watch::Receiver<Vec<String>>,
+}
+
+/// A round's prepared solve and the NodePools its NodeClaims belong to.
+struct Planned {
+    batch: Batch,
+    pools: HashMap<String, Arc<NodePool>>,
 }
 
 impl Provisioner {
@@ -95,6 +116,8 @@ impl Provisioner {
         provisioning: Option<Provisioning>,
     ) -> (Self, watch::Receiver<Option<Round>>) {
         let (rounds, observer) = watch::channel(None);
+        let (schedulers, scheduler_names) =
+            Schedulers::new(MailboxDepth::new(node_pool_scheduler::MAILBOX_NAME));
         let actor = Self {
             state,
             leader,
@@ -102,9 +125,16 @@ impl Provisioner {
             number: 0,
             depth,
             provisioning,
-            unseen: HashMap::new(),
+            instance_types: InstanceTypeCache::default(),
+            schedulers,
+            scheduler_names,
         };
         (actor, observer)
+    }
+
+    /// Follows the NodePools that have a running NodePoolScheduler.
+    pub fn node_pool_schedulers(&self) -> watch::Receiver<Vec<String>> {
+        self.scheduler_names.clone()
     }
 
     /// Starts the actor with its bounded mailbox.
@@ -115,7 +145,7 @@ impl Provisioner {
         })
     }
 
-    fn round(&mut self, batch: BatchReady) -> Result<(Round, Vec<Launch>), Skipped> {
+    fn round(&mut self, batch: BatchReady) -> Result<(Round, Option<Planned>), Skipped> {
         if !*self.leader.borrow() {
             return Err(Skipped::NotLeader);
         }
@@ -144,61 +174,100 @@ impl Provisioner {
             nodeclaims: Vec::new(),
             problems: Vec::new(),
         };
-        let launches = self.solve(&mut round.problems);
-        Ok((round, launches))
+        let planned = self.plan(&mut round.problems);
+        Ok((round, planned))
     }
 
-    /// The NodeClaims to launch for the current snapshot; problems go to `problems`.
-    fn solve(&mut self, problems: &mut Vec<String>) -> Vec<Launch> {
-        let Some(provisioning) = &self.provisioning else {
-            return Vec::new();
-        };
-        let state = &self.state;
-        self.unseen.retain(|name, (_, created)| {
-            state.nodeclaims.get(&ObjectKey::new(None, name)).is_none()
-                && created.elapsed() < UNSEEN_NODECLAIM_GRACE
-        });
-        let inventory = inventory::of(state, self.unseen.values().map(|(c, _)| c.clone()));
+    /// The prepared solve of the current snapshot; problems go to `problems`.
+    fn plan(&mut self, problems: &mut Vec<String>) -> Option<Planned> {
+        let provisioning = self.provisioning.as_ref()?;
+        let inventory = inventory::of(&self.state, provisioning.created.unseen(&self.state));
         problems.extend(inventory.warnings.iter().cloned());
         let pools: HashMap<String, Arc<NodePool>> = inventory
             .node_pools
             .iter()
             .map(|p| (p.name().to_owned(), Arc::new(p.clone())))
             .collect();
-        let result = snapshot::build(&inventory, &provisioning.catalog, provisioning.controller)
-            .map_err(|e| e.to_string())
-            .and_then(|snapshot| {
-                problems.extend(snapshot.warnings);
-                let mut input = snapshot.input;
-                input.options.max_instance_types = MAX_INSTANCE_TYPES;
-                scheduling::solve(&input).map_err(|e| e.to_string())
-            });
-        let result = match result {
-            Ok(result) => result,
+        self.schedulers
+            .reconcile(inventory.node_pools.iter().map(NodePool::name));
+        let mut source = self
+            .instance_types
+            .round(&provisioning.catalog, provisioning.offerings.as_ref());
+        let snapshot = snapshot::build_with(
+            &inventory,
+            &provisioning.catalog,
+            provisioning.controller,
+            &mut source,
+        );
+        self.instance_types.finish_round();
+        let batch = snapshot.map_err(|e| e.to_string()).and_then(|snapshot| {
+            problems.extend(snapshot.warnings);
+            let mut input = snapshot.input;
+            input.options.max_instance_types = MAX_INSTANCE_TYPES;
+            Batch::prepare(&input).map_err(|e| e.to_string())
+        });
+        match batch {
+            Ok(batch) => Some(Planned { batch, pools }),
             Err(error) => {
                 problems.push(error);
-                return Vec::new();
+                None
             }
-        };
-        problems.extend(
-            result
-                .errors
-                .iter()
-                .map(|(pod, reason)| format!("{}/{}: {reason}", pod.namespace, pod.name)),
-        );
-        result
-            .new_node_claims
-            .into_iter()
-            .filter_map(|claim: PlannedNodeClaim| {
-                let pool = pools.get(&claim.node_pool)?.clone();
-                Some(Launch { claim, pool })
-            })
-            .collect()
+        }
     }
+
+    /// Starts and stops NodePoolSchedulers to match the NodePools in cluster state.
+    fn reconcile_schedulers(&mut self) {
+        if self.provisioning.is_none() {
+            return;
+        }
+        let pools = self.state.nodepools.snapshot();
+        self.schedulers.reconcile(pools.iter().map(|p| p.name()));
+    }
+}
+
+/// The launches of a solve's NodeClaims; pods it could not place go to `problems`.
+fn launches(
+    result: SchedulingResult,
+    pools: &HashMap<String, Arc<NodePool>>,
+    problems: &mut Vec<String>,
+    recorder: Option<&EventRecorder>,
+) -> Vec<Launch> {
+    problems.extend(
+        result
+            .errors
+            .iter()
+            .map(|(pod, reason)| format!("{}/{}: {reason}", pod.namespace, pod.name)),
+    );
+    if let Some(recorder) = recorder {
+        for (pod, reason) in &result.errors {
+            recorder.publish(events::pod_failed_to_schedule(pod, reason));
+        }
+    }
+    result
+        .new_node_claims
+        .into_iter()
+        .filter_map(|claim: PlannedNodeClaim| {
+            let pool = pools.get(&claim.node_pool)?.clone();
+            Some(Launch { claim, pool })
+        })
+        .collect()
 }
 
 impl Actor for Provisioner {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.provisioning.is_some() {
+            ctx.run_interval(SCHEDULER_RECONCILE_PERIOD, |act, ctx| {
+                act.reconcile_schedulers();
+                // Without senders no round can come; the tick alone would keep the actor
+                // (and its schedulers' threads) alive for good.
+                if !ctx.connected() {
+                    ctx.stop();
+                }
+            });
+        }
+    }
 }
 
 impl Handler<BatchReady> for Provisioner {
@@ -207,37 +276,43 @@ impl Handler<BatchReady> for Provisioner {
     fn handle(&mut self, batch: BatchReady, _ctx: &mut Context<Self>) -> Self::Result {
         self.depth.taken();
         let started = Instant::now();
-        let (round, launches) = match self.round(batch) {
-            Ok(planned) => {
-                metrics::histogram!(SCHEDULING_DURATION).record(started.elapsed().as_secs_f64());
-                planned
-            }
+        let (round, planned) = match self.round(batch) {
+            Ok(round) => round,
             Err(reason) => {
                 tracing::debug!(?reason, "batch skipped");
                 return AtomicResponse::new(Box::pin(fut::ready(())));
             }
         };
+        let solving = planned.map(|p| (self.schedulers.solve(&p.batch), p.pools));
         let launcher = self.provisioning.as_ref().map(|p| p.launcher.clone());
+        let recorder = self.provisioning.as_ref().map(|p| p.events.clone());
         let created = async move {
+            let mut round = round;
             let mut outcomes = Vec::new();
+            let Some((result, pools)) = solving else {
+                metrics::histogram!(SCHEDULING_DURATION).record(started.elapsed().as_secs_f64());
+                return (round, outcomes);
+            };
+            let result = result.await;
+            metrics::histogram!(SCHEDULING_DURATION).record(started.elapsed().as_secs_f64());
+            let launches = launches(result, &pools, &mut round.problems, recorder.as_ref());
             if let Some(launcher) = launcher {
                 for launch in launches {
                     outcomes.push(launcher.deliver(launch).await);
                 }
             }
-            outcomes
+            (round, outcomes)
         };
-        // Atomic: the next batch waits until this round's NodeClaims exist and are
-        // remembered, so its snapshot counts them.
+        // Atomic: the next batch waits until this round's NodeClaims exist (the Launcher
+        // records each before answering), so its snapshot counts them.
         AtomicResponse::new(Box::pin(created.into_actor(self).map(
-            move |outcomes, act, _ctx| {
-                let mut round = round;
+            move |(mut round, outcomes), act, _ctx| {
                 for outcome in outcomes {
                     match outcome {
                         Ok(Ok(claim)) => {
-                            let name = claim.metadata.name.clone().unwrap_or_default();
-                            round.nodeclaims.push(name.clone());
-                            act.unseen.insert(name, (claim, Instant::now()));
+                            round
+                                .nodeclaims
+                                .push(claim.metadata.name.clone().unwrap_or_default());
                         }
                         Ok(Err(error)) => round.problems.push(error.to_string()),
                         Err(error) => round.problems.push(error.to_string()),
@@ -256,3 +331,6 @@ impl Handler<BatchReady> for Provisioner {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests;

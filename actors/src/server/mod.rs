@@ -1,5 +1,6 @@
 //! The controller's own HTTP endpoints, on the two ports upstream uses: `/metrics`
-//! (Prometheus text) on `METRICS_PORT`, and `/healthz` (the process serves) and `/readyz`
+//! (Prometheus text: the recorder's metrics, then those computed from cluster state) on
+//! `METRICS_PORT`, and `/healthz` (the process serves) and `/readyz`
 //! (cluster state has synced) on `HEALTH_PROBE_PORT`. Plain HTTP/1 over hyper.
 
 use std::convert::Infallible;
@@ -21,16 +22,17 @@ use crate::state::ClusterState;
 /// Which endpoints a listener answers.
 #[derive(Clone)]
 enum Endpoints {
-    Metrics,
+    Metrics(Arc<ClusterState>),
     Probes(Arc<ClusterState>),
 }
 
 /// Binds `addr` and serves `/metrics` until shutdown; returns the bound address.
 pub async fn serve_metrics(
     addr: SocketAddr,
+    state: Arc<ClusterState>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    serve(addr, Endpoints::Metrics, shutdown).await
+    serve(addr, Endpoints::Metrics(state), shutdown).await
 }
 
 /// Binds `addr` and serves `/healthz` and `/readyz` until shutdown.
@@ -74,7 +76,11 @@ async fn answer(
     endpoints: Endpoints,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let (status, body) = match (&endpoints, req.uri().path()) {
-        (Endpoints::Metrics, "/metrics") => (StatusCode::OK, crate::metrics::render()),
+        (Endpoints::Metrics(state), "/metrics") => {
+            let mut text = crate::metrics::render();
+            text.push_str(&crate::cluster_metrics::render(state));
+            (StatusCode::OK, text)
+        }
         (Endpoints::Probes(_), "/healthz") => (StatusCode::OK, "ok".to_string()),
         (Endpoints::Probes(state), "/readyz") if state.synced() => {
             (StatusCode::OK, "ok".to_string())
@@ -85,7 +91,7 @@ async fn answer(
         ),
         _ => (StatusCode::NOT_FOUND, "not found".to_string()),
     };
-    let content_type = if matches!(endpoints, Endpoints::Metrics) {
+    let content_type = if matches!(endpoints, Endpoints::Metrics(_)) {
         "text/plain; version=0.0.4"
     } else {
         "text/plain"

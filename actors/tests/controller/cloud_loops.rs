@@ -35,6 +35,7 @@ fn simulated() -> (Arc<SimulatedCloudProvider>, Cloud) {
     let cloud = Cloud {
         provider: provider.clone(),
         catalog: Catalog::embedded(REGION).expect("embedded region"),
+        offerings: None,
     };
     (provider, cloud)
 }

@@ -6,12 +6,10 @@ use std::sync::Arc;
 
 use kerf::api::NodeClaim;
 use kerf::api::condition::types;
-use kerf::catalog::{AllocatableSettings, Catalog};
+use kerf::catalog::Catalog;
 use kerf::labels;
 use kerf_actors::Cloud;
-use kerf_loadtest::ec2::{
-    Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig, catalog_offerings,
-};
+use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
 use kerf_loadtest::kubelet;
 use kube::api::{Api, ListParams};
 
@@ -47,6 +45,7 @@ fn unschedulable_pods_get_launched_nodeclaims() {
         let cloud = Cloud {
             provider: provider.clone(),
             catalog: Catalog::embedded(REGION).expect("embedded region"),
+            offerings: None,
         };
         let daemon = start_daemon_with(
             &h,
@@ -200,102 +199,6 @@ fn unschedulable_pods_get_launched_nodeclaims() {
         assert_eq!(bound_pods(&cluster), 0, "nothing binds before registration");
 
         kubelets.stop();
-        daemon.stop().await;
-        h.stop().await;
-    });
-}
-
-#[test]
-fn a_launch_without_capacity_deletes_its_nodeclaim_and_the_pod_is_planned_again() {
-    run(|| async {
-        let h = start_cluster().await;
-        let cluster = h.cluster();
-        cluster
-            .create("karpenter.sh/v1", "nodepools", nodepool("default"))
-            .expect("nodepool created");
-        let catalog = Catalog::embedded(REGION).expect("embedded region");
-        let provider = Arc::new(
-            SimulatedCloudProvider::for_region(
-                REGION,
-                Ec2Config::instant(REGION),
-                SimulatedCloudProviderConfig::default(),
-            )
-            .expect("simulated region"),
-        );
-        let instance_types = catalog.instance_types(&AllocatableSettings::default());
-        for offering in catalog_offerings(&instance_types) {
-            provider.ec2().set_insufficient_capacity(offering.key, true);
-        }
-        let cloud = Cloud {
-            provider: provider.clone(),
-            catalog,
-        };
-        let daemon = start_daemon_with(
-            &h,
-            settings(&[
-                "--disable-leader-election",
-                "true",
-                "--batch-idle-duration",
-                "300ms",
-            ]),
-            "a",
-            Some(cloud),
-        )
-        .await;
-        tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
-            .await
-            .expect("cluster state syncs");
-        create_unschedulable_pod(&cluster, "web-1");
-
-        let mut rounds = daemon.rounds.clone();
-        let first = tokio::time::timeout(
-            PATIENCE,
-            rounds.wait_for(|r| r.as_ref().is_some_and(|r| r.number == 1)),
-        )
-        .await
-        .expect("a round in time")
-        .expect("provisioner alive")
-        .clone()
-        .expect("a round");
-        assert_eq!(first.nodeclaims.len(), 1, "{first:?}");
-        let name = first.nodeclaims[0].clone();
-
-        // Deleted; the termination finalizer holds the object until a termination flow
-        // releases it, but a deleting NodeClaim is no longer capacity.
-        let state = daemon.state.clone();
-        eventually("the unlaunchable nodeclaim is being deleted", || {
-            state
-                .nodeclaims
-                .get(&kerf_actors::state::ObjectKey::new(None, &name))
-                .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
-        })
-        .await;
-        // kube-scheduler judges the pod again; the new message makes it a real update.
-        cluster
-            .patch_status(
-                "v1",
-                "pods",
-                Some("default"),
-                "web-1",
-                kerf_loadtest::apiserver::PatchKind::Merge,
-                &serde_json::json!({"status": {"conditions": [{
-                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                    "message": "0/0 nodes are available (retried)"
-                }]}}),
-            )
-            .expect("pod status patched");
-        let second = tokio::time::timeout(
-            PATIENCE,
-            rounds.wait_for(|r| r.as_ref().is_some_and(|r| r.number == 2)),
-        )
-        .await
-        .expect("a second round in time")
-        .expect("provisioner alive")
-        .clone()
-        .expect("a round");
-        assert_eq!(second.nodeclaims.len(), 1, "{second:?}");
-        assert_ne!(second.nodeclaims[0], name);
-
         daemon.stop().await;
         h.stop().await;
     });

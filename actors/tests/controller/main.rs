@@ -3,8 +3,18 @@
 
 mod batching;
 mod cloud_loops;
+mod events;
+mod failover;
+mod ice;
 mod launching;
 mod leader;
+mod limits;
 mod malformed;
+mod mixed;
+mod restart;
+mod schedulers;
+mod scrape;
+mod shutdown;
 mod state_sync;
 mod support;
+mod weights;

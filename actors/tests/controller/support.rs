@@ -4,19 +4,31 @@
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kerf::api::NodeClaim;
+use kerf::catalog::Catalog;
+use kerf::labels;
+use kerf::plan::ControllerSettings;
+use kerf::plan::inventory::Inventory;
+use kerf::plan::snapshot;
+use kerf::scheduling::{self, SchedulingResult};
 use kerf_actors::leader::Timing;
+use kerf_actors::provisioner::{MAX_INSTANCE_TYPES, Round};
 use kerf_actors::{Cloud, Daemon, Environment, Settings, ValidSettings};
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
+use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
 use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::conditions::is_crd_established;
 use kube::runtime::wait::await_condition;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
 
 /// Guard against hangs only; every wait below normally completes in milliseconds.
 pub const PATIENCE: Duration = Duration::from_secs(20);
@@ -270,4 +282,320 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+// ---- Provisioning fixtures: a simulated region, objects built from defaults plus overrides,
+// ---- and what one uninterrupted solve would create.
+
+/// The region every provisioning test launches into.
+pub const REGION: &str = "us-east-1";
+
+/// A simulated region (EC2 answering with `ec2`) and the cloud the daemon launches into.
+pub fn simulated_cloud_with(ec2: Ec2Config) -> (Arc<SimulatedCloudProvider>, Cloud) {
+    let provider = Arc::new(
+        SimulatedCloudProvider::for_region(REGION, ec2, SimulatedCloudProviderConfig::default())
+            .expect("simulated region"),
+    );
+    let cloud = Cloud {
+        provider: provider.clone(),
+        catalog: Catalog::embedded(REGION).expect("embedded region"),
+        offerings: None,
+    };
+    (provider, cloud)
+}
+
+/// Launches that do not report within a test: every NodeClaim stays in flight, without a
+/// machine or status.
+pub fn stalled_launches() -> Ec2Config {
+    Ec2Config {
+        launch_latency: Duration::from_secs(3600),
+        ..Ec2Config::instant(REGION)
+    }
+}
+
+/// A simulated region whose launches complete at once.
+pub fn simulated_cloud() -> (Arc<SimulatedCloudProvider>, Cloud) {
+    simulated_cloud_with(Ec2Config::instant(REGION))
+}
+
+/// Settings of a daemon that provisions quickly: a short batching window plus `extra`.
+pub fn quick_settings(extra: &[&str]) -> ValidSettings {
+    let mut argv = vec![
+        "--batch-idle-duration",
+        "200ms",
+        "--batch-max-duration",
+        "2s",
+    ];
+    argv.extend_from_slice(extra);
+    settings(&argv)
+}
+
+/// A lone daemon (no leader election) launching into `cloud`, once its cluster state synced.
+pub async fn start_provisioner(harness: &Harness, cloud: Cloud) -> Daemon {
+    let daemon = start_daemon_with(
+        harness,
+        quick_settings(&["--disable-leader-election", "true"]),
+        "solo",
+        Some(cloud),
+    )
+    .await;
+    tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
+        .await
+        .expect("cluster state syncs");
+    daemon
+}
+
+/// `base` with `overrides` applied as a JSON merge patch (RFC 7386): objects merge key by
+/// key, `null` removes a key, anything else (arrays included) replaces.
+pub fn merged(mut base: Value, overrides: Value) -> Value {
+    merge_into(&mut base, overrides);
+    base
+}
+
+fn merge_into(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(base), Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    base.remove(&key);
+                } else {
+                    merge_into(base.entry(key).or_insert(Value::Null), value);
+                }
+            }
+        }
+        (base, patch) => *base = patch,
+    }
+}
+
+/// [`nodepool`] allowing both architectures and capacity types, with `overrides` merged in.
+pub fn nodepool_with(name: &str, overrides: Value) -> Value {
+    let open = json!({"spec": {"template": {"spec": {"requirements": [
+        {"key": labels::ARCH, "operator": "In", "values": ["amd64", "arm64"]},
+        {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["spot", "on-demand"]}
+    ]}}}});
+    merged(merged(nodepool(name), open), overrides)
+}
+
+pub fn create_nodepool(cluster: &Cluster, pool: Value) -> Value {
+    cluster
+        .create("karpenter.sh/v1", "nodepools", pool)
+        .expect("nodepool created")
+}
+
+/// A pod spec of one container requesting `cpu` and `memory`, with `overrides` merged in.
+pub fn pod_spec(cpu: &str, memory: &str, overrides: Value) -> Value {
+    merged(
+        json!({"containers": [{"name": "app", "image": "app",
+            "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}),
+        overrides,
+    )
+}
+
+/// Creates pod `name` in `default` with `labels` and `spec`; the kube-scheduler has not
+/// judged it yet, so it is not provisionable.
+pub fn create_pod_with(cluster: &Cluster, name: &str, labels: Value, spec: Value) -> Value {
+    cluster
+        .create(
+            "v1",
+            "pods",
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "labels": labels},
+                "spec": spec}),
+        )
+        .expect("pod created")
+}
+
+/// Creates pod `name` in `default` with `labels` and `spec`, marked unschedulable.
+pub fn create_pending_pod(cluster: &Cluster, name: &str, labels: Value, spec: Value) -> Value {
+    create_pod_with(cluster, name, labels, spec);
+    mark_unschedulable(cluster, name)
+}
+
+/// Creates Deployment `name` in `default`: `replicas` pods labelled `app: name` with `spec`.
+pub fn create_deployment(cluster: &Cluster, name: &str, replicas: u32, spec: Value) -> Value {
+    cluster
+        .create(
+            "apps/v1",
+            "deployments",
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}),
+        )
+        .expect("deployment created")
+}
+
+/// Waits for the `replicas` pods of Deployment `app` to exist; returns their names.
+pub async fn replica_pods(cluster: &Cluster, app: &str, replicas: usize) -> Vec<String> {
+    let selector = format!("app={app}");
+    let list = || {
+        cluster
+            .list("v1", "pods", Some("default"), &selector)
+            .expect("pods list")
+    };
+    eventually(&format!("{replicas} pods of {app}"), || {
+        list().len() == replicas
+    })
+    .await;
+    list()
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Every NodeClaim in the cluster.
+pub async fn nodeclaims(client: &Client) -> Vec<NodeClaim> {
+    Api::<NodeClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("nodeclaims list")
+        .items
+}
+
+/// Waits for the first round published after the current one that satisfies `done`.
+pub async fn round_where(
+    rounds: &mut watch::Receiver<Option<Round>>,
+    what: &str,
+    done: impl FnMut(&Round) -> bool,
+) -> Round {
+    let mut done = done;
+    tokio::time::timeout(
+        PATIENCE,
+        rounds.wait_for(|r| r.as_ref().is_some_and(&mut done)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for a round: {what}"))
+    .expect("provisioner alive")
+    .clone()
+    .expect("a round")
+}
+
+/// Marks pod `name` unschedulable again with a new message, as the kube-scheduler does when
+/// it retries a pod: a real update, so the PodWatcher triggers a batch.
+pub fn retry_pod(cluster: &Cluster, name: &str, attempt: u32) {
+    cluster
+        .patch_status(
+            "v1",
+            "pods",
+            Some("default"),
+            name,
+            PatchKind::Merge,
+            &json!({"status": {"conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": format!("0/0 nodes are available (attempt {attempt})")
+            }]}}),
+        )
+        .expect("pod status patched");
+}
+
+/// What one uninterrupted solve over the cluster's pending pods and NodePools creates, with
+/// nothing in flight: the plan `kerf plan` would print for the same objects.
+pub fn one_solve(cluster: &Cluster, cloud: &Cloud) -> SchedulingResult {
+    fn read<K: serde::de::DeserializeOwned>(objects: Vec<Value>) -> Vec<K> {
+        objects
+            .into_iter()
+            .map(|o| serde_json::from_value(o).expect("object reads as its kind"))
+            .collect()
+    }
+    let pods: Vec<Pod> = read(cluster.list("v1", "pods", None, "").expect("pods"));
+    let inventory = Inventory {
+        pods: pods
+            .into_iter()
+            .filter(kerf_actors::state::is_provisionable)
+            .collect(),
+        node_pools: read(
+            cluster
+                .list("karpenter.sh/v1", "nodepools", None, "")
+                .expect("nodepools"),
+        ),
+        ..Inventory::default()
+    };
+    let snapshot = snapshot::build(&inventory, &cloud.catalog, ControllerSettings::default())
+        .expect("snapshot builds");
+    let mut input = snapshot.input;
+    input.options.max_instance_types = MAX_INSTANCE_TYPES;
+    scheduling::solve(&input).expect("solves")
+}
+
+/// How many pods the NodeClaims were sized for: the sum of their `pods` requests.
+pub fn pods_covered(claims: &[NodeClaim]) -> i64 {
+    claims
+        .iter()
+        .filter_map(|c| c.resource_requests()?.get("pods"))
+        .map(|q| {
+            kerf::resources::Quantity::parse(&q.0)
+                .expect("pods quantity")
+                .value()
+        })
+        .sum()
+}
+
+/// The most cpu (in millicores) a NodeClaim may launch with: the largest capacity among its
+/// instance types, which is what its NodePool's limits are charged.
+pub fn largest_cpu_milli(claim: &NodeClaim, catalog: &Catalog) -> i64 {
+    let settings = kerf::catalog::AllocatableSettings::default();
+    claim
+        .requirements()
+        .iter()
+        .filter(|r| r.key == labels::INSTANCE_TYPE)
+        .flat_map(|r| r.values.iter())
+        .map(|name| {
+            catalog
+                .instance_type(name, &settings)
+                .unwrap_or_else(|| panic!("unknown instance type {name}"))
+                .capacity
+                .cpu()
+                .milli_value()
+        })
+        .max()
+        .expect("a NodeClaim names its instance types")
+}
+
+/// Creates `count` identical pending pods `{prefix}-{i}` requesting `cpu` and `memory`.
+pub fn create_pending_pods(cluster: &Cluster, prefix: &str, count: usize, cpu: &str, memory: &str) {
+    for i in 0..count {
+        create_pending_pod(
+            cluster,
+            &format!("{prefix}-{i}"),
+            json!({"app": prefix}),
+            pod_spec(cpu, memory, json!({})),
+        );
+    }
+}
+
+/// Pods of the two-batch scenarios: identical, so how they pack does not depend on order.
+pub const BATCH_POD_CPU: &str = "1";
+pub const BATCH_POD_MEMORY: &str = "1Gi";
+
+/// The NodeClaims one lone controller, never interrupted, creates for `first` pending pods
+/// and then `second` more while the first batch's NodeClaims are still in flight: the
+/// reference the restart and failover scenarios must reproduce.
+pub async fn uninterrupted_two_batches(first: usize, second: usize) -> Vec<NodeClaim> {
+    let h = start_cluster().await;
+    let cluster = h.cluster();
+    create_nodepool(&cluster, nodepool_with("default", json!({})));
+    let (_provider, cloud) = simulated_cloud_with(stalled_launches());
+    let daemon = start_provisioner(&h, cloud).await;
+    let mut rounds = daemon.rounds.clone();
+    create_pending_pods(&cluster, "first", first, BATCH_POD_CPU, BATCH_POD_MEMORY);
+    round_where(&mut rounds, "the first batch", |r| r.pending.len() == first).await;
+    create_pending_pods(&cluster, "second", second, BATCH_POD_CPU, BATCH_POD_MEMORY);
+    round_where(&mut rounds, "the second batch", |r| {
+        r.pending.len() == first + second
+    })
+    .await;
+    let claims = nodeclaims(&h.client).await;
+    daemon.stop().await;
+    h.stop().await;
+    claims
+}
+
+/// The round's problems besides the note that no EC2NodeClass is in the cluster.
+pub fn real_problems(round: &Round) -> Vec<&String> {
+    round
+        .problems
+        .iter()
+        .filter(|p| !p.contains("EC2NodeClass default is not in the input"))
+        .collect()
 }

@@ -14,12 +14,13 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use kerf::api::EC2NodeClass;
 use kerf::catalog::Catalog;
+use kerf_actors::mailbox::MailboxDepth;
+use kerf_actors::offering_cache::{OfferingCache, UNAVAILABLE_OFFERINGS_TTL};
 use kerf_actors::state::{ClusterState, ObjectKey};
 use kerf_actors::{Cloud, ValidSettings};
 use kerf_aws::clients::AwsClients;
 use kerf_aws::cloudprovider::{AwsCloudProvider, AwsSettings, NodeClassStore};
 use kerf_aws::instancetype::INSTANCE_TYPES_REFRESH_INTERVAL;
-use kerf_aws::unavailable::UnavailableOfferingsCache;
 use tokio::task::JoinHandle;
 
 /// The provider's view of the controller's EC2NodeClass store.
@@ -90,13 +91,17 @@ pub async fn connect(
         reserved_enis: settings.reserved_enis,
         vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
     };
-    // The lead swaps in the OfferingCache actor's handle here once it exists.
-    let unavailable = Arc::new(UnavailableOfferingsCache::default());
+    // One unavailable-offerings state: the OfferingCache actor, which the provider marks
+    // from fleet errors and the Launcher and schedulers read.
+    let offerings = OfferingCache::start(
+        UNAVAILABLE_OFFERINGS_TTL,
+        MailboxDepth::new("offering_cache"),
+    );
     let provider = Arc::new(AwsCloudProvider::new(
         clients,
         aws_settings,
         Arc::new(ClusterNodeClasses(state)),
-        unavailable,
+        Arc::new(offerings.clone()),
     ));
     match provider.launch_templates.hydrate().await {
         Ok(count) => tracing::debug!(count, "found the cluster's launch templates"),
@@ -104,7 +109,11 @@ pub async fn connect(
     }
     let upkeep = tokio::spawn(Arc::clone(&provider).run_upkeep(INSTANCE_TYPES_REFRESH_INTERVAL));
     Ok(AwsCloud {
-        cloud: Cloud { provider, catalog },
+        cloud: Cloud {
+            provider,
+            catalog,
+            offerings: Some(offerings),
+        },
         upkeep,
     })
 }

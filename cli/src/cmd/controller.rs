@@ -1,7 +1,9 @@
 //! `kerf controller`: the daemon. Reads upstream's settings from flags and environment,
 //! refuses bad ones by name, logs JSON, connects to the cluster in the kubeconfig (or the
-//! in-cluster service account) and to AWS (see [`crate::aws`]), runs the actors until
-//! SIGTERM or Ctrl-C, then stops them, releasing the leader Lease.
+//! in-cluster service account) through a client limited to `KUBE_CLIENT_QPS` /
+//! `KUBE_CLIENT_BURST`, and to AWS (see [`crate::aws`]), runs the actors until SIGTERM or
+//! Ctrl-C, then stops them: launches in flight finish first, then the leader Lease is
+//! released.
 
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
@@ -50,8 +52,12 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
         .ok()
         .filter(|ns| !ns.is_empty())
         .unwrap_or_else(|| config.default_namespace.clone());
-    let client =
-        kube::Client::try_from(config.clone()).context("building the Kubernetes client")?;
+    let client = kerf_actors::client::build(
+        config.clone(),
+        settings.kube_client_qps,
+        settings.kube_client_burst,
+    )
+    .context("building the Kubernetes client")?;
     let (state, writers) = ClusterState::new();
     let aws = crate::aws::connect(&settings, &client, &config, state.clone()).await?;
     let daemon = Daemon::start_with_state(

@@ -131,6 +131,44 @@ fn a_node_claim_without_status_is_sized_from_the_catalog() {
 }
 
 #[test]
+fn an_unlaunched_node_claim_with_several_instance_types_holds_what_each_of_them_can() {
+    let yaml = CLAIM.replace(
+        "values: [m5.large]",
+        "values: [m5.large, m5.2xlarge, c5.xlarge]",
+    );
+    let snapshot = snapshot(&yaml);
+    assert!(snapshot.warnings.is_empty(), "{:?}", snapshot.warnings);
+    let node = &snapshot.input.existing_nodes[0];
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    let settings = crate::catalog::AllocatableSettings::default();
+    let allocatable = |name: &str| {
+        catalog
+            .instance_type(name, &settings)
+            .expect("in the catalog")
+            .allocatable()
+    };
+    assert_eq!(
+        node.allocatable.cpu(),
+        allocatable("m5.large").cpu(),
+        "the smallest cpu"
+    );
+    assert_eq!(
+        node.allocatable.memory(),
+        allocatable("c5.xlarge").memory(),
+        "the smallest memory"
+    );
+    assert_eq!(
+        node.capacity.cpu(),
+        Quantity::parse("8").expect("8"),
+        "limits assume the largest"
+    );
+    assert!(
+        !node.labels.contains_key(labels::INSTANCE_TYPE),
+        "three values pin nothing"
+    );
+}
+
+#[test]
 fn a_node_claim_with_its_node_in_the_input_is_the_node() {
     let yaml = format!(
         "{CLAIM}status: {{nodeName: n1}}\n---\napiVersion: v1\nkind: Node\nmetadata: {{name: n1}}\nstatus: {{allocatable: {{cpu: '2'}}}}\n"
@@ -224,4 +262,77 @@ fn pods_bound_to_unknown_nodes_are_reported() {
         "{:?}",
         snapshot.warnings
     );
+}
+
+#[test]
+fn pools_take_their_instance_types_from_the_source_once_per_class() {
+    /// A source that records its calls and offers m5.large with spot unavailable.
+    struct Recording<'c> {
+        catalog: &'c Catalog,
+        calls: Vec<(String, bool)>,
+    }
+    impl InstanceTypeSource for Recording<'_> {
+        fn resolve(
+            &mut self,
+            class_name: &str,
+            class: Option<&EC2NodeClass>,
+            settings: &AllocatableSettings,
+        ) -> Vec<InstanceType> {
+            self.calls.push((class_name.to_owned(), class.is_some()));
+            let mut types: Vec<InstanceType> = self
+                .catalog
+                .instance_types(settings)
+                .into_iter()
+                .filter(|it| it.name == "m5.large")
+                .collect();
+            for offering in types.iter_mut().flat_map(|it| it.offerings.iter_mut()) {
+                offering.available &= offering.capacity_type != CapacityType::Spot;
+            }
+            types
+        }
+    }
+    let second = POOL.replace("name: default}", "name: second}");
+    let yaml = format!("{POOL}---\n{second}");
+    let inventory = inventory(&parse_all(&yaml, "in.yaml").expect("parses")).expect("valid");
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    let mut source = Recording {
+        catalog: &catalog,
+        calls: Vec::new(),
+    };
+    let snapshot = build_with(
+        &inventory,
+        &catalog,
+        ControllerSettings::default(),
+        &mut source,
+    )
+    .expect("builds");
+    assert_eq!(source.calls, vec![("missing".to_owned(), false)]);
+    assert_eq!(snapshot.input.node_pools.len(), 2);
+    for pool in &snapshot.input.node_pools {
+        assert_eq!(pool.instance_types.len(), 1, "{}", pool.name);
+        let offerings = &pool.instance_types[0].offerings;
+        assert!(offerings.iter().any(|o| o.available));
+        assert!(
+            offerings
+                .iter()
+                .all(|o| o.capacity_type != CapacityType::Spot || !o.available)
+        );
+    }
+}
+
+/// A NodeClaim being deleted before it launched (insufficient capacity) lingers while its
+/// termination finalizer is there; it is not capacity for the next solve.
+#[test]
+fn a_deleting_node_claim_without_a_provider_id_is_not_capacity() {
+    let deleting = CLAIM.replace(
+        "  name: claim-1\n",
+        "  name: claim-1\n  deletionTimestamp: '2024-01-01T00:00:00Z'\n  finalizers: [karpenter.sh/termination]\n",
+    );
+    let snapshot = snapshot(&format!("{deleting}---\n{}", pod("pending", "", "", "")));
+    assert!(
+        snapshot.input.existing_nodes.is_empty(),
+        "{:?}",
+        snapshot.input.existing_nodes
+    );
+    assert_eq!(names(&snapshot.input.pods), ["default/pending"]);
 }

@@ -1,4 +1,5 @@
-//! Solving independent NodePools on separate threads gives exactly the sequential result.
+//! Solving independent NodePools on separate threads — or part by part through [`Batch`], in
+//! any order — gives exactly the sequential result.
 use super::*;
 use crate::labels::{HOSTNAME, ZONE};
 use proptest::prelude::*;
@@ -79,8 +80,61 @@ proptest! {
         let sequential = run(&input);
         input.options.parallel = true;
         let parallel = run(&input);
-        prop_assert_eq!(sequential, parallel);
+        prop_assert_eq!(&sequential, &parallel);
+
+        // Part by part, as the controller's NodePool schedulers do: each part solved on its
+        // own (here in reverse order), then assembled.
+        let batch = Batch::prepare(&input).expect("valid");
+        let outcomes: Vec<PartOutcome> =
+            batch.parts().iter().rev().map(|p| batch.solve_part(p)).collect();
+        prop_assert_eq!(&batch.assemble(outcomes), &sequential);
+        let pods: usize = batch.parts().iter().map(Part::pod_count).sum();
+        prop_assert_eq!(pods, input.pods.len());
     }
+}
+
+#[test]
+fn parts_name_their_node_pools_and_cover_each_pool_once() {
+    for seed in 0..32 {
+        let input = random_input(seed);
+        let batch = Batch::prepare(&input).expect("valid");
+        let mut named: Vec<&String> = batch.parts().iter().flat_map(|p| p.node_pools()).collect();
+        let before = named.len();
+        named.sort();
+        named.dedup();
+        assert_eq!(named.len(), before, "seed {seed}: a pool is in two parts");
+        for (i, part) in batch.parts().iter().enumerate() {
+            assert_eq!(part.index(), i);
+            assert!(part.pod_count() > 0);
+        }
+    }
+}
+
+#[test]
+fn a_part_without_an_outcome_reports_its_pods_instead_of_dropping_them() {
+    let mut a = node_pool("a", fake_instance_types(4));
+    a.taints = vec![taint("team", Some("a"), "NoSchedule")];
+    let mut pods = pod("x")
+        .cpu("1")
+        .toleration(Some("team"), "Equal", Some("a"), None)
+        .replicas("a", 2);
+    pods.extend(pod("y").cpu("1").replicas("b", 3));
+    let input = SchedulingInput {
+        pods,
+        node_pools: vec![a],
+        ..Default::default()
+    };
+    let batch = Batch::prepare(&input).expect("valid");
+    assert_eq!(batch.parts().len(), 2, "{batch:?}");
+    let pooled = batch
+        .parts()
+        .iter()
+        .find(|p| p.node_pools() == ["a".to_owned()])
+        .expect("a part for pool a");
+    let result = batch.assemble(vec![batch.solve_part(pooled)]);
+    assert_eq!(result.new_node_claims.len(), 1);
+    assert_eq!(result.errors.len(), 3, "{:?}", result.errors);
+    assert!(result.errors.values().all(|e| e == UNSOLVED_PART));
 }
 
 #[test]
@@ -104,8 +158,10 @@ fn independent_pools_split_into_components() {
         node_pools: vec![a, b],
         ..Default::default()
     };
-    let prep = super::super::prepare::prepare(&input).expect("valid");
-    assert_eq!(super::super::components(&prep).len(), 2);
+    let batch = Batch::prepare(&input).expect("valid");
+    assert_eq!(batch.parts().len(), 2);
+    assert_eq!(batch.parts()[0].node_pools(), ["a".to_owned()]);
+    assert_eq!(batch.parts()[1].node_pools(), ["b".to_owned()]);
     let r = run(&input);
     assert_eq!(r.new_node_claims.len(), 2);
     assert_eq!(r.new_node_claims[0].node_pool, "a");

@@ -1,0 +1,238 @@
+//! Pod metrics as upstream's pod metrics controller keeps them: `karpenter_pods_state`, one
+//! series of value 1 per pod labelled with where it runs (its node's well-known labels) and
+//! how it is doing (phase, scheduled, ready), and `karpenter_pods_startup_duration_seconds`,
+//! the time from a pod's creation until it became ready, observed for pods seen pending.
+
+use std::collections::HashSet;
+
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
+use kerf::labels;
+
+use super::exposition::Family;
+use crate::metrics::{PODS_STARTUP_DURATION, PODS_STATE};
+use crate::pod_watcher::Change;
+use crate::state::{ClusterState, ObjectKey};
+
+/// One `karpenter_pods_state` series per pod in `state`.
+pub fn state_family(state: &ClusterState) -> Family {
+    let mut family = Family::new(
+        PODS_STATE,
+        "Pod state is the current state of pods. Labeled by the pod name, namespace, owner, \
+         node, whether the pod is scheduled, nodepool name, zone, architecture, capacity \
+         type, instance type, pod phase, pod readiness, and whether the node is \
+         Karpenter-managed.",
+    );
+    let mut pods = state.pods.snapshot();
+    pods.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    for pod in pods {
+        let node_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        let node = (!node_name.is_empty())
+            .then(|| state.nodes.get(&ObjectKey::new(None, &node_name)))
+            .flatten();
+        family.push(state_labels(&pod, node_name, node.as_deref()), 1.0);
+    }
+    family
+}
+
+fn state_labels(pod: &Pod, node_name: String, node: Option<&Node>) -> Vec<(&'static str, String)> {
+    let node_label = |key: &str| {
+        node.and_then(|n| n.metadata.labels.as_ref())
+            .and_then(|l| l.get(key))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let nodepool = node_label(labels::NODEPOOL);
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
+    let ready = condition(pod, "Ready").is_some_and(|c| c.status == "True");
+    vec![
+        ("name", pod.metadata.name.clone().unwrap_or_default()),
+        (
+            "namespace",
+            pod.metadata.namespace.clone().unwrap_or_default(),
+        ),
+        ("owner", owner(pod)),
+        ("scheduled", (!node_name.is_empty()).to_string()),
+        ("node", node_name),
+        ("managed", (!nodepool.is_empty()).to_string()),
+        ("nodepool", nodepool),
+        ("zone", node_label(labels::ZONE)),
+        ("arch", node_label(labels::ARCH)),
+        ("capacity_type", node_label(labels::CAPACITY_TYPE)),
+        ("instance_type", node_label(labels::INSTANCE_TYPE)),
+        ("phase", phase),
+        ("ready", ready.to_string()),
+    ]
+}
+
+/// Upstream's `owner` label: the self link of the first owner reference.
+fn owner(pod: &Pod) -> String {
+    let Some(first) = pod
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|o| o.first())
+    else {
+        return String::new();
+    };
+    format!(
+        "/apis/{}/namespaces/{}/{}s/{}",
+        first.api_version,
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        first.kind.to_lowercase(),
+        first.name
+    )
+}
+
+fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Observes startup durations from pod changes: a pod seen `Pending` that turns ready is
+/// recorded once, with the time from its creation to its `Ready` transition.
+#[derive(Debug, Default)]
+pub struct StartupTracker {
+    pending: HashSet<ObjectKey>,
+}
+
+impl StartupTracker {
+    /// Updates the tracker with one change; returns the duration it observed, if any.
+    pub fn observe(&mut self, pod: &Pod, change: Change) -> Option<f64> {
+        let key = ObjectKey::new(
+            pod.metadata.namespace.as_deref(),
+            pod.metadata.name.as_deref().unwrap_or_default(),
+        );
+        if change == Change::Deleted {
+            self.pending.remove(&key);
+            return None;
+        }
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if phase == Some("Pending") {
+            self.pending.insert(key);
+            return None;
+        }
+        if !self.pending.contains(&key) {
+            return None;
+        }
+        if let Some(ready) = condition(pod, "Ready").filter(|c| c.status == "True") {
+            self.pending.remove(&key);
+            let created = pod.metadata.creation_timestamp.as_ref()?;
+            let became_ready = ready.last_transition_time.as_ref()?;
+            let seconds = became_ready.0.duration_since(created.0).as_secs_f64();
+            metrics::histogram!(PODS_STARTUP_DURATION).record(seconds);
+            return Some(seconds);
+        }
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            // A pod that finished without ever being ready has no startup time.
+            self.pending.remove(&key);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(phase: &str, ready_at: Option<&str>) -> Pod {
+        let mut conditions = Vec::new();
+        if let Some(at) = ready_at {
+            conditions.push(json!({"type": "Ready", "status": "True", "lastTransitionTime": at}));
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": "web-1", "namespace": "default",
+                "creationTimestamp": "2024-01-01T00:00:00Z",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "web-abc", "uid": "u"}]},
+            "spec": {"containers": [], "nodeName": "node-a"},
+            "status": {"phase": phase, "conditions": conditions}
+        }))
+        .expect("valid pod")
+    }
+
+    #[test]
+    fn startup_is_observed_once_for_a_pod_seen_pending() {
+        let mut tracker = StartupTracker::default();
+        let ready = pod("Running", Some("2024-01-01T00:01:30Z"));
+        assert_eq!(
+            tracker.observe(&ready, Change::Applied),
+            None,
+            "never seen pending"
+        );
+        assert_eq!(
+            tracker.observe(&pod("Pending", None), Change::Applied),
+            None
+        );
+        assert_eq!(
+            tracker.observe(&pod("Running", None), Change::Applied),
+            None,
+            "not ready yet"
+        );
+        assert_eq!(tracker.observe(&ready, Change::Applied), Some(90.0));
+        assert_eq!(tracker.observe(&ready, Change::Applied), None, "once");
+        tracker.observe(&pod("Pending", None), Change::Applied);
+        tracker.observe(&pod("Pending", None), Change::Deleted);
+        assert_eq!(
+            tracker.observe(&ready, Change::Applied),
+            None,
+            "deleted pods are forgotten"
+        );
+    }
+
+    #[test]
+    fn state_labels_describe_the_pod_and_its_node() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "node-a", "labels": {
+            "karpenter.sh/nodepool": "default", "topology.kubernetes.io/zone": "us-east-1a",
+            "kubernetes.io/arch": "amd64", "karpenter.sh/capacity-type": "spot",
+            "node.kubernetes.io/instance-type": "m5.large"}}}))
+        .expect("valid node");
+        let labels = state_labels(
+            &pod("Running", Some("2024-01-01T00:01:30Z")),
+            "node-a".into(),
+            Some(&node),
+        );
+        let get = |k: &str| {
+            labels
+                .iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(
+            get("owner"),
+            Some("/apis/apps/v1/namespaces/default/replicasets/web-abc")
+        );
+        assert_eq!(get("scheduled"), Some("true"));
+        assert_eq!(get("managed"), Some("true"));
+        assert_eq!(get("nodepool"), Some("default"));
+        assert_eq!(get("zone"), Some("us-east-1a"));
+        assert_eq!(get("capacity_type"), Some("spot"));
+        assert_eq!(get("instance_type"), Some("m5.large"));
+        assert_eq!(get("phase"), Some("Running"));
+        assert_eq!(get("ready"), Some("true"));
+        let unbound = state_labels(&pod("Pending", None), String::new(), None);
+        let get = |k: &str| {
+            unbound
+                .iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("scheduled"), Some("false"));
+        assert_eq!(get("managed"), Some("false"));
+        assert_eq!(get("nodepool"), Some(""));
+    }
+}

@@ -1,0 +1,99 @@
+//! The actor under paused tokio time: marks become visible to readers, entries expire after
+//! the TTL (on the tick that follows), and the sequence numbers move on both.
+
+use std::sync::Arc;
+
+use super::testing::{paused, until_generation};
+use super::*;
+
+#[test]
+fn a_refused_offering_is_unavailable_until_its_ttl_passes() {
+    paused(|| async {
+        let cache = OfferingCache::start(
+            UNAVAILABLE_OFFERINGS_TTL,
+            MailboxDepth::new("offering-cache-test"),
+        );
+        let seq = cache.seq_num("m5.large");
+        cache.mark_offerings(
+            &[OfferingRef::new("spot", "m5.large", "us-east-1a")],
+            "InsufficientInstanceCapacity",
+        );
+        until_generation(&cache, 1).await;
+        assert!(cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]));
+        assert!(!cache.is_unavailable("m5.large", "us-east-1a", "on-demand", &[]));
+        assert!(!cache.is_unavailable("m5.large", "us-east-1b", "spot", &[]));
+        let marked = cache.seq_num("m5.large");
+        assert_ne!(marked, seq, "adding changes the sequence number");
+        assert_eq!(cache.seq_num("c5.large"), 0, "other types are unaffected");
+
+        // Just short of the TTL, ticks have run and nothing expired.
+        tokio::time::sleep(UNAVAILABLE_OFFERINGS_TTL - Duration::from_secs(1)).await;
+        assert!(cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]));
+        assert_eq!(cache.seq_num("m5.large"), marked);
+
+        // The first tick after the TTL sweeps it.
+        tokio::time::sleep(EXPIRY_TICK + Duration::from_secs(1)).await;
+        assert!(!cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]));
+        assert_ne!(
+            cache.seq_num("m5.large"),
+            marked,
+            "expiry changes the sequence number"
+        );
+        assert!(cache.read(Table::is_empty));
+    });
+}
+
+#[test]
+fn the_trait_marks_capacity_types_and_subnets_for_every_type() {
+    paused(|| async {
+        let handle = OfferingCache::start(
+            Duration::from_secs(60),
+            MailboxDepth::new("offering-cache-test"),
+        );
+        let cache: Arc<dyn UnavailableOfferings> = Arc::new(handle.clone());
+        let seq = cache.seq_num("c5.large");
+        cache.mark_capacity_type_unavailable("spot");
+        cache.mark_subnet_unavailable("subnet-a");
+        cache.mark_unavailable(
+            "m5.large",
+            "us-east-1b",
+            "on-demand",
+            "InsufficientInstanceCapacity",
+        );
+        until_generation(&handle, 3).await;
+        assert!(cache.is_unavailable("c5.large", "us-east-1c", "spot", &[]));
+        assert!(cache.is_unavailable("m5.large", "us-east-1b", "on-demand", &[]));
+        let one = ["subnet-a".to_owned()];
+        let two = ["subnet-a".to_owned(), "subnet-b".to_owned()];
+        assert!(cache.is_unavailable("c5.large", "us-east-1a", "on-demand", &one));
+        assert!(!cache.is_unavailable("c5.large", "us-east-1a", "on-demand", &two));
+        let marked = cache.seq_num("c5.large");
+        assert!(
+            marked >= seq + 2,
+            "capacity type and subnet bump every type"
+        );
+
+        tokio::time::sleep(Duration::from_secs(60) + EXPIRY_TICK).await;
+        assert!(!cache.is_unavailable("c5.large", "us-east-1c", "spot", &[]));
+        assert!(!cache.is_unavailable("c5.large", "us-east-1a", "on-demand", &one));
+        assert!(cache.seq_num("c5.large") > marked);
+    });
+}
+
+#[test]
+fn a_repeated_mark_keeps_the_offering_unavailable_for_another_ttl() {
+    paused(|| async {
+        let ttl = Duration::from_secs(60);
+        let cache = OfferingCache::start(ttl, MailboxDepth::new("offering-cache-test"));
+        let refused = [OfferingRef::new("spot", "m5.large", "us-east-1a")];
+        cache.mark_offerings(&refused, "InsufficientInstanceCapacity");
+        until_generation(&cache, 1).await;
+        tokio::time::sleep(ttl / 2).await;
+        cache.mark_offerings(&refused, "InsufficientInstanceCapacity");
+        until_generation(&cache, 2).await;
+        tokio::time::sleep(ttl / 2 + EXPIRY_TICK).await;
+        assert!(cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]));
+        tokio::time::sleep(ttl / 2).await;
+        assert!(!cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]));
+    });
+}

@@ -1,0 +1,178 @@
+//! The per-class cache against a running OfferingCache: refused offerings become
+//! unavailable in the next round's types, the list is rebuilt only when the generation,
+//! settings or subnets change, and expiry makes offerings available again.
+
+use kerf::catalog::CapacityType;
+use kerf::cloudprovider::{OfferingRef, UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
+
+use super::*;
+use crate::mailbox::MailboxDepth;
+use crate::offering_cache::testing::{paused, until_generation};
+use crate::offering_cache::{EXPIRY_TICK, OfferingCache};
+
+fn available(types: &[InstanceType], name: &str, zone: &str, capacity_type: CapacityType) -> bool {
+    types
+        .iter()
+        .find(|it| it.name == name)
+        .and_then(|it| {
+            it.offerings
+                .iter()
+                .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+        })
+        .map(|o| o.available)
+        .expect("the catalog offers it")
+}
+
+fn resolve(
+    cache: &mut InstanceTypeCache,
+    catalog: &Catalog,
+    offerings: &OfferingCacheHandle,
+    class: Option<&EC2NodeClass>,
+) -> Vec<InstanceType> {
+    let mut source = cache.round(catalog, Some(offerings));
+    let types = source.resolve("default", class, &AllocatableSettings::default());
+    cache.finish_round();
+    types
+}
+
+#[test]
+fn refused_offerings_are_unavailable_until_they_expire_and_lists_rebuild_only_on_change() {
+    paused(|| async {
+        let catalog = Catalog::embedded("us-east-1").expect("catalog");
+        let offerings = OfferingCache::start(
+            UNAVAILABLE_OFFERINGS_TTL,
+            MailboxDepth::new("offering-cache-test"),
+        );
+        let mut cache = InstanceTypeCache::default();
+        let types = resolve(&mut cache, &catalog, &offerings, None);
+        assert!(available(
+            &types,
+            "m5.large",
+            "us-east-1a",
+            CapacityType::Spot
+        ));
+        resolve(&mut cache, &catalog, &offerings, None);
+        assert_eq!(cache.builds(), 1, "nothing changed: the list is reused");
+
+        offerings.mark_offerings(
+            &[OfferingRef::new("spot", "m5.large", "us-east-1a")],
+            "InsufficientCapacity",
+        );
+        until_generation(&offerings, 1).await;
+        let types = resolve(&mut cache, &catalog, &offerings, None);
+        assert_eq!(cache.builds(), 2, "the generation moved: rebuilt");
+        assert!(!available(
+            &types,
+            "m5.large",
+            "us-east-1a",
+            CapacityType::Spot
+        ));
+        assert!(available(
+            &types,
+            "m5.large",
+            "us-east-1a",
+            CapacityType::OnDemand
+        ));
+        assert!(available(
+            &types,
+            "m5.large",
+            "us-east-1b",
+            CapacityType::Spot
+        ));
+        assert!(available(
+            &types,
+            "c5.large",
+            "us-east-1a",
+            CapacityType::Spot
+        ));
+        resolve(&mut cache, &catalog, &offerings, None);
+        assert_eq!(cache.builds(), 2);
+
+        tokio::time::sleep(UNAVAILABLE_OFFERINGS_TTL + EXPIRY_TICK).await;
+        let types = resolve(&mut cache, &catalog, &offerings, None);
+        assert_eq!(cache.builds(), 3, "expiry moved the generation: rebuilt");
+        assert!(available(
+            &types,
+            "m5.large",
+            "us-east-1a",
+            CapacityType::Spot
+        ));
+    });
+}
+
+#[test]
+fn a_capacity_type_or_every_subnet_of_a_zone_makes_offerings_unavailable() {
+    paused(|| async {
+        let catalog = Catalog::embedded("us-east-1").expect("catalog");
+        let offerings = OfferingCache::start(
+            UNAVAILABLE_OFFERINGS_TTL,
+            MailboxDepth::new("offering-cache-test"),
+        );
+        let mut class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {
+                "role": "r",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"team": "a"}}],
+                "securityGroupSelectorTerms": [{"id": "sg-1"}]
+            },
+            "status": {"subnets": [
+                {"id": "subnet-a", "zone": "us-east-1a"},
+                {"id": "subnet-b", "zone": "us-east-1b"},
+                {"id": "subnet-b2", "zone": "us-east-1b"}
+            ]}
+        }))
+        .expect("a valid EC2NodeClass");
+        let mut cache = InstanceTypeCache::default();
+        offerings.mark_capacity_type_unavailable("spot");
+        offerings.mark_subnet_unavailable("subnet-a");
+        offerings.mark_subnet_unavailable("subnet-b");
+        until_generation(&offerings, 3).await;
+        let types = resolve(&mut cache, &catalog, &offerings, Some(&class));
+        assert!(!available(
+            &types,
+            "c5.large",
+            "us-east-1c",
+            CapacityType::Spot
+        ));
+        assert!(
+            !available(&types, "c5.large", "us-east-1a", CapacityType::OnDemand),
+            "us-east-1a's only subnet is full"
+        );
+        assert!(
+            available(&types, "c5.large", "us-east-1b", CapacityType::OnDemand),
+            "us-east-1b has another subnet"
+        );
+
+        // The class's subnets changing rebuilds the list.
+        let builds = cache.builds();
+        if let Some(status) = class.status.as_mut() {
+            status.subnets.retain(|s| s.id != "subnet-b2");
+        }
+        let types = resolve(&mut cache, &catalog, &offerings, Some(&class));
+        assert_eq!(cache.builds(), builds + 1);
+        assert!(!available(
+            &types,
+            "c5.large",
+            "us-east-1b",
+            CapacityType::OnDemand
+        ));
+    });
+}
+
+#[test]
+fn classes_a_round_does_not_use_are_forgotten() {
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    let mut cache = InstanceTypeCache::default();
+    let mut source = cache.round(&catalog, None);
+    source.resolve("a", None, &AllocatableSettings::default());
+    source.resolve("b", None, &AllocatableSettings::default());
+    cache.finish_round();
+    assert_eq!(cache.by_class.len(), 2);
+    let mut source = cache.round(&catalog, None);
+    source.resolve("b", None, &AllocatableSettings::default());
+    cache.finish_round();
+    assert_eq!(cache.by_class.keys().collect::<Vec<_>>(), ["b"]);
+    assert_eq!(cache.builds(), 2, "b was reused");
+}

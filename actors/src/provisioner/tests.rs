@@ -1,0 +1,180 @@
+//! A round through the NodePoolSchedulers plans exactly what the core's sequential solve
+//! plans for the same snapshot, with one scheduler per NodePool.
+
+use std::sync::Mutex;
+
+use kerf::plan::snapshot;
+use kerf::scheduling::{SchedulingInput, solve};
+use serde_json::json;
+
+use super::*;
+use crate::launcher::{LaunchError, node_claim};
+use crate::state::{ObjectKey, Writers};
+
+/// Stands in for the Launcher: records what it is asked to launch, answers with the
+/// NodeClaim the Launcher would create.
+struct Recorder(Arc<Mutex<Vec<PlannedNodeClaim>>>);
+
+impl Actor for Recorder {
+    type Context = Context<Self>;
+}
+
+impl Handler<Launch> for Recorder {
+    type Result = Result<kerf::api::NodeClaim, LaunchError>;
+
+    fn handle(&mut self, launch: Launch, _ctx: &mut Context<Self>) -> Self::Result {
+        let mut recorded = self.0.lock().expect("not poisoned");
+        let mut claim = node_claim(&launch.claim, &launch.pool);
+        claim.metadata.name = Some(format!("{}-{}", launch.pool.name(), recorded.len()));
+        recorded.push(launch.claim);
+        Ok(claim)
+    }
+}
+
+fn node_pool(name: &str) -> NodePool {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "taints": [{"key": "team", "value": name, "effect": "NoSchedule"}],
+            "requirements": [
+                {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]}
+            ]
+        }}}
+    }))
+    .expect("a valid NodePool")
+}
+
+/// An unschedulable pod tolerating `team` (none: tolerating nothing).
+fn pod(name: &str, team: Option<&str>, cpu: &str) -> k8s_openapi::api::core::v1::Pod {
+    let tolerations = team.map_or(
+        json!([]),
+        |t| json!([{"key": "team", "operator": "Equal", "value": t, "effect": "NoSchedule"}]),
+    );
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                     "labels": {"app": team.unwrap_or("none")}},
+        "spec": {
+            "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}],
+            "tolerations": tolerations,
+            "topologySpreadConstraints": [{
+                "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": team.unwrap_or("none")}}
+            }]
+        },
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        ]}
+    }))
+    .expect("a valid pod")
+}
+
+/// Every store listed once: the state counts as synced.
+fn synced(writers: &mut Writers) {
+    writers.pods.finish_relist();
+    writers.nodes.finish_relist();
+    writers.nodeclaims.finish_relist();
+    writers.nodepools.finish_relist();
+    writers.nodeclasses.finish_relist();
+    writers.daemonsets.finish_relist();
+    writers.pdbs.finish_relist();
+    writers.persistent_volumes.finish_relist();
+    writers.persistent_volume_claims.finish_relist();
+    writers.storage_classes.finish_relist();
+}
+
+/// The core's sequential solve of the snapshot the Provisioner builds from `state`.
+fn sequential(state: &ClusterState, catalog: &Catalog) -> SchedulingInput {
+    let inventory = inventory::of(state, []);
+    let snapshot = snapshot::build(&inventory, catalog, ControllerSettings::default())
+        .expect("a valid snapshot");
+    let mut input = snapshot.input;
+    input.options.max_instance_types = MAX_INSTANCE_TYPES;
+    input.options.parallel = false;
+    input
+}
+
+/// Runs `test` inside an actix system on a multi-threaded tokio runtime, as the daemon.
+fn run<Fut: std::future::Future<Output = ()>>(test: impl FnOnce() -> Fut) {
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime builds")
+    });
+    system.block_on(test());
+}
+
+#[test]
+fn a_round_solved_by_the_node_pool_schedulers_equals_the_sequential_solve() {
+    run(|| async {
+        let (state, mut writers) = ClusterState::new();
+        for name in ["a", "b"] {
+            writers
+                .nodepools
+                .apply(ObjectKey::new(None, name), node_pool(name));
+        }
+        let mut pods = Vec::new();
+        for i in 0..5 {
+            pods.push(pod(&format!("a-{i}"), Some("a"), "1500m"));
+            pods.push(pod(&format!("b-{i}"), Some("b"), "700m"));
+        }
+        pods.push(pod("nowhere", None, "1"));
+        for p in pods {
+            let name = p.metadata.name.clone().expect("named");
+            writers
+                .pods
+                .apply(ObjectKey::new(Some("default"), &name), p);
+        }
+        synced(&mut writers);
+        let catalog = Catalog::embedded("us-east-1").expect("catalog");
+        let expected = solve(&sequential(&state, &catalog)).expect("solves");
+        assert!(expected.new_node_claims.len() >= 2, "{expected:?}");
+
+        let recorded = Arc::new(Mutex::new(Vec::new()));
+        let recorder = Recorder(Arc::clone(&recorded)).start();
+        let depth = MailboxDepth::new("launcher-test");
+        let provisioning = Provisioning {
+            launcher: Outbox::new(&recorder, depth),
+            created: CreatedClaims::default(),
+            offerings: None,
+            catalog,
+            controller: ControllerSettings::default(),
+            events: crate::events::EventRecorder::disabled(),
+        };
+        let (_leader_tx, leader) = watch::channel(true);
+        let (provisioner, mut rounds) = Provisioner::new(
+            Arc::clone(&state),
+            leader,
+            MailboxDepth::new("provisioner-test"),
+            Some(provisioning),
+        );
+        let schedulers = provisioner.node_pool_schedulers();
+        let addr = provisioner.start_bounded();
+        addr.send(BatchReady {
+            pods: vec!["default/a-0".into()],
+            window: Duration::from_secs(1),
+        })
+        .await
+        .expect("provisioner alive");
+        let round = rounds.borrow_and_update().clone().expect("a round");
+
+        assert_eq!(*schedulers.borrow(), ["a".to_owned(), "b".to_owned()]);
+        let planned = recorded.lock().expect("not poisoned").clone();
+        assert_eq!(planned, expected.new_node_claims);
+        assert_eq!(round.nodeclaims.len(), planned.len());
+        assert!(
+            round
+                .problems
+                .iter()
+                .any(|p| p.starts_with("default/nowhere:")),
+            "{round:?}"
+        );
+        let pools: std::collections::BTreeSet<&str> =
+            planned.iter().map(|c| c.node_pool.as_str()).collect();
+        assert_eq!(pools, ["a", "b"].into_iter().collect());
+    });
+}
