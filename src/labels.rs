@@ -260,6 +260,13 @@ pub const JOB_CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
 pub const JOB_CONTROLLER_UID_LEGACY: &str = "controller-uid";
 pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
+/// On a Node, `true` leaves its taints to the cloud provider: registration does not sync
+/// the NodeClaim's taints onto it.
+pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
+/// Kubernetes' label that takes a draining Node out of load-balancer target groups.
+pub const EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: &str =
+    "node.kubernetes.io/exclude-from-external-load-balancers";
+
 #[cfg(test)]
 mod tests {
     use super::*;

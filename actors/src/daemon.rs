@@ -1,13 +1,14 @@
 //! Wiring: starts every actor and task of the controller against one Kubernetes client —
 //! metrics and probe endpoints, leader election, the event recorder, the PodWatcher's watch
 //! streams, the Batcher, the Provisioner with its NodePoolSchedulers and (with a cloud
-//! provider) the OfferingCache and the Launcher — and stops them in reverse order, draining
-//! provisioning first ([`crate::drain`]). Must be called inside an actix
+//! provider) the OfferingCache, the Launcher and the NodeClaim lifecycle — and stops them in
+//! reverse order, draining provisioning first ([`crate::drain`]). Must be called inside an actix
 //! `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`): actors live
 //! on the system's thread, watch streams and HTTP on the runtime's workers.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use kerf::catalog::Catalog;
@@ -24,6 +25,7 @@ use crate::garbage_collection;
 use crate::launch_template_cache::{self, LaunchTemplateCache};
 use crate::launcher::Launcher;
 use crate::leader::{self, Election, Timing};
+use crate::lifecycle::{LifecycleConfig, LifecycleDeps, LifecycleStats, NodeClaimLifecycle};
 use crate::mailbox::{MailboxDepth, Outbox};
 use crate::offering_cache::{OfferingCache, OfferingCacheHandle, UNAVAILABLE_OFFERINGS_TTL};
 use crate::pod_watcher::CloudHooks;
@@ -85,6 +87,8 @@ pub struct Daemon {
     pub node_pool_schedulers: watch::Receiver<Vec<String>>,
     /// Offerings that recently failed to launch (with a cloud provider).
     pub offerings: Option<OfferingCacheHandle>,
+    /// The NodeClaim lifecycle's totals (with a cloud provider).
+    pub lifecycle_stats: Option<Arc<LifecycleStats>>,
     pub metrics_addr: SocketAddr,
     pub probes_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -94,12 +98,28 @@ pub struct Daemon {
     lone_leader: Option<watch::Sender<bool>>,
     actors: (Addr<Batcher>, Addr<Provisioner>, Option<Addr<Launcher>>),
     drain: Drain,
+    lifecycle: Option<Addr<NodeClaimLifecycle>>,
 }
 
 impl Daemon {
     /// Starts everything; returns once the endpoints are bound (cluster state syncs after).
     pub async fn start(settings: ValidSettings, env: Environment) -> Result<Self, StartError> {
-        Self::start_with_state(settings, env, ClusterState::new()).await
+        Self::start_with(
+            settings,
+            env,
+            LifecycleConfig::default(),
+            ClusterState::new(),
+        )
+        .await
+    }
+
+    /// [`Self::start`] with the NodeClaim lifecycle's timings (tests shorten its TTLs).
+    pub async fn start_with_lifecycle(
+        settings: ValidSettings,
+        env: Environment,
+        lifecycle_config: LifecycleConfig,
+    ) -> Result<Self, StartError> {
+        Self::start_with(settings, env, lifecycle_config, ClusterState::new()).await
     }
 
     /// [`Self::start`] filling a cluster state made by the caller, who may have handed it to
@@ -107,6 +127,15 @@ impl Daemon {
     pub async fn start_with_state(
         settings: ValidSettings,
         env: Environment,
+        state: (Arc<ClusterState>, Writers),
+    ) -> Result<Self, StartError> {
+        Self::start_with(settings, env, LifecycleConfig::default(), state).await
+    }
+
+    async fn start_with(
+        settings: ValidSettings,
+        env: Environment,
+        lifecycle_config: LifecycleConfig,
         (state, writers): (Arc<ClusterState>, Writers),
     ) -> Result<Self, StartError> {
         // Destructured field by field: a setting added without being wired fails to compile.
@@ -177,6 +206,20 @@ impl Daemon {
         let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
         let (hooks, cloud_tasks) =
             start_cloud_loops(&client, &state, provider, &leader, &shutdown_rx);
+        let lifecycle_depth = MailboxDepth::new("lifecycle");
+        let lifecycle = cloud.as_ref().map(|cloud| {
+            let deps = LifecycleDeps {
+                state: state.clone(),
+                client: client.clone(),
+                cloud: cloud.provider.clone(),
+                leader: leader.clone(),
+                shutdown: shutdown_rx.clone(),
+                depth: lifecycle_depth.clone(),
+            };
+            let (actor, stats) = NodeClaimLifecycle::new(deps, lifecycle_config);
+            (actor.start_bounded(), stats)
+        });
+        let (lifecycle, lifecycle_stats) = lifecycle.unzip();
         let launcher_depth = MailboxDepth::new("launcher");
         let mut launches = InFlight::default();
         let launcher = cloud.map(|cloud| {
@@ -236,7 +279,12 @@ impl Daemon {
             &state,
             writers,
             Outbox::new(&batcher, batcher_depth),
-            hooks,
+            CloudHooks {
+                lifecycle: lifecycle
+                    .as_ref()
+                    .map(|addr| Outbox::new(addr, lifecycle_depth)),
+                ..hooks
+            },
             &leader,
             &shutdown_rx,
         );
@@ -251,6 +299,7 @@ impl Daemon {
             rounds,
             node_pool_schedulers,
             offerings,
+            lifecycle_stats,
             metrics_addr,
             probes_addr,
             shutdown,
@@ -259,6 +308,7 @@ impl Daemon {
             lone_leader,
             actors: (batcher, provisioner, launcher),
             drain,
+            lifecycle,
         })
     }
 
@@ -267,7 +317,13 @@ impl Daemon {
     /// its Lease before this returns, so a standby can take over at once. No round starts
     /// after this: a batch the Batcher still hands over finds the replica no longer leading.
     pub async fn stop(self) {
-        self.drain.run(&self.actors.1, DRAIN_TIMEOUT).await;
+        self.stop_within(DRAIN_TIMEOUT).await;
+    }
+
+    /// [`Daemon::stop`], waiting at most `drain` for in-flight launches (a replica that must
+    /// go at once, or a test of what a crash leaves behind, passes zero).
+    pub async fn stop_within(self, drain: Duration) {
+        self.drain.run(&self.actors.1, drain).await;
         self.shutdown.send_replace(true);
         if let Some(lone) = &self.lone_leader {
             lone.send_replace(false);
@@ -279,7 +335,8 @@ impl Daemon {
             let _ended = task.await;
         }
         let (batcher, provisioner, launcher) = self.actors;
-        drop((batcher, provisioner, launcher));
+        // The lifecycle stops itself on the shutdown signal; its address is just released.
+        drop((batcher, provisioner, launcher, self.lifecycle));
     }
 }
 

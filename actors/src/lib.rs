@@ -1,8 +1,8 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
-//! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`, `leader`,
-//! `launch_template_cache` for EC2NodeClass status, `tagging`) and loop
-//! (`garbage_collection`), the cluster state they share (`state`), the daemon that wires them
+//! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`,
+//! `lifecycle`, `leader`, `launch_template_cache` for EC2NodeClass status, `tagging`) and
+//! loop (`garbage_collection`), the cluster state they share (`state`), the daemon that wires them
 //! (`daemon`) and stops them gracefully (`drain`), and the operational surface: settings, the
 //! rate-limited Kubernetes client (`client`), Kubernetes Events (`events`), JSON logs, metrics
 //! (`metrics`, `cluster_metrics`, `cloud_metrics`) and the HTTP endpoints. Decisions come from
@@ -19,6 +19,7 @@ pub mod garbage_collection;
 pub mod launch_template_cache;
 pub mod launcher;
 pub mod leader;
+pub mod lifecycle;
 pub mod logging;
 pub mod mailbox;
 pub mod metrics;

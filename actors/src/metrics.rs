@@ -35,6 +35,21 @@ pub const SCHEDULING_DURATION: &str = "karpenter_provisioner_scheduling_duration
 pub const NODECLAIMS_CREATED: &str = "karpenter_nodeclaims_created_total";
 /// NodeClaims whose machine the cloud provider launched (label `nodepool`).
 pub const NODECLAIMS_LAUNCHED: &str = "karpenter_nodeclaims_launched_total";
+/// NodeClaims whose Node registered (label `nodepool`).
+pub const NODECLAIMS_REGISTERED: &str = "karpenter_nodeclaims_registered_total";
+/// NodeClaims whose Node finished initializing (label `nodepool`).
+pub const NODECLAIMS_INITIALIZED: &str = "karpenter_nodeclaims_initialized_total";
+/// NodeClaims whose termination finalizer was released (labels `nodepool`, `capacity_type`, `zone`).
+pub const NODECLAIMS_TERMINATED: &str = "karpenter_nodeclaims_terminated_total";
+/// NodeClaims deleted by a controller decision (labels `reason`, `nodepool`,
+/// `capacity_type`, `consolidation_policy`, `termination_mode`).
+pub const NODECLAIMS_DISRUPTED: &str = "karpenter_nodeclaims_disrupted_total";
+/// Nodes registered for a NodeClaim (labels `nodepool`, `zone`).
+pub const NODES_CREATED: &str = "karpenter_nodes_created_total";
+/// Nodes whose termination finalizer was released (labels `nodepool`, `zone`).
+pub const NODES_TERMINATED: &str = "karpenter_nodes_terminated_total";
+/// Eviction requests by the API server's answer (label `code`).
+pub const PODS_EVICTION_REQUESTS: &str = "karpenter_pods_eviction_requests_total";
 /// Batches handed to the provisioner, with the window's length as a histogram.
 pub const BATCH_WINDOW_DURATION: &str = "karpenter_provisioner_batch_window_duration_seconds";
 /// Pods per closed batch.

@@ -32,11 +32,12 @@ impl CreatedClaims {
         self.claims
             .iter()
             .filter(|entry| {
+                let key = ObjectKey::new(None, entry.key());
+                // Gone already counts as seen: a NodeClaim deleted (and released) within
+                // milliseconds, as after insufficient capacity, must not cover its pods.
                 entry.value().1.elapsed() < UNSEEN_NODECLAIM_GRACE
-                    && state
-                        .nodeclaims
-                        .get(&ObjectKey::new(None, entry.key()))
-                        .is_none()
+                    && state.nodeclaims.get(&key).is_none()
+                    && !state.nodeclaims.recently_deleted(&key)
             })
             .map(|entry| entry.value().0.clone())
             .collect()

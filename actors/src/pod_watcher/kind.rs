@@ -27,8 +27,7 @@ fn key_of(object: &DynamicObject) -> ObjectKey {
 }
 
 /// Watches `K` in every namespace until the stream ends (it does not, short of the task
-/// being dropped), writing into `writer` and calling `on_change` after each change is in
-/// the store.
+/// being dropped), writing into `writer` and calling `on_change` once each change is stored.
 pub async fn watch_kind<K>(
     client: Client,
     mut writer: StoreWriter<K>,
@@ -51,8 +50,8 @@ pub async fn watch_kind<K>(
                 let key = key_of(&object);
                 match object.try_parse::<K>() {
                     Ok(typed) => {
-                        // The store first: a hook's receiver reading cluster state must find
-                        // the object as the hook saw it.
+                        // Stored first: a hook's receiver reads the store and must see this
+                        // version, not the one it replaces.
                         writer.apply(key.clone(), typed);
                         if let Some(stored) = writer.store().get(&key) {
                             on_change(&stored, Change::Applied);

@@ -8,6 +8,7 @@
 //! at sync, then each as it changes, all of them again on every resync period, and all of
 //! them when this replica becomes leader (a standby skips its batches, so a new leader
 //! starts from every pending pod, as upstream's controllers do when they start leading).
+//! Node and NodeClaim changes are passed to the NodeClaim lifecycle, when one runs.
 
 mod kind;
 
@@ -26,6 +27,7 @@ use tokio::task::JoinHandle;
 use crate::batcher::Trigger;
 use crate::cluster_metrics::StartupTracker;
 use crate::launch_template_cache::{self, ReconcileNodeClass};
+use crate::lifecycle::Changed;
 use crate::mailbox::{DeliverError, Outbox};
 use crate::state::{ClusterState, Writers, is_provisionable};
 use crate::tagging::{self, TagInstance};
@@ -36,14 +38,16 @@ pub use kind::{Change, watch_kind};
 /// pods whose last solve failed (for example on insufficient capacity).
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(60);
 
-/// Where changes of the kinds the cloud provider's actors reconcile go (none without a
-/// cloud provider, or when it lacks the capability).
+/// Where changes of the kinds other actors reconcile go (none without a cloud provider, or
+/// when it lacks the capability).
 #[derive(Default)]
 pub struct CloudHooks {
     /// EC2NodeClass changes, to the LaunchTemplateCache.
     pub node_classes: Option<Outbox<ReconcileNodeClass>>,
     /// NodeClaim changes, to the Tagger.
     pub node_claims: Option<Outbox<TagInstance>>,
+    /// NodeClaim and Node changes, to the NodeClaim lifecycle.
+    pub lifecycle: Option<Outbox<Changed>>,
 }
 
 /// Starts one watch task per kind plus the resync task; they end when `shutdown` turns true.
@@ -86,18 +90,29 @@ pub fn spawn(
             hook(node_class, change);
         }
     };
-    let mut node_claim_hook = hooks
+    let lifecycle = hooks.lifecycle;
+    let node_lifecycle = lifecycle.clone();
+    let on_node = move |node: &Node, _: Change| {
+        notify(node_lifecycle.as_ref(), || Changed::Node {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        });
+    };
+    let mut tagging_hook = hooks
         .node_claims
         .map(|out| tagging::on_change(state.clone(), out));
-    let on_node_claim = move |claim: &NodeClaim, change: Change| {
-        if let Some(hook) = &mut node_claim_hook {
+    let on_nodeclaim = move |claim: &NodeClaim, change: Change| {
+        notify(lifecycle.as_ref(), || {
+            Changed::NodeClaim(claim.metadata.name.clone().unwrap_or_default())
+        });
+        if let Some(hook) = &mut tagging_hook {
             hook(claim, change);
         }
     };
     vec![
         spawn_kind(client, pods, on_pod, shutdown),
-        spawn_kind::<Node>(client, nodes, ignore, shutdown),
-        spawn_kind::<NodeClaim>(client, nodeclaims, on_node_claim, shutdown),
+        spawn_kind::<Node>(client, nodes, on_node, shutdown),
+        spawn_kind::<NodeClaim>(client, nodeclaims, on_nodeclaim, shutdown),
         spawn_kind::<NodePool>(client, nodepools, ignore, shutdown),
         spawn_kind::<EC2NodeClass>(client, nodeclasses, on_node_class, shutdown),
         spawn_kind::<DaemonSet>(client, daemonsets, ignore, shutdown),
@@ -151,6 +166,18 @@ fn trigger(batcher: &Outbox<Trigger>, pod: &Pod) {
         // Counted by the outbox; the resync will trigger the pod again.
         Err(DeliverError::Full(_)) => {}
         Err(err @ DeliverError::Closed(_)) => tracing::warn!(error = %err, "triggering batcher"),
+    }
+}
+
+/// Tells the lifecycle about a change; a full mailbox drops it (counted), and the
+/// lifecycle's periodic resync repairs the drop.
+fn notify(lifecycle: Option<&Outbox<Changed>>, change: impl FnOnce() -> Changed) {
+    let Some(lifecycle) = lifecycle else {
+        return;
+    };
+    match lifecycle.try_deliver(change()) {
+        Ok(()) | Err(DeliverError::Full(_)) => {}
+        Err(err @ DeliverError::Closed(_)) => tracing::debug!(error = %err, "notifying lifecycle"),
     }
 }
 

@@ -1,17 +1,25 @@
 //! One kind's store: objects by namespace/name, whether the initial list has completed, and
 //! the one writer allowed to change it. A relist (the watch restarting after a 410 or a
 //! dropped connection) replaces the contents wholesale at its end, so objects deleted while
-//! the watch was down disappear too.
+//! the watch was down disappear too. Deleted keys are remembered for a while, so a reader
+//! can tell an object the watch has not delivered yet from one that came and went.
 
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 
 use super::ClusterState;
 use crate::metrics::CLUSTER_STATE_OBJECTS;
+
+/// How long a deleted object's key is remembered ([`Store::recently_deleted`]).
+pub const TOMBSTONE_RETENTION: Duration = Duration::from_secs(60);
+
+/// Deletions between two sweeps of expired tombstones: sweeping scans them all.
+const TOMBSTONE_SWEEP_EVERY: u32 = 256;
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -36,6 +44,7 @@ impl fmt::Display for ObjectKey {
 pub struct Store<K> {
     kind: &'static str,
     objects: DashMap<ObjectKey, Arc<K>>,
+    tombstones: DashMap<ObjectKey, Instant>,
     synced: AtomicBool,
 }
 
@@ -54,6 +63,7 @@ impl<K> Store<K> {
         Self {
             kind,
             objects: DashMap::new(),
+            tombstones: DashMap::new(),
             synced: AtomicBool::new(false),
         }
     }
@@ -79,6 +89,14 @@ impl<K> Store<K> {
         self.objects.is_empty()
     }
 
+    /// Whether an object under `key` was deleted within [`TOMBSTONE_RETENTION`] and not
+    /// created again since.
+    pub fn recently_deleted(&self, key: &ObjectKey) -> bool {
+        self.tombstones
+            .get(key)
+            .is_some_and(|at| at.elapsed() < TOMBSTONE_RETENTION)
+    }
+
     pub fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
@@ -97,6 +115,7 @@ pub struct StoreWriter<K> {
     state: Arc<ClusterState>,
     store: fn(&ClusterState) -> &Store<K>,
     relist: Option<HashSet<ObjectKey>>,
+    deletions: u32,
 }
 
 impl<K> fmt::Debug for StoreWriter<K> {
@@ -113,6 +132,7 @@ impl<K> StoreWriter<K> {
             state: state.clone(),
             store,
             relist: None,
+            deletions: 0,
         }
     }
 
@@ -125,6 +145,7 @@ impl<K> StoreWriter<K> {
         if let Some(seen) = &mut self.relist {
             seen.insert(key.clone());
         }
+        self.store().tombstones.remove(&key);
         self.store().objects.insert(key, Arc::new(object));
         self.store().publish_len();
     }
@@ -132,6 +153,9 @@ impl<K> StoreWriter<K> {
     /// Removes an object; returns what was stored.
     pub fn delete(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
         let removed = self.store().objects.remove(key).map(|(_, o)| o);
+        if removed.is_some() {
+            self.bury(key.clone());
+        }
         self.store().publish_len();
         removed
     }
@@ -144,11 +168,34 @@ impl<K> StoreWriter<K> {
     /// A (re)list ended: drops what it did not list and marks the store synced.
     pub fn finish_relist(&mut self) {
         if let Some(seen) = self.relist.take() {
-            self.store().objects.retain(|k, _| seen.contains(k));
+            let mut gone = Vec::new();
+            self.store().objects.retain(|k, _| {
+                let listed = seen.contains(k);
+                if !listed {
+                    gone.push(k.clone());
+                }
+                listed
+            });
+            for key in gone {
+                self.bury(key);
+            }
         }
         self.store().publish_len();
         self.store().synced.store(true, Ordering::Release);
         self.state.store_synced();
+    }
+
+    fn bury(&mut self, key: ObjectKey) {
+        self.deletions += 1;
+        let sweep = self.deletions >= TOMBSTONE_SWEEP_EVERY;
+        if sweep {
+            self.deletions = 0;
+        }
+        let tombstones = &self.store().tombstones;
+        tombstones.insert(key, Instant::now());
+        if sweep {
+            tombstones.retain(|_, at| at.elapsed() < TOMBSTONE_RETENTION);
+        }
     }
 
     /// An object seen during a relist that could not be read: it must not survive the
@@ -215,6 +262,25 @@ mod tests {
         assert!(!state.synced());
         storage_classes.finish_relist();
         assert!(state.synced());
+    }
+
+    #[test]
+    fn deleted_keys_are_remembered_until_created_again() {
+        let (state, mut w) = ClusterState::new();
+        let a = ObjectKey::new(None, "a");
+        assert!(!state.nodes.recently_deleted(&a), "never seen");
+        w.nodes.apply(a.clone(), node("a"));
+        assert!(!state.nodes.recently_deleted(&a));
+        w.nodes.delete(&a);
+        assert!(state.nodes.recently_deleted(&a));
+        w.nodes.apply(a.clone(), node("a"));
+        assert!(!state.nodes.recently_deleted(&a), "created again");
+        w.nodes.begin_relist();
+        w.nodes.finish_relist();
+        assert!(
+            state.nodes.recently_deleted(&a),
+            "a relist that no longer lists it deleted it"
+        );
     }
 
     #[test]

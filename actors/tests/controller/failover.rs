@@ -59,7 +59,7 @@ fn the_standby_takes_over_and_provisions_only_what_the_leader_did_not() {
         h.server
             .faults()
             .fail_requests(1.0, InjectedError::ServerError);
-        a.stop().await;
+        a.stop_within(STALLED_DRAIN).await;
         h.server.faults().clear();
         assert_eq!(holder(&h.client).await.as_deref(), Some("a"));
 
@@ -89,7 +89,7 @@ fn the_standby_takes_over_and_provisions_only_what_the_leader_did_not() {
             "after failover: {claims:#?}\nuninterrupted: {reference:#?}"
         );
         assert_eq!(pods_covered(&claims), pods_covered(&reference));
-        b.stop().await;
+        b.stop_within(STALLED_DRAIN).await;
         h.stop().await;
     });
 }

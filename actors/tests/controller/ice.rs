@@ -123,14 +123,13 @@ fn a_refused_offering_is_planned_around_and_the_pod_launches_on_another() {
         let claim = api.get(&refused).await.expect("created");
         assert_eq!(capacity_types(&claim), ["on-demand", "spot"]);
 
-        // The refused offerings are marked before the NodeClaim is deleted; a deleting
-        // NodeClaim (held by its termination finalizer) is no longer capacity.
+        // The refused offerings are marked before the NodeClaim is deleted; the lifecycle
+        // releases a NodeClaim that never launched at once, and a deleting or deleted
+        // NodeClaim is no longer capacity.
         let state = daemon.state.clone();
-        eventually("the unlaunchable nodeclaim is being deleted", || {
-            state
-                .nodeclaims
-                .get(&ObjectKey::new(None, &refused))
-                .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+        let key = ObjectKey::new(None, &refused);
+        eventually("the unlaunchable nodeclaim is deleted and released", || {
+            state.nodeclaims.get(&key).is_none() && state.nodeclaims.recently_deleted(&key)
         })
         .await;
         for zone in ZONES {
@@ -140,26 +139,6 @@ fn a_refused_offering_is_planned_around_and_the_pod_launches_on_another() {
             );
             assert!(!offerings.is_unavailable(INSTANCE_TYPE, zone, "on-demand", &[]));
         }
-
-        // The termination flow releases a NodeClaim that never launched at once; gone from
-        // the API before the next round, it must not count as capacity either.
-        cluster
-            .patch(
-                "karpenter.sh/v1",
-                "nodeclaims",
-                None,
-                &refused,
-                kerf_loadtest::apiserver::PatchKind::Merge,
-                &json!({"metadata": {"finalizers": null}}),
-            )
-            .expect("finalizer removed");
-        eventually("the unlaunchable nodeclaim is gone", || {
-            state
-                .nodeclaims
-                .get(&ObjectKey::new(None, &refused))
-                .is_none()
-        })
-        .await;
 
         // kube-scheduler judges the pod again; the new message makes it a real update.
         cluster

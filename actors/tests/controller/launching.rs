@@ -173,8 +173,7 @@ fn unschedulable_pods_get_launched_nodeclaims() {
         assert!(second.nodeclaims.is_empty(), "{second:?}");
 
         // The simulated kubelets boot every launched instance into a Node with its
-        // providerID. (Binding the pods needs the registration step, which lifts the
-        // `karpenter.sh/unregistered` taint; it is not part of the controller yet.)
+        // providerID. (Registration and binding are covered in `lifecycle.rs`.)
         let kubelets = kubelet::start(h.client.clone(), provider, kubelet::KubeletConfig::fast());
         let provider_ids: Vec<String> = api
             .list(&ListParams::default())
@@ -196,7 +195,11 @@ fn unschedulable_pods_get_launched_nodeclaims() {
         // The provisioner counts its NodeClaims as capacity: no second one for these pods.
         let claims = api.list(&ListParams::default()).await.expect("list");
         assert_eq!(claims.items.len(), round.nodeclaims.len());
-        assert_eq!(bound_pods(&cluster), 0, "nothing binds before registration");
+        assert_eq!(
+            bound_pods(&cluster),
+            0,
+            "no scheduler runs here to bind them"
+        );
 
         kubelets.stop();
         daemon.stop().await;

@@ -122,6 +122,6 @@ async fn limit_then_raise(ec2: Ec2Config) {
         "every pod covered once"
     );
 
-    daemon.stop().await;
+    daemon.stop_within(STALLED_DRAIN).await;
     h.stop().await;
 }

@@ -8,6 +8,7 @@ mod failover;
 mod ice;
 mod launching;
 mod leader;
+mod lifecycle;
 mod limits;
 mod malformed;
 mod mixed;

@@ -410,6 +410,6 @@ async fn mixed_workload(ec2: Ec2Config, retry_in_flight: bool) {
         assert_eq!(nodeclaims(&client).await.len(), claims.len());
     }
 
-    daemon.stop().await;
+    daemon.stop_within(STALLED_DRAIN).await;
     h.stop().await;
 }

@@ -31,7 +31,7 @@ fn a_restart_mid_batch_creates_no_duplicate_nodeclaims() {
 
         // The second batch's window is open when the controller goes.
         create_pending_pods(&cluster, "second", SECOND, BATCH_POD_CPU, BATCH_POD_MEMORY);
-        daemon.stop().await;
+        daemon.stop_within(STALLED_DRAIN).await;
         let daemon = start_provisioner(&h, cloud).await;
         let mut rounds = daemon.rounds.clone();
         let last = round_where(&mut rounds, "every pod", |r| {
@@ -55,7 +55,7 @@ fn a_restart_mid_batch_creates_no_duplicate_nodeclaims() {
             "restarted: {claims:#?}\nuninterrupted: {reference:#?}"
         );
         assert_eq!(pods_covered(&claims), pods_covered(&reference));
-        daemon.stop().await;
+        daemon.stop_within(STALLED_DRAIN).await;
         h.stop().await;
     });
 }

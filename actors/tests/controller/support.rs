@@ -18,6 +18,7 @@ use kerf::plan::inventory::Inventory;
 use kerf::plan::snapshot;
 use kerf::scheduling::{self, SchedulingResult};
 use kerf_actors::leader::Timing;
+use kerf_actors::lifecycle::LifecycleConfig;
 use kerf_actors::provisioner::{MAX_INSTANCE_TYPES, Round};
 use kerf_actors::{Cloud, Daemon, Environment, Settings, ValidSettings};
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
@@ -29,6 +30,10 @@ use kube::runtime::wait::await_condition;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
+
+/// How long tests whose launches are stalled let a stopping daemon wait for them: not at
+/// all, since they never finish (the daemon's own bound is 30 s).
+pub const STALLED_DRAIN: Duration = Duration::ZERO;
 
 /// Guard against hangs only; every wait below normally completes in milliseconds.
 pub const PATIENCE: Duration = Duration::from_secs(20);
@@ -191,6 +196,43 @@ pub async fn start_daemon_with(
     )
     .await
     .expect("daemon starts")
+}
+
+/// The daemon launching into `cloud` with the NodeClaim lifecycle's timings `lifecycle`.
+pub async fn start_daemon_with_lifecycle(
+    harness: &Harness,
+    settings: ValidSettings,
+    identity: &str,
+    cloud: Cloud,
+    lifecycle: LifecycleConfig,
+) -> Daemon {
+    Daemon::start_with_lifecycle(
+        settings,
+        Environment {
+            client: harness.client.clone(),
+            namespace: "karpenter".into(),
+            identity: identity.into(),
+            leader_timing: FAST_LEASE,
+            bind: Ipv4Addr::LOCALHOST,
+            cloud: Some(cloud),
+        },
+        lifecycle,
+    )
+    .await
+    .expect("daemon starts")
+}
+
+/// Lifecycle timings for tests: upstream's TTLs, with requeues and backoff in milliseconds.
+pub fn fast_lifecycle() -> LifecycleConfig {
+    LifecycleConfig {
+        resync_period: Duration::from_secs(2),
+        drain_requeue: Duration::from_millis(50),
+        instance_requeue: Duration::from_millis(50),
+        eviction_timeout: Duration::from_millis(300),
+        backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(500),
+        ..LifecycleConfig::default()
+    }
 }
 
 /// Polls `condition` until it holds, failing the test after [`PATIENCE`].
@@ -586,7 +628,7 @@ pub async fn uninterrupted_two_batches(first: usize, second: usize) -> Vec<NodeC
     })
     .await;
     let claims = nodeclaims(&h.client).await;
-    daemon.stop().await;
+    daemon.stop_within(STALLED_DRAIN).await;
     h.stop().await;
     claims
 }

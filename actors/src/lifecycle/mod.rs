@@ -1,0 +1,401 @@
+//! The NodeClaim lifecycle after launch, as upstream Karpenter's `nodeclaim.lifecycle` and
+//! `node.termination` controllers run it: registration (the Node with the NodeClaim's
+//! providerID is synced and its `karpenter.sh/unregistered` taint lifted, so pods can bind),
+//! initialization (Ready, startup and ephemeral taints gone, requested resources
+//! registered → `Initialized`, then `Ready`), liveness (deleting NodeClaims that do not launch
+//! or register in time) and the termination finalizers of NodeClaims and Nodes.
+//!
+//! One actor, [`NodeClaimLifecycle`], drives small reconcile functions. The PodWatcher's
+//! Node and NodeClaim hooks tell it what changed ([`Changed`], sent with `try_deliver`: a
+//! drop is repaired by the periodic resync); it keeps a deduplicated queue of targets and
+//! runs at most [`MAX_CONCURRENT_RECONCILES`] at once, never two for the same target, each
+//! reading cluster state afresh. A reconcile that asks to be run again (a TTL, a drain in
+//! progress) or fails (with exponential backoff) is scheduled on tokio time. Only the leader
+//! reconciles, and only once cluster state has synced; gaining leadership resyncs.
+
+mod conditions;
+mod finalize;
+mod initialization;
+mod liveness;
+mod patch;
+mod queue;
+mod reconcile;
+mod registration;
+mod termination;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use actix::prelude::*;
+use kerf::cloudprovider::CloudProvider;
+use kube::Client;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::mailbox::MailboxDepth;
+use crate::state::ClusterState;
+use queue::WorkQueue;
+use reconcile::{Outcome, ReconcileError, Reconciler, is_managed};
+use termination::has_termination_finalizer;
+
+pub use conditions::ConditionSet;
+pub use liveness::{LAUNCH_TIMEOUT_REASON, REGISTRATION_TIMEOUT_REASON};
+
+/// Each message only names an object and is handled in microseconds (queued, deduplicated),
+/// so the mailbox fills only in bursts such as a relist of every Node; 1024 absorbs a large
+/// cluster's burst, and anything dropped beyond it is picked up by the next resync.
+pub const LIFECYCLE_MAILBOX_CAPACITY: usize = 1024;
+
+/// Reconciles in flight at once. Each is a handful of API calls; this bounds the load on
+/// the API server while hundreds of Nodes register after a scale-up.
+pub const MAX_CONCURRENT_RECONCILES: usize = 32;
+
+/// Timings of the lifecycle. The defaults are upstream's; tests shorten them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LifecycleConfig {
+    /// A NodeClaim not launched this long after creation (or after its last failed launch)
+    /// is deleted.
+    pub launch_ttl: Duration,
+    /// A launched NodeClaim whose Node has not registered this long is deleted.
+    pub registration_ttl: Duration,
+    /// Every NodeClaim and terminating Node is reconciled again this often.
+    pub resync_period: Duration,
+    /// A drain (or a NodeClaim waiting for its Node to go) is looked at again this often.
+    pub drain_requeue: Duration,
+    /// An instance being terminated is checked again this often.
+    pub instance_requeue: Duration,
+    /// The longest one eviction request may take (see [`finalize`]).
+    pub eviction_timeout: Duration,
+    /// First retry delay after a failed reconcile; doubled per failure up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for LifecycleConfig {
+    fn default() -> Self {
+        Self {
+            launch_ttl: Duration::from_secs(5 * 60),
+            registration_ttl: Duration::from_secs(15 * 60),
+            resync_period: Duration::from_secs(60),
+            drain_requeue: Duration::from_secs(1),
+            instance_requeue: Duration::from_secs(5),
+            eviction_timeout: Duration::from_secs(5),
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+impl LifecycleConfig {
+    fn ttls(&self) -> liveness::Ttls {
+        liveness::Ttls {
+            launch: self.launch_ttl,
+            registration: self.registration_ttl,
+        }
+    }
+
+    /// Delay before the `failures`-th retry.
+    fn backoff_after(&self, failures: u32) -> Duration {
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1));
+        self.backoff.saturating_mul(factor).min(self.max_backoff)
+    }
+}
+
+/// Running totals, for reports and tests.
+#[derive(Debug, Default)]
+pub struct LifecycleStats {
+    evictions_blocked: AtomicU64,
+}
+
+impl LifecycleStats {
+    /// Evictions a disruption budget refused (or that were still being retried by the
+    /// client when their time ran out).
+    pub fn evictions_blocked(&self) -> u64 {
+        self.evictions_blocked.load(Ordering::Relaxed)
+    }
+
+    fn record_blocked_eviction(&self) {
+        self.evictions_blocked.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// An object the lifecycle may have to act on changed.
+#[derive(Message, Debug, Clone, PartialEq, Eq)]
+#[rtype(result = "()")]
+pub enum Changed {
+    NodeClaim(String),
+    /// The providerID ties the Node to its NodeClaim even once the Node is gone.
+    Node {
+        name: String,
+        provider_id: Option<String>,
+    },
+}
+
+/// What one reconcile works on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Target {
+    NodeClaim(String),
+    /// A deleting Node holding the termination finalizer.
+    Node(String),
+}
+
+/// The actor.
+pub struct NodeClaimLifecycle {
+    reconciler: Arc<Reconciler>,
+    leader: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
+    depth: MailboxDepth,
+    queue: WorkQueue<Target>,
+    failures: HashMap<Target, u32>,
+    /// The earliest scheduled rerun of each target.
+    timers: HashMap<Target, (Instant, SpawnHandle)>,
+}
+
+/// What the actor needs from the daemon.
+pub struct LifecycleDeps {
+    pub state: Arc<ClusterState>,
+    pub client: Client,
+    pub cloud: Arc<dyn CloudProvider>,
+    pub leader: watch::Receiver<bool>,
+    pub shutdown: watch::Receiver<bool>,
+    pub depth: MailboxDepth,
+}
+
+impl NodeClaimLifecycle {
+    pub fn new(deps: LifecycleDeps, config: LifecycleConfig) -> (Self, Arc<LifecycleStats>) {
+        let stats = Arc::new(LifecycleStats::default());
+        let reconciler = Reconciler::new(
+            deps.state,
+            deps.client,
+            deps.cloud,
+            config,
+            Arc::clone(&stats),
+        );
+        let actor = Self {
+            reconciler: Arc::new(reconciler),
+            leader: deps.leader,
+            shutdown: deps.shutdown,
+            depth: deps.depth,
+            queue: WorkQueue::default(),
+            failures: HashMap::new(),
+            timers: HashMap::new(),
+        };
+        (actor, stats)
+    }
+
+    /// Starts the actor with its bounded mailbox.
+    pub fn start_bounded(self) -> Addr<Self> {
+        Self::create(|ctx| {
+            ctx.set_mailbox_capacity(LIFECYCLE_MAILBOX_CAPACITY);
+            self
+        })
+    }
+
+    fn can_reconcile(&self) -> bool {
+        *self.leader.borrow() && self.reconciler.state.synced() && !*self.shutdown.borrow()
+    }
+
+    fn enqueue(&mut self, target: Target) {
+        self.queue.add(target);
+    }
+
+    /// Every NodeClaim and every Node waiting for this controller's finalizer.
+    fn resync(&mut self, ctx: &mut Context<Self>) {
+        if !self.can_reconcile() {
+            return;
+        }
+        let state = Arc::clone(&self.reconciler.state);
+        for claim in state.nodeclaims.snapshot() {
+            if is_managed(&claim) {
+                self.enqueue(Target::NodeClaim(claim.name().to_owned()));
+            }
+        }
+        for node in state.nodes.snapshot() {
+            if is_terminating(&node) {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                self.enqueue(Target::Node(name));
+            }
+        }
+        self.pump(ctx);
+    }
+
+    /// Starts queued reconciles up to the concurrency limit.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        if !self.can_reconcile() {
+            // A new leader resyncs everything; nothing queued now is worth keeping.
+            self.queue.clear_waiting();
+            return;
+        }
+        while let Some(target) = self.queue.start_next(MAX_CONCURRENT_RECONCILES) {
+            let reconciler = Arc::clone(&self.reconciler);
+            let running = target.clone();
+            let work = async move { reconcile::run(&reconciler, &running).await };
+            ctx.spawn(
+                work.into_actor(self)
+                    .map(move |result, act, ctx| act.finished(target, result, ctx)),
+            );
+        }
+    }
+
+    fn finished(
+        &mut self,
+        target: Target,
+        result: Result<Outcome, ReconcileError>,
+        ctx: &mut Context<Self>,
+    ) {
+        match result {
+            Ok(outcome) => {
+                self.failures.remove(&target);
+                if let Some(delay) = outcome.requeue_after {
+                    self.schedule(target.clone(), delay, ctx);
+                }
+            }
+            Err(error) => {
+                let failures = self.failures.entry(target.clone()).or_insert(0);
+                *failures += 1;
+                let delay = self.reconciler.config.backoff_after(*failures);
+                if error.is_conflict() {
+                    tracing::debug!(?target, %error, "conflict; retrying");
+                } else {
+                    tracing::warn!(?target, %error, retry_in = ?delay, "lifecycle reconcile failed");
+                }
+                self.schedule(target.clone(), delay, ctx);
+            }
+        }
+        self.queue.finish(&target);
+        self.pump(ctx);
+    }
+
+    /// Runs `target` again after `delay`, unless an earlier rerun is already scheduled.
+    fn schedule(&mut self, target: Target, delay: Duration, ctx: &mut Context<Self>) {
+        let due = Instant::now() + delay;
+        if let Some((scheduled, handle)) = self.timers.get(&target) {
+            if *scheduled <= due {
+                return;
+            }
+            ctx.cancel_future(*handle);
+        }
+        let rerun = target.clone();
+        let handle = ctx.run_later(delay, move |act, ctx| {
+            act.timers.remove(&rerun);
+            act.enqueue(rerun);
+            act.pump(ctx);
+        });
+        self.timers.insert(target, (due, handle));
+    }
+
+    /// The targets a change concerns.
+    fn targets(&self, change: Changed) -> Vec<Target> {
+        match change {
+            Changed::NodeClaim(name) => vec![Target::NodeClaim(name)],
+            Changed::Node { name, provider_id } => {
+                let mut targets = Vec::new();
+                let node = self.reconciler.node(&name);
+                if node.as_deref().is_some_and(is_terminating) {
+                    targets.push(Target::Node(name.clone()));
+                }
+                let claims = provider_id
+                    .as_deref()
+                    .map(|id| self.reconciler.nodeclaims_of(id))
+                    .unwrap_or_default();
+                if claims.is_empty()
+                    && node
+                        .as_deref()
+                        .is_some_and(registration::has_unregistered_taint)
+                {
+                    // As upstream: a Node no NodeClaim launched is not ours to register.
+                    tracing::debug!(node = %name, "unregistered node without a nodeclaim");
+                }
+                targets.extend(
+                    claims
+                        .iter()
+                        .map(|c| Target::NodeClaim(c.name().to_owned())),
+                );
+                targets
+            }
+        }
+    }
+
+    fn watch_leadership(&self, ctx: &mut Context<Self>) {
+        let mut leader = self.leader.clone();
+        let changed = async move { leader.changed().await.is_ok() };
+        ctx.spawn(changed.into_actor(self).map(|open, act, ctx| {
+            if !open {
+                // Without an election the value never changes again.
+                return;
+            }
+            act.resync(ctx);
+            act.watch_leadership(ctx);
+        }));
+    }
+}
+
+/// A deleting Node still holding this controller's finalizer.
+fn is_terminating(node: &k8s_openapi::api::core::v1::Node) -> bool {
+    node.metadata.deletion_timestamp.is_some()
+        && has_termination_finalizer(node.metadata.finalizers.as_ref())
+}
+
+impl Actor for NodeClaimLifecycle {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let state = Arc::clone(&self.reconciler.state);
+        ctx.spawn(
+            async move { state.wait_synced().await }
+                .into_actor(self)
+                .map(|(), act, ctx| act.resync(ctx)),
+        );
+        ctx.run_interval(self.reconciler.config.resync_period, |act, ctx| {
+            act.resync(ctx);
+        });
+        self.watch_leadership(ctx);
+        let mut shutdown = self.shutdown.clone();
+        ctx.spawn(
+            async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            }
+            .into_actor(self)
+            .map(|(), _act, ctx| ctx.stop()),
+        );
+    }
+}
+
+impl Handler<Changed> for NodeClaimLifecycle {
+    type Result = ();
+
+    fn handle(&mut self, change: Changed, ctx: &mut Context<Self>) {
+        self.depth.taken();
+        if !self.can_reconcile() {
+            return;
+        }
+        for target in self.targets(change) {
+            self.enqueue(target);
+        }
+        self.pump(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let config = LifecycleConfig::default();
+        assert_eq!(config.backoff_after(1), Duration::from_secs(1));
+        assert_eq!(config.backoff_after(2), Duration::from_secs(2));
+        assert_eq!(config.backoff_after(4), Duration::from_secs(8));
+        assert_eq!(config.backoff_after(10), Duration::from_secs(60));
+        assert_eq!(config.backoff_after(u32::MAX), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn defaults_are_upstreams() {
+        let config = LifecycleConfig::default();
+        assert_eq!(config.launch_ttl, Duration::from_secs(300));
+        assert_eq!(config.registration_ttl, Duration::from_secs(900));
+    }
+}

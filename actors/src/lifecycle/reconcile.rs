@@ -1,0 +1,458 @@
+//! One reconcile of one target, reading cluster state and writing through the API: a live
+//! NodeClaim goes through registration, initialization and liveness and gets its status
+//! written once, a deleting NodeClaim or Node goes to [`super::finalize`]. Decisions come
+//! from the pure modules beside this one; this file only reads, calls and writes. Every
+//! write that replaces a list is locked to the version read ([`super::patch::locked`]), so
+//! a reconcile working from a stale copy fails with 409 and is simply run again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kerf::api::NodeClaim;
+use kerf::api::condition::types;
+use kerf::cloudprovider::{CloudProvider, CloudProviderError};
+use kerf::labels;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use super::conditions::ConditionSet;
+use super::initialization::{self, Awaiting};
+use super::liveness::{self, Verdict};
+use super::registration::{lacks_unregistered_taint, nodes_for, registered_node};
+use super::termination::has_termination_finalizer;
+use super::{LifecycleConfig, LifecycleStats, Target, finalize, patch};
+use crate::metrics::{
+    NODECLAIMS_DISRUPTED, NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED,
+};
+use crate::state::{ClusterState, ObjectKey};
+
+/// What a reconcile asks of the actor besides being run again on the next change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Run again after this long even if nothing changes (a TTL, a drain in progress).
+    pub requeue_after: Option<Duration>,
+}
+
+impl Outcome {
+    pub const DONE: Outcome = Outcome {
+        requeue_after: None,
+    };
+
+    pub fn after(delay: Duration) -> Self {
+        Self {
+            requeue_after: Some(delay),
+        }
+    }
+}
+
+/// Why a reconcile failed; it is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("patching node {node}: {source}")]
+    PatchNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("patching nodeclaim {nodeclaim}: {source}")]
+    PatchNodeClaim {
+        nodeclaim: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing the status of nodeclaim {nodeclaim}: {source}")]
+    PatchNodeClaimStatus {
+        nodeclaim: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting nodeclaim {nodeclaim}: {source}")]
+    DeleteNodeClaim {
+        nodeclaim: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting node {node}: {source}")]
+    DeleteNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("terminating the instance of nodeclaim {nodeclaim}: {source}")]
+    TerminateInstance {
+        nodeclaim: String,
+        #[source]
+        source: CloudProviderError,
+    },
+    #[error("looking up the instance of node {node}: {source}")]
+    GetInstance {
+        node: String,
+        #[source]
+        source: CloudProviderError,
+    },
+}
+
+impl ReconcileError {
+    /// A write refused because the object changed since it was read: routine, retried.
+    pub fn is_conflict(&self) -> bool {
+        let source = match self {
+            Self::PatchNode { source, .. }
+            | Self::PatchNodeClaim { source, .. }
+            | Self::PatchNodeClaimStatus { source, .. }
+            | Self::DeleteNodeClaim { source, .. }
+            | Self::DeleteNode { source, .. } => source,
+            Self::TerminateInstance { .. } | Self::GetInstance { .. } => return false,
+        };
+        is_status(source, 409)
+    }
+}
+
+pub fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
+
+/// What every reconcile works with.
+pub struct Reconciler {
+    pub state: Arc<ClusterState>,
+    pub client: Client,
+    pub nodes: Api<Node>,
+    pub nodeclaims: Api<NodeClaim>,
+    pub cloud: Arc<dyn CloudProvider>,
+    pub config: LifecycleConfig,
+    pub stats: Arc<LifecycleStats>,
+}
+
+impl Reconciler {
+    pub fn new(
+        state: Arc<ClusterState>,
+        client: Client,
+        cloud: Arc<dyn CloudProvider>,
+        config: LifecycleConfig,
+        stats: Arc<LifecycleStats>,
+    ) -> Self {
+        Self {
+            state,
+            nodes: Api::all(client.clone()),
+            nodeclaims: Api::all(client.clone()),
+            client,
+            cloud,
+            config,
+            stats,
+        }
+    }
+
+    pub fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
+        self.state.nodeclaims.get(&ObjectKey::new(None, name))
+    }
+
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.state.nodes.get(&ObjectKey::new(None, name))
+    }
+
+    /// The Nodes registered with `claim`'s providerID.
+    pub fn nodes_of(&self, claim: &NodeClaim) -> Vec<Arc<Node>> {
+        claim
+            .provider_id()
+            .map(|id| nodes_for(id, &self.state.nodes.snapshot()))
+            .unwrap_or_default()
+    }
+
+    /// The NodeClaims launched with `provider_id`.
+    pub fn nodeclaims_of(&self, provider_id: &str) -> Vec<Arc<NodeClaim>> {
+        self.state
+            .nodeclaims
+            .snapshot()
+            .into_iter()
+            .filter(|c| c.provider_id() == Some(provider_id))
+            .collect()
+    }
+}
+
+/// Reconciles one target.
+pub async fn run(r: &Reconciler, target: &Target) -> Result<Outcome, ReconcileError> {
+    match target {
+        Target::NodeClaim(name) => nodeclaim(r, name).await,
+        Target::Node(name) => finalize::node(r, name).await,
+    }
+}
+
+/// NodeClaims of node classes kerf provides (upstream's "managed" check).
+pub fn is_managed(claim: &NodeClaim) -> bool {
+    let class = claim.node_class_ref();
+    class.group == labels::AWS_GROUP && class.kind == "EC2NodeClass"
+}
+
+async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError> {
+    let Some(claim) = r.nodeclaim(name) else {
+        return Ok(Outcome::DONE);
+    };
+    if !is_managed(&claim) {
+        return Ok(Outcome::DONE);
+    }
+    if claim.metadata.deletion_timestamp.is_some() {
+        return finalize::nodeclaim(r, &claim).await;
+    }
+    if !has_termination_finalizer(claim.metadata.finalizers.as_ref()) {
+        // Nothing may be launched without the finalizer that guarantees its cleanup; the
+        // write's watch event runs the rest.
+        add_finalizer(r, &claim).await?;
+        return Ok(Outcome::DONE);
+    }
+    let now = Timestamp::now();
+    let mut judged = (*claim).clone();
+    if claim.is_condition_true(types::LAUNCHED) {
+        let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now);
+        let mut node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
+        let node = register(r, &claim, &mut set, &mut node_name).await?;
+        initialize(r, &claim, &mut set, node.as_ref()).await?;
+        let status = judged.status.get_or_insert_with(Default::default);
+        status.conditions = set.into_vec();
+        status.node_name = node_name;
+    }
+    match liveness::judge(&judged, r.config.ttls(), now) {
+        Verdict::TimedOut { reason, ttl } => {
+            delete_for_timeout(r, &claim, reason, ttl).await?;
+            Ok(Outcome::DONE)
+        }
+        Verdict::Waiting { remaining } => {
+            write_status(r, &claim, &judged).await?;
+            Ok(Outcome::after(remaining))
+        }
+        Verdict::Registered => {
+            write_status(r, &claim, &judged).await?;
+            Ok(Outcome::DONE)
+        }
+    }
+}
+
+async fn add_finalizer(r: &Reconciler, claim: &NodeClaim) -> Result<(), ReconcileError> {
+    let mut wanted = claim.clone();
+    wanted
+        .metadata
+        .finalizers
+        .get_or_insert_with(Vec::new)
+        .push(labels::TERMINATION_FINALIZER.to_owned());
+    let Some(body) = patch::locked(claim, &wanted, claim.metadata.resource_version.as_deref())
+    else {
+        return Ok(());
+    };
+    r.nodeclaims
+        .patch(claim.name(), &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .map_err(|source| ReconcileError::PatchNodeClaim {
+            nodeclaim: claim.name().to_owned(),
+            source,
+        })?;
+    Ok(())
+}
+
+/// Registers `claim`'s Node if it has one; returns the Node as it now is.
+async fn register(
+    r: &Reconciler,
+    claim: &NodeClaim,
+    set: &mut ConditionSet,
+    node_name: &mut Option<String>,
+) -> Result<Option<Node>, ReconcileError> {
+    let nodes = r.nodes_of(claim);
+    if set.is_true(types::REGISTERED) {
+        return Ok(single(nodes));
+    }
+    let node = match nodes.as_slice() {
+        [] => {
+            let awaiting = Awaiting::node_not_found();
+            set.set_unknown(types::REGISTERED, awaiting.reason, &awaiting.message);
+            return Ok(None);
+        }
+        [node] => node,
+        _ => {
+            set.set_false(
+                types::REGISTERED,
+                "MultipleNodesFound",
+                "Invariant violated, matched multiple nodes",
+            );
+            return Ok(None);
+        }
+    };
+    let name = node.name_any();
+    if lacks_unregistered_taint(node) {
+        tracing::error!(
+            nodeclaim = claim.name(),
+            node = %name,
+            taint = labels::UNREGISTERED_TAINT,
+            "node registered without the taint that prevents registration races"
+        );
+    }
+    let wanted = registered_node(claim, node);
+    let registered =
+        match patch::locked(&**node, &wanted, node.metadata.resource_version.as_deref()) {
+            Some(body) => r
+                .nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(body))
+                .await
+                .map_err(|source| ReconcileError::PatchNode {
+                    node: name.clone(),
+                    source,
+                })?,
+            None => (**node).clone(),
+        };
+    set.set_true(types::REGISTERED);
+    *node_name = Some(name);
+    Ok(Some(registered))
+}
+
+fn single(mut nodes: Vec<Arc<Node>>) -> Option<Node> {
+    (nodes.len() == 1).then(|| (*nodes.remove(0)).clone())
+}
+
+/// Marks `claim` initialized once its registered `node` is.
+async fn initialize(
+    r: &Reconciler,
+    claim: &NodeClaim,
+    set: &mut ConditionSet,
+    node: Option<&Node>,
+) -> Result<(), ReconcileError> {
+    if !set.is_true(types::REGISTERED) || set.is_true(types::INITIALIZED) {
+        return Ok(());
+    }
+    let Some(node) = node else {
+        let awaiting = Awaiting::node_not_found();
+        set.set_unknown(types::INITIALIZED, awaiting.reason, &awaiting.message);
+        return Ok(());
+    };
+    if let Err(awaiting) = initialization::check(claim, node) {
+        set.set_unknown(types::INITIALIZED, awaiting.reason, &awaiting.message);
+        return Ok(());
+    }
+    let labelled = node
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.get(labels::INITIALIZED).map(String::as_str) == Some("true"));
+    if !labelled {
+        let name = node.name_any();
+        // Adding one label key cannot clobber a concurrent write, so no lock is needed.
+        let body = json!({"metadata": {"labels": {labels::INITIALIZED: "true"}}});
+        r.nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(body))
+            .await
+            .map_err(|source| ReconcileError::PatchNode { node: name, source })?;
+    }
+    set.set_true(types::INITIALIZED);
+    Ok(())
+}
+
+/// Writes the status `judged` holds if it differs from `claim`'s, then counts the
+/// transitions it made. The write is locked to the version read, so a transition is
+/// written, and counted, once.
+async fn write_status(
+    r: &Reconciler,
+    claim: &NodeClaim,
+    judged: &NodeClaim,
+) -> Result<(), ReconcileError> {
+    let (Some(before), Some(after)) = (claim.status.as_ref(), judged.status.as_ref()) else {
+        return Ok(());
+    };
+    if before == after {
+        return Ok(());
+    }
+    let mut status = json!({ "conditions": after.conditions });
+    if let Some(node_name) = &after.node_name {
+        status["nodeName"] = json!(node_name);
+    }
+    let body = json!({
+        "metadata": {"resourceVersion": claim.metadata.resource_version},
+        "status": status,
+    });
+    r.nodeclaims
+        .patch_status(claim.name(), &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .map_err(|source| ReconcileError::PatchNodeClaimStatus {
+            nodeclaim: claim.name().to_owned(),
+            source,
+        })?;
+    count_transitions(claim, judged);
+    Ok(())
+}
+
+fn count_transitions(claim: &NodeClaim, judged: &NodeClaim) {
+    let became = |type_: &str| !claim.is_condition_true(type_) && judged.is_condition_true(type_);
+    let pool = claim.nodepool_name().unwrap_or_default().to_owned();
+    let node = judged
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    if became(types::REGISTERED) {
+        let zone = label(claim, labels::ZONE);
+        metrics::counter!(NODECLAIMS_REGISTERED, "nodepool" => pool.clone()).increment(1);
+        metrics::counter!(NODES_CREATED, "nodepool" => pool.clone(), "zone" => zone).increment(1);
+        tracing::info!(nodeclaim = claim.name(), %node, "registered nodeclaim");
+    }
+    if became(types::INITIALIZED) {
+        metrics::counter!(NODECLAIMS_INITIALIZED, "nodepool" => pool).increment(1);
+        tracing::info!(nodeclaim = claim.name(), %node, "initialized nodeclaim");
+    }
+}
+
+pub fn label(claim: &NodeClaim, key: &str) -> String {
+    claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn delete_for_timeout(
+    r: &Reconciler,
+    claim: &NodeClaim,
+    reason: &'static str,
+    ttl: Duration,
+) -> Result<(), ReconcileError> {
+    match r
+        .nodeclaims
+        .delete(claim.name(), &DeleteParams::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(error) if is_status(&error, 404) => return Ok(()),
+        Err(source) => {
+            return Err(ReconcileError::DeleteNodeClaim {
+                nodeclaim: claim.name().to_owned(),
+                source,
+            });
+        }
+    }
+    let termination_mode = if claim
+        .spec
+        .termination_grace_period
+        .as_ref()
+        .is_some_and(|d| d.as_std().is_zero())
+    {
+        "forceful"
+    } else if claim.spec.termination_grace_period.is_some() {
+        "eventual"
+    } else {
+        "graceful"
+    };
+    metrics::counter!(
+        NODECLAIMS_DISRUPTED,
+        "reason" => reason,
+        "nodepool" => claim.nodepool_name().unwrap_or_default().to_owned(),
+        "capacity_type" => label(claim, labels::CAPACITY_TYPE),
+        "consolidation_policy" => "",
+        "termination_mode" => termination_mode
+    )
+    .increment(1);
+    tracing::info!(
+        nodeclaim = claim.name(),
+        reason,
+        ttl = ?ttl,
+        "deleting nodeclaim past its liveness timeout"
+    );
+    Ok(())
+}
