@@ -731,15 +731,23 @@ impl AwsCloudProvider {
     }
 
     /// Background upkeep until dropped: refreshes instance types, offerings and prices at
-    /// start and every `refresh_interval` (12 hours upstream), and deletes launch templates
-    /// unused for their TTL every minute.
-    pub async fn run_upkeep(self: Arc<Self>, refresh_interval: Duration) {
+    /// start and every `refresh_interval` (12 hours upstream), and, while `leader` is true,
+    /// deletes launch templates unused for their TTL every minute (as upstream, only the
+    /// leader deletes: a standby launches nothing, so every template would look unused to it).
+    pub async fn run_upkeep(
+        self: Arc<Self>,
+        refresh_interval: Duration,
+        mut leader: tokio::sync::watch::Receiver<bool>,
+    ) {
         let mut refresh = tokio::time::interval(refresh_interval);
         let mut evict = tokio::time::interval(crate::launchtemplate::LAUNCH_TEMPLATE_TTL);
         loop {
+            let leading = *leader.borrow_and_update();
             tokio::select! {
                 _ = refresh.tick() => self.instance_types.refresh().await,
-                _ = evict.tick() => {
+                // Re-evaluates `leading`; a closed channel disables the branch.
+                Ok(()) = leader.changed() => {}
+                _ = evict.tick(), if leading => {
                     if let Err(e) = self.launch_templates.evict_expired().await {
                         tracing::warn!(error = %e, "deleting unused launch templates failed");
                     }

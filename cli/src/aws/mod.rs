@@ -6,6 +6,8 @@
 //! ([`cluster`]), and the provider reading EC2NodeClasses from the controller's cluster
 //! state. Its instance types, offerings and prices are refreshed in the background (at start
 //! and every 12 hours); the embedded catalog of the region stands in until the first refresh.
+//! Launch templates of the cluster found at start are remembered, so the leader deletes those
+//! that stay unused.
 
 pub mod cluster;
 
@@ -21,6 +23,7 @@ use kerf_actors::{Cloud, ValidSettings};
 use kerf_aws::clients::AwsClients;
 use kerf_aws::cloudprovider::{AwsCloudProvider, AwsSettings, NodeClassStore};
 use kerf_aws::instancetype::INSTANCE_TYPES_REFRESH_INTERVAL;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// The provider's view of the controller's EC2NodeClass store.
@@ -35,10 +38,10 @@ impl NodeClassStore for ClusterNodeClasses {
     }
 }
 
-/// The AWS cloud and its background upkeep (abort it on shutdown).
+/// The AWS cloud for the daemon, and the provider behind it.
 pub struct AwsCloud {
     pub cloud: Cloud,
-    pub upkeep: JoinHandle<()>,
+    pub provider: Arc<AwsCloudProvider>,
 }
 
 /// Connects to AWS and builds the provider over `state`.
@@ -107,13 +110,21 @@ pub async fn connect(
         Ok(count) => tracing::debug!(count, "found the cluster's launch templates"),
         Err(error) => tracing::warn!(%error, "listing the cluster's launch templates"),
     }
-    let upkeep = tokio::spawn(Arc::clone(&provider).run_upkeep(INSTANCE_TYPES_REFRESH_INTERVAL));
     Ok(AwsCloud {
         cloud: Cloud {
-            provider,
+            provider: provider.clone(),
             catalog,
             offerings: Some(offerings),
         },
-        upkeep,
+        provider,
     })
+}
+
+impl AwsCloud {
+    /// Starts the provider's upkeep (instance types, offerings and prices refreshed at once
+    /// and every 12 hours; unused launch templates deleted while `leader` holds); abort the
+    /// task on shutdown.
+    pub fn start_upkeep(&self, leader: watch::Receiver<bool>) -> JoinHandle<()> {
+        tokio::spawn(Arc::clone(&self.provider).run_upkeep(INSTANCE_TYPES_REFRESH_INTERVAL, leader))
+    }
 }

@@ -68,16 +68,17 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
             identity: identity(),
             leader_timing: Timing::default(),
             bind: Ipv4Addr::UNSPECIFIED,
-            cloud: Some(aws.cloud),
+            cloud: Some(aws.cloud.clone()),
         },
         (state, writers),
     )
     .await
     .context("starting the controller")?;
+    let upkeep = aws.start_upkeep(daemon.leader.clone());
     terminated().await.context("waiting for a stop signal")?;
     tracing::info!("stopping controller");
     daemon.stop().await;
-    aws.upkeep.abort();
+    upkeep.abort();
     Ok(())
 }
 
