@@ -4,13 +4,15 @@
 //! what was launched, Delete/Get/List work by providerID, GetInstanceTypes lists what a
 //! NodePool may launch, IsDrifted compares a node to its current configuration — so the
 //! controller's lifecycle logic reads like upstream's. Two implementations exist: the AWS
-//! provider (EC2 CreateFleet) and the simulated one in `kerf-loadtest`. Beside it sits the
-//! [`UnavailableOfferings`] trait through which launch failures reach the instance types the
-//! next solves use. This module is pure: the traits, their data and the providerID format,
-//! no I/O.
+//! provider (EC2 CreateFleet) and the simulated one in `kerf-loadtest`. Capabilities only some
+//! providers have hang off it: [`NodeClassReconciler`] (EC2NodeClass status) and
+//! [`InstanceTagger`] (tags after registration). Beside it sits the [`UnavailableOfferings`]
+//! trait through which launch failures reach the instance types the next solves use. This
+//! module is pure: the traits, their data and the providerID format, no I/O.
 
-use crate::api::{NodeClaim, NodePool};
+use crate::api::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool};
 use crate::catalog::InstanceType;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -82,6 +84,57 @@ pub trait CloudProvider: Send + Sync {
         &'a self,
         node_claim: &'a NodeClaim,
     ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>>;
+
+    /// How this provider resolves EC2NodeClasses into their status, if it does: the
+    /// controller's LaunchTemplateCache actor then keeps every node class's status, hash
+    /// annotations and termination finalizer, as upstream's node class controllers do.
+    fn node_class_reconciler(&self) -> Option<&dyn NodeClassReconciler> {
+        None
+    }
+
+    /// How this provider tags the machines of registered NodeClaims, if it does (upstream's
+    /// AWS tagging controller).
+    fn instance_tagger(&self) -> Option<&dyn InstanceTagger> {
+        None
+    }
+}
+
+/// What resolving an EC2NodeClass against the cloud produced.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeClassResolution {
+    /// The status the node class should have: subnets, security groups, AMIs, instance
+    /// profile and the conditions (`SubnetsReady`, ..., `Ready`), each `False` or `Unknown`
+    /// with a message saying what to fix.
+    pub status: EC2NodeClassStatus,
+    /// Annotations the node class must carry (the hash of its static fields and the hash
+    /// version), merged over its others.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Resolves EC2NodeClasses for the controller (upstream's node class status, hash and
+/// termination controllers call the same providers). A failing cloud call is not an error of
+/// [`Self::resolve`]: it leaves the concerned condition `Unknown` with the error, so the
+/// status says what is wrong; `Err` means no status could be computed at all.
+pub trait NodeClassReconciler: Send + Sync {
+    /// The status and annotations `node_class` should have now.
+    fn resolve<'a>(
+        &'a self,
+        node_class: &'a EC2NodeClass,
+    ) -> BoxFuture<'a, CloudResult<NodeClassResolution>>;
+
+    /// Deletes what the provider created for the node class named `node_class` (launch
+    /// templates, a managed instance profile); called once it is deleted and no NodeClaim
+    /// uses it any more.
+    fn forget<'a>(&'a self, node_class: &'a str) -> BoxFuture<'a, CloudResult<()>>;
+}
+
+/// Tags the machine of a registered NodeClaim.
+pub trait InstanceTagger: Send + Sync {
+    /// Tags the machine behind `node_claim` (which has `status.providerID` and
+    /// `status.nodeName`) with `Name` = its node name, `karpenter.sh/nodeclaim` and the
+    /// cluster name, leaving any of these keys the machine already carries as they are.
+    /// [`CloudProviderError::NodeClaimNotFound`] once the machine is gone.
+    fn tag_registered<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>>;
 }
 
 /// Why a NodeClaim drifted, as it appears in the `Drifted` condition's reason.

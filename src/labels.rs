@@ -41,6 +41,14 @@ pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 // karpenter.k8s.aws labels.
 pub const EC2NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
 pub const EC2NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+pub const EC2NODECLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
+/// Held by an EC2NodeClass until its NodeClaims are gone and its launch templates and
+/// instance profile are deleted.
+pub const EC2NODECLASS_TERMINATION_FINALIZER: &str = "karpenter.k8s.aws/termination";
+/// Set on a NodeClaim once its instance carries the registration tags (`Name`, ...).
+pub const INSTANCE_TAGGED: &str = "karpenter.k8s.aws/tagged";
+/// Set with [`INSTANCE_TAGGED`]: the instance also carries the `eks:eks-cluster-name` tag.
+pub const CLUSTER_NAME_TAGGED: &str = "compatibility.karpenter.k8s.aws/cluster-name-tagged";
 pub const INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
 pub const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
 pub const INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";

@@ -12,7 +12,10 @@ use std::time::Instant;
 
 use kerf::api::{NodeClaim, NodePool};
 use kerf::catalog::InstanceType;
-use kerf::cloudprovider::{BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason};
+use kerf::cloudprovider::{
+    BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
+    NodeClassReconciler,
+};
 
 use crate::metrics::{CLOUDPROVIDER_DURATION, CLOUDPROVIDER_ERRORS};
 
@@ -103,6 +106,14 @@ impl CloudProvider for MeteredCloudProvider {
         node_claim: &'a NodeClaim,
     ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
         Box::pin(self.observe("IsDrifted", self.inner.is_drifted(node_claim)))
+    }
+
+    fn node_class_reconciler(&self) -> Option<&dyn NodeClassReconciler> {
+        self.inner.node_class_reconciler()
+    }
+
+    fn instance_tagger(&self) -> Option<&dyn InstanceTagger> {
+        self.inner.instance_tagger()
     }
 }
 

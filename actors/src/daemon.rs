@@ -21,14 +21,18 @@ use tokio::task::JoinHandle;
 use crate::batcher::{BatchLimits, Batcher};
 use crate::cloud_metrics::MeteredCloudProvider;
 use crate::drain::{DRAIN_TIMEOUT, Drain, InFlight};
+use crate::garbage_collection;
+use crate::launch_template_cache::{self, LaunchTemplateCache};
 use crate::launcher::Launcher;
 use crate::leader::{self, Election, Timing};
 use crate::lifecycle::{LifecycleConfig, LifecycleDeps, LifecycleStats, NodeClaimLifecycle};
 use crate::mailbox::{MailboxDepth, Outbox};
 use crate::offering_cache::{OfferingCache, OfferingCacheHandle, UNAVAILABLE_OFFERINGS_TTL};
+use crate::pod_watcher::CloudHooks;
 use crate::provisioner::{Provisioner, Provisioning, Round};
 use crate::settings::ValidSettings;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, Writers};
+use crate::tagging::{self, Tagger};
 use crate::{drain, events, pod_watcher, server};
 
 /// Upstream's name for the controller that launches NodeClaims: the `controller` label of
@@ -100,7 +104,13 @@ pub struct Daemon {
 impl Daemon {
     /// Starts everything; returns once the endpoints are bound (cluster state syncs after).
     pub async fn start(settings: ValidSettings, env: Environment) -> Result<Self, StartError> {
-        Self::start_with_lifecycle(settings, env, LifecycleConfig::default()).await
+        Self::start_with(
+            settings,
+            env,
+            LifecycleConfig::default(),
+            ClusterState::new(),
+        )
+        .await
     }
 
     /// [`Self::start`] with the NodeClaim lifecycle's timings (tests shorten its TTLs).
@@ -108,6 +118,25 @@ impl Daemon {
         settings: ValidSettings,
         env: Environment,
         lifecycle_config: LifecycleConfig,
+    ) -> Result<Self, StartError> {
+        Self::start_with(settings, env, lifecycle_config, ClusterState::new()).await
+    }
+
+    /// [`Self::start`] filling a cluster state made by the caller, who may have handed it to
+    /// the cloud provider already (the AWS provider reads EC2NodeClasses from it).
+    pub async fn start_with_state(
+        settings: ValidSettings,
+        env: Environment,
+        state: (Arc<ClusterState>, Writers),
+    ) -> Result<Self, StartError> {
+        Self::start_with(settings, env, LifecycleConfig::default(), state).await
+    }
+
+    async fn start_with(
+        settings: ValidSettings,
+        env: Environment,
+        lifecycle_config: LifecycleConfig,
+        (state, writers): (Arc<ClusterState>, Writers),
     ) -> Result<Self, StartError> {
         // Destructured field by field: a setting added without being wired fails to compile.
         let ValidSettings {
@@ -140,7 +169,6 @@ impl Daemon {
         } = env;
         tracing::info!(cluster = %cluster_name, identity = %identity, "starting controller");
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let (state, writers) = ClusterState::new();
         crate::metrics::handle();
 
         let metrics_at = SocketAddr::from((bind, metrics_port));
@@ -175,6 +203,9 @@ impl Daemon {
             }
         };
 
+        let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
+        let (hooks, cloud_tasks) =
+            start_cloud_loops(&client, &state, provider, &leader, &shutdown_rx);
         let lifecycle_depth = MailboxDepth::new("lifecycle");
         let lifecycle = cloud.as_ref().map(|cloud| {
             let deps = LifecycleDeps {
@@ -248,12 +279,16 @@ impl Daemon {
             &state,
             writers,
             Outbox::new(&batcher, batcher_depth),
+            CloudHooks {
+                lifecycle: lifecycle
+                    .as_ref()
+                    .map(|addr| Outbox::new(addr, lifecycle_depth)),
+                ..hooks
+            },
             &leader,
-            lifecycle
-                .as_ref()
-                .map(|addr| Outbox::new(addr, lifecycle_depth)),
             &shutdown_rx,
         );
+        tasks.extend(cloud_tasks);
         tasks.push(metrics_task);
         tasks.push(probes_task);
         tasks.push(events_task);
@@ -303,4 +338,67 @@ impl Daemon {
         // The lifecycle stops itself on the shutdown signal; its address is just released.
         drop((batcher, provisioner, launcher, self.lifecycle));
     }
+}
+
+/// With a cloud provider: the LaunchTemplateCache and the Tagger (when the provider has
+/// those capabilities) with their sweeps, and garbage collection. Returns the PodWatcher
+/// hooks feeding the actors and the tasks to await on stop.
+fn start_cloud_loops(
+    client: &Client,
+    state: &Arc<ClusterState>,
+    provider: Option<Arc<dyn CloudProvider>>,
+    leader: &watch::Receiver<bool>,
+    shutdown: &watch::Receiver<bool>,
+) -> (CloudHooks, Vec<JoinHandle<()>>) {
+    let mut hooks = CloudHooks::default();
+    let mut tasks = Vec::new();
+    let Some(provider) = provider else {
+        return (hooks, tasks);
+    };
+    if provider.node_class_reconciler().is_some() {
+        let depth = MailboxDepth::new("launch_template_cache");
+        let addr = LaunchTemplateCache::new(
+            client.clone(),
+            state.clone(),
+            Arc::clone(&provider),
+            leader.clone(),
+            depth.clone(),
+        )
+        .start_bounded();
+        let out = Outbox::new(&addr, depth);
+        tasks.push(tokio::spawn(launch_template_cache::sweep(
+            state.clone(),
+            out.clone(),
+            leader.clone(),
+            shutdown.clone(),
+        )));
+        hooks.node_classes = Some(out);
+    }
+    if provider.instance_tagger().is_some() {
+        let depth = MailboxDepth::new("tagger");
+        let addr = Tagger::new(
+            client.clone(),
+            state.clone(),
+            Arc::clone(&provider),
+            leader.clone(),
+            depth.clone(),
+        )
+        .start_bounded();
+        let out = Outbox::new(&addr, depth);
+        tasks.push(tokio::spawn(tagging::sweep(
+            state.clone(),
+            out.clone(),
+            shutdown.clone(),
+        )));
+        hooks.node_claims = Some(out);
+    }
+    let metered = MeteredCloudProvider::new(provider, garbage_collection::CONTROLLER);
+    tasks.push(tokio::spawn(garbage_collection::run(
+        client.clone(),
+        state.clone(),
+        Arc::new(metered),
+        leader.clone(),
+        shutdown.clone(),
+    )));
+    (hooks, tasks)
 }

@@ -1,7 +1,8 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
 //! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`,
-//! `lifecycle`, `leader`), the cluster state they share (`state`), the daemon that wires them
+//! `lifecycle`, `leader`, `launch_template_cache` for EC2NodeClass status, `tagging`) and
+//! loop (`garbage_collection`), the cluster state they share (`state`), the daemon that wires them
 //! (`daemon`) and stops them gracefully (`drain`), and the operational surface: settings, the
 //! rate-limited Kubernetes client (`client`), Kubernetes Events (`events`), JSON logs, metrics
 //! (`metrics`, `cluster_metrics`, `cloud_metrics`) and the HTTP endpoints. Decisions come from
@@ -14,6 +15,8 @@ pub mod cluster_metrics;
 pub mod daemon;
 pub mod drain;
 pub mod events;
+pub mod garbage_collection;
+pub mod launch_template_cache;
 pub mod launcher;
 pub mod leader;
 pub mod lifecycle;
@@ -27,6 +30,7 @@ pub mod provisioner;
 pub mod server;
 pub mod settings;
 pub mod state;
+pub mod tagging;
 
 pub use daemon::{Cloud, Daemon, Environment, StartError};
 pub use settings::{Settings, ValidSettings};

@@ -18,7 +18,9 @@ use crate::settings::LogLevel;
 /// Installs the JSON logger at `level` as the global subscriber (a second call is a no-op).
 pub fn init(level: LogLevel) {
     let filter = tracing_subscriber::EnvFilter::new(format!(
-        "{},kube=warn,hyper=warn,tower=warn",
+        "{},kube=warn,hyper=warn,tower=warn,aws_smithy_runtime=warn,aws_smithy_runtime_api=warn,\
+         aws_config=warn,aws_sdk_ec2=warn,aws_sdk_ssm=warn,aws_sdk_iam=warn,aws_sdk_sts=warn,\
+         aws_sdk_pricing=warn",
         level.directive()
     ));
     let _already_installed = tracing_subscriber::fmt()

@@ -40,10 +40,15 @@ pub enum StartupError {
 }
 
 impl AwsClients {
-    /// Clients from the standard credential and region chains; `region` overrides them.
+    /// Clients from the standard credential and region chains; `region` overrides them. The
+    /// SDK's environment settings apply, among them `AWS_ENDPOINT_URL` (and per service
+    /// `AWS_ENDPOINT_URL_EC2`, ...), which points kerf at an emulator or VPC endpoints, and
+    /// `AWS_MAX_ATTEMPTS`, which replaces kerf's default of [`MAX_ATTEMPTS`].
     pub async fn from_environment(region: Option<String>) -> Result<Self, StartupError> {
-        let mut loader =
-            aws_config::defaults(BehaviorVersion::latest()).retry_config(retry_config());
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        if std::env::var_os("AWS_MAX_ATTEMPTS").is_none() {
+            loader = loader.retry_config(retry_config());
+        }
         if let Some(region) = region {
             loader = loader.region(Region::new(region));
         }

@@ -36,12 +36,12 @@ use kerf::api::nodeclaim::{NodeClaimStatus, ResourceList};
 use kerf::api::{AmiFamily, EC2NodeClass, NodeClaim, NodePool};
 use kerf::catalog::{AllocatableSettings, CapacityType, InstanceType};
 use kerf::cloudprovider::{
-    BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, OfferingRef,
-    aws_provider_id, launched_provider_id, parse_aws_provider_id,
+    BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
+    NodeClassReconciler, OfferingRef, aws_provider_id, launched_provider_id, parse_aws_provider_id,
 };
 use kerf::labels;
 use kerf::resources::{Quantity, Resources};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -109,7 +109,7 @@ pub struct AwsCloudProvider {
     pub instances: Arc<InstanceProvider>,
 }
 
-fn api_error(err: ApiError) -> CloudProviderError {
+pub(crate) fn api_error(err: ApiError) -> CloudProviderError {
     if err.is_throttled() {
         CloudProviderError::Throttled {
             operation: err.operation.to_owned(),
@@ -123,7 +123,7 @@ fn api_error(err: ApiError) -> CloudProviderError {
     }
 }
 
-fn instance_error(provider_id: &str, err: InstanceError) -> CloudProviderError {
+pub(crate) fn instance_error(provider_id: &str, err: InstanceError) -> CloudProviderError {
     match err {
         InstanceError::NotFound(id) => CloudProviderError::NodeClaimNotFound {
             provider_id: provider_id.to_owned(),
@@ -218,41 +218,6 @@ impl AwsCloudProvider {
     pub async fn delete_node_class_resources(&self, node_class: &str) -> Result<(), ApiError> {
         self.launch_templates.delete_all(node_class).await?;
         self.instance_profiles.delete(node_class).await
-    }
-
-    /// Terminates instances of this cluster that no NodeClaim (by providerID) accounts for
-    /// and that are older than 30 seconds.
-    pub async fn garbage_collect(&self, known_provider_ids: &[String]) -> CloudResult<Vec<String>> {
-        let known: HashSet<String> = known_provider_ids
-            .iter()
-            .filter_map(|p| {
-                parse_aws_provider_id(p)
-                    .ok()
-                    .map(|id| id.instance_id.to_owned())
-            })
-            .collect();
-        self.instances
-            .garbage_collect(&known, crate::instance::GARBAGE_COLLECTION_MIN_AGE)
-            .await
-            .map_err(|e| instance_error("", e))
-    }
-
-    /// Tags a registered node's instance with its node name (`Name`), NodeClaim and cluster.
-    pub async fn tag_registered(&self, node_claim: &NodeClaim) -> CloudResult<()> {
-        let provider_id = node_claim.provider_id().unwrap_or_default();
-        let id = parse_aws_provider_id(provider_id)?;
-        let node_name = node_claim
-            .status
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .unwrap_or_default();
-        let wanted = self
-            .instances
-            .registration_tags(node_name, node_claim.name());
-        self.instances
-            .tag(id.instance_id, &wanted)
-            .await
-            .map_err(|e| instance_error(provider_id, e))
     }
 
     fn ready_node_class(&self, name: &str) -> CloudResult<EC2NodeClass> {
@@ -766,15 +731,23 @@ impl AwsCloudProvider {
     }
 
     /// Background upkeep until dropped: refreshes instance types, offerings and prices at
-    /// start and every `refresh_interval` (12 hours upstream), and deletes launch templates
-    /// unused for their TTL every minute.
-    pub async fn run_upkeep(self: Arc<Self>, refresh_interval: Duration) {
+    /// start and every `refresh_interval` (12 hours upstream), and, while `leader` is true,
+    /// deletes launch templates unused for their TTL every minute (as upstream, only the
+    /// leader deletes: a standby launches nothing, so every template would look unused to it).
+    pub async fn run_upkeep(
+        self: Arc<Self>,
+        refresh_interval: Duration,
+        mut leader: tokio::sync::watch::Receiver<bool>,
+    ) {
         let mut refresh = tokio::time::interval(refresh_interval);
         let mut evict = tokio::time::interval(crate::launchtemplate::LAUNCH_TEMPLATE_TTL);
         loop {
+            let leading = *leader.borrow_and_update();
             tokio::select! {
                 _ = refresh.tick() => self.instance_types.refresh().await,
-                _ = evict.tick() => {
+                // Re-evaluates `leading`; a closed channel disables the branch.
+                Ok(()) = leader.changed() => {}
+                _ = evict.tick(), if leading => {
                     if let Err(e) = self.launch_templates.evict_expired().await {
                         tracing::warn!(error = %e, "deleting unused launch templates failed");
                     }
@@ -874,6 +847,14 @@ impl CloudProvider for AwsCloudProvider {
         node_claim: &'a NodeClaim,
     ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
         Box::pin(self.drifted(node_claim))
+    }
+
+    fn node_class_reconciler(&self) -> Option<&dyn NodeClassReconciler> {
+        Some(self)
+    }
+
+    fn instance_tagger(&self) -> Option<&dyn InstanceTagger> {
+        Some(self)
     }
 }
 

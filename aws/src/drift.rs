@@ -6,42 +6,14 @@
 //! the status subnets, and its security groups exactly the status security groups. The
 //! checks are pure; the cloud provider gathers their inputs.
 
-use crate::launchtemplate::fnv1a64;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
-use kerf::api::{EC2NodeClass, ec2nodeclass::Ami};
+use kerf::api::ec2nodeclass::Ami;
 use kerf::labels;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// `karpenter.k8s.aws/ec2nodeclass-hash-version`.
-pub const HASH_VERSION_ANNOTATION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
-/// The version of [`node_class_hash`]; hashes of different versions are not compared.
-pub const HASH_VERSION: &str = "v6";
-
-/// The hash of a node class's static fields: the spec without the selector terms (resolved
-/// separately), `ipPrefixCount` and the literal `amiFamily` (the resolved family counts, so
-/// spelling out the family an alias implies does not drift nodes), plus the CA bundle.
-pub fn node_class_hash(node_class: &EC2NodeClass, ca_bundle: Option<&str>) -> String {
-    let mut spec =
-        serde_json::to_value(&node_class.spec).expect("an EC2NodeClass spec always serialises");
-    if let Some(map) = spec.as_object_mut() {
-        for dynamic in [
-            "subnetSelectorTerms",
-            "securityGroupSelectorTerms",
-            "capacityReservationSelectorTerms",
-            "amiSelectorTerms",
-            "ipPrefixCount",
-            "amiFamily",
-        ] {
-            map.remove(dynamic);
-        }
-    }
-    let input = serde_json::json!([
-        spec,
-        node_class.ami_family().as_str(),
-        ca_bundle.unwrap_or_default()
-    ]);
-    fnv1a64(input.to_string().as_bytes()).to_string()
-}
+pub const HASH_VERSION_ANNOTATION: &str = labels::EC2NODECLASS_HASH_VERSION;
+pub use kerf::api::nodeclass_hash::{HASH_VERSION, node_class_hash};
 
 /// Whether the static fields changed since launch: both sides carry a hash of the same
 /// version and the hashes differ.
@@ -262,30 +234,5 @@ mod tests {
             (HASH_VERSION_ANNOTATION, "v5"),
         ]);
         assert!(!static_fields_drifted(&class, &old_version));
-    }
-
-    #[test]
-    fn hash_ignores_dynamic_fields_and_follows_static_ones() {
-        let yaml = |extra: &str| -> EC2NodeClass {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "karpenter.k8s.aws/v1",
-                "kind": "EC2NodeClass",
-                "metadata": {"name": "default"},
-                "spec": serde_json::from_str::<serde_json::Value>(extra).unwrap(),
-            }))
-            .unwrap()
-        };
-        let a = yaml(
-            r#"{"role":"r","amiSelectorTerms":[{"alias":"al2023@latest"}],"subnetSelectorTerms":[{"id":"subnet-1"}],"securityGroupSelectorTerms":[{"id":"sg-1"}]}"#,
-        );
-        let b = yaml(
-            r#"{"role":"r","amiFamily":"AL2023","amiSelectorTerms":[{"alias":"al2023@v2024"}],"subnetSelectorTerms":[{"id":"subnet-2"}],"securityGroupSelectorTerms":[{"id":"sg-2"}]}"#,
-        );
-        let c = yaml(
-            r#"{"role":"r","detailedMonitoring":true,"amiSelectorTerms":[{"alias":"al2023@latest"}],"subnetSelectorTerms":[{"id":"subnet-1"}],"securityGroupSelectorTerms":[{"id":"sg-1"}]}"#,
-        );
-        assert_eq!(node_class_hash(&a, None), node_class_hash(&b, None));
-        assert_ne!(node_class_hash(&a, None), node_class_hash(&c, None));
-        assert_ne!(node_class_hash(&a, None), node_class_hash(&a, Some("ca")));
     }
 }

@@ -116,7 +116,8 @@ impl InstanceProvider {
         Ok(())
     }
 
-    /// Adds `tags` the instance does not already carry.
+    /// Adds those of `wanted` whose keys the instance does not carry yet; a key it has
+    /// (e.g. a `Name` the user set through `spec.tags`) keeps its value, as upstream.
     pub async fn tag(
         &self,
         id: &str,
@@ -125,7 +126,7 @@ impl InstanceProvider {
         let instance = self.get(id).await?;
         let missing: BTreeMap<String, String> = wanted
             .iter()
-            .filter(|(k, v)| instance.tags.get(*k) != Some(*v))
+            .filter(|(k, _)| !instance.tags.contains_key(*k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if missing.is_empty() {

@@ -96,15 +96,7 @@ impl LaunchTemplateConfig {
     }
 }
 
-/// FNV-1a, 64 bit: a stable hash (Rust's default hasher is randomised per process).
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
+pub use kerf::api::nodeclass_hash::fnv1a64;
 
 /// A launch template known to exist in EC2.
 #[derive(Clone, Debug, PartialEq, Eq)]

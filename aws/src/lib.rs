@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod moto;
 pub mod nodeclass;
 pub mod pricing;
+pub mod reconcile;
 pub mod securitygroup;
 pub mod selection;
 pub mod selectors;

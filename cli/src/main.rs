@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 use std::process::ExitCode;
 
+mod aws;
 mod cmd;
 
 #[global_allocator]

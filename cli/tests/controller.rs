@@ -1,6 +1,6 @@
 //! `kerf controller` end to end through the built binary: bad settings stop start-up by
-//! name; against the API emulator it logs JSON, syncs, leads, and on SIGTERM exits cleanly
-//! after releasing its leader Lease.
+//! name; against the API emulator (and moto for AWS) it logs JSON, syncs, leads, and on
+//! SIGTERM exits cleanly after releasing its leader Lease.
 
 // Helpers of this test crate are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use kerf_loadtest::apiserver::{ApiServer, ServerConfig};
 use serde_json::{Value, json};
+
+mod aws_support;
 
 fn kerf() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kerf"));
@@ -69,7 +71,9 @@ async fn runs_against_the_emulator_and_releases_its_lease_on_sigterm() {
     ));
     server.write_kubeconfig(&kubeconfig).unwrap();
 
-    let mut child = kerf()
+    let mut cmd = kerf();
+    aws_support::aws_env(&mut cmd, aws_support::moto().endpoint());
+    let mut child = cmd
         .arg("controller")
         .env("KUBECONFIG", &kubeconfig)
         .env("CLUSTER_NAME", "test")

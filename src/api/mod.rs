@@ -9,6 +9,7 @@ pub mod duration;
 pub mod ec2nodeclass;
 pub mod kubelet;
 pub mod nodeclaim;
+pub mod nodeclass_hash;
 pub mod nodepool;
 pub mod requirement;
 

@@ -73,6 +73,20 @@ pub fn merged_labels(created: &NodeClaim, launched: &NodeClaim) -> BTreeMap<Stri
     labels
 }
 
+/// Annotations the launch added (the EC2NodeClass hash the machine was launched with, which
+/// drift compares later); the NodeClaim's own win.
+pub fn added_annotations(created: &NodeClaim, launched: &NodeClaim) -> BTreeMap<String, String> {
+    let own = created.metadata.annotations.clone().unwrap_or_default();
+    launched
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| !own.contains_key(k))
+        .collect()
+}
+
 /// The status after a successful launch: what the provider reported, and `Launched=True`.
 pub fn launched_status(created: &NodeClaim, launched: &NodeClaim) -> NodeClaimStatus {
     let reported = launched.status.clone().unwrap_or_default();
@@ -124,6 +138,21 @@ mod tests {
         claim.metadata.generation = Some(1);
         claim.status = status;
         claim
+    }
+
+    #[test]
+    fn annotations_the_launch_added_are_written_without_overriding_the_claims_own() {
+        let mut created = claim(&[], None);
+        created.metadata.annotations = Some(BTreeMap::from([("mine".into(), "1".into())]));
+        let mut launched = created.clone();
+        launched.metadata.annotations = Some(BTreeMap::from([
+            ("mine".into(), "2".into()),
+            (labels::EC2NODECLASS_HASH.into(), "123".into()),
+        ]));
+        assert_eq!(
+            added_annotations(&created, &launched),
+            BTreeMap::from([(labels::EC2NODECLASS_HASH.to_owned(), "123".to_owned())])
+        );
     }
 
     #[test]

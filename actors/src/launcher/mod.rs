@@ -224,7 +224,7 @@ async fn launch_machine(
 }
 
 /// Writes what the cloud provider launched: the labels it resolved (under the NodeClaim's
-/// own), then the status with `Launched=True` through the status subresource.
+/// own) and the annotations it added, then the status with `Launched=True` through the status subresource.
 async fn record_launch(
     api: &Api<NodeClaim>,
     created: &NodeClaim,
@@ -232,10 +232,11 @@ async fn record_launch(
 ) -> Result<(), kube::Error> {
     let name = created.name_any();
     let labels = claim::merged_labels(created, launched);
+    let annotations = claim::added_annotations(created, launched);
     api.patch(
         &name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        &Patch::Merge(json!({"metadata": {"labels": labels, "annotations": annotations}})),
     )
     .await?;
     let status = claim::launched_status(created, launched);

@@ -26,15 +26,29 @@ use tokio::task::JoinHandle;
 
 use crate::batcher::Trigger;
 use crate::cluster_metrics::StartupTracker;
+use crate::launch_template_cache::{self, ReconcileNodeClass};
 use crate::lifecycle::Changed;
 use crate::mailbox::{DeliverError, Outbox};
 use crate::state::{ClusterState, Writers, is_provisionable};
+use crate::tagging::{self, TagInstance};
 pub use kind::{Change, watch_kind};
 
 /// How often every provisionable pod is triggered again. Triggers are sent with
 /// `try_deliver`, so one dropped on a full Batcher mailbox is repaired here; it also retries
 /// pods whose last solve failed (for example on insufficient capacity).
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(60);
+
+/// Where changes of the kinds other actors reconcile go (none without a cloud provider, or
+/// when it lacks the capability).
+#[derive(Default)]
+pub struct CloudHooks {
+    /// EC2NodeClass changes, to the LaunchTemplateCache.
+    pub node_classes: Option<Outbox<ReconcileNodeClass>>,
+    /// NodeClaim changes, to the Tagger.
+    pub node_claims: Option<Outbox<TagInstance>>,
+    /// NodeClaim and Node changes, to the NodeClaim lifecycle.
+    pub lifecycle: Option<Outbox<Changed>>,
+}
 
 /// Starts one watch task per kind plus the resync task; they end when `shutdown` turns true.
 /// `leader` is this replica's leadership.
@@ -43,8 +57,8 @@ pub fn spawn(
     state: &Arc<ClusterState>,
     writers: Writers,
     batcher: Outbox<Trigger>,
+    hooks: CloudHooks,
     leader: &watch::Receiver<bool>,
-    lifecycle: Option<Outbox<Changed>>,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let Writers {
@@ -68,6 +82,15 @@ pub fn spawn(
             trigger(&pod_batcher, pod);
         }
     };
+    let mut node_class_hook = hooks
+        .node_classes
+        .map(|out| launch_template_cache::on_change(state.clone(), out));
+    let on_node_class = move |node_class: &EC2NodeClass, change: Change| {
+        if let Some(hook) = &mut node_class_hook {
+            hook(node_class, change);
+        }
+    };
+    let lifecycle = hooks.lifecycle;
     let node_lifecycle = lifecycle.clone();
     let on_node = move |node: &Node, _: Change| {
         notify(node_lifecycle.as_ref(), || Changed::Node {
@@ -75,17 +98,23 @@ pub fn spawn(
             provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
         });
     };
-    let on_nodeclaim = move |claim: &NodeClaim, _: Change| {
+    let mut tagging_hook = hooks
+        .node_claims
+        .map(|out| tagging::on_change(state.clone(), out));
+    let on_nodeclaim = move |claim: &NodeClaim, change: Change| {
         notify(lifecycle.as_ref(), || {
             Changed::NodeClaim(claim.metadata.name.clone().unwrap_or_default())
         });
+        if let Some(hook) = &mut tagging_hook {
+            hook(claim, change);
+        }
     };
     vec![
         spawn_kind(client, pods, on_pod, shutdown),
         spawn_kind::<Node>(client, nodes, on_node, shutdown),
         spawn_kind::<NodeClaim>(client, nodeclaims, on_nodeclaim, shutdown),
         spawn_kind::<NodePool>(client, nodepools, ignore, shutdown),
-        spawn_kind::<EC2NodeClass>(client, nodeclasses, ignore, shutdown),
+        spawn_kind::<EC2NodeClass>(client, nodeclasses, on_node_class, shutdown),
         spawn_kind::<DaemonSet>(client, daemonsets, ignore, shutdown),
         spawn_kind::<PodDisruptionBudget>(client, pdbs, ignore, shutdown),
         spawn_kind::<PersistentVolume>(client, persistent_volumes, ignore, shutdown),

@@ -2,6 +2,7 @@
 //! kube-rs, exactly as they would against EKS.
 
 mod batching;
+mod cloud_loops;
 mod events;
 mod failover;
 mod ice;

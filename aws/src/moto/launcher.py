@@ -7,7 +7,11 @@
 #        EKS AMI parameters under /aws/service/ that moto's API refuses to create;
 #        {"op": "ec2_image", "account": "...", "region": "...", "image_id": "...",
 #         "architecture": "...", "creation_date": "...", "deprecation_time": "..."}
-#        sets image attributes RegisterImage cannot (optional keys, RFC 3339 times).
+#        sets image attributes RegisterImage cannot (optional keys, RFC 3339 times);
+#        {"op": "ec2_instance_launch_time", "account": "...", "region": "...",
+#         "instance_id": "...", "launch_time": "..."}
+#        backdates an instance (RFC 3339), e.g. to age a leaked instance past the
+#        garbage-collection grace period without waiting.
 # End of input (the test process exited or closed the pipe) stops the server.
 import json
 import sys
@@ -52,6 +56,11 @@ def ec2_image(cmd):
         image.deprecation_time = cmd["deprecation_time"]
 
 
+def ec2_instance_launch_time(cmd):
+    instance = ec2_backends[cmd["account"]][cmd["region"]].get_instance(cmd["instance_id"])
+    instance.launch_time = datetime.fromisoformat(cmd["launch_time"].replace("Z", "+00:00"))
+
+
 def main():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -67,6 +76,8 @@ def main():
                 ssm_put(cmd)
             elif cmd.get("op") == "ec2_image":
                 ec2_image(cmd)
+            elif cmd.get("op") == "ec2_instance_launch_time":
+                ec2_instance_launch_time(cmd)
             else:
                 raise ValueError(f"unknown op {cmd.get('op')!r}")
             print("OK", flush=True)

@@ -131,6 +131,23 @@ impl MotoServer {
         self.command(command)
     }
 
+    /// Sets an instance's launch time (RFC 3339) in moto's backend, so a test can make an
+    /// instance old without waiting.
+    pub fn set_instance_launch_time(
+        &self,
+        region: &str,
+        instance_id: &str,
+        launch_time: &str,
+    ) -> Result<(), MotoError> {
+        self.command(serde_json::json!({
+            "op": "ec2_instance_launch_time",
+            "account": MOTO_ACCOUNT_ID,
+            "region": region,
+            "instance_id": instance_id,
+            "launch_time": launch_time,
+        }))
+    }
+
     fn command(&self, command: serde_json::Value) -> Result<(), MotoError> {
         let mut control = self
             .control

@@ -1,14 +1,16 @@
 //! `kerf controller`: the daemon. Reads upstream's settings from flags and environment,
 //! refuses bad ones by name, logs JSON, connects to the cluster in the kubeconfig (or the
 //! in-cluster service account) through a client limited to `KUBE_CLIENT_QPS` /
-//! `KUBE_CLIENT_BURST`, runs the actors until SIGTERM or Ctrl-C, then stops them: launches
-//! in flight finish first, then the leader Lease is released.
+//! `KUBE_CLIENT_BURST`, and to AWS (see [`crate::aws`]), runs the actors until SIGTERM or
+//! Ctrl-C, then stops them: launches in flight finish first, then the leader Lease is
+//! released.
 
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use kerf_actors::leader::Timing;
+use kerf_actors::state::ClusterState;
 use kerf_actors::{Daemon, Environment, Settings, ValidSettings};
 
 #[derive(clap::Args)]
@@ -50,10 +52,15 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
         .ok()
         .filter(|ns| !ns.is_empty())
         .unwrap_or_else(|| config.default_namespace.clone());
-    let client =
-        kerf_actors::client::build(config, settings.kube_client_qps, settings.kube_client_burst)
-            .context("building the Kubernetes client")?;
-    let daemon = Daemon::start(
+    let client = kerf_actors::client::build(
+        config.clone(),
+        settings.kube_client_qps,
+        settings.kube_client_burst,
+    )
+    .context("building the Kubernetes client")?;
+    let (state, writers) = ClusterState::new();
+    let aws = crate::aws::connect(&settings, &client, &config, state.clone()).await?;
+    let daemon = Daemon::start_with_state(
         settings,
         Environment {
             client,
@@ -61,15 +68,17 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
             identity: identity(),
             leader_timing: Timing::default(),
             bind: Ipv4Addr::UNSPECIFIED,
-            // The AWS provider is not wired into the daemon yet.
-            cloud: None,
+            cloud: Some(aws.cloud.clone()),
         },
+        (state, writers),
     )
     .await
     .context("starting the controller")?;
+    let upkeep = aws.start_upkeep(daemon.leader.clone());
     terminated().await.context("waiting for a stop signal")?;
     tracing::info!("stopping controller");
     daemon.stop().await;
+    upkeep.abort();
     Ok(())
 }
 

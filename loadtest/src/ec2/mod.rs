@@ -9,12 +9,14 @@ mod error;
 mod faults;
 mod fleet;
 mod ids;
+mod nodeclass;
 mod provider;
 mod types;
 
 pub use error::{Ec2ConfigError, Ec2Error};
 pub use faults::{ApiCalls, CallCount};
 pub use ids::is_instance_id;
+pub use nodeclass::{security_group_id, subnet_id};
 pub use provider::{
     MAX_INSTANCE_TYPES, SimulatedCloudProvider, SimulatedCloudProviderConfig, catalog_offerings,
     instance_type_requirements, resource_list, tags,
@@ -302,6 +304,21 @@ impl SimulatedEc2 {
         self.emit(Ec2Event::SpotInterruptionWarning(interruption.clone()));
         self.schedule_reclaim(instance_id, notice);
         Ok(interruption)
+    }
+
+    /// Backdates an instance's launch time, as if it had been running since `launch_time`
+    /// (e.g. a leaked instance past the garbage-collection grace period).
+    pub fn set_launch_time(
+        &self,
+        instance_id: &str,
+        launch_time: SystemTime,
+    ) -> Result<(), Ec2Error> {
+        let mut state = self.lock();
+        find(&state, "SetLaunchTime", instance_id)?;
+        if let Some(instance) = state.instances.get_mut(instance_id) {
+            instance.launch_time = launch_time;
+        }
+        Ok(())
     }
 
     /// Every spot interruption warning issued so far, oldest first.

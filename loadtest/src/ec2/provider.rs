@@ -24,8 +24,8 @@ use kerf::catalog::{
     AllocatableSettings, CapacityType, Catalog, CatalogError, InstanceType, Offering,
 };
 use kerf::cloudprovider::{
-    BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, OfferingRef,
-    launched_provider_id, parse_aws_provider_id,
+    BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
+    NodeClassReconciler, OfferingRef, launched_provider_id, parse_aws_provider_id,
 };
 use kerf::labels;
 use kerf::requirements::{AllowUndefined, Requirement, Requirements};
@@ -138,6 +138,25 @@ impl SimulatedCloudProvider {
 
     pub fn ec2(&self) -> &SimulatedEc2 {
         &self.ec2
+    }
+
+    /// `CLUSTER_NAME`, which launched instances are tagged and listed with.
+    pub fn cluster_name(&self) -> &str {
+        &self.cluster_name
+    }
+
+    /// Every zone the region sells capacity in, with its zone id, sorted by zone.
+    pub fn zones(&self) -> Vec<(String, String)> {
+        let zones: BTreeMap<&str, &str> = self
+            .instance_types
+            .iter()
+            .flat_map(|it| it.offerings.iter())
+            .map(|o| (o.zone.as_str(), o.zone_id.as_str()))
+            .collect();
+        zones
+            .into_iter()
+            .map(|(zone, id)| (zone.to_owned(), id.to_owned()))
+            .collect()
     }
 
     pub fn instance_type(&self, name: &str) -> Option<Arc<InstanceType>> {
@@ -392,6 +411,14 @@ impl CloudProvider for SimulatedCloudProvider {
             Ok((instance.image_id.as_deref() != Some(current.as_str()))
                 .then(|| DriftReason::new(DriftReason::AMI_DRIFT)))
         })
+    }
+
+    fn node_class_reconciler(&self) -> Option<&dyn NodeClassReconciler> {
+        Some(self)
+    }
+
+    fn instance_tagger(&self) -> Option<&dyn InstanceTagger> {
+        Some(self)
     }
 }
 

@@ -1,0 +1,130 @@
+//! The AWS cloud `kerf controller` launches into: SDK clients from the standard AWS chains
+//! (region from `AWS_REGION` / the profile / IMDS, credentials from the environment, IRSA or
+//! Pod Identity web identity, profiles or the instance profile, `AWS_ENDPOINT_URL` to point
+//! at an emulator or VPC endpoints), a start-up check that STS and EC2 answer (failing with
+//! the endpoint and the usual DNS / VPC endpoint causes), the cluster facts nodes need
+//! ([`cluster`]), and the provider reading EC2NodeClasses from the controller's cluster
+//! state. Its instance types, offerings and prices are refreshed in the background (at start
+//! and every 12 hours); the embedded catalog of the region stands in until the first refresh.
+//! Launch templates of the cluster found at start are remembered, so the leader deletes those
+//! that stay unused.
+
+pub mod cluster;
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use kerf::api::EC2NodeClass;
+use kerf::catalog::Catalog;
+use kerf_actors::mailbox::MailboxDepth;
+use kerf_actors::offering_cache::{OfferingCache, UNAVAILABLE_OFFERINGS_TTL};
+use kerf_actors::state::{ClusterState, ObjectKey};
+use kerf_actors::{Cloud, ValidSettings};
+use kerf_aws::clients::AwsClients;
+use kerf_aws::cloudprovider::{AwsCloudProvider, AwsSettings, NodeClassStore};
+use kerf_aws::instancetype::INSTANCE_TYPES_REFRESH_INTERVAL;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The provider's view of the controller's EC2NodeClass store.
+struct ClusterNodeClasses(Arc<ClusterState>);
+
+impl NodeClassStore for ClusterNodeClasses {
+    fn get(&self, name: &str) -> Option<EC2NodeClass> {
+        self.0
+            .nodeclasses
+            .get(&ObjectKey::new(None, name))
+            .map(|nc| EC2NodeClass::clone(&nc))
+    }
+}
+
+/// The AWS cloud for the daemon, and the provider behind it.
+pub struct AwsCloud {
+    pub cloud: Cloud,
+    pub provider: Arc<AwsCloudProvider>,
+}
+
+/// Connects to AWS and builds the provider over `state`.
+pub async fn connect(
+    settings: &ValidSettings,
+    client: &kube::Client,
+    kube_config: &kube::Config,
+    state: Arc<ClusterState>,
+) -> anyhow::Result<AwsCloud> {
+    let clients = AwsClients::from_environment(None)
+        .await
+        .context("configuring AWS")?;
+    clients
+        .check_connectivity()
+        .await
+        .context("checking AWS connectivity")?;
+    tracing::info!(
+        region = clients.region,
+        endpoint = clients.endpoint_override.as_deref().unwrap_or("default"),
+        "connected to AWS"
+    );
+    let catalog = Catalog::embedded(&clients.region)
+        .with_context(|| format!("no embedded EC2 catalog for region {}", clients.region))?;
+    let facts = cluster::discover(
+        client,
+        &cluster::Configured {
+            cluster_endpoint: settings.cluster_endpoint.as_deref(),
+            ca_bundle: settings.cluster_ca_bundle.as_deref(),
+            kube_config,
+        },
+    )
+    .await
+    .context("discovering the cluster's facts for new nodes")?;
+    tracing::info!(
+        kubernetes_version = facts.kubernetes_version,
+        cluster_endpoint = facts.cluster_endpoint,
+        kube_dns_ip = facts.kube_dns_ip.as_deref().unwrap_or("unknown"),
+        cluster_cidr = facts.cluster_cidr.as_deref().unwrap_or("unknown"),
+        ca_bundle = facts.ca_bundle.is_some(),
+        "discovered cluster"
+    );
+    let aws_settings = AwsSettings {
+        cluster_name: settings.cluster_name.clone(),
+        cluster_endpoint: facts.cluster_endpoint,
+        ca_bundle: facts.ca_bundle,
+        cluster_cidr: facts.cluster_cidr,
+        kube_dns_ip: facts.kube_dns_ip,
+        kubernetes_version: facts.kubernetes_version,
+        isolated_vpc: settings.isolated_vpc,
+        reserved_enis: settings.reserved_enis,
+        vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
+    };
+    // One unavailable-offerings state: the OfferingCache actor, which the provider marks
+    // from fleet errors and the Launcher and schedulers read.
+    let offerings = OfferingCache::start(
+        UNAVAILABLE_OFFERINGS_TTL,
+        MailboxDepth::new("offering_cache"),
+    );
+    let provider = Arc::new(AwsCloudProvider::new(
+        clients,
+        aws_settings,
+        Arc::new(ClusterNodeClasses(state)),
+        Arc::new(offerings.clone()),
+    ));
+    match provider.launch_templates.hydrate().await {
+        Ok(count) => tracing::debug!(count, "found the cluster's launch templates"),
+        Err(error) => tracing::warn!(%error, "listing the cluster's launch templates"),
+    }
+    Ok(AwsCloud {
+        cloud: Cloud {
+            provider: provider.clone(),
+            catalog,
+            offerings: Some(offerings),
+        },
+        provider,
+    })
+}
+
+impl AwsCloud {
+    /// Starts the provider's upkeep (instance types, offerings and prices refreshed at once
+    /// and every 12 hours; unused launch templates deleted while `leader` holds); abort the
+    /// task on shutdown.
+    pub fn start_upkeep(&self, leader: watch::Receiver<bool>) -> JoinHandle<()> {
+        tokio::spawn(Arc::clone(&self.provider).run_upkeep(INSTANCE_TYPES_REFRESH_INTERVAL, leader))
+    }
+}

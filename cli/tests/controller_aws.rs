@@ -1,0 +1,517 @@
+//! `kerf controller` on AWS, end to end: the built binary runs against the Kubernetes API
+//! emulator and moto (a real AWS API emulator, reached through the standard
+//! `AWS_ENDPOINT_URL`), with the real AWS provider. An EC2NodeClass is resolved from objects
+//! created in moto (subnets, security group, an AMI behind the EKS alias parameter, the node
+//! role) and written Ready; an unschedulable pod gets a NodeClaim whose instance runs in moto
+//! with kerf's tags, and is named after its node once registered; an instance leaked by an
+//! earlier run is terminated. An unreachable AWS endpoint stops start-up with advice.
+
+// Helpers of this test crate are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
+use kerf_aws::clients::AwsClients;
+use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, ServerConfig};
+use serde_json::{Value, json};
+
+mod aws_support;
+use aws_support::{REGION, aws_env, moto};
+
+const CLUSTER: &str = "kerf-moto";
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The controller process; killed if the test ends without stopping it.
+struct Controller {
+    child: Option<Child>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Controller {
+    fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// SIGTERM, then the exit status.
+    async fn stop(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn_controller(kubeconfig: &PathBuf, extra_env: &[(&str, &str)]) -> Controller {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kerf"));
+    aws_env(&mut cmd, moto().endpoint());
+    cmd.arg("controller")
+        .env("KUBECONFIG", kubeconfig)
+        .env("CLUSTER_NAME", CLUSTER)
+        .env("CLUSTER_ENDPOINT", "https://kerf-moto.example.com")
+        .env("METRICS_PORT", "0")
+        .env("HEALTH_PROBE_PORT", "0")
+        .env("SYSTEM_NAMESPACE", "karpenter")
+        .env("DISABLE_LEADER_ELECTION", "true")
+        .env("BATCH_IDLE_DURATION", "100ms")
+        .env("BATCH_MAX_DURATION", "1s")
+        // The Pricing API has no emulator; the embedded price table stands in.
+        .env("ISOLATED_VPC", "true")
+        .env("LOG_LEVEL", "debug");
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                log.lock().unwrap().push(line);
+            }
+        });
+    }
+    Controller {
+        child: Some(child),
+        log,
+    }
+}
+
+/// Polls `condition` until it holds; fails with the controller's log after [`PATIENCE`].
+async fn eventually<F, Fut>(controller: &Controller, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting: {what}\n--- controller log ---\n{}",
+            controller.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn tag(key: &str, value: &str) -> Tag {
+    Tag::builder().key(key).value(value).build()
+}
+
+fn tag_spec(resource: ResourceType, tags: &[(&str, &str)]) -> TagSpecification {
+    TagSpecification::builder()
+        .resource_type(resource)
+        .set_tags(Some(tags.iter().map(|(k, v)| tag(k, v)).collect()))
+        .build()
+}
+
+/// The VPC objects and AMI an EC2NodeClass discovers by the `karpenter.sh/discovery` tag,
+/// the EKS AL2023 alias parameter for Kubernetes 1.33 (the emulator's version), the node
+/// role; returns the AMI id.
+async fn seed_aws(c: &AwsClients) -> String {
+    let discovery = [("karpenter.sh/discovery", CLUSTER)];
+    let vpc = c
+        .ec2
+        .create_vpc()
+        .cidr_block("10.42.0.0/16")
+        .send()
+        .await
+        .unwrap();
+    let vpc = vpc.vpc().unwrap().vpc_id().unwrap().to_owned();
+    for (zone, cidr) in [
+        ("us-east-1a", "10.42.1.0/24"),
+        ("us-east-1b", "10.42.2.0/24"),
+    ] {
+        c.ec2
+            .create_subnet()
+            .vpc_id(&vpc)
+            .availability_zone(zone)
+            .cidr_block(cidr)
+            .tag_specifications(tag_spec(ResourceType::Subnet, &discovery))
+            .send()
+            .await
+            .unwrap();
+    }
+    c.ec2
+        .create_security_group()
+        .vpc_id(&vpc)
+        .group_name("kerf-moto-nodes")
+        .description("nodes")
+        .tag_specifications(tag_spec(ResourceType::SecurityGroup, &discovery))
+        .send()
+        .await
+        .unwrap();
+    let image = c
+        .ec2
+        .register_image()
+        .name("amazon-eks-node-al2023-x86_64-standard-1.33-v20250101")
+        .send()
+        .await
+        .unwrap()
+        .image_id()
+        .unwrap()
+        .to_owned();
+    moto()
+        .set_image_attributes(
+            REGION,
+            &image,
+            &kerf_aws::moto::ImageAttributes {
+                architecture: Some("x86_64".into()),
+                creation_date: Some("2025-01-01T00:00:00Z".into()),
+                deprecation_time: None,
+            },
+        )
+        .unwrap();
+    moto()
+        .seed_ssm_parameter(
+            REGION,
+            "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id",
+            &image,
+        )
+        .unwrap();
+    c.iam
+        .create_role()
+        .role_name("KerfNodeRole")
+        .assume_role_policy_document("{}")
+        .send()
+        .await
+        .unwrap();
+    image
+}
+
+/// An instance an earlier controller launched for a NodeClaim that no longer exists,
+/// launched five minutes ago.
+async fn leaked_instance(c: &AwsClients, image: &str) -> String {
+    let tags = [
+        ("karpenter.sh/nodepool", "default"),
+        ("karpenter.k8s.aws/ec2nodeclass", "default"),
+        ("karpenter.sh/nodeclaim", "default-lost"),
+        ("eks:eks-cluster-name", CLUSTER),
+    ];
+    let out = c
+        .ec2
+        .run_instances()
+        .image_id(image)
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(tag_spec(ResourceType::Instance, &tags))
+        .send()
+        .await
+        .unwrap();
+    let id = out.instances()[0].instance_id().unwrap().to_owned();
+    let launched = std::time::SystemTime::now() - Duration::from_secs(300);
+    let launched: k8s_openapi::jiff::Timestamp = launched.try_into().unwrap();
+    moto()
+        .set_instance_launch_time(REGION, &id, &launched.to_string())
+        .unwrap();
+    id
+}
+
+/// The instance's state name and tags, if moto knows it.
+async fn instance(c: &AwsClients, id: &str) -> Option<(String, BTreeMap<String, String>)> {
+    let out = c
+        .ec2
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .ok()?;
+    let i = out.reservations().first()?.instances().first()?;
+    let state = i.state()?.name()?.as_str().to_owned();
+    let tags = i
+        .tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?.to_owned(), t.value()?.to_owned())))
+        .collect();
+    Some((state, tags))
+}
+
+/// The cluster: CRDs, namespaces, the DNS Service and the `kubernetes` Service at EKS's
+/// default service range, one EC2NodeClass and one NodePool.
+async fn seed_cluster(cluster: &Cluster) {
+    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+    for file in [
+        "karpenter.sh_nodepools.yaml",
+        "karpenter.sh_nodeclaims.yaml",
+        "karpenter.k8s.aws_ec2nodeclasses.yaml",
+    ] {
+        let yaml = std::fs::read_to_string(crds.join(file)).unwrap();
+        cluster.apply_crd_yaml(&yaml).unwrap();
+    }
+    cluster
+        .create(
+            "v1",
+            "namespaces",
+            json!({"metadata": {"name": "karpenter"}}),
+        )
+        .unwrap();
+    for (namespace, name, ip) in [
+        ("kube-system", "kube-dns", "10.100.0.10"),
+        ("default", "kubernetes", "10.100.0.1"),
+    ] {
+        cluster
+            .create(
+                "v1",
+                "services",
+                json!({"metadata": {"name": name, "namespace": namespace},
+                    "spec": {"clusterIP": ip, "ports": [{"port": 443}]}}),
+            )
+            .unwrap();
+    }
+    cluster
+        .create(
+            "karpenter.k8s.aws/v1",
+            "ec2nodeclasses",
+            json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "role": "KerfNodeRole",
+                    "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                    "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+                    "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+                    "tags": {"team": "platform"},
+                },
+            }),
+        )
+        .unwrap();
+    cluster
+        .create(
+            "karpenter.sh/v1",
+            "nodepools",
+            json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": "default"},
+                "spec": {"template": {"spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "requirements": [
+                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]},
+                    ],
+                }}},
+            }),
+        )
+        .unwrap();
+}
+
+fn unschedulable_pod(cluster: &Cluster) {
+    cluster
+        .create(
+            "v1",
+            "pods",
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"containers": [{"name": "app", "image": "app",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}),
+        )
+        .unwrap();
+    cluster
+        .patch_status(
+            "v1",
+            "pods",
+            Some("default"),
+            "web",
+            PatchKind::Merge,
+            &json!({"status": {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/0 nodes are available"}]}}),
+        )
+        .unwrap();
+}
+
+fn is_true(object: &Value, type_: &str) -> bool {
+    object["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == type_ && c["status"] == "True")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launches_on_aws_for_a_pending_pod_and_collects_a_leaked_instance() {
+    let c = AwsClients::for_endpoint(moto().endpoint(), REGION).await;
+    let image = seed_aws(&c).await;
+    let leaked = leaked_instance(&c, &image).await;
+    let server = ApiServer::start(ServerConfig::default()).await.unwrap();
+    let cluster = server.cluster();
+    seed_cluster(&cluster).await;
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "kerf-cli-controller-aws-{}.kubeconfig",
+        std::process::id()
+    ));
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let controller = spawn_controller(&kubeconfig, &[]);
+
+    // The node class resolves against moto: discovered subnets and group, the AMI behind
+    // the alias for the API server's Kubernetes version, the role's instance profile.
+    let node_class = || cluster.get("karpenter.k8s.aws/v1", "ec2nodeclasses", None, "default");
+    eventually(&controller, "the EC2NodeClass is Ready", || async {
+        node_class().is_ok_and(|nc| is_true(&nc, "Ready"))
+    })
+    .await;
+    let nc = node_class().unwrap();
+    assert_eq!(nc["status"]["amis"][0]["id"], image.as_str(), "{nc}");
+    assert_eq!(nc["status"]["subnets"].as_array().unwrap().len(), 2, "{nc}");
+    assert_eq!(nc["status"]["securityGroups"][0]["name"], "kerf-moto-nodes");
+    assert!(nc["status"]["instanceProfile"].is_string(), "{nc}");
+    let hash = nc["metadata"]["annotations"]["karpenter.k8s.aws/ec2nodeclass-hash"].clone();
+    assert!(hash.is_string(), "{nc}");
+    assert_eq!(
+        nc["metadata"]["finalizers"],
+        json!(["karpenter.k8s.aws/termination"])
+    );
+
+    // The instance an earlier run leaked is terminated by garbage collection.
+    eventually(&controller, "the leaked instance is terminated", || async {
+        instance(&c, &leaked)
+            .await
+            .is_some_and(|(state, _)| state == "shutting-down" || state == "terminated")
+    })
+    .await;
+
+    // A pending pod gets a NodeClaim launched in moto with kerf's tags.
+    unschedulable_pod(&cluster);
+    let launched = || {
+        cluster
+            .list("karpenter.sh/v1", "nodeclaims", None, "")
+            .unwrap()
+            .into_iter()
+            .find(|c| is_true(c, "Launched"))
+    };
+    eventually(&controller, "a NodeClaim is launched", || async {
+        launched().is_some()
+    })
+    .await;
+    let claim = launched().unwrap();
+    let name = claim["metadata"]["name"].as_str().unwrap().to_owned();
+    let provider_id = claim["status"]["providerID"].as_str().unwrap();
+    let id = provider_id.rsplit('/').next().unwrap().to_owned();
+    assert!(provider_id.starts_with("aws:///us-east-1"), "{claim}");
+    assert_eq!(
+        claim["metadata"]["annotations"]["karpenter.k8s.aws/ec2nodeclass-hash"], hash,
+        "{claim}"
+    );
+    assert_eq!(claim["status"]["imageID"], image.as_str(), "{claim}");
+    let (state, tags) = instance(&c, &id).await.unwrap();
+    assert_eq!(state, "running");
+    for (key, value) in [
+        ("karpenter.sh/nodeclaim", name.as_str()),
+        ("karpenter.sh/nodepool", "default"),
+        ("karpenter.k8s.aws/ec2nodeclass", "default"),
+        ("eks:eks-cluster-name", CLUSTER),
+        ("kubernetes.io/cluster/kerf-moto", "owned"),
+        ("team", "platform"),
+    ] {
+        assert_eq!(
+            tags.get(key).map(String::as_str),
+            Some(value),
+            "{key}: {tags:?}"
+        );
+    }
+    let templates = c
+        .ec2
+        .describe_launch_templates()
+        .filters(
+            Filter::builder()
+                .name("tag:karpenter.k8s.aws/ec2nodeclass")
+                .values("default")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(!templates.launch_templates().is_empty());
+
+    // Once the node registers, the instance is named after it.
+    cluster
+        .patch_status(
+            "karpenter.sh/v1",
+            "nodeclaims",
+            None,
+            &name,
+            PatchKind::Merge,
+            &json!({"status": {"nodeName": "ip-10-42-1-10.ec2.internal"}}),
+        )
+        .unwrap();
+    eventually(
+        &controller,
+        "the instance carries its node's name",
+        || async {
+            instance(&c, &id).await.is_some_and(|(_, tags)| {
+                tags.get("Name").map(String::as_str) == Some("ip-10-42-1-10.ec2.internal")
+            })
+        },
+    )
+    .await;
+
+    let log = controller.log();
+    let exit = controller.stop().await;
+    assert!(exit.success(), "{exit:?}\n{log}");
+    let _ = std::fs::remove_file(&kubeconfig);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_aws_endpoint_stops_start_up_with_advice() {
+    // Nothing listens on port 1; the kubeconfig is not reached before AWS is checked.
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "kerf-cli-controller-noaws-{}.kubeconfig",
+        std::process::id()
+    ));
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:1\n\
+         contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n\
+         users:\n- name: u\n  user: {}\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kerf"));
+    aws_env(&mut cmd, "http://127.0.0.1:1");
+    let out = cmd
+        .arg("controller")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("CLUSTER_NAME", CLUSTER)
+        .env("METRICS_PORT", "0")
+        .env("HEALTH_PROBE_PORT", "0")
+        .env("AWS_MAX_ATTEMPTS", "1")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&kubeconfig);
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("cannot reach STS at http://127.0.0.1:1"),
+        "{text}"
+    );
+    assert!(text.contains("dnsPolicy: Default"), "{text}");
+    assert!(text.contains("com.amazonaws.us-east-1.sts"), "{text}");
+}

@@ -1,0 +1,322 @@
+//! EC2NodeClass resolution and instance tagging for the simulated provider, so the controller
+//! running on the simulated cluster keeps node class statuses as it does on AWS. The
+//! simulated region has one subnet in each zone its catalog sells in, one node security
+//! group and one AMI (the provider's current image); selector terms that name ids pick among
+//! those (an id the region lacks selects nothing, so a mistyped id shows up as
+//! `SubnetsReady=False` like on AWS), and terms by tag or name select what exists. Instance
+//! profiles are not simulated: `spec.instanceProfile` is taken as given and `spec.role` gets
+//! the name the AWS provider would manage.
+
+use super::provider::{SimulatedCloudProvider, tags};
+use super::{Ec2Error, Filter};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kerf::api::condition::types;
+use kerf::api::ec2nodeclass::{Ami, SecurityGroup, Subnet};
+use kerf::api::nodeclass_hash::{fnv1a64, hash_annotations};
+use kerf::api::{Condition, ConditionStatus, EC2NodeClass, EC2NodeClassStatus, NodeClaim};
+use kerf::cloudprovider::{
+    BoxFuture, CloudProviderError, CloudResult, InstanceTagger, NodeClassReconciler,
+    NodeClassResolution, launched_provider_id, parse_aws_provider_id,
+};
+use std::collections::BTreeMap;
+
+/// The simulated subnet of `zone`.
+pub fn subnet_id(zone: &str) -> String {
+    format!("subnet-{:017x}", fnv1a64(zone.as_bytes()) >> 4)
+}
+
+/// The simulated node security group of a cluster.
+pub fn security_group_id(cluster: &str) -> String {
+    format!("sg-{:017x}", fnv1a64(cluster.as_bytes()) >> 4)
+}
+
+impl SimulatedCloudProvider {
+    fn subnets(&self, node_class: &EC2NodeClass) -> Vec<Subnet> {
+        let all: Vec<Subnet> = self
+            .zones()
+            .into_iter()
+            .map(|(zone, zone_id)| Subnet {
+                id: subnet_id(&zone),
+                zone,
+                zone_id: Some(zone_id),
+            })
+            .collect();
+        let terms = &node_class.spec.subnet_selector_terms;
+        all.into_iter()
+            .filter(|s| {
+                terms
+                    .iter()
+                    .any(|t| t.id.as_ref().is_none_or(|id| *id == s.id))
+            })
+            .collect()
+    }
+
+    fn security_groups(&self, node_class: &EC2NodeClass) -> Vec<SecurityGroup> {
+        let default = SecurityGroup {
+            id: security_group_id(self.cluster_name()),
+            name: Some(format!("{}-nodes", self.cluster_name())),
+        };
+        let mut groups: Vec<SecurityGroup> = node_class
+            .spec
+            .security_group_selector_terms
+            .iter()
+            .filter(|t| t.id.as_ref().is_none_or(|id| *id == default.id))
+            .map(|t| match &t.name {
+                Some(name) => SecurityGroup {
+                    id: format!("sg-{:017x}", fnv1a64(name.as_bytes()) >> 4),
+                    name: Some(name.clone()),
+                },
+                None => default.clone(),
+            })
+            .collect();
+        groups.sort_by(|a, b| a.id.cmp(&b.id));
+        groups.dedup();
+        groups
+    }
+
+    fn instance_profile(&self, node_class: &EC2NodeClass) -> Option<String> {
+        match (node_class.instance_profile(), node_class.role()) {
+            (Some(profile), _) => Some(profile.to_owned()),
+            (None, Some(_)) => Some(format!(
+                "{}_{}",
+                self.cluster_name(),
+                fnv1a64(format!("{}{}", self.ec2().config().region, node_class.name()).as_bytes())
+            )),
+            (None, None) => None,
+        }
+    }
+
+    fn resolve_status(&self, node_class: &EC2NodeClass) -> EC2NodeClassStatus {
+        let subnets = self.subnets(node_class);
+        let security_groups = self.security_groups(node_class);
+        let instance_profile = self.instance_profile(node_class);
+        let amis = vec![Ami {
+            id: self.image_id(),
+            name: Some(format!("simulated-{}", node_class.ami_family().as_str())),
+            deprecated: None,
+            requirements: Vec::new(),
+        }];
+        let generation = node_class.metadata.generation;
+        let condition = |type_: &str, problem: Option<(&str, &str)>| {
+            let (status, reason, message) = match problem {
+                None => (ConditionStatus::True, type_, ""),
+                Some((reason, message)) => (ConditionStatus::False, reason, message),
+            };
+            Condition {
+                type_: type_.to_owned(),
+                status,
+                observed_generation: generation,
+                last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+            }
+        };
+        let mut conditions = vec![
+            condition(
+                types::SUBNETS_READY,
+                subnets.is_empty().then_some((
+                    "SubnetsNotFound",
+                    "SubnetSelector did not match any Subnets",
+                )),
+            ),
+            condition(
+                types::SECURITY_GROUPS_READY,
+                security_groups.is_empty().then_some((
+                    "SecurityGroupsNotFound",
+                    "SecurityGroupSelector did not match any SecurityGroups",
+                )),
+            ),
+            condition(types::AMIS_READY, None),
+            condition(
+                types::INSTANCE_PROFILE_READY,
+                instance_profile.is_none().then_some((
+                    "InstanceProfileNotSpecified",
+                    "set spec.role or spec.instanceProfile",
+                )),
+            ),
+            condition(types::VALIDATION_SUCCEEDED, None),
+        ];
+        let unhealthy: Vec<String> = conditions
+            .iter()
+            .filter(|c| !c.is_true())
+            .map(|c| format!("{}=False: {}", c.type_, c.message))
+            .collect();
+        let message = unhealthy.join("; ");
+        conditions.push(condition(
+            types::READY,
+            (!unhealthy.is_empty()).then_some(("UnhealthyDependents", message.as_str())),
+        ));
+        EC2NodeClassStatus {
+            subnets,
+            security_groups,
+            capacity_reservations: Vec::new(),
+            amis,
+            instance_profile,
+            conditions,
+        }
+    }
+
+    async fn tag_instance(&self, node_claim: &NodeClaim) -> CloudResult<()> {
+        let provider_id = launched_provider_id(node_claim)?;
+        let instance_id = parse_aws_provider_id(provider_id)?.instance_id.to_owned();
+        let not_found = |e: Ec2Error| CloudProviderError::NodeClaimNotFound {
+            provider_id: provider_id.to_owned(),
+            reason: e.to_string(),
+        };
+        let found = self
+            .ec2()
+            .describe_instances(&super::DescribeInstancesRequest {
+                instance_ids: vec![instance_id.clone()],
+                filters: vec![Filter::InstanceStateName(vec![
+                    super::InstanceState::Pending,
+                    super::InstanceState::Running,
+                ])],
+            })
+            .await
+            .map_err(not_found)?;
+        let Some(instance) = found.first() else {
+            return Err(CloudProviderError::NodeClaimNotFound {
+                provider_id: provider_id.to_owned(),
+                reason: "instance is terminated".to_owned(),
+            });
+        };
+        let node_name = node_claim
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        let missing: BTreeMap<String, String> = [
+            (tags::NAME, node_name),
+            (tags::NODECLAIM, node_claim.name().to_owned()),
+            (tags::EKS_CLUSTER_NAME, self.cluster_name().to_owned()),
+        ]
+        .into_iter()
+        .filter(|(k, _)| !instance.tags.contains_key(*k))
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.ec2()
+            .create_tags(&[instance_id], &missing)
+            .await
+            .map_err(not_found)
+    }
+}
+
+impl NodeClassReconciler for SimulatedCloudProvider {
+    fn resolve<'a>(
+        &'a self,
+        node_class: &'a EC2NodeClass,
+    ) -> BoxFuture<'a, CloudResult<NodeClassResolution>> {
+        Box::pin(async move {
+            Ok(NodeClassResolution {
+                status: self.resolve_status(node_class),
+                annotations: hash_annotations(node_class, None),
+            })
+        })
+    }
+
+    fn forget<'a>(&'a self, _node_class: &'a str) -> BoxFuture<'a, CloudResult<()>> {
+        // Nothing is created per node class in the simulated region.
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl InstanceTagger for SimulatedCloudProvider {
+    fn tag_registered<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
+        Box::pin(self.tag_instance(node_claim))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ec2::{Ec2Config, SimulatedCloudProviderConfig};
+    use kerf::api::Conditions;
+
+    fn provider() -> SimulatedCloudProvider {
+        SimulatedCloudProvider::for_region(
+            "us-east-1",
+            Ec2Config::instant("us-east-1"),
+            SimulatedCloudProviderConfig::default(),
+        )
+        .expect("us-east-1 is in the catalog")
+    }
+
+    fn node_class(spec: serde_json::Value) -> EC2NodeClass {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": "default", "generation": 3},
+            "spec": spec,
+        }))
+        .expect("test node class parses")
+    }
+
+    fn resolve(p: &SimulatedCloudProvider, nc: &EC2NodeClass) -> NodeClassResolution {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(p.resolve(nc))
+            .expect("simulated resolution does not fail")
+    }
+
+    #[test]
+    fn a_tag_selected_class_gets_a_subnet_per_zone_and_is_ready() {
+        let p = provider();
+        let nc = node_class(serde_json::json!({"role": "KarpenterNodeRole",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c"}}]}));
+        let got = resolve(&p, &nc);
+        let zones: Vec<&str> = got.status.subnets.iter().map(|s| s.zone.as_str()).collect();
+        assert!(zones.len() >= 3, "{zones:?}");
+        assert!(zones.contains(&"us-east-1a"));
+        assert_eq!(got.status.security_groups.len(), 1);
+        assert_eq!(got.status.amis[0].id, p.image_id());
+        assert!(got.status.instance_profile.is_some());
+        assert!(got.status.conditions.is_condition_true(types::READY));
+        assert!(
+            got.status
+                .conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(3))
+        );
+        assert_eq!(
+            got.annotations[kerf::labels::EC2NODECLASS_HASH_VERSION],
+            kerf::api::nodeclass_hash::HASH_VERSION
+        );
+    }
+
+    #[test]
+    fn ids_select_among_the_simulated_subnets_and_unknown_ones_fail_readiness() {
+        let p = provider();
+        let nc = node_class(serde_json::json!({"role": "r",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"id": subnet_id("us-east-1b")}],
+            "securityGroupSelectorTerms": [{"name": "nodes"}]}));
+        let got = resolve(&p, &nc);
+        assert_eq!(got.status.subnets.len(), 1);
+        assert_eq!(got.status.subnets[0].zone, "us-east-1b");
+        assert_eq!(got.status.security_groups[0].name.as_deref(), Some("nodes"));
+
+        let nc = node_class(serde_json::json!({"role": "r",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"id": "subnet-0123456789abcdef0"}],
+            "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]}));
+        let got = resolve(&p, &nc);
+        assert!(got.status.subnets.is_empty());
+        let ready = got
+            .status
+            .conditions
+            .condition(types::READY)
+            .expect("Ready");
+        assert_eq!(ready.status, ConditionStatus::False);
+        assert!(
+            ready.message.contains("SubnetsReady=False"),
+            "{}",
+            ready.message
+        );
+    }
+}
