@@ -28,6 +28,8 @@ enum Command {
     Plan(cmd::plan::Args),
     /// Run the controller daemon against the cluster in the kubeconfig (or in-cluster).
     Controller(Box<cmd::controller::Args>),
+    /// Run the controller against a simulated cluster and EC2, in this process, and report.
+    Simulate(Box<cmd::simulate::Args>),
 }
 
 fn main() -> ExitCode {
@@ -37,5 +39,6 @@ fn main() -> ExitCode {
         Command::Catalog(args) => cmd::catalog::run(args),
         Command::Plan(args) => cmd::plan::run(args),
         Command::Controller(args) => cmd::controller::run(*args),
+        Command::Simulate(args) => cmd::simulate::run(*args),
     }
 }

@@ -43,6 +43,8 @@ pub struct BatchReady {
     pub pods: Vec<String>,
     /// How long the window was open.
     pub window: Duration,
+    /// When the window closed (the start of the round's latency).
+    pub closed: Instant,
 }
 
 /// The batching window limits.
@@ -110,6 +112,7 @@ impl Batcher {
         let batch = BatchReady {
             window: now.saturating_duration_since(open.window.opened()),
             pods: open.pods,
+            closed: now,
         };
         metrics::gauge!(SCHEDULER_QUEUE_DEPTH, "controller" => QUEUE_CONTROLLER).set(0.0);
         metrics::histogram!(BATCH_WINDOW_DURATION).record(batch.window.as_secs_f64());

@@ -66,6 +66,19 @@ pub struct Round {
     pub nodeclaims: Vec<String>,
     /// Problems of the round: snapshot warnings, pods left unschedulable, failed creates.
     pub problems: Vec<String>,
+    /// Where the round's time went.
+    pub timing: RoundTiming,
+}
+
+/// Latencies of one round, for logs and `kerf simulate`'s report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoundTiming {
+    /// From the batch window closing to the round starting (waiting for the previous round).
+    pub queued: Duration,
+    /// Snapshot of cluster state and scheduling.
+    pub solve: Duration,
+    /// From the batch window closing to the last of the round's NodeClaims being created.
+    pub closed_to_created: Duration,
 }
 
 /// Why a batch did not become a round.
@@ -152,6 +165,7 @@ impl Provisioner {
         if !self.state.synced() {
             return Err(Skipped::NotSynced);
         }
+        let queued = batch.closed.elapsed();
         let mut pending: Vec<String> = self
             .state
             .provisionable_pods()
@@ -173,6 +187,10 @@ impl Provisioner {
             window: batch.window,
             nodeclaims: Vec::new(),
             problems: Vec::new(),
+            timing: RoundTiming {
+                queued,
+                ..RoundTiming::default()
+            },
         };
         let planned = self.plan(&mut round.problems);
         Ok((round, planned))
@@ -276,6 +294,7 @@ impl Handler<BatchReady> for Provisioner {
     fn handle(&mut self, batch: BatchReady, _ctx: &mut Context<Self>) -> Self::Result {
         self.depth.taken();
         let started = Instant::now();
+        let closed = batch.closed;
         let (round, planned) = match self.round(batch) {
             Ok(round) => round,
             Err(reason) => {
@@ -288,19 +307,25 @@ impl Handler<BatchReady> for Provisioner {
         let recorder = self.provisioning.as_ref().map(|p| p.events.clone());
         let created = async move {
             let mut round = round;
-            let mut outcomes = Vec::new();
             let Some((result, pools)) = solving else {
+                round.timing.solve = started.elapsed();
                 metrics::histogram!(SCHEDULING_DURATION).record(started.elapsed().as_secs_f64());
-                return (round, outcomes);
+                return (round, Vec::new());
             };
             let result = result.await;
+            round.timing.solve = started.elapsed();
             metrics::histogram!(SCHEDULING_DURATION).record(started.elapsed().as_secs_f64());
             let launches = launches(result, &pools, &mut round.problems, recorder.as_ref());
-            if let Some(launcher) = launcher {
-                for launch in launches {
-                    outcomes.push(launcher.deliver(launch).await);
+            // Delivered all at once: each answer is one API create, so a large round's
+            // creates overlap (the Launcher's bounded mailbox caps how many are in flight)
+            // instead of paying one round trip after another. Answers keep the planned order.
+            let outcomes = match launcher {
+                Some(launcher) => {
+                    futures::future::join_all(launches.into_iter().map(|l| launcher.deliver(l)))
+                        .await
                 }
-            }
+                None => Vec::new(),
+            };
             (round, outcomes)
         };
         // Atomic: the next batch waits until this round's NodeClaims exist (the Launcher
@@ -318,12 +343,16 @@ impl Handler<BatchReady> for Provisioner {
                         Err(error) => round.problems.push(error.to_string()),
                     }
                 }
+                round.timing.closed_to_created = closed.elapsed();
                 tracing::info!(
                     round = round.number,
                     pending = round.pending.len(),
                     triggered = round.triggered.len(),
                     nodeclaims = round.nodeclaims.len(),
                     problems = ?round.problems,
+                    queued_ms = round.timing.queued.as_millis() as u64,
+                    solve_ms = round.timing.solve.as_millis() as u64,
+                    closed_to_created_ms = round.timing.closed_to_created.as_millis() as u64,
                     "provisioning round"
                 );
                 act.rounds.send_replace(Some(round));

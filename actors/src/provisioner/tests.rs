@@ -157,6 +157,7 @@ fn a_round_solved_by_the_node_pool_schedulers_equals_the_sequential_solve() {
         addr.send(BatchReady {
             pods: vec!["default/a-0".into()],
             window: Duration::from_secs(1),
+            closed: tokio::time::Instant::now(),
         })
         .await
         .expect("provisioner alive");

@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kerf::catalog::DEFAULT_VM_MEMORY_OVERHEAD_PERCENT;
-use kerf::manifest::{self, Object};
 use kerf::plan::{self, ControllerSettings, PlanOptions};
 
 #[derive(clap::Args)]
@@ -43,7 +42,7 @@ pub fn run(args: Args) -> ExitCode {
             args.vm_memory_overhead_percent
         )]);
     }
-    let objects = match read_objects(&args.files) {
+    let objects = match super::read_objects(&args.files) {
         Ok(objects) => objects,
         Err(errors) => return fail(&errors),
     };
@@ -79,38 +78,4 @@ fn fail(errors: &[String]) -> ExitCode {
         eprintln!("{error}");
     }
     ExitCode::FAILURE
-}
-
-/// Every object of every path, or every read and parse error (all of them, so that one run
-/// shows everything to fix).
-fn read_objects(paths: &[PathBuf]) -> Result<Vec<Object>, Vec<String>> {
-    let mut objects = Vec::new();
-    let mut errors = Vec::new();
-    for path in paths {
-        let sources = match super::read_sources(path) {
-            Ok(sources) => sources,
-            Err(error) => {
-                errors.push(error.to_string());
-                continue;
-            }
-        };
-        for (file, text) in sources {
-            match manifest::parse_str(&text, &file) {
-                Ok(documents) => {
-                    for document in documents {
-                        match document {
-                            Ok(object) => objects.push(object),
-                            Err(error) => errors.push(error.to_string()),
-                        }
-                    }
-                }
-                Err(error) => errors.push(error.to_string()),
-            }
-        }
-    }
-    if errors.is_empty() {
-        Ok(objects)
-    } else {
-        Err(errors)
-    }
 }

@@ -1,0 +1,38 @@
+//! The process's peak resident memory, from `/proc/self/status` (`VmHWM`, the kernel's
+//! high-water mark of the resident set). The controller runs inside the `kerf simulate`
+//! process together with the API emulator, kubelets, scheduler and EC2 simulator, so this
+//! is the peak of all of them together, an upper bound for the controller alone.
+
+/// Peak resident set size in bytes, or `None` where `/proc` is not available.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_kib(&status, "VmHWM:").map(|kib| kib * 1024)
+}
+
+/// The value in kB of the `/proc/*/status` line starting with `field`.
+fn parse_kib(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|number| number.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_high_water_mark_in_kib() {
+        let status = "Name:\tkerf\nVmPeak:\t  900 kB\nVmHWM:\t   123456 kB\nVmRSS:\t 100 kB\n";
+        assert_eq!(parse_kib(status, "VmHWM:"), Some(123_456));
+        assert_eq!(parse_kib(status, "VmSwap:"), None);
+    }
+
+    #[test]
+    fn this_process_has_a_peak() {
+        if std::path::Path::new("/proc/self/status").exists() {
+            assert!(peak_rss_bytes().is_some_and(|b| b > 0));
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! `kerf simulate`: the whole system on one machine with nothing to set up. Starts the
+//! Kubernetes API emulator, simulated EC2, kubelets and kube-scheduler in this process,
+//! applies kerf's CRDs, an EC2NodeClass, NodePools and a workload (built-in defaults or the
+//! user's files), runs the real controller against the emulator over HTTP, shows progress,
+//! and ends with a summary of what happened. Exits 0 when every pod that can fit is bound
+//! (pods the controller reports it cannot place do not count), 1 when `--duration` runs out
+//! first or the input is bad.
+
+mod apply;
+mod defaults;
+mod ice;
+mod inputs;
+mod memory;
+mod observe;
+mod progress;
+mod run;
+mod summary;
+mod world;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::plan::Format;
+use ice::IceTarget;
+use summary::Outcome;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Pods in the default workload (six Deployments of mixed shapes).
+    #[arg(long, default_value_t = defaults::DEFAULT_PODS, conflicts_with = "workload")]
+    pub pods: usize,
+    /// NodePools (and EC2NodeClasses) to use instead of the default NodePool; repeatable.
+    #[arg(long = "nodepools", value_name = "FILE")]
+    pub nodepools: Vec<PathBuf>,
+    /// Manifests to apply instead of the default workload (Pods, Deployments, StatefulSets,
+    /// Jobs, DaemonSets, PDBs, ...); a file or directory, repeatable.
+    #[arg(long = "workload", value_name = "FILE")]
+    pub workload: Vec<PathBuf>,
+    /// Make a capacity pool answer InsufficientInstanceCapacity: TYPE:ZONE[:spot|on-demand],
+    /// `*` for any type or zone; repeatable.
+    #[arg(long = "ice", value_name = "TYPE:ZONE")]
+    pub ice: Vec<IceTarget>,
+    /// Longest the run may take before it gives up (Go duration: 90s, 10m).
+    #[arg(long, default_value = "10m", value_parser = go_duration)]
+    pub duration: Duration,
+    /// Write a kubeconfig for the simulated cluster to PATH and keep it up after the
+    /// summary, until Ctrl-C, for kubectl.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Summary format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    /// Controller logs (upstream's JSON lines) on standard error at this level; off when absent.
+    #[arg(long, value_name = "LEVEL", value_parser = ["debug", "info", "warn", "error"])]
+    pub log_level: Option<String>,
+    /// Millisecond delays and short batching windows (for tests).
+    #[arg(long, hide = true)]
+    pub fast: bool,
+}
+
+fn go_duration(text: &str) -> Result<Duration, String> {
+    kerf::api::duration::Duration::parse(text)
+        .map(|d| d.as_std())
+        .map_err(|e| e.to_string())
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let sources = inputs::Sources {
+        pods: args.pods,
+        nodepools: args.nodepools.clone(),
+        workload: args.workload.clone(),
+    };
+    let inputs = match inputs::read(&sources) {
+        Ok(inputs) => inputs,
+        Err(errors) => {
+            for error in errors {
+                eprintln!("{error}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(level) = &args.log_level {
+        init_logging(level);
+    }
+    let keep_serving = args.kubeconfig_out.is_some();
+    let output = args.output;
+    let config = run::Config {
+        inputs,
+        ice: args.ice,
+        duration: args.duration,
+        kubeconfig_out: args.kubeconfig_out,
+        pace: if args.fast {
+            world::Pace::Instant
+        } else {
+            world::Pace::Brisk
+        },
+        show_progress: output == Format::Table,
+    };
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("the tokio runtime builds with default settings")
+    });
+    let ran = system.block_on(async move {
+        let finished = run::simulate(config).await?;
+        print(&finished.summary, output);
+        if keep_serving {
+            eprintln!("the simulated cluster keeps running; Ctrl-C stops it");
+            stop_signal().await?;
+        }
+        let summary = finished.summary.clone();
+        finished.stop().await;
+        anyhow::Ok(summary)
+    });
+    let summary = match ran {
+        Ok(summary) => summary,
+        Err(error) => {
+            eprintln!("kerf simulate: {error:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match summary.outcome {
+        Outcome::Complete => ExitCode::SUCCESS,
+        Outcome::TimedOut => {
+            eprintln!(
+                "kerf simulate: {} pods still pending after {:?} that the controller did not report unschedulable",
+                summary.pods.pending - summary.pods.unschedulable.len(),
+                args.duration
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn stop_signal() -> std::io::Result<()> {
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = sigterm.recv() => Ok(()),
+        ctrl_c = tokio::signal::ctrl_c() => ctrl_c,
+    }
+}
+
+fn print(summary: &summary::Summary, format: Format) {
+    match format {
+        Format::Json => match serde_json::to_string_pretty(summary) {
+            Ok(json) => println!("{json}"),
+            Err(error) => eprintln!("kerf simulate: cannot encode the summary as JSON: {error}"),
+        },
+        Format::Table => print!("{}", summary.to_table()),
+    }
+}
+
+/// The controller's JSON logs, on standard error so standard output keeps only the summary.
+fn init_logging(level: &str) {
+    let filter =
+        tracing_subscriber::EnvFilter::new(format!("{level},kube=warn,hyper=warn,tower=warn"));
+    let _already_installed = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .event_format(kerf_actors::logging::UpstreamJson)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

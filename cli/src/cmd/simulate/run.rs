@@ -1,0 +1,207 @@
+//! One simulation from start to summary: start the world, apply the set-up objects, start
+//! the controller and wait for it to sync, apply the workload, then follow pods, NodeClaims
+//! and the controller's provisioning rounds until every pod that can fit is bound — pods the
+//! latest round reported it cannot place are excluded — or `--duration` runs out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use kerf_actors::Daemon;
+use kerf_actors::provisioner::Round;
+use tokio::time::Instant;
+
+use super::apply::apply;
+use super::ice::IceTarget;
+use super::inputs::Inputs;
+use super::memory;
+use super::observe::Tally;
+use super::progress::Progress;
+use super::summary::{Facts, Outcome, Provisioning, RoundFigures, Summary};
+use super::world::{Pace, World};
+
+/// Longest the loop sleeps without news; progress and the deadline are checked this often.
+const TICK: Duration = Duration::from_millis(100);
+
+pub struct Config {
+    pub inputs: Inputs,
+    pub ice: Vec<IceTarget>,
+    pub duration: Duration,
+    pub kubeconfig_out: Option<PathBuf>,
+    pub pace: Pace,
+    pub show_progress: bool,
+}
+
+/// A finished run whose cluster is still up.
+pub struct Finished {
+    pub summary: Summary,
+    world: World,
+    daemon: Daemon,
+}
+
+impl Finished {
+    /// Stops the controller, then the simulated cluster.
+    pub async fn stop(self) {
+        self.daemon.stop().await;
+        self.world.stop().await;
+    }
+}
+
+pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
+    let started = Instant::now();
+    let deadline = started + config.duration;
+    let world = World::start(config.pace, &config.ice).await?;
+    let cluster = world.cluster();
+    if let Some(path) = &config.kubeconfig_out {
+        world
+            .server
+            .write_kubeconfig(path)
+            .with_context(|| format!("--kubeconfig-out {}", path.display()))?;
+        eprintln!(
+            "kubeconfig for the simulated cluster: {} (kubectl --kubeconfig {} get nodes,nodeclaims,pods)",
+            path.display(),
+            path.display()
+        );
+    }
+    let mut notes = apply(&cluster, &config.inputs.setup, &config.inputs.inventory)?;
+    let mut tally = Tally::new(&cluster)?;
+    let daemon = world.start_controller().await?;
+    notes.extend(apply(
+        &cluster,
+        &config.inputs.workload,
+        &config.inputs.inventory,
+    )?);
+    for note in notes {
+        eprintln!("{note}");
+    }
+    let expected = config.inputs.inventory.pods.len();
+    let progress = Progress::new(expected, config.show_progress);
+    let mut rounds = daemon.rounds.clone();
+    let mut log = RoundLog::default();
+    let outcome = loop {
+        tokio::select! {
+            () = tally.changed() => {}
+            changed = rounds.changed() => {
+                if changed.is_ok() && let Some(round) = rounds.borrow_and_update().clone() {
+                    log.record(round);
+                }
+            }
+            () = tokio::time::sleep(TICK) => {}
+        }
+        tally.update(std::time::Instant::now());
+        let counts = tally.counts();
+        let pending = tally.pending();
+        progress.update(&counts, expected, log.unschedulable.len());
+        let placed_or_refused = pending.iter().all(|p| log.unschedulable.contains_key(p));
+        if counts.pods >= expected && placed_or_refused {
+            break Outcome::Complete;
+        }
+        if Instant::now() >= deadline {
+            break Outcome::TimedOut;
+        }
+    };
+    progress.finish();
+    let summary = Summary::new(Facts {
+        outcome,
+        elapsed: started.elapsed(),
+        counts: tally.counts(),
+        pending: &tally.pending(),
+        unschedulable: &log.unschedulable,
+        latencies: tally.latencies(),
+        instances: &world.provider.ec2().instances(),
+        api_calls: &world.provider.ec2().api_calls(),
+        provisioning: log.provisioning(),
+        peak_memory_bytes: memory::peak_rss_bytes(),
+        ice_pools: world.ice.len(),
+    });
+    Ok(Finished {
+        summary,
+        world,
+        daemon,
+    })
+}
+
+/// What the controller's provisioning rounds said.
+#[derive(Default)]
+struct RoundLog {
+    /// Pods the latest round could not place, with the reason.
+    unschedulable: BTreeMap<String, String>,
+    rounds: u64,
+    largest: Option<RoundFigures>,
+}
+
+impl RoundLog {
+    fn record(&mut self, round: Round) {
+        self.rounds = round.number;
+        self.unschedulable = unschedulable_pods(&round);
+        let figures = RoundFigures {
+            number: round.number,
+            pending_pods: round.pending.len(),
+            node_claims: round.nodeclaims.len(),
+            solve_seconds: round.timing.solve.as_secs_f64(),
+            batch_close_to_created_seconds: round.timing.closed_to_created.as_secs_f64(),
+        };
+        if self
+            .largest
+            .as_ref()
+            .is_none_or(|l| figures.node_claims > l.node_claims)
+        {
+            self.largest = Some(figures);
+        }
+    }
+
+    fn provisioning(&self) -> Provisioning {
+        Provisioning {
+            rounds: self.rounds,
+            largest_round: self.largest.clone(),
+        }
+    }
+}
+
+/// The pods among a round's problems (`namespace/name: reason`), by pod.
+fn unschedulable_pods(round: &Round) -> BTreeMap<String, String> {
+    let pending: BTreeSet<&str> = round.pending.iter().map(String::as_str).collect();
+    round
+        .problems
+        .iter()
+        .filter_map(|problem| {
+            let (pod, reason) = problem.split_once(": ")?;
+            pending
+                .contains(pod)
+                .then(|| (pod.to_owned(), reason.to_owned()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kerf_actors::provisioner::RoundTiming;
+
+    #[test]
+    fn only_pending_pods_count_as_unschedulable() {
+        let round = Round {
+            number: 3,
+            triggered: Vec::new(),
+            pending: vec!["default/big".into(), "default/web-1".into()],
+            window: Duration::ZERO,
+            nodeclaims: vec!["default-abcde".into()],
+            problems: vec![
+                "default/big: incompatible with nodepool \"default\": no instance type fits".into(),
+                "EC2NodeClass default is not in the input: using defaults".into(),
+                "other/gone: whatever".into(),
+            ],
+            timing: RoundTiming::default(),
+        };
+        let mut log = RoundLog::default();
+        log.record(round);
+        assert_eq!(log.unschedulable.len(), 1);
+        assert!(log.unschedulable["default/big"].starts_with("incompatible"));
+        assert_eq!(log.rounds, 3);
+        assert_eq!(
+            log.provisioning().largest_round.map(|r| r.node_claims),
+            Some(1)
+        );
+    }
+}

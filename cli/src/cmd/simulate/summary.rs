@@ -1,0 +1,426 @@
+//! The end-of-run report: pods bound and left over (with the controller's reason for each
+//! pod it could not place), the capacity launched (nodes by instance type, zone and capacity
+//! type, and what it costs per hour), how long pods waited from creation to binding, the
+//! NodeClaims created, the cloud API calls made, the provisioning rounds and the process's
+//! peak memory. Serialised as is for `-o json`; [`Summary::to_table`] is the human form.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use kerf_loadtest::ec2::{ApiCalls, Instance};
+use serde::Serialize;
+
+use super::observe::Counts;
+
+/// How the run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    /// Every pod that can fit is bound.
+    Complete,
+    /// `--duration` ran out with pods pending that the controller did not call unschedulable.
+    TimedOut,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub outcome: Outcome,
+    pub elapsed_seconds: f64,
+    pub pods: Pods,
+    /// From creation to binding, over the bound pods.
+    pub pod_latency_seconds: Latency,
+    pub node_claims: NodeClaims,
+    pub nodes: Nodes,
+    /// Sum of the hourly prices of the live instances.
+    pub hourly_cost: f64,
+    pub cloud_api_calls: CloudApiCalls,
+    pub provisioning: Provisioning,
+    /// Peak resident memory of the `kerf simulate` process, in which the controller runs
+    /// together with the simulated cluster.
+    pub peak_memory_bytes: Option<u64>,
+    /// Pools injected with insufficient capacity, as `capacity/type/zone`.
+    pub insufficient_capacity_pools: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pods {
+    /// Workload pods (DaemonSet pods are not counted).
+    pub total: usize,
+    pub bound: usize,
+    pub pending: usize,
+    /// Pending pods the controller reported it cannot place, with its reason.
+    pub unschedulable: Vec<UnschedulablePod>,
+    /// Pending pods it did not report (only when the run timed out), at most 20.
+    pub stuck: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnschedulablePod {
+    pub pod: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p95: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaims {
+    pub created: usize,
+    pub launched: usize,
+    pub registered: usize,
+    pub ready: usize,
+    pub deleted: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Nodes {
+    /// Live (pending or running) instances.
+    pub total: usize,
+    pub by_instance_type: BTreeMap<String, usize>,
+    pub by_zone: BTreeMap<String, usize>,
+    pub by_capacity_type: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudApiCalls {
+    pub total: u64,
+    pub throttled: u64,
+    pub by_operation: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Provisioning {
+    pub rounds: u64,
+    /// The round that created the most NodeClaims.
+    pub largest_round: Option<RoundFigures>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoundFigures {
+    pub number: u64,
+    pub pending_pods: usize,
+    pub node_claims: usize,
+    /// Snapshot and scheduling.
+    pub solve_seconds: f64,
+    /// From the batch window closing to the last of the round's NodeClaims being created.
+    pub batch_close_to_created_seconds: f64,
+}
+
+/// What the summary is made of.
+pub struct Facts<'a> {
+    pub outcome: Outcome,
+    pub elapsed: Duration,
+    pub counts: Counts,
+    pub pending: &'a [String],
+    pub unschedulable: &'a BTreeMap<String, String>,
+    pub latencies: Vec<Duration>,
+    pub instances: &'a [Instance],
+    pub api_calls: &'a ApiCalls,
+    pub provisioning: Provisioning,
+    pub peak_memory_bytes: Option<u64>,
+    pub ice_pools: usize,
+}
+
+/// Stuck pods listed by name at most.
+const STUCK_LISTED: usize = 20;
+
+impl Summary {
+    pub fn new(facts: Facts<'_>) -> Self {
+        let unschedulable: Vec<UnschedulablePod> = facts
+            .pending
+            .iter()
+            .filter_map(|pod| {
+                facts.unschedulable.get(pod).map(|reason| UnschedulablePod {
+                    pod: pod.clone(),
+                    reason: reason.clone(),
+                })
+            })
+            .collect();
+        let stuck = facts
+            .pending
+            .iter()
+            .filter(|pod| !facts.unschedulable.contains_key(*pod))
+            .take(STUCK_LISTED)
+            .cloned()
+            .collect();
+        let live: Vec<&Instance> = facts
+            .instances
+            .iter()
+            .filter(|i| i.state.is_live())
+            .collect();
+        Self {
+            outcome: facts.outcome,
+            elapsed_seconds: round3(facts.elapsed.as_secs_f64()),
+            pods: Pods {
+                total: facts.counts.pods,
+                bound: facts.counts.bound,
+                pending: facts.pending.len(),
+                unschedulable,
+                stuck,
+            },
+            pod_latency_seconds: latency(facts.latencies),
+            node_claims: NodeClaims {
+                created: facts.counts.claims_created,
+                launched: facts.counts.claims_launched,
+                registered: facts.counts.claims_registered,
+                ready: facts.counts.claims_ready,
+                deleted: facts.counts.claims_deleted,
+            },
+            nodes: Nodes {
+                total: live.len(),
+                by_instance_type: tally(live.iter().map(|i| i.instance_type.clone())),
+                by_zone: tally(live.iter().map(|i| i.zone.clone())),
+                by_capacity_type: tally(live.iter().map(|i| i.capacity_type.to_string())),
+            },
+            hourly_cost: (live.iter().map(|i| i.price).sum::<f64>() * 10_000.0).round() / 10_000.0,
+            cloud_api_calls: CloudApiCalls {
+                total: facts.api_calls.total_calls(),
+                throttled: facts.api_calls.total_throttled(),
+                by_operation: facts
+                    .api_calls
+                    .by_operation
+                    .iter()
+                    .map(|(op, count)| ((*op).to_owned(), count.calls))
+                    .collect(),
+            },
+            provisioning: facts.provisioning,
+            peak_memory_bytes: facts.peak_memory_bytes,
+            insufficient_capacity_pools: facts.ice_pools,
+        }
+    }
+
+    /// The report for people.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let outcome = match self.outcome {
+            Outcome::Complete => "every pod that can fit is bound",
+            Outcome::TimedOut => "timed out with pods still pending",
+        };
+        let _ = writeln!(out, "{outcome} after {:.1}s", self.elapsed_seconds);
+        let _ = writeln!(
+            out,
+            "pods            {} bound of {} ({} pending, {} unschedulable)",
+            self.pods.bound,
+            self.pods.total,
+            self.pods.pending,
+            self.pods.unschedulable.len()
+        );
+        let l = &self.pod_latency_seconds;
+        let _ = writeln!(
+            out,
+            "pending→bound   p50 {:.2}s  p95 {:.2}s  max {:.2}s",
+            l.p50, l.p95, l.max
+        );
+        let c = &self.node_claims;
+        let _ = writeln!(
+            out,
+            "NodeClaims      {} created, {} launched, {} registered, {} ready, {} deleted",
+            c.created, c.launched, c.registered, c.ready, c.deleted
+        );
+        let _ = writeln!(
+            out,
+            "nodes           {} (${:.4}/hour)",
+            self.nodes.total, self.hourly_cost
+        );
+        for (title, counts) in [
+            ("  by type", &self.nodes.by_instance_type),
+            ("  by zone", &self.nodes.by_zone),
+            ("  by capacity", &self.nodes.by_capacity_type),
+        ] {
+            let _ = writeln!(out, "{title:<16}{}", joined(counts));
+        }
+        let _ = writeln!(
+            out,
+            "cloud API calls {} ({} throttled): {}",
+            self.cloud_api_calls.total,
+            self.cloud_api_calls.throttled,
+            joined(&self.cloud_api_calls.by_operation)
+        );
+        let _ = write!(out, "provisioning    {} rounds", self.provisioning.rounds);
+        if let Some(r) = &self.provisioning.largest_round {
+            let _ = write!(
+                out,
+                "; largest: {} pending pods → {} NodeClaims, solve {:.3}s, batch close → all created {:.3}s",
+                r.pending_pods, r.node_claims, r.solve_seconds, r.batch_close_to_created_seconds
+            );
+        }
+        out.push('\n');
+        if let Some(bytes) = self.peak_memory_bytes {
+            let _ = writeln!(
+                out,
+                "peak memory     {:.1} MiB (whole process: controller + simulated cluster)",
+                bytes as f64 / (1024.0 * 1024.0)
+            );
+        }
+        if self.insufficient_capacity_pools > 0 {
+            let _ = writeln!(
+                out,
+                "injected ICE    {} pools",
+                self.insufficient_capacity_pools
+            );
+        }
+        for (reason, pods) in by_reason(&self.pods.unschedulable) {
+            let _ = writeln!(
+                out,
+                "unschedulable   {} pod(s), e.g. {}: {reason}",
+                pods.len(),
+                pods[0]
+            );
+        }
+        for pod in &self.pods.stuck {
+            let _ = writeln!(out, "still pending   {pod}");
+        }
+        out
+    }
+}
+
+/// Unschedulable pods grouped by reason, most common first.
+fn by_reason(pods: &[UnschedulablePod]) -> Vec<(&str, Vec<&str>)> {
+    let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for pod in pods {
+        groups.entry(&pod.reason).or_default().push(&pod.pod);
+    }
+    let mut groups: Vec<(&str, Vec<&str>)> = groups.into_iter().collect();
+    groups.sort_by_key(|(_, pods)| std::cmp::Reverse(pods.len()));
+    groups
+}
+
+fn joined<V: std::fmt::Display>(counts: &BTreeMap<String, V>) -> String {
+    counts
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn tally(items: impl Iterator<Item = String>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for item in items {
+        *counts.entry(item).or_default() += 1;
+    }
+    counts
+}
+
+fn round3(seconds: f64) -> f64 {
+    (seconds * 1000.0).round() / 1000.0
+}
+
+/// Nearest-rank percentiles of `samples`; zeros when there are none.
+pub fn latency(mut samples: Vec<Duration>) -> Latency {
+    if samples.is_empty() {
+        return Latency::default();
+    }
+    samples.sort();
+    let rank = |p: f64| {
+        let index = ((p * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1;
+        round3(samples[index].as_secs_f64())
+    };
+    Latency {
+        p50: rank(0.50),
+        p95: rank(0.95),
+        max: round3(samples[samples.len() - 1].as_secs_f64()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kerf_loadtest::ec2::{CapacityType, InstanceState};
+    use std::time::SystemTime;
+
+    fn instance(instance_type: &str, zone: &str, state: InstanceState, price: f64) -> Instance {
+        Instance {
+            instance_id: "i-0123456789abcdef0".into(),
+            instance_type: instance_type.into(),
+            zone: zone.into(),
+            capacity_type: CapacityType::Spot,
+            state,
+            image_id: None,
+            subnet_id: None,
+            launch_template_name: "lt".into(),
+            private_ip_address: "10.0.0.1".into(),
+            private_dns_name: "ip-10-0-0-1.ec2.internal".into(),
+            launch_time: SystemTime::now(),
+            price,
+            tags: BTreeMap::new(),
+            interruption: None,
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let samples: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(
+            latency(samples),
+            Latency {
+                p50: 0.05,
+                p95: 0.095,
+                max: 0.1
+            }
+        );
+        assert_eq!(latency(Vec::new()), Latency::default());
+        assert_eq!(latency(vec![Duration::from_secs(2)]).p50, 2.0);
+    }
+
+    #[test]
+    fn counts_live_nodes_and_their_cost_and_splits_pending_pods() {
+        let instances = [
+            instance("m5.large", "us-east-1a", InstanceState::Running, 0.05),
+            instance("m5.large", "us-east-1b", InstanceState::Pending, 0.05),
+            instance("c5.xlarge", "us-east-1a", InstanceState::Terminated, 0.1),
+        ];
+        let pending = ["default/big".to_owned(), "default/web-1".to_owned()];
+        let unschedulable = BTreeMap::from([("default/big".to_owned(), "too big".to_owned())]);
+        let summary = Summary::new(Facts {
+            outcome: Outcome::TimedOut,
+            elapsed: Duration::from_millis(1500),
+            counts: Counts {
+                pods: 3,
+                bound: 1,
+                ..Counts::default()
+            },
+            pending: &pending,
+            unschedulable: &unschedulable,
+            latencies: vec![Duration::from_secs(1)],
+            instances: &instances,
+            api_calls: &ApiCalls::default(),
+            provisioning: Provisioning::default(),
+            peak_memory_bytes: Some(1 << 20),
+            ice_pools: 0,
+        });
+        assert_eq!(summary.nodes.total, 2);
+        assert_eq!(summary.nodes.by_instance_type["m5.large"], 2);
+        assert_eq!(summary.nodes.by_zone.len(), 2);
+        assert_eq!(summary.hourly_cost, 0.1);
+        assert_eq!(
+            summary.pods.unschedulable,
+            [UnschedulablePod {
+                pod: "default/big".into(),
+                reason: "too big".into()
+            }]
+        );
+        assert_eq!(summary.pods.stuck, ["default/web-1"]);
+        let json = serde_json::to_value(&summary).expect("serialises");
+        assert_eq!(json["outcome"], "timedOut");
+        assert_eq!(json["nodes"]["byCapacityType"]["spot"], 2);
+        let table = summary.to_table();
+        assert!(table.contains("1 bound of 3"), "{table}");
+        assert!(table.contains("still pending   default/web-1"), "{table}");
+        assert!(
+            table.contains("unschedulable   1 pod(s), e.g. default/big: too big"),
+            "{table}"
+        );
+    }
+}

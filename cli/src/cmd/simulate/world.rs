@@ -1,0 +1,274 @@
+//! The simulated world and the real controller in one process: the Kubernetes API emulator
+//! with kerf's CRDs, kube clients talking to it over HTTP, the simulated EC2 region (with
+//! any injected insufficient capacity), the simulated kubelets and kube-scheduler, and the
+//! controller daemon launching into that EC2 — started in dependency order and stopped in
+//! reverse. Must run inside an actix `System` on a multi-threaded tokio runtime.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use kerf::catalog::{AllocatableSettings, Catalog};
+use kerf_actors::leader::Timing;
+use kerf_actors::{Cloud, Daemon, Environment, Settings};
+use kerf_loadtest::apiserver::{ApiServer, Cluster, RunningServer, ServerConfig};
+use kerf_loadtest::ec2::{
+    Ec2Config, OfferingKey, SimulatedCloudProvider, SimulatedCloudProviderConfig, catalog_offerings,
+};
+use kerf_loadtest::kubelet::{self, KubeletConfig, KubeletHandle};
+use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle};
+use kube::Client;
+
+use super::defaults::{CLUSTER_NAME, REGION};
+use super::ice::{self, IceTarget};
+
+pub const NODEPOOL_CRD: &str = include_str!("../../../../deploy/crds/karpenter.sh_nodepools.yaml");
+pub const NODECLAIM_CRD: &str =
+    include_str!("../../../../deploy/crds/karpenter.sh_nodeclaims.yaml");
+pub const NODECLASS_CRD: &str =
+    include_str!("../../../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
+
+/// Changes the emulator keeps per resource for watches to resume from. Watchers here keep
+/// up within milliseconds, so a tenth of the emulator's default is plenty, and at 10k pods
+/// the default's retained history would dwarf everything else in the process.
+const HISTORY_CAPACITY: usize = 20_000;
+
+/// How fast the simulated machines and nodes move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// Delays shaped like EC2 and a kubelet's, shortened so a run takes seconds.
+    Brisk,
+    /// Millisecond delays and short batching windows, for tests.
+    Instant,
+}
+
+impl Pace {
+    fn ec2(self) -> Ec2Config {
+        match self {
+            Self::Brisk => Ec2Config {
+                region: REGION.to_owned(),
+                launch_latency: Duration::from_millis(200),
+                pending_duration: Duration::from_secs(1),
+                shutdown_duration: Duration::from_secs(2),
+                interruption_notice: Duration::from_secs(120),
+            },
+            Self::Instant => Ec2Config::instant(REGION),
+        }
+    }
+
+    fn kubelet(self) -> KubeletConfig {
+        match self {
+            Self::Brisk => KubeletConfig {
+                boot_delay: Duration::from_secs(2),
+                ready_delay: Duration::from_secs(1),
+                startup_taint_delay: Duration::from_millis(500),
+                pod_start_delay: Duration::from_millis(500),
+                shutdown_delay: Duration::from_secs(1),
+                concurrency: 64,
+                resync: Duration::from_secs(1),
+            },
+            Self::Instant => KubeletConfig::fast(),
+        }
+    }
+
+    fn scheduler(self) -> SchedulerConfig {
+        match self {
+            Self::Brisk => SchedulerConfig {
+                concurrency: 64,
+                ..SchedulerConfig::default()
+            },
+            Self::Instant => SchedulerConfig {
+                interval: Duration::from_millis(20),
+                initial_backoff: Duration::from_millis(50),
+                max_backoff: Duration::from_millis(500),
+                ..SchedulerConfig::default()
+            },
+        }
+    }
+
+    /// Controller flags the pace implies (the environment may set the rest).
+    fn controller_flags(self) -> &'static [&'static str] {
+        match self {
+            Self::Brisk => &[],
+            Self::Instant => &[
+                "--batch-idle-duration",
+                "100ms",
+                "--batch-max-duration",
+                "1s",
+            ],
+        }
+    }
+}
+
+/// Why the world did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("starting the API emulator: {0}")]
+    ApiServer(#[from] kerf_loadtest::apiserver::StartError),
+    #[error("installing the {crd} CRD: {error}")]
+    Crd {
+        crd: &'static str,
+        error: Box<kerf_loadtest::apiserver::ApiError>,
+    },
+    #[error("building a Kubernetes client for the emulator: {0}")]
+    Client(String),
+    #[error("the embedded catalog: {0}")]
+    Catalog(#[from] kerf::catalog::CatalogError),
+    #[error(transparent)]
+    Ice(#[from] ice::IceError),
+    #[error("controller settings: {0}")]
+    Settings(String),
+    #[error("starting the controller: {0}")]
+    Controller(#[from] kerf_actors::StartError),
+}
+
+/// The running simulated cluster (the controller starts separately, see [`World::start_controller`]).
+pub struct World {
+    pub server: RunningServer,
+    pub provider: Arc<SimulatedCloudProvider>,
+    pub catalog: Catalog,
+    /// The pools answering with insufficient capacity.
+    pub ice: Vec<OfferingKey>,
+    kubelets: KubeletHandle,
+    scheduler: SchedulerHandle,
+    pace: Pace,
+}
+
+impl World {
+    /// Starts the emulator with kerf's CRDs, the simulated EC2 (with `ice` applied), the
+    /// kubelets and the scheduler.
+    pub async fn start(pace: Pace, ice: &[IceTarget]) -> Result<Self, StartError> {
+        let catalog = Catalog::embedded(REGION)?;
+        let offerings = catalog_offerings(&catalog.instance_types(&AllocatableSettings::default()));
+        let ice = ice::pools(ice, &offerings)?;
+        let server = ApiServer::start(ServerConfig {
+            history_capacity: HISTORY_CAPACITY,
+            ..ServerConfig::default()
+        })
+        .await?;
+        let cluster = server.cluster();
+        for (crd, yaml) in [
+            ("NodePool", NODEPOOL_CRD),
+            ("NodeClaim", NODECLAIM_CRD),
+            ("EC2NodeClass", NODECLASS_CRD),
+        ] {
+            cluster
+                .apply_crd_yaml(yaml)
+                .map_err(|error| StartError::Crd {
+                    crd,
+                    error: Box::new(error),
+                })?;
+        }
+        let client = client_for(&server).await?;
+        let provider = Arc::new(SimulatedCloudProvider::for_region(
+            REGION,
+            pace.ec2(),
+            SimulatedCloudProviderConfig {
+                cluster_name: CLUSTER_NAME.to_owned(),
+                ..SimulatedCloudProviderConfig::default()
+            },
+        )?);
+        for pool in &ice {
+            provider.ec2().set_insufficient_capacity(pool.clone(), true);
+        }
+        let kubelets = kubelet::start(client.clone(), Arc::clone(&provider), pace.kubelet());
+        let scheduler = scheduler::start(client, pace.scheduler());
+        Ok(Self {
+            server,
+            provider,
+            catalog,
+            ice,
+            kubelets,
+            scheduler,
+            pace,
+        })
+    }
+
+    pub fn cluster(&self) -> Cluster {
+        self.server.cluster()
+    }
+
+    /// Starts the controller against the emulator over HTTP, launching into the simulated
+    /// EC2, and waits until its cluster state has synced. It gets its own client, limited to
+    /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST` as `kerf controller`'s is; the simulated
+    /// kubelets and scheduler stand for the rest of a cluster and are not limited.
+    pub async fn start_controller(&self) -> Result<Daemon, StartError> {
+        let settings = controller_settings(self.pace)?;
+        let client = kerf_actors::client::build(
+            kube_config(&self.server).await?,
+            settings.kube_client_qps,
+            settings.kube_client_burst,
+        )
+        .map_err(|e| StartError::Client(e.to_string()))?;
+        let daemon = Daemon::start(
+            settings,
+            Environment {
+                client,
+                namespace: "kube-system".to_owned(),
+                identity: format!("kerf-simulate-{}", std::process::id()),
+                leader_timing: Timing::default(),
+                bind: Ipv4Addr::LOCALHOST,
+                cloud: Some(Cloud {
+                    provider: Arc::clone(&self.provider)
+                        as Arc<dyn kerf::cloudprovider::CloudProvider>,
+                    catalog: self.catalog,
+                    // The daemon keeps its own, fed by the Launcher's refused launches.
+                    offerings: None,
+                }),
+            },
+        )
+        .await?;
+        daemon.state.wait_synced().await;
+        Ok(daemon)
+    }
+
+    /// Stops the simulated components and the emulator.
+    pub async fn stop(self) {
+        self.kubelets.stop();
+        self.scheduler.stop();
+        self.server.shutdown().await;
+    }
+}
+
+/// The client configuration a kubeconfig for the emulator gives.
+async fn kube_config(server: &RunningServer) -> Result<kube::Config, StartError> {
+    let text = kerf_loadtest::apiserver::kubeconfig::render(&server.url());
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
+        .map_err(|e| StartError::Client(e.to_string()))?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| StartError::Client(e.to_string()))
+}
+
+/// An unlimited client for the simulated components.
+async fn client_for(server: &RunningServer) -> Result<Client, StartError> {
+    Client::try_from(kube_config(server).await?).map_err(|e| StartError::Client(e.to_string()))
+}
+
+/// The controller's settings: its defaults and environment (`BATCH_IDLE_DURATION`, ...), a
+/// single replica without leader election, endpoints on free ports.
+fn controller_settings(pace: Pace) -> Result<kerf_actors::ValidSettings, StartError> {
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        settings: Settings,
+    }
+    let mut argv = vec![
+        "kerf",
+        "--cluster-name",
+        CLUSTER_NAME,
+        "--metrics-port",
+        "0",
+        "--health-probe-port",
+        "0",
+        "--disable-leader-election",
+        "true",
+    ];
+    argv.extend_from_slice(pace.controller_flags());
+    Flags::try_parse_from(argv)
+        .map_err(|e| StartError::Settings(e.to_string()))?
+        .settings
+        .validate()
+        .map_err(|e| StartError::Settings(e.to_string()))
+}

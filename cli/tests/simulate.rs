@@ -1,0 +1,362 @@
+//! `kerf simulate` end to end: the binary runs the simulated cluster and the real controller
+//! in one process (with `--fast` millisecond delays) and its JSON summary is checked — pods
+//! bound, NodeClaims, nodes, cost, API calls — as are its refusals of bad flags and files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn kerf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .arg("simulate")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("kerf runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs a fast simulation with `args` and returns its exit success and JSON summary.
+fn simulate(args: &[&str]) -> (Output, Value) {
+    let mut full = vec!["--fast", "-o", "json", "--duration", "60s"];
+    full.extend_from_slice(args);
+    let out = kerf(&full);
+    let summary = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "summary is JSON ({e}); stdout: {}\nstderr: {}",
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    });
+    (out, summary)
+}
+
+fn count(value: &Value) -> u64 {
+    value.as_u64().expect("a count")
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("kerf-sim-test-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Self(dir)
+    }
+
+    fn file(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, content).expect("written");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+#[test]
+fn the_default_workload_is_bound_on_launched_capacity() {
+    let (out, summary) = simulate(&["--pods", "40"]);
+    assert!(
+        out.status.success(),
+        "stderr: {}\n{summary:#}",
+        text(&out.stderr)
+    );
+    assert_eq!(summary["outcome"], "complete");
+    let pods = &summary["pods"];
+    assert_eq!(count(&pods["total"]), 40, "{summary:#}");
+    assert_eq!(count(&pods["bound"]), 40, "{summary:#}");
+    assert_eq!(count(&pods["pending"]), 0);
+    let claims = &summary["nodeClaims"];
+    assert!(count(&claims["created"]) > 0, "{summary:#}");
+    assert_eq!(claims["launched"], claims["created"]);
+    // Six zone-spread web pods... and two one-per-node cache pods need two nodes at least.
+    let nodes = &summary["nodes"];
+    assert!(count(&nodes["total"]) >= 2, "{summary:#}");
+    assert_eq!(count(&nodes["total"]), count(&claims["created"]));
+    let types = nodes["byInstanceType"].as_object().expect("by type");
+    assert!(!types.is_empty());
+    assert_eq!(
+        types.values().map(count).sum::<u64>(),
+        count(&nodes["total"])
+    );
+    assert!(summary["hourlyCost"].as_f64().expect("cost") > 0.0);
+    assert_eq!(
+        count(&summary["cloudApiCalls"]["byOperation"]["CreateFleet"]),
+        count(&claims["created"]),
+        "one CreateFleet per NodeClaim"
+    );
+    let latency = &summary["podLatencySeconds"];
+    assert!(latency["p50"].as_f64() <= latency["p95"].as_f64());
+    assert!(latency["p95"].as_f64() <= latency["max"].as_f64());
+    assert!(latency["max"].as_f64().expect("max") > 0.0);
+    assert!(count(&summary["provisioning"]["rounds"]) >= 1);
+    assert!(count(&summary["peakMemoryBytes"]) > 0);
+}
+
+#[test]
+fn a_pod_that_cannot_fit_is_reported_and_does_not_fail_the_run() {
+    let dir = TempDir::new("too-big");
+    let workload = dir.file(
+        "workload.yaml",
+        "apiVersion: v1
+kind: Pod
+metadata: {name: huge}
+spec:
+  containers:
+    - name: c
+      image: i
+      resources: {requests: {cpu: '5000'}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: report, namespace: jobs}
+spec:
+  completions: 2
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: c
+          image: i
+          resources: {requests: {cpu: '1', memory: 1Gi}}
+",
+    );
+    let (out, summary) = simulate(&["--workload", path(&workload)]);
+    assert!(
+        out.status.success(),
+        "stderr: {}\n{summary:#}",
+        text(&out.stderr)
+    );
+    let pods = &summary["pods"];
+    assert_eq!(count(&pods["total"]), 3, "{summary:#}");
+    assert_eq!(count(&pods["bound"]), 2, "the Job's pods: {summary:#}");
+    let unschedulable = pods["unschedulable"].as_array().expect("list");
+    assert_eq!(unschedulable.len(), 1, "{summary:#}");
+    assert_eq!(unschedulable[0]["pod"], "default/huge");
+}
+
+#[test]
+fn insufficient_capacity_is_injected_into_the_named_pools() {
+    // Every on-demand and spot pool of every type in us-east-1a is dry: nothing lands there.
+    let dir = TempDir::new("ice");
+    let workload = dir.file(
+        "workload.yaml",
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers:
+        - name: api
+          image: i
+          resources: {requests: {cpu: '1', memory: 1Gi}}
+",
+    );
+    let (out, summary) = simulate(&["--workload", path(&workload), "--ice", "*:us-east-1a"]);
+    assert!(
+        out.status.success(),
+        "stderr: {}\n{summary:#}",
+        text(&out.stderr)
+    );
+    assert!(count(&summary["insufficientCapacityPools"]) > 0);
+    let zones = summary["nodes"]["byZone"].as_object().expect("zones");
+    assert!(!zones.is_empty());
+    assert!(!zones.contains_key("us-east-1a"), "{summary:#}");
+}
+
+#[test]
+fn a_nodepools_file_replaces_the_default_pool() {
+    let dir = TempDir::new("pools");
+    let pools = dir.file(
+        "pools.yaml",
+        "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: on-demand}
+spec:
+  template:
+    spec:
+      requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+        - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, m6i]}
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+",
+    );
+    let (out, summary) = simulate(&["--pods", "10", "--nodepools", path(&pools)]);
+    assert!(
+        out.status.success(),
+        "stderr: {}\n{summary:#}",
+        text(&out.stderr)
+    );
+    assert_eq!(count(&summary["pods"]["bound"]), 10, "{summary:#}");
+    let nodes = &summary["nodes"];
+    let capacity = nodes["byCapacityType"].as_object().expect("by capacity");
+    assert_eq!(
+        capacity.keys().collect::<Vec<_>>(),
+        ["on-demand"],
+        "{summary:#}"
+    );
+    for instance_type in nodes["byInstanceType"].as_object().expect("types").keys() {
+        assert!(
+            instance_type.starts_with("m5.") || instance_type.starts_with("m6i."),
+            "{instance_type}"
+        );
+    }
+}
+
+/// `GET path` over plain HTTP/1.1: the body.
+fn http_get(server: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let address = server.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).expect("emulator reachable");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: kerf\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response read");
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn kubeconfig_out_keeps_the_cluster_up_until_sigterm() {
+    use std::io::{BufRead, BufReader};
+    let dir = TempDir::new("kubeconfig");
+    let kubeconfig = dir.0.join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["simulate", "--fast", "--pods", "6", "-o", "json"])
+        .args(["--kubeconfig-out", path(&kubeconfig)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kerf starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    // The line comes after the summary; if the run died instead, the pipe closes.
+    for line in lines.by_ref() {
+        let line = line.expect("stderr is text");
+        let up = line.contains("keeps running");
+        seen.push(line);
+        if up {
+            break;
+        }
+    }
+    assert!(
+        seen.last().is_some_and(|l| l.contains("keeps running")),
+        "{seen:?}"
+    );
+    let config = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written");
+    let server = config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .expect("a server URL")
+        .to_owned();
+    let nodes: Value =
+        serde_json::from_str(&http_get(&server, "/api/v1/nodes")).expect("a NodeList");
+    let nodes = nodes["items"].as_array().expect("items").len();
+    assert!(nodes > 0, "the cluster is still up with its nodes");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let out = child.wait_with_output().expect("kerf stops");
+    assert!(out.status.success(), "{:?}", out.status);
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("summary is JSON");
+    assert_eq!(count(&summary["pods"]["bound"]), 6);
+    // Every registered Node is a live instance (an instance may still be booting).
+    assert!(
+        nodes as u64 <= count(&summary["nodes"]["total"]),
+        "{summary:#}"
+    );
+}
+
+#[test]
+fn a_malformed_ice_value_names_the_flag() {
+    let out = kerf(&["--ice", "m5.large"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("--ice"), "{stderr}");
+    assert!(stderr.contains("TYPE:ZONE"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn an_unknown_instance_type_in_ice_names_the_flag_and_the_type() {
+    let out = kerf(&["--fast", "--ice", "m5.lrge:us-east-1a"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--ice m5.lrge:us-east-1a: the region sells no instance type \"m5.lrge\""),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_bad_workload_file_is_named_and_nothing_runs() {
+    let dir = TempDir::new("bad-workload");
+    let broken = dir.file(
+        "broken.yaml",
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: web
+          image: nginx
+          resources: {requests: {cpu: a-lot}}
+",
+    );
+    let out = kerf(&["--workload", path(&broken)]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("broken.yaml"), "{stderr}");
+    assert!(stderr.contains("Deployment/web"), "{stderr}");
+    assert!(out.stdout.is_empty());
+
+    let missing = dir.0.join("missing.yaml");
+    let out = kerf(&["--workload", path(&missing)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("missing.yaml"));
+}
+
+#[test]
+fn pods_and_a_workload_file_do_not_mix() {
+    let out = kerf(&["--pods", "10", "--workload", "x.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--pods") && stderr.contains("--workload"),
+        "{stderr}"
+    );
+}
