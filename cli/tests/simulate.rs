@@ -360,3 +360,64 @@ fn pods_and_a_workload_file_do_not_mix() {
         "{stderr}"
     );
 }
+
+#[test]
+fn api_only_serves_the_crds_and_nothing_launches() {
+    use std::io::{BufRead, BufReader};
+    let dir = TempDir::new("api-only");
+    let kubeconfig = dir.0.join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args([
+            "simulate",
+            "--api-only",
+            "--kubeconfig-out",
+            path(&kubeconfig),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kerf starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let first = BufReader::new(stderr)
+        .lines()
+        .next()
+        .expect("a line on stderr")
+        .expect("stderr is text");
+    assert!(first.contains("Ctrl-C stops it"), "{first}");
+    let config = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written");
+    let server = config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .expect("a server URL")
+        .to_owned();
+    let pools: Value = serde_json::from_str(&http_get(&server, "/apis/karpenter.sh/v1/nodepools"))
+        .expect("the NodePool CRD is served");
+    assert_eq!(pools["items"].as_array().map(Vec::len), Some(0));
+    let nodes: Value =
+        serde_json::from_str(&http_get(&server, "/api/v1/nodes")).expect("a NodeList");
+    assert_eq!(
+        nodes["items"].as_array().map(Vec::len),
+        Some(0),
+        "no kubelets"
+    );
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let out = child.wait_with_output().expect("kerf stops");
+    assert!(out.status.success(), "{:?}", out.status);
+    assert!(out.stdout.is_empty(), "no summary without a simulation");
+}
+
+#[test]
+fn api_only_needs_a_kubeconfig_path() {
+    let out = kerf(&["--api-only"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--kubeconfig-out"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -6,6 +6,7 @@
 //! (pods the controller reports it cannot place do not count), 1 when `--duration` runs out
 //! first or the input is bad.
 
+mod api_only;
 mod apply;
 mod defaults;
 mod ice;
@@ -54,6 +55,10 @@ pub struct Args {
     /// Controller logs (upstream's JSON lines) on standard error at this level; off when absent.
     #[arg(long, value_name = "LEVEL", value_parser = ["debug", "info", "warn", "error"])]
     pub log_level: Option<String>,
+    /// Serve only the API emulator with kerf's CRDs (no controller, EC2, kubelets or
+    /// scheduler) until Ctrl-C, for an external `kerf controller`; needs --kubeconfig-out.
+    #[arg(long, requires = "kubeconfig_out")]
+    pub api_only: bool,
     /// Millisecond delays and short batching windows (for tests).
     #[arg(long, hide = true)]
     pub fast: bool,
@@ -66,6 +71,9 @@ fn go_duration(text: &str) -> Result<Duration, String> {
 }
 
 pub fn run(args: Args) -> ExitCode {
+    if args.api_only {
+        return serve_api_only(&args);
+    }
     let sources = inputs::Sources {
         pods: args.pods,
         nodepools: args.nodepools.clone(),
@@ -129,6 +137,30 @@ pub fn run(args: Args) -> ExitCode {
                 summary.pods.pending - summary.pods.unschedulable.len(),
                 args.duration
             );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve_api_only(args: &Args) -> ExitCode {
+    let Some(path) = args.kubeconfig_out.clone() else {
+        eprintln!("kerf simulate: --api-only needs --kubeconfig-out PATH");
+        return ExitCode::FAILURE;
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("kerf simulate: starting the tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(api_only::serve(&path)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("kerf simulate: {error:#}");
             ExitCode::FAILURE
         }
     }

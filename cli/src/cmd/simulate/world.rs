@@ -147,19 +147,7 @@ impl World {
             ..ServerConfig::default()
         })
         .await?;
-        let cluster = server.cluster();
-        for (crd, yaml) in [
-            ("NodePool", NODEPOOL_CRD),
-            ("NodeClaim", NODECLAIM_CRD),
-            ("EC2NodeClass", NODECLASS_CRD),
-        ] {
-            cluster
-                .apply_crd_yaml(yaml)
-                .map_err(|error| StartError::Crd {
-                    crd,
-                    error: Box::new(error),
-                })?;
-        }
+        install_crds(&server.cluster())?;
         let client = client_for(&server).await?;
         let provider = Arc::new(SimulatedCloudProvider::for_region(
             REGION,
@@ -229,6 +217,23 @@ impl World {
         self.scheduler.stop();
         self.server.shutdown().await;
     }
+}
+
+/// Installs kerf's CRDs (the vendored upstream ones) in the emulator.
+pub fn install_crds(cluster: &Cluster) -> Result<(), StartError> {
+    for (crd, yaml) in [
+        ("NodePool", NODEPOOL_CRD),
+        ("NodeClaim", NODECLAIM_CRD),
+        ("EC2NodeClass", NODECLASS_CRD),
+    ] {
+        cluster
+            .apply_crd_yaml(yaml)
+            .map_err(|error| StartError::Crd {
+                crd,
+                error: Box::new(error),
+            })?;
+    }
+    Ok(())
 }
 
 /// The client configuration a kubeconfig for the emulator gives.
