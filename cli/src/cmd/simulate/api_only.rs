@@ -16,6 +16,9 @@ pub async fn serve(kubeconfig_out: &Path) -> anyhow::Result<()> {
         .await
         .context("starting the API emulator")?;
     install_crds(&server.cluster())?;
+    // Installed before the ready line: a signal sent as soon as it is read must stop the
+    // emulator, not kill the process.
+    let stop = super::StopSignal::install().context("installing the signal handlers")?;
     server
         .write_kubeconfig(kubeconfig_out)
         .with_context(|| format!("--kubeconfig-out {}", kubeconfig_out.display()))?;
@@ -24,7 +27,7 @@ pub async fn serve(kubeconfig_out: &Path) -> anyhow::Result<()> {
         server.url(),
         kubeconfig_out.display()
     );
-    let stopped = super::stop_signal().await;
+    stop.wait().await;
     server.shutdown().await;
-    stopped.context("waiting for a stop signal")
+    Ok(())
 }

@@ -22,6 +22,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
 use super::plan::Format;
 use ice::IceTarget;
 use summary::Outcome;
@@ -115,8 +117,11 @@ pub fn run(args: Args) -> ExitCode {
         let finished = run::simulate(config).await?;
         print(&finished.summary, output);
         if keep_serving {
+            // Installed before the line is printed: a signal sent as soon as it is read must
+            // stop the cluster, not kill the process.
+            let stop = StopSignal::install()?;
             eprintln!("the simulated cluster keeps running; Ctrl-C stops it");
-            stop_signal().await?;
+            stop.wait().await;
         }
         let summary = finished.summary.clone();
         finished.stop().await;
@@ -166,12 +171,26 @@ fn serve_api_only(args: &Args) -> ExitCode {
     }
 }
 
-/// Completes on Ctrl-C or SIGTERM.
-async fn stop_signal() -> std::io::Result<()> {
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = sigterm.recv() => Ok(()),
-        ctrl_c = tokio::signal::ctrl_c() => ctrl_c,
+/// Ctrl-C or SIGTERM, caught from the moment it is installed.
+struct StopSignal {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl StopSignal {
+    /// Takes over SIGTERM and SIGINT from their default action (ending the process).
+    fn install() -> std::io::Result<Self> {
+        Ok(Self {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
     }
 }
 
