@@ -17,7 +17,6 @@ pub mod instance;
 pub mod instanceprofile;
 pub mod instancetype;
 pub mod launchtemplate;
-pub mod metrics;
 pub mod moto;
 pub mod nodeclass;
 pub mod pricing;
