@@ -149,7 +149,7 @@ fn candidate(
                     labels::DO_NOT_DISRUPT
                 ));
             } else {
-                graceful_block = pods::pdb_block(pod, &state.cluster.pdbs);
+                graceful_block = state.pdbs.block(pod);
             }
         }
         let cost = pods::eviction_cost(pod);

@@ -134,7 +134,7 @@ fn computed_allowance(
 }
 
 /// What a decision depends on besides the cluster.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Options {
     pub now: Timestamp,
     pub feature_gates: FeatureGates,

@@ -45,6 +45,47 @@ pub enum DisruptionError {
     Requirements { pool: String, error: String },
 }
 
+/// The command `method` alone would issue first on `cluster` as given — one decision of one
+/// method, as the benchmark times it and a controller running methods apart would ask.
+pub fn first_command(
+    cluster: &Cluster,
+    options: Options,
+    method: Method,
+) -> Result<Option<CommandReport>, DisruptionError> {
+    let mut state = State::new(cluster, options)?;
+    let command = state.first_of(&[method], &mut Blocks::default())?;
+    Ok(command.as_ref().map(report_command))
+}
+
+/// The first command of a full pass (every method in upstream's order) on `cluster`.
+pub fn first_pass(
+    cluster: &Cluster,
+    options: Options,
+) -> Result<Option<CommandReport>, DisruptionError> {
+    let mut state = State::new(cluster, options)?;
+    let command = state.next_command(&mut Blocks::default())?;
+    Ok(command.as_ref().map(report_command))
+}
+
+fn report_command(command: &methods::Command) -> CommandReport {
+    CommandReport {
+        method: command.method,
+        reason: command.reason,
+        decision: if command.replacements.is_empty() {
+            Decision::Delete
+        } else {
+            Decision::Replace
+        },
+        nodes: command.nodes.clone(),
+        replacements: command
+            .replacements
+            .iter()
+            .map(ReplacementReport::from)
+            .collect(),
+        hourly_savings: round(command.savings),
+    }
+}
+
 /// Plays the disruption loop on `cluster` until a pass finds nothing to do.
 pub fn decide(cluster: &Cluster, options: Options) -> Result<DisruptionReport, DisruptionError> {
     let mut state = State::new(cluster, options)?;
@@ -60,22 +101,7 @@ pub fn decide(cluster: &Cluster, options: Options) -> Result<DisruptionReport, D
             break blocks;
         };
         state.apply(&command);
-        commands.push(CommandReport {
-            method: command.method,
-            reason: command.reason,
-            decision: if command.replacements.is_empty() {
-                Decision::Delete
-            } else {
-                Decision::Replace
-            },
-            nodes: command.nodes.clone(),
-            replacements: command
-                .replacements
-                .iter()
-                .map(ReplacementReport::from)
-                .collect(),
-            hourly_savings: round(command.savings),
-        });
+        commands.push(report_command(&command));
         if commands.len() >= max_commands {
             break blocks;
         }

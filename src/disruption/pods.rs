@@ -2,6 +2,8 @@
 //! goes (reschedulable), which forbid graceful disruption (`karpenter.sh/do-not-disrupt`,
 //! PodDisruptionBudgets), and what evicting one costs (deletion cost and priority).
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
@@ -126,32 +128,85 @@ pub fn selects(selector: &LabelSelector, pod: &Pod) -> bool {
     labels_ok && expressions_ok
 }
 
-/// Why the PDBs refuse evicting `pod`, if they do: more than one selects it (the eviction
-/// API refuses such pods), or the one that does allows no disruption now.
-pub fn pdb_block(pod: &Pod, pdbs: &[Pdb]) -> Option<String> {
-    if !is_active(pod) || is_mirror(pod) {
-        return None;
+/// PDBs indexed by namespace and one of their `matchLabels` pairs, so checking a pod looks
+/// at the few budgets that could select it instead of every budget in the cluster (a large
+/// cluster has one per app).
+#[derive(Debug, Default)]
+pub struct PdbIndex<'a> {
+    by_label: HashMap<(&'a str, &'a str, &'a str), Vec<&'a Pdb>>,
+    /// Budgets without `matchLabels`, checked for every pod of their namespace.
+    by_namespace: HashMap<&'a str, Vec<&'a Pdb>>,
+}
+
+impl<'a> PdbIndex<'a> {
+    pub fn new(pdbs: &'a [Pdb]) -> PdbIndex<'a> {
+        let mut index = PdbIndex::default();
+        for pdb in pdbs {
+            match pdb
+                .selector
+                .match_labels
+                .as_ref()
+                .and_then(|l| l.iter().next())
+            {
+                Some((key, value)) => index
+                    .by_label
+                    .entry((pdb.namespace.as_str(), key.as_str(), value.as_str()))
+                    .or_default()
+                    .push(pdb),
+                None => index
+                    .by_namespace
+                    .entry(pdb.namespace.as_str())
+                    .or_default()
+                    .push(pdb),
+            }
+        }
+        index
     }
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let matching: Vec<&Pdb> = pdbs
-        .iter()
-        .filter(|b| b.namespace == namespace && selects(&b.selector, pod))
-        .collect();
-    match matching.as_slice() {
-        [] => None,
-        [pdb] if pdb.disruptions_allowed > 0 => None,
-        [pdb] => Some(format!(
-            "PodDisruptionBudget {} allows no disruption now (pod {})",
-            pdb.key,
-            key(pod)
-        )),
-        many => Some(format!(
-            "pod {} is selected by more than one PodDisruptionBudget ({}), so it cannot be evicted",
-            key(pod),
-            many.iter()
-                .map(|b| b.key.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+
+    /// Every budget selecting `pod`, in input order.
+    fn selecting(&self, pod: &Pod) -> Vec<&'a Pdb> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let mut out: Vec<&'a Pdb> = self
+            .by_namespace
+            .get(namespace)
+            .cloned()
+            .unwrap_or_default();
+        for (key, value) in pod.metadata.labels.iter().flatten() {
+            if let Some(list) = self
+                .by_label
+                .get(&(namespace, key.as_str(), value.as_str()))
+            {
+                out.extend(list.iter().copied());
+            }
+        }
+        out.retain(|b| selects(&b.selector, pod));
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out.dedup_by(|a, b| a.key == b.key);
+        out
+    }
+
+    /// Why the PDBs refuse evicting `pod`, if they do: more than one selects it (the eviction
+    /// API refuses such pods), or the one that does allows no disruption now.
+    pub fn block(&self, pod: &Pod) -> Option<String> {
+        if !is_active(pod) || is_mirror(pod) {
+            return None;
+        }
+        match self.selecting(pod).as_slice() {
+            [] => None,
+            [pdb] if pdb.disruptions_allowed > 0 => None,
+            [pdb] => Some(format!(
+                "PodDisruptionBudget {} allows no disruption now (pod {})",
+                pdb.key,
+                key(pod)
+            )),
+            many => Some(format!(
+                "pod {} is selected by more than one PodDisruptionBudget ({}), so it cannot be evicted",
+                key(pod),
+                many.iter()
+                    .map(|b| b.key.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
     }
 }

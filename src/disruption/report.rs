@@ -5,13 +5,13 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::consolidation::Replacement;
 use crate::api::DisruptionReason;
 use crate::plan::report::{Launch, RequirementReport, round_price};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Method {
     #[serde(rename = "emptiness")]
     Emptiness,
@@ -25,7 +25,7 @@ pub enum Method {
     SingleNodeConsolidation,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reason {
     Empty,
     Drifted,
@@ -33,14 +33,14 @@ pub enum Reason {
     Underutilized,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Decision {
     Delete,
     Replace,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DisruptionReport {
     pub commands: Vec<CommandReport>,
@@ -49,7 +49,7 @@ pub struct DisruptionReport {
     pub summary: DisruptionSummary,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CommandReport {
     pub method: Method,
@@ -61,7 +61,7 @@ pub struct CommandReport {
     pub hourly_savings: f64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplacementReport {
     pub node_pool: String,
@@ -102,14 +102,14 @@ impl From<&Replacement> for ReplacementReport {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockedNode {
     pub node: String,
     pub reason: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetReport {
     pub node_pool: String,
@@ -118,7 +118,7 @@ pub struct BudgetReport {
     pub allowed: usize,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DisruptionSummary {
     /// Managed nodes before and after every command.

@@ -35,10 +35,20 @@ pub struct State<'c> {
     pub input: SchedulingInput,
     pub managed: Vec<ManagedNode>,
     pub options: Options,
+    pub pdbs: pods::PdbIndex<'c>,
     pools: HashMap<&'c str, PoolInfo<'c>>,
     managed_index: HashMap<String, usize>,
     replacements: usize,
 }
+
+/// The methods in the order the disruption loop tries them.
+pub const METHODS: [Method; 5] = [
+    Method::Expiration,
+    Method::Emptiness,
+    Method::Drift,
+    Method::MultiNodeConsolidation,
+    Method::SingleNodeConsolidation,
+];
 
 const REASONS: [DisruptionReason; 3] = [
     DisruptionReason::Empty,
@@ -81,6 +91,7 @@ impl<'c> State<'c> {
             input: cluster.scheduling.clone(),
             managed: cluster.nodes.clone(),
             options,
+            pdbs: pods::PdbIndex::new(&cluster.pdbs),
             pools,
             managed_index: HashMap::new(),
             replacements: 0,
@@ -108,8 +119,12 @@ impl<'c> State<'c> {
 
     /// The hourly price of a managed node's offering, when known.
     pub fn node_price(&self, name: &str) -> Option<f64> {
-        let managed = self.managed_node(name)?;
         let node = self.input.existing_nodes.iter().find(|n| n.name == name)?;
+        self.price_of(node)
+    }
+
+    fn price_of(&self, node: &ExistingNode) -> Option<f64> {
+        let managed = self.managed_node(&node.name)?;
         let it = self
             .pool(&managed.node_pool)?
             .types
@@ -143,33 +158,45 @@ impl<'c> State<'c> {
         Ok(out)
     }
 
-    /// One pass: the first command the methods find, if any.
+    /// One pass: the first command the methods find, in upstream's order, if any.
     pub fn next_command(
         &mut self,
         blocks: &mut Blocks,
     ) -> Result<Option<Command>, DisruptionError> {
-        if let Some(command) = methods::expiration(self) {
+        self.first_of(&METHODS, blocks)
+    }
+
+    /// The first command any of `methods` finds on the current state.
+    pub fn first_of(
+        &mut self,
+        methods: &[Method],
+        blocks: &mut Blocks,
+    ) -> Result<Option<Command>, DisruptionError> {
+        if methods.contains(&Method::Expiration)
+            && let Some(command) = methods::expiration(self)
+        {
             return Ok(Some(command));
         }
         let budgets = self.budgets()?;
         let candidates = candidate::candidates(self, blocks);
-        if let Some(command) = methods::emptiness(&candidates, &budgets, blocks) {
-            return Ok(Some(command));
-        }
-        if let Some(command) = methods::drift(self, &candidates, &budgets, blocks) {
-            return Ok(Some(command));
-        }
         let totals = consolidation::pool_totals(&candidates);
-        if let Some(command) = methods::multi_node(self, &candidates, &budgets, &totals) {
-            return Ok(Some(command));
+        for method in methods {
+            let command = match method {
+                Method::Expiration => None,
+                Method::Emptiness => methods::emptiness(&candidates, &budgets, blocks),
+                Method::Drift => methods::drift(self, &candidates, &budgets, blocks),
+                Method::MultiNodeConsolidation => {
+                    methods::multi_node(self, &candidates, &budgets, &totals)
+                }
+                Method::SingleNodeConsolidation => {
+                    methods::single_node(self, &candidates, &budgets, &totals, blocks)
+                }
+            };
+            if command.is_some() {
+                return Ok(command);
+            }
         }
-        Ok(methods::single_node(
-            self,
-            &candidates,
-            &budgets,
-            &totals,
-            blocks,
-        ))
+        Ok(None)
     }
 
     /// Plays `command` out: its nodes go, their pods land where the simulation put them (or,
@@ -314,9 +341,15 @@ impl<'c> State<'c> {
 
     /// Managed nodes that are not being deleted, and their total hourly price.
     pub fn fleet(&self) -> (usize, f64) {
-        let live: Vec<&ManagedNode> = self.managed.iter().filter(|m| !m.deleting).collect();
-        let cost = live.iter().filter_map(|m| self.node_price(&m.name)).sum();
-        (live.len(), cost)
+        let live = self.managed.iter().filter(|m| !m.deleting).count();
+        let cost = self
+            .input
+            .existing_nodes
+            .iter()
+            .filter(|n| self.managed_node(&n.name).is_some_and(|m| !m.deleting))
+            .filter_map(|n| self.price_of(n))
+            .sum();
+        (live, cost)
     }
 }
 

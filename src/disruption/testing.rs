@@ -382,3 +382,70 @@ pub fn started(mut pod: Pod, t: Timestamp) -> Pod {
     pod.status.get_or_insert_with(Default::default).start_time = Some(Time(t));
     pod
 }
+
+/// The instance type every benchmark node runs: 16 vCPU, 64 GiB of the 400 benchmark types.
+pub const BENCHMARK_NODE_TYPE: &str = "m0.16x";
+
+/// The consolidation benchmark's cluster: `nodes` under-used on-demand nodes of
+/// [`BENCHMARK_NODE_TYPE`] across three zones, 30 pods each (about a third of each node's
+/// CPU), in 20-replica apps whose replicas sit on different nodes: most apps plain, one in
+/// ten spread across zones, one in ten with hostname anti-affinity, one in ten guarded by a
+/// PDB allowing one disruption, and one pod in 3,000 pinned with `karpenter.sh/do-not-disrupt`.
+/// One NodePool with the 400 benchmark instance types and the default 10% budget.
+pub fn benchmark_cluster(nodes: usize, seed: u64) -> Cluster {
+    const PODS_PER_NODE: usize = 30;
+    const REPLICAS: usize = 20;
+    let mut rng = st::Rng::new(seed);
+    let types = st::benchmark_instance_types();
+    let node_type = types
+        .iter()
+        .find(|it| it.name == BENCHMARK_NODE_TYPE)
+        .expect("benchmark node type exists")
+        .clone();
+    let mut builder = cluster().pool(node_pool("default").instance_types(types));
+    let node_builders: Vec<NodeBuilder> = (0..nodes)
+        .map(|n| {
+            let mut b = node(&format!("node-{n:05}"))
+                .zone(st::ZONES[n % st::ZONES.len()])
+                .label(labels::INSTANCE_TYPE, BENCHMARK_NODE_TYPE);
+            b.node.allocatable = node_type.allocatable();
+            b.node.capacity = node_type.capacity.clone();
+            b
+        })
+        .collect();
+    let mut pods: Vec<Vec<Pod>> = vec![Vec::new(); nodes];
+    for k in 0..nodes * PODS_PER_NODE {
+        let app = format!("app-{:05}", k / REPLICAS);
+        let kind = (k / REPLICAS) % 10;
+        let cpu = *rng.pick(&[100, 150, 200, 250]);
+        let memory = *rng.pick(&[128, 256, 512]);
+        let mut pod = st::pod(&format!("pod-{k:06}"))
+            .cpu(&format!("{cpu}m"))
+            .memory(&format!("{memory}Mi"))
+            .labels(&[("app", &app)]);
+        pod = match kind {
+            6 => pod.spread(labels::ZONE, 1, "DoNotSchedule", &[("app", &app)]),
+            7 => pod.anti_affinity_to(labels::HOSTNAME, &[("app", &app)]),
+            _ => pod,
+        };
+        let mut pod = pod.build();
+        if k % 3000 == 1500 {
+            pod = annotated(pod, labels::DO_NOT_DISRUPT, "true");
+        }
+        if kind == 8 && k % REPLICAS == 0 {
+            builder = builder.pdb(&format!("{app}-pdb"), &app, 1);
+        }
+        pods[k % nodes].push(pod);
+    }
+    let mut node_builders = node_builders;
+    for (node, pods) in node_builders.iter_mut().zip(pods) {
+        for mut pod in pods {
+            pod.spec.get_or_insert_with(Default::default).node_name = Some(node.node.name.clone());
+            node.node.pods.push(pod);
+        }
+    }
+    node_builders
+        .into_iter()
+        .fold(builder, ClusterBuilder::node)
+        .build()
+}

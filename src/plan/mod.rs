@@ -6,6 +6,7 @@
 mod adoption;
 mod checks;
 mod decode;
+pub mod disruption;
 pub mod inventory;
 pub mod nodeclass;
 mod quantity;
@@ -28,6 +29,8 @@ pub struct PlanOptions {
     /// The region whose catalog (instance types, zones, prices) is used.
     pub region: String,
     pub controller: ControllerSettings,
+    /// Also decide what the disruption loop would remove or replace (`--disruption`).
+    pub disruption: Option<crate::disruption::Options>,
 }
 
 impl Default for PlanOptions {
@@ -35,6 +38,7 @@ impl Default for PlanOptions {
         Self {
             region: "us-east-1".into(),
             controller: ControllerSettings::default(),
+            disruption: None,
         }
     }
 }
@@ -65,6 +69,8 @@ pub enum PlanError {
     Region(#[source] CatalogError),
     #[error("scheduling: {0}")]
     Scheduling(#[from] SchedulingError),
+    #[error("disruption: {0}")]
+    Disruption(#[from] crate::disruption::DisruptionError),
 }
 
 impl PlanError {
@@ -86,18 +92,24 @@ fn lines(problems: &[ObjectProblem]) -> String {
 }
 
 /// Plans the manifests' pending pods: reads and checks every object, builds the cluster
-/// snapshot, runs the scheduler once and reports its decisions.
+/// snapshot, runs the scheduler once and reports its decisions; with `options.disruption`,
+/// also what the disruption loop would remove or replace.
 pub fn plan(objects: &[Object], options: &PlanOptions) -> Result<PlanOutcome, PlanError> {
-    let inventory = inventory::inventory(objects).map_err(PlanError::InvalidInput)?;
+    let mut inventory = inventory::inventory(objects).map_err(PlanError::InvalidInput)?;
     let catalog = Catalog::embedded(&options.region).map_err(PlanError::Region)?;
-    let snapshot = snapshot::build(&inventory, &catalog, options.controller)?;
+    let mut snapshot = snapshot::build(&inventory, &catalog, options.controller)?;
     let result = scheduling::solve(&snapshot.input)?;
-    let report = PlanReport::from_result(&result, &snapshot.input.pods);
-    let mut warnings = inventory.warnings;
-    warnings.extend(snapshot.warnings);
+    let mut report = PlanReport::from_result(&result, &snapshot.input.pods);
+    let ignored = std::mem::take(&mut inventory.ignored);
+    let mut warnings = std::mem::take(&mut inventory.warnings);
+    warnings.append(&mut snapshot.warnings);
+    if let Some(disruption_options) = options.disruption {
+        let cluster = disruption::cluster(&inventory, snapshot);
+        report.disruption = Some(crate::disruption::decide(&cluster, disruption_options)?);
+    }
     Ok(PlanOutcome {
         report,
-        ignored: inventory.ignored,
+        ignored,
         warnings,
     })
 }

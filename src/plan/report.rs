@@ -21,6 +21,9 @@ pub struct PlanReport {
     pub existing_nodes: Vec<ExistingNodePlacement>,
     pub unschedulable: Vec<UnschedulablePod>,
     pub summary: Summary,
+    /// What the disruption loop would do (`kerf plan --disruption` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<crate::disruption::DisruptionReport>,
 }
 
 /// A NodeClaim the scheduler would create.
@@ -127,6 +130,7 @@ impl PlanReport {
             existing_nodes,
             unschedulable,
             summary,
+            disruption: None,
         }
     }
 
@@ -206,6 +210,10 @@ impl PlanReport {
         }
         out.push_str(&self.summary_line());
         out.push('\n');
+        if let Some(disruption) = &self.disruption {
+            out.push('\n');
+            out.push_str(&disruption.to_table());
+        }
         out
     }
 

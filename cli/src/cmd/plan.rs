@@ -1,13 +1,18 @@
-//! `kerf plan -f PATH [-f PATH ...] [--region R] [-o json|table]`: the offline what-if. Reads
-//! manifests (files, directories, or `-` for stdin), asks the scheduler what it would do with
-//! the pending pods, and prints the NodeClaims it would create, the existing nodes that absorb
-//! pods and the pods it cannot place. Valid input exits 0 even when pods are unschedulable;
-//! unreadable or invalid input exits 1 with every problem on stderr and nothing on stdout.
+//! `kerf plan -f PATH [-f PATH ...] [--region R] [-o json|table] [--disruption [--now T]
+//! [--feature-gates G]]`: the offline what-if. Reads manifests (files, directories, or `-` for
+//! stdin), asks the scheduler what it would do with the pending pods, and prints the
+//! NodeClaims it would create, the existing nodes that absorb pods and the pods it cannot
+//! place; with `--disruption`, also the commands the disruption loop would issue, the nodes it
+//! keeps and why, and the budgets. Valid input exits 0 even when pods are unschedulable;
+//! unreadable or invalid input (a malformed `--now` too) exits 1 with every problem on stderr
+//! and nothing on stdout.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use k8s_openapi::jiff::Timestamp;
 use kerf::catalog::DEFAULT_VM_MEMORY_OVERHEAD_PERCENT;
+use kerf::feature_gates::{DEFAULT_FEATURE_GATES, FeatureGates};
 use kerf::plan::{self, ControllerSettings, PlanOptions};
 
 #[derive(clap::Args)]
@@ -27,6 +32,15 @@ pub struct Args {
     /// Share of EC2-reported memory lost to the hypervisor (0 ≤ F < 1).
     #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value_t = DEFAULT_VM_MEMORY_OVERHEAD_PERCENT)]
     pub vm_memory_overhead_percent: f64,
+    /// Also decide what the disruption loop would remove or replace, and why it keeps the rest.
+    #[arg(long)]
+    pub disruption: bool,
+    /// The time disruption decides at (RFC 3339, e.g. 2026-01-01T00:00:00Z); default now.
+    #[arg(long, value_name = "RFC3339", requires = "disruption")]
+    pub now: Option<String>,
+    /// Feature gates as the controller reads them (`SpotToSpotConsolidation=true,...`).
+    #[arg(long, env = "FEATURE_GATES", default_value = DEFAULT_FEATURE_GATES)]
+    pub feature_gates: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -42,6 +56,14 @@ pub fn run(args: Args) -> ExitCode {
             args.vm_memory_overhead_percent
         )]);
     }
+    let disruption = if args.disruption {
+        match disruption_options(args.now.as_deref(), &args.feature_gates) {
+            Ok(options) => Some(options),
+            Err(error) => return fail(&[error]),
+        }
+    } else {
+        None
+    };
     let objects = match super::read_objects(&args.files) {
         Ok(objects) => objects,
         Err(errors) => return fail(&errors),
@@ -52,6 +74,7 @@ pub fn run(args: Args) -> ExitCode {
             reserved_enis: args.reserved_enis,
             vm_memory_overhead_percent: args.vm_memory_overhead_percent,
         },
+        disruption,
     };
     let outcome = match plan::plan(&objects, &options) {
         Ok(outcome) => outcome,
@@ -71,6 +94,32 @@ pub fn run(args: Args) -> ExitCode {
         Format::Table => print!("{}", outcome.report.to_table()),
     }
     ExitCode::SUCCESS
+}
+
+/// `--now` (default: the clock) and `--feature-gates` (`FEATURE_GATES`), read as the
+/// controller reads them; unknown gates are warned about, as upstream ignores them.
+fn disruption_options(now: Option<&str>, gates: &str) -> Result<kerf::disruption::Options, String> {
+    let now = match now {
+        Some(text) => plan::disruption::parse_now(text)?,
+        None => {
+            let since_epoch = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_err(|e| format!("the system clock is before 1970: {e}"))?;
+            Timestamp::from_second(since_epoch.as_secs() as i64)
+                .map_err(|e| format!("the system clock is out of range: {e}"))?
+        }
+    };
+    let parsed =
+        FeatureGates::parse(gates).map_err(|e| format!("--feature-gates (FEATURE_GATES): {e}"))?;
+    for name in &parsed.unknown {
+        eprintln!(
+            "warning: --feature-gates (FEATURE_GATES): unknown feature gate {name:?} is ignored"
+        );
+    }
+    Ok(kerf::disruption::Options {
+        now,
+        feature_gates: parsed.gates,
+    })
 }
 
 fn fail(errors: &[String]) -> ExitCode {
