@@ -1,13 +1,16 @@
 //! The Provisioner: takes each closed batch and turns it into one provisioning round over a
 //! consistent snapshot of cluster state — every provisionable pod at that moment, not only
 //! the pods that triggered the batch. Only the leader provisions, and only once cluster
-//! state has synced; a batch arriving otherwise is skipped (the PodWatcher's resync triggers
-//! the pods again). With a cloud provider configured, a round builds the scheduler's input
+//! state has synced; a batch arriving otherwise is skipped (the periodic re-trigger,
+//! [`crate::batcher::triggers`], brings the pods again). The Provisioner runs on its own
+//! thread under a supervisor, so a round's snapshot and solve hold up no other actor, and a
+//! panic in plan code restarts only the Provisioner. With a cloud provider configured, a round builds the scheduler's input
 //! from the snapshot (the code `kerf plan` uses) with instance types whose recently refused
 //! offerings are unavailable (the OfferingCache), prepares the solve once and fans its
 //! independent parts out to the NodePoolSchedulers — one thread per NodePool — then hands
-//! each planned NodeClaim to the Launcher, waiting until every one is created before the next
-//! round starts, so no round plans for pods an earlier round already covered. Each round is
+//! each planned NodeClaim to the Launcher — at most the Launcher's mailbox capacity at once —
+//! waiting until every one is created before the next round starts, so no round plans for
+//! pods an earlier round already covered. Each round is
 //! published on a watch channel for observers (`kerf simulate`'s report, tests).
 
 mod instance_types;
