@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Runs every check and test of kerf on a fresh machine: installs what the tests need
-# (moto, the AWS API emulator, from PyPI), then formatting, lints and the whole test suite.
+# (moto, the AWS API emulator, and helm-python-sdk, Helm's engine, from PyPI), then
+# formatting, lints and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! python3 -c 'import moto.server, flask' 2>/dev/null; then
   echo "==> installing moto[server] (AWS API emulator for the AWS provider tests)"
   python3 -m pip install --quiet 'moto[server]>=5,<6'
+fi
+
+if ! python3 -c 'import helm_python' 2>/dev/null; then
+  echo "==> installing helm-python-sdk (Helm v4's engine, for the chart tests)"
+  python3 -m pip install --quiet 'helm-python-sdk>=0.2,<0.3'
 fi
 
 # kubectl lets the emulator's tests check that a real client can use it; optional, so a

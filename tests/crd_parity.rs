@@ -1,10 +1,12 @@
 //! Holds the Rust API types to the upstream CRD schemas: the property paths the types
 //! generate (through kube's `CustomResourceExt::crd`) must be exactly the property paths of
 //! the CRDs kerf installs (deploy/crds), and those must be exactly upstream's
-//! (../shared/upstream/crds). A missing field or an invented one fails here.
+//! (vendored in tests/fixtures/upstream/crds). A missing field or an invented one fails here.
 
 // Helpers of this test crate are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
+
+mod common;
 
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use kube::CustomResourceExt;
@@ -16,13 +18,8 @@ fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The shared contract files live beside the checkout (`../shared`); `KERF_SHARED_DIR`
-/// overrides that for checkouts placed elsewhere.
 fn upstream_crds_dir() -> PathBuf {
-    let shared = std::env::var_os("KERF_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("../shared"));
-    shared.join("upstream/crds")
+    common::upstream_dir().join("crds")
 }
 
 fn read_crd(path: &Path) -> Value {

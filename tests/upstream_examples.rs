@@ -16,7 +16,7 @@ use kerf::validation::{Verdict, validate_object};
 use serde_json::Value;
 
 fn karpenter_examples() -> Vec<Object> {
-    let dir = common::upstream_examples_dir();
+    let dir = common::upstream_dir().join("examples");
     let files = read_path(&dir).unwrap_or_else(|e| panic!("upstream examples: {e}"));
     assert!(
         files.len() >= 10,

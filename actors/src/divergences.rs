@@ -25,6 +25,7 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
         spot_to_spot_consolidation,
         node_overlay,
         static_capacity,
+        capacity_buffer,
     } = settings.feature_gates;
     for (gate, on) in [
         ("NodeRepair", node_repair),
@@ -32,6 +33,7 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
         ("SpotToSpotConsolidation", spot_to_spot_consolidation),
         ("NodeOverlay", node_overlay),
         ("StaticCapacity", static_capacity),
+        ("CapacityBuffer", capacity_buffer),
     ] {
         if on {
             ignored.push(format!(

@@ -78,7 +78,7 @@ pub struct Settings {
 }
 
 /// Upstream's feature gate defaults.
-pub const DEFAULT_FEATURE_GATES: &str = "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=false";
+pub const DEFAULT_FEATURE_GATES: &str = "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false";
 
 /// Go's `time.ParseDuration` syntax, as upstream's duration flags take.
 fn go_duration(text: &str) -> Result<Duration, String> {
@@ -145,6 +145,7 @@ pub struct FeatureGates {
     pub spot_to_spot_consolidation: bool,
     pub node_overlay: bool,
     pub static_capacity: bool,
+    pub capacity_buffer: bool,
 }
 
 impl FeatureGates {
@@ -156,6 +157,7 @@ impl FeatureGates {
             spot_to_spot_consolidation: false,
             node_overlay: false,
             static_capacity: false,
+            capacity_buffer: false,
         };
         for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (name, value) = entry
@@ -171,6 +173,7 @@ impl FeatureGates {
                 "SpotToSpotConsolidation" => &mut gates.spot_to_spot_consolidation,
                 "NodeOverlay" => &mut gates.node_overlay,
                 "StaticCapacity" => &mut gates.static_capacity,
+                "CapacityBuffer" => &mut gates.capacity_buffer,
                 other => return Err(format!("unknown feature gate {other:?}")),
             };
             *slot = value;

@@ -116,10 +116,13 @@ fn examples_dir() -> String {
     workspace_root().join("examples/plan").display().to_string()
 }
 
+/// Upstream's examples, vendored (tests/fixtures/upstream/README.md).
+fn upstream_examples() -> PathBuf {
+    workspace_root().join("tests/fixtures/upstream/examples")
+}
+
 fn upstream_example(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/upstream/examples")
-        .join(name);
+    let path = upstream_examples().join(name);
     assert!(
         path.exists(),
         "upstream example {} is missing",
@@ -1301,7 +1304,7 @@ fn upstream_disruption_budget_example_is_read_and_planned() {
 
 #[test]
 fn every_upstream_example_is_accepted() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/upstream/examples");
+    let dir = upstream_examples();
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).expect("examples dir") {
         let path = entry.expect("entry").path();

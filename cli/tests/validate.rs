@@ -11,10 +11,9 @@ fn kerf() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kerf"))
 }
 
-fn shared_dir() -> PathBuf {
-    std::env::var_os("KERF_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
+/// Upstream's examples, vendored (tests/fixtures/upstream/README.md).
+fn upstream_examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/upstream/examples")
 }
 
 /// A file under a per-test temporary directory.
@@ -53,7 +52,7 @@ spec:
 
 #[test]
 fn upstream_examples_are_valid() {
-    let dir = shared_dir().join("upstream/examples");
+    let dir = upstream_examples();
     let output = kerf().args(["validate", "-f"]).arg(&dir).output().unwrap();
     let lines = stdout(&output);
     assert!(output.status.success(), "{lines:#?}\n{}", stderr(&output));

@@ -1,14 +1,10 @@
-//! Helpers shared by the integration tests: where the upstream contract files are.
+//! Helpers shared by the integration tests: where the upstream contract files are. They are
+//! vendored in `tests/fixtures/upstream` (see the README there) so that a clone of the
+//! repository alone runs every test.
 
 use std::path::PathBuf;
 
-/// `../shared` beside the checkout (as in CI), or `KERF_SHARED_DIR` when set.
-pub fn shared_dir() -> PathBuf {
-    std::env::var_os("KERF_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-}
-
-pub fn upstream_examples_dir() -> PathBuf {
-    shared_dir().join("upstream/examples")
+/// The vendored copy of upstream's contract files.
+pub fn upstream_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream")
 }

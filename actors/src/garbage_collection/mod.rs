@@ -89,7 +89,13 @@ pub async fn run(
     let mut passes = 0u32;
     loop {
         if *leader.borrow() {
-            match collect(&client, &state, &*cloud).await {
+            let pass = collect(&client, &state, &*cloud);
+            match crate::metrics::reconcile(
+                crate::metrics::controller::NODECLAIM_GARBAGE_COLLECTION,
+                pass,
+            )
+            .await
+            {
                 Ok(collected) => {
                     passes = passes.saturating_add(1);
                     if collected != Collected::default() {

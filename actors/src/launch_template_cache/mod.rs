@@ -132,11 +132,15 @@ impl LaunchTemplateCache {
             .get(&ObjectKey::new(None, &name))
             .and_then(|nc| nc.metadata.generation);
         self.in_flight.insert(name.clone(), generation);
-        let work = reconcile(
-            self.api.clone(),
-            Arc::clone(&self.state),
-            Arc::clone(&self.cloud),
-            name.clone(),
+        crate::metrics::workqueue_depth(crate::metrics::controller::NODECLASS, self.waiting.len());
+        let work = crate::metrics::reconcile(
+            crate::metrics::controller::NODECLASS,
+            reconcile(
+                self.api.clone(),
+                Arc::clone(&self.state),
+                Arc::clone(&self.cloud),
+                name.clone(),
+            ),
         );
         ctx.spawn(work.into_actor(self).map(move |outcome, actor, ctx| {
             actor.in_flight.remove(&name);

@@ -231,12 +231,20 @@ impl NodeClaimLifecycle {
         while let Some(target) = self.queue.start_next(MAX_CONCURRENT_RECONCILES) {
             let reconciler = Arc::clone(&self.reconciler);
             let running = target.clone();
-            let work = async move { reconcile::run(&reconciler, &running).await };
+            let work = async move {
+                let run = reconcile::run(&reconciler, &running);
+                crate::metrics::reconcile(crate::metrics::controller::NODECLAIM_LIFECYCLE, run)
+                    .await
+            };
             ctx.spawn(
                 work.into_actor(self)
                     .map(move |result, act, ctx| act.finished(target, result, ctx)),
             );
         }
+        crate::metrics::workqueue_depth(
+            crate::metrics::controller::NODECLAIM_LIFECYCLE,
+            self.queue.waiting(),
+        );
     }
 
     fn finished(

@@ -62,8 +62,8 @@ impl<T: Clone + Eq + Hash> WorkQueue<T> {
         self.queued.clear();
     }
 
-    #[cfg(test)]
-    fn waiting(&self) -> usize {
+    /// Targets waiting to run (client-go's workqueue depth).
+    pub fn waiting(&self) -> usize {
         self.waiting.len()
     }
 

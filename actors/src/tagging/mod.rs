@@ -101,12 +101,19 @@ impl Tagger {
         };
         self.queued.remove(&name);
         self.busy = true;
-        let work = tag(
-            self.api.clone(),
-            Arc::clone(&self.state),
-            Arc::clone(&self.cloud),
-            name,
-            self.next_call,
+        crate::metrics::workqueue_depth(
+            crate::metrics::controller::NODECLAIM_TAGGING,
+            self.queue.len(),
+        );
+        let work = crate::metrics::reconcile(
+            crate::metrics::controller::NODECLAIM_TAGGING,
+            tag(
+                self.api.clone(),
+                Arc::clone(&self.state),
+                Arc::clone(&self.cloud),
+                name,
+                self.next_call,
+            ),
         );
         ctx.spawn(work.into_actor(self).map(|outcome, actor, ctx| {
             actor.busy = false;

@@ -155,17 +155,11 @@ pub fn established_status(crd: &Value, now: &str) -> Value {
     })
 }
 
-/// The directory holding the upstream Karpenter CRDs (`shared/upstream/crds`): from
-/// `KERF_SHARED_DIR`, else the nearest ancestor of this crate that has a `shared/` beside it.
-pub fn upstream_crd_dir() -> Option<std::path::PathBuf> {
-    if let Some(dir) = std::env::var_os("KERF_SHARED_DIR") {
-        let dir = std::path::PathBuf::from(dir).join("upstream/crds");
-        return dir.is_dir().then_some(dir);
-    }
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|a| a.join("shared/upstream/crds"))
-        .find(|d| d.is_dir())
+/// The upstream Karpenter CRDs, vendored in the repository (`tests/fixtures/upstream/crds`,
+/// origin and licence in the README there) so the emulator's tests need nothing beside the
+/// checkout.
+pub fn upstream_crd_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/upstream/crds")
 }
 
 #[cfg(test)]
@@ -174,10 +168,7 @@ mod tests {
 
     #[test]
     fn karpenter_nodepool_crd_serves_cluster_scoped_v1_with_status() {
-        let Some(dir) = upstream_crd_dir() else {
-            eprintln!("upstream CRDs not found; skipping");
-            return;
-        };
+        let dir = upstream_crd_dir();
         let text =
             std::fs::read_to_string(dir.join("karpenter.sh_nodepools.yaml")).expect("readable CRD");
         let crd: Value = serde_saphyr::from_str(&text).expect("upstream CRD is valid YAML");

@@ -210,6 +210,11 @@ impl ResourceType {
 pub fn builtin_types() -> Vec<ResourceType> {
     let core =
         |plural, kind, ns, short: &[&str]| ResourceType::builtin("", "v1", plural, kind, ns, short);
+    // RBAC objects are served so a chart's Roles and bindings can be applied (kubectl, the
+    // chart tests); the emulator stores them like any object.
+    let rbac = |plural, kind, ns| {
+        ResourceType::builtin("rbac.authorization.k8s.io", "v1", plural, kind, ns, &[])
+    };
     let mut pod = core("pods", "Pod", true, &["po"]).with_status().in_all();
     pod.subresources.binding = true;
     pod.subresources.eviction = true;
@@ -251,6 +256,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
         .with_status(),
         core("configmaps", "ConfigMap", true, &["cm"]),
         core("secrets", "Secret", true, &[]),
+        core("serviceaccounts", "ServiceAccount", true, &["sa"]),
         core("services", "Service", true, &["svc"])
             .with_status()
             .in_all(),
@@ -290,6 +296,10 @@ pub fn builtin_types() -> Vec<ResourceType> {
         )
         .with_status(),
         ResourceType::builtin("coordination.k8s.io", "v1", "leases", "Lease", true, &[]),
+        rbac("clusterroles", "ClusterRole", false),
+        rbac("clusterrolebindings", "ClusterRoleBinding", false),
+        rbac("roles", "Role", true),
+        rbac("rolebindings", "RoleBinding", true),
         ResourceType::builtin("events.k8s.io", "v1", "events", "Event", true, &["ev"]),
         crd,
     ]

@@ -62,18 +62,17 @@ async fn kubectl_gets_nodes_pods_and_nodepools() {
     let list: serde_json::Value = serde_json::from_str(&json_out).expect("kubectl prints JSON");
     assert_eq!(list["items"][0]["metadata"]["name"], "pod-a");
 
-    if install_karpenter_crds(&h.client).await.is_some() {
-        cluster
-            .create("karpenter.sh/v1", "nodepools", json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general"},
-                "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}}}}))
-            .expect("nodepool");
-        let kubeconfig = h.kubeconfig.clone();
-        let out =
-            tokio::task::spawn_blocking(move || run(&kubectl, &kubeconfig, &["get", "nodepools"]))
-                .await
-                .expect("joined");
-        eprintln!("{out}");
-        assert!(out.contains("general"), "{out}");
-    }
+    install_karpenter_crds(&h.client).await;
+    cluster
+        .create("karpenter.sh/v1", "nodepools", json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general"},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}}}}))
+        .expect("nodepool");
+    let kubeconfig = h.kubeconfig.clone();
+    let out =
+        tokio::task::spawn_blocking(move || run(&kubectl, &kubeconfig, &["get", "nodepools"]))
+            .await
+            .expect("joined");
+    eprintln!("{out}");
+    assert!(out.contains("general"), "{out}");
     h.stop().await;
 }

@@ -67,6 +67,9 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     let mut notes = apply(&cluster, &config.inputs.setup, &config.inputs.inventory)?;
     let mut tally = Tally::new(&cluster)?;
     let daemon = world.start_controller().await?;
+    // Served for as long as the controller runs (with --kubeconfig-out, until Ctrl-C), so
+    // Prometheus, Grafana's dashboards or curl can read it.
+    eprintln!("controller metrics: http://{}/metrics", daemon.metrics_addr);
     notes.extend(apply(
         &cluster,
         &config.inputs.workload,
