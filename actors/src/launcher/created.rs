@@ -1,7 +1,8 @@
 //! NodeClaims the Launcher created, kept until the watch has surely delivered them, so a
 //! round right after a launch counts them as in-flight capacity instead of planning their
 //! pods again; and the pods each was created for (its nominations), kept while it is in
-//! flight, so later rounds hold those pods on it instead of re-packing every pending pod
+//! flight and for a nomination window after its Node is initialized, so later rounds hold
+//! those pods on it instead of re-packing every pending pod
 //! from scratch (which spreads them differently and leaves some over for new NodeClaims).
 //! The Launcher is the only writer: it adds each NodeClaim before answering the Provisioner
 //! (so the next round sees it) and withdraws one it deletes because its launch was refused
@@ -26,12 +27,26 @@ use crate::state::{ClusterState, ObjectKey};
 /// covered by it for good.
 pub const UNSEEN_NODECLAIM_GRACE: Duration = Duration::from_secs(30);
 
+/// How long pods stay nominated to a NodeClaim after its Node is initialized: the time the
+/// kube-scheduler gets to bind them before a round plans them afresh. Upstream's nomination
+/// window, `max(2 × BATCH_MAX_DURATION, 10s)` at the default 10 s batch.
+pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
+
+/// The pods one NodeClaim was created for.
+#[derive(Clone, Debug)]
+struct Nomination {
+    pods: Vec<PodRef>,
+    created: Instant,
+    /// When a round first saw its Node initialized.
+    initialized: Option<Instant>,
+}
+
 /// The registry; clones share it.
 #[derive(Clone, Debug, Default)]
 pub struct CreatedClaims {
     claims: Arc<DashMap<String, (NodeClaim, Instant)>>,
-    /// The pods each created NodeClaim was planned for, with its creation time.
-    nominated: Arc<DashMap<String, (Vec<PodRef>, Instant)>>,
+    /// The pods each created NodeClaim was planned for.
+    nominated: Arc<DashMap<String, Nomination>>,
 }
 
 impl CreatedClaims {
@@ -51,16 +66,27 @@ impl CreatedClaims {
             .collect()
     }
 
-    /// The pods nominated to each NodeClaim still in flight, by NodeClaim name: one this
-    /// Launcher created that is not being deleted and whose Node is not initialized yet
-    /// (from then on the kube-scheduler places pods on it and the pods it did not take are
-    /// planned afresh). Nominations of NodeClaims that are done or gone are dropped.
+    /// The pods nominated to each NodeClaim, by NodeClaim name: one this Launcher created
+    /// that is not being deleted, until [`NOMINATION_WINDOW`] after its Node is initialized
+    /// (the kube-scheduler binds them meanwhile; the pods it did not take are then planned
+    /// afresh). Nominations of NodeClaims that are done or gone are dropped.
     pub fn nominations(&self, state: &ClusterState) -> HashMap<String, Vec<PodRef>> {
-        self.nominated
-            .retain(|name, (_, created)| in_flight(state, name, *created));
+        self.nominated.retain(
+            |name, nomination| match progress(state, name, nomination.created) {
+                Progress::Gone => false,
+                Progress::InFlight => true,
+                Progress::Initialized => {
+                    nomination
+                        .initialized
+                        .get_or_insert_with(Instant::now)
+                        .elapsed()
+                        < NOMINATION_WINDOW
+                }
+            },
+        );
         self.nominated
             .iter()
-            .map(|entry| (entry.key().clone(), entry.value().0.clone()))
+            .map(|entry| (entry.key().clone(), entry.value().pods.clone()))
             .collect()
     }
 
@@ -70,7 +96,12 @@ impl CreatedClaims {
             .retain(|_, (_, created)| created.elapsed() < UNSEEN_NODECLAIM_GRACE);
         let name = claim.metadata.name.clone().unwrap_or_default();
         let now = Instant::now();
-        self.nominated.insert(name.clone(), (pods, now));
+        let nomination = Nomination {
+            pods,
+            created: now,
+            initialized: None,
+        };
+        self.nominated.insert(name.clone(), nomination);
         self.claims.insert(name, (claim, now));
     }
 
@@ -81,17 +112,28 @@ impl CreatedClaims {
     }
 }
 
-/// Whether NodeClaim `name`, created at `created`, is still on its way to an initialized
-/// Node: in the store and not deleting, or not yet delivered by the watch (within the grace
-/// and not deleted since).
-fn in_flight(state: &ClusterState, name: &str, created: Instant) -> bool {
+/// Where a created NodeClaim is on its way to an initialized Node.
+enum Progress {
+    /// Deleted, deleting, or never delivered by the watch within the grace.
+    Gone,
+    InFlight,
+    Initialized,
+}
+
+/// How far NodeClaim `name`, created at `created`, has got.
+fn progress(state: &ClusterState, name: &str, created: Instant) -> Progress {
     let key = ObjectKey::new(None, name);
     let Some(claim) = state.nodeclaims.get(&key) else {
-        return created.elapsed() < UNSEEN_NODECLAIM_GRACE
-            && !state.nodeclaims.recently_deleted(&key);
+        let unseen =
+            created.elapsed() < UNSEEN_NODECLAIM_GRACE && !state.nodeclaims.recently_deleted(&key);
+        return if unseen {
+            Progress::InFlight
+        } else {
+            Progress::Gone
+        };
     };
     if claim.metadata.deletion_timestamp.is_some() {
-        return false;
+        return Progress::Gone;
     }
     let node = claim
         .status
@@ -99,13 +141,18 @@ fn in_flight(state: &ClusterState, name: &str, created: Instant) -> bool {
         .and_then(|s| s.node_name.as_deref())
         .filter(|n| !n.is_empty())
         .and_then(|n| state.nodes.get(&ObjectKey::new(None, n)));
-    !node.is_some_and(|node| {
+    let initialized = node.is_some_and(|node| {
         node.metadata
             .labels
             .as_ref()
             .and_then(|l| l.get(kerf::labels::INITIALIZED))
             .is_some_and(|v| v == "true")
-    })
+    });
+    if initialized {
+        Progress::Initialized
+    } else {
+        Progress::InFlight
+    }
 }
 
 #[cfg(test)]
@@ -220,16 +267,21 @@ mod tests {
         held.sort();
         assert_eq!(
             held,
-            [("launched", "p2"), ("registering", "p3"), ("unseen", "p1")]
+            [
+                ("initialized", "p4"),
+                ("launched", "p2"),
+                ("registering", "p3"),
+                ("unseen", "p1")
+            ]
         );
 
-        tokio::time::advance(UNSEEN_NODECLAIM_GRACE).await;
+        tokio::time::advance(NOMINATION_WINDOW.max(UNSEEN_NODECLAIM_GRACE)).await;
         let mut left: Vec<String> = created.nominations(&state).into_keys().collect();
         left.sort();
         assert_eq!(
             left,
             ["launched", "registering"],
-            "a NodeClaim the watch never delivered stops holding its pods after the grace"
+            "the window after initialization and the grace of an unseen NodeClaim end"
         );
     }
 }

@@ -7,20 +7,20 @@
 //! nominations and its scheduler sees an in-flight NodeClaim's remaining capacity; here each
 //! still-pending pod nominated to a NodeClaim that is in flight (the Launcher's record, see
 //! [`crate::launcher::CreatedClaims::nominations`]) is moved from the round's pending pods
-//! onto that NodeClaim, or onto its Node while the Node is not initialized, so the solve
-//! places only the others, on what remains. Once the Node is initialized the kube-scheduler
-//! places pods on it and the nomination lapses: a pod it did not take is planned afresh.
+//! onto that NodeClaim, or onto its Node, so the solve places only the others, on what
+//! remains. A nomination lapses a window after the Node is initialized, time the
+//! kube-scheduler has to bind the pods there: a pod it did not take is planned afresh.
 
 use std::collections::HashMap;
 
 use kerf::scheduling::{PodRef, SchedulingInput};
 
-/// Moves the pending pods of `input` nominated to one of its uninitialized existing nodes
+/// Moves the pending pods of `input` nominated to one of its existing nodes (by NodeClaim)
 /// onto that node; returns how many were held.
 pub fn hold(input: &mut SchedulingInput, nominations: &HashMap<String, Vec<PodRef>>) -> usize {
     let mut node_of_pod: HashMap<&str, usize> = HashMap::new();
     for (index, node) in input.existing_nodes.iter().enumerate() {
-        let claim = node.node_claim.as_deref().filter(|_| !node.initialized);
+        let claim = node.node_claim.as_deref();
         for pod in claim.and_then(|c| nominations.get(c)).into_iter().flatten() {
             node_of_pod.insert(pod.uid.as_str(), index);
         }
@@ -89,7 +89,7 @@ mod tests {
     }
 
     #[test]
-    fn nominated_pods_stay_on_uninitialized_nodes_and_the_rest_are_solved() {
+    fn nominated_pods_stay_on_their_nodeclaims_nodes_and_the_rest_are_solved() {
         let mut input = SchedulingInput {
             pods: ["a", "b", "c", "d", "e"].map(pod).to_vec(),
             existing_nodes: vec![
@@ -105,7 +105,7 @@ mod tests {
             ("claim-3".to_owned(), nominated(&["c"])),
             ("claim-4".to_owned(), nominated(&["d"])),
         ]);
-        assert_eq!(hold(&mut input, &nominations), 2);
+        assert_eq!(hold(&mut input, &nominations), 3);
         assert_eq!(
             uids(&input.existing_nodes[0].pods),
             ["a"],
@@ -116,14 +116,15 @@ mod tests {
             ["b"],
             "its registering Node"
         );
-        assert!(
-            input.existing_nodes[2].pods.is_empty(),
-            "an initialized Node is the kube-scheduler's to fill"
+        assert_eq!(
+            uids(&input.existing_nodes[2].pods),
+            ["c"],
+            "its initialized Node"
         );
         assert_eq!(
             uids(&input.pods),
-            ["c", "d", "e"],
-            "lapsed, unknown and unnominated pods are solved"
+            ["d", "e"],
+            "pods of an unknown NodeClaim and unnominated pods are solved"
         );
     }
 }
