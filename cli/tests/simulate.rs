@@ -83,6 +83,13 @@ fn the_default_workload_is_bound_on_launched_capacity() {
     let claims = &summary["nodeClaims"];
     assert!(count(&claims["created"]) > 0, "{summary:#}");
     assert_eq!(claims["launched"], claims["created"]);
+    // `kerf plan` on the same objects: the cache pods alone need two hosts.
+    assert!(count(&claims["plan"]) >= 2, "{summary:#}");
+    let ratio = claims["createdOverPlan"].as_f64().expect("a ratio");
+    assert!(
+        (ratio - count(&claims["created"]) as f64 / count(&claims["plan"]) as f64).abs() < 1e-3,
+        "{summary:#}"
+    );
     // Six zone-spread web pods... and two one-per-node cache pods need two nodes at least.
     let nodes = &summary["nodes"];
     assert!(count(&nodes["total"]) >= 2, "{summary:#}");

@@ -1,15 +1,22 @@
 //! NodeClaims the Launcher created, kept until the watch has surely delivered them, so a
 //! round right after a launch counts them as in-flight capacity instead of planning their
-//! pods again. The Launcher is the only writer: it adds each NodeClaim before answering the
-//! Provisioner (so the next round sees it) and withdraws one it deletes because its launch
-//! was refused (so its pods are planned again at once, even if the deletion completes before
-//! the watch ever showed the object). The Provisioner reads the ones its store lacks.
+//! pods again; and the pods each was created for (its nominations), kept while it is in
+//! flight and for a nomination window after its Node is initialized, so later rounds hold
+//! those pods on it instead of re-packing every pending pod
+//! from scratch (which spreads them differently and leaves some over for new NodeClaims).
+//! The Launcher is the only writer: it adds each NodeClaim before answering the Provisioner
+//! (so the next round sees it) and withdraws one it deletes because its launch was refused
+//! (so its pods are planned again at once, even if the deletion completes before the watch
+//! ever showed the object). The Provisioner reads the ones its store lacks, and the
+//! nominations of those still in flight.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
 use kerf::api::NodeClaim;
+use kerf::scheduling::PodRef;
 use tokio::time::Instant;
 
 use crate::state::{ClusterState, ObjectKey};
@@ -20,10 +27,26 @@ use crate::state::{ClusterState, ObjectKey};
 /// covered by it for good.
 pub const UNSEEN_NODECLAIM_GRACE: Duration = Duration::from_secs(30);
 
+/// How long pods stay nominated to a NodeClaim after its Node is initialized: the time the
+/// kube-scheduler gets to bind them before a round plans them afresh. Upstream's nomination
+/// window, `max(2 × BATCH_MAX_DURATION, 10s)` at the default 10 s batch.
+pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
+
+/// The pods one NodeClaim was created for.
+#[derive(Clone, Debug)]
+struct Nomination {
+    pods: Vec<PodRef>,
+    created: Instant,
+    /// When a round first saw its Node initialized.
+    initialized: Option<Instant>,
+}
+
 /// The registry; clones share it.
 #[derive(Clone, Debug, Default)]
 pub struct CreatedClaims {
     claims: Arc<DashMap<String, (NodeClaim, Instant)>>,
+    /// The pods each created NodeClaim was planned for.
+    nominated: Arc<DashMap<String, Nomination>>,
 }
 
 impl CreatedClaims {
@@ -43,17 +66,92 @@ impl CreatedClaims {
             .collect()
     }
 
-    /// Records a NodeClaim just created, forgetting ones past the grace.
-    pub(super) fn insert(&self, claim: NodeClaim) {
+    /// The pods nominated to each NodeClaim, by NodeClaim name: one this Launcher created
+    /// that is not being deleted, until [`NOMINATION_WINDOW`] after its Node is initialized
+    /// (the kube-scheduler binds them meanwhile; the pods it did not take are then planned
+    /// afresh). Nominations of NodeClaims that are done or gone are dropped.
+    pub fn nominations(&self, state: &ClusterState) -> HashMap<String, Vec<PodRef>> {
+        self.nominated.retain(
+            |name, nomination| match progress(state, name, nomination.created) {
+                Progress::Gone => false,
+                Progress::InFlight => true,
+                Progress::Initialized => {
+                    nomination
+                        .initialized
+                        .get_or_insert_with(Instant::now)
+                        .elapsed()
+                        < NOMINATION_WINDOW
+                }
+            },
+        );
+        self.nominated
+            .iter()
+            .map(|entry| (entry.key().clone(), entry.value().pods.clone()))
+            .collect()
+    }
+
+    /// Records a NodeClaim just created for `pods`, forgetting ones past the grace.
+    pub(super) fn insert(&self, claim: NodeClaim, pods: Vec<PodRef>) {
         self.claims
             .retain(|_, (_, created)| created.elapsed() < UNSEEN_NODECLAIM_GRACE);
         let name = claim.metadata.name.clone().unwrap_or_default();
-        self.claims.insert(name, (claim, Instant::now()));
+        let now = Instant::now();
+        let nomination = Nomination {
+            pods,
+            created: now,
+            initialized: None,
+        };
+        self.nominated.insert(name.clone(), nomination);
+        self.claims.insert(name, (claim, now));
     }
 
     /// Forgets a NodeClaim that is being deleted: it is no capacity any more.
     pub(super) fn withdraw(&self, name: &str) {
         self.claims.remove(name);
+        self.nominated.remove(name);
+    }
+}
+
+/// Where a created NodeClaim is on its way to an initialized Node.
+enum Progress {
+    /// Deleted, deleting, or never delivered by the watch within the grace.
+    Gone,
+    InFlight,
+    Initialized,
+}
+
+/// How far NodeClaim `name`, created at `created`, has got.
+fn progress(state: &ClusterState, name: &str, created: Instant) -> Progress {
+    let key = ObjectKey::new(None, name);
+    let Some(claim) = state.nodeclaims.get(&key) else {
+        let unseen =
+            created.elapsed() < UNSEEN_NODECLAIM_GRACE && !state.nodeclaims.recently_deleted(&key);
+        return if unseen {
+            Progress::InFlight
+        } else {
+            Progress::Gone
+        };
+    };
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Progress::Gone;
+    }
+    let node = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+        .and_then(|n| state.nodes.get(&ObjectKey::new(None, n)));
+    let initialized = node.is_some_and(|node| {
+        node.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(kerf::labels::INITIALIZED))
+            .is_some_and(|v| v == "true")
+    });
+    if initialized {
+        Progress::Initialized
+    } else {
+        Progress::InFlight
     }
 }
 
@@ -91,9 +189,9 @@ mod tests {
     async fn created_claims_count_until_seen_withdrawn_or_past_the_grace() {
         let (state, mut writers) = ClusterState::new();
         let created = CreatedClaims::default();
-        created.insert(claim("a"));
-        created.insert(claim("b"));
-        created.insert(claim("c"));
+        created.insert(claim("a"), Vec::new());
+        created.insert(claim("b"), Vec::new());
+        created.insert(claim("c"), Vec::new());
         assert_eq!(names(&created.unseen(&state)), ["a", "b", "c"]);
 
         writers
@@ -104,7 +202,86 @@ mod tests {
 
         tokio::time::advance(UNSEEN_NODECLAIM_GRACE).await;
         assert!(created.unseen(&state).is_empty());
-        created.insert(claim("d"));
+        created.insert(claim("d"), Vec::new());
         assert_eq!(created.claims.len(), 1, "old entries are dropped on insert");
+    }
+
+    fn pods(names: &[&str]) -> Vec<PodRef> {
+        names
+            .iter()
+            .map(|n| PodRef {
+                namespace: "default".to_owned(),
+                name: (*n).to_owned(),
+                uid: (*n).to_owned(),
+            })
+            .collect()
+    }
+
+    fn node(name: &str, initialized: bool) -> k8s_openapi::api::core::v1::Node {
+        let label = if initialized { "true" } else { "false" };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {kerf::labels::INITIALIZED: label}}
+        }))
+        .expect("valid node")
+    }
+
+    fn on_node(name: &str, node: &str) -> NodeClaim {
+        let mut claim = claim(name);
+        claim.status = Some(
+            serde_json::from_value(serde_json::json!({"nodeName": node})).expect("valid status"),
+        );
+        claim
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nominations_last_while_the_nodeclaim_is_in_flight() {
+        let (state, mut writers) = ClusterState::new();
+        let created = CreatedClaims::default();
+        for (name, pod) in [("unseen", "p1"), ("launched", "p2"), ("registering", "p3")] {
+            created.insert(claim(name), pods(&[pod]));
+        }
+        created.insert(claim("initialized"), pods(&["p4"]));
+        created.insert(claim("deleting"), pods(&["p5"]));
+        created.insert(claim("refused"), pods(&["p6"]));
+        created.withdraw("refused");
+        let key = |n: &str| ObjectKey::new(None, n);
+        writers.nodeclaims.apply(key("launched"), claim("launched"));
+        writers
+            .nodeclaims
+            .apply(key("registering"), on_node("registering", "node-a"));
+        writers.nodes.apply(key("node-a"), node("node-a", false));
+        writers
+            .nodeclaims
+            .apply(key("initialized"), on_node("initialized", "node-b"));
+        writers.nodes.apply(key("node-b"), node("node-b", true));
+        let mut deleting = claim("deleting");
+        deleting.metadata.deletion_timestamp =
+            serde_json::from_value(serde_json::json!("2024-01-01T00:00:00Z")).expect("a time");
+        writers.nodeclaims.apply(key("deleting"), deleting);
+
+        let nominations = created.nominations(&state);
+        let mut held: Vec<(&str, &str)> = nominations
+            .iter()
+            .flat_map(|(claim, pods)| pods.iter().map(move |p| (claim.as_str(), p.uid.as_str())))
+            .collect();
+        held.sort();
+        assert_eq!(
+            held,
+            [
+                ("initialized", "p4"),
+                ("launched", "p2"),
+                ("registering", "p3"),
+                ("unseen", "p1")
+            ]
+        );
+
+        tokio::time::advance(NOMINATION_WINDOW.max(UNSEEN_NODECLAIM_GRACE)).await;
+        let mut left: Vec<String> = created.nominations(&state).into_keys().collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["launched", "registering"],
+            "the window after initialization and the grace of an unseen NodeClaim end"
+        );
     }
 }

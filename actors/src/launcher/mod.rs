@@ -158,7 +158,7 @@ impl Handler<Launch> for Launcher {
                 recorder.publish(events::nominate_pod(pod, &created.name_any()));
             }
             // Recorded before the answer, so the Provisioner's next round counts it.
-            registry.insert(created.clone());
+            registry.insert(created.clone(), launch.claim.pods.clone());
             // The machine is launched off the mailbox: a slow cloud call must not hold up
             // the creation of the round's other NodeClaims.
             let refused = Refused {

@@ -15,6 +15,7 @@
 
 mod instance_types;
 mod inventory;
+mod nominated;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -231,10 +232,12 @@ impl Provisioner {
             &mut source,
         );
         self.instance_types.finish_round();
+        let nominations = provisioning.created.nominations(&self.state);
         let batch = snapshot.map_err(|e| e.to_string()).and_then(|snapshot| {
             problems.extend(snapshot.warnings);
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
+            nominated::hold(&mut input, &nominations);
             Batch::prepare(&input).map_err(|e| e.to_string())
         });
         match batch {

@@ -6,6 +6,7 @@ mod cloud_loops;
 mod events;
 mod failover;
 mod ice;
+mod inflight;
 mod launching;
 mod leader;
 mod lifecycle;

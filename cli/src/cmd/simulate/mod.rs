@@ -13,6 +13,7 @@ mod ice;
 mod inputs;
 mod memory;
 mod observe;
+mod planned;
 mod progress;
 mod run;
 mod summary;

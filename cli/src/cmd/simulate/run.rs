@@ -17,6 +17,7 @@ use super::ice::IceTarget;
 use super::inputs::Inputs;
 use super::memory;
 use super::observe::Tally;
+use super::planned;
 use super::progress::Progress;
 use super::summary::{Facts, Outcome, Provisioning, RoundFigures, Summary};
 use super::world::{Pace, World};
@@ -105,6 +106,11 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         }
     };
     progress.finish();
+    // Read before the plan below runs in this process, so it does not count in the peak.
+    let peak_memory_bytes = memory::peak_rss_bytes();
+    let plan = planned::node_claims(&config.inputs.inventory)
+        .inspect_err(|error| eprintln!("kerf simulate: cannot compute kerf plan's count: {error}"))
+        .ok();
     let summary = Summary::new(Facts {
         outcome,
         elapsed: started.elapsed(),
@@ -115,8 +121,9 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         instances: &world.provider.ec2().instances(),
         api_calls: &world.provider.ec2().api_calls(),
         provisioning: log.provisioning(),
-        peak_memory_bytes: memory::peak_rss_bytes(),
+        peak_memory_bytes,
         ice_pools: world.ice.len(),
+        plan,
     });
     Ok(Finished {
         summary,

@@ -1,8 +1,8 @@
 //! The end-of-run report: pods bound and left over (with the controller's reason for each
 //! pod it could not place), the capacity launched (nodes by instance type, zone and capacity
 //! type, and what it costs per hour), how long pods waited from creation to binding, the
-//! NodeClaims created, the cloud API calls made, the provisioning rounds and the process's
-//! peak memory. Serialised as is for `-o json`; [`Summary::to_table`] is the human form.
+//! NodeClaims created (against the count `kerf plan` computes for the same objects), the
+//! cloud API calls made, the provisioning rounds and the process's peak memory. Serialised as is for `-o json`; [`Summary::to_table`] is the human form.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -38,7 +38,7 @@ pub struct Summary {
     pub cloud_api_calls: CloudApiCalls,
     pub provisioning: Provisioning,
     /// Peak resident memory of the `kerf simulate` process, in which the controller runs
-    /// together with the simulated cluster.
+    /// together with the simulated cluster; read before the plan count is computed.
     pub peak_memory_bytes: Option<u64>,
     /// Pools injected with insufficient capacity, as `capacity/type/zone`.
     pub insufficient_capacity_pools: usize,
@@ -74,6 +74,10 @@ pub struct Latency {
 #[serde(rename_all = "camelCase")]
 pub struct NodeClaims {
     pub created: usize,
+    /// What `kerf plan` computes for the same objects; `None` when it could not plan.
+    pub plan: Option<usize>,
+    /// `created / plan`, to three decimals.
+    pub created_over_plan: Option<f64>,
     pub launched: usize,
     pub registered: usize,
     pub ready: usize,
@@ -131,6 +135,8 @@ pub struct Facts<'a> {
     pub provisioning: Provisioning,
     pub peak_memory_bytes: Option<u64>,
     pub ice_pools: usize,
+    /// NodeClaims `kerf plan` computes for the same objects.
+    pub plan: Option<usize>,
 }
 
 /// Stuck pods listed by name at most.
@@ -173,6 +179,11 @@ impl Summary {
             pod_latency_seconds: latency(facts.latencies),
             node_claims: NodeClaims {
                 created: facts.counts.claims_created,
+                plan: facts.plan,
+                created_over_plan: facts
+                    .plan
+                    .filter(|p| *p > 0)
+                    .map(|p| round3(facts.counts.claims_created as f64 / p as f64)),
                 launched: facts.counts.claims_launched,
                 registered: facts.counts.claims_registered,
                 ready: facts.counts.claims_ready,
@@ -229,6 +240,12 @@ impl Summary {
             "NodeClaims      {} created, {} launched, {} registered, {} ready, {} deleted",
             c.created, c.launched, c.registered, c.ready, c.deleted
         );
+        if let (Some(plan), Some(ratio)) = (c.plan, c.created_over_plan) {
+            let _ = writeln!(
+                out,
+                "  vs kerf plan  {plan} for the same objects: created ×{ratio:.3}"
+            );
+        }
         let _ = writeln!(
             out,
             "nodes           {} (${:.4}/hour)",
@@ -260,7 +277,7 @@ impl Summary {
         if let Some(bytes) = self.peak_memory_bytes {
             let _ = writeln!(
                 out,
-                "peak memory     {:.1} MiB (whole process: controller + simulated cluster)",
+                "peak memory     {:.1} MiB (whole process: controller + simulated cluster, before the plan count)",
                 bytes as f64 / (1024.0 * 1024.0)
             );
         }
@@ -389,6 +406,7 @@ mod tests {
             counts: Counts {
                 pods: 3,
                 bound: 1,
+                claims_created: 3,
                 ..Counts::default()
             },
             pending: &pending,
@@ -399,6 +417,7 @@ mod tests {
             provisioning: Provisioning::default(),
             peak_memory_bytes: Some(1 << 20),
             ice_pools: 0,
+            plan: Some(2),
         });
         assert_eq!(summary.nodes.total, 2);
         assert_eq!(summary.nodes.by_instance_type["m5.large"], 2);
@@ -415,7 +434,13 @@ mod tests {
         let json = serde_json::to_value(&summary).expect("serialises");
         assert_eq!(json["outcome"], "timedOut");
         assert_eq!(json["nodes"]["byCapacityType"]["spot"], 2);
+        assert_eq!(json["nodeClaims"]["plan"], 2);
+        assert_eq!(json["nodeClaims"]["createdOverPlan"], 1.5);
         let table = summary.to_table();
+        assert!(
+            table.contains("vs kerf plan  2 for the same objects: created ×1.500"),
+            "{table}"
+        );
         assert!(table.contains("1 bound of 3"), "{table}");
         assert!(table.contains("still pending   default/web-1"), "{table}");
         assert!(

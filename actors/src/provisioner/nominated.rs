@@ -1,0 +1,130 @@
+//! Pods nominated to in-flight NodeClaims keep their place across rounds. A round solves
+//! every pending pod, and a NodeClaim created by an earlier round is in flight for seconds
+//! to minutes while its pods stay pending. Solving those pods again from scratch packs them
+//! differently (spread constraints, pod order and the pods that arrived since all change the
+//! order of first fit), so some no longer fit the NodeClaims made for them and later rounds
+//! create capacity the cluster already has on the way. Upstream's cluster state remembers
+//! nominations and its scheduler sees an in-flight NodeClaim's remaining capacity; here each
+//! still-pending pod nominated to a NodeClaim that is in flight (the Launcher's record, see
+//! [`crate::launcher::CreatedClaims::nominations`]) is moved from the round's pending pods
+//! onto that NodeClaim, or onto its Node, so the solve places only the others, on what
+//! remains. A nomination lapses a window after the Node is initialized, time the
+//! kube-scheduler has to bind the pods there: a pod it did not take is planned afresh.
+
+use std::collections::HashMap;
+
+use kerf::scheduling::{PodRef, SchedulingInput};
+
+/// Moves the pending pods of `input` nominated to one of its existing nodes (by NodeClaim)
+/// onto that node; returns how many were held.
+pub fn hold(input: &mut SchedulingInput, nominations: &HashMap<String, Vec<PodRef>>) -> usize {
+    let mut node_of_pod: HashMap<&str, usize> = HashMap::new();
+    for (index, node) in input.existing_nodes.iter().enumerate() {
+        let claim = node.node_claim.as_deref();
+        for pod in claim.and_then(|c| nominations.get(c)).into_iter().flatten() {
+            node_of_pod.insert(pod.uid.as_str(), index);
+        }
+    }
+    if node_of_pod.is_empty() {
+        return 0;
+    }
+    let mut held = 0;
+    let mut pending = Vec::with_capacity(input.pods.len());
+    for pod in std::mem::take(&mut input.pods) {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        match node_of_pod.get(uid) {
+            Some(&index) => {
+                input.existing_nodes[index].pods.push(pod);
+                held += 1;
+            }
+            None => pending.push(pod),
+        }
+    }
+    input.pods = pending;
+    held
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use kerf::scheduling::ExistingNode;
+
+    fn pod(uid: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid},
+            "spec": {"containers": [{"name": "c"}]}
+        }))
+        .expect("valid pod")
+    }
+
+    fn node(name: &str, claim: Option<&str>, initialized: bool) -> ExistingNode {
+        ExistingNode {
+            name: name.to_owned(),
+            labels: Default::default(),
+            taints: Vec::new(),
+            allocatable: Default::default(),
+            capacity: Default::default(),
+            pods: Vec::new(),
+            initialized,
+            node_pool: Some("default".to_owned()),
+            node_claim: claim.map(str::to_owned),
+        }
+    }
+
+    fn nominated(uids: &[&str]) -> Vec<PodRef> {
+        uids.iter()
+            .map(|uid| PodRef {
+                namespace: "default".to_owned(),
+                name: (*uid).to_owned(),
+                uid: (*uid).to_owned(),
+            })
+            .collect()
+    }
+
+    fn uids(pods: &[Pod]) -> Vec<&str> {
+        pods.iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect()
+    }
+
+    #[test]
+    fn nominated_pods_stay_on_their_nodeclaims_nodes_and_the_rest_are_solved() {
+        let mut input = SchedulingInput {
+            pods: ["a", "b", "c", "d", "e"].map(pod).to_vec(),
+            existing_nodes: vec![
+                node("claim-1", Some("claim-1"), false),
+                node("ip-10-0-0-1", Some("claim-2"), false),
+                node("ip-10-0-0-2", Some("claim-3"), true),
+            ],
+            ..SchedulingInput::default()
+        };
+        let nominations = HashMap::from([
+            ("claim-1".to_owned(), nominated(&["a", "gone"])),
+            ("claim-2".to_owned(), nominated(&["b"])),
+            ("claim-3".to_owned(), nominated(&["c"])),
+            ("claim-4".to_owned(), nominated(&["d"])),
+        ]);
+        assert_eq!(hold(&mut input, &nominations), 3);
+        assert_eq!(
+            uids(&input.existing_nodes[0].pods),
+            ["a"],
+            "in-flight NodeClaim"
+        );
+        assert_eq!(
+            uids(&input.existing_nodes[1].pods),
+            ["b"],
+            "its registering Node"
+        );
+        assert_eq!(
+            uids(&input.existing_nodes[2].pods),
+            ["c"],
+            "its initialized Node"
+        );
+        assert_eq!(
+            uids(&input.pods),
+            ["d", "e"],
+            "pods of an unknown NodeClaim and unnominated pods are solved"
+        );
+    }
+}
