@@ -6,6 +6,8 @@
 mod adoption;
 mod checks;
 mod decode;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod inventory;
 pub mod nodeclass;
 mod quantity;
@@ -89,15 +91,27 @@ fn lines(problems: &[ObjectProblem]) -> String {
 /// snapshot, runs the scheduler once and reports its decisions.
 pub fn plan(objects: &[Object], options: &PlanOptions) -> Result<PlanOutcome, PlanError> {
     let inventory = inventory::inventory(objects).map_err(PlanError::InvalidInput)?;
+    plan_inventory(inventory, options)
+}
+
+/// Plans an inventory already read (see [`inventory::Builder`], which reads a manifest
+/// stream without holding it).
+pub fn plan_inventory(
+    mut inventory: inventory::Inventory,
+    options: &PlanOptions,
+) -> Result<PlanOutcome, PlanError> {
     let catalog = Catalog::embedded(&options.region).map_err(PlanError::Region)?;
     let snapshot = snapshot::build(&inventory, &catalog, options.controller)?;
+    let mut warnings = std::mem::take(&mut inventory.warnings);
+    let ignored = std::mem::take(&mut inventory.ignored);
+    // The snapshot holds what the solve reads; the inputs' memory goes before it runs.
+    drop(inventory);
     let result = scheduling::solve(&snapshot.input)?;
     let report = PlanReport::from_result(&result, &snapshot.input.pods);
-    let mut warnings = inventory.warnings;
     warnings.extend(snapshot.warnings);
     Ok(PlanOutcome {
         report,
-        ignored: inventory.ignored,
+        ignored,
         warnings,
     })
 }

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kerf::catalog::DEFAULT_VM_MEMORY_OVERHEAD_PERCENT;
+use kerf::manifest::{DEFAULT_MAX_YAML_NODES, Limits};
+use kerf::plan::inventory::{Builder, Inventory};
 use kerf::plan::{self, ControllerSettings, PlanOptions};
 
 #[derive(clap::Args)]
@@ -27,6 +29,10 @@ pub struct Args {
     /// Share of EC2-reported memory lost to the hypervisor (0 ≤ F < 1).
     #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value_t = DEFAULT_VM_MEMORY_OVERHEAD_PERCENT)]
     pub vm_memory_overhead_percent: f64,
+    /// YAML nodes (mappings, sequences, scalars) one document may hold; a guard against
+    /// runaway input, sized for a `kind: List` dump of about 200,000 pods.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_YAML_NODES)]
+    pub max_yaml_nodes: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -42,8 +48,11 @@ pub fn run(args: Args) -> ExitCode {
             args.vm_memory_overhead_percent
         )]);
     }
-    let objects = match super::read_objects(&args.files) {
-        Ok(objects) => objects,
+    let limits = Limits {
+        max_yaml_nodes: args.max_yaml_nodes,
+    };
+    let inventory = match read_inventory(&args.files, limits) {
+        Ok(inventory) => inventory,
         Err(errors) => return fail(&errors),
     };
     let options = PlanOptions {
@@ -53,7 +62,7 @@ pub fn run(args: Args) -> ExitCode {
             vm_memory_overhead_percent: args.vm_memory_overhead_percent,
         },
     };
-    let outcome = match plan::plan(&objects, &options) {
+    let outcome = match plan::plan_inventory(inventory, &options) {
         Ok(outcome) => outcome,
         Err(error) => return fail(&[error.to_string()]),
     };
@@ -71,6 +80,27 @@ pub fn run(args: Args) -> ExitCode {
         Format::Table => print!("{}", outcome.report.to_table()),
     }
     ExitCode::SUCCESS
+}
+
+/// Reads every path straight into the inventory, each object decoded and dropped as soon as
+/// it is read; returns every read, parse and object problem.
+fn read_inventory(paths: &[PathBuf], limits: Limits) -> Result<Inventory, Vec<String>> {
+    let mut builder = Builder::default();
+    let mut errors = Vec::new();
+    for path in paths {
+        let read = super::read_each(path, limits, &mut |object| match object {
+            Ok(object) => builder.add(object),
+            Err(error) => errors.push(error.to_string()),
+        });
+        if let Err(failures) = read {
+            errors.extend(failures.iter().map(ToString::to_string));
+        }
+    }
+    let inventory = builder.finish();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    inventory.map_err(|problems| problems.iter().map(ToString::to_string).collect())
 }
 
 fn fail(errors: &[String]) -> ExitCode {
