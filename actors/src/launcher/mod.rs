@@ -8,7 +8,7 @@
 //! offerings in the OfferingCache, so the next solves plan around them, then deletes the
 //! NodeClaim, so its pods turn up unschedulable again and are batched anew. Each pod of a
 //! created NodeClaim gets upstream's `Nominated` event, a failed launch upstream's NodeClaim
-//! event; launches are tracked so a stopping daemon can wait for them ([`crate::drain`]).
+//! event; launches are tracked so a stopping daemon can wait for them ([`crate::shutdown`]).
 
 mod claim;
 mod created;
@@ -23,11 +23,11 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::drain::InFlight;
 use crate::events::{EventRecorder, upstream as events};
 use crate::mailbox::MailboxDepth;
 use crate::metrics::{NODECLAIMS_CREATED, NODECLAIMS_LAUNCHED};
 use crate::offering_cache::OfferingCacheHandle;
+use crate::shutdown::InFlight;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
 pub use created::{CreatedClaims, UNSEEN_NODECLAIM_GRACE};
