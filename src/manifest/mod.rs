@@ -235,8 +235,8 @@ fn is_manifest_file(path: &Path) -> bool {
 }
 
 /// Streams every object of every manifest file `path` names to `sink` (see
-/// [`stream::read`]); a file that cannot be opened or parsed is reported to `on_error` and
-/// the next file is read.
+/// [`stream::read`]). A file that cannot be opened or parsed does not stop the others: every
+/// such error is returned once all files were read.
 pub fn read_path_objects(
     path: &Path,
     limits: Limits,
