@@ -3,13 +3,22 @@
 //! point at it. Objects stay generic (`serde_json::Value` plus apiVersion, kind, name,
 //! namespace) because the same reader feeds `kerf validate` (Karpenter objects) and
 //! `kerf plan` (pods, deployments, nodes, ...); [`Object::to_typed`] converts one when the
-//! caller knows its type. Only [`read_path`] touches the file system; parsing is pure.
+//! caller knows its type.
+//!
+//! Input is streamed ([`stream`]): objects reach the caller one document (or `List` item) at
+//! a time, already stripped of what no decision reads (`prune`), so a dump of a large
+//! cluster costs the memory of what kerf keeps from it, not of its text. Only
+//! [`read_path`] and [`read_file`] touch the file system; parsing is pure.
+
+mod prune;
+pub mod stream;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use serde_saphyr::Spanned;
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+pub use stream::{DEFAULT_MAX_YAML_NODES, Limits};
 
 /// Where an object was read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,6 +91,9 @@ pub enum ManifestError {
         line: Option<u64>,
         message: String,
     },
+    /// A YAML document above [`Limits::max_yaml_nodes`].
+    #[error("{file}: the document has more than {limit} nodes; raise it with --max-yaml-nodes")]
+    TooManyNodes { file: String, limit: usize },
     #[error("{source_ref}: {message}")]
     Document { source_ref: Source, message: String },
     #[error("{source_ref}: {object}: {message}")]
@@ -104,7 +116,7 @@ impl ManifestError {
     pub fn file(&self) -> &str {
         match self {
             Self::ReadFile { path, .. } | Self::ReadDir { path, .. } => path,
-            Self::Parse { file, .. } => file,
+            Self::Parse { file, .. } | Self::TooManyNodes { file, .. } => file,
             Self::Document { source_ref, .. } | Self::Convert { source_ref, .. } => {
                 &source_ref.file
             }
@@ -119,16 +131,10 @@ pub fn parse_str(
     text: &str,
     file: &str,
 ) -> Result<Vec<Result<Object, ManifestError>>, ManifestError> {
-    let documents = parse_documents(text, file)?;
     let mut objects = Vec::new();
-    for (index, (value, line)) in documents.into_iter().enumerate() {
-        let source = Source {
-            file: file.to_owned(),
-            document: index + 1,
-            line,
-        };
-        expand(value, source, &mut objects);
-    }
+    stream::read(text.as_bytes(), file, Limits::default(), &mut |object| {
+        objects.push(object)
+    })?;
     Ok(objects)
 }
 
@@ -137,70 +143,7 @@ pub fn parse_all(text: &str, file: &str) -> Result<Vec<Object>, ManifestError> {
     parse_str(text, file)?.into_iter().collect()
 }
 
-/// JSON text (one value, or several concatenated) or YAML (documents separated by `---`),
-/// with the line each document starts at.
-fn parse_documents(text: &str, file: &str) -> Result<Vec<(Value, Option<u64>)>, ManifestError> {
-    if text.trim_start().starts_with(['{', '['])
-        && let Ok(values) = parse_json_stream(text)
-    {
-        return Ok(values);
-    }
-    let docs: Vec<Spanned<Value>> =
-        serde_saphyr::from_multiple(text).map_err(|e| ManifestError::Parse {
-            file: file.to_owned(),
-            line: e.location().map(|l| l.line()),
-            message: first_line(&e.to_string()),
-        })?;
-    Ok(docs
-        .into_iter()
-        .map(|d| (d.value, Some(d.referenced.line())))
-        .collect())
-}
-
-fn parse_json_stream(text: &str) -> Result<Vec<(Value, Option<u64>)>, serde_json::Error> {
-    let mut values = Vec::new();
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
-    let mut start = 0;
-    while let Some(value) = stream.next() {
-        let value = value?;
-        let leading = text[start..].len() - text[start..].trim_start().len();
-        let line = text[..start + leading].matches('\n').count() as u64 + 1;
-        values.push((value, Some(line)));
-        start = stream.byte_offset();
-    }
-    Ok(values)
-}
-
-/// saphyr's message is followed by a source snippet; the first line says it all.
-fn first_line(message: &str) -> String {
-    let line = message.lines().next().unwrap_or(message);
-    line.strip_prefix("error: ").unwrap_or(line).to_owned()
-}
-
-fn expand(value: Value, source: Source, out: &mut Vec<Result<Object, ManifestError>>) {
-    let is_list = value.get("kind").and_then(Value::as_str) == Some("List")
-        || value.get("kind").and_then(Value::as_str).is_some_and(|k| {
-            k.ends_with("List") && value.get("items").is_some_and(Value::is_array)
-        });
-    if !is_list {
-        out.push(to_object(value, source));
-        return;
-    }
-    match value.get("items").cloned() {
-        Some(Value::Array(items)) => {
-            for item in items {
-                out.push(to_object(item, source.clone()));
-            }
-        }
-        None | Some(Value::Null) => {}
-        Some(_) => out.push(Err(ManifestError::Document {
-            source_ref: source,
-            message: "kind List: items must be a list".to_owned(),
-        })),
-    }
-}
-
-fn to_object(value: Value, source: Source) -> Result<Object, ManifestError> {
+pub(crate) fn to_object(value: Value, source: Source) -> Result<Object, ManifestError> {
     let document_error = |message: String| ManifestError::Document {
         source_ref: source.clone(),
         message,
@@ -289,6 +232,40 @@ fn is_manifest_file(path: &Path) -> bool {
     path.extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+}
+
+/// Streams every object of every manifest file `path` names to `sink` (see
+/// [`stream::read`]). A file that cannot be opened or parsed does not stop the others: every
+/// such error is returned once all files were read.
+pub fn read_path_objects(
+    path: &Path,
+    limits: Limits,
+    sink: &mut dyn FnMut(Result<Object, ManifestError>),
+) -> Result<(), Vec<ManifestError>> {
+    let files = manifest_files(path).map_err(|e| vec![e])?;
+    let errors: Vec<ManifestError> = files
+        .iter()
+        .filter_map(|file| read_file(file, limits, sink).err())
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// Streams the objects of one file to `sink`.
+pub fn read_file(
+    file: &Path,
+    limits: Limits,
+    sink: &mut dyn FnMut(Result<Object, ManifestError>),
+) -> Result<(), ManifestError> {
+    let name = file.display().to_string();
+    let input = std::fs::File::open(file).map_err(|e| ManifestError::ReadFile {
+        path: name.clone(),
+        message: e.to_string(),
+    })?;
+    stream::read(input, &name, limits, sink)
 }
 
 /// The text of every manifest file a path names, with the file name to report.

@@ -5,7 +5,7 @@
 //! controlled by a ReplicaSet named `<deployment>-<hash>`, and a ReplicaSet controlled by a
 //! Deployment in the input is left to that Deployment.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
@@ -48,13 +48,61 @@ impl Workload {
     }
 }
 
+/// The pods given in the input, indexed once so that each workload looks up its own pods
+/// instead of scanning every pod (a dump has thousands of workloads and pods).
+pub(crate) struct Given<'a> {
+    /// (namespace, name) of every given pod.
+    names: HashSet<(&'a str, &'a str)>,
+    /// Active pods by (namespace, controller kind, controller name).
+    controlled: BTreeMap<(&'a str, &'a str, &'a str), Vec<&'a Pod>>,
+}
+
+impl<'a> Given<'a> {
+    pub(crate) fn new(pods: &'a [Pod]) -> Self {
+        let mut names = HashSet::new();
+        let mut controlled: BTreeMap<_, Vec<&Pod>> = BTreeMap::new();
+        for pod in pods {
+            let namespace = namespace_of(pod);
+            if let Some(name) = pod.metadata.name.as_deref() {
+                names.insert((namespace, name));
+            }
+            if let Some(owner) = controller(pod.metadata.owner_references.as_ref())
+                && is_active(pod)
+            {
+                let key = (namespace, owner.kind.as_str(), owner.name.as_str());
+                controlled.entry(key).or_default().push(pod);
+            }
+        }
+        Self { names, controlled }
+    }
+
+    fn controlled_by(&self, namespace: &'a str, kind: &'a str, name: &'a str) -> &[&'a Pod] {
+        self.controlled
+            .get(&(namespace, kind, name))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Active pods controlled by a ReplicaSet named `<deployment>-…`: a range of the index.
+    fn of_deployment_replica_sets(&self, namespace: &str, deployment: &str) -> Vec<&'a Pod> {
+        let prefix = format!("{deployment}-");
+        let index: &BTreeMap<(&str, &str, &str), Vec<&'a Pod>> = &self.controlled;
+        index
+            .range((namespace, "ReplicaSet", prefix.as_str())..)
+            .take_while(|((ns, kind, owner), _)| {
+                *ns == namespace && *kind == "ReplicaSet" && owner.starts_with(&prefix)
+            })
+            .flat_map(|(_, pods)| pods.iter().copied())
+            .collect()
+    }
+}
+
 /// The pods (and claims) of `expansion` its controller still has to create, given the pods
 /// already in the input. `deployments` names (namespace, name) of every Deployment in the
 /// input.
 pub(crate) fn missing(
     workload: &Workload,
     mut expansion: Expansion,
-    given: &[Pod],
+    given: &Given,
     deployments: &HashSet<(String, String)>,
 ) -> Expansion {
     if let Workload::ReplicaSet {
@@ -66,30 +114,36 @@ pub(crate) fn missing(
     {
         return Expansion::default();
     }
-    let in_namespace = given
-        .iter()
-        .filter(|pod| namespace_of(pod) == workload.namespace());
-    match workload {
+    let namespace = workload.namespace();
+    let running = match workload {
         Workload::StatefulSet { .. } => {
-            let existing: HashSet<&str> = in_namespace
-                .filter_map(|pod| pod.metadata.name.as_deref())
-                .collect();
             expansion.pods.retain(|pod| {
                 !pod.metadata
                     .name
                     .as_deref()
-                    .is_some_and(|name| existing.contains(name))
+                    .is_some_and(|name| given.names.contains(&(namespace, name)))
             });
+            return expansion;
         }
-        _ => {
-            let running = in_namespace
-                .filter(|pod| is_active(pod) && controls(workload, pod))
-                .count();
-            let wanted = expansion.pods.len().saturating_sub(running);
-            expansion.pods.truncate(wanted);
+        Workload::Deployment { name, selector, .. } => given
+            .of_deployment_replica_sets(namespace, name)
+            .into_iter()
+            .filter(|pod| selects(selector, pod))
+            .count(),
+        Workload::ReplicaSet { name, .. } => {
+            given.controlled_by(namespace, "ReplicaSet", name).len()
         }
-    }
+        Workload::Job { name, .. } => given.controlled_by(namespace, "Job", name).len(),
+    };
+    let wanted = expansion.pods.len().saturating_sub(running);
+    expansion.pods.truncate(wanted);
     expansion
+}
+
+fn selects(selector: &LabelSelector, pod: &Pod) -> bool {
+    let empty = std::collections::BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    checks::selector_matches(selector, labels, "spec.selector").unwrap_or(false)
 }
 
 /// The Deployment controlling a ReplicaSet, from its owner references.
@@ -97,26 +151,6 @@ pub(crate) fn owning_deployment(owners: Option<&Vec<OwnerReference>>) -> Option<
     controller(owners)
         .filter(|owner| owner.kind == "Deployment")
         .map(|owner| owner.name.clone())
-}
-
-fn controls(workload: &Workload, pod: &Pod) -> bool {
-    let Some(owner) = controller(pod.metadata.owner_references.as_ref()) else {
-        return false;
-    };
-    match workload {
-        Workload::Deployment { name, selector, .. } => {
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            owner.kind == "ReplicaSet"
-                && owner
-                    .name
-                    .strip_prefix(name.as_str())
-                    .is_some_and(|rest| rest.starts_with('-'))
-                && checks::selector_matches(selector, &labels, "spec.selector").unwrap_or(false)
-        }
-        Workload::ReplicaSet { name, .. } => owner.kind == "ReplicaSet" && owner.name == *name,
-        Workload::Job { name, .. } => owner.kind == "Job" && owner.name == *name,
-        Workload::StatefulSet { name, .. } => owner.kind == "StatefulSet" && owner.name == *name,
-    }
 }
 
 /// The owner reference marked as controller, else the only one.
@@ -151,7 +185,6 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PodStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use std::collections::BTreeMap;
 
     fn pod(name: &str, owner: Option<(&str, &str)>, labels: &[(&str, &str)]) -> Pod {
         Pod {
@@ -231,7 +264,7 @@ mod tests {
         let left = missing(
             &web(),
             expansion(&["web-0", "web-1", "web-2"]),
-            &given,
+            &Given::new(&given),
             &HashSet::new(),
         );
         assert_eq!(names(&left), ["web-0"], "two of three replicas run already");
@@ -248,14 +281,24 @@ mod tests {
             phase: Some("Succeeded".into()),
             ..Default::default()
         });
-        let left = missing(&web(), expansion(&["web-0"]), &[done], &HashSet::new());
+        let left = missing(
+            &web(),
+            expansion(&["web-0"]),
+            &Given::new(&[done]),
+            &HashSet::new(),
+        );
         assert_eq!(names(&left), ["web-0"]);
     }
 
     #[test]
     fn unowned_pods_are_not_adopted() {
         let given = [pod("web-x", None, &[("app", "web")])];
-        let left = missing(&web(), expansion(&["web-0"]), &given, &HashSet::new());
+        let left = missing(
+            &web(),
+            expansion(&["web-0"]),
+            &Given::new(&given),
+            &HashSet::new(),
+        );
         assert_eq!(names(&left), ["web-0"]);
     }
 
@@ -269,7 +312,7 @@ mod tests {
         let left = missing(
             &workload,
             expansion(&["db-0", "db-1", "db-2"]),
-            &given,
+            &Given::new(&given),
             &HashSet::new(),
         );
         assert_eq!(names(&left), ["db-0", "db-2"]);
@@ -289,7 +332,7 @@ mod tests {
             names(&missing(
                 &job,
                 expansion(&["train-0", "train-1"]),
-                &given,
+                &Given::new(&given),
                 &HashSet::new()
             )),
             ["train-0"]
@@ -301,9 +344,14 @@ mod tests {
         };
         let given = [pod("api-x", Some(("ReplicaSet", "api")), &[])];
         assert!(
-            missing(&rs, expansion(&["api-0"]), &given, &HashSet::new())
-                .pods
-                .is_empty()
+            missing(
+                &rs,
+                expansion(&["api-0"]),
+                &Given::new(&given),
+                &HashSet::new()
+            )
+            .pods
+            .is_empty()
         );
     }
 
@@ -316,14 +364,24 @@ mod tests {
         };
         let deployments = HashSet::from([("default".to_string(), "web".to_string())]);
         assert!(
-            missing(&rs, expansion(&["web-5d8f-0"]), &[], &deployments)
-                .pods
-                .is_empty()
+            missing(
+                &rs,
+                expansion(&["web-5d8f-0"]),
+                &Given::new(&[]),
+                &deployments
+            )
+            .pods
+            .is_empty()
         );
         assert_eq!(
-            missing(&rs, expansion(&["web-5d8f-0"]), &[], &HashSet::new())
-                .pods
-                .len(),
+            missing(
+                &rs,
+                expansion(&["web-5d8f-0"]),
+                &Given::new(&[]),
+                &HashSet::new()
+            )
+            .pods
+            .len(),
             1
         );
     }

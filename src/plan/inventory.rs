@@ -52,15 +52,9 @@ pub struct Inventory {
 pub fn inventory(objects: &[Object]) -> Result<Inventory, Vec<ObjectProblem>> {
     let mut builder = Builder::default();
     for object in objects {
-        if let Err(problems) = builder.add(object) {
-            builder.problems.extend(problems);
-        }
+        builder.add(object.clone());
     }
-    if builder.problems.is_empty() {
-        Ok(builder.finish())
-    } else {
-        Err(builder.problems)
-    }
+    builder.finish()
 }
 
 /// Objects keyed by kind, namespace and name, remembering the order they first appeared in.
@@ -96,8 +90,10 @@ impl<T> Keyed<T> {
     }
 }
 
+/// Builds an [`Inventory`] one object at a time, so that a manifest stream is read without
+/// holding its objects: each is decoded into its typed form and dropped.
 #[derive(Default)]
-struct Builder {
+pub struct Builder {
     pods: Keyed<Pod>,
     daemon_pods: Keyed<Pod>,
     nodes: Keyed<Node>,
@@ -141,19 +137,37 @@ impl Origin<'_> {
 }
 
 impl Builder {
-    fn add(&mut self, object: &Object) -> Result<(), Vec<ObjectProblem>> {
+    /// Reads one object; its problems are kept for [`Builder::finish`].
+    pub fn add(&mut self, object: Object) {
+        if let Err(problems) = self.add_object(object) {
+            self.problems.extend(problems);
+        }
+    }
+
+    /// The inventory, or every problem found in every object.
+    pub fn finish(self) -> Result<Inventory, Vec<ObjectProblem>> {
+        if self.problems.is_empty() {
+            Ok(self.into_inventory())
+        } else {
+            Err(self.problems)
+        }
+    }
+
+    fn add_object(&mut self, object: Object) -> Result<(), Vec<ObjectProblem>> {
+        let file = object.source.file.clone();
         let origin = Origin {
-            file: &object.source.file,
+            file: &file,
             object: object.display_name(),
         };
         let single = |error: FieldError| vec![origin.problem(error)];
-        match (object.group(), object.kind.as_str()) {
+        let group = object.group().to_owned();
+        match (group.as_str(), object.kind.as_str()) {
             ("", "Pod") => {
-                let pod = given_pod(&object.value).map_err(single)?;
+                let pod = given_pod(object.value).map_err(single)?;
                 self.put_pod(pod, &origin);
             }
             ("apps", "Deployment") => {
-                let deployment: Deployment = workload(&object.value).map_err(single)?;
+                let deployment: Deployment = workload(object.value).map_err(single)?;
                 let expansion = workloads::expand_deployment(&deployment).map_err(single)?;
                 let (namespace, name) = namespaced_name(&deployment.metadata);
                 let selector = deployment
@@ -171,7 +185,7 @@ impl Builder {
                 );
             }
             ("apps", "ReplicaSet") => {
-                let replica_set: ReplicaSet = workload(&object.value).map_err(single)?;
+                let replica_set: ReplicaSet = workload(object.value).map_err(single)?;
                 let expansion = workloads::expand_replica_set(&replica_set).map_err(single)?;
                 let (namespace, name) = namespaced_name(&replica_set.metadata);
                 let deployment =
@@ -187,7 +201,7 @@ impl Builder {
                 );
             }
             ("apps", "StatefulSet") => {
-                let stateful_set: StatefulSet = workload(&object.value).map_err(single)?;
+                let stateful_set: StatefulSet = workload(object.value).map_err(single)?;
                 let expansion = workloads::expand_stateful_set(&stateful_set).map_err(single)?;
                 let (namespace, name) = namespaced_name(&stateful_set.metadata);
                 self.defer(
@@ -197,56 +211,56 @@ impl Builder {
                 );
             }
             ("batch", "Job") => {
-                let job: Job = workload(&object.value).map_err(single)?;
+                let job: Job = workload(object.value).map_err(single)?;
                 let expansion = workloads::expand_job(&job).map_err(single)?;
                 let (namespace, name) = namespaced_name(&job.metadata);
                 self.defer(Workload::Job { namespace, name }, expansion, &origin);
             }
             ("apps", "DaemonSet") => {
-                let daemon_set: DaemonSet = workload(&object.value).map_err(single)?;
+                let daemon_set: DaemonSet = workload(object.value).map_err(single)?;
                 let pod = workloads::daemon_pod(&daemon_set).map_err(single)?;
                 let (namespace, name) = namespaced_name(&pod.metadata);
                 let replaced = self.daemon_pods.put(&namespace, &name, pod);
                 self.note_replacement(replaced, &origin);
             }
             ("", "Node") => {
-                let node: Node = named(&object.value).map_err(single)?;
+                let node: Node = named(object.value).map_err(single)?;
                 node_resources(&node).map_err(single)?;
                 let name = node.metadata.name.clone().unwrap_or_default();
                 let replaced = self.nodes.put("", &name, node);
                 self.note_replacement(replaced, &origin);
             }
             ("", "Namespace") => {
-                let namespace: Namespace = named(&object.value).map_err(single)?;
+                let namespace: Namespace = named(object.value).map_err(single)?;
                 let name = namespace.metadata.name.clone().unwrap_or_default();
                 let replaced = self.namespaces.put("", &name, namespace);
                 self.note_replacement(replaced, &origin);
             }
             ("", "PersistentVolumeClaim") => {
-                let claim: PersistentVolumeClaim = namespaced(&object.value).map_err(single)?;
+                let claim: PersistentVolumeClaim = namespaced(object.value).map_err(single)?;
                 let (namespace, name) = namespaced_name(&claim.metadata);
                 let replaced = self.claims.put(&namespace, &name, claim);
                 self.note_replacement(replaced, &origin);
             }
             ("", "PersistentVolume") => {
-                let volume: PersistentVolume = named(&object.value).map_err(single)?;
+                let volume: PersistentVolume = named(object.value).map_err(single)?;
                 let name = volume.metadata.name.clone().unwrap_or_default();
                 let replaced = self.volumes.put("", &name, volume);
                 self.note_replacement(replaced, &origin);
             }
             ("storage.k8s.io", "StorageClass") => {
-                let class: StorageClass = named(&object.value).map_err(single)?;
+                let class: StorageClass = named(object.value).map_err(single)?;
                 let name = class.metadata.name.clone().unwrap_or_default();
                 let replaced = self.storage_classes.put("", &name, class);
                 self.note_replacement(replaced, &origin);
             }
             ("policy", "PodDisruptionBudget") => {
-                let budget: PodDisruptionBudget = namespaced(&object.value).map_err(single)?;
+                let budget: PodDisruptionBudget = namespaced(object.value).map_err(single)?;
                 let (namespace, name) = namespaced_name(&budget.metadata);
                 let replaced = self.disruption_budgets.put(&namespace, &name, budget);
                 self.note_replacement(replaced, &origin);
             }
-            _ => return self.add_karpenter_object(object, &origin),
+            _ => return self.add_karpenter_object(&object, &origin),
         }
         Ok(())
     }
@@ -315,7 +329,6 @@ impl Builder {
 
     /// Workloads create their missing pods once every given pod is known.
     fn expand_deferred(&mut self) {
-        let given = self.pods.items.clone();
         let deployments: HashSet<(String, String)> = self
             .deferred
             .iter()
@@ -326,12 +339,20 @@ impl Builder {
                 _ => None,
             })
             .collect();
-        for deferred in std::mem::take(&mut self.deferred) {
-            let expansion =
-                adoption::missing(&deferred.workload, deferred.expansion, &given, &deployments);
+        let deferred = std::mem::take(&mut self.deferred);
+        let given = adoption::Given::new(&self.pods.items);
+        let missing: Vec<(Expansion, Deferred)> = deferred
+            .into_iter()
+            .map(|mut d| {
+                let expansion = std::mem::take(&mut d.expansion);
+                let missing = adoption::missing(&d.workload, expansion, &given, &deployments);
+                (missing, d)
+            })
+            .collect();
+        for (expansion, deferred) in missing {
             let origin = Origin {
                 file: &deferred.file,
-                object: deferred.object.clone(),
+                object: deferred.object,
             };
             self.put_expansion(expansion, &origin);
         }
@@ -363,7 +384,7 @@ impl Builder {
         }
     }
 
-    fn finish(mut self) -> Inventory {
+    fn into_inventory(mut self) -> Inventory {
         self.expand_deferred();
         Inventory {
             pods: self.pods.items,
@@ -421,8 +442,8 @@ fn node_claim_resources(claim: &NodeClaim) -> Result<(), FieldError> {
 
 /// A pod given as such: named, in its namespace (default `default`), checked, with the
 /// API server's request defaulting applied and a stable UID when it has none.
-fn given_pod(value: &Value) -> Result<Pod, FieldError> {
-    require(value, &["spec"])?;
+fn given_pod(value: Value) -> Result<Pod, FieldError> {
+    require(&value, &["spec"])?;
     let mut pod: Pod = namespaced(value)?;
     let spec = pod
         .spec
@@ -440,30 +461,28 @@ fn given_pod(value: &Value) -> Result<Pod, FieldError> {
 /// A workload controller: its spec and pod template must be present. A missing selector
 /// defaults to the template's labels, as the pre-`apps/v1` APIs did; planning loses nothing by
 /// accepting it, and an explicit selector is still held to selecting its template.
-fn workload<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
-    require(value, &["spec", "template"])?;
-    let mut value = value.clone();
+fn workload<T: DeserializeOwned>(mut value: Value) -> Result<T, FieldError> {
+    require(&value, &["spec", "template"])?;
     let spec = &mut value["spec"];
     if spec.get("selector").is_none_or(Value::is_null)
         && let Some(labels) = spec["template"].pointer("/metadata/labels").cloned()
     {
         spec["selector"] = serde_json::json!({ "matchLabels": labels });
     }
-    named(&value)
+    named(value)
 }
 
 /// An object that must have a name.
-fn named<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
+fn named<T: DeserializeOwned>(value: Value) -> Result<T, FieldError> {
     let name = value.pointer("/metadata/name").and_then(Value::as_str);
     if name.is_none_or(str::is_empty) {
         return Err(FieldError::required("metadata.name"));
     }
-    decode(value.clone())
+    decode(value)
 }
 
 /// A named object in a namespace, `default` when it names none.
-fn namespaced<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
-    let mut value = value.clone();
+fn namespaced<T: DeserializeOwned>(mut value: Value) -> Result<T, FieldError> {
     if value
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
@@ -472,7 +491,7 @@ fn namespaced<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
     {
         metadata.insert("namespace".into(), DEFAULT_NAMESPACE.into());
     }
-    named(&value)
+    named(value)
 }
 
 /// Each prefix of `path` must be an object: the API server rejects the object otherwise.

@@ -7,6 +7,8 @@ mod adoption;
 mod checks;
 mod decode;
 pub mod disruption;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod inventory;
 pub mod nodeclass;
 mod quantity;
@@ -95,15 +97,27 @@ fn lines(problems: &[ObjectProblem]) -> String {
 /// snapshot, runs the scheduler once and reports its decisions; with `options.disruption`,
 /// also what the disruption loop would remove or replace.
 pub fn plan(objects: &[Object], options: &PlanOptions) -> Result<PlanOutcome, PlanError> {
-    let mut inventory = inventory::inventory(objects).map_err(PlanError::InvalidInput)?;
+    let inventory = inventory::inventory(objects).map_err(PlanError::InvalidInput)?;
+    plan_inventory(inventory, options)
+}
+
+/// Plans an inventory already read (see [`inventory::Builder`], which reads a manifest
+/// stream without holding it).
+pub fn plan_inventory(
+    mut inventory: inventory::Inventory,
+    options: &PlanOptions,
+) -> Result<PlanOutcome, PlanError> {
     let catalog = Catalog::embedded(&options.region).map_err(PlanError::Region)?;
     let mut snapshot = snapshot::build(&inventory, &catalog, options.controller)?;
-    let result = scheduling::solve(&snapshot.input)?;
-    let mut report = PlanReport::from_result(&result, &snapshot.input.pods);
     let ignored = std::mem::take(&mut inventory.ignored);
     let mut warnings = std::mem::take(&mut inventory.warnings);
     warnings.append(&mut snapshot.warnings);
-    if let Some(disruption_options) = options.disruption {
+    // The snapshot holds what the solve reads: unless disruption reads the inventory too, the
+    // inputs' memory goes before the solve runs.
+    let disruption_input = options.disruption.map(|o| (o, inventory));
+    let result = scheduling::solve(&snapshot.input)?;
+    let mut report = PlanReport::from_result(&result, &snapshot.input.pods);
+    if let Some((disruption_options, inventory)) = disruption_input {
         let cluster = disruption::cluster(&inventory, snapshot);
         report.disruption = Some(crate::disruption::decide(&cluster, disruption_options)?);
     }

@@ -6,51 +6,34 @@ pub mod plan;
 pub mod simulate;
 pub mod validate;
 
-use kerf::manifest::{self, ManifestError, Object};
-use std::io::Read;
+use kerf::manifest::{self, Limits, ManifestError, Object};
 use std::path::{Path, PathBuf};
 
-/// The manifest texts behind one `-f` argument, as `(source name, text)`: a file, a
-/// directory's manifests, or standard input for `-`.
-pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ManifestError> {
+/// Streams every object behind one `-f` argument to `sink`: a file, a directory's
+/// manifests, or standard input for `-`. Read and parse errors are returned, all of them, so
+/// that one run shows everything to fix.
+pub fn read_each(
+    path: &Path,
+    limits: Limits,
+    sink: &mut dyn FnMut(Result<Object, ManifestError>),
+) -> Result<(), Vec<ManifestError>> {
     if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|error| ManifestError::ReadFile {
-                path: "-".to_owned(),
-                message: error.to_string(),
-            })?;
-        return Ok(vec![("-".to_owned(), text)]);
+        return manifest::stream::read(std::io::stdin(), "-", limits, sink).map_err(|e| vec![e]);
     }
-    manifest::read_path(path)
+    manifest::read_path_objects(path, limits, sink)
 }
 
-/// Every object of every path, or every read and parse error (all of them, so that one run
-/// shows everything to fix).
+/// Every object of every path, or every read and parse error.
 pub fn read_objects(paths: &[PathBuf]) -> Result<Vec<Object>, Vec<String>> {
     let mut objects = Vec::new();
     let mut errors = Vec::new();
     for path in paths {
-        let sources = match read_sources(path) {
-            Ok(sources) => sources,
-            Err(error) => {
-                errors.push(error.to_string());
-                continue;
-            }
-        };
-        for (file, text) in sources {
-            match manifest::parse_str(&text, &file) {
-                Ok(documents) => {
-                    for document in documents {
-                        match document {
-                            Ok(object) => objects.push(object),
-                            Err(error) => errors.push(error.to_string()),
-                        }
-                    }
-                }
-                Err(error) => errors.push(error.to_string()),
-            }
+        let read = read_each(path, Limits::default(), &mut |object| match object {
+            Ok(object) => objects.push(object),
+            Err(error) => errors.push(error.to_string()),
+        });
+        if let Err(failures) = read {
+            errors.extend(failures.iter().map(ToString::to_string));
         }
     }
     if errors.is_empty() {

@@ -13,6 +13,8 @@ use std::process::ExitCode;
 use k8s_openapi::jiff::Timestamp;
 use kerf::catalog::DEFAULT_VM_MEMORY_OVERHEAD_PERCENT;
 use kerf::feature_gates::{DEFAULT_FEATURE_GATES, FeatureGates};
+use kerf::manifest::{DEFAULT_MAX_YAML_NODES, Limits};
+use kerf::plan::inventory::{Builder, Inventory};
 use kerf::plan::{self, ControllerSettings, PlanOptions};
 
 #[derive(clap::Args)]
@@ -41,6 +43,10 @@ pub struct Args {
     /// Feature gates as the controller reads them (`SpotToSpotConsolidation=true,...`).
     #[arg(long, env = "FEATURE_GATES", default_value = DEFAULT_FEATURE_GATES)]
     pub feature_gates: String,
+    /// YAML nodes (mappings, sequences, scalars) one document may hold; a guard against
+    /// runaway input, sized for a `kind: List` dump of about 200,000 pods.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_YAML_NODES)]
+    pub max_yaml_nodes: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -64,8 +70,11 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         None
     };
-    let objects = match super::read_objects(&args.files) {
-        Ok(objects) => objects,
+    let limits = Limits {
+        max_yaml_nodes: args.max_yaml_nodes,
+    };
+    let inventory = match read_inventory(&args.files, limits) {
+        Ok(inventory) => inventory,
         Err(errors) => return fail(&errors),
     };
     let options = PlanOptions {
@@ -76,7 +85,7 @@ pub fn run(args: Args) -> ExitCode {
         },
         disruption,
     };
-    let outcome = match plan::plan(&objects, &options) {
+    let outcome = match plan::plan_inventory(inventory, &options) {
         Ok(outcome) => outcome,
         Err(error) => return fail(&[error.to_string()]),
     };
@@ -120,6 +129,27 @@ fn disruption_options(now: Option<&str>, gates: &str) -> Result<kerf::disruption
         now,
         feature_gates: parsed.gates,
     })
+}
+
+/// Reads every path straight into the inventory, each object decoded and dropped as soon as
+/// it is read; returns every read, parse and object problem.
+fn read_inventory(paths: &[PathBuf], limits: Limits) -> Result<Inventory, Vec<String>> {
+    let mut builder = Builder::default();
+    let mut errors = Vec::new();
+    for path in paths {
+        let read = super::read_each(path, limits, &mut |object| match object {
+            Ok(object) => builder.add(object),
+            Err(error) => errors.push(error.to_string()),
+        });
+        if let Err(failures) = read {
+            errors.extend(failures.iter().map(ToString::to_string));
+        }
+    }
+    let inventory = builder.finish();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    inventory.map_err(|problems| problems.iter().map(ToString::to_string).collect())
 }
 
 fn fail(errors: &[String]) -> ExitCode {

@@ -3,7 +3,7 @@
 //! valid Karpenter object and `FILE: KIND/NAME: field.path: problem` per problem; other
 //! kinds are noted as ignored on stderr. Exits 1 if anything was wrong or unreadable.
 
-use kerf::manifest::{self, ManifestError, Object};
+use kerf::manifest::{DEFAULT_MAX_YAML_NODES, Limits, ManifestError, Object};
 use kerf::validation::{Verdict, validate_object};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +13,10 @@ pub struct Args {
     /// Manifest file or directory (YAML or JSON, searched recursively); `-` reads stdin.
     #[arg(short = 'f', long = "filename", value_name = "PATH", required = true)]
     pub files: Vec<PathBuf>,
+    /// YAML nodes (mappings, sequences, scalars) one document may hold; a guard against
+    /// runaway input, sized for a `kind: List` dump of about 200,000 pods.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_YAML_NODES)]
+    pub max_yaml_nodes: usize,
 }
 
 /// Counts what was found, to decide the exit code and the closing note.
@@ -24,14 +28,16 @@ struct Tally {
 
 pub fn run(args: Args) -> ExitCode {
     let mut tally = Tally::default();
+    let limits = Limits {
+        max_yaml_nodes: args.max_yaml_nodes,
+    };
     for path in &args.files {
-        match super::read_sources(path) {
-            Ok(sources) => {
-                for (file, text) in sources {
-                    check_text(&file, &text, &mut tally);
-                }
-            }
+        let read = super::read_each(path, limits, &mut |object| match object {
+            Ok(object) => check_object(&object, &mut tally),
             Err(e) => report_error(&e, &mut tally),
+        });
+        for error in read.err().into_iter().flatten() {
+            report_error(&error, &mut tally);
         }
     }
     if tally.karpenter_objects == 0 && !tally.failed {
@@ -41,20 +47,6 @@ pub fn run(args: Args) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
-    }
-}
-
-fn check_text(file: &str, text: &str, tally: &mut Tally) {
-    match manifest::parse_str(text, file) {
-        Ok(documents) => {
-            for document in documents {
-                match document {
-                    Ok(object) => check_object(&object, tally),
-                    Err(e) => report_error(&e, tally),
-                }
-            }
-        }
-        Err(e) => report_error(&e, tally),
     }
 }
 

@@ -1,0 +1,463 @@
+//! Reading a manifest stream one object at a time. A real cluster dump is one `kind: List`
+//! of 100,000 objects or a stream of as many documents, hundreds of megabytes of text;
+//! neither the text nor a whole document's tree is ever held. The parser's events are
+//! decoded straight into pruned objects (see `prune`), a `List`'s items each on its own, and
+//! every object is handed to the caller as soon as its document ends.
+//!
+//! The YAML parser's budget guards against hostile input. Alias bombs keep serde-saphyr's
+//! alias and anchor caps; the per-document node count, which a single `List` dump reaches
+//! legitimately, is sized for real dumps ([`DEFAULT_MAX_YAML_NODES`]) and raised with
+//! `--max-yaml-nodes`; its breach is reported in kerf's words. Counts that a streamed dump
+//! does not hold in memory (total scalar bytes, input size, number of documents) are not
+//! limited.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+use std::rc::Rc;
+use std::sync::mpsc::{self, SyncSender};
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+use serde_saphyr::Spanned;
+use serde_saphyr::budget::BudgetBreach;
+
+use super::prune::{PrunedObject, root_field};
+use super::{ManifestError, Object, Source, json_type};
+
+/// YAML nodes (mappings, sequences and scalars) one document may hold. A `kubectl get -o
+/// yaml` pod with its `managedFields` and status is 300–500 nodes, so this admits a single
+/// `kind: List` of about 200,000 real pods, while still stopping a runaway document before
+/// it has cost minutes of parsing.
+pub const DEFAULT_MAX_YAML_NODES: usize = 100_000_000;
+
+/// Limits on the input, for `kerf plan` and `kerf validate`'s `--max-yaml-nodes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// YAML nodes per document; see [`DEFAULT_MAX_YAML_NODES`].
+    pub max_yaml_nodes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_yaml_nodes: DEFAULT_MAX_YAML_NODES,
+        }
+    }
+}
+
+/// How many objects the parser may read ahead of the caller: enough to keep both busy
+/// (parsing on one thread, decoding on the caller's), few enough that the objects in
+/// flight cost nothing next to what the caller keeps.
+const OBJECTS_IN_FLIGHT: usize = 256;
+
+/// Reads every object of `input` (named `file` in messages), YAML or JSON, and hands each to
+/// `sink` as soon as it is read — a `List`'s items one by one: an object, or the problem with
+/// that document (a broken document does not hide the good ones around it). A syntax error
+/// or an exceeded limit ends the stream, since the document boundaries after it cannot be
+/// trusted; it is returned after the objects before it were handed over.
+///
+/// The text is parsed on a thread of its own while `sink` runs on the caller's, with at most
+/// [`OBJECTS_IN_FLIGHT`] objects between them.
+pub fn read<R: Read + Send>(
+    input: R,
+    file: &str,
+    limits: Limits,
+    sink: &mut dyn FnMut(Result<Object, ManifestError>),
+) -> Result<(), ManifestError> {
+    let (sender, receiver) = mpsc::sync_channel(OBJECTS_IN_FLIGHT);
+    std::thread::scope(|scope| {
+        let parser = scope.spawn(move || parse(input, file, limits, sender));
+        for object in receiver {
+            sink(object);
+        }
+        parser.join().unwrap_or_else(|_| {
+            Err(ManifestError::Parse {
+                file: file.to_owned(),
+                line: None,
+                message: "the manifest reader failed unexpectedly".to_owned(),
+            })
+        })
+    })
+}
+
+/// The parser thread: decodes `input` and sends its objects until the input ends or fails.
+fn parse<R: Read>(
+    input: R,
+    file: &str,
+    limits: Limits,
+    sender: SyncSender<Result<Object, ManifestError>>,
+) -> Result<(), ManifestError> {
+    let mut input = BufReader::with_capacity(1 << 16, input);
+    let is_json = starts_with_json(&mut input).map_err(|e| read_error(file, &e))?;
+    let context = ItemContext {
+        sender,
+        file: file.to_owned(),
+        document: 0,
+        line: Rc::new(Cell::new(None)),
+    };
+    ITEMS.with(|items| *items.borrow_mut() = Some(context));
+    let result = if is_json {
+        read_json(input, file)
+    } else {
+        read_yaml(input, file, limits)
+    };
+    ITEMS.with(|items| items.borrow_mut().take());
+    result
+}
+
+/// Where a `List`'s items go as they are decoded: serde gives a visitor no way to reach its
+/// caller, so the parser thread keeps the channel (and the document being read) here.
+struct ItemContext {
+    sender: SyncSender<Result<Object, ManifestError>>,
+    file: String,
+    /// 1-based number of the document being read.
+    document: usize,
+    /// The line the document starts at, where the format cannot locate each item.
+    line: Rc<Cell<Option<u64>>>,
+}
+
+thread_local! {
+    static ITEMS: RefCell<Option<ItemContext>> = const { RefCell::new(None) };
+}
+
+fn with_context<T>(f: impl FnOnce(&mut ItemContext) -> T) -> Option<T> {
+    ITEMS.with(|items| items.borrow_mut().as_mut().map(f))
+}
+
+/// Sends one object; false once the caller stopped listening.
+fn send(object: Result<Object, ManifestError>) -> bool {
+    with_context(|context| context.sender.send(object).is_ok()).unwrap_or(false)
+}
+
+fn start_document(document: usize, line: Option<u64>) {
+    with_context(|context| {
+        context.document = document;
+        context.line.set(line);
+    });
+}
+
+fn source(line: Option<u64>) -> Option<Source> {
+    with_context(|context| Source {
+        file: context.file.clone(),
+        document: context.document,
+        line: line.or(context.line.get()),
+    })
+}
+
+/// JSON starts with `{` or `[` after blanks; anything else is YAML (of which JSON is a
+/// subset, but a much slower way to read it). Nothing is consumed, so lines count from the
+/// start. Input that is blank for its whole first buffer is read as YAML.
+fn starts_with_json<R: BufRead>(input: &mut R) -> std::io::Result<bool> {
+    let buffer = input.fill_buf()?;
+    let first = buffer.iter().find(|b| !b.is_ascii_whitespace());
+    Ok(matches!(first, Some(b'{' | b'[')))
+}
+
+fn read_error(file: &str, error: &std::io::Error) -> ManifestError {
+    ManifestError::ReadFile {
+        path: file.to_owned(),
+        message: error.to_string(),
+    }
+}
+
+fn read_yaml<R: Read>(mut input: R, file: &str, limits: Limits) -> Result<(), ManifestError> {
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_reader_input_bytes: None,
+            max_nodes: limits.max_yaml_nodes,
+            // Every node is at most a start and an end event: let the node count trip first.
+            max_events: limits.max_yaml_nodes.saturating_mul(2).saturating_add(16),
+            max_total_scalar_bytes: usize::MAX,
+        },
+    };
+    let mut documents =
+        serde_saphyr::read_with_options::<_, Spanned<Document>>(&mut input, options);
+    for number in 1.. {
+        start_document(number, None);
+        let Some(document) = documents.next() else {
+            return Ok(());
+        };
+        let document = document.map_err(|e| yaml_error(file, limits, &e))?;
+        let source = Source {
+            file: file.to_owned(),
+            document: number,
+            line: known_line(document.referenced.line()),
+        };
+        if !expand(document.value, source) {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+fn yaml_error(file: &str, limits: Limits, error: &serde_saphyr::Error) -> ManifestError {
+    if let serde_saphyr::Error::Budget {
+        breach: BudgetBreach::Nodes { .. },
+        ..
+    } = error
+    {
+        return ManifestError::TooManyNodes {
+            file: file.to_owned(),
+            limit: limits.max_yaml_nodes,
+        };
+    }
+    ManifestError::Parse {
+        file: file.to_owned(),
+        line: error.location().and_then(|l| known_line(l.line())),
+        message: first_line(&error.to_string()),
+    }
+}
+
+/// serde-saphyr reports line 0 where it does not know the line.
+fn known_line(line: u64) -> Option<u64> {
+    (line > 0).then_some(line)
+}
+
+/// saphyr's message is followed by a source snippet; the first line says it all.
+fn first_line(message: &str) -> String {
+    let line = message.lines().next().unwrap_or(message);
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+}
+
+fn read_json<R: Read>(input: R, file: &str) -> Result<(), ManifestError> {
+    let lines = LineCounter::new(input);
+    let start_line = lines.start_line.clone();
+    with_context(|context| context.line = start_line.clone());
+    let mut stream = serde_json::Deserializer::from_reader(lines).into_iter::<Document>();
+    for number in 1.. {
+        start_document(number, None);
+        let Some(document) = stream.next() else {
+            return Ok(());
+        };
+        let document = document.map_err(|e| ManifestError::Parse {
+            file: file.to_owned(),
+            line: known_line(e.line() as u64),
+            message: e.to_string(),
+        })?;
+        let source = Source {
+            file: file.to_owned(),
+            document: number,
+            line: start_line.get(),
+        };
+        if !expand(document, source) {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Counts lines as serde_json reads (it reads byte by byte), remembering the line of the
+/// first non-blank byte after each value: where the next document starts.
+struct LineCounter<R> {
+    inner: BufReader<R>,
+    line: u64,
+    start_line: Rc<Cell<Option<u64>>>,
+}
+
+impl<R: Read> LineCounter<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner: BufReader::with_capacity(1 << 16, inner),
+            line: 1,
+            start_line: Rc::new(Cell::new(None)),
+        }
+    }
+}
+
+impl<R: Read> Read for LineCounter<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.inner.read(out)?;
+        for &byte in &out[..read] {
+            if byte == b'\n' {
+                self.line += 1;
+            } else if !byte.is_ascii_whitespace() && self.start_line.get().is_none() {
+                // `start_document` clears it before each document.
+                self.start_line.set(Some(self.line));
+            }
+        }
+        Ok(read)
+    }
+}
+
+/// One document: an object's top-level fields, with a `List`'s items decoded one by one
+/// (each pruned as soon as it is read), or the JSON type of a document that is not a mapping.
+#[derive(Debug)]
+enum Document {
+    Object {
+        fields: Map<String, Value>,
+        items: Option<Items>,
+    },
+    NotAnObject(&'static str),
+}
+
+#[derive(Debug)]
+enum Items {
+    /// A sequence whose items were sent as they were read.
+    Sent,
+    Other(Value),
+}
+
+impl<'de> de::Deserialize<'de> for Document {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(DocumentVisitor)
+    }
+}
+
+struct DocumentVisitor;
+
+impl DocumentVisitor {
+    fn not_an_object<E>(value: &Value) -> Result<Document, E> {
+        Ok(Document::NotAnObject(json_type(value)))
+    }
+}
+
+impl<'de> Visitor<'de> for DocumentVisitor {
+    type Value = Document;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Kubernetes object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Document, A::Error> {
+        let mut fields = Map::new();
+        let mut items = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "items" {
+                items = Some(map.next_value::<Items>()?);
+            } else if let Some(value) = root_field(&mut map, &key)? {
+                fields.insert(key, value);
+            }
+        }
+        Ok(Document::Object { fields, items })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Document, A::Error> {
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Ok(Document::NotAnObject("array"))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Document, E> {
+        Ok(Document::NotAnObject("boolean"))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Document, E> {
+        Self::not_an_object(&Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Document, E> {
+        Self::not_an_object(&Value::from(v))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Document, E> {
+        Ok(Document::NotAnObject("number"))
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Document, E> {
+        Ok(Document::NotAnObject("string"))
+    }
+
+    fn visit_unit<E>(self) -> Result<Document, E> {
+        Ok(Document::NotAnObject("null"))
+    }
+}
+
+impl<'de> de::Deserialize<'de> for Items {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ItemsVisitor)
+    }
+}
+
+struct ItemsVisitor;
+
+impl<'de> Visitor<'de> for ItemsVisitor {
+    type Value = Items;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of objects")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Items, A::Error> {
+        while let Some(item) = seq.next_element::<Spanned<PrunedObject>>()? {
+            let line = known_line(item.referenced.line());
+            let Some(source) = source(line) else {
+                return Err(de::Error::custom("a List read outside the manifest reader"));
+            };
+            if !send(super::to_object(item.value.0, source)) {
+                return Err(de::Error::custom("the reader's caller stopped"));
+            }
+        }
+        Ok(Items::Sent)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Items, A::Error> {
+        let value = de::Deserialize::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(Items::Other(value))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Items, E> {
+        Ok(Items::Other(Value::Bool(v)))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Items, E> {
+        Ok(Items::Other(Value::from(v)))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Items, E> {
+        Ok(Items::Other(Value::from(v)))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Items, E> {
+        Ok(Items::Other(Value::from(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Items, E> {
+        Ok(Items::Other(Value::String(v.to_owned())))
+    }
+
+    fn visit_unit<E>(self) -> Result<Items, E> {
+        Ok(Items::Other(Value::Null))
+    }
+
+    fn visit_none<E>(self) -> Result<Items, E> {
+        Ok(Items::Other(Value::Null))
+    }
+}
+
+/// Hands over a document (a `List`'s items were sent while it was read); false once the
+/// caller stopped listening.
+fn expand(document: Document, source: Source) -> bool {
+    let (fields, items) = match document {
+        Document::Object { fields, items } => (fields, items),
+        Document::NotAnObject(found) => {
+            return send(Err(ManifestError::Document {
+                source_ref: source,
+                message: format!("expected a Kubernetes object (a mapping), found {found}"),
+            }));
+        }
+    };
+    let kind = fields.get("kind").and_then(Value::as_str).unwrap_or("");
+    let is_list = kind.ends_with("List");
+    let problem = |message: String| {
+        Err(ManifestError::Document {
+            source_ref: source.clone(),
+            message,
+        })
+    };
+    match (is_list, items) {
+        (true, None | Some(Items::Sent | Items::Other(Value::Null))) => true,
+        (true, Some(Items::Other(_))) => {
+            send(problem("kind List: items must be a list".to_owned()))
+        }
+        // Only a List has items at its top level; they were read as objects already.
+        (false, Some(Items::Sent)) => send(problem(format!(
+            "a top-level items list is only read in a kind List (found kind {kind})"
+        ))),
+        (false, Some(Items::Other(value))) => {
+            let mut fields = fields;
+            fields.insert("items".to_owned(), value);
+            send(super::to_object(Value::Object(fields), source))
+        }
+        (false, None) => send(super::to_object(Value::Object(fields), source)),
+    }
+}
