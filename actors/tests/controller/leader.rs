@@ -1,5 +1,7 @@
 //! Leader election on the Lease: one leader among candidates, failover when the leader stops
-//! renewing, immediate handover when it releases on shutdown, and only the leader provisions.
+//! renewing, immediate handover when it releases on shutdown, only the leader provisions,
+//! and a leader cut off from the API server steps down within its renew deadline and writes
+//! nothing once the new leader holds the Lease.
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kerf_actors::leader::{self, Election};
@@ -125,6 +127,140 @@ fn shutdown_releases_the_lease() {
         task.await.expect("election task ends cleanly");
         assert_eq!(holder(&h.client).await, None);
         assert!(!*leading.borrow());
+        h.stop().await;
+    });
+}
+
+#[test]
+fn a_leader_whose_requests_stall_is_replaced_and_mutates_nothing_after() {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use crate::support::{
+        BATCH_POD_CPU, BATCH_POD_MEMORY, create_nodepool, create_pending_pods, named_client,
+        nodeclaims, nodepool_with, quick_settings, round_where, simulated_cloud, start_daemon_on,
+        start_daemon_with,
+    };
+
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        create_nodepool(&cluster, nodepool_with("default", json!({})));
+        let (_provider, cloud) = simulated_cloud();
+        let a_client = named_client(&h, "a").await;
+        let a = start_daemon_on(a_client, quick_settings(&[]), "a", Some(cloud.clone())).await;
+        let mut a_leads = a.leader.clone();
+        tokio::time::timeout(PATIENCE, a_leads.wait_for(|l| *l))
+            .await
+            .expect("a leads in time")
+            .expect("election running");
+        let b = start_daemon_with(&h, quick_settings(&[]), "b", Some(cloud)).await;
+        tokio::time::timeout(PATIENCE, b.state.wait_synced())
+            .await
+            .expect("b syncs");
+
+        // Every request of a (lease renewals included) hangs from now on; pods arrive while
+        // a still believes it leads, so its round's creates hang too.
+        let cut = tokio::time::Instant::now();
+        h.server.faults().partition("a");
+        create_pending_pods(&cluster, "cut", 3, BATCH_POD_CPU, BATCH_POD_MEMORY);
+        tokio::time::timeout(PATIENCE, a_leads.wait_for(|l| !*l))
+            .await
+            .expect("a steps down")
+            .expect("election running");
+        let stepped_down = cut.elapsed();
+        let mut b_leads = b.leader.clone();
+        tokio::time::timeout(PATIENCE, b_leads.wait_for(|l| *l))
+            .await
+            .expect("b takes over")
+            .expect("election running");
+        let b_acquired = tokio::time::Instant::now();
+        assert!(
+            stepped_down <= FAST_LEASE.renew_deadline + FAST_LEASE.retry_period,
+            "a stepped down {stepped_down:?} after it was cut off"
+        );
+
+        // a reaches the API server again, as a standby.
+        h.server.faults().heal("a");
+        let mut b_rounds = b.rounds.clone();
+        let taken_over = round_where(&mut b_rounds, "b provisions the pods", |r| {
+            r.pending.len() == 3 && !r.nodeclaims.is_empty()
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let late: Vec<_> = h
+            .server
+            .faults()
+            .mutations_from("a")
+            .into_iter()
+            .filter(|m| m.at >= b_acquired)
+            .collect();
+        assert!(late.is_empty(), "a wrote after b acquired: {late:?}");
+        assert!(!*a.leader.borrow());
+        assert_eq!(
+            nodeclaims(&h.client).await.len(),
+            taken_over.nodeclaims.len(),
+            "only b's NodeClaims exist"
+        );
+        a.stop_within(Duration::ZERO).await;
+        b.stop_within(Duration::ZERO).await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn the_fence_refuses_and_abandons_writes_once_leadership_is_lost() {
+    use std::time::Duration;
+
+    use kube::api::{ListParams, PostParams};
+
+    use crate::support::named_client;
+
+    fn lease(name: &str) -> Lease {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "karpenter"}
+        }))
+        .expect("a Lease")
+    }
+
+    run(|| async {
+        let h = start_cluster().await;
+        let (leading, leader) = watch::channel(false);
+        let client = leader::fenced(named_client(&h, "fenced").await, leader);
+        let leases: Api<Lease> = Api::namespaced(client, "karpenter");
+
+        let refused = leases.create(&PostParams::default(), &lease("one")).await;
+        assert!(refused.is_err(), "a standby cannot write: {refused:?}");
+        assert!(h.server.faults().mutations_from("fenced").is_empty());
+        leases
+            .list(&ListParams::default())
+            .await
+            .expect("reads are not fenced");
+
+        leading.send_replace(true);
+        leases
+            .create(&PostParams::default(), &lease("two"))
+            .await
+            .expect("a leader writes");
+        assert_eq!(h.server.faults().mutations_from("fenced").len(), 1);
+
+        // In flight (the API server does not answer) when leadership is lost.
+        h.server.faults().partition("fenced");
+        let in_flight = {
+            let leases = leases.clone();
+            tokio::spawn(
+                async move { leases.create(&PostParams::default(), &lease("three")).await },
+            )
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        leading.send_replace(false);
+        let abandoned = tokio::time::timeout(Duration::from_secs(2), in_flight)
+            .await
+            .expect("abandoned as leadership is lost")
+            .expect("task ran");
+        assert!(abandoned.is_err(), "{abandoned:?}");
         h.stop().await;
     });
 }

@@ -21,6 +21,7 @@ use kerf_actors::leader::Timing;
 use kerf_actors::lifecycle::LifecycleConfig;
 use kerf_actors::provisioner::{MAX_INSTANCE_TYPES, Round};
 use kerf_actors::{Cloud, Daemon, Environment, Settings, ValidSettings};
+use kerf_loadtest::apiserver::faults::CLIENT_HEADER;
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
 use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
 use kube::Client;
@@ -183,11 +184,22 @@ pub async fn start_daemon_with(
     identity: &str,
     cloud: Option<Cloud>,
 ) -> Daemon {
+    start_daemon_on(harness.client.clone(), settings, identity, cloud).await
+}
+
+/// The daemon launching into `cloud`, every request of it (leader election's included)
+/// sent through `client`.
+pub async fn start_daemon_on(
+    client: Client,
+    settings: ValidSettings,
+    identity: &str,
+    cloud: Option<Cloud>,
+) -> Daemon {
     Daemon::start(
         settings,
         Environment {
-            client: harness.client.clone(),
-            leader_client: harness.client.clone(),
+            client: client.clone(),
+            leader_client: client,
             namespace: "karpenter".into(),
             identity: identity.into(),
             leader_timing: FAST_LEASE,
@@ -197,6 +209,25 @@ pub async fn start_daemon_with(
     )
     .await
     .expect("daemon starts")
+}
+
+/// A client whose requests name it `name` to the emulator ([`CLIENT_HEADER`]), so faults
+/// can single it out and its writes are logged.
+pub async fn named_client(harness: &Harness, name: &str) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(&harness.kubeconfig).expect("kubeconfig parses");
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kube config");
+    let value = http::HeaderValue::from_str(name).expect("a header value");
+    let name_it = tower::util::MapRequestLayer::new(move |mut request: http::Request<_>| {
+        request.headers_mut().insert(CLIENT_HEADER, value.clone());
+        request
+    });
+    kube::client::ClientBuilder::try_from(config)
+        .expect("client builds")
+        .with_layer(&name_it)
+        .build()
 }
 
 /// The daemon launching into `cloud` with the NodeClaim lifecycle's timings `lifecycle`.
