@@ -546,24 +546,6 @@ pub async fn round_where(
     .expect("a round")
 }
 
-/// Marks pod `name` unschedulable again with a new message, as the kube-scheduler does when
-/// it retries a pod: a real update, so the PodWatcher triggers a batch.
-pub fn retry_pod(cluster: &Cluster, name: &str, attempt: u32) {
-    cluster
-        .patch_status(
-            "v1",
-            "pods",
-            Some("default"),
-            name,
-            PatchKind::Merge,
-            &json!({"status": {"conditions": [{
-                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": format!("0/0 nodes are available (attempt {attempt})")
-            }]}}),
-        )
-        .expect("pod status patched");
-}
-
 /// What one uninterrupted solve over the cluster's pending pods and NodePools creates, with
 /// nothing in flight: the plan `kerf plan` would print for the same objects.
 pub fn one_solve(cluster: &Cluster, cloud: &Cloud) -> SchedulingResult {
