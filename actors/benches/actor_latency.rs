@@ -120,13 +120,7 @@ fn start(layout: Layout, input: Arc<SchedulingInput>) -> (Outbox<Ping>, Outbox<S
 
 /// Runs `body` in an actix system on a multi-threaded runtime, as the daemon runs.
 fn system<F: Future<Output = ()>>(body: F) {
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime builds")
-    });
+    let system = supervisor::system(2).expect("runtime builds");
     system.block_on(body);
 }
 
@@ -171,8 +165,18 @@ fn bench_layout(c: &mut Criterion, name: &str, layout: Layout, busy: bool) {
 
 fn latency(c: &mut Criterion) {
     bench_layout(c, "echo/idle", Layout::OwnThreads, false);
-    bench_layout(c, "echo/during_10k_solve/own_threads", Layout::OwnThreads, true);
-    bench_layout(c, "echo/during_10k_solve/shared_thread", Layout::SharedThread, true);
+    bench_layout(
+        c,
+        "echo/during_10k_solve/own_threads",
+        Layout::OwnThreads,
+        true,
+    );
+    bench_layout(
+        c,
+        "echo/during_10k_solve/shared_thread",
+        Layout::SharedThread,
+        true,
+    );
 }
 
 criterion_group! {

@@ -3,15 +3,15 @@
 //! and a leader cut off from the API server steps down within its renew deadline and writes
 //! nothing once the new leader holds the Lease.
 
+use std::time::Duration;
+
 use k8s_openapi::api::coordination::v1::Lease;
 use kerf_actors::leader::{self, Election};
-use kube::api::Api;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
 use tokio::sync::watch;
 
-use crate::support::{
-    FAST_LEASE, PATIENCE, create_unschedulable_pod, eventually, run, settings, start_cluster,
-    start_daemon,
-};
+use crate::support::*;
 
 fn election(identity: &str) -> Election {
     Election {
@@ -67,10 +67,7 @@ fn leader_releases_on_shutdown_and_only_the_leader_provisions() {
         let fast = ["--batch-idle-duration", "100ms"];
         let first = start_daemon(&h, settings(&fast), "first").await;
         let mut first_leader = first.leader.clone();
-        tokio::time::timeout(PATIENCE, first_leader.wait_for(|l| *l))
-            .await
-            .expect("first leads in time")
-            .expect("election running");
+        until_leading(&mut first_leader, true, "first leads in time").await;
         let second = start_daemon(&h, settings(&fast), "second").await;
         tokio::time::timeout(PATIENCE, second.state.wait_synced())
             .await
@@ -94,10 +91,7 @@ fn leader_releases_on_shutdown_and_only_the_leader_provisions() {
         );
         first.stop().await;
         let mut second_leader = second.leader.clone();
-        tokio::time::timeout(PATIENCE, second_leader.wait_for(|l| *l))
-            .await
-            .expect("second takes over")
-            .expect("election running");
+        until_leading(&mut second_leader, true, "second takes over").await;
         let after = transitions(
             leases
                 .get("karpenter-leader-election")
@@ -118,10 +112,7 @@ fn shutdown_releases_the_lease() {
         let (stop, stop_rx) = watch::channel(false);
         let (leading, task) = leader::spawn(h.client.clone(), election("only"), stop_rx);
         let mut rx = leading.clone();
-        tokio::time::timeout(PATIENCE, rx.wait_for(|l| *l))
-            .await
-            .expect("leads in time")
-            .expect("election running");
+        until_leading(&mut rx, true, "leads in time").await;
         assert_eq!(holder(&h.client).await.as_deref(), Some("only"));
         stop.send_replace(true);
         task.await.expect("election task ends cleanly");
@@ -133,16 +124,6 @@ fn shutdown_releases_the_lease() {
 
 #[test]
 fn a_leader_whose_requests_stall_is_replaced_and_mutates_nothing_after() {
-    use std::time::Duration;
-
-    use serde_json::json;
-
-    use crate::support::{
-        BATCH_POD_CPU, BATCH_POD_MEMORY, create_nodepool, create_pending_pods, named_client,
-        nodeclaims, nodepool_with, quick_settings, round_where, simulated_cloud, start_daemon_on,
-        start_daemon_with,
-    };
-
     run(|| async {
         let h = start_cluster().await;
         let cluster = h.cluster();
@@ -151,10 +132,7 @@ fn a_leader_whose_requests_stall_is_replaced_and_mutates_nothing_after() {
         let a_client = named_client(&h, "a").await;
         let a = start_daemon_on(a_client, quick_settings(&[]), "a", Some(cloud.clone())).await;
         let mut a_leads = a.leader.clone();
-        tokio::time::timeout(PATIENCE, a_leads.wait_for(|l| *l))
-            .await
-            .expect("a leads in time")
-            .expect("election running");
+        until_leading(&mut a_leads, true, "a leads in time").await;
         let b = start_daemon_with(&h, quick_settings(&[]), "b", Some(cloud)).await;
         tokio::time::timeout(PATIENCE, b.state.wait_synced())
             .await
@@ -165,16 +143,10 @@ fn a_leader_whose_requests_stall_is_replaced_and_mutates_nothing_after() {
         let cut = tokio::time::Instant::now();
         h.server.faults().partition("a");
         create_pending_pods(&cluster, "cut", 3, BATCH_POD_CPU, BATCH_POD_MEMORY);
-        tokio::time::timeout(PATIENCE, a_leads.wait_for(|l| !*l))
-            .await
-            .expect("a steps down")
-            .expect("election running");
+        until_leading(&mut a_leads, false, "a steps down").await;
         let stepped_down = cut.elapsed();
         let mut b_leads = b.leader.clone();
-        tokio::time::timeout(PATIENCE, b_leads.wait_for(|l| *l))
-            .await
-            .expect("b takes over")
-            .expect("election running");
+        until_leading(&mut b_leads, true, "b takes over").await;
         let b_acquired = tokio::time::Instant::now();
         assert!(
             stepped_down <= FAST_LEASE.renew_deadline + FAST_LEASE.retry_period,
@@ -211,14 +183,8 @@ fn a_leader_whose_requests_stall_is_replaced_and_mutates_nothing_after() {
 
 #[test]
 fn the_fence_refuses_and_abandons_writes_once_leadership_is_lost() {
-    use std::time::Duration;
-
-    use kube::api::{ListParams, PostParams};
-
-    use crate::support::named_client;
-
     fn lease(name: &str) -> Lease {
-        serde_json::from_value(serde_json::json!({
+        serde_json::from_value(json!({
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": name, "namespace": "karpenter"}
         }))

@@ -52,13 +52,7 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = ()>,
 {
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio runtime builds")
-    });
+    let system = kerf_actors::supervisor::system(2).expect("tokio runtime builds");
     system.block_on(test());
 }
 
@@ -526,6 +520,14 @@ pub async fn nodeclaims(client: &Client) -> Vec<NodeClaim> {
         .await
         .expect("nodeclaims list")
         .items
+}
+
+/// Waits until `leader` reads `leads` (a replica took or lost the Lease).
+pub async fn until_leading(leader: &mut watch::Receiver<bool>, leads: bool, what: &str) {
+    tokio::time::timeout(PATIENCE, leader.wait_for(|l| *l == leads))
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+        .expect("election running");
 }
 
 /// Waits for the first round published after the current one that satisfies `done`.
