@@ -210,8 +210,7 @@ impl Daemon {
                 .map_err(|e| StartError::HealthProbePort(probes_at, e))?;
 
         tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
-        let (events, events_task) =
-            events::spawn(client.clone(), identity.clone(), shutdown_rx.clone());
+        let reporting_instance = identity.clone();
         let (leader, leader_task, lone_leader) = match leader_election {
             Some(lease) => {
                 let election = Election {
@@ -229,6 +228,11 @@ impl Daemon {
                 (rx, None, Some(lone))
             }
         };
+        // Every actor and task mutates through this client: none can write once this
+        // replica stops leading ([`leader::fenced`]).
+        let client = leader::fenced(client, leader.clone());
+        let (events, events_task) =
+            events::spawn(client.clone(), reporting_instance, shutdown_rx.clone());
 
         let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
         let (mut subscribers, cloud_tasks) =

@@ -165,8 +165,9 @@ where
     }
 
     /// An outbox onto a plain actix address, for actors started without supervision (test
-    /// doubles). Its actix queue must be unbounded (`set_mailbox_capacity(0)`), or actix's
-    /// own parking adds to the wait.
+    /// doubles, the OfferingCache). The actor's actix capacity does not matter: every send
+    /// goes through a fresh clone of the address, which actix never parks, so the permits
+    /// stay the only bound.
     pub fn to_addr<A>(addr: &Addr<A>, depth: MailboxDepth) -> Self
     where
         A: Actor + Handler<M>,

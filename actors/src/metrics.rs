@@ -67,6 +67,8 @@ pub const CLUSTER_STATE_SYNCED: &str = "karpenter_cluster_state_synced";
 /// 1 while this replica holds the leader Lease (label `name`: the Lease), under
 /// controller-runtime's name.
 pub const LEADER: &str = "leader_election_master_status";
+/// Mutating requests the fence refused or abandoned because this replica did not lead.
+pub const FENCED_REQUESTS: &str = "kerf_leader_election_fenced_requests_total";
 /// Actors restarted by their supervisor after a panic (label `actor`).
 pub const ACTOR_RESTARTS: &str = "kerf_actor_restarts_total";
 

@@ -114,6 +114,17 @@ where
 #[cfg(test)]
 mod tests;
 
+/// An actix `System` on a multi-threaded tokio runtime with `workers` worker threads: what
+/// the daemon and its actors expect (actors on their own arbiters, watch streams and HTTP on
+/// the workers).
+pub fn system(workers: usize) -> std::io::Result<actix::SystemRunner> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()?;
+    Ok(actix::System::with_tokio_rt(move || runtime))
+}
+
 /// A factory for an actor that is built once and not restarted after a panic.
 pub fn once<A>(actor: A) -> impl FnMut() -> Option<A> + Send + 'static
 where

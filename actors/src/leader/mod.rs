@@ -8,6 +8,7 @@
 //! Every write is an optimistic update on the resourceVersion it read, so two candidates can
 //! never both win.
 
+mod fence;
 mod record;
 
 use std::time::Duration;
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics::LEADER;
+pub use fence::{Fenced, fenced};
 use record::Observed;
 
 /// Timing of the election.

@@ -99,20 +99,15 @@ fn dropped(name: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().expect("a counter value"))
 }
 
-fn system(test: impl std::future::Future<Output = ()>) {
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime builds")
-    });
-    system.block_on(test);
+fn in_system(test: impl std::future::Future<Output = ()>) {
+    supervisor::system(2)
+        .expect("runtime builds")
+        .block_on(test);
 }
 
 #[test]
 fn waiting_senders_on_many_clones_hold_the_bound_and_lose_nothing() {
-    system(async {
+    in_system(async {
         let (actor, depth, seen) = start("mailbox-test-deliver");
         let out = Outbox::new(&actor, depth.clone());
         let release = hold(&out).await;
@@ -152,7 +147,7 @@ fn waiting_senders_on_many_clones_hold_the_bound_and_lose_nothing() {
 
 #[test]
 fn refused_sends_on_many_clones_are_dropped_and_counted() {
-    system(async {
+    in_system(async {
         let name = "mailbox-test-try";
         let (actor, depth, seen) = start(name);
         let out = Outbox::new(&actor, depth.clone());
@@ -184,7 +179,7 @@ fn refused_sends_on_many_clones_are_dropped_and_counted() {
 
 #[test]
 fn permits_bound_a_mailbox_shared_by_concurrent_admits() {
-    system(async {
+    in_system(async {
         let depth = MailboxDepth::new("mailbox-test-admit", CAPACITY);
         let taken = Arc::new(AtomicUsize::new(0));
         let admitted = Arc::new(AtomicUsize::new(0));

@@ -48,8 +48,11 @@ pub use crate::launcher::UNSEEN_NODECLAIM_GRACE;
 /// merges the windows that close meanwhile.
 pub const PROVISIONER_MAILBOX_CAPACITY: usize = 1;
 
-/// Instance types written on one NodeClaim, cheapest first: upstream's limit, which keeps
-/// `spec.requirements` within the NodeClaim CRD's validation.
+/// Instance types written on one NodeClaim, cheapest first. A divergence: upstream core
+/// writes up to 600 (`MaxInstanceTypes`) and its AWS provider cuts to the 60 cheapest still
+/// available when it builds the CreateFleet request (`maxInstanceTypes`); kerf cuts to 60
+/// when it plans, so a NodeClaim never lists a type the fleet request could not carry.
+/// Raising it to 600 is blocked on the API emulator's validation of long requirement lists.
 pub const MAX_INSTANCE_TYPES: usize = 60;
 
 /// How often the NodePoolSchedulers are matched to the NodePools in cluster state between

@@ -116,13 +116,7 @@ fn sequential(state: &ClusterState, catalog: &Catalog) -> SchedulingInput {
 
 /// Runs `test` inside an actix system on a multi-threaded tokio runtime, as the daemon.
 fn run<Fut: std::future::Future<Output = ()>>(test: impl FnOnce() -> Fut) {
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime builds")
-    });
+    let system = crate::supervisor::system(2).expect("runtime builds");
     system.block_on(test());
 }
 

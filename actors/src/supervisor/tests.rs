@@ -75,20 +75,13 @@ fn restarts(name: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().expect("a counter value"))
 }
 
-fn system(test: impl std::future::Future<Output = ()>) {
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime builds")
-    });
-    system.block_on(test);
+fn in_system(test: impl std::future::Future<Output = ()>) {
+    super::system(2).expect("runtime builds").block_on(test);
 }
 
 #[test]
 fn a_panicking_actor_is_restarted_counted_and_the_others_keep_running() {
-    system(async {
+    in_system(async {
         crate::metrics::handle();
         let (flaky, _) = counter("supervisor-test-flaky");
         let (steady, steady_handled) = counter("supervisor-test-steady");
@@ -123,7 +116,7 @@ fn a_panicking_actor_is_restarted_counted_and_the_others_keep_running() {
 
 #[test]
 fn each_actor_runs_on_its_own_thread() {
-    system(async {
+    in_system(async {
         let (a, _) = counter("supervisor-test-a");
         let (b, _) = counter("supervisor-test-b");
         let a = a.deliver(Ask::Thread).await.expect("answered");

@@ -32,7 +32,9 @@ pub const TAGGER_MAILBOX_CAPACITY: usize = 256;
 /// How often every registered, untagged NodeClaim is requested again.
 pub const SWEEP_PERIOD: Duration = Duration::from_secs(60);
 
-/// CreateTags calls per second at most (upstream: one per second).
+/// CreateTags calls per second at most. Upstream's tagging controller reconciles one
+/// NodeClaim at a time (controller-runtime's default concurrency of 1) and sleeps a second
+/// after each CreateTags call: one call per second.
 pub const TAGS_PER_SECOND: u32 = 1;
 
 /// Tag the machine of NodeClaim `name` if it is registered and not tagged yet.

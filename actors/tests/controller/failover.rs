@@ -35,10 +35,7 @@ fn the_standby_takes_over_and_provisions_only_what_the_leader_did_not() {
         let (_provider, cloud) = simulated_cloud_with(stalled_launches());
         let a = start_daemon_with(&h, quick_settings(&[]), "a", Some(cloud.clone())).await;
         let mut a_leads = a.leader.clone();
-        tokio::time::timeout(PATIENCE, a_leads.wait_for(|l| *l))
-            .await
-            .expect("a leads in time")
-            .expect("election running");
+        until_leading(&mut a_leads, true, "a leads in time").await;
         let b = start_daemon_with(&h, quick_settings(&[]), "b", Some(cloud)).await;
         tokio::time::timeout(PATIENCE, b.state.wait_synced())
             .await
@@ -66,10 +63,7 @@ fn the_standby_takes_over_and_provisions_only_what_the_leader_did_not() {
         // Nobody leads while these arrive: b's batch for them is skipped.
         create_pending_pods(&cluster, "second", SECOND, BATCH_POD_CPU, BATCH_POD_MEMORY);
         let mut b_leads = b.leader.clone();
-        tokio::time::timeout(PATIENCE, b_leads.wait_for(|l| *l))
-            .await
-            .expect("b takes over once the lease lapses")
-            .expect("election running");
+        until_leading(&mut b_leads, true, "b takes over once the lease lapses").await;
         let mut b_rounds = b.rounds.clone();
         let taken_over = round_where(&mut b_rounds, "b provisions every pending pod", |r| {
             r.pending.len() == FIRST + SECOND

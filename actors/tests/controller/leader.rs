@@ -1,15 +1,17 @@
 //! Leader election on the Lease: one leader among candidates, failover when the leader stops
-//! renewing, immediate handover when it releases on shutdown, and only the leader provisions.
+//! renewing, immediate handover when it releases on shutdown, only the leader provisions,
+//! and a leader cut off from the API server steps down within its renew deadline and writes
+//! nothing once the new leader holds the Lease.
+
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kerf_actors::leader::{self, Election};
-use kube::api::Api;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
 use tokio::sync::watch;
 
-use crate::support::{
-    FAST_LEASE, PATIENCE, create_unschedulable_pod, eventually, run, settings, start_cluster,
-    start_daemon,
-};
+use crate::support::*;
 
 fn election(identity: &str) -> Election {
     Election {
@@ -65,10 +67,7 @@ fn leader_releases_on_shutdown_and_only_the_leader_provisions() {
         let fast = ["--batch-idle-duration", "100ms"];
         let first = start_daemon(&h, settings(&fast), "first").await;
         let mut first_leader = first.leader.clone();
-        tokio::time::timeout(PATIENCE, first_leader.wait_for(|l| *l))
-            .await
-            .expect("first leads in time")
-            .expect("election running");
+        until_leading(&mut first_leader, true, "first leads in time").await;
         let second = start_daemon(&h, settings(&fast), "second").await;
         tokio::time::timeout(PATIENCE, second.state.wait_synced())
             .await
@@ -92,10 +91,7 @@ fn leader_releases_on_shutdown_and_only_the_leader_provisions() {
         );
         first.stop().await;
         let mut second_leader = second.leader.clone();
-        tokio::time::timeout(PATIENCE, second_leader.wait_for(|l| *l))
-            .await
-            .expect("second takes over")
-            .expect("election running");
+        until_leading(&mut second_leader, true, "second takes over").await;
         let after = transitions(
             leases
                 .get("karpenter-leader-election")
@@ -116,15 +112,121 @@ fn shutdown_releases_the_lease() {
         let (stop, stop_rx) = watch::channel(false);
         let (leading, task) = leader::spawn(h.client.clone(), election("only"), stop_rx);
         let mut rx = leading.clone();
-        tokio::time::timeout(PATIENCE, rx.wait_for(|l| *l))
-            .await
-            .expect("leads in time")
-            .expect("election running");
+        until_leading(&mut rx, true, "leads in time").await;
         assert_eq!(holder(&h.client).await.as_deref(), Some("only"));
         stop.send_replace(true);
         task.await.expect("election task ends cleanly");
         assert_eq!(holder(&h.client).await, None);
         assert!(!*leading.borrow());
+        h.stop().await;
+    });
+}
+
+#[test]
+fn a_leader_whose_requests_stall_is_replaced_and_mutates_nothing_after() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        create_nodepool(&cluster, nodepool_with("default", json!({})));
+        let (_provider, cloud) = simulated_cloud();
+        let a_client = named_client(&h, "a").await;
+        let a = start_daemon_on(a_client, quick_settings(&[]), "a", Some(cloud.clone())).await;
+        let mut a_leads = a.leader.clone();
+        until_leading(&mut a_leads, true, "a leads in time").await;
+        let b = start_daemon_with(&h, quick_settings(&[]), "b", Some(cloud)).await;
+        tokio::time::timeout(PATIENCE, b.state.wait_synced())
+            .await
+            .expect("b syncs");
+
+        // Every request of a (lease renewals included) hangs from now on; pods arrive while
+        // a still believes it leads, so its round's creates hang too.
+        let cut = tokio::time::Instant::now();
+        h.server.faults().partition("a");
+        create_pending_pods(&cluster, "cut", 3, BATCH_POD_CPU, BATCH_POD_MEMORY);
+        until_leading(&mut a_leads, false, "a steps down").await;
+        let stepped_down = cut.elapsed();
+        let mut b_leads = b.leader.clone();
+        until_leading(&mut b_leads, true, "b takes over").await;
+        let b_acquired = tokio::time::Instant::now();
+        assert!(
+            stepped_down <= FAST_LEASE.renew_deadline + FAST_LEASE.retry_period,
+            "a stepped down {stepped_down:?} after it was cut off"
+        );
+
+        // a reaches the API server again, as a standby.
+        h.server.faults().heal("a");
+        let mut b_rounds = b.rounds.clone();
+        let taken_over = round_where(&mut b_rounds, "b provisions the pods", |r| {
+            r.pending.len() == 3 && !r.nodeclaims.is_empty()
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let late: Vec<_> = h
+            .server
+            .faults()
+            .mutations_from("a")
+            .into_iter()
+            .filter(|m| m.at >= b_acquired)
+            .collect();
+        assert!(late.is_empty(), "a wrote after b acquired: {late:?}");
+        assert!(!*a.leader.borrow());
+        assert_eq!(
+            nodeclaims(&h.client).await.len(),
+            taken_over.nodeclaims.len(),
+            "only b's NodeClaims exist"
+        );
+        a.stop_within(Duration::ZERO).await;
+        b.stop_within(Duration::ZERO).await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn the_fence_refuses_and_abandons_writes_once_leadership_is_lost() {
+    fn lease(name: &str) -> Lease {
+        serde_json::from_value(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "karpenter"}
+        }))
+        .expect("a Lease")
+    }
+
+    run(|| async {
+        let h = start_cluster().await;
+        let (leading, leader) = watch::channel(false);
+        let client = leader::fenced(named_client(&h, "fenced").await, leader);
+        let leases: Api<Lease> = Api::namespaced(client, "karpenter");
+
+        let refused = leases.create(&PostParams::default(), &lease("one")).await;
+        assert!(refused.is_err(), "a standby cannot write: {refused:?}");
+        assert!(h.server.faults().mutations_from("fenced").is_empty());
+        leases
+            .list(&ListParams::default())
+            .await
+            .expect("reads are not fenced");
+
+        leading.send_replace(true);
+        leases
+            .create(&PostParams::default(), &lease("two"))
+            .await
+            .expect("a leader writes");
+        assert_eq!(h.server.faults().mutations_from("fenced").len(), 1);
+
+        // In flight (the API server does not answer) when leadership is lost.
+        h.server.faults().partition("fenced");
+        let in_flight = {
+            let leases = leases.clone();
+            tokio::spawn(
+                async move { leases.create(&PostParams::default(), &lease("three")).await },
+            )
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        leading.send_replace(false);
+        let abandoned = tokio::time::timeout(Duration::from_secs(2), in_flight)
+            .await
+            .expect("abandoned as leadership is lost")
+            .expect("task ran");
+        assert!(abandoned.is_err(), "{abandoned:?}");
         h.stop().await;
     });
 }

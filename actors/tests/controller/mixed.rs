@@ -394,11 +394,9 @@ async fn mixed_workload(ec2: Ec2Config, retry_in_flight: bool) {
     assert!(zones.len() >= 2, "spread over zones: {zones:?}");
 
     if retry_in_flight {
-        // The kube-scheduler retries every pod: the NodeClaims in flight hold them.
-        for need in &needs {
-            retry_pod(&cluster, &need.pod, 1);
-        }
-        let again = round_where(&mut rounds, "the retried pods", |r| {
+        // The periodic re-trigger brings every pod again: the NodeClaims in flight hold
+        // them.
+        let again = round_where(&mut rounds, "the re-triggered pods", |r| {
             r.number > round.number && r.triggered.len() == needs.len()
         })
         .await;

@@ -21,6 +21,7 @@ use kerf_actors::leader::Timing;
 use kerf_actors::lifecycle::LifecycleConfig;
 use kerf_actors::provisioner::{MAX_INSTANCE_TYPES, Round};
 use kerf_actors::{Cloud, Daemon, Environment, Settings, ValidSettings};
+use kerf_loadtest::apiserver::faults::CLIENT_HEADER;
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
 use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
 use kube::Client;
@@ -51,13 +52,7 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = ()>,
 {
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio runtime builds")
-    });
+    let system = kerf_actors::supervisor::system(2).expect("tokio runtime builds");
     system.block_on(test());
 }
 
@@ -183,11 +178,22 @@ pub async fn start_daemon_with(
     identity: &str,
     cloud: Option<Cloud>,
 ) -> Daemon {
+    start_daemon_on(harness.client.clone(), settings, identity, cloud).await
+}
+
+/// The daemon launching into `cloud`, every request of it (leader election's included)
+/// sent through `client`.
+pub async fn start_daemon_on(
+    client: Client,
+    settings: ValidSettings,
+    identity: &str,
+    cloud: Option<Cloud>,
+) -> Daemon {
     Daemon::start(
         settings,
         Environment {
-            client: harness.client.clone(),
-            leader_client: harness.client.clone(),
+            client: client.clone(),
+            leader_client: client,
             namespace: "karpenter".into(),
             identity: identity.into(),
             leader_timing: FAST_LEASE,
@@ -197,6 +203,25 @@ pub async fn start_daemon_with(
     )
     .await
     .expect("daemon starts")
+}
+
+/// A client whose requests name it `name` to the emulator ([`CLIENT_HEADER`]), so faults
+/// can single it out and its writes are logged.
+pub async fn named_client(harness: &Harness, name: &str) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(&harness.kubeconfig).expect("kubeconfig parses");
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kube config");
+    let value = http::HeaderValue::from_str(name).expect("a header value");
+    let name_it = tower::util::MapRequestLayer::new(move |mut request: http::Request<_>| {
+        request.headers_mut().insert(CLIENT_HEADER, value.clone());
+        request
+    });
+    kube::client::ClientBuilder::try_from(config)
+        .expect("client builds")
+        .with_layer(&name_it)
+        .build()
 }
 
 /// The daemon launching into `cloud` with the NodeClaim lifecycle's timings `lifecycle`.
@@ -497,6 +522,14 @@ pub async fn nodeclaims(client: &Client) -> Vec<NodeClaim> {
         .items
 }
 
+/// Waits until `leader` reads `leads` (a replica took or lost the Lease).
+pub async fn until_leading(leader: &mut watch::Receiver<bool>, leads: bool, what: &str) {
+    tokio::time::timeout(PATIENCE, leader.wait_for(|l| *l == leads))
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+        .expect("election running");
+}
+
 /// Waits for the first round published after the current one that satisfies `done`.
 pub async fn round_where(
     rounds: &mut watch::Receiver<Option<Round>>,
@@ -513,24 +546,6 @@ pub async fn round_where(
     .expect("provisioner alive")
     .clone()
     .expect("a round")
-}
-
-/// Marks pod `name` unschedulable again with a new message, as the kube-scheduler does when
-/// it retries a pod: a real update, so the PodWatcher triggers a batch.
-pub fn retry_pod(cluster: &Cluster, name: &str, attempt: u32) {
-    cluster
-        .patch_status(
-            "v1",
-            "pods",
-            Some("default"),
-            name,
-            PatchKind::Merge,
-            &json!({"status": {"conditions": [{
-                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": format!("0/0 nodes are available (attempt {attempt})")
-            }]}}),
-        )
-        .expect("pod status patched");
 }
 
 /// What one uninterrupted solve over the cluster's pending pods and NodePools creates, with

@@ -1,11 +1,18 @@
 //! Fault injection for resilience tests: cut every open watch, fail a fraction of resource
 //! requests with 500 or 429 (+ `Retry-After`), add latency, and compact history so that
 //! resuming a watch from an old resourceVersion gets 410 Gone. Discovery and `/version`
-//! are never failed, so clients can always connect.
+//! are never failed, so clients can always connect. A client that names itself in the
+//! [`CLIENT_HEADER`] header can be partitioned away (its resource requests hang and are
+//! never applied, as if lost on the network) and its mutating requests are logged, so a
+//! test can tell which replica wrote what, and when.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use http::Method;
+use tokio::time::Instant;
 
 use rand::Rng;
 use tokio::sync::watch;
@@ -13,6 +20,17 @@ use tokio::sync::watch;
 use super::error::{ApiError, Reason};
 use super::registry::Registry;
 use super::store::lock;
+
+/// The request header a test client names itself in (see the module doc).
+pub const CLIENT_HEADER: &str = "x-emulator-client";
+
+/// A mutating request a named client made: when it reached the store, and what it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mutation {
+    pub at: Instant,
+    pub method: Method,
+    pub path: String,
+}
 
 /// The error injected into failed requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +56,8 @@ pub struct FaultState {
     settings: Mutex<Settings>,
     drops: watch::Sender<u64>,
     injected: AtomicU64,
+    partitioned: Mutex<HashSet<String>>,
+    mutations: Mutex<Vec<(String, Mutation)>>,
 }
 
 impl FaultState {
@@ -47,7 +67,22 @@ impl FaultState {
             settings: Mutex::new(Settings::default()),
             drops,
             injected: AtomicU64::new(0),
+            partitioned: Mutex::new(HashSet::new()),
+            mutations: Mutex::new(Vec::new()),
         }
+    }
+
+    pub(crate) fn is_partitioned(&self, client: &str) -> bool {
+        lock(&self.partitioned).contains(client)
+    }
+
+    pub(crate) fn record_mutation(&self, client: &str, method: &Method, path: &str) {
+        let mutation = Mutation {
+            at: Instant::now(),
+            method: method.clone(),
+            path: path.to_owned(),
+        };
+        lock(&self.mutations).push((client.to_owned(), mutation));
     }
 
     /// Watches end when this changes.
@@ -122,6 +157,25 @@ impl Faults {
     /// Removes failures and latency.
     pub fn clear(&self) {
         *lock(&self.state.settings) = Settings::default();
+    }
+
+    /// Cuts `client` off: its resource requests from now on hang and are never applied.
+    pub fn partition(&self, client: &str) {
+        lock(&self.state.partitioned).insert(client.to_owned());
+    }
+
+    /// Lets `client`'s new requests through again (the ones that hung stay lost).
+    pub fn heal(&self, client: &str) {
+        lock(&self.state.partitioned).remove(client);
+    }
+
+    /// The mutating requests `client` made that reached the store, in order.
+    pub fn mutations_from(&self, client: &str) -> Vec<Mutation> {
+        lock(&self.state.mutations)
+            .iter()
+            .filter(|(from, _)| from == client)
+            .map(|(_, m)| m.clone())
+            .collect()
     }
 
     /// How many requests have been failed on purpose so far.

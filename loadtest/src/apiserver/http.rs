@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::discovery;
 use super::error::{ApiError, ApiResult, Reason, success_status};
-use super::faults::FaultState;
+use super::faults::{CLIENT_HEADER, FaultState};
 use super::registry::{
     DeleteOptions, Deleted, ListQuery, PatchKind, Registry, Sub, Target, WriteOptions,
     parse_propagation,
@@ -263,6 +263,20 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         _ => {}
     }
     let resource = parse_resource_path(&segments).ok_or_else(not_found)?;
+    let client = req
+        .headers()
+        .get(CLIENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(client) = &client {
+        // A partitioned client's request never reaches the store, as if lost on the way.
+        if app.faults.is_partitioned(client) {
+            return std::future::pending().await;
+        }
+        if req.method() != Method::GET {
+            app.faults.record_mutation(client, req.method(), &path);
+        }
+    }
     let (latency, injected) = app.faults.roll();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
