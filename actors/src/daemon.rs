@@ -25,7 +25,9 @@ use crate::garbage_collection;
 use crate::launch_template_cache::{self, LaunchTemplateCache};
 use crate::launcher::Launcher;
 use crate::leader::{self, Election, Timing};
-use crate::lifecycle::{LifecycleConfig, LifecycleDeps, LifecycleStats, NodeClaimLifecycle};
+use crate::lifecycle::{
+    LaunchDeps, LifecycleConfig, LifecycleDeps, LifecycleStats, NodeClaimLifecycle,
+};
 use crate::mailbox::{MailboxDepth, Outbox};
 use crate::offering_cache::{OfferingCache, OfferingCacheHandle, UNAVAILABLE_OFFERINGS_TTL};
 use crate::pod_watcher::CloudHooks;
@@ -36,7 +38,7 @@ use crate::tagging::{self, Tagger};
 use crate::{drain, events, pod_watcher, server};
 
 /// Upstream's name for the controller that launches NodeClaims: the `controller` label of
-/// the Launcher's cloud provider metrics.
+/// the NodeClaim lifecycle's cloud provider metrics (launch, termination, lookups).
 const LAUNCH_CONTROLLER: &str = "nodeclaim.lifecycle";
 
 /// What the daemon needs besides its settings.
@@ -207,19 +209,6 @@ impl Daemon {
         let (hooks, cloud_tasks) =
             start_cloud_loops(&client, &state, provider, &leader, &shutdown_rx);
         let lifecycle_depth = MailboxDepth::new("lifecycle");
-        let lifecycle = cloud.as_ref().map(|cloud| {
-            let deps = LifecycleDeps {
-                state: state.clone(),
-                client: client.clone(),
-                cloud: cloud.provider.clone(),
-                leader: leader.clone(),
-                shutdown: shutdown_rx.clone(),
-                depth: lifecycle_depth.clone(),
-            };
-            let (actor, stats) = NodeClaimLifecycle::new(deps, lifecycle_config);
-            (actor.start_bounded(), stats)
-        });
-        let (lifecycle, lifecycle_stats) = lifecycle.unzip();
         let launcher_depth = MailboxDepth::new("launcher");
         let mut launches = InFlight::default();
         let launcher = cloud.map(|cloud| {
@@ -229,12 +218,26 @@ impl Daemon {
                     MailboxDepth::new("offering_cache"),
                 )
             });
-            let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
-            let launcher = Launcher::new(client.clone(), Arc::new(metered), launcher_depth.clone())
-                .with_events(events.clone())
-                .with_offering_cache(offerings.clone());
-            launches = launcher.in_flight();
+            let launcher =
+                Launcher::new(client.clone(), launcher_depth.clone()).with_events(events.clone());
             let created = launcher.created_claims();
+            let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
+            let deps = LifecycleDeps {
+                state: state.clone(),
+                client: client.clone(),
+                cloud: Arc::new(metered),
+                leader: leader.clone(),
+                shutdown: shutdown_rx.clone(),
+                depth: lifecycle_depth.clone(),
+                launch: LaunchDeps {
+                    events: events.clone(),
+                    offerings: Some(offerings.clone()),
+                    created: created.clone(),
+                },
+            };
+            let (lifecycle, stats) = NodeClaimLifecycle::new(deps, lifecycle_config);
+            launches = lifecycle.launches();
+            let lifecycle = (lifecycle.start_bounded(), stats);
             let addr = launcher.start_bounded();
             let provisioning = Provisioning {
                 launcher: Outbox::new(&addr, launcher_depth),
@@ -247,9 +250,11 @@ impl Daemon {
                 },
                 events: events.clone(),
             };
-            (addr, provisioning)
+            ((addr, lifecycle), provisioning)
         });
         let (launcher, provisioning) = launcher.unzip();
+        let (launcher, lifecycle) = launcher.unzip();
+        let (lifecycle, lifecycle_stats) = lifecycle.unzip();
         let (drain, draining) = Drain::new(launches);
         // The Provisioner runs rounds only while this replica leads and is not stopping.
         let (may_provision, gate_task) = drain::gate(leader.clone(), draining, shutdown_rx.clone());

@@ -6,6 +6,7 @@ mod cloud_loops;
 mod events;
 mod failover;
 mod ice;
+mod launch_step;
 mod launching;
 mod leader;
 mod lifecycle;
