@@ -7,6 +7,8 @@
 pub mod api;
 pub mod catalog;
 pub mod cloudprovider;
+pub mod disruption;
+pub mod feature_gates;
 pub mod labels;
 pub mod manifest;
 pub mod plan;

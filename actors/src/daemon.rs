@@ -2,15 +2,15 @@
 //! metrics and probe endpoints, leader election, the event recorder, the PodWatcher's watch
 //! streams, the Batcher, the Provisioner with its NodePoolSchedulers and (with a cloud
 //! provider) the OfferingCache, the Launcher and the NodeClaim lifecycle — and stops them in
-//! reverse order, draining provisioning first ([`crate::drain`]). Must be called inside an actix
-//! `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`): actors live
-//! on the system's thread, watch streams and HTTP on the runtime's workers.
+//! reverse order, letting provisioning finish first ([`crate::shutdown`]). Must be called inside
+//! an actix `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`):
+//! each actor lives on its own arbiter thread under a supervisor ([`crate::supervisor`]),
+//! watch streams and HTTP on the runtime's workers.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::prelude::*;
 use kerf::catalog::Catalog;
 use kerf::cloudprovider::CloudProvider;
 use kerf::plan::ControllerSettings;
@@ -18,24 +18,34 @@ use kube::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::batcher::{BatchLimits, Batcher};
+use crate::batcher::triggers::{self, Retrigger};
+use crate::batcher::{BATCHER_MAILBOX_CAPACITY, BatchLimits, Batcher};
 use crate::cloud_metrics::MeteredCloudProvider;
-use crate::drain::{DRAIN_TIMEOUT, Drain, InFlight};
+use crate::cluster_metrics::StartupTracker;
 use crate::garbage_collection;
-use crate::launch_template_cache::{self, LaunchTemplateCache};
-use crate::launcher::Launcher;
-use crate::leader::{self, Election, Timing};
-use crate::lifecycle::{
-    LaunchDeps, LifecycleConfig, LifecycleDeps, LifecycleStats, NodeClaimLifecycle,
+use crate::launch_template_cache::{
+    self, LAUNCH_TEMPLATE_CACHE_MAILBOX_CAPACITY, LaunchTemplateCache,
 };
+use crate::launcher::{LAUNCHER_MAILBOX_CAPACITY, Launcher};
+use crate::leader::{self, Election, Timing};
+use crate::lifecycle::Changed;
+use crate::lifecycle::{
+    LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleConfig, LifecycleDeps, LifecycleStats,
+    NodeClaimLifecycle,
+};
+use crate::mailbox::DeliverError;
 use crate::mailbox::{MailboxDepth, Outbox};
-use crate::offering_cache::{OfferingCache, OfferingCacheHandle, UNAVAILABLE_OFFERINGS_TTL};
-use crate::pod_watcher::CloudHooks;
-use crate::provisioner::{Provisioner, Provisioning, Round};
+use crate::offering_cache::{
+    OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, OfferingCacheHandle, UNAVAILABLE_OFFERINGS_TTL,
+};
+use crate::pod_watcher::Subscribers;
+use crate::provisioner::{PROVISIONER_MAILBOX_CAPACITY, Provisioner, Provisioning, Round};
 use crate::settings::ValidSettings;
+use crate::shutdown::{GracefulShutdown, InFlight, SHUTDOWN_TIMEOUT};
 use crate::state::{ClusterState, Writers};
-use crate::tagging::{self, Tagger};
-use crate::{drain, events, pod_watcher, server};
+use crate::supervisor::{self, Supervised};
+use crate::tagging::{self, TAGGER_MAILBOX_CAPACITY, Tagger};
+use crate::{divergences, events, pod_watcher, server, shutdown};
 
 /// Upstream's name for the controller that launches NodeClaims: the `controller` label of
 /// the NodeClaim lifecycle's cloud provider metrics (launch, termination, lookups).
@@ -45,6 +55,9 @@ const LAUNCH_CONTROLLER: &str = "nodeclaim.lifecycle";
 #[derive(Clone)]
 pub struct Environment {
     pub client: Client,
+    /// Leader election's own client: not the rate-limited shared one, so a renewal never
+    /// waits behind creates, patches and events.
+    pub leader_client: Client,
     /// The namespace the controller runs in (its leader Lease lives there by default).
     pub namespace: String,
     /// This replica's name in leader election (unique per process).
@@ -98,9 +111,20 @@ pub struct Daemon {
     leader_task: Option<JoinHandle<()>>,
     /// Leadership of a replica without election, withdrawn on stop.
     lone_leader: Option<watch::Sender<bool>>,
-    actors: (Addr<Batcher>, Addr<Provisioner>, Option<Addr<Launcher>>),
-    drain: Drain,
-    lifecycle: Option<Addr<NodeClaimLifecycle>>,
+    actors: Actors,
+    graceful: GracefulShutdown,
+}
+
+/// The actors' handles the daemon keeps until it stops (senders keep an actor alive).
+#[allow(
+    dead_code,
+    reason = "held, not read: dropping them lets the actors stop"
+)]
+struct Actors {
+    batcher: Supervised<Batcher>,
+    provisioner: Supervised<Provisioner>,
+    launcher: Option<Supervised<Launcher>>,
+    lifecycle: Option<Supervised<NodeClaimLifecycle>>,
 }
 
 impl Daemon {
@@ -140,6 +164,7 @@ impl Daemon {
         lifecycle_config: LifecycleConfig,
         (state, writers): (Arc<ClusterState>, Writers),
     ) -> Result<Self, StartError> {
+        divergences::warn_ignored_settings(&settings);
         // Destructured field by field: a setting added without being wired fails to compile.
         let ValidSettings {
             cluster_name,
@@ -163,6 +188,7 @@ impl Daemon {
         } = settings;
         let Environment {
             client,
+            leader_client,
             namespace,
             identity,
             leader_timing,
@@ -195,7 +221,7 @@ impl Daemon {
                     identity,
                     timing: leader_timing,
                 };
-                let (rx, task) = leader::spawn(client.clone(), election, shutdown_rx.clone());
+                let (rx, task) = leader::spawn(leader_client, election, shutdown_rx.clone());
                 (rx, Some(task), None)
             }
             // A lone replica leads from the start until it stops.
@@ -206,16 +232,16 @@ impl Daemon {
         };
 
         let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
-        let (hooks, cloud_tasks) =
+        let (mut subscribers, cloud_tasks) =
             start_cloud_loops(&client, &state, provider, &leader, &shutdown_rx);
-        let lifecycle_depth = MailboxDepth::new("lifecycle");
-        let launcher_depth = MailboxDepth::new("launcher");
+        let lifecycle_depth = MailboxDepth::new("lifecycle", LIFECYCLE_MAILBOX_CAPACITY);
+        let launcher_depth = MailboxDepth::new("launcher", LAUNCHER_MAILBOX_CAPACITY);
         let mut launches = InFlight::default();
         let launcher = cloud.map(|cloud| {
             let offerings = cloud.offerings.unwrap_or_else(|| {
                 OfferingCache::start(
                     UNAVAILABLE_OFFERINGS_TTL,
-                    MailboxDepth::new("offering_cache"),
+                    MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
                 )
             });
             let launcher =
@@ -237,8 +263,16 @@ impl Daemon {
             };
             let (lifecycle, stats) = NodeClaimLifecycle::new(deps, lifecycle_config);
             launches = lifecycle.launches();
-            let lifecycle = (lifecycle.start_bounded(), stats);
-            let addr = launcher.start_bounded();
+            let lifecycle = supervisor::start(
+                "lifecycle",
+                lifecycle_depth.clone(),
+                supervisor::once(lifecycle),
+            );
+            let addr = supervisor::start(
+                "launcher",
+                launcher_depth.clone(),
+                supervisor::once(launcher),
+            );
             let provisioning = Provisioning {
                 launcher: Outbox::new(&addr, launcher_depth),
                 created,
@@ -250,49 +284,68 @@ impl Daemon {
                 },
                 events: events.clone(),
             };
-            ((addr, lifecycle), provisioning)
+            ((addr, (lifecycle, stats)), provisioning)
         });
         let (launcher, provisioning) = launcher.unzip();
         let (launcher, lifecycle) = launcher.unzip();
         let (lifecycle, lifecycle_stats) = lifecycle.unzip();
-        let (drain, draining) = Drain::new(launches);
+        let (graceful, draining) = GracefulShutdown::new(launches);
         // The Provisioner runs rounds only while this replica leads and is not stopping.
-        let (may_provision, gate_task) = drain::gate(leader.clone(), draining, shutdown_rx.clone());
-        let provisioner_depth = MailboxDepth::new("provisioner");
+        let (may_provision, gate_task) =
+            shutdown::gate(leader.clone(), draining, shutdown_rx.clone());
+        let provisioner_depth = MailboxDepth::new("provisioner", PROVISIONER_MAILBOX_CAPACITY);
         let offerings = provisioning.as_ref().and_then(|p| p.offerings.clone());
-        let (provisioner, rounds) = Provisioner::new(
+        let provisioner = Provisioner::start(
             state.clone(),
             may_provision,
             provisioner_depth.clone(),
             provisioning,
         );
-        let node_pool_schedulers = provisioner.node_pool_schedulers();
-        let provisioner = provisioner.start_bounded();
-        let batcher_depth = MailboxDepth::new("batcher");
-        let batcher = Batcher::new(
-            BatchLimits {
-                idle: batch_idle_duration,
-                max: batch_max_duration,
-            },
-            Outbox::new(&provisioner, provisioner_depth),
-            batcher_depth.clone(),
-        )
-        .start_bounded();
+        let batcher_depth = MailboxDepth::new("batcher", BATCHER_MAILBOX_CAPACITY);
+        let limits = BatchLimits {
+            idle: batch_idle_duration,
+            max: batch_max_duration,
+        };
+        let to_provisioner = Outbox::new(&provisioner.addr, provisioner_depth);
+        let mailbox = batcher_depth.clone();
+        let batcher = supervisor::start("batcher", batcher_depth.clone(), move || {
+            Some(Batcher::new(
+                limits,
+                to_provisioner.clone(),
+                mailbox.clone(),
+            ))
+        });
 
-        let mut tasks = pod_watcher::spawn(
-            &client,
-            &state,
-            writers,
-            Outbox::new(&batcher, batcher_depth),
-            CloudHooks {
-                lifecycle: lifecycle
-                    .as_ref()
-                    .map(|addr| Outbox::new(addr, lifecycle_depth)),
-                ..hooks
-            },
-            &leader,
-            &shutdown_rx,
-        );
+        let to_batcher = Outbox::new(&batcher, batcher_depth);
+        let retrigger = Retrigger::default();
+        let mut startup = StartupTracker::default();
+        subscribers.pods.push(Box::new(move |pod, change| {
+            startup.observe(pod, change);
+        }));
+        subscribers.pods.push(Box::new(triggers::on_pod(
+            state.clone(),
+            to_batcher.clone(),
+        )));
+        subscribers
+            .nodeclaims
+            .push(Box::new(triggers::on_node_claim(retrigger.clone())));
+        subscribers
+            .nodepools
+            .push(Box::new(triggers::on_node_pool(retrigger.clone())));
+        subscribers
+            .nodepools
+            .push(Box::new(divergences::on_node_pool()));
+        if let Some(addr) = &lifecycle {
+            subscribe_lifecycle(&mut subscribers, &Outbox::new(addr, lifecycle_depth));
+        }
+        let mut tasks = pod_watcher::spawn(&client, writers, subscribers, &shutdown_rx);
+        tasks.push(tokio::spawn(triggers::retrigger(
+            state.clone(),
+            to_batcher,
+            retrigger,
+            leader.clone(),
+            shutdown_rx.clone(),
+        )));
         tasks.extend(cloud_tasks);
         tasks.push(metrics_task);
         tasks.push(probes_task);
@@ -301,8 +354,8 @@ impl Daemon {
         Ok(Self {
             state,
             leader,
-            rounds,
-            node_pool_schedulers,
+            rounds: provisioner.rounds,
+            node_pool_schedulers: provisioner.node_pool_schedulers,
             offerings,
             lifecycle_stats,
             metrics_addr,
@@ -311,24 +364,28 @@ impl Daemon {
             tasks,
             leader_task,
             lone_leader,
-            actors: (batcher, provisioner, launcher),
-            drain,
-            lifecycle,
+            actors: Actors {
+                batcher,
+                provisioner: provisioner.addr,
+                launcher,
+                lifecycle,
+            },
+            graceful,
         })
     }
 
     /// Stops every task and actor: first provisioning drains (no new rounds; the current
-    /// round and its launches finish, for at most [`DRAIN_TIMEOUT`]), then a leader releases
+    /// round and its launches finish, for at most [`SHUTDOWN_TIMEOUT`]), then a leader releases
     /// its Lease before this returns, so a standby can take over at once. No round starts
     /// after this: a batch the Batcher still hands over finds the replica no longer leading.
     pub async fn stop(self) {
-        self.stop_within(DRAIN_TIMEOUT).await;
+        self.stop_within(SHUTDOWN_TIMEOUT).await;
     }
 
     /// [`Daemon::stop`], waiting at most `drain` for in-flight launches (a replica that must
     /// go at once, or a test of what a crash leaves behind, passes zero).
     pub async fn stop_within(self, drain: Duration) {
-        self.drain.run(&self.actors.1, drain).await;
+        self.graceful.run(&self.actors.provisioner, drain).await;
         self.shutdown.send_replace(true);
         if let Some(lone) = &self.lone_leader {
             lone.send_replace(false);
@@ -339,37 +396,50 @@ impl Daemon {
         for task in self.tasks {
             let _ended = task.await;
         }
-        let (batcher, provisioner, launcher) = self.actors;
-        // The lifecycle stops itself on the shutdown signal; its address is just released.
-        drop((batcher, provisioner, launcher, self.lifecycle));
+        // The lifecycle stops itself on the shutdown signal; the others stop once their
+        // senders are gone.
+        drop(self.actors);
     }
 }
 
 /// With a cloud provider: the LaunchTemplateCache and the Tagger (when the provider has
 /// those capabilities) with their sweeps, and garbage collection. Returns the PodWatcher
-/// hooks feeding the actors and the tasks to await on stop.
+/// subscriptions feeding the actors and the tasks to await on stop.
 fn start_cloud_loops(
     client: &Client,
     state: &Arc<ClusterState>,
     provider: Option<Arc<dyn CloudProvider>>,
     leader: &watch::Receiver<bool>,
     shutdown: &watch::Receiver<bool>,
-) -> (CloudHooks, Vec<JoinHandle<()>>) {
-    let mut hooks = CloudHooks::default();
+) -> (Subscribers, Vec<JoinHandle<()>>) {
+    let mut hooks = Subscribers::default();
     let mut tasks = Vec::new();
     let Some(provider) = provider else {
         return (hooks, tasks);
     };
     if provider.node_class_reconciler().is_some() {
-        let depth = MailboxDepth::new("launch_template_cache");
-        let addr = LaunchTemplateCache::new(
-            client.clone(),
-            state.clone(),
-            Arc::clone(&provider),
-            leader.clone(),
-            depth.clone(),
-        )
-        .start_bounded();
+        let depth = MailboxDepth::new(
+            "launch_template_cache",
+            LAUNCH_TEMPLATE_CACHE_MAILBOX_CAPACITY,
+        );
+        let addr = {
+            let (client, state, provider, leader, mailbox) = (
+                client.clone(),
+                state.clone(),
+                Arc::clone(&provider),
+                leader.clone(),
+                depth.clone(),
+            );
+            supervisor::start("launch_template_cache", depth.clone(), move || {
+                Some(LaunchTemplateCache::new(
+                    client.clone(),
+                    state.clone(),
+                    Arc::clone(&provider),
+                    leader.clone(),
+                    mailbox.clone(),
+                ))
+            })
+        };
         let out = Outbox::new(&addr, depth);
         tasks.push(tokio::spawn(launch_template_cache::sweep(
             state.clone(),
@@ -377,25 +447,42 @@ fn start_cloud_loops(
             leader.clone(),
             shutdown.clone(),
         )));
-        hooks.node_classes = Some(out);
+        hooks
+            .nodeclasses
+            .push(Box::new(launch_template_cache::on_change(
+                state.clone(),
+                out,
+            )));
     }
     if provider.instance_tagger().is_some() {
-        let depth = MailboxDepth::new("tagger");
-        let addr = Tagger::new(
-            client.clone(),
-            state.clone(),
-            Arc::clone(&provider),
-            leader.clone(),
-            depth.clone(),
-        )
-        .start_bounded();
+        let depth = MailboxDepth::new("tagger", TAGGER_MAILBOX_CAPACITY);
+        let addr = {
+            let (client, state, provider, leader, mailbox) = (
+                client.clone(),
+                state.clone(),
+                Arc::clone(&provider),
+                leader.clone(),
+                depth.clone(),
+            );
+            supervisor::start("tagger", depth.clone(), move || {
+                Some(Tagger::new(
+                    client.clone(),
+                    state.clone(),
+                    Arc::clone(&provider),
+                    leader.clone(),
+                    mailbox.clone(),
+                ))
+            })
+        };
         let out = Outbox::new(&addr, depth);
         tasks.push(tokio::spawn(tagging::sweep(
             state.clone(),
             out.clone(),
             shutdown.clone(),
         )));
-        hooks.node_claims = Some(out);
+        hooks
+            .nodeclaims
+            .push(Box::new(tagging::on_change(state.clone(), out)));
     }
     let metered = MeteredCloudProvider::new(provider, garbage_collection::CONTROLLER);
     tasks.push(tokio::spawn(garbage_collection::run(
@@ -406,4 +493,33 @@ fn start_cloud_loops(
         shutdown.clone(),
     )));
     (hooks, tasks)
+}
+
+/// Node and NodeClaim changes to the NodeClaim lifecycle; a full mailbox drops one
+/// (counted), and the lifecycle's periodic resync repairs the drop.
+fn subscribe_lifecycle(subscribers: &mut Subscribers, lifecycle: &Outbox<Changed>) {
+    let out = lifecycle.clone();
+    subscribers.nodes.push(Box::new(move |node, _| {
+        notify(
+            &out,
+            Changed::Node {
+                name: node.metadata.name.clone().unwrap_or_default(),
+                provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+            },
+        );
+    }));
+    let out = lifecycle.clone();
+    subscribers.nodeclaims.push(Box::new(move |claim, _| {
+        notify(
+            &out,
+            Changed::NodeClaim(claim.metadata.name.clone().unwrap_or_default()),
+        );
+    }));
+}
+
+fn notify(lifecycle: &Outbox<Changed>, change: Changed) {
+    match lifecycle.try_deliver(change) {
+        Ok(()) | Err(DeliverError::Full(_)) => {}
+        Err(err @ DeliverError::Closed(_)) => tracing::debug!(error = %err, "notifying lifecycle"),
+    }
 }

@@ -3,7 +3,8 @@
 //! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`,
 //! `lifecycle`, `leader`, `launch_template_cache` for EC2NodeClass status, `tagging`) and
 //! loop (`garbage_collection`), the cluster state they share (`state`), the daemon that wires them
-//! (`daemon`) and stops them gracefully (`drain`), and the operational surface: settings, the
+//! (`daemon`), each on its own thread under a supervisor (`supervisor`), and stops them
+//! gracefully (`shutdown`), and the operational surface: settings, the
 //! rate-limited Kubernetes client (`client`), Kubernetes Events (`events`), JSON logs, metrics
 //! (`metrics`, `cluster_metrics`, `cloud_metrics`) and the HTTP endpoints. Decisions come from
 //! the pure core crate `kerf`; this crate does the I/O.
@@ -13,7 +14,7 @@ pub mod client;
 pub mod cloud_metrics;
 pub mod cluster_metrics;
 pub mod daemon;
-pub mod drain;
+pub mod divergences;
 pub mod events;
 pub mod garbage_collection;
 pub mod launch_template_cache;
@@ -29,7 +30,9 @@ pub mod pod_watcher;
 pub mod provisioner;
 pub mod server;
 pub mod settings;
+pub mod shutdown;
 pub mod state;
+pub mod supervisor;
 pub mod tagging;
 
 pub use daemon::{Cloud, Daemon, Environment, StartError};

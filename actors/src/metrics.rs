@@ -29,8 +29,8 @@ pub const CLOUDPROVIDER_DURATION: &str = "karpenter_cloudprovider_duration_secon
 pub const CLOUDPROVIDER_ERRORS: &str = "karpenter_cloudprovider_errors_total";
 /// Pods waiting in the current batching window (upstream: scheduler queue depth).
 pub const SCHEDULER_QUEUE_DEPTH: &str = "karpenter_scheduler_queue_depth";
-/// Duration of one provisioning solve.
-pub const SCHEDULING_DURATION: &str = "karpenter_provisioner_scheduling_duration_seconds";
+/// Duration of one provisioning solve (label `controller`, as upstream's scheduler).
+pub const SCHEDULING_DURATION: &str = "karpenter_scheduler_scheduling_duration_seconds";
 /// NodeClaims created (labels `reason`, `nodepool`, `min_values_relaxed`).
 pub const NODECLAIMS_CREATED: &str = "karpenter_nodeclaims_created_total";
 /// NodeClaims whose machine the cloud provider launched (label `nodepool`).
@@ -64,8 +64,11 @@ pub const MALFORMED_OBJECTS: &str = "kerf_cluster_state_malformed_objects_total"
 pub const CLUSTER_STATE_OBJECTS: &str = "kerf_cluster_state_objects";
 /// 1 when every watched kind has completed its initial list.
 pub const CLUSTER_STATE_SYNCED: &str = "karpenter_cluster_state_synced";
-/// 1 while this replica holds the leader Lease.
-pub const LEADER: &str = "kerf_leader_election_is_leader";
+/// 1 while this replica holds the leader Lease (label `name`: the Lease), under
+/// controller-runtime's name.
+pub const LEADER: &str = "leader_election_master_status";
+/// Actors restarted by their supervisor after a panic (label `actor`).
+pub const ACTOR_RESTARTS: &str = "kerf_actor_restarts_total";
 
 /// Buckets of controller-runtime style duration histograms (seconds).
 const DURATION_BUCKETS: &[f64] = &[
@@ -121,10 +124,12 @@ mod tests {
     #[test]
     fn histograms_render_as_buckets_not_summaries() {
         handle();
-        metrics::histogram!(SCHEDULING_DURATION).record(0.2);
+        metrics::histogram!(SCHEDULING_DURATION, "controller" => "provisioner").record(0.2);
         let text = render();
         assert!(
-            text.contains(&format!("{SCHEDULING_DURATION}_bucket{{le=\"0.25\"}}")),
+            text.contains(&format!(
+                "{SCHEDULING_DURATION}_bucket{{controller=\"provisioner\",le=\"0.25\"}}"
+            )),
             "{text}"
         );
         assert!(!text.contains(&format!("{SCHEDULING_DURATION}{{quantile")));

@@ -320,7 +320,7 @@ fn pod_list(pods: &[String]) -> String {
 }
 
 /// Left-aligned columns separated by two spaces; the last column is not padded.
-fn table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+pub(crate) fn table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
     let rows: Vec<Vec<String>> = std::iter::once(headers.iter().map(|h| h.to_string()).collect())
         .chain(rows)
         .collect();

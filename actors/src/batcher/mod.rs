@@ -2,9 +2,13 @@
 //! the first trigger and closes once `BATCH_IDLE_DURATION` passes without a new distinct pod,
 //! or at the latest `BATCH_MAX_DURATION` after it opened, as upstream's batcher does; repeated
 //! triggers for a pod already in the window do not extend it. A closed window is handed to the
-//! Provisioner with a waiting send, so a busy Provisioner slows batching down rather than
-//! losing a batch, while the Batcher keeps collecting the next window meanwhile.
+//! Provisioner with a waiting send, one at a time: while the Provisioner works on a batch,
+//! windows that close meanwhile coalesce into one pending batch (their pods merged), handed
+//! over when the round ends. A busy Provisioner therefore has at most one batch waiting for
+//! it, however long its round, and nothing is lost; the Batcher keeps collecting the next
+//! window meanwhile.
 
+pub mod triggers;
 mod window;
 
 use std::collections::HashSet;
@@ -20,8 +24,8 @@ pub use window::Window;
 /// One trigger per pending-pod event reaches the Batcher; a scale-up of a thousand replicas
 /// arrives as a burst of that many, each handled in microseconds, so this absorbs a burst
 /// without drops. A drop is still harmless: the Provisioner solves for every pending pod in
-/// cluster state, not for the pods named in the batch, and the PodWatcher re-triggers
-/// pending pods on its periodic resync.
+/// cluster state, not for the pods named in the batch, and [`triggers::retrigger`] triggers
+/// pending pods again periodically (waiting for room, never dropping).
 pub const BATCHER_MAILBOX_CAPACITY: usize = 1024;
 
 /// The `controller` label of the queue depth: upstream's provisioner reports it.
@@ -61,6 +65,10 @@ pub struct Batcher {
     timer: Option<SpawnHandle>,
     out: Outbox<BatchReady>,
     depth: MailboxDepth,
+    /// A batch is with the Provisioner (queued or in its round).
+    handing_over: bool,
+    /// Windows closed while one was with the Provisioner, merged.
+    pending: Option<BatchReady>,
 }
 
 struct OpenWindow {
@@ -77,15 +85,9 @@ impl Batcher {
             timer: None,
             out,
             depth,
+            handing_over: false,
+            pending: None,
         }
-    }
-
-    /// Starts the actor with its bounded mailbox.
-    pub fn start_bounded(self) -> Addr<Self> {
-        Self::create(|ctx| {
-            ctx.set_mailbox_capacity(BATCHER_MAILBOX_CAPACITY);
-            self
-        })
     }
 
     fn arm(&mut self, ctx: &mut Context<Self>) {
@@ -123,6 +125,23 @@ impl Batcher {
             window_ms = batch.window.as_millis() as u64,
             "batch closed"
         );
+        match self.pending.take() {
+            Some(earlier) => self.pending = Some(merge(earlier, batch)),
+            None => self.pending = Some(batch),
+        }
+        self.hand_over(ctx);
+    }
+
+    /// Hands the pending batch to the Provisioner unless one is with it already; the next
+    /// goes when that one's round ends.
+    fn hand_over(&mut self, ctx: &mut Context<Self>) {
+        if self.handing_over {
+            return;
+        }
+        let Some(batch) = self.pending.take() else {
+            return;
+        };
+        self.handing_over = true;
         let out = self.out.clone();
         // Spawned rather than awaited in place: the Batcher keeps taking triggers for the
         // next window while the Provisioner is busy.
@@ -132,8 +151,25 @@ impl Batcher {
                     tracing::error!(error = %err, "handing a batch to the provisioner");
                 }
             }
-            .into_actor(self),
+            .into_actor(self)
+            .map(|(), act, ctx| {
+                act.handing_over = false;
+                act.hand_over(ctx);
+            }),
         );
+    }
+}
+
+/// One batch of two closed windows: the pods of both (first seen first), timed from the
+/// earlier close, so the round's latency counts the wait of the oldest pod.
+fn merge(earlier: BatchReady, later: BatchReady) -> BatchReady {
+    let mut pods = earlier.pods;
+    let mut seen: HashSet<String> = pods.iter().cloned().collect();
+    pods.extend(later.pods.into_iter().filter(|p| seen.insert(p.clone())));
+    BatchReady {
+        pods,
+        window: earlier.window.max(later.window),
+        closed: earlier.closed.min(later.closed),
     }
 }
 

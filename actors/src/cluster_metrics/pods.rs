@@ -10,7 +10,7 @@ use kerf::labels;
 
 use super::exposition::Family;
 use crate::metrics::{PODS_STARTUP_DURATION, PODS_STATE};
-use crate::pod_watcher::Change;
+use crate::state::Change;
 use crate::state::{ClusterState, ObjectKey};
 
 /// One `karpenter_pods_state` series per pod in `state`.

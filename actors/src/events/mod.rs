@@ -116,13 +116,16 @@ pub struct EventRecorder {
 impl EventRecorder {
     /// Queues `event`; a full queue drops it (counted), a stopped recorder ignores it.
     pub fn publish(&self, event: Event) {
-        match self.queue.try_send(event) {
-            Ok(()) => self.depth.queued(),
-            Err(mpsc::error::TrySendError::Full(dropped)) => {
-                self.depth.dropped();
-                tracing::debug!(reason = dropped.reason, "event queue full; event dropped");
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        if self.queue.is_closed() {
+            return;
+        }
+        if self.depth.try_admit().is_err() {
+            tracing::debug!(reason = event.reason, "event queue full; event dropped");
+            return;
+        }
+        // The channel holds as many as the permits: with one, there is room.
+        if self.queue.try_send(event).is_err() {
+            self.depth.taken();
         }
     }
 
@@ -131,7 +134,7 @@ impl EventRecorder {
         let (queue, _) = mpsc::channel(1);
         Self {
             queue,
-            depth: MailboxDepth::new("events"),
+            depth: MailboxDepth::new("events", 1),
         }
     }
 }
@@ -144,7 +147,7 @@ pub fn spawn(
     shutdown: watch::Receiver<bool>,
 ) -> (EventRecorder, JoinHandle<()>) {
     let (queue, rx) = mpsc::channel(EVENTS_MAILBOX_CAPACITY);
-    let depth = MailboxDepth::new("events");
+    let depth = MailboxDepth::new("events", EVENTS_MAILBOX_CAPACITY);
     let writer = Writer {
         client,
         identity,
@@ -396,7 +399,7 @@ mod tests {
         let (queue, mut rx) = mpsc::channel(1);
         let recorder = EventRecorder {
             queue,
-            depth: MailboxDepth::new("events-test"),
+            depth: MailboxDepth::new("events-test", 1),
         };
         recorder.publish(event("first"));
         recorder.publish(event("second"));

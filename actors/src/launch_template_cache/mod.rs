@@ -118,14 +118,6 @@ impl LaunchTemplateCache {
         }
     }
 
-    /// Starts the actor with its bounded mailbox.
-    pub fn start_bounded(self) -> Addr<Self> {
-        Self::create(|ctx| {
-            ctx.set_mailbox_capacity(LAUNCH_TEMPLATE_CACHE_MAILBOX_CAPACITY);
-            self
-        })
-    }
-
     fn is_deleting(&self, name: &str) -> bool {
         self.state
             .nodeclasses
@@ -365,9 +357,9 @@ pub async fn sweep(
 pub fn on_change(
     state: Arc<ClusterState>,
     out: Outbox<ReconcileNodeClass>,
-) -> impl FnMut(&EC2NodeClass, crate::pod_watcher::Change) + Send + 'static {
+) -> impl FnMut(&EC2NodeClass, crate::state::Change) + Send + 'static {
     move |node_class, change| {
-        if change != crate::pod_watcher::Change::Applied || !state.synced() {
+        if change != crate::state::Change::Applied || !state.synced() {
             return;
         }
         let request = ReconcileNodeClass {

@@ -32,6 +32,16 @@ pub struct Timing {
     pub retry_period: Duration,
 }
 
+impl Timing {
+    /// How long one acquire-or-renew attempt may take: below the renew deadline by a retry
+    /// period, so a leader whose requests stall learns it before it must step down.
+    pub fn attempt_timeout(&self) -> Duration {
+        self.renew_deadline
+            .saturating_sub(self.retry_period)
+            .max(self.retry_period)
+    }
+}
+
 impl Default for Timing {
     fn default() -> Self {
         Self {
@@ -58,6 +68,8 @@ pub enum LeaseError {
     Read(String, #[source] kube::Error),
     #[error("writing lease {0}: {1}")]
     Write(String, #[source] kube::Error),
+    #[error("lease {0}: no answer within the attempt timeout")]
+    Timeout(String),
 }
 
 /// Runs the election until `shutdown` turns true, publishing leadership on the returned
@@ -82,7 +94,14 @@ async fn run(
     let mut observed = Observed::default();
     let mut last_renewal: Option<Instant> = None;
     loop {
-        let attempt = try_acquire_or_renew(&api, &election, &mut observed).await;
+        // Bounded below the renew deadline: a stalled API server cannot hold an attempt
+        // past the moment this replica must step down.
+        let attempt = tokio::time::timeout(
+            election.timing.attempt_timeout(),
+            try_acquire_or_renew(&api, &election, &mut observed),
+        )
+        .await
+        .unwrap_or(Err(LeaseError::Timeout(election.name.clone())));
         let now = Instant::now();
         match attempt {
             Ok(true) => last_renewal = Some(now),
@@ -112,7 +131,11 @@ async fn run(
 fn set_leader(leader: &watch::Sender<bool>, leading: bool, election: &Election) {
     let was = leader.send_replace(leading);
     if was != leading {
-        metrics::gauge!(LEADER).set(if leading { 1.0 } else { 0.0 });
+        metrics::gauge!(LEADER, "name" => election.name.clone()).set(if leading {
+            1.0
+        } else {
+            0.0
+        });
         if leading {
             tracing::info!(lease = %election.name, identity = %election.identity, "acquired leader lease");
         } else {

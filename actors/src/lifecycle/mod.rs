@@ -36,8 +36,8 @@ use kube::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::drain::InFlight;
 use crate::mailbox::MailboxDepth;
+use crate::shutdown::InFlight;
 use crate::state::ClusterState;
 use queue::WorkQueue;
 use reconcile::{Outcome, ReconcileError, Reconciler, is_managed};

@@ -25,10 +25,10 @@ use super::liveness::{self, Verdict};
 use super::registration::{lacks_unregistered_taint, nodes_for, registered_node};
 use super::termination::has_termination_finalizer;
 use super::{LifecycleConfig, LifecycleStats, Target, finalize, patch};
-use crate::drain::InFlight;
 use crate::metrics::{
     NODECLAIMS_DISRUPTED, NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED,
 };
+use crate::shutdown::InFlight;
 use crate::state::{ClusterState, ObjectKey};
 
 /// What a reconcile asks of the actor besides being run again on the next change.

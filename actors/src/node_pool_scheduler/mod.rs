@@ -4,7 +4,9 @@
 //! fans its independent parts out — a part goes to the scheduler of its first NodePool
 //! (every NodePool is in exactly one part), parts that use no NodePool go round-robin to
 //! any scheduler — then gathers the outcomes and assembles the result, which is exactly the
-//! sequential solve's. Each scheduler's mailbox is a bounded channel with a waiting send.
+//! sequential solve's. Each scheduler's mailbox is a bounded channel behind a mailbox
+//! permit, with a waiting send; its depth is reported per NodePool
+//! (`mailbox="nodepool_scheduler/<pool>"`).
 //! Schedulers are started and stopped as NodePools come and go ([`Schedulers::reconcile`]);
 //! the running set is published on a watch channel.
 //!
@@ -13,11 +15,12 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use futures::future::join_all;
 use kerf::scheduling::{Batch, Part, PartOutcome, SchedulingResult};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use crate::mailbox::MailboxDepth;
 
@@ -27,7 +30,7 @@ use crate::mailbox::MailboxDepth;
 /// small mailbox only paces the fan-out; it never loses work.
 pub const NODEPOOL_SCHEDULER_MAILBOX_CAPACITY: usize = 4;
 
-/// Name of the schedulers' (shared) mailbox depth metric.
+/// Prefix of each scheduler's mailbox name (the depth metric's `mailbox` label).
 pub const MAILBOX_NAME: &str = "nodepool_scheduler";
 
 /// Solve one part of a batch and answer on `reply`.
@@ -39,21 +42,36 @@ struct SolvePart {
 
 /// One NodePool's scheduler: its mailbox and its thread.
 struct NodePoolScheduler {
-    mailbox: mpsc::Sender<SolvePart>,
+    mailbox: Mailbox,
     thread: JoinHandle<()>,
 }
 
+/// A scheduler's sending side: the channel and the permit that bounds it.
+#[derive(Clone)]
+struct Mailbox {
+    sender: crossbeam_channel::Sender<SolvePart>,
+    depth: MailboxDepth,
+}
+
 impl NodePoolScheduler {
-    fn start(pool: &str, depth: &MailboxDepth) -> std::io::Result<Self> {
-        let (mailbox, mut inbox) = mpsc::channel::<SolvePart>(NODEPOOL_SCHEDULER_MAILBOX_CAPACITY);
-        let depth = depth.clone();
+    fn start(pool: &str) -> std::io::Result<Self> {
+        // crossbeam: the receiver is a plain thread that blocks between parts.
+        let (sender, inbox) = crossbeam_channel::bounded(NODEPOOL_SCHEDULER_MAILBOX_CAPACITY);
+        let depth = MailboxDepth::new(
+            format!("{MAILBOX_NAME}/{pool}"),
+            NODEPOOL_SCHEDULER_MAILBOX_CAPACITY,
+        );
+        let mailbox = Mailbox {
+            sender,
+            depth: depth.clone(),
+        };
         let name = pool.to_owned();
         let thread = std::thread::Builder::new()
             .name(format!("nodepool-{pool}"))
             .spawn(move || {
                 // Ends when the last sender is dropped: the pool is gone or the Provisioner
                 // stopped.
-                while let Some(SolvePart { batch, part, reply }) = inbox.blocking_recv() {
+                while let Ok(SolvePart { batch, part, reply }) = inbox.recv() {
                     depth.taken();
                     let span =
                         tracing::debug_span!("solve", nodepool = %name, pods = part.pod_count());
@@ -69,23 +87,20 @@ impl NodePoolScheduler {
 /// The running schedulers, by NodePool name.
 pub struct Schedulers {
     running: BTreeMap<String, NodePoolScheduler>,
-    depth: MailboxDepth,
-    published: watch::Sender<Vec<String>>,
+    published: Arc<watch::Sender<Vec<String>>>,
     /// Where the next pool-less part goes.
     next_any: usize,
 }
 
 impl Schedulers {
-    /// No schedulers yet; the receiver follows the names of the running ones.
-    pub fn new(depth: MailboxDepth) -> (Self, watch::Receiver<Vec<String>>) {
-        let (published, names) = watch::channel(Vec::new());
-        let schedulers = Self {
+    /// No schedulers yet; the names of the running ones are published on `published`.
+    pub fn new(published: Arc<watch::Sender<Vec<String>>>) -> Self {
+        published.send_replace(Vec::new());
+        Self {
             running: BTreeMap::new(),
-            depth,
             published,
             next_any: 0,
-        };
-        (schedulers, names)
+        }
     }
 
     /// NodePools with a running scheduler, sorted.
@@ -105,7 +120,7 @@ impl Schedulers {
             if self.running.contains_key(pool) {
                 continue;
             }
-            match NodePoolScheduler::start(pool, &self.depth) {
+            match NodePoolScheduler::start(pool) {
                 Ok(scheduler) => {
                     self.running.insert(pool.to_owned(), scheduler);
                 }
@@ -142,15 +157,12 @@ impl Schedulers {
             }
         }
         let batch = batch.clone();
-        let depth = self.depth.clone();
         async move {
             let sends = routed.into_iter().map(|(mailbox, message, answer)| {
-                let depth = depth.clone();
                 async move {
-                    // Counted before the wait: a sender blocked on a full mailbox is backlog.
-                    depth.queued();
-                    if mailbox.send(message).await.is_err() {
-                        depth.taken();
+                    mailbox.depth.admit().await;
+                    // The channel holds as many as the permits: with one, there is room.
+                    if mailbox.sender.try_send(message).is_err() {
                         return None;
                     }
                     // A scheduler that died mid-solve drops the reply: its part's pods are
@@ -166,7 +178,7 @@ impl Schedulers {
     }
 
     /// The mailbox of the scheduler that solves `part`.
-    fn route(&mut self, part: &Part) -> Option<mpsc::Sender<SolvePart>> {
+    fn route(&mut self, part: &Part) -> Option<Mailbox> {
         if let Some(first) = part.node_pools().first() {
             return self.running.get(first).map(|s| s.mailbox.clone());
         }

@@ -56,7 +56,7 @@ fn names(pools: &[&str]) -> Vec<String> {
 
 #[tokio::test]
 async fn parts_solved_on_the_schedulers_equal_the_sequential_solve() {
-    let (mut schedulers, _names) = Schedulers::new(MailboxDepth::new("nodepool-scheduler-test"));
+    let mut schedulers = Schedulers::new(Arc::new(watch::channel(Vec::new()).0));
     schedulers.reconcile(["pool-a", "pool-b", "pool-c"]);
     for seed in 0..24 {
         let mut input = input(seed);
@@ -73,7 +73,7 @@ async fn parts_solved_on_the_schedulers_equal_the_sequential_solve() {
 
 #[tokio::test]
 async fn without_running_schedulers_parts_are_solved_in_place() {
-    let (mut schedulers, _names) = Schedulers::new(MailboxDepth::new("nodepool-scheduler-test"));
+    let mut schedulers = Schedulers::new(Arc::new(watch::channel(Vec::new()).0));
     let input = input(7);
     let batch = Batch::prepare(&input).expect("valid input");
     let result = schedulers.solve(&batch).await;
@@ -82,7 +82,8 @@ async fn without_running_schedulers_parts_are_solved_in_place() {
 
 #[tokio::test]
 async fn schedulers_start_and_stop_with_their_node_pools() {
-    let (mut schedulers, published) = Schedulers::new(MailboxDepth::new("nodepool-scheduler-test"));
+    let (sender, published) = watch::channel(Vec::new());
+    let mut schedulers = Schedulers::new(Arc::new(sender));
     schedulers.reconcile(["a", "b"]);
     assert_eq!(*published.borrow(), names(&["a", "b"]));
     let b_thread = schedulers.running["b"].thread.thread().clone();
@@ -97,7 +98,7 @@ async fn schedulers_start_and_stop_with_their_node_pools() {
 
 #[tokio::test]
 async fn a_stopped_scheduler_thread_ends() {
-    let (mut schedulers, _names) = Schedulers::new(MailboxDepth::new("nodepool-scheduler-test"));
+    let mut schedulers = Schedulers::new(Arc::new(watch::channel(Vec::new()).0));
     schedulers.reconcile(["a"]);
     let scheduler = schedulers.running.remove("a").expect("running");
     let NodePoolScheduler { mailbox, thread } = scheduler;

@@ -73,7 +73,7 @@ impl OfferingCache {
         });
         OfferingCacheHandle {
             table,
-            marks: Outbox::new(&addr, depth),
+            marks: Outbox::to_addr(&addr, depth),
         }
     }
 

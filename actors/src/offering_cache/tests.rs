@@ -11,7 +11,10 @@ fn a_refused_offering_is_unavailable_until_its_ttl_passes() {
     paused(|| async {
         let cache = OfferingCache::start(
             UNAVAILABLE_OFFERINGS_TTL,
-            MailboxDepth::new("offering-cache-test"),
+            MailboxDepth::new(
+                "offering-cache-test",
+                crate::offering_cache::OFFERING_CACHE_MAILBOX_CAPACITY,
+            ),
         );
         let seq = cache.seq_num("m5.large");
         cache.mark_offerings(
@@ -48,7 +51,10 @@ fn the_trait_marks_capacity_types_and_subnets_for_every_type() {
     paused(|| async {
         let handle = OfferingCache::start(
             Duration::from_secs(60),
-            MailboxDepth::new("offering-cache-test"),
+            MailboxDepth::new(
+                "offering-cache-test",
+                crate::offering_cache::OFFERING_CACHE_MAILBOX_CAPACITY,
+            ),
         );
         let cache: Arc<dyn UnavailableOfferings> = Arc::new(handle.clone());
         let seq = cache.seq_num("c5.large");
@@ -84,7 +90,13 @@ fn the_trait_marks_capacity_types_and_subnets_for_every_type() {
 fn a_repeated_mark_keeps_the_offering_unavailable_for_another_ttl() {
     paused(|| async {
         let ttl = Duration::from_secs(60);
-        let cache = OfferingCache::start(ttl, MailboxDepth::new("offering-cache-test"));
+        let cache = OfferingCache::start(
+            ttl,
+            MailboxDepth::new(
+                "offering-cache-test",
+                crate::offering_cache::OFFERING_CACHE_MAILBOX_CAPACITY,
+            ),
+        );
         let refused = [OfferingRef::new("spot", "m5.large", "us-east-1a")];
         cache.mark_offerings(&refused, "InsufficientInstanceCapacity");
         until_generation(&cache, 1).await;

@@ -10,14 +10,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
 
 use crate::metrics::MALFORMED_OBJECTS;
-use crate::state::{ObjectKey, StoreWriter};
-
-/// What happened to an object, for hooks that react to changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    Applied,
-    Deleted,
-}
+use crate::state::{Change, ObjectKey, StoreWriter};
 
 fn key_of(object: &DynamicObject) -> ObjectKey {
     ObjectKey::new(

@@ -1,13 +1,16 @@
 //! The Provisioner: takes each closed batch and turns it into one provisioning round over a
 //! consistent snapshot of cluster state — every provisionable pod at that moment, not only
 //! the pods that triggered the batch. Only the leader provisions, and only once cluster
-//! state has synced; a batch arriving otherwise is skipped (the PodWatcher's resync triggers
-//! the pods again). With a cloud provider configured, a round builds the scheduler's input
+//! state has synced; a batch arriving otherwise is skipped (the periodic re-trigger,
+//! [`crate::batcher::triggers`], brings the pods again). The Provisioner runs on its own
+//! thread under a supervisor, so a round's snapshot and solve hold up no other actor, and a
+//! panic in plan code restarts only the Provisioner. With a cloud provider configured, a round builds the scheduler's input
 //! from the snapshot (the code `kerf plan` uses) with instance types whose recently refused
 //! offerings are unavailable (the OfferingCache), prepares the solve once and fans its
 //! independent parts out to the NodePoolSchedulers — one thread per NodePool — then hands
-//! each planned NodeClaim to the Launcher, waiting until every one is created before the next
-//! round starts, so no round plans for pods an earlier round already covered. Each round is
+//! each planned NodeClaim to the Launcher — at most the Launcher's mailbox capacity at once —
+//! waiting until every one is created before the next round starts, so no round plans for
+//! pods an earlier round already covered. Each round is
 //! published on a watch channel for observers (`kerf simulate`'s report, tests).
 
 mod instance_types;
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use futures::StreamExt;
 use kerf::api::NodePool;
 use kerf::catalog::Catalog;
 use kerf::plan::ControllerSettings;
@@ -30,16 +34,17 @@ use crate::events::{EventRecorder, upstream as events};
 use crate::launcher::{CreatedClaims, Launch};
 use crate::mailbox::{MailboxDepth, Outbox};
 use crate::metrics::SCHEDULING_DURATION;
-use crate::node_pool_scheduler::{self, Schedulers};
+use crate::node_pool_scheduler::Schedulers;
 use crate::offering_cache::OfferingCacheHandle;
 use crate::state::ClusterState;
+use crate::supervisor::{self, Supervised};
 use instance_types::InstanceTypeCache;
 
 pub use crate::launcher::UNSEEN_NODECLAIM_GRACE;
 
 /// One solve runs at a time and each reads the latest cluster state, so a single queued
-/// batch behind the running one is enough: the Batcher waits (`deliver`) rather than drops,
-/// and keeps collecting the next window meanwhile.
+/// batch is enough: the Batcher hands over one batch at a time (`deliver`, waiting) and
+/// merges the windows that close meanwhile.
 pub const PROVISIONER_MAILBOX_CAPACITY: usize = 1;
 
 /// Instance types written on one NodeClaim, cheapest first. Diverges from upstream on
@@ -54,6 +59,9 @@ pub const MAX_INSTANCE_TYPES: usize = 60;
 /// rounds (each round also matches them before it solves), so a scheduler starts and stops
 /// with its NodePool even while no pods are pending. Comparing names is cheap.
 pub const SCHEDULER_RECONCILE_PERIOD: Duration = Duration::from_secs(1);
+
+/// The `controller` label of the scheduling duration, as upstream's provisioner reports it.
+const SCHEDULING_CONTROLLER: &str = "provisioner";
 
 /// What one round saw and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +101,7 @@ pub enum Skipped {
 }
 
 /// What the Provisioner solves with when it launches capacity.
+#[derive(Clone)]
 pub struct Provisioning {
     pub launcher: Outbox<Launch>,
     /// The NodeClaims the Launcher created, counted as in-flight until the watch has them.
@@ -110,13 +119,21 @@ pub struct Provisioning {
 pub struct Provisioner {
     state: Arc<ClusterState>,
     leader: watch::Receiver<bool>,
-    rounds: watch::Sender<Option<Round>>,
+    rounds: Arc<watch::Sender<Option<Round>>>,
     number: u64,
     depth: MailboxDepth,
     provisioning: Option<Provisioning>,
     instance_types: InstanceTypeCache,
     schedulers: Schedulers,
-    scheduler_names: watch::Receiver<Vec<String>>,
+}
+
+/// A started Provisioner and what it publishes.
+pub struct Started {
+    pub addr: Supervised<Provisioner>,
+    /// The latest round.
+    pub rounds: watch::Receiver<Option<Round>>,
+    /// NodePools with a running NodePoolScheduler.
+    pub node_pool_schedulers: watch::Receiver<Vec<String>>,
 }
 
 /// A round's prepared solve and the NodePools its NodeClaims belong to.
@@ -126,40 +143,36 @@ struct Planned {
 }
 
 impl Provisioner {
-    pub fn new(
+    /// Starts the Provisioner on its own thread, supervised: after a panic it is built
+    /// again from the same parts (publishing on the same channels) with fresh
+    /// NodePoolSchedulers.
+    pub fn start(
         state: Arc<ClusterState>,
         leader: watch::Receiver<bool>,
         depth: MailboxDepth,
         provisioning: Option<Provisioning>,
-    ) -> (Self, watch::Receiver<Option<Round>>) {
-        let (rounds, observer) = watch::channel(None);
-        let (schedulers, scheduler_names) =
-            Schedulers::new(MailboxDepth::new(node_pool_scheduler::MAILBOX_NAME));
-        let actor = Self {
-            state,
-            leader,
-            rounds,
-            number: 0,
-            depth,
-            provisioning,
-            instance_types: InstanceTypeCache::default(),
-            schedulers,
-            scheduler_names,
-        };
-        (actor, observer)
-    }
-
-    /// Follows the NodePools that have a running NodePoolScheduler.
-    pub fn node_pool_schedulers(&self) -> watch::Receiver<Vec<String>> {
-        self.scheduler_names.clone()
-    }
-
-    /// Starts the actor with its bounded mailbox.
-    pub fn start_bounded(self) -> Addr<Self> {
-        Self::create(|ctx| {
-            ctx.set_mailbox_capacity(PROVISIONER_MAILBOX_CAPACITY);
-            self
-        })
+    ) -> Started {
+        let (rounds, rounds_rx) = watch::channel(None);
+        let (names, names_rx) = watch::channel(Vec::new());
+        let (rounds, names) = (Arc::new(rounds), Arc::new(names));
+        let mailbox = depth.clone();
+        let addr = supervisor::start("provisioner", depth.clone(), move || {
+            Some(Self {
+                state: Arc::clone(&state),
+                leader: leader.clone(),
+                rounds: Arc::clone(&rounds),
+                number: rounds.borrow().as_ref().map_or(0, |r| r.number),
+                depth: mailbox.clone(),
+                provisioning: provisioning.clone(),
+                instance_types: InstanceTypeCache::default(),
+                schedulers: Schedulers::new(Arc::clone(&names)),
+            })
+        });
+        Started {
+            addr,
+            rounds: rounds_rx,
+            node_pool_schedulers: names_rx,
+        }
     }
 
     fn round(&mut self, batch: BatchReady) -> Result<(Round, Option<Planned>), Skipped> {
@@ -313,19 +326,26 @@ impl Handler<BatchReady> for Provisioner {
             let mut round = round;
             let Some((result, pools)) = solving else {
                 round.timing.solve = started.elapsed();
-                metrics::histogram!(SCHEDULING_DURATION).record(started.elapsed().as_secs_f64());
+                metrics::histogram!(SCHEDULING_DURATION, "controller" => SCHEDULING_CONTROLLER)
+                    .record(started.elapsed().as_secs_f64());
                 return (round, Vec::new());
             };
             let result = result.await;
             round.timing.solve = started.elapsed();
-            metrics::histogram!(SCHEDULING_DURATION).record(started.elapsed().as_secs_f64());
+            metrics::histogram!(SCHEDULING_DURATION, "controller" => SCHEDULING_CONTROLLER)
+                .record(started.elapsed().as_secs_f64());
             let launches = launches(result, &pools, &mut round.problems, recorder.as_ref());
-            // Delivered all at once: each answer is one API create, so a large round's
-            // creates overlap (the Launcher's bounded mailbox caps how many are in flight)
-            // instead of paying one round trip after another. Answers keep the planned order.
+            // Overlapped, at most a Launcher mailbox's worth at a time: each answer is one
+            // API create, so a large round's creates overlap instead of paying one round
+            // trip after another, yet never queue more than the Launcher's bound. Answers
+            // keep the planned order.
             let outcomes = match launcher {
                 Some(launcher) => {
-                    futures::future::join_all(launches.into_iter().map(|l| launcher.deliver(l)))
+                    let concurrency = launcher.capacity().max(1);
+                    futures::stream::iter(launches)
+                        .map(|l| launcher.deliver(l))
+                        .buffered(concurrency)
+                        .collect()
                         .await
                 }
                 None => Vec::new(),

@@ -2,6 +2,7 @@
 //! plans for the same snapshot, with one scheduler per NodePool.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kerf::plan::snapshot;
 use kerf::scheduling::{SchedulingInput, solve};
@@ -11,25 +12,42 @@ use super::*;
 use crate::launcher::{LaunchError, node_claim};
 use crate::state::{ObjectKey, Writers};
 
-/// Stands in for the Launcher: records what it is asked to launch, answers with the
-/// NodeClaim the Launcher would create.
-struct Recorder(Arc<Mutex<Vec<PlannedNodeClaim>>>);
+/// Stands in for the Launcher: records what it is asked to launch, answers a few
+/// milliseconds later (as a create would) with the NodeClaim the Launcher would create, and
+/// records how many launches it had in flight at once.
+struct Recorder {
+    recorded: Arc<Mutex<Vec<PlannedNodeClaim>>>,
+    depth: MailboxDepth,
+    in_flight: Arc<AtomicUsize>,
+    most_in_flight: Arc<AtomicUsize>,
+}
 
 impl Actor for Recorder {
     type Context = Context<Self>;
 }
 
 impl Handler<Launch> for Recorder {
-    type Result = Result<kerf::api::NodeClaim, LaunchError>;
+    type Result = ResponseFuture<Result<kerf::api::NodeClaim, LaunchError>>;
 
     fn handle(&mut self, launch: Launch, _ctx: &mut Context<Self>) -> Self::Result {
-        let mut recorded = self.0.lock().expect("not poisoned");
+        self.depth.taken();
+        let mut recorded = self.recorded.lock().expect("not poisoned");
         let mut claim = node_claim(&launch.claim, &launch.pool);
         claim.metadata.name = Some(format!("{}-{}", launch.pool.name(), recorded.len()));
         recorded.push(launch.claim);
-        Ok(claim)
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        let in_flight = Arc::clone(&self.in_flight);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            Ok(claim)
+        })
     }
 }
+
+/// At most this many launches at once: fewer than the round plans.
+const LAUNCHER_TEST_CAPACITY: usize = 2;
 
 fn node_pool(name: &str) -> NodePool {
     serde_json::from_value(json!({
@@ -135,8 +153,18 @@ fn a_round_solved_by_the_node_pool_schedulers_equals_the_sequential_solve() {
         assert!(expected.new_node_claims.len() >= 2, "{expected:?}");
 
         let recorded = Arc::new(Mutex::new(Vec::new()));
-        let recorder = Recorder(Arc::clone(&recorded)).start();
-        let depth = MailboxDepth::new("launcher-test");
+        let most_in_flight = Arc::new(AtomicUsize::new(0));
+        let depth = MailboxDepth::new("launcher-test", LAUNCHER_TEST_CAPACITY);
+        let recorder = crate::supervisor::start(
+            "launcher-test",
+            depth.clone(),
+            crate::supervisor::once(Recorder {
+                recorded: Arc::clone(&recorded),
+                depth: depth.clone(),
+                in_flight: Arc::new(AtomicUsize::new(0)),
+                most_in_flight: Arc::clone(&most_in_flight),
+            }),
+        );
         let provisioning = Provisioning {
             launcher: Outbox::new(&recorder, depth),
             created: CreatedClaims::default(),
@@ -146,27 +174,37 @@ fn a_round_solved_by_the_node_pool_schedulers_equals_the_sequential_solve() {
             events: crate::events::EventRecorder::disabled(),
         };
         let (_leader_tx, leader) = watch::channel(true);
-        let (provisioner, mut rounds) = Provisioner::new(
+        let depth = MailboxDepth::new("provisioner-test", PROVISIONER_MAILBOX_CAPACITY);
+        let Started {
+            addr,
+            mut rounds,
+            node_pool_schedulers: schedulers,
+        } = Provisioner::start(
             Arc::clone(&state),
             leader,
-            MailboxDepth::new("provisioner-test"),
+            depth.clone(),
             Some(provisioning),
         );
-        let schedulers = provisioner.node_pool_schedulers();
-        let addr = provisioner.start_bounded();
-        addr.send(BatchReady {
-            pods: vec!["default/a-0".into()],
-            window: Duration::from_secs(1),
-            closed: tokio::time::Instant::now(),
-        })
-        .await
-        .expect("provisioner alive");
+        Outbox::new(&addr, depth)
+            .deliver(BatchReady {
+                pods: vec!["default/a-0".into()],
+                window: Duration::from_secs(1),
+                closed: tokio::time::Instant::now(),
+            })
+            .await
+            .expect("provisioner alive");
         let round = rounds.borrow_and_update().clone().expect("a round");
 
         assert_eq!(*schedulers.borrow(), ["a".to_owned(), "b".to_owned()]);
         let planned = recorded.lock().expect("not poisoned").clone();
         assert_eq!(planned, expected.new_node_claims);
         assert_eq!(round.nodeclaims.len(), planned.len());
+        assert!(planned.len() > LAUNCHER_TEST_CAPACITY, "{planned:?}");
+        assert_eq!(
+            most_in_flight.load(Ordering::SeqCst),
+            LAUNCHER_TEST_CAPACITY,
+            "launches overlap, never beyond the Launcher's mailbox"
+        );
         assert!(
             round
                 .problems

@@ -20,6 +20,14 @@ use tokio::sync::watch;
 pub use pods::is_provisionable;
 pub use store::{ObjectKey, Store, StoreWriter};
 
+/// What happened to an object in cluster state: the vocabulary of the watch streams'
+/// subscribers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Applied,
+    Deleted,
+}
+
 /// Every kind the controller watches.
 #[derive(Debug)]
 pub struct ClusterState {

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::mailbox::{DeliverError, MailboxDepth, Outbox};
-use crate::pod_watcher::Change;
+use crate::state::Change;
 use crate::state::{ClusterState, ObjectKey};
 
 /// A registration makes one request per NodeClaim change (several each); the capacity
@@ -90,14 +90,6 @@ impl Tagger {
             busy: false,
             next_call: Instant::now(),
         }
-    }
-
-    /// Starts the actor with its bounded mailbox.
-    pub fn start_bounded(self) -> Addr<Self> {
-        Self::create(|ctx| {
-            ctx.set_mailbox_capacity(TAGGER_MAILBOX_CAPACITY);
-            self
-        })
     }
 
     fn pump(&mut self, ctx: &mut Context<Self>) {

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use actix::prelude::*;
-use kerf_actors::batcher::{BatchLimits, BatchReady, Batcher, Trigger};
+use kerf_actors::batcher::{BATCHER_MAILBOX_CAPACITY, BatchLimits, BatchReady, Batcher, Trigger};
 use kerf_actors::mailbox::{MailboxDepth, Outbox};
+use kerf_actors::provisioner::PROVISIONER_MAILBOX_CAPACITY;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -15,17 +16,24 @@ use crate::support::{
     start_cluster, start_daemon,
 };
 
-/// Forwards every batch with the (paused) time it arrived.
-struct Collector(mpsc::UnboundedSender<(Instant, BatchReady)>);
+/// Stands in for the Provisioner: forwards every batch with the (paused) time it arrived,
+/// and answers after `busy` (a round's length).
+struct Collector {
+    batches: mpsc::UnboundedSender<(Instant, BatchReady)>,
+    depth: MailboxDepth,
+    busy: Duration,
+}
 
 impl Actor for Collector {
     type Context = Context<Self>;
 }
 
 impl Handler<BatchReady> for Collector {
-    type Result = ();
-    fn handle(&mut self, batch: BatchReady, _: &mut Context<Self>) {
-        let _ = self.0.send((Instant::now(), batch));
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, batch: BatchReady, _: &mut Context<Self>) -> Self::Result {
+        self.depth.taken();
+        let _ = self.batches.send((Instant::now(), batch));
+        Box::pin(tokio::time::sleep(self.busy))
     }
 }
 
@@ -45,23 +53,33 @@ where
     system.block_on(test());
 }
 
-fn batcher() -> (
+/// A Batcher (1 s idle, 10 s max) on the test's paused clock, handing batches to a
+/// Collector busy `busy` per batch behind a one-batch mailbox, as the Provisioner's.
+fn batcher(
+    busy: Duration,
+) -> (
     Outbox<Trigger>,
     mpsc::UnboundedReceiver<(Instant, BatchReady)>,
 ) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let collector = Collector(tx).start();
-    let depth = MailboxDepth::new("batcher-test");
+    let collected = MailboxDepth::new("collector-test", PROVISIONER_MAILBOX_CAPACITY);
+    let collector = Collector {
+        batches: tx,
+        depth: collected.clone(),
+        busy,
+    }
+    .start();
+    let depth = MailboxDepth::new("batcher-test", BATCHER_MAILBOX_CAPACITY);
     let addr = Batcher::new(
         BatchLimits {
             idle: Duration::from_secs(1),
             max: Duration::from_secs(10),
         },
-        Outbox::new(&collector, MailboxDepth::new("collector-test")),
+        Outbox::to_addr(&collector, collected),
         depth.clone(),
     )
-    .start_bounded();
-    (Outbox::new(&addr, depth), rx)
+    .start();
+    (Outbox::to_addr(&addr, depth), rx)
 }
 
 fn trigger(out: &Outbox<Trigger>, uid: &str) {
@@ -74,7 +92,7 @@ fn trigger(out: &Outbox<Trigger>, uid: &str) {
 #[test]
 fn window_closes_after_idle_and_repeats_do_not_extend_it() {
     paused(|| async {
-        let (out, mut batches) = batcher();
+        let (out, mut batches) = batcher(Duration::ZERO);
         let t0 = Instant::now();
         trigger(&out, "a");
         tokio::time::sleep(Duration::from_millis(600)).await;
@@ -99,7 +117,7 @@ fn window_closes_after_idle_and_repeats_do_not_extend_it() {
 #[test]
 fn window_never_outlasts_max_duration() {
     paused(|| async {
-        let (out, mut batches) = batcher();
+        let (out, mut batches) = batcher(Duration::ZERO);
         let t0 = Instant::now();
         let feeder = out.clone();
         let feed = actix::spawn(async move {
@@ -113,6 +131,41 @@ fn window_never_outlasts_max_duration() {
         // Pods at 0, 0.9, …, 9.9 s: twelve of them.
         assert_eq!(batch.pods.len(), 12);
         feed.abort();
+    });
+}
+
+#[test]
+fn windows_closing_during_a_round_coalesce_into_one_pending_batch() {
+    paused(|| async {
+        let (out, mut batches) = batcher(Duration::from_secs(30));
+        let t0 = Instant::now();
+        trigger(&out, "a");
+        let (_, first) = batches.recv().await.expect("a first batch");
+        assert_eq!(first.pods, vec!["a".to_string()]);
+        // The round takes 30 s; three windows close meanwhile.
+        for (at, pods) in [(2, &["b"][..]), (5, &["c"]), (10, &["d", "b"])] {
+            tokio::time::sleep_until(t0 + Duration::from_secs(at)).await;
+            for pod in pods {
+                trigger(&out, pod);
+            }
+        }
+        let (at, merged) = batches.recv().await.expect("the pending batch");
+        assert_eq!(
+            at - t0,
+            Duration::from_secs(31),
+            "handed over when the round ends"
+        );
+        assert_eq!(merged.pods, vec!["b", "c", "d"]);
+        assert_eq!(
+            merged.closed - t0,
+            Duration::from_secs(3),
+            "timed from the first close"
+        );
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert!(
+            batches.try_recv().is_err(),
+            "one pending batch, not a queue"
+        );
     });
 }
 

@@ -125,6 +125,7 @@ fn metrics_follow_cluster_state_under_upstream_names() {
             ]),
             Environment {
                 client: limited_client(&h).await,
+                leader_client: h.client.clone(),
                 namespace: "karpenter".into(),
                 identity: "a".into(),
                 leader_timing: FAST_LEASE,

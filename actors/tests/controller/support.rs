@@ -187,6 +187,7 @@ pub async fn start_daemon_with(
         settings,
         Environment {
             client: harness.client.clone(),
+            leader_client: harness.client.clone(),
             namespace: "karpenter".into(),
             identity: identity.into(),
             leader_timing: FAST_LEASE,
@@ -210,6 +211,7 @@ pub async fn start_daemon_with_lifecycle(
         settings,
         Environment {
             client: harness.client.clone(),
+            leader_client: harness.client.clone(),
             namespace: "karpenter".into(),
             identity: identity.into(),
             leader_timing: FAST_LEASE,

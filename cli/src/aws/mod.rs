@@ -17,7 +17,9 @@ use anyhow::Context as _;
 use kerf::api::EC2NodeClass;
 use kerf::catalog::Catalog;
 use kerf_actors::mailbox::MailboxDepth;
-use kerf_actors::offering_cache::{OfferingCache, UNAVAILABLE_OFFERINGS_TTL};
+use kerf_actors::offering_cache::{
+    OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, UNAVAILABLE_OFFERINGS_TTL,
+};
 use kerf_actors::state::{ClusterState, ObjectKey};
 use kerf_actors::{Cloud, ValidSettings};
 use kerf_aws::clients::AwsClients;
@@ -98,7 +100,7 @@ pub async fn connect(
     // from fleet errors and the Launcher and schedulers read.
     let offerings = OfferingCache::start(
         UNAVAILABLE_OFFERINGS_TTL,
-        MailboxDepth::new("offering_cache"),
+        MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
     );
     let provider = Arc::new(AwsCloudProvider::new(
         clients,

@@ -58,12 +58,15 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
         settings.kube_client_burst,
     )
     .context("building the Kubernetes client")?;
+    let leader_client =
+        kube::Client::try_from(config.clone()).context("building the leader election client")?;
     let (state, writers) = ClusterState::new();
     let aws = crate::aws::connect(&settings, &client, &config, state.clone()).await?;
     let daemon = Daemon::start_with_state(
         settings,
         Environment {
             client,
+            leader_client,
             namespace,
             identity: identity(),
             leader_timing: Timing::default(),

@@ -1,14 +1,15 @@
 //! One scheduling cycle's view of the cluster and the kube-scheduler's filter and score
 //! plugins over it: NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts,
 //! NodeResourcesFit, PodTopologySpread and InterPodAffinity filter nodes in that order (a
-//! node reports its first failing plugin, as kube-scheduler does); LeastAllocated plus
-//! preferred node affinity score the feasible ones. Pods placed during the cycle are
+//! node reports its first failing plugin, as kube-scheduler does); the default profile's
+//! score plugins (see [`super::score`]) rank the feasible ones. Pods placed during the cycle are
 //! assumed onto their node so later pods see them. Work that only depends on a pod's node
 //! affinity and tolerations is cached per workload, and pod counts per selector are kept
 //! per node and updated incrementally, so a batch of 10k similar pods stays cheap.
 
 use super::nodeinfo::{NodeInfo, UNSCHEDULABLE_TAINT};
 use super::podinfo::{NodeTerm, PodInfo, PodSelector};
+use super::score;
 use super::topology::{Domains, Spread, Term, TopologyState};
 use kerf::requirements::Operator;
 use kerf::taints::{EFFECT_NO_SCHEDULE, toleration_tolerates};
@@ -106,16 +107,26 @@ pub(crate) struct Cluster {
     domains: HashMap<String, Domains>,
     /// Placed pods that carry required anti-affinity, with their node index.
     anti_affinity_pods: Vec<(usize, Arc<PodInfo>)>,
+    /// Placed pods whose affinity terms InterPodAffinity's score reads (required affinity,
+    /// preferred affinity or anti-affinity), with their node index.
+    scoring_affinity_pods: Vec<(usize, Arc<PodInfo>)>,
     next_start: usize,
 }
 
 impl Cluster {
     pub(crate) fn new(nodes: Vec<NodeInfo>, start: usize) -> Cluster {
-        let anti_affinity_pods = nodes
-            .iter()
-            .enumerate()
-            .flat_map(|(i, n)| n.pods.iter().map(move |p| (i, p)))
+        let placed = || {
+            nodes
+                .iter()
+                .enumerate()
+                .flat_map(|(i, n)| n.pods.iter().map(move |p| (i, p)))
+        };
+        let anti_affinity_pods = placed()
             .filter(|(_, p)| !p.anti_affinity.is_empty())
+            .map(|(i, p)| (i, Arc::clone(p)))
+            .collect();
+        let scoring_affinity_pods = placed()
+            .filter(|(_, p)| scores_affinity(p))
             .map(|(i, p)| (i, Arc::clone(p)))
             .collect();
         let next_start = if nodes.is_empty() {
@@ -129,6 +140,7 @@ impl Cluster {
             counts: HashMap::new(),
             domains: HashMap::new(),
             anti_affinity_pods,
+            scoring_affinity_pods,
             next_start,
         }
     }
@@ -186,6 +198,9 @@ impl Cluster {
         }
         if !pod.anti_affinity.is_empty() {
             self.anti_affinity_pods.push((index, Arc::clone(&pod)));
+        }
+        if scores_affinity(&pod) {
+            self.scoring_affinity_pods.push((index, Arc::clone(&pod)));
         }
         self.nodes[index].add_pod(pod);
     }
@@ -245,18 +260,44 @@ impl Cluster {
         topology.check_affinity(index, node).map_err(|r| vec![r])
     }
 
+    /// The feasible node with the highest weighted score (the first of equals, in the
+    /// rotating order nodes were examined in).
     fn best(&self, pod: &PodInfo, feasible: &[usize]) -> Option<usize> {
-        let preferred: Vec<i64> = feasible
-            .iter()
-            .map(|&i| preferred_affinity_weight(pod, &self.nodes[i]))
-            .collect();
-        let max_preferred = preferred.iter().copied().max().unwrap_or(0);
-        let mut best: Option<(i64, usize)> = None;
-        for (k, &index) in feasible.iter().enumerate() {
-            let mut score = least_allocated(pod, &self.nodes[index]);
-            if max_preferred > 0 {
-                score += preferred[k] * 100 / max_preferred;
+        let nodes: Vec<&NodeInfo> = feasible.iter().map(|&i| &self.nodes[i]).collect();
+        let mut total = vec![0i64; feasible.len()];
+        let mut add = |weight: i64, scores: Vec<i64>| {
+            for (sum, score) in total.iter_mut().zip(scores) {
+                *sum += weight * score;
             }
+        };
+        let per_node =
+            |f: &dyn Fn(&NodeInfo) -> i64| -> Vec<i64> { nodes.iter().map(|n| f(n)).collect() };
+        let mut taints: Vec<i64> = per_node(&|n| score::intolerable_preferred_taints(pod, n));
+        score::normalize(&mut taints, true);
+        add(score::TAINT_TOLERATION_WEIGHT, taints);
+        let mut affinity: Vec<i64> = per_node(&|n| preferred_affinity_weight(pod, n));
+        score::normalize(&mut affinity, false);
+        add(score::NODE_AFFINITY_WEIGHT, affinity);
+        add(
+            score::RESOURCES_FIT_WEIGHT,
+            per_node(&|n| score::least_allocated(pod, n)),
+        );
+        if !score::is_best_effort(pod) {
+            add(
+                score::BALANCED_ALLOCATION_WEIGHT,
+                per_node(&|n| score::balanced_allocation(pod, n)),
+            );
+        }
+        add(
+            score::TOPOLOGY_SPREAD_WEIGHT,
+            self.spread_scores(pod, feasible),
+        );
+        add(
+            score::INTER_POD_AFFINITY_WEIGHT,
+            self.inter_pod_affinity_scores(pod, feasible),
+        );
+        let mut best: Option<(i64, usize)> = None;
+        for (&score, &index) in total.iter().zip(feasible) {
             if best.is_none_or(|(s, _)| score > s) {
                 best = Some((score, index));
             }
@@ -264,29 +305,183 @@ impl Cluster {
         best.map(|(_, index)| index)
     }
 
+    /// PodTopologySpread's normalized scores of the feasible nodes for the pod's soft
+    /// constraints (see [`PodInfo::soft_spread`]); zeros when it has none.
+    fn spread_scores(&self, pod: &PodInfo, feasible: &[usize]) -> Vec<i64> {
+        let constraints = &pod.soft_spread;
+        if constraints.is_empty() {
+            return vec![0; feasible.len()];
+        }
+        let verdict = &self.static_verdicts[&pod.static_fingerprint];
+        // Explicit constraints need every key on a node; the system defaults do not, so
+        // nodes without a zone still spread by hostname.
+        let require_all = !pod.default_spread;
+        let has_keys = |i: usize| {
+            constraints
+                .iter()
+                .all(|c| self.nodes[i].labels.contains_key(&c.topology_key))
+        };
+        let ignored: Vec<bool> = feasible
+            .iter()
+            .map(|&i| require_all && !has_keys(i))
+            .collect();
+        let scored: Vec<usize> = feasible
+            .iter()
+            .zip(&ignored)
+            .filter(|(_, ignored)| !**ignored)
+            .map(|(&i, _)| i)
+            .collect();
+        let mut raw: Vec<Option<f64>> = ignored
+            .iter()
+            .map(|ignored| (!ignored).then_some(0.0))
+            .collect();
+        for constraint in constraints {
+            let domains = &self.domains[&constraint.topology_key];
+            let per_node = &self.counts[&constraint.pods];
+            let hostname = constraint.topology_key == kerf::labels::HOSTNAME;
+            let counted = |i: usize| {
+                (!require_all || has_keys(i))
+                    && (!constraint.honor_node_affinity || verdict.affinity[i])
+                    && (!constraint.honor_taints || verdict.taints[i])
+            };
+            let (sums, _) = domains.sum(per_node, counted);
+            let size = if hostname {
+                scored.len()
+            } else {
+                let mut seen: Vec<usize> =
+                    scored.iter().filter_map(|&i| domains.of_node[i]).collect();
+                seen.sort_unstable();
+                seen.dedup();
+                seen.len()
+            };
+            let weight = score::topology_weight(size);
+            for (k, &i) in feasible.iter().enumerate() {
+                let (Some(sum), Some(domain)) = (raw[k].as_mut(), domains.of_node[i]) else {
+                    continue;
+                };
+                let count = if hostname { per_node[i] } else { sums[domain] };
+                *sum += score::spread_term(count, constraint.max_skew, weight);
+            }
+        }
+        let raw: Vec<Option<i64>> = raw.iter().map(|s| s.map(|s| s.round() as i64)).collect();
+        score::normalize_spread(&raw)
+    }
+
+    /// InterPodAffinity's normalized scores: per topology domain, the weights of the pod's
+    /// preferred (anti-)affinity terms times the matching pods there, plus the terms of
+    /// placed pods that select this pod (required affinity at the hard weight, preferred
+    /// ones at theirs, anti-affinity negative).
+    fn inter_pod_affinity_scores<'a>(&'a self, pod: &'a PodInfo, feasible: &[usize]) -> Vec<i64> {
+        let mut by_key: HashMap<&str, Vec<i64>> = HashMap::new();
+        let mut credit = |key: &'a str, domain: Option<usize>, amount: i64| {
+            let domains = &self.domains[key];
+            let slots = by_key.entry(key).or_insert_with(|| vec![0; domains.len]);
+            if let Some(d) = domain {
+                slots[d] += amount;
+            }
+        };
+        let own = pod
+            .preferred_affinity
+            .iter()
+            .map(|(w, t)| (i64::from(*w), t))
+            .chain(
+                pod.preferred_anti_affinity
+                    .iter()
+                    .map(|(w, t)| (-i64::from(*w), t)),
+            );
+        for (weight, term) in own {
+            let domains = &self.domains[&term.topology_key];
+            let (sums, _) = domains.sum(&self.counts[&term.pods], |_| true);
+            for (d, count) in sums.iter().enumerate() {
+                credit(&term.topology_key, Some(d), weight * i64::from(*count));
+            }
+        }
+        for (index, other) in &self.scoring_affinity_pods {
+            let terms = other
+                .affinity
+                .iter()
+                .map(|t| (score::HARD_POD_AFFINITY_WEIGHT, t))
+                .chain(
+                    other
+                        .preferred_affinity
+                        .iter()
+                        .map(|(w, t)| (i64::from(*w), t)),
+                )
+                .chain(
+                    other
+                        .preferred_anti_affinity
+                        .iter()
+                        .map(|(w, t)| (-i64::from(*w), t)),
+                );
+            for (weight, term) in terms.filter(|(_, t)| t.pods.selects(pod)) {
+                let domain = self.domains[&term.topology_key].of_node[*index];
+                credit(&term.topology_key, domain, weight);
+            }
+        }
+        if by_key.is_empty() {
+            return vec![0; feasible.len()];
+        }
+        let mut scores: Vec<i64> = feasible
+            .iter()
+            .map(|&i| {
+                by_key
+                    .iter()
+                    .filter_map(|(key, slots)| Some(slots[self.domains[*key].of_node[i]?]))
+                    .sum()
+            })
+            .collect();
+        score::normalize_min_max(&mut scores);
+        scores
+    }
+
     /// Fills the caches `pod`'s topology reads: static verdicts, per-node counts of its
     /// selectors, and the domains of its topology keys.
     fn prepare(&mut self, pod: &PodInfo) {
         self.ensure_static(pod);
-        let selectors = pod.spread.iter().map(|c| (&c.pods, &c.topology_key));
+        let spread = pod
+            .spread
+            .iter()
+            .chain(&pod.soft_spread)
+            .map(|c| (c.pods.clone(), c.topology_key.clone()));
         let terms = pod
             .affinity
             .iter()
             .chain(&pod.anti_affinity)
-            .map(|t| (&t.pods, &t.topology_key));
-        for (selector, key) in selectors.chain(terms) {
-            if !self.counts.contains_key(selector) {
+            .chain(pod.preferred_affinity.iter().map(|(_, t)| t))
+            .chain(pod.preferred_anti_affinity.iter().map(|(_, t)| t))
+            .map(|t| (t.pods.clone(), t.topology_key.clone()));
+        let wanted: Vec<(PodSelector, String)> = spread.chain(terms).collect();
+        for (selector, key) in wanted {
+            if !self.counts.contains_key(&selector) {
                 let counts = self
                     .nodes
                     .iter()
                     .map(|n| n.pods.iter().filter(|p| selector.selects(p)).count() as u32)
                     .collect();
-                self.counts.insert(selector.clone(), counts);
+                self.counts.insert(selector, counts);
             }
-            if !self.domains.contains_key(key) {
-                self.domains
-                    .insert(key.clone(), Domains::build(&self.nodes, key));
-            }
+            self.ensure_domains(&key);
+        }
+        let placed_keys: Vec<String> = self
+            .scoring_affinity_pods
+            .iter()
+            .flat_map(|(_, p)| {
+                p.affinity
+                    .iter()
+                    .chain(p.preferred_affinity.iter().map(|(_, t)| t))
+                    .chain(p.preferred_anti_affinity.iter().map(|(_, t)| t))
+                    .map(|t| t.topology_key.clone())
+            })
+            .collect();
+        for key in placed_keys {
+            self.ensure_domains(&key);
+        }
+    }
+
+    fn ensure_domains(&mut self, key: &str) {
+        if !self.domains.contains_key(key) {
+            self.domains
+                .insert(key.to_owned(), Domains::build(&self.nodes, key));
         }
     }
 
@@ -438,24 +633,11 @@ fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Reason> {
         .collect()
 }
 
-/// kube-scheduler's LeastAllocated score (0..=100) over cpu and memory.
-fn least_allocated(pod: &PodInfo, node: &NodeInfo) -> i64 {
-    let score = |capacity: i64, used: i64| {
-        if capacity <= 0 {
-            0
-        } else {
-            (capacity - used).max(0) * 100 / capacity
-        }
-    };
-    let cpu = score(
-        node.allocatable.cpu(),
-        node.requested.cpu() + pod.requests.cpu(),
-    );
-    let memory = score(
-        node.allocatable.memory(),
-        node.requested.memory() + pod.requests.memory(),
-    );
-    (cpu + memory) / 2
+/// Whether InterPodAffinity's score reads the pod's terms once it is placed.
+fn scores_affinity(pod: &PodInfo) -> bool {
+    !pod.affinity.is_empty()
+        || !pod.preferred_affinity.is_empty()
+        || !pod.preferred_anti_affinity.is_empty()
 }
 
 #[cfg(test)]
@@ -629,6 +811,70 @@ mod tests {
         );
         let quiet = pod(serde_json::json!({"app": "quiet"}), serde_json::json!({}));
         assert!(place(&mut cluster, &quiet).is_ok());
+    }
+
+    fn replica(owner: &str, cpu: &str, memory: &str) -> Arc<PodInfo> {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "r", "namespace": "default", "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": owner,
+                "controller": true}]},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}
+        }))
+        .expect("valid pod");
+        Arc::new(PodInfo::new(&pod).expect("compiles"))
+    }
+
+    #[test]
+    fn replicas_spread_over_hosts_by_the_system_default_even_onto_a_busier_node() {
+        // Node a holds one replica of `x` (100m, 100Mi); node b an unrelated 1-cpu pod.
+        // LeastAllocated and BalancedAllocation prefer a (98 + 99 against 91 + 94), but
+        // the system default spread (hostname maxSkew 3, zone maxSkew 5) scores a's raw
+        // 1·ln4 + 2 + 1·ln4 + 4 = 8.77 → 9 against b's 6, normalized to 66 and 100, each
+        // weighted 2: b wins 385 to 329.
+        let mut a = node("a", "z1", serde_json::json!({}));
+        a.add_pod(replica("x", "100m", "100Mi"));
+        let mut b = node("b", "z2", serde_json::json!({}));
+        b.add_pod(replica("other", "1", "1Gi"));
+        let mut cluster = Cluster::new(vec![a, b], 0);
+        assert_eq!(
+            place(&mut cluster, &replica("x", "100m", "100Mi")),
+            Ok("b".to_owned())
+        );
+        // A pod no controller owns gets no default spread: the emptier node wins.
+        let mut a = node("a", "z1", serde_json::json!({}));
+        a.add_pod(replica("x", "100m", "100Mi"));
+        let mut b = node("b", "z2", serde_json::json!({}));
+        b.add_pod(replica("other", "1", "1Gi"));
+        let mut cluster = Cluster::new(vec![a, b], 0);
+        let loose = pod(
+            serde_json::json!({}),
+            serde_json::json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}}]}),
+        );
+        assert_eq!(place(&mut cluster, &loose), Ok("a".to_owned()));
+    }
+
+    #[test]
+    fn balanced_allocation_outweighs_least_allocated_toward_even_use() {
+        // Pod 2 cpu / 2Gi. Node c (16 cpu / 3Gi): LeastAllocated (87 + 33) / 2 = 60,
+        // BalancedAllocation shares 0.125 and 0.667 → 1 - 0.271 → 72: 132.
+        // Node a (4 cpu / 4Gi): LeastAllocated 50, BalancedAllocation 100: 150, so a wins
+        // although LeastAllocated alone prefers c.
+        let sized = |name: &str, cpu: &str, memory: &str| {
+            let node: k8s_openapi::api::core::v1::Node =
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                    "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+                               "conditions": [{"type": "Ready", "status": "True"}]}
+                }))
+                .expect("valid node");
+            NodeInfo::new(&node).expect("compiles")
+        };
+        let mut cluster = Cluster::new(vec![sized("c", "16", "3Gi"), sized("a", "4", "4Gi")], 0);
+        let pod = pod(
+            serde_json::json!({}),
+            serde_json::json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "2", "memory": "2Gi"}}}]}),
+        );
+        assert_eq!(place(&mut cluster, &pod), Ok("a".to_owned()));
     }
 
     #[test]

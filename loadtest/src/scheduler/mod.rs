@@ -11,6 +11,7 @@ mod amounts;
 mod cluster;
 mod nodeinfo;
 mod podinfo;
+mod score;
 mod selector;
 mod topology;
 

@@ -1,12 +1,13 @@
 //! A node as the simulated kube-scheduler sees it: labels, the taints its filter checks
 //! (including the `not-ready` taint the node lifecycle controller puts on a node that is
-//! not Ready), allocatable, and what the pods already on it use.
+//! not Ready) and the PreferNoSchedule ones its score reads, allocatable, and what the pods
+//! already on it use.
 
 use super::amounts::Amounts;
 use super::podinfo::{HostPort, PodInfo};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kerf::resources::{Quantity, Resources};
-use kerf::taints::{EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE};
+use kerf::taints::{EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_PREFER_NO_SCHEDULE};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -21,9 +22,13 @@ pub(crate) struct NodeInfo {
     pub(crate) labels: BTreeMap<String, String>,
     /// NoSchedule and NoExecute taints, the only ones the filter considers.
     pub(crate) taints: Vec<Taint>,
+    /// PreferNoSchedule taints, which only TaintToleration's score reads.
+    pub(crate) preferred_taints: Vec<Taint>,
     pub(crate) unschedulable: bool,
     pub(crate) allocatable: Amounts,
     pub(crate) requested: Amounts,
+    /// cpu and memory requested with kube-scheduler's defaults for request-less containers.
+    pub(crate) non_zero_requested: (i64, i64),
     pub(crate) ports: Vec<HostPort>,
     pub(crate) pods: Vec<Arc<PodInfo>>,
 }
@@ -47,13 +52,20 @@ impl NodeInfo {
             allocatable.insert(resource, parsed);
         }
         let spec = node.spec.as_ref();
-        let mut taints: Vec<Taint> = spec
+        let (preferred_taints, mut taints): (Vec<Taint>, Vec<Taint>) = spec
             .and_then(|s| s.taints.as_ref())
             .into_iter()
             .flatten()
-            .filter(|t| t.effect == EFFECT_NO_SCHEDULE || t.effect == EFFECT_NO_EXECUTE)
+            .filter(|t| {
+                [
+                    EFFECT_NO_SCHEDULE,
+                    EFFECT_NO_EXECUTE,
+                    EFFECT_PREFER_NO_SCHEDULE,
+                ]
+                .contains(&t.effect.as_str())
+            })
             .cloned()
-            .collect();
+            .partition(|t| t.effect == EFFECT_PREFER_NO_SCHEDULE);
         if !is_ready(node) && !taints.iter().any(|t| t.key == NOT_READY_TAINT) {
             taints.push(Taint {
                 key: NOT_READY_TAINT.to_owned(),
@@ -65,9 +77,11 @@ impl NodeInfo {
             name,
             labels: node.metadata.labels.clone().unwrap_or_default(),
             taints,
+            preferred_taints,
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             allocatable: Amounts::of(&allocatable),
             requested: Amounts::default(),
+            non_zero_requested: (0, 0),
             ports: Vec::new(),
             pods: Vec::new(),
         })
@@ -76,6 +90,8 @@ impl NodeInfo {
     /// Accounts a pod running (or assumed) on this node.
     pub(crate) fn add_pod(&mut self, pod: Arc<PodInfo>) {
         self.requested.add(&pod.requests);
+        self.non_zero_requested.0 += pod.non_zero.0;
+        self.non_zero_requested.1 += pod.non_zero.1;
         self.ports.extend(pod.host_ports.iter().cloned());
         self.pods.push(pod);
     }

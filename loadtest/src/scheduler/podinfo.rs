@@ -6,7 +6,7 @@ use super::amounts::Amounts;
 use super::selector::Selector;
 use k8s_openapi::api::core::v1::{
     Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Toleration,
-    TopologySpreadConstraint,
+    TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
 use kerf::requirements::Requirement;
 use kerf::resources::{Quantity, Resources};
@@ -46,16 +46,26 @@ impl Namespaces {
     }
 }
 
-/// Which pods count: namespaces plus label selector. The key of the per-node count cache.
+/// Which pods count: namespaces plus label selector, or (for the system default spread)
+/// the pods of one controller. The key of the per-node count cache.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct PodSelector {
     pub(crate) namespaces: Namespaces,
     pub(crate) selector: Selector,
+    /// Only pods of this controller (uid). kube-scheduler's system default spread selects
+    /// by the selectors of the pod's ReplicaSet/StatefulSet/ReplicationController; the
+    /// simulation does not follow those objects, and their selectors select their own pods.
+    pub(crate) owner: Option<String>,
 }
 
 impl PodSelector {
     pub(crate) fn selects(&self, pod: &PodInfo) -> bool {
-        self.namespaces.contains(&pod.namespace) && self.selector.matches(&pod.labels)
+        self.namespaces.contains(&pod.namespace)
+            && self.selector.matches(&pod.labels)
+            && self
+                .owner
+                .as_ref()
+                .is_none_or(|uid| pod.owner.as_ref() == Some(uid))
     }
 }
 
@@ -66,7 +76,7 @@ pub(crate) struct AffinityTerm {
     pub(crate) topology_key: String,
 }
 
-/// A `whenUnsatisfiable: DoNotSchedule` topology spread constraint.
+/// A topology spread constraint (`DoNotSchedule` ones filter, `ScheduleAnyway` ones score).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct SpreadConstraint {
     pub(crate) max_skew: u32,
@@ -104,6 +114,19 @@ pub(crate) struct PodInfo {
     pub(crate) spread: Vec<SpreadConstraint>,
     pub(crate) affinity: Vec<AffinityTerm>,
     pub(crate) anti_affinity: Vec<AffinityTerm>,
+    /// Preferred pod affinity and anti-affinity terms with their weights.
+    pub(crate) preferred_affinity: Vec<(i32, AffinityTerm)>,
+    pub(crate) preferred_anti_affinity: Vec<(i32, AffinityTerm)>,
+    /// The constraints PodTopologySpread scores with: the pod's `ScheduleAnyway` ones, or,
+    /// when it has no constraint at all and a controller owns it, the system defaults.
+    pub(crate) soft_spread: Vec<SpreadConstraint>,
+    /// `soft_spread` are the system defaults (nodes lacking a key still score).
+    pub(crate) default_spread: bool,
+    /// The uid of the controller (ReplicaSet, StatefulSet, ...) owning the pod.
+    pub(crate) owner: Option<String>,
+    /// cpu (milli) and memory (milli-bytes) as NodeResourcesFit scores them: each container
+    /// without a request counts kube-scheduler's defaults (100m, 200Mi).
+    pub(crate) non_zero: (i64, i64),
     /// Hash of everything that decides which nodes pass the pod-independent filters
     /// (node affinity, tolerations), so pods of one workload share that work.
     pub(crate) static_fingerprint: u64,
@@ -123,6 +146,7 @@ impl PodInfo {
         let spec = pod.spec.as_ref().unwrap_or(&empty);
         let requests = pod_requests(spec).map_err(|e| format!("pod {namespace}/{name}: {e}"))?;
         let requests = Amounts::of(&requests);
+        let non_zero = non_zero_requests(spec, &requests);
         let node_affinity = spec
             .affinity
             .as_ref()
@@ -170,13 +194,39 @@ impl PodInfo {
             a.required_during_scheduling_ignored_during_execution
                 .as_ref()
         }));
-        let spread = spec
-            .topology_spread_constraints
-            .iter()
-            .flatten()
-            .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
-            .map(|c| compile_spread(c, &namespace, &labels))
-            .collect();
+        let preferred = |terms: Option<&Vec<WeightedPodAffinityTerm>>| -> Vec<(i32, AffinityTerm)> {
+            terms
+                .into_iter()
+                .flatten()
+                .map(|t| {
+                    let term = compile_affinity_term(&t.pod_affinity_term, &namespace, &labels);
+                    (t.weight, term)
+                })
+                .collect()
+        };
+        let preferred_affinity = preferred(pod_affinity.and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        }));
+        let preferred_anti_affinity = preferred(pod_anti_affinity.and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        }));
+        let constraints = spec.topology_spread_constraints.as_deref().unwrap_or(&[]);
+        let compiled = |when: &str| -> Vec<SpreadConstraint> {
+            constraints
+                .iter()
+                .filter(|c| c.when_unsatisfiable == when)
+                .map(|c| compile_spread(c, &namespace, &labels))
+                .collect()
+        };
+        let spread = compiled("DoNotSchedule");
+        let owner = controller_owner(pod);
+        let default_spread = constraints.is_empty() && owner.is_some();
+        let soft_spread = match &owner {
+            Some(uid) if default_spread => system_default_spread(&namespace, uid),
+            _ => compiled("ScheduleAnyway"),
+        };
         let tolerations = spec.tolerations.clone().unwrap_or_default();
         let node_selector = spec.node_selector.clone().unwrap_or_default();
         let static_fingerprint = fingerprint(spec);
@@ -192,6 +242,12 @@ impl PodInfo {
             spread,
             affinity,
             anti_affinity,
+            preferred_affinity,
+            preferred_anti_affinity,
+            soft_spread,
+            default_spread,
+            owner,
+            non_zero,
             static_fingerprint,
         })
     }
@@ -309,6 +365,7 @@ fn compile_affinity_term(
         pods: PodSelector {
             namespaces,
             selector,
+            owner: None,
         },
         topology_key: term.topology_key.clone(),
     }
@@ -329,6 +386,7 @@ fn compile_spread(
         pods: PodSelector {
             namespaces: Namespaces::Listed(vec![namespace.to_owned()]),
             selector,
+            owner: None,
         },
         min_domains: constraint
             .min_domains
@@ -337,6 +395,70 @@ fn compile_spread(
         honor_node_affinity: constraint.node_affinity_policy.as_deref() != Some("Ignore"),
         honor_taints: constraint.node_taints_policy.as_deref() == Some("Honor"),
     }
+}
+
+/// Owner kinds whose pods kube-scheduler's system default spread applies to (Services too,
+/// which the simulation does not model).
+const SPREAD_OWNER_KINDS: [&str; 3] = ["ReplicaSet", "StatefulSet", "ReplicationController"];
+
+/// kube-scheduler's system default constraints (`defaultingType: System`): spread over
+/// hostnames with `maxSkew: 3` and over zones with `maxSkew: 5`, both `ScheduleAnyway`.
+pub(crate) const SYSTEM_DEFAULT_SPREAD: [(&str, u32); 2] =
+    [(kerf::labels::HOSTNAME, 3), (kerf::labels::ZONE, 5)];
+
+fn controller_owner(pod: &Pod) -> Option<String> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true) && SPREAD_OWNER_KINDS.contains(&o.kind.as_str()))
+        .map(|o| o.uid.clone())
+}
+
+fn system_default_spread(namespace: &str, owner: &str) -> Vec<SpreadConstraint> {
+    SYSTEM_DEFAULT_SPREAD
+        .iter()
+        .map(|(key, max_skew)| SpreadConstraint {
+            max_skew: *max_skew,
+            topology_key: (*key).to_owned(),
+            pods: PodSelector {
+                namespaces: Namespaces::Listed(vec![namespace.to_owned()]),
+                selector: Selector::compile(Some(&Default::default())),
+                owner: Some(owner.to_owned()),
+            },
+            min_domains: 1,
+            honor_node_affinity: true,
+            honor_taints: false,
+        })
+        .collect()
+}
+
+/// kube-scheduler's defaults for a container that requests no cpu or memory, used only by
+/// the scoring (`schedutil.DefaultMilliCPURequest`, `DefaultMemoryRequest`).
+const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
+const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
+
+/// cpu and memory in milli-units with each request-less container counted at the defaults,
+/// never below the pod's real requests (init containers can make those larger).
+fn non_zero_requests(spec: &PodSpec, requests: &Amounts) -> (i64, i64) {
+    let mut cpu = 0;
+    let mut memory = 0;
+    for container in &spec.containers {
+        let own = container_requests(container)
+            .map(|r| Amounts::of(&r))
+            .unwrap_or_default();
+        cpu += if own.cpu() > 0 {
+            own.cpu()
+        } else {
+            DEFAULT_MILLI_CPU_REQUEST
+        };
+        memory += if own.memory() > 0 {
+            own.memory()
+        } else {
+            DEFAULT_MEMORY_REQUEST * 1000
+        };
+    }
+    (cpu.max(requests.cpu()), memory.max(requests.memory()))
 }
 
 fn fingerprint(spec: &PodSpec) -> u64 {

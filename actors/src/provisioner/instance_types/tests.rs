@@ -41,7 +41,10 @@ fn refused_offerings_are_unavailable_until_they_expire_and_lists_rebuild_only_on
         let catalog = Catalog::embedded("us-east-1").expect("catalog");
         let offerings = OfferingCache::start(
             UNAVAILABLE_OFFERINGS_TTL,
-            MailboxDepth::new("offering-cache-test"),
+            MailboxDepth::new(
+                "offering-cache-test",
+                crate::offering_cache::OFFERING_CACHE_MAILBOX_CAPACITY,
+            ),
         );
         let mut cache = InstanceTypeCache::default();
         let types = resolve(&mut cache, &catalog, &offerings, None);
@@ -106,7 +109,10 @@ fn a_capacity_type_or_every_subnet_of_a_zone_makes_offerings_unavailable() {
         let catalog = Catalog::embedded("us-east-1").expect("catalog");
         let offerings = OfferingCache::start(
             UNAVAILABLE_OFFERINGS_TTL,
-            MailboxDepth::new("offering-cache-test"),
+            MailboxDepth::new(
+                "offering-cache-test",
+                crate::offering_cache::OFFERING_CACHE_MAILBOX_CAPACITY,
+            ),
         );
         let mut class: EC2NodeClass = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",

@@ -183,8 +183,11 @@ impl World {
     /// kubelets and scheduler stand for the rest of a cluster and are not limited.
     pub async fn start_controller(&self) -> Result<Daemon, StartError> {
         let settings = controller_settings(self.pace)?;
+        let config = kube_config(&self.server).await?;
+        let leader_client = kube::Client::try_from(config.clone())
+            .map_err(|e| StartError::Client(e.to_string()))?;
         let client = kerf_actors::client::build(
-            kube_config(&self.server).await?,
+            config,
             settings.kube_client_qps,
             settings.kube_client_burst,
         )
@@ -193,6 +196,7 @@ impl World {
             settings,
             Environment {
                 client,
+                leader_client,
                 namespace: "kube-system".to_owned(),
                 identity: format!("kerf-simulate-{}", std::process::id()),
                 leader_timing: Timing::default(),

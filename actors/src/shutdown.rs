@@ -1,10 +1,13 @@
 //! Graceful shutdown of provisioning. On SIGTERM a leader must not strand work: it stops
 //! taking new rounds (the Provisioner sees itself as no longer leading), lets the round in
-//! progress create its NodeClaims, and waits — for at most [`DRAIN_TIMEOUT`] — for the
+//! progress create its NodeClaims, and waits — for at most [`SHUTDOWN_TIMEOUT`] — for the
 //! launches it has started to finish, so each NodeClaim ends launched rather than half
 //! done. Only then does the daemon release its leader Lease. A launch still running at the
-//! deadline is abandoned: its NodeClaim stays, and the next leader's liveness check
-//! launches or removes it, as upstream's does.
+//! deadline is abandoned: its NodeClaim stays, for the next leader's NodeClaim lifecycle to
+//! take over.
+//!
+//! (Named for what it is: node drain — evicting pods before termination — is
+//! `lifecycle/finalize.rs`.)
 
 use std::future::Future;
 use std::time::Duration;
@@ -14,11 +17,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::provisioner::Provisioner;
+use crate::supervisor::Supervised;
 
 /// How long a stopping leader waits for its round and launches. Launches take seconds
 /// (CreateFleet answers in one or two); Kubernetes' default termination grace period is
 /// 30 s, after which the pod is killed anyway.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Counts tasks in flight; [`InFlight::idle`] completes when none are left.
 #[derive(Clone, Debug)]
@@ -116,13 +120,13 @@ impl Handler<Quiesce> for Provisioner {
 
 /// The stopping half of the daemon's provisioning.
 #[derive(Debug)]
-pub struct Drain {
+pub struct GracefulShutdown {
     draining: watch::Sender<bool>,
     launches: InFlight,
 }
 
-impl Drain {
-    /// A drain over `launches`; the receiver tells whether draining has begun.
+impl GracefulShutdown {
+    /// A shutdown waiting for `launches`; the receiver tells whether it has begun.
     pub fn new(launches: InFlight) -> (Self, watch::Receiver<bool>) {
         let (draining, rx) = watch::channel(false);
         (Self { draining, launches }, rx)
@@ -130,18 +134,19 @@ impl Drain {
 
     /// Stops new rounds, then waits (bounded) for the current round and its launches.
     /// Returns the launches left running.
-    pub async fn run(&self, provisioner: &Addr<Provisioner>, timeout: Duration) -> usize {
+    pub async fn run(&self, provisioner: &Supervised<Provisioner>, timeout: Duration) -> usize {
         self.draining.send_replace(true);
         let finished = async {
-            // A stopped Provisioner has no round to finish.
-            let _ = provisioner.send(Quiesce).await;
+            // A stopped Provisioner has no round to finish. Sent past the mailbox's permit:
+            // it carries no work, and the stop must not wait behind the Batcher.
+            let _ = provisioner.addr().send(Quiesce).await;
             self.launches.idle().await;
         };
         if tokio::time::timeout(timeout, finished).await.is_err() {
             let left = self.launches.current();
             tracing::warn!(
                 launches = left,
-                "stopping with launches in flight; the next leader's liveness check takes them over"
+                "stopping with launches in flight; the next leader's lifecycle takes them over"
             );
             return left;
         }

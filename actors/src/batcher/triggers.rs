@@ -1,0 +1,191 @@
+//! What triggers the Batcher: provisionable pods, as upstream's provisioner is triggered.
+//! A pod triggers when it changes (once cluster state has synced); every pending pod is
+//! triggered again every [`RETRIGGER_PERIOD`], when this replica becomes leader (a standby
+//! skips its batches, so a new leader starts from every pending pod), and at once when
+//! capacity may have been freed for them: a NodeClaim deleted (for example one whose launch
+//! was refused for insufficient capacity) or a NodePool's limits raised. These are
+//! subscriptions to the watch streams' changes, wired by the daemon; nothing else needs a
+//! hook to get pods provisioned again.
+//!
+//! A re-trigger of every pending pod waits for room in the Batcher's mailbox rather than
+//! dropping, so a burst larger than the mailbox is paced, not lost; re-trigger requests that
+//! arrive while one is running coalesce into the next.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kerf::api::{NodeClaim, NodePool};
+use kerf::resources::Quantity;
+use tokio::sync::{Notify, watch};
+
+use super::Trigger;
+use crate::mailbox::{DeliverError, Outbox};
+use crate::state::{Change, ClusterState, is_provisionable};
+
+/// How often every pending pod is triggered again: upstream's provisioner re-triggers
+/// pending pods every 10 s. It also repairs a trigger dropped on a full Batcher mailbox.
+pub const RETRIGGER_PERIOD: Duration = Duration::from_secs(10);
+
+/// Asks for every pending pod to be triggered again; cheap to clone, requests coalesce.
+#[derive(Clone, Debug, Default)]
+pub struct Retrigger(Arc<Notify>);
+
+impl Retrigger {
+    pub fn request(&self) {
+        self.0.notify_one();
+    }
+
+    async fn requested(&self) {
+        self.0.notified().await;
+    }
+}
+
+/// The pod subscription: a changed provisionable pod triggers the Batcher once cluster
+/// state has synced (before that, the first re-trigger covers every pod).
+pub fn on_pod(
+    state: Arc<ClusterState>,
+    batcher: Outbox<Trigger>,
+) -> impl FnMut(&Pod, Change) + Send + 'static {
+    move |pod, change| {
+        if change == Change::Applied && state.synced() && is_provisionable(pod) {
+            trigger(&batcher, pod);
+        }
+    }
+}
+
+/// The NodeClaim subscription: a deleted NodeClaim may have held pods' capacity.
+pub fn on_node_claim(retrigger: Retrigger) -> impl FnMut(&NodeClaim, Change) + Send + 'static {
+    move |_, change| {
+        if change == Change::Deleted {
+            retrigger.request();
+        }
+    }
+}
+
+/// The NodePool subscription: a NodePool whose limits rose (or was created) may take pods
+/// it refused before.
+pub fn on_node_pool(retrigger: Retrigger) -> impl FnMut(&NodePool, Change) + Send + 'static {
+    let mut seen: HashMap<String, Option<kerf::api::nodeclaim::ResourceList>> = HashMap::new();
+    move |pool, change| {
+        let name = pool.name().to_owned();
+        if change == Change::Deleted {
+            seen.remove(&name);
+            return;
+        }
+        let limits = pool.limits().cloned();
+        let before = seen.insert(name, limits.clone());
+        let rose = match before {
+            None => true,
+            Some(before) => limits_rose(before.as_ref(), limits.as_ref()),
+        };
+        if rose {
+            retrigger.request();
+        }
+    }
+}
+
+/// Whether `after` allows more of some resource than `before` (no limit allows anything;
+/// a value that does not parse counts as a rise, so the pods are looked at again).
+fn limits_rose(
+    before: Option<&kerf::api::nodeclaim::ResourceList>,
+    after: Option<&kerf::api::nodeclaim::ResourceList>,
+) -> bool {
+    let Some(before) = before else { return false };
+    let Some(after) = after else { return true };
+    before
+        .iter()
+        .any(|(resource, old)| match after.get(resource) {
+            None => true,
+            Some(new) => match (Quantity::parse(&old.0), Quantity::parse(&new.0)) {
+                (Ok(old), Ok(new)) => new > old,
+                _ => old != new,
+            },
+        })
+}
+
+/// Triggers every pending pod once cluster state has synced, then every
+/// [`RETRIGGER_PERIOD`], whenever this replica becomes leader, and on each request.
+pub async fn retrigger(
+    state: Arc<ClusterState>,
+    batcher: Outbox<Trigger>,
+    requests: Retrigger,
+    mut leader: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    tokio::select! {
+        () = state.wait_synced() => {}
+        _ = shutdown.wait_for(|s| *s) => return,
+    }
+    let mut leading = *leader.borrow_and_update();
+    loop {
+        for pod in state.provisionable_pods() {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            if let Err(err) = batcher.enqueue(Trigger { pod_uid: uid }).await {
+                tracing::warn!(error = %err, "re-triggering pending pods");
+                return;
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RETRIGGER_PERIOD) => {}
+            () = became_leader(&mut leader, &mut leading) => {}
+            () = requests.requested() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+fn trigger(batcher: &Outbox<Trigger>, pod: &Pod) {
+    let Some(uid) = pod.metadata.uid.clone() else {
+        return;
+    };
+    match batcher.try_deliver(Trigger { pod_uid: uid }) {
+        Ok(()) => {}
+        // Counted by the outbox; the periodic re-trigger triggers the pod again.
+        Err(DeliverError::Full(_)) => {}
+        Err(err @ DeliverError::Closed(_)) => tracing::warn!(error = %err, "triggering batcher"),
+    }
+}
+
+/// Completes when leadership turns from false to true; never, once it can no longer change.
+/// `leading` is the last value seen, kept by the caller so that no turn is missed between
+/// two calls.
+async fn became_leader(leader: &mut watch::Receiver<bool>, leading: &mut bool) {
+    loop {
+        if leader.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let was = std::mem::replace(leading, *leader.borrow_and_update());
+        if *leading && !was {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+
+    use super::*;
+
+    fn limits(cpu: &str) -> kerf::api::nodeclaim::ResourceList {
+        BTreeMap::from([("cpu".to_owned(), ApiQuantity(cpu.to_owned()))])
+    }
+
+    #[test]
+    fn only_a_rise_or_a_removed_limit_counts() {
+        assert!(limits_rose(Some(&limits("10")), Some(&limits("20"))));
+        assert!(limits_rose(Some(&limits("10")), Some(&limits("10500m"))));
+        assert!(!limits_rose(Some(&limits("10")), Some(&limits("10000m"))));
+        assert!(!limits_rose(Some(&limits("10")), Some(&limits("5"))));
+        assert!(limits_rose(Some(&limits("10")), None));
+        assert!(limits_rose(Some(&limits("10")), Some(&BTreeMap::new())));
+        assert!(!limits_rose(None, Some(&limits("10"))));
+        assert!(!limits_rose(None, None));
+    }
+}

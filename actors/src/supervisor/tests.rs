@@ -1,0 +1,134 @@
+//! A panicking actor is restarted on a fresh mailbox, counted, and reached through the same
+//! outbox; another actor keeps answering meanwhile; each runs on its own thread.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::*;
+use crate::mailbox::{DeliverError, Outbox};
+
+#[derive(Message)]
+#[rtype(result = "usize")]
+enum Ask {
+    Count,
+    Panic,
+    Thread,
+}
+
+struct Counter {
+    depth: MailboxDepth,
+    handled: Arc<AtomicUsize>,
+    incarnation: usize,
+}
+
+impl Actor for Counter {
+    type Context = Context<Self>;
+}
+
+impl Handler<Ask> for Counter {
+    type Result = usize;
+
+    fn handle(&mut self, ask: Ask, _: &mut Context<Self>) -> usize {
+        self.depth.taken();
+        match ask {
+            Ask::Count => {
+                self.handled.fetch_add(1, Ordering::SeqCst);
+                self.incarnation
+            }
+            Ask::Panic => panic!("a bug in the handler"),
+            Ask::Thread => thread_number(),
+        }
+    }
+}
+
+/// A number that differs between threads.
+fn thread_number() -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    std::thread::current().id().hash(&mut hasher);
+    #[allow(clippy::cast_possible_truncation, reason = "only compared")]
+    let n = hasher.finish() as usize;
+    n
+}
+
+fn counter(name: &'static str) -> (Outbox<Ask>, Arc<AtomicUsize>) {
+    let depth = MailboxDepth::new(name, 8);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let (mailbox, shared) = (depth.clone(), Arc::clone(&handled));
+    let mut incarnation = 0;
+    let actor = start(name, depth.clone(), move || {
+        incarnation += 1;
+        Some(Counter {
+            depth: mailbox.clone(),
+            handled: Arc::clone(&shared),
+            incarnation,
+        })
+    });
+    (Outbox::new(&actor, depth), handled)
+}
+
+fn restarts(name: &str) -> u64 {
+    let text = crate::metrics::render();
+    let prefix = format!("{ACTOR_RESTARTS}{{actor=\"{name}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().expect("a counter value"))
+}
+
+fn system(test: impl std::future::Future<Output = ()>) {
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime builds")
+    });
+    system.block_on(test);
+}
+
+#[test]
+fn a_panicking_actor_is_restarted_counted_and_the_others_keep_running() {
+    system(async {
+        crate::metrics::handle();
+        let (flaky, _) = counter("supervisor-test-flaky");
+        let (steady, steady_handled) = counter("supervisor-test-steady");
+        assert_eq!(flaky.deliver(Ask::Count).await, Ok(1));
+        let before = restarts("supervisor-test-flaky");
+
+        let panicked = flaky.deliver(Ask::Panic).await;
+        assert!(
+            matches!(panicked, Err(DeliverError::Closed(_))),
+            "{panicked:?}"
+        );
+        assert_eq!(
+            steady.deliver(Ask::Count).await,
+            Ok(1),
+            "the other actor runs"
+        );
+
+        // The same outbox reaches the second incarnation.
+        let mut answer = flaky.deliver(Ask::Count).await;
+        for _ in 0..100 {
+            if answer.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            answer = flaky.deliver(Ask::Count).await;
+        }
+        assert_eq!(answer, Ok(2), "restarted as a fresh incarnation");
+        assert_eq!(restarts("supervisor-test-flaky") - before, 1);
+        assert_eq!(steady_handled.load(Ordering::SeqCst), 1);
+    });
+}
+
+#[test]
+fn each_actor_runs_on_its_own_thread() {
+    system(async {
+        let (a, _) = counter("supervisor-test-a");
+        let (b, _) = counter("supervisor-test-b");
+        let a = a.deliver(Ask::Thread).await.expect("answered");
+        let b = b.deliver(Ask::Thread).await.expect("answered");
+        assert_ne!(a, b);
+        assert_ne!(a, thread_number());
+    });
+}

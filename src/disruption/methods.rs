@@ -1,0 +1,376 @@
+//! The disruption methods in upstream's order, each turning the current candidates into at
+//! most one command: expiration (every node past `expireAfter`, regardless of budgets and
+//! blocking pods), emptiness (every empty consolidatable node the `Empty` budget allows, in
+//! one command), drift (all empty drifted nodes at once, else the earliest drifted node whose
+//! pods all find a place, with as many replacements as they need), multi-node consolidation
+//! (a binary search for the longest prefix of at most 100 budget-allowed candidates, at least
+//! two, that consolidates into nothing or one cheaper node) and single-node consolidation
+//! (candidates round-robin across NodePools, the first that can be deleted or replaced with
+//! a cheaper node). Each method notes in `blocks` why a node it considered was left alone.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::budget::UNLIMITED;
+use super::candidate::{self, Blocks, Candidate};
+use super::consolidation::{self, PoolTotals, Proposal, Replacement};
+use super::report::{Method, Reason};
+use super::run::State;
+use super::simulate::{Simulation, simulate};
+use crate::api::DisruptionReason;
+
+/// Upstream considers at most this many candidates in one multi-node consolidation.
+pub const MAX_MULTI_NODE_CANDIDATES: usize = 100;
+
+/// Disruptions still allowed per NodePool and reason in this pass.
+pub type Budgets = HashMap<(String, DisruptionReason), usize>;
+
+/// One decision of the disruption loop.
+#[derive(Debug)]
+pub struct Command {
+    pub method: Method,
+    pub reason: Reason,
+    pub nodes: Vec<String>,
+    pub replacements: Vec<Replacement>,
+    pub savings: f64,
+    /// Where the nodes' pods go; `None` when they have none to move or (expiration) are
+    /// simply evicted to pending.
+    pub simulation: Option<Simulation>,
+}
+
+fn budget_left(budgets: &Budgets, pool: &str, reason: DisruptionReason) -> usize {
+    budgets
+        .get(&(pool.to_string(), reason))
+        .copied()
+        .unwrap_or(UNLIMITED)
+}
+
+fn budget_block(pool: &str, reason: DisruptionReason) -> String {
+    format!("disruption budget of NodePool {pool} allows no more {reason:?} disruptions now")
+}
+
+/// Every managed node past its `expireAfter`.
+pub fn expiration(state: &State) -> Option<Command> {
+    let now = state.options.now.as_second();
+    let nodes: Vec<String> = state
+        .managed
+        .iter()
+        .filter(|m| !m.deleting)
+        .filter(|m| match (m.created, m.expire_after) {
+            (Some(created), Some(after)) => created.as_second() + after.as_secs() as i64 <= now,
+            _ => false,
+        })
+        .map(|m| m.name.clone())
+        .collect();
+    (!nodes.is_empty()).then(|| Command {
+        method: Method::Expiration,
+        reason: Reason::Expired,
+        savings: nodes.iter().filter_map(|n| state.node_price(n)).sum(),
+        nodes,
+        replacements: Vec::new(),
+        simulation: None,
+    })
+}
+
+/// Whether graceful methods may disrupt `c`; notes why not.
+fn graceful(c: &Candidate, blocks: &mut Blocks) -> bool {
+    match &c.graceful_block {
+        Some(why) => {
+            blocks.note(&c.name, || why.clone());
+            false
+        }
+        None => true,
+    }
+}
+
+pub fn emptiness(
+    candidates: &[Candidate],
+    budgets: &Budgets,
+    blocks: &mut Blocks,
+) -> Option<Command> {
+    let mut left = budgets.clone();
+    let mut chosen: Vec<&Candidate> = Vec::new();
+    for c in candidates.iter().filter(|c| c.is_empty()) {
+        if let Err(why) = &c.consolidatable {
+            blocks.note(&c.name, || why.clone());
+            continue;
+        }
+        if !graceful(c, blocks) {
+            continue;
+        }
+        let key = (c.pool.clone(), DisruptionReason::Empty);
+        let allowed = left.get(&key).copied().unwrap_or(UNLIMITED);
+        if allowed == 0 {
+            blocks.note(&c.name, || budget_block(&c.pool, DisruptionReason::Empty));
+            continue;
+        }
+        left.insert(key, allowed - 1);
+        chosen.push(c);
+    }
+    (!chosen.is_empty()).then(|| Command {
+        method: Method::Emptiness,
+        reason: Reason::Empty,
+        nodes: chosen.iter().map(|c| c.name.clone()).collect(),
+        replacements: Vec::new(),
+        savings: chosen.iter().filter_map(|c| c.price).sum(),
+        simulation: None,
+    })
+}
+
+pub fn drift(
+    state: &mut State,
+    candidates: &[Candidate],
+    budgets: &Budgets,
+    blocks: &mut Blocks,
+) -> Option<Command> {
+    let mut drifted: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| c.drift.is_some())
+        .filter(|c| c.termination_grace_period || graceful(c, blocks))
+        .collect();
+    drifted.sort_by(|a, b| {
+        let since = |c: &Candidate| {
+            c.drift
+                .as_ref()
+                .and_then(|(_, t)| *t)
+                .map(|t| t.as_second())
+        };
+        since(a).cmp(&since(b)).then_with(|| a.name.cmp(&b.name))
+    });
+    let mut left = budgets.clone();
+    let mut empty = Vec::new();
+    for c in drifted.iter().filter(|c| c.is_empty()) {
+        let key = (c.pool.clone(), DisruptionReason::Drifted);
+        let allowed = left.get(&key).copied().unwrap_or(UNLIMITED);
+        if allowed == 0 {
+            blocks.note(&c.name, || budget_block(&c.pool, DisruptionReason::Drifted));
+            continue;
+        }
+        left.insert(key, allowed - 1);
+        empty.push(*c);
+    }
+    if !empty.is_empty() {
+        return Some(Command {
+            method: Method::Drift,
+            reason: Reason::Drifted,
+            nodes: empty.iter().map(|c| c.name.clone()).collect(),
+            replacements: Vec::new(),
+            savings: empty.iter().filter_map(|c| c.price).sum(),
+            simulation: None,
+        });
+    }
+    for c in drifted.iter().filter(|c| !c.is_empty()) {
+        if budget_left(budgets, &c.pool, DisruptionReason::Drifted) == 0 {
+            blocks.note(&c.name, || budget_block(&c.pool, DisruptionReason::Drifted));
+            continue;
+        }
+        let simulation = match simulate(state, &[*c]) {
+            Ok(s) => s,
+            Err(e) => {
+                blocks.note(&c.name, || format!("simulation failed: {e}"));
+                continue;
+            }
+        };
+        if let Some(why) = &simulation.unplaced {
+            blocks.note(&c.name, || {
+                format!("drifted ({}), but {why}", drift_reason(c))
+            });
+            continue;
+        }
+        let Some(replacements) = planned_replacements(&simulation) else {
+            blocks.note(&c.name, || {
+                format!(
+                    "drifted ({}), but no offering can hold its pods",
+                    drift_reason(c)
+                )
+            });
+            continue;
+        };
+        let launched: f64 = replacements.iter().map(|r| r.launch.price).sum();
+        return Some(Command {
+            method: Method::Drift,
+            reason: Reason::Drifted,
+            nodes: vec![c.name.clone()],
+            savings: c.price.unwrap_or(0.0) - launched,
+            replacements,
+            simulation: Some(simulation),
+        });
+    }
+    None
+}
+
+fn drift_reason(c: &Candidate) -> &str {
+    c.drift.as_ref().map_or("", |(r, _)| r.as_str())
+}
+
+/// The simulation's new NodeClaims as launched, if every one has an offering.
+fn planned_replacements(simulation: &Simulation) -> Option<Vec<Replacement>> {
+    simulation
+        .new_claims
+        .iter()
+        .map(|claim| {
+            Some(Replacement {
+                launch: claim.launch.clone()?,
+                claim: claim.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Whether consolidation may consider `c`; notes why not.
+fn consolidatable(state: &State, c: &Candidate, blocks: &mut Blocks) -> bool {
+    if let Err(why) = &c.consolidatable {
+        blocks.note(&c.name, || why.clone());
+        return false;
+    }
+    if !c.is_empty()
+        && let Some(pool) = state.pool(&c.pool)
+        && let Err(why) = candidate::consolidates_underutilized(pool.pool)
+    {
+        blocks.note(&c.name, || why);
+        return false;
+    }
+    graceful(c, blocks)
+}
+
+pub fn multi_node(
+    state: &mut State,
+    candidates: &[Candidate],
+    budgets: &Budgets,
+    totals: &PoolTotals,
+) -> Option<Command> {
+    let mut left = budgets.clone();
+    let mut allowed: Vec<&Candidate> = Vec::new();
+    for c in candidates {
+        if !consolidatable(state, c, &mut Blocks::default()) {
+            continue;
+        }
+        let key = (c.pool.clone(), DisruptionReason::Underutilized);
+        let n = left.get(&key).copied().unwrap_or(UNLIMITED);
+        if n == 0 {
+            continue;
+        }
+        left.insert(key, n - 1);
+        allowed.push(c);
+    }
+    if allowed.len() < 2 {
+        return None;
+    }
+    let max = allowed.len().min(MAX_MULTI_NODE_CANDIDATES);
+    let (mut low, mut high) = (
+        1,
+        if allowed.len() <= max {
+            allowed.len() - 1
+        } else {
+            max
+        },
+    );
+    let mut best: Option<Proposal> = None;
+    while low <= high {
+        let mid = (low + high) / 2;
+        let prefix = &allowed[..=mid];
+        match multi_node_option(state, prefix, totals) {
+            Some(proposal) => {
+                best = Some(proposal);
+                low = mid + 1;
+            }
+            None => high = mid - 1,
+        }
+    }
+    best.map(|p| consolidation_command(Method::MultiNodeConsolidation, p))
+}
+
+fn multi_node_option(
+    state: &mut State,
+    prefix: &[&Candidate],
+    totals: &PoolTotals,
+) -> Option<Proposal> {
+    let mut proposal = consolidation::compute(state, prefix).ok()?;
+    if let Some(replacement) = proposal.replacements.first_mut() {
+        // Replacing several nodes with one of their own types costs no less than keeping
+        // that node and deleting the others: only types cheaper than it may replace them.
+        let mut own: BTreeMap<&str, f64> = BTreeMap::new();
+        for c in prefix {
+            let price = c.price.unwrap_or(f64::INFINITY);
+            let entry = own.entry(c.instance_type.as_str()).or_insert(f64::INFINITY);
+            *entry = entry.min(price);
+        }
+        let ceiling = replacement
+            .claim
+            .instance_types
+            .iter()
+            .filter_map(|o| own.get(o.name.as_str()).copied())
+            .fold(f64::INFINITY, f64::min);
+        if ceiling.is_finite() {
+            consolidation::keep_below(state, replacement, ceiling).ok()?;
+            let price = consolidation::candidates_price(prefix).ok()?;
+            proposal.savings = price - replacement.launch.price;
+        }
+    }
+    consolidation::balanced(state, &proposal, prefix, totals).ok()?;
+    Some(proposal)
+}
+
+pub fn single_node(
+    state: &mut State,
+    candidates: &[Candidate],
+    budgets: &Budgets,
+    totals: &PoolTotals,
+    blocks: &mut Blocks,
+) -> Option<Command> {
+    for c in round_robin(candidates) {
+        if !consolidatable(state, c, blocks) {
+            continue;
+        }
+        if budget_left(budgets, &c.pool, DisruptionReason::Underutilized) == 0 {
+            blocks.note(&c.name, || {
+                budget_block(&c.pool, DisruptionReason::Underutilized)
+            });
+            continue;
+        }
+        // Empty nodes belong to emptiness and its budget.
+        if c.is_empty() {
+            continue;
+        }
+        let proposal = consolidation::compute(state, &[c]).and_then(|p| {
+            consolidation::balanced(state, &p, &[c], totals)?;
+            Ok(p)
+        });
+        match proposal {
+            Ok(p) => return Some(consolidation_command(Method::SingleNodeConsolidation, p)),
+            Err(why) => blocks.note(&c.name, || why),
+        }
+    }
+    None
+}
+
+/// Candidates interleaved across NodePools (pools by name), each pool's in order.
+fn round_robin(candidates: &[Candidate]) -> Vec<&Candidate> {
+    let mut by_pool: BTreeMap<&str, Vec<&Candidate>> = BTreeMap::new();
+    for c in candidates {
+        by_pool.entry(c.pool.as_str()).or_default().push(c);
+    }
+    let longest = by_pool.values().map(Vec::len).max().unwrap_or(0);
+    let mut out = Vec::with_capacity(candidates.len());
+    let mut seen = HashSet::new();
+    for i in 0..longest {
+        for list in by_pool.values() {
+            if let Some(c) = list.get(i)
+                && seen.insert(c.name.as_str())
+            {
+                out.push(*c);
+            }
+        }
+    }
+    out
+}
+
+fn consolidation_command(method: Method, proposal: Proposal) -> Command {
+    Command {
+        method,
+        reason: Reason::Underutilized,
+        nodes: proposal.nodes,
+        replacements: proposal.replacements,
+        savings: proposal.savings,
+        simulation: Some(proposal.simulation),
+    }
+}

@@ -1,0 +1,111 @@
+//! Disruption decisions: which Karpenter-managed nodes to remove or replace, and with what —
+//! expiration, emptiness, drift, multi-node and single-node consolidation (spot-to-spot
+//! included), within NodePool disruption budgets, never past a `karpenter.sh/do-not-disrupt`
+//! pod or a PodDisruptionBudget that allows nothing (unless eventual disruption may). Upstream
+//! Karpenter v1's controller is the spec; this module is its decision half only, pure and
+//! synchronous like [`crate::scheduling`], whose solver it reuses for every rescheduling
+//! simulation. The controller acts on the commands; `kerf plan --disruption` prints them.
+//!
+//! [`decide`] plays the disruption loop to its end on a copy of the cluster: commands in the
+//! order the loop would issue them, each assumed complete before the next pass (see `run`).
+
+mod budget;
+mod candidate;
+mod cluster;
+mod consolidation;
+pub mod cron;
+mod methods;
+mod pods;
+pub mod report;
+mod run;
+mod simulate;
+
+#[cfg(any(test, feature = "fixtures"))]
+pub mod testing;
+
+pub use budget::{BudgetError, UNLIMITED};
+pub use cluster::{Cluster, ManagedNode, Options, Pdb};
+pub use consolidation::MIN_SPOT_TO_SPOT_TYPES;
+pub use methods::MAX_MULTI_NODE_CANDIDATES;
+pub use report::{
+    BlockedNode, BudgetReport, CommandReport, Decision, DisruptionReport, DisruptionSummary,
+    Method, Reason, ReplacementReport,
+};
+
+use candidate::Blocks;
+use report::round;
+use run::State;
+
+/// Input the decision cannot work with.
+#[derive(Debug, thiserror::Error)]
+pub enum DisruptionError {
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
+    #[error("NodePool {pool}: spec.template.spec.requirements: {error}")]
+    Requirements { pool: String, error: String },
+}
+
+/// Plays the disruption loop on `cluster` until a pass finds nothing to do.
+pub fn decide(cluster: &Cluster, options: Options) -> Result<DisruptionReport, DisruptionError> {
+    let mut state = State::new(cluster, options)?;
+    let budgets = state.budget_report()?;
+    let (nodes, hourly_cost) = state.fleet();
+    let mut commands = Vec::new();
+    // Every command removes at least one node or replaces nodes with cheaper ones, so the
+    // loop ends; the bound only guards against a mistake turning that into a hang.
+    let max_commands = 2 * cluster.nodes.len() + 10;
+    let blocks = loop {
+        let mut blocks = Blocks::default();
+        let Some(command) = state.next_command(&mut blocks)? else {
+            break blocks;
+        };
+        state.apply(&command);
+        commands.push(CommandReport {
+            method: command.method,
+            reason: command.reason,
+            decision: if command.replacements.is_empty() {
+                Decision::Delete
+            } else {
+                Decision::Replace
+            },
+            nodes: command.nodes.clone(),
+            replacements: command
+                .replacements
+                .iter()
+                .map(ReplacementReport::from)
+                .collect(),
+            hourly_savings: round(command.savings),
+        });
+        if commands.len() >= max_commands {
+            break blocks;
+        }
+    };
+    let blocked = state
+        .managed
+        .iter()
+        .filter(|m| !m.deleting)
+        .map(|m| BlockedNode {
+            node: m.name.clone(),
+            reason: blocks
+                .0
+                .get(&m.name)
+                .cloned()
+                .unwrap_or_else(|| "no disruption method applies to it".to_string()),
+        })
+        .collect();
+    let (nodes_after, hourly_cost_after) = state.fleet();
+    Ok(DisruptionReport {
+        commands,
+        blocked,
+        budgets,
+        summary: DisruptionSummary {
+            nodes,
+            nodes_after,
+            hourly_cost: round(hourly_cost),
+            hourly_cost_after: round(hourly_cost_after),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests;

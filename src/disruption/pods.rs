@@ -1,0 +1,157 @@
+//! Pod facts disruption decides on, as upstream reads them: which pods move when their node
+//! goes (reschedulable), which forbid graceful disruption (`karpenter.sh/do-not-disrupt`,
+//! PodDisruptionBudgets), and what evicting one costs (deletion cost and priority).
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::jiff::Timestamp;
+
+use super::cluster::Pdb;
+use crate::api::duration::Duration;
+use crate::labels;
+
+/// `controller.kubernetes.io/pod-deletion-cost`.
+pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Not finished and not being deleted.
+pub fn is_active(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+fn owned_by(pod: &Pod, kind: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == kind)
+}
+
+fn is_mirror(pod: &Pod) -> bool {
+    owned_by(pod, "Node")
+        || pod
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+}
+
+/// A pod that needs a new home when its node goes: active, not a DaemonSet or mirror pod.
+pub fn is_reschedulable(pod: &Pod) -> bool {
+    is_active(pod) && !owned_by(pod, "DaemonSet") && !is_mirror(pod)
+}
+
+/// `namespace/name`.
+pub fn key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Whether an active pod's `karpenter.sh/do-not-disrupt` blocks disruption at `now`:
+/// `"true"`, or a duration that has not yet elapsed since the pod started.
+pub fn blocks_disruption(pod: &Pod, now: Timestamp) -> bool {
+    let Some(value) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
+    else {
+        return false;
+    };
+    if !is_active(pod) {
+        return false;
+    }
+    if value == "true" {
+        return true;
+    }
+    let Ok(duration) = Duration::parse(value) else {
+        return false;
+    };
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .or(pod.metadata.creation_timestamp.as_ref())
+        .map(|t| t.0);
+    let Some(started) = started else {
+        return true;
+    };
+    let elapsed = now.as_second() - started.as_second();
+    elapsed < duration.as_std().as_secs() as i64
+}
+
+/// The cost of evicting one pod: 1, raised or lowered by its deletion cost and priority,
+/// clamped to [-10, 10] (upstream `EvictionCost`).
+pub fn eviction_cost(pod: &Pod) -> f64 {
+    let mut cost = 1.0;
+    if let Some(deletion_cost) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(POD_DELETION_COST))
+        .and_then(|v| v.parse::<f64>().ok())
+    {
+        cost += deletion_cost / 2f64.powi(27);
+    }
+    if let Some(priority) = pod.spec.as_ref().and_then(|s| s.priority) {
+        cost += f64::from(priority) / 2f64.powi(25);
+    }
+    cost.clamp(-10.0, 10.0)
+}
+
+/// Whether `selector` selects `pod` (an empty selector selects every pod, as for PDBs).
+pub fn selects(selector: &LabelSelector, pod: &Pod) -> bool {
+    let empty = std::collections::BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let labels_ok = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let expressions_ok = selector.match_expressions.iter().flatten().all(|e| {
+        let value = labels.get(&e.key);
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    labels_ok && expressions_ok
+}
+
+/// Why the PDBs refuse evicting `pod`, if they do: more than one selects it (the eviction
+/// API refuses such pods), or the one that does allows no disruption now.
+pub fn pdb_block(pod: &Pod, pdbs: &[Pdb]) -> Option<String> {
+    if !is_active(pod) || is_mirror(pod) {
+        return None;
+    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let matching: Vec<&Pdb> = pdbs
+        .iter()
+        .filter(|b| b.namespace == namespace && selects(&b.selector, pod))
+        .collect();
+    match matching.as_slice() {
+        [] => None,
+        [pdb] if pdb.disruptions_allowed > 0 => None,
+        [pdb] => Some(format!(
+            "PodDisruptionBudget {} allows no disruption now (pod {})",
+            pdb.key,
+            key(pod)
+        )),
+        many => Some(format!(
+            "pod {} is selected by more than one PodDisruptionBudget ({}), so it cannot be evicted",
+            key(pod),
+            many.iter()
+                .map(|b| b.key.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}

@@ -1,0 +1,232 @@
+//! What `kerf plan --disruption` prints under `"disruption"` — a fixed contract for tools —
+//! and its table for people: the commands in the order the loop issues them, every managed
+//! node that stays with the reason, the budgets before the first command, and the fleet
+//! before and after.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::consolidation::Replacement;
+use crate::api::DisruptionReason;
+use crate::plan::report::{Launch, RequirementReport, round_price};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Method {
+    #[serde(rename = "emptiness")]
+    Emptiness,
+    #[serde(rename = "drift")]
+    Drift,
+    #[serde(rename = "expiration")]
+    Expiration,
+    #[serde(rename = "multi-node-consolidation")]
+    MultiNodeConsolidation,
+    #[serde(rename = "single-node-consolidation")]
+    SingleNodeConsolidation,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Reason {
+    Empty,
+    Drifted,
+    Expired,
+    Underutilized,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Delete,
+    Replace,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionReport {
+    pub commands: Vec<CommandReport>,
+    pub blocked: Vec<BlockedNode>,
+    pub budgets: Vec<BudgetReport>,
+    pub summary: DisruptionSummary,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandReport {
+    pub method: Method,
+    pub reason: Reason,
+    pub decision: Decision,
+    pub nodes: Vec<String>,
+    pub replacements: Vec<ReplacementReport>,
+    /// US dollars per hour: the nodes' prices less the replacements' launch prices.
+    pub hourly_savings: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacementReport {
+    pub node_pool: String,
+    /// Cheapest first.
+    pub instance_types: Vec<String>,
+    pub requirements: Vec<RequirementReport>,
+    pub launch: Launch,
+}
+
+impl From<&Replacement> for ReplacementReport {
+    fn from(r: &Replacement) -> Self {
+        ReplacementReport {
+            node_pool: r.claim.node_pool.clone(),
+            instance_types: r
+                .claim
+                .instance_types
+                .iter()
+                .map(|o| o.name.clone())
+                .collect(),
+            requirements: r
+                .claim
+                .node_claim_requirements()
+                .iter()
+                .map(|q| RequirementReport {
+                    key: q.key.clone(),
+                    operator: q.operator.as_str().to_string(),
+                    values: q.values.clone(),
+                    min_values: q.min_values,
+                })
+                .collect(),
+            launch: Launch {
+                instance_type: r.launch.instance_type.clone(),
+                zone: r.launch.zone.clone(),
+                capacity_type: r.launch.capacity_type.clone(),
+                price: r.launch.price,
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockedNode {
+    pub node: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetReport {
+    pub node_pool: String,
+    pub reason: DisruptionReason,
+    /// Nodes the reason may disrupt now; 2147483647 when no budget limits it.
+    pub allowed: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionSummary {
+    /// Managed nodes before and after every command.
+    pub nodes: usize,
+    pub nodes_after: usize,
+    /// Their summed offering prices, US dollars per hour.
+    pub hourly_cost: f64,
+    pub hourly_cost_after: f64,
+}
+
+impl Method {
+    fn as_str(self) -> &'static str {
+        match self {
+            Method::Emptiness => "emptiness",
+            Method::Drift => "drift",
+            Method::Expiration => "expiration",
+            Method::MultiNodeConsolidation => "multi-node-consolidation",
+            Method::SingleNodeConsolidation => "single-node-consolidation",
+        }
+    }
+}
+
+impl DisruptionReport {
+    /// Commands, blocked nodes and budgets as tables (each only when not empty), then the
+    /// summary line.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        if !self.commands.is_empty() {
+            let rows = self.commands.iter().enumerate().map(|(i, c)| {
+                let replacements = if c.replacements.is_empty() {
+                    "-".to_string()
+                } else {
+                    c.replacements
+                        .iter()
+                        .map(|r| {
+                            format!(
+                                "{} {} {}",
+                                r.launch.instance_type, r.launch.capacity_type, r.launch.zone
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                vec![
+                    (i + 1).to_string(),
+                    c.method.as_str().to_string(),
+                    format!("{:?}", c.reason),
+                    format!("{:?}", c.decision).to_lowercase(),
+                    format!("{:.4}", c.hourly_savings),
+                    replacements,
+                    c.nodes.join(", "),
+                ]
+            });
+            out.push_str(&crate::plan::report::table(
+                &[
+                    "#",
+                    "METHOD",
+                    "REASON",
+                    "DECISION",
+                    "$/HOUR SAVED",
+                    "REPLACEMENTS",
+                    "NODES",
+                ],
+                rows,
+            ));
+            out.push('\n');
+        }
+        if !self.blocked.is_empty() {
+            let rows = self
+                .blocked
+                .iter()
+                .map(|b| vec![b.node.clone(), b.reason.clone()]);
+            out.push_str(&crate::plan::report::table(&["KEPT NODE", "REASON"], rows));
+            out.push('\n');
+        }
+        if !self.budgets.is_empty() {
+            let rows = self.budgets.iter().map(|b| {
+                vec![
+                    b.node_pool.clone(),
+                    format!("{:?}", b.reason),
+                    if b.allowed >= super::budget::UNLIMITED {
+                        "unlimited".to_string()
+                    } else {
+                        b.allowed.to_string()
+                    },
+                ]
+            });
+            out.push_str(&crate::plan::report::table(
+                &["NODEPOOL", "BUDGET REASON", "ALLOWED"],
+                rows,
+            ));
+            out.push('\n');
+        }
+        let s = &self.summary;
+        let _ = writeln!(
+            out,
+            "disruption: {} commands; managed nodes {} -> {}; ${:.4}/hour -> ${:.4}/hour",
+            self.commands.len(),
+            s.nodes,
+            s.nodes_after,
+            s.hourly_cost,
+            s.hourly_cost_after
+        );
+        out
+    }
+}
+
+pub(super) fn round(price: f64) -> f64 {
+    // `round_price` of -0.0 stays -0.0; add 0.0 so it prints as 0.
+    round_price(price) + 0.0
+}

@@ -1,0 +1,334 @@
+//! The disruption loop, played out offline: each pass computes the budgets and candidates of
+//! the current state and asks the methods in order for a command; the first command found is
+//! applied as if it completed (its nodes gone, their pods where the simulation put them,
+//! replacements present and initialized) and the next pass starts, until a pass finds
+//! nothing. The final pass's notes say why each remaining node stays.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::DisruptionError;
+use super::budget::{self, BudgetError};
+use super::candidate::{self, Blocks};
+use super::cluster::{Cluster, ManagedNode, Options};
+use super::consolidation::{self, Replacement};
+use super::methods::{self, Budgets, Command};
+use super::pods;
+use super::report::{BudgetReport, Method};
+use crate::api::{DisruptionReason, NodePool};
+use crate::catalog::InstanceType;
+use crate::labels;
+use crate::requirements::Requirements;
+use crate::scheduling::{ExistingNode, SchedulingInput};
+
+/// A NodePool with what methods look up on it.
+pub struct PoolInfo<'c> {
+    pub pool: &'c NodePool,
+    pub types: HashMap<&'c str, &'c InstanceType>,
+    pub requirements: Requirements,
+}
+
+/// The cluster as the loop has changed it so far.
+pub struct State<'c> {
+    pub cluster: &'c Cluster,
+    pub input: SchedulingInput,
+    pub managed: Vec<ManagedNode>,
+    pub options: Options,
+    pools: HashMap<&'c str, PoolInfo<'c>>,
+    managed_index: HashMap<String, usize>,
+    replacements: usize,
+}
+
+const REASONS: [DisruptionReason; 3] = [
+    DisruptionReason::Empty,
+    DisruptionReason::Drifted,
+    DisruptionReason::Underutilized,
+];
+
+impl<'c> State<'c> {
+    pub fn new(cluster: &'c Cluster, options: Options) -> Result<State<'c>, DisruptionError> {
+        let mut pools = HashMap::new();
+        for pool in &cluster.node_pools {
+            let requirements = Requirements::from_requirements_with_min_values(pool.requirements())
+                .map_err(|e| DisruptionError::Requirements {
+                    pool: pool.name().to_string(),
+                    error: e.to_string(),
+                })?;
+            let types = cluster
+                .scheduling
+                .node_pools
+                .iter()
+                .find(|p| p.name == pool.name())
+                .map(|p| {
+                    p.instance_types
+                        .iter()
+                        .map(|it| (it.name.as_str(), it))
+                        .collect()
+                })
+                .unwrap_or_default();
+            pools.insert(
+                pool.name(),
+                PoolInfo {
+                    pool,
+                    types,
+                    requirements,
+                },
+            );
+        }
+        let mut state = State {
+            cluster,
+            input: cluster.scheduling.clone(),
+            managed: cluster.nodes.clone(),
+            options,
+            pools,
+            managed_index: HashMap::new(),
+            replacements: 0,
+        };
+        state.reindex();
+        Ok(state)
+    }
+
+    fn reindex(&mut self) {
+        self.managed_index = self
+            .managed
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.name.clone(), i))
+            .collect();
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&PoolInfo<'c>> {
+        self.pools.get(name)
+    }
+
+    pub fn managed_node(&self, name: &str) -> Option<&ManagedNode> {
+        self.managed_index.get(name).map(|i| &self.managed[*i])
+    }
+
+    /// The hourly price of a managed node's offering, when known.
+    pub fn node_price(&self, name: &str) -> Option<f64> {
+        let managed = self.managed_node(name)?;
+        let node = self.input.existing_nodes.iter().find(|n| n.name == name)?;
+        let it = self
+            .pool(&managed.node_pool)?
+            .types
+            .get(node.labels.get(labels::INSTANCE_TYPE)?.as_str())?;
+        let zone = node.labels.get(labels::ZONE).map_or("", String::as_str);
+        let capacity = node
+            .labels
+            .get(labels::CAPACITY_TYPE)
+            .map_or(labels::CAPACITY_TYPE_ON_DEMAND, String::as_str);
+        candidate::offering_price(it, zone, capacity)
+    }
+
+    /// Allowed disruptions per NodePool and reason now.
+    pub fn budgets(&self) -> Result<Budgets, BudgetError> {
+        let mut nodes: HashMap<&str, (usize, usize)> = HashMap::new();
+        for m in self.managed.iter().filter(|m| m.initialized) {
+            let entry = nodes.entry(m.node_pool.as_str()).or_default();
+            entry.0 += 1;
+            if m.deleting || !m.ready {
+                entry.1 += 1;
+            }
+        }
+        let mut out = Budgets::new();
+        for pool in &self.cluster.node_pools {
+            let (count, disrupting) = nodes.get(pool.name()).copied().unwrap_or_default();
+            for reason in REASONS {
+                let allowed = budget::allowed(pool, reason, count, disrupting, self.options.now)?;
+                out.insert((pool.name().to_string(), reason), allowed);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One pass: the first command the methods find, if any.
+    pub fn next_command(
+        &mut self,
+        blocks: &mut Blocks,
+    ) -> Result<Option<Command>, DisruptionError> {
+        if let Some(command) = methods::expiration(self) {
+            return Ok(Some(command));
+        }
+        let budgets = self.budgets()?;
+        let candidates = candidate::candidates(self, blocks);
+        if let Some(command) = methods::emptiness(&candidates, &budgets, blocks) {
+            return Ok(Some(command));
+        }
+        if let Some(command) = methods::drift(self, &candidates, &budgets, blocks) {
+            return Ok(Some(command));
+        }
+        let totals = consolidation::pool_totals(&candidates);
+        if let Some(command) = methods::multi_node(self, &candidates, &budgets, &totals) {
+            return Ok(Some(command));
+        }
+        Ok(methods::single_node(
+            self,
+            &candidates,
+            &budgets,
+            &totals,
+            blocks,
+        ))
+    }
+
+    /// Plays `command` out: its nodes go, their pods land where the simulation put them (or,
+    /// for expiration, become pending), replacements join initialized.
+    pub fn apply(&mut self, command: &Command) {
+        let mut removed = Vec::new();
+        self.input.existing_nodes.retain(|n| {
+            let gone = command.nodes.contains(&n.name);
+            if gone {
+                removed.push(n.pods.clone());
+            }
+            !gone
+        });
+        self.managed.retain(|m| !command.nodes.contains(&m.name));
+        match &command.simulation {
+            Some(simulation) => {
+                let mut moved: HashMap<String, Pod> = simulation
+                    .moved
+                    .iter()
+                    .map(|p| (pods::key(p), p.clone()))
+                    .collect();
+                for (node_name, keys) in &simulation.placements {
+                    let pods: Vec<Pod> = keys.iter().filter_map(|k| moved.remove(k)).collect();
+                    if let Some(node) = self
+                        .input
+                        .existing_nodes
+                        .iter_mut()
+                        .find(|n| &n.name == node_name)
+                    {
+                        node.pods
+                            .extend(pods.into_iter().map(|p| bound(p, node_name)));
+                    }
+                }
+                for replacement in &command.replacements {
+                    self.add_replacement(replacement, &mut moved);
+                }
+            }
+            None if command.method == Method::Expiration => {
+                for pods in removed {
+                    self.input.pods.extend(
+                        pods.iter()
+                            .filter(|p| pods::is_reschedulable(p))
+                            .map(|p| bound_to_none(p.clone())),
+                    );
+                }
+            }
+            None => {}
+        }
+        self.reindex();
+    }
+
+    fn add_replacement(&mut self, replacement: &Replacement, moved: &mut HashMap<String, Pod>) {
+        self.replacements += 1;
+        let claim = &replacement.claim;
+        let name = format!("{}-replacement-{}", claim.node_pool, self.replacements);
+        let Some(it) = self.pool(&claim.node_pool).and_then(|p| {
+            p.types
+                .get(replacement.launch.instance_type.as_str())
+                .copied()
+        }) else {
+            return;
+        };
+        let mut node_labels = it.labels.clone();
+        node_labels.extend(claim.labels.clone());
+        for r in &claim.requirements {
+            if r.operator == crate::api::Operator::In && r.values.len() == 1 {
+                node_labels.insert(r.key.clone(), r.values[0].clone());
+            }
+        }
+        for (key, value) in [
+            (
+                labels::INSTANCE_TYPE,
+                replacement.launch.instance_type.as_str(),
+            ),
+            (labels::ZONE, replacement.launch.zone.as_str()),
+            (
+                labels::CAPACITY_TYPE,
+                replacement.launch.capacity_type.as_str(),
+            ),
+            (labels::NODEPOOL, claim.node_pool.as_str()),
+            (labels::HOSTNAME, name.as_str()),
+            (labels::INITIALIZED, "true"),
+        ] {
+            node_labels.insert(key.to_string(), value.to_string());
+        }
+        let mut pods = Vec::new();
+        for key in claim
+            .pods
+            .iter()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+        {
+            if let Some(pod) = moved.remove(&key) {
+                pods.push(bound(pod, &name));
+            } else if let Some(i) = self.input.pods.iter().position(|p| pods::key(p) == key) {
+                let pod = self.input.pods.remove(i);
+                pods.push(bound(pod, &name));
+            }
+        }
+        let pool = self.pool(&claim.node_pool).map(|p| p.pool);
+        self.input.existing_nodes.push(ExistingNode {
+            name: name.clone(),
+            labels: node_labels,
+            taints: claim.taints.clone(),
+            allocatable: it.allocatable(),
+            capacity: it.capacity.clone(),
+            pods,
+            initialized: true,
+            node_pool: Some(claim.node_pool.clone()),
+            node_claim: Some(name.clone()),
+        });
+        self.managed.push(ManagedNode {
+            name: name.clone(),
+            node_claim: name,
+            node_pool: claim.node_pool.clone(),
+            created: Some(self.options.now),
+            last_pod_event: Some(self.options.now),
+            initialized: true,
+            ready: true,
+            expire_after: pool.and_then(|p| p.expire_after().as_std()),
+            termination_grace_period: pool
+                .and_then(|p| p.termination_grace_period())
+                .map(|d| d.as_std()),
+            ..ManagedNode::default()
+        });
+    }
+
+    /// Budgets of every NodePool and reason, in pool order, for the report.
+    pub fn budget_report(&self) -> Result<Vec<BudgetReport>, BudgetError> {
+        let budgets = self.budgets()?;
+        let mut out = Vec::new();
+        for pool in &self.cluster.node_pools {
+            for reason in REASONS {
+                out.push(BudgetReport {
+                    node_pool: pool.name().to_string(),
+                    reason,
+                    allowed: budgets[&(pool.name().to_string(), reason)],
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Managed nodes that are not being deleted, and their total hourly price.
+    pub fn fleet(&self) -> (usize, f64) {
+        let live: Vec<&ManagedNode> = self.managed.iter().filter(|m| !m.deleting).collect();
+        let cost = live.iter().filter_map(|m| self.node_price(&m.name)).sum();
+        (live.len(), cost)
+    }
+}
+
+fn bound(mut pod: Pod, node: &str) -> Pod {
+    pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+    pod
+}
+
+fn bound_to_none(mut pod: Pod) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = None;
+    }
+    pod.status = None;
+    pod
+}

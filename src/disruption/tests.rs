@@ -1,0 +1,609 @@
+//! Decisions per method and per blocking rule, asserting which nodes go and what replaces
+//! them, on clusters built from the shared fixtures.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::testing::*;
+use super::*;
+use crate::api::{ConsolidationPolicy, DisruptionReason, Operator};
+use crate::feature_gates::FeatureGates;
+use crate::labels;
+use crate::scheduling::testing as st;
+
+fn run(cluster: ClusterBuilder) -> DisruptionReport {
+    decide(&cluster.build(), options()).expect("valid input")
+}
+
+fn run_with(cluster: ClusterBuilder, options: Options) -> DisruptionReport {
+    decide(&cluster.build(), options).expect("valid input")
+}
+
+fn unlimited() -> PoolBuilder {
+    node_pool("default").budgets(json!([{"nodes": "100%"}]))
+}
+
+fn reason_of<'a>(report: &'a DisruptionReport, node: &str) -> &'a str {
+    report
+        .blocked
+        .iter()
+        .find(|b| b.node == node)
+        .map(|b| b.reason.as_str())
+        .unwrap_or_else(|| panic!("{node} is not blocked: {report:#?}"))
+}
+
+fn methods(report: &DisruptionReport) -> Vec<(Method, Decision, Vec<String>)> {
+    report
+        .commands
+        .iter()
+        .map(|c| (c.method, c.decision, c.nodes.clone()))
+        .collect()
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+// Emptiness.
+
+#[test]
+fn emptiness_deletes_every_empty_node_the_budget_allows_in_one_command() {
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(node("a"))
+        .node(node("b"))
+        .node(node("busy").pods(2)));
+    let first = &report.commands[0];
+    assert_eq!(first.method, Method::Emptiness);
+    assert_eq!(first.reason, Reason::Empty);
+    assert_eq!(first.decision, Decision::Delete);
+    assert_eq!(first.nodes, names(&["a", "b"]));
+    assert!(first.replacements.is_empty());
+    assert!(first.hourly_savings > 0.0);
+}
+
+#[test]
+fn the_default_ten_percent_budget_allows_one_empty_node_per_pass() {
+    let report = run(cluster().node(node("a")).node(node("b")).node(node("c")));
+    assert_eq!(
+        methods(&report),
+        vec![
+            (Method::Emptiness, Decision::Delete, names(&["a"])),
+            (Method::Emptiness, Decision::Delete, names(&["b"])),
+            (Method::Emptiness, Decision::Delete, names(&["c"])),
+        ]
+    );
+    assert_eq!(report.summary.nodes, 3);
+    assert_eq!(report.summary.nodes_after, 0);
+    assert_eq!(report.summary.hourly_cost_after, 0.0);
+    let empty = report
+        .budgets
+        .iter()
+        .find(|b| b.reason == DisruptionReason::Empty)
+        .expect("budget reported");
+    assert_eq!((empty.node_pool.as_str(), empty.allowed), ("default", 1));
+}
+
+#[test]
+fn emptiness_waits_for_consolidate_after_since_the_last_pod_event() {
+    let report = run(cluster()
+        .pool(unlimited().consolidate_after("2h"))
+        .node(node("recent").last_pod_event(ago(600)))
+        .node(node("old").last_pod_event(ago(3 * 3600))));
+    assert_eq!(
+        methods(&report),
+        vec![(Method::Emptiness, Decision::Delete, names(&["old"]))]
+    );
+    assert!(reason_of(&report, "recent").contains("consolidateAfter 2h has not elapsed"));
+}
+
+#[test]
+fn consolidate_after_never_disables_emptiness_and_consolidation_but_not_drift_or_expiry() {
+    let report = run(cluster()
+        .pool(unlimited().consolidate_after("Never"))
+        .node(node("empty"))
+        .node(node("drifted").drifted("AMIDrift", ago(60)))
+        .node(node("old").pods(1).created(ago(800 * 3600))));
+    assert_eq!(
+        methods(&report),
+        vec![
+            (Method::Expiration, Decision::Delete, names(&["old"])),
+            (Method::Drift, Decision::Delete, names(&["drifted"])),
+        ]
+    );
+    assert!(reason_of(&report, "empty").contains("consolidateAfter: Never"));
+}
+
+// Expiration.
+
+#[test]
+fn expiration_deletes_regardless_of_budgets_and_blocking_pods() {
+    let pinned = annotated(
+        st::pod("pinned").cpu("100m").build(),
+        labels::DO_NOT_DISRUPT,
+        "true",
+    );
+    let report = run(cluster()
+        .pool(node_pool("default").budgets(json!([{"nodes": "0"}])))
+        .node(node("old").pod(pinned).created(ago(721 * 3600)))
+        .node(node("young").pods(1)));
+    assert_eq!(
+        methods(&report),
+        vec![(Method::Expiration, Decision::Delete, names(&["old"]))]
+    );
+    assert_eq!(report.commands[0].reason, Reason::Expired);
+}
+
+#[test]
+fn a_node_without_expiry_never_expires() {
+    let report = run(cluster().node(
+        node("forever")
+            .pods(1)
+            .created(ago(10_000 * 3600))
+            .expire_after(None),
+    ));
+    assert!(
+        report
+            .commands
+            .iter()
+            .all(|c| c.method != Method::Expiration)
+    );
+}
+
+// Drift.
+
+#[test]
+fn drift_replaces_a_drifted_node_whose_pods_need_capacity() {
+    let report = run(cluster()
+        .pool(unlimited().consolidate_after("Never"))
+        .node(node("drifted").pods(3).drifted("AMIDrift", ago(60))));
+    let command = &report.commands[0];
+    assert_eq!(
+        (command.method, command.reason),
+        (Method::Drift, Reason::Drifted)
+    );
+    assert_eq!(command.decision, Decision::Replace);
+    assert_eq!(command.nodes, names(&["drifted"]));
+    assert_eq!(command.replacements.len(), 1);
+    assert_eq!(command.replacements[0].node_pool, "default");
+    assert_eq!(report.summary.nodes_after, 1);
+}
+
+#[test]
+fn drift_takes_empty_nodes_first_then_the_earliest_drifted() {
+    let report = run(cluster()
+        .pool(unlimited().consolidate_after("Never"))
+        .node(node("late").pods(1).drifted("AMIDrift", ago(60)))
+        .node(node("early").pods(1).drifted("AMIDrift", ago(600)))
+        .node(node("empty").drifted("AMIDrift", ago(30))));
+    assert_eq!(
+        methods(&report)
+            .into_iter()
+            .map(|(_, _, nodes)| nodes)
+            .collect::<Vec<_>>(),
+        vec![names(&["empty"]), names(&["early"]), names(&["late"])]
+    );
+}
+
+#[test]
+fn a_changed_nodepool_hash_and_unsatisfied_requirements_are_drift() {
+    let report = run(cluster()
+        .pool(
+            unlimited()
+                .consolidate_after("Never")
+                .hash("new")
+                .requirement(st::requirement(labels::ARCH, Operator::In, &["amd64"])),
+        )
+        .node(node("stale").hash("old"))
+        .node(node("current").hash("new"))
+        .node(node("arm").hash("new").label(labels::ARCH, "arm64")));
+    let drifted: Vec<String> = report
+        .commands
+        .iter()
+        .filter(|c| c.method == Method::Drift)
+        .flat_map(|c| c.nodes.clone())
+        .collect();
+    assert_eq!(drifted, names(&["arm", "stale"]));
+    assert!(reason_of(&report, "current").contains("Never"));
+}
+
+#[test]
+fn drift_respects_blocking_pods_unless_a_termination_grace_period_bounds_it() {
+    let pinned = |name: &str| {
+        annotated(
+            st::pod(name).cpu("100m").build(),
+            labels::DO_NOT_DISRUPT,
+            "true",
+        )
+    };
+    let report = run(cluster()
+        .pool(unlimited().consolidate_after("Never"))
+        .node(
+            node("graceful")
+                .pod(pinned("p1"))
+                .drifted("AMIDrift", ago(60)),
+        )
+        .node(
+            node("bounded")
+                .pod(pinned("p2"))
+                .drifted("AMIDrift", ago(60))
+                .termination_grace_period(Duration::from_secs(600)),
+        ));
+    // Its pod moves to the other node, so no replacement is needed.
+    assert_eq!(
+        methods(&report),
+        vec![(Method::Drift, Decision::Delete, names(&["bounded"]))]
+    );
+    assert!(
+        reason_of(&report, "graceful").contains("default/p1 has the karpenter.sh/do-not-disrupt")
+    );
+}
+
+// Consolidation.
+
+#[test]
+fn multi_node_consolidation_takes_the_longest_prefix_that_consolidates() {
+    // Three medium nodes with 3 small pods each: the whole prefix fits one small node.
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(node("a").pods(3))
+        .node(node("b").pods(3))
+        .node(node("c").pods(3)));
+    assert_eq!(report.commands.len(), 1, "{report:#?}");
+    let command = &report.commands[0];
+    assert_eq!(command.method, Method::MultiNodeConsolidation);
+    assert_eq!(command.decision, Decision::Replace);
+    assert_eq!(command.nodes.len(), 3);
+    assert_eq!(command.replacements[0].launch.instance_type, "small");
+    assert_eq!(report.summary.nodes_after, 1);
+    assert!(report.summary.hourly_cost_after < report.summary.hourly_cost);
+}
+
+#[test]
+fn multi_node_consolidation_deletes_when_the_rest_absorb_the_pods() {
+    // All three would fit one small node, but the spot small one is among them at that
+    // price (the same-type rule), so only the two light nodes go, onto it.
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(node("light1").pods(1))
+        .node(node("light2").pods(1))
+        .node(node("heavy").size("small").spot().pods(15)));
+    let command = &report.commands[0];
+    assert_eq!(command.method, Method::MultiNodeConsolidation);
+    assert_eq!(command.decision, Decision::Delete, "{report:#?}");
+    assert_eq!(command.nodes, names(&["light1", "light2"]));
+    assert_eq!(report.commands.len(), 1, "{report:#?}");
+    assert!(reason_of(&report, "heavy").contains("SpotToSpotConsolidation"));
+}
+
+#[test]
+fn single_node_consolidation_replaces_on_demand_with_cheaper_spot() {
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(node("big").size("xlarge").pods(4)));
+    let command = &report.commands[0];
+    assert_eq!(command.method, Method::SingleNodeConsolidation);
+    assert_eq!(command.decision, Decision::Replace);
+    let replacement = &command.replacements[0];
+    assert_eq!(replacement.instance_types[0], "small");
+    assert!(!replacement.instance_types.contains(&"xlarge".to_string()));
+    assert_eq!(replacement.launch.capacity_type, "spot");
+    let capacity = replacement
+        .requirements
+        .iter()
+        .find(|r| r.key == labels::CAPACITY_TYPE)
+        .expect("capacity type pinned");
+    assert_eq!(capacity.values, ["spot"]);
+    let xlarge = st::price_of(16.0, 32.0);
+    assert!((command.hourly_savings - (xlarge - replacement.launch.price)).abs() < 1e-6);
+}
+
+#[test]
+fn the_cheapest_fitting_node_is_kept_with_no_cheaper_replacement() {
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(node("small").size("small").spot().pods(2)));
+    assert!(report.commands.is_empty(), "{report:#?}");
+    let reason = reason_of(&report, "small");
+    assert!(reason.contains("SpotToSpotConsolidation"), "{reason}");
+}
+
+#[test]
+fn spot_to_spot_needs_the_gate_and_fifteen_cheaper_types() {
+    let gated = Options {
+        feature_gates: FeatureGates::parse("SpotToSpotConsolidation=true")
+            .expect("valid")
+            .gates,
+        ..options()
+    };
+    let few = run_with(
+        cluster()
+            .pool(unlimited())
+            .node(node("spot").size("xlarge").spot().pods(2)),
+        gated,
+    );
+    assert!(few.commands.is_empty());
+    assert!(reason_of(&few, "spot").contains("needs 15 cheaper instance types, found 3"));
+
+    let many = st::fake_instance_types(40);
+    let big = "fake-it-39";
+    let report = run_with(
+        cluster().pool(unlimited().instance_types(many)).node(
+            node("spot")
+                .spot()
+                .label(labels::INSTANCE_TYPE, big)
+                .pods(2),
+        ),
+        gated,
+    );
+    let command = &report.commands[0];
+    assert_eq!(command.method, Method::SingleNodeConsolidation);
+    let replacement = &command.replacements[0];
+    assert_eq!(replacement.instance_types.len(), MIN_SPOT_TO_SPOT_TYPES);
+    assert_eq!(replacement.launch.capacity_type, "spot");
+    assert!(!replacement.instance_types.contains(&big.to_string()));
+}
+
+#[test]
+fn when_empty_never_consolidates_a_node_with_pods() {
+    let report = run(cluster()
+        .pool(unlimited().policy(ConsolidationPolicy::WhenEmpty))
+        .node(node("busy").size("xlarge").pods(1)));
+    assert!(report.commands.is_empty());
+    assert!(reason_of(&report, "busy").contains("consolidationPolicy: WhenEmpty"));
+}
+
+#[test]
+fn balanced_rejects_moves_whose_savings_do_not_justify_the_disruption() {
+    // `a` moves 30 pods to save $1.64 of a pool costing $53/hour: its share of the pool's
+    // disruption (31 of 51) far exceeds its share of the savings, so Balanced keeps it.
+    // Alone in its pool, the same move is approved.
+    let busy = || node("a").size("large").pods(30);
+    let pool = || {
+        unlimited()
+            .policy(ConsolidationPolicy::Balanced)
+            .consolidate_after("10m")
+    };
+    let crowded = (0..10).fold(cluster().pool(pool()).node(busy()), |c, i| {
+        c.node(
+            node(&format!("x{i}"))
+                .size("xlarge")
+                .pods(1)
+                .last_pod_event(ago(60)),
+        )
+    });
+    let report = run(crowded);
+    assert!(report.commands.is_empty(), "{report:#?}");
+    assert!(reason_of(&report, "a").contains("consolidationPolicy: Balanced"));
+    let alone = run(cluster().pool(pool()).node(busy()));
+    assert_eq!(
+        methods(&alone),
+        vec![(
+            Method::SingleNodeConsolidation,
+            Decision::Replace,
+            names(&["a"])
+        )]
+    );
+}
+
+#[test]
+fn pods_that_fit_nowhere_keep_their_node() {
+    let picky = st::pod("picky")
+        .cpu("100m")
+        .node_selector(&[("special", "yes")])
+        .build();
+    let report = run(cluster().pool(unlimited()).node(
+        node("special")
+            .size("large")
+            .label("special", "yes")
+            .pod(picky),
+    ));
+    assert!(report.commands.is_empty());
+    assert!(reason_of(&report, "special").contains("default/picky would not schedule"));
+}
+
+#[test]
+fn pods_never_move_onto_uninitialized_nodes_or_nodes_inside_consolidate_after() {
+    // Without the fresh nodes' room, the big node can only be replaced, not deleted.
+    let report = run(cluster()
+        .pool(unlimited().consolidate_after("10m"))
+        .node(node("big").size("xlarge").pods(2))
+        .node(node("booting").size("xlarge").uninitialized())
+        .node(node("fresh").size("xlarge").pods(1).last_pod_event(ago(60))));
+    let command = report
+        .commands
+        .iter()
+        .find(|c| c.nodes.contains(&"big".to_string()))
+        .expect("big is consolidated");
+    assert_eq!(command.decision, Decision::Replace, "{report:#?}");
+    assert!(reason_of(&report, "booting").contains("not initialized"));
+}
+
+// Blocking rules.
+
+#[test]
+fn a_do_not_disrupt_pod_blocks_consolidation_until_its_duration_has_elapsed() {
+    let pod = |name: &str, value: &str, started_ago: i64| {
+        started(
+            annotated(
+                st::pod(name).cpu("100m").build(),
+                labels::DO_NOT_DISRUPT,
+                value,
+            ),
+            ago(started_ago),
+        )
+    };
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(
+            node("pinned")
+                .size("xlarge")
+                .pod(pod("forever", "true", 60)),
+        )
+        .node(node("waiting").size("xlarge").pod(pod("soon", "1h", 60)))
+        .node(node("free").size("xlarge").pod(pod("done", "1h", 7200))));
+    let moved: Vec<String> = report
+        .commands
+        .iter()
+        .flat_map(|c| c.nodes.clone())
+        .collect();
+    assert!(moved.contains(&"free".to_string()), "{report:#?}");
+    assert!(
+        reason_of(&report, "pinned")
+            .contains("pod default/forever has the karpenter.sh/do-not-disrupt")
+    );
+    assert!(reason_of(&report, "waiting").contains("default/soon"));
+}
+
+#[test]
+fn a_node_annotated_do_not_disrupt_is_not_a_candidate() {
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(node("kept").do_not_disrupt()));
+    assert!(report.commands.is_empty());
+    assert!(reason_of(&report, "kept").contains("Node has the karpenter.sh/do-not-disrupt"));
+}
+
+#[test]
+fn a_pdb_that_allows_nothing_or_two_pdbs_on_one_pod_block_the_node() {
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(node("guarded").size("xlarge").pods(1))
+        .node(node("double").size("xlarge").pods(1))
+        .pdb("strict", "guarded", 0)
+        .pdb("one", "double", 1)
+        .pdb("two", "double", 1));
+    assert!(report.commands.is_empty(), "{report:#?}");
+    assert!(
+        reason_of(&report, "guarded")
+            .contains("PodDisruptionBudget default/strict allows no disruption")
+    );
+    assert!(
+        reason_of(&report, "double")
+            .contains("more than one PodDisruptionBudget (default/one, default/two)")
+    );
+}
+
+#[test]
+fn a_zero_budget_blocks_and_names_the_budget() {
+    let report = run(cluster()
+        .pool(
+            node_pool("default")
+                .budgets(json!([{"nodes": "0", "reasons": ["Underutilized"]}, {"nodes": "100%"}])),
+        )
+        .node(node("big").size("xlarge").pods(2))
+        .node(node("empty")));
+    assert_eq!(
+        methods(&report),
+        vec![(Method::Emptiness, Decision::Delete, names(&["empty"]))]
+    );
+    assert!(reason_of(&report, "big").contains("allows no more Underutilized disruptions"));
+}
+
+#[test]
+fn budgets_round_percentages_up_count_unready_nodes_and_follow_schedules() {
+    let cluster = cluster()
+        .pool(node_pool("default").budgets(json!([
+            {"nodes": "25%"},
+            {"nodes": "0", "reasons": ["Drifted"], "schedule": "@daily", "duration": "1h"},
+            {"nodes": "0", "reasons": ["Empty"], "schedule": "0 12 * * *", "duration": "1h"}
+        ])))
+        .node(node("a"))
+        .node(node("b").not_ready())
+        .node(node("c"))
+        .node(node("d"))
+        .node(node("e"))
+        .node(node("gone").deleting())
+        .build();
+    // 6 initialized nodes, 25% rounds up to 2, minus 2 disrupting (not Ready, deleting).
+    // NOW is midnight: the @daily Drifted window is open, the noon Empty one is not.
+    let report = decide(&cluster, options()).expect("valid");
+    let allowed = |reason| {
+        report
+            .budgets
+            .iter()
+            .find(|b| b.reason == reason)
+            .map(|b| b.allowed)
+    };
+    assert_eq!(allowed(DisruptionReason::Empty), Some(0));
+    assert_eq!(allowed(DisruptionReason::Drifted), Some(0));
+    assert_eq!(allowed(DisruptionReason::Underutilized), Some(0));
+    let loose = cluster_with_budget(json!([{"nodes": "25%"}]));
+    let report = decide(&loose, options()).expect("valid");
+    assert_eq!(report.budgets[0].allowed, 2);
+    let none =
+        cluster_with_budget(json!([{"nodes": "1", "schedule": "0 12 * * *", "duration": "1h"}]));
+    let report = decide(&none, options()).expect("valid");
+    assert_eq!(report.budgets[0].allowed, UNLIMITED);
+}
+
+fn cluster_with_budget(budgets: serde_json::Value) -> Cluster {
+    (0..5)
+        .fold(
+            cluster().pool(node_pool("default").budgets(budgets)),
+            |c, i| c.node(node(&format!("n{i}")).pods(1)),
+        )
+        .build()
+}
+
+#[test]
+fn a_malformed_budget_schedule_is_an_error_naming_the_pool() {
+    let cluster = cluster()
+        .pool(
+            node_pool("default")
+                .budgets(json!([{"nodes": "1", "schedule": "nope", "duration": "1h"}])),
+        )
+        .node(node("a"))
+        .build();
+    let error = decide(&cluster, options()).expect_err("bad schedule");
+    assert!(
+        error
+            .to_string()
+            .contains("NodePool default: spec.disruption.budgets[0].schedule"),
+        "{error}"
+    );
+}
+
+#[test]
+fn candidates_are_ordered_by_price_per_disruption_cost() {
+    use super::candidate::{Candidate, sort};
+    let c = |name: &str, price: f64, cost: f64| Candidate {
+        name: name.into(),
+        pool: "default".into(),
+        instance_type: "medium".into(),
+        zone: String::new(),
+        capacity_type: "on-demand".into(),
+        price: Some(price),
+        reschedulable_costs: vec![1.0],
+        disruption_cost: cost,
+        graceful_block: None,
+        drift: None,
+        consolidatable: Ok(()),
+        termination_grace_period: false,
+    };
+    let mut list = vec![
+        c("cheap-busy", 1.0, 10.0),
+        c("pricey-quiet", 4.0, 2.0),
+        c("free", 1.0, 0.0),
+        c("mid", 2.0, 2.0),
+    ];
+    sort(&mut list);
+    let order: Vec<&str> = list.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(order, ["free", "pricey-quiet", "mid", "cheap-busy"]);
+}
+
+#[test]
+fn eviction_cost_follows_deletion_cost_and_priority() {
+    let plain = st::pod("p").build();
+    assert_eq!(pods::eviction_cost(&plain), 1.0);
+    let costly = annotated(
+        st::pod("q").build(),
+        pods::POD_DELETION_COST,
+        &(1i64 << 27).to_string(),
+    );
+    assert_eq!(pods::eviction_cost(&costly), 2.0);
+    let mut critical = st::pod("r").build();
+    critical.spec.as_mut().expect("spec").priority = Some(2_000_000_000);
+    assert_eq!(pods::eviction_cost(&critical), 10.0);
+}
