@@ -12,6 +12,8 @@
 
 use crate::api::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool};
 use crate::catalog::InstanceType;
+use crate::labels;
+use crate::requirements::Requirements;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
@@ -53,6 +55,11 @@ pub trait CloudProvider: Send + Sync {
     /// Fails with [`CloudProviderError::InsufficientCapacity`] when no offering could be
     /// launched, listing the offerings that were refused so the caller can mark them
     /// unavailable.
+    ///
+    /// Idempotent per NodeClaim: every machine is tagged `karpenter.sh/nodeclaim` with the
+    /// NodeClaim's name at launch, and Create first looks for a live one so tagged (left by
+    /// a launch whose answer or status write was lost, a restart, a failover) and returns it
+    /// hydrated instead of launching a second.
     fn create<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<NodeClaim>>;
 
     /// Terminates the machine of `node_claim` (found by `status.providerID`). Fails with
@@ -65,6 +72,15 @@ pub trait CloudProvider: Send + Sync {
     /// machine; [`CloudProviderError::NodeClaimNotFound`] when it does not exist or is
     /// terminated.
     fn get<'a>(&'a self, provider_id: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>>;
+
+    /// The live machine launched for the NodeClaim named `node_claim` (found by its
+    /// `karpenter.sh/nodeclaim` tag), as [`Self::get`] describes it; `None` when there is
+    /// none. A deleting NodeClaim without a recorded providerID uses it to terminate what a
+    /// launch in flight may have started.
+    fn find_launched<'a>(
+        &'a self,
+        node_claim: &'a str,
+    ) -> BoxFuture<'a, CloudResult<Option<NodeClaim>>>;
 
     /// Every live machine this cluster's kerf launched, as NodeClaims (for garbage
     /// collection of machines whose NodeClaim is gone).
@@ -302,6 +318,28 @@ fn describe_offerings(offerings: &[OfferingRef]) -> String {
     format!("all offerings refused ({})", listed.join(", "))
 }
 
+/// Every offering of `instance_types` that `requirements` allow by instance type, zone,
+/// zone id and capacity type: all that a launch under those requirements could have used.
+/// What a refusal marks when the provider could not say which offerings it refused (it
+/// found none it could try), so the next solves stop planning the same NodeClaim.
+pub fn offerings_allowed(
+    instance_types: &[Arc<InstanceType>],
+    requirements: &Requirements,
+) -> Vec<OfferingRef> {
+    let allows = |key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
+    instance_types
+        .iter()
+        .filter(|it| allows(labels::INSTANCE_TYPE, &it.name))
+        .flat_map(|it| it.offerings.iter().map(move |o| (it, o)))
+        .filter(|(_, o)| {
+            allows(labels::ZONE, &o.zone)
+                && allows(labels::ZONE_ID, &o.zone_id)
+                && allows(labels::CAPACITY_TYPE, o.capacity_type.as_str())
+        })
+        .map(|(it, o)| OfferingRef::new(o.capacity_type.as_str(), &it.name, &o.zone))
+        .collect()
+}
+
 /// The providerID a launched NodeClaim carries; a NodeClaim without one was never launched
 /// (or its launch was not recorded), which Delete cannot act on.
 pub fn launched_provider_id(node_claim: &NodeClaim) -> CloudResult<&str> {
@@ -414,6 +452,35 @@ mod tests {
         };
         assert!(!not_found.is_retryable());
         assert!(not_found.is_not_found());
+    }
+
+    #[test]
+    fn offerings_allowed_follow_type_zone_and_capacity_type_requirements() {
+        use crate::requirements::Requirement;
+        let types: Vec<Arc<InstanceType>> = crate::catalog::Catalog::embedded("us-east-1")
+            .expect("embedded region")
+            .instance_types(&crate::catalog::AllocatableSettings::default())
+            .into_iter()
+            .filter(|it| it.name == "m5.large" || it.name == "c5.large")
+            .map(Arc::new)
+            .collect();
+        let reqs: Requirements = [
+            Requirement::in_values(labels::INSTANCE_TYPE, ["m5.large"]),
+            Requirement::in_values(labels::ZONE, ["us-east-1a"]),
+            Requirement::in_values(labels::CAPACITY_TYPE, ["spot"]),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            offerings_allowed(&types, &reqs),
+            [OfferingRef::new("spot", "m5.large", "us-east-1a")]
+        );
+        let any_zone: Requirements = [Requirement::in_values(labels::INSTANCE_TYPE, ["c5.large"])]
+            .into_iter()
+            .collect();
+        let all = offerings_allowed(&types, &any_zone);
+        assert!(all.len() > 2, "every zone and capacity type: {all:?}");
+        assert!(all.iter().all(|o| o.instance_type == "c5.large"));
     }
 
     /// The traits must stay usable as `Arc<dyn CloudProvider>` and

@@ -90,6 +90,14 @@ impl CloudProvider for MeteredCloudProvider {
         Box::pin(self.observe("Get", self.inner.get(provider_id)))
     }
 
+    fn find_launched<'a>(
+        &'a self,
+        node_claim: &'a str,
+    ) -> BoxFuture<'a, CloudResult<Option<NodeClaim>>> {
+        // kerf's own method (upstream has no lookup by NodeClaim), under its own name.
+        Box::pin(self.observe("FindLaunched", self.inner.find_launched(node_claim)))
+    }
+
     fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {
         Box::pin(self.observe("List", self.inner.list()))
     }
@@ -143,6 +151,12 @@ mod tests {
         }
         fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>> {
             Box::pin(async { Err(refused()) })
+        }
+        fn find_launched<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<'a, CloudResult<Option<NodeClaim>>> {
+            Box::pin(async { Ok(None) })
         }
         fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {
             Box::pin(async { Ok(Vec::new()) })

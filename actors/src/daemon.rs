@@ -30,7 +30,8 @@ use crate::launcher::{LAUNCHER_MAILBOX_CAPACITY, Launcher};
 use crate::leader::{self, Election, Timing};
 use crate::lifecycle::Changed;
 use crate::lifecycle::{
-    LIFECYCLE_MAILBOX_CAPACITY, LifecycleConfig, LifecycleDeps, LifecycleStats, NodeClaimLifecycle,
+    LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleConfig, LifecycleDeps, LifecycleStats,
+    NodeClaimLifecycle,
 };
 use crate::mailbox::DeliverError;
 use crate::mailbox::{MailboxDepth, Outbox};
@@ -47,7 +48,7 @@ use crate::tagging::{self, TAGGER_MAILBOX_CAPACITY, Tagger};
 use crate::{divergences, events, pod_watcher, server, shutdown};
 
 /// Upstream's name for the controller that launches NodeClaims: the `controller` label of
-/// the Launcher's cloud provider metrics.
+/// the NodeClaim lifecycle's cloud provider metrics (launch, termination, lookups).
 const LAUNCH_CONTROLLER: &str = "nodeclaim.lifecycle";
 
 /// What the daemon needs besides its settings.
@@ -238,24 +239,6 @@ impl Daemon {
         let (mut subscribers, cloud_tasks) =
             start_cloud_loops(&client, &state, provider, &leader, &shutdown_rx);
         let lifecycle_depth = MailboxDepth::new("lifecycle", LIFECYCLE_MAILBOX_CAPACITY);
-        let lifecycle = cloud.as_ref().map(|cloud| {
-            let deps = LifecycleDeps {
-                state: state.clone(),
-                client: client.clone(),
-                cloud: cloud.provider.clone(),
-                leader: leader.clone(),
-                shutdown: shutdown_rx.clone(),
-                depth: lifecycle_depth.clone(),
-            };
-            let (actor, stats) = NodeClaimLifecycle::new(deps, lifecycle_config);
-            let addr = supervisor::start(
-                "lifecycle",
-                lifecycle_depth.clone(),
-                supervisor::once(actor),
-            );
-            (addr, stats)
-        });
-        let (lifecycle, lifecycle_stats) = lifecycle.unzip();
         let launcher_depth = MailboxDepth::new("launcher", LAUNCHER_MAILBOX_CAPACITY);
         let mut launches = InFlight::default();
         let launcher = cloud.map(|cloud| {
@@ -265,12 +248,30 @@ impl Daemon {
                     MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
                 )
             });
-            let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
-            let launcher = Launcher::new(client.clone(), Arc::new(metered), launcher_depth.clone())
-                .with_events(events.clone())
-                .with_offering_cache(offerings.clone());
-            launches = launcher.in_flight();
+            let launcher =
+                Launcher::new(client.clone(), launcher_depth.clone()).with_events(events.clone());
             let created = launcher.created_claims();
+            let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
+            let deps = LifecycleDeps {
+                state: state.clone(),
+                client: client.clone(),
+                cloud: Arc::new(metered),
+                leader: leader.clone(),
+                shutdown: shutdown_rx.clone(),
+                depth: lifecycle_depth.clone(),
+                launch: LaunchDeps {
+                    events: events.clone(),
+                    offerings: Some(offerings.clone()),
+                    created: created.clone(),
+                },
+            };
+            let (lifecycle, stats) = NodeClaimLifecycle::new(deps, lifecycle_config);
+            launches = lifecycle.launches();
+            let lifecycle = supervisor::start(
+                "lifecycle",
+                lifecycle_depth.clone(),
+                supervisor::once(lifecycle),
+            );
             let addr = supervisor::start(
                 "launcher",
                 launcher_depth.clone(),
@@ -287,9 +288,11 @@ impl Daemon {
                 },
                 events: events.clone(),
             };
-            (addr, provisioning)
+            ((addr, (lifecycle, stats)), provisioning)
         });
         let (launcher, provisioning) = launcher.unzip();
+        let (launcher, lifecycle) = launcher.unzip();
+        let (lifecycle, lifecycle_stats) = lifecycle.unzip();
         let (graceful, draining) = GracefulShutdown::new(launches);
         // The Provisioner runs rounds only while this replica leads and is not stopping.
         let (may_provision, gate_task) =

@@ -269,6 +269,17 @@ impl AwsCloudProvider {
 
     async fn launch(&self, claim: &NodeClaim) -> CloudResult<NodeClaim> {
         let claim_name = claim.name().to_owned();
+        // Every instance is tagged with its NodeClaim at launch (or right after a batched
+        // one): one found here was started by a launch whose answer or status write was lost.
+        if let Some(instance) = self
+            .instances
+            .find_by_node_claim(&claim_name)
+            .await
+            .map_err(|e| instance_error("", e))?
+        {
+            tracing::info!(nodeclaim = %claim_name, instance_id = %instance.id, "adopting instance launched for nodeclaim");
+            return Ok(self.adopted_claim(claim, &instance));
+        }
         let nc = self.ready_node_class(&claim.node_class_ref().name)?;
         let launch_failed = |reason: &str, message: String| CloudProviderError::LaunchFailed {
             node_claim: claim_name.clone(),
@@ -620,6 +631,30 @@ impl AwsCloudProvider {
         launched
     }
 
+    /// `claim` hydrated from an instance launched for it earlier: the instance's labels
+    /// under the NodeClaim's own, its providerID, image and resources, and the node class
+    /// hash the launch would have recorded.
+    fn adopted_claim(&self, claim: &NodeClaim, instance: &Instance) -> NodeClaim {
+        let found = self.instance_claim(instance);
+        let mut adopted = claim.clone();
+        let mut node_labels = found.metadata.labels.unwrap_or_default();
+        node_labels.extend(claim.metadata.labels.clone().unwrap_or_default());
+        adopted.metadata.labels = Some(node_labels);
+        if let Some(nc) = self.node_classes.get(&claim.node_class_ref().name) {
+            let mut annotations = claim.metadata.annotations.clone().unwrap_or_default();
+            for key in [labels::EC2NODECLASS_HASH, drift::HASH_VERSION_ANNOTATION] {
+                if let Some(v) = nc.metadata.annotations.as_ref().and_then(|a| a.get(key)) {
+                    annotations
+                        .entry(key.to_owned())
+                        .or_insert_with(|| v.clone());
+                }
+            }
+            adopted.metadata.annotations = Some(annotations);
+        }
+        adopted.status = found.status;
+        adopted
+    }
+
     /// The NodeClaim a live instance stands for.
     fn instance_claim(&self, instance: &Instance) -> NodeClaim {
         let it = self
@@ -813,6 +848,20 @@ impl CloudProvider for AwsCloudProvider {
                 .await
                 .map_err(|e| instance_error(provider_id, e))?;
             Ok(self.instance_claim(&instance))
+        })
+    }
+
+    fn find_launched<'a>(
+        &'a self,
+        node_claim: &'a str,
+    ) -> BoxFuture<'a, CloudResult<Option<NodeClaim>>> {
+        Box::pin(async move {
+            let found = self
+                .instances
+                .find_by_node_claim(node_claim)
+                .await
+                .map_err(|e| instance_error("", e))?;
+            Ok(found.map(|i| self.instance_claim(&i)))
         })
     }
 

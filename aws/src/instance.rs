@@ -106,6 +106,27 @@ impl InstanceProvider {
         Ok(describe_pages(&self.ec2, None, filters).await?)
     }
 
+    /// The oldest pending or running instance of this cluster tagged with the NodeClaim
+    /// `node_claim`: what an earlier launch for it started, if its answer was lost.
+    pub async fn find_by_node_claim(
+        &self,
+        node_claim: &str,
+    ) -> Result<Option<Instance>, InstanceError> {
+        let filters = vec![
+            filter(&format!("tag:{}", tags::NODECLAIM), [node_claim.to_owned()]),
+            filter(
+                &format!("tag:{}", tags::EKS_CLUSTER_NAME),
+                [self.cluster_name.clone()],
+            ),
+            filter(
+                "instance-state-name",
+                ["pending".to_owned(), "running".to_owned()],
+            ),
+        ];
+        let found = describe_pages(&self.ec2, None, filters).await?;
+        Ok(found.into_iter().min_by_key(|i| i.launch_time))
+    }
+
     /// Terminates instance `id`; `NotFound` once it is gone, `Ok` while it shuts down.
     pub async fn terminate(&self, id: &str) -> Result<(), InstanceError> {
         let instance = self.get(id).await?;

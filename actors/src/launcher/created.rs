@@ -106,7 +106,7 @@ impl CreatedClaims {
     }
 
     /// Forgets a NodeClaim that is being deleted: it is no capacity any more.
-    pub(super) fn withdraw(&self, name: &str) {
+    pub(crate) fn withdraw(&self, name: &str) {
         self.claims.remove(name);
         self.nominated.remove(name);
     }

@@ -1,7 +1,9 @@
 //! The termination finalizers, as upstream's NodeClaim lifecycle and Node termination
 //! controllers release them. A deleting NodeClaim deletes its registered Node and waits until
 //! it is gone, then terminates its instance (`CloudProvider::delete` until it answers
-//! `NodeClaimNotFound`) and releases its finalizer. A deleting Node deletes its NodeClaim,
+//! `NodeClaimNotFound`; without a recorded providerID, whatever `find_launched` finds tagged
+//! with it, so a NodeClaim deleted while its launch was in flight leaks nothing) and releases
+//! its finalizer. A deleting Node deletes its NodeClaim,
 //! takes the `karpenter.sh/disrupted:NoSchedule` taint, is drained through the eviction
 //! subresource (so PodDisruptionBudgets hold it back; a refused eviction is retried on the
 //! next reconcile), has its instance terminated, and then releases its finalizer; a Node that
@@ -55,8 +57,21 @@ pub async fn nodeclaim(r: &Reconciler, claim: &NodeClaim) -> Result<Outcome, Rec
             return Ok(Outcome::after(r.config.drain_requeue));
         }
     }
-    if claim.provider_id().is_some() {
-        match r.cloud.delete(claim).await {
+    // Without a recorded providerID a launch may still have started a machine (its status
+    // write lost, or not yet in cluster state): it is found by its NodeClaim tag.
+    let launched = match claim.provider_id() {
+        Some(_) => Some(claim.clone()),
+        None => r
+            .cloud
+            .find_launched(claim.name())
+            .await
+            .map_err(|source| ReconcileError::FindInstance {
+                nodeclaim: claim.name().to_owned(),
+                source,
+            })?,
+    };
+    if let Some(launched) = &launched {
+        match r.cloud.delete(launched).await {
             Ok(()) => {
                 mark_instance_terminating(r, claim).await;
                 return Ok(Outcome::after(r.config.instance_requeue));

@@ -1,5 +1,6 @@
-//! The NodeClaim lifecycle after launch, as upstream Karpenter's `nodeclaim.lifecycle` and
-//! `node.termination` controllers run it: registration (the Node with the NodeClaim's
+//! The NodeClaim lifecycle, as upstream Karpenter's `nodeclaim.lifecycle` and
+//! `node.termination` controllers run it: launch (every NodeClaim not `Launched` is launched,
+//! idempotently, see [`launch`]), registration (the Node with the NodeClaim's
 //! providerID is synced and its `karpenter.sh/unregistered` taint lifted, so pods can bind),
 //! initialization (Ready, startup and ephemeral taints gone, requested resources
 //! registered → `Initialized`, then `Ready`), liveness (deleting NodeClaims that do not launch
@@ -16,6 +17,7 @@
 mod conditions;
 mod finalize;
 mod initialization;
+mod launch;
 mod liveness;
 mod patch;
 mod queue;
@@ -35,12 +37,14 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::mailbox::MailboxDepth;
+use crate::shutdown::InFlight;
 use crate::state::ClusterState;
 use queue::WorkQueue;
 use reconcile::{Outcome, ReconcileError, Reconciler, is_managed};
 use termination::has_termination_finalizer;
 
 pub use conditions::ConditionSet;
+pub use launch::{INSUFFICIENT_CAPACITY_REASON, LAUNCHED_MEMORY, LaunchDeps};
 pub use liveness::{LAUNCH_TIMEOUT_REASON, REGISTRATION_TIMEOUT_REASON};
 
 /// Each message only names an object and is handled in microseconds (queued, deduplicated),
@@ -48,9 +52,11 @@ pub use liveness::{LAUNCH_TIMEOUT_REASON, REGISTRATION_TIMEOUT_REASON};
 /// cluster's burst, and anything dropped beyond it is picked up by the next resync.
 pub const LIFECYCLE_MAILBOX_CAPACITY: usize = 1024;
 
-/// Reconciles in flight at once. Each is a handful of API calls; this bounds the load on
-/// the API server while hundreds of Nodes register after a scale-up.
-pub const MAX_CONCURRENT_RECONCILES: usize = 32;
+/// Reconciles in flight at once. Each is a handful of API calls, or one launch (a CreateFleet
+/// answers in one or two seconds): a round's hundreds of NodeClaims must launch together,
+/// not 32 at a time, so this is upstream's lifecycle concurrency (1000). The API load stays
+/// bounded by the client's own rate limit.
+pub const MAX_CONCURRENT_RECONCILES: usize = 1000;
 
 /// Timings of the lifecycle. The defaults are upstream's; tests shorten them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +167,7 @@ pub struct LifecycleDeps {
     pub leader: watch::Receiver<bool>,
     pub shutdown: watch::Receiver<bool>,
     pub depth: MailboxDepth,
+    pub launch: LaunchDeps,
 }
 
 impl NodeClaimLifecycle {
@@ -172,6 +179,7 @@ impl NodeClaimLifecycle {
             deps.cloud,
             config,
             Arc::clone(&stats),
+            deps.launch,
         );
         let actor = Self {
             reconciler: Arc::new(reconciler),
@@ -183,6 +191,11 @@ impl NodeClaimLifecycle {
             timers: HashMap::new(),
         };
         (actor, stats)
+    }
+
+    /// The launches this lifecycle has running, which a stopping daemon waits for.
+    pub fn launches(&self) -> InFlight {
+        self.reconciler.launches.clone()
     }
 
     /// Starts the actor with its bounded mailbox.

@@ -1,6 +1,6 @@
 //! One reconcile of one target, reading cluster state and writing through the API: a live
-//! NodeClaim goes through registration, initialization and liveness and gets its status
-//! written once, a deleting NodeClaim or Node goes to [`super::finalize`]. Decisions come
+//! NodeClaim is launched ([`super::launch`]) until it is `Launched`, then goes through
+//! registration, initialization and liveness and gets its status written once, a deleting NodeClaim or Node goes to [`super::finalize`]. Decisions come
 //! from the pure modules beside this one; this file only reads, calls and writes. Every
 //! write that replaces a list is locked to the version read ([`super::patch::locked`]), so
 //! a reconcile working from a stale copy fails with 409 and is simply run again.
@@ -20,6 +20,7 @@ use serde_json::json;
 
 use super::conditions::ConditionSet;
 use super::initialization::{self, Awaiting};
+use super::launch::{self, LaunchDeps, LaunchedMemory};
 use super::liveness::{self, Verdict};
 use super::registration::{lacks_unregistered_taint, nodes_for, registered_node};
 use super::termination::has_termination_finalizer;
@@ -27,6 +28,7 @@ use super::{LifecycleConfig, LifecycleStats, Target, finalize, patch};
 use crate::metrics::{
     NODECLAIMS_DISRUPTED, NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED,
 };
+use crate::shutdown::InFlight;
 use crate::state::{ClusterState, ObjectKey};
 
 /// What a reconcile asks of the actor besides being run again on the next change.
@@ -87,6 +89,18 @@ pub enum ReconcileError {
         #[source]
         source: CloudProviderError,
     },
+    #[error("launching nodeclaim {nodeclaim}: {source}")]
+    Launch {
+        nodeclaim: String,
+        #[source]
+        source: CloudProviderError,
+    },
+    #[error("looking up the instance of nodeclaim {nodeclaim}: {source}")]
+    FindInstance {
+        nodeclaim: String,
+        #[source]
+        source: CloudProviderError,
+    },
     #[error("looking up the instance of node {node}: {source}")]
     GetInstance {
         node: String,
@@ -104,7 +118,10 @@ impl ReconcileError {
             | Self::PatchNodeClaimStatus { source, .. }
             | Self::DeleteNodeClaim { source, .. }
             | Self::DeleteNode { source, .. } => source,
-            Self::TerminateInstance { .. } | Self::GetInstance { .. } => return false,
+            Self::TerminateInstance { .. }
+            | Self::GetInstance { .. }
+            | Self::Launch { .. }
+            | Self::FindInstance { .. } => return false,
         };
         is_status(source, 409)
     }
@@ -123,6 +140,10 @@ pub struct Reconciler {
     pub cloud: Arc<dyn CloudProvider>,
     pub config: LifecycleConfig,
     pub stats: Arc<LifecycleStats>,
+    pub launch: LaunchDeps,
+    pub launched: LaunchedMemory,
+    /// Launches running, which a stopping daemon waits for.
+    pub launches: InFlight,
 }
 
 impl Reconciler {
@@ -132,6 +153,7 @@ impl Reconciler {
         cloud: Arc<dyn CloudProvider>,
         config: LifecycleConfig,
         stats: Arc<LifecycleStats>,
+        launch: LaunchDeps,
     ) -> Self {
         Self {
             state,
@@ -141,6 +163,9 @@ impl Reconciler {
             cloud,
             config,
             stats,
+            launch,
+            launched: LaunchedMemory::default(),
+            launches: InFlight::default(),
         }
     }
 
@@ -202,16 +227,22 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
         return Ok(Outcome::DONE);
     }
     let now = Timestamp::now();
-    let mut judged = (*claim).clone();
-    if claim.is_condition_true(types::LAUNCHED) {
-        let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now);
-        let mut node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
-        let node = register(r, &claim, &mut set, &mut node_name).await?;
-        initialize(r, &claim, &mut set, node.as_ref()).await?;
-        let status = judged.status.get_or_insert_with(Default::default);
-        status.conditions = set.into_vec();
-        status.node_name = node_name;
+    if !claim.is_condition_true(types::LAUNCHED) {
+        // Past its launch TTL it is deleted rather than tried once more.
+        if let Verdict::TimedOut { reason, ttl } = liveness::judge(&claim, r.config.ttls(), now) {
+            delete_for_timeout(r, &claim, reason, ttl).await?;
+            return Ok(Outcome::DONE);
+        }
+        return r.launches.track(launch::launch(r, &claim)).await;
     }
+    let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now);
+    let mut node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
+    let node = register(r, &claim, &mut set, &mut node_name).await?;
+    initialize(r, &claim, &mut set, node.as_ref()).await?;
+    let mut judged = (*claim).clone();
+    let status = judged.status.get_or_insert_with(Default::default);
+    status.conditions = set.into_vec();
+    status.node_name = node_name;
     match liveness::judge(&judged, r.config.ttls(), now) {
         Verdict::TimedOut { reason, ttl } => {
             delete_for_timeout(r, &claim, reason, ttl).await?;

@@ -48,10 +48,12 @@ pub use crate::launcher::UNSEEN_NODECLAIM_GRACE;
 /// merges the windows that close meanwhile.
 pub const PROVISIONER_MAILBOX_CAPACITY: usize = 1;
 
-/// Instance types written on one NodeClaim, cheapest first. A divergence: upstream core
-/// writes up to 600 (`MaxInstanceTypes`) and its AWS provider cuts to the 60 cheapest still
-/// available when it builds the CreateFleet request (`maxInstanceTypes`); kerf cuts to 60
-/// when it plans, so a NodeClaim never lists a type the fleet request could not carry.
+/// Instance types written on one NodeClaim, cheapest first. Diverges from upstream on
+/// purpose: upstream's core writes up to 600 (`MaxInstanceTypes`) and its AWS provider then
+/// launches with the 60 cheapest still available (`maxInstanceTypes`); kerf cuts at the
+/// provider's 60 when planning, keeping NodeClaims and solves ten times smaller. The cost: a
+/// NodeClaim whose 60 types are all refused is deleted and planned again (its offerings
+/// marked unavailable) instead of falling back to a 61st type within the same launch.
 /// Raising it to 600 is blocked on the API emulator's validation of long requirement lists.
 pub const MAX_INSTANCE_TYPES: usize = 60;
 

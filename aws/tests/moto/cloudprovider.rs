@@ -351,3 +351,64 @@ async fn spot_is_preferred_when_allowed() {
     );
     p.delete(&launched).await.expect("terminating");
 }
+
+/// Create is idempotent per NodeClaim: a second Create for a NodeClaim whose instance is
+/// already running (its first answer or status write lost) adopts that instance, found by
+/// its `karpenter.sh/nodeclaim` tag; FindLaunched finds it too, and nothing once it is
+/// terminated.
+#[tokio::test]
+async fn a_second_create_adopts_the_instance_tagged_with_the_nodeclaim() {
+    let f = fixture().await;
+    let p = &f.provider;
+    let claim = node_claim(
+        "default-adopt",
+        serde_json::json!([
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]},
+        ]),
+    );
+    let first = p.create(&claim).await.expect("launched");
+    let again = p.create(&claim).await.expect("adopted");
+    assert_eq!(again.provider_id(), first.provider_id());
+    let labels = again.metadata.labels.clone().expect("labels");
+    assert_eq!(labels["node.kubernetes.io/instance-type"], "m5.large");
+    assert_eq!(
+        labels["team"], "data",
+        "the NodeClaim's own labels are kept"
+    );
+    let status = again.status.clone().expect("status");
+    assert_eq!(status.capacity["cpu"].0, "2");
+    let annotations = again.metadata.annotations.clone().expect("annotations");
+    assert!(!annotations["karpenter.k8s.aws/ec2nodeclass-hash"].is_empty());
+    let tagged = p
+        .instances
+        .list()
+        .await
+        .expect("listed")
+        .into_iter()
+        .filter(|i| {
+            i.tags.get("karpenter.sh/nodeclaim").map(String::as_str) == Some("default-adopt")
+        })
+        .count();
+    assert_eq!(tagged, 1, "one instance for the NodeClaim");
+
+    let found = p.find_launched("default-adopt").await.expect("looked up");
+    assert_eq!(
+        found.as_ref().and_then(|c| c.provider_id()),
+        first.provider_id()
+    );
+    assert!(
+        p.find_launched("default-other")
+            .await
+            .expect("looked up")
+            .is_none()
+    );
+    p.delete(&first).await.expect("terminating");
+    assert!(
+        p.find_launched("default-adopt")
+            .await
+            .expect("looked up")
+            .is_none(),
+        "a terminated instance is not adopted"
+    );
+}

@@ -1,5 +1,6 @@
 //! Fault injection for resilience tests: cut every open watch, fail a fraction of resource
-//! requests with 500 or 429 (+ `Retry-After`), add latency, and compact history so that
+//! requests with 500 or 429 (+ `Retry-After`), fail the next N requests of one method on one
+//! resource (a status write), add latency, and compact history so that
 //! resuming a watch from an old resourceVersion gets 410 Gone. Discovery and `/version`
 //! are never failed, so clients can always connect. A client that names itself in the
 //! [`CLIENT_HEADER`] header can be partitioned away (its resource requests hang and are
@@ -48,6 +49,18 @@ pub enum InjectedError {
 struct Settings {
     failure: Option<(f64, InjectedError)>,
     latency: Duration,
+    /// Requests to fail by what they target, each counted down.
+    targeted: Vec<(Target, u32)>,
+}
+
+/// Requests of one method on one kind of resource (and subresource, `status` or none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `GET`, `POST`, `PATCH`, `PUT`, `DELETE`.
+    pub method: String,
+    /// The resource's plural, e.g. `nodeclaims`.
+    pub plural: String,
+    pub subresource: Option<String>,
 }
 
 /// Shared fault state; the server consults it on every request.
@@ -88,6 +101,18 @@ impl FaultState {
     /// Watches end when this changes.
     pub(crate) fn drop_signal(&self) -> watch::Receiver<u64> {
         self.drops.subscribe()
+    }
+
+    /// The error a request aimed at `target` is failed with, if one is due.
+    pub(crate) fn targeted(&self, target: &Target) -> Option<ApiError> {
+        let mut settings = lock(&self.settings);
+        let (_, left) = settings
+            .targeted
+            .iter_mut()
+            .find(|(t, left)| t == target && *left > 0)?;
+        *left -= 1;
+        self.injected.fetch_add(1, Ordering::Relaxed);
+        Some(ApiError::internal("injected fault: internal error"))
     }
 
     /// The latency to add and, by chance, the error to answer with.
@@ -135,6 +160,12 @@ impl Faults {
     /// Fails `fraction` (0.0–1.0) of resource requests with `error`.
     pub fn fail_requests(&self, fraction: f64, error: InjectedError) {
         lock(&self.state.settings).failure = Some((fraction.clamp(0.0, 1.0), error));
+    }
+
+    /// Fails the next `count` requests aimed at `target` with 500 (e.g. a NodeClaim's status
+    /// write, `PATCH nodeclaims/status`), whatever else is set.
+    pub fn fail_next(&self, target: Target, count: u32) {
+        lock(&self.state.settings).targeted.push((target, count));
     }
 
     /// Stops failing requests.

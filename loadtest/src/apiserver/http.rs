@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::discovery;
 use super::error::{ApiError, ApiResult, Reason, success_status};
-use super::faults::{CLIENT_HEADER, FaultState};
+use super::faults::{self, CLIENT_HEADER, FaultState};
 use super::registry::{
     DeleteOptions, Deleted, ListQuery, PatchKind, Registry, Sub, Target, WriteOptions,
     parse_propagation,
@@ -282,6 +282,13 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         tokio::time::sleep(latency).await;
     }
     if let Some(err) = injected {
+        return Err(err);
+    }
+    if let Some(err) = app.faults.targeted(&faults::Target {
+        method: req.method().as_str().to_owned(),
+        plural: resource.plural.clone(),
+        subresource: resource.subresource.clone(),
+    }) {
         return Err(err);
     }
     let query = parse_query(req.uri().query().unwrap_or_default());

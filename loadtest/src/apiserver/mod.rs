@@ -43,7 +43,7 @@ use tokio::task::JoinHandle;
 
 pub use clock::{Clock, ManualClock, ScaledClock};
 pub use error::{ApiError, Reason};
-pub use faults::{Faults, InjectedError};
+pub use faults::{Faults, InjectedError, Target as FaultTarget};
 pub use registry::{
     DeleteOptions, Deleted, ListQuery, PatchKind, Propagation, Registry, Sub, WriteOptions,
 };

@@ -29,6 +29,14 @@ pub enum Ec2Error {
         operation: &'static str,
         message: String,
     },
+    /// An injected server-side failure: EC2's `InternalError`, which callers retry. With
+    /// `after_launch` the call did its work before failing (a lost answer, as a timed-out
+    /// request whose launch went through).
+    #[error("{operation}: InternalError: An internal error has occurred{}", if *.after_launch { " (the request was carried out)" } else { "" })]
+    Internal {
+        operation: &'static str,
+        after_launch: bool,
+    },
     /// Interruption requested for an instance that is not a running spot instance.
     #[error("cannot interrupt {instance_id}: {reason}")]
     NotInterruptible { instance_id: String, reason: String },
@@ -42,6 +50,7 @@ impl Ec2Error {
             Ec2Error::InstanceNotFound { .. } => "InvalidInstanceID.NotFound",
             Ec2Error::MalformedInstanceId { .. } => "InvalidInstanceID.Malformed",
             Ec2Error::InvalidParameter { .. } => "InvalidParameterValue",
+            Ec2Error::Internal { .. } => "InternalError",
             Ec2Error::NotInterruptible { .. } => "IncorrectInstanceState",
         }
     }

@@ -36,6 +36,29 @@ impl IceSet {
     }
 }
 
+/// Failures of the next CreateFleet calls, counted down per call: first the ones refused
+/// before launching anything, then the ones whose answer is lost after the launch.
+#[derive(Debug, Default)]
+pub(crate) struct FleetFailures {
+    pub(crate) before_launch: u32,
+    pub(crate) after_launch: u32,
+}
+
+impl FleetFailures {
+    /// Whether this call fails, and if so whether it launches first.
+    pub(crate) fn next(&mut self) -> Option<bool> {
+        if self.before_launch > 0 {
+            self.before_launch -= 1;
+            return Some(false);
+        }
+        if self.after_launch > 0 {
+            self.after_launch -= 1;
+            return Some(true);
+        }
+        None
+    }
+}
+
 /// Rejects exactly `fraction` of calls, spread evenly: an accumulator gains `fraction` per
 /// call and a call is throttled each time it reaches 1. Deterministic on purpose, so a
 /// load run is reproducible and a test can assert the exact count.
@@ -138,6 +161,16 @@ mod tests {
             Err(Ec2ConfigError::ThrottleFraction(1.5))
         );
         assert!(throttle.set_fraction(f64::NAN).is_err());
+    }
+
+    #[test]
+    fn fleet_failures_count_down_refusals_then_lost_answers() {
+        let mut failures = FleetFailures {
+            before_launch: 2,
+            after_launch: 1,
+        };
+        let seen: Vec<_> = (0..5).map(|_| failures.next()).collect();
+        assert_eq!(seen, [Some(false), Some(false), Some(true), None, None]);
     }
 
     #[test]

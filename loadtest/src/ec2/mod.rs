@@ -28,7 +28,7 @@ pub use types::{
     SpotInterruption, UNFULFILLABLE_CAPACITY_CODES, UNSUPPORTED,
 };
 
-use faults::{IceSet, Throttle};
+use faults::{FleetFailures, IceSet, Throttle};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -100,6 +100,7 @@ struct State {
     instances: BTreeMap<String, Instance>,
     ice: IceSet,
     throttle: Throttle,
+    fleet_failures: FleetFailures,
     calls: ApiCalls,
     launched: u32,
     interruptions: Vec<SpotInterruption>,
@@ -145,8 +146,15 @@ impl SimulatedEc2 {
         self.admit(ops::CREATE_FLEET)?;
         let capacity_type = validate_fleet(request)?;
         sleep(self.inner.config.launch_latency).await;
-        let (output, launched) = {
+        let (output, launched, failure) = {
             let mut state = self.lock();
+            let failure = state.fleet_failures.next();
+            if failure == Some(false) {
+                return Err(Ec2Error::Internal {
+                    operation: ops::CREATE_FLEET,
+                    after_launch: false,
+                });
+            }
             let allocation =
                 fleet::allocate(request, capacity_type, &self.inner.prices, &state.ice);
             let mut output = CreateFleetOutput {
@@ -167,7 +175,7 @@ impl SimulatedEc2 {
                     launch_template_name: chosen.launch_template_name,
                 });
             }
-            (output, launched)
+            (output, launched, failure)
         };
         for instance in &launched {
             self.emit(Ec2Event::Launched {
@@ -181,6 +189,12 @@ impl SimulatedEc2 {
                     self.inner.config.pending_duration,
                 );
             }
+        }
+        if failure == Some(true) {
+            return Err(Ec2Error::Internal {
+                operation: ops::CREATE_FLEET,
+                after_launch: true,
+            });
         }
         Ok(output)
     }
@@ -260,6 +274,18 @@ impl SimulatedEc2 {
     /// Turns insufficient capacity on or off for one pool.
     pub fn set_insufficient_capacity(&self, pool: OfferingKey, insufficient: bool) {
         self.lock().ice.set(pool, insufficient);
+    }
+
+    /// Fails the next `count` CreateFleet calls with `InternalError` before they launch
+    /// anything (a transient error the caller retries).
+    pub fn fail_next_fleets(&self, count: u32) {
+        self.lock().fleet_failures.before_launch = count;
+    }
+
+    /// Loses the answer of the next `count` CreateFleet calls: each launches its instances,
+    /// then fails with `InternalError`, as a request that timed out after EC2 carried it out.
+    pub fn lose_next_fleet_answers(&self, count: u32) {
+        self.lock().fleet_failures.after_launch = count;
     }
 
     /// Restores capacity in every pool.

@@ -6,7 +6,9 @@
 //! whose overrides are those types × their compatible zones; an answer without instances
 //! becomes `InsufficientCapacity` listing the refused offerings. Get, List and Delete go
 //! through `DescribeInstances` and `TerminateInstances`, so every call is counted and can
-//! be throttled.
+//! be throttled. Create is idempotent per NodeClaim, as the AWS provider's: it first looks
+//! for a live instance tagged `karpenter.sh/nodeclaim` with the NodeClaim's name (a launch
+//! whose answer was lost) and adopts it instead of launching a second.
 
 use super::types::{
     CapacityType as Ec2CapacityType, CreateFleetOutput, CreateFleetRequest,
@@ -33,7 +35,8 @@ use kerf::resources::{Quantity, Resources};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// Upstream's cap on the instance types one launch offers to CreateFleet.
+/// The AWS provider's cap on the instance types one launch offers to CreateFleet (upstream's
+/// `maxInstanceTypes`, applied after unavailable offerings are removed).
 pub const MAX_INSTANCE_TYPES: usize = 60;
 
 /// The EC2 tag keys kerf (like Karpenter) puts on the instances it launches.
@@ -177,6 +180,11 @@ impl SimulatedCloudProvider {
 
     async fn launch(&self, node_claim: &NodeClaim) -> CloudResult<NodeClaim> {
         let name = node_claim.name().to_owned();
+        // A launch whose answer was lost (a timeout, a crash before the status write) left
+        // an instance tagged with this NodeClaim: adopt it rather than launch a second.
+        if let Some(instance) = self.tagged(&name).await? {
+            return Ok(self.hydrate(node_claim, &instance));
+        }
         let reqs = claim_requirements(node_claim)?;
         let requests = claim_requests(node_claim)?;
         let candidates = self.candidates(&name, &reqs, &requests)?;
@@ -201,13 +209,44 @@ impl SimulatedCloudProvider {
                     operation: "CreateFleet".to_owned(),
                     message: format!("launched instance {instance_id} is unknown"),
                 })?;
-        let mut launched = self.to_node_claim(&instance);
+        Ok(self.hydrate(node_claim, &instance))
+    }
+
+    /// `node_claim` with what `instance` resolved: its labels under the NodeClaim's own, and
+    /// the status a launch reports.
+    fn hydrate(&self, node_claim: &NodeClaim, instance: &Instance) -> NodeClaim {
+        let mut launched = self.to_node_claim(instance);
         launched.metadata = node_claim.metadata.clone();
-        let mut merged = launched_labels(&self.instance_type(&instance.instance_type), &instance);
+        let mut merged = launched_labels(&self.instance_type(&instance.instance_type), instance);
         merged.extend(node_claim.metadata.labels.clone().unwrap_or_default());
         launched.metadata.labels = Some(merged);
         launched.spec = node_claim.spec.clone();
-        Ok(launched)
+        launched
+    }
+
+    /// The oldest pending or running instance of this cluster tagged with the NodeClaim
+    /// `name`.
+    async fn tagged(&self, name: &str) -> CloudResult<Option<Instance>> {
+        let request = DescribeInstancesRequest {
+            instance_ids: Vec::new(),
+            filters: vec![
+                Filter::Tag {
+                    key: tags::NODECLAIM.to_owned(),
+                    values: vec![name.to_owned()],
+                },
+                Filter::Tag {
+                    key: tags::EKS_CLUSTER_NAME.to_owned(),
+                    values: vec![self.cluster_name.clone()],
+                },
+                Filter::InstanceStateName(vec![InstanceState::Pending, InstanceState::Running]),
+            ],
+        };
+        let found = self
+            .ec2
+            .describe_instances(&request)
+            .await
+            .map_err(from_ec2)?;
+        Ok(found.into_iter().min_by_key(|i| i.launch_time))
     }
 
     /// Compatible, fitting instance types, cheapest first, at most [`MAX_INSTANCE_TYPES`].
@@ -366,6 +405,16 @@ impl CloudProvider for SimulatedCloudProvider {
 
     fn get<'a>(&'a self, provider_id: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>> {
         Box::pin(async move { Ok(self.to_node_claim(&self.find(provider_id).await?)) })
+    }
+
+    fn find_launched<'a>(
+        &'a self,
+        node_claim: &'a str,
+    ) -> BoxFuture<'a, CloudResult<Option<NodeClaim>>> {
+        Box::pin(async move {
+            let found = self.tagged(node_claim).await?;
+            Ok(found.map(|instance| self.to_node_claim(&instance)))
+        })
     }
 
     fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {

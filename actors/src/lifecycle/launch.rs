@@ -1,0 +1,266 @@
+//! The launch step, as upstream's NodeClaim lifecycle `launch` sub-reconciler: a NodeClaim
+//! that is not `Launched` is launched by the lifecycle reconcile, whoever created it and
+//! whenever it is seen — after a failed attempt, a lost status write, a restart or a
+//! failover. The cloud provider's Create is idempotent per NodeClaim (it adopts an instance
+//! already tagged with the NodeClaim), and a launch whose status write failed is remembered
+//! by uid for [`LAUNCHED_MEMORY`], as upstream's launch cache, so the retry writes what was
+//! launched without asking the cloud again.
+//!
+//! Outcomes: launched → labels, annotations and status (`Launched=True`) written; refused for
+//! insufficient capacity → the refused offerings marked in the OfferingCache (all the
+//! offerings the NodeClaim allowed when the provider named none, so the next round never
+//! plans the same NodeClaim), an event, and the NodeClaim deleted so its pods are planned
+//! again; any other failure → `Launched=False` with the error's reason and message, an event
+//! for a node class that is not ready, and an error the actor retries with backoff.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kerf::api::NodeClaim;
+use kerf::api::condition::types;
+use kerf::cloudprovider::{CloudProviderError, OfferingRef, offerings_allowed};
+use kerf::labels;
+use kerf::requirements::Requirements;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::conditions::ConditionSet;
+use super::reconcile::{Outcome, ReconcileError, Reconciler, is_status, label};
+use crate::events::{EventRecorder, upstream as events};
+use crate::launcher::CreatedClaims;
+use crate::metrics::NODECLAIMS_LAUNCHED;
+use crate::offering_cache::OfferingCacheHandle;
+use crate::state::ObjectKey;
+
+/// How long a launch is remembered after its status write failed (upstream's launch cache
+/// keeps entries a minute): long enough for the retries with backoff, after which the
+/// provider's adoption by tag covers the same case.
+pub const LAUNCHED_MEMORY: Duration = Duration::from_secs(60);
+
+/// The longest `Launched=False` message, as upstream truncates it.
+const MAX_CONDITION_MESSAGE: usize = 300;
+
+/// The reason recorded with offerings a launch was refused for (the provider's error does
+/// not carry EC2's code).
+pub const INSUFFICIENT_CAPACITY_REASON: &str = "InsufficientCapacity";
+
+/// What the launch step needs besides the reconciler's clients.
+#[derive(Clone)]
+pub struct LaunchDeps {
+    pub events: EventRecorder,
+    /// Where refused offerings are marked; `None` marks nothing (tests without a cache).
+    pub offerings: Option<OfferingCacheHandle>,
+    /// The Launcher's registry of created NodeClaims, withdrawn from when one is refused.
+    pub created: CreatedClaims,
+}
+
+/// Launches not yet seen recorded, by NodeClaim uid.
+#[derive(Default)]
+pub struct LaunchedMemory {
+    by_uid: Mutex<HashMap<String, (NodeClaim, Instant)>>,
+}
+
+impl LaunchedMemory {
+    fn get(&self, uid: &str) -> Option<NodeClaim> {
+        let map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(uid)
+            .filter(|(_, at)| at.elapsed() < LAUNCHED_MEMORY)
+            .map(|(claim, _)| claim.clone())
+    }
+
+    fn remember(&self, uid: &str, launched: &NodeClaim) {
+        let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
+        map.retain(|_, (_, at)| at.elapsed() < LAUNCHED_MEMORY);
+        map.insert(uid.to_owned(), (launched.clone(), Instant::now()));
+    }
+}
+
+/// Launches `claim` (not `Launched`, not deleting, holding its finalizer).
+pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Outcome, ReconcileError> {
+    let uid = claim.metadata.uid.clone().unwrap_or_default();
+    let launched = match r.launched.get(&uid) {
+        Some(launched) => launched,
+        None => match r.cloud.create(claim).await {
+            Ok(launched) => {
+                r.launched.remember(&uid, &launched);
+                launched
+            }
+            Err(error) if error.is_insufficient_capacity() => {
+                refused(r, claim, &error).await?;
+                return Ok(Outcome::DONE);
+            }
+            Err(error) => return Err(failed(r, claim, error).await),
+        },
+    };
+    record(r, claim, &launched).await?;
+    let pool = claim.nodepool_name().unwrap_or_default().to_owned();
+    metrics::counter!(NODECLAIMS_LAUNCHED, "nodepool" => pool).increment(1);
+    tracing::info!(
+        nodeclaim = claim.name(),
+        provider_id = launched.provider_id().unwrap_or_default(),
+        instance_type = label(&launched, labels::INSTANCE_TYPE),
+        zone = label(&launched, labels::ZONE),
+        capacity_type = label(&launched, labels::CAPACITY_TYPE),
+        allocatable = ?launched.status.as_ref().map(|s| &s.allocatable),
+        "launched nodeclaim"
+    );
+    Ok(Outcome::DONE)
+}
+
+/// Writes what was launched: the labels it resolved (under the NodeClaim's own) and the
+/// annotations it added, then the status with `Launched=True`.
+async fn record(
+    r: &Reconciler,
+    claim: &NodeClaim,
+    launched: &NodeClaim,
+) -> Result<(), ReconcileError> {
+    let name = claim.name().to_owned();
+    let body = json!({"metadata": {
+        "labels": merged_labels(claim, launched),
+        "annotations": added_annotations(claim, launched),
+    }});
+    r.nodeclaims
+        .patch(&name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .map_err(|source| ReconcileError::PatchNodeClaim {
+            nodeclaim: name.clone(),
+            source,
+        })?;
+    let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now());
+    set.set_true(types::LAUNCHED);
+    let reported = launched.status.clone().unwrap_or_default();
+    let body = json!({"status": {
+        "providerID": reported.provider_id,
+        "imageID": reported.image_id,
+        "capacity": reported.capacity,
+        "allocatable": reported.allocatable,
+        "conditions": set.into_vec(),
+    }});
+    r.nodeclaims
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .map_err(|source| ReconcileError::PatchNodeClaimStatus {
+            nodeclaim: name,
+            source,
+        })?;
+    Ok(())
+}
+
+/// The labels the launch resolved (instance type, zone, capacity type, …) under the
+/// NodeClaim's own, which win.
+fn merged_labels(claim: &NodeClaim, launched: &NodeClaim) -> BTreeMap<String, String> {
+    let mut labels = launched.metadata.labels.clone().unwrap_or_default();
+    labels.extend(claim.metadata.labels.clone().unwrap_or_default());
+    labels
+}
+
+/// Annotations the launch added (the EC2NodeClass hash drift compares later); the
+/// NodeClaim's own win.
+fn added_annotations(claim: &NodeClaim, launched: &NodeClaim) -> BTreeMap<String, String> {
+    let own = claim.metadata.annotations.clone().unwrap_or_default();
+    launched
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| !own.contains_key(k))
+        .collect()
+}
+
+/// Marks what was refused, then deletes the NodeClaim so its pods are planned again.
+async fn refused(
+    r: &Reconciler,
+    claim: &NodeClaim,
+    error: &CloudProviderError,
+) -> Result<(), ReconcileError> {
+    let name = claim.name();
+    r.launch
+        .events
+        .publish(events::insufficient_capacity(claim, error));
+    tracing::warn!(nodeclaim = name, %error, "no capacity; deleting nodeclaim");
+    if let Some(cache) = &r.launch.offerings {
+        let offerings = refused_offerings(r, claim, error).await;
+        cache.mark_offerings(&offerings, INSUFFICIENT_CAPACITY_REASON);
+    }
+    r.launch.created.withdraw(name);
+    match r.nodeclaims.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(error) if is_status(&error, 404) => Ok(()),
+        Err(source) => Err(ReconcileError::DeleteNodeClaim {
+            nodeclaim: name.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// The offerings the error names, or, when it names none (the provider found nothing it
+/// could try), every offering of the NodePool's instance types the NodeClaim allowed.
+async fn refused_offerings(
+    r: &Reconciler,
+    claim: &NodeClaim,
+    error: &CloudProviderError,
+) -> Vec<OfferingRef> {
+    if let CloudProviderError::InsufficientCapacity { offerings, .. } = error
+        && !offerings.is_empty()
+    {
+        return offerings.clone();
+    }
+    let pool_name = claim.nodepool_name().unwrap_or_default();
+    let Some(pool) = r.state.nodepools.get(&ObjectKey::new(None, pool_name)) else {
+        return Vec::new();
+    };
+    let requirements = match Requirements::from_requirements_with_min_values(claim.requirements()) {
+        Ok(requirements) => requirements,
+        Err(error) => {
+            tracing::warn!(nodeclaim = claim.name(), %error, "reading the requirements of a refused nodeclaim");
+            return Vec::new();
+        }
+    };
+    match r.cloud.get_instance_types(&pool).await {
+        Ok(types) => offerings_allowed(&types, &requirements),
+        Err(error) => {
+            tracing::warn!(nodepool = pool_name, %error, "listing the instance types a refused nodeclaim allowed");
+            Vec::new()
+        }
+    }
+}
+
+/// Records a failed launch on `Launched=False` (only when the reason or message changed,
+/// so repeating the same failure does not restart the launch TTL or re-trigger the
+/// reconcile ahead of its backoff) and returns the error to retry on.
+async fn failed(r: &Reconciler, claim: &NodeClaim, error: CloudProviderError) -> ReconcileError {
+    if matches!(error, CloudProviderError::NodeClassNotReady { .. }) {
+        r.launch
+            .events
+            .publish(events::node_class_not_ready(claim, &error));
+    }
+    let message = events::truncate(&error.to_string(), MAX_CONDITION_MESSAGE);
+    let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now());
+    if set.set(
+        types::LAUNCHED,
+        kerf::api::ConditionStatus::False,
+        error.condition_reason(),
+        &message,
+    ) {
+        let body = json!({"status": {"conditions": set.into_vec()}});
+        if let Err(write) = r
+            .nodeclaims
+            .patch_status(claim.name(), &PatchParams::default(), &Patch::Merge(body))
+            .await
+        {
+            tracing::debug!(nodeclaim = claim.name(), error = %write, "recording a failed launch");
+        }
+    }
+    ReconcileError::Launch {
+        nodeclaim: claim.name().to_owned(),
+        source: error,
+    }
+}
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}

@@ -1,0 +1,297 @@
+//! Launch as a reconciled, idempotent lifecycle step: a NodeClaim that is not `Launched` is
+//! launched by the lifecycle whatever went wrong before — a CreateFleet failing with a
+//! transient error, a CreateFleet whose answer was lost after it launched, a status write the
+//! API server refused, a controller restarted between launch and status write — and ends
+//! `Launched` with exactly one instance; a NodeClaim deleted while its launch is in flight
+//! leaves no instance behind.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kerf::api::NodeClaim;
+use kerf::api::condition::types;
+use kerf_actors::Daemon;
+use kerf_loadtest::apiserver::FaultTarget;
+use kerf_loadtest::ec2::{
+    CapacityType, CreateFleetRequest, Ec2Config, FleetOverride, Instance, LaunchTemplateConfig,
+    SimulatedCloudProvider, ops, tags,
+};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+use crate::support::*;
+
+/// Instances that are pending or running.
+fn live_instances(provider: &SimulatedCloudProvider) -> Vec<Instance> {
+    provider
+        .ec2()
+        .instances()
+        .into_iter()
+        .filter(|i| i.state.is_live())
+        .collect()
+}
+
+/// Starts a provisioning daemon and one pending pod; returns the daemon.
+async fn provision_one(h: &Harness, cloud: kerf_actors::Cloud) -> Daemon {
+    let cluster = h.cluster();
+    create_nodepool(&cluster, nodepool("default"));
+    let daemon = start_provisioner(h, cloud).await;
+    create_unschedulable_pod(&cluster, "web-1");
+    daemon
+}
+
+/// The one NodeClaim, once it is `Launched`.
+async fn launched_claim(h: &Harness) -> NodeClaim {
+    let api: Api<NodeClaim> = Api::all(h.client.clone());
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let claims = nodeclaims(&h.client).await;
+        if let [claim] = claims.as_slice()
+            && claim.is_condition_true(types::LAUNCHED)
+        {
+            return api.get(claim.name()).await.expect("nodeclaim readable");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "one launched nodeclaim: {claims:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Exactly one live instance, tagged with `claim`, whose providerID `claim` records.
+fn assert_one_instance_for(provider: &SimulatedCloudProvider, claim: &NodeClaim) {
+    let live = live_instances(provider);
+    assert_eq!(live.len(), 1, "one instance per nodeclaim: {live:?}");
+    assert_eq!(
+        live[0].tags.get(tags::NODECLAIM).map(String::as_str),
+        Some(claim.name())
+    );
+    assert_eq!(claim.provider_id(), Some(live[0].provider_id().as_str()));
+}
+
+#[test]
+fn a_launch_failing_with_a_transient_error_is_retried_until_launched() {
+    run(|| async {
+        let h = start_cluster().await;
+        let (provider, cloud) = simulated_cloud();
+        provider.ec2().fail_next_fleets(3);
+        let daemon = provision_one(&h, cloud).await;
+
+        let claim = launched_claim(&h).await;
+        assert_one_instance_for(&provider, &claim);
+        let calls = provider.ec2().api_calls().calls(ops::CREATE_FLEET);
+        assert_eq!(calls, 4, "three refused attempts, then the launch");
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn a_failed_launch_is_recorded_on_the_launched_condition() {
+    run(|| async {
+        let h = start_cluster().await;
+        let (provider, cloud) = simulated_cloud();
+        provider.ec2().fail_next_fleets(u32::MAX);
+        let daemon = provision_one(&h, cloud).await;
+
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let condition = loop {
+            let claims = nodeclaims(&h.client).await;
+            let found = claims.first().and_then(|c| {
+                c.conditions()
+                    .iter()
+                    .find(|c| c.type_ == types::LAUNCHED && !c.is_true())
+                    .filter(|c| c.status == kerf::api::ConditionStatus::False)
+                    .cloned()
+            });
+            if let Some(condition) = found {
+                break condition;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "Launched=False: {claims:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(condition.reason, "LaunchFailed");
+        assert!(condition.message.contains("InternalError"), "{condition:?}");
+        assert!(live_instances(&provider).is_empty());
+        // Retried with backoff, not in a tight loop and not given up.
+        let first = provider.ec2().api_calls().calls(ops::CREATE_FLEET);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let later = provider.ec2().api_calls().calls(ops::CREATE_FLEET);
+        assert!(later > first, "retried: {first} then {later}");
+        assert!(later <= first + 4, "backed off: {first} then {later}");
+        assert_eq!(nodeclaims(&h.client).await.len(), 1);
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn a_launch_whose_answer_was_lost_adopts_the_instance_it_started() {
+    run(|| async {
+        let h = start_cluster().await;
+        let (provider, cloud) = simulated_cloud();
+        provider.ec2().lose_next_fleet_answers(1);
+        let daemon = provision_one(&h, cloud).await;
+
+        let claim = launched_claim(&h).await;
+        assert_one_instance_for(&provider, &claim);
+        assert_eq!(provider.ec2().api_calls().calls(ops::CREATE_FLEET), 1);
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn a_lost_status_write_does_not_launch_twice() {
+    run(|| async {
+        let h = start_cluster().await;
+        let (provider, cloud) = simulated_cloud();
+        h.server.faults().fail_next(
+            FaultTarget {
+                method: "PATCH".to_owned(),
+                plural: "nodeclaims".to_owned(),
+                subresource: Some("status".to_owned()),
+            },
+            2,
+        );
+        let daemon = provision_one(&h, cloud).await;
+
+        let claim = launched_claim(&h).await;
+        assert_one_instance_for(&provider, &claim);
+        assert_eq!(provider.ec2().api_calls().calls(ops::CREATE_FLEET), 1);
+        assert!(h.server.faults().injected_failures() >= 2);
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+/// A NodeClaim without status (made by a controller that stopped between CreateFleet and the
+/// status write), and the instance that controller launched for it.
+async fn orphaned_launch(h: &Harness, provider: &SimulatedCloudProvider) -> (NodeClaim, Instance) {
+    let api: Api<NodeClaim> = Api::all(h.client.clone());
+    let wanted: NodeClaim = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {
+            "name": "default-orphan",
+            "labels": {"karpenter.sh/nodepool": "default"},
+            "finalizers": ["karpenter.sh/termination"]
+        },
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+            ]
+        }
+    }))
+    .expect("a valid nodeclaim");
+    let claim = api
+        .create(&PostParams::default(), &wanted)
+        .await
+        .expect("created");
+    let request = CreateFleetRequest {
+        launch_template_configs: vec![LaunchTemplateConfig {
+            launch_template_name: "karpenter.k8s.aws/kerf-sim".to_owned(),
+            overrides: vec![FleetOverride {
+                instance_type: "m5.large".to_owned(),
+                zone: "us-east-1a".to_owned(),
+                subnet_id: None,
+                image_id: Some(provider.image_id()),
+                priority: None,
+            }],
+        }],
+        capacity_type: Some(CapacityType::OnDemand),
+        total_target_capacity: 1,
+        tags: BTreeMap::from([
+            (tags::NODECLAIM.to_owned(), claim.name().to_owned()),
+            (
+                tags::EKS_CLUSTER_NAME.to_owned(),
+                provider.cluster_name().to_owned(),
+            ),
+            (tags::NODEPOOL.to_owned(), "default".to_owned()),
+            (tags::EC2NODECLASS.to_owned(), "default".to_owned()),
+        ]),
+        context: None,
+    };
+    let output = provider
+        .ec2()
+        .create_fleet(&request)
+        .await
+        .expect("launched");
+    let id = output.instances[0].instance_ids[0].clone();
+    let instance = provider.ec2().instance(&id).expect("instance exists");
+    (claim, instance)
+}
+
+#[test]
+fn a_nodeclaim_left_unlaunched_by_a_restart_adopts_its_instance() {
+    run(|| async {
+        let h = start_cluster().await;
+        create_nodepool(&h.cluster(), nodepool("default"));
+        let (provider, cloud) = simulated_cloud();
+        let (orphan, instance) = orphaned_launch(&h, &provider).await;
+        let daemon = start_provisioner(&h, cloud).await;
+
+        let claim = launched_claim(&h).await;
+        assert_eq!(claim.name(), orphan.name());
+        assert_eq!(claim.provider_id(), Some(instance.provider_id().as_str()));
+        assert_one_instance_for(&provider, &claim);
+        assert_eq!(
+            provider.ec2().api_calls().calls(ops::CREATE_FLEET),
+            1,
+            "the first controller's launch only"
+        );
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn a_nodeclaim_deleted_mid_launch_terminates_what_was_launched() {
+    run(|| async {
+        let h = start_cluster().await;
+        let (provider, cloud) = simulated_cloud_with(Ec2Config {
+            launch_latency: Duration::from_secs(2),
+            ..Ec2Config::instant(REGION)
+        });
+        let daemon = provision_one(&h, cloud).await;
+        let ec2 = provider.ec2().clone();
+        eventually("a launch is in flight", || {
+            ec2.api_calls().calls(ops::CREATE_FLEET) == 1
+        })
+        .await;
+        let claims = nodeclaims(&h.client).await;
+        let [claim] = claims.as_slice() else {
+            panic!("one nodeclaim: {claims:?}");
+        };
+        let api: Api<NodeClaim> = Api::all(h.client.clone());
+        api.delete(claim.name(), &DeleteParams::default())
+            .await
+            .expect("deleted");
+
+        // The launch completes, then the deletion terminates its instance before the
+        // finalizer goes: no instance is left running for garbage collection to find.
+        let name = claim.name().to_owned();
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while api.get_opt(&name).await.expect("readable").is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "{name} is released");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let launched: Vec<Instance> = ec2
+            .instances()
+            .into_iter()
+            .filter(|i| i.tags.get(tags::NODECLAIM) == Some(&name))
+            .collect();
+        assert_eq!(launched.len(), 1, "the launch went through: {launched:?}");
+        assert!(
+            !launched[0].state.is_live(),
+            "and its instance was terminated: {launched:?}"
+        );
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
