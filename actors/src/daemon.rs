@@ -395,14 +395,33 @@ impl Daemon {
             lone.send_replace(false);
         }
         if let Some(task) = self.leader_task {
-            let _released = task.await;
+            stop_or_abort("leader election", task).await;
         }
         for task in self.tasks {
-            let _ended = task.await;
+            stop_or_abort("controller loop", task).await;
         }
         // The lifecycle stops itself on the shutdown signal; the others stop once their
         // senders are gone.
         drop(self.actors);
+    }
+}
+
+/// How long a task may take to end after the shutdown signal: releasing the Lease is one
+/// request (bounded by the leader's attempt timeout) and every loop selects on the signal,
+/// so a task still running after this is stuck, and is aborted rather than left to hang the
+/// process's exit.
+pub const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Awaits `task`, aborting it (with a warning naming it) if it outlives [`TASK_STOP_TIMEOUT`].
+async fn stop_or_abort(what: &'static str, task: JoinHandle<()>) {
+    let abort = task.abort_handle();
+    if tokio::time::timeout(TASK_STOP_TIMEOUT, task).await.is_err() {
+        abort.abort();
+        tracing::warn!(
+            task = what,
+            timeout_s = TASK_STOP_TIMEOUT.as_secs(),
+            "task did not stop after the shutdown signal; aborted"
+        );
     }
 }
 
@@ -525,5 +544,32 @@ fn notify(lifecycle: &Outbox<Changed>, change: Changed) {
     match lifecycle.try_deliver(change) {
         Ok(()) | Err(DeliverError::Full(_)) => {}
         Err(err @ DeliverError::Closed(_)) => tracing::debug!(error = %err, "notifying lifecycle"),
+    }
+}
+
+#[cfg(test)]
+mod stop_tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_stuck_after_the_shutdown_signal_is_aborted_not_awaited_forever() {
+        let stuck = tokio::spawn(std::future::pending::<()>());
+        let abort = stuck.abort_handle();
+        tokio::time::timeout(TASK_STOP_TIMEOUT * 2, stop_or_abort("stuck", stuck))
+            .await
+            .expect("stop_or_abort returns once the timeout passes");
+        tokio::task::yield_now().await;
+        assert!(abort.is_finished(), "the stuck task was aborted");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_ends_is_awaited_to_its_end() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _sent = tx.send(());
+        });
+        stop_or_abort("ending", task).await;
+        assert!(rx.await.is_ok(), "the task ran to its end");
     }
 }
