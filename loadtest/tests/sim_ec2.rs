@@ -118,7 +118,14 @@ async fn provider_launch_falls_through_ice_and_reports_all_refused_offerings() {
         OfferingKey::new("m5.large", ZONE_A, CapacityType::OnDemand),
         true,
     );
-    let fallback = cloud.create(&claim).await.expect("next cheapest launches");
+    // A fresh NodeClaim: the first one's create would adopt the instance it already has.
+    let next = node_claim(
+        "ice-next",
+        on_demand_m5(ZONE_A, &["m5.large", "m5.xlarge"]),
+        json!({}),
+    );
+    let fallback = cloud.create(&next).await.expect("next cheapest launches");
+    cloud.delete(&fallback).await.expect("terminates");
     assert_eq!(
         fallback.metadata.labels.as_ref().expect("labels")[labels::INSTANCE_TYPE],
         "m5.xlarge"
@@ -128,12 +135,12 @@ async fn provider_launch_falls_through_ice_and_reports_all_refused_offerings() {
         OfferingKey::new("m5.xlarge", ZONE_A, CapacityType::OnDemand),
         true,
     );
-    match cloud.create(&claim).await {
+    match cloud.create(&next).await {
         Err(CloudProviderError::InsufficientCapacity {
             node_claim,
             offerings,
         }) => {
-            assert_eq!(node_claim, "ice");
+            assert_eq!(node_claim, "ice-next");
             assert_eq!(
                 offerings,
                 vec![
@@ -263,8 +270,8 @@ async fn api_calls_are_counted_and_deleted_machines_are_not_found() {
     let calls = cloud.ec2().api_calls();
     assert_eq!(calls.calls(ops::CREATE_FLEET), 1);
     assert_eq!(calls.calls(ops::TERMINATE_INSTANCES), 1);
-    // get, list, delete's lookup, get, second delete's lookup, list
-    assert_eq!(calls.calls(ops::DESCRIBE_INSTANCES), 6);
+    // create's adoption lookup, get, list, delete's lookup, get, second delete's lookup, list
+    assert_eq!(calls.calls(ops::DESCRIBE_INSTANCES), 7);
     assert_eq!(calls.total_throttled(), 0);
 }
 
@@ -294,8 +301,9 @@ async fn throttling_rejects_the_configured_fraction() {
     ec2.set_throttling(1.0).expect("valid fraction");
     let claim = node_claim("throttled", on_demand_m5(ZONE_A, &["m5.large"]), json!({}));
     match cloud.create(&claim).await {
+        // The adoption lookup comes first; a create that cannot look must not launch.
         Err(CloudProviderError::Throttled { operation, .. }) => {
-            assert_eq!(operation, ops::CREATE_FLEET)
+            assert_eq!(operation, ops::DESCRIBE_INSTANCES)
         }
         other => panic!("expected throttling, got {other:?}"),
     }
