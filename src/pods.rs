@@ -8,23 +8,25 @@ use k8s_openapi::api::core::v1::Pod;
 /// kube-scheduler's verdict: not a daemonset or mirror pod (those follow nodes rather than
 /// ask for them), not finished or terminating, not nominated to a node by preemption.
 pub fn wants_capacity(pod: &Pod) -> bool {
-    let owned_by = |kind: &str| {
-        pod.metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == kind)
-    };
     let status = pod.status.as_ref();
     let phase = status.and_then(|s| s.phase.as_deref());
     let nominated = status
         .and_then(|s| s.nominated_node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
-    !owned_by("DaemonSet")
-        && !owned_by("Node")
+    !is_owned_by(pod, "DaemonSet")
+        && !is_owned_by(pod, "Node")
         && !matches!(phase, Some("Succeeded" | "Failed"))
         && pod.metadata.deletion_timestamp.is_none()
         && !nominated
+}
+
+/// Whether one of `pod`'s owner references is of `kind` (`DaemonSet`; `Node` for mirror pods).
+pub fn is_owned_by(pod: &Pod, kind: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == kind)
 }
 
 /// Whether the kube-scheduler has marked `pod` `PodScheduled=False`, reason `Unschedulable`.

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use crate::pods::is_owned_by as owned_by;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
@@ -20,14 +21,6 @@ const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 pub fn is_active(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
-}
-
-fn owned_by(pod: &Pod, kind: &str) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == kind)
 }
 
 fn is_mirror(pod: &Pod) -> bool {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kerf::labels;
+use kerf::pods::is_owned_by as owned_by;
 use kerf::taints::{EFFECT_NO_SCHEDULE, toleration_tolerates};
 
 /// Past its deletion timestamp (which includes its grace period) by more than this, a
@@ -124,14 +125,6 @@ pub fn is_waiting_eviction(pod: &Pod, now: Timestamp) -> bool {
         && !owned_by(pod, "DaemonSet")
         && !tolerates_disruption(pod)
         && !is_stuck_terminating(pod, now)
-}
-
-fn owned_by(pod: &Pod, kind: &str) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == kind)
 }
 
 fn tolerates_disruption(pod: &Pod) -> bool {
