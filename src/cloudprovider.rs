@@ -153,6 +153,24 @@ pub trait InstanceTagger: Send + Sync {
     fn tag_registered<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>>;
 }
 
+/// EC2's error for a spot launch in an account without the spot service-linked role, which
+/// the caller may not create.
+pub const SPOT_SLR_ERROR_CODE: &str = "AuthFailure.ServiceLinkedRoleCreationNotPermitted";
+/// The `Launched=False` reason for it, as upstream.
+pub const SPOT_SLR_REASON: &str = "SpotSLRCreationFailed";
+/// The command the user runs once per account.
+pub const SPOT_SLR_FIX: &str =
+    "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com";
+
+/// What the user reads when spot launches are blocked for want of the role.
+pub fn spot_service_linked_role_message(node_claim: &str) -> String {
+    format!(
+        "Spot launches are blocked for nodeclaim {node_claim}: the account has no spot \
+         service-linked role and this identity may not create it. Create it once with \
+         `{SPOT_SLR_FIX}`, or grant iam:CreateServiceLinkedRole for spot.amazonaws.com"
+    )
+}
+
 /// Why a NodeClaim drifted, as it appears in the `Drifted` condition's reason.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct DriftReason(pub String);

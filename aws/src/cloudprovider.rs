@@ -9,7 +9,7 @@
 use crate::ami::AmiProvider;
 use crate::clients::AwsClients;
 use crate::drift::{self, DriftInputs};
-use crate::errors::{ApiError, launch_failure_reason};
+use crate::errors::{ApiError, FleetFailure, fleet_failure, launch_failure_reason};
 use crate::fleet::{
     FleetRequest, LaunchCandidate, MAX_INSTANCE_TYPES, launch_configs, record_fleet_errors,
 };
@@ -352,15 +352,23 @@ impl AwsCloudProvider {
             let Some(instance) = outcome.instance else {
                 if spot_blocked {
                     return Err(launch_failed(
-                        "SpotSLRCreationFailed",
+                        kerf::cloudprovider::SPOT_SLR_REASON,
                         crate::errors::spot_service_linked_role_message(&claim_name),
                     ));
                 }
-                let offerings = marked
-                    .into_iter()
-                    .map(|(t, z)| OfferingRef::new(capacity_type.as_str(), &t, &z))
-                    .collect();
-                return Err(insufficient(offerings));
+                return Err(match fleet_failure(&outcome.errors) {
+                    FleetFailure::Capacity => insufficient(
+                        marked
+                            .into_iter()
+                            .map(|(t, z)| OfferingRef::new(capacity_type.as_str(), &t, &z))
+                            .collect(),
+                    ),
+                    FleetFailure::Retryable { message, .. } => CloudProviderError::Other {
+                        operation: "CreateFleet".to_owned(),
+                        message,
+                    },
+                    FleetFailure::Unrecoverable { code, message } => launch_failed(&code, message),
+                });
             };
             let types_by_name: HashMap<&str, &InstanceType> =
                 chosen.iter().map(|t| (t.name.as_str(), *t)).collect();

@@ -22,7 +22,7 @@ pub mod codes {
     pub const REQUEST_LIMIT_EXCEEDED: &str = "RequestLimitExceeded";
     pub const UNAUTHORIZED_OPERATION: &str = "UnauthorizedOperation";
     pub const DRY_RUN_OPERATION: &str = "DryRunOperation";
-    pub const SPOT_SERVICE_LINKED_ROLE: &str = "AuthFailure.ServiceLinkedRoleCreationNotPermitted";
+    pub const SPOT_SERVICE_LINKED_ROLE: &str = kerf::cloudprovider::SPOT_SLR_ERROR_CODE;
     pub const INSUFFICIENT_INSTANCE_CAPACITY: &str = "InsufficientInstanceCapacity";
     pub const INSUFFICIENT_FREE_ADDRESSES: &str = "InsufficientFreeAddressesInSubnet";
     pub const UNFULFILLABLE_CAPACITY: &str = "UnfulfillableCapacity";
@@ -33,9 +33,7 @@ pub mod codes {
     pub const RESERVATION_CAPACITY_EXCEEDED: &str = "ReservationCapacityExceeded";
 }
 
-/// The spot service-linked role command the user must run once per account.
-pub const SPOT_SLR_FIX: &str =
-    "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com";
+pub use kerf::cloudprovider::{SPOT_SLR_FIX, spot_service_linked_role_message};
 
 const NOT_FOUND_CODES: &[&str] = &[
     "InvalidCapacityReservationId.NotFound",
@@ -159,7 +157,7 @@ pub fn launch_failure_reason(text: &str) -> LaunchFailureReason {
     let has = |needle: &str| text.contains(needle);
     if has(codes::SPOT_SERVICE_LINKED_ROLE) {
         return reason(
-            "SpotSLRCreationFailed",
+            kerf::cloudprovider::SPOT_SLR_REASON,
             "User does not have sufficient permission to create the Spot ServiceLinkedRole to launch spot instances",
         );
     }
@@ -367,14 +365,44 @@ pub fn classify_fleet_error(err: &FleetError, capacity_type: &str) -> Vec<FleetE
     actions
 }
 
-/// The message logged and recorded as an event when spot launches are blocked because the
-/// spot service-linked role is missing.
-pub fn spot_service_linked_role_message(node_claim: &str) -> String {
-    format!(
-        "Spot launches are blocked for nodeclaim {node_claim}: the account has no spot \
-         service-linked role and this identity may not create it. Create it once with \
-         `{SPOT_SLR_FIX}`, or grant iam:CreateServiceLinkedRole for spot.amazonaws.com"
-    )
+/// Why a CreateFleet call that launched nothing failed, classified as upstream does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FleetFailure {
+    /// Every error is an unfulfillable-capacity one (or EC2 gave none): try other offerings.
+    Capacity,
+    /// A transient error (throttling, EC2's internal errors): the same call may succeed later.
+    Retryable { code: String, message: String },
+    /// EC2 refused the request itself (an invalid parameter or block device mapping, an
+    /// unusable KMS key, a missing permission): retrying changes nothing until the user
+    /// fixes the EC2NodeClass or the account. `code` is EC2's first such code.
+    Unrecoverable { code: String, message: String },
+}
+
+/// Codes worth retrying as they are.
+const RETRYABLE_FLEET_CODES: &[&str] = &[
+    codes::REQUEST_LIMIT_EXCEEDED,
+    "InternalError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "Unavailable",
+];
+
+/// Classifies the errors of a CreateFleet call that launched nothing; the message lists each
+/// distinct code with one of its messages ([`combine_fleet_errors`]).
+pub fn fleet_failure(errors: &[FleetError]) -> FleetFailure {
+    let Some(other) = errors
+        .iter()
+        .find(|e| !is_unfulfillable_capacity_code(&e.code))
+    else {
+        return FleetFailure::Capacity;
+    };
+    let code = other.code.clone();
+    let message = combine_fleet_errors(errors);
+    if RETRYABLE_FLEET_CODES.contains(&code.as_str()) {
+        FleetFailure::Retryable { code, message }
+    } else {
+        FleetFailure::Unrecoverable { code, message }
+    }
 }
 
 /// A combined error for a CreateFleet call that launched nothing, listing each distinct
@@ -532,6 +560,42 @@ mod tests {
             "InsufficientFreeAddressesInSubnet"
         );
         assert_eq!(r("something else"), "LaunchFailed");
+    }
+
+    #[test]
+    fn a_fleet_that_launched_nothing_is_capacity_only_when_every_error_is() {
+        let with_message = |code: &str, message: &str| FleetError {
+            message: message.to_owned(),
+            ..fleet_err(code)
+        };
+        assert_eq!(fleet_failure(&[]), FleetFailure::Capacity);
+        assert_eq!(
+            fleet_failure(&[
+                fleet_err(codes::INSUFFICIENT_INSTANCE_CAPACITY),
+                fleet_err(codes::UNFULFILLABLE_CAPACITY)
+            ]),
+            FleetFailure::Capacity
+        );
+        let refused = fleet_failure(&[
+            fleet_err(codes::INSUFFICIENT_INSTANCE_CAPACITY),
+            with_message(
+                "InvalidBlockDeviceMapping",
+                "The device /dev/xvdb is invalid",
+            ),
+        ]);
+        let FleetFailure::Unrecoverable { code, message } = refused else {
+            panic!("{refused:?}")
+        };
+        assert_eq!(code, "InvalidBlockDeviceMapping");
+        assert!(message.contains("InvalidBlockDeviceMapping: The device /dev/xvdb is invalid"));
+        assert!(
+            message.contains(codes::INSUFFICIENT_INSTANCE_CAPACITY),
+            "{message}"
+        );
+        assert!(matches!(
+            fleet_failure(&[fleet_err(codes::REQUEST_LIMIT_EXCEEDED)]),
+            FleetFailure::Retryable { .. }
+        ));
     }
 
     #[test]

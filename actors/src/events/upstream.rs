@@ -17,6 +17,11 @@ pub const FAILED_SCHEDULING: &str = "FailedScheduling";
 pub const NOMINATED: &str = "Nominated";
 pub const INSUFFICIENT_CAPACITY_ERROR: &str = "InsufficientCapacityError";
 pub const NODE_CLASS_NOT_READY: &str = "NodeClassNotReady";
+/// A launch failed for a reason other than capacity or the node class (kerf's; upstream
+/// records it on the `Launched` condition only).
+pub const LAUNCH_FAILED: &str = "LaunchFailed";
+/// A launched machine did not register a Node within the registration TTL (kerf's).
+pub const REGISTRATION_TIMEOUT: &str = "RegistrationTimeout";
 
 /// Upstream de-duplicates scheduling failures for longer than other events: a pod stays
 /// unschedulable across many batches, and one warning per five minutes is enough.
@@ -89,6 +94,17 @@ pub fn insufficient_capacity(claim: &NodeClaim, error: &impl std::fmt::Display) 
 /// `claim`'s node class is missing or not ready.
 pub fn node_class_not_ready(claim: &NodeClaim, error: &impl std::fmt::Display) -> Event {
     launch_failure(claim, NODE_CLASS_NOT_READY, error)
+}
+
+/// `claim`'s launch failed for a reason other than capacity or its node class; the message
+/// carries the provider's error (EC2's code and message).
+pub fn launch_failed(claim: &NodeClaim, error: &impl std::fmt::Display) -> Event {
+    launch_failure(claim, LAUNCH_FAILED, error)
+}
+
+/// `claim`'s machine never registered a Node; `message` says what to check.
+pub fn registration_timeout(claim: &NodeClaim, message: &str) -> Event {
+    launch_failure(claim, REGISTRATION_TIMEOUT, &message)
 }
 
 fn launch_failure(

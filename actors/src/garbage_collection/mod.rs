@@ -2,9 +2,12 @@
 //! - machines this cluster launched that no NodeClaim accounts for (by providerID) and that
 //!   are older than [`MIN_MACHINE_AGE`] are deleted, with their Node if one registered — a
 //!   launch whose NodeClaim was lost, as upstream's AWS garbage collection controller does;
-//! - registered NodeClaims whose machine is gone (the cloud lists it no more and Get says
+//! - launched NodeClaims whose machine is gone (the cloud lists it no more and Get says
 //!   not found) and whose Node is not Ready are deleted, as upstream's core garbage
-//!   collection controller does, so their pods get capacity elsewhere.
+//!   collection controller does, so their pods get capacity elsewhere. One that never
+//!   registered (a machine that died while booting: an unusable KMS key on its volumes, a
+//!   spot reclaim) first gets `Registered=False` saying so, instead of waiting out the
+//!   15-minute registration timeout as `Unknown`.
 //!
 //! It runs once cluster state has synced, every [`EARLY_PERIOD`] for its first
 //! [`EARLY_RUNS`] passes (catching leaks from before a restart quickly), then every
@@ -20,7 +23,9 @@ use kerf::api::NodeClaim;
 use kerf::api::condition::types;
 use kerf::cloudprovider::{CloudProvider, CloudProviderError};
 use kube::Client;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+
+use crate::lifecycle::conditions::ConditionSet;
 use tokio::sync::watch;
 
 use crate::state::ClusterState;
@@ -155,10 +160,16 @@ pub async fn collect(
         .filter_map(|m| m.provider_id())
         .collect();
     for claim in claims.iter().filter(|c| lost_machine(c, &live)) {
-        if node_is_ready(state, claim) || !machine_is_gone(cloud, claim).await? {
+        if node_is_ready(state, claim) {
             continue;
         }
+        let Some(gone) = machine_gone(cloud, claim).await? else {
+            continue;
+        };
         let name = claim.name().to_owned();
+        if !claim.is_condition_true(types::REGISTERED) {
+            record_never_registered(client, claim, &gone).await;
+        }
         match Api::<NodeClaim>::all(client.clone())
             .delete(&name, &DeleteParams::default())
             .await
@@ -197,11 +208,39 @@ fn is_leaked(machine: &NodeClaim, known: &HashSet<&str>, now: SystemTime) -> boo
     machine.metadata.deletion_timestamp.is_none() && !known.contains(provider_id) && old_enough
 }
 
-/// A registered, live NodeClaim whose machine the cloud no longer lists.
+/// A launched (or registered, which implies it), live NodeClaim whose machine the cloud no
+/// longer lists.
 fn lost_machine(claim: &NodeClaim, live: &HashSet<&str>) -> bool {
     claim.metadata.deletion_timestamp.is_none()
-        && claim.is_condition_true(types::REGISTERED)
+        && (claim.is_condition_true(types::LAUNCHED) || claim.is_condition_true(types::REGISTERED))
         && claim.provider_id().is_some_and(|p| !live.contains(p))
+}
+
+/// The reason `Registered` is false on a NodeClaim whose machine ended before its Node
+/// registered.
+pub const INSTANCE_TERMINATED_REASON: &str = "InstanceTerminated";
+
+/// Says on the NodeClaim why it goes: its machine ended before registering (`why` is the
+/// cloud's account of it). Best effort: the deletion follows either way.
+async fn record_never_registered(client: &Client, claim: &NodeClaim, why: &str) {
+    let message = format!(
+        "instance {} ended before its Node registered ({why}); if every launch ends so, check the EC2NodeClass's block device mappings and their KMS key (the node role and the EBS service need kms:CreateGrant and kms:Decrypt)",
+        claim.provider_id().unwrap_or_default()
+    );
+    tracing::warn!(nodeclaim = claim.name(), "{message}");
+    let mut set = ConditionSet::new(
+        claim.conditions(),
+        claim.metadata.generation,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    set.set_false(types::REGISTERED, INSTANCE_TERMINATED_REASON, &message);
+    let body = serde_json::json!({"status": {"conditions": set.into_vec()}});
+    if let Err(error) = Api::<NodeClaim>::all(client.clone())
+        .patch_status(claim.name(), &PatchParams::default(), &Patch::Merge(body))
+        .await
+    {
+        tracing::debug!(nodeclaim = claim.name(), %error, "recording a machine that never registered");
+    }
 }
 
 /// Whether the kubelet still reports the claim's Node Ready (then the machine is alive,
@@ -218,15 +257,16 @@ fn node_is_ready(state: &ClusterState, claim: &NodeClaim) -> bool {
     })
 }
 
-/// Asks the cloud once more, by providerID: a listing can lag behind a launch.
-async fn machine_is_gone(
+/// Asks the cloud once more, by providerID (a listing can lag behind a launch): the cloud's
+/// account of why the machine is gone, or `None` while it lives.
+async fn machine_gone(
     cloud: &dyn CloudProvider,
     claim: &NodeClaim,
-) -> Result<bool, CollectError> {
+) -> Result<Option<String>, CollectError> {
     let provider_id = claim.provider_id().unwrap_or_default();
     match cloud.get(provider_id).await {
-        Ok(_) => Ok(false),
-        Err(e) if e.is_not_found() => Ok(true),
+        Ok(_) => Ok(None),
+        Err(CloudProviderError::NodeClaimNotFound { reason, .. }) => Ok(Some(reason)),
         Err(source) => Err(CollectError::GetMachine {
             node_claim: claim.name().to_owned(),
             provider_id: provider_id.to_owned(),

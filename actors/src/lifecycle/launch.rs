@@ -11,16 +11,22 @@
 //! offerings the NodeClaim allowed when the provider named none, so the next round never
 //! plans the same NodeClaim), an event, and the NodeClaim deleted so its pods are planned
 //! again; any other failure → `Launched=False` with the error's reason and message, an event
-//! for a node class that is not ready, and an error the actor retries with backoff.
+//! and a log line when that text changes, and an error the actor retries with backoff.
+//!
+//! Beyond upstream, spot refused is not a lost round: when every offering EC2 refused is
+//! spot (or spot cannot launch at all because its service-linked role is missing) and the
+//! NodeClaim also allows on-demand, the refused offerings are marked and the same NodeClaim
+//! is launched again at once, on-demand only (see [`OnDemandFallback`]). Upstream deletes the
+//! NodeClaim and lets the next rounds walk the spot offerings one refusal at a time.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kerf::api::NodeClaim;
 use kerf::api::condition::types;
-use kerf::cloudprovider::{CloudProviderError, OfferingRef, offerings_allowed};
+use kerf::api::{NodeClaim, NodeSelectorRequirementWithMinValues, Operator};
+use kerf::cloudprovider::{CloudProviderError, OfferingRef, SPOT_SLR_REASON, offerings_allowed};
 use kerf::labels;
 use kerf::requirements::Requirements;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -78,22 +84,102 @@ impl LaunchedMemory {
     }
 }
 
+/// How long a NodeClaim whose spot was refused keeps launching on-demand: past its launch
+/// TTL it is deleted anyway, and by then the refused spot offerings are available again.
+pub const ON_DEMAND_FALLBACK_MEMORY: Duration = Duration::from_secs(5 * 60);
+
+/// NodeClaims whose spot offerings were refused, by uid: their next attempts ask the
+/// provider for on-demand only. Kept in memory: after a restart the first attempt is spot
+/// again, its offerings are still marked unavailable, and the fallback is taken again.
+#[derive(Default)]
+pub struct OnDemandFallback {
+    by_uid: Mutex<HashMap<String, Instant>>,
+}
+
+impl OnDemandFallback {
+    fn contains(&self, uid: &str) -> bool {
+        let map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(uid)
+            .is_some_and(|at| at.elapsed() < ON_DEMAND_FALLBACK_MEMORY)
+    }
+
+    fn insert(&self, uid: &str) {
+        let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
+        map.retain(|_, at| at.elapsed() < ON_DEMAND_FALLBACK_MEMORY);
+        map.insert(uid.to_owned(), Instant::now());
+    }
+
+    /// What to ask the provider for: `claim` itself, or, once its spot was refused, `claim`
+    /// narrowed to on-demand (in memory only: the NodeClaim's spec is never rewritten).
+    fn attempt(&self, claim: &NodeClaim) -> NodeClaim {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        if self.contains(uid) {
+            on_demand_only(claim)
+        } else {
+            claim.clone()
+        }
+    }
+}
+
+/// `claim` with its capacity type narrowed to on-demand.
+fn on_demand_only(claim: &NodeClaim) -> NodeClaim {
+    let mut narrowed = claim.clone();
+    let requirements = &mut narrowed.spec.requirements;
+    requirements.retain(|r| r.key != labels::CAPACITY_TYPE);
+    requirements.push(NodeSelectorRequirementWithMinValues {
+        key: labels::CAPACITY_TYPE.to_owned(),
+        operator: Operator::In,
+        values: vec![labels::CAPACITY_TYPE_ON_DEMAND.to_owned()],
+        min_values: None,
+    });
+    narrowed
+}
+
+/// Whether `claim` may fall back to on-demand after `error`: it allows both capacity types,
+/// and EC2 refused only spot (every named offering), or refused spot for want of its
+/// service-linked role.
+fn may_fall_back(claim: &NodeClaim, error: &CloudProviderError) -> bool {
+    let spot_only_refused = match error {
+        CloudProviderError::InsufficientCapacity { offerings, .. } => {
+            !offerings.is_empty()
+                && offerings
+                    .iter()
+                    .all(|o| o.capacity_type == labels::CAPACITY_TYPE_SPOT)
+        }
+        CloudProviderError::LaunchFailed { reason, .. } => reason == SPOT_SLR_REASON,
+        _ => false,
+    };
+    spot_only_refused
+        && Requirements::from_requirements_with_min_values(claim.requirements()).is_ok_and(|reqs| {
+            // No capacity-type requirement allows both.
+            let allows = |value| reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(value));
+            allows(labels::CAPACITY_TYPE_SPOT) && allows(labels::CAPACITY_TYPE_ON_DEMAND)
+        })
+}
+
 /// Launches `claim` (not `Launched`, not deleting, holding its finalizer).
 pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Outcome, ReconcileError> {
     let uid = claim.metadata.uid.clone().unwrap_or_default();
     let launched = match r.launched.get(&uid) {
         Some(launched) => launched,
-        None => match r.cloud.create(claim).await {
-            Ok(launched) => {
-                r.launched.remember(&uid, &launched);
-                launched
+        None => {
+            let attempt = r.fallback.attempt(claim);
+            match r.cloud.create(&attempt).await {
+                Ok(launched) => {
+                    r.launched.remember(&uid, &launched);
+                    launched
+                }
+                Err(error) if may_fall_back(&attempt, &error) => {
+                    fall_back(r, claim, &uid, error).await;
+                    return Ok(Outcome::after(Duration::ZERO));
+                }
+                Err(error) if error.is_insufficient_capacity() => {
+                    refused(r, claim, &error).await?;
+                    return Ok(Outcome::DONE);
+                }
+                Err(error) => return Err(failed(r, claim, error).await),
             }
-            Err(error) if error.is_insufficient_capacity() => {
-                refused(r, claim, &error).await?;
-                return Ok(Outcome::DONE);
-            }
-            Err(error) => return Err(failed(r, claim, error).await),
-        },
+        }
     };
     record(r, claim, &launched).await?;
     let pool = claim.nodepool_name().unwrap_or_default().to_owned();
@@ -171,6 +257,24 @@ fn added_annotations(claim: &NodeClaim, launched: &NodeClaim) -> BTreeMap<String
         .collect()
 }
 
+/// Spot was refused for a NodeClaim that allows on-demand: the refused offerings are marked,
+/// the refusal recorded (condition, event and log, as any failed launch), and the next
+/// attempt, at once, is on-demand.
+async fn fall_back(r: &Reconciler, claim: &NodeClaim, uid: &str, error: CloudProviderError) {
+    if let (Some(cache), CloudProviderError::InsufficientCapacity { offerings, .. }) =
+        (&r.launch.offerings, &error)
+    {
+        cache.mark_offerings(offerings, INSUFFICIENT_CAPACITY_REASON);
+    }
+    r.fallback.insert(uid);
+    tracing::info!(
+        nodeclaim = claim.name(),
+        "spot refused; launching the same nodeclaim on-demand"
+    );
+    // Retried at once rather than with backoff: the error is only recorded.
+    let _recorded = failed(r, claim, error).await;
+}
+
 /// Marks what was refused, then deletes the NodeClaim so its pods are planned again.
 async fn refused(
     r: &Reconciler,
@@ -229,15 +333,11 @@ async fn refused_offerings(
     }
 }
 
-/// Records a failed launch on `Launched=False` (only when the reason or message changed,
-/// so repeating the same failure does not restart the launch TTL or re-trigger the
-/// reconcile ahead of its backoff) and returns the error to retry on.
+/// Records a failed launch on `Launched=False`, with an event and a log line naming the
+/// provider's error, only when the reason or message changed (so repeating the same failure
+/// neither floods events and logs nor restarts the launch TTL or re-triggers the reconcile
+/// ahead of its backoff), and returns the error to retry on.
 async fn failed(r: &Reconciler, claim: &NodeClaim, error: CloudProviderError) -> ReconcileError {
-    if matches!(error, CloudProviderError::NodeClassNotReady { .. }) {
-        r.launch
-            .events
-            .publish(events::node_class_not_ready(claim, &error));
-    }
     let message = events::truncate(&error.to_string(), MAX_CONDITION_MESSAGE);
     let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now());
     if set.set(
@@ -246,6 +346,22 @@ async fn failed(r: &Reconciler, claim: &NodeClaim, error: CloudProviderError) ->
         error.condition_reason(),
         &message,
     ) {
+        let event = match error {
+            CloudProviderError::NodeClassNotReady { .. } => {
+                events::node_class_not_ready(claim, &error)
+            }
+            CloudProviderError::InsufficientCapacity { .. } => {
+                events::insufficient_capacity(claim, &error)
+            }
+            _ => events::launch_failed(claim, &error),
+        };
+        r.launch.events.publish(event);
+        tracing::warn!(
+            nodeclaim = claim.name(),
+            reason = error.condition_reason(),
+            %error,
+            "launching nodeclaim failed"
+        );
         let body = json!({"status": {"conditions": set.into_vec()}});
         if let Err(write) = r
             .nodeclaims

@@ -17,6 +17,17 @@ pub const LAUNCH_TIMEOUT_REASON: &str = "launch_timeout";
 /// `reason` of `karpenter_nodeclaims_disrupted_total` for a Node that never registered.
 pub const REGISTRATION_TIMEOUT_REASON: &str = "registration_timeout";
 
+/// What a person should check when a launched machine never became a Node, in the order
+/// Karpenter's troubleshooting guide and the node-join posts give them.
+pub fn registration_timeout_message(claim: &NodeClaim, ttl: Duration) -> String {
+    let instance = claim.provider_id().unwrap_or("(no providerID)");
+    format!(
+        "instance {instance} of nodeclaim {} did not register a Node within {}s; check: the node role's EKS access entry (or its aws-auth mapRoles entry), that the node security group reaches the API server on 443, that the subnet reaches the STS and ECR endpoints (VPC endpoints in private subnets), and the EC2NodeClass user data (the node's /var/log/cloud-init-output.log)",
+        claim.name(),
+        ttl.as_secs()
+    )
+}
+
 /// The two TTLs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ttls {

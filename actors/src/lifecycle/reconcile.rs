@@ -20,11 +20,12 @@ use serde_json::json;
 
 use super::conditions::ConditionSet;
 use super::initialization::{self, Awaiting};
-use super::launch::{self, LaunchDeps, LaunchedMemory};
+use super::launch::{self, LaunchDeps, LaunchedMemory, OnDemandFallback};
 use super::liveness::{self, Verdict};
 use super::registration::{lacks_unregistered_taint, nodes_for, registered_node};
 use super::termination::has_termination_finalizer;
 use super::{LifecycleConfig, LifecycleStats, Target, finalize, patch};
+use crate::events::upstream as events;
 use crate::metrics::{NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED};
 use crate::shutdown::InFlight;
 use crate::state::{ClusterState, ObjectKey};
@@ -140,6 +141,8 @@ pub struct Reconciler {
     pub stats: Arc<LifecycleStats>,
     pub launch: LaunchDeps,
     pub launched: LaunchedMemory,
+    /// NodeClaims whose spot was refused, launching on-demand.
+    pub fallback: OnDemandFallback,
     /// Launches running, which a stopping daemon waits for.
     pub launches: InFlight,
 }
@@ -163,6 +166,7 @@ impl Reconciler {
             stats,
             launch,
             launched: LaunchedMemory::default(),
+            fallback: OnDemandFallback::default(),
             launches: InFlight::default(),
         }
     }
@@ -461,11 +465,19 @@ async fn delete_for_timeout(
         claim.nodepool_name().unwrap_or_default(),
         &label(claim, labels::CAPACITY_TYPE),
     );
-    tracing::info!(
-        nodeclaim = claim.name(),
-        reason,
-        ttl = ?ttl,
-        "deleting nodeclaim past its liveness timeout"
-    );
+    if reason == liveness::REGISTRATION_TIMEOUT_REASON {
+        let message = liveness::registration_timeout_message(claim, ttl);
+        r.launch
+            .events
+            .publish(events::registration_timeout(claim, &message));
+        tracing::warn!(nodeclaim = claim.name(), reason, "{message}");
+    } else {
+        tracing::info!(
+            nodeclaim = claim.name(),
+            reason,
+            ttl = ?ttl,
+            "deleting nodeclaim past its liveness timeout"
+        );
+    }
     Ok(())
 }

@@ -86,7 +86,7 @@ async fn start(h: &Harness, provider: Arc<SimulatedCloudProvider>) -> Daemon {
 }
 
 #[test]
-fn a_refused_offering_is_planned_around_and_the_pod_launches_on_another() {
+fn refused_spot_is_marked_and_the_same_nodeclaim_launches_on_demand_at_once() {
     run(|| async {
         let h = start_cluster().await;
         let cluster = h.cluster();
@@ -123,15 +123,20 @@ fn a_refused_offering_is_planned_around_and_the_pod_launches_on_another() {
         let claim = api.get(&refused).await.expect("created");
         assert_eq!(capacity_types(&claim), ["on-demand", "spot"]);
 
-        // The refused offerings are marked before the NodeClaim is deleted; the lifecycle
-        // releases a NodeClaim that never launched at once, and a deleting or deleted
-        // NodeClaim is no longer capacity.
+        // Every spot offering is refused; the NodeClaim also allows on-demand, so the same
+        // NodeClaim is launched again at once, on-demand, and no second one is planned.
         let state = daemon.state.clone();
         let key = ObjectKey::new(None, &refused);
-        eventually("the unlaunchable nodeclaim is deleted and released", || {
-            state.nodeclaims.get(&key).is_none() && state.nodeclaims.recently_deleted(&key)
+        let mut launched = None;
+        eventually("the same nodeclaim launches", || {
+            launched = state
+                .nodeclaims
+                .get(&key)
+                .filter(|c| c.provider_id().is_some());
+            launched.is_some()
         })
         .await;
+        let launched = launched.expect("launched");
         for zone in ZONES {
             assert!(
                 offerings.is_unavailable(INSTANCE_TYPE, zone, "spot", &[]),
@@ -139,30 +144,11 @@ fn a_refused_offering_is_planned_around_and_the_pod_launches_on_another() {
             );
             assert!(!offerings.is_unavailable(INSTANCE_TYPE, zone, "on-demand", &[]));
         }
-
-        // Nobody touches the pod: the NodeClaim's deletion re-triggers it.
-        let second = round(&mut rounds, 2).await;
-        assert_eq!(second.nodeclaims.len(), 1, "{second:?}");
-        let replacement = second.nodeclaims[0].clone();
-        assert_ne!(replacement, refused);
-        let claim = api.get(&replacement).await.expect("created");
         assert_eq!(
-            capacity_types(&claim),
-            ["on-demand"],
-            "spot is unavailable, so the NodeClaim asks for on-demand only"
+            capacity_types(&launched),
+            ["on-demand", "spot"],
+            "the NodeClaim's spec is not rewritten"
         );
-
-        // It launches: on-demand, in one of the pool's zones.
-        let mut launched = None;
-        eventually("the replacement launches", || {
-            launched = state
-                .nodeclaims
-                .get(&ObjectKey::new(None, &replacement))
-                .filter(|c| c.provider_id().is_some());
-            launched.is_some()
-        })
-        .await;
-        let launched = launched.expect("launched");
         let labels = launched.metadata.labels.clone().unwrap_or_default();
         assert_eq!(
             labels.get(labels::CAPACITY_TYPE).map(String::as_str),
@@ -178,6 +164,19 @@ fn a_refused_offering_is_planned_around_and_the_pod_launches_on_another() {
         assert_eq!(instances.len(), 1, "{instances:?}");
         assert_eq!(instances[0].capacity_type, CapacityType::OnDemand);
         assert_eq!(instances[0].zone, zone);
+        let claims = api.list(&Default::default()).await.expect("list").items;
+        assert_eq!(claims.len(), 1, "no second NodeClaim: {claims:?}");
+        eventually("the refusal is published as an event", || {
+            cluster
+                .list("v1", "events", None, "")
+                .expect("events list")
+                .iter()
+                .any(|e| {
+                    e["reason"] == "InsufficientCapacityError"
+                        && e["involvedObject"]["name"] == refused.as_str()
+                })
+        })
+        .await;
 
         daemon.stop().await;
         h.stop().await;

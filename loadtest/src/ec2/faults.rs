@@ -3,7 +3,7 @@
 //! allocation logic and the fault bookkeeping each read as one idea.
 
 use super::error::Ec2ConfigError;
-use super::types::OfferingKey;
+use super::types::{CapacityType, CreateFleetRequest, FleetError, OfferingKey};
 use std::collections::{BTreeMap, HashSet};
 
 /// Pools currently out of capacity. Toggled at runtime by tests and the load harness.
@@ -33,6 +33,45 @@ impl IceSet {
         let mut pools: Vec<_> = self.pools.iter().cloned().collect();
         pools.sort();
         pools
+    }
+}
+
+/// A refusal of every CreateFleet request (of one capacity type, or all) with one error code,
+/// as EC2 answers a request it rejects rather than lacks capacity for (an invalid block
+/// device mapping, an unusable KMS key, spot without its service-linked role): no instance,
+/// and the code against every override.
+#[derive(Clone, Debug)]
+pub(crate) struct Refusal {
+    pub(crate) capacity_type: Option<CapacityType>,
+    pub(crate) code: String,
+    pub(crate) message: String,
+}
+
+impl Refusal {
+    /// The errors for `request` launching `capacity_type`, or `None` when this refusal does
+    /// not apply to it.
+    pub(crate) fn errors(
+        &self,
+        request: &CreateFleetRequest,
+        capacity_type: CapacityType,
+    ) -> Option<Vec<FleetError>> {
+        if self.capacity_type.is_some_and(|c| c != capacity_type) {
+            return None;
+        }
+        let errors = request
+            .launch_template_configs
+            .iter()
+            .flat_map(|lt| lt.overrides.iter().map(move |o| (lt, o)))
+            .map(|(lt, over)| FleetError {
+                error_code: self.code.clone(),
+                error_message: self.message.clone(),
+                instance_type: over.instance_type.clone(),
+                zone: over.zone.clone(),
+                capacity_type,
+                launch_template_name: lt.launch_template_name.clone(),
+            })
+            .collect();
+        Some(errors)
     }
 }
 

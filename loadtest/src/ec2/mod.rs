@@ -28,7 +28,7 @@ pub use types::{
     SpotInterruption, UNFULFILLABLE_CAPACITY_CODES, UNSUPPORTED,
 };
 
-use faults::{FleetFailures, IceSet, Throttle};
+use faults::{FleetFailures, IceSet, Refusal, Throttle};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -101,6 +101,7 @@ struct State {
     ice: IceSet,
     throttle: Throttle,
     fleet_failures: FleetFailures,
+    refusal: Option<Refusal>,
     calls: ApiCalls,
     launched: u32,
     interruptions: Vec<SpotInterruption>,
@@ -154,6 +155,18 @@ impl SimulatedEc2 {
                     operation: ops::CREATE_FLEET,
                     after_launch: false,
                 });
+            }
+            let refused = state
+                .refusal
+                .as_ref()
+                .and_then(|r| r.errors(request, capacity_type));
+            if let Some(errors) = refused {
+                let output = CreateFleetOutput {
+                    fleet_id: ids::fleet_id(&mut rand::rng()),
+                    instances: Vec::new(),
+                    errors,
+                };
+                return Ok(output);
             }
             let allocation =
                 fleet::allocate(request, capacity_type, &self.inner.prices, &state.ice);
@@ -280,6 +293,21 @@ impl SimulatedEc2 {
     /// anything (a transient error the caller retries).
     pub fn fail_next_fleets(&self, count: u32) {
         self.lock().fleet_failures.before_launch = count;
+    }
+
+    /// Refuses every CreateFleet request (of `capacity_type`, or any when `None`) with EC2's
+    /// error `code` and `message` against each override, until [`Self::accept_launches`].
+    pub fn refuse_launches(&self, capacity_type: Option<CapacityType>, code: &str, message: &str) {
+        self.lock().refusal = Some(Refusal {
+            capacity_type,
+            code: code.to_owned(),
+            message: message.to_owned(),
+        });
+    }
+
+    /// Ends [`Self::refuse_launches`].
+    pub fn accept_launches(&self) {
+        self.lock().refusal = None;
     }
 
     /// Loses the answer of the next `count` CreateFleet calls: each launches its instances,

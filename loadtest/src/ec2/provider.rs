@@ -27,7 +27,8 @@ use kerf::catalog::{
 };
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
-    NodeClassReconciler, OfferingRef, launched_provider_id, parse_aws_provider_id,
+    NodeClassReconciler, OfferingRef, SPOT_SLR_ERROR_CODE, SPOT_SLR_REASON, launched_provider_id,
+    parse_aws_provider_id, spot_service_linked_role_message,
 };
 use kerf::labels;
 use kerf::requirements::{AllowUndefined, Requirement, Requirements};
@@ -519,6 +520,17 @@ fn launched_instance(node_claim: &str, output: &CreateFleetOutput) -> CloudResul
         return Err(CloudProviderError::InsufficientCapacity {
             node_claim: node_claim.to_owned(),
             offerings,
+        });
+    }
+    if output
+        .errors
+        .iter()
+        .any(|e| e.error_code == SPOT_SLR_ERROR_CODE)
+    {
+        return Err(CloudProviderError::LaunchFailed {
+            node_claim: node_claim.to_owned(),
+            reason: SPOT_SLR_REASON.to_owned(),
+            message: spot_service_linked_role_message(node_claim),
         });
     }
     let codes: BTreeSet<String> = output
