@@ -34,6 +34,7 @@ pub mod shutdown;
 pub mod state;
 pub mod supervisor;
 pub mod tagging;
+pub mod termination;
 
-pub use daemon::{Cloud, Daemon, Environment, StartError};
+pub use daemon::{Cloud, Daemon, Environment, StartError, Timings};
 pub use settings::{Settings, ValidSettings};

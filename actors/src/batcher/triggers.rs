@@ -3,7 +3,8 @@
 //! triggered again every [`RETRIGGER_PERIOD`], when this replica becomes leader (a standby
 //! skips its batches, so a new leader starts from every pending pod), and at once when
 //! capacity may have been freed for them: a NodeClaim deleted (for example one whose launch
-//! was refused for insufficient capacity) or a NodePool's limits raised. These are
+//! was refused for insufficient capacity) or a NodePool's limits raised; and when a Node
+//! starts terminating, whose pods then need replacement capacity. These are
 //! subscriptions to the watch streams' changes, wired by the daemon; nothing else needs a
 //! hook to get pods provisioned again.
 //!
@@ -15,14 +16,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kerf::api::{NodeClaim, NodePool};
 use kerf::resources::Quantity;
 use tokio::sync::{Notify, watch};
 
 use super::Trigger;
 use crate::mailbox::{DeliverError, Outbox};
-use crate::state::{Change, ClusterState, is_provisionable};
+use crate::state::{Change, ClusterState, is_provisionable, is_terminating_node};
 
 /// How often every pending pod is triggered again: upstream's provisioner re-triggers
 /// pending pods every 10 s. It also repairs a trigger dropped on a full Batcher mailbox.
@@ -60,6 +61,21 @@ pub fn on_node_claim(retrigger: Retrigger) -> impl FnMut(&NodeClaim, Change) + S
     move |_, change| {
         if change == Change::Deleted {
             retrigger.request();
+        }
+    }
+}
+
+/// The Node subscription: a Node that starts terminating has pods to place elsewhere.
+pub fn on_node(retrigger: Retrigger) -> impl FnMut(&Node, Change) + Send + 'static {
+    let mut terminating = std::collections::HashSet::new();
+    move |node, change| {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if change == Change::Applied && is_terminating_node(node) {
+            if terminating.insert(name) {
+                retrigger.request();
+            }
+        } else {
+            terminating.remove(&name);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! One reconcile of one target, reading cluster state and writing through the API: a live
 //! NodeClaim is launched ([`super::launch`]) until it is `Launched`, then goes through
-//! registration, initialization and liveness and gets its status written once, a deleting NodeClaim or Node goes to [`super::finalize`]. Decisions come
+//! registration, initialization and liveness and gets its status written once; a deleting
+//! NodeClaim is left to [`crate::termination`]. Decisions come
 //! from the pure modules beside this one; this file only reads, calls and writes. Every
 //! write that replaces a list is locked to the version read ([`super::patch::locked`]), so
 //! a reconcile working from a stale copy fails with 409 and is simply run again.
@@ -23,11 +24,11 @@ use super::initialization::{self, Awaiting};
 use super::launch::{self, LaunchDeps, LaunchedMemory};
 use super::liveness::{self, Verdict};
 use super::registration::{lacks_unregistered_taint, nodes_for, registered_node};
-use super::termination::has_termination_finalizer;
-use super::{LifecycleConfig, LifecycleStats, Target, finalize, patch};
+use super::{LifecycleConfig, patch};
 use crate::metrics::{NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED};
 use crate::shutdown::InFlight;
 use crate::state::{ClusterState, ObjectKey};
+use kerf::finalizers::has_termination_finalizer;
 
 /// What a reconcile asks of the actor besides being run again on the next change.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,33 +76,9 @@ pub enum ReconcileError {
         #[source]
         source: kube::Error,
     },
-    #[error("deleting node {node}: {source}")]
-    DeleteNode {
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("terminating the instance of nodeclaim {nodeclaim}: {source}")]
-    TerminateInstance {
-        nodeclaim: String,
-        #[source]
-        source: CloudProviderError,
-    },
     #[error("launching nodeclaim {nodeclaim}: {source}")]
     Launch {
         nodeclaim: String,
-        #[source]
-        source: CloudProviderError,
-    },
-    #[error("looking up the instance of nodeclaim {nodeclaim}: {source}")]
-    FindInstance {
-        nodeclaim: String,
-        #[source]
-        source: CloudProviderError,
-    },
-    #[error("looking up the instance of node {node}: {source}")]
-    GetInstance {
-        node: String,
         #[source]
         source: CloudProviderError,
     },
@@ -114,12 +91,8 @@ impl ReconcileError {
             Self::PatchNode { source, .. }
             | Self::PatchNodeClaim { source, .. }
             | Self::PatchNodeClaimStatus { source, .. }
-            | Self::DeleteNodeClaim { source, .. }
-            | Self::DeleteNode { source, .. } => source,
-            Self::TerminateInstance { .. }
-            | Self::GetInstance { .. }
-            | Self::Launch { .. }
-            | Self::FindInstance { .. } => return false,
+            | Self::DeleteNodeClaim { source, .. } => source,
+            Self::Launch { .. } => return false,
         };
         is_status(source, 409)
     }
@@ -132,16 +105,16 @@ pub fn is_status(error: &kube::Error, code: u16) -> bool {
 /// What every reconcile works with.
 pub struct Reconciler {
     pub state: Arc<ClusterState>,
-    pub client: Client,
     pub nodes: Api<Node>,
     pub nodeclaims: Api<NodeClaim>,
     pub cloud: Arc<dyn CloudProvider>,
     pub config: LifecycleConfig,
-    pub stats: Arc<LifecycleStats>,
     pub launch: LaunchDeps,
     pub launched: LaunchedMemory,
     /// Launches running, which a stopping daemon waits for.
     pub launches: InFlight,
+    /// The NodeClaims whose launch is running.
+    pub launching: super::Launching,
 }
 
 impl Reconciler {
@@ -150,20 +123,18 @@ impl Reconciler {
         client: Client,
         cloud: Arc<dyn CloudProvider>,
         config: LifecycleConfig,
-        stats: Arc<LifecycleStats>,
         launch: LaunchDeps,
     ) -> Self {
         Self {
             state,
             nodes: Api::all(client.clone()),
-            nodeclaims: Api::all(client.clone()),
-            client,
+            nodeclaims: Api::all(client),
             cloud,
             config,
-            stats,
             launch,
             launched: LaunchedMemory::default(),
             launches: InFlight::default(),
+            launching: super::Launching::default(),
         }
     }
 
@@ -194,12 +165,9 @@ impl Reconciler {
     }
 }
 
-/// Reconciles one target.
-pub async fn run(r: &Reconciler, target: &Target) -> Result<Outcome, ReconcileError> {
-    match target {
-        Target::NodeClaim(name) => nodeclaim(r, name).await,
-        Target::Node(name) => finalize::node(r, name).await,
-    }
+/// Reconciles one NodeClaim.
+pub async fn run(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError> {
+    nodeclaim(r, name).await
 }
 
 /// NodeClaims of node classes kerf provides (upstream's "managed" check).
@@ -216,7 +184,7 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
         return Ok(Outcome::DONE);
     }
     if claim.metadata.deletion_timestamp.is_some() {
-        return finalize::nodeclaim(r, &claim).await;
+        return Ok(Outcome::DONE);
     }
     if !has_termination_finalizer(claim.metadata.finalizers.as_ref()) {
         // Nothing may be launched without the finalizer that guarantees its cleanup; the
@@ -231,6 +199,7 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
             delete_for_timeout(r, &claim, reason, ttl).await?;
             return Ok(Outcome::DONE);
         }
+        let _launching = r.launching.start(name);
         return r.launches.track(launch::launch(r, &claim)).await;
     }
     let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now);

@@ -17,7 +17,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use tokio::sync::watch;
 
-pub use pods::is_provisionable;
+pub use pods::{is_provisionable, is_rescheduled, is_terminating_node};
 pub use store::{ObjectKey, Store, StoreWriter};
 
 /// What happened to an object in cluster state: the vocabulary of the watch streams'
@@ -129,12 +129,24 @@ impl ClusterState {
         let _ = rx.wait_for(|s| *s).await;
     }
 
-    /// Pods the Provisioner must find capacity for.
+    /// Pods the Provisioner must find capacity for: the pending ones and those of
+    /// terminating Nodes ([`pods`]).
     pub fn provisionable_pods(&self) -> Vec<Arc<Pod>> {
+        let terminating = self.terminating_nodes();
         self.pods
             .snapshot()
             .into_iter()
-            .filter(|p| is_provisionable(p))
+            .filter(|p| is_provisionable(p) || is_rescheduled(p, &terminating))
+            .collect()
+    }
+
+    /// Names of the Nodes that are going away (deleting or tainted for disruption).
+    pub fn terminating_nodes(&self) -> std::collections::HashSet<String> {
+        self.nodes
+            .snapshot()
+            .iter()
+            .filter(|n| is_terminating_node(n))
+            .filter_map(|n| n.metadata.name.clone())
             .collect()
     }
 }
