@@ -4,7 +4,7 @@
 //! skips its batches, so a new leader starts from every pending pod), and at once when
 //! capacity may have been freed for them: a NodeClaim deleted (for example one whose launch
 //! was refused for insufficient capacity) or a NodePool's limits raised; and when a Node
-//! starts terminating, whose pods then need replacement capacity. These are
+//! starts deleting, whose pods then need replacement capacity. These are
 //! subscriptions to the watch streams' changes, wired by the daemon; nothing else needs a
 //! hook to get pods provisioned again.
 //!
@@ -23,7 +23,7 @@ use tokio::sync::{Notify, watch};
 
 use super::Trigger;
 use crate::mailbox::{DeliverError, Outbox};
-use crate::state::{Change, ClusterState, is_provisionable, is_terminating_node};
+use crate::state::{Change, ClusterState, is_provisionable};
 
 /// How often every pending pod is triggered again: upstream's provisioner re-triggers
 /// pending pods every 10 s. It also repairs a trigger dropped on a full Batcher mailbox.
@@ -65,12 +65,15 @@ pub fn on_node_claim(retrigger: Retrigger) -> impl FnMut(&NodeClaim, Change) + S
     }
 }
 
-/// The Node subscription: a Node that starts terminating has pods to place elsewhere.
+/// The Node subscription: a Node that starts deleting has pods to place elsewhere. A Node
+/// only tainted for disruption does not trigger at once: the orchestrator that tainted it
+/// is creating its replacements, which the next round must see rather than race (its pods
+/// still count as pending in every round, see [`crate::state`]).
 pub fn on_node(retrigger: Retrigger) -> impl FnMut(&Node, Change) + Send + 'static {
     let mut terminating = std::collections::HashSet::new();
     move |node, change| {
         let name = node.metadata.name.clone().unwrap_or_default();
-        if change == Change::Applied && is_terminating_node(node) {
+        if change == Change::Applied && node.metadata.deletion_timestamp.is_some() {
             if terminating.insert(name) {
                 retrigger.request();
             }

@@ -20,11 +20,9 @@ mod launch;
 mod launching;
 mod liveness;
 pub(crate) mod patch;
-pub(crate) mod queue;
 mod reconcile;
 pub(crate) mod registration;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,13 +30,13 @@ use actix::prelude::*;
 use kerf::cloudprovider::CloudProvider;
 use kube::Client;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use crate::mailbox::MailboxDepth;
 use crate::shutdown::InFlight;
 use crate::state::ClusterState;
-use queue::WorkQueue;
-use reconcile::{Outcome, ReconcileError, Reconciler};
+use crate::workqueue::{Reruns, WorkQueue};
+pub(crate) use reconcile::Outcome;
+use reconcile::{ReconcileError, Reconciler};
 
 pub use conditions::ConditionSet;
 pub use launch::{INSUFFICIENT_CAPACITY_REASON, LAUNCHED_MEMORY, LaunchDeps};
@@ -91,12 +89,6 @@ impl LifecycleConfig {
             registration: self.registration_ttl,
         }
     }
-
-    /// Delay before the `failures`-th retry.
-    fn backoff_after(&self, failures: u32) -> Duration {
-        let factor = 2u32.saturating_pow(failures.saturating_sub(1));
-        self.backoff.saturating_mul(factor).min(self.max_backoff)
-    }
 }
 
 /// An object the lifecycle may have to act on changed.
@@ -121,9 +113,7 @@ pub struct NodeClaimLifecycle {
     shutdown: watch::Receiver<bool>,
     depth: MailboxDepth,
     queue: WorkQueue<Target>,
-    failures: HashMap<Target, u32>,
-    /// The earliest scheduled rerun of each target.
-    timers: HashMap<Target, (Instant, SpawnHandle)>,
+    reruns: Reruns<Target>,
 }
 
 /// What the actor needs from the daemon.
@@ -146,8 +136,7 @@ impl NodeClaimLifecycle {
             shutdown: deps.shutdown,
             depth: deps.depth,
             queue: WorkQueue::default(),
-            failures: HashMap::new(),
-            timers: HashMap::new(),
+            reruns: Reruns::new(config.backoff, config.max_backoff),
         }
     }
 
@@ -225,43 +214,31 @@ impl NodeClaimLifecycle {
     ) {
         match result {
             Ok(outcome) => {
-                self.failures.remove(&target);
+                self.reruns.succeeded(&target);
                 if let Some(delay) = outcome.requeue_after {
-                    self.schedule(target.clone(), delay, ctx);
+                    self.reruns
+                        .schedule(target.clone(), delay, ctx, Self::rerun);
                 }
             }
             Err(error) => {
-                let failures = self.failures.entry(target.clone()).or_insert(0);
-                *failures += 1;
-                let delay = self.reconciler.config.backoff_after(*failures);
+                let delay = self.reruns.failed(&target);
                 if error.is_conflict() {
                     tracing::debug!(?target, %error, "conflict; retrying");
                 } else {
                     tracing::warn!(?target, %error, retry_in = ?delay, "lifecycle reconcile failed");
                 }
-                self.schedule(target.clone(), delay, ctx);
+                self.reruns
+                    .schedule(target.clone(), delay, ctx, Self::rerun);
             }
         }
         self.queue.finish(&target);
         self.pump(ctx);
     }
 
-    /// Runs `target` again after `delay`, unless an earlier rerun is already scheduled.
-    fn schedule(&mut self, target: Target, delay: Duration, ctx: &mut Context<Self>) {
-        let due = Instant::now() + delay;
-        if let Some((scheduled, handle)) = self.timers.get(&target) {
-            if *scheduled <= due {
-                return;
-            }
-            ctx.cancel_future(*handle);
-        }
-        let rerun = target.clone();
-        let handle = ctx.run_later(delay, move |act, ctx| {
-            act.timers.remove(&rerun);
-            act.enqueue(rerun);
-            act.pump(ctx);
-        });
-        self.timers.insert(target, (due, handle));
+    fn rerun(&mut self, target: Target, ctx: &mut Context<Self>) {
+        self.reruns.due(&target);
+        self.enqueue(target);
+        self.pump(ctx);
     }
 
     /// The targets a change concerns.
@@ -270,10 +247,10 @@ impl NodeClaimLifecycle {
             Changed::NodeClaim(name) => vec![name],
             Changed::Node { name, provider_id } => {
                 let mut targets = Vec::new();
-                let node = self.reconciler.node(&name);
+                let node = self.reconciler.state.node(&name);
                 let claims = provider_id
                     .as_deref()
-                    .map(|id| self.reconciler.nodeclaims_of(id))
+                    .map(|id| self.reconciler.state.nodeclaims_launched_as(id))
                     .unwrap_or_default();
                 if claims.is_empty()
                     && node
@@ -346,16 +323,6 @@ impl Handler<Changed> for NodeClaimLifecycle {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap() {
-        let config = LifecycleConfig::default();
-        assert_eq!(config.backoff_after(1), Duration::from_secs(1));
-        assert_eq!(config.backoff_after(2), Duration::from_secs(2));
-        assert_eq!(config.backoff_after(4), Duration::from_secs(8));
-        assert_eq!(config.backoff_after(10), Duration::from_secs(60));
-        assert_eq!(config.backoff_after(u32::MAX), Duration::from_secs(60));
-    }
 
     #[test]
     fn defaults_are_upstreams() {

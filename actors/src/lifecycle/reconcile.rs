@@ -23,17 +23,17 @@ use super::conditions::ConditionSet;
 use super::initialization::{self, Awaiting};
 use super::launch::{self, LaunchDeps, LaunchedMemory};
 use super::liveness::{self, Verdict};
-use super::registration::{lacks_unregistered_taint, nodes_for, registered_node};
+use super::registration::{lacks_unregistered_taint, registered_node};
 use super::{LifecycleConfig, patch};
 use crate::metrics::{NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED};
 use crate::shutdown::InFlight;
-use crate::state::{ClusterState, ObjectKey};
+use crate::state::ClusterState;
 use kerf::finalizers::has_termination_finalizer;
 
 /// What a reconcile asks of the actor besides being run again on the next change.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Outcome {
-    /// Run again after this long even if nothing changes (a TTL, a drain in progress).
+    /// Run again after this long even if nothing changes (a TTL).
     pub requeue_after: Option<Duration>,
 }
 
@@ -137,32 +137,6 @@ impl Reconciler {
             launching: super::Launching::default(),
         }
     }
-
-    pub fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
-        self.state.nodeclaims.get(&ObjectKey::new(None, name))
-    }
-
-    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.state.nodes.get(&ObjectKey::new(None, name))
-    }
-
-    /// The Nodes registered with `claim`'s providerID.
-    pub fn nodes_of(&self, claim: &NodeClaim) -> Vec<Arc<Node>> {
-        claim
-            .provider_id()
-            .map(|id| nodes_for(id, &self.state.nodes.snapshot()))
-            .unwrap_or_default()
-    }
-
-    /// The NodeClaims launched with `provider_id`.
-    pub fn nodeclaims_of(&self, provider_id: &str) -> Vec<Arc<NodeClaim>> {
-        self.state
-            .nodeclaims
-            .snapshot()
-            .into_iter()
-            .filter(|c| c.provider_id() == Some(provider_id))
-            .collect()
-    }
 }
 
 /// Reconciles one NodeClaim.
@@ -177,7 +151,7 @@ pub fn is_managed(claim: &NodeClaim) -> bool {
 }
 
 async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError> {
-    let Some(claim) = r.nodeclaim(name) else {
+    let Some(claim) = r.state.nodeclaim(name) else {
         return Ok(Outcome::DONE);
     };
     if !is_managed(&claim) {
@@ -254,7 +228,7 @@ async fn register(
     set: &mut ConditionSet,
     node_name: &mut Option<String>,
 ) -> Result<Option<Node>, ReconcileError> {
-    let nodes = r.nodes_of(claim);
+    let nodes = r.state.nodes_of(claim);
     if set.is_true(types::REGISTERED) {
         return Ok(single(nodes));
     }

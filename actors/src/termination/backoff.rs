@@ -2,8 +2,8 @@
 //! eviction a PodDisruptionBudget refused (429) is not asked again before its delay has
 //! passed, the delay doubling per refusal from [`BASE`] up to [`MAX`]; an accepted eviction
 //! forgets the pod. Keys carry the pod's UID, so a replacement under the same name starts
-//! afresh. Entries exist only for pods refused and still present (see [`Backoffs::retain`]),
-//! so the map is bounded by the pods a budget currently holds.
+//! afresh. An entry goes when its pod is evicted or found gone, and the drainer's resync
+//! drops the entries of pods no longer in cluster state ([`Backoffs::retain`]).
 
 use std::collections::HashMap;
 use std::time::Duration;

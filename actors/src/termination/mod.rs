@@ -27,7 +27,6 @@ mod reconcile;
 mod testing;
 mod volumes;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -37,14 +36,13 @@ use kerf::cloudprovider::CloudProvider;
 use kerf::finalizers::has_termination_finalizer;
 use kube::{Api, Client};
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use crate::events::EventRecorder;
 pub use crate::lifecycle::Changed;
 use crate::lifecycle::Launching;
-use crate::lifecycle::queue::WorkQueue;
 use crate::mailbox::MailboxDepth;
 use crate::state::{ClusterState, ObjectKey};
+use crate::workqueue::{Reruns, WorkQueue};
 pub use error::TerminationError;
 pub use evict::MULTIPLE_PDBS_MESSAGE;
 use reconcile::{Outcome, Terminator};
@@ -87,14 +85,6 @@ impl Default for TerminationConfig {
             backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(60),
         }
-    }
-}
-
-impl TerminationConfig {
-    /// Delay before the `failures`-th retry.
-    fn backoff_after(&self, failures: u32) -> Duration {
-        let factor = 2u32.saturating_pow(failures.saturating_sub(1));
-        self.backoff.saturating_mul(factor).min(self.max_backoff)
     }
 }
 
@@ -154,9 +144,7 @@ pub struct TerminationDrainer {
     shutdown: watch::Receiver<bool>,
     depth: MailboxDepth,
     queue: WorkQueue<Target>,
-    failures: HashMap<Target, u32>,
-    /// The earliest scheduled rerun of each target.
-    timers: HashMap<Target, (Instant, SpawnHandle)>,
+    reruns: Reruns<Target>,
 }
 
 impl TerminationDrainer {
@@ -181,8 +169,7 @@ impl TerminationDrainer {
             shutdown: deps.shutdown,
             depth: deps.depth,
             queue: WorkQueue::default(),
-            failures: HashMap::new(),
-            timers: HashMap::new(),
+            reruns: Reruns::new(config.backoff, config.max_backoff),
         };
         (actor, stats)
     }
@@ -260,43 +247,31 @@ impl TerminationDrainer {
     ) {
         match result {
             Ok(outcome) => {
-                self.failures.remove(&target);
+                self.reruns.succeeded(&target);
                 if let Some(delay) = outcome.requeue_after {
-                    self.schedule(target.clone(), delay, ctx);
+                    self.reruns
+                        .schedule(target.clone(), delay, ctx, Self::rerun);
                 }
             }
             Err(error) => {
-                let failures = self.failures.entry(target.clone()).or_insert(0);
-                *failures += 1;
-                let delay = self.terminator.config.backoff_after(*failures);
+                let delay = self.reruns.failed(&target);
                 if error.is_conflict() {
                     tracing::debug!(?target, %error, "conflict; retrying");
                 } else {
                     tracing::warn!(?target, %error, retry_in = ?delay, "termination reconcile failed");
                 }
-                self.schedule(target.clone(), delay, ctx);
+                self.reruns
+                    .schedule(target.clone(), delay, ctx, Self::rerun);
             }
         }
         self.queue.finish(&target);
         self.pump(ctx);
     }
 
-    /// Runs `target` again after `delay`, unless an earlier rerun is already scheduled.
-    fn schedule(&mut self, target: Target, delay: Duration, ctx: &mut Context<Self>) {
-        let due = Instant::now() + delay;
-        if let Some((scheduled, handle)) = self.timers.get(&target) {
-            if *scheduled <= due {
-                return;
-            }
-            ctx.cancel_future(*handle);
-        }
-        let rerun = target.clone();
-        let handle = ctx.run_later(delay, move |act, ctx| {
-            act.timers.remove(&rerun);
-            act.queue.add(rerun);
-            act.pump(ctx);
-        });
-        self.timers.insert(target, (due, handle));
+    fn rerun(&mut self, target: Target, ctx: &mut Context<Self>) {
+        self.reruns.due(&target);
+        self.queue.add(target);
+        self.pump(ctx);
     }
 
     /// The targets a change concerns: a deleting NodeClaim, a terminating Node, and the
@@ -308,6 +283,7 @@ impl TerminationDrainer {
                 let mut targets = Vec::new();
                 if self
                     .terminator
+                    .state
                     .node(&name)
                     .as_deref()
                     .is_some_and(is_terminating)
@@ -316,7 +292,7 @@ impl TerminationDrainer {
                 }
                 let claims = provider_id
                     .as_deref()
-                    .map(|id| self.terminator.nodeclaims_of(id))
+                    .map(|id| self.terminator.state.nodeclaims_launched_as(id))
                     .unwrap_or_default();
                 targets.extend(
                     claims
@@ -386,18 +362,5 @@ impl Handler<Changed> for TerminationDrainer {
             self.queue.add(target);
         }
         self.pump(ctx);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap() {
-        let config = TerminationConfig::default();
-        assert_eq!(config.backoff_after(1), Duration::from_secs(1));
-        assert_eq!(config.backoff_after(3), Duration::from_secs(4));
-        assert_eq!(config.backoff_after(u32::MAX), Duration::from_secs(60));
     }
 }

@@ -37,7 +37,7 @@ use crate::metrics::{NODES_DRAINED, NODES_TERMINATED, NODES_TERMINATION_DURATION
 
 /// Drains and releases a deleting Node holding the termination finalizer.
 pub async fn reconcile(t: &Terminator, name: &str) -> Result<Outcome, TerminationError> {
-    let Some(node) = t.node(name) else {
+    let Some(node) = t.state.node(name) else {
         return Ok(Outcome::DONE);
     };
     if node.metadata.deletion_timestamp.is_none()
@@ -48,7 +48,7 @@ pub async fn reconcile(t: &Terminator, name: &str) -> Result<Outcome, Terminatio
     let provider_id = node_provider_id(&node).map(str::to_owned);
     // Several NodeClaims for one providerID break the one source of truth: act as if none.
     let claim = provider_id.as_deref().and_then(|id| {
-        let mut claims = t.nodeclaims_of(id);
+        let mut claims = t.state.nodeclaims_launched_as(id);
         (claims.len() == 1).then(|| claims.remove(0))
     });
     if let Some(claim) = claim

@@ -29,7 +29,7 @@ use crate::metrics::{
 
 /// Releases a deleting NodeClaim once its Node and instance are gone.
 pub async fn reconcile(t: &Terminator, name: &str) -> Result<Outcome, TerminationError> {
-    let Some(claim) = t.nodeclaim(name) else {
+    let Some(claim) = t.state.nodeclaim(name) else {
         return Ok(Outcome::DONE);
     };
     if !is_managed(&claim)
@@ -49,7 +49,7 @@ pub async fn reconcile(t: &Terminator, name: &str) -> Result<Outcome, Terminatio
     // Only a registered NodeClaim owns its Node: before registration the Node is not yet
     // ours to delete, and the garbage collector removes it through its ownerReference.
     if claim.is_condition_true(types::REGISTERED) {
-        let nodes = t.nodes_of(&claim);
+        let nodes = t.state.nodes_of(&claim);
         for node in nodes
             .iter()
             .filter(|n| n.metadata.deletion_timestamp.is_none())

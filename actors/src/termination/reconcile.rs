@@ -5,7 +5,6 @@
 //! copy fails with 409 and simply runs again.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
@@ -21,27 +20,9 @@ use super::error::TerminationError;
 use super::{TerminationConfig, TerminationStats};
 use crate::events::EventRecorder;
 use crate::lifecycle::conditions::ConditionSet;
-use crate::lifecycle::registration::nodes_for;
-use crate::state::{ClusterState, ObjectKey};
+use crate::state::ClusterState;
 
-/// What a reconcile asks of the actor besides being run again on the next change.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Outcome {
-    /// Run again after this long even if nothing changes (a drain in progress).
-    pub requeue_after: Option<Duration>,
-}
-
-impl Outcome {
-    pub const DONE: Outcome = Outcome {
-        requeue_after: None,
-    };
-
-    pub fn after(delay: Duration) -> Self {
-        Self {
-            requeue_after: Some(delay),
-        }
-    }
-}
+pub(crate) use crate::lifecycle::Outcome;
 
 pub struct Terminator {
     pub state: Arc<ClusterState>,
@@ -58,32 +39,6 @@ pub struct Terminator {
 }
 
 impl Terminator {
-    pub fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
-        self.state.nodeclaims.get(&ObjectKey::new(None, name))
-    }
-
-    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.state.nodes.get(&ObjectKey::new(None, name))
-    }
-
-    /// The Nodes registered with `claim`'s providerID.
-    pub fn nodes_of(&self, claim: &NodeClaim) -> Vec<Arc<Node>> {
-        claim
-            .provider_id()
-            .map(|id| nodes_for(id, &self.state.nodes.snapshot()))
-            .unwrap_or_default()
-    }
-
-    /// The NodeClaims launched with `provider_id`.
-    pub fn nodeclaims_of(&self, provider_id: &str) -> Vec<Arc<NodeClaim>> {
-        self.state
-            .nodeclaims
-            .snapshot()
-            .into_iter()
-            .filter(|c| c.provider_id() == Some(provider_id))
-            .collect()
-    }
-
     pub fn backoffs(&self) -> std::sync::MutexGuard<'_, Backoffs> {
         // Plain bookkeeping: a panic elsewhere cannot leave it torn.
         self.backoffs.lock().unwrap_or_else(PoisonError::into_inner)

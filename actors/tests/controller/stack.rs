@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kerf::api::NodeClaim;
-use kerf::catalog::Catalog;
-use kerf_actors::{Cloud, Daemon, Timings};
+use kerf_actors::{Daemon, Timings};
 use kerf_loadtest::apiserver::Cluster;
-use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
+use kerf_loadtest::ec2::SimulatedCloudProvider;
 use kerf_loadtest::kubelet::{self, KubeletHandle};
 use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle};
 use kube::api::{Api, DeleteParams};
@@ -32,19 +31,7 @@ impl Stack {
             .cluster()
             .create("karpenter.sh/v1", "nodepools", nodepool("default"))
             .expect("nodepool created");
-        let provider = Arc::new(
-            SimulatedCloudProvider::for_region(
-                REGION,
-                Ec2Config::instant(REGION),
-                SimulatedCloudProviderConfig::default(),
-            )
-            .expect("simulated region"),
-        );
-        let cloud = Cloud {
-            provider: provider.clone(),
-            catalog: Catalog::embedded(REGION).expect("embedded region"),
-            offerings: None,
-        };
+        let (provider, cloud) = simulated_cloud();
         let daemon = start_daemon_with_timings(
             &harness,
             settings(&[
