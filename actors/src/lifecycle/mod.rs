@@ -1,18 +1,18 @@
-//! The NodeClaim lifecycle, as upstream Karpenter's `nodeclaim.lifecycle` controller runs it:
-//! launch (every NodeClaim not `Launched` is launched,
-//! idempotently, see [`launch`]), registration (the Node with the NodeClaim's
-//! providerID is synced and its `karpenter.sh/unregistered` taint lifted, so pods can bind),
-//! initialization (Ready, startup and ephemeral taints gone, requested resources
-//! registered → `Initialized`, then `Ready`) and liveness (deleting NodeClaims that do not
-//! launch or register in time). Once a NodeClaim or Node is deleting, it is the
-//! [`crate::termination`] drainer's.
+//! The NodeClaim lifecycle, as upstream Karpenter's `nodeclaim.lifecycle` controller runs
+//! it: launch (every NodeClaim not `Launched` is launched, idempotently, see [`launch`]),
+//! registration (the Node with the NodeClaim's providerID is synced and its
+//! `karpenter.sh/unregistered` taint lifted, so pods can bind), initialization (Ready,
+//! startup and ephemeral taints gone, requested resources registered → `Initialized`, then
+//! `Ready`) and liveness (deleting NodeClaims that do not launch or register in time). Once
+//! a NodeClaim or Node is deleting, it is the [`crate::termination`] drainer's.
 //!
 //! One actor, [`NodeClaimLifecycle`], drives small reconcile functions. The PodWatcher's
 //! Node and NodeClaim hooks tell it what changed ([`Changed`], sent with `try_deliver`: a
 //! drop is repaired by the periodic resync); it keeps a deduplicated queue of targets and
 //! runs at most [`MAX_CONCURRENT_RECONCILES`] at once, never two for the same target, each
-//! reading cluster state afresh. A reconcile that asks to be run again (a TTL) or fails (with exponential backoff) is scheduled on tokio time. Only the leader
-//! reconciles, and only once cluster state has synced; gaining leadership resyncs.
+//! reading cluster state afresh ([`crate::workqueue`]). A reconcile that asks to be run
+//! again (a TTL) or fails (with exponential backoff) is scheduled on tokio time. Only the
+//! leader reconciles, and only once cluster state has synced; gaining leadership resyncs.
 
 pub(crate) mod conditions;
 pub(crate) mod initialization;

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodeClaim;
+use kerf::api::condition::types;
 use kerf::cloudprovider::CloudProvider;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
@@ -53,10 +54,11 @@ pub async fn terminate_instance(
 ) -> Result<bool, TerminationError> {
     match t.cloud.delete(claim).await {
         Ok(()) => {
-            set_conditions(t, claim, |set| {
-                set.set_true(kerf::api::condition::types::INSTANCE_TERMINATING)
-            })
-            .await?;
+            // Best effort: the condition only informs, and the next call asks again anyway.
+            let marked = set_conditions(t, claim, |set| set.set_true(types::INSTANCE_TERMINATING));
+            if let Err(error) = marked.await {
+                tracing::debug!(nodeclaim = claim.name(), %error, "marking instance terminating");
+            }
             Ok(false)
         }
         Err(error) if error.is_not_found() => Ok(true),

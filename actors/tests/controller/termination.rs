@@ -136,7 +136,8 @@ fn deleting_a_registered_nodeclaim_drains_and_removes_its_node_and_instance() {
             "karpenter_pods_drained_total{reason=\"Forceful Termination\"}",
             "karpenter_nodes_drained_total{nodepool=\"default\"}",
             "karpenter_nodes_terminated_total{nodepool=\"default\"",
-            "karpenter_nodes_termination_duration_seconds_count{nodepool=\"default\"}",
+            // A summary, as upstream's (the performance dashboard reads its quantiles).
+            "karpenter_nodes_termination_duration_seconds{nodepool=\"default\",quantile=\"0.5\"}",
             "karpenter_nodeclaims_termination_duration_seconds_bucket{nodepool=\"default\"",
             "karpenter_nodeclaims_terminated_total{nodepool=\"default\"",
         ] {
