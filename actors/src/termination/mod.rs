@@ -44,7 +44,6 @@ use crate::mailbox::MailboxDepth;
 use crate::state::{ClusterState, ObjectKey};
 use crate::workqueue::{Reruns, WorkQueue};
 pub use error::TerminationError;
-pub use evict::MULTIPLE_PDBS_MESSAGE;
 use reconcile::{Outcome, Terminator};
 
 /// Each message only names an object and is handled in microseconds (queued,
