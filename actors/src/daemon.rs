@@ -1,7 +1,8 @@
 //! Wiring: starts every actor and task of the controller against one Kubernetes client —
 //! metrics and probe endpoints, leader election, the event recorder, the PodWatcher's watch
 //! streams, the Batcher, the Provisioner with its NodePoolSchedulers and (with a cloud
-//! provider) the OfferingCache, the Launcher and the NodeClaim lifecycle — and stops them in
+//! provider) the OfferingCache, the Launcher, the NodeClaim lifecycle and the
+//! TerminationDrainer — and stops them in
 //! reverse order, letting provisioning finish first ([`crate::shutdown`]). Must be called inside
 //! an actix `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`):
 //! each actor lives on its own arbiter thread under a supervisor ([`crate::supervisor`]),
@@ -30,8 +31,7 @@ use crate::launcher::{LAUNCHER_MAILBOX_CAPACITY, Launcher};
 use crate::leader::{self, Election, Timing};
 use crate::lifecycle::Changed;
 use crate::lifecycle::{
-    LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleConfig, LifecycleDeps, LifecycleStats,
-    NodeClaimLifecycle,
+    LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleConfig, LifecycleDeps, NodeClaimLifecycle,
 };
 use crate::mailbox::DeliverError;
 use crate::mailbox::{MailboxDepth, Outbox};
@@ -45,11 +45,22 @@ use crate::shutdown::{GracefulShutdown, InFlight, SHUTDOWN_TIMEOUT};
 use crate::state::{ClusterState, Writers};
 use crate::supervisor::{self, Supervised};
 use crate::tagging::{self, TAGGER_MAILBOX_CAPACITY, Tagger};
+use crate::termination::{
+    TERMINATION_MAILBOX_CAPACITY, TerminationConfig, TerminationDeps, TerminationDrainer,
+    TerminationStats,
+};
 use crate::{divergences, events, pod_watcher, server, shutdown};
 
 /// Upstream's name for the controller that launches NodeClaims: the `controller` label of
 /// the NodeClaim lifecycle's cloud provider metrics (launch, termination, lookups).
 const LAUNCH_CONTROLLER: &str = "nodeclaim.lifecycle";
+
+/// The reconcilers' timings; the defaults are upstream's, tests shorten them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timings {
+    pub lifecycle: LifecycleConfig,
+    pub termination: TerminationConfig,
+}
 
 /// What the daemon needs besides its settings.
 #[derive(Clone)]
@@ -102,8 +113,8 @@ pub struct Daemon {
     pub node_pool_schedulers: watch::Receiver<Vec<String>>,
     /// Offerings that recently failed to launch (with a cloud provider).
     pub offerings: Option<OfferingCacheHandle>,
-    /// The NodeClaim lifecycle's totals (with a cloud provider).
-    pub lifecycle_stats: Option<Arc<LifecycleStats>>,
+    /// The TerminationDrainer's totals (with a cloud provider).
+    pub termination_stats: Option<Arc<TerminationStats>>,
     pub metrics_addr: SocketAddr,
     pub probes_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -125,27 +136,22 @@ struct Actors {
     provisioner: Supervised<Provisioner>,
     launcher: Option<Supervised<Launcher>>,
     lifecycle: Option<Supervised<NodeClaimLifecycle>>,
+    termination: Option<Supervised<TerminationDrainer>>,
 }
 
 impl Daemon {
     /// Starts everything; returns once the endpoints are bound (cluster state syncs after).
     pub async fn start(settings: ValidSettings, env: Environment) -> Result<Self, StartError> {
-        Self::start_with(
-            settings,
-            env,
-            LifecycleConfig::default(),
-            ClusterState::new(),
-        )
-        .await
+        Self::start_with(settings, env, Timings::default(), ClusterState::new()).await
     }
 
-    /// [`Self::start`] with the NodeClaim lifecycle's timings (tests shorten its TTLs).
-    pub async fn start_with_lifecycle(
+    /// [`Self::start`] with the reconcilers' timings (tests shorten TTLs and requeues).
+    pub async fn start_with_timings(
         settings: ValidSettings,
         env: Environment,
-        lifecycle_config: LifecycleConfig,
+        timings: Timings,
     ) -> Result<Self, StartError> {
-        Self::start_with(settings, env, lifecycle_config, ClusterState::new()).await
+        Self::start_with(settings, env, timings, ClusterState::new()).await
     }
 
     /// [`Self::start`] filling a cluster state made by the caller, who may have handed it to
@@ -155,13 +161,13 @@ impl Daemon {
         env: Environment,
         state: (Arc<ClusterState>, Writers),
     ) -> Result<Self, StartError> {
-        Self::start_with(settings, env, LifecycleConfig::default(), state).await
+        Self::start_with(settings, env, Timings::default(), state).await
     }
 
     async fn start_with(
         settings: ValidSettings,
         env: Environment,
-        lifecycle_config: LifecycleConfig,
+        timings: Timings,
         (state, writers): (Arc<ClusterState>, Writers),
     ) -> Result<Self, StartError> {
         divergences::warn_ignored_settings(&settings);
@@ -239,6 +245,7 @@ impl Daemon {
         let (mut subscribers, cloud_tasks) =
             start_cloud_loops(&client, &state, provider, &leader, &shutdown_rx);
         let lifecycle_depth = MailboxDepth::new("lifecycle", LIFECYCLE_MAILBOX_CAPACITY);
+        let termination_depth = MailboxDepth::new("termination", TERMINATION_MAILBOX_CAPACITY);
         let launcher_depth = MailboxDepth::new("launcher", LAUNCHER_MAILBOX_CAPACITY);
         let mut launches = InFlight::default();
         let launcher = cloud.map(|cloud| {
@@ -252,10 +259,11 @@ impl Daemon {
                 Launcher::new(client.clone(), launcher_depth.clone()).with_events(events.clone());
             let created = launcher.created_claims();
             let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
+            let metered: Arc<dyn CloudProvider> = Arc::new(metered);
             let deps = LifecycleDeps {
                 state: state.clone(),
                 client: client.clone(),
-                cloud: Arc::new(metered),
+                cloud: Arc::clone(&metered),
                 leader: leader.clone(),
                 shutdown: shutdown_rx.clone(),
                 depth: lifecycle_depth.clone(),
@@ -265,12 +273,31 @@ impl Daemon {
                     created: created.clone(),
                 },
             };
-            let (lifecycle, stats) = NodeClaimLifecycle::new(deps, lifecycle_config);
+            let lifecycle = NodeClaimLifecycle::new(deps, timings.lifecycle);
             launches = lifecycle.launches();
+            let launching = lifecycle.launching();
             let lifecycle = supervisor::start(
                 "lifecycle",
                 lifecycle_depth.clone(),
                 supervisor::once(lifecycle),
+            );
+            let (termination, stats) = TerminationDrainer::new(
+                TerminationDeps {
+                    state: state.clone(),
+                    client: client.clone(),
+                    cloud: metered,
+                    events: events.clone(),
+                    launching,
+                    leader: leader.clone(),
+                    shutdown: shutdown_rx.clone(),
+                    depth: termination_depth.clone(),
+                },
+                timings.termination,
+            );
+            let termination = supervisor::start(
+                "termination",
+                termination_depth.clone(),
+                supervisor::once(termination),
             );
             let addr = supervisor::start(
                 "launcher",
@@ -288,11 +315,12 @@ impl Daemon {
                 },
                 events: events.clone(),
             };
-            ((addr, (lifecycle, stats)), provisioning)
+            ((addr, (lifecycle, (termination, stats))), provisioning)
         });
         let (launcher, provisioning) = launcher.unzip();
         let (launcher, lifecycle) = launcher.unzip();
-        let (lifecycle, lifecycle_stats) = lifecycle.unzip();
+        let (lifecycle, termination) = lifecycle.unzip();
+        let (termination, termination_stats) = termination.unzip();
         let created = provisioning.as_ref().map(|p| shutdown::Created {
             claims: p.created.clone(),
             state: state.clone(),
@@ -341,10 +369,16 @@ impl Daemon {
             .nodepools
             .push(Box::new(triggers::on_node_pool(retrigger.clone())));
         subscribers
+            .nodes
+            .push(Box::new(triggers::on_node(retrigger.clone())));
+        subscribers
             .nodepools
             .push(Box::new(divergences::on_node_pool()));
         if let Some(addr) = &lifecycle {
-            subscribe_lifecycle(&mut subscribers, &Outbox::new(addr, lifecycle_depth));
+            subscribe_changes(&mut subscribers, &Outbox::new(addr, lifecycle_depth));
+        }
+        if let Some(addr) = &termination {
+            subscribe_changes(&mut subscribers, &Outbox::new(addr, termination_depth));
         }
         let mut tasks = pod_watcher::spawn(&client, writers, subscribers, &shutdown_rx);
         tasks.push(tokio::spawn(triggers::retrigger(
@@ -365,7 +399,7 @@ impl Daemon {
             rounds: provisioner.rounds,
             node_pool_schedulers: provisioner.node_pool_schedulers,
             offerings,
-            lifecycle_stats,
+            termination_stats,
             metrics_addr,
             probes_addr,
             shutdown,
@@ -377,6 +411,7 @@ impl Daemon {
                 provisioner: provisioner.addr,
                 launcher,
                 lifecycle,
+                termination,
             },
             graceful,
         })
@@ -404,8 +439,8 @@ impl Daemon {
         for task in self.tasks {
             stop_or_abort("controller loop", task).await;
         }
-        // The lifecycle stops itself on the shutdown signal; the others stop once their
-        // senders are gone.
+        // The lifecycle and the drainer stop themselves on the shutdown signal; the others
+        // stop once their senders are gone.
         drop(self.actors);
     }
 }
@@ -522,9 +557,9 @@ fn start_cloud_loops(
     (hooks, tasks)
 }
 
-/// Node and NodeClaim changes to the NodeClaim lifecycle; a full mailbox drops one
-/// (counted), and the lifecycle's periodic resync repairs the drop.
-fn subscribe_lifecycle(subscribers: &mut Subscribers, lifecycle: &Outbox<Changed>) {
+/// Node and NodeClaim changes to the NodeClaim lifecycle or the TerminationDrainer; a full
+/// mailbox drops one (counted), and the actor's periodic resync repairs the drop.
+fn subscribe_changes(subscribers: &mut Subscribers, lifecycle: &Outbox<Changed>) {
     let out = lifecycle.clone();
     subscribers.nodes.push(Box::new(move |node, _| {
         notify(
@@ -547,7 +582,9 @@ fn subscribe_lifecycle(subscribers: &mut Subscribers, lifecycle: &Outbox<Changed
 fn notify(lifecycle: &Outbox<Changed>, change: Changed) {
     match lifecycle.try_deliver(change) {
         Ok(()) | Err(DeliverError::Full(_)) => {}
-        Err(err @ DeliverError::Closed(_)) => tracing::debug!(error = %err, "notifying lifecycle"),
+        Err(err @ DeliverError::Closed(_)) => {
+            tracing::debug!(error = %err, "notifying of a change")
+        }
     }
 }
 

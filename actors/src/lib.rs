@@ -34,6 +34,8 @@ pub mod shutdown;
 pub mod state;
 pub mod supervisor;
 pub mod tagging;
+pub mod termination;
+pub mod workqueue;
 
-pub use daemon::{Cloud, Daemon, Environment, StartError};
+pub use daemon::{Cloud, Daemon, Environment, StartError, Timings};
 pub use settings::{Settings, ValidSettings};

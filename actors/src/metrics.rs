@@ -48,6 +48,20 @@ pub const NODECLAIMS_DISRUPTED: &str = "karpenter_nodeclaims_disrupted_total";
 pub const NODES_CREATED: &str = "karpenter_nodes_created_total";
 /// Nodes whose termination finalizer was released (labels `nodepool`, `zone`).
 pub const NODES_TERMINATED: &str = "karpenter_nodes_terminated_total";
+/// Time from a Node's deletion until its finalizer is released (label `nodepool`). A
+/// summary, as upstream's, so it deliberately gets no buckets.
+pub const NODES_TERMINATION_DURATION: &str = "karpenter_nodes_termination_duration_seconds";
+/// Nodes whose drain completed (label `nodepool`).
+pub const NODES_DRAINED: &str = "karpenter_nodes_drained_total";
+/// Pods evicted by a drain (label `reason`: the NodeClaim's disruption reason).
+pub const PODS_DRAINED: &str = "karpenter_pods_drained_total";
+/// Time from a NodeClaim's deletion until its finalizer is released (label `nodepool`).
+pub const NODECLAIMS_TERMINATION_DURATION: &str =
+    "karpenter_nodeclaims_termination_duration_seconds";
+/// Time from the first instance termination call until the instance is gone (label
+/// `nodepool`).
+pub const NODECLAIMS_INSTANCE_TERMINATION_DURATION: &str =
+    "karpenter_nodeclaims_instance_termination_duration_seconds";
 /// Eviction requests by the API server's answer (label `code`).
 pub const PODS_EVICTION_REQUESTS: &str = "karpenter_pods_eviction_requests_total";
 /// Batches handed to the provisioner, with the window's length as a histogram.
@@ -90,6 +104,7 @@ pub mod controller {
     pub const NODECLAIM_LIFECYCLE: &str = "nodeclaim.lifecycle";
     pub const NODECLAIM_GARBAGE_COLLECTION: &str = "nodeclaim.garbagecollection";
     pub const NODECLAIM_TAGGING: &str = "nodeclaim.tagging";
+    pub const NODE_TERMINATION: &str = "node.termination";
     pub const NODECLASS: &str = "nodeclass";
 }
 
@@ -137,6 +152,10 @@ const DURATION_BUCKETS: &[f64] = &[
 ];
 /// Batch windows last between the idle duration and the max duration (1 s–10 s by default).
 const WINDOW_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0];
+/// Upstream's NodeClaim termination buckets: 1 s doubling to 2048 s.
+const TERMINATION_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
+];
 /// Batch sizes span one pod to thousands.
 const SIZE_BUCKETS: &[f64] = &[1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0];
 
@@ -154,6 +173,18 @@ fn install() -> PrometheusHandle {
             b.set_buckets_for_metric(Matcher::Full(BATCH_WINDOW_DURATION.into()), WINDOW_BUCKETS)
         })
         .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), SIZE_BUCKETS))
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(NODECLAIMS_TERMINATION_DURATION.into()),
+                TERMINATION_BUCKETS,
+            )
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(NODECLAIMS_INSTANCE_TERMINATION_DURATION.into()),
+                &TERMINATION_BUCKETS[..11],
+            )
+        })
         .and_then(|b| {
             b.set_buckets_for_metric(Matcher::Full(RECONCILE_TIME.into()), DURATION_BUCKETS)
         })

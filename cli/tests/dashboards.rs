@@ -27,18 +27,15 @@ const PENDING: &[(&str, &str)] = &[
         "karpenter_voluntary_disruption_decisions_total",
         "issue 12 (disruption)",
     ),
-    (
-        "karpenter_nodes_termination_duration_seconds",
-        "issue 12 (termination drainer)",
-    ),
 ];
 
 /// Series kerf exports only when a node terminates, which a provisioning simulation never
-/// does (the lifecycle's finalizer and registration timeout count them); the disruption
+/// does (the termination drainer and the registration timeout count them); the disruption
 /// work of issue 12 brings simulations that terminate nodes.
 const ON_TERMINATION: &[&str] = &[
     "karpenter_nodes_terminated_total",
     "karpenter_nodeclaims_disrupted_total",
+    "karpenter_nodes_termination_duration_seconds",
 ];
 
 /// Labels Prometheus adds (scrape target and external labels), never exported.

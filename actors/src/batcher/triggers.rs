@@ -3,7 +3,8 @@
 //! triggered again every [`RETRIGGER_PERIOD`], when this replica becomes leader (a standby
 //! skips its batches, so a new leader starts from every pending pod), and at once when
 //! capacity may have been freed for them: a NodeClaim deleted (for example one whose launch
-//! was refused for insufficient capacity) or a NodePool's limits raised. These are
+//! was refused for insufficient capacity) or a NodePool's limits raised; and when a Node
+//! starts deleting, whose pods then need replacement capacity. These are
 //! subscriptions to the watch streams' changes, wired by the daemon; nothing else needs a
 //! hook to get pods provisioned again.
 //!
@@ -15,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kerf::api::{NodeClaim, NodePool};
 use kerf::resources::Quantity;
 use tokio::sync::{Notify, watch};
@@ -60,6 +61,24 @@ pub fn on_node_claim(retrigger: Retrigger) -> impl FnMut(&NodeClaim, Change) + S
     move |_, change| {
         if change == Change::Deleted {
             retrigger.request();
+        }
+    }
+}
+
+/// The Node subscription: a Node that starts deleting has pods to place elsewhere. A Node
+/// only tainted for disruption does not trigger at once: the orchestrator that tainted it
+/// is creating its replacements, which the next round must see rather than race (its pods
+/// still count as pending in every round, see [`crate::state`]).
+pub fn on_node(retrigger: Retrigger) -> impl FnMut(&Node, Change) + Send + 'static {
+    let mut terminating = std::collections::HashSet::new();
+    move |node, change| {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if change == Change::Applied && node.metadata.deletion_timestamp.is_some() {
+            if terminating.insert(name) {
+                retrigger.request();
+            }
+        } else {
+            terminating.remove(&name);
         }
     }
 }

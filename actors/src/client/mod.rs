@@ -5,9 +5,11 @@
 //! kube's default service stack: every request, watches included, takes one token from a
 //! [`TokenBucket`] shared by all clones of the client, waiting for it when the bucket is
 //! empty. kube's client funnels requests through one buffered service, so waiting requests
-//! are served in order.
+//! are served in order. Throttled requests are retried with kube's backoff, evictions
+//! excepted ([`retry`]).
 
 mod bucket;
+mod retry;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,10 +23,15 @@ use tower::{Layer, Service};
 
 pub use bucket::TokenBucket;
 
-/// A client for `config` that sends at most `qps` requests per second, `burst` at once.
-pub fn build(config: kube::Config, qps: u32, burst: u32) -> Result<Client, kube::Error> {
+pub use retry::except_evictions;
+
+/// A client for `config` that sends at most `qps` requests per second, `burst` at once, and
+/// retries throttled requests except evictions ([`retry`]).
+pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, kube::Error> {
+    config.default_retry = false;
     let builder = ClientBuilder::try_from(config)?;
-    Ok(builder.with_layer(&RateLimitLayer::new(qps, burst)).build())
+    let plain = builder.with_layer(&RateLimitLayer::new(qps, burst)).build();
+    Ok(except_evictions(plain))
 }
 
 /// Wraps a service in [`RateLimited`], all wrapped services sharing one bucket.

@@ -1,51 +1,48 @@
-//! The NodeClaim lifecycle, as upstream Karpenter's `nodeclaim.lifecycle` and
-//! `node.termination` controllers run it: launch (every NodeClaim not `Launched` is launched,
-//! idempotently, see [`launch`]), registration (the Node with the NodeClaim's
-//! providerID is synced and its `karpenter.sh/unregistered` taint lifted, so pods can bind),
-//! initialization (Ready, startup and ephemeral taints gone, requested resources
-//! registered → `Initialized`, then `Ready`), liveness (deleting NodeClaims that do not launch
-//! or register in time) and the termination finalizers of NodeClaims and Nodes.
+//! The NodeClaim lifecycle, as upstream Karpenter's `nodeclaim.lifecycle` controller runs
+//! it: launch (every NodeClaim not `Launched` is launched, idempotently, see [`launch`]),
+//! registration (the Node with the NodeClaim's providerID is synced and its
+//! `karpenter.sh/unregistered` taint lifted, so pods can bind), initialization (Ready,
+//! startup and ephemeral taints gone, requested resources registered → `Initialized`, then
+//! `Ready`) and liveness (deleting NodeClaims that do not launch or register in time). Once
+//! a NodeClaim or Node is deleting, it is the [`crate::termination`] drainer's.
 //!
 //! One actor, [`NodeClaimLifecycle`], drives small reconcile functions. The PodWatcher's
 //! Node and NodeClaim hooks tell it what changed ([`Changed`], sent with `try_deliver`: a
 //! drop is repaired by the periodic resync); it keeps a deduplicated queue of targets and
 //! runs at most [`MAX_CONCURRENT_RECONCILES`] at once, never two for the same target, each
-//! reading cluster state afresh. A reconcile that asks to be run again (a TTL, a drain in
-//! progress) or fails (with exponential backoff) is scheduled on tokio time. Only the leader
-//! reconciles, and only once cluster state has synced; gaining leadership resyncs.
+//! reading cluster state afresh ([`crate::workqueue`]). A reconcile that asks to be run
+//! again (a TTL) or fails (with exponential backoff) is scheduled on tokio time. Only the
+//! leader reconciles, and only once cluster state has synced; gaining leadership resyncs.
 
 pub(crate) mod conditions;
-mod finalize;
-mod initialization;
+pub(crate) mod initialization;
 mod launch;
+mod launching;
 mod liveness;
-mod patch;
-mod queue;
+pub(crate) mod patch;
 mod reconcile;
-mod registration;
-mod termination;
+pub(crate) mod registration;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
 use kerf::cloudprovider::CloudProvider;
 use kube::Client;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use crate::mailbox::MailboxDepth;
 use crate::shutdown::InFlight;
 use crate::state::ClusterState;
-use queue::WorkQueue;
-use reconcile::{Outcome, ReconcileError, Reconciler, is_managed};
-use termination::has_termination_finalizer;
+use crate::workqueue::{Reruns, WorkQueue};
+pub(crate) use reconcile::Outcome;
+use reconcile::{ReconcileError, Reconciler};
 
 pub use conditions::ConditionSet;
 pub use launch::{INSUFFICIENT_CAPACITY_REASON, LAUNCHED_MEMORY, LaunchDeps};
+pub use launching::Launching;
 pub use liveness::{LAUNCH_TIMEOUT_REASON, REGISTRATION_TIMEOUT_REASON};
+pub use reconcile::is_managed;
 
 /// Each message only names an object and is handled in microseconds (queued, deduplicated),
 /// so the mailbox fills only in bursts such as a relist of every Node; 1024 absorbs a large
@@ -66,14 +63,8 @@ pub struct LifecycleConfig {
     pub launch_ttl: Duration,
     /// A launched NodeClaim whose Node has not registered this long is deleted.
     pub registration_ttl: Duration,
-    /// Every NodeClaim and terminating Node is reconciled again this often.
+    /// Every NodeClaim is reconciled again this often.
     pub resync_period: Duration,
-    /// A drain (or a NodeClaim waiting for its Node to go) is looked at again this often.
-    pub drain_requeue: Duration,
-    /// An instance being terminated is checked again this often.
-    pub instance_requeue: Duration,
-    /// The longest one eviction request may take (see [`finalize`]).
-    pub eviction_timeout: Duration,
     /// First retry delay after a failed reconcile; doubled per failure up to `max_backoff`.
     pub backoff: Duration,
     pub max_backoff: Duration,
@@ -85,9 +76,6 @@ impl Default for LifecycleConfig {
             launch_ttl: Duration::from_secs(5 * 60),
             registration_ttl: Duration::from_secs(15 * 60),
             resync_period: Duration::from_secs(60),
-            drain_requeue: Duration::from_secs(1),
-            instance_requeue: Duration::from_secs(5),
-            eviction_timeout: Duration::from_secs(5),
             backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(60),
         }
@@ -100,30 +88,6 @@ impl LifecycleConfig {
             launch: self.launch_ttl,
             registration: self.registration_ttl,
         }
-    }
-
-    /// Delay before the `failures`-th retry.
-    fn backoff_after(&self, failures: u32) -> Duration {
-        let factor = 2u32.saturating_pow(failures.saturating_sub(1));
-        self.backoff.saturating_mul(factor).min(self.max_backoff)
-    }
-}
-
-/// Running totals, for reports and tests.
-#[derive(Debug, Default)]
-pub struct LifecycleStats {
-    evictions_blocked: AtomicU64,
-}
-
-impl LifecycleStats {
-    /// Evictions a disruption budget refused (or that were still being retried by the
-    /// client when their time ran out).
-    pub fn evictions_blocked(&self) -> u64 {
-        self.evictions_blocked.load(Ordering::Relaxed)
-    }
-
-    fn record_blocked_eviction(&self) {
-        self.evictions_blocked.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -139,13 +103,8 @@ pub enum Changed {
     },
 }
 
-/// What one reconcile works on.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Target {
-    NodeClaim(String),
-    /// A deleting Node holding the termination finalizer.
-    Node(String),
-}
+/// What one reconcile works on: a NodeClaim, by name.
+pub type Target = String;
 
 /// The actor.
 pub struct NodeClaimLifecycle {
@@ -154,9 +113,7 @@ pub struct NodeClaimLifecycle {
     shutdown: watch::Receiver<bool>,
     depth: MailboxDepth,
     queue: WorkQueue<Target>,
-    failures: HashMap<Target, u32>,
-    /// The earliest scheduled rerun of each target.
-    timers: HashMap<Target, (Instant, SpawnHandle)>,
+    reruns: Reruns<Target>,
 }
 
 /// What the actor needs from the daemon.
@@ -171,31 +128,26 @@ pub struct LifecycleDeps {
 }
 
 impl NodeClaimLifecycle {
-    pub fn new(deps: LifecycleDeps, config: LifecycleConfig) -> (Self, Arc<LifecycleStats>) {
-        let stats = Arc::new(LifecycleStats::default());
-        let reconciler = Reconciler::new(
-            deps.state,
-            deps.client,
-            deps.cloud,
-            config,
-            Arc::clone(&stats),
-            deps.launch,
-        );
-        let actor = Self {
+    pub fn new(deps: LifecycleDeps, config: LifecycleConfig) -> Self {
+        let reconciler = Reconciler::new(deps.state, deps.client, deps.cloud, config, deps.launch);
+        Self {
             reconciler: Arc::new(reconciler),
             leader: deps.leader,
             shutdown: deps.shutdown,
             depth: deps.depth,
             queue: WorkQueue::default(),
-            failures: HashMap::new(),
-            timers: HashMap::new(),
-        };
-        (actor, stats)
+            reruns: Reruns::new(config.backoff, config.max_backoff),
+        }
     }
 
     /// The launches this lifecycle has running, which a stopping daemon waits for.
     pub fn launches(&self) -> InFlight {
         self.reconciler.launches.clone()
+    }
+
+    /// The NodeClaims whose launch is running, which their termination waits for.
+    pub fn launching(&self) -> Launching {
+        self.reconciler.launching.clone()
     }
 
     /// Starts the actor with its bounded mailbox.
@@ -214,21 +166,15 @@ impl NodeClaimLifecycle {
         self.queue.add(target);
     }
 
-    /// Every NodeClaim and every Node waiting for this controller's finalizer.
+    /// Every live NodeClaim.
     fn resync(&mut self, ctx: &mut Context<Self>) {
         if !self.can_reconcile() {
             return;
         }
         let state = Arc::clone(&self.reconciler.state);
         for claim in state.nodeclaims.snapshot() {
-            if is_managed(&claim) {
-                self.enqueue(Target::NodeClaim(claim.name().to_owned()));
-            }
-        }
-        for node in state.nodes.snapshot() {
-            if is_terminating(&node) {
-                let name = node.metadata.name.clone().unwrap_or_default();
-                self.enqueue(Target::Node(name));
+            if is_managed(&claim) && claim.metadata.deletion_timestamp.is_none() {
+                self.enqueue(claim.name().to_owned());
             }
         }
         self.pump(ctx);
@@ -268,58 +214,43 @@ impl NodeClaimLifecycle {
     ) {
         match result {
             Ok(outcome) => {
-                self.failures.remove(&target);
+                self.reruns.succeeded(&target);
                 if let Some(delay) = outcome.requeue_after {
-                    self.schedule(target.clone(), delay, ctx);
+                    self.reruns
+                        .schedule(target.clone(), delay, ctx, Self::rerun);
                 }
             }
             Err(error) => {
-                let failures = self.failures.entry(target.clone()).or_insert(0);
-                *failures += 1;
-                let delay = self.reconciler.config.backoff_after(*failures);
+                let delay = self.reruns.failed(&target);
                 if error.is_conflict() {
                     tracing::debug!(?target, %error, "conflict; retrying");
                 } else {
                     tracing::warn!(?target, %error, retry_in = ?delay, "lifecycle reconcile failed");
                 }
-                self.schedule(target.clone(), delay, ctx);
+                self.reruns
+                    .schedule(target.clone(), delay, ctx, Self::rerun);
             }
         }
         self.queue.finish(&target);
         self.pump(ctx);
     }
 
-    /// Runs `target` again after `delay`, unless an earlier rerun is already scheduled.
-    fn schedule(&mut self, target: Target, delay: Duration, ctx: &mut Context<Self>) {
-        let due = Instant::now() + delay;
-        if let Some((scheduled, handle)) = self.timers.get(&target) {
-            if *scheduled <= due {
-                return;
-            }
-            ctx.cancel_future(*handle);
-        }
-        let rerun = target.clone();
-        let handle = ctx.run_later(delay, move |act, ctx| {
-            act.timers.remove(&rerun);
-            act.enqueue(rerun);
-            act.pump(ctx);
-        });
-        self.timers.insert(target, (due, handle));
+    fn rerun(&mut self, target: Target, ctx: &mut Context<Self>) {
+        self.reruns.due(&target);
+        self.enqueue(target);
+        self.pump(ctx);
     }
 
     /// The targets a change concerns.
     fn targets(&self, change: Changed) -> Vec<Target> {
         match change {
-            Changed::NodeClaim(name) => vec![Target::NodeClaim(name)],
+            Changed::NodeClaim(name) => vec![name],
             Changed::Node { name, provider_id } => {
                 let mut targets = Vec::new();
-                let node = self.reconciler.node(&name);
-                if node.as_deref().is_some_and(is_terminating) {
-                    targets.push(Target::Node(name.clone()));
-                }
+                let node = self.reconciler.state.node(&name);
                 let claims = provider_id
                     .as_deref()
-                    .map(|id| self.reconciler.nodeclaims_of(id))
+                    .map(|id| self.reconciler.state.nodeclaims_launched_as(id))
                     .unwrap_or_default();
                 if claims.is_empty()
                     && node
@@ -329,11 +260,7 @@ impl NodeClaimLifecycle {
                     // As upstream: a Node no NodeClaim launched is not ours to register.
                     tracing::debug!(node = %name, "unregistered node without a nodeclaim");
                 }
-                targets.extend(
-                    claims
-                        .iter()
-                        .map(|c| Target::NodeClaim(c.name().to_owned())),
-                );
+                targets.extend(claims.iter().map(|c| c.name().to_owned()));
                 targets
             }
         }
@@ -351,12 +278,6 @@ impl NodeClaimLifecycle {
             act.watch_leadership(ctx);
         }));
     }
-}
-
-/// A deleting Node still holding this controller's finalizer.
-fn is_terminating(node: &k8s_openapi::api::core::v1::Node) -> bool {
-    node.metadata.deletion_timestamp.is_some()
-        && has_termination_finalizer(node.metadata.finalizers.as_ref())
 }
 
 impl Actor for NodeClaimLifecycle {
@@ -402,16 +323,6 @@ impl Handler<Changed> for NodeClaimLifecycle {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap() {
-        let config = LifecycleConfig::default();
-        assert_eq!(config.backoff_after(1), Duration::from_secs(1));
-        assert_eq!(config.backoff_after(2), Duration::from_secs(2));
-        assert_eq!(config.backoff_after(4), Duration::from_secs(8));
-        assert_eq!(config.backoff_after(10), Duration::from_secs(60));
-        assert_eq!(config.backoff_after(u32::MAX), Duration::from_secs(60));
-    }
 
     #[test]
     fn defaults_are_upstreams() {

@@ -1,6 +1,7 @@
 //! One reconcile of one target, reading cluster state and writing through the API: a live
 //! NodeClaim is launched ([`super::launch`]) until it is `Launched`, then goes through
-//! registration, initialization and liveness and gets its status written once, a deleting NodeClaim or Node goes to [`super::finalize`]. Decisions come
+//! registration, initialization and liveness and gets its status written once; a deleting
+//! NodeClaim is left to [`crate::termination`]. Decisions come
 //! from the pure modules beside this one; this file only reads, calls and writes. Every
 //! write that replaces a list is locked to the version read ([`super::patch::locked`]), so
 //! a reconcile working from a stale copy fails with 409 and is simply run again.
@@ -22,18 +23,18 @@ use super::conditions::ConditionSet;
 use super::initialization::{self, Awaiting};
 use super::launch::{self, LaunchDeps, LaunchedMemory, OnDemandFallback};
 use super::liveness::{self, Verdict};
-use super::registration::{lacks_unregistered_taint, nodes_for, registered_node};
-use super::termination::has_termination_finalizer;
-use super::{LifecycleConfig, LifecycleStats, Target, finalize, patch};
+use super::registration::{lacks_unregistered_taint, registered_node};
+use super::{LifecycleConfig, patch};
 use crate::events::upstream as events;
 use crate::metrics::{NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED};
 use crate::shutdown::InFlight;
-use crate::state::{ClusterState, ObjectKey};
+use crate::state::ClusterState;
+use kerf::finalizers::has_termination_finalizer;
 
 /// What a reconcile asks of the actor besides being run again on the next change.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Outcome {
-    /// Run again after this long even if nothing changes (a TTL, a drain in progress).
+    /// Run again after this long even if nothing changes (a TTL).
     pub requeue_after: Option<Duration>,
 }
 
@@ -76,33 +77,9 @@ pub enum ReconcileError {
         #[source]
         source: kube::Error,
     },
-    #[error("deleting node {node}: {source}")]
-    DeleteNode {
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("terminating the instance of nodeclaim {nodeclaim}: {source}")]
-    TerminateInstance {
-        nodeclaim: String,
-        #[source]
-        source: CloudProviderError,
-    },
     #[error("launching nodeclaim {nodeclaim}: {source}")]
     Launch {
         nodeclaim: String,
-        #[source]
-        source: CloudProviderError,
-    },
-    #[error("looking up the instance of nodeclaim {nodeclaim}: {source}")]
-    FindInstance {
-        nodeclaim: String,
-        #[source]
-        source: CloudProviderError,
-    },
-    #[error("looking up the instance of node {node}: {source}")]
-    GetInstance {
-        node: String,
         #[source]
         source: CloudProviderError,
     },
@@ -115,12 +92,8 @@ impl ReconcileError {
             Self::PatchNode { source, .. }
             | Self::PatchNodeClaim { source, .. }
             | Self::PatchNodeClaimStatus { source, .. }
-            | Self::DeleteNodeClaim { source, .. }
-            | Self::DeleteNode { source, .. } => source,
-            Self::TerminateInstance { .. }
-            | Self::GetInstance { .. }
-            | Self::Launch { .. }
-            | Self::FindInstance { .. } => return false,
+            | Self::DeleteNodeClaim { source, .. } => source,
+            Self::Launch { .. } => return false,
         };
         is_status(source, 409)
     }
@@ -133,18 +106,18 @@ pub fn is_status(error: &kube::Error, code: u16) -> bool {
 /// What every reconcile works with.
 pub struct Reconciler {
     pub state: Arc<ClusterState>,
-    pub client: Client,
     pub nodes: Api<Node>,
     pub nodeclaims: Api<NodeClaim>,
     pub cloud: Arc<dyn CloudProvider>,
     pub config: LifecycleConfig,
-    pub stats: Arc<LifecycleStats>,
     pub launch: LaunchDeps,
     pub launched: LaunchedMemory,
     /// NodeClaims whose spot was refused, launching on-demand.
     pub fallback: OnDemandFallback,
     /// Launches running, which a stopping daemon waits for.
     pub launches: InFlight,
+    /// The NodeClaims whose launch is running.
+    pub launching: super::Launching,
 }
 
 impl Reconciler {
@@ -153,57 +126,26 @@ impl Reconciler {
         client: Client,
         cloud: Arc<dyn CloudProvider>,
         config: LifecycleConfig,
-        stats: Arc<LifecycleStats>,
         launch: LaunchDeps,
     ) -> Self {
         Self {
             state,
             nodes: Api::all(client.clone()),
-            nodeclaims: Api::all(client.clone()),
-            client,
+            nodeclaims: Api::all(client),
             cloud,
             config,
-            stats,
             launch,
             launched: LaunchedMemory::default(),
             fallback: OnDemandFallback::default(),
             launches: InFlight::default(),
+            launching: super::Launching::default(),
         }
-    }
-
-    pub fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
-        self.state.nodeclaims.get(&ObjectKey::new(None, name))
-    }
-
-    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.state.nodes.get(&ObjectKey::new(None, name))
-    }
-
-    /// The Nodes registered with `claim`'s providerID.
-    pub fn nodes_of(&self, claim: &NodeClaim) -> Vec<Arc<Node>> {
-        claim
-            .provider_id()
-            .map(|id| nodes_for(id, &self.state.nodes.snapshot()))
-            .unwrap_or_default()
-    }
-
-    /// The NodeClaims launched with `provider_id`.
-    pub fn nodeclaims_of(&self, provider_id: &str) -> Vec<Arc<NodeClaim>> {
-        self.state
-            .nodeclaims
-            .snapshot()
-            .into_iter()
-            .filter(|c| c.provider_id() == Some(provider_id))
-            .collect()
     }
 }
 
-/// Reconciles one target.
-pub async fn run(r: &Reconciler, target: &Target) -> Result<Outcome, ReconcileError> {
-    match target {
-        Target::NodeClaim(name) => nodeclaim(r, name).await,
-        Target::Node(name) => finalize::node(r, name).await,
-    }
+/// Reconciles one NodeClaim.
+pub async fn run(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError> {
+    nodeclaim(r, name).await
 }
 
 /// NodeClaims of node classes kerf provides (upstream's "managed" check).
@@ -213,14 +155,14 @@ pub fn is_managed(claim: &NodeClaim) -> bool {
 }
 
 async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError> {
-    let Some(claim) = r.nodeclaim(name) else {
+    let Some(claim) = r.state.nodeclaim(name) else {
         return Ok(Outcome::DONE);
     };
     if !is_managed(&claim) {
         return Ok(Outcome::DONE);
     }
     if claim.metadata.deletion_timestamp.is_some() {
-        return finalize::nodeclaim(r, &claim).await;
+        return Ok(Outcome::DONE);
     }
     if !has_termination_finalizer(claim.metadata.finalizers.as_ref()) {
         // Nothing may be launched without the finalizer that guarantees its cleanup; the
@@ -235,6 +177,7 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
             delete_for_timeout(r, &claim, reason, ttl).await?;
             return Ok(Outcome::DONE);
         }
+        let _launching = r.launching.start(name);
         return r.launches.track(launch::launch(r, &claim)).await;
     }
     let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now);
@@ -289,7 +232,7 @@ async fn register(
     set: &mut ConditionSet,
     node_name: &mut Option<String>,
 ) -> Result<Option<Node>, ReconcileError> {
-    let nodes = r.nodes_of(claim);
+    let nodes = r.state.nodes_of(claim);
     if set.is_true(types::REGISTERED) {
         return Ok(single(nodes));
     }

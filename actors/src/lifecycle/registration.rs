@@ -6,22 +6,11 @@
 //! then lifts `karpenter.sh/unregistered:NoExecute`, which kept pods off the Node until
 //! this sync, and labels it `karpenter.sh/registered=true`.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kerf::api::NodeClaim;
 use kerf::labels;
 use kerf::taints::{EFFECT_NO_EXECUTE, merge_taints, taints_match};
-
-/// The Nodes claiming `provider_id` (normally none or one).
-pub fn nodes_for(provider_id: &str, nodes: &[Arc<Node>]) -> Vec<Arc<Node>> {
-    nodes
-        .iter()
-        .filter(|n| node_provider_id(n) == Some(provider_id))
-        .cloned()
-        .collect()
-}
 
 pub fn node_provider_id(node: &Node) -> Option<&str> {
     node.spec
@@ -216,19 +205,6 @@ mod tests {
             ["node.kubernetes.io/not-ready:NoSchedule"],
             "only the unregistered taint is removed"
         );
-    }
-
-    #[test]
-    fn nodes_are_matched_by_provider_id() {
-        let nodes = vec![
-            Arc::new(node(json!({}))),
-            Arc::new(node(
-                json!({"spec": {"providerID": "aws:///us-east-1a/i-2"}}),
-            )),
-            Arc::new(node(json!({"spec": {}}))),
-        ];
-        assert_eq!(nodes_for("aws:///us-east-1a/i-1", &nodes).len(), 1);
-        assert_eq!(nodes_for("aws:///us-east-1a/i-3", &nodes).len(), 0);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Cluster state as the plan's [`Inventory`], so the controller's snapshot is built by the
 //! same code as `kerf plan`'s (`kerf::plan::snapshot`). Only pods the kube-scheduler gave up
-//! on count as pending (upstream provisions nothing else); bound pods count as used
+//! on count as pending (upstream provisions nothing else), plus the pods of terminating
+//! Nodes, which are taken off their Node so the solve places them anew (pre-provisioning
+//! their replacement capacity while the drain runs); other bound pods count as used
 //! capacity; each DaemonSet contributes the pod it would run on every new node. NodeClaims
 //! this controller created that the watch has not delivered yet are added, so a round right
 //! after a launch sees them as in-flight capacity instead of planning them again.
@@ -13,16 +15,23 @@ use kerf::plan::inventory::Inventory;
 use kerf::plan::workloads::daemon_pod;
 use kerf::pods::is_bound;
 
-use crate::state::{ClusterState, ObjectKey, is_provisionable};
+use crate::state::{ClusterState, ObjectKey, is_provisionable, is_rescheduled};
 
 /// The inventory of `state` plus `unseen` NodeClaims not yet in its store.
 pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> Inventory {
+    let terminating = state.terminating_nodes();
     let pods: Vec<Pod> = state
         .pods
         .snapshot()
         .into_iter()
         .filter(|p| is_bound(p) || is_provisionable(p))
-        .map(Arc::unwrap_or_clone)
+        .map(|p| {
+            if is_rescheduled(&p, &terminating) {
+                unbound(&p)
+            } else {
+                Arc::unwrap_or_clone(p)
+            }
+        })
         .collect();
     let mut warnings = Vec::new();
     let daemon_pods = state
@@ -64,6 +73,15 @@ pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> 
         ignored: Vec::new(),
         warnings,
     }
+}
+
+/// `pod` as pending: without its node.
+fn unbound(pod: &Pod) -> Pod {
+    let mut pending = pod.clone();
+    if let Some(spec) = pending.spec.as_mut() {
+        spec.node_name = None;
+    }
+    pending
 }
 
 /// The objects themselves: the store keeps its `Arc`s, so each is cloned.

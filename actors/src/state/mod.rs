@@ -17,8 +17,17 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use tokio::sync::watch;
 
-pub use pods::is_provisionable;
+pub use pods::{is_provisionable, is_rescheduled, is_terminating_node};
 pub use store::{ObjectKey, Store, StoreWriter};
+
+/// The Nodes among `nodes` claiming `provider_id` (normally none or one).
+pub fn nodes_for(provider_id: &str, nodes: &[Arc<Node>]) -> Vec<Arc<Node>> {
+    nodes
+        .iter()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+        .cloned()
+        .collect()
+}
 
 /// What happened to an object in cluster state: the vocabulary of the watch streams'
 /// subscribers.
@@ -129,12 +138,72 @@ impl ClusterState {
         let _ = rx.wait_for(|s| *s).await;
     }
 
-    /// Pods the Provisioner must find capacity for.
+    /// Pods the Provisioner must find capacity for: the pending ones and those of
+    /// terminating Nodes ([`pods`]).
     pub fn provisionable_pods(&self) -> Vec<Arc<Pod>> {
+        let terminating = self.terminating_nodes();
         self.pods
             .snapshot()
             .into_iter()
-            .filter(|p| is_provisionable(p))
+            .filter(|p| is_provisionable(p) || is_rescheduled(p, &terminating))
             .collect()
+    }
+
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&ObjectKey::new(None, name))
+    }
+
+    pub fn nodeclaim(&self, name: &str) -> Option<Arc<NodeClaim>> {
+        self.nodeclaims.get(&ObjectKey::new(None, name))
+    }
+
+    /// The NodeClaims launched with `provider_id` (normally none or one).
+    pub fn nodeclaims_launched_as(&self, provider_id: &str) -> Vec<Arc<NodeClaim>> {
+        self.nodeclaims
+            .snapshot()
+            .into_iter()
+            .filter(|c| c.provider_id() == Some(provider_id))
+            .collect()
+    }
+
+    /// The Nodes registered with `claim`'s providerID (normally none or one).
+    pub fn nodes_of(&self, claim: &NodeClaim) -> Vec<Arc<Node>> {
+        claim
+            .provider_id()
+            .map(|id| nodes_for(id, &self.nodes.snapshot()))
+            .unwrap_or_default()
+    }
+
+    /// Names of the Nodes that are going away (deleting or tainted for disruption).
+    pub fn terminating_nodes(&self) -> std::collections::HashSet<String> {
+        self.nodes
+            .snapshot()
+            .iter()
+            .filter(|n| is_terminating_node(n))
+            .filter_map(|n| n.metadata.name.clone())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nodes_are_matched_by_provider_id() {
+        let node = |spec: serde_json::Value| -> Arc<Node> {
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "n"}, "spec": spec}))
+                    .expect("valid node"),
+            )
+        };
+        let nodes = vec![
+            node(json!({"providerID": "aws:///us-east-1a/i-1"})),
+            node(json!({"providerID": "aws:///us-east-1a/i-2"})),
+            node(json!({})),
+        ];
+        assert_eq!(nodes_for("aws:///us-east-1a/i-1", &nodes).len(), 1);
+        assert_eq!(nodes_for("aws:///us-east-1a/i-3", &nodes).len(), 0);
     }
 }

@@ -1,14 +1,44 @@
 //! Which pods the controller provisions for, as upstream decides it: the kube-scheduler has
 //! marked the pod `PodScheduled=False` with reason `Unschedulable`, it is not bound, not
 //! nominated to a node by preemption, not finished or terminating, and not a daemonset or
-//! mirror pod (those follow nodes rather than asking for them).
+//! mirror pod (those follow nodes rather than asking for them). Also, as upstream's
+//! provisioner, the pods of a terminating Node (deleting, or tainted
+//! `karpenter.sh/disrupted:NoSchedule`) that will need a place once drained: counting them
+//! as pending launches their replacement capacity while the drain runs, instead of after it.
 
-use k8s_openapi::api::core::v1::Pod;
+use std::collections::HashSet;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kerf::pods;
+use kerf::taints::{disrupted_taint, taints_match};
 
 /// Whether `pod` is waiting for capacity the controller should provide.
 pub fn is_provisionable(pod: &Pod) -> bool {
     pods::is_marked_unschedulable(pod) && !pods::is_bound(pod) && pods::wants_capacity(pod)
+}
+
+/// Whether `node` is going away: deleting, or tainted for disruption.
+pub fn is_terminating_node(node: &Node) -> bool {
+    let taint = disrupted_taint();
+    node.metadata.deletion_timestamp.is_some()
+        || node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|t| taints_match(t, &taint))
+}
+
+/// Whether `pod` runs on one of the `terminating` Nodes and will need a place elsewhere
+/// (upstream's reschedulable pods of deleting nodes: not a daemonset or mirror pod, not
+/// finished or terminating).
+pub fn is_rescheduled(pod: &Pod, terminating: &HashSet<String>) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| terminating.contains(n))
+        && pods::wants_capacity(pod)
 }
 
 #[cfg(test)]
@@ -73,5 +103,37 @@ mod tests {
             assert!(!is_provisionable(&pod(extra.clone())), "{extra}");
         }
         assert!(is_provisionable(&pod(owner("ReplicaSet"))));
+    }
+
+    #[test]
+    fn pods_of_terminating_nodes_are_rescheduled_unless_they_follow_the_node() {
+        let terminating: HashSet<String> = ["old".to_owned()].into();
+        let on = |node: &str, extra: serde_json::Value| {
+            let mut value = json!({"spec": {"nodeName": node}, "status": {"phase": "Running"}});
+            merge(&mut value, extra);
+            pod(value)
+        };
+        assert!(is_rescheduled(&on("old", json!({})), &terminating));
+        assert!(!is_rescheduled(&on("new", json!({})), &terminating));
+        let daemon = json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "o", "uid": "u"}]}});
+        assert!(!is_rescheduled(&on("old", daemon), &terminating));
+        let leaving = json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}});
+        assert!(!is_rescheduled(&on("old", leaving), &terminating));
+    }
+
+    #[test]
+    fn deleting_and_disrupted_nodes_are_terminating() {
+        let node = |extra: serde_json::Value| -> Node {
+            let mut value = json!({"metadata": {"name": "n"}});
+            merge(&mut value, extra);
+            serde_json::from_value(value).expect("valid node")
+        };
+        assert!(!is_terminating_node(&node(json!({}))));
+        assert!(is_terminating_node(&node(
+            json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}})
+        )));
+        assert!(is_terminating_node(&node(json!({"spec": {"taints": [
+            {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}}))));
     }
 }

@@ -19,6 +19,8 @@ mod restart;
 mod schedulers;
 mod scrape;
 mod shutdown;
+mod stack;
 mod state_sync;
 mod support;
+mod termination;
 mod weights;

@@ -20,7 +20,8 @@ use kerf::scheduling::{self, SchedulingResult};
 use kerf_actors::leader::Timing;
 use kerf_actors::lifecycle::LifecycleConfig;
 use kerf_actors::provisioner::{MAX_INSTANCE_TYPES, Round};
-use kerf_actors::{Cloud, Daemon, Environment, Settings, ValidSettings};
+use kerf_actors::termination::TerminationConfig;
+use kerf_actors::{Cloud, Daemon, Environment, Settings, Timings, ValidSettings};
 use kerf_loadtest::apiserver::faults::CLIENT_HEADER;
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
 use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
@@ -104,7 +105,8 @@ pub async fn start_cluster_with(crd_files: &[&str]) -> Harness {
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
             .expect("kube config");
-    let client = Client::try_from(config).expect("client");
+    // The controller's own client (retries, evictions excepted), with no practical rate limit.
+    let client = kerf_actors::client::build(config, 100_000, 100_000).expect("client");
     let harness = Harness {
         server,
         client,
@@ -224,15 +226,15 @@ pub async fn named_client(harness: &Harness, name: &str) -> Client {
         .build()
 }
 
-/// The daemon launching into `cloud` with the NodeClaim lifecycle's timings `lifecycle`.
-pub async fn start_daemon_with_lifecycle(
+/// The daemon launching into `cloud` with the reconcilers' timings `timings`.
+pub async fn start_daemon_with_timings(
     harness: &Harness,
     settings: ValidSettings,
     identity: &str,
     cloud: Cloud,
-    lifecycle: LifecycleConfig,
+    timings: Timings,
 ) -> Daemon {
-    Daemon::start_with_lifecycle(
+    Daemon::start_with_timings(
         settings,
         Environment {
             client: harness.client.clone(),
@@ -243,22 +245,29 @@ pub async fn start_daemon_with_lifecycle(
             bind: Ipv4Addr::LOCALHOST,
             cloud: Some(cloud),
         },
-        lifecycle,
+        timings,
     )
     .await
     .expect("daemon starts")
 }
 
-/// Lifecycle timings for tests: upstream's TTLs, with requeues and backoff in milliseconds.
-pub fn fast_lifecycle() -> LifecycleConfig {
-    LifecycleConfig {
-        resync_period: Duration::from_secs(2),
-        drain_requeue: Duration::from_millis(50),
-        instance_requeue: Duration::from_millis(50),
-        eviction_timeout: Duration::from_millis(300),
-        backoff: Duration::from_millis(50),
-        max_backoff: Duration::from_millis(500),
-        ..LifecycleConfig::default()
+/// Timings for tests: upstream's TTLs, with requeues and backoff in milliseconds.
+pub fn fast_timings() -> Timings {
+    Timings {
+        lifecycle: LifecycleConfig {
+            resync_period: Duration::from_secs(2),
+            backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(500),
+            ..LifecycleConfig::default()
+        },
+        termination: TerminationConfig {
+            resync_period: Duration::from_secs(2),
+            drain_requeue: Duration::from_millis(50),
+            instance_requeue: Duration::from_millis(50),
+            eviction_timeout: Duration::from_millis(300),
+            backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(500),
+        },
     }
 }
 

@@ -1,11 +1,18 @@
-//! The lifecycle's work queue, with controller-runtime's workqueue guarantees: a target is
-//! queued at most once however often it changes, never runs twice at once, and one that
-//! changes while running runs again once it finishes (it may have read the state from before
-//! the change). Its length is bounded by the number of distinct targets — the NodeClaims and
-//! Nodes of the cluster — not by the number of changes.
+//! The reconciling actors' work queue (the NodeClaim lifecycle's, the TerminationDrainer's),
+//! with controller-runtime's workqueue guarantees: a target is queued at most once however
+//! often it changes, never runs twice at once, and one that changes while running runs
+//! again once it finishes (it may have read the state from before the change). Its length
+//! is bounded by the number of distinct targets — the NodeClaims and Nodes of the cluster —
+//! not by the number of changes. [`Reruns`] schedules a target again on the actor's own
+//! timers: after a delay the reconcile asked for, or after a failure with exponential
+//! backoff, keeping only the earliest rerun of each target.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
+use std::time::Duration;
+
+use actix::{Actor, AsyncContext, Context, SpawnHandle};
+use tokio::time::Instant;
 
 #[derive(Debug)]
 pub struct WorkQueue<T> {
@@ -73,9 +80,88 @@ impl<T: Clone + Eq + Hash> WorkQueue<T> {
     }
 }
 
+/// Failure counts and scheduled reruns of a reconciling actor's targets.
+#[derive(Debug)]
+pub struct Reruns<T> {
+    /// First retry delay after a failure; doubled per failure up to `max_backoff`.
+    backoff: Duration,
+    max_backoff: Duration,
+    failures: HashMap<T, u32>,
+    /// The earliest scheduled rerun of each target.
+    timers: HashMap<T, (Instant, SpawnHandle)>,
+}
+
+impl<T: Clone + Eq + Hash + Unpin + 'static> Reruns<T> {
+    pub fn new(backoff: Duration, max_backoff: Duration) -> Self {
+        Self {
+            backoff,
+            max_backoff,
+            failures: HashMap::new(),
+            timers: HashMap::new(),
+        }
+    }
+
+    /// `target` reconciled: its failures are forgotten.
+    pub fn succeeded(&mut self, target: &T) {
+        self.failures.remove(target);
+    }
+
+    /// `target` failed once more: the delay before its retry.
+    pub fn failed(&mut self, target: &T) -> Duration {
+        let failures = self.failures.entry(target.clone()).or_insert(0);
+        *failures = failures.saturating_add(1);
+        let failures = *failures;
+        self.backoff_after(failures)
+    }
+
+    /// Delay before the `failures`-th retry.
+    fn backoff_after(&self, failures: u32) -> Duration {
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1));
+        self.backoff.saturating_mul(factor).min(self.max_backoff)
+    }
+
+    /// Calls `rerun` with `target` after `delay`, unless an earlier rerun is already
+    /// scheduled; `rerun` must call [`Reruns::due`] first.
+    pub fn schedule<A>(
+        &mut self,
+        target: T,
+        delay: Duration,
+        ctx: &mut Context<A>,
+        rerun: fn(&mut A, T, &mut Context<A>),
+    ) where
+        A: Actor<Context = Context<A>>,
+    {
+        let due = Instant::now() + delay;
+        if let Some((scheduled, handle)) = self.timers.get(&target) {
+            if *scheduled <= due {
+                return;
+            }
+            ctx.cancel_future(*handle);
+        }
+        let fired = target.clone();
+        let handle = ctx.run_later(delay, move |act, ctx| rerun(act, fired, ctx));
+        self.timers.insert(target, (due, handle));
+    }
+
+    /// `target`'s scheduled rerun fired.
+    pub fn due(&mut self, target: &T) {
+        self.timers.remove(target);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let mut reruns = Reruns::new(Duration::from_secs(1), Duration::from_secs(60));
+        let delays: Vec<u64> = (0..8).map(|_| reruns.failed(&"a").as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(reruns.backoff_after(u32::MAX), Duration::from_secs(60));
+        reruns.succeeded(&"a");
+        assert_eq!(reruns.failed(&"a"), Duration::from_secs(1), "forgotten");
+    }
 
     #[test]
     fn a_target_is_queued_once_however_often_it_changes() {

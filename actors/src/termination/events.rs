@@ -1,0 +1,114 @@
+//! The events the termination drainer publishes, with upstream's reasons: on pods,
+//! `Evicted` and `FailedEviction` (naming the PodDisruptionBudget that refused) and
+//! `Disrupted` when the termination timestamp forces a deletion; on Nodes,
+//! `AwaitingVolumeDetachment`; on NodeClaims, `TerminationGracePeriodExpiring`.
+
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kerf::api::NodeClaim;
+
+use crate::events::upstream::{DEFAULT_DEDUPE, node_claim_reference};
+use crate::events::{Dedupe, Event, EventType};
+
+pub const EVICTED: &str = "Evicted";
+pub const FAILED_EVICTION: &str = "FailedEviction";
+pub const DISRUPTED: &str = "Disrupted";
+pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
+pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
+
+fn pod_reference(pod: &Pod) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        namespace: pod.metadata.namespace.clone(),
+        name: pod.metadata.name.clone(),
+        uid: pod.metadata.uid.clone(),
+        ..ObjectReference::default()
+    }
+}
+
+fn on_pod(pod: &Pod, type_: EventType, reason: &'static str, message: String) -> Event {
+    Event {
+        regarding: pod_reference(pod),
+        type_,
+        reason,
+        message,
+        dedupe: Some(Dedupe {
+            values: vec![
+                pod.metadata.namespace.clone().unwrap_or_default(),
+                pod.metadata.name.clone().unwrap_or_default(),
+            ],
+            timeout: DEFAULT_DEDUPE,
+        }),
+        throttle: None,
+    }
+}
+
+pub fn evicted(pod: &Pod) -> Event {
+    on_pod(pod, EventType::Normal, EVICTED, "Evicted pod".to_owned())
+}
+
+/// A budget refused `pod`'s eviction; `budget` is its name when the API server said it.
+pub fn failed_eviction(pod: &Pod, budget: Option<&str>) -> Event {
+    let pod_name = format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    );
+    let message = match budget {
+        Some(budget) => format!("evicting pod {pod_name} violated PodDisruptionBudget {budget}"),
+        None => format!("evicting pod {pod_name} violated a PDB"),
+    };
+    on_pod(pod, EventType::Warning, FAILED_EVICTION, message)
+}
+
+/// `pod` is deleted with `grace` seconds because its node must be gone by `deadline`.
+pub fn disrupted(pod: &Pod, grace: i64, deadline: &str) -> Event {
+    let own = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(super::drain::DEFAULT_POD_GRACE_SECONDS);
+    on_pod(
+        pod,
+        EventType::Normal,
+        DISRUPTED,
+        format!(
+            "Deleting the pod to accommodate the terminationTime {deadline} of the node. The pod was granted {grace} seconds of grace-period of its {own} terminationGracePeriodSeconds. This bypasses the PDB of the pod and the do-not-disrupt annotation."
+        ),
+    )
+}
+
+pub fn awaiting_volume_detachment(node: &Node, attachments: usize) -> Event {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    Event {
+        regarding: ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Node".to_owned()),
+            name: Some(name.clone()),
+            uid: node.metadata.uid.clone(),
+            ..ObjectReference::default()
+        },
+        type_: EventType::Warning,
+        reason: AWAITING_VOLUME_DETACHMENT,
+        message: format!("Awaiting deletion of {attachments} VolumeAttachments bound to node"),
+        dedupe: Some(Dedupe {
+            values: vec![name],
+            timeout: DEFAULT_DEDUPE,
+        }),
+        throttle: None,
+    }
+}
+
+pub fn termination_grace_period_expiring(claim: &NodeClaim, deadline: &str) -> Event {
+    Event {
+        regarding: node_claim_reference(claim),
+        type_: EventType::Warning,
+        reason: TERMINATION_GRACE_PERIOD_EXPIRING,
+        message: format!("All pods will be deleted by {deadline}"),
+        dedupe: Some(Dedupe {
+            values: vec![claim.name().to_owned()],
+            timeout: DEFAULT_DEDUPE,
+        }),
+        throttle: None,
+    }
+}
