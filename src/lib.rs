@@ -11,6 +11,7 @@ pub mod disruption;
 pub mod feature_gates;
 pub mod labels;
 pub mod manifest;
+pub mod nodepool_hash;
 pub mod plan;
 pub mod pods;
 pub mod requirements;
