@@ -14,12 +14,12 @@
 //! progress) or fails (with exponential backoff) is scheduled on tokio time. Only the leader
 //! reconciles, and only once cluster state has synced; gaining leadership resyncs.
 
-mod conditions;
+pub(crate) mod conditions;
 mod finalize;
 mod initialization;
 mod launch;
 mod liveness;
-mod patch;
+pub(crate) mod patch;
 mod queue;
 mod reconcile;
 mod registration;
