@@ -43,7 +43,7 @@ use crate::offering_cache::{
 };
 use crate::pod_watcher::Subscribers;
 use crate::provisioner::{PROVISIONER_MAILBOX_CAPACITY, Provisioner, Provisioning, Round};
-use crate::requeue::Trigger;
+use crate::requeue::{self, Trigger};
 use crate::settings::ValidSettings;
 use crate::shutdown::{GracefulShutdown, InFlight, SHUTDOWN_TIMEOUT};
 use crate::state::{ClusterState, Writers};
@@ -458,22 +458,18 @@ fn start_status_loops(
     )));
     let expiry = Trigger::default();
     let status = Trigger::default();
-    let fire = |t: &Trigger| {
-        let t = t.clone();
-        move || t.fire()
-    };
-    let (on_claim, on_expiry, on_status) = (fire(&conditions), fire(&expiry), fire(&status));
-    hooks.nodeclaims.push(Box::new(move |_, _| {
-        on_claim();
-        on_expiry();
-        on_status();
-    }));
-    for t in [&conditions, &status] {
-        let (a, b, c) = (fire(t), fire(t), fire(t));
-        hooks.nodepools.push(Box::new(move |_, _| a()));
-        hooks.nodeclasses.push(Box::new(move |_, _| b()));
-        hooks.nodes.push(Box::new(move |_, _| c()));
-    }
+    hooks
+        .nodeclaims
+        .push(requeue::on_change(&[&conditions, &expiry, &status]));
+    hooks
+        .nodepools
+        .push(requeue::on_change(&[&conditions, &status]));
+    hooks
+        .nodeclasses
+        .push(requeue::on_change(&[&conditions, &status]));
+    hooks
+        .nodes
+        .push(requeue::on_change(&[&conditions, &status]));
     let metered = provider.map(|p| {
         Arc::new(MeteredCloudProvider::new(
             p,

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
+use crate::pod_watcher::Subscriber;
 use crate::state::ClusterState;
 
 /// The shortest time between two passes: watch events arriving faster coalesce.
@@ -32,6 +33,12 @@ impl Trigger {
     pub fn fire(&self) {
         self.0.notify_one();
     }
+}
+
+/// A watch subscriber that fires every one of `triggers` on any change of its kind.
+pub fn on_change<K>(triggers: &[&Trigger]) -> Subscriber<K> {
+    let triggers: Vec<Trigger> = triggers.iter().map(|t| (*t).clone()).collect();
+    Box::new(move |_, _| triggers.iter().for_each(Trigger::fire))
 }
 
 /// Runs `pass` while this replica leads, from the moment cluster state has synced until

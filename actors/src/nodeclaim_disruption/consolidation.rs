@@ -2,6 +2,7 @@
 //! `Never`, once initialized, becomes consolidatable `consolidateAfter` after its last pod
 //! event (`status.lastPodEventTime`), or after initialization when no pod event was recorded.
 //! Before that the condition is absent and the NodeClaim is looked at again at that instant.
+//! NodeClaims of static NodePools (`replicas`) are never consolidatable.
 
 use std::time::Duration;
 
@@ -21,6 +22,10 @@ pub enum Verdict {
 }
 
 pub fn verdict(pool: &NodePool, claim: &NodeClaim, now: Timestamp) -> Verdict {
+    // Static NodePools (`replicas`) are never consolidated.
+    if pool.is_static() {
+        return Verdict::Clear;
+    }
     let NillableDuration::After(after) = &pool.disruption().consolidate_after else {
         return Verdict::Clear;
     };

@@ -5,7 +5,8 @@
 //! use (`InstanceTypeNotFound`), or the cloud provider says so (`AMIDrift`, `SubnetDrift`,
 //! `SecurityGroupDrift`, `NodeClassDrift`). The first two are pure and checked every pass;
 //! the cloud's answer is kept for [`CLOUD_RECHECK`] (upstream's 5-minute requeue) unless the
-//! NodePool or its node class changed since, so an AMI change is seen at once.
+//! NodePool's spec (its generation) or its node class (any write: the status carries the
+//! resolved AMIs) changed since, so an AMI change is seen at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};

@@ -188,7 +188,9 @@ impl NodeClaimDisruption {
             return Some(None);
         };
         let inputs = Inputs {
-            nodepool_version: pool.metadata.resource_version.clone(),
+            // The spec's generation, not the resourceVersion, which every status write
+            // (nodes, resources) moves.
+            nodepool_version: pool.metadata.generation.map(|g| g.to_string()),
             node_class_version: self
                 .state
                 .nodeclasses

@@ -185,3 +185,63 @@ fn a_nodeclaim_is_consolidatable_consolidate_after_its_last_pod_event() {
         stack.stop().await;
     });
 }
+
+#[test]
+fn nodeclaims_of_an_older_hash_version_are_restamped_not_drifted() {
+    run(|| async {
+        let stack = Stack::start(no_disruption()).await;
+        let cluster = stack.cluster();
+        eventually("the pool is stamped", || {
+            stack.nodepool("default")["metadata"]["annotations"][labels::NODEPOOL_HASH].is_string()
+        })
+        .await;
+        let pool = stack.nodepool("default");
+        let current = pool["metadata"]["annotations"][labels::NODEPOOL_HASH].clone();
+        let uid = pool["metadata"]["uid"].clone();
+        cluster
+            .create(
+                NODECLAIMS.0,
+                NODECLAIMS.1,
+                json!({
+                    "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                    "metadata": {"name": "default-old",
+                        "labels": {labels::NODEPOOL: "default"},
+                        "annotations": {labels::NODEPOOL_HASH: "12345", labels::NODEPOOL_HASH_VERSION: "v2"},
+                        "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                            "name": "default", "uid": uid}]},
+                    "spec": {
+                        "requirements": [{"key": labels::INSTANCE_TYPE, "operator": "In", "values": ["m5.large"]}],
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    },
+                }),
+            )
+            .expect("nodeclaim created");
+        until_condition(
+            &stack,
+            "default-old",
+            "Launched",
+            "the old nodeclaim launches",
+            |c| c.is_some_and(|c| c["status"] == "True"),
+        )
+        .await;
+        // The pool as an older controller left it: the previous version's hash, which its
+        // NodeClaims carry too.
+        stack.patch_nodepool(
+            "default",
+            &json!({"metadata": {"annotations": {
+                labels::NODEPOOL_HASH: "12345", labels::NODEPOOL_HASH_VERSION: "v2"}}}),
+        );
+        eventually("the nodeclaim carries the current hash and version", || {
+            stack.nodeclaim("default-old").is_some_and(|c| {
+                let a = &c["metadata"]["annotations"];
+                a[labels::NODEPOOL_HASH_VERSION] == "v3" && a[labels::NODEPOOL_HASH] == current
+            }) && stack.nodepool("default")["metadata"]["annotations"]
+                [labels::NODEPOOL_HASH_VERSION]
+                == "v3"
+        })
+        .await;
+        let claim = stack.nodeclaim("default-old").expect("nodeclaim");
+        assert!(condition(&claim, "Drifted").is_none(), "{claim:#}");
+        stack.stop().await;
+    });
+}
