@@ -102,6 +102,21 @@ fn a_template_label_change_drifts_the_nodeclaim_through_the_hash() {
     });
 }
 
+/// Writes the node class (an annotation), as its status refresh would.
+fn touch_node_class(stack: &Stack, value: &str) {
+    stack
+        .cluster()
+        .patch(
+            EC2NODECLASSES.0,
+            EC2NODECLASSES.1,
+            None,
+            "default",
+            kerf_loadtest::apiserver::PatchKind::Merge,
+            &json!({"metadata": {"annotations": {"test/touch": value}}}),
+        )
+        .expect("node class touched");
+}
+
 #[test]
 fn a_new_ami_behind_the_alias_drifts_launched_nodeclaims() {
     run(|| async {
@@ -111,17 +126,7 @@ fn a_new_ami_behind_the_alias_drifts_launched_nodeclaims() {
         stack.provider.set_image_id("ami-0000000000000000b");
         // The node class changing (any write) makes the controller ask the cloud again at
         // once instead of after its 5-minute recheck.
-        stack
-            .cluster()
-            .patch(
-                EC2NODECLASSES.0,
-                EC2NODECLASSES.1,
-                None,
-                "default",
-                kerf_loadtest::apiserver::PatchKind::Merge,
-                &json!({"metadata": {"annotations": {"test/touch": "1"}}}),
-            )
-            .expect("node class touched");
+        touch_node_class(&stack, "1");
         until_condition(
             &stack,
             &claim,
@@ -132,17 +137,7 @@ fn a_new_ami_behind_the_alias_drifts_launched_nodeclaims() {
         .await;
         // A NodeClaim launched now runs the new image and is not drifted.
         stack.provider.set_image_id(&old);
-        stack
-            .cluster()
-            .patch(
-                EC2NODECLASSES.0,
-                EC2NODECLASSES.1,
-                None,
-                "default",
-                kerf_loadtest::apiserver::PatchKind::Merge,
-                &json!({"metadata": {"annotations": {"test/touch": "2"}}}),
-            )
-            .expect("node class touched");
+        touch_node_class(&stack, "2");
         until_condition(&stack, &claim, "Drifted", "Drifted cleared", |c| {
             c.is_none()
         })
