@@ -8,7 +8,7 @@
 //! NodePool's spec (its generation) or its node class (any write: the status carries the
 //! resolved AMIs) changed since, so an AMI change is seen at once.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use kerf::api::{NodeClaim, NodePool};
@@ -51,7 +51,7 @@ pub fn requirements_drift(
 
 /// `InstanceTypeNotFound` when the NodeClaim's instance type is not among `types` (the
 /// NodePool's instance types as the cloud provider lists them now).
-pub fn instance_type_drift(claim: &NodeClaim, types: &[String]) -> Option<&'static str> {
+pub fn instance_type_drift(claim: &NodeClaim, types: &HashSet<String>) -> Option<&'static str> {
     let name = claim.metadata.labels.as_ref()?.get(labels::INSTANCE_TYPE)?;
     (!types.is_empty() && !types.contains(name)).then_some(INSTANCE_TYPE_NOT_FOUND)
 }
@@ -168,13 +168,19 @@ mod tests {
     #[test]
     fn instance_type_drift_when_the_type_is_gone() {
         let c = claim(serde_json::json!({}));
-        assert_eq!(instance_type_drift(&c, &["m5.large".into()]), None);
+        let set = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| (*n).to_owned())
+                .collect::<HashSet<_>>()
+        };
+        assert_eq!(instance_type_drift(&c, &set(&["m5.large"])), None);
         assert_eq!(
-            instance_type_drift(&c, &["m5.xlarge".into()]),
+            instance_type_drift(&c, &set(&["m5.xlarge"])),
             Some(INSTANCE_TYPE_NOT_FOUND)
         );
         assert_eq!(
-            instance_type_drift(&c, &[]),
+            instance_type_drift(&c, &set(&[])),
             None,
             "no answer is no verdict"
         );

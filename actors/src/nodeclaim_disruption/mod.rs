@@ -16,7 +16,7 @@ pub mod consolidation;
 pub mod drift;
 pub mod podevents;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,9 @@ pub struct NodeClaimDisruption {
     cloud: Option<Arc<dyn CloudProvider>>,
     departures: Departures,
     answers: CloudAnswers,
+    /// Each NodePool's instance type names, listed at most once per pass (`None`: the
+    /// provider failed).
+    types: HashMap<String, Option<Arc<HashSet<String>>>>,
 }
 
 /// What one pass did.
@@ -74,6 +77,7 @@ impl NodeClaimDisruption {
             cloud,
             departures,
             answers: CloudAnswers::default(),
+            types: HashMap::new(),
         }
     }
 
@@ -82,6 +86,7 @@ impl NodeClaimDisruption {
         let claims = self.state.nodeclaims.snapshot();
         let last_events = podevents::last_events(&self.state.pods.snapshot(), &self.departures);
         let mut pass = Pass::default();
+        self.types.clear();
         for claim in claims
             .iter()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
@@ -102,9 +107,9 @@ impl NodeClaimDisruption {
                 pass.written.push(claim.name_any());
             }
         }
-        let live: std::collections::HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+        let live: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
         self.answers.retain(|name| live.contains(name));
-        let nodes: std::collections::HashSet<String> = self
+        let nodes: HashSet<String> = self
             .state
             .nodes
             .snapshot()
@@ -201,10 +206,31 @@ impl NodeClaimDisruption {
         if let Some(answer) = self.answers.fresh(&name, &inputs, Instant::now()) {
             return Some(answer);
         }
-        let answer = cloud_drift(&*cloud, pool, claim).await?;
+        let types = self.instance_types(&*cloud, pool).await?;
+        let answer = cloud_drift(&*cloud, &types, claim).await?;
         self.answers
             .store(&name, inputs, answer.clone(), Instant::now());
         Some(answer)
+    }
+
+    /// The names of `pool`'s instance types, asked of the provider once per pass.
+    async fn instance_types(
+        &mut self,
+        cloud: &dyn CloudProvider,
+        pool: &NodePool,
+    ) -> Option<Arc<HashSet<String>>> {
+        if let Some(known) = self.types.get(pool.name()) {
+            return known.clone();
+        }
+        let listed = match cloud.get_instance_types(pool).await {
+            Ok(types) => Some(Arc::new(types.iter().map(|t| t.name.clone()).collect())),
+            Err(error) => {
+                tracing::warn!(%error, nodepool = pool.name(), "listing instance types for drift");
+                None
+            }
+        };
+        self.types.insert(pool.name().to_owned(), listed.clone());
+        listed
     }
 
     /// The NodeClaim's labels with its Node's over them.
@@ -245,20 +271,11 @@ impl NodeClaimDisruption {
 /// The instance type check, then the provider's own; `None` when the provider failed.
 async fn cloud_drift(
     cloud: &dyn CloudProvider,
-    pool: &NodePool,
+    types: &HashSet<String>,
     claim: &NodeClaim,
 ) -> Option<Option<String>> {
-    match cloud.get_instance_types(pool).await {
-        Ok(types) => {
-            let names: Vec<String> = types.iter().map(|t| t.name.clone()).collect();
-            if let Some(reason) = drift::instance_type_drift(claim, &names) {
-                return Some(Some(reason.to_owned()));
-            }
-        }
-        Err(error) => {
-            tracing::warn!(%error, nodepool = pool.name(), "listing instance types for drift");
-            return None;
-        }
+    if let Some(reason) = drift::instance_type_drift(claim, types) {
+        return Some(Some(reason.to_owned()));
     }
     match cloud.is_drifted(claim).await {
         Ok(reason) => Some(reason.map(|r| r.as_str().to_owned())),
