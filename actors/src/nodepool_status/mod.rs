@@ -117,30 +117,23 @@ fn conditions(state: &ClusterState, pool: &NodePool, now: Timestamp) -> Vec<Cond
         let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
         (ConditionStatus::False, VALIDATION_FAILED, text.join("; "))
     };
-    let ready = if class_ready.0 == ConditionStatus::True && validation.0 == ConditionStatus::True {
-        (ConditionStatus::True, types::READY, String::new())
-    } else {
-        let failing: Vec<&str> = [
-            (types::NODE_CLASS_READY, class_ready.0),
-            (types::VALIDATION_SUCCEEDED, validation.0),
-        ]
-        .into_iter()
+    let dependents = [
+        (types::NODE_CLASS_READY, class_ready.0),
+        (types::VALIDATION_SUCCEEDED, validation.0),
+    ];
+    let failing: Vec<&str> = dependents
+        .iter()
         .filter(|(_, s)| *s != ConditionStatus::True)
-        .map(|(t, _)| t)
+        .map(|(t, _)| *t)
         .collect();
-        let status = if failing.is_empty() {
-            ConditionStatus::Unknown
-        } else if class_ready.0 == ConditionStatus::False || validation.0 == ConditionStatus::False
-        {
-            ConditionStatus::False
-        } else {
-            ConditionStatus::Unknown
-        };
-        (
-            status,
-            UNHEALTHY_DEPENDENTS,
-            format!("{} not True", failing.join(", ")),
-        )
+    let ready = if failing.is_empty() {
+        (ConditionStatus::True, types::READY, String::new())
+    } else if dependents.iter().any(|(_, s)| *s == ConditionStatus::False) {
+        let message = format!("{} not True", failing.join(", "));
+        (ConditionStatus::False, UNHEALTHY_DEPENDENTS, message)
+    } else {
+        let message = format!("{} not True", failing.join(", "));
+        (ConditionStatus::Unknown, UNHEALTHY_DEPENDENTS, message)
     };
     let old = pool.conditions();
     let mut out: Vec<Condition> = [
