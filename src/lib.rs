@@ -12,6 +12,7 @@ pub mod feature_gates;
 pub mod finalizers;
 pub mod labels;
 pub mod manifest;
+pub mod nodepool_hash;
 pub mod plan;
 pub mod pods;
 pub mod requirements;

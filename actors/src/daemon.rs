@@ -23,6 +23,7 @@ use crate::batcher::triggers::{self, Retrigger};
 use crate::batcher::{BATCHER_MAILBOX_CAPACITY, BatchLimits, Batcher};
 use crate::cloud_metrics::MeteredCloudProvider;
 use crate::cluster_metrics::StartupTracker;
+use crate::expiration;
 use crate::garbage_collection;
 use crate::launch_template_cache::{
     self, LAUNCH_TEMPLATE_CACHE_MAILBOX_CAPACITY, LaunchTemplateCache,
@@ -35,11 +36,14 @@ use crate::lifecycle::{
 };
 use crate::mailbox::DeliverError;
 use crate::mailbox::{MailboxDepth, Outbox};
+use crate::nodeclaim_disruption::{self, Departures, NodeClaimDisruption, podevents};
+use crate::nodepool_status;
 use crate::offering_cache::{
     OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, OfferingCacheHandle, UNAVAILABLE_OFFERINGS_TTL,
 };
 use crate::pod_watcher::Subscribers;
 use crate::provisioner::{PROVISIONER_MAILBOX_CAPACITY, Provisioner, Provisioning, Round};
+use crate::requeue::{self, Trigger};
 use crate::settings::ValidSettings;
 use crate::shutdown::{GracefulShutdown, InFlight, SHUTDOWN_TIMEOUT};
 use crate::state::{ClusterState, Writers};
@@ -243,7 +247,7 @@ impl Daemon {
 
         let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
         let (mut subscribers, cloud_tasks) =
-            start_cloud_loops(&client, &state, provider, &leader, &shutdown_rx);
+            start_cloud_loops(&client, &state, provider.clone(), &leader, &shutdown_rx);
         let lifecycle_depth = MailboxDepth::new("lifecycle", LIFECYCLE_MAILBOX_CAPACITY);
         let termination_depth = MailboxDepth::new("termination", TERMINATION_MAILBOX_CAPACITY);
         let launcher_depth = MailboxDepth::new("launcher", LAUNCHER_MAILBOX_CAPACITY);
@@ -380,7 +384,16 @@ impl Daemon {
         if let Some(addr) = &termination {
             subscribe_changes(&mut subscribers, &Outbox::new(addr, termination_depth));
         }
+        let status_tasks = start_status_loops(
+            &client,
+            &state,
+            provider,
+            &mut subscribers,
+            &leader,
+            &shutdown_rx,
+        );
         let mut tasks = pod_watcher::spawn(&client, writers, subscribers, &shutdown_rx);
+        tasks.extend(status_tasks);
         tasks.push(tokio::spawn(triggers::retrigger(
             state.clone(),
             to_batcher,
@@ -462,6 +475,69 @@ async fn stop_or_abort(what: &'static str, task: JoinHandle<()>) {
             "task did not stop after the shutdown signal; aborted"
         );
     }
+}
+
+/// The state-driven status reconcilers: NodeClaim disruption conditions and
+/// `lastPodEventTime` (drift needs the cloud provider; without one only the NodePool's own
+/// drift is seen), expiration, and NodePool hash and status. Each is woken by the watch
+/// events it depends on.
+fn start_status_loops(
+    client: &Client,
+    state: &Arc<ClusterState>,
+    provider: Option<Arc<dyn CloudProvider>>,
+    hooks: &mut Subscribers,
+    leader: &watch::Receiver<bool>,
+    shutdown: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let conditions = Trigger::default();
+    let departures = Departures::default();
+    hooks.pods.push(Box::new(podevents::on_pod(
+        departures.clone(),
+        conditions.clone(),
+    )));
+    let expiry = Trigger::default();
+    let status = Trigger::default();
+    hooks
+        .nodeclaims
+        .push(requeue::on_change(&[&conditions, &expiry, &status]));
+    hooks
+        .nodepools
+        .push(requeue::on_change(&[&conditions, &status]));
+    hooks
+        .nodeclasses
+        .push(requeue::on_change(&[&conditions, &status]));
+    hooks
+        .nodes
+        .push(requeue::on_change(&[&conditions, &status]));
+    let metered = provider.map(|p| {
+        Arc::new(MeteredCloudProvider::new(
+            p,
+            nodeclaim_disruption::CONTROLLER,
+        )) as Arc<dyn CloudProvider>
+    });
+    let controller = NodeClaimDisruption::new(client.clone(), state.clone(), metered, departures);
+    vec![
+        tokio::spawn(nodeclaim_disruption::run(
+            controller,
+            conditions,
+            leader.clone(),
+            shutdown.clone(),
+        )),
+        tokio::spawn(expiration::run(
+            client.clone(),
+            state.clone(),
+            expiry,
+            leader.clone(),
+            shutdown.clone(),
+        )),
+        tokio::spawn(nodepool_status::run(
+            client.clone(),
+            state.clone(),
+            status,
+            leader.clone(),
+            shutdown.clone(),
+        )),
+    ]
 }
 
 /// With a cloud provider: the LaunchTemplateCache and the Tagger (when the provider has

@@ -1,7 +1,7 @@
 //! What kerf accepts but does not act on yet, said out loud. A setting that upstream honours
 //! and kerf parses without acting on would otherwise change nothing silently; each one is
 //! named in a start-up warning, and so is every NodePool whose disruption settings
-//! (consolidation, `expireAfter`) would make upstream remove nodes — at start-up and again
+//! (consolidation; `expireAfter` is enforced by `expiration`) would make upstream remove nodes — at start-up and again
 //! whenever they change. A setting leaves this list the day kerf implements it.
 
 use std::collections::HashMap;
@@ -72,9 +72,6 @@ pub fn ignored_disruption(pool: &NodePool) -> Option<String> {
             "consolidation ({:?} after {})",
             disruption.consolidation_policy, disruption.consolidate_after
         ));
-    }
-    if *pool.expire_after() != NillableDuration::Never {
-        ignored.push(format!("expireAfter {}", pool.expire_after()));
     }
     (!ignored.is_empty()).then(|| ignored.join(", "))
 }
@@ -164,6 +161,14 @@ mod tests {
         assert_eq!(
             ignored_disruption(&pool(serde_json::json!({"consolidateAfter": "Never"}))),
             None
+        );
+        let mut expiring = pool(serde_json::json!({"consolidateAfter": "Never"}));
+        expiring.spec.template.spec.expire_after =
+            NillableDuration::parse("720h").expect("a duration");
+        assert_eq!(
+            ignored_disruption(&expiring),
+            None,
+            "expiration is enforced"
         );
         let ignored = ignored_disruption(&pool(serde_json::json!({"consolidateAfter": "30s"})))
             .expect("consolidation is ignored");

@@ -11,6 +11,7 @@ mod nodes;
 mod pods;
 
 pub use exposition::Family;
+pub use nodepools::machines_by_pool;
 pub use pods::StartupTracker;
 
 use crate::state::ClusterState;

@@ -74,7 +74,7 @@ fn labels_of(pool: &str, resource: &str) -> Vec<(&'static str, String)> {
 
 /// The capacity of each machine per NodePool, keyed by providerID so a NodeClaim and its
 /// registered node count once (the node's capacity wins).
-fn machines_by_pool(state: &ClusterState) -> HashMap<String, Vec<ResourceList>> {
+pub fn machines_by_pool(state: &ClusterState) -> HashMap<String, Vec<ResourceList>> {
     let mut machines: HashMap<(String, String), ResourceList> = HashMap::new();
     for claim in state.nodeclaims.snapshot() {
         let Some(pool) = claim.nodepool_name() else {

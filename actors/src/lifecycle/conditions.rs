@@ -72,6 +72,17 @@ impl ConditionSet {
         self.set(type_, ConditionStatus::False, reason, message);
     }
 
+    /// Removes a condition that is not one of [`DEPENDENTS`] or `Ready` (upstream's `Clear`:
+    /// `Drifted`, `Consolidatable`, ...); returns whether it was there.
+    pub fn clear(&mut self, type_: &str) -> bool {
+        if DEPENDENTS.contains(&type_) || type_ == types::READY {
+            return false;
+        }
+        let before = self.conditions.len();
+        self.conditions.retain(|c| c.type_ != type_);
+        self.conditions.len() != before
+    }
+
     /// Sets one condition; returns whether anything changed.
     pub fn set(
         &mut self,

@@ -3,7 +3,10 @@
 
 mod batching;
 mod cloud_loops;
+mod drift;
+mod drift_support;
 mod events;
+mod expiration;
 mod failover;
 mod ice;
 mod inflight;
@@ -15,6 +18,7 @@ mod lifecycle;
 mod limits;
 mod malformed;
 mod mixed;
+mod nodepool_status;
 mod restart;
 mod schedulers;
 mod scrape;

@@ -6,7 +6,7 @@ use crate::support::*;
 use base64::Engine;
 use kerf::api::{EC2NodeClass, NodeClaim};
 use kerf::cloudprovider::{CloudProvider, CloudProviderError};
-use kerf_aws::cloudprovider::{AwsCloudProvider, AwsSettings, InMemoryNodeClasses};
+use kerf_aws::cloudprovider::{AwsCloudProvider, InMemoryNodeClasses};
 use kerf_aws::drift::{HASH_VERSION, HASH_VERSION_ANNOTATION, node_class_hash};
 use kerf_aws::unavailable::UnavailableOfferingsCache;
 use kerf_aws::userdata::mime;
@@ -43,26 +43,9 @@ async fn fixture() -> Fixture {
         &[("discovery", &cluster)],
     )
     .await;
-    let role = unique("NodeRole");
-    c.iam
-        .create_role()
-        .role_name(&role)
-        .assume_role_policy_document("{}")
-        .send()
-        .await
-        .expect("CreateRole");
+    let role = node_role(&c).await;
     let store = Arc::new(InMemoryNodeClasses::default());
-    let settings = AwsSettings {
-        cluster_name: cluster.clone(),
-        cluster_endpoint: "https://cluster.example".into(),
-        ca_bundle: Some("Y2EtYnVuZGxlCg==".into()),
-        cluster_cidr: Some("10.100.0.0/16".into()),
-        kube_dns_ip: Some("10.100.0.10".into()),
-        kubernetes_version: "1.31".into(),
-        isolated_vpc: false,
-        reserved_enis: 0,
-        vm_memory_overhead_percent: 0.075,
-    };
+    let settings = provider_settings(&cluster);
     let provider = AwsCloudProvider::new(
         c,
         settings,

@@ -6,6 +6,7 @@
 mod ami;
 mod cloudprovider;
 mod discovery;
+mod drift;
 mod instancetypes;
 mod launch;
 mod nodeclass;

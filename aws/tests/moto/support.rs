@@ -159,3 +159,31 @@ pub async fn image(
     }
     id
 }
+
+/// An IAM role for nodes, named uniquely.
+pub async fn node_role(c: &AwsClients) -> String {
+    let role = unique("NodeRole");
+    c.iam
+        .create_role()
+        .role_name(&role)
+        .assume_role_policy_document("{}")
+        .send()
+        .await
+        .expect("CreateRole");
+    role
+}
+
+/// The provider's settings for a test cluster named `cluster`.
+pub fn provider_settings(cluster: &str) -> kerf_aws::cloudprovider::AwsSettings {
+    kerf_aws::cloudprovider::AwsSettings {
+        cluster_name: cluster.to_owned(),
+        cluster_endpoint: "https://cluster.example".into(),
+        ca_bundle: Some("Y2EtYnVuZGxlCg==".into()),
+        cluster_cidr: Some("10.100.0.0/16".into()),
+        kube_dns_ip: Some("10.100.0.10".into()),
+        kubernetes_version: "1.31".into(),
+        isolated_vpc: false,
+        reserved_enis: 0,
+        vm_memory_overhead_percent: 0.075,
+    }
+}

@@ -1,5 +1,5 @@
 //! `meta.k8s.io/v1` Table responses for kubectl's human-readable `get`: a name column,
-//! the CRD's `additionalPrinterColumns` (simple `.a.b` JSON paths) or a few built-in
+//! the CRD's `additionalPrinterColumns` (the JSONPath subset they use, see [`lookup`]) or a few built-in
 //! columns, and the age.
 
 use std::time::SystemTime;
@@ -35,13 +35,53 @@ fn builtin_columns(rt: &ResourceType) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Evaluates the JSONPath subset printer columns use: `.a.b`, keys with escaped dots
+/// (`.metadata.labels.node\.kubernetes\.io/instance-type`) and one-field filters on lists
+/// (`.status.conditions[?(@.type=="Ready")].status`, the first match).
 fn lookup<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
-    let pointer: String = path
-        .trim_start_matches('.')
-        .split('.')
-        .map(|p| format!("/{p}"))
-        .collect();
-    object.pointer(&pointer)
+    let mut current = object;
+    for segment in segments(path.trim_start_matches('.')) {
+        let (key, filter) = match segment.split_once("[?(@.") {
+            Some((key, filter)) => (key.to_owned(), Some(filter.trim_end_matches(")]"))),
+            None => (segment, None),
+        };
+        if !key.is_empty() {
+            current = current.get(key.as_str())?;
+        }
+        if let Some(filter) = filter {
+            let (field, wanted) = filter.split_once("==")?;
+            let wanted = wanted.trim().trim_matches('"').trim_matches('\'');
+            current = current
+                .as_array()?
+                .iter()
+                .find(|item| item.get(field.trim()).and_then(Value::as_str) == Some(wanted))?;
+        }
+    }
+    Some(current)
+}
+
+/// `path` split at the dots that are neither escaped (`\.`) nor inside a `[...]` filter.
+fn segments(path: &str) -> Vec<String> {
+    let mut segments = vec![String::new()];
+    let mut depth = 0usize;
+    let mut chars = path.chars();
+    while let Some(c) = chars.next() {
+        let last = segments.last_mut().expect("never empty");
+        match c {
+            '\\' => last.extend(chars.next()),
+            '[' => {
+                depth += 1;
+                last.push(c);
+            }
+            ']' => {
+                depth = depth.saturating_sub(1);
+                last.push(c);
+            }
+            '.' if depth == 0 => segments.push(String::new()),
+            _ => last.push(c),
+        }
+    }
+    segments
 }
 
 fn cell(value: Option<&Value>) -> Value {
@@ -125,6 +165,33 @@ pub fn table(
 mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn printer_column_paths_with_escaped_dots_and_filters() {
+        let claim = json!({
+            "metadata": {"labels": {"node.kubernetes.io/instance-type": "m5.large"}},
+            "status": {"conditions": [
+                {"type": "Launched", "status": "True"},
+                {"type": "Ready", "status": "False"}]},
+        });
+        let at = |p: &str| lookup(&claim, p).cloned();
+        assert_eq!(
+            at(r".metadata.labels.node\.kubernetes\.io/instance-type"),
+            Some(json!("m5.large"))
+        );
+        assert_eq!(
+            at(r#".status.conditions[?(@.type=="Ready")].status"#),
+            Some(json!("False"))
+        );
+        assert_eq!(
+            at(r#".status.conditions[?(@.type=="Drifted")].status"#),
+            None
+        );
+        assert_eq!(
+            at(".status.conditions"),
+            claim["status"].get("conditions").cloned()
+        );
+    }
 
     #[test]
     fn ages_and_accept_headers() {

@@ -9,6 +9,7 @@
 mod api_only;
 mod apply;
 mod defaults;
+mod drift;
 mod ice;
 mod inputs;
 mod memory;
@@ -62,6 +63,10 @@ pub struct Args {
     /// scheduler) until Ctrl-C, for an external `kerf controller`; needs --kubeconfig-out.
     #[arg(long, requires = "kubeconfig_out")]
     pub api_only: bool,
+    /// After the scale-out, publish a newer AMI behind the default EC2NodeClass's alias and
+    /// report the rollout (nodes drifted and replaced, pods left without a node).
+    #[arg(long)]
+    pub drift: bool,
     /// Millisecond delays and short batching windows (for tests).
     #[arg(long, hide = true)]
     pub fast: bool,
@@ -107,6 +112,7 @@ pub fn run(args: Args) -> ExitCode {
             world::Pace::Brisk
         },
         show_progress: output == Format::Table,
+        drift: args.drift,
     };
     let system = actix::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()

@@ -32,6 +32,8 @@ pub struct Config {
     pub kubeconfig_out: Option<PathBuf>,
     pub pace: Pace,
     pub show_progress: bool,
+    /// Run the `--drift` AMI rollout after the scale-out.
+    pub drift: bool,
 }
 
 /// A finished run whose cluster is still up.
@@ -106,12 +108,17 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         }
     };
     progress.finish();
+    let drift = if config.drift && outcome == Outcome::Complete {
+        Some(super::drift::rollout(&world, &mut tally, deadline).await?)
+    } else {
+        None
+    };
     // Read before the plan below runs in this process, so it does not count in the peak.
     let peak_memory_bytes = memory::peak_rss_bytes();
     let plan = planned::node_claims(&config.inputs.inventory)
         .inspect_err(|error| eprintln!("kerf simulate: cannot compute kerf plan's count: {error}"))
         .ok();
-    let summary = Summary::new(Facts {
+    let mut summary = Summary::new(Facts {
         outcome,
         elapsed: started.elapsed(),
         counts: tally.counts(),
@@ -125,6 +132,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         ice_pools: world.ice.len(),
         plan,
     });
+    summary.drift = drift;
     Ok(Finished {
         summary,
         world,

@@ -42,6 +42,9 @@ pub struct Summary {
     pub peak_memory_bytes: Option<u64>,
     /// Pools injected with insufficient capacity, as `capacity/type/zone`.
     pub insufficient_capacity_pools: usize,
+    /// The AMI rollout of `--drift`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift: Option<super::drift::Rollout>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -209,6 +212,7 @@ impl Summary {
             provisioning: facts.provisioning,
             peak_memory_bytes: facts.peak_memory_bytes,
             insufficient_capacity_pools: facts.ice_pools,
+            drift: None,
         }
     }
 
@@ -298,6 +302,9 @@ impl Summary {
         }
         for pod in &self.pods.stuck {
             let _ = writeln!(out, "still pending   {pod}");
+        }
+        if let Some(drift) = &self.drift {
+            out.push_str(&drift.to_table());
         }
         out
     }

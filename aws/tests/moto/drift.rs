@@ -1,0 +1,138 @@
+//! AMI drift through SSM, against moto: an EC2NodeClass selects its AMI with an
+//! `ssmParameter` term (the mechanism behind the EKS aliases, on a parameter name moto lets a
+//! test write); an instance is launched with the image the parameter names; a newer image
+//! is registered and the parameter pointed at it; once the node class's status is resolved
+//! again, the provider reports the launched instance `AMIDrift`, and a new launch uses the
+//! new image and is not drifted.
+
+use crate::support::*;
+use kerf::api::{EC2NodeClass, NodeClaim};
+use kerf::cloudprovider::CloudProvider;
+use kerf_aws::cloudprovider::{AwsCloudProvider, InMemoryNodeClasses};
+use kerf_aws::unavailable::UnavailableOfferingsCache;
+use std::sync::Arc;
+
+async fn point(c: &kerf_aws::clients::AwsClients, parameter: &str, image: &str) {
+    c.ssm
+        .put_parameter()
+        .name(parameter)
+        .value(image)
+        .overwrite(true)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .send()
+        .await
+        .expect("PutParameter");
+}
+
+fn claim(name: &str) -> NodeClaim {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {
+            "requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]},
+            ],
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+        },
+    }))
+    .expect("a valid NodeClaim")
+}
+
+#[tokio::test]
+async fn a_new_image_behind_the_ssm_parameter_drifts_launched_instances() {
+    let c = clients().await;
+    let cluster = unique("cluster");
+    let vpc = vpc(&c).await;
+    subnet(&c, &vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
+    security_group(&c, &vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
+    let old = image(
+        &c,
+        &unique("node-old"),
+        "x86_64",
+        "2024-01-01T00:00:00Z",
+        &[],
+    )
+    .await;
+    let parameter = format!("/kerf-tests/{}/image_id", unique("drift"));
+    point(&c, &parameter, &old).await;
+    let role = node_role(&c).await;
+    let store = Arc::new(InMemoryNodeClasses::default());
+    let settings = provider_settings(&cluster);
+    let p = AwsCloudProvider::new(
+        c.clone(),
+        settings,
+        store.clone(),
+        Arc::new(UnavailableOfferingsCache::default()),
+    );
+    let mut node_class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "role": role,
+            "amiFamily": "AL2023",
+            "subnetSelectorTerms": [{"tags": {"discovery": cluster}}],
+            "securityGroupSelectorTerms": [{"tags": {"discovery": cluster}}],
+            "amiSelectorTerms": [{"ssmParameter": parameter}],
+        },
+    }))
+    .expect("a valid EC2NodeClass");
+    node_class.status = Some(p.node_class_resolver().resolve(&node_class).await);
+    assert!(
+        node_class.is_condition_true("Ready"),
+        "{:#?}",
+        node_class.status
+    );
+    store.put(node_class.clone());
+
+    let launched = p.create(&claim("default-a")).await.expect("launch");
+    let status = launched.status.clone().expect("status");
+    assert_eq!(status.image_id.as_deref(), Some(old.as_str()));
+    assert_eq!(p.is_drifted(&launched).await.expect("drift check"), None);
+
+    // A new image behind the parameter: the resolved status follows, the instance drifts.
+    let new = image(
+        &c,
+        &unique("node-new"),
+        "x86_64",
+        "2024-06-01T00:00:00Z",
+        &[],
+    )
+    .await;
+    point(&c, &parameter, &new).await;
+    // The parameter (30 min) and image (60 s) caches would see it later; the test does not wait.
+    p.ssm.invalidate_mutable();
+    p.amis.invalidate();
+    node_class.status = Some(p.node_class_resolver().resolve(&node_class).await);
+    let ids: Vec<&str> = node_class
+        .status
+        .as_ref()
+        .expect("status")
+        .amis
+        .iter()
+        .map(|a| a.id.as_str())
+        .collect();
+    assert_eq!(ids, [new.as_str()]);
+    store.put(node_class.clone());
+    assert_eq!(
+        p.is_drifted(&launched)
+            .await
+            .expect("drift check")
+            .map(|r| r.0),
+        Some("AMIDrift".to_owned())
+    );
+
+    // The replacement runs the new image and is not drifted.
+    let replacement = p.create(&claim("default-b")).await.expect("launch");
+    assert_eq!(
+        replacement
+            .status
+            .as_ref()
+            .and_then(|s| s.image_id.as_deref()),
+        Some(new.as_str())
+    );
+    assert_eq!(p.is_drifted(&replacement).await.expect("drift check"), None);
+    p.delete(&launched).await.expect("delete");
+    p.delete(&replacement).await.expect("delete");
+}
