@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod cloudprovider;
 pub mod disruption;
 pub mod feature_gates;
+pub mod interruption;
 pub mod labels;
 pub mod manifest;
 pub mod plan;
