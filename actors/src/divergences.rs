@@ -14,11 +14,6 @@ use crate::state::Change;
 /// One warning per accepted setting kerf does not act on yet.
 pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
     let mut ignored = Vec::new();
-    if let Some(queue) = &settings.interruption_queue {
-        ignored.push(format!(
-            "INTERRUPTION_QUEUE={queue}: kerf does not act on interruption messages yet"
-        ));
-    }
     let FeatureGates {
         node_repair,
         reserved_capacity,
@@ -140,12 +135,12 @@ mod tests {
             "BestEffort",
         ]));
         let named = |what: &str| warnings.iter().any(|w| w.starts_with(what));
-        assert!(named("INTERRUPTION_QUEUE=q"), "{warnings:?}");
+        assert!(!named("INTERRUPTION_QUEUE"), "acted on now: {warnings:?}");
         assert!(named("FEATURE_GATES NodeRepair=true"), "{warnings:?}");
         assert!(!named("FEATURE_GATES ReservedCapacity"), "{warnings:?}");
         assert!(named("PREFERENCE_POLICY=Ignore"), "{warnings:?}");
         assert!(named("MIN_VALUES_POLICY=BestEffort"), "{warnings:?}");
-        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
     }
 
     #[test]
