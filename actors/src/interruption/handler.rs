@@ -213,7 +213,9 @@ impl Handler {
         node: Option<&Node>,
     ) -> Result<bool, ActError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        if claim.metadata.deletion_timestamp.is_some() || self.recently_deleted(&uid) {
+        // Taken before the request, so concurrent messages about one instance (a spot
+        // warning and the state changes that follow) delete and count it once.
+        if claim.metadata.deletion_timestamp.is_some() || !self.begin_delete(&uid) {
             return Ok(false);
         }
         let params = DeleteParams {
@@ -231,13 +233,13 @@ impl Handler {
                 return Ok(false);
             }
             Err(source) => {
+                self.forget_delete(&uid);
                 return Err(ActError::Delete {
                     name: claim.name().to_owned(),
                     source,
                 });
             }
         }
-        self.remember_deleted(uid);
         tracing::info!(
             nodeclaim = claim.name(),
             message_kind = kind.as_str(),
@@ -252,17 +254,24 @@ impl Handler {
         Ok(true)
     }
 
-    fn recently_deleted(&self, uid: &str) -> bool {
-        let deleted = self.deleted.lock().unwrap_or_else(PoisonError::into_inner);
-        deleted
-            .get(uid)
-            .is_some_and(|at| at.elapsed() < REMEMBER_DELETED)
-    }
-
-    fn remember_deleted(&self, uid: String) {
+    /// Whether this call may delete the NodeClaim `uid`: no other handler deleted it
+    /// within [`REMEMBER_DELETED`] or is deleting it now.
+    fn begin_delete(&self, uid: &str) -> bool {
         let mut deleted = self.deleted.lock().unwrap_or_else(PoisonError::into_inner);
         deleted.retain(|_, at| at.elapsed() < REMEMBER_DELETED);
-        deleted.insert(uid, Instant::now());
+        if deleted.contains_key(uid) {
+            return false;
+        }
+        deleted.insert(uid.to_owned(), Instant::now());
+        true
+    }
+
+    /// The deletion failed: the next message may try again.
+    fn forget_delete(&self, uid: &str) {
+        self.deleted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
     }
 }
 

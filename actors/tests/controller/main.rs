@@ -7,6 +7,7 @@ mod events;
 mod failover;
 mod ice;
 mod inflight;
+mod interruption;
 mod launch_step;
 mod launching;
 mod leader;
