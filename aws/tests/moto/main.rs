@@ -7,6 +7,7 @@ mod ami;
 mod cloudprovider;
 mod discovery;
 mod instancetypes;
+mod interruption;
 mod launch;
 mod nodeclass;
 mod pricing;
