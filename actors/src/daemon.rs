@@ -403,6 +403,18 @@ impl Daemon {
         ));
     }
 
+    /// Starts node repair (the binary does with `FEATURE_GATES` `NodeRepair=true`): it
+    /// deletes the NodeClaims of Nodes unhealthy past their toleration, and stops with the
+    /// daemon.
+    pub fn repair_nodes(&mut self) {
+        self.tasks.push(tokio::spawn(crate::node_repair::run(
+            self.client.clone(),
+            self.state.clone(),
+            self.leader.clone(),
+            self.shutdown.subscribe(),
+        )));
+    }
+
     /// Stops every task and actor: first provisioning drains (no new rounds; the current
     /// round and its launches finish, for at most [`SHUTDOWN_TIMEOUT`]), then a leader releases
     /// its Lease before this returns, so a standby can take over at once. No round starts

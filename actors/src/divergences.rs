@@ -15,7 +15,8 @@ use crate::state::Change;
 pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
     let mut ignored = Vec::new();
     let FeatureGates {
-        node_repair,
+        // Acted on: `node_repair`.
+        node_repair: _,
         reserved_capacity,
         spot_to_spot_consolidation,
         node_overlay,
@@ -23,7 +24,6 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
         capacity_buffer,
     } = settings.feature_gates;
     for (gate, on) in [
-        ("NodeRepair", node_repair),
         ("ReservedCapacity", reserved_capacity),
         ("SpotToSpotConsolidation", spot_to_spot_consolidation),
         ("NodeOverlay", node_overlay),
@@ -136,11 +136,14 @@ mod tests {
         ]));
         let named = |what: &str| warnings.iter().any(|w| w.starts_with(what));
         assert!(!named("INTERRUPTION_QUEUE"), "acted on now: {warnings:?}");
-        assert!(named("FEATURE_GATES NodeRepair=true"), "{warnings:?}");
+        assert!(
+            !named("FEATURE_GATES NodeRepair"),
+            "acted on now: {warnings:?}"
+        );
         assert!(!named("FEATURE_GATES ReservedCapacity"), "{warnings:?}");
         assert!(named("PREFERENCE_POLICY=Ignore"), "{warnings:?}");
         assert!(named("MIN_VALUES_POLICY=BestEffort"), "{warnings:?}");
-        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
     }
 
     #[test]

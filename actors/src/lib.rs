@@ -2,7 +2,8 @@
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
 //! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`,
 //! `lifecycle`, `leader`, `launch_template_cache` for EC2NodeClass status, `tagging`,
-//! `interruption` for the SQS interruption queue) and loop (`garbage_collection`), the
+//! `interruption` for the SQS interruption queue) and loops (`garbage_collection`,
+//! `node_repair` behind the `NodeRepair` gate), the
 //! cluster state they share (`state`), the daemon that wires them
 //! (`daemon`), each on its own thread under a supervisor (`supervisor`), and stops them
 //! gracefully (`shutdown`), and the operational surface: settings, the
@@ -27,6 +28,7 @@ pub mod logging;
 pub mod mailbox;
 pub mod metrics;
 pub mod node_pool_scheduler;
+pub mod node_repair;
 pub mod offering_cache;
 pub mod pod_watcher;
 pub mod provisioner;

@@ -54,6 +54,8 @@ pub const INTERRUPTION_QUEUE_DURATION: &str =
     "karpenter_interruption_message_queue_duration_seconds";
 /// Interruption messages that could not be parsed (logged and deleted). kerf's own.
 pub const INTERRUPTION_UNPARSEABLE: &str = "kerf_interruption_unparseable_messages_total";
+/// NodeClaims node repair deleted (labels `condition`, `nodepool`, `capacity_type`).
+pub const NODECLAIMS_UNHEALTHY_DISRUPTED: &str = "karpenter_nodeclaims_unhealthy_disrupted_total";
 /// Nodes registered for a NodeClaim (labels `nodepool`, `zone`).
 pub const NODES_CREATED: &str = "karpenter_nodes_created_total";
 /// Nodes whose termination finalizer was released (labels `nodepool`, `zone`).

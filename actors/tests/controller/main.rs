@@ -15,6 +15,7 @@ mod lifecycle;
 mod limits;
 mod malformed;
 mod mixed;
+mod node_repair;
 mod restart;
 mod schedulers;
 mod scrape;
