@@ -11,6 +11,7 @@ use std::time::Duration;
 use kerf_loadtest::ec2::{ApiCalls, Instance};
 use serde::Serialize;
 
+use super::interrupt::Interruptions;
 use super::observe::Counts;
 
 /// How the run ended.
@@ -42,6 +43,9 @@ pub struct Summary {
     pub peak_memory_bytes: Option<u64>,
     /// Pools injected with insufficient capacity, as `capacity/type/zone`.
     pub insufficient_capacity_pools: usize,
+    /// The `--interrupt-spot` phase, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interruptions: Option<Interruptions>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -209,6 +213,7 @@ impl Summary {
             provisioning: facts.provisioning,
             peak_memory_bytes: facts.peak_memory_bytes,
             insufficient_capacity_pools: facts.ice_pools,
+            interruptions: None,
         }
     }
 
@@ -298,6 +303,9 @@ impl Summary {
         }
         for pod in &self.pods.stuck {
             let _ = writeln!(out, "still pending   {pod}");
+        }
+        if let Some(interruptions) = &self.interruptions {
+            out.push_str(&interruptions.to_table());
         }
         out
     }
