@@ -42,7 +42,7 @@ pub const NODECLAIMS_INITIALIZED: &str = "karpenter_nodeclaims_initialized_total
 /// NodeClaims whose termination finalizer was released (labels `nodepool`, `capacity_type`, `zone`).
 pub const NODECLAIMS_TERMINATED: &str = "karpenter_nodeclaims_terminated_total";
 /// NodeClaims deleted by a controller decision (labels `reason`, `nodepool`,
-/// `capacity_type`, `consolidation_policy`, `termination_mode`).
+/// `capacity_type`); counted only through [`nodeclaim_disrupted`].
 pub const NODECLAIMS_DISRUPTED: &str = "karpenter_nodeclaims_disrupted_total";
 /// Interruption messages received, by kind (label `message_type`: upstream's kinds,
 /// `spot_interrupted`, `rebalance_recommendation`, ..., `no_op`).
@@ -122,6 +122,20 @@ pub async fn reconcile<T, E>(
     metrics::counter!(RECONCILE_ERRORS, "controller" => controller)
         .increment(u64::from(result.is_err()));
     result
+}
+
+/// Counts one NodeClaim deleted by a controller's decision, under upstream's labels. The
+/// one place this counter is written, so every decider (disruption, expiration,
+/// interruption, repair, liveness) emits the same label set. `reason` is upstream's:
+/// `Underutilized`, `Empty`, `Drifted`, `Expired`, `Interrupted`, `Unhealthy`, `liveness`.
+pub fn nodeclaim_disrupted(reason: &str, nodepool: &str, capacity_type: &str) {
+    metrics::counter!(
+        NODECLAIMS_DISRUPTED,
+        "reason" => reason.to_owned(),
+        "nodepool" => nodepool.to_owned(),
+        "capacity_type" => capacity_type.to_owned()
+    )
+    .increment(1);
 }
 
 /// How many items `controller`'s queue holds (waiting, not running).
@@ -226,6 +240,16 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn disrupted_nodeclaims_are_counted_under_upstreams_labels() {
+        handle();
+        nodeclaim_disrupted("Empty", "test-disrupted", "spot");
+        nodeclaim_disrupted("Empty", "test-disrupted", "spot");
+        let text = render();
+        let line = "karpenter_nodeclaims_disrupted_total{reason=\"Empty\",nodepool=\"test-disrupted\",capacity_type=\"spot\"} 2";
+        assert!(text.contains(line), "{line} missing from\n{text}");
     }
 
     #[test]
