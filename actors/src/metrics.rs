@@ -143,19 +143,6 @@ pub fn workqueue_depth(controller: &'static str, depth: usize) {
     metrics::gauge!(WORKQUEUE_DEPTH, "name" => controller).set(depth as f64);
 }
 
-/// Counts one NodeClaim deleted by a controller decision, under upstream's
-/// `karpenter_nodeclaims_disrupted_total{reason,nodepool,capacity_type}`. Every disrupting
-/// controller (disruption, expiration, interruption, node repair) counts through here.
-pub fn nodeclaim_disrupted(reason: &str, nodepool: &str, capacity_type: &str) {
-    metrics::counter!(
-        NODECLAIMS_DISRUPTED,
-        "reason" => reason.to_owned(),
-        "nodepool" => nodepool.to_owned(),
-        "capacity_type" => capacity_type.to_owned()
-    )
-    .increment(1);
-}
-
 /// Buckets of controller-runtime style duration histograms (seconds).
 const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
