@@ -85,20 +85,26 @@ fn claim_now(h: &Harness, claim: &Value) -> Value {
         .expect("held by the test finalizer")
 }
 
+/// A controller with [`claims_with_nodes`], after one node repair pass (which must not fail).
+async fn one_repair_pass(pool: &str, ready: &[&str]) -> (Harness, kerf_actors::Daemon, Vec<Value>) {
+    let h = start_cluster().await;
+    let (_provider, cloud) = simulated_cloud();
+    let daemon = start_provisioner(&h, cloud).await;
+    let claims = claims_with_nodes(&h, pool, ready).await;
+    eventually("cluster state has the nodes", || {
+        daemon.state.nodes.len() == ready.len()
+    })
+    .await;
+    let api: Api<NodeClaim> = Api::all(h.client.clone());
+    let failures = node_repair::repair(&api, &daemon.state, &AWS_REPAIR_POLICIES).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    (h, daemon, claims)
+}
+
 #[test]
 fn the_nodeclaim_of_a_node_not_ready_past_its_toleration_is_deleted_forcefully() {
     run(|| async {
-        let h = start_cluster().await;
-        let (_provider, cloud) = simulated_cloud();
-        let daemon = start_provisioner(&h, cloud).await;
-        let claims = claims_with_nodes(&h, "repair", &["False", "True"]).await;
-        eventually("cluster state has the nodes", || {
-            daemon.state.nodes.len() == 2
-        })
-        .await;
-        let api: Api<NodeClaim> = Api::all(h.client.clone());
-        let failures = node_repair::repair(&api, &daemon.state, &AWS_REPAIR_POLICIES).await;
-        assert!(failures.is_empty(), "{failures:?}");
+        let (h, daemon, claims) = one_repair_pass("repair", &["False", "True"]).await;
         let unhealthy = claim_now(&h, &claims[0]);
         assert!(
             unhealthy["metadata"]["deletionTimestamp"].is_string(),
@@ -129,17 +135,7 @@ fn the_nodeclaim_of_a_node_not_ready_past_its_toleration_is_deleted_forcefully()
 #[test]
 fn a_nodepool_with_more_than_a_fifth_of_its_nodes_unhealthy_is_not_repaired() {
     run(|| async {
-        let h = start_cluster().await;
-        let (_provider, cloud) = simulated_cloud();
-        let daemon = start_provisioner(&h, cloud).await;
-        let claims = claims_with_nodes(&h, "outage", &["Unknown", "Unknown"]).await;
-        eventually("cluster state has the nodes", || {
-            daemon.state.nodes.len() == 2
-        })
-        .await;
-        let api: Api<NodeClaim> = Api::all(h.client.clone());
-        let failures = node_repair::repair(&api, &daemon.state, &AWS_REPAIR_POLICIES).await;
-        assert!(failures.is_empty(), "{failures:?}");
+        let (h, daemon, claims) = one_repair_pass("outage", &["Unknown", "Unknown"]).await;
         for claim in &claims {
             let now = claim_now(&h, claim);
             assert!(now["metadata"]["deletionTimestamp"].is_null(), "{now:#}");
