@@ -10,6 +10,7 @@ pub mod cloudprovider;
 pub mod disruption;
 pub mod feature_gates;
 pub mod finalizers;
+pub mod interruption;
 pub mod labels;
 pub mod manifest;
 pub mod nodepool_hash;

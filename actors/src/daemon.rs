@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use kerf::catalog::Catalog;
 use kerf::cloudprovider::CloudProvider;
+use kerf::interruption::InterruptionQueue;
 use kerf::plan::ControllerSettings;
 use kube::Client;
 use tokio::sync::watch;
@@ -53,7 +54,7 @@ use crate::termination::{
     TERMINATION_MAILBOX_CAPACITY, TerminationConfig, TerminationDeps, TerminationDrainer,
     TerminationStats,
 };
-use crate::{divergences, events, pod_watcher, server, shutdown};
+use crate::{divergences, events, interruption, pod_watcher, server, shutdown};
 
 /// Upstream's name for the controller that launches NodeClaims: the `controller` label of
 /// the NodeClaim lifecycle's cloud provider metrics (launch, termination, lookups).
@@ -128,6 +129,9 @@ pub struct Daemon {
     lone_leader: Option<watch::Sender<bool>>,
     actors: Actors,
     graceful: GracefulShutdown,
+    /// The fenced client and the event recorder, for actors attached after start.
+    client: Client,
+    events: events::EventRecorder,
 }
 
 /// The actors' handles the daemon keeps until it stops (senders keep an actor alive).
@@ -180,7 +184,7 @@ impl Daemon {
             cluster_name,
             cluster_endpoint: _cluster_endpoint_for_launcher,
             cluster_ca_bundle: _cluster_ca_bundle_for_launcher,
-            interruption_queue: _interruption_queue_for_interruption_actor,
+            interruption_queue: _interruption_queue_opened_by_the_binary,
             batch_idle_duration,
             batch_max_duration,
             vm_memory_overhead_percent,
@@ -407,6 +411,8 @@ impl Daemon {
         tasks.push(events_task);
         tasks.push(gate_task);
         Ok(Self {
+            client,
+            events,
             state,
             leader,
             rounds: provisioner.rounds,
@@ -428,6 +434,37 @@ impl Daemon {
             },
             graceful,
         })
+    }
+
+    /// Starts the Interruption actor on `queue` (the binary opens the SQS queue named by
+    /// `INTERRUPTION_QUEUE`; the simulated cluster hands in its in-memory queue). It marks
+    /// interrupted offerings in this daemon's OfferingCache and stops with the daemon.
+    pub fn watch_interruptions(&mut self, queue: Arc<dyn InterruptionQueue>) {
+        let handler = interruption::Handler::new(interruption::HandlerDeps {
+            queue: Arc::clone(&queue),
+            state: self.state.clone(),
+            client: self.client.clone(),
+            events: self.events.clone(),
+            offerings: self.offerings.clone(),
+        });
+        self.tasks.extend(interruption::spawn(
+            queue,
+            handler,
+            self.leader.clone(),
+            self.shutdown.subscribe(),
+        ));
+    }
+
+    /// Starts node repair (the binary does with `FEATURE_GATES` `NodeRepair=true`): it
+    /// deletes the NodeClaims of Nodes unhealthy past their toleration, and stops with the
+    /// daemon.
+    pub fn repair_nodes(&mut self) {
+        self.tasks.push(tokio::spawn(crate::node_repair::run(
+            self.client.clone(),
+            self.state.clone(),
+            self.leader.clone(),
+            self.shutdown.subscribe(),
+        )));
     }
 
     /// Stops every task and actor: first provisioning drains (no new rounds; the current

@@ -14,13 +14,9 @@ use crate::state::Change;
 /// One warning per accepted setting kerf does not act on yet.
 pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
     let mut ignored = Vec::new();
-    if let Some(queue) = &settings.interruption_queue {
-        ignored.push(format!(
-            "INTERRUPTION_QUEUE={queue}: kerf does not act on interruption messages yet"
-        ));
-    }
     let FeatureGates {
-        node_repair,
+        // Acted on: `node_repair`.
+        node_repair: _,
         reserved_capacity,
         spot_to_spot_consolidation,
         node_overlay,
@@ -28,7 +24,6 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
         capacity_buffer,
     } = settings.feature_gates;
     for (gate, on) in [
-        ("NodeRepair", node_repair),
         ("ReservedCapacity", reserved_capacity),
         ("SpotToSpotConsolidation", spot_to_spot_consolidation),
         ("NodeOverlay", node_overlay),
@@ -137,12 +132,15 @@ mod tests {
             "BestEffort",
         ]));
         let named = |what: &str| warnings.iter().any(|w| w.starts_with(what));
-        assert!(named("INTERRUPTION_QUEUE=q"), "{warnings:?}");
-        assert!(named("FEATURE_GATES NodeRepair=true"), "{warnings:?}");
+        assert!(!named("INTERRUPTION_QUEUE"), "acted on now: {warnings:?}");
+        assert!(
+            !named("FEATURE_GATES NodeRepair"),
+            "acted on now: {warnings:?}"
+        );
         assert!(!named("FEATURE_GATES ReservedCapacity"), "{warnings:?}");
         assert!(named("PREFERENCE_POLICY=Ignore"), "{warnings:?}");
         assert!(named("MIN_VALUES_POLICY=BestEffort"), "{warnings:?}");
-        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
 //! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`,
-//! `lifecycle`, `leader`, `launch_template_cache` for EC2NodeClass status, `tagging`) and
-//! loop (`garbage_collection`), the cluster state they share (`state`), the daemon that wires them
+//! `lifecycle`, `leader`, `launch_template_cache` for EC2NodeClass status, `tagging`,
+//! `interruption` for the SQS interruption queue) and loops (`garbage_collection`,
+//! `node_repair` behind the `NodeRepair` gate), the
+//! cluster state they share (`state`), the daemon that wires them
 //! (`daemon`), each on its own thread under a supervisor (`supervisor`), and stops them
 //! gracefully (`shutdown`), and the operational surface: settings, the
 //! rate-limited Kubernetes client (`client`), Kubernetes Events (`events`), JSON logs, metrics
@@ -18,6 +20,7 @@ pub mod divergences;
 pub mod events;
 pub mod expiration;
 pub mod garbage_collection;
+pub mod interruption;
 pub mod launch_template_cache;
 pub mod launcher;
 pub mod leader;
@@ -26,6 +29,7 @@ pub mod logging;
 pub mod mailbox;
 pub mod metrics;
 pub mod node_pool_scheduler;
+pub mod node_repair;
 pub mod nodeclaim_disruption;
 pub mod nodepool_status;
 pub mod offering_cache;

@@ -44,6 +44,18 @@ pub const NODECLAIMS_TERMINATED: &str = "karpenter_nodeclaims_terminated_total";
 /// NodeClaims deleted by a controller decision (labels `reason`, `nodepool`,
 /// `capacity_type`); counted only through [`nodeclaim_disrupted`].
 pub const NODECLAIMS_DISRUPTED: &str = "karpenter_nodeclaims_disrupted_total";
+/// Interruption messages received, by kind (label `message_type`: upstream's kinds,
+/// `spot_interrupted`, `rebalance_recommendation`, ..., `no_op`).
+pub const INTERRUPTION_RECEIVED: &str = "karpenter_interruption_received_messages_total";
+/// Interruption messages deleted from the queue once handled (or found unparseable).
+pub const INTERRUPTION_DELETED: &str = "karpenter_interruption_deleted_messages_total";
+/// Time from an interruption event (its `time`) until it was handled.
+pub const INTERRUPTION_QUEUE_DURATION: &str =
+    "karpenter_interruption_message_queue_duration_seconds";
+/// Interruption messages that could not be parsed (logged and deleted). kerf's own.
+pub const INTERRUPTION_UNPARSEABLE: &str = "kerf_interruption_unparseable_messages_total";
+/// NodeClaims node repair deleted (labels `condition`, `nodepool`, `capacity_type`).
+pub const NODECLAIMS_UNHEALTHY_DISRUPTED: &str = "karpenter_nodeclaims_unhealthy_disrupted_total";
 /// Nodes registered for a NodeClaim (labels `nodepool`, `zone`).
 pub const NODES_CREATED: &str = "karpenter_nodes_created_total";
 /// Nodes whose termination finalizer was released (labels `nodepool`, `zone`).
@@ -150,6 +162,11 @@ pub fn workqueue_depth(controller: &'static str, depth: usize) {
 const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
+/// An interruption is handled within seconds of its event, unless the queue backed up or
+/// the controller was down; upstream's buckets reach a few minutes.
+const QUEUE_DURATION_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
 /// Batch windows last between the idle duration and the max duration (1 s–10 s by default).
 const WINDOW_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0];
 /// Upstream's NodeClaim termination buckets: 1 s doubling to 2048 s.
@@ -183,6 +200,12 @@ fn install() -> PrometheusHandle {
             b.set_buckets_for_metric(
                 Matcher::Full(NODECLAIMS_INSTANCE_TERMINATION_DURATION.into()),
                 &TERMINATION_BUCKETS[..11],
+            )
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(INTERRUPTION_QUEUE_DURATION.into()),
+                QUEUE_DURATION_BUCKETS,
             )
         })
         .and_then(|b| {

@@ -22,6 +22,8 @@ pub struct AwsClients {
     pub pricing: aws_sdk_pricing::Client,
     pub iam: aws_sdk_iam::Client,
     pub sts: aws_sdk_sts::Client,
+    /// The interruption queue's client (used only with `INTERRUPTION_QUEUE`).
+    pub sqs: aws_sdk_sqs::Client,
     pub region: String,
     /// The endpoint override, when one is configured (tests, VPC endpoints).
     pub endpoint_override: Option<String>,
@@ -81,6 +83,7 @@ impl AwsClients {
             pricing: aws_sdk_pricing::Client::from_conf(pricing_conf),
             iam: aws_sdk_iam::Client::new(conf),
             sts: aws_sdk_sts::Client::new(conf),
+            sqs: aws_sdk_sqs::Client::new(conf),
             endpoint_override: conf.endpoint_url().map(str::to_owned),
             region,
         })

@@ -1,8 +1,8 @@
 //! kerf's AWS cloud provider: discovers an EC2NodeClass's subnets, security groups and AMIs
 //! (EC2, SSM), renders user data per AMI family, keeps launch templates, launches capacity
 //! with CreateFleet and classifies its errors into unavailable offerings, lists and
-//! terminates instances, prices offerings (Pricing API, spot price history) and detects
-//! drift. All AWS SDK code of kerf lives in this crate so the core and most tests never
+//! terminates instances, prices offerings (Pricing API, spot price history), detects
+//! drift and reads the interruption queue (SQS). All AWS SDK code of kerf lives in this crate so the core and most tests never
 //! compile the SDK; its tests run against moto, a real AWS API emulator ([`moto`]).
 
 pub mod ami;
@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod instance;
 pub mod instanceprofile;
 pub mod instancetype;
+pub mod interruption;
 pub mod launchtemplate;
 pub mod moto;
 pub mod nodeclass;

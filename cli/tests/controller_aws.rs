@@ -4,7 +4,10 @@
 //! created in moto (subnets, security group, an AMI behind the EKS alias parameter, the node
 //! role) and written Ready; an unschedulable pod gets a NodeClaim whose instance runs in moto
 //! with kerf's tags, and is named after its node once registered; an instance leaked by an
-//! earlier run is terminated. An unreachable AWS endpoint stops start-up with advice.
+//! earlier run is terminated. An EC2 state-change message sent into the SQS interruption
+//! queue (moto's SQS, `INTERRUPTION_QUEUE`) deletes that NodeClaim and terminates its
+//! instance. An unreachable AWS endpoint, or a missing interruption queue, stops start-up
+//! with advice.
 
 // Helpers of this test crate are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -368,7 +371,8 @@ async fn launches_on_aws_for_a_pending_pod_and_collects_a_leaked_instance() {
         std::process::id()
     ));
     server.write_kubeconfig(&kubeconfig).unwrap();
-    let controller = spawn_controller(&kubeconfig, &[]);
+    let queue = interruption_queue(&c).await;
+    let controller = spawn_controller(&kubeconfig, &[("INTERRUPTION_QUEUE", INTERRUPTION_QUEUE)]);
 
     // The node class resolves against moto: discovered subnets and group, the AMI behind
     // the alias for the API server's Kubernetes version, the role's instance profile.
@@ -472,9 +476,116 @@ async fn launches_on_aws_for_a_pending_pod_and_collects_a_leaked_instance() {
     )
     .await;
 
+    // EC2 says the instance is stopping: the NodeClaim is deleted and its instance
+    // terminated; the message is deleted from the queue.
+    let message = kerf::interruption::messages::state_change(
+        "moto-1",
+        REGION,
+        k8s_openapi::jiff::Timestamp::now(),
+        &id,
+        "stopping",
+    );
+    c.sqs
+        .send_message()
+        .queue_url(&queue)
+        .message_body(message)
+        .send()
+        .await
+        .unwrap();
+    eventually(
+        &controller,
+        "the interrupted NodeClaim is deleted",
+        || async {
+            cluster
+                .get("karpenter.sh/v1", "nodeclaims", None, &name)
+                .map_or(true, |c| c["metadata"]["deletionTimestamp"].is_string())
+        },
+    )
+    .await;
+    eventually(&controller, "its instance is terminated", || async {
+        instance(&c, &id)
+            .await
+            .is_some_and(|(state, _)| state == "shutting-down" || state == "terminated")
+    })
+    .await;
+    eventually(&controller, "the message is deleted", || async {
+        queue_depth(&c, &queue).await == 0
+    })
+    .await;
+
     let log = controller.log();
     let exit = controller.stop().await;
     assert!(exit.success(), "{exit:?}\n{log}");
+    assert!(
+        log.contains("initiating delete from interruption message"),
+        "{log}"
+    );
+    let _ = std::fs::remove_file(&kubeconfig);
+    server.shutdown().await;
+}
+
+const INTERRUPTION_QUEUE: &str = "kerf-moto-interruptions";
+
+/// The interruption queue in moto's SQS; returns its URL.
+async fn interruption_queue(c: &AwsClients) -> String {
+    c.sqs
+        .create_queue()
+        .queue_name(INTERRUPTION_QUEUE)
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned()
+}
+
+/// Messages in the queue, visible or in flight.
+async fn queue_depth(c: &AwsClients, url: &str) -> u64 {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let attributes = c
+        .sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let attributes = attributes.attributes().cloned().unwrap_or_default();
+    [
+        A::ApproximateNumberOfMessages,
+        A::ApproximateNumberOfMessagesNotVisible,
+    ]
+    .iter()
+    .filter_map(|a| attributes.get(a)?.parse::<u64>().ok())
+    .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_interruption_queue_stops_start_up_naming_it() {
+    moto();
+    let server = ApiServer::start(ServerConfig::default()).await.unwrap();
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "kerf-cli-controller-aws-queue-{}.kubeconfig",
+        std::process::id()
+    ));
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let mut controller =
+        spawn_controller(&kubeconfig, &[("INTERRUPTION_QUEUE", "kerf-no-such-queue")]);
+    let mut child = controller.child.take().unwrap();
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    // The log readers finish once the process's pipes close.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = controller.log();
+    assert!(!exit.success(), "{log}");
+    assert!(
+        log.contains("interruption queue \\\"kerf-no-such-queue\\\" does not exist")
+            || log.contains("interruption queue \"kerf-no-such-queue\" does not exist"),
+        "{log}"
+    );
     let _ = std::fs::remove_file(&kubeconfig);
     server.shutdown().await;
 }

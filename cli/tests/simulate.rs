@@ -191,6 +191,60 @@ spec:
 }
 
 #[test]
+fn interrupted_spot_nodes_lose_their_pods_which_run_again() {
+    // A longer deadline than other runs: scale-out, then the interruption and recovery.
+    let out = kerf(&[
+        "--fast",
+        "-o",
+        "json",
+        "--duration",
+        "300s",
+        "--pods",
+        "40",
+        "--interrupt-spot",
+        "0.5",
+    ]);
+    let summary: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("summary is JSON ({e}): {}", text(&out.stderr)));
+    assert!(
+        out.status.success(),
+        "stderr: {}\n{summary:#}",
+        text(&out.stderr)
+    );
+    let i = &summary["interruptions"];
+    assert!(count(&i["spotNodes"]) > 0, "{summary:#}");
+    assert!(
+        count(&i["interruptedNodes"]) >= count(&i["spotNodes"]) / 2,
+        "{i:#}"
+    );
+    assert!(count(&i["displacedPods"]) > 0, "{i:#}");
+    assert_eq!(i["recovered"], true, "{i:#}");
+    // The displaced pods ran again (on the nodes left or on replacements) after the warning.
+    assert!(
+        i["displacedToRunningSeconds"]["max"]
+            .as_f64()
+            .is_some_and(|s| s > 0.0),
+        "{i:#}"
+    );
+    // With --fast, EC2 reclaims at the warning: every displaced pod lost its node.
+    assert_eq!(
+        i["podsLostNodeBeforeReplacement"], i["displacedPods"],
+        "{i:#}"
+    );
+}
+
+#[test]
+fn an_interrupt_spot_fraction_outside_zero_to_one_is_refused() {
+    let out = kerf(&["--fast", "--interrupt-spot", "1.5"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--interrupt-spot"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn a_nodepools_file_replaces_the_default_pool() {
     let dir = TempDir::new("pools");
     let pools = dir.file(

@@ -3,7 +3,8 @@
 //! [`Store`] (a `DashMap` behind `Arc`) with exactly one writer: [`ClusterState::new`] hands
 //! out one [`StoreWriter`] per kind, which cannot be cloned, so two tasks can never race on a
 //! kind. No decision is taken before every store has completed its initial list
-//! ([`ClusterState::synced`]).
+//! ([`ClusterState::synced`]). NodeClaims and Nodes are also indexed by the EC2 instance id
+//! of their providerID ([`instance_id`]), which is how interruption messages find them.
 
 mod pods;
 mod store;
@@ -18,6 +19,13 @@ use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use tokio::sync::watch;
 
 pub use pods::{is_provisionable, is_rescheduled, is_terminating_node};
+
+/// The EC2 instance id of an `aws:///<zone>/<instance-id>` providerID.
+pub fn instance_id(provider_id: &str) -> Option<String> {
+    kerf::cloudprovider::parse_aws_provider_id(provider_id)
+        .ok()
+        .map(|p| p.instance_id.to_owned())
+}
 pub use store::{ObjectKey, Store, StoreWriter};
 
 /// The Nodes among `nodes` claiming `provider_id` (normally none or one).
@@ -74,8 +82,10 @@ impl ClusterState {
         let (synced, _) = watch::channel(false);
         let state = Arc::new(Self {
             pods: Store::new("Pod"),
-            nodes: Store::new("Node"),
-            nodeclaims: Store::new("NodeClaim"),
+            nodes: Store::indexed("Node", |n| {
+                instance_id(n.spec.as_ref()?.provider_id.as_deref()?)
+            }),
+            nodeclaims: Store::indexed("NodeClaim", |c| instance_id(c.provider_id()?)),
             nodepools: Store::new("NodePool"),
             nodeclasses: Store::new("EC2NodeClass"),
             daemonsets: Store::new("DaemonSet"),
@@ -136,6 +146,16 @@ impl ClusterState {
         let mut rx = self.synced.subscribe();
         // The sender lives in `self`, so the channel cannot close while we borrow it.
         let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// The NodeClaim launched as EC2 instance `instance_id`, if cluster state holds one.
+    pub fn nodeclaim_by_instance_id(&self, instance_id: &str) -> Option<Arc<NodeClaim>> {
+        self.nodeclaims.get_indexed(instance_id)
+    }
+
+    /// The Node of EC2 instance `instance_id`, if it registered.
+    pub fn node_by_instance_id(&self, instance_id: &str) -> Option<Arc<Node>> {
+        self.nodes.get_indexed(instance_id)
     }
 
     /// Pods the Provisioner must find capacity for: the pending ones and those of

@@ -2,7 +2,9 @@
 //! the one writer allowed to change it. A relist (the watch restarting after a 410 or a
 //! dropped connection) replaces the contents wholesale at its end, so objects deleted while
 //! the watch was down disappear too. Deleted keys are remembered for a while, so a reader
-//! can tell an object the watch has not delivered yet from one that came and went.
+//! can tell an object the watch has not delivered yet from one that came and went. A store
+//! may keep one secondary index (e.g. NodeClaims by EC2 instance id), maintained by the same
+//! writer on every apply, delete and relist, so a lookup by it is a map read, not a scan.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -46,6 +48,28 @@ pub struct Store<K> {
     objects: DashMap<ObjectKey, Arc<K>>,
     tombstones: DashMap<ObjectKey, Instant>,
     synced: AtomicBool,
+    index: Option<Index<K>>,
+}
+
+/// A secondary key of some objects (those for which `key` answers) → their primary key.
+struct Index<K> {
+    key: fn(&K) -> Option<String>,
+    entries: DashMap<String, ObjectKey>,
+}
+
+impl<K> Index<K> {
+    fn remove(&self, object: &K, primary: &ObjectKey) {
+        if let Some(secondary) = (self.key)(object) {
+            // Only while it still points here: another object may have taken the key since.
+            self.entries.remove_if(&secondary, |_, at| at == primary);
+        }
+    }
+
+    fn insert(&self, object: &K, primary: &ObjectKey) {
+        if let Some(secondary) = (self.key)(object) {
+            self.entries.insert(secondary, primary.clone());
+        }
+    }
 }
 
 impl<K> fmt::Debug for Store<K> {
@@ -65,7 +89,26 @@ impl<K> Store<K> {
             objects: DashMap::new(),
             tombstones: DashMap::new(),
             synced: AtomicBool::new(false),
+            index: None,
         }
+    }
+
+    /// A store that also indexes its objects by `key` ([`Self::get_indexed`]).
+    pub(super) fn indexed(kind: &'static str, key: fn(&K) -> Option<String>) -> Self {
+        Self {
+            index: Some(Index {
+                key,
+                entries: DashMap::new(),
+            }),
+            ..Self::new(kind)
+        }
+    }
+
+    /// The object whose index key is `secondary`, if this store is indexed and holds one.
+    pub fn get_indexed(&self, secondary: &str) -> Option<Arc<K>> {
+        let index = self.index.as_ref()?;
+        let primary = index.entries.get(secondary)?.value().clone();
+        self.get(&primary)
     }
 
     pub fn kind(&self) -> &'static str {
@@ -145,15 +188,25 @@ impl<K> StoreWriter<K> {
         if let Some(seen) = &mut self.relist {
             seen.insert(key.clone());
         }
-        self.store().tombstones.remove(&key);
-        self.store().objects.insert(key, Arc::new(object));
-        self.store().publish_len();
+        let store = self.store();
+        store.tombstones.remove(&key);
+        if let Some(index) = &store.index {
+            if let Some(old) = store.objects.get(&key) {
+                index.remove(&old, &key);
+            }
+            index.insert(&object, &key);
+        }
+        store.objects.insert(key, Arc::new(object));
+        store.publish_len();
     }
 
     /// Removes an object; returns what was stored.
     pub fn delete(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
         let removed = self.store().objects.remove(key).map(|(_, o)| o);
-        if removed.is_some() {
+        if let Some(object) = &removed {
+            if let Some(index) = &self.store().index {
+                index.remove(object, key);
+            }
             self.bury(key.clone());
         }
         self.store().publish_len();
@@ -169,9 +222,13 @@ impl<K> StoreWriter<K> {
     pub fn finish_relist(&mut self) {
         if let Some(seen) = self.relist.take() {
             let mut gone = Vec::new();
-            self.store().objects.retain(|k, _| {
+            let store = self.store();
+            store.objects.retain(|k, object| {
                 let listed = seen.contains(k);
                 if !listed {
+                    if let Some(index) = &store.index {
+                        index.remove(object, k);
+                    }
                     gone.push(k.clone());
                 }
                 listed
@@ -213,6 +270,7 @@ mod tests {
     use super::*;
     use crate::state::Writers;
     use k8s_openapi::api::core::v1::Node;
+    use kerf::api::NodeClaim;
 
     fn node(name: &str) -> Node {
         let mut n = Node::default();
@@ -281,6 +339,43 @@ mod tests {
             state.nodes.recently_deleted(&a),
             "a relist that no longer lists it deleted it"
         );
+    }
+
+    fn claim(name: &str, provider_id: Option<&str>) -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
+            "status": {"providerID": provider_id},
+        }))
+        .expect("a valid NodeClaim")
+    }
+
+    #[test]
+    fn nodeclaims_are_found_by_instance_id_through_apply_delete_and_relist() {
+        let (state, mut w) = ClusterState::new();
+        let (a, b) = (ObjectKey::new(None, "a"), ObjectKey::new(None, "b"));
+        w.nodeclaims.apply(a.clone(), claim("a", None));
+        assert!(
+            state.nodeclaims.get_indexed("i-0a").is_none(),
+            "not launched"
+        );
+        w.nodeclaims
+            .apply(a.clone(), claim("a", Some("aws:///us-east-1a/i-0a")));
+        let found = state.nodeclaims.get_indexed("i-0a").expect("indexed");
+        assert_eq!(found.metadata.name.as_deref(), Some("a"));
+        w.nodeclaims
+            .apply(b.clone(), claim("b", Some("aws:///us-east-1b/i-0b")));
+        w.nodeclaims.delete(&a);
+        assert!(state.nodeclaims.get_indexed("i-0a").is_none(), "deleted");
+        w.nodeclaims.begin_relist();
+        w.nodeclaims.finish_relist();
+        assert!(
+            state.nodeclaims.get_indexed("i-0b").is_none(),
+            "not relisted"
+        );
+        assert!(state.nodes.get_indexed("i-0b").is_none());
     }
 
     #[test]

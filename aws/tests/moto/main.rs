@@ -8,6 +8,7 @@ mod cloudprovider;
 mod discovery;
 mod drift;
 mod instancetypes;
+mod interruption;
 mod launch;
 mod nodeclass;
 mod pricing;

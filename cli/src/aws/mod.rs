@@ -7,7 +7,8 @@
 //! state. Its instance types, offerings and prices are refreshed in the background (at start
 //! and every 12 hours); the embedded catalog of the region stands in until the first refresh.
 //! Launch templates of the cluster found at start are remembered, so the leader deletes those
-//! that stay unused.
+//! that stay unused. With `INTERRUPTION_QUEUE`, the SQS queue is opened at start (a missing
+//! queue or permission stops start-up, naming both) for the Interruption actor.
 
 pub mod cluster;
 
@@ -25,6 +26,7 @@ use kerf_actors::{Cloud, ValidSettings};
 use kerf_aws::clients::AwsClients;
 use kerf_aws::cloudprovider::{AwsCloudProvider, AwsSettings, NodeClassStore};
 use kerf_aws::instancetype::INSTANCE_TYPES_REFRESH_INTERVAL;
+use kerf_aws::interruption::SqsQueue;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -44,6 +46,8 @@ impl NodeClassStore for ClusterNodeClasses {
 pub struct AwsCloud {
     pub cloud: Cloud,
     pub provider: Arc<AwsCloudProvider>,
+    /// The interruption queue, with `INTERRUPTION_QUEUE` set.
+    pub interruption_queue: Option<Arc<SqsQueue>>,
 }
 
 /// Connects to AWS and builds the provider over `state`.
@@ -65,6 +69,16 @@ pub async fn connect(
         endpoint = clients.endpoint_override.as_deref().unwrap_or("default"),
         "connected to AWS"
     );
+    let interruption_queue = match &settings.interruption_queue {
+        Some(name) => {
+            let queue = SqsQueue::open(clients.sqs.clone(), name, &clients.region)
+                .await
+                .context("checking the interruption queue (INTERRUPTION_QUEUE)")?;
+            tracing::info!(queue = name, url = queue.url(), "interruption queue found");
+            Some(Arc::new(queue))
+        }
+        None => None,
+    };
     let catalog = Catalog::embedded(&clients.region)
         .with_context(|| format!("no embedded EC2 catalog for region {}", clients.region))?;
     let facts = cluster::discover(
@@ -119,6 +133,7 @@ pub async fn connect(
             offerings: Some(offerings),
         },
         provider,
+        interruption_queue,
     })
 }
 

@@ -1,7 +1,8 @@
 //! `kerf controller`: the daemon. Reads upstream's settings from flags and environment,
 //! refuses bad ones by name, logs JSON, connects to the cluster in the kubeconfig (or the
 //! in-cluster service account) through a client limited to `KUBE_CLIENT_QPS` /
-//! `KUBE_CLIENT_BURST`, and to AWS (see [`crate::aws`]), runs the actors until SIGTERM or
+//! `KUBE_CLIENT_BURST`, and to AWS (see [`crate::aws`]; with `INTERRUPTION_QUEUE`, its SQS
+//! queue feeds the Interruption actor), runs the actors until SIGTERM or
 //! Ctrl-C, then stops them: launches in flight finish first, then the leader Lease is
 //! released.
 
@@ -60,9 +61,10 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
     .context("building the Kubernetes client")?;
     let leader_client =
         kube::Client::try_from(config.clone()).context("building the leader election client")?;
+    let node_repair = settings.feature_gates.node_repair;
     let (state, writers) = ClusterState::new();
     let aws = crate::aws::connect(&settings, &client, &config, state.clone()).await?;
-    let daemon = Daemon::start_with_state(
+    let mut daemon = Daemon::start_with_state(
         settings,
         Environment {
             client,
@@ -77,6 +79,12 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
     )
     .await
     .context("starting the controller")?;
+    if let Some(queue) = aws.interruption_queue.clone() {
+        daemon.watch_interruptions(queue);
+    }
+    if node_repair {
+        daemon.repair_nodes();
+    }
     let upkeep = aws.start_upkeep(daemon.leader.clone());
     terminated().await.context("waiting for a stop signal")?;
     tracing::info!("stopping controller");

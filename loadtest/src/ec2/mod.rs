@@ -1,19 +1,24 @@
 //! Simulated EC2: an in-memory region that launches instances through the `CreateFleet`
 //! request kerf sends to AWS, describes, tags and terminates them, and injects the failures
 //! real EC2 produces under load — insufficient capacity per pool, throttling, spot
-//! interruptions — under the control of tests and the load harness. Every API call is
+//! interruptions — under the control of tests and the load harness. Its interruptions reach
+//! the controller as EventBridge JSON through an in-memory queue ([`MemoryQueue`],
+//! [`forward_interruptions`]), as a real region's reach SQS. Every API call is
 //! counted by operation for reports. [`SimulatedCloudProvider`] puts kerf's `CloudProvider`
 //! trait on top of it, and the simulated kubelets follow its instances to register nodes.
 
 mod error;
+mod eventbridge;
 mod faults;
 mod fleet;
 mod ids;
 mod nodeclass;
 mod provider;
+mod queue;
 mod types;
 
 pub use error::{Ec2ConfigError, Ec2Error};
+pub use eventbridge::{forward_interruptions, to_eventbridge};
 pub use faults::{ApiCalls, CallCount};
 pub use ids::is_instance_id;
 pub use nodeclass::{security_group_id, subnet_id};
@@ -21,6 +26,7 @@ pub use provider::{
     MAX_INSTANCE_TYPES, SimulatedCloudProvider, SimulatedCloudProviderConfig, catalog_offerings,
     instance_type_requirements, resource_list, tags,
 };
+pub use queue::{DEFAULT_VISIBILITY_TIMEOUT, MemoryQueue};
 pub use types::{
     CapacityType, CreateFleetOutput, CreateFleetRequest, DescribeInstancesRequest, Ec2Event,
     Filter, FleetError, FleetInstance, FleetOverride, INSUFFICIENT_INSTANCE_CAPACITY, Instance,

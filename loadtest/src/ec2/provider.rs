@@ -27,14 +27,14 @@ use kerf::catalog::{
 };
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
-    NodeClassReconciler, OfferingRef, SPOT_SLR_ERROR_CODE, SPOT_SLR_REASON, launched_provider_id,
-    parse_aws_provider_id, spot_service_linked_role_message,
+    NodeClassReconciler, OfferingRef, SPOT_SLR_ERROR_CODE, SPOT_SLR_REASON, UnavailableOfferings,
+    launched_provider_id, parse_aws_provider_id, spot_service_linked_role_message,
 };
 use kerf::labels;
 use kerf::requirements::{AllowUndefined, Requirement, Requirements};
 use kerf::resources::{Quantity, Resources};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// The AWS provider's cap on the instance types one launch offers to CreateFleet (upstream's
 /// `maxInstanceTypes`, applied after unavailable offerings are removed).
@@ -82,6 +82,9 @@ pub struct SimulatedCloudProvider {
     /// allocatable, computed once.
     launch_facts: Vec<(Requirements, Resources)>,
     by_name: HashMap<String, Arc<InstanceType>>,
+    /// Offerings the controller marked unavailable (interrupted, out of capacity), left out
+    /// of launches as the AWS provider leaves them out of CreateFleet's overrides.
+    unavailable: OnceLock<Arc<dyn UnavailableOfferings>>,
 }
 
 /// The priced, available offerings of `instance_types`: the pools the simulated region sells.
@@ -124,7 +127,31 @@ impl SimulatedCloudProvider {
             instance_types,
             launch_facts,
             by_name,
+            unavailable: OnceLock::new(),
         }
+    }
+
+    /// Shares the controller's unavailable offerings with launches (once; later calls are
+    /// ignored).
+    pub fn share_unavailable_offerings(&self, offerings: Arc<dyn UnavailableOfferings>) {
+        let _first_wins = self.unavailable.set(offerings);
+    }
+
+    /// `overrides` without the offerings marked unavailable.
+    fn available_overrides(
+        &self,
+        overrides: Vec<FleetOverride>,
+        capacity_type: Ec2CapacityType,
+    ) -> Vec<FleetOverride> {
+        let Some(unavailable) = self.unavailable.get() else {
+            return overrides;
+        };
+        overrides
+            .into_iter()
+            .filter(|o| {
+                !unavailable.is_unavailable(&o.instance_type, &o.zone, capacity_type.as_str(), &[])
+            })
+            .collect()
     }
 
     /// A simulated region from the embedded catalog: EC2 selling every priced offering of
@@ -189,12 +216,27 @@ impl SimulatedCloudProvider {
         let reqs = claim_requirements(node_claim)?;
         let requests = claim_requests(node_claim)?;
         let candidates = self.candidates(&name, &reqs, &requests)?;
-        let capacity_type = choose_capacity_type(&reqs, &candidates);
+        let mut capacity_type = choose_capacity_type(&reqs, &candidates);
         let image_id = self.image_id();
+        let offered = |capacity_type| {
+            self.available_overrides(
+                overrides(&candidates, &reqs, capacity_type, &image_id),
+                capacity_type,
+            )
+        };
+        let mut chosen = offered(capacity_type);
+        // Every spot offering unavailable: on-demand, when allowed, as the AWS provider falls back.
+        if chosen.is_empty()
+            && capacity_type == Ec2CapacityType::Spot
+            && allows_capacity_type(&reqs, CapacityType::OnDemand)
+        {
+            capacity_type = Ec2CapacityType::OnDemand;
+            chosen = offered(capacity_type);
+        }
         let request = CreateFleetRequest {
             launch_template_configs: vec![LaunchTemplateConfig {
                 launch_template_name: format!("karpenter.k8s.aws/{}", self.cluster_name),
-                overrides: overrides(&candidates, &reqs, capacity_type, &image_id),
+                overrides: chosen,
             }],
             capacity_type: Some(capacity_type),
             total_target_capacity: 1,

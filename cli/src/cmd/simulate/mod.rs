@@ -12,6 +12,7 @@ mod defaults;
 mod drift;
 mod ice;
 mod inputs;
+mod interrupt;
 mod memory;
 mod observe;
 mod planned;
@@ -46,6 +47,10 @@ pub struct Args {
     /// `*` for any type or zone; repeatable.
     #[arg(long = "ice", value_name = "TYPE:ZONE")]
     pub ice: Vec<IceTarget>,
+    /// Once every pod that can fit is bound, send spot interruption warnings to this fraction
+    /// (0 < FRACTION ≤ 1) of the running spot nodes; EC2 reclaims them two minutes later.
+    #[arg(long, value_name = "FRACTION", value_parser = interrupt::parse_fraction)]
+    pub interrupt_spot: Option<f64>,
     /// Longest the run may take before it gives up (Go duration: 90s, 10m).
     #[arg(long, default_value = "10m", value_parser = go_duration)]
     pub duration: Duration,
@@ -104,6 +109,7 @@ pub fn run(args: Args) -> ExitCode {
     let config = run::Config {
         inputs,
         ice: args.ice,
+        interrupt_spot: args.interrupt_spot,
         duration: args.duration,
         kubeconfig_out: args.kubeconfig_out,
         pace: if args.fast {

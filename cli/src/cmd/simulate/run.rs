@@ -1,7 +1,8 @@
 //! One simulation from start to summary: start the world, apply the set-up objects, start
 //! the controller and wait for it to sync, apply the workload, then follow pods, NodeClaims
 //! and the controller's provisioning rounds until every pod that can fit is bound — pods the
-//! latest round reported it cannot place are excluded — or `--duration` runs out.
+//! latest round reported it cannot place are excluded — or `--duration` runs out; then,
+//! with `--interrupt-spot`, the spot interruption phase ([`interrupt`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ use tokio::time::Instant;
 use super::apply::apply;
 use super::ice::IceTarget;
 use super::inputs::Inputs;
+use super::interrupt;
 use super::memory;
 use super::observe::Tally;
 use super::planned;
@@ -28,6 +30,8 @@ const TICK: Duration = Duration::from_millis(100);
 pub struct Config {
     pub inputs: Inputs,
     pub ice: Vec<IceTarget>,
+    /// `--interrupt-spot`: the fraction of spot nodes to interrupt once scale-out settled.
+    pub interrupt_spot: Option<f64>,
     pub duration: Duration,
     pub kubeconfig_out: Option<PathBuf>,
     pub pace: Pace,
@@ -113,6 +117,13 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     } else {
         None
     };
+    let interruptions = match (outcome, config.interrupt_spot) {
+        (Outcome::Complete, Some(fraction)) => {
+            eprintln!("interrupting {:.0}% of the spot nodes", fraction * 100.0);
+            Some(interrupt::run(&cluster, world.provider.ec2(), fraction, deadline).await)
+        }
+        _ => None,
+    };
     // Read before the plan below runs in this process, so it does not count in the peak.
     let peak_memory_bytes = memory::peak_rss_bytes();
     let plan = planned::node_claims(&config.inputs.inventory)
@@ -133,6 +144,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         plan,
     });
     summary.drift = drift;
+    summary.interruptions = interruptions;
     Ok(Finished {
         summary,
         world,

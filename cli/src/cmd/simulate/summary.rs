@@ -11,6 +11,7 @@ use std::time::Duration;
 use kerf_loadtest::ec2::{ApiCalls, Instance};
 use serde::Serialize;
 
+use super::interrupt::Interruptions;
 use super::observe::Counts;
 
 /// How the run ended.
@@ -45,6 +46,9 @@ pub struct Summary {
     /// The AMI rollout of `--drift`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift: Option<super::drift::Rollout>,
+    /// The `--interrupt-spot` phase, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interruptions: Option<Interruptions>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -213,6 +217,7 @@ impl Summary {
             peak_memory_bytes: facts.peak_memory_bytes,
             insufficient_capacity_pools: facts.ice_pools,
             drift: None,
+            interruptions: None,
         }
     }
 
@@ -305,6 +310,9 @@ impl Summary {
         }
         if let Some(drift) = &self.drift {
             out.push_str(&drift.to_table());
+        }
+        if let Some(interruptions) = &self.interruptions {
+            out.push_str(&interruptions.to_table());
         }
         out
     }

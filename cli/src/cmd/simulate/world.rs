@@ -1,7 +1,8 @@
 //! The simulated world and the real controller in one process: the Kubernetes API emulator
 //! with kerf's CRDs, kube clients talking to it over HTTP, the simulated EC2 region (with
-//! any injected insufficient capacity), the simulated kubelets and kube-scheduler, and the
-//! controller daemon launching into that EC2 — started in dependency order and stopped in
+//! any injected insufficient capacity, and EventBridge rules feeding an in-memory
+//! interruption queue), the simulated kubelets and kube-scheduler, and the controller daemon
+//! launching into that EC2 and reading that queue — started in dependency order and stopped in
 //! reverse. Must run inside an actix `System` on a multi-threaded tokio runtime.
 
 use std::net::Ipv4Addr;
@@ -11,10 +12,15 @@ use std::time::Duration;
 use clap::Parser;
 use kerf::catalog::{AllocatableSettings, Catalog};
 use kerf_actors::leader::Timing;
+use kerf_actors::mailbox::MailboxDepth;
+use kerf_actors::offering_cache::{
+    OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, UNAVAILABLE_OFFERINGS_TTL,
+};
 use kerf_actors::{Cloud, Daemon, Environment, Settings};
 use kerf_loadtest::apiserver::{ApiServer, Cluster, RunningServer, ServerConfig};
 use kerf_loadtest::ec2::{
-    Ec2Config, OfferingKey, SimulatedCloudProvider, SimulatedCloudProviderConfig, catalog_offerings,
+    Ec2Config, MemoryQueue, OfferingKey, SimulatedCloudProvider, SimulatedCloudProviderConfig,
+    catalog_offerings, forward_interruptions,
 };
 use kerf_loadtest::kubelet::{self, KubeletConfig, KubeletHandle};
 use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle};
@@ -33,6 +39,9 @@ pub const NODECLASS_CRD: &str =
 /// up within milliseconds, so a tenth of the emulator's default is plenty, and at 10k pods
 /// the default's retained history would dwarf everything else in the process.
 const HISTORY_CAPACITY: usize = 20_000;
+
+/// The simulated region's interruption queue (`INTERRUPTION_QUEUE`).
+const INTERRUPTION_QUEUE: &str = "kerf-simulate-interruptions";
 
 /// How fast the simulated machines and nodes move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +139,9 @@ pub struct World {
     pub catalog: Catalog,
     /// The pools answering with insufficient capacity.
     pub ice: Vec<OfferingKey>,
+    /// The region's interruption queue, fed by its EventBridge rules.
+    pub interruptions: Arc<MemoryQueue>,
+    forwarding: tokio::task::JoinHandle<()>,
     kubelets: KubeletHandle,
     scheduler: SchedulerHandle,
     pace: Pace,
@@ -162,9 +174,13 @@ impl World {
         }
         let kubelets = kubelet::start(client.clone(), Arc::clone(&provider), pace.kubelet());
         let scheduler = scheduler::start(client, pace.scheduler());
+        let interruptions = Arc::new(MemoryQueue::new(INTERRUPTION_QUEUE));
+        let forwarding = forward_interruptions(provider.ec2(), Arc::clone(&interruptions));
         Ok(Self {
             server,
             provider,
+            interruptions,
+            forwarding,
             catalog,
             ice,
             kubelets,
@@ -192,7 +208,15 @@ impl World {
             settings.kube_client_burst,
         )
         .map_err(|e| StartError::Client(e.to_string()))?;
-        let daemon = Daemon::start(
+        // One unavailable-offerings state for the controller and the launches, as the AWS
+        // provider shares it: interrupted and refused offerings are left out of launches.
+        let offerings = OfferingCache::start(
+            UNAVAILABLE_OFFERINGS_TTL,
+            MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
+        );
+        self.provider
+            .share_unavailable_offerings(Arc::new(offerings.clone()));
+        let mut daemon = Daemon::start(
             settings,
             Environment {
                 client,
@@ -205,18 +229,19 @@ impl World {
                     provider: Arc::clone(&self.provider)
                         as Arc<dyn kerf::cloudprovider::CloudProvider>,
                     catalog: self.catalog,
-                    // The daemon keeps its own, fed by the Launcher's refused launches.
-                    offerings: None,
+                    offerings: Some(offerings),
                 }),
             },
         )
         .await?;
+        daemon.watch_interruptions(Arc::clone(&self.interruptions) as _);
         daemon.state.wait_synced().await;
         Ok(daemon)
     }
 
     /// Stops the simulated components and the emulator.
     pub async fn stop(self) {
+        self.forwarding.abort();
         self.kubelets.stop();
         self.scheduler.stop();
         self.server.shutdown().await;
