@@ -22,6 +22,7 @@ use crate::batcher::triggers::{self, Retrigger};
 use crate::batcher::{BATCHER_MAILBOX_CAPACITY, BatchLimits, Batcher};
 use crate::cloud_metrics::MeteredCloudProvider;
 use crate::cluster_metrics::StartupTracker;
+use crate::disruption::{self, DisruptionConfig, DisruptionDeps, Generation, Progress};
 use crate::garbage_collection;
 use crate::launch_template_cache::{
     self, LAUNCH_TEMPLATE_CACHE_MAILBOX_CAPACITY, LaunchTemplateCache,
@@ -38,6 +39,7 @@ use crate::mailbox::{MailboxDepth, Outbox};
 use crate::offering_cache::{
     OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, OfferingCacheHandle, UNAVAILABLE_OFFERINGS_TTL,
 };
+use crate::orchestrator::{self, InQueue, OrchestratorConfig, OrchestratorDeps};
 use crate::pod_watcher::Subscribers;
 use crate::provisioner::{PROVISIONER_MAILBOX_CAPACITY, Provisioner, Provisioning, Round};
 use crate::settings::ValidSettings;
@@ -104,6 +106,8 @@ pub struct Daemon {
     pub offerings: Option<OfferingCacheHandle>,
     /// The NodeClaim lifecycle's totals (with a cloud provider).
     pub lifecycle_stats: Option<Arc<LifecycleStats>>,
+    /// The disruption loop and its commands in flight (with a cloud provider).
+    pub disruption: Option<DisruptionHandle>,
     pub metrics_addr: SocketAddr,
     pub probes_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -113,6 +117,23 @@ pub struct Daemon {
     lone_leader: Option<watch::Sender<bool>>,
     actors: Actors,
     graceful: GracefulShutdown,
+}
+
+/// What the disruption loop publishes.
+#[derive(Clone, Debug)]
+pub struct DisruptionHandle {
+    pub progress: watch::Receiver<Progress>,
+    /// The nodes of the commands the Orchestrator is carrying out.
+    pub in_queue: InQueue,
+}
+
+/// Timings tests shorten: the NodeClaim lifecycle's, the disruption loop's and the
+/// Orchestrator's.
+#[derive(Clone, Debug, Default)]
+pub struct Tuning {
+    pub lifecycle: LifecycleConfig,
+    pub disruption: DisruptionConfig,
+    pub orchestrator: OrchestratorConfig,
 }
 
 /// The actors' handles the daemon keeps until it stops (senders keep an actor alive).
@@ -130,13 +151,7 @@ struct Actors {
 impl Daemon {
     /// Starts everything; returns once the endpoints are bound (cluster state syncs after).
     pub async fn start(settings: ValidSettings, env: Environment) -> Result<Self, StartError> {
-        Self::start_with(
-            settings,
-            env,
-            LifecycleConfig::default(),
-            ClusterState::new(),
-        )
-        .await
+        Self::start_with(settings, env, Tuning::default(), ClusterState::new()).await
     }
 
     /// [`Self::start`] with the NodeClaim lifecycle's timings (tests shorten its TTLs).
@@ -145,7 +160,20 @@ impl Daemon {
         env: Environment,
         lifecycle_config: LifecycleConfig,
     ) -> Result<Self, StartError> {
-        Self::start_with(settings, env, lifecycle_config, ClusterState::new()).await
+        let tuning = Tuning {
+            lifecycle: lifecycle_config,
+            ..Tuning::default()
+        };
+        Self::start_with(settings, env, tuning, ClusterState::new()).await
+    }
+
+    /// [`Self::start`] with every tunable timing (tests shorten them).
+    pub async fn start_tuned(
+        settings: ValidSettings,
+        env: Environment,
+        tuning: Tuning,
+    ) -> Result<Self, StartError> {
+        Self::start_with(settings, env, tuning, ClusterState::new()).await
     }
 
     /// [`Self::start`] filling a cluster state made by the caller, who may have handed it to
@@ -155,13 +183,13 @@ impl Daemon {
         env: Environment,
         state: (Arc<ClusterState>, Writers),
     ) -> Result<Self, StartError> {
-        Self::start_with(settings, env, LifecycleConfig::default(), state).await
+        Self::start_with(settings, env, Tuning::default(), state).await
     }
 
     async fn start_with(
         settings: ValidSettings,
         env: Environment,
-        lifecycle_config: LifecycleConfig,
+        tuning: Tuning,
         (state, writers): (Arc<ClusterState>, Writers),
     ) -> Result<Self, StartError> {
         divergences::warn_ignored_settings(&settings);
@@ -177,7 +205,7 @@ impl Daemon {
             reserved_enis,
             isolated_vpc: _isolated_vpc_for_pricing,
             log_level: _log_level_applied_by_the_binary,
-            feature_gates: _feature_gates_for_disruption,
+            feature_gates,
             metrics_port,
             health_probe_port,
             kube_client_qps: _kube_client_qps_applied_by_client_build,
@@ -265,7 +293,7 @@ impl Daemon {
                     created: created.clone(),
                 },
             };
-            let (lifecycle, stats) = NodeClaimLifecycle::new(deps, lifecycle_config);
+            let (lifecycle, stats) = NodeClaimLifecycle::new(deps, tuning.lifecycle);
             launches = lifecycle.launches();
             let lifecycle = supervisor::start(
                 "lifecycle",
@@ -299,6 +327,7 @@ impl Daemon {
             shutdown::gate(leader.clone(), draining, shutdown_rx.clone());
         let provisioner_depth = MailboxDepth::new("provisioner", PROVISIONER_MAILBOX_CAPACITY);
         let offerings = provisioning.as_ref().and_then(|p| p.offerings.clone());
+        let provisioning_for_disruption = provisioning.clone();
         let provisioner = Provisioner::start(
             state.clone(),
             may_provision,
@@ -320,6 +349,42 @@ impl Daemon {
             ))
         });
 
+        let generation = Generation::default();
+        let (disruption, disruption_tasks) = match &provisioning_for_disruption {
+            Some(provisioning) => {
+                let (orchestrator, orchestrator_task) = orchestrator::spawn(
+                    OrchestratorDeps {
+                        client: client.clone(),
+                        state: state.clone(),
+                        launcher: Some(provisioning.launcher.clone()),
+                        events: events.clone(),
+                        config: tuning.orchestrator,
+                    },
+                    shutdown_rx.clone(),
+                );
+                let (progress, progress_rx) = watch::channel(Progress::default());
+                let handle = DisruptionHandle {
+                    progress: progress_rx,
+                    in_queue: orchestrator.in_queue().clone(),
+                };
+                let deps = DisruptionDeps {
+                    client: client.clone(),
+                    state: state.clone(),
+                    catalog: provisioning.catalog,
+                    controller: provisioning.controller,
+                    feature_gates: disruption::core_gates(feature_gates),
+                    orchestrator,
+                    events: events.clone(),
+                    leader: leader.clone(),
+                    generation: generation.clone(),
+                    config: tuning.disruption.clone(),
+                };
+                let loop_task = tokio::spawn(disruption::run(deps, progress, shutdown_rx.clone()));
+                (Some(handle), vec![orchestrator_task, loop_task])
+            }
+            None => (None, Vec::new()),
+        };
+        subscribe_generation(&mut subscribers, &generation);
         let to_batcher = Outbox::new(&batcher, batcher_depth);
         let retrigger = Retrigger::default();
         let mut startup = StartupTracker::default();
@@ -351,6 +416,7 @@ impl Daemon {
             shutdown_rx.clone(),
         )));
         tasks.extend(cloud_tasks);
+        tasks.extend(disruption_tasks);
         tasks.push(metrics_task);
         tasks.push(probes_task);
         tasks.push(events_task);
@@ -362,6 +428,7 @@ impl Daemon {
             node_pool_schedulers: provisioner.node_pool_schedulers,
             offerings,
             lifecycle_stats,
+            disruption,
             metrics_addr,
             probes_addr,
             shutdown,
@@ -538,6 +605,19 @@ fn subscribe_lifecycle(subscribers: &mut Subscribers, lifecycle: &Outbox<Changed
             Changed::NodeClaim(claim.metadata.name.clone().unwrap_or_default()),
         );
     }));
+}
+
+/// Every watched change the disruption decision reads bumps `generation`, ending the
+/// disruption loop's no-op memo.
+fn subscribe_generation(subscribers: &mut Subscribers, generation: &Generation) {
+    let g = generation.clone();
+    subscribers.pods.push(Box::new(move |_, _| g.bump()));
+    let g = generation.clone();
+    subscribers.nodes.push(Box::new(move |_, _| g.bump()));
+    let g = generation.clone();
+    subscribers.nodeclaims.push(Box::new(move |_, _| g.bump()));
+    let g = generation.clone();
+    subscribers.nodepools.push(Box::new(move |_, _| g.bump()));
 }
 
 fn notify(lifecycle: &Outbox<Changed>, change: Changed) {

@@ -1,7 +1,7 @@
 //! What kerf accepts but does not act on yet, said out loud. A setting that upstream honours
 //! and kerf parses without acting on would otherwise change nothing silently; each one is
 //! named in a start-up warning, and so is every NodePool whose disruption settings
-//! (consolidation, `expireAfter`) would make upstream remove nodes — at start-up and again
+//! (`expireAfter`) would make upstream remove nodes — at start-up and again
 //! whenever they change. A setting leaves this list the day kerf implements it.
 
 use std::collections::HashMap;
@@ -22,7 +22,7 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
     let FeatureGates {
         node_repair,
         reserved_capacity,
-        spot_to_spot_consolidation,
+        spot_to_spot_consolidation: _acted_on_by_disruption,
         node_overlay,
         static_capacity,
         capacity_buffer,
@@ -30,7 +30,6 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
     for (gate, on) in [
         ("NodeRepair", node_repair),
         ("ReservedCapacity", reserved_capacity),
-        ("SpotToSpotConsolidation", spot_to_spot_consolidation),
         ("NodeOverlay", node_overlay),
         ("StaticCapacity", static_capacity),
         ("CapacityBuffer", capacity_buffer),
@@ -66,13 +65,6 @@ pub fn warn_ignored_settings(settings: &ValidSettings) {
 /// What upstream would disrupt a NodePool's nodes for and kerf does not yet, or `None`.
 pub fn ignored_disruption(pool: &NodePool) -> Option<String> {
     let mut ignored = Vec::new();
-    let disruption = pool.disruption();
-    if disruption.consolidate_after != NillableDuration::Never {
-        ignored.push(format!(
-            "consolidation ({:?} after {})",
-            disruption.consolidation_policy, disruption.consolidate_after
-        ));
-    }
     if *pool.expire_after() != NillableDuration::Never {
         ignored.push(format!("expireAfter {}", pool.expire_after()));
     }
@@ -165,8 +157,10 @@ mod tests {
             ignored_disruption(&pool(serde_json::json!({"consolidateAfter": "Never"}))),
             None
         );
-        let ignored = ignored_disruption(&pool(serde_json::json!({"consolidateAfter": "30s"})))
-            .expect("consolidation is ignored");
-        assert!(ignored.starts_with("consolidation"), "{ignored}");
+        // Consolidation is acted on (the disruption loop).
+        assert_eq!(
+            ignored_disruption(&pool(serde_json::json!({"consolidateAfter": "30s"}))),
+            None
+        );
     }
 }

@@ -14,16 +14,16 @@
 //! progress) or fails (with exponential backoff) is scheduled on tokio time. Only the leader
 //! reconciles, and only once cluster state has synced; gaining leadership resyncs.
 
-mod conditions;
+pub(crate) mod conditions;
 mod finalize;
 mod initialization;
 mod launch;
 mod liveness;
-mod patch;
+pub(crate) mod patch;
 mod queue;
 mod reconcile;
 mod registration;
-mod termination;
+pub(crate) mod termination;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 
 mod batching;
 mod cloud_loops;
+mod disruption;
 mod events;
 mod failover;
 mod ice;
