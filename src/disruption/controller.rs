@@ -49,6 +49,9 @@ pub struct Pass {
     /// How long each method evaluated, in the order run (methods after the one that found
     /// a command do not run).
     pub timings: Vec<(Method, Duration)>,
+    /// The next instant a node's `consolidateAfter` elapses with nothing else changing: a
+    /// pass finding nothing stays true until then at most.
+    pub next_consolidatable: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// Upstream's budget reason name of `reason`.
@@ -69,6 +72,7 @@ pub fn pass(cluster: &Cluster, options: Options) -> Result<Pass, DisruptionError
     };
     let mut blocks = Blocks::default();
     out.eligible = eligible(&state, &candidates(&state, &mut Blocks::default()));
+    out.next_consolidatable = next_consolidatable(&state, options);
     for method in VOLUNTARY_METHODS {
         let started = Instant::now();
         let command = state.first_of(&[method], &mut blocks)?;
@@ -87,6 +91,26 @@ pub fn pass(cluster: &Cluster, options: Options) -> Result<Pass, DisruptionError
     }
     out.blocked = blocks.0;
     Ok(out)
+}
+
+fn next_consolidatable(state: &State, options: Options) -> Option<k8s_openapi::jiff::Timestamp> {
+    let now = options.now.as_second();
+    state
+        .managed
+        .iter()
+        .filter(|m| !m.deleting)
+        .filter_map(|m| {
+            let after = state
+                .pool(&m.node_pool)?
+                .pool
+                .disruption()
+                .consolidate_after
+                .as_std()?;
+            let at = m.last_pod_event?.as_second() + i64::try_from(after.as_secs()).ok()?;
+            (at > now).then_some(at)
+        })
+        .min()
+        .and_then(|at| k8s_openapi::jiff::Timestamp::from_second(at).ok())
 }
 
 fn eligible(state: &State, candidates: &[Candidate]) -> BTreeMap<&'static str, usize> {
@@ -317,6 +341,25 @@ mod tests {
         assert_eq!(ran, VOLUNTARY_METHODS);
         assert_eq!(pass.eligible["Underutilized"], 1);
         assert_eq!(pass.eligible["Empty"], 0);
+        assert_eq!(
+            pass.next_consolidatable, None,
+            "consolidateAfter passed long ago"
+        );
+    }
+
+    #[test]
+    fn a_pass_names_when_the_next_node_becomes_consolidatable() {
+        let cluster = cluster()
+            .pool(unlimited().consolidate_after("5m"))
+            .node(node("fresh").last_pod_event(ago(60)))
+            .node(node("fresher").last_pod_event(ago(30)))
+            .build();
+        let pass = pass(&cluster, options()).expect("valid input");
+        assert!(pass.command.is_none());
+        assert_eq!(
+            pass.next_consolidatable.map(|t| t.as_second()),
+            Some(ago(60).as_second() + 300)
+        );
     }
 
     #[test]

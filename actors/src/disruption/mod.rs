@@ -4,8 +4,9 @@
 //! 1. removes marks no command holds ([`stale`]);
 //! 2. skips the pass if the previous one found nothing and the cluster has not changed
 //!    since (the [`Generation`] every watched Pod, Node, NodeClaim and NodePool change
-//!    bumps), for at most [`NO_OP_MEMO_TTL`] — upstream's "consolidated" memo, which keeps
-//!    an idle large cluster from being re-simulated every 10 s;
+//!    bumps), no node's `consolidateAfter` has elapsed since, and [`NO_OP_MEMO_TTL`] has
+//!    not passed — upstream's "consolidated" memo, which keeps an idle large cluster from
+//!    being re-simulated every 10 s;
 //! 3. builds the decision's input from cluster state ([`cluster`]) and asks the pure core
 //!    ([`kerf::disruption::controller::pass`]) for the first command of emptiness, drift,
 //!    multi-node and single-node consolidation, in that order, off the async runtime
@@ -148,6 +149,9 @@ pub struct Progress {
     pub failed_validations: u64,
     /// Whether the last pass found nothing to do.
     pub idle: bool,
+    /// After an idle pass: when time alone (a node's `consolidateAfter`) next changes the
+    /// decision; `None` when only a cluster change can.
+    pub next_consolidatable: Option<Timestamp>,
 }
 
 /// Runs the loop until `shutdown`; publishes its progress on `progress`.
@@ -156,7 +160,7 @@ pub async fn run(
     progress: watch::Sender<Progress>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut memo: Option<(u64, Instant)> = None;
+    let mut memo: Option<Memo> = None;
     loop {
         let next = if *deps.leader.borrow() && deps.state.synced() {
             pass(&deps, &progress, &mut memo, &mut shutdown).await
@@ -171,11 +175,28 @@ pub async fn run(
     }
 }
 
+/// A pass that found nothing: the generation it saw, when, and until when time alone
+/// leaves its answer standing.
+#[derive(Debug, Clone, Copy)]
+struct Memo {
+    generation: u64,
+    at: Instant,
+    until: Option<Timestamp>,
+}
+
+impl Memo {
+    fn holds(&self, generation: u64, now: Timestamp, ttl: Duration) -> bool {
+        self.generation == generation
+            && self.at.elapsed() < ttl
+            && self.until.is_none_or(|until| now < until)
+    }
+}
+
 /// One pass; returns when to run the next.
 async fn pass(
     deps: &DisruptionDeps,
     progress: &watch::Sender<Progress>,
-    memo: &mut Option<(u64, Instant)>,
+    memo: &mut Option<Memo>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Duration {
     let in_queue = deps.orchestrator.in_queue().clone();
@@ -190,7 +211,8 @@ async fn pass(
         }
     }
     let generation = deps.generation.current();
-    if memo.is_some_and(|(g, at)| g == generation && at.elapsed() < deps.config.memo_ttl) {
+    let now = (deps.config.clock)();
+    if memo.is_some_and(|m| m.holds(generation, now, deps.config.memo_ttl)) {
         return deps.config.poll_period;
     }
     let Some((cluster, pass)) = decide(deps).await else {
@@ -198,10 +220,15 @@ async fn pass(
     };
     observe::pass(deps, &cluster, &pass);
     let Some(planned) = pass.command else {
-        *memo = Some((generation, Instant::now()));
+        *memo = Some(Memo {
+            generation,
+            at: Instant::now(),
+            until: pass.next_consolidatable,
+        });
         progress.send_modify(|p| {
             p.passes += 1;
             p.idle = true;
+            p.next_consolidatable = pass.next_consolidatable;
         });
         return deps.config.poll_period;
     };
@@ -209,6 +236,7 @@ async fn pass(
     progress.send_modify(|p| {
         p.passes += 1;
         p.idle = false;
+        p.next_consolidatable = None;
     });
     if planned.command.method != Method::Drift {
         tokio::select! {
@@ -338,5 +366,33 @@ fn command(cluster: &Cluster, planned: Planned) -> Command {
         decision: planned.command.decision,
         candidates,
         replacements: planned.replacements,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_no_op_memo_ends_on_a_change_on_its_ttl_or_when_a_node_turns_consolidatable() {
+        let now = Timestamp::now();
+        let later = Timestamp::from_second(now.as_second() + 60).expect("a time");
+        let memo = Memo {
+            generation: 7,
+            at: Instant::now(),
+            until: Some(later),
+        };
+        assert!(memo.holds(7, now, NO_OP_MEMO_TTL));
+        assert!(!memo.holds(8, now, NO_OP_MEMO_TTL), "the cluster changed");
+        assert!(
+            !memo.holds(7, later, NO_OP_MEMO_TTL),
+            "consolidateAfter elapsed"
+        );
+        assert!(!memo.holds(7, now, Duration::ZERO), "the memo expired");
+        let timeless = Memo {
+            until: None,
+            ..memo
+        };
+        assert!(timeless.holds(7, later, NO_OP_MEMO_TTL));
     }
 }

@@ -16,6 +16,7 @@ mod observe;
 mod planned;
 mod progress;
 mod run;
+mod scale_down;
 mod summary;
 mod world;
 
@@ -45,6 +46,10 @@ pub struct Args {
     /// `*` for any type or zone; repeatable.
     #[arg(long = "ice", value_name = "TYPE:ZONE")]
     pub ice: Vec<IceTarget>,
+    /// After the scale-out, scale every Deployment down by FRACTION (0.5: to half) and run
+    /// until disruption settles; the summary gains a disruption section.
+    #[arg(long, value_name = "FRACTION", value_parser = scale_down::fraction)]
+    pub scale_down: Option<f64>,
     /// Longest the run may take before it gives up (Go duration: 90s, 10m).
     #[arg(long, default_value = "10m", value_parser = go_duration)]
     pub duration: Duration,
@@ -99,6 +104,7 @@ pub fn run(args: Args) -> ExitCode {
     let config = run::Config {
         inputs,
         ice: args.ice,
+        scale_down: args.scale_down,
         duration: args.duration,
         kubeconfig_out: args.kubeconfig_out,
         pace: if args.fast {

@@ -19,6 +19,7 @@ use super::memory;
 use super::observe::Tally;
 use super::planned;
 use super::progress::Progress;
+use super::scale_down;
 use super::summary::{Facts, Outcome, Provisioning, RoundFigures, Summary};
 use super::world::{Pace, World};
 
@@ -28,6 +29,8 @@ const TICK: Duration = Duration::from_millis(100);
 pub struct Config {
     pub inputs: Inputs,
     pub ice: Vec<IceTarget>,
+    /// `--scale-down`: the fraction to scale Deployments down by after the scale-out.
+    pub scale_down: Option<f64>,
     pub duration: Duration,
     pub kubeconfig_out: Option<PathBuf>,
     pub pace: Pace,
@@ -106,6 +109,12 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         }
     };
     progress.finish();
+    let disruption = match (config.scale_down, outcome) {
+        (Some(fraction), Outcome::Complete) => {
+            Some(scale_down::run(&world, &daemon, &mut tally, fraction, deadline).await?)
+        }
+        _ => None,
+    };
     // Read before the plan below runs in this process, so it does not count in the peak.
     let peak_memory_bytes = memory::peak_rss_bytes();
     let plan = planned::node_claims(&config.inputs.inventory)
@@ -124,6 +133,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         peak_memory_bytes,
         ice_pools: world.ice.len(),
         plan,
+        disruption,
     });
     Ok(Finished {
         summary,

@@ -12,6 +12,7 @@ use kerf_loadtest::ec2::{ApiCalls, Instance};
 use serde::Serialize;
 
 use super::observe::Counts;
+use super::scale_down::Disruption;
 
 /// How the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -42,6 +43,9 @@ pub struct Summary {
     pub peak_memory_bytes: Option<u64>,
     /// Pools injected with insufficient capacity, as `capacity/type/zone`.
     pub insufficient_capacity_pools: usize,
+    /// What `--scale-down` gave back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<Disruption>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -137,6 +141,7 @@ pub struct Facts<'a> {
     pub ice_pools: usize,
     /// NodeClaims `kerf plan` computes for the same objects.
     pub plan: Option<usize>,
+    pub disruption: Option<Disruption>,
 }
 
 /// Stuck pods listed by name at most.
@@ -209,6 +214,7 @@ impl Summary {
             provisioning: facts.provisioning,
             peak_memory_bytes: facts.peak_memory_bytes,
             insufficient_capacity_pools: facts.ice_pools,
+            disruption: facts.disruption,
         }
     }
 
@@ -298,6 +304,9 @@ impl Summary {
         }
         for pod in &self.pods.stuck {
             let _ = writeln!(out, "still pending   {pod}");
+        }
+        if let Some(disruption) = &self.disruption {
+            out.push_str(&disruption.to_table());
         }
         out
     }
@@ -418,6 +427,7 @@ mod tests {
             peak_memory_bytes: Some(1 << 20),
             ice_pools: 0,
             plan: Some(2),
+            disruption: None,
         });
         assert_eq!(summary.nodes.total, 2);
         assert_eq!(summary.nodes.by_instance_type["m5.large"], 2);
