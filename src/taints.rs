@@ -32,6 +32,17 @@ pub const KNOWN_EPHEMERAL_TAINTS: &[(&str, &str)] = &[
     (labels::UNREGISTERED_TAINT, EFFECT_NO_EXECUTE),
 ];
 
+/// The taint Karpenter puts on a Node it is disrupting or terminating
+/// (`karpenter.sh/disrupted:NoSchedule`), so no new pod lands there. Built here, once, for
+/// the disruption orchestrator, the termination drainer and the scheduler's view of it.
+pub fn disrupted_taint() -> Taint {
+    Taint {
+        key: labels::DISRUPTED_TAINT.to_owned(),
+        effect: EFFECT_NO_SCHEDULE.to_owned(),
+        ..Taint::default()
+    }
+}
+
 /// Key prefixes of taint families that are ephemeral whatever their suffix.
 pub const KNOWN_EPHEMERAL_TAINT_KEY_PREFIXES: &[&str] = &[labels::TAINT_NODE_READINESS_PREFIX];
 

@@ -321,7 +321,11 @@ impl Daemon {
         let (launcher, provisioning) = launcher.unzip();
         let (launcher, lifecycle) = launcher.unzip();
         let (lifecycle, lifecycle_stats) = lifecycle.unzip();
-        let (graceful, draining) = GracefulShutdown::new(launches);
+        let created = provisioning.as_ref().map(|p| shutdown::Created {
+            claims: p.created.clone(),
+            state: state.clone(),
+        });
+        let (graceful, draining) = GracefulShutdown::new(launches, created);
         // The Provisioner runs rounds only while this replica leads and is not stopping.
         let (may_provision, gate_task) =
             shutdown::gate(leader.clone(), draining, shutdown_rx.clone());

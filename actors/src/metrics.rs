@@ -42,7 +42,7 @@ pub const NODECLAIMS_INITIALIZED: &str = "karpenter_nodeclaims_initialized_total
 /// NodeClaims whose termination finalizer was released (labels `nodepool`, `capacity_type`, `zone`).
 pub const NODECLAIMS_TERMINATED: &str = "karpenter_nodeclaims_terminated_total";
 /// NodeClaims deleted by a controller decision (labels `reason`, `nodepool`,
-/// `capacity_type`, `consolidation_policy`, `termination_mode`).
+/// `capacity_type`); counted only through [`nodeclaim_disrupted`].
 pub const NODECLAIMS_DISRUPTED: &str = "karpenter_nodeclaims_disrupted_total";
 /// Nodes registered for a NodeClaim (labels `nodepool`, `zone`).
 pub const NODES_CREATED: &str = "karpenter_nodes_created_total";
@@ -90,19 +90,6 @@ pub const DISRUPTION_QUEUE_FAILURES: &str = "karpenter_voluntary_disruption_queu
 /// Disruptions a NodePool's budgets allow now (labels `nodepool`, `reason`).
 pub const NODEPOOLS_ALLOWED_DISRUPTIONS: &str = "karpenter_nodepools_allowed_disruptions";
 
-/// Counts one NodeClaim deleted by a disruption decision (`reason` as upstream's
-/// `DisruptionReason`/interruption reasons: `Underutilized`, `Empty`, `Drifted`, `Expired`,
-/// `Interrupted`, `Unhealthy`): the one place every deciding controller counts it.
-pub fn nodeclaim_disrupted(reason: &str, nodepool: &str, capacity_type: &str) {
-    metrics::counter!(
-        NODECLAIMS_DISRUPTED,
-        "reason" => reason.to_owned(),
-        "nodepool" => nodepool.to_owned(),
-        "capacity_type" => capacity_type.to_owned()
-    )
-    .increment(1);
-}
-
 /// controller-runtime's reconcile counter, labelled `controller` and `result` (`success` or
 /// `error`), as upstream's controllers export it.
 pub const RECONCILE_TOTAL: &str = "controller_runtime_reconcile_total";
@@ -141,6 +128,20 @@ pub async fn reconcile<T, E>(
     metrics::counter!(RECONCILE_ERRORS, "controller" => controller)
         .increment(u64::from(result.is_err()));
     result
+}
+
+/// Counts one NodeClaim deleted by a controller's decision, under upstream's labels. The
+/// one place this counter is written, so every decider (disruption, expiration,
+/// interruption, repair, liveness) emits the same label set. `reason` is upstream's:
+/// `Underutilized`, `Empty`, `Drifted`, `Expired`, `Interrupted`, `Unhealthy`, `liveness`.
+pub fn nodeclaim_disrupted(reason: &str, nodepool: &str, capacity_type: &str) {
+    metrics::counter!(
+        NODECLAIMS_DISRUPTED,
+        "reason" => reason.to_owned(),
+        "nodepool" => nodepool.to_owned(),
+        "capacity_type" => capacity_type.to_owned()
+    )
+    .increment(1);
 }
 
 /// How many items `controller`'s queue holds (waiting, not running).
@@ -227,6 +228,16 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn disrupted_nodeclaims_are_counted_under_upstreams_labels() {
+        handle();
+        nodeclaim_disrupted("Empty", "test-disrupted", "spot");
+        nodeclaim_disrupted("Empty", "test-disrupted", "spot");
+        let text = render();
+        let line = "karpenter_nodeclaims_disrupted_total{reason=\"Empty\",nodepool=\"test-disrupted\",capacity_type=\"spot\"} 2";
+        assert!(text.contains(line), "{line} missing from\n{text}");
     }
 
     #[test]

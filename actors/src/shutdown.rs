@@ -16,8 +16,11 @@ use actix::prelude::*;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::launcher::CreatedClaims;
 use crate::provisioner::Provisioner;
+use crate::state::ClusterState;
 use crate::supervisor::Supervised;
+use std::sync::Arc;
 
 /// How long a stopping leader waits for its round and launches. Launches take seconds
 /// (CreateFleet answers in one or two); Kubernetes' default termination grace period is
@@ -118,18 +121,43 @@ impl Handler<Quiesce> for Provisioner {
     fn handle(&mut self, _: Quiesce, _: &mut Context<Self>) {}
 }
 
+/// How often a stopping leader looks again for NodeClaims it created that have not
+/// started launching (the lifecycle picks one up within a watch event or two).
+const UNLAUNCHED_POLL: Duration = Duration::from_millis(50);
+
+/// The NodeClaims this replica created and the store that shows whether they launched.
+#[derive(Debug)]
+pub struct Created {
+    pub claims: CreatedClaims,
+    pub state: Arc<ClusterState>,
+}
+
 /// The stopping half of the daemon's provisioning.
 #[derive(Debug)]
 pub struct GracefulShutdown {
     draining: watch::Sender<bool>,
     launches: InFlight,
+    created: Option<Created>,
 }
 
 impl GracefulShutdown {
-    /// A shutdown waiting for `launches`; the receiver tells whether it has begun.
-    pub fn new(launches: InFlight) -> (Self, watch::Receiver<bool>) {
+    /// A shutdown waiting for `launches` and for the `created` NodeClaims to launch; the
+    /// receiver tells whether it has begun.
+    pub fn new(launches: InFlight, created: Option<Created>) -> (Self, watch::Receiver<bool>) {
         let (draining, rx) = watch::channel(false);
-        (Self { draining, launches }, rx)
+        let shutdown = Self {
+            draining,
+            launches,
+            created,
+        };
+        (shutdown, rx)
+    }
+
+    /// Created NodeClaims whose launch has not ended.
+    fn unlaunched(&self) -> usize {
+        self.created
+            .as_ref()
+            .map_or(0, |c| c.claims.awaiting_launch(&c.state))
     }
 
     /// Stops new rounds, then waits (bounded) for the current round and its launches.
@@ -140,10 +168,18 @@ impl GracefulShutdown {
             // A stopped Provisioner has no round to finish. Sent past the mailbox's permit:
             // it carries no work, and the stop must not wait behind the Batcher.
             let _ = provisioner.addr().send(Quiesce).await;
-            self.launches.idle().await;
+            // A NodeClaim the round created is not a running launch until the lifecycle has
+            // seen it; both must be done.
+            loop {
+                self.launches.idle().await;
+                if self.unlaunched() == 0 {
+                    break;
+                }
+                tokio::time::sleep(UNLAUNCHED_POLL).await;
+            }
         };
         if tokio::time::timeout(timeout, finished).await.is_err() {
-            let left = self.launches.current();
+            let left = self.launches.current().max(self.unlaunched());
             tracing::warn!(
                 launches = left,
                 "stopping with launches in flight; the next leader's lifecycle takes them over"

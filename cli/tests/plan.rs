@@ -1324,3 +1324,73 @@ fn every_upstream_example_is_accepted() {
     }
     assert!(seen >= 11, "{seen} examples");
 }
+
+#[test]
+fn warns_where_upstream_logs_errors_or_users_get_surprised() {
+    let long_role =
+        "KarpenterNodeRole-".to_owned() + &"a-very-long-generated-cluster-name-".repeat(2);
+    let manifests = format!(
+        r#"{NODEPOOL_ALL}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{name: default}}
+spec:
+  role: {long_role}
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]
+  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]
+  kubelet: {{maxPods: 200}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: west}}
+spec:
+  template:
+    spec:
+      requirements:
+        - {{key: topology.kubernetes.io/zone, operator: In, values: [us-west-2a]}}
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {{name: gp2}}
+provisioner: kubernetes.io/aws-ebs
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: huge, namespace: kube-system}}
+spec:
+  selector: {{matchLabels: {{app: huge}}}}
+  template:
+    metadata: {{labels: {{app: huge}}}}
+    spec:
+      containers: [{{name: c, image: x, resources: {{requests: {{cpu: "4000"}}}}}}]
+{}"#,
+        deployment("web", 1, "1", "1Gi", "")
+    );
+    let output = kerf(&["plan", "-f", "-"], Some(&manifests));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    for expected in [
+        "warning: StorageClass/gp2: .spec.provisioner kubernetes.io/aws-ebs is an in-tree storage plugin",
+        "ebs.csi.aws.com",
+        "warning: EC2NodeClass/default: spec.role is 88 characters; IAM role names are at most 64",
+        "warning: NodePool/default: EC2NodeClass/default sets kubelet maxPods=200, above the VPC CNI's IP limit",
+        "warning: NodePool/west: requires zone(s) us-west-2a outside --region us-east-1",
+        "warning: DaemonSet kube-system/huge: its pod requests {cpu: 4k}, more than any instance type",
+    ] {
+        assert!(stderr.contains(expected), "{expected:?} in:\n{stderr}");
+    }
+    assert!(!stderr.contains("no NodePool in the input"), "{stderr}");
+
+    let pod_only = kerf(
+        &["plan", "-f", "-"],
+        Some(&deployment("web", 1, "1", "1Gi", "")),
+    );
+    assert!(
+        text(&pod_only.stderr).contains("warning: no NodePool in the input"),
+        "{}",
+        text(&pod_only.stderr)
+    );
+}

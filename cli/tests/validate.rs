@@ -168,3 +168,93 @@ fn requires_a_path() {
     let output = kerf().arg("validate").output().unwrap();
     assert_eq!(output.status.code(), Some(2), "clap usage error");
 }
+
+#[test]
+fn a_v1beta1_manifest_gets_migration_hints_for_every_moved_field() {
+    let file = temp_file(
+        "migration",
+        "v1beta1.yaml",
+        "apiVersion: karpenter.sh/v1beta1
+kind: NodePool
+metadata: {name: old}
+spec:
+  disruption: {consolidationPolicy: WhenUnderutilized, expireAfter: 720h}
+  template:
+    spec:
+      kubelet: {maxPods: 110}
+      nodeClassRef: {apiVersion: karpenter.k8s.aws/v1beta1, kind: EC2NodeClass, name: default}
+      requirements: [{key: karpenter.sh/provisioner-name, operator: Exists}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  template:
+    spec:
+      nodeSelector: {karpenter.sh/provisioner-name: default}
+",
+    );
+    let output = kerf()
+        .arg("validate")
+        .arg("-f")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let lines = stdout(&output);
+    let prefix = format!("{}: NodePool/old: ", file.display());
+    for (field, words) in [
+        ("apiVersion", "change it to karpenter.sh/v1"),
+        (
+            "spec.disruption.consolidationPolicy",
+            "WhenEmptyOrUnderutilized",
+        ),
+        ("spec.disruption.consolidateAfter", "0s"),
+        (
+            "spec.disruption.expireAfter",
+            "spec.template.spec.expireAfter",
+        ),
+        ("spec.template.spec.kubelet", "EC2NodeClass's spec.kubelet"),
+        ("spec.template.spec.nodeClassRef", "group"),
+        (
+            "spec.template.spec.requirements[0].key",
+            "karpenter.sh/nodepool",
+        ),
+    ] {
+        let start = format!("{prefix}{field}: ");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&start) && l.contains(words)),
+            "{start}…{words}: {lines:#?}"
+        );
+    }
+    let warning = format!(
+        "{}: Deployment/web: warning: spec.template.spec.nodeSelector[karpenter.sh/provisioner-name]: ",
+        file.display()
+    );
+    assert!(lines.iter().any(|l| l.starts_with(&warning)), "{lines:#?}");
+}
+
+#[test]
+fn a_duplicate_key_names_both_lines() {
+    let file = temp_file(
+        "duplicate",
+        "dup.yaml",
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata:\n  name: a\n  labels: {x: y}\n  name: b\n",
+    );
+    let output = kerf()
+        .arg("validate")
+        .arg("-f")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stdout(&output),
+        vec![format!(
+            "{}:6: mapping key \"name\" already defined at line 4",
+            file.display()
+        )]
+    );
+}

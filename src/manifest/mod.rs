@@ -10,6 +10,7 @@
 //! cluster costs the memory of what kerf keeps from it, not of its text. Only
 //! [`read_path`] and [`read_file`] touch the file system; parsing is pure.
 
+mod duplicate;
 mod prune;
 pub mod stream;
 
@@ -91,6 +92,16 @@ pub enum ManifestError {
         line: Option<u64>,
         message: String,
     },
+    /// A key set twice in one YAML mapping (which the API server's decoder refuses too);
+    /// `first` is the line of its first definition where the text could be looked at again.
+    #[error("{}: mapping key {key:?} {}", location(file, Some(*line)), first_definition(*first))]
+    DuplicateKey {
+        file: String,
+        line: u64,
+        column: u64,
+        key: String,
+        first: Option<u64>,
+    },
     /// A YAML document above [`Limits::max_yaml_nodes`].
     #[error("{file}: the document has more than {limit} nodes; raise it with --max-yaml-nodes")]
     TooManyNodes { file: String, limit: usize },
@@ -111,12 +122,42 @@ fn location(file: &str, line: Option<u64>) -> String {
     }
 }
 
+fn first_definition(first: Option<u64>) -> String {
+    match first {
+        Some(first) => format!("already defined at line {first}"),
+        None => "defined twice in the same mapping".to_owned(),
+    }
+}
+
 impl ManifestError {
+    /// Names the first definition of a duplicated key, looking in `text` (the input the
+    /// error came from); any other error is returned as it is.
+    pub fn with_first_definition(self, text: &str) -> Self {
+        match self {
+            Self::DuplicateKey {
+                file,
+                line,
+                column,
+                key,
+                first: None,
+            } => Self::DuplicateKey {
+                first: duplicate::first_definition(text, &key, line, column),
+                file,
+                line,
+                column,
+                key,
+            },
+            other => other,
+        }
+    }
+
     /// The file the error is about.
     pub fn file(&self) -> &str {
         match self {
             Self::ReadFile { path, .. } | Self::ReadDir { path, .. } => path,
-            Self::Parse { file, .. } | Self::TooManyNodes { file, .. } => file,
+            Self::Parse { file, .. }
+            | Self::TooManyNodes { file, .. }
+            | Self::DuplicateKey { file, .. } => file,
             Self::Document { source_ref, .. } | Self::Convert { source_ref, .. } => {
                 &source_ref.file
             }
@@ -134,7 +175,8 @@ pub fn parse_str(
     let mut objects = Vec::new();
     stream::read(text.as_bytes(), file, Limits::default(), &mut |object| {
         objects.push(object)
-    })?;
+    })
+    .map_err(|e| e.with_first_definition(text))?;
     Ok(objects)
 }
 
@@ -265,7 +307,14 @@ pub fn read_file(
         path: name.clone(),
         message: e.to_string(),
     })?;
-    stream::read(input, &name, limits, sink)
+    stream::read(input, &name, limits, sink).map_err(|error| match error {
+        // Only now is the text needed again, to find where the key was first defined.
+        ManifestError::DuplicateKey { .. } => match std::fs::read_to_string(file) {
+            Ok(text) => error.with_first_definition(&text),
+            Err(_) => error,
+        },
+        other => other,
+    })
 }
 
 /// The text of every manifest file a path names, with the file name to report.

@@ -202,6 +202,20 @@ fn yaml_error(file: &str, limits: Limits, error: &serde_saphyr::Error) -> Manife
             limit: limits.max_yaml_nodes,
         };
     }
+    if let serde_saphyr::Error::DuplicateMappingKey {
+        key: Some(key),
+        location,
+    } = error.without_snippet()
+        && let Some(line) = known_line(location.line())
+    {
+        return ManifestError::DuplicateKey {
+            file: file.to_owned(),
+            line,
+            column: location.column(),
+            key: key.clone(),
+            first: None,
+        };
+    }
     ManifestError::Parse {
         file: file.to_owned(),
         line: error.location().and_then(|l| known_line(l.line())),

@@ -4,6 +4,7 @@
 //! would check them, and every problem is reported with the object and field at fault.
 
 mod adoption;
+mod advice;
 mod checks;
 mod decode;
 pub mod disruption;
@@ -112,6 +113,12 @@ pub fn plan_inventory(
     let ignored = std::mem::take(&mut inventory.ignored);
     let mut warnings = std::mem::take(&mut inventory.warnings);
     warnings.append(&mut snapshot.warnings);
+    warnings.extend(advice::warnings(
+        &inventory,
+        &snapshot.input,
+        &catalog,
+        options.controller.reserved_enis,
+    ));
     // The snapshot holds what the solve reads: unless disruption reads the inventory too, the
     // inputs' memory goes before the solve runs.
     let disruption_input = options.disruption.map(|o| (o, inventory));

@@ -8,6 +8,7 @@
 pub mod cel;
 pub mod kubelet;
 pub mod metadata;
+pub mod migration;
 pub mod names;
 pub mod path;
 pub mod runtime;
@@ -72,7 +73,12 @@ pub fn validate_object(object: &Object) -> Verdict {
     }
     let kind = match KarpenterKind::from_kind(&object.kind) {
         Some(kind) if kind.api_version() == object.api_version => kind,
-        _ => return Verdict::Invalid(vec![unsupported_type(object)]),
+        _ => {
+            let problems =
+                migration::pre_v1_problems(&object.api_version, &object.kind, &object.value)
+                    .unwrap_or_else(|| vec![unsupported_type(object)]);
+            return Verdict::Invalid(problems);
+        }
     };
     let problems = validate_value(kind, &object.value);
     if problems.is_empty() {
@@ -168,15 +174,21 @@ mod tests {
             Verdict::Ignored
         );
         let Verdict::Invalid(problems) =
-            verdict("apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: p}\n")
+            verdict("apiVersion: karpenter.sh/v2\nkind: NodePool\nmetadata: {name: p}\n")
         else {
-            panic!("v1beta1 is not served")
+            panic!("v2 is not served")
         };
         assert!(
             problems[0]
                 .message
-                .starts_with("no kind \"NodePool\" in version \"karpenter.sh/v1beta1\"")
+                .starts_with("no kind \"NodePool\" in version \"karpenter.sh/v2\"")
         );
+        let Verdict::Invalid(problems) =
+            verdict("apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: p}\n")
+        else {
+            panic!("v1beta1 is not served")
+        };
+        assert_eq!(problems[0].path, "apiVersion", "{problems:?}");
     }
 
     #[test]

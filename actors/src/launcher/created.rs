@@ -90,6 +90,17 @@ impl CreatedClaims {
             .collect()
     }
 
+    /// NodeClaims created here whose launch has not ended: not `Launched`, not deleting,
+    /// and either in `state` or created within the grace (their watch event may be on its
+    /// way). A stopping leader waits for these, not only for launches already running: a
+    /// NodeClaim's launch starts only once the lifecycle has seen it and set its finalizer.
+    pub fn awaiting_launch(&self, state: &ClusterState) -> usize {
+        self.nominated
+            .iter()
+            .filter(|entry| awaits_launch(state, entry.key(), entry.value().created))
+            .count()
+    }
+
     /// Records a NodeClaim just created for `pods`, forgetting ones past the grace.
     pub(super) fn insert(&self, claim: NodeClaim, pods: Vec<PodRef>) {
         self.claims
@@ -118,6 +129,19 @@ enum Progress {
     Gone,
     InFlight,
     Initialized,
+}
+
+fn awaits_launch(state: &ClusterState, name: &str, created: Instant) -> bool {
+    let key = ObjectKey::new(None, name);
+    match state.nodeclaims.get(&key) {
+        Some(claim) => {
+            claim.metadata.deletion_timestamp.is_none()
+                && !claim.is_condition_true(kerf::api::condition::types::LAUNCHED)
+        }
+        None => {
+            created.elapsed() < UNSEEN_NODECLAIM_GRACE && !state.nodeclaims.recently_deleted(&key)
+        }
+    }
 }
 
 /// How far NodeClaim `name`, created at `created`, has got.
@@ -283,5 +307,41 @@ mod tests {
             ["launched", "registering"],
             "the window after initialization and the grace of an unseen NodeClaim end"
         );
+    }
+
+    fn launched(name: &str) -> NodeClaim {
+        let mut claim = claim(name);
+        claim.status = Some(
+            serde_json::from_value(serde_json::json!({"conditions": [{
+                "type": "Launched", "status": "True", "reason": "Launched", "message": "",
+                "lastTransitionTime": "2024-01-01T00:00:00Z"
+            }]}))
+            .expect("valid status"),
+        );
+        claim
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_awaits_launch_until_launched_or_deleting_and_unseen_ones_only_for_the_grace() {
+        let (state, mut writers) = ClusterState::new();
+        let created = CreatedClaims::default();
+        for name in ["unseen", "seen", "launched", "deleting"] {
+            created.insert(claim(name), Vec::new());
+        }
+        let key = |n: &str| ObjectKey::new(None, n);
+        writers.nodeclaims.apply(key("seen"), claim("seen"));
+        writers
+            .nodeclaims
+            .apply(key("launched"), launched("launched"));
+        let mut deleting = claim("deleting");
+        deleting.metadata.deletion_timestamp =
+            serde_json::from_value(serde_json::json!("2024-01-01T00:00:00Z")).expect("a time");
+        writers.nodeclaims.apply(key("deleting"), deleting);
+        assert_eq!(created.awaiting_launch(&state), 2, "unseen and seen");
+
+        writers.nodeclaims.apply(key("seen"), launched("seen"));
+        assert_eq!(created.awaiting_launch(&state), 1, "unseen");
+        tokio::time::advance(UNSEEN_NODECLAIM_GRACE).await;
+        assert_eq!(created.awaiting_launch(&state), 0);
     }
 }

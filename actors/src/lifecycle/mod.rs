@@ -23,7 +23,7 @@ pub(crate) mod patch;
 mod queue;
 mod reconcile;
 mod registration;
-pub(crate) mod termination;
+mod termination;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -25,9 +25,7 @@ use super::liveness::{self, Verdict};
 use super::registration::{lacks_unregistered_taint, nodes_for, registered_node};
 use super::termination::has_termination_finalizer;
 use super::{LifecycleConfig, LifecycleStats, Target, finalize, patch};
-use crate::metrics::{
-    NODECLAIMS_DISRUPTED, NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED,
-};
+use crate::metrics::{NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED};
 use crate::shutdown::InFlight;
 use crate::state::{ClusterState, ObjectKey};
 
@@ -458,27 +456,11 @@ async fn delete_for_timeout(
             });
         }
     }
-    let termination_mode = if claim
-        .spec
-        .termination_grace_period
-        .as_ref()
-        .is_some_and(|d| d.as_std().is_zero())
-    {
-        "forceful"
-    } else if claim.spec.termination_grace_period.is_some() {
-        "eventual"
-    } else {
-        "graceful"
-    };
-    metrics::counter!(
-        NODECLAIMS_DISRUPTED,
-        "reason" => reason,
-        "nodepool" => claim.nodepool_name().unwrap_or_default().to_owned(),
-        "capacity_type" => label(claim, labels::CAPACITY_TYPE),
-        "consolidation_policy" => "",
-        "termination_mode" => termination_mode
-    )
-    .increment(1);
+    crate::metrics::nodeclaim_disrupted(
+        reason,
+        claim.nodepool_name().unwrap_or_default(),
+        &label(claim, labels::CAPACITY_TYPE),
+    );
     tracing::info!(
         nodeclaim = claim.name(),
         reason,

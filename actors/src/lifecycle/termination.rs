@@ -9,11 +9,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kerf::labels;
 use kerf::pods::is_owned_by as owned_by;
-use kerf::taints::{EFFECT_NO_SCHEDULE, toleration_tolerates};
+use kerf::taints::{disrupted_taint, toleration_tolerates};
 
 /// Past its deletion timestamp (which includes its grace period) by more than this, a
 /// terminating pod no longer holds up the drain: its kubelet is presumably gone.
@@ -23,15 +23,6 @@ pub const STUCK_TERMINATING_AFTER: Duration = Duration::from_secs(60);
 pub const MULTIPLE_PDBS_MESSAGE: &str = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
 
 const CRITICAL_PRIORITY_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
-
-/// The taint a terminating Node carries.
-pub fn disrupted_taint() -> Taint {
-    Taint {
-        key: labels::DISRUPTED_TAINT.to_owned(),
-        effect: EFFECT_NO_SCHEDULE.to_owned(),
-        ..Taint::default()
-    }
-}
 
 /// `node` tainted for termination: the disrupted taint (replacing a same-key taint of
 /// another effect) and the label that takes it out of load balancers.

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::lifecycle::conditions::ConditionSet;
 use crate::lifecycle::patch;
-use crate::lifecycle::termination::disrupted_taint;
+use kerf::taints::disrupted_taint;
 
 /// Attempts of one locked write before giving up on repeated conflicts.
 const CONFLICT_ATTEMPTS: usize = 3;

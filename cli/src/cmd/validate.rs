@@ -4,6 +4,7 @@
 //! kinds are noted as ignored on stderr. Exits 1 if anything was wrong or unreadable.
 
 use kerf::manifest::{DEFAULT_MAX_YAML_NODES, Limits, ManifestError, Object};
+use kerf::validation::migration::provisioner_label_hints;
 use kerf::validation::{Verdict, validate_object};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,7 +55,13 @@ fn check_object(object: &Object, tally: &mut Tally) {
     let file = &object.source.file;
     let name = object.display_name();
     match validate_object(object) {
-        Verdict::Ignored => eprintln!("{file}: {name}: ignored (not a Karpenter object)"),
+        Verdict::Ignored => {
+            eprintln!("{file}: {name}: ignored (not a Karpenter object)");
+            // Still worth a word: a selector on the pre-v1 label never matches a new node.
+            for problem in provisioner_label_hints(&object.value) {
+                println!("{file}: {name}: warning: {problem}");
+            }
+        }
         Verdict::Valid(_) => {
             tally.karpenter_objects += 1;
             println!("{file}: {name}: OK");

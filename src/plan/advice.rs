@@ -1,0 +1,232 @@
+//! What `kerf plan` warns about where upstream logs errors at run time or users get
+//! surprised later: input that is valid but will not work as its author expects. Each
+//! warning names the object and says what to do, in the words of Karpenter's
+//! troubleshooting guide where it has them. None of these stop the plan.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::inventory::Inventory;
+use crate::api::EC2NodeClass;
+use crate::api::requirement::Operator;
+use crate::catalog::{Catalog, eni_limited_pods};
+use crate::labels;
+use crate::scheduling::{NodePoolInput, SchedulingInput, resource_requests};
+
+/// The in-tree EBS provisioner upstream cannot read volume limits from.
+const IN_TREE_EBS: &str = "kubernetes.io/aws-ebs";
+
+/// IAM's limit on a role name.
+const MAX_ROLE_NAME: usize = 64;
+
+/// Every warning about `inventory` as planned from `input` in `catalog`'s region.
+pub fn warnings(
+    inventory: &Inventory,
+    input: &SchedulingInput,
+    catalog: &Catalog,
+    reserved_enis: u32,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if inventory.node_pools.is_empty() {
+        warnings.push(
+            "no NodePool in the input: nothing can be launched for pending pods; pass your NodePools and EC2NodeClasses with -f".to_owned(),
+        );
+    }
+    warnings.extend(in_tree_storage(inventory));
+    warnings.extend(long_role_names(&inventory.node_classes));
+    warnings.extend(
+        input
+            .node_pools
+            .iter()
+            .filter_map(|pool| max_pods_above_eni_limit(pool, inventory, catalog, reserved_enis)),
+    );
+    warnings.extend(zones_outside_region(inventory, input, catalog));
+    warnings.extend(unfit_daemonsets(input));
+    warnings
+}
+
+/// Upstream's advice on in-tree volumes, for StorageClasses, PersistentVolumes and pod
+/// volumes that use the in-tree EBS plugin.
+fn in_tree_storage(inventory: &Inventory) -> Vec<String> {
+    let mut found = Vec::new();
+    for class in &inventory.storage_classes {
+        if class.provisioner == IN_TREE_EBS {
+            found.push(format!(
+                "StorageClass/{}: .spec.provisioner {IN_TREE_EBS} is an in-tree storage plugin, unsupported by Karpenter and deprecated by Kubernetes: scale-ups may fail because volume limits cannot be discovered; create a StorageClass with the CSI driver's provisioner ebs.csi.aws.com",
+                name(&class.metadata.name)
+            ));
+        }
+    }
+    for volume in &inventory.volumes {
+        if volume
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.aws_elastic_block_store.is_some())
+        {
+            found.push(format!(
+                "PersistentVolume/{}: source AWSElasticBlockStore is an in-tree storage plugin, unsupported by Karpenter and deprecated by Kubernetes: scale-ups may fail because volume limits cannot be discovered; use a PersistentVolume with the CSI volume source",
+                name(&volume.metadata.name)
+            ));
+        }
+    }
+    let mut pods: Vec<String> = inventory
+        .pods
+        .iter()
+        .filter(|pod| uses_in_tree_ebs(pod))
+        .map(pod_key)
+        .collect();
+    if !pods.is_empty() {
+        let count = pods.len();
+        pods.truncate(5);
+        found.push(format!(
+            "{count} pod(s) mount an awsElasticBlockStore volume (in-tree, unsupported by Karpenter), e.g. {}: use a PersistentVolumeClaim on the EBS CSI driver",
+            pods.join(", ")
+        ));
+    }
+    found
+}
+
+fn uses_in_tree_ebs(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|v| v.iter().any(|v| v.aws_elastic_block_store.is_some()))
+}
+
+fn long_role_names(classes: &[EC2NodeClass]) -> Vec<String> {
+    classes
+        .iter()
+        .filter_map(|class| {
+            let role = class.spec.role.as_deref()?;
+            (role.chars().count() > MAX_ROLE_NAME).then(|| {
+                format!(
+                    "EC2NodeClass/{}: spec.role is {} characters; IAM role names are at most {MAX_ROLE_NAME}, so no such role can exist (a long cluster name in KarpenterNodeRole-${{CLUSTER_NAME}} is the usual cause): create the role with a shorter name",
+                    name(&class.metadata.name),
+                    role.chars().count()
+                )
+            })
+        })
+        .collect()
+}
+
+/// A `kubelet.maxPods` above the VPC CNI's IP limit of some of the pool's instance types.
+fn max_pods_above_eni_limit(
+    pool: &NodePoolInput,
+    inventory: &Inventory,
+    catalog: &Catalog,
+    reserved_enis: u32,
+) -> Option<String> {
+    let class = node_class_of(&pool.name, inventory)?;
+    let max_pods = i64::from(class.spec.kubelet.as_ref()?.max_pods?);
+    let limited: Vec<(&str, i64)> = pool
+        .instance_types
+        .iter()
+        .filter_map(|it| {
+            let info = catalog.info(&it.name)?;
+            let limit = eni_limited_pods(info, reserved_enis, None);
+            (limit < max_pods).then_some((it.name.as_str(), limit))
+        })
+        .collect();
+    let (smallest, limit) = limited.iter().min_by_key(|(_, limit)| *limit)?;
+    Some(format!(
+        "NodePool/{}: EC2NodeClass/{} sets kubelet maxPods={max_pods}, above the VPC CNI's IP limit of {} of its {} instance types (e.g. {smallest}: {limit}): pods past the limit stay ContainerCreating (failed to assign an IP address); enable prefix delegation, lower maxPods or remove it (with security groups for pods, set RESERVED_ENIS=1)",
+        pool.name,
+        name(&class.metadata.name),
+        limited.len(),
+        pool.instance_types.len()
+    ))
+}
+
+fn node_class_of<'a>(pool: &str, inventory: &'a Inventory) -> Option<&'a EC2NodeClass> {
+    let node_pool = inventory
+        .node_pools
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(pool))?;
+    let class = &node_pool.node_class_ref().name;
+    inventory
+        .node_classes
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(class.as_str()))
+}
+
+/// Zones a NodePool requires or pods select that the region does not have.
+fn zones_outside_region(
+    inventory: &Inventory,
+    input: &SchedulingInput,
+    catalog: &Catalog,
+) -> Vec<String> {
+    let region = catalog.region();
+    let known = |zone: &str| catalog.zones().iter().any(|z| z.name == zone);
+    let mut warnings = Vec::new();
+    for pool in &input.node_pools {
+        let foreign: Vec<&str> = pool
+            .requirements
+            .iter()
+            .filter(|r| r.key == labels::ZONE && r.operator == Operator::In)
+            .flat_map(|r| r.values.iter().map(String::as_str))
+            .filter(|zone| !known(zone))
+            .collect();
+        if !foreign.is_empty() {
+            warnings.push(format!(
+                "NodePool/{}: requires zone(s) {} outside --region {region}: no offering matches them; plan with the cluster's region",
+                pool.name,
+                foreign.join(", ")
+            ));
+        }
+    }
+    let mut selected: Vec<String> = inventory
+        .pods
+        .iter()
+        .filter_map(|pod| pod.spec.as_ref()?.node_selector.as_ref()?.get(labels::ZONE))
+        .filter(|zone| !known(zone))
+        .cloned()
+        .collect();
+    selected.sort();
+    selected.dedup();
+    if !selected.is_empty() {
+        warnings.push(format!(
+            "pods select zone(s) {} outside --region {region}: they cannot be placed there; plan with the cluster's region",
+            selected.join(", ")
+        ));
+    }
+    warnings
+}
+
+/// DaemonSets whose pod fits on no instance type any NodePool may launch.
+fn unfit_daemonsets(input: &SchedulingInput) -> Vec<String> {
+    if input.node_pools.is_empty() {
+        return Vec::new();
+    }
+    input
+        .daemonsets
+        .iter()
+        .filter_map(|daemon| {
+            let requests = resource_requests(daemon).ok()?;
+            let mut shown = requests.clone();
+            // Every pod takes one of the node's pod slots; that is not what is too large.
+            shown.remove("pods");
+            let fits = input
+                .node_pools
+                .iter()
+                .flat_map(|pool| &pool.instance_types)
+                .any(|it| requests.fits(&it.allocatable()));
+            (!fits).then(|| {
+                format!(
+                    "DaemonSet {}: its pod requests {shown}, more than any instance type a NodePool may launch can allocate: it will stay Pending on every new node",
+                    pod_key(daemon)
+                )
+            })
+        })
+        .collect()
+}
+
+fn name(name: &Option<String>) -> &str {
+    name.as_deref().unwrap_or_default()
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        name(&pod.metadata.name)
+    )
+}
