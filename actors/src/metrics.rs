@@ -77,7 +77,7 @@ pub const ACTOR_RESTARTS: &str = "kerf_actor_restarts_total";
 pub const DISRUPTION_DECISIONS: &str = "karpenter_voluntary_disruption_decisions_total";
 /// Nodes each reason's methods may disrupt now (label `reason`).
 pub const DISRUPTION_ELIGIBLE_NODES: &str = "karpenter_voluntary_disruption_eligible_nodes";
-/// How long one method evaluated (labels `method`, `consolidation_type`).
+/// How long one method evaluated (labels `reason`: the method's, `consolidation_type`).
 pub const DISRUPTION_EVALUATION_DURATION: &str =
     "karpenter_voluntary_disruption_decision_evaluation_duration_seconds";
 /// Graceful commands that no longer held after the validation period (label

@@ -19,7 +19,7 @@ use crate::metrics::{
 use crate::orchestrator::{Command, consolidation_type, decision_label, reason_label};
 use crate::state::ObjectKey;
 
-/// Upstream's `method` label: the reason its methods disrupt for.
+/// Upstream labels evaluation times by `reason`: the reason each method disrupts for.
 fn method_label(method: Method) -> &'static str {
     match method {
         Method::Emptiness => "empty",
@@ -48,7 +48,7 @@ pub fn pass(deps: &DisruptionDeps, cluster: &Cluster, pass: &Pass) {
     for (method, took) in &pass.timings {
         metrics::histogram!(
             DISRUPTION_EVALUATION_DURATION,
-            "method" => method_label(*method),
+            "reason" => method_label(*method),
             "consolidation_type" => consolidation_type(*method)
         )
         .record(took.as_secs_f64());

@@ -14,8 +14,8 @@ use kerf_actors::lifecycle::LifecycleConfig;
 use kerf_actors::{Cloud, Daemon};
 use kerf_loadtest::apiserver::Cluster;
 use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
-use kerf_loadtest::kubelet::{self, KubeletHandle};
-use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle};
+use kerf_loadtest::kubelet::KubeletHandle;
+use kerf_loadtest::scheduler::SchedulerHandle;
 use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 
@@ -69,20 +69,7 @@ impl Stack {
             .await
             .expect("cluster state syncs");
         let (kubelets, scheduler) = if with_nodes {
-            let kubelets = kubelet::start(
-                harness.client.clone(),
-                provider.clone(),
-                kubelet::KubeletConfig::fast(),
-            );
-            let scheduler = scheduler::start(
-                harness.client.clone(),
-                SchedulerConfig {
-                    interval: Duration::from_millis(50),
-                    initial_backoff: Duration::from_millis(100),
-                    max_backoff: Duration::from_millis(500),
-                    ..SchedulerConfig::default()
-                },
-            );
+            let (kubelets, scheduler) = node_simulators(&harness, provider.clone());
             (Some(kubelets), Some(scheduler))
         } else {
             (None, None)
