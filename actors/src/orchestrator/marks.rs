@@ -44,39 +44,53 @@ fn is_status(error: &kube::Error, code: u16) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
-/// Adds (`on`) or removes the disrupted taint on Node `name`. A Node that is gone needs
-/// nothing; one being deleted is left as it is.
-pub async fn set_disrupted_taint(nodes: &Api<Node>, name: &str, on: bool) -> Result<(), MarkError> {
+/// Where a locked write goes: the object itself or its status.
+#[derive(Clone, Copy)]
+enum Target {
+    Main,
+    Status,
+}
+
+/// Reads `name` fresh, asks `body` for the locked patch that marks it (`None`: nothing to
+/// do), and writes it; a conflict starts over from a fresh read, at most
+/// [`CONFLICT_ATTEMPTS`] times. An object that is gone needs nothing.
+async fn locked_write<K>(
+    api: &Api<K>,
+    kind: &'static str,
+    name: &str,
+    target: Target,
+    body: impl Fn(&K) -> Option<serde_json::Value>,
+) -> Result<(), MarkError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     for attempt in 1..=CONFLICT_ATTEMPTS {
-        let node = match nodes.get_opt(name).await {
-            Ok(Some(node)) => node,
+        let object = match api.get_opt(name).await {
+            Ok(Some(object)) => object,
             Ok(None) => return Ok(()),
             Err(source) => {
                 return Err(MarkError::Read {
-                    kind: "Node",
+                    kind,
                     name: name.to_owned(),
                     source,
                 });
             }
         };
-        if node.metadata.deletion_timestamp.is_some() {
-            return Ok(());
-        }
-        let wanted = with_taint(&node, on);
-        let Some(body) = patch::locked(&node, &wanted, node.metadata.resource_version.as_deref())
-        else {
+        let Some(body) = body(&object) else {
             return Ok(());
         };
-        match nodes
-            .patch(name, &PatchParams::default(), &Patch::Merge(body))
-            .await
-        {
+        let params = PatchParams::default();
+        let written = match target {
+            Target::Main => api.patch(name, &params, &Patch::Merge(body)).await,
+            Target::Status => api.patch_status(name, &params, &Patch::Merge(body)).await,
+        };
+        match written {
             Ok(_) => return Ok(()),
             Err(e) if is_status(&e, 409) && attempt < CONFLICT_ATTEMPTS => {}
             Err(e) if is_status(&e, 404) => return Ok(()),
             Err(source) => {
                 return Err(MarkError::Patch {
-                    kind: "Node",
+                    kind,
                     name: name.to_owned(),
                     source,
                 });
@@ -84,6 +98,22 @@ pub async fn set_disrupted_taint(nodes: &Api<Node>, name: &str, on: bool) -> Res
         }
     }
     Ok(())
+}
+
+/// Adds (`on`) or removes the disrupted taint on Node `name`. A Node that is gone needs
+/// nothing; one being deleted is left as it is.
+pub async fn set_disrupted_taint(nodes: &Api<Node>, name: &str, on: bool) -> Result<(), MarkError> {
+    locked_write(nodes, "Node", name, Target::Main, |node: &Node| {
+        if node.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        patch::locked(
+            node,
+            &with_taint(node, on),
+            node.metadata.resource_version.as_deref(),
+        )
+    })
+    .await
 }
 
 /// `node` with the disrupted taint added (replacing a same-key taint of another effect) or
@@ -124,42 +154,20 @@ pub async fn set_disruption_reason(
     name: &str,
     reason: Option<&str>,
 ) -> Result<(), MarkError> {
-    for attempt in 1..=CONFLICT_ATTEMPTS {
-        let claim = match claims.get_opt(name).await {
-            Ok(Some(claim)) => claim,
-            Ok(None) => return Ok(()),
-            Err(source) => {
-                return Err(MarkError::Read {
-                    kind: "NodeClaim",
-                    name: name.to_owned(),
-                    source,
-                });
-            }
-        };
-        let Some(conditions) = with_reason(&claim, reason) else {
-            return Ok(());
-        };
-        let body = json!({
-            "metadata": {"resourceVersion": claim.metadata.resource_version},
-            "status": {"conditions": conditions},
-        });
-        match claims
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(e) if is_status(&e, 409) && attempt < CONFLICT_ATTEMPTS => {}
-            Err(e) if is_status(&e, 404) => return Ok(()),
-            Err(source) => {
-                return Err(MarkError::Patch {
-                    kind: "NodeClaim",
-                    name: name.to_owned(),
-                    source,
-                });
-            }
-        }
-    }
-    Ok(())
+    locked_write(
+        claims,
+        "NodeClaim",
+        name,
+        Target::Status,
+        |claim: &NodeClaim| {
+            let conditions = with_reason(claim, reason)?;
+            Some(json!({
+                "metadata": {"resourceVersion": claim.metadata.resource_version},
+                "status": {"conditions": conditions},
+            }))
+        },
+    )
+    .await
 }
 
 /// The conditions of `claim` with `DisruptionReason` set to `reason` or removed; `None`
