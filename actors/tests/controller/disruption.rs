@@ -680,3 +680,44 @@ fn stale_disruption_marks_are_removed() {
         stack.stop().await;
     });
 }
+
+#[test]
+fn a_node_without_a_nodeclaim_is_no_candidate() {
+    run(|| async {
+        let stack =
+            Stack::start(pool(&[SMALL], json!({})), quick(Duration::from_millis(200))).await;
+        // Labelled as Karpenter's, empty, Ready, initialized — but no NodeClaim names it:
+        // its NodeClaim is gone (termination under way), so disruption leaves it alone.
+        stack
+            .cluster()
+            .create(
+                "v1",
+                "nodes",
+                json!({"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": "orphan", "labels": {
+                        labels::NODEPOOL: "default", labels::INITIALIZED: "true",
+                        labels::INSTANCE_TYPE: SMALL, labels::ZONE: ZONE,
+                        labels::CAPACITY_TYPE: "on-demand"}},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                        "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "29"},
+                        "capacity": {"cpu": "2", "memory": "8Gi", "pods": "29"}}}),
+            )
+            .expect("node created");
+        let progress = stack
+            .daemon
+            .disruption
+            .as_ref()
+            .expect("disruption")
+            .progress
+            .clone();
+        within(FLOW, "an idle pass that saw the node", || {
+            let p = progress.borrow();
+            p.idle && p.passes >= 1 && stack.daemon.state.nodes.len() == 1
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(stack.commands().is_empty(), "{:?}", stack.commands());
+        assert!(stack.node("orphan").is_some());
+        stack.stop().await;
+    });
+}
