@@ -360,7 +360,7 @@ impl Daemon {
                     OrchestratorDeps {
                         client: client.clone(),
                         state: state.clone(),
-                        launcher: Some(provisioning.launcher.clone()),
+                        launcher: provisioning.launcher.clone(),
                         events: events.clone(),
                         config: tuning.orchestrator,
                     },

@@ -204,8 +204,8 @@ impl Default for OrchestratorConfig {
 pub struct OrchestratorDeps {
     pub client: Client,
     pub state: Arc<ClusterState>,
-    /// Where replacements are created; without it a command needing one is rolled back.
-    pub launcher: Option<Outbox<Launch>>,
+    /// Where replacements are created: the Launcher, as for the Provisioner's NodeClaims.
+    pub launcher: Outbox<Launch>,
     pub events: EventRecorder,
     pub config: OrchestratorConfig,
 }
@@ -244,10 +244,19 @@ pub fn spawn(
     deps: OrchestratorDeps,
     shutdown: watch::Receiver<bool>,
 ) -> (Orchestrator, JoinHandle<()>) {
-    let (mailbox, inbox) = mpsc::channel(ORCHESTRATOR_MAILBOX_CAPACITY);
-    let in_queue = InQueue::default();
-    let task = tokio::spawn(run(deps, inbox, in_queue.clone(), shutdown));
-    (Orchestrator { mailbox, in_queue }, task)
+    let (orchestrator, inbox) = Orchestrator::new();
+    let in_queue = orchestrator.in_queue.clone();
+    let task = tokio::spawn(run(deps, inbox, in_queue, shutdown));
+    (orchestrator, task)
+}
+
+impl Orchestrator {
+    /// The sending side and the mailbox the actor reads.
+    fn new() -> (Self, mpsc::Receiver<Command>) {
+        let (mailbox, inbox) = mpsc::channel(ORCHESTRATOR_MAILBOX_CAPACITY);
+        let in_queue = InQueue::default();
+        (Self { mailbox, in_queue }, inbox)
+    }
 }
 
 async fn run(
@@ -338,11 +347,8 @@ async fn start(
             .nodepools
             .get(&ObjectKey::new(None, &claim.node_pool))
             .ok_or_else(|| Failure::NodePoolGone(claim.node_pool.clone()))?;
-        let launcher = deps
+        let created = deps
             .launcher
-            .as_ref()
-            .ok_or_else(|| Failure::Create("no cloud provider to launch into".into()))?;
-        let created = launcher
             .deliver(Launch {
                 claim: claim.clone(),
                 pool,
@@ -484,5 +490,53 @@ async fn roll_back(
         if let Err(error) = set_disruption_reason(claims, &c.node_claim, None).await {
             tracing::warn!(nodeclaim = %c.node_claim, %error, "clearing DisruptionReason");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(node: &str) -> Command {
+        Command {
+            method: Method::Emptiness,
+            reason: Reason::Empty,
+            decision: Decision::Delete,
+            candidates: vec![Candidate {
+                node: node.to_owned(),
+                node_claim: format!("{node}-claim"),
+                node_pool: "default".to_owned(),
+                capacity_type: "spot".to_owned(),
+            }],
+            replacements: Vec::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_mailbox_is_bounded_and_holds_nodes_from_submission() {
+        let (orchestrator, mut inbox) = Orchestrator::new();
+        for i in 0..ORCHESTRATOR_MAILBOX_CAPACITY {
+            orchestrator
+                .submit(command(&format!("n{i}")))
+                .await
+                .expect("room in the mailbox");
+        }
+        assert!(orchestrator.in_queue().holds_node("n0"));
+        assert!(orchestrator.in_queue().holds_node_claim("n0-claim"));
+        assert_eq!(
+            orchestrator.in_queue().commands(),
+            ORCHESTRATOR_MAILBOX_CAPACITY
+        );
+        let full = tokio::time::timeout(Duration::from_secs(1), orchestrator.submit(command("x")));
+        assert!(full.await.is_err(), "a full mailbox makes the sender wait");
+        let taken = inbox.recv().await.expect("a command");
+        orchestrator.in_queue().release(&taken);
+        assert!(!orchestrator.in_queue().holds_node("n0"));
+        drop(inbox);
+        assert!(orchestrator.submit(command("y")).await.is_err(), "stopped");
+        assert!(
+            !orchestrator.in_queue().holds_node("y"),
+            "a refused command holds nothing"
+        );
     }
 }
