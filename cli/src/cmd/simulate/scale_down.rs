@@ -57,7 +57,8 @@ pub struct Disruption {
     pub nodes_after: usize,
     pub hourly_cost_before: f64,
     pub hourly_cost_after: f64,
-    /// Commands the disruption loop handed to the orchestration queue, by method.
+    /// Commands the disruption loop handed to the orchestration queue after the scale-down,
+    /// by method.
     pub commands: BTreeMap<String, usize>,
     /// Nodes those commands disrupted.
     pub nodes_disrupted: usize,
@@ -90,6 +91,11 @@ pub async fn run(
         .disruption
         .as_ref()
         .context("the controller runs without disruption")?;
+    // Commands before the scale-down (emptiness during the scale-out) are not its doing.
+    let (earlier, failed_earlier) = {
+        let progress = handle.progress.borrow();
+        (progress.commands.len(), progress.failed_validations)
+    };
     let mut below_desired = 0;
     let mut quiet_since: Option<Instant> = None;
     let settled = loop {
@@ -122,8 +128,9 @@ pub async fn run(
     };
     let settle = quiet_since.map_or_else(|| started.elapsed(), |q| q.duration_since(started));
     let progress = handle.progress.borrow().clone();
+    let since = progress.commands.get(earlier..).unwrap_or_default();
     let mut commands = BTreeMap::new();
-    for (method, _) in &progress.commands {
+    for (method, _) in since {
         *commands
             .entry(
                 serde_json::to_value(method)?
@@ -144,8 +151,8 @@ pub async fn run(
         hourly_cost_before,
         hourly_cost_after,
         commands,
-        nodes_disrupted: progress.commands.iter().map(|(_, n)| n.len()).sum(),
-        failed_validations: progress.failed_validations,
+        nodes_disrupted: since.iter().map(|(_, n)| n.len()).sum(),
+        failed_validations: progress.failed_validations - failed_earlier,
         pods_evicted: evictions_after.accepted - evictions_before.accepted,
         pdb_blocked_evictions: evictions_after.refused - evictions_before.refused,
         pdb_below_desired_samples: below_desired,
