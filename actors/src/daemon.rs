@@ -24,6 +24,7 @@ use crate::batcher::triggers::{self, Retrigger};
 use crate::batcher::{BATCHER_MAILBOX_CAPACITY, BatchLimits, Batcher};
 use crate::cloud_metrics::MeteredCloudProvider;
 use crate::cluster_metrics::StartupTracker;
+use crate::disruption::{self, DisruptionConfig, DisruptionDeps, Generation, Progress};
 use crate::expiration;
 use crate::garbage_collection;
 use crate::launch_template_cache::{
@@ -42,6 +43,7 @@ use crate::nodepool_status;
 use crate::offering_cache::{
     OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, OfferingCacheHandle, UNAVAILABLE_OFFERINGS_TTL,
 };
+use crate::orchestrator::{self, InQueue, OrchestratorConfig, OrchestratorDeps};
 use crate::pod_watcher::Subscribers;
 use crate::provisioner::{PROVISIONER_MAILBOX_CAPACITY, Provisioner, Provisioning, Round};
 use crate::requeue::{self, Trigger};
@@ -61,10 +63,12 @@ use crate::{divergences, events, interruption, pod_watcher, server, shutdown};
 const LAUNCH_CONTROLLER: &str = "nodeclaim.lifecycle";
 
 /// The reconcilers' timings; the defaults are upstream's, tests shorten them.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Timings {
     pub lifecycle: LifecycleConfig,
     pub termination: TerminationConfig,
+    pub disruption: DisruptionConfig,
+    pub orchestrator: OrchestratorConfig,
 }
 
 /// What the daemon needs besides its settings.
@@ -120,6 +124,8 @@ pub struct Daemon {
     pub offerings: Option<OfferingCacheHandle>,
     /// The TerminationDrainer's totals (with a cloud provider).
     pub termination_stats: Option<Arc<TerminationStats>>,
+    /// The disruption loop and its commands in flight (with a cloud provider).
+    pub disruption: Option<DisruptionHandle>,
     pub metrics_addr: SocketAddr,
     pub probes_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -132,6 +138,14 @@ pub struct Daemon {
     /// The fenced client and the event recorder, for actors attached after start.
     client: Client,
     events: events::EventRecorder,
+}
+
+/// What the disruption loop publishes.
+#[derive(Clone, Debug)]
+pub struct DisruptionHandle {
+    pub progress: watch::Receiver<Progress>,
+    /// The nodes of the commands the Orchestrator is carrying out.
+    pub in_queue: InQueue,
 }
 
 /// The actors' handles the daemon keeps until it stops (senders keep an actor alive).
@@ -191,7 +205,7 @@ impl Daemon {
             reserved_enis,
             isolated_vpc: _isolated_vpc_for_pricing,
             log_level: _log_level_applied_by_the_binary,
-            feature_gates: _feature_gates_for_disruption,
+            feature_gates,
             metrics_port,
             health_probe_port,
             kube_client_qps: _kube_client_qps_applied_by_client_build,
@@ -339,6 +353,7 @@ impl Daemon {
             shutdown::gate(leader.clone(), draining, shutdown_rx.clone());
         let provisioner_depth = MailboxDepth::new("provisioner", PROVISIONER_MAILBOX_CAPACITY);
         let offerings = provisioning.as_ref().and_then(|p| p.offerings.clone());
+        let provisioning_for_disruption = provisioning.clone();
         let provisioner = Provisioner::start(
             state.clone(),
             may_provision,
@@ -360,6 +375,42 @@ impl Daemon {
             ))
         });
 
+        let generation = Generation::default();
+        let (disruption, disruption_tasks) = match &provisioning_for_disruption {
+            Some(provisioning) => {
+                let (orchestrator, orchestrator_task) = orchestrator::spawn(
+                    OrchestratorDeps {
+                        client: client.clone(),
+                        state: state.clone(),
+                        launcher: provisioning.launcher.clone(),
+                        events: events.clone(),
+                        config: timings.orchestrator,
+                    },
+                    shutdown_rx.clone(),
+                );
+                let (progress, progress_rx) = watch::channel(Progress::default());
+                let handle = DisruptionHandle {
+                    progress: progress_rx,
+                    in_queue: orchestrator.in_queue().clone(),
+                };
+                let deps = DisruptionDeps {
+                    client: client.clone(),
+                    state: state.clone(),
+                    catalog: provisioning.catalog,
+                    controller: provisioning.controller,
+                    feature_gates: disruption::core_gates(feature_gates),
+                    orchestrator,
+                    events: events.clone(),
+                    leader: leader.clone(),
+                    generation: generation.clone(),
+                    config: timings.disruption.clone(),
+                };
+                let loop_task = tokio::spawn(disruption::run(deps, progress, shutdown_rx.clone()));
+                (Some(handle), vec![orchestrator_task, loop_task])
+            }
+            None => (None, Vec::new()),
+        };
+        subscribe_generation(&mut subscribers, &generation);
         let to_batcher = Outbox::new(&batcher, batcher_depth);
         let retrigger = Retrigger::default();
         let mut startup = StartupTracker::default();
@@ -379,9 +430,6 @@ impl Daemon {
         subscribers
             .nodes
             .push(Box::new(triggers::on_node(retrigger.clone())));
-        subscribers
-            .nodepools
-            .push(Box::new(divergences::on_node_pool()));
         if let Some(addr) = &lifecycle {
             subscribe_changes(&mut subscribers, &Outbox::new(addr, lifecycle_depth));
         }
@@ -406,6 +454,7 @@ impl Daemon {
             shutdown_rx.clone(),
         )));
         tasks.extend(cloud_tasks);
+        tasks.extend(disruption_tasks);
         tasks.push(metrics_task);
         tasks.push(probes_task);
         tasks.push(events_task);
@@ -419,6 +468,7 @@ impl Daemon {
             node_pool_schedulers: provisioner.node_pool_schedulers,
             offerings,
             termination_stats,
+            disruption,
             metrics_addr,
             probes_addr,
             shutdown,
@@ -690,6 +740,19 @@ fn subscribe_changes(subscribers: &mut Subscribers, lifecycle: &Outbox<Changed>)
             Changed::NodeClaim(claim.metadata.name.clone().unwrap_or_default()),
         );
     }));
+}
+
+/// Every watched change the disruption decision reads bumps `generation`, ending the
+/// disruption loop's no-op memo.
+fn subscribe_generation(subscribers: &mut Subscribers, generation: &Generation) {
+    let g = generation.clone();
+    subscribers.pods.push(Box::new(move |_, _| g.bump()));
+    let g = generation.clone();
+    subscribers.nodes.push(Box::new(move |_, _| g.bump()));
+    let g = generation.clone();
+    subscribers.nodeclaims.push(Box::new(move |_, _| g.bump()));
+    let g = generation.clone();
+    subscribers.nodepools.push(Box::new(move |_, _| g.bump()));
 }
 
 fn notify(lifecycle: &Outbox<Changed>, change: Changed) {

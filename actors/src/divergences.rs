@@ -1,15 +1,9 @@
 //! What kerf accepts but does not act on yet, said out loud. A setting that upstream honours
 //! and kerf parses without acting on would otherwise change nothing silently; each one is
-//! named in a start-up warning, and so is every NodePool whose disruption settings
-//! (consolidation; `expireAfter` is enforced by `expiration`) would make upstream remove nodes — at start-up and again
-//! whenever they change. A setting leaves this list the day kerf implements it.
-
-use std::collections::HashMap;
-
-use kerf::api::{NillableDuration, NodePool};
+//! named in a start-up warning. A setting leaves this list the day kerf implements it
+//! (NodePool disruption settings left it when disruption and expiration landed).
 
 use crate::settings::{FeatureGates, MinValuesPolicy, PreferencePolicy, ValidSettings};
-use crate::state::Change;
 
 /// One warning per accepted setting kerf does not act on yet.
 pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
@@ -18,14 +12,13 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
         // Acted on: `node_repair`.
         node_repair: _,
         reserved_capacity,
-        spot_to_spot_consolidation,
+        spot_to_spot_consolidation: _acted_on_by_disruption,
         node_overlay,
         static_capacity,
         capacity_buffer,
     } = settings.feature_gates;
     for (gate, on) in [
         ("ReservedCapacity", reserved_capacity),
-        ("SpotToSpotConsolidation", spot_to_spot_consolidation),
         ("NodeOverlay", node_overlay),
         ("StaticCapacity", static_capacity),
         ("CapacityBuffer", capacity_buffer),
@@ -55,44 +48,6 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
 pub fn warn_ignored_settings(settings: &ValidSettings) {
     for warning in ignored_settings(settings) {
         tracing::warn!(setting = %warning, "setting accepted but not acted on");
-    }
-}
-
-/// What upstream would disrupt a NodePool's nodes for and kerf does not yet, or `None`.
-pub fn ignored_disruption(pool: &NodePool) -> Option<String> {
-    let mut ignored = Vec::new();
-    let disruption = pool.disruption();
-    if disruption.consolidate_after != NillableDuration::Never {
-        ignored.push(format!(
-            "consolidation ({:?} after {})",
-            disruption.consolidation_policy, disruption.consolidate_after
-        ));
-    }
-    (!ignored.is_empty()).then(|| ignored.join(", "))
-}
-
-/// A NodePool subscriber warning when a NodePool's ignored disruption settings first appear
-/// or change.
-pub fn on_node_pool() -> impl FnMut(&NodePool, Change) + Send + 'static {
-    let mut warned: HashMap<String, String> = HashMap::new();
-    move |pool, change| {
-        let name = pool.name().to_owned();
-        if change == Change::Deleted {
-            warned.remove(&name);
-            return;
-        }
-        let Some(ignored) = ignored_disruption(pool) else {
-            warned.remove(&name);
-            return;
-        };
-        if warned.get(&name) != Some(&ignored) {
-            tracing::warn!(
-                nodepool = %name,
-                ignored = %ignored,
-                "kerf does not disrupt nodes yet: this NodePool's disruption settings are not acted on"
-            );
-            warned.insert(name, ignored);
-        }
     }
 }
 
@@ -141,35 +96,5 @@ mod tests {
         assert!(named("PREFERENCE_POLICY=Ignore"), "{warnings:?}");
         assert!(named("MIN_VALUES_POLICY=BestEffort"), "{warnings:?}");
         assert_eq!(warnings.len(), 2, "{warnings:?}");
-    }
-
-    #[test]
-    fn a_nodepool_that_never_disrupts_is_not_warned_about() {
-        let pool = |disruption: serde_json::Value| -> NodePool {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-                "metadata": {"name": "p"},
-                "spec": {"disruption": disruption, "template": {"spec": {
-                    "expireAfter": "Never",
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
-                    "requirements": []}}}
-            }))
-            .expect("a NodePool")
-        };
-        assert_eq!(
-            ignored_disruption(&pool(serde_json::json!({"consolidateAfter": "Never"}))),
-            None
-        );
-        let mut expiring = pool(serde_json::json!({"consolidateAfter": "Never"}));
-        expiring.spec.template.spec.expire_after =
-            NillableDuration::parse("720h").expect("a duration");
-        assert_eq!(
-            ignored_disruption(&expiring),
-            None,
-            "expiration is enforced"
-        );
-        let ignored = ignored_disruption(&pool(serde_json::json!({"consolidateAfter": "30s"})))
-            .expect("consolidation is ignored");
-        assert!(ignored.starts_with("consolidation"), "{ignored}");
     }
 }

@@ -98,6 +98,24 @@ pub const FENCED_REQUESTS: &str = "kerf_leader_election_fenced_requests_total";
 /// Actors restarted by their supervisor after a panic (label `actor`).
 pub const ACTOR_RESTARTS: &str = "kerf_actor_restarts_total";
 
+/// Disruption decisions the loop made (labels `decision`: `delete`/`replace`, `reason`,
+/// `consolidation_type`: `empty`/`single`/`multi` or empty for drift).
+pub const DISRUPTION_DECISIONS: &str = "karpenter_voluntary_disruption_decisions_total";
+/// Nodes each reason's methods may disrupt now (label `reason`).
+pub const DISRUPTION_ELIGIBLE_NODES: &str = "karpenter_voluntary_disruption_eligible_nodes";
+/// How long one method evaluated (labels `reason`: the method's, `consolidation_type`).
+pub const DISRUPTION_EVALUATION_DURATION: &str =
+    "karpenter_voluntary_disruption_decision_evaluation_duration_seconds";
+/// Graceful commands that no longer held after the validation period (label
+/// `consolidation_type`).
+pub const DISRUPTION_FAILED_VALIDATIONS: &str =
+    "karpenter_voluntary_disruption_failed_validations_total";
+/// Commands the orchestration queue rolled back (labels `decision`, `reason`,
+/// `consolidation_type`).
+pub const DISRUPTION_QUEUE_FAILURES: &str = "karpenter_voluntary_disruption_queue_failures_total";
+/// Disruptions a NodePool's budgets allow now (labels `nodepool`, `reason`).
+pub const NODEPOOLS_ALLOWED_DISRUPTIONS: &str = "karpenter_nodepools_allowed_disruptions";
+
 /// controller-runtime's reconcile counter, labelled `controller` and `result` (`success` or
 /// `error`), as upstream's controllers export it.
 pub const RECONCILE_TOTAL: &str = "controller_runtime_reconcile_total";
@@ -214,6 +232,12 @@ fn install() -> PrometheusHandle {
         .and_then(|b| {
             b.set_buckets_for_metric(
                 Matcher::Full(CLOUDPROVIDER_DURATION.into()),
+                DURATION_BUCKETS,
+            )
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(DISRUPTION_EVALUATION_DURATION.into()),
                 DURATION_BUCKETS,
             )
         })

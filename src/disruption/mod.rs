@@ -13,6 +13,7 @@ mod budget;
 mod candidate;
 mod cluster;
 mod consolidation;
+pub mod controller;
 pub mod cron;
 mod methods;
 mod pods;

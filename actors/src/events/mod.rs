@@ -10,6 +10,7 @@
 //! an object.
 
 mod cache;
+pub mod disruption;
 pub mod upstream;
 
 use std::time::Duration;

@@ -37,6 +37,9 @@ pub const LAUNCHER_MAILBOX_CAPACITY: usize = 64;
 pub struct Launch {
     pub claim: PlannedNodeClaim,
     pub pool: Arc<NodePool>,
+    /// Why it is created: the `reason` label of `karpenter_nodeclaims_created_total`
+    /// ([`CREATED_REASON_PROVISIONING`], or a disruption's reason for a replacement).
+    pub reason: &'static str,
 }
 
 /// Why a NodeClaim was not created.
@@ -112,7 +115,7 @@ impl Handler<Launch> for Launcher {
                 })?;
             metrics::counter!(
                 NODECLAIMS_CREATED,
-                "reason" => CREATED_REASON_PROVISIONING,
+                "reason" => launch.reason,
                 "nodepool" => pool.clone(),
                 "min_values_relaxed" => "false"
             )

@@ -14,7 +14,7 @@
 //! published on a watch channel for observers (`kerf simulate`'s report, tests).
 
 mod instance_types;
-mod inventory;
+pub(crate) mod inventory;
 mod nominated;
 
 use std::collections::HashMap;
@@ -287,7 +287,11 @@ fn launches(
         .into_iter()
         .filter_map(|claim: PlannedNodeClaim| {
             let pool = pools.get(&claim.node_pool)?.clone();
-            Some(Launch { claim, pool })
+            Some(Launch {
+                claim,
+                pool,
+                reason: crate::launcher::CREATED_REASON_PROVISIONING,
+            })
         })
         .collect()
 }

@@ -3,6 +3,7 @@
 
 mod batching;
 mod cloud_loops;
+mod disruption;
 mod drift;
 mod drift_support;
 mod events;

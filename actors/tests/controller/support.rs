@@ -25,6 +25,8 @@ use kerf_actors::{Cloud, Daemon, Environment, Settings, Timings, ValidSettings};
 use kerf_loadtest::apiserver::faults::CLIENT_HEADER;
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
 use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
+use kerf_loadtest::kubelet::{self, KubeletConfig, KubeletHandle};
+use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle};
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::conditions::is_crd_established;
@@ -268,6 +270,7 @@ pub fn fast_timings() -> Timings {
             backoff: Duration::from_millis(50),
             max_backoff: Duration::from_millis(500),
         },
+        ..Timings::default()
     }
 }
 
@@ -389,6 +392,25 @@ pub fn stalled_launches() -> Ec2Config {
         launch_latency: Duration::from_secs(3600),
         ..Ec2Config::instant(REGION)
     }
+}
+
+/// Simulated kubelets for `provider`'s machines and a kube-scheduler, both with millisecond
+/// delays, against the emulator `harness` serves.
+pub fn node_simulators(
+    harness: &Harness,
+    provider: Arc<SimulatedCloudProvider>,
+) -> (KubeletHandle, SchedulerHandle) {
+    let kubelets = kubelet::start(harness.client.clone(), provider, KubeletConfig::fast());
+    let scheduler = scheduler::start(
+        harness.client.clone(),
+        SchedulerConfig {
+            interval: Duration::from_millis(50),
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(500),
+            ..SchedulerConfig::default()
+        },
+    );
+    (kubelets, scheduler)
 }
 
 /// A simulated region whose launches complete at once.

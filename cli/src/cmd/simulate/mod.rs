@@ -18,6 +18,7 @@ mod observe;
 mod planned;
 mod progress;
 mod run;
+mod scale_down;
 mod summary;
 mod world;
 
@@ -51,6 +52,10 @@ pub struct Args {
     /// (0 < FRACTION ≤ 1) of the running spot nodes; EC2 reclaims them two minutes later.
     #[arg(long, value_name = "FRACTION", value_parser = interrupt::parse_fraction)]
     pub interrupt_spot: Option<f64>,
+    /// After the scale-out, scale every Deployment down by FRACTION (0.5: to half) and run
+    /// until disruption settles; the summary gains a disruption section.
+    #[arg(long, value_name = "FRACTION", value_parser = scale_down::fraction)]
+    pub scale_down: Option<f64>,
     /// Longest the run may take before it gives up (Go duration: 90s, 10m).
     #[arg(long, default_value = "10m", value_parser = go_duration)]
     pub duration: Duration,
@@ -110,6 +115,7 @@ pub fn run(args: Args) -> ExitCode {
         inputs,
         ice: args.ice,
         interrupt_spot: args.interrupt_spot,
+        scale_down: args.scale_down,
         duration: args.duration,
         kubeconfig_out: args.kubeconfig_out,
         pace: if args.fast {

@@ -21,6 +21,7 @@ use super::memory;
 use super::observe::Tally;
 use super::planned;
 use super::progress::Progress;
+use super::scale_down;
 use super::summary::{Facts, Outcome, Provisioning, RoundFigures, Summary};
 use super::world::{Pace, World};
 
@@ -32,6 +33,8 @@ pub struct Config {
     pub ice: Vec<IceTarget>,
     /// `--interrupt-spot`: the fraction of spot nodes to interrupt once scale-out settled.
     pub interrupt_spot: Option<f64>,
+    /// `--scale-down`: the fraction to scale Deployments down by after the scale-out.
+    pub scale_down: Option<f64>,
     pub duration: Duration,
     pub kubeconfig_out: Option<PathBuf>,
     pub pace: Pace,
@@ -124,6 +127,12 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         }
         _ => None,
     };
+    let disruption = match (config.scale_down, outcome) {
+        (Some(fraction), Outcome::Complete) => {
+            Some(scale_down::run(&world, &daemon, &mut tally, fraction, deadline).await?)
+        }
+        _ => None,
+    };
     // Read before the plan below runs in this process, so it does not count in the peak.
     let peak_memory_bytes = memory::peak_rss_bytes();
     let plan = planned::node_claims(&config.inputs.inventory)
@@ -142,6 +151,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         peak_memory_bytes,
         ice_pools: world.ice.len(),
         plan,
+        disruption,
     });
     summary.drift = drift;
     summary.interruptions = interruptions;

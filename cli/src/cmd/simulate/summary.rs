@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::interrupt::Interruptions;
 use super::observe::Counts;
+use super::scale_down::Disruption;
 
 /// How the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -49,6 +50,9 @@ pub struct Summary {
     /// The `--interrupt-spot` phase, when it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interruptions: Option<Interruptions>,
+    /// What `--scale-down` gave back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<Disruption>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -144,6 +148,7 @@ pub struct Facts<'a> {
     pub ice_pools: usize,
     /// NodeClaims `kerf plan` computes for the same objects.
     pub plan: Option<usize>,
+    pub disruption: Option<Disruption>,
 }
 
 /// Stuck pods listed by name at most.
@@ -218,6 +223,7 @@ impl Summary {
             insufficient_capacity_pools: facts.ice_pools,
             drift: None,
             interruptions: None,
+            disruption: facts.disruption,
         }
     }
 
@@ -313,6 +319,9 @@ impl Summary {
         }
         if let Some(interruptions) = &self.interruptions {
             out.push_str(&interruptions.to_table());
+        }
+        if let Some(disruption) = &self.disruption {
+            out.push_str(&disruption.to_table());
         }
         out
     }
@@ -433,6 +442,7 @@ mod tests {
             peak_memory_bytes: Some(1 << 20),
             ice_pools: 0,
             plan: Some(2),
+            disruption: None,
         });
         assert_eq!(summary.nodes.total, 2);
         assert_eq!(summary.nodes.by_instance_type["m5.large"], 2);

@@ -1,0 +1,46 @@
+//! The disruption decision's input from cluster state, built by the code `kerf plan
+//! --disruption` uses (the Provisioner's inventory of the store, `kerf::plan::snapshot`,
+//! `kerf::plan::disruption::cluster`), so the controller decides on what the plan would
+//! print for the same objects. Nodes held by commands in flight count as deleting: they are
+//! no candidates, and they count against their NodePools' budgets, as upstream's
+//! `MarkedForDeletion` nodes do. So does a Node no NodeClaim names (`status.nodeName`):
+//! unlike `kerf plan`'s input, where a labelled Node may stand for its NodeClaim, in the
+//! controller that Node's NodeClaim is gone and its termination is under way, and upstream
+//! takes only nodes with both objects as candidates. Replacements carry at most the
+//! Provisioner's [`MAX_INSTANCE_TYPES`], as every NodeClaim kerf creates.
+
+use std::collections::HashSet;
+
+use kerf::catalog::Catalog;
+use kerf::disruption::Cluster;
+use kerf::plan::ControllerSettings;
+use kerf::plan::snapshot;
+
+use crate::orchestrator::InQueue;
+use crate::provisioner::MAX_INSTANCE_TYPES;
+use crate::provisioner::inventory;
+use crate::state::ClusterState;
+
+/// The cluster as the decision sees it now; `Err` names why a snapshot cannot be built.
+pub fn build(
+    state: &ClusterState,
+    catalog: &Catalog,
+    controller: ControllerSettings,
+    in_queue: &InQueue,
+) -> Result<Cluster, String> {
+    let inventory = inventory::of(state, Vec::new());
+    let snapshot = snapshot::build(&inventory, catalog, controller).map_err(|e| e.to_string())?;
+    let mut cluster = kerf::plan::disruption::cluster(&inventory, snapshot);
+    cluster.scheduling.options.max_instance_types = MAX_INSTANCE_TYPES;
+    let claimed: HashSet<&str> = inventory
+        .node_claims
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.node_name.as_deref())
+        .collect();
+    for node in &mut cluster.nodes {
+        if in_queue.holds_node(&node.name) || !claimed.contains(node.name.as_str()) {
+            node.deleting = true;
+        }
+    }
+    Ok(cluster)
+}

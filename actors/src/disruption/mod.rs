@@ -1,0 +1,398 @@
+//! The Disruption loop (upstream's disruption controller): gives capacity back. Each pass,
+//! while this replica leads and cluster state has synced:
+//!
+//! 1. removes marks no command holds ([`stale`]);
+//! 2. skips the pass if the previous one found nothing and the cluster has not changed
+//!    since (the [`Generation`] every watched Pod, Node, NodeClaim and NodePool change
+//!    bumps), no node's `consolidateAfter` has elapsed since, and [`NO_OP_MEMO_TTL`] has
+//!    not passed — upstream's "consolidated" memo, which keeps an idle large cluster from
+//!    being re-simulated every 10 s;
+//! 3. builds the decision's input from cluster state ([`cluster`]) and asks the pure core
+//!    ([`kerf::disruption::controller::pass`]) for the first command of emptiness, drift,
+//!    multi-node and single-node consolidation, in that order, off the async runtime
+//!    (`spawn_blocking`: a pass over a thousand nodes is CPU for a good part of a second);
+//! 4. a graceful command (everything but drift) waits the validation period
+//!    ([`VALIDATION_PERIOD`], 15 s as upstream) and is re-checked on the cluster as it is
+//!    then; a command that no longer holds is dropped and counted;
+//! 5. hands the command to the [`Orchestrator`], which carries it out;
+//!
+//! then runs again at once after a command, else after [`POLL_PERIOD`]. Metrics and events
+//! are upstream's ([`observe`]). Every write goes through the daemon's fenced client, so a
+//! replica that lost its lease writes nothing; the loop also idles while not leading.
+
+mod cluster;
+mod observe;
+pub mod stale;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kerf::catalog::Catalog;
+use kerf::disruption::controller::{self, Pass, Planned};
+use kerf::disruption::{Cluster, Method, Options};
+use kerf::feature_gates::FeatureGates;
+use kerf::labels;
+use kerf::plan::ControllerSettings;
+use kube::Client;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::events::EventRecorder;
+use crate::orchestrator::{Candidate, Command, Orchestrator};
+use crate::state::ClusterState;
+
+/// Upstream's polling period between passes that found nothing.
+pub const POLL_PERIOD: Duration = Duration::from_secs(10);
+/// Upstream waits this long before executing a graceful command, then re-validates it, so
+/// a node is never consolidated on a momentary view (pods between a scale-down and the
+/// next scale-up).
+pub const VALIDATION_PERIOD: Duration = Duration::from_secs(15);
+/// A pass that found nothing is trusted for at most this long without a cluster change:
+/// time alone changes decisions too (budget schedules, `consolidateAfter`, do-not-disrupt
+/// durations), so the memo expires as upstream's does.
+pub const NO_OP_MEMO_TTL: Duration = Duration::from_secs(5 * 60);
+/// How often a replica that does not lead, or has not synced, looks again.
+const IDLE_PERIOD: Duration = Duration::from_secs(1);
+
+/// The wall clock decisions read (budget schedules, lifetimes); tests set their own.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// The loop's timings and clock.
+#[derive(Clone)]
+pub struct DisruptionConfig {
+    pub poll_period: Duration,
+    pub validation_period: Duration,
+    pub memo_ttl: Duration,
+    pub clock: Clock,
+}
+
+impl Default for DisruptionConfig {
+    fn default() -> Self {
+        Self {
+            poll_period: POLL_PERIOD,
+            validation_period: VALIDATION_PERIOD,
+            memo_ttl: NO_OP_MEMO_TTL,
+            clock: Arc::new(Timestamp::now),
+        }
+    }
+}
+
+impl std::fmt::Debug for DisruptionConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DisruptionConfig")
+            .field("poll_period", &self.poll_period)
+            .field("validation_period", &self.validation_period)
+            .field("memo_ttl", &self.memo_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts cluster changes; the watch streams' subscribers bump it. Clones share it.
+#[derive(Clone, Debug, Default)]
+pub struct Generation(Arc<AtomicU64>);
+
+impl Generation {
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn current(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The settings' gates as the core decides with them (destructured, so a gate added to
+/// the settings fails to compile until it is mapped).
+pub fn core_gates(gates: crate::settings::FeatureGates) -> FeatureGates {
+    let crate::settings::FeatureGates {
+        node_repair,
+        reserved_capacity,
+        spot_to_spot_consolidation,
+        node_overlay,
+        static_capacity,
+        capacity_buffer: _not_read_by_disruption,
+    } = gates;
+    FeatureGates {
+        node_repair,
+        reserved_capacity,
+        spot_to_spot_consolidation,
+        node_overlay,
+        static_capacity,
+    }
+}
+
+/// What the loop works with.
+#[derive(Clone)]
+pub struct DisruptionDeps {
+    pub client: Client,
+    pub state: Arc<ClusterState>,
+    pub catalog: Catalog,
+    pub controller: ControllerSettings,
+    pub feature_gates: FeatureGates,
+    pub orchestrator: Orchestrator,
+    pub events: EventRecorder,
+    pub leader: watch::Receiver<bool>,
+    pub generation: Generation,
+    pub config: DisruptionConfig,
+}
+
+/// What the loop last did, for observers (`kerf simulate`, tests).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// Passes that evaluated the methods (memoized passes are not counted).
+    pub passes: u64,
+    /// Commands handed to the Orchestrator, by method.
+    pub commands: Vec<(Method, Vec<String>)>,
+    /// Graceful commands dropped after the validation period.
+    pub failed_validations: u64,
+    /// Whether the last pass found nothing to do.
+    pub idle: bool,
+    /// After an idle pass: when time alone (a node's `consolidateAfter`) next changes the
+    /// decision; `None` when only a cluster change can.
+    pub next_consolidatable: Option<Timestamp>,
+}
+
+/// Runs the loop until `shutdown`; publishes its progress on `progress`.
+pub async fn run(
+    deps: DisruptionDeps,
+    progress: watch::Sender<Progress>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut memo: Option<Memo> = None;
+    loop {
+        let next = if *deps.leader.borrow() && deps.state.synced() {
+            pass(&deps, &progress, &mut memo, &mut shutdown).await
+        } else {
+            memo = None;
+            IDLE_PERIOD
+        };
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(next) => {}
+        }
+    }
+}
+
+/// A pass that found nothing: the generation it saw, when, and until when time alone
+/// leaves its answer standing.
+#[derive(Debug, Clone, Copy)]
+struct Memo {
+    generation: u64,
+    at: Instant,
+    until: Option<Timestamp>,
+}
+
+impl Memo {
+    fn holds(&self, generation: u64, now: Timestamp, ttl: Duration) -> bool {
+        self.generation == generation
+            && self.at.elapsed() < ttl
+            && self.until.is_none_or(|until| now < until)
+    }
+}
+
+/// One pass; returns when to run the next.
+async fn pass(
+    deps: &DisruptionDeps,
+    progress: &watch::Sender<Progress>,
+    memo: &mut Option<Memo>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Duration {
+    let in_queue = deps.orchestrator.in_queue().clone();
+    match stale::remove(&deps.client, &deps.state, &in_queue).await {
+        Ok(removed) if removed != stale::Removed::default() => {
+            tracing::info!(taints = ?removed.taints, reasons = ?removed.reasons, "removed stale disruption marks");
+        }
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(%error, "removing stale disruption marks");
+            return deps.config.poll_period;
+        }
+    }
+    let generation = deps.generation.current();
+    let now = (deps.config.clock)();
+    if memo.is_some_and(|m| m.holds(generation, now, deps.config.memo_ttl)) {
+        return deps.config.poll_period;
+    }
+    let Some((cluster, pass)) = decide(deps).await else {
+        return deps.config.poll_period;
+    };
+    observe::pass(deps, &cluster, &pass);
+    let Some(planned) = pass.command else {
+        *memo = Some(Memo {
+            generation,
+            at: Instant::now(),
+            until: pass.next_consolidatable,
+        });
+        progress.send_modify(|p| {
+            p.passes += 1;
+            p.idle = true;
+            p.next_consolidatable = pass.next_consolidatable;
+        });
+        return deps.config.poll_period;
+    };
+    *memo = None;
+    progress.send_modify(|p| {
+        p.passes += 1;
+        p.idle = false;
+        p.next_consolidatable = None;
+    });
+    if planned.command.method != Method::Drift {
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return Duration::ZERO,
+            () = tokio::time::sleep(deps.config.validation_period) => {}
+        }
+        if let Err(why) = revalidate(deps, &planned).await {
+            tracing::info!(
+                method = ?planned.command.method,
+                nodes = ?planned.command.nodes,
+                %why,
+                "disruption command failed validation"
+            );
+            observe::failed_validation(&planned);
+            progress.send_modify(|p| p.failed_validations += 1);
+            return Duration::ZERO;
+        }
+    }
+    let command = command(&cluster, planned);
+    let (method, nodes) = (
+        command.method,
+        command.candidates.iter().map(|c| c.node.clone()).collect(),
+    );
+    observe::decision(&command);
+    tracing::info!(method = ?method, nodes = ?nodes, replacements = command.replacements.len(), "disrupting");
+    if deps.orchestrator.submit(command).await.is_err() {
+        return deps.config.poll_period;
+    }
+    progress.send_modify(|p| p.commands.push((method, nodes)));
+    Duration::ZERO
+}
+
+/// The cluster now and the core's pass over it, computed off the runtime.
+async fn decide(deps: &DisruptionDeps) -> Option<(Arc<Cluster>, Pass)> {
+    let cluster = snapshot(deps).await?;
+    let options = options(deps);
+    let input = Arc::clone(&cluster);
+    let started = std::time::Instant::now();
+    let pass = tokio::task::spawn_blocking(move || controller::pass(&input, options)).await;
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "disruption pass"
+    );
+    match pass {
+        Ok(Ok(pass)) => Some((cluster, pass)),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "disruption decision");
+            None
+        }
+        Err(error) => {
+            tracing::error!(%error, "disruption decision panicked");
+            None
+        }
+    }
+}
+
+async fn snapshot(deps: &DisruptionDeps) -> Option<Arc<Cluster>> {
+    let (state, catalog, controller, in_queue) = (
+        Arc::clone(&deps.state),
+        deps.catalog,
+        deps.controller,
+        deps.orchestrator.in_queue().clone(),
+    );
+    let built = tokio::task::spawn_blocking(move || {
+        cluster::build(&state, &catalog, controller, &in_queue)
+    })
+    .await;
+    match built {
+        Ok(Ok(cluster)) => Some(Arc::new(cluster)),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "building the disruption snapshot");
+            None
+        }
+        Err(error) => {
+            tracing::error!(%error, "building the disruption snapshot panicked");
+            None
+        }
+    }
+}
+
+fn options(deps: &DisruptionDeps) -> Options {
+    Options {
+        now: (deps.config.clock)(),
+        feature_gates: deps.feature_gates,
+    }
+}
+
+/// Upstream's validation of `planned` on the cluster as it is now.
+async fn revalidate(deps: &DisruptionDeps, planned: &Planned) -> Result<(), String> {
+    let cluster = snapshot(deps)
+        .await
+        .ok_or_else(|| "the cluster could not be read".to_owned())?;
+    let options = options(deps);
+    let planned = planned.clone();
+    tokio::task::spawn_blocking(move || controller::validate(&cluster, options, &planned))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// The Orchestrator's command for `planned`, its candidates' NodeClaims from `cluster`.
+fn command(cluster: &Cluster, planned: Planned) -> Command {
+    let candidates = planned
+        .command
+        .nodes
+        .iter()
+        .map(|name| {
+            let managed = cluster.nodes.iter().find(|m| &m.name == name);
+            let capacity_type = cluster
+                .scheduling
+                .existing_nodes
+                .iter()
+                .find(|n| &n.name == name)
+                .and_then(|n| n.labels.get(labels::CAPACITY_TYPE).cloned())
+                .unwrap_or_default();
+            Candidate {
+                node: name.clone(),
+                node_claim: managed.map_or_else(|| name.clone(), |m| m.node_claim.clone()),
+                node_pool: managed.map(|m| m.node_pool.clone()).unwrap_or_default(),
+                capacity_type,
+            }
+        })
+        .collect();
+    Command {
+        method: planned.command.method,
+        reason: planned.command.reason,
+        decision: planned.command.decision,
+        candidates,
+        replacements: planned.replacements,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_no_op_memo_ends_on_a_change_on_its_ttl_or_when_a_node_turns_consolidatable() {
+        let now = Timestamp::now();
+        let later = Timestamp::from_second(now.as_second() + 60).expect("a time");
+        let memo = Memo {
+            generation: 7,
+            at: Instant::now(),
+            until: Some(later),
+        };
+        assert!(memo.holds(7, now, NO_OP_MEMO_TTL));
+        assert!(!memo.holds(8, now, NO_OP_MEMO_TTL), "the cluster changed");
+        assert!(
+            !memo.holds(7, later, NO_OP_MEMO_TTL),
+            "consolidateAfter elapsed"
+        );
+        assert!(!memo.holds(7, now, Duration::ZERO), "the memo expired");
+        let timeless = Memo {
+            until: None,
+            ..memo
+        };
+        assert!(timeless.holds(7, later, NO_OP_MEMO_TTL));
+    }
+}

@@ -1,0 +1,129 @@
+//! What a pass reports, under upstream's names: the eligible nodes per reason, each
+//! NodePool's allowed disruptions per reason, each method's evaluation time, decisions and
+//! failed validations; and the events on the nodes left alone — `DisruptionBlocked` when a
+//! budget or a pod (a PodDisruptionBudget, `karpenter.sh/do-not-disrupt`) holds the node,
+//! `Unconsolidatable` when consolidation has no move for it (policy, `consolidateAfter`,
+//! no cheaper replacement, pods that would not schedule). Reason labels are lower-case, as
+//! upstream's disruption metrics carry them.
+
+use kerf::disruption::controller::{Pass, Planned};
+use kerf::disruption::{Cluster, Method};
+use kerf::labels;
+
+use super::DisruptionDeps;
+use crate::events::disruption::{self as events, Kind, Subject};
+use crate::metrics::{
+    DISRUPTION_DECISIONS, DISRUPTION_ELIGIBLE_NODES, DISRUPTION_EVALUATION_DURATION,
+    DISRUPTION_FAILED_VALIDATIONS, NODEPOOLS_ALLOWED_DISRUPTIONS,
+};
+use crate::orchestrator::{Command, consolidation_type, decision_label, reason_label};
+use crate::state::ObjectKey;
+
+/// Upstream labels evaluation times by `reason`: the reason each method disrupts for.
+fn method_label(method: Method) -> &'static str {
+    match method {
+        Method::Emptiness => "empty",
+        Method::Drift => "drifted",
+        Method::Expiration => "expired",
+        Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => "underutilized",
+    }
+}
+
+/// Records a pass's gauges, timings and events.
+pub fn pass(deps: &DisruptionDeps, cluster: &Cluster, pass: &Pass) {
+    for (reason, count) in &pass.eligible {
+        #[allow(clippy::cast_precision_loss, reason = "node counts are far below 2^52")]
+        metrics::gauge!(DISRUPTION_ELIGIBLE_NODES, "reason" => reason.to_lowercase())
+            .set(*count as f64);
+    }
+    for budget in &pass.budgets {
+        #[allow(clippy::cast_precision_loss, reason = "budgets are at most 2^31")]
+        metrics::gauge!(
+            NODEPOOLS_ALLOWED_DISRUPTIONS,
+            "nodepool" => budget.node_pool.clone(),
+            "reason" => kerf::disruption::controller::reason_name(budget.reason).to_lowercase()
+        )
+        .set(budget.allowed as f64);
+    }
+    for (method, took) in &pass.timings {
+        metrics::histogram!(
+            DISRUPTION_EVALUATION_DURATION,
+            "reason" => method_label(*method),
+            "consolidation_type" => consolidation_type(*method)
+        )
+        .record(took.as_secs_f64());
+    }
+    publish_blocks(deps, cluster, pass);
+}
+
+fn publish_blocks(deps: &DisruptionDeps, cluster: &Cluster, pass: &Pass) {
+    for managed in &cluster.nodes {
+        let Some(why) = pass.blocked.get(&managed.name) else {
+            continue;
+        };
+        let held = why.contains("budget") || why.contains(labels::DO_NOT_DISRUPT);
+        let subjects = [
+            deps.state
+                .nodes
+                .get(&ObjectKey::new(None, &managed.name))
+                .map(|n| (Kind::Node, n.metadata.uid.clone().unwrap_or_default())),
+            deps.state
+                .nodeclaims
+                .get(&ObjectKey::new(None, &managed.node_claim))
+                .map(|c| (Kind::NodeClaim, c.metadata.uid.clone().unwrap_or_default())),
+        ];
+        for (kind, uid) in subjects.into_iter().flatten() {
+            let name = match kind {
+                Kind::Node => managed.name.clone(),
+                Kind::NodeClaim => managed.node_claim.clone(),
+            };
+            let subject = Subject { kind, name, uid };
+            let event = if held {
+                events::blocked(&subject, why)
+            } else {
+                Some(events::unconsolidatable(&subject, why))
+            };
+            if let Some(event) = event {
+                deps.events.publish(event);
+            }
+        }
+    }
+}
+
+/// Counts a command handed to the Orchestrator.
+pub fn decision(command: &Command) {
+    metrics::counter!(
+        DISRUPTION_DECISIONS,
+        "decision" => decision_label(command.decision),
+        "reason" => reason_label(command.reason),
+        "consolidation_type" => consolidation_type(command.method)
+    )
+    .increment(1);
+}
+
+/// Counts a graceful command dropped after its validation period.
+pub fn failed_validation(planned: &Planned) {
+    metrics::counter!(
+        DISRUPTION_FAILED_VALIDATIONS,
+        "consolidation_type" => consolidation_type(planned.command.method)
+    )
+    .increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use kerf::disruption::Reason;
+
+    use super::*;
+
+    #[test]
+    fn labels_are_upstreams() {
+        assert_eq!(
+            method_label(Method::SingleNodeConsolidation),
+            "underutilized"
+        );
+        assert_eq!(consolidation_type(Method::MultiNodeConsolidation), "multi");
+        assert_eq!(consolidation_type(Method::Drift), "");
+        assert_eq!(reason_label(Reason::Empty), "empty");
+    }
+}
