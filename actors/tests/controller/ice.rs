@@ -137,11 +137,14 @@ fn refused_spot_is_marked_and_the_same_nodeclaim_launches_on_demand_at_once() {
         })
         .await;
         let launched = launched.expect("launched");
+        // The marks go through the OfferingCache's mailbox: they land soon after the refusal.
+        eventually("the refused spot offerings are marked", || {
+            ZONES
+                .iter()
+                .all(|zone| offerings.is_unavailable(INSTANCE_TYPE, zone, "spot", &[]))
+        })
+        .await;
         for zone in ZONES {
-            assert!(
-                offerings.is_unavailable(INSTANCE_TYPE, zone, "spot", &[]),
-                "spot/{INSTANCE_TYPE}/{zone} is marked: {offerings:?}"
-            );
             assert!(!offerings.is_unavailable(INSTANCE_TYPE, zone, "on-demand", &[]));
         }
         assert_eq!(

@@ -379,11 +379,13 @@ fn a_spot_interruption_from_ec2_deletes_the_nodeclaim_and_the_next_solve_avoids_
             stack.is_deleted(interrupted)
         })
         .await;
+        // The mark goes through the OfferingCache's mailbox: it lands soon after the delete.
         let offerings = stack.daemon.offerings.as_ref().expect("an offering cache");
-        assert!(
-            offerings.is_unavailable(&itype, &zone, labels::CAPACITY_TYPE_SPOT, &[]),
-            "{itype} spot in {zone} is unavailable for the next solves"
-        );
+        eventually(
+            "the interrupted spot offering is unavailable for the next solves",
+            || offerings.is_unavailable(&itype, &zone, labels::CAPACITY_TYPE_SPOT, &[]),
+        )
+        .await;
         let mut replacement = None;
         eventually("a replacement launches for the displaced pod", || {
             replacement = stack.claims().into_iter().find(|c| {
