@@ -6,6 +6,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use super::inventory::Inventory;
+use super::snapshot::pod_key;
 use crate::api::EC2NodeClass;
 use crate::api::requirement::Operator;
 use crate::catalog::{Catalog, eni_limited_pods};
@@ -221,12 +222,4 @@ fn unfit_daemonsets(input: &SchedulingInput) -> Vec<String> {
 
 fn name(name: &Option<String>) -> &str {
     name.as_deref().unwrap_or_default()
-}
-
-fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        name(&pod.metadata.name)
-    )
 }
