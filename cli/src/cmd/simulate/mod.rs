@@ -17,6 +17,8 @@ mod memory;
 mod observe;
 mod planned;
 mod progress;
+#[allow(dead_code)] // wired by the recorder and the scenario runner (issue 17)
+mod report;
 mod run;
 mod scale_down;
 mod summary;

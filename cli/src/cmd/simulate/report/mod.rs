@@ -1,0 +1,172 @@
+//! `--report DIR`: what one run recorded, for people and for tools. The recorder samples the
+//! simulated world once a second while the run goes (so a spike that is gone by the end is
+//! still seen); a scenario adds the windows its faults were active in and its expectations
+//! with what was measured. Written as `report.json` (this module's types, camelCase) and
+//! `report.html` (plots). The types here are the contract between the recorder, the
+//! scenario runner and the writers; keep them plain data.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+/// The world as the recorder saw it at one moment of the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sample {
+    /// Seconds since the run started.
+    pub at_seconds: f64,
+    pub pods_pending: u64,
+    pub pods_bound: u64,
+    pub nodes_on_demand: u64,
+    pub nodes_spot: u64,
+    /// NodeClaims by phase (`Launching`, `Registered`, `Initialized`, `Deleting`, ...).
+    pub nodeclaims_by_phase: BTreeMap<String, u64>,
+    /// On-demand and spot prices of the running instances, in $/hour.
+    pub hourly_cost: f64,
+    /// The controller's own memory, where it can be told apart from the simulated cluster's.
+    pub controller_memory_bytes: Option<u64>,
+    /// Requests the API emulator served so far.
+    pub api_requests: u64,
+    /// Calls the simulated EC2 answered so far.
+    pub cloud_calls: u64,
+    /// Labels of the faults active at this moment.
+    pub faults_active: Vec<String>,
+}
+
+/// A fault a scenario injected: from when to when, in seconds since the start (`None`: still
+/// active at the end).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultWindow {
+    pub label: String,
+    pub from_seconds: f64,
+    pub to_seconds: Option<f64>,
+}
+
+/// One expectation of a scenario: what was wanted, what was measured, whether it held.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpectationResult {
+    /// The key in the scenario's `expect` (`allPodsBound`, `leakedInstances`, ...).
+    pub name: String,
+    pub wanted: String,
+    pub measured: String,
+    pub held: bool,
+}
+
+/// Everything one report holds.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The scenario's name, or `simulate` for a run without one.
+    pub name: String,
+    pub series: Vec<Sample>,
+    pub fault_windows: Vec<FaultWindow>,
+    pub expectations: Vec<ExpectationResult>,
+    /// Every bound pod's pending → bound time, in seconds.
+    pub pending_to_bound_seconds: Vec<f64>,
+}
+
+/// The labels of the faults active now: the scenario runner adds and removes them, the
+/// recorder copies them into each sample.
+#[derive(Debug, Clone, Default)]
+pub struct ActiveFaults(Arc<Mutex<BTreeSet<String>>>);
+
+impl ActiveFaults {
+    pub fn start(&self, label: &str) {
+        self.labels().insert(label.to_owned());
+    }
+
+    pub fn end(&self, label: &str) {
+        self.labels().remove(label);
+    }
+
+    pub fn now(&self) -> Vec<String> {
+        self.labels().iter().cloned().collect()
+    }
+
+    fn labels(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        // A panic while holding the lock leaves a plain set behind: still usable.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("creating the report directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Writes `report.json` into `dir` (created if missing).
+pub fn write(dir: &Path, report: &Report) -> Result<(), ReportError> {
+    std::fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let path = dir.join("report.json");
+    let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other);
+    json.and_then(|bytes| std::fs::write(&path, bytes))
+        .map_err(|source| ReportError::Write { path, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_report_reads_back_with_its_series_faults_and_expectations() {
+        let dir = std::env::temp_dir().join(format!("kerf-report-{}", std::process::id()));
+        let faults = ActiveFaults::default();
+        faults.start("ice c6a.*:us-east-1a:spot");
+        let report = Report {
+            name: "spot-storm".into(),
+            series: vec![Sample {
+                at_seconds: 1.0,
+                pods_pending: 3,
+                faults_active: faults.now(),
+                ..Sample::default()
+            }],
+            fault_windows: vec![FaultWindow {
+                label: "ice c6a.*:us-east-1a:spot".into(),
+                from_seconds: 0.5,
+                to_seconds: None,
+            }],
+            expectations: vec![ExpectationResult {
+                name: "leakedInstances".into(),
+                wanted: "0".into(),
+                measured: "0".into(),
+                held: true,
+            }],
+            pending_to_bound_seconds: vec![12.5],
+        };
+        write(&dir, &report).expect("writes");
+        let text = std::fs::read_to_string(dir.join("report.json")).expect("reads");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(json["series"][0]["podsPending"], 3);
+        assert_eq!(
+            json["series"][0]["faultsActive"][0],
+            "ice c6a.*:us-east-1a:spot"
+        );
+        assert_eq!(
+            json["faultWindows"][0]["toSeconds"],
+            serde_json::Value::Null
+        );
+        assert_eq!(json["expectations"][0]["held"], true);
+        faults.end("ice c6a.*:us-east-1a:spot");
+        assert!(faults.now().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
