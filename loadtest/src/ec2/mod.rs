@@ -11,6 +11,7 @@ mod error;
 mod eventbridge;
 mod faults;
 mod fleet;
+mod hold;
 mod ids;
 mod nodeclass;
 mod provider;
@@ -20,6 +21,7 @@ mod types;
 pub use error::{Ec2ConfigError, Ec2Error};
 pub use eventbridge::{forward_interruptions, to_eventbridge};
 pub use faults::{ApiCalls, CallCount};
+pub use hold::LaunchHold;
 pub use ids::is_instance_id;
 pub use nodeclass::{security_group_id, subnet_id};
 pub use provider::{
@@ -111,6 +113,7 @@ struct State {
     calls: ApiCalls,
     launched: u32,
     interruptions: Vec<SpotInterruption>,
+    hold: Option<hold::HeldLaunch>,
 }
 
 /// Capacity of the event channel; a subscriber that lags further resynchronises from
@@ -153,7 +156,7 @@ impl SimulatedEc2 {
         self.admit(ops::CREATE_FLEET)?;
         let capacity_type = validate_fleet(request)?;
         sleep(self.inner.config.launch_latency).await;
-        let (output, launched, failure) = {
+        let (output, launched, failure, held) = {
             let mut state = self.lock();
             let failure = state.fleet_failures.next();
             if failure == Some(false) {
@@ -194,7 +197,12 @@ impl SimulatedEc2 {
                     launch_template_name: chosen.launch_template_name,
                 });
             }
-            (output, launched, failure)
+            let held = if launched.is_empty() {
+                None
+            } else {
+                state.hold.take()
+            };
+            (output, launched, failure, held)
         };
         for instance in &launched {
             self.emit(Ec2Event::Launched {
@@ -208,6 +216,10 @@ impl SimulatedEc2 {
                     self.inner.config.pending_duration,
                 );
             }
+        }
+        if let Some(held) = held {
+            held.hold(launched.iter().map(|i| i.instance_id.clone()).collect())
+                .await;
         }
         if failure == Some(true) {
             return Err(Ec2Error::Internal {
@@ -293,6 +305,14 @@ impl SimulatedEc2 {
     /// Turns insufficient capacity on or off for one pool.
     pub fn set_insufficient_capacity(&self, pool: OfferingKey, insufficient: bool) {
         self.lock().ice.set(pool, insufficient);
+    }
+
+    /// Holds the next CreateFleet that launches instances after the launch, until the
+    /// returned hold is released or dropped (one-shot; a second call replaces the first).
+    pub fn hold_next_launch(&self) -> LaunchHold {
+        let (hold, held) = hold::pair();
+        self.lock().hold = Some(held);
+        hold
     }
 
     /// Fails the next `count` CreateFleet calls with `InternalError` before they launch

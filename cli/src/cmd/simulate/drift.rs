@@ -72,7 +72,7 @@ fn is_drifted(claim: &Value) -> bool {
 }
 
 /// Publishes the new AMI and makes the node class resolve it.
-fn change_ami(world: &World) -> anyhow::Result<()> {
+pub(super) fn change_ami(world: &World) -> anyhow::Result<()> {
     world.provider.set_image_id(NEW_AMI);
     world
         .cluster()

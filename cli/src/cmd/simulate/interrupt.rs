@@ -84,7 +84,11 @@ impl Interruptions {
 }
 
 /// The interrupted nodes: instance id → node name.
-fn choose(ec2: &SimulatedEc2, nodes: &[Value], fraction: f64) -> (usize, BTreeMap<String, String>) {
+pub(super) fn choose(
+    ec2: &SimulatedEc2,
+    nodes: &[Value],
+    fraction: f64,
+) -> (usize, BTreeMap<String, String>) {
     let node_of: HashMap<String, String> = nodes
         .iter()
         .filter_map(|n| {

@@ -21,6 +21,7 @@ mod progress;
 mod report;
 mod run;
 mod scale_down;
+mod scenario;
 mod summary;
 mod world;
 
@@ -82,6 +83,21 @@ pub struct Args {
     /// Millisecond delays and short batching windows (for tests).
     #[arg(long, hide = true)]
     pub fast: bool,
+    /// Run a scenario file: workload, controller replicas, scripted steps and faults, and
+    /// expectations judged at the end (exit 1 naming each that failed).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["workload", "nodepools", "ice", "interrupt_spot", "scale_down", "drift", "api_only"])]
+    pub scenario: Option<PathBuf>,
+    /// Write the run's report (report.json) into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+}
+
+fn pace(fast: bool) -> world::Pace {
+    if fast {
+        world::Pace::Instant
+    } else {
+        world::Pace::Brisk
+    }
 }
 
 fn go_duration(text: &str) -> Result<Duration, String> {
@@ -93,6 +109,17 @@ fn go_duration(text: &str) -> Result<Duration, String> {
 pub fn run(args: Args) -> ExitCode {
     if args.api_only {
         return serve_api_only(&args);
+    }
+    if let Some(file) = &args.scenario {
+        if let Some(level) = &args.log_level {
+            init_logging(level);
+        }
+        return scenario::run(&scenario::Config {
+            file: file.clone(),
+            pace: pace(args.fast),
+            output: args.output,
+            report: args.report.clone(),
+        });
     }
     let sources = inputs::Sources {
         pods: args.pods,
@@ -120,11 +147,7 @@ pub fn run(args: Args) -> ExitCode {
         scale_down: args.scale_down,
         duration: args.duration,
         kubeconfig_out: args.kubeconfig_out,
-        pace: if args.fast {
-            world::Pace::Instant
-        } else {
-            world::Pace::Brisk
-        },
+        pace: pace(args.fast),
         show_progress: output == Format::Table,
         drift: args.drift,
     };

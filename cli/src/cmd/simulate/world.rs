@@ -17,6 +17,7 @@ use kerf_actors::offering_cache::{
     OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, UNAVAILABLE_OFFERINGS_TTL,
 };
 use kerf_actors::{Cloud, Daemon, Environment, Settings};
+use kerf_loadtest::apiserver::faults::CLIENT_HEADER;
 use kerf_loadtest::apiserver::{ApiServer, Cluster, RunningServer, ServerConfig};
 use kerf_loadtest::ec2::{
     Ec2Config, MemoryQueue, OfferingKey, SimulatedCloudProvider, SimulatedCloudProviderConfig,
@@ -92,6 +93,19 @@ impl Pace {
                 initial_backoff: Duration::from_millis(50),
                 max_backoff: Duration::from_millis(500),
                 ..SchedulerConfig::default()
+            },
+        }
+    }
+
+    /// Leader election's timing: upstream's, or a one-second Lease for tests, so a failover
+    /// takes seconds rather than a Lease's fifteen.
+    fn leader_timing(self) -> Timing {
+        match self {
+            Self::Brisk => Timing::default(),
+            Self::Instant => Timing {
+                lease_duration: Duration::from_secs(1),
+                renew_deadline: Duration::from_millis(700),
+                retry_period: Duration::from_millis(100),
             },
         }
     }
@@ -198,8 +212,21 @@ impl World {
     /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST` as `kerf controller`'s is; the simulated
     /// kubelets and scheduler stand for the rest of a cluster and are not limited.
     pub async fn start_controller(&self) -> Result<Daemon, StartError> {
-        let settings = controller_settings(self.pace)?;
-        let config = kube_config(&self.server).await?;
+        let identity = format!("kerf-simulate-{}", std::process::id());
+        self.start_replica(&Replica::alone(&identity)).await
+    }
+
+    /// [`World::start_controller`] for one replica of several: its requests name it to the
+    /// emulator (so a scenario can cut it off as a crash would), and with leader election on
+    /// it leads only while it holds the Lease.
+    pub async fn start_replica(&self, replica: &Replica) -> Result<Daemon, StartError> {
+        let settings = controller_settings(self.pace, replica)?;
+        let mut config = kube_config(&self.server).await?;
+        let name = http::HeaderValue::from_str(&replica.identity)
+            .map_err(|e| StartError::Client(format!("identity {:?}: {e}", replica.identity)))?;
+        config
+            .headers
+            .push((http::HeaderName::from_static(CLIENT_HEADER), name));
         let leader_client = kube::Client::try_from(config.clone())
             .map_err(|e| StartError::Client(e.to_string()))?;
         let client = kerf_actors::client::build(
@@ -222,8 +249,8 @@ impl World {
                 client,
                 leader_client,
                 namespace: "kube-system".to_owned(),
-                identity: format!("kerf-simulate-{}", std::process::id()),
-                leader_timing: Timing::default(),
+                identity: replica.identity.clone(),
+                leader_timing: self.pace.leader_timing(),
                 bind: Ipv4Addr::LOCALHOST,
                 cloud: Some(Cloud {
                     provider: Arc::clone(&self.provider)
@@ -280,14 +307,40 @@ async fn client_for(server: &RunningServer) -> Result<Client, StartError> {
     Client::try_from(kube_config(server).await?).map_err(|e| StartError::Client(e.to_string()))
 }
 
-/// The controller's settings: its defaults and environment (`BATCH_IDLE_DURATION`, ...), a
-/// single replica without leader election, endpoints on free ports.
-fn controller_settings(pace: Pace) -> Result<kerf_actors::ValidSettings, StartError> {
-    #[derive(Parser)]
-    struct Flags {
-        #[command(flatten)]
-        settings: Settings,
+/// One controller replica to start.
+#[derive(Debug, Clone)]
+pub struct Replica {
+    /// Its Lease holder identity, also the name its requests carry to the emulator.
+    pub identity: String,
+    /// Settings flags on top of the pace's (a scenario's `controller.env`, as flags).
+    pub flags: Vec<String>,
+    pub leader_election: bool,
+}
+
+impl Replica {
+    /// The only replica, without leader election.
+    pub fn alone(identity: &str) -> Self {
+        Self {
+            identity: identity.to_owned(),
+            flags: Vec::new(),
+            leader_election: false,
+        }
     }
+}
+
+/// The flags and environment the controller's settings are parsed from.
+#[derive(Parser)]
+pub struct Flags {
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// The controller's settings: its defaults and environment (`BATCH_IDLE_DURATION`, ...),
+/// the pace's flags, then the replica's, endpoints on free ports.
+fn controller_settings(
+    pace: Pace,
+    replica: &Replica,
+) -> Result<kerf_actors::ValidSettings, StartError> {
     let mut argv = vec![
         "kerf",
         "--cluster-name",
@@ -297,9 +350,14 @@ fn controller_settings(pace: Pace) -> Result<kerf_actors::ValidSettings, StartEr
         "--health-probe-port",
         "0",
         "--disable-leader-election",
-        "true",
+        if replica.leader_election {
+            "false"
+        } else {
+            "true"
+        },
     ];
     argv.extend_from_slice(pace.controller_flags());
+    argv.extend(replica.flags.iter().map(String::as_str));
     Flags::try_parse_from(argv)
         .map_err(|e| StartError::Settings(e.to_string()))?
         .settings

@@ -1,0 +1,98 @@
+//! The controller replicas of a scenario. With more than one, each runs with leader election
+//! on its own identity, as the Helm chart's replicas do. A kill is a crash, not a shutdown:
+//! the replica is cut off from the API server at once (the emulator's partition: its
+//! requests hang and are never applied, so it neither releases its Lease nor finishes a
+//! write), then its tasks are torn down in the background without draining; the others take
+//! over when the Lease lapses. A restart stops every replica gracefully and starts as many
+//! fresh ones (new identities, as new pods get).
+
+use std::time::Duration;
+
+use kerf_actors::Daemon;
+
+use super::super::world::{Replica, StartError, World};
+
+/// The running replicas, oldest first.
+pub struct Replicas {
+    running: Vec<(String, Daemon)>,
+    count: usize,
+    flags: Vec<String>,
+    generation: usize,
+}
+
+impl Replicas {
+    /// Starts `count` replicas with `flags` (settings as flags) and waits until each synced.
+    pub async fn start(
+        world: &World,
+        count: usize,
+        flags: Vec<String>,
+    ) -> Result<Self, StartError> {
+        let mut replicas = Self {
+            running: Vec::new(),
+            count,
+            flags,
+            generation: 0,
+        };
+        replicas.start_all(world).await?;
+        Ok(replicas)
+    }
+
+    async fn start_all(&mut self, world: &World) -> Result<(), StartError> {
+        self.generation += 1;
+        for i in 0..self.count {
+            let identity = format!("kerf-{}-{i}", self.generation);
+            let daemon = world
+                .start_replica(&Replica {
+                    identity: identity.clone(),
+                    flags: self.flags.clone(),
+                    leader_election: self.count > 1,
+                })
+                .await?;
+            self.running.push((identity, daemon));
+        }
+        Ok(())
+    }
+
+    /// The replica leading now, if any.
+    pub fn leader(&self) -> Option<&Daemon> {
+        self.running
+            .iter()
+            .map(|(_, d)| d)
+            .find(|d| *d.leader.borrow())
+    }
+
+    /// Identities of the running replicas.
+    pub fn identities(&self) -> Vec<String> {
+        self.running.iter().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// Kills the leader (or, with `any`, the newest replica); returns its identity, or
+    /// `None` when there was none to kill.
+    pub fn kill(&mut self, world: &World, leader: bool) -> Option<String> {
+        let index = if leader {
+            self.running.iter().position(|(_, d)| *d.leader.borrow())?
+        } else {
+            self.running.len().checked_sub(1)?
+        };
+        let (identity, daemon) = self.running.remove(index);
+        world.server.faults().partition(&identity);
+        // Its tasks are cut off and end on the shutdown signal (or are aborted); nothing it
+        // does from now on reaches the cluster.
+        actix::spawn(daemon.stop_within(Duration::ZERO));
+        Some(identity)
+    }
+
+    /// Stops every replica gracefully and starts fresh ones.
+    pub async fn restart(&mut self, world: &World) -> Result<(), StartError> {
+        for (_, daemon) in self.running.drain(..) {
+            daemon.stop().await;
+        }
+        self.start_all(world).await
+    }
+
+    pub async fn stop(self) {
+        for (_, daemon) in self.running {
+            daemon.stop().await;
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Judging a scenario's expectations on what was measured ([`super::invariants`]), and the
+//! table the terminal ends with. `allPodsBound.within` is measured from the end of the last
+//! step that added or displaced pods (the workload's creation when no step did) to the last
+//! time every workload pod became bound; it fails outright when pods are still pending at
+//! the end.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::super::report::ExpectationResult;
+use super::format::Expect;
+use super::invariants::Measures;
+
+/// Facts read at the end of the run.
+pub struct End<'a> {
+    pub measures: &'a Measures,
+    pub last_displaced: Instant,
+    pub leaked: &'a [String],
+    pub double_launched: &'a [String],
+}
+
+/// One result per expectation given, in the file format's order.
+pub fn judge(expect: &Expect, end: &End<'_>) -> Vec<ExpectationResult> {
+    let m = end.measures;
+    let mut results = Vec::new();
+    let mut push = |name: &str, wanted: String, measured: String, held: bool| {
+        results.push(ExpectationResult {
+            name: name.to_owned(),
+            wanted,
+            measured,
+            held,
+        });
+    };
+    if let Some(within) = &expect.all_pods_bound {
+        let wanted = format!("within {within}", within = within.within);
+        if m.pending() > 0 {
+            push(
+                "allPodsBound",
+                wanted,
+                format!("{} pods pending at the end", m.pending()),
+                false,
+            );
+        } else {
+            let took = m.last_all_bound.map_or(Duration::ZERO, |t| {
+                t.saturating_duration_since(end.last_displaced)
+            });
+            push(
+                "allPodsBound",
+                wanted,
+                format!("{:.1}s", took.as_secs_f64()),
+                took <= within.within.as_std(),
+            );
+        }
+    }
+    let mut count = |name: &str, wanted: Option<u64>, found: &[String]| {
+        if let Some(wanted) = wanted {
+            let measured = if found.is_empty() {
+                "0".to_owned()
+            } else {
+                format!("{} ({})", found.len(), found.join(", "))
+            };
+            push(
+                name,
+                format!("≤ {wanted}"),
+                measured,
+                found.len() as u64 <= wanted,
+            );
+        }
+    };
+    count("leakedInstances", expect.leaked_instances, end.leaked);
+    count(
+        "doubleLaunches",
+        expect.double_launches,
+        end.double_launched,
+    );
+    if let Some(wanted) = expect.pdb_violations {
+        push(
+            "pdbViolations",
+            format!("≤ {wanted}"),
+            m.pdb_violations.to_string(),
+            m.pdb_violations <= wanted,
+        );
+    }
+    if let Some(wanted) = expect.max_nodes {
+        push(
+            "maxNodes",
+            format!("≤ {wanted}"),
+            m.max_nodes.to_string(),
+            m.max_nodes as u64 <= wanted,
+        );
+    }
+    if let Some(wanted) = expect.max_hourly_cost {
+        push(
+            "maxHourlyCost",
+            format!("≤ ${wanted:.2}/h"),
+            format!("${:.2}/h", m.max_hourly_cost),
+            m.max_hourly_cost <= wanted,
+        );
+    }
+    results
+}
+
+/// The expectations table.
+pub fn table(results: &[ExpectationResult]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<17} {:<14} {:<24} RESULT",
+        "EXPECTATION", "WANTED", "MEASURED"
+    );
+    for r in results {
+        let _ = writeln!(
+            out,
+            "{:<17} {:<14} {:<24} {}",
+            r.name,
+            r.wanted,
+            r.measured,
+            if r.held { "held" } else { "FAILED" }
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::format::Within;
+    use super::*;
+
+    fn expect_all() -> Expect {
+        Expect {
+            all_pods_bound: Some(Within {
+                within: kerf::api::duration::Duration::from_secs(60),
+            }),
+            leaked_instances: Some(0),
+            double_launches: Some(0),
+            pdb_violations: Some(0),
+            max_nodes: Some(3),
+            max_hourly_cost: Some(1.0),
+        }
+    }
+
+    #[test]
+    fn each_expectation_is_judged_on_its_measure() {
+        let now = Instant::now();
+        let measures = Measures {
+            pods: 10,
+            bound: 10,
+            max_nodes: 4,
+            max_hourly_cost: 0.5,
+            last_all_bound: Some(now + Duration::from_secs(12)),
+            ..Measures::default()
+        };
+        let leaked = ["i-1".to_owned()];
+        let results = judge(
+            &expect_all(),
+            &End {
+                measures: &measures,
+                last_displaced: now,
+                leaked: &leaked,
+                double_launched: &[],
+            },
+        );
+        let held: Vec<(&str, bool)> = results.iter().map(|r| (r.name.as_str(), r.held)).collect();
+        assert_eq!(
+            held,
+            [
+                ("allPodsBound", true),
+                ("leakedInstances", false),
+                ("doubleLaunches", true),
+                ("pdbViolations", true),
+                ("maxNodes", false),
+                ("maxHourlyCost", true),
+            ]
+        );
+        assert_eq!(results[0].measured, "12.0s");
+        assert_eq!(results[1].measured, "1 (i-1)");
+        assert!(
+            table(&results).contains("maxNodes          ≤ 3"),
+            "{}",
+            table(&results)
+        );
+    }
+
+    #[test]
+    fn pods_pending_at_the_end_fail_all_pods_bound() {
+        let measures = Measures {
+            pods: 10,
+            bound: 7,
+            ..Measures::default()
+        };
+        let results = judge(
+            &expect_all(),
+            &End {
+                measures: &measures,
+                last_displaced: Instant::now(),
+                leaked: &[],
+                double_launched: &[],
+            },
+        );
+        assert!(!results[0].held);
+        assert_eq!(results[0].measured, "3 pods pending at the end");
+    }
+}

@@ -1,0 +1,219 @@
+//! A scenario's faults: each is switched on in the simulated EC2 or the API emulator, shown
+//! as active through [`ActiveFaults`] (the recorder copies it into every sample) and kept as
+//! a [`FaultWindow`] for the report. A fault with `for` ends by itself: a background task
+//! sleeps that long, switches it off and closes its window, while the steps go on. Without
+//! `for` it lasts until the run ends. A spot interruption is one event; its window is the
+//! two-minute notice, after which EC2 reclaims the instances.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kerf_loadtest::apiserver::{Faults, InjectedError};
+use kerf_loadtest::ec2::{OfferingKey, SimulatedEc2};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::super::interrupt;
+use super::super::report::{ActiveFaults, FaultWindow};
+use super::super::world::World;
+use super::format::Fault;
+
+/// Seconds `Retry-After` asks for on an injected 429: short, so a retrying client is
+/// slowed, not stalled.
+const RETRY_AFTER_SECS: u64 = 1;
+
+/// The faults of one run.
+pub struct Injector {
+    started: Instant,
+    active: ActiveFaults,
+    windows: Arc<Mutex<Vec<FaultWindow>>>,
+    timers: Vec<JoinHandle<()>>,
+    /// Faults without `for`, undone when the run ends.
+    open_ended: Vec<Undo>,
+}
+
+/// How to switch one fault off again.
+enum Undo {
+    Ice(SimulatedEc2, Vec<OfferingKey>),
+    Throttle(SimulatedEc2),
+    Errors(Faults),
+    Latency(Faults),
+    WatchDrops(JoinHandle<()>),
+    Nothing,
+}
+
+impl Undo {
+    fn run(self) {
+        match self {
+            Self::Ice(ec2, pools) => {
+                for pool in pools {
+                    ec2.set_insufficient_capacity(pool, false);
+                }
+            }
+            Self::Throttle(ec2) => {
+                let _zero_is_in_range = ec2.set_throttling(0.0);
+            }
+            Self::Errors(faults) => faults.stop_failing(),
+            Self::Latency(faults) => faults.set_latency(Duration::ZERO),
+            Self::WatchDrops(task) => task.abort(),
+            Self::Nothing => {}
+        }
+    }
+}
+
+impl Injector {
+    pub fn new(started: Instant, active: ActiveFaults) -> Self {
+        Self {
+            started,
+            active,
+            windows: Arc::default(),
+            timers: Vec::new(),
+            open_ended: Vec::new(),
+        }
+    }
+
+    /// Switches `fault` on (`pools`: an ice fault's, resolved when checking); returns its
+    /// label.
+    pub fn inject(&mut self, world: &World, fault: &Fault, pools: &[OfferingKey]) -> String {
+        let ec2 = world.provider.ec2().clone();
+        let faults = world.server.faults().clone();
+        let label = label(fault);
+        let (undo, lasting) = match fault {
+            Fault::Ice { lasting, .. } => {
+                for pool in pools {
+                    ec2.set_insufficient_capacity(pool.clone(), true);
+                }
+                (
+                    Undo::Ice(ec2, pools.to_vec()),
+                    lasting.as_ref().map(kerf::api::duration::Duration::as_std),
+                )
+            }
+            Fault::Ec2Throttle { rate, lasting } => {
+                let _checked_in_range = ec2.set_throttling(*rate);
+                (
+                    Undo::Throttle(ec2),
+                    lasting.as_ref().map(kerf::api::duration::Duration::as_std),
+                )
+            }
+            Fault::ApiErrors {
+                rate,
+                status,
+                lasting,
+            } => {
+                let error = if *status == Some(429) {
+                    InjectedError::TooManyRequests {
+                        retry_after_secs: RETRY_AFTER_SECS,
+                    }
+                } else {
+                    InjectedError::ServerError
+                };
+                faults.fail_requests(*rate, error);
+                (
+                    Undo::Errors(faults),
+                    lasting.as_ref().map(kerf::api::duration::Duration::as_std),
+                )
+            }
+            Fault::WatchDrop { every, lasting } => {
+                let every = every.as_std();
+                let task = tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(every).await;
+                        faults.compact();
+                        faults.drop_watches();
+                    }
+                });
+                (
+                    Undo::WatchDrops(task),
+                    lasting.as_ref().map(kerf::api::duration::Duration::as_std),
+                )
+            }
+            Fault::ApiLatency { latency, lasting } => {
+                faults.set_latency(latency.as_std());
+                (
+                    Undo::Latency(faults),
+                    lasting.as_ref().map(kerf::api::duration::Duration::as_std),
+                )
+            }
+            Fault::SpotInterruption { fraction } => {
+                let nodes = world
+                    .cluster()
+                    .list("v1", "nodes", None, "")
+                    .unwrap_or_default();
+                let (_, chosen) = interrupt::choose(&ec2, &nodes, *fraction);
+                for id in chosen.keys() {
+                    if let Err(error) = ec2.interrupt_spot(id) {
+                        eprintln!("kerf simulate: interrupting {id}: {error}");
+                    }
+                }
+                let notice = ec2.config().interruption_notice;
+                (Undo::Nothing, Some(notice))
+            }
+        };
+        self.open(&label, lasting, undo);
+        label
+    }
+
+    /// Records the window and, for a bounded fault, arms the timer that ends it.
+    fn open(&mut self, label: &str, lasting: Option<Duration>, undo: Undo) {
+        self.active.start(label);
+        let index = {
+            let mut windows = lock(&self.windows);
+            windows.push(FaultWindow {
+                label: label.to_owned(),
+                from_seconds: self.started.elapsed().as_secs_f64(),
+                to_seconds: None,
+            });
+            windows.len() - 1
+        };
+        let Some(lasting) = lasting else {
+            self.open_ended.push(undo);
+            return;
+        };
+        let active = self.active.clone();
+        let windows = Arc::clone(&self.windows);
+        let started = self.started;
+        let label = label.to_owned();
+        self.timers.push(tokio::spawn(async move {
+            tokio::time::sleep(lasting).await;
+            undo.run();
+            active.end(&label);
+            lock(&windows)[index].to_seconds = Some(started.elapsed().as_secs_f64());
+        }));
+    }
+
+    /// The windows so far; faults still active have no end.
+    pub fn windows(&self) -> Vec<FaultWindow> {
+        lock(&self.windows).clone()
+    }
+
+    /// Stops the timers and switches every fault off.
+    pub fn stop(self) {
+        for timer in self.timers {
+            timer.abort();
+        }
+        for undo in self.open_ended {
+            undo.run();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How a fault is named in progress lines, samples and the report.
+fn label(fault: &Fault) -> String {
+    let pct = |rate: f64| format!("{:.0}%", rate * 100.0);
+    match fault {
+        Fault::Ice { offerings, .. } => format!("ice {}", offerings.join(" ")),
+        Fault::Ec2Throttle { rate, .. } => format!("ec2-throttle {}", pct(*rate)),
+        Fault::ApiErrors { rate, status, .. } => {
+            format!("api-errors {} {}", pct(*rate), status.unwrap_or(500))
+        }
+        Fault::WatchDrop { every, .. } => format!("watch-drop every {every}"),
+        Fault::ApiLatency { latency, .. } => format!("api-latency {latency}"),
+        Fault::SpotInterruption { fraction } => format!("spot-interruption {}", pct(*fraction)),
+    }
+}

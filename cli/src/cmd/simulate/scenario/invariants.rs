@@ -1,0 +1,197 @@
+//! What a scenario's expectations are judged on, watched throughout the run (every
+//! [`TICK`]) rather than read at the end, so a spike that is gone by then still counts:
+//! - pods: workload pods and how many are bound (from the emulator's change history, see
+//!   [`Tally`]), and the last moment the cluster went from some pods pending to all bound;
+//! - nodes and cost: the live (pending or running) instances of the simulated EC2 — the
+//!   capacity being paid for, registered as a Node or not — and their summed hourly price,
+//!   both as maxima;
+//! - budgets: how many times a PodDisruptionBudget that met its minimum fell below it
+//!   because its healthy pods dropped (not because it came to want more). The emulator
+//!   refuses evictions past a budget as a real API server does, so such a drop means pods
+//!   went some other way: a node terminated before it was drained, or reclaimed.
+//!
+//! Leaks and double launches are read at the end from every instance EC2 ever launched.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use kerf_loadtest::apiserver::Cluster;
+use kerf_loadtest::ec2::{Instance, SimulatedEc2};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::super::observe::{NotServed, Tally};
+
+/// How often the world is looked at: the resolution of every maximum and timing.
+pub const TICK: Duration = Duration::from_millis(250);
+
+/// The tag naming the NodeClaim an instance was launched for.
+const NODECLAIM_TAG: &str = "karpenter.sh/nodeclaim";
+
+/// What has been measured so far.
+#[derive(Debug, Clone, Default)]
+pub struct Measures {
+    /// Workload pods that exist now.
+    pub pods: usize,
+    pub bound: usize,
+    /// Live instances now, and the most at once.
+    pub nodes: usize,
+    pub max_nodes: usize,
+    pub max_hourly_cost: f64,
+    pub pdb_violations: u64,
+    /// The last time every workload pod became bound after some were pending.
+    pub last_all_bound: Option<Instant>,
+    /// Every bound pod's pending → bound time (filled when the observer stops).
+    pub pending_to_bound: Vec<Duration>,
+}
+
+impl Measures {
+    pub fn pending(&self) -> usize {
+        self.pods - self.bound.min(self.pods)
+    }
+}
+
+/// The background sampler.
+pub struct Observer {
+    pub measures: watch::Receiver<Measures>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Measures>,
+}
+
+impl Observer {
+    /// Starts watching; the pods already in the emulator count from their creation.
+    pub fn start(cluster: Cluster, ec2: SimulatedEc2) -> Result<Self, NotServed> {
+        let mut tally = Tally::new(&cluster)?;
+        let (publish, measures) = watch::channel(Measures::default());
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut m = Measures::default();
+            let mut budgets = Budgets::default();
+            loop {
+                tally.update(std::time::Instant::now());
+                sample(&mut m, &tally, &ec2, &cluster, &mut budgets);
+                publish.send_replace(m.clone());
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    () = tokio::time::sleep(TICK) => {}
+                }
+            }
+            m.pending_to_bound = tally.latencies();
+            m
+        });
+        Ok(Self {
+            measures,
+            stop,
+            task,
+        })
+    }
+
+    pub fn now(&self) -> Measures {
+        self.measures.borrow().clone()
+    }
+
+    /// Takes a last sample and returns everything measured.
+    pub async fn finish(self) -> Measures {
+        self.stop.send_replace(true);
+        let fallback = self.measures.borrow().clone();
+        self.task.await.unwrap_or(fallback)
+    }
+}
+
+fn sample(
+    m: &mut Measures,
+    tally: &Tally,
+    ec2: &SimulatedEc2,
+    cluster: &Cluster,
+    budgets: &mut Budgets,
+) {
+    let counts = tally.counts();
+    let was_pending = m.pending() > 0;
+    m.pods = counts.pods;
+    m.bound = counts.bound;
+    if was_pending && m.pending() == 0 {
+        m.last_all_bound = Some(Instant::now());
+    }
+    let instances = ec2.instances();
+    let live = instances.iter().filter(|i| i.state.is_live());
+    m.nodes = live.clone().count();
+    m.max_nodes = m.max_nodes.max(m.nodes);
+    let cost: f64 = live.map(|i| i.price).sum();
+    m.max_hourly_cost = m.max_hourly_cost.max(cost);
+    m.pdb_violations += budgets.observe(cluster);
+}
+
+/// Each budget's healthy pods at the last sample, and whether it was below its minimum.
+#[derive(Default)]
+struct Budgets(HashMap<String, (i64, bool)>);
+
+impl Budgets {
+    /// New violations: budgets that met their minimum and fell below it as healthy pods
+    /// dropped.
+    fn observe(&mut self, cluster: &Cluster) -> u64 {
+        let Ok(list) = cluster.list("policy/v1", "poddisruptionbudgets", None, "") else {
+            return 0;
+        };
+        let mut violations = 0;
+        for pdb in list {
+            let key = format!(
+                "{}/{}",
+                pdb["metadata"]["namespace"].as_str().unwrap_or_default(),
+                pdb["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            let healthy = pdb["status"]["currentHealthy"].as_i64().unwrap_or(0);
+            let desired = pdb["status"]["desiredHealthy"].as_i64().unwrap_or(0);
+            let below = healthy < desired;
+            let (before, was_below) = self.0.get(&key).copied().unwrap_or((0, true));
+            if below && !was_below && healthy < before {
+                violations += 1;
+            }
+            self.0.insert(key, (healthy, below));
+        }
+        violations
+    }
+}
+
+/// NodeClaims that ever had more than one instance launched for them.
+pub fn double_launches(instances: &[Instance]) -> Vec<String> {
+    let mut per_claim: BTreeMap<&str, usize> = BTreeMap::new();
+    for instance in instances {
+        if let Some(claim) = instance.tags.get(NODECLAIM_TAG) {
+            *per_claim.entry(claim).or_default() += 1;
+        }
+    }
+    per_claim
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(claim, _)| claim.to_owned())
+        .collect()
+}
+
+/// Live instances no NodeClaim accounts for: neither by its providerID nor by the name in
+/// the instance's tag (a NodeClaim whose launch is not recorded yet still owns it).
+pub fn leaked_instances(instances: &[Instance], cluster: &Cluster) -> Vec<String> {
+    let claims = cluster
+        .list("karpenter.sh/v1", "nodeclaims", None, "")
+        .unwrap_or_default();
+    let names: Vec<&str> = claims
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .collect();
+    let provider_ids: Vec<&str> = claims
+        .iter()
+        .filter_map(|c| c["status"]["providerID"].as_str())
+        .collect();
+    instances
+        .iter()
+        .filter(|i| i.state.is_live())
+        .filter(|i| {
+            let tagged = i
+                .tags
+                .get(NODECLAIM_TAG)
+                .is_some_and(|n| names.contains(&n.as_str()));
+            !tagged && !provider_ids.contains(&i.provider_id().as_str())
+        })
+        .map(|i| i.instance_id.clone())
+        .collect()
+}

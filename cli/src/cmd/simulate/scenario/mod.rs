@@ -1,0 +1,200 @@
+//! `kerf simulate --scenario FILE`: a scripted run against the simulated cluster. The file
+//! ([`format`]) names a workload, NodePools, the controller's replicas and settings, steps
+//! (waits, scaling, manifests, deletions, faults, controller kills and restarts, an AMI
+//! release) and expectations. It is checked whole before anything starts ([`check`]); then
+//! the world starts, the controllers sync, the workload is applied and the steps run in
+//! order ([`steps`]) while [`invariants`] watches the world; at the end the expectations are
+//! judged ([`expect`]), the table (or, with `-o json`, the report) is printed and, with
+//! `--report DIR`, the report is written. Exit 0 when every expectation held, 1 otherwise
+//! (each failed one named) or when the file is bad or a step could not be carried out.
+
+mod check;
+mod controllers;
+mod expect;
+mod faults;
+mod format;
+mod invariants;
+mod steps;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use kerf_actors::garbage_collection::{MIN_MACHINE_AGE, PERIOD};
+use tokio::time::Instant;
+
+use super::apply::apply;
+use super::report::{self, ActiveFaults, Report};
+use super::world::{Pace, World};
+use crate::cmd::plan::Format;
+use check::Scenario;
+use controllers::Replicas;
+use faults::Injector;
+use invariants::Observer;
+use steps::Runner;
+
+/// How long a leaked instance is given to be collected before it counts: the garbage
+/// collector takes machines older than [`MIN_MACHINE_AGE`] on a pass at most [`PERIOD`]
+/// apart. Only waited for while something is leaked.
+const LEAK_GRACE: Duration = MIN_MACHINE_AGE.saturating_add(PERIOD);
+
+/// How one scenario run is set up from the command line.
+pub struct Config {
+    pub file: PathBuf,
+    pub pace: Pace,
+    pub output: Format,
+    pub report: Option<PathBuf>,
+}
+
+/// Checks the file, runs it in an actix system, prints and writes the outcome.
+pub fn run(config: &Config) -> ExitCode {
+    let scenario = match check::read(&config.file) {
+        Ok(scenario) => scenario,
+        Err(problems) => {
+            eprintln!("{problems}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let pace = config.pace;
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("the tokio runtime builds with default settings")
+    });
+    let (report, failure) = match system.block_on(execute(scenario, pace)) {
+        Ok(ran) => ran,
+        Err(error) => {
+            eprintln!("kerf simulate: {}: {error:#}", config.file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    print(&report, config.output);
+    let mut ok = failure.is_none();
+    if let Some(failure) = failure {
+        eprintln!("kerf simulate: {}: {failure:#}", config.file.display());
+    }
+    if let Some(dir) = &config.report
+        && let Err(error) = report::write(dir, &report)
+    {
+        eprintln!("kerf simulate: {error}");
+        ok = false;
+    }
+    for failed in report.expectations.iter().filter(|e| !e.held) {
+        eprintln!(
+            "kerf simulate: {}: expectation {} failed: wanted {}, measured {}",
+            config.file.display(),
+            failed.name,
+            failed.wanted,
+            failed.measured
+        );
+        ok = false;
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn print(report: &Report, format: Format) {
+    match format {
+        Format::Json => match serde_json::to_string_pretty(report) {
+            Ok(json) => println!("{json}"),
+            Err(error) => eprintln!("kerf simulate: cannot encode the report as JSON: {error}"),
+        },
+        Format::Table => {
+            println!("scenario {}", report.name);
+            print!("{}", expect::table(&report.expectations));
+        }
+    }
+}
+
+/// Runs the scenario; the error is one that stops the world from starting, the second
+/// value a step that could not be carried out (the run still reports what it measured).
+async fn execute(
+    scenario: Scenario,
+    pace: Pace,
+) -> anyhow::Result<(Report, Option<anyhow::Error>)> {
+    let started = Instant::now();
+    let world = World::start(pace, &[]).await?;
+    let cluster = world.cluster();
+    let inventory = &scenario.inputs.inventory;
+    let mut notes = apply(&cluster, &scenario.inputs.setup, inventory)?;
+    let observer = Observer::start(cluster.clone(), world.provider.ec2().clone())?;
+    let replicas = Replicas::start(&world, scenario.replicas, scenario.flags.clone()).await?;
+    eprintln!(
+        "scenario {}: {} controller replica(s) synced: {}",
+        scenario.name,
+        scenario.replicas,
+        replicas.identities().join(", ")
+    );
+    notes.extend(apply(&cluster, &scenario.inputs.workload, inventory)?);
+    for note in notes {
+        eprintln!("{note}");
+    }
+    let active = ActiveFaults::default();
+    let mut runner = Runner {
+        world: &world,
+        replicas,
+        injector: Injector::new(started, active),
+        observer,
+        started,
+        last_displaced: Instant::now(),
+    };
+    let mut failure = None;
+    for (index, planned) in scenario.steps.iter().enumerate() {
+        if let Err(error) = runner.run(index, planned).await {
+            failure = Some(error);
+            break;
+        }
+    }
+    let leaked = wait_for_collection(&world).await;
+    let Runner {
+        replicas,
+        injector,
+        observer,
+        last_displaced,
+        ..
+    } = runner;
+    let measures = observer.finish().await;
+    let instances = world.provider.ec2().instances();
+    let double_launched = invariants::double_launches(&instances);
+    let expectations = expect::judge(
+        &scenario.expect,
+        &expect::End {
+            measures: &measures,
+            last_displaced,
+            leaked: &leaked,
+            double_launched: &double_launched,
+        },
+    );
+    let report = Report {
+        name: scenario.name.clone(),
+        series: Vec::new(),
+        fault_windows: injector.windows(),
+        expectations,
+        pending_to_bound_seconds: measures
+            .pending_to_bound
+            .iter()
+            .map(Duration::as_secs_f64)
+            .collect(),
+    };
+    injector.stop();
+    replicas.stop().await;
+    world.stop().await;
+    Ok((report, failure))
+}
+
+/// The instances leaked at the end, after giving garbage collection its grace.
+async fn wait_for_collection(world: &World) -> Vec<String> {
+    let deadline = Instant::now() + LEAK_GRACE;
+    loop {
+        let leaked =
+            invariants::leaked_instances(&world.provider.ec2().instances(), &world.cluster());
+        if leaked.is_empty() || Instant::now() >= deadline {
+            return leaked;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,284 @@
+//! Running the steps, in order: a step with `at` first waits until that much time has passed
+//! since the start (at once if it already has), any other follows the previous one. Waits
+//! that time out are reported and the run goes on — the expectations judge the outcome — but
+//! a step that cannot be carried out (a Deployment that does not exist, a kill waiting for a
+//! launch that never comes) ends the run as a failure.
+//!
+//! `settled` is read from what the leading controller exposes: no workload pod pending, every
+//! NodeClaim Initialized and none being deleted, the disruption loop's last pass idle with
+//! nothing about to become consolidatable (no `consolidateAfter` running) and no command in
+//! the orchestration queue — held for longer than the loop's polling period, so a change
+//! the loop has not looked at yet would have shown.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use kerf_actors::disruption::POLL_PERIOD;
+use kerf_loadtest::apiserver::{Cluster, PatchKind};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::super::apply::apply;
+use super::super::world::World;
+use super::check::{Planned, Resolved};
+use super::controllers::Replicas;
+use super::faults::Injector;
+use super::format::{
+    Action, ControllerStep, Delete, DeleteKind, Drift, Kill, NewAmi, PodsBound, Scale, Wait, When,
+};
+use super::invariants::{Observer, TICK};
+
+/// How long a kill `when: after-launch` waits for a launch by default.
+const LAUNCH_PATIENCE: Duration = Duration::from_secs(120);
+
+/// The running scenario's moving parts.
+pub struct Runner<'w> {
+    pub world: &'w World,
+    pub replicas: Replicas,
+    pub injector: Injector,
+    pub observer: Observer,
+    pub started: Instant,
+    /// The end of the last step that added or displaced pods (the workload's start first).
+    pub last_displaced: Instant,
+}
+
+impl Runner<'_> {
+    fn say(&self, index: usize, text: &str) {
+        let m = self.observer.now();
+        eprintln!(
+            "[{:>7.1}s] steps[{index}] {text}  (pods {}/{} bound, {} nodes)",
+            self.started.elapsed().as_secs_f64(),
+            m.bound,
+            m.pods,
+            m.nodes
+        );
+    }
+
+    /// Runs `step` (its index names it in messages).
+    pub async fn run(&mut self, index: usize, planned: &Planned) -> anyhow::Result<()> {
+        if let Some(at) = &planned.step.at {
+            tokio::time::sleep_until(self.started + at.as_std()).await;
+        }
+        let cluster = self.world.cluster();
+        let displaced = match &planned.step.action {
+            Action::Wait(wait) => {
+                self.wait(index, wait).await;
+                false
+            }
+            Action::Scale(scale) => {
+                self.say(
+                    index,
+                    &format!("scale {} to {}", scale.deployment, scale.replicas),
+                );
+                scale_deployment(&cluster, scale)?;
+                true
+            }
+            Action::Apply(file) => {
+                self.say(index, &format!("apply {file}"));
+                if let Resolved::Objects(objects, inventory) = &planned.resolved {
+                    for note in apply(&cluster, objects, inventory)? {
+                        eprintln!("{note}");
+                    }
+                }
+                true
+            }
+            Action::Delete(delete) => {
+                let names = delete_some(&cluster, delete)?;
+                self.say(
+                    index,
+                    &format!("deleted {:?} {}", delete.kind, names.join(", ")),
+                );
+                true
+            }
+            Action::Fault(fault) => {
+                let pools = match &planned.resolved {
+                    Resolved::Pools(pools) => pools.as_slice(),
+                    _ => &[],
+                };
+                let label = self.injector.inject(self.world, fault, pools);
+                self.say(index, &format!("fault {label}"));
+                matches!(fault, super::format::Fault::SpotInterruption { .. })
+            }
+            Action::Controller(step) => {
+                self.controller(index, step).await?;
+                false
+            }
+            Action::Drift(Drift { ami: NewAmi::New }) => {
+                super::super::drift::change_ami(self.world)?;
+                self.say(index, "drift: a newer AMI behind the default EC2NodeClass");
+                true
+            }
+        };
+        if displaced {
+            self.last_displaced = Instant::now();
+        }
+        Ok(())
+    }
+
+    async fn wait(&mut self, index: usize, wait: &Wait) {
+        let what = match wait.pods_bound {
+            Some(PodsBound::All) => "every pod bound".to_owned(),
+            Some(PodsBound::AtLeast(n)) => format!("{n} pods bound"),
+            None => "settled".to_owned(),
+        };
+        self.say(
+            index,
+            &format!("wait until {what} (at most {})", wait.timeout),
+        );
+        let deadline = Instant::now() + wait.timeout.as_std();
+        let mut since: Option<Instant> = None;
+        let hold = match wait.pods_bound {
+            Some(_) => TICK,
+            None => POLL_PERIOD + Duration::from_secs(1),
+        };
+        loop {
+            let holds = match wait.pods_bound {
+                Some(bound) => pods_bound(&self.observer, bound),
+                None => self.settled(),
+            };
+            since = if holds {
+                since.or(Some(Instant::now()))
+            } else {
+                None
+            };
+            if since.is_some_and(|s| s.elapsed() >= hold) {
+                self.say(index, &format!("{what}: done"));
+                return;
+            }
+            if Instant::now() >= deadline {
+                self.say(index, &format!("{what}: timed out after {}", wait.timeout));
+                return;
+            }
+            tokio::time::sleep(TICK).await;
+        }
+    }
+
+    fn settled(&self) -> bool {
+        let Some(leader) = self.replicas.leader() else {
+            return false;
+        };
+        let disruption_idle = leader.disruption.as_ref().is_none_or(|d| {
+            let progress = d.progress.borrow();
+            progress.idle && progress.next_consolidatable.is_none() && d.in_queue.commands() == 0
+        });
+        let claims = self
+            .world
+            .cluster()
+            .list("karpenter.sh/v1", "nodeclaims", None, "")
+            .unwrap_or_default();
+        let in_flight = claims.iter().any(|c| {
+            c["metadata"]["deletionTimestamp"].is_string() || !has_condition(c, "Initialized")
+        });
+        self.observer.now().pending() == 0 && !in_flight && disruption_idle
+    }
+
+    async fn controller(&mut self, index: usize, step: &ControllerStep) -> anyhow::Result<()> {
+        if step.restart.is_some() {
+            self.say(index, "restart every controller");
+            self.replicas.restart(self.world).await?;
+            return Ok(());
+        }
+        let leader = step.kill == Some(Kill::Leader);
+        let hold = (step.when == Some(When::AfterLaunch))
+            .then(|| self.world.provider.ec2().hold_next_launch());
+        let launched = match hold {
+            Some(mut hold) => {
+                let patience = step
+                    .timeout
+                    .as_ref()
+                    .map_or(LAUNCH_PATIENCE, |t| t.as_std());
+                let Ok(Some(ids)) = tokio::time::timeout(patience, hold.launched()).await else {
+                    bail!(
+                        "steps[{index}]: no CreateFleet launched within {patience:?} to kill after"
+                    );
+                };
+                Some((hold, ids))
+            }
+            None => None,
+        };
+        let killed = self.replicas.kill(self.world, leader);
+        let after = launched.map(|(hold, ids)| {
+            // Answered only now: the killed replica never records the launch.
+            hold.release();
+            format!(" after it launched {}", ids.join(", "))
+        });
+        match killed {
+            Some(identity) => self.say(
+                index,
+                &format!("killed controller {identity}{}", after.unwrap_or_default()),
+            ),
+            None => self.say(index, "no controller to kill"),
+        }
+        Ok(())
+    }
+}
+
+fn pods_bound(observer: &Observer, bound: PodsBound) -> bool {
+    let m = observer.now();
+    match bound {
+        PodsBound::All => m.pods > 0 && m.pending() == 0,
+        PodsBound::AtLeast(n) => m.bound >= n,
+    }
+}
+
+fn has_condition(object: &Value, name: &str) -> bool {
+    object["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == name && c["status"] == "True")
+    })
+}
+
+fn scale_deployment(cluster: &Cluster, scale: &Scale) -> anyhow::Result<()> {
+    let (namespace, name) = scale
+        .deployment
+        .split_once('/')
+        .unwrap_or(("default", scale.deployment.as_str()));
+    cluster
+        .patch(
+            "apps/v1",
+            "deployments",
+            Some(namespace),
+            name,
+            PatchKind::Merge,
+            &json!({"spec": {"replicas": scale.replicas}}),
+        )
+        .map(|_| ())
+        .map_err(|e| anyhow::anyhow!("scaling Deployment {namespace}/{name}: {e}"))
+}
+
+/// Deletes `count` objects of the kind (workload pods only: not a DaemonSet's), picked by
+/// uid — random, as uids are — among those not already being deleted; returns their names.
+fn delete_some(cluster: &Cluster, delete: &Delete) -> anyhow::Result<Vec<String>> {
+    let (api_version, plural) = match delete.kind {
+        DeleteKind::NodeClaim => ("karpenter.sh/v1", "nodeclaims"),
+        DeleteKind::Node => ("v1", "nodes"),
+        DeleteKind::Pod => ("v1", "pods"),
+    };
+    let mut objects: Vec<Value> = cluster
+        .list(api_version, plural, None, "")
+        .map_err(|e| anyhow::anyhow!("listing {plural}: {e}"))?
+        .into_iter()
+        .filter(|o| !o["metadata"]["deletionTimestamp"].is_string())
+        .filter(|o| {
+            !o["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|rs| rs.iter().any(|r| r["kind"] == "DaemonSet"))
+        })
+        .collect();
+    objects.sort_by(|a, b| {
+        a["metadata"]["uid"]
+            .as_str()
+            .cmp(&b["metadata"]["uid"].as_str())
+    });
+    let mut names = Vec::new();
+    for object in objects.iter().take(delete.count) {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let namespace = object["metadata"]["namespace"].as_str();
+        cluster
+            .delete(api_version, plural, namespace, name, &Default::default())
+            .map_err(|e| anyhow::anyhow!("deleting {plural} {name}: {e}"))
+            .context("a delete step")?;
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
