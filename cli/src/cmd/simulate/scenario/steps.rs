@@ -31,6 +31,9 @@ use super::invariants::{Observer, TICK};
 /// How long a kill `when: after-launch` waits for a launch by default.
 const LAUNCH_PATIENCE: Duration = Duration::from_secs(120);
 
+/// How often a wait says it is still waiting.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
 /// The running scenario's moving parts.
 pub struct Runner<'w> {
     pub world: &'w World,
@@ -127,6 +130,7 @@ impl Runner<'_> {
         );
         let deadline = Instant::now() + wait.timeout.as_std();
         let mut since: Option<Instant> = None;
+        let mut next_note = Instant::now() + PROGRESS_EVERY;
         let hold = match wait.pods_bound {
             Some(_) => TICK,
             None => POLL_PERIOD + Duration::from_secs(1),
@@ -148,6 +152,10 @@ impl Runner<'_> {
             if Instant::now() >= deadline {
                 self.say(index, &format!("{what}: timed out after {}", wait.timeout));
                 return;
+            }
+            if Instant::now() >= next_note {
+                self.say(index, &format!("waiting until {what}"));
+                next_note += PROGRESS_EVERY;
             }
             tokio::time::sleep(TICK).await;
         }

@@ -1,0 +1,156 @@
+//! The short built-in scenarios, run as a user runs them (`kerf simulate --scenario FILE`,
+//! with the hidden `--fast` pacing) against the simulated cluster: each must exit 0 with
+//! every expectation held, as its report says. One impossible expectation must fail the run
+//! with exit 1 and be named, and a bad file must be refused before anything starts.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn scenarios() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../loadtest/scenarios"
+    ))
+}
+
+fn kerf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(args)
+        .output()
+        .expect("kerf runs")
+}
+
+/// Runs `file` with `--fast -o json`; returns the exit code, the report and standard error.
+fn run(file: &str) -> (Option<i32>, Value, String) {
+    let output = kerf(&["simulate", "--scenario", file, "--fast", "-o", "json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let report = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("the report is JSON ({e}); stderr:\n{stderr}"));
+    (output.status.code(), report, stderr)
+}
+
+fn measured(report: &Value, name: &str) -> String {
+    report["expectations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == name)
+        .map(|e| e["measured"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_else(|| panic!("{name} judged: {report:#}"))
+}
+
+/// The built-in scenario `name` passes with every expectation it declares held; returns its
+/// report and standard error.
+fn passes(name: &str) -> (Value, String) {
+    let file = scenarios().join(format!("{name}.yaml"));
+    let (code, report, stderr) = run(file.to_str().expect("utf-8 path"));
+    let expectations = report["expectations"].as_array().expect("expectations");
+    assert!(expectations.len() >= 4, "{report:#}");
+    for e in expectations {
+        assert_eq!(e["held"], true, "{name}: {e} failed; stderr:\n{stderr}");
+    }
+    assert_eq!(code, Some(0), "{name}: stderr:\n{stderr}");
+    assert_eq!(measured(&report, "leakedInstances"), "0");
+    assert_eq!(measured(&report, "doubleLaunches"), "0");
+    (report, stderr)
+}
+
+#[test]
+fn ice_storm_binds_every_pod_around_refused_pools() {
+    let (report, _) = passes("ice-storm");
+    let windows = report["faultWindows"].as_array().expect("windows");
+    assert_eq!(windows.len(), 2, "{report:#}");
+    assert!(
+        windows
+            .iter()
+            .all(|w| w["toSeconds"].as_f64() > w["fromSeconds"].as_f64())
+    );
+}
+
+#[test]
+fn api_chaos_binds_every_pod_through_errors_drops_and_latency() {
+    let (report, _) = passes("api-chaos");
+    let labels: Vec<&str> = report["faultWindows"]
+        .as_array()
+        .expect("windows")
+        .iter()
+        .filter_map(|w| w["label"].as_str())
+        .collect();
+    assert!(
+        labels
+            .iter()
+            .any(|l| l.starts_with("api-errors") && l.ends_with("429")),
+        "{labels:?}"
+    );
+    assert!(
+        labels.iter().any(|l| l.starts_with("watch-drop")),
+        "{labels:?}"
+    );
+}
+
+#[test]
+fn leader_failover_finishes_the_work_without_a_second_launch() {
+    let (_, stderr) = passes("leader-failover");
+    assert!(stderr.contains("killed controller kerf-1-"), "{stderr}");
+}
+
+#[test]
+fn crash_mid_launch_finds_the_launched_instance_instead_of_launching_again() {
+    let (_, stderr) = passes("crash-mid-launch");
+    assert!(stderr.contains(" after it launched i-"), "{stderr}");
+}
+
+#[test]
+fn an_impossible_expectation_fails_the_run_and_is_named() {
+    let dir = std::env::temp_dir().join(format!("kerf-scenario-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("impossible.yaml");
+    std::fs::write(
+        &file,
+        "name: impossible\npods: 6\nsteps:\n  - wait: {podsBound: all, timeout: 1m}\n\
+         expect: {maxNodes: 0, leakedInstances: 0}\n",
+    )
+    .expect("written");
+    let (code, report, stderr) = run(file.to_str().expect("utf-8 path"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("expectation maxNodes failed: wanted ≤ 0, measured "),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("expectation leakedInstances failed"),
+        "{stderr}"
+    );
+    let max_nodes: u64 = measured(&report, "maxNodes").parse().expect("a count");
+    assert!(max_nodes >= 1, "{report:#}");
+}
+
+#[test]
+fn a_bad_scenario_is_refused_before_anything_runs() {
+    let dir = std::env::temp_dir().join(format!("kerf-scenario-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("bad.yaml");
+    std::fs::write(
+        &file,
+        "name: bad\nsteps:\n  - wait: {podsBound: all, timeout: 1m}\n  - fault: {kind: icee, for: 1m}\n",
+    )
+    .expect("written");
+    let output = kerf(&[
+        "simulate",
+        "--scenario",
+        file.to_str().expect("utf-8"),
+        "--fast",
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr.contains("bad.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle,"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("synced"), "nothing started: {stderr}");
+    assert!(output.stdout.is_empty());
+}
