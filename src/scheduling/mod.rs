@@ -19,6 +19,7 @@ mod pool;
 mod prepare;
 mod req;
 mod resvec;
+mod shortfall;
 mod solve;
 mod topology;
 mod types;
