@@ -1394,3 +1394,40 @@ spec:
         text(&pod_only.stderr)
     );
 }
+
+#[test]
+fn one_round_is_said_plainly_and_rounds_plan_what_the_controller_would_place_later() {
+    let pool = NODEPOOL_ALL.replace("  template:\n", "  limits:\n    cpu: \"64\"\n  template:\n");
+    let spread = "affinity:\n  podAntiAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n      - topologyKey: kubernetes.io/hostname\n        labelSelector:\n          matchLabels:\n            app: spread\n";
+    let input = format!("{pool}{}", deployment("spread", 3, "1", "1Gi", spread));
+
+    let one = kerf(&["plan", "-f", "-"], Some(&input));
+    let table = text(&one.stdout);
+    let summary = table.lines().last().expect("summary line");
+    assert!(summary.contains("2 unschedulable"), "{summary}");
+    assert!(
+        summary.contains("one provisioning round (NodePool limits charged at each new NodeClaim's largest instance type"),
+        "{summary}"
+    );
+    assert!(
+        table.contains(r#"all available instance types exceed limits for nodepool: "default""#),
+        "{table}"
+    );
+
+    let rounds = plan_json(&["-f", "-", "--rounds", "5"], Some(&input));
+    assert!(unschedulable(&rounds).is_empty(), "{rounds}");
+    assert_eq!(claims(&rounds).len(), 3);
+    assert_eq!(
+        rounds["summary"]["rounds"], 2,
+        "round 2 sees the first NodeClaim at its cheapest type and places both others"
+    );
+    check_contract(&rounds);
+
+    let refused = kerf(&["plan", "-f", "-", "--rounds", "0"], Some(&input));
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("--rounds"),
+        "{}",
+        text(&refused.stderr)
+    );
+}

@@ -14,6 +14,7 @@ mod batch;
 mod class;
 mod finalize;
 mod intern;
+mod launched;
 mod pod;
 mod pool;
 mod prepare;
