@@ -62,11 +62,11 @@ fn ice_storm_binds_every_pod_around_refused_pools() {
     let (report, _) = passes("ice-storm");
     let windows = report["faultWindows"].as_array().expect("windows");
     assert_eq!(windows.len(), 2, "{report:#}");
-    assert!(
-        windows
-            .iter()
-            .all(|w| w["toSeconds"].as_f64() > w["fromSeconds"].as_f64())
-    );
+    // The first ICE lasts its 30 seconds and ends by itself; the second may outlive the run.
+    let first = &windows[0];
+    let lasted = first["toSeconds"].as_f64().expect("ended")
+        - first["fromSeconds"].as_f64().expect("started");
+    assert!((30.0..31.0).contains(&lasted), "{first}");
 }
 
 #[test]
