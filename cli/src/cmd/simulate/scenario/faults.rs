@@ -3,8 +3,12 @@
 //! a [`FaultWindow`] for the report. A fault with `for` ends by itself: a background task
 //! sleeps that long, switches it off and closes its window, while the steps go on. Without
 //! `for` it lasts until the run ends. A spot interruption is one event; its window is the
-//! two-minute notice, after which EC2 reclaims the instances.
+//! two-minute notice, after which EC2 reclaims the instances. ICE faults may overlap: a pool
+//! refused by two of them has capacity again only when both ended. Other faults of one kind
+//! replace each other (the emulator and EC2 hold one error rate, one latency, one
+//! throttling fraction), and the first to end switches that kind off.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,11 +34,41 @@ pub struct Injector {
     timers: Vec<JoinHandle<()>>,
     /// Faults without `for`, undone when the run ends.
     open_ended: Vec<Undo>,
+    ice_holds: IceHolds,
+}
+
+/// How many active ICE faults refuse each pool, so overlapping ones end independently.
+#[derive(Clone, Default)]
+struct IceHolds(Arc<Mutex<HashMap<OfferingKey, usize>>>);
+
+impl IceHolds {
+    fn refuse(&self, ec2: &SimulatedEc2, pools: &[OfferingKey]) {
+        let mut holds = lock(&self.0);
+        for pool in pools {
+            *holds.entry(pool.clone()).or_default() += 1;
+            ec2.set_insufficient_capacity(pool.clone(), true);
+        }
+    }
+
+    /// Gives back capacity to the pools no other ICE fault refuses.
+    fn release(&self, ec2: &SimulatedEc2, pools: &[OfferingKey]) {
+        let mut holds = lock(&self.0);
+        for pool in pools {
+            let left = holds.get_mut(pool).map(|n| {
+                *n -= 1;
+                *n
+            });
+            if left == Some(0) {
+                holds.remove(pool);
+                ec2.set_insufficient_capacity(pool.clone(), false);
+            }
+        }
+    }
 }
 
 /// How to switch one fault off again.
 enum Undo {
-    Ice(SimulatedEc2, Vec<OfferingKey>),
+    Ice(SimulatedEc2, IceHolds, Vec<OfferingKey>),
     Throttle(SimulatedEc2),
     Errors(Faults),
     Latency(Faults),
@@ -45,11 +79,7 @@ enum Undo {
 impl Undo {
     fn run(self) {
         match self {
-            Self::Ice(ec2, pools) => {
-                for pool in pools {
-                    ec2.set_insufficient_capacity(pool, false);
-                }
-            }
+            Self::Ice(ec2, holds, pools) => holds.release(&ec2, &pools),
             Self::Throttle(ec2) => {
                 let _zero_is_in_range = ec2.set_throttling(0.0);
             }
@@ -69,6 +99,7 @@ impl Injector {
             windows: Arc::default(),
             timers: Vec::new(),
             open_ended: Vec::new(),
+            ice_holds: IceHolds::default(),
         }
     }
 
@@ -80,11 +111,9 @@ impl Injector {
         let label = label(fault);
         let (undo, lasting) = match fault {
             Fault::Ice { lasting, .. } => {
-                for pool in pools {
-                    ec2.set_insufficient_capacity(pool.clone(), true);
-                }
+                self.ice_holds.refuse(&ec2, pools);
                 (
-                    Undo::Ice(ec2, pools.to_vec()),
+                    Undo::Ice(ec2, self.ice_holds.clone(), pools.to_vec()),
                     lasting.as_ref().map(kerf::api::duration::Duration::as_std),
                 )
             }
@@ -215,5 +244,31 @@ fn label(fault: &Fault) -> String {
         Fault::WatchDrop { every, .. } => format!("watch-drop every {every}"),
         Fault::ApiLatency { latency, .. } => format!("api-latency {latency}"),
         Fault::SpotInterruption { fraction } => format!("spot-interruption {}", pct(*fraction)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kerf_loadtest::ec2::{CapacityType, Ec2Config, PricedOffering};
+
+    #[test]
+    fn overlapping_ice_faults_give_a_pool_back_only_when_both_ended() {
+        let pool = |zone: &str| OfferingKey::new("m5.large", zone, CapacityType::Spot);
+        let (a, b) = (pool("us-east-1a"), pool("us-east-1b"));
+        let ec2 = SimulatedEc2::new(
+            Ec2Config::instant("us-east-1"),
+            [&a, &b].map(|key| PricedOffering {
+                key: key.clone(),
+                price: 0.1,
+            }),
+        );
+        let holds = IceHolds::default();
+        holds.refuse(&ec2, &[a.clone(), b.clone()]);
+        holds.refuse(&ec2, std::slice::from_ref(&b));
+        holds.release(&ec2, &[a.clone(), b.clone()]);
+        assert_eq!(ec2.insufficient_capacity_pools(), [b.clone()]);
+        holds.release(&ec2, &[b]);
+        assert!(ec2.insufficient_capacity_pools().is_empty());
     }
 }
