@@ -267,7 +267,7 @@ mod tests {
         holds.refuse(&ec2, &[a.clone(), b.clone()]);
         holds.refuse(&ec2, std::slice::from_ref(&b));
         holds.release(&ec2, &[a.clone(), b.clone()]);
-        assert_eq!(ec2.insufficient_capacity_pools(), [b.clone()]);
+        assert_eq!(ec2.insufficient_capacity_pools(), std::slice::from_ref(&b));
         holds.release(&ec2, &[b]);
         assert!(ec2.insufficient_capacity_pools().is_empty());
     }
