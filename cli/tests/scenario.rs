@@ -61,7 +61,7 @@ fn passes(name: &str) -> (Value, String) {
 fn ice_storm_binds_every_pod_around_refused_pools() {
     let (report, _) = passes("ice-storm");
     let windows = report["faultWindows"].as_array().expect("windows");
-    assert_eq!(windows.len(), 2, "{report:#}");
+    assert_eq!(windows.len(), 3, "{report:#}");
     // The first ICE lasts its 30 seconds and ends by itself; the second may outlive the run.
     let first = &windows[0];
     let lasted = first["toSeconds"].as_f64().expect("ended")

@@ -31,6 +31,10 @@ use super::invariants::{Observer, TICK};
 /// How long a kill `when: after-launch` waits for a launch by default.
 const LAUNCH_PATIENCE: Duration = Duration::from_secs(120);
 
+/// How long a delete step waits for its objects to be gone (finalizers done: a NodeClaim's
+/// node drained and its instance terminated), as `kubectl delete` waits.
+const DELETE_PATIENCE: Duration = Duration::from_secs(300);
+
 /// How often a wait says it is still waiting.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
@@ -87,10 +91,16 @@ impl Runner<'_> {
             }
             Action::Delete(delete) => {
                 let names = delete_some(&cluster, delete)?;
-                self.say(
-                    index,
-                    &format!("deleted {:?} {}", delete.kind, names.join(", ")),
-                );
+                let what = format!("{:?} {}", delete.kind, names.join(", "));
+                self.say(index, &format!("delete {what}"));
+                if gone(&cluster, delete.kind, &names, DELETE_PATIENCE).await {
+                    self.say(index, &format!("deleted {what}"));
+                } else {
+                    self.say(
+                        index,
+                        &format!("{what}: still there after {DELETE_PATIENCE:?}"),
+                    );
+                }
                 true
             }
             Action::Fault(fault) => {
@@ -254,14 +264,46 @@ fn scale_deployment(cluster: &Cluster, scale: &Scale) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("scaling Deployment {namespace}/{name}: {e}"))
 }
 
-/// Deletes `count` objects of the kind (workload pods only: not a DaemonSet's), picked by
-/// uid — random, as uids are — among those not already being deleted; returns their names.
-fn delete_some(cluster: &Cluster, delete: &Delete) -> anyhow::Result<Vec<String>> {
-    let (api_version, plural) = match delete.kind {
+fn resource(kind: DeleteKind) -> (&'static str, &'static str) {
+    match kind {
         DeleteKind::NodeClaim => ("karpenter.sh/v1", "nodeclaims"),
         DeleteKind::Node => ("v1", "nodes"),
         DeleteKind::Pod => ("v1", "pods"),
-    };
+    }
+}
+
+/// Whether every object named ([`qualified`]) is gone within `patience`.
+async fn gone(cluster: &Cluster, kind: DeleteKind, names: &[String], patience: Duration) -> bool {
+    let (api_version, plural) = resource(kind);
+    let deadline = Instant::now() + patience;
+    loop {
+        let live = cluster
+            .list(api_version, plural, None, "")
+            .unwrap_or_default();
+        if !live.iter().any(|o| names.contains(&qualified(o))) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(TICK).await;
+    }
+}
+
+/// `namespace/name`, or `name` for a cluster-scoped object.
+fn qualified(object: &Value) -> String {
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    match object["metadata"]["namespace"].as_str() {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// Deletes `count` objects of the kind (workload pods only: not a DaemonSet's), picked by
+/// uid — random, as uids are — among those not already being deleted; returns their
+/// [`qualified`] names.
+fn delete_some(cluster: &Cluster, delete: &Delete) -> anyhow::Result<Vec<String>> {
+    let (api_version, plural) = resource(delete.kind);
     let mut objects: Vec<Value> = cluster
         .list(api_version, plural, None, "")
         .map_err(|e| anyhow::anyhow!("listing {plural}: {e}"))?
@@ -286,7 +328,7 @@ fn delete_some(cluster: &Cluster, delete: &Delete) -> anyhow::Result<Vec<String>
             .delete(api_version, plural, namespace, name, &Default::default())
             .map_err(|e| anyhow::anyhow!("deleting {plural} {name}: {e}"))
             .context("a delete step")?;
-        names.push(name.to_owned());
+        names.push(qualified(object));
     }
     Ok(names)
 }
