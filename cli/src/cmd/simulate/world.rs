@@ -97,15 +97,16 @@ impl Pace {
         }
     }
 
-    /// Leader election's timing: upstream's, or a one-second Lease for tests, so a failover
-    /// takes seconds rather than a Lease's fifteen.
+    /// Leader election's timing: upstream's, or a three-second Lease for tests, so a failover
+    /// takes seconds rather than a Lease's fifteen while a leader on a busy machine still
+    /// renews in time.
     fn leader_timing(self) -> Timing {
         match self {
             Self::Brisk => Timing::default(),
             Self::Instant => Timing {
-                lease_duration: Duration::from_secs(1),
-                renew_deadline: Duration::from_millis(700),
-                retry_period: Duration::from_millis(100),
+                lease_duration: Duration::from_secs(3),
+                renew_deadline: Duration::from_secs(2),
+                retry_period: Duration::from_millis(250),
             },
         }
     }

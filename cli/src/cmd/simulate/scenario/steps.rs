@@ -31,6 +31,9 @@ use super::invariants::{Observer, TICK};
 /// How long a kill `when: after-launch` waits for a launch by default.
 const LAUNCH_PATIENCE: Duration = Duration::from_secs(120);
 
+/// How long a kill of the leader waits for a replica to lead.
+const LEADER_PATIENCE: Duration = Duration::from_secs(30);
+
 /// How long a delete step waits for its objects to be gone (finalizers done: a NodeClaim's
 /// node drained and its instance terminated), as `kubectl delete` waits.
 const DELETE_PATIENCE: Duration = Duration::from_secs(300);
@@ -214,6 +217,9 @@ impl Runner<'_> {
             }
             None => None,
         };
+        if leader {
+            self.until_led().await;
+        }
         let killed = self.replicas.kill(self.world, leader);
         let after = launched.map(|(hold, ids)| {
             // Answered only now: the killed replica never records the launch.
@@ -228,6 +234,17 @@ impl Runner<'_> {
             None => self.say(index, "no controller to kill"),
         }
         Ok(())
+    }
+}
+
+impl Runner<'_> {
+    /// Waits (at most [`LEADER_PATIENCE`]) for a replica to lead: between two Leases, or
+    /// while a busy leader's renewal is late, none does.
+    async fn until_led(&self) {
+        let deadline = Instant::now() + LEADER_PATIENCE;
+        while self.replicas.leader().is_none() && Instant::now() < deadline {
+            tokio::time::sleep(TICK).await;
+        }
     }
 }
 
