@@ -42,13 +42,27 @@ fn claim(name: &str) -> NodeClaim {
 
 #[tokio::test]
 async fn a_new_image_behind_the_ssm_parameter_drifts_launched_instances() {
-    let c = clients().await;
+    let c = crate::iam_policy::provider_clients_allowing(&[crate::iam_policy::OWN_SSM_PARAMETERS])
+        .await;
     let cluster = unique("cluster");
-    let vpc = vpc(&c).await;
-    subnet(&c, &vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
-    security_group(&c, &vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
+    let vpc = vpc(&setup_clients().await).await;
+    subnet(
+        &setup_clients().await,
+        &vpc,
+        "us-east-1a",
+        1,
+        &[("discovery", &cluster)],
+    )
+    .await;
+    security_group(
+        &setup_clients().await,
+        &vpc,
+        &unique("nodes"),
+        &[("discovery", &cluster)],
+    )
+    .await;
     let old = image(
-        &c,
+        &setup_clients().await,
         &unique("node-old"),
         "x86_64",
         "2024-01-01T00:00:00Z",
@@ -56,8 +70,8 @@ async fn a_new_image_behind_the_ssm_parameter_drifts_launched_instances() {
     )
     .await;
     let parameter = format!("/kerf-tests/{}/image_id", unique("drift"));
-    point(&c, &parameter, &old).await;
-    let role = node_role(&c).await;
+    point(&setup_clients().await, &parameter, &old).await;
+    let role = node_role(&setup_clients().await).await;
     let store = Arc::new(InMemoryNodeClasses::default());
     let settings = provider_settings(&cluster);
     let p = AwsCloudProvider::new(
@@ -93,14 +107,14 @@ async fn a_new_image_behind_the_ssm_parameter_drifts_launched_instances() {
 
     // A new image behind the parameter: the resolved status follows, the instance drifts.
     let new = image(
-        &c,
+        &setup_clients().await,
         &unique("node-new"),
         "x86_64",
         "2024-06-01T00:00:00Z",
         &[],
     )
     .await;
-    point(&c, &parameter, &new).await;
+    point(&setup_clients().await, &parameter, &new).await;
     // The parameter (30 min) and image (60 s) caches would see it later; the test does not wait.
     p.ssm.invalidate_mutable();
     p.amis.invalidate();

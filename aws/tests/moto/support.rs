@@ -17,9 +17,12 @@ pub fn moto() -> &'static MotoServer {
     })
 }
 
+/// The provider's clients: every request is checked against the controller's IAM policy.
 pub async fn clients() -> AwsClients {
-    AwsClients::for_endpoint(moto().endpoint(), REGION).await
+    crate::iam_policy::provider_clients().await
 }
+
+pub use crate::iam_policy::setup_clients;
 
 /// A name unique within this test process.
 pub fn unique(prefix: &str) -> String {
