@@ -474,8 +474,10 @@ impl Policy {
         }
         let touched = touched(request).ok_or_else(|| {
             format!(
-                "{}: the IAM policy check does not know what this action touches; teach \
-                 `touched` in aws/tests/moto/iam_policy.rs, and the policy if it lacks it",
+                "{}: the IAM policy check does not know what this action touches: a test's own \
+                 set-up and assertions go through `setup_clients()`; a call of the provider's \
+                 needs `touched` in aws/tests/moto/iam_policy.rs taught (and the policy, if it \
+                 lacks the action)",
                 request.action
             )
         })?;
@@ -598,9 +600,7 @@ fn conditions_hold(conditions: &Value, context: &Context<'_>) -> Result<(), Stri
             }
             let holds = match (operator.as_str(), actual) {
                 ("StringEqualsIfExists", None) => true,
-                ("StringEquals" | "StringEqualsIfExists", Some(v)) => {
-                    wanted.contains(&v)
-                }
+                ("StringEquals" | "StringEqualsIfExists", Some(v)) => wanted.contains(&v),
                 ("StringLike", Some(v)) => wanted.iter().any(|w| glob(w, &v)),
                 ("StringEquals" | "StringLike", None) => false,
                 (other, _) => return Err(format!("condition operator {other} is not modelled")),
@@ -769,7 +769,10 @@ mod tests {
         let refused = Policy::shipped()
             .authorize(&request("ec2:DeleteVpc", &[]), &Tags(BTreeMap::new()))
             .expect_err("unknown");
-        assert!(refused.contains("teach `touched`"), "{refused}");
+        assert!(
+            refused.contains("needs `touched` in aws/tests/moto/iam_policy.rs taught"),
+            "{refused}"
+        );
     }
 
     #[test]
