@@ -23,32 +23,11 @@ struct Fixture {
 async fn fixture() -> Fixture {
     let c = clients().await;
     let cluster = unique("cluster");
-    let vpc = vpc(&setup_clients().await).await;
-    subnet(
-        &setup_clients().await,
-        &vpc,
-        "us-east-1a",
-        1,
-        &[("discovery", &cluster)],
-    )
-    .await;
-    subnet(
-        &setup_clients().await,
-        &vpc,
-        "us-east-1b",
-        2,
-        &[("discovery", &cluster)],
-    )
-    .await;
-    security_group(
-        &setup_clients().await,
-        &vpc,
-        &unique("nodes"),
-        &[("discovery", &cluster)],
-    )
-    .await;
+    let vpc = vpc().await;
+    subnet(&vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
+    subnet(&vpc, "us-east-1b", 2, &[("discovery", &cluster)]).await;
+    security_group(&vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
     image(
-        &setup_clients().await,
         &unique("node-amd64"),
         "x86_64",
         "2024-01-01T00:00:00Z",
@@ -56,14 +35,13 @@ async fn fixture() -> Fixture {
     )
     .await;
     image(
-        &setup_clients().await,
         &unique("node-arm64"),
         "arm64",
         "2024-01-01T00:00:00Z",
         &[("discovery", &cluster)],
     )
     .await;
-    let role = node_role(&setup_clients().await).await;
+    let role = node_role().await;
     let store = Arc::new(InMemoryNodeClasses::default());
     let settings = provider_settings(&cluster);
     let provider = AwsCloudProvider::new(
@@ -255,7 +233,6 @@ async fn create_get_list_drift_and_delete() {
     // Not drifted; then a newer AMI is selected and the node is.
     assert_eq!(p.is_drifted(&launched).await.unwrap(), None);
     let newer = image(
-        &setup_clients().await,
         &unique("node-amd64-new"),
         "x86_64",
         "2024-06-01T00:00:00Z",

@@ -45,33 +45,13 @@ async fn a_new_image_behind_the_ssm_parameter_drifts_launched_instances() {
     let c = crate::iam_policy::provider_clients_allowing(&[crate::iam_policy::OWN_SSM_PARAMETERS])
         .await;
     let cluster = unique("cluster");
-    let vpc = vpc(&setup_clients().await).await;
-    subnet(
-        &setup_clients().await,
-        &vpc,
-        "us-east-1a",
-        1,
-        &[("discovery", &cluster)],
-    )
-    .await;
-    security_group(
-        &setup_clients().await,
-        &vpc,
-        &unique("nodes"),
-        &[("discovery", &cluster)],
-    )
-    .await;
-    let old = image(
-        &setup_clients().await,
-        &unique("node-old"),
-        "x86_64",
-        "2024-01-01T00:00:00Z",
-        &[],
-    )
-    .await;
+    let vpc = vpc().await;
+    subnet(&vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
+    security_group(&vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
+    let old = image(&unique("node-old"), "x86_64", "2024-01-01T00:00:00Z", &[]).await;
     let parameter = format!("/kerf-tests/{}/image_id", unique("drift"));
     point(&setup_clients().await, &parameter, &old).await;
-    let role = node_role(&setup_clients().await).await;
+    let role = node_role().await;
     let store = Arc::new(InMemoryNodeClasses::default());
     let settings = provider_settings(&cluster);
     let p = AwsCloudProvider::new(
@@ -106,14 +86,7 @@ async fn a_new_image_behind_the_ssm_parameter_drifts_launched_instances() {
     assert_eq!(p.is_drifted(&launched).await.expect("drift check"), None);
 
     // A new image behind the parameter: the resolved status follows, the instance drifts.
-    let new = image(
-        &setup_clients().await,
-        &unique("node-new"),
-        "x86_64",
-        "2024-06-01T00:00:00Z",
-        &[],
-    )
-    .await;
+    let new = image(&unique("node-new"), "x86_64", "2024-06-01T00:00:00Z", &[]).await;
     point(&setup_clients().await, &parameter, &new).await;
     // The parameter (30 min) and image (60 s) caches would see it later; the test does not wait.
     p.ssm.invalidate_mutable();

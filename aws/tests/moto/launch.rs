@@ -26,38 +26,11 @@ struct Env {
 async fn env() -> Env {
     let c = clients().await;
     let cluster = unique("cluster");
-    let vpc = vpc(&setup_clients().await).await;
-    subnet(
-        &setup_clients().await,
-        &vpc,
-        "us-east-1a",
-        1,
-        &[("discovery", &cluster)],
-    )
-    .await;
-    subnet(
-        &setup_clients().await,
-        &vpc,
-        "us-east-1b",
-        2,
-        &[("discovery", &cluster)],
-    )
-    .await;
-    let security_group = security_group(
-        &setup_clients().await,
-        &vpc,
-        &unique("nodes"),
-        &[("discovery", &cluster)],
-    )
-    .await;
-    let ami = image(
-        &setup_clients().await,
-        &unique("node"),
-        "x86_64",
-        "2024-05-01T00:00:00Z",
-        &[],
-    )
-    .await;
+    let vpc = vpc().await;
+    subnet(&vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
+    subnet(&vpc, "us-east-1b", 2, &[("discovery", &cluster)]).await;
+    let security_group = security_group(&vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
+    let ami = image(&unique("node"), "x86_64", "2024-05-01T00:00:00Z", &[]).await;
     let subnets = SubnetProvider::new(c.ec2.clone())
         .list(&[SelectorTerm::by_tags([("discovery", cluster.as_str())])])
         .await

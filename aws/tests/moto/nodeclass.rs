@@ -47,24 +47,10 @@ fn condition<'a>(status: &'a EC2NodeClassStatus, type_: &str) -> &'a kerf::api::
 async fn a_valid_node_class_resolves_and_is_ready() {
     let c = clients().await;
     let cluster = unique("cluster");
-    let vpc = vpc(&setup_clients().await).await;
-    let subnet_id = subnet(
-        &setup_clients().await,
-        &vpc,
-        "us-east-1a",
-        1,
-        &[("discovery", &cluster)],
-    )
-    .await;
-    let sg = security_group(
-        &setup_clients().await,
-        &vpc,
-        &unique("nodes"),
-        &[("discovery", &cluster)],
-    )
-    .await;
+    let vpc = vpc().await;
+    let subnet_id = subnet(&vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
+    let sg = security_group(&vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
     let ami = image(
-        &setup_clients().await,
         &unique("node"),
         "arm64",
         "2024-04-01T00:00:00Z",
