@@ -3,9 +3,11 @@
 //! every expectation held, as its report says. One impossible expectation must fail the run
 //! with exit 1 and be named, and a bad file must be refused before anything starts.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod kerf_cli;
 
+use std::path::PathBuf;
+
+use kerf_cli::{kerf, text};
 use serde_json::Value;
 
 fn scenarios() -> PathBuf {
@@ -15,17 +17,13 @@ fn scenarios() -> PathBuf {
     ))
 }
 
-fn kerf(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kerf"))
-        .args(args)
-        .output()
-        .expect("kerf runs")
-}
-
 /// Runs `file` with `--fast -o json`; returns the exit code, the report and standard error.
 fn run(file: &str) -> (Option<i32>, Value, String) {
-    let output = kerf(&["simulate", "--scenario", file, "--fast", "-o", "json"]);
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let output = kerf(
+        &["simulate", "--scenario", file, "--fast", "-o", "json"],
+        None,
+    );
+    let stderr = text(&output.stderr);
     let report = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("the report is JSON ({e}); stderr:\n{stderr}"));
     (output.status.code(), report, stderr)
@@ -104,12 +102,14 @@ fn crash_mid_launch_finds_the_launched_instance_instead_of_launching_again() {
 
 #[test]
 fn an_impossible_expectation_fails_the_run_and_is_named() {
+    // Its controller.env sets a setting --fast sets too: the file's value wins.
     let dir = std::env::temp_dir().join(format!("kerf-scenario-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("impossible.yaml");
     std::fs::write(
         &file,
-        "name: impossible\npods: 6\nsteps:\n  - wait: {podsBound: all, timeout: 1m}\n\
+        "name: impossible\npods: 6\ncontroller: {env: {BATCH_IDLE_DURATION: 200ms}}\n\
+         steps:\n  - wait: {podsBound: all, timeout: 1m}\n\
          expect: {maxNodes: 0, leakedInstances: 0}\n",
     )
     .expect("written");
@@ -138,14 +138,17 @@ fn a_bad_scenario_is_refused_before_anything_runs() {
         "name: bad\nsteps:\n  - wait: {podsBound: all, timeout: 1m}\n  - fault: {kind: icee, for: 1m}\n",
     )
     .expect("written");
-    let output = kerf(&[
-        "simulate",
-        "--scenario",
-        file.to_str().expect("utf-8"),
-        "--fast",
-    ]);
+    let output = kerf(
+        &[
+            "simulate",
+            "--scenario",
+            file.to_str().expect("utf-8"),
+            "--fast",
+        ],
+        None,
+    );
     let _ = std::fs::remove_dir_all(&dir);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(1));
     assert!(
         stderr.contains("bad.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle,"),

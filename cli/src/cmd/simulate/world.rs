@@ -111,7 +111,8 @@ impl Pace {
         }
     }
 
-    /// Controller flags the pace implies (the environment may set the rest).
+    /// Controller flags the pace implies, as flag-value pairs (the environment may set the
+    /// rest).
     fn controller_flags(self) -> &'static [&'static str] {
         match self {
             Self::Brisk => &[],
@@ -357,7 +358,18 @@ fn controller_settings(
             "true"
         },
     ];
-    argv.extend_from_slice(pace.controller_flags());
+    // The replica's settings win over the pace's (clap takes each flag once).
+    let set_by_replica = |flag: &str| {
+        replica
+            .flags
+            .iter()
+            .any(|f| f.split('=').next() == Some(flag))
+    };
+    for pair in pace.controller_flags().chunks(2) {
+        if !set_by_replica(pair[0]) {
+            argv.extend_from_slice(pair);
+        }
+    }
     argv.extend(replica.flags.iter().map(String::as_str));
     Flags::try_parse_from(argv)
         .map_err(|e| StartError::Settings(e.to_string()))?
