@@ -176,9 +176,9 @@ pub enum StatusError {
 /// Where instance statuses come from: EC2 in a real cluster, the simulated EC2 in the
 /// simulated one. Safe to call concurrently.
 pub trait InstanceStatusSource: Send + Sync {
-    /// The statuses of the running instances among `instance_ids` (at most
-    /// [`MAX_IDS_PER_REQUEST`]), following EC2's pagination; an instance that is not
-    /// running (or not found) is left out.
+    /// The statuses of the running instances among `instance_ids`, in as many requests as
+    /// the API needs ([`MAX_IDS_PER_REQUEST`] IDs each, following its pagination); an
+    /// instance that is not running, or not found, is left out.
     fn describe<'a>(
         &'a self,
         instance_ids: &'a [String],

@@ -23,7 +23,7 @@
 //! `kerf_actor_restarts_total` ([`POLLER`], [`HANDLER`]); the messages they held were not
 //! deleted, so the queue delivers them again.
 
-mod events;
+pub(crate) mod events;
 mod handler;
 
 use std::sync::Arc;

@@ -120,36 +120,10 @@ async fn delete_forcefully(
     node: &Node,
     violated: RepairPolicy,
 ) -> Result<(), RepairError> {
-    let name = claim.name().to_owned();
-    let annotated = claim
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(labels::NODECLAIM_TERMINATION_TIMESTAMP));
-    if !annotated {
-        let patch = json!({"metadata": {"annotations": {
-            labels::NODECLAIM_TERMINATION_TIMESTAMP: Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        }}});
-        nodeclaims
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|source| RepairError::Annotate {
-                name: name.clone(),
-                source,
-            })?;
+    if !terminate_now(nodeclaims, claim).await? {
+        return Ok(());
     }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: claim.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match nodeclaims.delete(&name, &params).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return Ok(()),
-        Err(source) => return Err(RepairError::Delete { name, source }),
-    }
+    let name = claim.name();
     let label = |key: &str| {
         node.metadata
             .labels
@@ -176,6 +150,46 @@ async fn delete_forcefully(
     )
     .increment(1);
     Ok(())
+}
+
+/// Deletes `claim` without waiting for its drain: annotates it with
+/// `karpenter.sh/nodeclaim-termination-timestamp` = now (unless it is already), then deletes
+/// it (uid precondition). Returns whether this call deleted it; gone or replaced already is
+/// not an error.
+pub async fn terminate_now(
+    nodeclaims: &Api<NodeClaim>,
+    claim: &NodeClaim,
+) -> Result<bool, RepairError> {
+    let name = claim.name().to_owned();
+    let annotated = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(labels::NODECLAIM_TERMINATION_TIMESTAMP));
+    if !annotated {
+        let patch = json!({"metadata": {"annotations": {
+            labels::NODECLAIM_TERMINATION_TIMESTAMP: Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        }}});
+        nodeclaims
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| RepairError::Annotate {
+                name: name.clone(),
+                source,
+            })?;
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: claim.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match nodeclaims.delete(&name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(source) => Err(RepairError::Delete { name, source }),
+    }
 }
 
 /// `AcceleratedHardwareReady` → `accelerated_hardware_ready`, as upstream labels conditions.
