@@ -506,16 +506,23 @@ impl Daemon {
         ));
     }
 
+    /// The recorder this daemon publishes Kubernetes Events through.
+    pub fn events(&self) -> &events::EventRecorder {
+        &self.events
+    }
+
     /// Starts node repair (the binary does with `FEATURE_GATES` `NodeRepair=true`): it
     /// deletes the NodeClaims of Nodes unhealthy past their toleration, and stops with the
     /// daemon. Supervised: a panicking pass is restarted and counted.
     pub fn repair_nodes(&mut self) {
         let (client, state) = (self.client.clone(), self.state.clone());
         let (leader, shutdown) = (self.leader.clone(), self.shutdown.subscribe());
+        let events = self.events.clone();
         self.tasks.push(supervisor::task("node_repair", move || {
             crate::node_repair::run(
                 client.clone(),
                 state.clone(),
+                events.clone(),
                 leader.clone(),
                 shutdown.clone(),
             )

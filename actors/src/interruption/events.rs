@@ -108,7 +108,7 @@ fn publish(
     }
 }
 
-fn node_reference(node: &Node) -> ObjectReference {
+pub(crate) fn node_reference(node: &Node) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".to_owned()),
         kind: Some("Node".to_owned()),

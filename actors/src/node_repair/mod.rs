@@ -5,13 +5,15 @@
 //! `karpenter.sh/nodeclaim-termination-timestamp` = now before the delete, so the
 //! termination flow does not wait out a drain that an unhealthy Node cannot finish — and
 //! the provisioner replaces its pods' capacity. A NodePool with more than a fifth of its
-//! Nodes unhealthy is not repaired (logged), since replacing that many at once would more
+//! Nodes unhealthy is not repaired (logged, and a `NodeRepairBlocked` event on each of its
+//! unhealthy Nodes, their NodeClaims and the NodePool, as upstream), since replacing that many at once would more
 //! likely take the workload down than heal it.
 //!
 //! A loop every [`PERIOD`] over cluster state, acting only while this replica leads and
 //! after cluster state synced; each pass is idempotent (a NodeClaim already deleting is
 //! left alone), so a lost write is retried by the next pass.
 
+mod events;
 pub mod policy;
 
 use std::sync::Arc;
@@ -26,7 +28,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::events::EventRecorder;
 use crate::metrics::{NODECLAIMS_UNHEALTHY_DISRUPTED, nodeclaim_disrupted};
+use crate::state::ObjectKey;
 use crate::state::{ClusterState, instance_id};
 use policy::{AWS_REPAIR_POLICIES, RepairPolicy};
 
@@ -61,6 +65,7 @@ pub enum RepairError {
 pub async fn run(
     client: Client,
     state: Arc<ClusterState>,
+    events: EventRecorder,
     leader: watch::Receiver<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -74,16 +79,19 @@ pub async fn run(
         if !*leader.borrow() || !state.synced() {
             continue;
         }
-        for (name, error) in repair(&nodeclaims, &state, &AWS_REPAIR_POLICIES).await {
+        for (name, error) in repair(&nodeclaims, &state, &events, &AWS_REPAIR_POLICIES).await {
             tracing::error!(nodeclaim = %name, %error, "repairing unhealthy node");
         }
     }
 }
 
-/// One pass: deletes the NodeClaims of the Nodes to repair now; returns the failures.
+/// One pass: deletes the NodeClaims of the Nodes to repair now, and publishes
+/// `NodeRepairBlocked` for the unhealthy Nodes of the NodePools held back; returns the
+/// failures.
 pub async fn repair(
     nodeclaims: &Api<NodeClaim>,
     state: &ClusterState,
+    events: &EventRecorder,
     policies: &[RepairPolicy],
 ) -> Vec<(String, RepairError)> {
     let nodes = state.nodes.snapshot();
@@ -96,8 +104,18 @@ pub async fn repair(
         .collect();
     let refs: Vec<&Node> = claimed.iter().map(|(n, _)| *n).collect();
     let (to_repair, blocked) = policy::repairable(&refs, policies, Timestamp::now());
-    for pool in blocked {
-        tracing::warn!(nodepool = %pool, "more than 20% of the nodepool's nodes are unhealthy; not repairing them");
+    for (pool, nodes) in blocked {
+        tracing::warn!(nodepool = %pool, unhealthy = nodes.len(), "more than 20% of the nodepool's nodes are unhealthy; not repairing them");
+        for node in nodes {
+            let claim = claimed.iter().find(|(n, _)| std::ptr::eq(*n, node));
+            let nodepool = state.nodepools.get(&ObjectKey::new(None, &pool));
+            events::repair_blocked(
+                events,
+                node,
+                claim.map(|(_, c)| c.as_ref()),
+                nodepool.as_deref(),
+            );
+        }
     }
     let mut failures = Vec::new();
     for (node, violated) in to_repair {
