@@ -175,3 +175,76 @@ async fn a_panicking_poller_or_handler_is_restarted_counted_and_its_message_rede
             .expect("did not panic");
     }
 }
+
+/// The mark a spot interruption leaves lasts upstream's three minutes, on paused time: the
+/// offering is unavailable a second before, and available again on the sweep after.
+#[test]
+fn an_interrupted_spot_offering_is_unavailable_for_three_minutes() {
+    use crate::offering_cache::testing::{paused, until_generation};
+    use crate::offering_cache::{
+        EXPIRY_TICK, OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, UNAVAILABLE_OFFERINGS_TTL,
+    };
+    use crate::state::ObjectKey;
+    use k8s_openapi::jiff::Timestamp;
+    use kerf::api::NodeClaim;
+    use kerf::cloudprovider::UnavailableOfferings;
+    use kerf::labels;
+
+    paused(|| async {
+        let cache = OfferingCache::start(
+            UNAVAILABLE_OFFERINGS_TTL,
+            MailboxDepth::new("interruption-ttl-test", OFFERING_CACHE_MAILBOX_CAPACITY),
+        );
+        let (state, mut writers) = ClusterState::new();
+        let instance = "i-0123456789abcdef0";
+        let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": "spot-1", "uid": "uid-1", "labels": {
+                labels::CAPACITY_TYPE: "spot",
+                labels::INSTANCE_TYPE: "m5.large",
+                labels::ZONE: "us-east-1a",
+            }},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
+            "status": {"providerID": format!("aws:///us-east-1a/{instance}")},
+        }))
+        .expect("a nodeclaim");
+        writers
+            .nodeclaims
+            .apply(ObjectKey::new(None, "spot-1"), claim);
+        let queue = Queue::new(Duration::from_secs(30), Duration::ZERO);
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a url"));
+        let handler = Handler::new(HandlerDeps {
+            queue,
+            state,
+            client: kube::Client::try_from(config).expect("a client"),
+            events: EventRecorder::disabled(),
+            offerings: Some(cache.clone()),
+        });
+        let body =
+            kerf::interruption::spot_interruption("m1", "us-east-1", Timestamp::now(), instance);
+        // No API server answers, so the delete fails and the message stays for redelivery;
+        // the offering is marked before the delete.
+        let handled = handler
+            .process(&QueueMessage {
+                id: "m1".into(),
+                receipt: "r1".into(),
+                body,
+            })
+            .await;
+        assert_eq!(handled, Handled::Failed);
+        until_generation(&cache, 1).await;
+        let unavailable = || cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]);
+        assert!(unavailable(), "marked at once");
+        assert!(!cache.is_unavailable("m5.large", "us-east-1a", "on-demand", &[]));
+        assert_eq!(UNAVAILABLE_OFFERINGS_TTL, Duration::from_secs(180));
+
+        tokio::time::sleep(UNAVAILABLE_OFFERINGS_TTL - Duration::from_secs(1)).await;
+        assert!(
+            unavailable(),
+            "still unavailable just short of three minutes"
+        );
+        tokio::time::sleep(EXPIRY_TICK + Duration::from_secs(1)).await;
+        assert!(!unavailable(), "available again after three minutes");
+    });
+}
