@@ -3,13 +3,15 @@
 //! with the same input: where pods go, which instance types and offerings NodeClaims get,
 //! which pods cannot be placed and why, and how invalid input is refused.
 
+mod kerf_cli;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::OnceLock;
 
 use kerf::catalog::{AllocatableSettings, Catalog};
+use kerf_cli::text;
 use serde_json::Value;
 
 const ZONE: &str = "topology.kubernetes.io/zone";
@@ -28,30 +30,7 @@ const GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
 // Harness
 
 fn kerf(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kerf starts");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("piped stdin")
-            .write_all(text.as_bytes())
-            .expect("stdin written");
-    }
-    child.wait_with_output().expect("kerf finishes")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    kerf_cli::kerf(args, stdin.map(str::as_bytes))
 }
 
 /// Runs `kerf plan -o json` with `args`, insists on success and one JSON object on stdout.

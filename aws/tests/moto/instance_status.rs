@@ -13,15 +13,8 @@ use crate::support::*;
 #[tokio::test]
 async fn statuses_of_more_instances_than_one_request_names_are_all_read_even_beside_an_unknown_id()
 {
-    let c = clients().await;
-    let image = image(
-        &c,
-        &unique("status-ami"),
-        "x86_64",
-        "2024-01-01T00:00:00Z",
-        &[],
-    )
-    .await;
+    let c = setup_clients().await;
+    let image = image(&unique("status-ami"), "x86_64", "2024-01-01T00:00:00Z", &[]).await;
     let count = MAX_IDS_PER_REQUEST + 5;
     let launched = c
         .ec2
@@ -50,7 +43,8 @@ async fn statuses_of_more_instances_than_one_request_names_are_all_read_even_bes
     // Never launched: EC2 refuses a request naming it, which must not hide the others.
     ids.insert(3, "i-0000000000000dead".to_owned());
 
-    let statuses = Ec2InstanceStatus::new(c.ec2.clone())
+    // The provider's clients: DescribeInstanceStatus is checked against the IAM policy.
+    let statuses = Ec2InstanceStatus::new(clients().await.ec2)
         .describe(&ids)
         .await
         .expect("DescribeInstanceStatus");

@@ -7,6 +7,7 @@ mod ami;
 mod cloudprovider;
 mod discovery;
 mod drift;
+mod iam_policy;
 mod instance_status;
 mod instancetypes;
 mod interruption;
