@@ -27,13 +27,13 @@ use kerf::interruption::instance_status::{
 };
 use kerf::labels;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Preconditions};
+use kube::api::Api;
 use tokio::sync::watch;
 
 use crate::events::EventRecorder;
 use crate::interruption::events;
 use crate::metrics::{INTERRUPTION_INSTANCE_STATUS_UNHEALTHY, nodeclaim_disrupted};
-use crate::node_repair::{RepairError, terminate_now};
+use crate::node_repair::{RepairError, delete_same, terminate_now};
 use crate::state::{ClusterState, instance_id};
 
 /// Upstream's controller name.
@@ -198,22 +198,13 @@ impl Poller {
 
     /// Deletes the NodeClaim the ordinary way: the termination flow cordons and drains.
     async fn drain(&self, instance_id: &str, claim: &NodeClaim) -> Result<bool, HealthError> {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: claim.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match self.nodeclaims.delete(claim.name(), &params).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
-            Err(source) => Err(HealthError::Drain {
+        delete_same(&self.nodeclaims, claim)
+            .await
+            .map_err(|source| HealthError::Drain {
                 instance_id: instance_id.to_owned(),
                 name: claim.name().to_owned(),
                 source,
-            }),
-        }
+            })
     }
 }
 

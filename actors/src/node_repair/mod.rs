@@ -196,6 +196,17 @@ pub async fn terminate_now(
                 source,
             })?;
     }
+    delete_same(nodeclaims, claim)
+        .await
+        .map_err(|source| RepairError::Delete { name, source })
+}
+
+/// Deletes `claim` if it is still the same object (uid precondition); `false` when it is
+/// gone or was replaced by a NodeClaim of the same name — nothing of it is left to delete.
+pub async fn delete_same(
+    nodeclaims: &Api<NodeClaim>,
+    claim: &NodeClaim,
+) -> Result<bool, kube::Error> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: claim.metadata.uid.clone(),
@@ -203,10 +214,10 @@ pub async fn terminate_now(
         }),
         ..DeleteParams::default()
     };
-    match nodeclaims.delete(&name, &params).await {
+    match nodeclaims.delete(claim.name(), &params).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
-        Err(source) => Err(RepairError::Delete { name, source }),
+        Err(error) => Err(error),
     }
 }
 

@@ -14,6 +14,7 @@ use kerf_loadtest::apiserver::{Cluster, PatchKind};
 use kerf_loadtest::ec2::Ec2Config;
 use serde_json::{Value, json};
 
+use crate::interruption::{instance_id, name_of};
 use crate::support::*;
 
 /// Polls often enough for a test; the daemon uses upstream's minute.
@@ -23,21 +24,6 @@ fn claims(cluster: &Cluster) -> Vec<Value> {
     cluster
         .list("karpenter.sh/v1", "nodeclaims", None, "")
         .expect("nodeclaims list")
-}
-
-fn name_of(object: &Value) -> String {
-    object["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn instance_id(claim: &Value) -> String {
-    claim["status"]["providerID"]
-        .as_str()
-        .and_then(|p| p.rsplit('/').next())
-        .unwrap_or_default()
-        .to_owned()
 }
 
 fn current(cluster: &Cluster, claim: &Value) -> Value {
