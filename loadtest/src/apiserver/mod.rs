@@ -24,6 +24,7 @@ pub mod kubeconfig;
 mod meta;
 pub mod patch;
 mod queue;
+pub mod rbac;
 pub mod registry;
 pub mod resources;
 pub mod schema;
@@ -136,6 +137,7 @@ impl ApiServer {
             tokio::runtime::Handle::current(),
         );
         let fault_state = Arc::new(faults::FaultState::new());
+        let access = Arc::new(rbac::Access::default());
         let (shutdown_tx, shutdown_rx) = signal::channel(false);
         let app = Arc::new(http::App {
             registry: registry.clone(),
@@ -143,11 +145,13 @@ impl ApiServer {
             address: addr.to_string(),
             bookmark_every: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
+            access: access.clone(),
         });
         let mut tasks = controllers::spawn_all(&registry, &shutdown_rx);
         tasks.push(tokio::spawn(http::serve(listener, app, shutdown_rx)));
         Ok(RunningServer {
             addr,
+            access,
             registry: registry.clone(),
             faults: Faults::new(fault_state, registry),
             shutdown: shutdown_tx,
@@ -160,6 +164,7 @@ impl ApiServer {
 #[derive(Debug)]
 pub struct RunningServer {
     addr: SocketAddr,
+    access: Arc<rbac::Access>,
     registry: Arc<Registry>,
     faults: Faults,
     shutdown: signal::Sender<bool>,
@@ -185,6 +190,11 @@ impl RunningServer {
     /// Fault injection.
     pub fn faults(&self) -> &Faults {
         &self.faults
+    }
+
+    /// Authentication and RBAC (off until [`rbac::Access::enforce`]).
+    pub fn access(&self) -> &rbac::Access {
+        &self.access
     }
 
     /// Direct, in-process access to the API (for test setup and simulated components).

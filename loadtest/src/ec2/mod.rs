@@ -13,6 +13,7 @@ mod faults;
 mod fleet;
 mod hold;
 mod ids;
+mod instance_status;
 mod nodeclass;
 mod provider;
 mod queue;
@@ -114,6 +115,7 @@ struct State {
     launched: u32,
     interruptions: Vec<SpotInterruption>,
     hold: Option<hold::HeldLaunch>,
+    health: instance_status::Health,
 }
 
 /// Capacity of the event channel; a subscriber that lags further resynchronises from
