@@ -84,6 +84,9 @@ pub struct App {
     pub bookmark_every: Duration,
     /// Flips to true on shutdown (ends watches).
     pub shutdown: watch::Receiver<bool>,
+    /// Every request received, counted before routing (as the real server's
+    /// `apiserver_request_total`, failed and fault-injected ones included).
+    pub requests: super::RequestCount,
 }
 
 /// Accepts connections until `shutdown` flips.
@@ -143,6 +146,7 @@ fn error_response(err: &ApiError) -> Response<ApiBody> {
 }
 
 async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<ApiBody>, Infallible> {
+    app.requests.add_one();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let result = route(&app, req).await;

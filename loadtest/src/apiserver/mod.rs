@@ -35,6 +35,7 @@ pub mod watch;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -137,12 +138,14 @@ impl ApiServer {
         );
         let fault_state = Arc::new(faults::FaultState::new());
         let (shutdown_tx, shutdown_rx) = signal::channel(false);
+        let requests = RequestCount::default();
         let app = Arc::new(http::App {
             registry: registry.clone(),
             faults: fault_state.clone(),
             address: addr.to_string(),
             bookmark_every: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
+            requests: requests.clone(),
         });
         let mut tasks = controllers::spawn_all(&registry, &shutdown_rx);
         tasks.push(tokio::spawn(http::serve(listener, app, shutdown_rx)));
@@ -152,6 +155,7 @@ impl ApiServer {
             faults: Faults::new(fault_state, registry),
             shutdown: shutdown_tx,
             tasks,
+            requests,
         })
     }
 }
@@ -164,6 +168,23 @@ pub struct RunningServer {
     faults: Faults,
     shutdown: signal::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    requests: RequestCount,
+}
+
+/// The HTTP requests the emulator received so far; a cheap clone shares the count, so a
+/// recorder can read it from its own task while the server runs.
+#[derive(Debug, Clone, Default)]
+pub struct RequestCount(Arc<AtomicU64>);
+
+impl RequestCount {
+    fn add_one(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests received since the server started.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl RunningServer {
@@ -180,6 +201,11 @@ impl RunningServer {
     /// Writes a kubeconfig for this server to `path`.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), std::io::Error> {
         kubeconfig::write(path, &self.url())
+    }
+
+    /// The count of HTTP requests received (all clients, discovery included).
+    pub fn requests(&self) -> RequestCount {
+        self.requests.clone()
     }
 
     /// Fault injection.

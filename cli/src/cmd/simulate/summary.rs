@@ -207,7 +207,7 @@ impl Summary {
                 by_zone: tally(live.iter().map(|i| i.zone.clone())),
                 by_capacity_type: tally(live.iter().map(|i| i.capacity_type.to_string())),
             },
-            hourly_cost: (live.iter().map(|i| i.price).sum::<f64>() * 10_000.0).round() / 10_000.0,
+            hourly_cost: hourly_cost(facts.instances),
             cloud_api_calls: CloudApiCalls {
                 total: facts.api_calls.total_calls(),
                 throttled: facts.api_calls.total_throttled(),
@@ -358,21 +358,37 @@ fn round3(seconds: f64) -> f64 {
     (seconds * 1000.0).round() / 1000.0
 }
 
+/// What the live (pending or running) instances cost per hour, to four decimals.
+pub fn hourly_cost(instances: &[Instance]) -> f64 {
+    let sum: f64 = instances
+        .iter()
+        .filter(|i| i.state.is_live())
+        .map(|i| i.price)
+        .sum();
+    (sum * 10_000.0).round() / 10_000.0
+}
+
 /// Nearest-rank percentiles of `samples`; zeros when there are none.
 pub fn latency(mut samples: Vec<Duration>) -> Latency {
     if samples.is_empty() {
         return Latency::default();
     }
     samples.sort();
-    let rank = |p: f64| {
-        let index = ((p * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1;
-        round3(samples[index].as_secs_f64())
-    };
+    let seconds: Vec<f64> = samples.iter().map(Duration::as_secs_f64).collect();
     Latency {
-        p50: rank(0.50),
-        p95: rank(0.95),
-        max: round3(samples[samples.len() - 1].as_secs_f64()),
+        p50: nearest_rank(&seconds, 0.50),
+        p95: nearest_rank(&seconds, 0.95),
+        max: round3(seconds[seconds.len() - 1]),
     }
+}
+
+/// The nearest-rank `p` percentile (0 < p ≤ 1) of `sorted`, to milliseconds; 0 when empty.
+pub fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    round3(sorted[index])
 }
 
 #[cfg(test)]

@@ -11,6 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+mod recorder;
+
+pub use recorder::{Recorder, Recording};
+
 /// The world as the recorder saw it at one moment of the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -67,6 +71,50 @@ pub struct Report {
     pub expectations: Vec<ExpectationResult>,
     /// Every bound pod's pending → bound time, in seconds.
     pub pending_to_bound_seconds: Vec<f64>,
+    /// Nearest-rank percentiles of `pending_to_bound_seconds`.
+    pub pending_to_bound_percentiles: Percentiles,
+}
+
+/// Nearest-rank percentiles, in seconds (zeros when nothing was measured).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    pub fn of(samples: &[f64]) -> Self {
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let rank = |p| super::summary::nearest_rank(&sorted, p);
+        Self {
+            p50: rank(0.50),
+            p90: rank(0.90),
+            p99: rank(0.99),
+            max: rank(1.0),
+        }
+    }
+}
+
+impl Recording {
+    /// The report of this recording, with what a scenario adds (nothing for a plain run).
+    pub fn into_report(
+        self,
+        name: &str,
+        fault_windows: Vec<FaultWindow>,
+        expectations: Vec<ExpectationResult>,
+    ) -> Report {
+        Report {
+            name: name.to_owned(),
+            pending_to_bound_percentiles: Percentiles::of(&self.pending_to_bound_seconds),
+            series: self.series,
+            fault_windows,
+            expectations,
+            pending_to_bound_seconds: self.pending_to_bound_seconds,
+        }
+    }
 }
 
 /// The labels of the faults active now: the scenario runner adds and removes them, the
@@ -74,6 +122,10 @@ pub struct Report {
 #[derive(Debug, Clone, Default)]
 pub struct ActiveFaults(Arc<Mutex<BTreeSet<String>>>);
 
+#[allow(
+    dead_code,
+    reason = "start and end are the scenario runner's (issue 17)"
+)]
 impl ActiveFaults {
     pub fn start(&self, label: &str) {
         self.labels().insert(label.to_owned());
@@ -151,6 +203,7 @@ mod tests {
                 held: true,
             }],
             pending_to_bound_seconds: vec![12.5],
+            pending_to_bound_percentiles: Percentiles::of(&[12.5]),
         };
         write(&dir, &report).expect("writes");
         let text = std::fs::read_to_string(dir.join("report.json")).expect("reads");
@@ -165,8 +218,17 @@ mod tests {
             serde_json::Value::Null
         );
         assert_eq!(json["expectations"][0]["held"], true);
+        assert_eq!(json["pendingToBoundPercentiles"]["p99"], 12.5);
         faults.end("ice c6a.*:us-east-1a:spot");
         assert!(faults.now().is_empty());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank_over_unsorted_times() {
+        let times: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        let p = Percentiles::of(&times);
+        assert_eq!((p.p50, p.p90, p.p99, p.max), (50.0, 90.0, 99.0, 100.0));
+        assert_eq!(Percentiles::of(&[]), Percentiles::default());
     }
 }
