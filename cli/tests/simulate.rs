@@ -482,3 +482,46 @@ fn api_only_needs_a_kubeconfig_path() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn report_writes_a_sample_a_second_and_a_page_of_plots() {
+    let dir = TempDir::new("report");
+    let report_dir = dir.0.join("out");
+    let (out, summary) = simulate(&["--pods", "12", "--report", path(&report_dir)]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let json = std::fs::read_to_string(report_dir.join("report.json")).expect("report.json");
+    let report: Value = serde_json::from_str(&json).expect("JSON");
+    let series = report["series"].as_array().expect("a series");
+    let elapsed = summary["elapsedSeconds"].as_f64().expect("elapsed");
+    let expected = elapsed.floor() + 1.0;
+    assert!(
+        (series.len() as f64 - expected).abs() <= 1.0,
+        "{} samples over {elapsed}s",
+        series.len()
+    );
+    let last = series.last().expect("a last sample");
+    assert_eq!(count(&last["podsBound"]), 12, "{last:#}");
+    assert_eq!(count(&last["podsPending"]), 0);
+    let nodes = count(&last["nodesSpot"]) + count(&last["nodesOnDemand"]);
+    assert_eq!(nodes, count(&summary["nodes"]["total"]));
+    assert_eq!(last["hourlyCost"], summary["hourlyCost"]);
+    // The summary is read just after the last sample; the controller may call EC2 between.
+    assert!(count(&last["cloudCalls"]) > 0);
+    assert!(count(&last["cloudCalls"]) <= count(&summary["cloudApiCalls"]["total"]));
+    assert!(count(&last["apiRequests"]) > count(&series[0]["apiRequests"]));
+    assert_eq!(
+        count(&series[0]["podsBound"]),
+        0,
+        "sampling starts before the workload"
+    );
+    let times = report["pendingToBoundSeconds"].as_array().expect("times");
+    assert_eq!(times.len(), 12);
+    let p = &report["pendingToBoundPercentiles"];
+    assert!(p["p50"].as_f64() <= p["p99"].as_f64());
+    let page = std::fs::read_to_string(report_dir.join("report.html")).expect("report.html");
+    assert_eq!(
+        page.matches("<svg").count(),
+        5,
+        "pending, nodes, cost, calls, latency"
+    );
+}

@@ -146,7 +146,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
             .await
             .into_report("simulate", Vec::new(), Vec::new());
         report::write(dir, &report).context("--report")?;
-        eprintln!("report: {}", dir.join("report.json").display());
+        eprintln!("report: {}", dir.join("report.html").display());
     }
     // Read before the plan below runs in this process, so it does not count in the peak.
     let peak_memory_bytes = memory::peak_rss_bytes();

@@ -2,7 +2,7 @@
 //! simulated world once a second while the run goes (so a spike that is gone by the end is
 //! still seen); a scenario adds the windows its faults were active in and its expectations
 //! with what was measured. Written as `report.json` (this module's types, camelCase) and
-//! `report.html` (plots). The types here are the contract between the recorder, the
+//! `report.html` (plots, [`html`]), both by [`write`]. The types here are the contract between the recorder, the
 //! scenario runner and the writers; keep them plain data.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+mod html;
 mod recorder;
 
 pub use recorder::{Recorder, Recording};
@@ -160,18 +161,29 @@ pub enum ReportError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("rendering report.html: {0}")]
+    Html(#[from] html::PlotError),
 }
 
-/// Writes `report.json` into `dir` (created if missing).
+/// Writes `report.json` and `report.html` into `dir` (created if missing).
 pub fn write(dir: &Path, report: &Report) -> Result<(), ReportError> {
     std::fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir {
         path: dir.to_owned(),
         source,
     })?;
-    let path = dir.join("report.json");
     let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other);
-    json.and_then(|bytes| std::fs::write(&path, bytes))
-        .map_err(|source| ReportError::Write { path, source })
+    write_file(&dir.join("report.json"), json)?;
+    let page = html::render(report)?;
+    write_file(&dir.join("report.html"), Ok(page.into_bytes()))
+}
+
+fn write_file(path: &Path, bytes: std::io::Result<Vec<u8>>) -> Result<(), ReportError> {
+    bytes
+        .and_then(|bytes| std::fs::write(path, bytes))
+        .map_err(|source| ReportError::Write {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -206,6 +218,8 @@ mod tests {
             pending_to_bound_percentiles: Percentiles::of(&[12.5]),
         };
         write(&dir, &report).expect("writes");
+        let page = std::fs::read_to_string(dir.join("report.html")).expect("the page");
+        assert!(page.contains("<td>leakedInstances</td>"));
         let text = std::fs::read_to_string(dir.join("report.json")).expect("reads");
         let json: serde_json::Value = serde_json::from_str(&text).expect("json");
         assert_eq!(json["series"][0]["podsPending"], 3);
