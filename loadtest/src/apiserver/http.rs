@@ -481,6 +481,11 @@ impl ResourceRequest<'_> {
         })
     }
 
+    /// What Table rows carry (`includeObject`).
+    fn include_object(&self) -> table::Include {
+        table::Include::parse(self.query.get("includeObject").map(String::as_str))
+    }
+
     /// The object's JSON for the requested version.
     fn render(&self, object: &StoredObject) -> Bytes {
         let api_version = self.target.rt.api_version(&self.target.version);
@@ -505,6 +510,7 @@ impl ResourceRequest<'_> {
                 &[&object.value],
                 self.registry().clock.now(),
                 &object.rv.to_string(),
+                self.include_object(),
             );
             return value_response(code, &value);
         }
@@ -536,6 +542,7 @@ impl ResourceRequest<'_> {
                     &objects,
                     self.registry().clock.now(),
                     &page.rv.to_string(),
+                    self.include_object(),
                 ),
             ));
         }
