@@ -240,6 +240,13 @@ fn a_users_kubectl_session_reads_and_changes_the_simulated_cluster() {
     }
 
     describe(&s, &claims, &pods);
+    managers(
+        &s,
+        &format!("nodeclaim/{}", claims.rows[0]["NAME"]),
+        &["kerf"],
+    );
+    let pod = format!("pod/{}", pods.rows[0]["NAME"]);
+    managers(&s, &pod, &["kube-controller-manager", "kubelet"]);
     events_sorted_by_last_timestamp(&s);
     scale_cordon_and_drain(&s);
     replacement_of_a_deleted_nodeclaim(&s);
@@ -287,6 +294,21 @@ fn describe(s: &Session, claims: &Table, pods: &Table) {
     );
     assert_eq!(field(&described, "Status"), Some("Running"), "{described}");
     assert!(described.contains("ContainersReady"), "{described}");
+}
+
+/// The field managers in `object`'s managedFields include `expected` (who wrote it).
+fn managers(s: &Session, object: &str, expected: &[&str]) {
+    let shown = s.kubectl(&["get", object, "-o", "json", "--show-managed-fields"]);
+    let object_json: Value = serde_json::from_str(&shown).expect("JSON");
+    let managers: BTreeSet<&str> = object_json["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["manager"].as_str())
+        .collect();
+    for manager in expected {
+        assert!(managers.contains(manager), "{object}: {managers:?}");
+    }
 }
 
 /// `--sort-by=.lastTimestamp` prints the events oldest first: their NAME (a wide column)

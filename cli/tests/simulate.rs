@@ -492,12 +492,28 @@ fn report_writes_a_sample_a_second_and_a_page_of_plots() {
     let json = std::fs::read_to_string(report_dir.join("report.json")).expect("report.json");
     let report: Value = serde_json::from_str(&json).expect("JSON");
     let series = report["series"].as_array().expect("a series");
+    // A sample a second from when the world is up to the end of the run, and one at the end.
+    let at: Vec<f64> = series
+        .iter()
+        .map(|s| s["atSeconds"].as_f64().expect("a time"))
+        .collect();
     let elapsed = summary["elapsedSeconds"].as_f64().expect("elapsed");
-    let expected = elapsed.floor() + 1.0;
     assert!(
-        (series.len() as f64 - expected).abs() <= 1.0,
-        "{} samples over {elapsed}s",
-        series.len()
+        at.len() >= 2 && at[at.len() - 1] <= elapsed,
+        "{at:?} in {elapsed}s"
+    );
+    let span = at[at.len() - 1] - at[0];
+    assert!(
+        (at.len() as f64 - (span.floor() + 1.0)).abs() <= 1.0,
+        "{} samples over {span}s",
+        at.len()
+    );
+    let gaps: Vec<f64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps[..gaps.len() - 1]
+            .iter()
+            .all(|g| (0.9..1.5).contains(g)),
+        "{gaps:?}"
     );
     let last = series.last().expect("a last sample");
     assert_eq!(count(&last["podsBound"]), 12, "{last:#}");
@@ -514,6 +530,10 @@ fn report_writes_a_sample_a_second_and_a_page_of_plots() {
         0,
         "sampling starts before the workload"
     );
+    // Status, conditions, container statuses and managedFields make a pod a few kB, as on a
+    // real cluster.
+    let pod_bytes = count(&summary["pods"]["averageObjectBytes"]);
+    assert!((2_000..20_000).contains(&pod_bytes), "{pod_bytes}");
     let times = report["pendingToBoundSeconds"].as_array().expect("times");
     assert_eq!(times.len(), 12);
     let p = &report["pendingToBoundPercentiles"];

@@ -308,6 +308,11 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let method = req.method().clone();
     let body = read_body(req).await?;
     let target = app.registry.target(
@@ -322,6 +327,7 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         query,
         accept,
         content_type,
+        user_agent,
         body,
     };
     match (
@@ -395,6 +401,7 @@ struct ResourceRequest<'a> {
     query: HashMap<String, String>,
     accept: String,
     content_type: String,
+    user_agent: Option<String>,
     body: Bytes,
 }
 
@@ -450,6 +457,7 @@ impl ResourceRequest<'_> {
                 .cloned(),
             field_validation,
             force: is_true(self.query.get("force")),
+            user_agent: self.user_agent.clone(),
         })
     }
 

@@ -21,6 +21,7 @@ pub mod error;
 pub mod faults;
 mod http;
 pub mod kubeconfig;
+mod managed;
 mod meta;
 pub mod patch;
 mod queue;
@@ -229,6 +230,9 @@ impl RunningServer {
     }
 }
 
+/// The field manager of in-process writes (test set-up, `kerf simulate`'s manifests).
+const IN_PROCESS_MANAGER: &str = "kerf-loadtest";
+
 /// In-process access to the emulator's API with the same semantics as HTTP requests.
 /// Resources are named by `apiVersion` (`"v1"`, `"karpenter.sh/v1"`) and plural.
 #[derive(Debug, Clone)]
@@ -268,12 +272,11 @@ impl Cluster {
             .and_then(Value::as_str)
             .map(str::to_string);
         let t = self.target(api_version, plural, ns.as_deref())?;
-        Ok((*self
-            .registry
-            .create(&t, object, &WriteOptions::default())?
-            .object
-            .value)
-            .clone())
+        let opts = WriteOptions {
+            field_manager: Some(IN_PROCESS_MANAGER.to_owned()),
+            ..WriteOptions::default()
+        };
+        Ok((*self.registry.create(&t, object, &opts)?.object.value).clone())
     }
 
     /// Reads an object.
@@ -360,7 +363,7 @@ impl Cluster {
     ) -> Result<Value, ApiError> {
         let t = self.target(api_version, plural, namespace)?;
         let opts = WriteOptions {
-            field_manager: Some("kerf-loadtest".to_string()),
+            field_manager: Some(IN_PROCESS_MANAGER.to_owned()),
             ..WriteOptions::default()
         };
         Ok((*self

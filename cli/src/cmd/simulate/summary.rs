@@ -90,6 +90,9 @@ pub struct Pods {
     pub unschedulable: Vec<UnschedulablePod>,
     /// Pending pods it did not report (only when the run timed out), at most 20.
     pub stuck: Vec<String>,
+    /// The mean size of a stored pod as JSON (status, managedFields and all), in bytes: what
+    /// each pod costs a client's watch cache and decoder.
+    pub average_object_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -212,6 +215,7 @@ impl Summary {
                 pending: facts.pending.len(),
                 unschedulable,
                 stuck,
+                average_object_bytes: None,
             },
             pod_latency_seconds: latency(facts.latencies),
             node_claims: NodeClaims {
@@ -316,6 +320,12 @@ impl Summary {
             );
         }
         out.push('\n');
+        if let Some(bytes) = self.pods.average_object_bytes {
+            let _ = writeln!(
+                out,
+                "pod objects     {bytes} bytes of JSON on average (as stored: status and managedFields included)"
+            );
+        }
         if let Some(bytes) = self.peak_memory_bytes {
             let _ = writeln!(
                 out,
