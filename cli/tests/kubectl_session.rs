@@ -294,6 +294,25 @@ fn describe(s: &Session, claims: &Table, pods: &Table) {
     );
     assert_eq!(field(&described, "Status"), Some("Running"), "{described}");
     assert!(described.contains("ContainersReady"), "{described}");
+    // The default workload requests without limits.
+    assert_eq!(
+        field(&described, "QoS Class"),
+        Some("Burstable"),
+        "{described}"
+    );
+    let port = s.kubectl(&[
+        "get",
+        "node",
+        &claim["NODE"],
+        "-o",
+        "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port} {.status.images[*].sizeBytes}",
+    ]);
+    let mut words = port.split_whitespace();
+    assert_eq!(words.next(), Some("10250"));
+    assert!(
+        words.count() >= 3,
+        "the node lists its cached images: {port}"
+    );
 }
 
 /// The field managers in `object`'s managedFields include `expected` (who wrote it).

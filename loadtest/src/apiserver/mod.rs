@@ -24,6 +24,7 @@ pub mod kubeconfig;
 mod managed;
 mod meta;
 pub mod patch;
+mod qos;
 mod queue;
 pub mod registry;
 pub mod resources;

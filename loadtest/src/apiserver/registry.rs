@@ -16,6 +16,7 @@ use super::error::{ApiError, ApiResult, Reason};
 use super::managed;
 use super::meta::{finalizers, is_deleting, meta_mut, meta_str, new_uid, random_suffix, spec_part};
 use super::patch::{json_patch, merge_patch, strategic_merge};
+use super::qos;
 use super::queue::WorkQueue;
 use super::resources::{Behavior, GroupResource, ResourceType, builtin_types};
 use super::schema::{FieldProblem, FieldValidation};
@@ -623,7 +624,8 @@ impl Registry {
                     .and_then(|s| s.get("nodeName"))
                     .and_then(Value::as_str)
                     .is_some_and(|n| !n.is_empty());
-                let mut status = json!({"phase": "Pending", "qosClass": "BestEffort"});
+                let qos = qos::qos_class(obj.get("spec").unwrap_or(&Value::Null));
+                let mut status = json!({"phase": "Pending", "qosClass": qos});
                 if scheduled {
                     status["conditions"] = json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]);
                 }
