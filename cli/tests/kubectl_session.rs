@@ -412,7 +412,7 @@ fn replacement_of_a_deleted_nodeclaim(s: &Session) {
     let mut watch = Command::new(&s.kubectl)
         .arg("--kubeconfig")
         .arg(&s.kubeconfig)
-        .args(["get", "nodeclaims", "--watch-only", "-o", "name"])
+        .args(["get", "nodeclaims", "--watch-only"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -444,19 +444,29 @@ fn replacement_of_a_deleted_nodeclaim(s: &Session) {
     std::thread::sleep(Duration::from_secs(1));
     s.kubectl(&["delete", "nodeclaim", &busiest, "--wait=false"]);
     let deadline = Instant::now() + PATIENCE;
+    // A watch prints rows with the same columns as a get (the emulator streams Tables).
+    let mut header = None;
     let replacement = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let line = seen
             .recv_timeout(left)
             .expect("the watch shows a new NodeClaim in time");
         let name = line
-            .trim()
-            .trim_start_matches("nodeclaim.karpenter.sh/")
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
             .to_owned();
-        if !before.contains(&name) {
+        if name == "NAME" {
+            header = Some(line);
+        } else if !before.contains(&name) {
             break name;
         }
     };
+    let header = header.expect("the watch printed its columns first");
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE"]
+    );
     let _ = watch.kill();
     let _ = watch.wait();
     s.eventually(

@@ -592,6 +592,10 @@ impl ResourceRequest<'_> {
             send_initial_events: is_true(self.query.get("sendInitialEvents")),
             bookmarks: is_true(self.query.get("allowWatchBookmarks")),
             timeout,
+            table: table::wants_table(&self.accept).then(|| watches::TableRows {
+                include: self.include_object(),
+                clock: self.registry().clock.clone(),
+            }),
         };
         let watch = watches::prepare(self.target.clone(), params)?;
         let (tx, rx) = mpsc::channel(16);
