@@ -226,8 +226,10 @@ impl<'c> State<'c> {
                         .iter_mut()
                         .find(|n| &n.name == node_name)
                     {
-                        node.pods
-                            .extend(pods.into_iter().map(|p| bound(p, node_name)));
+                        node.pods.extend(
+                            pods.into_iter()
+                                .map(|p| crate::pods::bound_to(p, node_name)),
+                        );
                     }
                 }
                 for replacement in &command.replacements {
@@ -323,11 +325,6 @@ impl<'c> State<'c> {
             .sum();
         (live, cost)
     }
-}
-
-fn bound(mut pod: Pod, node: &str) -> Pod {
-    pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
-    pod
 }
 
 fn bound_to_none(mut pod: Pod) -> Pod {

@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::snapshot::pod_key;
+use crate::pods::bound_to;
 use crate::scheduling::{
     self, ExistingNodePlacement, InstanceType, PodRef, SchedulingError, SchedulingInput,
     SchedulingResult,
@@ -48,8 +49,11 @@ fn carried(input: &SchedulingInput, merged: &SchedulingResult) -> SchedulingInpu
     let mut existing_nodes = input.existing_nodes.clone();
     for placement in &merged.existing_nodes {
         if let Some(node) = existing_nodes.iter_mut().find(|n| n.name == placement.name) {
-            node.pods
-                .extend(bound(pods_of(&placement.pods), &node.name));
+            let placed: Vec<Pod> = pods_of(&placement.pods)
+                .into_iter()
+                .map(|pod| bound_to(pod, &node.name))
+                .collect();
+            node.pods.extend(placed);
         }
     }
     for (i, claim) in merged.new_node_claims.iter().enumerate() {
@@ -121,15 +125,6 @@ fn instance_type<'a>(
 
 fn ref_key(pod: &PodRef) -> String {
     format!("{}/{}", pod.namespace, pod.name)
-}
-
-fn bound(pods: Vec<Pod>, node: &str) -> Vec<Pod> {
-    pods.into_iter()
-        .map(|mut pod| {
-            pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
-            pod
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::types::{ExistingNode, InstanceType, LaunchChoice, Operator, PlannedNodeClaim};
 use crate::labels;
+use crate::pods::bound_to;
 
 impl PlannedNodeClaim {
     /// The Node named `name` this NodeClaim becomes when `launch` (an offering of `it`)
@@ -46,15 +47,10 @@ impl PlannedNodeClaim {
             taints: self.taints.clone(),
             allocatable: it.allocatable(),
             capacity: it.capacity.clone(),
-            pods: pods.into_iter().map(|pod| bound(pod, name)).collect(),
+            pods: pods.into_iter().map(|pod| bound_to(pod, name)).collect(),
             initialized,
             node_pool: Some(self.node_pool.clone()),
             node_claim: Some(name.to_string()),
         }
     }
-}
-
-fn bound(mut pod: Pod, node: &str) -> Pod {
-    pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
-    pod
 }
