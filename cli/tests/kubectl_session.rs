@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[path = "kerf_cli/serving.rs"]
+mod serving;
+
 /// Longest any one change (a scale-up, the drained pods running again, a replacement) may
 /// take with `--fast` delays before the test fails.
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -52,19 +55,7 @@ impl Session {
             .stderr(Stdio::piped())
             .spawn()
             .expect("kerf starts");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let mut seen = Vec::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let up = line.contains("keeps running");
-            seen.push(line);
-            if up {
-                break;
-            }
-        }
-        assert!(
-            seen.last().is_some_and(|l| l.contains("keeps running")),
-            "the simulated cluster did not stay up: {seen:?}"
-        );
+        serving::until_serving(&mut child);
         Self {
             child,
             dir,

@@ -7,6 +7,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+#[path = "kerf_cli/serving.rs"]
+mod serving;
+
 fn kerf(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kerf"))
         .arg("simulate")
@@ -303,7 +306,6 @@ fn http_get(server: &str, path: &str) -> String {
 
 #[test]
 fn kubeconfig_out_keeps_the_cluster_up_until_sigterm() {
-    use std::io::{BufRead, BufReader};
     let dir = TempDir::new("kubeconfig");
     let kubeconfig = dir.0.join("kubeconfig");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
@@ -314,22 +316,7 @@ fn kubeconfig_out_keeps_the_cluster_up_until_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("kerf starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let mut seen = Vec::new();
-    // The line comes after the summary; if the run died instead, the pipe closes.
-    for line in lines.by_ref() {
-        let line = line.expect("stderr is text");
-        let up = line.contains("keeps running");
-        seen.push(line);
-        if up {
-            break;
-        }
-    }
-    assert!(
-        seen.last().is_some_and(|l| l.contains("keeps running")),
-        "{seen:?}"
-    );
+    serving::until_serving(&mut child);
     let config = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written");
     let server = config
         .lines()
