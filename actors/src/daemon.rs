@@ -15,6 +15,7 @@ use std::time::Duration;
 use kerf::catalog::Catalog;
 use kerf::cloudprovider::CloudProvider;
 use kerf::interruption::InterruptionQueue;
+use kerf::interruption::instance_status::InstanceStatusSource;
 use kerf::plan::ControllerSettings;
 use kube::Client;
 use tokio::sync::watch;
@@ -56,7 +57,7 @@ use crate::termination::{
     TERMINATION_MAILBOX_CAPACITY, TerminationConfig, TerminationDeps, TerminationDrainer,
     TerminationStats,
 };
-use crate::{divergences, events, interruption, pod_watcher, server, shutdown};
+use crate::{divergences, events, instance_health, interruption, pod_watcher, server, shutdown};
 
 /// Upstream's name for the controller that launches NodeClaims: the `controller` label of
 /// the NodeClaim lifecycle's cloud provider metrics (launch, termination, lookups).
@@ -505,16 +506,48 @@ impl Daemon {
         ));
     }
 
+    /// The recorder this daemon publishes Kubernetes Events through.
+    pub fn events(&self) -> &events::EventRecorder {
+        &self.events
+    }
+
     /// Starts node repair (the binary does with `FEATURE_GATES` `NodeRepair=true`): it
     /// deletes the NodeClaims of Nodes unhealthy past their toleration, and stops with the
-    /// daemon.
+    /// daemon. Supervised: a panicking pass is restarted and counted.
     pub fn repair_nodes(&mut self) {
-        self.tasks.push(tokio::spawn(crate::node_repair::run(
-            self.client.clone(),
-            self.state.clone(),
-            self.leader.clone(),
-            self.shutdown.subscribe(),
-        )));
+        let (client, state) = (self.client.clone(), self.state.clone());
+        let (leader, shutdown) = (self.leader.clone(), self.shutdown.subscribe());
+        let events = self.events.clone();
+        self.tasks.push(supervisor::task("node_repair", move || {
+            crate::node_repair::run(
+                client.clone(),
+                state.clone(),
+                events.clone(),
+                leader.clone(),
+                shutdown.clone(),
+            )
+        }));
+    }
+
+    /// Starts the instance-health poller on `source` every `period` (the binary hands in
+    /// EC2's DescribeInstanceStatus every [`instance_health::PERIOD`]; the simulated
+    /// cluster its simulated EC2). Supervised; stops with the daemon.
+    pub fn watch_instance_health(
+        &mut self,
+        source: Arc<dyn InstanceStatusSource>,
+        period: Duration,
+    ) {
+        let deps = instance_health::Deps {
+            source,
+            state: self.state.clone(),
+            client: self.client.clone(),
+            events: self.events.clone(),
+        };
+        let (leader, shutdown) = (self.leader.clone(), self.shutdown.subscribe());
+        self.tasks
+            .push(supervisor::task(instance_health::CONTROLLER, move || {
+                instance_health::run(deps.clone(), period, leader.clone(), shutdown.clone())
+            }));
     }
 
     /// Stops every task and actor: first provisioning drains (no new rounds; the current

@@ -21,6 +21,7 @@ pub mod divergences;
 pub mod events;
 pub mod expiration;
 pub mod garbage_collection;
+pub mod instance_health;
 pub mod interruption;
 pub mod launch_template_cache;
 pub mod launcher;

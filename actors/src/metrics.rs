@@ -54,6 +54,11 @@ pub const INTERRUPTION_QUEUE_DURATION: &str =
     "karpenter_interruption_message_queue_duration_seconds";
 /// Interruption messages that could not be parsed (logged and deleted). kerf's own.
 pub const INTERRUPTION_UNPARSEABLE: &str = "kerf_interruption_unparseable_messages_total";
+/// Unhealthy EC2 status checks seen by the instance-health poller, each instance and
+/// category counted once while it stays unhealthy (label `category`: `InstanceStatus`,
+/// `SystemStatus`, `EventStatus`), as upstream.
+pub const INTERRUPTION_INSTANCE_STATUS_UNHEALTHY: &str =
+    "karpenter_interruption_instance_status_unhealthy_total";
 /// NodeClaims node repair deleted (labels `condition`, `nodepool`, `capacity_type`).
 pub const NODECLAIMS_UNHEALTHY_DISRUPTED: &str = "karpenter_nodeclaims_unhealthy_disrupted_total";
 /// Nodes registered for a NodeClaim (labels `nodepool`, `zone`).

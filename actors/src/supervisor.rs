@@ -111,6 +111,44 @@ where
     Some(receiver)
 }
 
+/// How long a supervised task waits before it is built again after a panic, so a task that
+/// panics at once logs once a second instead of spinning a core.
+pub const TASK_RESTART_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs the tokio task `make()` builds as `name` (for tasks that are not actors: pollers
+/// and loops). After a panic the restart is counted in `kerf_actor_restarts_total{actor}`
+/// and logged, and the task `make()` builds next runs after [`TASK_RESTART_DELAY`]; a task
+/// that returns ends the supervision. Aborting the returned handle aborts the running task.
+pub fn task<F, Fut>(name: &'static str, mut make: F) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let running = tokio::spawn(make());
+            let _abort = AbortOnDrop(running.abort_handle());
+            match running.await {
+                Err(error) if error.is_panic() => {
+                    metrics::counter!(ACTOR_RESTARTS, "actor" => name).increment(1);
+                    tracing::error!(task = name, "task panicked; restarting it");
+                    tokio::time::sleep(TASK_RESTART_DELAY).await;
+                }
+                _ => return,
+            }
+        }
+    })
+}
+
+/// Aborts the supervised task when its supervisor is aborted.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests;
 

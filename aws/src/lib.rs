@@ -14,6 +14,7 @@ pub mod drift;
 pub mod errors;
 pub mod fleet;
 pub mod instance;
+pub mod instance_status;
 pub mod instanceprofile;
 pub mod instancetype;
 pub mod interruption;

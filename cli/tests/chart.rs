@@ -56,11 +56,15 @@ const RELEASE: &str = "karpenter";
 const NAMESPACE: &str = "kube-system";
 
 fn render(values: Option<&Path>, set: Value) -> Rendered {
+    render_in(NAMESPACE, values, set)
+}
+
+fn render_in(namespace: &str, values: Option<&Path>, set: Value) -> Rendered {
     let mut cmd = Command::new("python3");
     cmd.arg(repo().join("scripts/helm-chart.py"))
         .arg("--chart")
         .arg(chart_dir())
-        .args(["--release", RELEASE, "--namespace", NAMESPACE])
+        .args(["--release", RELEASE, "--namespace", namespace])
         .args(["--api-versions", "monitoring.coreos.com/v1"])
         .arg("--set-json")
         .arg(set.to_string());
@@ -345,6 +349,45 @@ async fn every_rendered_object_is_accepted_by_the_api_with_strict_fields() {
         }
         server.shutdown().await;
     }
+}
+
+/// The controller's integration suite (`actors/tests/controller`) runs under the RBAC the
+/// chart renders, enforced by the API emulator; its copy of that rendering must be today's.
+#[test]
+fn the_controller_suite_runs_under_the_charts_current_rbac() {
+    let rendered = render_in(
+        "karpenter",
+        None,
+        json!({"settings": {"clusterName": "test"}}),
+    );
+    let key = |o: &Value| {
+        (
+            o["kind"].as_str().unwrap_or("").to_owned(),
+            o["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
+            o["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    let mut current: Vec<Value> = rendered
+        .objects
+        .into_iter()
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding")
+            )
+        })
+        .collect();
+    current.sort_by_key(key);
+    let fixture = repo().join("actors/tests/controller/fixtures/chart-rbac.json");
+    let mut tested: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    tested.sort_by_key(key);
+    assert!(
+        current == tested,
+        "{} is not the chart's RBAC any more; write this there (release karpenter, namespace karpenter):\n{}",
+        fixture.display(),
+        serde_json::to_string_pretty(&current).unwrap()
+    );
 }
 
 #[test]

@@ -182,8 +182,12 @@ fn a_users_kubectl_session_reads_and_changes_the_simulated_cluster() {
         ["NAME", "NODECLASS", "NODES", "READY", "AGE"]
     );
     assert_eq!(pools.rows[0]["NAME"], "default");
-    assert_eq!(pools.rows[0]["NODES"], claims.rows.len().to_string());
     assert_eq!(pools.rows[0]["READY"], "True");
+    // The NodePool's status counts its nodes on the controller's next status pass.
+    let claims_now = || s.table(&["nodeclaims"]).rows.len().to_string();
+    s.eventually("the NodePool counting its nodes", |s| {
+        s.table(&["nodepools"]).rows[0]["NODES"] == claims_now()
+    });
 
     assert_eq!(
         nodes.headers[..7],

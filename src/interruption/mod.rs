@@ -11,6 +11,7 @@
 //! cluster implements in memory, so both feed the same parser and handler. Example
 //! messages, as EventBridge delivers them, live in `fixtures/` beside this file.
 
+pub mod instance_status;
 pub mod messages;
 
 use crate::cloudprovider::BoxFuture;

@@ -54,6 +54,21 @@ pub fn notify(recorder: &EventRecorder, message: &Message, claim: &NodeClaim, no
     publish(recorder, claim, node, type_, reason, text, text);
 }
 
+/// EC2's status checks or a scheduled event found the instance unhealthy (the
+/// instance-health poller's counterpart of a Health scheduled change).
+pub fn unhealthy(recorder: &EventRecorder, claim: &NodeClaim, node: Option<&Node>) {
+    let text = "An unhealthy warning was triggered for the instance";
+    publish(
+        recorder,
+        claim,
+        node,
+        EventType::Warning,
+        INSTANCE_UNHEALTHY,
+        text,
+        text,
+    );
+}
+
 /// The NodeClaim was deleted because of the message.
 pub fn terminating(recorder: &EventRecorder, claim: &NodeClaim, node: Option<&Node>) {
     publish(
@@ -93,7 +108,7 @@ fn publish(
     }
 }
 
-fn node_reference(node: &Node) -> ObjectReference {
+pub(crate) fn node_reference(node: &Node) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".to_owned()),
         kind: Some("Node".to_owned()),

@@ -17,26 +17,42 @@
 //! visibility timeout. Handling is idempotent — an instance without a NodeClaim, or whose
 //! NodeClaim is already deleting, is left alone — so duplicate and late messages are
 //! harmless.
+//!
+//! Both run supervised: a panicking poller is built again ([`supervisor::task`]) and a
+//! panicking handler is caught around its one message, counted in
+//! `kerf_actor_restarts_total` ([`POLLER`], [`HANDLER`]); the messages they held were not
+//! deleted, so the queue delivers them again.
 
-mod events;
+pub(crate) mod events;
 mod handler;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use std::panic::AssertUnwindSafe;
+
+use futures::{FutureExt, StreamExt};
 use kerf::interruption::{InterruptionQueue, MAX_MESSAGES_PER_RECEIVE, QueueMessage};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use handler::{Handled, Handler, HandlerDeps};
 
-/// Upstream's controller name (logs, reconcile metrics).
+use crate::mailbox::MailboxDepth;
+use crate::metrics::ACTOR_RESTARTS;
+use crate::supervisor;
+
+/// Upstream's controller name (logs, reconcile metrics); also the mailbox's name.
 pub const CONTROLLER: &str = "interruption";
+
+/// The supervised poller's and handlers' names in `kerf_actor_restarts_total{actor}`.
+pub const POLLER: &str = "interruption_poller";
+pub const HANDLER: &str = "interruption_handler";
 
 /// Two receives' worth: the poller fetches the next batch while the handler works on the
 /// previous one, and waits when both are in the mailbox. Nothing is dropped at capacity:
-/// the poller waits, and what it has not received stays in the queue.
+/// the poller waits, and what it has not received stays in the queue. The bound is a
+/// [`MailboxDepth`] permit (`kerf_mailbox_depth{mailbox="interruption"}`).
 pub const INTERRUPTION_MAILBOX_CAPACITY: usize = 2 * MAX_MESSAGES_PER_RECEIVE;
 
 /// Messages handled at once (upstream parallelizes a batch 10 ways): each costs a couple
@@ -47,25 +63,65 @@ pub const HANDLER_PARALLELISM: usize = 10;
 /// permission or an outage logs a few errors a minute rather than spinning.
 pub const RECEIVE_ERROR_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Starts the poller and the handler; both stop on `shutdown`.
+/// Starts the poller and the handler, each supervised; both stop on `shutdown`.
 pub fn spawn(
     queue: Arc<dyn InterruptionQueue>,
     handler: Handler,
     leader: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
+    let depth = MailboxDepth::new(CONTROLLER, INTERRUPTION_MAILBOX_CAPACITY);
+    spawn_with(queue, Arc::new(handler), depth, leader, shutdown)
+}
+
+/// [`spawn`] with the mailbox's depth handed in, so a test can watch it.
+fn spawn_with(
+    queue: Arc<dyn InterruptionQueue>,
+    handler: Arc<Handler>,
+    depth: MailboxDepth,
+    leader: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
     let (mailbox, inbox) = mpsc::channel(INTERRUPTION_MAILBOX_CAPACITY);
     tracing::info!(queue = queue.name(), "watching interruption queue");
+    let poller = {
+        let (depth, shutdown) = (depth.clone(), shutdown.clone());
+        supervisor::task(POLLER, move || {
+            poll(
+                Arc::clone(&queue),
+                Outbound {
+                    mailbox: mailbox.clone(),
+                    depth: depth.clone(),
+                },
+                leader.clone(),
+                shutdown.clone(),
+            )
+        })
+    };
     vec![
-        tokio::spawn(poll(Arc::clone(&queue), mailbox, leader, shutdown.clone())),
-        tokio::spawn(handle_all(handler, inbox, shutdown)),
+        poller,
+        tokio::spawn(handle_all(handler, inbox, depth, shutdown)),
     ]
+}
+
+/// The poller's side of the mailbox: the permit bounds it, the channel carries it.
+struct Outbound {
+    mailbox: mpsc::Sender<QueueMessage>,
+    depth: MailboxDepth,
+}
+
+impl Outbound {
+    /// Waits for room, then enqueues; `false` once the handler is gone.
+    async fn send(&self, message: QueueMessage) -> bool {
+        self.depth.admit().await;
+        self.mailbox.send(message).await.is_ok()
+    }
 }
 
 /// Receives while leading, until shutdown.
 async fn poll(
     queue: Arc<dyn InterruptionQueue>,
-    mailbox: mpsc::Sender<QueueMessage>,
+    outbound: Outbound,
     mut leader: watch::Receiver<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -95,28 +151,40 @@ async fn poll(
         };
         for message in messages {
             tokio::select! {
-                sent = mailbox.send(message) => if sent.is_err() { return },
+                sent = outbound.send(message) => if !sent { return },
                 _ = shutdown.changed() => return,
             }
         }
     }
 }
 
-/// Handles what the poller hands over, [`HANDLER_PARALLELISM`] at a time.
+/// Handles what the poller hands over, [`HANDLER_PARALLELISM`] at a time. A handler that
+/// panics is counted as a restart of [`HANDLER`] and its message, not deleted, comes back
+/// from the queue after its visibility timeout; the other handlers carry on.
 async fn handle_all(
-    handler: Handler,
+    handler: Arc<Handler>,
     inbox: mpsc::Receiver<QueueMessage>,
+    depth: MailboxDepth,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let messages = futures::stream::unfold(inbox, |mut inbox| async move {
-        inbox.recv().await.map(|message| (message, inbox))
+    let messages = futures::stream::unfold((inbox, depth), |(mut inbox, depth)| async move {
+        let message = inbox.recv().await?;
+        depth.taken();
+        Some((message, (inbox, depth)))
     });
     let handler = &handler;
     let work = messages.for_each_concurrent(HANDLER_PARALLELISM, |message| async move {
-        handler.process(&message).await;
+        let handled = AssertUnwindSafe(handler.process(&message)).catch_unwind();
+        if handled.await.is_err() {
+            metrics::counter!(ACTOR_RESTARTS, "actor" => HANDLER).increment(1);
+            tracing::error!(message_id = %message.id, "interruption handler panicked; the message is left for redelivery");
+        }
     });
     tokio::select! {
         () = work => {}
         _ = shutdown.changed() => {}
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,13 +5,15 @@
 //! `karpenter.sh/nodeclaim-termination-timestamp` = now before the delete, so the
 //! termination flow does not wait out a drain that an unhealthy Node cannot finish — and
 //! the provisioner replaces its pods' capacity. A NodePool with more than a fifth of its
-//! Nodes unhealthy is not repaired (logged), since replacing that many at once would more
+//! Nodes unhealthy is not repaired (logged, and a `NodeRepairBlocked` event on each of its
+//! unhealthy Nodes, their NodeClaims and the NodePool, as upstream), since replacing that many at once would more
 //! likely take the workload down than heal it.
 //!
 //! A loop every [`PERIOD`] over cluster state, acting only while this replica leads and
 //! after cluster state synced; each pass is idempotent (a NodeClaim already deleting is
 //! left alone), so a lost write is retried by the next pass.
 
+mod events;
 pub mod policy;
 
 use std::sync::Arc;
@@ -26,7 +28,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::events::EventRecorder;
 use crate::metrics::{NODECLAIMS_UNHEALTHY_DISRUPTED, nodeclaim_disrupted};
+use crate::state::ObjectKey;
 use crate::state::{ClusterState, instance_id};
 use policy::{AWS_REPAIR_POLICIES, RepairPolicy};
 
@@ -61,6 +65,7 @@ pub enum RepairError {
 pub async fn run(
     client: Client,
     state: Arc<ClusterState>,
+    events: EventRecorder,
     leader: watch::Receiver<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -74,16 +79,19 @@ pub async fn run(
         if !*leader.borrow() || !state.synced() {
             continue;
         }
-        for (name, error) in repair(&nodeclaims, &state, &AWS_REPAIR_POLICIES).await {
+        for (name, error) in repair(&nodeclaims, &state, &events, &AWS_REPAIR_POLICIES).await {
             tracing::error!(nodeclaim = %name, %error, "repairing unhealthy node");
         }
     }
 }
 
-/// One pass: deletes the NodeClaims of the Nodes to repair now; returns the failures.
+/// One pass: deletes the NodeClaims of the Nodes to repair now, and publishes
+/// `NodeRepairBlocked` for the unhealthy Nodes of the NodePools held back; returns the
+/// failures.
 pub async fn repair(
     nodeclaims: &Api<NodeClaim>,
     state: &ClusterState,
+    events: &EventRecorder,
     policies: &[RepairPolicy],
 ) -> Vec<(String, RepairError)> {
     let nodes = state.nodes.snapshot();
@@ -96,8 +104,18 @@ pub async fn repair(
         .collect();
     let refs: Vec<&Node> = claimed.iter().map(|(n, _)| *n).collect();
     let (to_repair, blocked) = policy::repairable(&refs, policies, Timestamp::now());
-    for pool in blocked {
-        tracing::warn!(nodepool = %pool, "more than 20% of the nodepool's nodes are unhealthy; not repairing them");
+    for (pool, nodes) in blocked {
+        tracing::warn!(nodepool = %pool, unhealthy = nodes.len(), "more than 20% of the nodepool's nodes are unhealthy; not repairing them");
+        for node in nodes {
+            let claim = claimed.iter().find(|(n, _)| std::ptr::eq(*n, node));
+            let nodepool = state.nodepools.get(&ObjectKey::new(None, &pool));
+            events::repair_blocked(
+                events,
+                node,
+                claim.map(|(_, c)| c.as_ref()),
+                nodepool.as_deref(),
+            );
+        }
     }
     let mut failures = Vec::new();
     for (node, violated) in to_repair {
@@ -120,36 +138,10 @@ async fn delete_forcefully(
     node: &Node,
     violated: RepairPolicy,
 ) -> Result<(), RepairError> {
-    let name = claim.name().to_owned();
-    let annotated = claim
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(labels::NODECLAIM_TERMINATION_TIMESTAMP));
-    if !annotated {
-        let patch = json!({"metadata": {"annotations": {
-            labels::NODECLAIM_TERMINATION_TIMESTAMP: Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        }}});
-        nodeclaims
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|source| RepairError::Annotate {
-                name: name.clone(),
-                source,
-            })?;
+    if !terminate_now(nodeclaims, claim).await? {
+        return Ok(());
     }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: claim.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match nodeclaims.delete(&name, &params).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return Ok(()),
-        Err(source) => return Err(RepairError::Delete { name, source }),
-    }
+    let name = claim.name();
     let label = |key: &str| {
         node.metadata
             .labels
@@ -176,6 +168,57 @@ async fn delete_forcefully(
     )
     .increment(1);
     Ok(())
+}
+
+/// Deletes `claim` without waiting for its drain: annotates it with
+/// `karpenter.sh/nodeclaim-termination-timestamp` = now (unless it is already), then deletes
+/// it (uid precondition). Returns whether this call deleted it; gone or replaced already is
+/// not an error.
+pub async fn terminate_now(
+    nodeclaims: &Api<NodeClaim>,
+    claim: &NodeClaim,
+) -> Result<bool, RepairError> {
+    let name = claim.name().to_owned();
+    let annotated = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(labels::NODECLAIM_TERMINATION_TIMESTAMP));
+    if !annotated {
+        let patch = json!({"metadata": {"annotations": {
+            labels::NODECLAIM_TERMINATION_TIMESTAMP: Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        }}});
+        nodeclaims
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| RepairError::Annotate {
+                name: name.clone(),
+                source,
+            })?;
+    }
+    delete_same(nodeclaims, claim)
+        .await
+        .map_err(|source| RepairError::Delete { name, source })
+}
+
+/// Deletes `claim` if it is still the same object (uid precondition); `false` when it is
+/// gone or was replaced by a NodeClaim of the same name — nothing of it is left to delete.
+pub async fn delete_same(
+    nodeclaims: &Api<NodeClaim>,
+    claim: &NodeClaim,
+) -> Result<bool, kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: claim.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match nodeclaims.delete(claim.name(), &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(error) => Err(error),
+    }
 }
 
 /// `AcceleratedHardwareReady` → `accelerated_hardware_ready`, as upstream labels conditions.

@@ -66,6 +66,9 @@ pub const AWS_REPAIR_POLICIES: [RepairPolicy; 7] = [
 /// A Node to repair and the policy it violated.
 pub type Repair<'a> = (&'a Node, RepairPolicy);
 
+/// A NodePool whose repair is held back, and its unhealthy Nodes.
+pub type Blocked<'a> = (String, Vec<&'a Node>);
+
 /// More unhealthy Nodes than this share of a NodePool's Nodes blocks its repair.
 pub const MAX_UNHEALTHY_FRACTION: f64 = 0.2;
 
@@ -85,12 +88,12 @@ pub fn unhealthy(node: &Node, policies: &[RepairPolicy], now: Timestamp) -> Opti
 
 /// The unhealthy Nodes node repair may replace now: those of NodePools whose unhealthy
 /// Nodes do not exceed [`MAX_UNHEALTHY_FRACTION`] of their Nodes. Returns them with their
-/// policy, and the NodePools blocked.
+/// policy, and the NodePools blocked with their unhealthy Nodes.
 pub fn repairable<'a>(
     nodes: &'a [&'a Node],
     policies: &[RepairPolicy],
     now: Timestamp,
-) -> (Vec<Repair<'a>>, Vec<String>) {
+) -> (Vec<Repair<'a>>, Vec<Blocked<'a>>) {
     // Per NodePool: its Nodes, and those unhealthy.
     let mut by_pool: BTreeMap<&str, (usize, Vec<Repair<'a>>)> = BTreeMap::new();
     for node in nodes {
@@ -122,7 +125,7 @@ pub fn repairable<'a>(
         )]
         let allowed = (total as f64 * MAX_UNHEALTHY_FRACTION).ceil() as usize;
         if unhealthy.len() > allowed {
-            blocked.push(pool.to_owned());
+            blocked.push((pool.to_owned(), unhealthy.iter().map(|(n, _)| *n).collect()));
         } else {
             repair.extend(unhealthy);
         }
@@ -182,7 +185,27 @@ mod tests {
         let (repair, blocked) = repairable(&refs, &AWS_REPAIR_POLICIES, now);
         // "few": 2 of 5 unhealthy, 20% of 5 is 1: blocked. "many": 3 of 5: blocked.
         assert!(repair.is_empty());
-        assert_eq!(blocked, vec!["few".to_owned(), "many".to_owned()]);
+        let names = |blocked: &[Blocked<'_>]| -> Vec<(String, Vec<String>)> {
+            blocked
+                .iter()
+                .map(|(pool, nodes)| {
+                    let nodes = nodes
+                        .iter()
+                        .map(|n| n.metadata.name.clone().unwrap_or_default());
+                    (pool.clone(), nodes.collect())
+                })
+                .collect()
+        };
+        assert_eq!(
+            names(&blocked),
+            vec![
+                ("few".to_owned(), vec!["n0".to_owned(), "n1".to_owned()]),
+                (
+                    "many".to_owned(),
+                    vec!["n5".to_owned(), "n6".to_owned(), "n7".to_owned()]
+                ),
+            ]
+        );
         let (repair, blocked) = repairable(&refs[1..], &AWS_REPAIR_POLICIES, now);
         // Without n0, "few" has 1 of 4 unhealthy (20% of 4 rounds up to 1).
         assert_eq!(
@@ -192,6 +215,12 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec!["n1".to_owned()]
         );
-        assert_eq!(blocked, vec!["many".to_owned()]);
+        assert_eq!(
+            blocked
+                .iter()
+                .map(|(pool, _)| pool.as_str())
+                .collect::<Vec<_>>(),
+            vec!["many"]
+        );
     }
 }

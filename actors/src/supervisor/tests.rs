@@ -125,3 +125,48 @@ fn each_actor_runs_on_its_own_thread() {
         assert_ne!(a, thread_number());
     });
 }
+
+/// Sets its flag when dropped: the task holding it has ended.
+struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_supervised_task_is_rebuilt_after_a_panic_and_aborted_with_its_supervisor() {
+    crate::metrics::handle();
+    let before = restarts("supervisor-test-task");
+    let built = Arc::new(AtomicUsize::new(0));
+    let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handle = {
+        let (built, ended) = (Arc::clone(&built), Arc::clone(&ended));
+        task("supervisor-test-task", move || {
+            let first = built.fetch_add(1, Ordering::SeqCst) == 0;
+            let guard = SetOnDrop(Arc::clone(&ended));
+            async move {
+                assert!(!first, "a bug in the first incarnation");
+                let _guard = guard;
+                std::future::pending::<()>().await;
+            }
+        })
+    };
+    let deadline = tokio::time::Instant::now() + TASK_RESTART_DELAY * 5;
+    while built.load(Ordering::SeqCst) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "never rebuilt");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(restarts("supervisor-test-task"), before + 1);
+    ended.store(false, Ordering::SeqCst);
+    handle.abort();
+    let _ = handle.await;
+    for _ in 0..100 {
+        if ended.load(Ordering::SeqCst) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the running task outlived its aborted supervisor");
+}

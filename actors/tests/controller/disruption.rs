@@ -180,8 +180,8 @@ async fn start_tuned(harness: &Harness, cloud: Cloud, disruption: DisruptionConf
     let daemon = Daemon::start_with_timings(
         quick_settings(&["--disable-leader-election", "true"]),
         Environment {
-            client: harness.client.clone(),
-            leader_client: harness.client.clone(),
+            client: harness.controller.clone(),
+            leader_client: harness.controller.clone(),
             namespace: "karpenter".into(),
             identity: "solo".into(),
             leader_timing: FAST_LEASE,

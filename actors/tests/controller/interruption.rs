@@ -133,14 +133,14 @@ impl Stack {
     }
 }
 
-fn name_of(object: &Value) -> String {
+pub(crate) fn name_of(object: &Value) -> String {
     object["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
         .to_owned()
 }
 
-fn instance_id(claim: &Value) -> String {
+pub(crate) fn instance_id(claim: &Value) -> String {
     claim["status"]["providerID"]
         .as_str()
         .and_then(|p| p.rsplit('/').next())

@@ -195,12 +195,13 @@ fn the_fence_refuses_and_abandons_writes_once_leadership_is_lost() {
         let h = start_cluster().await;
         let (leading, leader) = watch::channel(false);
         let client = leader::fenced(named_client(&h, "fenced").await, leader);
+        let client_for_reads = client.clone();
         let leases: Api<Lease> = Api::namespaced(client, "karpenter");
 
         let refused = leases.create(&PostParams::default(), &lease("one")).await;
         assert!(refused.is_err(), "a standby cannot write: {refused:?}");
         assert!(h.server.faults().mutations_from("fenced").is_empty());
-        leases
+        Api::<k8s_openapi::api::core::v1::Node>::all(client_for_reads)
             .list(&ListParams::default())
             .await
             .expect("reads are not fenced");

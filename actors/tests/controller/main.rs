@@ -12,6 +12,7 @@ mod failover;
 mod ice;
 mod inflight;
 mod interruption;
+mod interruption_instance_status;
 mod launch_failures;
 mod launch_step;
 mod launching;

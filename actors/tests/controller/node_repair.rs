@@ -1,6 +1,7 @@
 //! Node repair against the API emulator: the NodeClaim of a Node whose `Ready` condition has
 //! been False past the AWS provider's toleration is annotated with its termination timestamp
-//! and deleted; a NodePool with more than a fifth of its Nodes unhealthy is left alone.
+//! and deleted; a NodePool with more than a fifth of its Nodes unhealthy is left alone, with
+//! upstream's `NodeRepairBlocked` warning.
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kerf::api::NodeClaim;
@@ -96,7 +97,8 @@ async fn one_repair_pass(pool: &str, ready: &[&str]) -> (Harness, kerf_actors::D
     })
     .await;
     let api: Api<NodeClaim> = Api::all(h.client.clone());
-    let failures = node_repair::repair(&api, &daemon.state, &AWS_REPAIR_POLICIES).await;
+    let failures =
+        node_repair::repair(&api, &daemon.state, daemon.events(), &AWS_REPAIR_POLICIES).await;
     assert!(failures.is_empty(), "{failures:?}");
     (h, daemon, claims)
 }
@@ -140,6 +142,48 @@ fn a_nodepool_with_more_than_a_fifth_of_its_nodes_unhealthy_is_not_repaired() {
             let now = claim_now(&h, claim);
             assert!(now["metadata"]["deletionTimestamp"].is_null(), "{now:#}");
         }
+        // Upstream's warning, on each unhealthy Node, its NodeClaim and the NodePool.
+        let cluster = h.cluster();
+        let mut blocked: Vec<(String, String)> = Vec::new();
+        eventually(
+            "NodeRepairBlocked on the nodes, their nodeclaims and the nodepool",
+            || {
+                blocked = cluster
+                    .list("v1", "events", Some("default"), "")
+                    .expect("events list")
+                    .iter()
+                    .filter(|e| e["reason"] == "NodeRepairBlocked")
+                    .map(|e| {
+                        assert_eq!(e["type"], "Warning");
+                        assert_eq!(
+                            e["message"],
+                            "more than 20% nodes are unhealthy in the nodepool"
+                        );
+                        let about = &e["involvedObject"];
+                        (
+                            about["kind"].as_str().unwrap_or_default().to_owned(),
+                            about["name"].as_str().unwrap_or_default().to_owned(),
+                        )
+                    })
+                    .collect();
+                blocked.len() == 5
+            },
+        )
+        .await;
+        blocked.sort();
+        let mut expected: Vec<(String, String)> = claims
+            .iter()
+            .flat_map(|c| {
+                let name = c["metadata"]["name"].as_str().unwrap_or_default();
+                [
+                    ("Node".to_owned(), format!("node-{name}")),
+                    ("NodeClaim".to_owned(), name.to_owned()),
+                ]
+            })
+            .chain([("NodePool".to_owned(), "outage".to_owned())])
+            .collect();
+        expected.sort();
+        assert_eq!(blocked, expected);
         daemon.stop().await;
         h.stop().await;
     });

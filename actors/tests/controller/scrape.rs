@@ -82,14 +82,8 @@ async fn limited_client(h: &Harness) -> kube::Client {
     h.server
         .write_kubeconfig(&path)
         .expect("kubeconfig written");
-    let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig parses");
+    let config = config_as(&path, CONTROLLER_TOKEN).await;
     let _ = std::fs::remove_file(&path);
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .expect("kube config");
     kerf_actors::client::build(config, 50, 100).expect("client builds")
 }
 
@@ -125,7 +119,7 @@ fn metrics_follow_cluster_state_under_upstream_names() {
             ]),
             Environment {
                 client: limited_client(&h).await,
-                leader_client: h.client.clone(),
+                leader_client: h.controller.clone(),
                 namespace: "karpenter".into(),
                 identity: "a".into(),
                 leader_timing: FAST_LEASE,

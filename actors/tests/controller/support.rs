@@ -23,6 +23,7 @@ use kerf_actors::provisioner::{MAX_INSTANCE_TYPES, Round};
 use kerf_actors::termination::TerminationConfig;
 use kerf_actors::{Cloud, Daemon, Environment, Settings, Timings, ValidSettings};
 use kerf_loadtest::apiserver::faults::CLIENT_HEADER;
+use kerf_loadtest::apiserver::rbac::{MASTERS, User};
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
 use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
 use kerf_loadtest::kubelet::{self, KubeletConfig, KubeletHandle};
@@ -59,9 +60,20 @@ where
     system.block_on(test());
 }
 
+/// The test's own token: `system:masters`, allowed everything (set-up, assertions, the
+/// simulated kubelets and scheduler).
+pub const ADMIN_TOKEN: &str = "kerf-test-admin";
+/// The controller's token: the chart's ServiceAccount, held to the chart's RBAC.
+pub const CONTROLLER_TOKEN: &str = "kerf-test-controller";
+/// Where the chart is installed for these tests (its Role for the leader Lease lives here).
+pub const CONTROLLER_NAMESPACE: &str = "karpenter";
+
 pub struct Harness {
     pub server: RunningServer,
+    /// Allowed everything.
     pub client: Client,
+    /// The controller's: only what the chart's rendered RBAC grants.
+    pub controller: Client,
     kubeconfig: PathBuf,
 }
 
@@ -70,9 +82,29 @@ impl Harness {
         self.server.cluster()
     }
 
+    /// Stops the emulator; fails the test when the chart's RBAC refused the controller
+    /// anything (the chart must grant what the controller does).
     pub async fn stop(self) {
         let _ = std::fs::remove_file(&self.kubeconfig);
+        let user = User::service_account(CONTROLLER_NAMESPACE, "karpenter").name;
+        let denied = self.server.access().denied_to(&user);
         self.server.shutdown().await;
+        let denied: Vec<String> = denied
+            .iter()
+            .map(|a| {
+                format!(
+                    "{} {}/{} in {}",
+                    a.verb,
+                    a.group,
+                    a.resource,
+                    a.namespace.as_deref().unwrap_or("the cluster")
+                )
+            })
+            .collect();
+        assert!(
+            denied.is_empty(),
+            "the chart's RBAC refused the controller: {denied:#?} (grant them in deploy/chart/templates)"
+        );
     }
 }
 
@@ -102,18 +134,15 @@ pub async fn start_cluster_with(crd_files: &[&str]) -> Harness {
     server
         .write_kubeconfig(&kubeconfig)
         .expect("kubeconfig written");
-    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig parses");
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .expect("kube config");
     // The controller's own client (retries, evictions excepted), with no practical rate limit.
-    let client = kerf_actors::client::build(config, 100_000, 100_000).expect("client");
+    let client_as = |config| kerf_actors::client::build(config, 100_000, 100_000).expect("client");
     let harness = Harness {
+        client: client_as(config_as(&kubeconfig, ADMIN_TOKEN).await),
+        controller: client_as(config_as(&kubeconfig, CONTROLLER_TOKEN).await),
         server,
-        client,
         kubeconfig,
     };
+    install_chart_rbac(&harness);
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
     for file in crd_files {
         let yaml = std::fs::read_to_string(dir.join(file)).expect("CRD file readable");
@@ -121,13 +150,61 @@ pub async fn start_cluster_with(crd_files: &[&str]) -> Harness {
     }
     harness
         .cluster()
-        .create(
-            "v1",
-            "namespaces",
-            json!({"metadata": {"name": "karpenter"}}),
-        )
-        .expect("namespace created");
+        .get("v1", "namespaces", None, CONTROLLER_NAMESPACE)
+        .expect("the controller's namespace exists");
     harness
+}
+
+/// A client configuration for the emulator behind `kubeconfig`, authenticated by `token`.
+pub async fn config_as(kubeconfig: &std::path::Path, token: &str) -> kube::Config {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig parses");
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kube config");
+    let bearer = http::HeaderValue::from_str(&format!("Bearer {token}")).expect("a header value");
+    config.headers.push((http::header::AUTHORIZATION, bearer));
+    config
+}
+
+/// The chart's RBAC as `helm template` renders it for release `karpenter` in
+/// [`CONTROLLER_NAMESPACE`] (kept current by `cli/tests/chart.rs`), then enforcement: the
+/// controller's requests are allowed only what those Roles grant.
+fn install_chart_rbac(harness: &Harness) {
+    let cluster = harness.cluster();
+    for namespace in [CONTROLLER_NAMESPACE, "kube-system", "default"] {
+        let _exists_already =
+            cluster.create("v1", "namespaces", json!({"metadata": {"name": namespace}}));
+    }
+    let rendered: Vec<Value> =
+        serde_json::from_str(include_str!("fixtures/chart-rbac.json")).expect("rendered RBAC");
+    for object in rendered {
+        let plural = match object["kind"].as_str() {
+            Some("ClusterRole") => "clusterroles",
+            Some("ClusterRoleBinding") => "clusterrolebindings",
+            Some("Role") => "roles",
+            _ => "rolebindings",
+        };
+        cluster
+            .create("rbac.authorization.k8s.io/v1", plural, object)
+            .expect("the chart's RBAC object is created");
+    }
+    harness
+        .server
+        .access()
+        .enforce(std::collections::HashMap::from([
+            (
+                ADMIN_TOKEN.to_owned(),
+                User {
+                    name: "kerf-test".to_owned(),
+                    groups: vec![MASTERS.to_owned()],
+                },
+            ),
+            (
+                CONTROLLER_TOKEN.to_owned(),
+                User::service_account(CONTROLLER_NAMESPACE, "karpenter"),
+            ),
+        ]));
 }
 
 /// Creates a CRD from YAML and waits until it is established.
@@ -182,7 +259,7 @@ pub async fn start_daemon_with(
     identity: &str,
     cloud: Option<Cloud>,
 ) -> Daemon {
-    start_daemon_on(harness.client.clone(), settings, identity, cloud).await
+    start_daemon_on(harness.controller.clone(), settings, identity, cloud).await
 }
 
 /// The daemon launching into `cloud`, every request of it (leader election's included)
@@ -198,7 +275,7 @@ pub async fn start_daemon_on(
         Environment {
             client: client.clone(),
             leader_client: client,
-            namespace: "karpenter".into(),
+            namespace: CONTROLLER_NAMESPACE.into(),
             identity: identity.into(),
             leader_timing: FAST_LEASE,
             bind: Ipv4Addr::LOCALHOST,
@@ -209,14 +286,10 @@ pub async fn start_daemon_on(
     .expect("daemon starts")
 }
 
-/// A client whose requests name it `name` to the emulator ([`CLIENT_HEADER`]), so faults
-/// can single it out and its writes are logged.
+/// A controller client whose requests name it `name` to the emulator ([`CLIENT_HEADER`]),
+/// so faults can single it out and its writes are logged.
 pub async fn named_client(harness: &Harness, name: &str) -> Client {
-    let kc = kube::config::Kubeconfig::read_from(&harness.kubeconfig).expect("kubeconfig parses");
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .expect("kube config");
+    let config = config_as(&harness.kubeconfig, CONTROLLER_TOKEN).await;
     let value = http::HeaderValue::from_str(name).expect("a header value");
     let name_it = tower::util::MapRequestLayer::new(move |mut request: http::Request<_>| {
         request.headers_mut().insert(CLIENT_HEADER, value.clone());
@@ -239,9 +312,9 @@ pub async fn start_daemon_with_timings(
     Daemon::start_with_timings(
         settings,
         Environment {
-            client: harness.client.clone(),
-            leader_client: harness.client.clone(),
-            namespace: "karpenter".into(),
+            client: harness.controller.clone(),
+            leader_client: harness.controller.clone(),
+            namespace: CONTROLLER_NAMESPACE.into(),
             identity: identity.into(),
             leader_timing: FAST_LEASE,
             bind: Ipv4Addr::LOCALHOST,

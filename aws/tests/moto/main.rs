@@ -8,6 +8,7 @@ mod cloudprovider;
 mod discovery;
 mod drift;
 mod iam_policy;
+mod instance_status;
 mod instancetypes;
 mod interruption;
 mod launch;

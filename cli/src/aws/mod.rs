@@ -25,6 +25,7 @@ use kerf_actors::state::{ClusterState, ObjectKey};
 use kerf_actors::{Cloud, ValidSettings};
 use kerf_aws::clients::AwsClients;
 use kerf_aws::cloudprovider::{AwsCloudProvider, AwsSettings, NodeClassStore};
+use kerf_aws::instance_status::Ec2InstanceStatus;
 use kerf_aws::instancetype::INSTANCE_TYPES_REFRESH_INTERVAL;
 use kerf_aws::interruption::SqsQueue;
 use tokio::sync::watch;
@@ -48,6 +49,8 @@ pub struct AwsCloud {
     pub provider: Arc<AwsCloudProvider>,
     /// The interruption queue, with `INTERRUPTION_QUEUE` set.
     pub interruption_queue: Option<Arc<SqsQueue>>,
+    /// EC2's status checks for the instance-health poller.
+    pub instance_status: Arc<Ec2InstanceStatus>,
 }
 
 /// Connects to AWS and builds the provider over `state`.
@@ -116,6 +119,7 @@ pub async fn connect(
         UNAVAILABLE_OFFERINGS_TTL,
         MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
     );
+    let instance_status = Arc::new(Ec2InstanceStatus::new(clients.ec2.clone()));
     let provider = Arc::new(AwsCloudProvider::new(
         clients,
         aws_settings,
@@ -134,6 +138,7 @@ pub async fn connect(
         },
         provider,
         interruption_queue,
+        instance_status,
     })
 }
 

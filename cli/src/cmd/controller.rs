@@ -10,6 +10,7 @@ use std::net::Ipv4Addr;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use kerf_actors::instance_health;
 use kerf_actors::leader::Timing;
 use kerf_actors::state::ClusterState;
 use kerf_actors::{Daemon, Environment, Settings, ValidSettings};
@@ -82,6 +83,7 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
     if let Some(queue) = aws.interruption_queue.clone() {
         daemon.watch_interruptions(queue);
     }
+    daemon.watch_instance_health(aws.instance_status.clone(), instance_health::PERIOD);
     if node_repair {
         daemon.repair_nodes();
     }

@@ -29,8 +29,10 @@ pub enum Reason {
     TooManyRequests,
     /// 500
     InternalError,
-    /// 403 (namespace being terminated).
+    /// 403 (namespace being terminated, or RBAC).
     Forbidden,
+    /// 401: no known bearer token while RBAC is enforced.
+    Unauthorized,
 }
 
 impl Reason {
@@ -39,6 +41,7 @@ impl Reason {
         match self {
             Reason::BadRequest => 400,
             Reason::Forbidden => 403,
+            Reason::Unauthorized => 401,
             Reason::NotFound => 404,
             Reason::MethodNotAllowed => 405,
             Reason::NotAcceptable => 406,
@@ -55,6 +58,7 @@ impl Reason {
         match self {
             Reason::BadRequest => "BadRequest",
             Reason::Forbidden => "Forbidden",
+            Reason::Unauthorized => "Unauthorized",
             Reason::NotFound => "NotFound",
             Reason::MethodNotAllowed => "MethodNotAllowed",
             Reason::NotAcceptable => "NotAcceptable",

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use super::discovery;
 use super::error::{ApiError, ApiResult, Reason, success_status};
 use super::faults::{self, CLIENT_HEADER, FaultState};
+use super::rbac::Attributes;
 use super::registry::{
     DeleteOptions, Deleted, ListQuery, PatchKind, Registry, Sub, Target, WriteOptions,
     parse_propagation,
@@ -87,6 +88,8 @@ pub struct App {
     /// Every request received, counted before routing (as the real server's
     /// `apiserver_request_total`, failed and fault-injected ones included).
     pub requests: super::RequestCount,
+    /// Authentication and RBAC.
+    pub access: Arc<super::rbac::Access>,
 }
 
 /// Accepts connections until `shutdown` flips.
@@ -241,6 +244,11 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
             .map(|ts| ts.resource_type())
             .collect()
     };
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let user = app.access.authenticate(authorization)?;
     let get = req.method() == Method::GET;
     match segments.as_slice() {
         ["version"] if get => return Ok(value_response(200, &discovery::version())),
@@ -267,6 +275,11 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         _ => {}
     }
     let resource = parse_resource_path(&segments).ok_or_else(not_found)?;
+    if let Some(user) = &user {
+        let watch = is_true(parse_query(req.uri().query().unwrap_or_default()).get("watch"));
+        let attrs = rbac_attributes(req.method(), &resource, watch);
+        app.access.authorize(&app.registry, user, &attrs)?;
+    }
     let client = req
         .headers()
         .get(CLIENT_HEADER)
@@ -370,6 +383,33 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
             Reason::MethodNotAllowed,
             format!("the server does not allow this method on the requested resource ({method})"),
         )),
+    }
+}
+
+/// The request as RBAC sees it: the verb its method and path make, and what it touches.
+fn rbac_attributes(method: &Method, resource: &ResourcePath, watch: bool) -> Attributes {
+    let named = resource.name.is_some();
+    let verb = match *method {
+        Method::GET if watch => "watch",
+        Method::GET if named => "get",
+        Method::GET => "list",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if named => "delete",
+        Method::DELETE => "deletecollection",
+        _ => "unknown",
+    };
+    let plural = match &resource.subresource {
+        Some(sub) => format!("{}/{sub}", resource.plural),
+        None => resource.plural.clone(),
+    };
+    Attributes {
+        verb: verb.to_owned(),
+        group: resource.group.clone(),
+        resource: plural,
+        namespace: resource.namespace.clone(),
+        name: resource.name.clone(),
     }
 }
 

@@ -26,6 +26,7 @@ mod meta;
 pub mod patch;
 mod qos;
 mod queue;
+pub mod rbac;
 pub mod registry;
 pub mod resources;
 pub mod schema;
@@ -139,6 +140,7 @@ impl ApiServer {
             tokio::runtime::Handle::current(),
         );
         let fault_state = Arc::new(faults::FaultState::new());
+        let access = Arc::new(rbac::Access::default());
         let (shutdown_tx, shutdown_rx) = signal::channel(false);
         let requests = RequestCount::default();
         let app = Arc::new(http::App {
@@ -148,11 +150,13 @@ impl ApiServer {
             bookmark_every: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
             requests: requests.clone(),
+            access: access.clone(),
         });
         let mut tasks = controllers::spawn_all(&registry, &shutdown_rx);
         tasks.push(tokio::spawn(http::serve(listener, app, shutdown_rx)));
         Ok(RunningServer {
             addr,
+            access,
             registry: registry.clone(),
             faults: Faults::new(fault_state, registry),
             shutdown: shutdown_tx,
@@ -166,6 +170,7 @@ impl ApiServer {
 #[derive(Debug)]
 pub struct RunningServer {
     addr: SocketAddr,
+    access: Arc<rbac::Access>,
     registry: Arc<Registry>,
     faults: Faults,
     shutdown: signal::Sender<bool>,
@@ -213,6 +218,11 @@ impl RunningServer {
     /// Fault injection.
     pub fn faults(&self) -> &Faults {
         &self.faults
+    }
+
+    /// Authentication and RBAC (off until [`rbac::Access::enforce`]).
+    pub fn access(&self) -> &rbac::Access {
+        &self.access
     }
 
     /// Direct, in-process access to the API (for test setup and simulated components).

@@ -12,6 +12,7 @@ mod eventbridge;
 mod faults;
 mod fleet;
 mod ids;
+mod instance_status;
 mod nodeclass;
 mod provider;
 mod queue;
@@ -111,6 +112,7 @@ struct State {
     calls: ApiCalls,
     launched: u32,
     interruptions: Vec<SpotInterruption>,
+    health: instance_status::Health,
 }
 
 /// Capacity of the event channel; a subscriber that lags further resynchronises from

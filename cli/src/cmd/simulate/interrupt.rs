@@ -4,7 +4,8 @@
 //! warnings reach the controller as EventBridge JSON through the simulated region's queue,
 //! so the real parser and Interruption actor handle them. The phase follows the cluster
 //! until it has recovered — every interrupted instance reclaimed, every displaced pod gone,
-//! as many workload pods Running as before — or the run's deadline, and reports: how many
+//! as many workload pods Running as before, every replacement Ready or the notice over — or
+//! the run's deadline, and reports: how many
 //! nodes were interrupted, the replacement NodeClaims launched (none when the pods fit on
 //! the nodes left) and how many were Ready before the deadline, the displaced pods (bound to an
 //! interrupted node at the warning) still on their node when its instance was reclaimed,
@@ -216,7 +217,15 @@ pub async fn run(
         }
         let running = pods.iter().filter(|p| is_running_workload(p)).count();
         let displaced_left = pods.iter().filter(|p| displaced.contains(&uid(p))).count();
-        if reclaimed.len() == chosen.len() && displaced_left == 0 && running >= running_before {
+        // The replacements are followed until Ready or the notice has run out, even when
+        // the displaced pods found room on the nodes left sooner.
+        let replacements_settled =
+            elapsed >= notice || launched.iter().all(|id| ready_claims.contains_key(id));
+        if reclaimed.len() == chosen.len()
+            && displaced_left == 0
+            && running >= running_before
+            && replacements_settled
+        {
             break true;
         }
         if Instant::now() >= deadline {

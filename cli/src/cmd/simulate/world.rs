@@ -236,6 +236,10 @@ impl World {
         )
         .await?;
         daemon.watch_interruptions(Arc::clone(&self.interruptions) as _);
+        daemon.watch_instance_health(
+            Arc::new(self.provider.ec2().clone()),
+            kerf_actors::instance_health::PERIOD,
+        );
         daemon.state.wait_synced().await;
         Ok(daemon)
     }
