@@ -7,6 +7,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+#[path = "kerf_cli/serving.rs"]
+mod serving;
+
 fn kerf(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kerf"))
         .arg("simulate")
@@ -303,7 +306,6 @@ fn http_get(server: &str, path: &str) -> String {
 
 #[test]
 fn kubeconfig_out_keeps_the_cluster_up_until_sigterm() {
-    use std::io::{BufRead, BufReader};
     let dir = TempDir::new("kubeconfig");
     let kubeconfig = dir.0.join("kubeconfig");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
@@ -314,22 +316,7 @@ fn kubeconfig_out_keeps_the_cluster_up_until_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("kerf starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let mut seen = Vec::new();
-    // The line comes after the summary; if the run died instead, the pipe closes.
-    for line in lines.by_ref() {
-        let line = line.expect("stderr is text");
-        let up = line.contains("keeps running");
-        seen.push(line);
-        if up {
-            break;
-        }
-    }
-    assert!(
-        seen.last().is_some_and(|l| l.contains("keeps running")),
-        "{seen:?}"
-    );
+    serving::until_serving(&mut child);
     let config = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written");
     let server = config
         .lines()
@@ -480,6 +467,69 @@ fn api_only_needs_a_kubeconfig_path() {
         text(&out.stderr).contains("--kubeconfig-out"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+#[test]
+fn report_writes_a_sample_a_second_and_a_page_of_plots() {
+    let dir = TempDir::new("report");
+    let report_dir = dir.0.join("out");
+    let (out, summary) = simulate(&["--pods", "12", "--report", path(&report_dir)]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let json = std::fs::read_to_string(report_dir.join("report.json")).expect("report.json");
+    let report: Value = serde_json::from_str(&json).expect("JSON");
+    let series = report["series"].as_array().expect("a series");
+    // A sample a second from when the world is up to the end of the run, and one at the end.
+    let at: Vec<f64> = series
+        .iter()
+        .map(|s| s["atSeconds"].as_f64().expect("a time"))
+        .collect();
+    let elapsed = summary["elapsedSeconds"].as_f64().expect("elapsed");
+    assert!(
+        at.len() >= 2 && at[at.len() - 1] <= elapsed,
+        "{at:?} in {elapsed}s"
+    );
+    let span = at[at.len() - 1] - at[0];
+    assert!(
+        (at.len() as f64 - (span.floor() + 1.0)).abs() <= 1.0,
+        "{} samples over {span}s",
+        at.len()
+    );
+    let gaps: Vec<f64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps[..gaps.len() - 1]
+            .iter()
+            .all(|g| (0.9..1.5).contains(g)),
+        "{gaps:?}"
+    );
+    let last = series.last().expect("a last sample");
+    assert_eq!(count(&last["podsBound"]), 12, "{last:#}");
+    assert_eq!(count(&last["podsPending"]), 0);
+    let nodes = count(&last["nodesSpot"]) + count(&last["nodesOnDemand"]);
+    assert_eq!(nodes, count(&summary["nodes"]["total"]));
+    assert_eq!(last["hourlyCost"], summary["hourlyCost"]);
+    // The summary is read just after the last sample; the controller may call EC2 between.
+    assert!(count(&last["cloudCalls"]) > 0);
+    assert!(count(&last["cloudCalls"]) <= count(&summary["cloudApiCalls"]["total"]));
+    assert!(count(&last["apiRequests"]) > count(&series[0]["apiRequests"]));
+    assert_eq!(
+        count(&series[0]["podsBound"]),
+        0,
+        "sampling starts before the workload"
+    );
+    // Status, conditions, container statuses and managedFields make a pod a few kB, as on a
+    // real cluster.
+    let pod_bytes = count(&summary["pods"]["averageObjectBytes"]);
+    assert!((2_000..20_000).contains(&pod_bytes), "{pod_bytes}");
+    let times = report["pendingToBoundSeconds"].as_array().expect("times");
+    assert_eq!(times.len(), 12);
+    let p = &report["pendingToBoundPercentiles"];
+    assert!(p["p50"].as_f64() <= p["p99"].as_f64());
+    let page = std::fs::read_to_string(report_dir.join("report.html")).expect("report.html");
+    assert_eq!(
+        page.matches("<svg").count(),
+        5,
+        "pending, nodes, cost, calls, latency"
     );
 }
 

@@ -336,10 +336,9 @@ pub fn apply(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let is_mine = |e: &Value| {
-        e.get("manager").and_then(Value::as_str) == Some(manager)
-            && e.get("operation").and_then(Value::as_str) == Some("Apply")
-    };
+    let is_apply = |e: &Value| e.get("operation").and_then(Value::as_str) == Some("Apply");
+    let is_mine =
+        |e: &Value| e.get("manager").and_then(Value::as_str) == Some(manager) && is_apply(e);
     let fields = |e: &Value| {
         e.get("fieldsV1")
             .and_then(Value::as_object)
@@ -351,9 +350,10 @@ pub fn apply(
         .find(|e| is_mine(e))
         .map(fields)
         .unwrap_or_default();
+    // Plain writes' Update entries stay as they are (see the module doc).
     let other_sets: Vec<(String, Map<String, Value>)> = managed
         .iter()
-        .filter(|e| !is_mine(e))
+        .filter(|e| is_apply(e) && !is_mine(e))
         .map(|e| {
             (
                 e.get("manager")
@@ -398,7 +398,7 @@ pub fn apply(
     let mut entries: Vec<Value> = managed.into_iter().filter(|e| !is_mine(e)).collect();
     if force {
         // Forcing takes ownership: other appliers lose the fields this apply sets.
-        for entry in &mut entries {
+        for entry in entries.iter_mut().filter(|e| is_apply(e)) {
             if let Some(set) = entry.get_mut("fieldsV1").and_then(Value::as_object_mut) {
                 subtract(set, &new_set);
             }

@@ -85,6 +85,9 @@ pub struct App {
     pub bookmark_every: Duration,
     /// Flips to true on shutdown (ends watches).
     pub shutdown: watch::Receiver<bool>,
+    /// Every request received, counted before routing (as the real server's
+    /// `apiserver_request_total`, failed and fault-injected ones included).
+    pub requests: super::RequestCount,
     /// Authentication and RBAC.
     pub access: Arc<super::rbac::Access>,
 }
@@ -146,6 +149,7 @@ fn error_response(err: &ApiError) -> Response<ApiBody> {
 }
 
 async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<ApiBody>, Infallible> {
+    app.requests.add_one();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let result = route(&app, req).await;
@@ -317,6 +321,11 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let method = req.method().clone();
     let body = read_body(req).await?;
     let target = app.registry.target(
@@ -331,6 +340,7 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         query,
         accept,
         content_type,
+        user_agent,
         body,
     };
     match (
@@ -431,6 +441,7 @@ struct ResourceRequest<'a> {
     query: HashMap<String, String>,
     accept: String,
     content_type: String,
+    user_agent: Option<String>,
     body: Bytes,
 }
 
@@ -486,6 +497,7 @@ impl ResourceRequest<'_> {
                 .cloned(),
             field_validation,
             force: is_true(self.query.get("force")),
+            user_agent: self.user_agent.clone(),
         })
     }
 
@@ -517,6 +529,11 @@ impl ResourceRequest<'_> {
         })
     }
 
+    /// What Table rows carry (`includeObject`).
+    fn include_object(&self) -> table::Include {
+        table::Include::parse(self.query.get("includeObject").map(String::as_str))
+    }
+
     /// The object's JSON for the requested version.
     fn render(&self, object: &StoredObject) -> Bytes {
         let api_version = self.target.rt.api_version(&self.target.version);
@@ -541,6 +558,7 @@ impl ResourceRequest<'_> {
                 &[&object.value],
                 self.registry().clock.now(),
                 &object.rv.to_string(),
+                self.include_object(),
             );
             return value_response(code, &value);
         }
@@ -572,6 +590,7 @@ impl ResourceRequest<'_> {
                     &objects,
                     self.registry().clock.now(),
                     &page.rv.to_string(),
+                    self.include_object(),
                 ),
             ));
         }
@@ -613,6 +632,10 @@ impl ResourceRequest<'_> {
             send_initial_events: is_true(self.query.get("sendInitialEvents")),
             bookmarks: is_true(self.query.get("allowWatchBookmarks")),
             timeout,
+            table: table::wants_table(&self.accept).then(|| watches::TableRows {
+                include: self.include_object(),
+                clock: self.registry().clock.clone(),
+            }),
         };
         let watch = watches::prepare(self.target.clone(), params)?;
         let (tx, rx) = mpsc::channel(16);

@@ -21,8 +21,10 @@ pub mod error;
 pub mod faults;
 mod http;
 pub mod kubeconfig;
+mod managed;
 mod meta;
 pub mod patch;
+mod qos;
 mod queue;
 pub mod rbac;
 pub mod registry;
@@ -36,6 +38,7 @@ pub mod watch;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -139,12 +142,14 @@ impl ApiServer {
         let fault_state = Arc::new(faults::FaultState::new());
         let access = Arc::new(rbac::Access::default());
         let (shutdown_tx, shutdown_rx) = signal::channel(false);
+        let requests = RequestCount::default();
         let app = Arc::new(http::App {
             registry: registry.clone(),
             faults: fault_state.clone(),
             address: addr.to_string(),
             bookmark_every: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
+            requests: requests.clone(),
             access: access.clone(),
         });
         let mut tasks = controllers::spawn_all(&registry, &shutdown_rx);
@@ -156,6 +161,7 @@ impl ApiServer {
             faults: Faults::new(fault_state, registry),
             shutdown: shutdown_tx,
             tasks,
+            requests,
         })
     }
 }
@@ -169,6 +175,23 @@ pub struct RunningServer {
     faults: Faults,
     shutdown: signal::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    requests: RequestCount,
+}
+
+/// The HTTP requests the emulator received so far; a cheap clone shares the count, so a
+/// recorder can read it from its own task while the server runs.
+#[derive(Debug, Clone, Default)]
+pub struct RequestCount(Arc<AtomicU64>);
+
+impl RequestCount {
+    fn add_one(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests received since the server started.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl RunningServer {
@@ -185,6 +208,11 @@ impl RunningServer {
     /// Writes a kubeconfig for this server to `path`.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), std::io::Error> {
         kubeconfig::write(path, &self.url())
+    }
+
+    /// The count of HTTP requests received (all clients, discovery included).
+    pub fn requests(&self) -> RequestCount {
+        self.requests.clone()
     }
 
     /// Fault injection.
@@ -212,6 +240,9 @@ impl RunningServer {
         }
     }
 }
+
+/// The field manager of in-process writes (test set-up, `kerf simulate`'s manifests).
+const IN_PROCESS_MANAGER: &str = "kerf-loadtest";
 
 /// In-process access to the emulator's API with the same semantics as HTTP requests.
 /// Resources are named by `apiVersion` (`"v1"`, `"karpenter.sh/v1"`) and plural.
@@ -252,12 +283,11 @@ impl Cluster {
             .and_then(Value::as_str)
             .map(str::to_string);
         let t = self.target(api_version, plural, ns.as_deref())?;
-        Ok((*self
-            .registry
-            .create(&t, object, &WriteOptions::default())?
-            .object
-            .value)
-            .clone())
+        let opts = WriteOptions {
+            field_manager: Some(IN_PROCESS_MANAGER.to_owned()),
+            ..WriteOptions::default()
+        };
+        Ok((*self.registry.create(&t, object, &opts)?.object.value).clone())
     }
 
     /// Reads an object.
@@ -344,7 +374,7 @@ impl Cluster {
     ) -> Result<Value, ApiError> {
         let t = self.target(api_version, plural, namespace)?;
         let opts = WriteOptions {
-            field_manager: Some("kerf-loadtest".to_string()),
+            field_manager: Some(IN_PROCESS_MANAGER.to_owned()),
             ..WriteOptions::default()
         };
         Ok((*self

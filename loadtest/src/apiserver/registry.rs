@@ -13,8 +13,10 @@ use super::apply;
 use super::clock::{Clock, rfc3339};
 use super::crd;
 use super::error::{ApiError, ApiResult, Reason};
+use super::managed;
 use super::meta::{finalizers, is_deleting, meta_mut, meta_str, new_uid, random_suffix, spec_part};
 use super::patch::{json_patch, merge_patch, strategic_merge};
+use super::qos;
 use super::queue::WorkQueue;
 use super::resources::{Behavior, GroupResource, ResourceType, builtin_types};
 use super::schema::{FieldProblem, FieldValidation};
@@ -87,6 +89,8 @@ pub struct WriteOptions {
     pub field_validation: Option<FieldValidation>,
     /// `force` (server-side apply).
     pub force: bool,
+    /// The client's `User-Agent`: names the manager of a write without `fieldManager`.
+    pub user_agent: Option<String>,
 }
 
 /// A successful write.
@@ -488,6 +492,7 @@ impl Registry {
                 warnings,
             });
         }
+        self.record_write(t, None, &mut body, Sub::Main, opts);
         let object = self.store.commit(&t.ts, &mut state, &key, Some(body));
         drop(state);
         self.after_create(t, &object)?;
@@ -496,6 +501,38 @@ impl Registry {
             created: true,
             warnings,
         })
+    }
+
+    /// Records a plain write in the object's managedFields (see [`managed`]); a write
+    /// whose manager is unknown (no `fieldManager`, no User-Agent) is not recorded.
+    fn record_write(
+        &self,
+        t: &Target,
+        previous: Option<&Value>,
+        new: &mut Value,
+        sub: Sub,
+        opts: &WriteOptions,
+    ) {
+        let Some(manager) =
+            managed::manager_of(opts.field_manager.as_deref(), opts.user_agent.as_deref())
+        else {
+            return;
+        };
+        // A PUT without managedFields keeps the ones stored, as on a real server.
+        if let Some(kept) = previous.and_then(|p| p.pointer("/metadata/managedFields"))
+            && new.pointer("/metadata/managedFields").is_none()
+        {
+            meta_mut(new).insert("managedFields".into(), kept.clone());
+        }
+        let api_version = t.rt.api_version(&t.version);
+        let time = self.now();
+        let write = managed::Write {
+            manager: &manager,
+            api_version: &api_version,
+            time: &time,
+            subresource: (sub == Sub::Status).then_some("status"),
+        };
+        managed::record(previous, new, &write);
     }
 
     fn check_type_meta(&self, t: &Target, body: &Value) -> ApiResult<()> {
@@ -587,7 +624,8 @@ impl Registry {
                     .and_then(|s| s.get("nodeName"))
                     .and_then(Value::as_str)
                     .is_some_and(|n| !n.is_empty());
-                let mut status = json!({"phase": "Pending", "qosClass": "BestEffort"});
+                let qos = qos::qos_class(obj.get("spec").unwrap_or(&Value::Null));
+                let mut status = json!({"phase": "Pending", "qosClass": qos});
                 if scheduled {
                     status["conditions"] = json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]);
                 }
@@ -765,12 +803,19 @@ impl Registry {
             )?;
             let mut create_opts = opts.clone();
             create_opts.field_manager = None;
+            create_opts.user_agent = None;
             match self.create(t, merged, &create_opts) {
                 Err(err) if err.reason == Reason::AlreadyExists => {}
                 other => return other,
             }
         }
-        self.update_with(t, name, sub, opts, |current| {
+        // The merged object carries this applier's Apply entry; no Update entry besides.
+        let unrecorded = WriteOptions {
+            field_manager: None,
+            user_agent: None,
+            ..opts.clone()
+        };
+        self.update_with(t, name, sub, &unrecorded, |current| {
             let mut merged = apply::apply(
                 Some(current),
                 applied,
@@ -821,6 +866,7 @@ impl Registry {
                 warnings,
             });
         }
+        self.record_write(t, Some(&current.value), &mut new, sub, opts);
         let finished = is_deleting(&new) && !blocks_removal(&t.rt, &new) && grace_elapsed(&new);
         let object = self
             .store

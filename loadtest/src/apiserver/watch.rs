@@ -10,6 +10,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::clock::Clock;
+use super::resources::ResourceType;
+use super::table::{self, Include};
+
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -34,6 +38,24 @@ pub struct WatchParams {
     pub bookmarks: bool,
     /// `timeoutSeconds`
     pub timeout: Option<Duration>,
+    /// Events carry Table rows instead of objects (`kubectl get --watch` asks for them).
+    pub(crate) table: Option<TableRows>,
+}
+
+/// How a watch asked for Tables renders them.
+#[derive(Clone)]
+pub(crate) struct TableRows {
+    pub include: Include,
+    /// For the ages in the cells.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for TableRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableRows")
+            .field("include", &self.include)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a watch stream ended.
@@ -124,6 +146,8 @@ struct Encoder {
     rewrite: Option<String>,
     kind: String,
     api_version: String,
+    /// Tables of one row instead of objects, with the resource and version they describe.
+    table: Option<(TableRows, Arc<ResourceType>, String)>,
 }
 
 impl Encoder {
@@ -131,9 +155,20 @@ impl Encoder {
         out.put_slice(b"{\"type\":\"");
         out.put_slice(kind.as_bytes());
         out.put_slice(b"\",\"object\":");
-        match &self.rewrite {
-            None => out.put_slice(object),
-            Some(api_version) => {
+        match (&self.table, &self.rewrite) {
+            (Some((rows, rt, version)), _) => {
+                let value: Value = serde_json::from_slice(object).unwrap_or(Value::Null);
+                let rv = value
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let one = table::table(rt, version, &[&value], rows.clock.now(), rv, rows.include);
+                out.put_slice(
+                    &serde_json::to_vec(&one).expect("a serde_json::Value always serialises"),
+                );
+            }
+            (None, None) => out.put_slice(object),
+            (None, Some(api_version)) => {
                 let mut value: Value = serde_json::from_slice(object).unwrap_or(Value::Null);
                 value["apiVersion"] = json!(api_version);
                 out.put_slice(
@@ -181,6 +216,11 @@ impl Watch {
             rewrite: (self.target.version != rt.storage_version()).then(|| api_version.clone()),
             kind: rt.kind.clone(),
             api_version,
+            table: self
+                .params
+                .table
+                .clone()
+                .map(|rows| (rows, rt.clone(), self.target.version.clone())),
         };
         let mut changes = ts.subscribe();
         changes.borrow_and_update();

@@ -6,7 +6,8 @@
 
 use crate::ec2::{Instance, resource_list};
 use k8s_openapi::api::core::v1::{
-    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
+    NodeSpec, NodeStatus, NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -54,6 +55,10 @@ pub(crate) fn registration(
                 address("Hostname", &name),
             ]),
             node_info: Some(system_info(instance, instance_type)),
+            images: Some(preloaded_images()),
+            daemon_endpoints: Some(NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint { port: KUBELET_PORT }),
+            }),
             ..NodeStatus::default()
         }),
     }
@@ -146,6 +151,73 @@ fn address(type_: &str, value: &str) -> NodeAddress {
     }
 }
 
+/// The kubelet's port, which a node reports in `status.daemonEndpoints`.
+const KUBELET_PORT: i32 = 10250;
+
+/// Images shaped like those an EKS-optimized AMI caches before any pod runs (VPC CNI,
+/// network policy agent, kube-proxy, pause; representative names and sizes, not measured),
+/// reported in `status.images` as a real kubelet does: bytes of every Node object that
+/// clients watching nodes decode.
+const PRELOADED_IMAGES: &[(&str, i64)] = &[
+    (
+        "602401143452.dkr.ecr.us-east-1.amazonaws.com/amazon-k8s-cni:v1.19.2-eksbuild.1",
+        43_870_212,
+    ),
+    (
+        "602401143452.dkr.ecr.us-east-1.amazonaws.com/amazon-k8s-cni-init:v1.19.2-eksbuild.1",
+        61_456_318,
+    ),
+    (
+        "602401143452.dkr.ecr.us-east-1.amazonaws.com/amazon/aws-network-policy-agent:v1.1.6-eksbuild.1",
+        31_043_109,
+    ),
+    (
+        "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/kube-proxy:v1.33.0-minimal-eksbuild.2",
+        37_145_660,
+    ),
+    (
+        "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/pause:3.10",
+        321_520,
+    ),
+    ("localhost/kubernetes/pause:0.1.0", 321_520),
+];
+
+fn preloaded_images() -> Vec<ContainerImage> {
+    PRELOADED_IMAGES
+        .iter()
+        .map(|(name, size)| {
+            let repository = image_repository(name);
+            ContainerImage {
+                names: Some(vec![
+                    format!("{repository}@sha256:{}", digest(name)),
+                    (*name).to_owned(),
+                ]),
+                size_bytes: Some(*size),
+            }
+        })
+        .collect()
+}
+
+/// An image reference without its tag (`registry:5000/app:v1` → `registry:5000/app`).
+pub(crate) fn image_repository(image: &str) -> &str {
+    match image.rsplit_once(':') {
+        Some((repository, tag)) if !tag.contains('/') => repository,
+        _ => image,
+    }
+}
+
+/// A stable, made-up sha256 digest (64 hex digits) for an image name.
+pub(crate) fn digest(name: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    (0u8..4)
+        .map(|part| {
+            let mut hasher = std::hash::DefaultHasher::new();
+            (part, name).hash(&mut hasher);
+            format!("{:016x}", hasher.finish())
+        })
+        .collect()
+}
+
 fn system_info(instance: &Instance, instance_type: Option<&InstanceType>) -> NodeSystemInfo {
     let label = |key: &str, default: &str| {
         instance_type
@@ -198,6 +270,19 @@ pub(crate) fn readiness_patch(status: &str, reason: &str, message: &str) -> Valu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn images_lose_their_tag_not_their_registry_port() {
+        assert_eq!(
+            image_repository("registry:5000/app:v1"),
+            "registry:5000/app"
+        );
+        assert_eq!(image_repository("registry:5000/app"), "registry:5000/app");
+        assert_eq!(image_repository("nginx"), "nginx");
+        assert_eq!(digest("nginx").len(), 64);
+        assert_eq!(digest("nginx"), digest("nginx"));
+        assert_ne!(digest("nginx"), digest("redis"));
+    }
     use crate::ec2::{CapacityType, InstanceState};
 
     fn claim() -> NodeClaim {

@@ -102,10 +102,13 @@ pub(crate) fn running_patch(pod: &Pod, host_ip: &str, pod_ip: &str) -> Value {
         .iter()
         .flat_map(|s| s.containers.iter())
         .map(|c| {
+            let image = c.image.clone().unwrap_or_default();
+            let repository = super::node::image_repository(&image);
             json!({
                 "name": c.name,
-                "image": c.image.clone().unwrap_or_default(),
-                "imageID": "",
+                "imageID": format!("{repository}@sha256:{}", super::node::digest(&image)),
+                "image": image,
+                "lastState": {},
                 "containerID": format!("containerd://{:016x}", rand::rng().random::<u64>()),
                 "ready": true,
                 "started": true,

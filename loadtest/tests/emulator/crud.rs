@@ -251,3 +251,20 @@ async fn replace_rejects_stale_resource_versions() {
     );
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_is_counted_failed_ones_too() {
+    let h = start().await;
+    let counted = h.server.requests();
+    let before = counted.get();
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "default");
+    create(&pods, pod("counted", json!({}), None)).await;
+    pods.get("counted").await.expect("get");
+    pods.get("missing").await.expect_err("404");
+    assert_eq!(
+        counted.get() - before,
+        3,
+        "a create, a get and a failed get"
+    );
+    h.stop().await;
+}

@@ -215,3 +215,83 @@ async fn server_side_apply_creates_merges_and_prunes_owned_fields() {
     );
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managed_fields_name_the_manager_of_each_write() {
+    let h = start().await;
+    let nodes: Api<Node> = Api::all(h.client.clone());
+    nodes
+        .create(
+            &kube::api::PostParams {
+                field_manager: Some("kerf".into()),
+                ..Default::default()
+            },
+            &serde_json::from_value(json!({"metadata": {"name": "n1", "labels": {"a": "1"}},
+                "spec": {"providerID": "aws:///us-east-1a/i-1"}}))
+            .expect("node"),
+        )
+        .await
+        .expect("created");
+    nodes
+        .patch_status(
+            "n1",
+            &PatchParams {
+                field_manager: Some("kubelet".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"status": {"nodeInfo": {"kubeletVersion": "v1.33.0"}}})),
+        )
+        .await
+        .expect("status");
+    let labelled = nodes
+        .patch(
+            "n1",
+            &PatchParams {
+                field_manager: Some("kubectl-label".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "2"}}})),
+        )
+        .await
+        .expect("labelled");
+    let entries: Vec<(String, String, Option<String>, serde_json::Value)> = labelled
+        .metadata
+        .managed_fields
+        .expect("managedFields")
+        .into_iter()
+        .map(|e| {
+            let fields = serde_json::to_value(e.fields_v1.expect("fieldsV1")).expect("JSON");
+            (
+                e.manager.unwrap_or_default(),
+                e.operation.unwrap_or_default(),
+                e.subresource,
+                fields,
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            (
+                "kerf".into(),
+                "Update".into(),
+                None,
+                json!({"f:spec": {"f:providerID": {}}})
+            ),
+            (
+                "kubelet".into(),
+                "Update".into(),
+                Some("status".into()),
+                json!({"f:status": {"f:nodeInfo": {"f:kubeletVersion": {}}}})
+            ),
+            (
+                "kubectl-label".into(),
+                "Update".into(),
+                None,
+                json!({"f:metadata": {"f:labels": {"f:a": {}}}})
+            ),
+        ],
+        "the label changed hands"
+    );
+    h.stop().await;
+}

@@ -273,3 +273,49 @@ async fn streaming_list_ends_initial_events_with_a_bookmark() {
     assert_eq!(names, BTreeSet::from(["s1".to_string(), "s2".to_string()]));
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_asked_for_tables_streams_rows_with_the_columns() {
+    let h = start().await;
+    h.server
+        .cluster()
+        .create(
+            "v1",
+            "pods",
+            json!({"metadata": {"name": "web-1", "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        )
+        .expect("pod");
+    let request = http::Request::get("/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=1")
+        .header(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .body(Vec::new())
+        .expect("request");
+    let text = h
+        .client
+        .request_text(request)
+        .await
+        .expect("the watch ends on its timeout");
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().next().expect("an event")).expect("JSON");
+    assert_eq!(first["type"], "ADDED");
+    let table = &first["object"];
+    assert_eq!(table["kind"], "Table");
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter(|c| c["priority"] == 0)
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(columns, ["Name", "Ready", "Status", "Restarts", "Age"]);
+    let cells = &table["rows"][0]["cells"];
+    assert_eq!(
+        (&cells[0], &cells[1], &cells[2]),
+        (&json!("web-1"), &json!("0/1"), &json!("Pending"))
+    );
+    assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+    h.stop().await;
+}

@@ -18,7 +18,6 @@ mod memory;
 mod observe;
 mod planned;
 mod progress;
-#[allow(dead_code)] // wired by the recorder and the scenario runner (issue 17)
 mod report;
 mod run;
 mod scale_down;
@@ -81,6 +80,10 @@ pub struct Args {
     /// report the rollout (nodes drifted and replaced, pods left without a node).
     #[arg(long)]
     pub drift: bool,
+    /// Record the run (pods, nodes, NodeClaims, cost, API and cloud calls, once a second)
+    /// and write `report.json` and `report.html` into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
     /// Millisecond delays and short batching windows (for tests).
     #[arg(long, hide = true)]
     pub fast: bool,
@@ -152,6 +155,7 @@ pub fn run(args: Args) -> ExitCode {
         pace: pace(args.fast),
         show_progress: output == Format::Table,
         drift: args.drift,
+        report: args.report,
         stop: stop.clone(),
     };
     let system = actix::System::with_tokio_rt(|| {

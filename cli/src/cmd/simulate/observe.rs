@@ -178,6 +178,18 @@ impl Tally {
     }
 }
 
+/// The mean size in bytes of the stored pods' JSON, `None` when there are none.
+pub fn average_pod_bytes(cluster: &Cluster) -> Option<u64> {
+    let store = cluster
+        .registry()
+        .store
+        .get(&GroupResource::new("", "pods"))?;
+    let state = read(&store.state);
+    let sizes = state.objects.values().map(|o| o.bytes.len() as u64);
+    let (count, total) = sizes.fold((0, 0), |(n, sum), size| (n + 1, sum + size));
+    (count > 0).then(|| total / count)
+}
+
 fn observe_pod(pods: &mut HashMap<String, PodTrack>, kind: EventType, attrs: &Attrs, now: Instant) {
     if attrs.owners.iter().any(|o| o.kind == "DaemonSet") {
         return;
@@ -316,6 +328,16 @@ mod tests {
             assert_eq!(counts.claims_deleted, 2, "one gone, one held by its finalizer");
             assert_eq!(tally.pending(), ["default/b"]);
             assert_eq!(tally.latencies().len(), 1);
+            let stored: Vec<usize> = ["a", "b"]
+                .iter()
+                .map(|name| {
+                    let pod = cluster.get("v1", "pods", Some("default"), name).expect("pod");
+                    serde_json::to_vec(&pod).expect("JSON").len()
+                })
+                .collect();
+            let mean = (stored[0] + stored[1]) as u64 / 2;
+            let measured = average_pod_bytes(&cluster).expect("pods stored");
+            assert!(measured.abs_diff(mean) <= 2, "{measured} vs {mean}");
             server.shutdown().await;
         });
     }

@@ -22,6 +22,7 @@ use super::memory;
 use super::observe::Tally;
 use super::planned;
 use super::progress::Progress;
+use super::report::{self, ActiveFaults, Recorder};
 use super::scale_down;
 use super::summary::{Endpoints, Facts, Outcome, Provisioning, RoundFigures, Summary};
 use super::world::{Pace, World};
@@ -42,6 +43,8 @@ pub struct Config {
     pub show_progress: bool,
     /// Run the `--drift` AMI rollout after the scale-out.
     pub drift: bool,
+    /// `--report DIR`: record the run and write `report.json` and `report.html` there.
+    pub report: Option<PathBuf>,
     /// Turns true on Ctrl-C or SIGTERM: the run stops where it is and summarises.
     pub stop: watch::Receiver<bool>,
 }
@@ -66,6 +69,10 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     let deadline = started + config.duration;
     let world = World::start(config.pace, &config.ice).await?;
     let cluster = world.cluster();
+    let recorder = match config.report {
+        Some(_) => Some(Recorder::start(&world, ActiveFaults::default(), started)?),
+        None => None,
+    };
     if let Some(path) = &config.kubeconfig_out {
         world
             .server
@@ -151,6 +158,14 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         }
         _ => None,
     };
+    if let (Some(recorder), Some(dir)) = (recorder, &config.report) {
+        let report = recorder
+            .finish()
+            .await
+            .into_report("simulate", Vec::new(), Vec::new());
+        report::write(dir, &report).context("--report")?;
+        eprintln!("report: {}", dir.join("report.html").display());
+    }
     // Read before the plan below runs in this process, so it does not count in the peak.
     let peak_memory_bytes = memory::peak_rss_bytes();
     let plan = planned::node_claims(&config.inputs.inventory)
@@ -174,6 +189,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     });
     summary.drift = drift;
     summary.interruptions = interruptions;
+    summary.pods.average_object_bytes = super::observe::average_pod_bytes(&cluster);
     Ok(Finished {
         summary,
         world,

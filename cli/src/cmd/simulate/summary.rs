@@ -90,6 +90,9 @@ pub struct Pods {
     pub unschedulable: Vec<UnschedulablePod>,
     /// Pending pods it did not report (only when the run timed out), at most 20.
     pub stuck: Vec<String>,
+    /// The mean size of a stored pod as JSON (status, managedFields and all), in bytes: what
+    /// each pod costs a client's watch cache and decoder.
+    pub average_object_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -212,6 +215,7 @@ impl Summary {
                 pending: facts.pending.len(),
                 unschedulable,
                 stuck,
+                average_object_bytes: None,
             },
             pod_latency_seconds: latency(facts.latencies),
             node_claims: NodeClaims {
@@ -232,7 +236,7 @@ impl Summary {
                 by_zone: tally(live.iter().map(|i| i.zone.clone())),
                 by_capacity_type: tally(live.iter().map(|i| i.capacity_type.to_string())),
             },
-            hourly_cost: (live.iter().map(|i| i.price).sum::<f64>() * 10_000.0).round() / 10_000.0,
+            hourly_cost: hourly_cost(facts.instances),
             cloud_api_calls: CloudApiCalls {
                 total: facts.api_calls.total_calls(),
                 throttled: facts.api_calls.total_throttled(),
@@ -316,6 +320,12 @@ impl Summary {
             );
         }
         out.push('\n');
+        if let Some(bytes) = self.pods.average_object_bytes {
+            let _ = writeln!(
+                out,
+                "pod objects     {bytes} bytes of JSON on average (as stored: status and managedFields included)"
+            );
+        }
         if let Some(bytes) = self.peak_memory_bytes {
             let _ = writeln!(
                 out,
@@ -391,21 +401,37 @@ fn round3(seconds: f64) -> f64 {
     (seconds * 1000.0).round() / 1000.0
 }
 
+/// What the live (pending or running) instances cost per hour, to four decimals.
+pub fn hourly_cost(instances: &[Instance]) -> f64 {
+    let sum: f64 = instances
+        .iter()
+        .filter(|i| i.state.is_live())
+        .map(|i| i.price)
+        .sum();
+    (sum * 10_000.0).round() / 10_000.0
+}
+
 /// Nearest-rank percentiles of `samples`; zeros when there are none.
 pub fn latency(mut samples: Vec<Duration>) -> Latency {
     if samples.is_empty() {
         return Latency::default();
     }
     samples.sort();
-    let rank = |p: f64| {
-        let index = ((p * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1;
-        round3(samples[index].as_secs_f64())
-    };
+    let seconds: Vec<f64> = samples.iter().map(Duration::as_secs_f64).collect();
     Latency {
-        p50: rank(0.50),
-        p95: rank(0.95),
-        max: round3(samples[samples.len() - 1].as_secs_f64()),
+        p50: nearest_rank(&seconds, 0.50),
+        p95: nearest_rank(&seconds, 0.95),
+        max: round3(seconds[seconds.len() - 1]),
     }
+}
+
+/// The nearest-rank `p` percentile (0 < p ≤ 1) of `sorted`, to milliseconds; 0 when empty.
+pub fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    round3(sorted[index])
 }
 
 #[cfg(test)]

@@ -176,7 +176,8 @@ impl World {
         })
         .await?;
         install_crds(&server.cluster())?;
-        let client = client_for(&server).await?;
+        let kubelet_client = client_for(&server, KUBELET_AGENT).await?;
+        let scheduler_client = client_for(&server, SCHEDULER_AGENT).await?;
         let provider = Arc::new(SimulatedCloudProvider::for_region(
             REGION,
             pace.ec2(),
@@ -188,8 +189,8 @@ impl World {
         for pool in &ice {
             provider.ec2().set_insufficient_capacity(pool.clone(), true);
         }
-        let kubelets = kubelet::start(client.clone(), Arc::clone(&provider), pace.kubelet());
-        let scheduler = scheduler::start(client, pace.scheduler());
+        let kubelets = kubelet::start(kubelet_client, Arc::clone(&provider), pace.kubelet());
+        let scheduler = scheduler::start(scheduler_client, pace.scheduler());
         let interruptions = Arc::new(MemoryQueue::new(INTERRUPTION_QUEUE));
         let forwarding = forward_interruptions(provider.ec2(), Arc::clone(&interruptions));
         Ok(Self {
@@ -298,19 +299,48 @@ pub fn install_crds(cluster: &Cluster) -> Result<(), StartError> {
     Ok(())
 }
 
-/// The client configuration a kubeconfig for the emulator gives.
+/// The client configuration a kubeconfig for the emulator gives, sending the controller's
+/// User-Agent (a simulated component's client replaces it, see [`client_for`]).
 async fn kube_config(server: &RunningServer) -> Result<kube::Config, StartError> {
     let text = kerf_loadtest::apiserver::kubeconfig::render(&server.url());
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
         .map_err(|e| StartError::Client(e.to_string()))?;
-    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|e| StartError::Client(e.to_string()))
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| StartError::Client(e.to_string()))?;
+    set_user_agent(&mut config, CONTROLLER_AGENT)?;
+    Ok(config)
 }
 
-/// An unlimited client for the simulated components.
-async fn client_for(server: &RunningServer) -> Result<Client, StartError> {
-    Client::try_from(kube_config(server).await?).map_err(|e| StartError::Client(e.to_string()))
+/// The User-Agents sent to the emulator, which records each client's writes in
+/// `managedFields` under the agent's name (`kerf`, `kubelet`, `kube-scheduler`) as a real
+/// API server does.
+const CONTROLLER_AGENT: &str = concat!("kerf/", env!("CARGO_PKG_VERSION"));
+const KUBELET_AGENT: &str = "kubelet/v1.33.0 (linux/amd64) kubernetes/kerf-sim";
+const SCHEDULER_AGENT: &str = "kube-scheduler/v1.33.0 (linux/amd64) kubernetes/kerf-sim";
+
+fn set_user_agent(config: &mut kube::Config, agent: &str) -> Result<(), StartError> {
+    let header = "user-agent"
+        .parse()
+        .map_err(|e| StartError::Client(format!("{e}")))?;
+    let value = agent
+        .parse()
+        .map_err(|e| StartError::Client(format!("{agent}: {e}")))?;
+    config
+        .headers
+        .retain(|(name, _)| name.as_str() != "user-agent");
+    config.headers.push((header, value));
+    Ok(())
+}
+
+/// An unlimited client for a simulated component, sending `agent` as its User-Agent.
+async fn client_for(server: &RunningServer, agent: &str) -> Result<Client, StartError> {
+    let mut config = kube_config(server).await?;
+    set_user_agent(&mut config, agent)?;
+    Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))
 }
 
 /// One controller replica to start.

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::{controller_keys, follow, in_namespace};
 use crate::apiserver::meta::stable_hash;
-use crate::apiserver::registry::{Registry, Sub, Target, WriteOptions};
+use crate::apiserver::registry::{Registry, Sub, Target};
 use crate::apiserver::store::{ObjKey, StoredObject};
 
 const HASH_LABEL: &str = "pod-template-hash";
@@ -82,7 +82,7 @@ fn reconcile(
             if let Err(err) = registry.create(
                 &replicasets,
                 replicaset_for(&deployment.value, &hash, desired),
-                &WriteOptions::default(),
+                &super::as_controller_manager(),
             ) {
                 tracing::debug!(%err, name, "deployment replicaset creation failed");
             }
@@ -108,7 +108,7 @@ fn scale(registry: &Registry, replicasets: &Target, name: &str, replicas: i64) {
         replicasets,
         name,
         Sub::Main,
-        &WriteOptions::default(),
+        &super::as_controller_manager(),
         |current| {
             let mut next = current.clone();
             next["spec"]["replicas"] = json!(replicas);
@@ -143,7 +143,7 @@ fn update_status(
     let is_available = available >= desired;
     let now = registry.now();
     let name = deployment.attrs.name.clone();
-    let result = registry.update_with(deployments, &name, Sub::Status, &WriteOptions::default(), |current| {
+    let result = registry.update_with(deployments, &name, Sub::Status, &super::as_controller_manager(), |current| {
         let mut next = current.clone();
         let previous = current.pointer("/status/conditions/0").cloned().unwrap_or(Value::Null);
         let status_text = if is_available { "True" } else { "False" };

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::apiserver::meta::finalizers;
-use crate::apiserver::registry::{
-    DeleteOptions, FOREGROUND_FINALIZER, Registry, Sub, WriteOptions,
-};
+use crate::apiserver::registry::{DeleteOptions, FOREGROUND_FINALIZER, Registry, Sub};
 
 /// Runs the collector until the queue closes.
 pub async fn run(registry: Arc<Registry>) {
@@ -58,7 +56,7 @@ fn release_dependents(registry: &Arc<Registry>, uid: &str) {
                     &target,
                     &name,
                     Sub::Main,
-                    &WriteOptions::default(),
+                    &super::as_controller_manager(),
                     |current| {
                         let mut next = current.clone();
                         if let Some(refs) = next
@@ -106,7 +104,7 @@ fn finish_foreground(
             &target,
             name,
             Sub::Main,
-            &WriteOptions::default(),
+            &super::as_controller_manager(),
             |current| {
                 let mut next = current.clone();
                 let remaining: Vec<String> = finalizers(current)

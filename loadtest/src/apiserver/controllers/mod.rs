@@ -15,10 +15,19 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::registry::{Registry, Target};
+use super::registry::{Registry, Target, WriteOptions};
 use super::stopped;
 use super::store::ObjKey;
 use super::watch::{Change, Cursor};
+
+/// How the controllers write: as `kube-controller-manager`, the field manager their writes
+/// carry on a real cluster.
+pub(crate) fn as_controller_manager() -> WriteOptions {
+    WriteOptions {
+        field_manager: Some("kube-controller-manager".to_owned()),
+        ..WriteOptions::default()
+    }
+}
 
 /// Starts every built-in controller; they stop when `shutdown` flips.
 pub fn spawn_all(

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use super::replicaset::is_ready;
 use super::{follow, in_namespace};
 use crate::apiserver::clock::parse_rfc3339;
-use crate::apiserver::registry::{Registry, Sub, Target, WriteOptions, all_objects};
+use crate::apiserver::registry::{Registry, Sub, Target, all_objects};
 use crate::apiserver::selectors::LabelSelector;
 use crate::apiserver::store::{ObjKey, StoredObject};
 use crate::apiserver::watch::Change;
@@ -157,7 +157,7 @@ fn reconcile(registry: &Arc<Registry>, pdbs: &Target, pods: &Target, (ns, name):
         (None, None) => 1,
     };
     let time = registry.now();
-    let result = registry.update_with(&pdbs, name, Sub::Status, &WriteOptions::default(), |current| {
+    let result = registry.update_with(&pdbs, name, Sub::Status, &super::as_controller_manager(), |current| {
         // Read under the budget's lock so an eviction approved meanwhile is not forgotten.
         let disrupted = still_disrupted(current, &live, now);
         let healthy = live

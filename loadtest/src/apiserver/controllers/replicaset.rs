@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{controller_keys, follow, in_namespace};
-use crate::apiserver::registry::{DeleteOptions, Registry, Sub, Target, WriteOptions};
+use crate::apiserver::registry::{DeleteOptions, Registry, Sub, Target};
 use crate::apiserver::store::{ObjKey, StoredObject};
 
 /// Runs the controller.
@@ -87,7 +87,7 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
             if let Err(err) = registry.create(
                 &pods_ns,
                 pod_from_template(&rs.value),
-                &WriteOptions::default(),
+                &super::as_controller_manager(),
             ) {
                 tracing::debug!(%err, name, "replicaset pod creation failed");
                 break;
@@ -119,7 +119,7 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
         &replicasets,
         name,
         Sub::Status,
-        &WriteOptions::default(),
+        &super::as_controller_manager(),
         |current| {
             let mut next = current.clone();
             next["status"] = status;

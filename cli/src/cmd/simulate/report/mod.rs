@@ -2,7 +2,7 @@
 //! simulated world once a second while the run goes (so a spike that is gone by the end is
 //! still seen); a scenario adds the windows its faults were active in and its expectations
 //! with what was measured. Written as `report.json` (this module's types, camelCase) and
-//! `report.html` (plots). The types here are the contract between the recorder, the
+//! `report.html` (plots, [`html`]), both by [`write`]. The types here are the contract between the recorder, the
 //! scenario runner and the writers; keep them plain data.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,6 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
+
+mod html;
+mod recorder;
+
+pub use recorder::{Recorder, Recording};
 
 /// The world as the recorder saw it at one moment of the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -67,6 +72,50 @@ pub struct Report {
     pub expectations: Vec<ExpectationResult>,
     /// Every bound pod's pending → bound time, in seconds.
     pub pending_to_bound_seconds: Vec<f64>,
+    /// Nearest-rank percentiles of `pending_to_bound_seconds`.
+    pub pending_to_bound_percentiles: Percentiles,
+}
+
+/// Nearest-rank percentiles, in seconds (zeros when nothing was measured).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    pub fn of(samples: &[f64]) -> Self {
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let rank = |p| super::summary::nearest_rank(&sorted, p);
+        Self {
+            p50: rank(0.50),
+            p90: rank(0.90),
+            p99: rank(0.99),
+            max: rank(1.0),
+        }
+    }
+}
+
+impl Recording {
+    /// The report of this recording, with what a scenario adds (nothing for a plain run).
+    pub fn into_report(
+        self,
+        name: &str,
+        fault_windows: Vec<FaultWindow>,
+        expectations: Vec<ExpectationResult>,
+    ) -> Report {
+        Report {
+            name: name.to_owned(),
+            pending_to_bound_percentiles: Percentiles::of(&self.pending_to_bound_seconds),
+            series: self.series,
+            fault_windows,
+            expectations,
+            pending_to_bound_seconds: self.pending_to_bound_seconds,
+        }
+    }
 }
 
 /// The labels of the faults active now: the scenario runner adds and removes them, the
@@ -74,6 +123,10 @@ pub struct Report {
 #[derive(Debug, Clone, Default)]
 pub struct ActiveFaults(Arc<Mutex<BTreeSet<String>>>);
 
+#[allow(
+    dead_code,
+    reason = "start and end are the scenario runner's (issue 17)"
+)]
 impl ActiveFaults {
     pub fn start(&self, label: &str) {
         self.labels().insert(label.to_owned());
@@ -108,18 +161,29 @@ pub enum ReportError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("rendering report.html: {0}")]
+    Html(#[from] html::PlotError),
 }
 
-/// Writes `report.json` into `dir` (created if missing).
+/// Writes `report.json` and `report.html` into `dir` (created if missing).
 pub fn write(dir: &Path, report: &Report) -> Result<(), ReportError> {
     std::fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir {
         path: dir.to_owned(),
         source,
     })?;
-    let path = dir.join("report.json");
     let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other);
-    json.and_then(|bytes| std::fs::write(&path, bytes))
-        .map_err(|source| ReportError::Write { path, source })
+    write_file(&dir.join("report.json"), json)?;
+    let page = html::render(report)?;
+    write_file(&dir.join("report.html"), Ok(page.into_bytes()))
+}
+
+fn write_file(path: &Path, bytes: std::io::Result<Vec<u8>>) -> Result<(), ReportError> {
+    bytes
+        .and_then(|bytes| std::fs::write(path, bytes))
+        .map_err(|source| ReportError::Write {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -151,8 +215,11 @@ mod tests {
                 held: true,
             }],
             pending_to_bound_seconds: vec![12.5],
+            pending_to_bound_percentiles: Percentiles::of(&[12.5]),
         };
         write(&dir, &report).expect("writes");
+        let page = std::fs::read_to_string(dir.join("report.html")).expect("the page");
+        assert!(page.contains("<td>leakedInstances</td>"));
         let text = std::fs::read_to_string(dir.join("report.json")).expect("reads");
         let json: serde_json::Value = serde_json::from_str(&text).expect("json");
         assert_eq!(json["series"][0]["podsPending"], 3);
@@ -165,8 +232,17 @@ mod tests {
             serde_json::Value::Null
         );
         assert_eq!(json["expectations"][0]["held"], true);
+        assert_eq!(json["pendingToBoundPercentiles"]["p99"], 12.5);
         faults.end("ice c6a.*:us-east-1a:spot");
         assert!(faults.now().is_empty());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank_over_unsorted_times() {
+        let times: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        let p = Percentiles::of(&times);
+        assert_eq!((p.p50, p.p90, p.p99, p.max), (50.0, 90.0, 99.0, 100.0));
+        assert_eq!(Percentiles::of(&[]), Percentiles::default());
     }
 }

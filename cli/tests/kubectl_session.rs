@@ -1,0 +1,485 @@
+//! A user's kubectl session against `kerf simulate --kubeconfig-out`: the real kubectl
+//! (Debian's kubernetes-client, installed by `scripts/test.sh`; the test is skipped with a
+//! note where it is missing) gets and describes NodeClaims, NodePools, nodes, pods and
+//! events, scales a Deployment, cordons and drains a node (evictions), and deletes a
+//! NodeClaim while watching its replacement appear. The printed columns are read by their
+//! headers and their values checked, as a user reads them.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+#[path = "kerf_cli/serving.rs"]
+mod serving;
+
+/// Longest any one change (a scale-up, the drained pods running again, a replacement) may
+/// take with `--fast` delays before the test fails.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+const WORKLOAD_PODS: usize = 12;
+
+fn kubectl_binary() -> Option<String> {
+    let path = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".to_owned());
+    let found = Command::new(&path)
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    found.then_some(path)
+}
+
+/// A running `kerf simulate` whose cluster stays up, and kubectl pointed at it.
+struct Session {
+    child: Child,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    kubectl: String,
+}
+
+impl Session {
+    fn start(kubectl: String) -> Self {
+        let dir = std::env::temp_dir().join(format!("kerf-kubectl-session-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let kubeconfig = dir.join("kubeconfig");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+            .args(["simulate", "--fast", "-o", "json"])
+            .args(["--pods", &WORKLOAD_PODS.to_string()])
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kerf starts");
+        serving::until_serving(&mut child);
+        Self {
+            child,
+            dir,
+            kubeconfig,
+            kubectl,
+        }
+    }
+
+    fn try_kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    }
+
+    fn kubectl(&self, args: &[&str]) -> String {
+        let (ok, stdout, stderr) = self.try_kubectl(args);
+        assert!(ok, "kubectl {args:?} failed: {stderr}{stdout}");
+        stdout
+    }
+
+    /// `kubectl get ARGS` read as a table.
+    fn table(&self, args: &[&str]) -> Table {
+        let mut full = vec!["get"];
+        full.extend_from_slice(args);
+        Table::parse(&self.kubectl(&full))
+    }
+
+    /// Polls `check` until it holds, or fails the test naming `what` after [`PATIENCE`].
+    fn eventually(&self, what: &str, mut check: impl FnMut(&Self) -> bool) {
+        let deadline = Instant::now() + PATIENCE;
+        while !check(self) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// kubectl's printed table: the header's columns, and each row's cells by column.
+#[derive(Debug)]
+struct Table {
+    headers: Vec<String>,
+    rows: Vec<HashMap<String, String>>,
+}
+
+impl Table {
+    /// Cuts each line at the header's column starts (kubectl aligns cells under them; a
+    /// header such as `LAST SEEN` holds a single space, columns are three apart).
+    fn parse(text: &str) -> Self {
+        let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+        let header = lines.next().unwrap_or_default();
+        let mut starts = Vec::new();
+        let mut previous = ' ';
+        let mut gap = 2;
+        for (i, c) in header.char_indices() {
+            if c != ' ' && previous == ' ' && gap >= 2 {
+                starts.push(i);
+            }
+            gap = if c == ' ' { gap + 1 } else { 0 };
+            previous = c;
+        }
+        let cut = |line: &str, i: usize| {
+            let from = starts[i].min(line.len());
+            let to = starts.get(i + 1).map_or(line.len(), |&s| s.min(line.len()));
+            line[from..to].trim().to_owned()
+        };
+        let headers: Vec<String> = (0..starts.len()).map(|i| cut(header, i)).collect();
+        let rows = lines
+            .map(|line| {
+                (0..starts.len())
+                    .map(|i| (headers[i].clone(), cut(line, i)))
+                    .collect()
+            })
+            .collect();
+        Self { headers, rows }
+    }
+
+    fn column(&self, name: &str) -> Vec<&str> {
+        self.rows.iter().map(|r| r[name].as_str()).collect()
+    }
+}
+
+#[test]
+fn a_users_kubectl_session_reads_and_changes_the_simulated_cluster() {
+    let Some(kubectl) = kubectl_binary() else {
+        eprintln!("note: kubectl is not installed (scripts/test.sh installs it); skipping");
+        return;
+    };
+    let s = Session::start(kubectl);
+
+    let claims = s.table(&["nodeclaims"]);
+    assert_eq!(
+        claims.headers,
+        ["NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE"]
+    );
+    assert!(!claims.rows.is_empty());
+    let nodes = s.table(&["nodes", "-o", "wide"]);
+    let node_names: BTreeSet<&str> = nodes.column("NAME").into_iter().collect();
+    for claim in &claims.rows {
+        assert!(claim["TYPE"].contains('.'), "{claim:?}");
+        assert!(["spot", "on-demand"].contains(&claim["CAPACITY"].as_str()));
+        assert!(claim["ZONE"].starts_with("us-east-1"), "{claim:?}");
+        assert!(node_names.contains(claim["NODE"].as_str()), "{claim:?}");
+        assert_eq!(claim["READY"], "True");
+    }
+
+    let pools = s.table(&["nodepools"]);
+    assert_eq!(
+        pools.headers,
+        ["NAME", "NODECLASS", "NODES", "READY", "AGE"]
+    );
+    assert_eq!(pools.rows[0]["NAME"], "default");
+    assert_eq!(pools.rows[0]["READY"], "True");
+    // The NodePool's status counts its nodes on the controller's next status pass.
+    let claims_now = || s.table(&["nodeclaims"]).rows.len().to_string();
+    s.eventually("the NodePool counting its nodes", |s| {
+        s.table(&["nodepools"]).rows[0]["NODES"] == claims_now()
+    });
+
+    assert_eq!(
+        nodes.headers[..7],
+        [
+            "NAME",
+            "STATUS",
+            "ROLES",
+            "AGE",
+            "VERSION",
+            "INTERNAL-IP",
+            "EXTERNAL-IP"
+        ]
+    );
+    for node in &nodes.rows {
+        assert_eq!(node["STATUS"], "Ready", "{node:?}");
+        assert_eq!(node["ROLES"], "<none>");
+        assert!(node["VERSION"].starts_with("v1."), "{node:?}");
+        assert!(node["INTERNAL-IP"].starts_with("10."), "{node:?}");
+    }
+    let plain_nodes = s.table(&["nodes"]);
+    assert_eq!(
+        plain_nodes.headers,
+        ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
+        "the address columns are -o wide only"
+    );
+
+    let pods = s.table(&["pods", "-o", "wide"]);
+    assert_eq!(
+        pods.headers[..7],
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+    );
+    assert_eq!(pods.rows.len(), WORKLOAD_PODS);
+    for pod in &pods.rows {
+        assert_eq!(
+            (
+                pod["READY"].as_str(),
+                pod["STATUS"].as_str(),
+                pod["RESTARTS"].as_str()
+            ),
+            ("1/1", "Running", "0"),
+            "{pod:?}"
+        );
+        assert!(node_names.contains(pod["NODE"].as_str()), "{pod:?}");
+        assert!(pod["IP"].starts_with("100.64."), "{pod:?}");
+    }
+
+    describe(&s, &claims, &pods);
+    managers(
+        &s,
+        &format!("nodeclaim/{}", claims.rows[0]["NAME"]),
+        &["kerf"],
+    );
+    let pod = format!("pod/{}", pods.rows[0]["NAME"]);
+    managers(&s, &pod, &["kube-controller-manager", "kubelet"]);
+    events_sorted_by_last_timestamp(&s);
+    scale_cordon_and_drain(&s);
+    replacement_of_a_deleted_nodeclaim(&s);
+}
+
+/// The value of the first `key:` line of `kubectl describe` output (any indentation).
+fn field<'a>(described: &'a str, key: &str) -> Option<&'a str> {
+    described.lines().find_map(|line| {
+        line.trim_start()
+            .strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+fn describe(s: &Session, claims: &Table, pods: &Table) {
+    let claim = &claims.rows[0];
+    let described = s.kubectl(&["describe", "nodeclaim", &claim["NAME"]]);
+    assert_eq!(field(&described, "Name"), Some(claim["NAME"].as_str()));
+    assert_eq!(field(&described, "Kind"), Some("NodeClaim"));
+    assert_eq!(
+        field(&described, "Node Name"),
+        Some(claim["NODE"].as_str()),
+        "{described}"
+    );
+    let pool = s.kubectl(&["describe", "nodepool", "default"]);
+    assert_eq!(field(&pool, "Kind"), Some("NodePool"), "{pool}");
+    let node = s.kubectl(&["describe", "node", &claim["NODE"]]);
+    assert_eq!(field(&node, "Name"), Some(claim["NODE"].as_str()));
+    for expected in [
+        "KubeletReady",
+        "InternalIP:",
+        "System Info:",
+        "Non-terminated Pods:",
+    ] {
+        assert!(node.contains(expected), "no {expected} in {node}");
+    }
+    let pod = &pods.rows[0];
+    let described = s.kubectl(&["describe", "pod", &pod["NAME"]]);
+    let on = field(&described, "Node").unwrap_or_default();
+    assert_eq!(
+        on.split_once('/').map(|(n, _)| n),
+        Some(pod["NODE"].as_str()),
+        "{described}"
+    );
+    assert_eq!(field(&described, "Status"), Some("Running"), "{described}");
+    assert!(described.contains("ContainersReady"), "{described}");
+    // The default workload requests without limits.
+    assert_eq!(
+        field(&described, "QoS Class"),
+        Some("Burstable"),
+        "{described}"
+    );
+    let port = s.kubectl(&[
+        "get",
+        "node",
+        &claim["NODE"],
+        "-o",
+        "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port} {.status.images[*].sizeBytes}",
+    ]);
+    let mut words = port.split_whitespace();
+    assert_eq!(words.next(), Some("10250"));
+    assert!(
+        words.count() >= 3,
+        "the node lists its cached images: {port}"
+    );
+}
+
+/// The field managers in `object`'s managedFields include `expected` (who wrote it).
+fn managers(s: &Session, object: &str, expected: &[&str]) {
+    let shown = s.kubectl(&["get", object, "-o", "json", "--show-managed-fields"]);
+    let object_json: Value = serde_json::from_str(&shown).expect("JSON");
+    let managers: BTreeSet<&str> = object_json["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["manager"].as_str())
+        .collect();
+    for manager in expected {
+        assert!(managers.contains(manager), "{object}: {managers:?}");
+    }
+}
+
+/// `--sort-by=.lastTimestamp` prints the events oldest first: their NAME (a wide column)
+/// read back from the JSON gives the timestamps.
+fn events_sorted_by_last_timestamp(s: &Session) {
+    let events = s.table(&["events", "--sort-by=.lastTimestamp"]);
+    assert_eq!(
+        events.headers,
+        ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    );
+    assert!(
+        events
+            .rows
+            .iter()
+            .any(|e| e["REASON"] == "Nominated" && e["OBJECT"].starts_with("pod/")),
+        "{events:?}"
+    );
+    let wide = s.table(&["events", "--sort-by=.lastTimestamp", "-o", "wide"]);
+    let json: Value =
+        serde_json::from_str(&s.kubectl(&["get", "events", "-o", "json"])).expect("JSON");
+    let stamp: HashMap<&str, &str> = json["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["metadata"]["name"].as_str()?,
+                e["lastTimestamp"].as_str()?,
+            ))
+        })
+        .collect();
+    let printed: Vec<&str> = wide
+        .column("NAME")
+        .iter()
+        .filter_map(|name| stamp.get(name).copied())
+        .collect();
+    assert!(printed.len() > 1, "{wide:?}");
+    assert!(printed.windows(2).all(|w| w[0] <= w[1]), "{printed:?}");
+}
+
+fn scale_cordon_and_drain(s: &Session) {
+    s.kubectl(&["scale", "deployment/web", "--replicas=8"]);
+    s.eventually("web scaled to 8 ready", |s| {
+        let web = s.table(&["deployment", "web"]);
+        web.rows[0]["READY"] == "8/8" && web.rows[0]["AVAILABLE"] == "8"
+    });
+    let pods = s.table(&["pods", "-o", "wide"]);
+    let total = pods.rows.len();
+    let node = pods.rows[0]["NODE"].clone();
+    s.kubectl(&["cordon", &node]);
+    let cordoned = s.table(&["node", &node]);
+    assert_eq!(cordoned.rows[0]["STATUS"], "Ready,SchedulingDisabled");
+    let drained = s.kubectl(&[
+        "drain",
+        &node,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=60s",
+    ]);
+    assert!(drained.contains("evicting pod default/"), "{drained}");
+    assert!(
+        drained.contains(&format!("node/{node} drained")),
+        "{drained}"
+    );
+    s.eventually("the drained pods running elsewhere", |s| {
+        let pods = s.table(&["pods", "-o", "wide"]);
+        pods.rows.len() == total
+            && pods
+                .rows
+                .iter()
+                .all(|p| p["STATUS"] == "Running" && p["NODE"] != node)
+    });
+}
+
+fn replacement_of_a_deleted_nodeclaim(s: &Session) {
+    let before: BTreeSet<String> = s
+        .table(&["nodeclaims"])
+        .rows
+        .iter()
+        .map(|r| r["NAME"].clone())
+        .collect();
+    let mut watch = Command::new(&s.kubectl)
+        .arg("--kubeconfig")
+        .arg(&s.kubeconfig)
+        .args(["get", "nodeclaims", "--watch-only"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl watch starts");
+    let (lines, seen) = mpsc::channel();
+    let stdout = watch.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // The busiest NodeClaim: deleting it leaves pods that need a new one.
+    let pods = s.table(&["pods", "-o", "wide"]);
+    let claims = s.table(&["nodeclaims"]);
+    let busiest = claims
+        .rows
+        .iter()
+        .max_by_key(|c| {
+            pods.column("NODE")
+                .iter()
+                .filter(|n| **n == c["NODE"])
+                .count()
+        })
+        .expect("a NodeClaim")["NAME"]
+        .clone();
+    // The watch is up once kubectl listed; give it a moment before the change.
+    std::thread::sleep(Duration::from_secs(1));
+    s.kubectl(&["delete", "nodeclaim", &busiest, "--wait=false"]);
+    let deadline = Instant::now() + PATIENCE;
+    // A watch prints rows with the same columns as a get (the emulator streams Tables).
+    let mut header = None;
+    let replacement = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = seen
+            .recv_timeout(left)
+            .expect("the watch shows a new NodeClaim in time");
+        let name = line
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        if name == "NAME" {
+            header = Some(line);
+        } else if !before.contains(&name) {
+            break name;
+        }
+    };
+    let header = header.expect("the watch printed its columns first");
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE"]
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
+    s.eventually(
+        "the replacement Ready and the deleted NodeClaim gone",
+        |s| {
+            let claims = s.table(&["nodeclaims"]);
+            let names = claims.column("NAME");
+            !names.contains(&busiest.as_str())
+                && claims
+                    .rows
+                    .iter()
+                    .any(|c| c["NAME"] == replacement && c["READY"] == "True")
+        },
+    );
+    s.eventually("every pod running again", |s| {
+        s.table(&["pods"])
+            .rows
+            .iter()
+            .all(|p| p["STATUS"] == "Running")
+    });
+}
