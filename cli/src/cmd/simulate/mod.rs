@@ -91,9 +91,6 @@ pub struct Args {
     /// expectations judged at the end (exit 1 naming each that failed).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["workload", "nodepools", "ice", "interrupt_spot", "scale_down", "drift", "api_only"])]
     pub scenario: Option<PathBuf>,
-    /// Write the run's report (report.json) into DIR.
-    #[arg(long, value_name = "DIR")]
-    pub report: Option<PathBuf>,
 }
 
 fn pace(fast: bool) -> world::Pace {

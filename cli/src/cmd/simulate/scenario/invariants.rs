@@ -42,8 +42,6 @@ pub struct Measures {
     pub pdb_violations: u64,
     /// The last time every workload pod became bound after some were pending.
     pub last_all_bound: Option<Instant>,
-    /// Every bound pod's pending → bound time (filled when the observer stops).
-    pub pending_to_bound: Vec<Duration>,
 }
 
 impl Measures {
@@ -77,7 +75,6 @@ impl Observer {
                     () = tokio::time::sleep(TICK) => {}
                 }
             }
-            m.pending_to_bound = tally.latencies();
             m
         });
         Ok(Self {

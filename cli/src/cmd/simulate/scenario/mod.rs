@@ -24,7 +24,7 @@ use kerf_actors::garbage_collection::{MIN_MACHINE_AGE, PERIOD};
 use tokio::time::Instant;
 
 use super::apply::apply;
-use super::report::{self, ActiveFaults, Report};
+use super::report::{self, ActiveFaults, Recorder, Report};
 use super::world::{Pace, World};
 use crate::cmd::plan::Format;
 use check::Scenario;
@@ -134,6 +134,8 @@ async fn execute(
         eprintln!("{note}");
     }
     let active = ActiveFaults::default();
+    let recorder = Recorder::start(&world, active.clone(), started)
+        .map_err(|e| anyhow::anyhow!("recording the run: {e:?}"))?;
     let mut runner = Runner {
         world: &world,
         replicas,
@@ -169,17 +171,11 @@ async fn execute(
             double_launched: &double_launched,
         },
     );
-    let report = Report {
-        name: scenario.name.clone(),
-        series: Vec::new(),
-        fault_windows: injector.windows(),
-        expectations,
-        pending_to_bound_seconds: measures
-            .pending_to_bound
-            .iter()
-            .map(Duration::as_secs_f64)
-            .collect(),
-    };
+    let report =
+        recorder
+            .finish()
+            .await
+            .into_report(&scenario.name, injector.windows(), expectations);
     injector.stop();
     replicas.stop().await;
     world.stop().await;
