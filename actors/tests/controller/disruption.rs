@@ -25,6 +25,11 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+mod drift_rollout;
+mod events;
+mod failover;
+mod offerings;
+
 const ZONE: &str = "us-east-1a";
 const SMALL: &str = "m5.large";
 const MEDIUM: &str = "m5.xlarge";
@@ -177,13 +182,31 @@ impl Stack {
 }
 
 async fn start_tuned(harness: &Harness, cloud: Cloud, disruption: DisruptionConfig) -> Daemon {
-    let daemon = Daemon::start_with_timings(
+    start_replica(
+        harness,
+        cloud,
+        disruption,
         quick_settings(&["--disable-leader-election", "true"]),
+        "solo",
+    )
+    .await
+}
+
+/// A controller replica named `identity` with `settings`, disrupting with `disruption`.
+async fn start_replica(
+    harness: &Harness,
+    cloud: Cloud,
+    disruption: DisruptionConfig,
+    settings: kerf_actors::ValidSettings,
+    identity: &str,
+) -> Daemon {
+    let daemon = Daemon::start_with_timings(
+        settings,
         Environment {
             client: harness.client.clone(),
             leader_client: harness.client.clone(),
             namespace: "karpenter".into(),
-            identity: "solo".into(),
+            identity: identity.into(),
             leader_timing: FAST_LEASE,
             bind: std::net::Ipv4Addr::LOCALHOST,
             cloud: Some(cloud),
