@@ -20,4 +20,6 @@ pub mod requirements;
 pub mod resources;
 pub mod scheduling;
 pub mod taints;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod troubleshooting;
 pub mod validation;

@@ -50,6 +50,12 @@ pub fn is_marked_unschedulable(pod: &Pod) -> bool {
         })
 }
 
+/// `pod` bound to `node`, as a simulated placement records it.
+pub fn bound_to(mut pod: Pod, node: &str) -> Pod {
+    pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+    pod
+}
+
 /// Whether `pod` has a node (`spec.nodeName` set).
 pub fn is_bound(pod: &Pod) -> bool {
     pod.spec

@@ -8,6 +8,7 @@
 use crate::errors::ApiError;
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_ec2::config::SharedInterceptor;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -60,6 +61,16 @@ impl AwsClients {
 
     /// Clients for an emulator or a fixed endpoint, with static test credentials.
     pub async fn for_endpoint(endpoint: &str, region: &str) -> Self {
+        Self::for_endpoint_with(endpoint, region, &[]).await
+    }
+
+    /// [`AwsClients::for_endpoint`] with `interceptors` on every client: tests use them to
+    /// see each request the provider sends (the IAM policy coverage test checks each one).
+    pub async fn for_endpoint_with(
+        endpoint: &str,
+        region: &str,
+        interceptors: &[SharedInterceptor],
+    ) -> Self {
         let creds =
             aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "kerf-test");
         let conf = aws_config::defaults(BehaviorVersion::latest())
@@ -69,21 +80,39 @@ impl AwsClients {
             .retry_config(retry_config().with_initial_backoff(Duration::from_millis(10)))
             .load()
             .await;
-        Self::from_sdk_config(&conf).expect("the region was set explicitly")
+        Self::with_interceptors(&conf, interceptors).expect("the region was set explicitly")
     }
 
     pub fn from_sdk_config(conf: &SdkConfig) -> Result<Self, StartupError> {
+        Self::with_interceptors(conf, &[])
+    }
+
+    fn with_interceptors(
+        conf: &SdkConfig,
+        interceptors: &[SharedInterceptor],
+    ) -> Result<Self, StartupError> {
         let region = conf.region().ok_or(StartupError::NoRegion)?.to_string();
-        let pricing_conf = aws_sdk_pricing::config::Builder::from(conf)
-            .region(Region::new(pricing_region(&region)))
-            .build();
+        // Each service's builder takes the interceptors the same way; one macro, not six copies.
+        macro_rules! client {
+            ($service:ident $(, $extra:ident($value:expr))?) => {{
+                let mut builder = $service::config::Builder::from(conf);
+                $(builder = builder.$extra($value);)?
+                for interceptor in interceptors {
+                    builder.push_interceptor(interceptor.clone());
+                }
+                $service::Client::from_conf(builder.build())
+            }};
+        }
         Ok(Self {
-            ec2: aws_sdk_ec2::Client::new(conf),
-            ssm: aws_sdk_ssm::Client::new(conf),
-            pricing: aws_sdk_pricing::Client::from_conf(pricing_conf),
-            iam: aws_sdk_iam::Client::new(conf),
-            sts: aws_sdk_sts::Client::new(conf),
-            sqs: aws_sdk_sqs::Client::new(conf),
+            ec2: client!(aws_sdk_ec2),
+            ssm: client!(aws_sdk_ssm),
+            pricing: client!(
+                aws_sdk_pricing,
+                region(Region::new(pricing_region(&region)))
+            ),
+            iam: client!(aws_sdk_iam),
+            sts: client!(aws_sdk_sts),
+            sqs: client!(aws_sdk_sqs),
             endpoint_override: conf.endpoint_url().map(str::to_owned),
             region,
         })

@@ -5,7 +5,7 @@
 //! codes and messages, so it is unit-tested without any AWS call; [`ApiError`] carries a
 //! failed SDK call's operation, code and message to the callers that branch on them.
 
-use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use std::fmt::Debug;
 use thiserror::Error;
 
@@ -94,6 +94,22 @@ pub struct ApiError {
     pub message: String,
 }
 
+/// An error and its sources in their own words, `: `-joined (repeats dropped): one line. The
+/// SDK's `DisplayErrorContext` ends with the whole error's debug dump, which is not for users.
+fn display_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let words = cause.to_string();
+        if !text.contains(&words) {
+            text.push_str(": ");
+            text.push_str(&words);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 impl ApiError {
     /// Captures an SDK error of any AWS service client.
     pub fn from_sdk<E, R>(operation: &'static str, err: SdkError<E, R>) -> Self
@@ -104,7 +120,7 @@ impl ApiError {
         let code = err.code().map(str::to_owned);
         let message = match err.message() {
             Some(m) => m.to_owned(),
-            None => DisplayErrorContext(&err).to_string(),
+            None => display_chain(&err),
         };
         Self {
             operation,

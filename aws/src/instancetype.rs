@@ -162,7 +162,8 @@ impl InstanceTypeProvider {
             tracing::error!(error = %e, "refreshing instance type offerings failed; keeping the previous ones");
         }
         if let Err(e) = self.pricing.update_on_demand().await {
-            tracing::warn!(error = %e, "refreshing on-demand prices failed; keeping the previous ones");
+            let age = self.pricing.on_demand_age();
+            tracing::warn!("{}", crate::pricing::on_demand_failure_message(&e, age));
         }
         if let Err(e) = self.pricing.update_spot().await {
             tracing::warn!(error = %e, "refreshing spot prices failed; keeping the previous ones");

@@ -36,6 +36,8 @@ pub struct PricingProvider {
     isolated_vpc: bool,
     catalog: Option<Catalog>,
     on_demand: RwLock<HashMap<String, f64>>,
+    /// When on-demand prices were last fetched; `None`: the embedded catalog's are in use.
+    on_demand_fetched: RwLock<Option<SystemTime>>,
     spot: RwLock<HashMap<(String, String), f64>>,
 }
 
@@ -69,6 +71,20 @@ struct Term {
 struct Dimension {
     #[serde(rename = "pricePerUnit", default)]
     price_per_unit: HashMap<String, String>,
+}
+
+/// The one line a failed on-demand refresh logs: what failed (EC2's or the SDK's words, not
+/// its debug dump), how old the prices in use are, and the setting for a VPC without the
+/// Pricing API. `fetched_ago` is `None` while the embedded catalog's prices are in use.
+pub fn on_demand_failure_message(error: &PricingError, fetched_ago: Option<Duration>) -> String {
+    let in_use = match fetched_ago {
+        Some(age) => format!("keeping prices fetched {} min ago", age.as_secs() / 60),
+        None => "keeping the embedded catalog's prices".to_owned(),
+    };
+    format!(
+        "refreshing on-demand prices failed ({error}); {in_use}; if this VPC cannot reach the \
+         Pricing API (api.pricing.us-east-1.amazonaws.com), set ISOLATED_VPC=true"
+    )
 }
 
 /// The currency GetProducts prices a region in.
@@ -135,6 +151,7 @@ impl PricingProvider {
             isolated_vpc,
             catalog: Catalog::embedded(region).ok(),
             on_demand: RwLock::new(HashMap::new()),
+            on_demand_fetched: RwLock::new(None),
             spot: RwLock::new(HashMap::new()),
         }
     }
@@ -184,6 +201,15 @@ impl PricingProvider {
         )
     }
 
+    /// How long ago on-demand prices were fetched; `None` while the embedded ones are used.
+    pub fn on_demand_age(&self) -> Option<Duration> {
+        let fetched = *self
+            .on_demand_fetched
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        fetched.map(|at| at.elapsed().unwrap_or_default())
+    }
+
     /// Refreshes on-demand prices from the Pricing API; `Ok(0)` without calling it in an
     /// isolated VPC or a GovCloud region (no Pricing API there).
     pub async fn update_on_demand(&self) -> Result<usize, PricingError> {
@@ -212,6 +238,10 @@ impl PricingProvider {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .extend(prices);
+        *self
+            .on_demand_fetched
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now());
         tracing::debug!(instance_types = count, "updated on-demand pricing");
         Ok(count)
     }
@@ -300,6 +330,29 @@ mod tests {
     struct Page {
         #[serde(rename = "PriceList")]
         price_list: Vec<String>,
+    }
+
+    #[test]
+    fn a_failed_refresh_is_one_line_with_the_age_of_the_prices_and_the_isolated_vpc_hint() {
+        let error = PricingError::GetProducts(ApiError {
+            operation: "GetProducts",
+            code: None,
+            message: "dispatch failure: io error: tcp connect error: Connection refused".into(),
+        });
+        let embedded = on_demand_failure_message(&error, None);
+        assert_eq!(
+            embedded,
+            "refreshing on-demand prices failed (fetching on-demand prices: GetProducts failed: \
+             dispatch failure: io error: tcp connect error: Connection refused); keeping the \
+             embedded catalog's prices; if this VPC cannot reach the Pricing API \
+             (api.pricing.us-east-1.amazonaws.com), set ISOLATED_VPC=true"
+        );
+        let fetched = on_demand_failure_message(&error, Some(Duration::from_secs(3 * 3600)));
+        assert!(
+            fetched.contains("keeping prices fetched 180 min ago"),
+            "{fetched}"
+        );
+        assert!(!fetched.contains('\n'));
     }
 
     #[test]

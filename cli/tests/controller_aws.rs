@@ -582,6 +582,10 @@ async fn a_missing_interruption_queue_stops_start_up_naming_it() {
     let log = controller.log();
     assert!(!exit.success(), "{log}");
     assert!(
+        log.contains(kerf::troubleshooting::documented("interruption-queue")),
+        "{log}"
+    );
+    assert!(
         log.contains("interruption queue \\\"kerf-no-such-queue\\\" does not exist")
             || log.contains("interruption queue \"kerf-no-such-queue\" does not exist"),
         "{log}"
@@ -621,6 +625,10 @@ async fn an_unreachable_aws_endpoint_stops_start_up_with_advice() {
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(
         text.contains("cannot reach STS at http://127.0.0.1:1"),
+        "{text}"
+    );
+    assert!(
+        text.contains(kerf::troubleshooting::documented("sts-unreachable")),
         "{text}"
     );
     assert!(text.contains("dnsPolicy: Default"), "{text}");

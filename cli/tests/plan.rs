@@ -3,13 +3,15 @@
 //! with the same input: where pods go, which instance types and offerings NodeClaims get,
 //! which pods cannot be placed and why, and how invalid input is refused.
 
+mod kerf_cli;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::OnceLock;
 
 use kerf::catalog::{AllocatableSettings, Catalog};
+use kerf_cli::text;
 use serde_json::Value;
 
 const ZONE: &str = "topology.kubernetes.io/zone";
@@ -28,30 +30,7 @@ const GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
 // Harness
 
 fn kerf(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kerf starts");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("piped stdin")
-            .write_all(text.as_bytes())
-            .expect("stdin written");
-    }
-    child.wait_with_output().expect("kerf finishes")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    kerf_cli::kerf(args, stdin.map(str::as_bytes))
 }
 
 /// Runs `kerf plan -o json` with `args`, insists on success and one JSON object on stdout.
@@ -1392,5 +1371,42 @@ spec:
         text(&pod_only.stderr).contains("warning: no NodePool in the input"),
         "{}",
         text(&pod_only.stderr)
+    );
+}
+
+#[test]
+fn one_round_is_said_plainly_and_rounds_plan_what_the_controller_would_place_later() {
+    let pool = NODEPOOL_ALL.replace("  template:\n", "  limits:\n    cpu: \"64\"\n  template:\n");
+    let spread = "affinity:\n  podAntiAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n      - topologyKey: kubernetes.io/hostname\n        labelSelector:\n          matchLabels:\n            app: spread\n";
+    let input = format!("{pool}{}", deployment("spread", 3, "1", "1Gi", spread));
+
+    let one = kerf(&["plan", "-f", "-"], Some(&input));
+    let table = text(&one.stdout);
+    let summary = table.lines().last().expect("summary line");
+    assert!(summary.contains("2 unschedulable"), "{summary}");
+    assert!(
+        summary.contains("one provisioning round (NodePool limits charged at each new NodeClaim's largest instance type"),
+        "{summary}"
+    );
+    assert!(
+        table.contains(r#"all available instance types exceed limits for nodepool: "default""#),
+        "{table}"
+    );
+
+    let rounds = plan_json(&["-f", "-", "--rounds", "5"], Some(&input));
+    assert!(unschedulable(&rounds).is_empty(), "{rounds}");
+    assert_eq!(claims(&rounds).len(), 3);
+    assert_eq!(
+        rounds["summary"]["rounds"], 2,
+        "round 2 sees the first NodeClaim at its cheapest type and places both others"
+    );
+    check_contract(&rounds);
+
+    let refused = kerf(&["plan", "-f", "-", "--rounds", "0"], Some(&input));
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("--rounds"),
+        "{}",
+        text(&refused.stderr)
     );
 }

@@ -2,36 +2,12 @@
 //! like `kubectl get -o yaml|json`): a file and standard input give the same answer, YAML and
 //! JSON the same plan, and a document above `--max-yaml-nodes` is refused in kerf's words.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod kerf_cli;
+
+use std::process::Output;
 
 use kerf::plan::fixtures::{self, DumpFormat, DumpShape};
-
-fn kerf(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kerf starts");
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().expect("piped stdin");
-        // kerf stops reading at an input it refuses; the rest of the input is not wanted.
-        if let Err(error) = pipe.write_all(input) {
-            assert_eq!(error.kind(), std::io::ErrorKind::BrokenPipe, "{error}");
-        }
-    }
-    child.wait_with_output().expect("kerf finishes")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use kerf_cli::{kerf, text};
 
 fn dump(format: DumpFormat) -> Vec<u8> {
     let shape = DumpShape {

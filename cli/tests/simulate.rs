@@ -482,3 +482,43 @@ fn api_only_needs_a_kubeconfig_path() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn ctrl_c_mid_run_prints_what_happened_so_far_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    // Every offering refused: the pods never bind, so only the signal ends the run.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["simulate", "--fast", "--pods", "6", "-o", "json"])
+        .args(["--ice", "*:*", "--duration", "10m"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kerf starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    // The metrics line is printed once the controller runs.
+    let started = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.contains("controller metrics"));
+    assert!(started, "the run started");
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupted.success());
+    let out = child.wait_with_output().expect("kerf stops");
+    assert_eq!(out.status.code(), Some(130), "{:?}", out.status);
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("summary is JSON");
+    assert_eq!(summary["outcome"], "interrupted");
+    // How many pods it saw depends on when the signal came; none could bind.
+    assert!(count(&summary["pods"]["total"]) <= 6, "{summary:#}");
+    assert_eq!(count(&summary["pods"]["bound"]), 0);
+    assert!(
+        summary["controllerEndpoints"]["metrics"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("http://") && m.ends_with("/metrics")),
+        "{summary:#}"
+    );
+}

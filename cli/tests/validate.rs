@@ -207,7 +207,7 @@ spec:
         ("apiVersion", "change it to karpenter.sh/v1"),
         (
             "spec.disruption.consolidationPolicy",
-            "WhenEmptyOrUnderutilized",
+            kerf::troubleshooting::documented("v1beta1-consolidation"),
         ),
         ("spec.disruption.consolidateAfter", "0s"),
         (

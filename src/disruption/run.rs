@@ -279,8 +279,10 @@ impl<'c> State<'c> {
                         .iter_mut()
                         .find(|n| &n.name == node_name)
                     {
-                        node.pods
-                            .extend(pods.into_iter().map(|p| bound(p, node_name)));
+                        node.pods.extend(
+                            pods.into_iter()
+                                .map(|p| crate::pods::bound_to(p, node_name)),
+                        );
                     }
                 }
                 for replacement in &command.replacements {
@@ -312,29 +314,6 @@ impl<'c> State<'c> {
         }) else {
             return;
         };
-        let mut node_labels = it.labels.clone();
-        node_labels.extend(claim.labels.clone());
-        for r in &claim.requirements {
-            if r.operator == crate::api::Operator::In && r.values.len() == 1 {
-                node_labels.insert(r.key.clone(), r.values[0].clone());
-            }
-        }
-        for (key, value) in [
-            (
-                labels::INSTANCE_TYPE,
-                replacement.launch.instance_type.as_str(),
-            ),
-            (labels::ZONE, replacement.launch.zone.as_str()),
-            (
-                labels::CAPACITY_TYPE,
-                replacement.launch.capacity_type.as_str(),
-            ),
-            (labels::NODEPOOL, claim.node_pool.as_str()),
-            (labels::HOSTNAME, name.as_str()),
-            (labels::INITIALIZED, "true"),
-        ] {
-            node_labels.insert(key.to_string(), value.to_string());
-        }
         let mut pods = Vec::new();
         for key in claim
             .pods
@@ -342,24 +321,19 @@ impl<'c> State<'c> {
             .map(|p| format!("{}/{}", p.namespace, p.name))
         {
             if let Some(pod) = moved.remove(&key) {
-                pods.push(bound(pod, &name));
+                pods.push(pod);
             } else if let Some(i) = self.input.pods.iter().position(|p| pods::key(p) == key) {
-                let pod = self.input.pods.remove(i);
-                pods.push(bound(pod, &name));
+                pods.push(self.input.pods.remove(i));
             }
         }
         let pool = self.pool(&claim.node_pool).map(|p| p.pool);
-        self.input.existing_nodes.push(ExistingNode {
-            name: name.clone(),
-            labels: node_labels,
-            taints: claim.taints.clone(),
-            allocatable: it.allocatable(),
-            capacity: it.capacity.clone(),
+        self.input.existing_nodes.push(claim.launched_node(
+            &name,
+            &replacement.launch,
+            it,
             pods,
-            initialized: true,
-            node_pool: Some(claim.node_pool.clone()),
-            node_claim: Some(name.clone()),
-        });
+            true,
+        ));
         self.managed.push(ManagedNode {
             name: name.clone(),
             node_claim: name,
@@ -404,11 +378,6 @@ impl<'c> State<'c> {
             .sum();
         (live, cost)
     }
-}
-
-fn bound(mut pod: Pod, node: &str) -> Pod {
-    pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
-    pod
 }
 
 fn bound_to_none(mut pod: Pod) -> Pod {

@@ -14,6 +14,7 @@ pub mod inventory;
 pub mod nodeclass;
 mod quantity;
 pub mod report;
+mod rounds;
 pub mod snapshot;
 pub mod workloads;
 
@@ -21,7 +22,7 @@ use std::fmt;
 
 use crate::catalog::{Catalog, CatalogError};
 use crate::manifest::Object;
-use crate::scheduling::{self, SchedulingError};
+use crate::scheduling::SchedulingError;
 
 pub use nodeclass::ControllerSettings;
 pub use report::PlanReport;
@@ -34,6 +35,8 @@ pub struct PlanOptions {
     pub controller: ControllerSettings,
     /// Also decide what the disruption loop would remove or replace (`--disruption`).
     pub disruption: Option<crate::disruption::Options>,
+    /// Provisioning rounds to run at most (`--rounds`; see [`rounds`]); 1 is one solve.
+    pub rounds: usize,
 }
 
 impl Default for PlanOptions {
@@ -42,6 +45,7 @@ impl Default for PlanOptions {
             region: "us-east-1".into(),
             controller: ControllerSettings::default(),
             disruption: None,
+            rounds: 1,
         }
     }
 }
@@ -95,7 +99,7 @@ fn lines(problems: &[ObjectProblem]) -> String {
 }
 
 /// Plans the manifests' pending pods: reads and checks every object, builds the cluster
-/// snapshot, runs the scheduler once and reports its decisions; with `options.disruption`,
+/// snapshot, runs the scheduler (once, or `options.rounds` rounds) and reports its decisions; with `options.disruption`,
 /// also what the disruption loop would remove or replace.
 pub fn plan(objects: &[Object], options: &PlanOptions) -> Result<PlanOutcome, PlanError> {
     let inventory = inventory::inventory(objects).map_err(PlanError::InvalidInput)?;
@@ -122,8 +126,9 @@ pub fn plan_inventory(
     // The snapshot holds what the solve reads: unless disruption reads the inventory too, the
     // inputs' memory goes before the solve runs.
     let disruption_input = options.disruption.map(|o| (o, inventory));
-    let result = scheduling::solve(&snapshot.input)?;
+    let (result, rounds) = rounds::solve(&snapshot.input, options.rounds)?;
     let mut report = PlanReport::from_result(&result, &snapshot.input.pods);
+    report.summary.rounds = rounds;
     if let Some((disruption_options, inventory)) = disruption_input {
         let cluster = disruption::cluster(&inventory, snapshot);
         report.disruption = Some(crate::disruption::decide(&cluster, disruption_options)?);

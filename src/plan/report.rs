@@ -88,6 +88,13 @@ pub struct Summary {
     pub node_claims: usize,
     /// Sum of the launch prices, US dollars per hour.
     pub hourly_cost: f64,
+    /// Provisioning rounds the plan ran (`--rounds`).
+    #[serde(default = "one_round")]
+    pub rounds: usize,
+}
+
+fn one_round() -> usize {
+    1
 }
 
 impl Summary {
@@ -108,6 +115,7 @@ impl Summary {
             scheduled: on_new + on_existing,
             node_claims: node_claims.len(),
             hourly_cost: round_price(cost),
+            rounds: 1,
         }
     }
 }
@@ -230,6 +238,14 @@ impl PlanReport {
             summary.pods - summary.scheduled,
         );
         let _ = write!(line, "; new capacity ${:.4}/hour", summary.hourly_cost);
+        match summary.rounds {
+            1 => line.push_str(
+                "; one provisioning round (NodePool limits charged at each new NodeClaim's largest instance type, as upstream; --rounds N plans the controller's later rounds)",
+            ),
+            n => {
+                let _ = write!(line, "; {n} provisioning rounds");
+            }
+        }
         line
     }
 }
@@ -488,7 +504,7 @@ mod tests {
         let table = PlanReport::new(vec![], vec![], vec![]).to_table();
         assert_eq!(
             table.trim(),
-            "0 pending pods, 0 scheduled (0 on 0 new NodeClaims, 0 on existing capacity), 0 unschedulable; new capacity $0.0000/hour"
+            "0 pending pods, 0 scheduled (0 on 0 new NodeClaims, 0 on existing capacity), 0 unschedulable; new capacity $0.0000/hour; one provisioning round (NodePool limits charged at each new NodeClaim's largest instance type, as upstream; --rounds N plans the controller's later rounds)"
         );
     }
 }

@@ -64,6 +64,11 @@ impl ResNames {
 
     /// Renders a vector the way upstream prints resource lists: `{"cpu":"1500m",...}`,
     /// omitting zero entries.
+    /// The name of resource `id`.
+    pub fn name(&self, id: ResId) -> &str {
+        &self.names[id]
+    }
+
     pub fn render(&self, v: &[i64]) -> String {
         let mut parts: Vec<(String, String)> = v
             .iter()

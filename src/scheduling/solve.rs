@@ -652,10 +652,14 @@ impl<'a> Solver<'a> {
                     }
                     let failure =
                         pool.explain(&claim.its, &full, &total, &pod.requests, resvec::CPU, vocab);
+                    let shortfall = pool
+                        .shortfall(&claim.its, &full, &total, &prep.names, vocab)
+                        .map(|s| format!("; {s}"))
+                        .unwrap_or_default();
                     let mut cumulative = pool.min_overhead(&pool.base, pool.stride);
                     resvec::add_assign(&mut cumulative, &pod.requests);
                     format!(
-                        "no instance type satisfied resources {} and requirements {} ({})",
+                        "no instance type satisfied resources {} and requirements {} ({}{shortfall})",
                         prep.names.render(&cumulative),
                         render_full(&claim.reqs, &d, vocab),
                         failure.reason()

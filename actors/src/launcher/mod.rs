@@ -124,6 +124,8 @@ impl Handler<Launch> for Launcher {
                 nodeclaim = %created.name_any(),
                 nodepool = %pool,
                 pods = launch.claim.pods.len(),
+                requests = %launch.claim.requests,
+                instance_types = %instance_type_list(&launch.claim),
                 "created nodeclaim"
             );
             for pod in &launch.claim.pods {
@@ -133,5 +135,22 @@ impl Handler<Launch> for Launcher {
             registry.insert(created.clone(), launch.claim.pods.clone());
             Ok(created)
         })
+    }
+}
+
+/// Upstream's instance-type list for the "created nodeclaim" line: the five cheapest names
+/// and how many more, so a 600-type NodeClaim stays one readable line.
+fn instance_type_list(claim: &PlannedNodeClaim) -> String {
+    const SHOWN: usize = 5;
+    let names: Vec<&str> = claim
+        .instance_types
+        .iter()
+        .take(SHOWN)
+        .map(|it| it.name.as_str())
+        .collect();
+    let more = claim.instance_types.len().saturating_sub(SHOWN);
+    match more {
+        0 => names.join(", "),
+        n => format!("{} and {n} other(s)", names.join(", ")),
     }
 }

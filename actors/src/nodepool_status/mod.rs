@@ -32,7 +32,7 @@ use tokio::sync::watch;
 
 use crate::lifecycle::patch::locked;
 use crate::requeue::{self, Trigger};
-use crate::state::{ClusterState, ObjectKey};
+use crate::state::ClusterState;
 
 /// Upstream's controller name (reconcile metrics).
 pub const CONTROLLER: &str = "nodepool.status";
@@ -41,9 +41,6 @@ pub const PERIOD: Duration = Duration::from_secs(5);
 /// Resources `status.resources` always lists, as upstream's counter.
 pub const BASE_RESOURCES: [&str; 5] = ["cpu", "ephemeral-storage", "memory", "nodes", "pods"];
 
-pub const NODE_CLASS_NOT_FOUND: &str = "NodeClassNotFound";
-pub const NODE_CLASS_NOT_READY: &str = "NodeClassNotReady";
-pub const NODE_CLASS_TERMINATING: &str = "NodeClassTerminating";
 pub const VALIDATION_FAILED: &str = "NodePoolValidationFailed";
 pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
 
@@ -74,36 +71,8 @@ pub fn usage(state: &ClusterState) -> HashMap<String, (ResourceList, i64)> {
 
 /// The NodePool's conditions as upstream's readiness and validation controllers set them.
 fn conditions(state: &ClusterState, pool: &NodePool, now: Timestamp) -> Vec<Condition> {
-    let class_name = &pool.node_class_ref().name;
-    let class = state.nodeclasses.get(&ObjectKey::new(None, class_name));
-    let class_ready = match class {
-        None => (
-            ConditionStatus::False,
-            NODE_CLASS_NOT_FOUND,
-            format!("NodeClass {class_name} not found on cluster"),
-        ),
-        Some(c) if c.metadata.deletion_timestamp.is_some() => (
-            ConditionStatus::False,
-            NODE_CLASS_TERMINATING,
-            "NodeClass is Terminating".to_owned(),
-        ),
-        Some(c) => match c.conditions().condition(types::READY) {
-            Some(ready) if ready.is_true() => (
-                ConditionStatus::True,
-                types::NODE_CLASS_READY,
-                String::new(),
-            ),
-            ready => (
-                ready.map_or(ConditionStatus::Unknown, |r| r.status),
-                NODE_CLASS_NOT_READY,
-                ready
-                    .filter(|r| !r.message.is_empty())
-                    .map_or("NodeClass is NotReady".to_owned(), |r| {
-                        format!("NodeClass is NotReady: {}", r.message)
-                    }),
-            ),
-        },
-    };
+    let readiness = state.node_class_readiness(pool);
+    let class_ready = (readiness.status, readiness.reason, readiness.message);
     let problems = serde_json::to_value(pool)
         .map(|v| kerf::validation::runtime::validate_nodepool(&v))
         .unwrap_or_default();

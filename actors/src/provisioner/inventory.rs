@@ -75,6 +75,22 @@ pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> 
     }
 }
 
+/// Leaves out of `inventory` the NodePools whose node class is known not to be Ready (as
+/// upstream's provisioner ignores NodePools that are not ready), and says why for each.
+pub fn skip_unready_pools(inventory: &mut Inventory, state: &ClusterState) -> Vec<String> {
+    let mut skipped = Vec::new();
+    inventory.node_pools.retain(
+        |pool| match state.node_class_readiness(pool).skip_reason(pool) {
+            Some(reason) => {
+                skipped.push(reason);
+                false
+            }
+            None => true,
+        },
+    );
+    skipped
+}
+
 /// `pod` as pending: without its node, and (a terminating StatefulSet pod) as the live
 /// replacement its controller recreates under the same name.
 fn unbound(pod: &Pod) -> Pod {

@@ -142,6 +142,8 @@ pub struct Started {
 struct Planned {
     batch: Batch,
     pools: HashMap<String, Arc<NodePool>>,
+    /// Why each NodePool left out of the solve was left out (its node class is not Ready).
+    skipped: Vec<String>,
 }
 
 impl Provisioner {
@@ -218,8 +220,10 @@ impl Provisioner {
     /// The prepared solve of the current snapshot; problems go to `problems`.
     fn plan(&mut self, problems: &mut Vec<String>) -> Option<Planned> {
         let provisioning = self.provisioning.as_ref()?;
-        let inventory = inventory::of(&self.state, provisioning.created.unseen(&self.state));
+        let mut inventory = inventory::of(&self.state, provisioning.created.unseen(&self.state));
         problems.extend(inventory.warnings.iter().cloned());
+        let skipped = inventory::skip_unready_pools(&mut inventory, &self.state);
+        problems.extend(skipped.iter().cloned());
         let pools: HashMap<String, Arc<NodePool>> = inventory
             .node_pools
             .iter()
@@ -246,7 +250,11 @@ impl Provisioner {
             Batch::prepare(&input).map_err(|e| e.to_string())
         });
         match batch {
-            Ok(batch) => Some(Planned { batch, pools }),
+            Ok(batch) => Some(Planned {
+                batch,
+                pools,
+                skipped,
+            }),
             Err(error) => {
                 problems.push(error);
                 None
@@ -264,22 +272,30 @@ impl Provisioner {
     }
 }
 
-/// The launches of a solve's NodeClaims; pods it could not place go to `problems`.
+/// Where a round reports the pods it could not place.
+struct Unplaced<'a> {
+    /// Why NodePools were left out of the solve; each pod's reason carries them.
+    skipped: &'a [String],
+    problems: &'a mut Vec<String>,
+    recorder: Option<&'a EventRecorder>,
+}
+
+/// The launches of a solve's NodeClaims; pods it could not place go to `unplaced`.
 fn launches(
     result: SchedulingResult,
     pools: &HashMap<String, Arc<NodePool>>,
-    problems: &mut Vec<String>,
-    recorder: Option<&EventRecorder>,
+    unplaced: Unplaced<'_>,
 ) -> Vec<Launch> {
-    problems.extend(
-        result
-            .errors
-            .iter()
-            .map(|(pod, reason)| format!("{}/{}: {reason}", pod.namespace, pod.name)),
-    );
-    if let Some(recorder) = recorder {
-        for (pod, reason) in &result.errors {
-            recorder.publish(events::pod_failed_to_schedule(pod, reason));
+    for (pod, reason) in &result.errors {
+        let reason = std::iter::once(reason.as_str())
+            .chain(unplaced.skipped.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("; ");
+        unplaced
+            .problems
+            .push(format!("{}/{}: {reason}", pod.namespace, pod.name));
+        if let Some(recorder) = unplaced.recorder {
+            recorder.publish(events::pod_failed_to_schedule(pod, &reason));
         }
     }
     result
@@ -327,12 +343,12 @@ impl Handler<BatchReady> for Provisioner {
                 return AtomicResponse::new(Box::pin(fut::ready(())));
             }
         };
-        let solving = planned.map(|p| (self.schedulers.solve(&p.batch), p.pools));
+        let solving = planned.map(|p| (self.schedulers.solve(&p.batch), p.pools, p.skipped));
         let launcher = self.provisioning.as_ref().map(|p| p.launcher.clone());
         let recorder = self.provisioning.as_ref().map(|p| p.events.clone());
         let created = async move {
             let mut round = round;
-            let Some((result, pools)) = solving else {
+            let Some((result, pools, skipped)) = solving else {
                 round.timing.solve = started.elapsed();
                 metrics::histogram!(SCHEDULING_DURATION, "controller" => SCHEDULING_CONTROLLER)
                     .record(started.elapsed().as_secs_f64());
@@ -342,7 +358,12 @@ impl Handler<BatchReady> for Provisioner {
             round.timing.solve = started.elapsed();
             metrics::histogram!(SCHEDULING_DURATION, "controller" => SCHEDULING_CONTROLLER)
                 .record(started.elapsed().as_secs_f64());
-            let launches = launches(result, &pools, &mut round.problems, recorder.as_ref());
+            let unplaced = Unplaced {
+                skipped: &skipped,
+                problems: &mut round.problems,
+                recorder: recorder.as_ref(),
+            };
+            let launches = launches(result, &pools, unplaced);
             // Overlapped, at most a Launcher mailbox's worth at a time: each answer is one
             // API create, so a large round's creates overlap instead of paying one round
             // trip after another, yet never queue more than the Launcher's bound. Answers

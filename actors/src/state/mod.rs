@@ -6,6 +6,7 @@
 //! ([`ClusterState::synced`]). NodeClaims and Nodes are also indexed by the EC2 instance id
 //! of their providerID ([`instance_id`]), which is how interruption messages find them.
 
+mod node_class;
 mod pods;
 mod store;
 
@@ -18,6 +19,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use tokio::sync::watch;
 
+pub use node_class::NodeClassReadiness;
 pub use pods::{is_provisionable, is_rescheduled, is_terminating_node};
 
 /// The EC2 instance id of an `aws:///<zone>/<instance-id>` providerID.

@@ -175,7 +175,7 @@ fn refused_spot_is_marked_and_the_same_nodeclaim_launches_on_demand_at_once() {
                 .expect("events list")
                 .iter()
                 .any(|e| {
-                    e["reason"] == "InsufficientCapacityError"
+                    e["reason"] == kerf::troubleshooting::documented("spot-ice")
                         && e["involvedObject"]["name"] == refused.as_str()
                 })
         })

@@ -11,6 +11,7 @@ use kerf::api::NodeClaim;
 use kerf::api::condition::types;
 use kerf::cloudprovider::SPOT_SLR_ERROR_CODE;
 use kerf::labels;
+use kerf::troubleshooting::documented;
 use kerf_actors::garbage_collection;
 use kerf_loadtest::apiserver::Cluster;
 use kerf_loadtest::ec2::CapacityType;
@@ -81,7 +82,7 @@ fn a_fleet_error_that_is_not_capacity_is_recorded_with_ec2s_words_and_retried() 
             "{launched:?}"
         );
         eventually("the failure is published once", || {
-            events_about(&cluster, claim.name(), "LaunchFailed").len() == 1
+            events_about(&cluster, claim.name(), documented("fleet-error")).len() == 1
         })
         .await;
         assert!(
@@ -137,9 +138,9 @@ fn spot_without_its_service_linked_role_launches_on_demand_and_says_how_to_fix_i
             events_about(&cluster, claim.name(), "LaunchFailed")
                 .iter()
                 .any(|e| {
-                    e["message"].as_str().is_some_and(|m| {
-                        m.contains("aws iam create-service-linked-role --aws-service-name spot.amazonaws.com")
-                    })
+                    e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(documented("spot-slr")))
                 })
         })
         .await;
@@ -208,6 +209,12 @@ fn a_machine_that_dies_before_its_node_registers_is_noticed_and_its_claim_delete
         .expect("Registered=False InstanceTerminated");
         assert_eq!(registered.status, kerf::api::ConditionStatus::False);
         assert!(registered.message.contains("KMS"), "{registered:?}");
+        assert!(
+            registered
+                .message
+                .contains(documented("instance-terminated")),
+            "{registered:?}"
+        );
         let deadline = tokio::time::Instant::now() + PATIENCE;
         while !nodeclaims(&h.client).await.is_empty() {
             assert!(
@@ -215,6 +222,115 @@ fn a_machine_that_dies_before_its_node_registers_is_noticed_and_its_claim_delete
                 "the claim is deleted"
             );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn a_nodepool_whose_node_class_is_not_ready_is_skipped_and_the_pods_event_says_why() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        let (_provider, cloud) = simulated_cloud();
+        cluster
+            .create(
+                "karpenter.k8s.aws/v1",
+                "ec2nodeclasses",
+                serde_json::json!({
+                    "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+                    "metadata": {"name": "default"},
+                    "spec": {"role": "KarpenterNodeRole",
+                        "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                        // An id the region does not have: the class cannot become Ready.
+                        "subnetSelectorTerms": [{"id": "subnet-0123456789abcdef0"}],
+                        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}]},
+                }),
+            )
+            .expect("node class created");
+        create_nodepool(&cluster, nodepool("default"));
+        let daemon = start_provisioner(&h, cloud).await;
+        let not_ready = |class: &Value| {
+            class["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "False")
+            })
+        };
+        eventually("the node class is not Ready", || {
+            cluster
+                .get("karpenter.k8s.aws/v1", "ec2nodeclasses", None, "default")
+                .is_ok_and(|class| not_ready(&class))
+        })
+        .await;
+        create_unschedulable_pod(&cluster, "web-1");
+
+        eventually("a FailedScheduling event naming the class", || {
+            events_about(&cluster, "web-1", "FailedScheduling")
+                .iter()
+                .any(|e| {
+                    e["message"].as_str().is_some_and(|m| {
+                        m.contains(r#"nodepool "default" "#)
+                            && m.contains(documented("nodeclass-not-ready"))
+                    })
+                })
+        })
+        .await;
+        assert!(
+            nodeclaims(&h.client).await.is_empty(),
+            "nothing is launched from a class that is not Ready"
+        );
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn a_node_that_never_registers_is_named_with_the_checks_and_its_claim_deleted() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        // No kubelets run: the instance launches and no Node ever registers.
+        let (_provider, cloud) = simulated_cloud();
+        create_nodepool(&cluster, nodepool("default"));
+        let mut timings = fast_timings();
+        timings.lifecycle.registration_ttl = std::time::Duration::from_secs(2);
+        let daemon = start_daemon_with_timings(
+            &h,
+            quick_settings(&["--disable-leader-election", "true"]),
+            "solo",
+            cloud,
+            timings,
+        )
+        .await;
+        create_unschedulable_pod(&cluster, "web-1");
+        let claim = claim_where(&h, "launched", |c| c.is_condition_true(types::LAUNCHED)).await;
+
+        eventually("a RegistrationTimeout event with the checks", || {
+            events_about(&cluster, claim.name(), "RegistrationTimeout")
+                .iter()
+                .any(|e| {
+                    e["message"].as_str().is_some_and(|m| {
+                        m.contains(documented("registration-timeout"))
+                            && m.contains("access entry")
+                            && m.contains("443")
+                    })
+                })
+        })
+        .await;
+        let api: Api<NodeClaim> = Api::all(h.client.clone());
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while api
+            .get_opt(claim.name())
+            .await
+            .expect("get")
+            .is_some_and(|c| c.metadata.uid == claim.metadata.uid)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the NodeClaim that never registered is deleted"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         daemon.stop().await;
         h.stop().await;

@@ -173,7 +173,8 @@ fn a_disruption_budget_holds_the_drain_until_it_allows_the_eviction() {
                 .any(|e| e["involvedObject"]["name"] == "web-1"
                     && e["message"]
                         .as_str()
-                        .is_some_and(|m| m.contains("web-budget"))),
+                        .is_some_and(|m| m.contains("web-budget")
+                            && m.contains(kerf::troubleshooting::documented("pdb-eviction")))),
             "an event on the pod names the budget: {refusals:#?}"
         );
         let node_object = stack

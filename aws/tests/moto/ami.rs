@@ -25,7 +25,6 @@ async fn tag_terms_pick_the_newest_image_per_architecture() {
     let c = clients().await;
     let team = unique("team");
     let old = image(
-        &c,
         &unique("node-old"),
         "x86_64",
         "2024-01-01T00:00:00Z",
@@ -33,7 +32,6 @@ async fn tag_terms_pick_the_newest_image_per_architecture() {
     )
     .await;
     let new = image(
-        &c,
         &unique("node-new"),
         "x86_64",
         "2024-06-01T00:00:00Z",
@@ -41,7 +39,6 @@ async fn tag_terms_pick_the_newest_image_per_architecture() {
     )
     .await;
     let arm = image(
-        &c,
         &unique("node-arm"),
         "arm64",
         "2024-03-01T00:00:00Z",
@@ -70,8 +67,8 @@ async fn tag_terms_pick_the_newest_image_per_architecture() {
 async fn id_and_name_terms() {
     let c = clients().await;
     let name = unique("by-name");
-    let named = image(&c, &name, "arm64", "2024-02-01T00:00:00Z", &[]).await;
-    let by_id = image(&c, &unique("by-id"), "x86_64", "2024-02-02T00:00:00Z", &[]).await;
+    let named = image(&name, "arm64", "2024-02-01T00:00:00Z", &[]).await;
+    let by_id = image(&unique("by-id"), "x86_64", "2024-02-02T00:00:00Z", &[]).await;
     let amis = provider(&c)
         .list(
             &[
@@ -98,7 +95,6 @@ async fn deprecated_images_lose_to_current_ones() {
     let c = clients().await;
     let team = unique("team");
     let current = image(
-        &c,
         &unique("current"),
         "x86_64",
         "2024-01-01T00:00:00Z",
@@ -106,7 +102,6 @@ async fn deprecated_images_lose_to_current_ones() {
     )
     .await;
     let deprecated = image(
-        &c,
         &unique("deprecated"),
         "x86_64",
         "2024-09-01T00:00:00Z",
@@ -140,10 +135,13 @@ async fn deprecated_images_lose_to_current_ones() {
 
 #[tokio::test]
 async fn ssm_parameter_term_resolves_through_ssm() {
-    let c = clients().await;
-    let ami = image(&c, &unique("ssm"), "x86_64", "2024-05-01T00:00:00Z", &[]).await;
+    let c = crate::iam_policy::provider_clients_allowing(&[crate::iam_policy::OWN_SSM_PARAMETERS])
+        .await;
+    let ami = image(&unique("ssm"), "x86_64", "2024-05-01T00:00:00Z", &[]).await;
     let parameter = format!("/kerf-tests/{}/image_id", unique("param"));
-    c.ssm
+    setup_clients()
+        .await
+        .ssm
         .put_parameter()
         .name(&parameter)
         .value(&ami)
@@ -182,7 +180,6 @@ async fn al2023_alias_resolves_standard_and_gpu_variants() {
     // A Kubernetes version no other test uses keeps these parameters to this test.
     let k8s = "1.29";
     let amd = image(
-        &c,
         &unique("al2023-amd64"),
         "x86_64",
         "2024-07-01T00:00:00Z",
@@ -190,7 +187,6 @@ async fn al2023_alias_resolves_standard_and_gpu_variants() {
     )
     .await;
     let arm = image(
-        &c,
         &unique("al2023-arm64"),
         "arm64",
         "2024-07-01T00:00:00Z",
@@ -198,7 +194,6 @@ async fn al2023_alias_resolves_standard_and_gpu_variants() {
     )
     .await;
     let gpu = image(
-        &c,
         &unique("al2023-nvidia"),
         "x86_64",
         "2024-07-01T00:00:00Z",

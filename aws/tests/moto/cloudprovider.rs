@@ -23,12 +23,11 @@ struct Fixture {
 async fn fixture() -> Fixture {
     let c = clients().await;
     let cluster = unique("cluster");
-    let vpc = vpc(&c).await;
-    subnet(&c, &vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
-    subnet(&c, &vpc, "us-east-1b", 2, &[("discovery", &cluster)]).await;
-    security_group(&c, &vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
+    let vpc = vpc().await;
+    subnet(&vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
+    subnet(&vpc, "us-east-1b", 2, &[("discovery", &cluster)]).await;
+    security_group(&vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
     image(
-        &c,
         &unique("node-amd64"),
         "x86_64",
         "2024-01-01T00:00:00Z",
@@ -36,14 +35,13 @@ async fn fixture() -> Fixture {
     )
     .await;
     image(
-        &c,
         &unique("node-arm64"),
         "arm64",
         "2024-01-01T00:00:00Z",
         &[("discovery", &cluster)],
     )
     .await;
-    let role = node_role(&c).await;
+    let role = node_role().await;
     let store = Arc::new(InMemoryNodeClasses::default());
     let settings = provider_settings(&cluster);
     let provider = AwsCloudProvider::new(
@@ -160,8 +158,8 @@ async fn create_get_list_drift_and_delete() {
             .unwrap()
             .starts_with("karpenter.k8s.aws/")
     );
-    let version = p
-        .clients
+    let version = setup_clients()
+        .await
         .ec2
         .describe_launch_template_versions()
         .launch_template_id(lt.launch_template_id().unwrap())
@@ -234,9 +232,7 @@ async fn create_get_list_drift_and_delete() {
 
     // Not drifted; then a newer AMI is selected and the node is.
     assert_eq!(p.is_drifted(&launched).await.unwrap(), None);
-    let c = &p.clients;
     let newer = image(
-        c,
         &unique("node-amd64-new"),
         "x86_64",
         "2024-06-01T00:00:00Z",

@@ -9,9 +9,8 @@ use kerf_aws::subnet::SubnetProvider;
 async fn subnets_by_tags_wildcard_and_id() {
     let c = clients().await;
     let discovery = unique("cluster");
-    let vpc = vpc(&c).await;
+    let vpc = vpc().await;
     let a = subnet(
-        &c,
         &vpc,
         "us-east-1a",
         1,
@@ -19,14 +18,13 @@ async fn subnets_by_tags_wildcard_and_id() {
     )
     .await;
     let b = subnet(
-        &c,
         &vpc,
         "us-east-1b",
         2,
         &[("discovery", &discovery), ("tier", "public")],
     )
     .await;
-    let other = subnet(&c, &vpc, "us-east-1c", 3, &[("unrelated", "yes")]).await;
+    let other = subnet(&vpc, "us-east-1c", 3, &[("unrelated", "yes")]).await;
     let provider = SubnetProvider::new(c.ec2.clone());
 
     let by_tag = provider
@@ -82,11 +80,10 @@ async fn subnets_by_tags_wildcard_and_id() {
 async fn security_groups_by_name_tags_and_id() {
     let c = clients().await;
     let discovery = unique("cluster");
-    let vpc = vpc(&c).await;
+    let vpc = vpc().await;
     let name = unique("nodes");
-    let nodes = security_group(&c, &vpc, &name, &[("discovery", &discovery)]).await;
+    let nodes = security_group(&vpc, &name, &[("discovery", &discovery)]).await;
     let extra = security_group(
-        &c,
         &vpc,
         &unique("extra"),
         &[("discovery", &discovery), ("role", "extra")],

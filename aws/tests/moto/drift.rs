@@ -42,22 +42,16 @@ fn claim(name: &str) -> NodeClaim {
 
 #[tokio::test]
 async fn a_new_image_behind_the_ssm_parameter_drifts_launched_instances() {
-    let c = clients().await;
+    let c = crate::iam_policy::provider_clients_allowing(&[crate::iam_policy::OWN_SSM_PARAMETERS])
+        .await;
     let cluster = unique("cluster");
-    let vpc = vpc(&c).await;
-    subnet(&c, &vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
-    security_group(&c, &vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
-    let old = image(
-        &c,
-        &unique("node-old"),
-        "x86_64",
-        "2024-01-01T00:00:00Z",
-        &[],
-    )
-    .await;
+    let vpc = vpc().await;
+    subnet(&vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
+    security_group(&vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
+    let old = image(&unique("node-old"), "x86_64", "2024-01-01T00:00:00Z", &[]).await;
     let parameter = format!("/kerf-tests/{}/image_id", unique("drift"));
-    point(&c, &parameter, &old).await;
-    let role = node_role(&c).await;
+    point(&setup_clients().await, &parameter, &old).await;
+    let role = node_role().await;
     let store = Arc::new(InMemoryNodeClasses::default());
     let settings = provider_settings(&cluster);
     let p = AwsCloudProvider::new(
@@ -92,15 +86,8 @@ async fn a_new_image_behind_the_ssm_parameter_drifts_launched_instances() {
     assert_eq!(p.is_drifted(&launched).await.expect("drift check"), None);
 
     // A new image behind the parameter: the resolved status follows, the instance drifts.
-    let new = image(
-        &c,
-        &unique("node-new"),
-        "x86_64",
-        "2024-06-01T00:00:00Z",
-        &[],
-    )
-    .await;
-    point(&c, &parameter, &new).await;
+    let new = image(&unique("node-new"), "x86_64", "2024-06-01T00:00:00Z", &[]).await;
+    point(&setup_clients().await, &parameter, &new).await;
     // The parameter (30 min) and image (60 s) caches would see it later; the test does not wait.
     p.ssm.invalidate_mutable();
     p.amis.invalidate();

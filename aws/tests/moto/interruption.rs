@@ -44,7 +44,9 @@ const FIXTURES: [(&str, Kind); 7] = [
 async fn queue_with(visibility_seconds: u32) -> (aws_sdk_sqs::Client, String) {
     let c = clients().await;
     let name = unique("kerf-interruption");
-    c.sqs
+    crate::support::setup_clients()
+        .await
+        .sqs
         .create_queue()
         .queue_name(&name)
         .attributes(
@@ -65,14 +67,20 @@ async fn every_eventbridge_kind_arrives_parsed_and_is_gone_once_deleted() {
         .expect("the queue opens")
         .with_wait(Duration::from_secs(1));
     for (body, _) in FIXTURES {
-        sqs.send_message()
+        crate::support::setup_clients()
+            .await
+            .sqs
+            .send_message()
             .queue_url(queue.url())
             .message_body(body)
             .send()
             .await
             .expect("sent");
     }
-    sqs.send_message()
+    crate::support::setup_clients()
+        .await
+        .sqs
+        .send_message()
         .queue_url(queue.url())
         .message_body("{\"malformed\": true}")
         .send()
@@ -116,7 +124,10 @@ async fn a_message_not_deleted_is_delivered_again() {
         .await
         .expect("the queue opens")
         .with_wait(Duration::from_secs(3));
-    sqs.send_message()
+    crate::support::setup_clients()
+        .await
+        .sqs
+        .send_message()
         .queue_url(queue.url())
         .message_body(FIXTURES[0].0)
         .send()

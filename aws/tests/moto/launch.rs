@@ -26,12 +26,11 @@ struct Env {
 async fn env() -> Env {
     let c = clients().await;
     let cluster = unique("cluster");
-    let vpc = vpc(&c).await;
-    subnet(&c, &vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
-    subnet(&c, &vpc, "us-east-1b", 2, &[("discovery", &cluster)]).await;
-    let security_group =
-        security_group(&c, &vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
-    let ami = image(&c, &unique("node"), "x86_64", "2024-05-01T00:00:00Z", &[]).await;
+    let vpc = vpc().await;
+    subnet(&vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
+    subnet(&vpc, "us-east-1b", 2, &[("discovery", &cluster)]).await;
+    let security_group = security_group(&vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
+    let ami = image(&unique("node"), "x86_64", "2024-05-01T00:00:00Z", &[]).await;
     let subnets = SubnetProvider::new(c.ec2.clone())
         .list(&[SelectorTerm::by_tags([("discovery", cluster.as_str())])])
         .await
@@ -89,13 +88,14 @@ async fn launch_templates_are_created_once_reused_and_deleted_with_their_node_cl
     assert_eq!(restarted.ensure(&config).await.unwrap().id, a.id);
 
     // What was sent: the user data decodes to the MIME archive with the NodeConfig.
-    let versions =
-        e.c.ec2
-            .describe_launch_template_versions()
-            .launch_template_id(&a.id)
-            .send()
-            .await
-            .unwrap();
+    let versions = setup_clients()
+        .await
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(&a.id)
+        .send()
+        .await
+        .unwrap();
     let data = versions.launch_template_versions()[0]
         .launch_template_data()
         .unwrap();
@@ -118,12 +118,13 @@ async fn launch_templates_are_created_once_reused_and_deleted_with_their_node_cl
     let mut expected = vec![a.name.clone(), second.name.clone()];
     expected.sort();
     assert_eq!(deleted, expected);
-    let gone =
-        e.c.ec2
-            .describe_launch_templates()
-            .launch_template_names(&a.name)
-            .send()
-            .await;
+    let gone = setup_clients()
+        .await
+        .ec2
+        .describe_launch_templates()
+        .launch_template_names(&a.name)
+        .send()
+        .await;
     assert!(gone.is_err() || gone.unwrap().launch_templates().is_empty());
 }
 
@@ -139,12 +140,13 @@ async fn unused_templates_are_deleted_when_they_expire() {
         provider.evict_expired().await.unwrap(),
         vec![created.name.clone()]
     );
-    let remaining =
-        e.c.ec2
-            .describe_launch_templates()
-            .launch_template_ids(&created.id)
-            .send()
-            .await;
+    let remaining = setup_clients()
+        .await
+        .ec2
+        .describe_launch_templates()
+        .launch_template_ids(&created.id)
+        .send()
+        .await;
     assert!(remaining.is_err() || remaining.unwrap().launch_templates().is_empty());
 }
 

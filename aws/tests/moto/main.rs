@@ -7,6 +7,7 @@ mod ami;
 mod cloudprovider;
 mod discovery;
 mod drift;
+mod iam_policy;
 mod instancetypes;
 mod interruption;
 mod launch;

@@ -47,11 +47,10 @@ fn condition<'a>(status: &'a EC2NodeClassStatus, type_: &str) -> &'a kerf::api::
 async fn a_valid_node_class_resolves_and_is_ready() {
     let c = clients().await;
     let cluster = unique("cluster");
-    let vpc = vpc(&c).await;
-    let subnet_id = subnet(&c, &vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
-    let sg = security_group(&c, &vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
+    let vpc = vpc().await;
+    let subnet_id = subnet(&vpc, "us-east-1a", 1, &[("discovery", &cluster)]).await;
+    let sg = security_group(&vpc, &unique("nodes"), &[("discovery", &cluster)]).await;
     let ami = image(
-        &c,
         &unique("node"),
         "arm64",
         "2024-04-01T00:00:00Z",
@@ -59,7 +58,9 @@ async fn a_valid_node_class_resolves_and_is_ready() {
     )
     .await;
     let role = unique("KarpenterNodeRole");
-    c.iam
+    setup_clients()
+        .await
+        .iam
         .create_role()
         .role_name(&role)
         .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[]}"#)

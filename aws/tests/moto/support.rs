@@ -17,9 +17,12 @@ pub fn moto() -> &'static MotoServer {
     })
 }
 
+/// The provider's clients: every request is checked against the controller's IAM policy.
 pub async fn clients() -> AwsClients {
-    AwsClients::for_endpoint(moto().endpoint(), REGION).await
+    crate::iam_policy::provider_clients().await
 }
+
+pub use crate::iam_policy::setup_clients;
 
 /// A name unique within this test process.
 pub fn unique(prefix: &str) -> String {
@@ -49,7 +52,8 @@ pub fn tag_spec(
 }
 
 /// A VPC with a CIDR of its own.
-pub async fn vpc(c: &AwsClients) -> String {
+pub async fn vpc() -> String {
+    let c = setup_clients().await;
     static NEXT: AtomicU32 = AtomicU32::new(1);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let out = c
@@ -66,13 +70,8 @@ pub async fn vpc(c: &AwsClients) -> String {
 }
 
 /// A subnet in `zone` with `tags`; `index` picks its /24 within the VPC.
-pub async fn subnet(
-    c: &AwsClients,
-    vpc_id: &str,
-    zone: &str,
-    index: u8,
-    tags: &[(&str, &str)],
-) -> String {
+pub async fn subnet(vpc_id: &str, zone: &str, index: u8, tags: &[(&str, &str)]) -> String {
+    let c = setup_clients().await;
     let vpc = c
         .ec2
         .describe_vpcs()
@@ -98,12 +97,8 @@ pub async fn subnet(
         .to_owned()
 }
 
-pub async fn security_group(
-    c: &AwsClients,
-    vpc_id: &str,
-    name: &str,
-    tags: &[(&str, &str)],
-) -> String {
+pub async fn security_group(vpc_id: &str, name: &str, tags: &[(&str, &str)]) -> String {
+    let c = setup_clients().await;
     let out = c
         .ec2
         .create_security_group()
@@ -121,13 +116,8 @@ pub async fn security_group(
 }
 
 /// Registers an AMI named `name` of `arch` created at `created` (RFC 3339), tagged `tags`.
-pub async fn image(
-    c: &AwsClients,
-    name: &str,
-    arch: &str,
-    created: &str,
-    tags: &[(&str, &str)],
-) -> String {
+pub async fn image(name: &str, arch: &str, created: &str, tags: &[(&str, &str)]) -> String {
+    let c = setup_clients().await;
     let out = c
         .ec2
         .register_image()
@@ -161,7 +151,8 @@ pub async fn image(
 }
 
 /// An IAM role for nodes, named uniquely.
-pub async fn node_role(c: &AwsClients) -> String {
+pub async fn node_role() -> String {
+    let c = setup_clients().await;
     let role = unique("NodeRole");
     c.iam
         .create_role()

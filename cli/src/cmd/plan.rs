@@ -1,5 +1,5 @@
-//! `kerf plan -f PATH [-f PATH ...] [--region R] [-o json|table] [--disruption [--now T]
-//! [--feature-gates G]]`: the offline what-if. Reads manifests (files, directories, or `-` for
+//! `kerf plan -f PATH [-f PATH ...] [--region R] [-o json|table] [--rounds N] [--disruption
+//! [--now T] [--feature-gates G]]`: the offline what-if. Reads manifests (files, directories, or `-` for
 //! stdin), asks the scheduler what it would do with the pending pods, and prints the
 //! NodeClaims it would create, the existing nodes that absorb pods and the pods it cannot
 //! place; with `--disruption`, also the commands the disruption loop would issue, the nodes it
@@ -47,6 +47,10 @@ pub struct Args {
     /// runaway input, sized for a `kind: List` dump of about 200,000 pods.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_YAML_NODES)]
     pub max_yaml_nodes: usize,
+    /// Provisioning rounds to plan: each further round sees the NodeClaims planned so far as
+    /// launched (their cheapest type charged against NodePool limits) and places what is left.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub rounds: u16,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -84,6 +88,7 @@ pub fn run(args: Args) -> ExitCode {
             vm_memory_overhead_percent: args.vm_memory_overhead_percent,
         },
         disruption,
+        rounds: usize::from(args.rounds),
     };
     let outcome = match plan::plan_inventory(inventory, &options) {
         Ok(outcome) => outcome,

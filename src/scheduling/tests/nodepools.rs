@@ -427,7 +427,45 @@ fn oversized_pods_get_upstream_style_reasons() {
         "{err}"
     );
     assert!(
-        err.ends_with("(no instance type has enough resources)"),
+        err.ends_with(
+            r#"(no instance type has enough resources; the largest allowed, fake-it-3, has {"cpu":"3900m","pods":"40"} allocatable after daemonset overhead)"#
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_type_that_would_fit_but_exceeds_the_limits_is_named_with_the_limits_left() {
+    let mut np = node_pool("default", fake_instance_types(4));
+    np.limits = Some(resources(&[("cpu", "2")]));
+    let r = run(&SchedulingInput {
+        pods: vec![pod("big").cpu("2500m").build()],
+        node_pools: vec![np],
+        ..Default::default()
+    });
+    let err = r.errors.values().next().expect("fails");
+    assert!(
+        err.ends_with(
+            r#"(no instance type has enough resources; 2 instance type(s) that would fit exceed the nodepool's remaining limits (cpu=2); the largest allowed, fake-it-1, has {"cpu":"1900m","pods":"20"} allocatable after daemonset overhead)"#
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_resource_no_instance_type_offers_is_named() {
+    let r = run(&single_pool(
+        vec![
+            pod("trunk")
+                .cpu("1")
+                .resource("vpc.amazonaws.com/pod-eni", "1")
+                .build(),
+        ],
+        fake_instance_types(4),
+    ));
+    let err = r.errors.values().next().expect("fails");
+    assert!(
+        err.ends_with("; no instance type offers vpc.amazonaws.com/pod-eni)"),
         "{err}"
     );
 }

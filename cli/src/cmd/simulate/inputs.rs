@@ -4,6 +4,7 @@
 //! rules for Karpenter objects, well-formed workloads — so a bad file stops the run before
 //! anything starts, with the file, object and field in the message.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use kerf::manifest::{self, Object};
@@ -43,34 +44,33 @@ const POD_MAKERS: [&str; 6] = [
     "DaemonSet",
 ];
 
-/// Reads and checks every source; the error lists every problem, one per line.
+/// Reads and checks every source; the error lists every problem, one per line. The default
+/// NodePool is added unless the user's files (`--nodepools` or `--workload`) bring one, and
+/// the default EC2NodeClass unless they bring one named `default` (their NodePools may rely
+/// on it by name).
 pub fn read(sources: &Sources) -> Result<Inputs, Vec<String>> {
     let mut errors = Vec::new();
-    let nodepools = if sources.nodepools.is_empty() {
-        defaults_of(&[
-            (defaults::nodeclass(), defaults::NODECLASS_SOURCE),
-            (defaults::nodepool(), defaults::NODEPOOL_SOURCE),
-        ])
+    let mut all = collect(read_objects(&sources.nodepools), &mut errors);
+    if sources.workload.is_empty() {
+        all.extend(defaults_of(&[(
+            defaults::workload(sources.pods),
+            defaults::WORKLOAD_SOURCE,
+        )]));
     } else {
-        let mut objects = collect(read_objects(&sources.nodepools), &mut errors);
-        if !objects.iter().any(is_default_nodeclass) {
-            // The user's NodePools may rely on the default node class by name.
-            objects.extend(defaults_of(&[(
-                defaults::nodeclass(),
-                defaults::NODECLASS_SOURCE,
-            )]));
-        }
-        objects
-    };
-    let workload = if sources.workload.is_empty() {
-        defaults_of(&[(defaults::workload(sources.pods), defaults::WORKLOAD_SOURCE)])
-    } else {
-        collect(read_objects(&sources.workload), &mut errors)
-    };
+        all.extend(collect(read_objects(&sources.workload), &mut errors));
+    }
+    let mut missing = Vec::new();
+    if !all.iter().any(is_default_nodeclass) {
+        missing.push((defaults::nodeclass(), defaults::NODECLASS_SOURCE));
+    }
+    if !all.iter().any(|o| o.kind == "NodePool") {
+        missing.push((defaults::nodepool(), defaults::NODEPOOL_SOURCE));
+    }
+    all.splice(0..0, defaults_of(&missing));
+    errors.extend(defined_twice(&all));
     if !errors.is_empty() {
         return Err(errors);
     }
-    let all: Vec<Object> = nodepools.into_iter().chain(workload).collect();
     let inventory = inventory::inventory(&all)
         .map_err(|problems| problems.iter().map(ToString::to_string).collect::<Vec<_>>())?;
     let (workload, setup) = all
@@ -81,6 +81,32 @@ pub fn read(sources: &Sources) -> Result<Inputs, Vec<String>> {
         workload,
         inventory,
     })
+}
+
+/// `SOURCE: KIND/NAME: also defined at SOURCE` for each object given twice: the API server
+/// would refuse the second with AlreadyExists, after the run started.
+fn defined_twice(objects: &[Object]) -> Vec<String> {
+    let mut first: HashMap<(&str, Option<&str>, Option<&str>), &Object> = HashMap::new();
+    let mut problems = Vec::new();
+    for object in objects {
+        let key = (
+            object.kind.as_str(),
+            object.namespace.as_deref(),
+            object.name.as_deref(),
+        );
+        match first.get(&key) {
+            Some(earlier) if object.name.is_some() => problems.push(format!(
+                "{}: {}: also defined at {}",
+                object.source,
+                object.display_name(),
+                earlier.source
+            )),
+            _ => {
+                first.insert(key, object);
+            }
+        }
+    }
+    problems
 }
 
 fn is_default_nodeclass(object: &Object) -> bool {
@@ -166,6 +192,47 @@ mod tests {
         .expect("valid");
         std::fs::remove_dir_all(&dir).expect("cleaned up");
         let names: Vec<String> = inputs.setup.iter().map(Object::display_name).collect();
-        assert_eq!(names, ["NodePool/mine", "EC2NodeClass/default"]);
+        assert_eq!(names, ["EC2NodeClass/default", "NodePool/mine"]);
+    }
+
+    #[test]
+    fn a_workload_file_may_bring_its_own_nodepools_and_node_class() {
+        let dir = std::env::temp_dir().join(format!("kerf-sim-own-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("everything.yaml");
+        let pool = defaults::nodepool().replace("name: default\nspec:", "name: mine\nspec:");
+        let text = format!(
+            "{}\n---\n{pool}\n---\n{}",
+            defaults::nodeclass(),
+            defaults::workload(3)
+        );
+        std::fs::write(&file, text).expect("written");
+        let inputs = read(&Sources {
+            workload: vec![file.clone()],
+            ..sources(1)
+        })
+        .expect("valid");
+        let names: Vec<String> = inputs.setup.iter().map(Object::display_name).collect();
+        assert_eq!(
+            names,
+            ["EC2NodeClass/default", "NodePool/mine"],
+            "no defaults added"
+        );
+        assert_eq!(inputs.inventory.pods.len(), 3);
+
+        let errors = read(&Sources {
+            nodepools: vec![file.clone()],
+            workload: vec![file.clone()],
+            ..sources(1)
+        })
+        .expect_err("every object twice");
+        std::fs::remove_dir_all(&dir).expect("cleaned up");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("NodePool/mine: also defined at")
+                    && e.contains("everything.yaml")),
+            "{errors:?}"
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! user's files), runs the real controller against the emulator over HTTP, shows progress,
 //! and ends with a summary of what happened. Exits 0 when every pod that can fit is bound
 //! (pods the controller reports it cannot place do not count), 1 when `--duration` runs out
-//! first or the input is bad.
+//! first or the input is bad, 130 after Ctrl-C or SIGTERM, which end the run at once with a
+//! summary of what happened until then.
 
 mod api_only;
 mod apply;
@@ -113,6 +114,7 @@ pub fn run(args: Args) -> ExitCode {
     }
     let keep_serving = args.kubeconfig_out.is_some();
     let output = args.output;
+    let (stopped, stop) = tokio::sync::watch::channel(false);
     let config = run::Config {
         inputs,
         ice: args.ice,
@@ -127,6 +129,7 @@ pub fn run(args: Args) -> ExitCode {
         },
         show_progress: output == Format::Table,
         drift: args.drift,
+        stop: stop.clone(),
     };
     let system = actix::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -135,14 +138,20 @@ pub fn run(args: Args) -> ExitCode {
             .expect("the tokio runtime builds with default settings")
     });
     let ran = system.block_on(async move {
+        // Installed before anything starts: a signal at any moment ends the run with a
+        // summary of what happened so far (and stops a cluster kept up after it), never
+        // kills the process mid-way.
+        let signal = StopSignal::install()?;
+        tokio::spawn(async move {
+            signal.wait().await;
+            let _ = stopped.send(true);
+        });
         let finished = run::simulate(config).await?;
         print(&finished.summary, output);
-        if keep_serving {
-            // Installed before the line is printed: a signal sent as soon as it is read must
-            // stop the cluster, not kill the process.
-            let stop = StopSignal::install()?;
+        if keep_serving && !*stop.borrow() {
             eprintln!("the simulated cluster keeps running; Ctrl-C stops it");
-            stop.wait().await;
+            let mut stop = stop;
+            let _ = stop.wait_for(|stopped| *stopped).await;
         }
         let summary = finished.summary.clone();
         finished.stop().await;
@@ -157,6 +166,11 @@ pub fn run(args: Args) -> ExitCode {
     };
     match summary.outcome {
         Outcome::Complete => ExitCode::SUCCESS,
+        Outcome::Interrupted => {
+            eprintln!("kerf simulate: stopped by a signal before the run finished");
+            // 128 + SIGINT, as shells report a command ended by Ctrl-C.
+            ExitCode::from(130)
+        }
         Outcome::TimedOut => {
             eprintln!(
                 "kerf simulate: {} pods still pending after {:?} that the controller did not report unschedulable",

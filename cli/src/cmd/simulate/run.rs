@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use kerf_actors::Daemon;
 use kerf_actors::provisioner::Round;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::apply::apply;
@@ -22,7 +23,7 @@ use super::observe::Tally;
 use super::planned;
 use super::progress::Progress;
 use super::scale_down;
-use super::summary::{Facts, Outcome, Provisioning, RoundFigures, Summary};
+use super::summary::{Endpoints, Facts, Outcome, Provisioning, RoundFigures, Summary};
 use super::world::{Pace, World};
 
 /// Longest the loop sleeps without news; progress and the deadline are checked this often.
@@ -41,6 +42,8 @@ pub struct Config {
     pub show_progress: bool,
     /// Run the `--drift` AMI rollout after the scale-out.
     pub drift: bool,
+    /// Turns true on Ctrl-C or SIGTERM: the run stops where it is and summarises.
+    pub stop: watch::Receiver<bool>,
 }
 
 /// A finished run whose cluster is still up.
@@ -92,7 +95,8 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     let progress = Progress::new(expected, config.show_progress);
     let mut rounds = daemon.rounds.clone();
     let mut log = RoundLog::default();
-    let outcome = loop {
+    let mut stop = config.stop.clone();
+    let mut outcome = loop {
         tokio::select! {
             () = tally.changed() => {}
             changed = rounds.changed() => {
@@ -101,6 +105,10 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
                 }
             }
             () = tokio::time::sleep(TICK) => {}
+            _ = stop.changed() => {}
+        }
+        if *stop.borrow() {
+            break Outcome::Interrupted;
         }
         tally.update(std::time::Instant::now());
         let counts = tally.counts();
@@ -115,21 +123,31 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         }
     };
     progress.finish();
-    let drift = if config.drift && outcome == Outcome::Complete {
-        Some(super::drift::rollout(&world, &mut tally, deadline).await?)
-    } else {
-        None
+    // Each phase after the scale-out is given up on a stop signal (its own figures with it);
+    // the summary still tells what happened until then.
+    let drift = match (config.drift, outcome) {
+        (true, Outcome::Complete) => {
+            let rollout = super::drift::rollout(&world, &mut tally, deadline);
+            unless_stopped(&mut stop, &mut outcome, rollout)
+                .await
+                .transpose()?
+        }
+        _ => None,
     };
     let interruptions = match (outcome, config.interrupt_spot) {
         (Outcome::Complete, Some(fraction)) => {
             eprintln!("interrupting {:.0}% of the spot nodes", fraction * 100.0);
-            Some(interrupt::run(&cluster, world.provider.ec2(), fraction, deadline).await)
+            let phase = interrupt::run(&cluster, world.provider.ec2(), fraction, deadline);
+            unless_stopped(&mut stop, &mut outcome, phase).await
         }
         _ => None,
     };
     let disruption = match (config.scale_down, outcome) {
         (Some(fraction), Outcome::Complete) => {
-            Some(scale_down::run(&world, &daemon, &mut tally, fraction, deadline).await?)
+            let phase = scale_down::run(&world, &daemon, &mut tally, fraction, deadline);
+            unless_stopped(&mut stop, &mut outcome, phase)
+                .await
+                .transpose()?
         }
         _ => None,
     };
@@ -152,6 +170,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         ice_pools: world.ice.len(),
         plan,
         disruption,
+        endpoints: Endpoints::new(daemon.metrics_addr, daemon.probes_addr),
     });
     summary.drift = drift;
     summary.interruptions = interruptions;
@@ -160,6 +179,21 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         world,
         daemon,
     })
+}
+
+/// `phase`'s result, or `None` (and the outcome `Interrupted`) when a stop signal comes first.
+async fn unless_stopped<T>(
+    stop: &mut watch::Receiver<bool>,
+    outcome: &mut Outcome,
+    phase: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        done = phase => Some(done),
+        _ = stop.wait_for(|stopped| *stopped) => {
+            *outcome = Outcome::Interrupted;
+            None
+        }
+    }
 }
 
 /// What the controller's provisioning rounds said.

@@ -23,6 +23,8 @@ pub enum Outcome {
     Complete,
     /// `--duration` ran out with pods pending that the controller did not call unschedulable.
     TimedOut,
+    /// Ctrl-C or SIGTERM stopped the run early: the summary is of what happened until then.
+    Interrupted,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -53,6 +55,28 @@ pub struct Summary {
     /// What `--scale-down` gave back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disruption: Option<Disruption>,
+    /// Where the controller serves its metrics and probes while the run (and, with
+    /// `--kubeconfig-out`, the cluster after it) is up.
+    pub controller_endpoints: Endpoints,
+}
+
+/// The controller's HTTP endpoints, as URLs.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoints {
+    pub metrics: String,
+    pub liveness: String,
+    pub readiness: String,
+}
+
+impl Endpoints {
+    pub fn new(metrics: std::net::SocketAddr, probes: std::net::SocketAddr) -> Self {
+        Self {
+            metrics: format!("http://{metrics}/metrics"),
+            liveness: format!("http://{probes}/healthz"),
+            readiness: format!("http://{probes}/readyz"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -149,6 +173,7 @@ pub struct Facts<'a> {
     /// NodeClaims `kerf plan` computes for the same objects.
     pub plan: Option<usize>,
     pub disruption: Option<Disruption>,
+    pub endpoints: Endpoints,
 }
 
 /// Stuck pods listed by name at most.
@@ -224,6 +249,7 @@ impl Summary {
             drift: None,
             interruptions: None,
             disruption: facts.disruption,
+            controller_endpoints: facts.endpoints,
         }
     }
 
@@ -233,6 +259,7 @@ impl Summary {
         let outcome = match self.outcome {
             Outcome::Complete => "every pod that can fit is bound",
             Outcome::TimedOut => "timed out with pods still pending",
+            Outcome::Interrupted => "stopped by a signal; what happened until then",
         };
         let _ = writeln!(out, "{outcome} after {:.1}s", self.elapsed_seconds);
         let _ = writeln!(
@@ -296,6 +323,12 @@ impl Summary {
                 bytes as f64 / (1024.0 * 1024.0)
             );
         }
+        let e = &self.controller_endpoints;
+        let _ = writeln!(
+            out,
+            "controller      metrics {}  probes {} {}",
+            e.metrics, e.liveness, e.readiness
+        );
         if self.insufficient_capacity_pools > 0 {
             let _ = writeln!(
                 out,
@@ -443,7 +476,18 @@ mod tests {
             ice_pools: 0,
             plan: Some(2),
             disruption: None,
+            endpoints: Endpoints::new(
+                "127.0.0.1:8080".parse().expect("address"),
+                "127.0.0.1:8081".parse().expect("address"),
+            ),
         });
+        assert!(
+            summary
+                .to_table()
+                .contains("controller      metrics http://127.0.0.1:8080/metrics  probes http://127.0.0.1:8081/healthz http://127.0.0.1:8081/readyz"),
+            "{}",
+            summary.to_table()
+        );
         assert_eq!(summary.nodes.total, 2);
         assert_eq!(summary.nodes.by_instance_type["m5.large"], 2);
         assert_eq!(summary.nodes.by_zone.len(), 2);
