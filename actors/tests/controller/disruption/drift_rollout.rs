@@ -22,20 +22,11 @@ fn a_requirement_change_replaces_the_drifted_nodes_one_by_one() {
         let old_claims = stack.live_claims();
         assert!(old_claims.iter().all(|c| instance_type(c) == SMALL));
 
-        cluster
-            .patch(
-                "karpenter.sh/v1",
-                "nodepools",
-                None,
-                "default",
-                PatchKind::Merge,
-                &json!({"spec": {"template": {"spec": {"requirements": [
-                    {"key": labels::INSTANCE_TYPE, "operator": "In", "values": [MEDIUM]},
-                    {"key": labels::ZONE, "operator": "In", "values": [ZONE]},
-                    {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}
-                ]}}}}),
-            )
-            .expect("requirements changed");
+        stack.patch_pool(json!({"spec": {"template": {"spec": {"requirements": [
+            {"key": labels::INSTANCE_TYPE, "operator": "In", "values": [MEDIUM]},
+            {"key": labels::ZONE, "operator": "In", "values": [ZONE]},
+            {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}
+        ]}}}}));
 
         // When each drifted NodeClaim was first seen deleting.
         let mut deleted_at: HashMap<String, Timestamp> = HashMap::new();

@@ -43,16 +43,7 @@ fn a_budget_that_allows_nothing_is_a_disruption_blocked_event_until_it_changes()
         assert!(stack.commands().is_empty(), "{:?}", stack.commands());
         assert!(stack.node(&node).is_some_and(|n| !has_disrupted_taint(&n)));
 
-        cluster
-            .patch(
-                "karpenter.sh/v1",
-                "nodepools",
-                None,
-                "default",
-                PatchKind::Merge,
-                &json!({"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}}),
-            )
-            .expect("budget raised");
+        stack.patch_pool(json!({"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}}));
         within(FLOW, "the empty node deleted", || {
             stack.nodeclaims().is_empty()
         })

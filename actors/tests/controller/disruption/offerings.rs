@@ -47,13 +47,7 @@ fn an_unavailable_offering_is_no_replacement() {
             offerings.is_unavailable(SMALL, ZONE, "on-demand", &[])
         })
         .await;
-        let progress = stack
-            .daemon
-            .disruption
-            .as_ref()
-            .expect("disruption")
-            .progress
-            .clone();
+        let progress = stack.progress();
         let passes = progress.borrow().passes;
 
         stack.scale("big", 0);
