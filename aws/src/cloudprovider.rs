@@ -127,7 +127,11 @@ pub(crate) fn instance_error(provider_id: &str, err: InstanceError) -> CloudProv
     match err {
         InstanceError::NotFound(id) => CloudProviderError::NodeClaimNotFound {
             provider_id: provider_id.to_owned(),
-            reason: format!("instance {id} does not exist or is terminated"),
+            reason: format!("instance {id} does not exist"),
+        },
+        ended @ InstanceError::Ended { .. } => CloudProviderError::NodeClaimNotFound {
+            provider_id: provider_id.to_owned(),
+            reason: ended.to_string(),
         },
         InstanceError::Api(e) => api_error(e),
         InstanceError::Batch(e) => CloudProviderError::Other {

@@ -39,6 +39,8 @@ pub struct Instance {
     pub capacity_type: String,
     pub tags: BTreeMap<String, String>,
     pub launch_time: Option<SystemTime>,
+    /// EC2's `StateReason` (`code: message`), e.g. why an instance ended.
+    pub state_reason: Option<String>,
 }
 
 /// Why an instance call failed.
@@ -46,6 +48,13 @@ pub struct Instance {
 pub enum InstanceError {
     #[error("instance {0} not found")]
     NotFound(String),
+    /// EC2 still lists the instance, but it has ended; `reason` is EC2's `StateReason`.
+    #[error("instance {id} is {state}: {reason}")]
+    Ended {
+        id: String,
+        state: String,
+        reason: String,
+    },
     #[error(transparent)]
     Api(#[from] ApiError),
     #[error("{0}")]
@@ -84,12 +93,24 @@ impl InstanceProvider {
         Ok(self.fleet.add(request, node_claim.to_owned()).await??)
     }
 
-    /// The live instance `id`.
+    /// The live instance `id`; an ended one is [`InstanceError::Ended`] with EC2's reason,
+    /// so whoever notices a machine gone can say why.
     pub async fn get(&self, id: &str) -> Result<Instance, InstanceError> {
-        self.describe
+        let instance = self
+            .describe
             .add((), id.to_owned())
             .await??
-            .ok_or_else(|| InstanceError::NotFound(id.to_owned()))
+            .ok_or_else(|| InstanceError::NotFound(id.to_owned()))?;
+        if LIVE_STATES.contains(&instance.state.as_str()) {
+            return Ok(instance);
+        }
+        Err(InstanceError::Ended {
+            reason: instance
+                .state_reason
+                .unwrap_or_else(|| "EC2 gave no reason".to_owned()),
+            id: instance.id,
+            state: instance.state,
+        })
     }
 
     /// Every live instance this cluster launched for a NodePool.
@@ -255,7 +276,8 @@ fn describe_executor(ec2: aws_sdk_ec2::Client) -> Executor<(), String, DescribeR
                     .collect::<HashSet<_>>()
                     .into_iter()
                     .collect();
-                match describe_pages(&ec2, Some(unique), vec![state_filter()]).await {
+                // By id, in every state: an ended instance is answered with its reason.
+                match describe_pages(&ec2, Some(unique), Vec::new()).await {
                     Ok(found) => {
                         let by_id: HashMap<String, Instance> =
                             found.into_iter().map(|i| (i.id.clone(), i)).collect();
@@ -278,7 +300,7 @@ fn describe_executor(ec2: aws_sdk_ec2::Client) -> Executor<(), String, DescribeR
 }
 
 async fn describe_one(ec2: &aws_sdk_ec2::Client, id: &str) -> DescribeResult {
-    match describe_pages(ec2, Some(vec![id.to_owned()]), vec![state_filter()]).await {
+    match describe_pages(ec2, Some(vec![id.to_owned()]), Vec::new()).await {
         Ok(found) => Ok(found.into_iter().next()),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e),
@@ -341,6 +363,13 @@ fn instance_of(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
             .and_then(|s| s.name())
             .map(|n| n.as_str().to_owned())
             .unwrap_or_default(),
+        state_reason: i.state_reason().map(|r| match (r.code(), r.message()) {
+            (Some(code), Some(message)) if !message.starts_with(code) => {
+                format!("{code}: {message}")
+            }
+            (_, Some(message)) => message.to_owned(),
+            (code, None) => code.unwrap_or_default().to_owned(),
+        }),
         image_id: i.image_id().map(str::to_owned),
         subnet_id: i.subnet_id().map(str::to_owned),
         security_group_ids: i

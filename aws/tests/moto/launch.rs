@@ -244,14 +244,17 @@ async fn create_fleet_launches_tagged_instances_that_get_list_and_terminate_find
     );
 
     instances.terminate(&got.id).await.unwrap();
-    // Terminated instances are gone for Get and List.
-    assert!(matches!(
-        instances.get(&got.id).await,
-        Err(InstanceError::NotFound(_))
-    ));
+    // A terminated instance is gone for Get (which says why, in EC2's words) and List.
+    match instances.get(&got.id).await {
+        Err(InstanceError::Ended { state, reason, .. }) => {
+            assert_eq!(state, "terminated");
+            assert!(reason.contains("Client.UserInitiatedShutdown"), "{reason}");
+        }
+        other => panic!("a terminated instance: {other:?}"),
+    }
     assert!(matches!(
         instances.terminate(&got.id).await,
-        Err(InstanceError::NotFound(_))
+        Err(InstanceError::Ended { .. })
     ));
     assert!(instances.list().await.unwrap().is_empty());
     assert!(matches!(
@@ -309,7 +312,7 @@ async fn garbage_collection_terminates_only_old_instances_without_a_node_claim()
     assert_eq!(collected, std::slice::from_ref(&leaked));
     assert!(matches!(
         instances.get(&leaked).await,
-        Err(InstanceError::NotFound(_))
+        Err(InstanceError::Ended { .. })
     ));
     assert_eq!(instances.get(&kept).await.unwrap().id, kept);
 }
