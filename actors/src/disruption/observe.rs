@@ -1,9 +1,10 @@
 //! What a pass reports, under upstream's names: the eligible nodes per reason, each
-//! NodePool's allowed disruptions per reason, each method's evaluation time, decisions and
-//! failed validations, consolidation timeouts; and the events on the nodes left alone — `DisruptionBlocked` when a
-//! budget or a pod (a PodDisruptionBudget, `karpenter.sh/do-not-disrupt`) holds the node,
-//! `Unconsolidatable` when consolidation has no move for it (policy, `consolidateAfter`,
-//! no cheaper replacement, pods that would not schedule). Reason labels are lower-case, as
+//! NodePool's allowed disruptions per reason, each method's evaluation time, decisions,
+//! failed validations and consolidation timeouts; and the events on the nodes left alone —
+//! `DisruptionBlocked` when a budget or a pod (a PodDisruptionBudget,
+//! `karpenter.sh/do-not-disrupt`) holds the node, `Unconsolidatable` when consolidation has
+//! no move for it (policy, `consolidateAfter`, no cheaper replacement, pods that would not
+//! schedule, a move onto a node still initializing). Reason labels are lower-case, as
 //! upstream's disruption metrics carry them.
 
 use kerf::disruption::controller::{Pass, Planned};
