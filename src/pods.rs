@@ -20,6 +20,13 @@ pub fn wants_capacity(pod: &Pod) -> bool {
         && !nominated
 }
 
+/// Whether `pod` is a StatefulSet pod being deleted. Upstream counts such a pod on a
+/// disrupted or terminating node as needing a place: its controller recreates it under the
+/// same name only once it is gone, so capacity for it must not wait for the drain.
+pub fn is_terminating_stateful(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some() && is_owned_by(pod, "StatefulSet")
+}
+
 /// Whether one of `pod`'s owner references is of `kind` (`DaemonSet`; `Node` for mirror pods).
 pub fn is_owned_by(pod: &Pod, kind: &str) -> bool {
     pod.metadata

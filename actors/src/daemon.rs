@@ -398,6 +398,8 @@ impl Daemon {
                     client: client.clone(),
                     state: state.clone(),
                     catalog: provisioning.catalog,
+                    offerings: provisioning.offerings.clone(),
+                    instance_types: Default::default(),
                     controller: provisioning.controller,
                     feature_gates: disruption::core_gates(feature_gates),
                     orchestrator,

@@ -68,6 +68,10 @@ pub const NODES_TERMINATED: &str = "karpenter_nodes_terminated_total";
 /// Time from a Node's deletion until its finalizer is released (label `nodepool`). A
 /// summary, as upstream's, so it deliberately gets no buckets.
 pub const NODES_TERMINATION_DURATION: &str = "karpenter_nodes_termination_duration_seconds";
+/// Pods waiting for a successful eviction (no labels, a gauge as upstream's).
+pub const NODES_EVICTION_QUEUE_DEPTH: &str = "karpenter_nodes_eviction_queue_depth";
+/// A Node's age when its termination finalizer is released (label `nodepool`).
+pub const NODES_LIFETIME_DURATION: &str = "karpenter_nodes_lifetime_duration_seconds";
 /// Nodes whose drain completed (label `nodepool`).
 pub const NODES_DRAINED: &str = "karpenter_nodes_drained_total";
 /// Pods evicted by a drain (label `reason`: the NodeClaim's disruption reason).
@@ -115,6 +119,9 @@ pub const DISRUPTION_EVALUATION_DURATION: &str =
 /// `consolidation_type`).
 pub const DISRUPTION_FAILED_VALIDATIONS: &str =
     "karpenter_voluntary_disruption_failed_validations_total";
+/// Consolidation searches stopped by upstream's time limits (label `consolidation_type`).
+pub const DISRUPTION_CONSOLIDATION_TIMEOUTS: &str =
+    "karpenter_voluntary_disruption_consolidation_timeouts_total";
 /// Commands the orchestration queue rolled back (labels `decision`, `reason`,
 /// `consolidation_type`).
 pub const DISRUPTION_QUEUE_FAILURES: &str = "karpenter_voluntary_disruption_queue_failures_total";
@@ -196,6 +203,12 @@ const WINDOW_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 
 const TERMINATION_BUCKETS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
 ];
+/// Upstream's node lifetime buckets: 15 minutes to 30 days.
+const LIFETIME_BUCKETS: &[f64] = &[
+    900.0, 1800.0, 2700.0, 3600.0, 7200.0, 14400.0, 21600.0, 28800.0, 36000.0, 43200.0, 57600.0,
+    72000.0, 86400.0, 172800.0, 259200.0, 432000.0, 864000.0, 1296000.0, 1728000.0, 2160000.0,
+    2592000.0,
+];
 /// Batch sizes span one pod to thousands.
 const SIZE_BUCKETS: &[f64] = &[1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0];
 
@@ -223,6 +236,12 @@ fn install() -> PrometheusHandle {
             b.set_buckets_for_metric(
                 Matcher::Full(NODECLAIMS_INSTANCE_TERMINATION_DURATION.into()),
                 &TERMINATION_BUCKETS[..11],
+            )
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(NODES_LIFETIME_DURATION.into()),
+                LIFETIME_BUCKETS,
             )
         })
         .and_then(|b| {

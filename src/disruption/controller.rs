@@ -17,7 +17,7 @@ use super::candidate::{Blocks, Candidate, candidates, consolidates_underutilized
 use super::report::{BudgetReport, CommandReport, Decision, Method, Reason};
 use super::run::State;
 use super::simulate::simulate;
-use super::{Cluster, DisruptionError, Options, report_command};
+use super::{Cluster, DisruptionError, Options, Timeouts, report_command};
 use crate::api::DisruptionReason;
 use crate::scheduling::PlannedNodeClaim;
 
@@ -49,6 +49,8 @@ pub struct Pass {
     /// How long each method evaluated, in the order run (methods after the one that found
     /// a command do not run).
     pub timings: Vec<(Method, Duration)>,
+    /// Consolidation methods that ran out of time ([`super::Timeouts`]).
+    pub timed_out: Vec<Method>,
     /// The next instant a node's `consolidateAfter` elapses with nothing else changing: a
     /// pass finding nothing stays true until then at most.
     pub next_consolidatable: Option<k8s_openapi::jiff::Timestamp>,
@@ -63,9 +65,15 @@ pub fn reason_name(reason: DisruptionReason) -> &'static str {
     }
 }
 
-/// One pass over `cluster`: the first command of [`VOLUNTARY_METHODS`], if any.
-pub fn pass(cluster: &Cluster, options: Options) -> Result<Pass, DisruptionError> {
+/// One pass over `cluster`: the first command of [`VOLUNTARY_METHODS`], if any, each
+/// consolidation method within its `timeouts`.
+pub fn pass(
+    cluster: &Cluster,
+    options: Options,
+    timeouts: Timeouts,
+) -> Result<Pass, DisruptionError> {
     let mut state = State::new(cluster, options)?;
+    state.timeouts = timeouts;
     let mut out = Pass {
         budgets: state.budget_report()?,
         ..Pass::default()
@@ -90,6 +98,7 @@ pub fn pass(cluster: &Cluster, options: Options) -> Result<Pass, DisruptionError
         }
     }
     out.blocked = blocks.0;
+    out.timed_out = state.timed_out;
     Ok(out)
 }
 
@@ -314,7 +323,7 @@ mod tests {
     }
 
     fn planned(cluster: &Cluster) -> Planned {
-        pass(cluster, options())
+        pass(cluster, options(), Timeouts::NONE)
             .expect("valid input")
             .command
             .expect("a command")
@@ -326,7 +335,7 @@ mod tests {
             .pool(unlimited())
             .node(node("big").size("xlarge").pods(4))
             .build();
-        let pass = pass(&cluster, options()).expect("valid input");
+        let pass = pass(&cluster, options(), Timeouts::NONE).expect("valid input");
         let planned = pass.command.expect("a command");
         assert_eq!(planned.command.method, Method::SingleNodeConsolidation);
         assert_eq!(planned.command.nodes, ["big"]);
@@ -347,6 +356,72 @@ mod tests {
         );
     }
 
+    thread_local! {
+        static STARTED: std::time::Instant = std::time::Instant::now();
+        static TICKS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+
+    /// A clock that moves 25 s each time it is read (per test thread).
+    fn ticking() -> std::time::Instant {
+        let tick = TICKS.with(|t| {
+            t.set(t.get() + 1);
+            t.get()
+        });
+        STARTED.with(|s| *s + Duration::from_secs(25) * tick)
+    }
+
+    fn eight_light_nodes() -> Cluster {
+        (0..8)
+            .fold(cluster().pool(unlimited()), |c, i| {
+                c.node(node(&format!("n{i}")).pods(1))
+            })
+            .build()
+    }
+
+    #[test]
+    fn multi_node_consolidation_keeps_its_best_command_when_its_minute_runs_out() {
+        let cluster = eight_light_nodes();
+        let unlimited = pass(&cluster, options(), Timeouts::NONE).expect("valid input");
+        let all = unlimited.command.expect("a command").command;
+        assert_eq!(all.method, Method::MultiNodeConsolidation);
+        assert_eq!(all.nodes.len(), 8);
+        assert!(unlimited.timed_out.is_empty());
+
+        // 25 s per look: the search tries 5 nodes, then 7, and the minute is over.
+        let timeouts = Timeouts {
+            clock: ticking,
+            ..Timeouts::UPSTREAM
+        };
+        let cut = pass(&cluster, options(), timeouts).expect("valid input");
+        assert_eq!(cut.timed_out, [Method::MultiNodeConsolidation]);
+        let partial = cut.command.expect("the best command so far").command;
+        assert_eq!(partial.method, Method::MultiNodeConsolidation);
+        assert_eq!(partial.nodes.len(), 7, "{partial:?}");
+    }
+
+    #[test]
+    fn single_node_consolidation_gives_up_the_pass_when_its_time_runs_out() {
+        let cluster = cluster()
+            .pool(unlimited())
+            .node(node("big").size("xlarge").pods(4))
+            .build();
+        let expired = Timeouts {
+            single_node: Some(Duration::ZERO),
+            clock: ticking,
+            ..Timeouts::UPSTREAM
+        };
+        let pass = pass(&cluster, options(), expired).expect("valid input");
+        assert!(pass.command.is_none(), "{:?}", pass.command);
+        assert_eq!(pass.timed_out, [Method::SingleNodeConsolidation]);
+        // Within its time the same pass replaces the node.
+        let timely = super::pass(&cluster, options(), Timeouts::UPSTREAM).expect("valid input");
+        assert_eq!(
+            timely.command.expect("a command").command.method,
+            Method::SingleNodeConsolidation
+        );
+        assert!(timely.timed_out.is_empty());
+    }
+
     #[test]
     fn a_pass_names_when_the_next_node_becomes_consolidatable() {
         let cluster = cluster()
@@ -354,7 +429,7 @@ mod tests {
             .node(node("fresh").last_pod_event(ago(60)))
             .node(node("fresher").last_pod_event(ago(30)))
             .build();
-        let pass = pass(&cluster, options()).expect("valid input");
+        let pass = pass(&cluster, options(), Timeouts::NONE).expect("valid input");
         assert!(pass.command.is_none());
         assert_eq!(
             pass.next_consolidatable.map(|t| t.as_second()),
@@ -369,7 +444,7 @@ mod tests {
             .node(node("a"))
             .node(node("b"))
             .build();
-        let pass = pass(&cluster, options()).expect("valid input");
+        let pass = pass(&cluster, options(), Timeouts::NONE).expect("valid input");
         let planned = pass.command.expect("a command");
         assert_eq!(planned.command.method, Method::Emptiness);
         assert_eq!(planned.command.nodes, ["a"]);

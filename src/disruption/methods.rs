@@ -265,7 +265,13 @@ pub fn multi_node(
         },
     );
     let mut best: Option<Proposal> = None;
+    let deadline = state.timeouts.deadline(state.timeouts.multi_node);
     while low <= high {
+        if deadline.passed() {
+            // Upstream's timeout: the best command found so far, if any.
+            state.timed_out.push(Method::MultiNodeConsolidation);
+            break;
+        }
         let mid = (low + high) / 2;
         let prefix = &allowed[..=mid];
         match multi_node_option(state, prefix, totals) {
@@ -317,7 +323,13 @@ pub fn single_node(
     totals: &PoolTotals,
     blocks: &mut Blocks,
 ) -> Option<Command> {
+    let deadline = state.timeouts.deadline(state.timeouts.single_node);
     for c in round_robin(candidates) {
+        if deadline.passed() {
+            // Upstream's timeout gives up the pass; the next one starts afresh.
+            state.timed_out.push(Method::SingleNodeConsolidation);
+            return None;
+        }
         if !consolidatable(state, c, blocks) {
             continue;
         }

@@ -32,6 +32,7 @@ pub use report::{
     BlockedNode, BudgetReport, CommandReport, Decision, DisruptionReport, DisruptionSummary,
     Method, Reason, ReplacementReport,
 };
+pub use run::{Deadline, Timeouts};
 
 use candidate::Blocks;
 use report::round;

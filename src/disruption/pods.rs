@@ -32,9 +32,12 @@ fn is_mirror(pod: &Pod) -> bool {
             .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
 }
 
-/// A pod that needs a new home when its node goes: active, not a DaemonSet or mirror pod.
+/// A pod that needs a new home when its node goes: active (or a terminating StatefulSet
+/// pod, whose replacement under the same name waits for it), not a DaemonSet or mirror pod.
 pub fn is_reschedulable(pod: &Pod) -> bool {
-    is_active(pod) && !owned_by(pod, "DaemonSet") && !is_mirror(pod)
+    (is_active(pod) || crate::pods::is_terminating_stateful(pod))
+        && !owned_by(pod, "DaemonSet")
+        && !is_mirror(pod)
 }
 
 /// `namespace/name`.

@@ -29,6 +29,54 @@ pub struct PoolInfo<'c> {
     pub requirements: Requirements,
 }
 
+/// How long the consolidation methods may search before they stop, as upstream's
+/// (`MultiNodeConsolidationTimeoutDuration`, `SingleNodeConsolidationTimeoutDuration`):
+/// multi-node keeps the best command found so far, single-node gives up the pass. The clock
+/// is a plain function so tests can move time; offline plays use [`Timeouts::NONE`], so the
+/// same cluster always prints the same plan.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub multi_node: Option<std::time::Duration>,
+    pub single_node: Option<std::time::Duration>,
+    pub clock: fn() -> std::time::Instant,
+}
+
+impl Timeouts {
+    /// Upstream's: one minute for multi-node, three for single-node consolidation.
+    pub const UPSTREAM: Timeouts = Timeouts {
+        multi_node: Some(std::time::Duration::from_secs(60)),
+        single_node: Some(std::time::Duration::from_secs(3 * 60)),
+        clock: std::time::Instant::now,
+    };
+    /// No limit.
+    pub const NONE: Timeouts = Timeouts {
+        multi_node: None,
+        single_node: None,
+        clock: std::time::Instant::now,
+    };
+
+    /// When a method given `limit` and starting now must stop.
+    pub fn deadline(&self, limit: Option<std::time::Duration>) -> Deadline {
+        Deadline {
+            at: limit.map(|l| (self.clock)() + l),
+            clock: self.clock,
+        }
+    }
+}
+
+/// A method's stopping time.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    at: Option<std::time::Instant>,
+    clock: fn() -> std::time::Instant,
+}
+
+impl Deadline {
+    pub fn passed(&self) -> bool {
+        self.at.is_some_and(|at| (self.clock)() > at)
+    }
+}
+
 /// The cluster as the loop has changed it so far.
 pub struct State<'c> {
     pub cluster: &'c Cluster,
@@ -39,6 +87,9 @@ pub struct State<'c> {
     pools: HashMap<&'c str, PoolInfo<'c>>,
     managed_index: HashMap<String, usize>,
     replacements: usize,
+    pub timeouts: Timeouts,
+    /// Methods that ran out of time, in order.
+    pub timed_out: Vec<Method>,
 }
 
 /// The methods in the order the disruption loop tries them.
@@ -95,6 +146,8 @@ impl<'c> State<'c> {
             pools,
             managed_index: HashMap::new(),
             replacements: 0,
+            timeouts: Timeouts::NONE,
+            timed_out: Vec::new(),
         };
         state.reindex();
         Ok(state)

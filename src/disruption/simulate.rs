@@ -1,9 +1,12 @@
 //! The rescheduling simulation every non-empty disruption rests on: where would the
 //! candidates' reschedulable pods (and the pending pods) go if the candidates were gone?
 //! One [`crate::scheduling::solve`] over the current state without the candidates, their pods
-//! added as pending. Nodes a pod may not be moved to — uninitialized, not Ready, deleting,
-//! or still inside their own `consolidateAfter` window — keep their pods (so topology still
-//! counts them) but take no new ones: their pod allocatable is zeroed for the solve.
+//! added as pending. Nodes a pod may not be moved to — not Ready or deleting — keep their
+//! pods (so topology still counts them) but take no new ones: their pod allocatable is
+//! zeroed for the solve. Uninitialized nodes (in-flight NodeClaims included) stay open, as
+//! upstream's: a moved pod the solve puts on one makes the move fail ("would schedule
+//! against uninitialized node"), so disruption waits for that node rather than launching a
+//! second one beside it (a replacement still booting after a failover, say).
 //!
 //! The state is edited in place and restored afterwards rather than copied, so a simulation
 //! costs one solve plus a copy of the moved pods, not a copy of every pod in the cluster.
@@ -12,7 +15,7 @@ use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::candidate::{self, Candidate};
+use super::candidate::Candidate;
 use super::pods;
 use super::run::State;
 use crate::resources::Quantity;
@@ -56,7 +59,7 @@ pub fn simulate(
         .collect();
     let pending = state.input.pods.len();
     state.input.pods.extend(moved.iter().cloned());
-    let closed = close_destinations(state);
+    let (closed, uninitialized) = close_destinations(state);
     let result = scheduling::solve(&state.input);
     // Restore before looking at the result, whatever it is.
     for (index, allocatable) in closed {
@@ -74,6 +77,19 @@ pub fn simulate(
         .iter()
         .find(|(p, _)| moved_keys.contains(&key(p)))
         .map(|(p, reason)| format!("pod {} would not schedule: {reason}", key(p)));
+    let unplaced = unplaced.or_else(|| {
+        result
+            .existing_nodes
+            .iter()
+            .filter(|n| uninitialized.contains(n.name.as_str()))
+            .find_map(|n| {
+                let pod = n.pods.iter().map(key).find(|k| moved_keys.contains(k))?;
+                Some(format!(
+                    "pod {pod} would schedule against uninitialized node {}",
+                    n.name
+                ))
+            })
+    });
     let placements = result
         .existing_nodes
         .iter()
@@ -109,40 +125,53 @@ fn unbound(pod: &Pod) -> Pod {
         spec.node_name = None;
     }
     pod.status = None;
+    // A terminating StatefulSet pod moves as the replacement its controller recreates.
+    pod.metadata.deletion_timestamp = None;
     pod
 }
 
-/// Zeroes the pod allocatable of every node pods may not move to; returns what to restore.
-fn close_destinations(state: &mut State) -> Vec<(usize, crate::resources::Resources)> {
+/// Closed destinations with what to restore, and the names of the uninitialized ones.
+type Destinations = (Vec<(usize, crate::resources::Resources)>, HashSet<String>);
+
+/// Zeroes the pod allocatable of every node pods may not move to; returns what to restore
+/// and which open nodes are uninitialized.
+fn close_destinations(state: &mut State) -> Destinations {
     let mut closed = Vec::new();
+    let mut uninitialized = HashSet::new();
     for index in 0..state.input.existing_nodes.len() {
-        if open(state, &state.input.existing_nodes[index]) {
-            continue;
+        match destination(state, &state.input.existing_nodes[index]) {
+            Destination::Open => continue,
+            Destination::Uninitialized => {
+                uninitialized.insert(state.input.existing_nodes[index].name.clone());
+                continue;
+            }
+            Destination::Closed => {}
         }
         let node = &mut state.input.existing_nodes[index];
         let mut allocatable = node.allocatable.clone();
         allocatable.insert("pods", Quantity::ZERO);
         closed.push((index, std::mem::replace(&mut node.allocatable, allocatable)));
     }
-    closed
+    (closed, uninitialized)
 }
 
-fn open(state: &State, node: &ExistingNode) -> bool {
-    if !node.initialized {
-        return false;
+enum Destination {
+    Open,
+    /// Open to the solve, but a move onto it fails.
+    Uninitialized,
+    Closed,
+}
+
+fn destination(state: &State, node: &ExistingNode) -> Destination {
+    let managed = state.managed_node(&node.name);
+    if managed.is_some_and(|m| m.deleting) {
+        return Destination::Closed;
     }
-    let Some(managed) = state.managed_node(&node.name) else {
-        return true;
-    };
-    if !managed.initialized || !managed.ready || managed.deleting {
-        return false;
+    if !node.initialized || managed.is_some_and(|m| !m.initialized) {
+        return Destination::Uninitialized;
     }
-    match state.pool(&managed.node_pool) {
-        Some(pool) => {
-            // `Never` has no window to wait out.
-            pool.pool.disruption().consolidate_after.is_never()
-                || candidate::consolidatable(managed, pool.pool, state.options.now).is_ok()
-        }
-        None => true,
+    if managed.is_some_and(|m| !m.ready) {
+        return Destination::Closed;
     }
+    Destination::Open
 }

@@ -7,14 +7,17 @@
 //! unlike `kerf plan`'s input, where a labelled Node may stand for its NodeClaim, in the
 //! controller that Node's NodeClaim is gone and its termination is under way, and upstream
 //! takes only nodes with both objects as candidates. Replacements carry at most the
-//! Provisioner's [`MAX_INSTANCE_TYPES`], as every NodeClaim kerf creates.
+//! Provisioner's [`MAX_INSTANCE_TYPES`], as every NodeClaim kerf creates, and come from the
+//! instance types the Provisioner would use now: offerings the OfferingCache holds as
+//! unavailable are neither planned on nor priced, so a consolidation never replaces a node
+//! with capacity EC2 just refused.
 
 use std::collections::HashSet;
 
 use kerf::catalog::Catalog;
 use kerf::disruption::Cluster;
 use kerf::plan::ControllerSettings;
-use kerf::plan::snapshot;
+use kerf::plan::snapshot::{self, InstanceTypeSource};
 
 use crate::orchestrator::InQueue;
 use crate::provisioner::MAX_INSTANCE_TYPES;
@@ -25,11 +28,13 @@ use crate::state::ClusterState;
 pub fn build(
     state: &ClusterState,
     catalog: &Catalog,
+    types: &mut dyn InstanceTypeSource,
     controller: ControllerSettings,
     in_queue: &InQueue,
 ) -> Result<Cluster, String> {
     let inventory = inventory::of(state, Vec::new());
-    let snapshot = snapshot::build(&inventory, catalog, controller).map_err(|e| e.to_string())?;
+    let snapshot =
+        snapshot::build_with(&inventory, catalog, controller, types).map_err(|e| e.to_string())?;
     let mut cluster = kerf::plan::disruption::cluster(&inventory, snapshot);
     cluster.scheduling.options.max_instance_types = MAX_INSTANCE_TYPES;
     let claimed: HashSet<&str> = inventory

@@ -10,7 +10,9 @@
 //! 3. builds the decision's input from cluster state ([`cluster`]) and asks the pure core
 //!    ([`kerf::disruption::controller::pass`]) for the first command of emptiness, drift,
 //!    multi-node and single-node consolidation, in that order, off the async runtime
-//!    (`spawn_blocking`: a pass over a thousand nodes is CPU for a good part of a second);
+//!    (`spawn_blocking`: a pass over a thousand nodes is CPU for a good part of a second),
+//!    consolidation within upstream's time limits ([`Timeouts::UPSTREAM`]: a multi-node
+//!    search out of time keeps its best command, a single-node one gives up the pass);
 //! 4. a graceful command (everything but drift) waits the validation period
 //!    ([`VALIDATION_PERIOD`], 15 s as upstream) and is re-checked on the cluster as it is
 //!    then; a command that no longer holds is dropped and counted;
@@ -24,14 +26,14 @@ mod cluster;
 mod observe;
 pub mod stale;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kerf::catalog::Catalog;
 use kerf::disruption::controller::{self, Pass, Planned};
-use kerf::disruption::{Cluster, Method, Options};
+use kerf::disruption::{Cluster, Method, Options, Timeouts};
 use kerf::feature_gates::FeatureGates;
 use kerf::labels;
 use kerf::plan::ControllerSettings;
@@ -40,7 +42,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::events::EventRecorder;
+use crate::offering_cache::OfferingCacheHandle;
 use crate::orchestrator::{Candidate, Command, Orchestrator};
+use crate::provisioner::instance_types::InstanceTypeCache;
 use crate::state::ClusterState;
 
 /// Upstream's polling period between passes that found nothing.
@@ -66,6 +70,8 @@ pub struct DisruptionConfig {
     pub validation_period: Duration,
     pub memo_ttl: Duration,
     pub clock: Clock,
+    /// Upstream's consolidation time limits (1 minute multi-node, 3 single-node).
+    pub timeouts: Timeouts,
 }
 
 impl Default for DisruptionConfig {
@@ -75,6 +81,7 @@ impl Default for DisruptionConfig {
             validation_period: VALIDATION_PERIOD,
             memo_ttl: NO_OP_MEMO_TTL,
             clock: Arc::new(Timestamp::now),
+            timeouts: Timeouts::UPSTREAM,
         }
     }
 }
@@ -85,6 +92,7 @@ impl std::fmt::Debug for DisruptionConfig {
             .field("poll_period", &self.poll_period)
             .field("validation_period", &self.validation_period)
             .field("memo_ttl", &self.memo_ttl)
+            .field("timeouts", &self.timeouts)
             .finish_non_exhaustive()
     }
 }
@@ -129,6 +137,11 @@ pub struct DisruptionDeps {
     pub client: Client,
     pub state: Arc<ClusterState>,
     pub catalog: Catalog,
+    /// Offerings marked unavailable (ICE): replacements are neither planned on them nor
+    /// priced with them, as the Provisioner's NodeClaims.
+    pub offerings: Option<OfferingCacheHandle>,
+    /// Each EC2NodeClass's resolved instance types, rebuilt when the OfferingCache moves.
+    pub instance_types: Arc<Mutex<InstanceTypeCache>>,
     pub controller: ControllerSettings,
     pub feature_gates: FeatureGates,
     pub orchestrator: Orchestrator,
@@ -275,7 +288,9 @@ async fn decide(deps: &DisruptionDeps) -> Option<(Arc<Cluster>, Pass)> {
     let options = options(deps);
     let input = Arc::clone(&cluster);
     let started = std::time::Instant::now();
-    let pass = tokio::task::spawn_blocking(move || controller::pass(&input, options)).await;
+    let timeouts = deps.config.timeouts;
+    let pass =
+        tokio::task::spawn_blocking(move || controller::pass(&input, options, timeouts)).await;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "disruption pass"
@@ -294,14 +309,21 @@ async fn decide(deps: &DisruptionDeps) -> Option<(Arc<Cluster>, Pass)> {
 }
 
 async fn snapshot(deps: &DisruptionDeps) -> Option<Arc<Cluster>> {
-    let (state, catalog, controller, in_queue) = (
+    let (state, catalog, offerings, types, controller, in_queue) = (
         Arc::clone(&deps.state),
         deps.catalog,
+        deps.offerings.clone(),
+        Arc::clone(&deps.instance_types),
         deps.controller,
         deps.orchestrator.in_queue().clone(),
     );
     let built = tokio::task::spawn_blocking(move || {
-        cluster::build(&state, &catalog, controller, &in_queue)
+        // Only the loop builds snapshots, one at a time: the lock is never contended.
+        let mut types = types.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut source = types.round(&catalog, offerings.as_ref());
+        let cluster = cluster::build(&state, &catalog, &mut source, controller, &in_queue);
+        types.finish_round();
+        cluster
     })
     .await;
     match built {

@@ -1,9 +1,10 @@
 //! What a pass reports, under upstream's names: the eligible nodes per reason, each
-//! NodePool's allowed disruptions per reason, each method's evaluation time, decisions and
-//! failed validations; and the events on the nodes left alone — `DisruptionBlocked` when a
-//! budget or a pod (a PodDisruptionBudget, `karpenter.sh/do-not-disrupt`) holds the node,
-//! `Unconsolidatable` when consolidation has no move for it (policy, `consolidateAfter`,
-//! no cheaper replacement, pods that would not schedule). Reason labels are lower-case, as
+//! NodePool's allowed disruptions per reason, each method's evaluation time, decisions,
+//! failed validations and consolidation timeouts; and the events on the nodes left alone —
+//! `DisruptionBlocked` when a budget or a pod (a PodDisruptionBudget,
+//! `karpenter.sh/do-not-disrupt`) holds the node, `Unconsolidatable` when consolidation has
+//! no move for it (policy, `consolidateAfter`, no cheaper replacement, pods that would not
+//! schedule, a move onto a node still initializing). Reason labels are lower-case, as
 //! upstream's disruption metrics carry them.
 
 use kerf::disruption::controller::{Pass, Planned};
@@ -13,8 +14,8 @@ use kerf::labels;
 use super::DisruptionDeps;
 use crate::events::disruption::{self as events, Kind, Subject};
 use crate::metrics::{
-    DISRUPTION_DECISIONS, DISRUPTION_ELIGIBLE_NODES, DISRUPTION_EVALUATION_DURATION,
-    DISRUPTION_FAILED_VALIDATIONS, NODEPOOLS_ALLOWED_DISRUPTIONS,
+    DISRUPTION_CONSOLIDATION_TIMEOUTS, DISRUPTION_DECISIONS, DISRUPTION_ELIGIBLE_NODES,
+    DISRUPTION_EVALUATION_DURATION, DISRUPTION_FAILED_VALIDATIONS, NODEPOOLS_ALLOWED_DISRUPTIONS,
 };
 use crate::orchestrator::{Command, consolidation_type, decision_label, reason_label};
 use crate::state::ObjectKey;
@@ -52,6 +53,14 @@ pub fn pass(deps: &DisruptionDeps, cluster: &Cluster, pass: &Pass) {
             "consolidation_type" => consolidation_type(*method)
         )
         .record(took.as_secs_f64());
+    }
+    for method in &pass.timed_out {
+        tracing::warn!(method = ?method, "consolidation ran out of time");
+        metrics::counter!(
+            DISRUPTION_CONSOLIDATION_TIMEOUTS,
+            "consolidation_type" => consolidation_type(*method)
+        )
+        .increment(1);
     }
     publish_blocks(deps, cluster, pass);
 }

@@ -91,12 +91,15 @@ pub fn skip_unready_pools(inventory: &mut Inventory, state: &ClusterState) -> Ve
     skipped
 }
 
-/// `pod` as pending: without its node.
+/// `pod` as pending: without its node, and (a terminating StatefulSet pod) as the live
+/// replacement its controller recreates under the same name.
 fn unbound(pod: &Pod) -> Pod {
     let mut pending = pod.clone();
     if let Some(spec) = pending.spec.as_mut() {
         spec.node_name = None;
     }
+    pending.metadata.deletion_timestamp = None;
+    pending.metadata.deletion_grace_period_seconds = None;
     pending
 }
 

@@ -13,7 +13,7 @@
 //! pods an earlier round already covered. Each round is
 //! published on a watch channel for observers (`kerf simulate`'s report, tests).
 
-mod instance_types;
+pub(crate) mod instance_types;
 pub(crate) mod inventory;
 mod nominated;
 

@@ -32,13 +32,14 @@ pub fn is_terminating_node(node: &Node) -> bool {
 
 /// Whether `pod` runs on one of the `terminating` Nodes and will need a place elsewhere
 /// (upstream's reschedulable pods of deleting nodes: not a daemonset or mirror pod, not
-/// finished or terminating).
+/// finished, and not terminating unless it is a StatefulSet's, whose replacement under
+/// the same name needs the place as soon as it is gone).
 pub fn is_rescheduled(pod: &Pod, terminating: &HashSet<String>) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| terminating.contains(n))
-        && pods::wants_capacity(pod)
+        && (pods::wants_capacity(pod) || pods::is_terminating_stateful(pod))
 }
 
 #[cfg(test)]
@@ -120,6 +121,13 @@ mod tests {
         assert!(!is_rescheduled(&on("old", daemon), &terminating));
         let leaving = json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}});
         assert!(!is_rescheduled(&on("old", leaving), &terminating));
+        let stateful = json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u"}]}});
+        assert!(
+            is_rescheduled(&on("old", stateful.clone()), &terminating),
+            "a terminating StatefulSet pod counts as pending"
+        );
+        assert!(!is_rescheduled(&on("new", stateful), &terminating));
     }
 
     #[test]

@@ -4,11 +4,17 @@
 //! forgets the pod. Keys carry the pod's UID, so a replacement under the same name starts
 //! afresh. An entry goes when its pod is evicted or found gone, and the drainer's resync
 //! drops the entries of pods no longer in cluster state ([`Backoffs::retain`]).
+//!
+//! The entries are also upstream's eviction queue: a pod is queued when a drain step first
+//! asks for its eviction ([`Backoffs::enqueue`]) and leaves on success or when gone, so
+//! their count is `karpenter_nodes_eviction_queue_depth`, published on every change.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::metrics::NODES_EVICTION_QUEUE_DEPTH;
 
 /// Upstream's eviction queue base delay.
 pub const BASE: Duration = Duration::from_millis(100);
@@ -41,6 +47,15 @@ impl Backoffs {
     }
 
     /// Records a refusal at `now`; returns the delay before the next attempt.
+    /// Queues `pod` for eviction (no delay) unless it is queued already.
+    pub fn enqueue(&mut self, pod: PodKey, now: Instant) {
+        self.entries.entry(pod).or_insert(Entry {
+            refusals: 0,
+            next: now,
+        });
+        self.publish();
+    }
+
     pub fn refused(&mut self, pod: PodKey, now: Instant) -> Duration {
         let entry = self.entries.entry(pod).or_insert(Entry {
             refusals: 0,
@@ -51,22 +66,29 @@ impl Backoffs {
             .saturating_mul(2u32.saturating_pow(entry.refusals - 1))
             .min(MAX);
         entry.next = now + delay;
+        self.publish();
         delay
     }
 
     /// Forgets `pod` (evicted, or gone).
     pub fn forget(&mut self, pod: &PodKey) {
         self.entries.remove(pod);
+        self.publish();
     }
 
     /// Keeps only the pods for which `present` holds.
     pub fn retain(&mut self, mut present: impl FnMut(&PodKey) -> bool) {
         self.entries.retain(|k, _| present(k));
+        self.publish();
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    /// Pods waiting for a successful eviction.
+    pub fn queued(&self) -> usize {
         self.entries.len()
+    }
+
+    fn publish(&self) {
+        metrics::gauge!(NODES_EVICTION_QUEUE_DEPTH).set(self.queued() as f64);
     }
 }
 
@@ -97,7 +119,27 @@ mod tests {
         assert!(backoffs.ready(&key("b"), now), "another pod is not held");
         backoffs.forget(&key("a"));
         assert!(backoffs.ready(&key("a"), now));
-        assert_eq!(backoffs.len(), 0);
+        assert_eq!(backoffs.queued(), 0);
+    }
+
+    #[test]
+    fn the_queue_holds_each_pod_from_its_first_request_until_evicted_or_gone() {
+        let now = Instant::now();
+        let mut backoffs = Backoffs::default();
+        backoffs.enqueue(key("a"), now);
+        backoffs.enqueue(key("b"), now);
+        assert!(backoffs.ready(&key("a"), now), "queued, not delayed");
+        backoffs.refused(key("a"), now);
+        backoffs.enqueue(key("a"), now);
+        assert!(
+            !backoffs.ready(&key("a"), now),
+            "queuing again keeps the delay"
+        );
+        assert_eq!(backoffs.queued(), 2);
+        backoffs.forget(&key("b"));
+        assert_eq!(backoffs.queued(), 1);
+        backoffs.retain(|_| false);
+        assert_eq!(backoffs.queued(), 0);
     }
 
     #[test]
@@ -107,6 +149,6 @@ mod tests {
         backoffs.refused(key("old"), now);
         assert!(backoffs.ready(&key("new"), now));
         backoffs.retain(|k| k.uid != "old");
-        assert_eq!(backoffs.len(), 0);
+        assert_eq!(backoffs.queued(), 0);
     }
 }

@@ -75,8 +75,13 @@ fn key(pod: &Pod) -> PodKey {
 /// Evicts `pod` unless its backoff holds it; `reason` labels a successful drain.
 pub async fn evict(t: &Terminator, pod: Arc<Pod>, reason: &str) -> Answer {
     let key = key(&pod);
-    if !t.backoffs().ready(&key, Instant::now()) {
-        return Answer::Deferred;
+    let now = Instant::now();
+    {
+        let mut backoffs = t.backoffs();
+        backoffs.enqueue(key.clone(), now);
+        if !backoffs.ready(&key, now) {
+            return Answer::Deferred;
+        }
     }
     let api: Api<Pod> = Api::namespaced(t.client.clone(), &key.namespace);
     let params = EvictParams {

@@ -33,7 +33,9 @@ use super::volumes;
 use crate::lifecycle::initialization::is_ready;
 use crate::lifecycle::patch;
 use crate::lifecycle::registration::node_provider_id;
-use crate::metrics::{NODES_DRAINED, NODES_TERMINATED, NODES_TERMINATION_DURATION};
+use crate::metrics::{
+    NODES_DRAINED, NODES_LIFETIME_DURATION, NODES_TERMINATED, NODES_TERMINATION_DURATION,
+};
 
 /// Drains and releases a deleting Node holding the termination finalizer.
 pub async fn reconcile(t: &Terminator, name: &str) -> Result<Outcome, TerminationError> {
@@ -363,6 +365,8 @@ async fn release(t: &Terminator, node: &Node) -> Result<(), TerminationError> {
     let nodepool = label_of(labels, labels::NODEPOOL);
     metrics::histogram!(NODES_TERMINATION_DURATION, "nodepool" => nodepool.clone())
         .record(seconds_since(node.metadata.deletion_timestamp.as_ref()));
+    metrics::histogram!(NODES_LIFETIME_DURATION, "nodepool" => nodepool.clone())
+        .record(seconds_since(node.metadata.creation_timestamp.as_ref()));
     metrics::counter!(
         NODES_TERMINATED,
         "nodepool" => nodepool,

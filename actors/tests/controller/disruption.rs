@@ -25,6 +25,11 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+mod drift_rollout;
+mod events;
+mod failover;
+mod offerings;
+
 const ZONE: &str = "us-east-1a";
 const SMALL: &str = "m5.large";
 const MEDIUM: &str = "m5.xlarge";
@@ -161,6 +166,30 @@ impl Stack {
             .clone()
     }
 
+    /// The loop's progress, as it publishes it.
+    fn progress(&self) -> tokio::sync::watch::Receiver<kerf_actors::disruption::Progress> {
+        self.daemon
+            .disruption
+            .as_ref()
+            .expect("disruption runs with a cloud")
+            .progress
+            .clone()
+    }
+
+    /// Merge-patches the `default` NodePool.
+    fn patch_pool(&self, patch: Value) {
+        self.cluster()
+            .patch(
+                "karpenter.sh/v1",
+                "nodepools",
+                None,
+                "default",
+                PatchKind::Merge,
+                &patch,
+            )
+            .expect("nodepool patched");
+    }
+
     fn in_flight(&self) -> usize {
         self.daemon
             .disruption
@@ -177,13 +206,31 @@ impl Stack {
 }
 
 async fn start_tuned(harness: &Harness, cloud: Cloud, disruption: DisruptionConfig) -> Daemon {
-    let daemon = Daemon::start_with_timings(
+    start_replica(
+        harness,
+        cloud,
+        disruption,
         quick_settings(&["--disable-leader-election", "true"]),
+        "solo",
+    )
+    .await
+}
+
+/// A controller replica named `identity` with `settings`, disrupting with `disruption`.
+async fn start_replica(
+    harness: &Harness,
+    cloud: Cloud,
+    disruption: DisruptionConfig,
+    settings: kerf_actors::ValidSettings,
+    identity: &str,
+) -> Daemon {
+    let daemon = Daemon::start_with_timings(
+        settings,
         Environment {
             client: harness.controller.clone(),
             leader_client: harness.controller.clone(),
             namespace: "karpenter".into(),
-            identity: "solo".into(),
+            identity: identity.into(),
             leader_timing: FAST_LEASE,
             bind: std::net::Ipv4Addr::LOCALHOST,
             cloud: Some(cloud),
@@ -518,13 +565,7 @@ fn do_not_disrupt_pods_block_consolidation() {
         let original = stack
             .one_large_node(json!({labels::DO_NOT_DISRUPT: "true"}))
             .await;
-        let progress = stack
-            .daemon
-            .disruption
-            .as_ref()
-            .expect("disruption")
-            .progress
-            .clone();
+        let progress = stack.progress();
         let passes = progress.borrow().passes;
         stack.scale("big", 0);
         within(FLOW, "the big pod gone", || {
@@ -576,13 +617,7 @@ fn a_scheduled_budget_holds_emptiness_inside_its_window() {
         create_deployment(&cluster, "web", 2, spread("500m", "web"));
         stack.running("web", 2).await;
         stack.scale("web", 0);
-        let progress = stack
-            .daemon
-            .disruption
-            .as_ref()
-            .expect("disruption")
-            .progress
-            .clone();
+        let progress = stack.progress();
         let passes = progress.borrow().passes;
         within(FLOW, "idle passes inside the window", || {
             let p = progress.borrow();
@@ -593,16 +628,7 @@ fn a_scheduled_budget_holds_emptiness_inside_its_window() {
 
         clock.0.store(now + 4 * 3600, Ordering::SeqCst);
         // The memo lasts until the cluster changes; a NodePool edit is one.
-        cluster
-            .patch(
-                "karpenter.sh/v1",
-                "nodepools",
-                None,
-                "default",
-                PatchKind::Merge,
-                &json!({"metadata": {"labels": {"touched": "yes"}}}),
-            )
-            .expect("nodepool patched");
+        stack.patch_pool(json!({"metadata": {"labels": {"touched": "yes"}}}));
         within(FLOW, "both nodes deleted after the window", || {
             stack.nodeclaims().is_empty()
         })
@@ -703,13 +729,7 @@ fn a_node_without_a_nodeclaim_is_no_candidate() {
                         "capacity": {"cpu": "2", "memory": "8Gi", "pods": "29"}}}),
             )
             .expect("node created");
-        let progress = stack
-            .daemon
-            .disruption
-            .as_ref()
-            .expect("disruption")
-            .progress
-            .clone();
+        let progress = stack.progress();
         within(FLOW, "an idle pass that saw the node", || {
             let p = progress.borrow();
             p.idle && p.passes >= 1 && stack.daemon.state.nodes.len() == 1

@@ -138,6 +138,8 @@ fn deleting_a_registered_nodeclaim_drains_and_removes_its_node_and_instance() {
             "karpenter_nodes_terminated_total{nodepool=\"default\"",
             // A summary, as upstream's (the performance dashboard reads its quantiles).
             "karpenter_nodes_termination_duration_seconds{nodepool=\"default\",quantile=\"0.5\"}",
+            "karpenter_nodes_lifetime_duration_seconds_bucket{nodepool=\"default\",le=\"900\"}",
+            "karpenter_nodes_eviction_queue_depth ",
             "karpenter_nodeclaims_termination_duration_seconds_bucket{nodepool=\"default\"",
             "karpenter_nodeclaims_terminated_total{nodepool=\"default\"",
         ] {
@@ -387,16 +389,18 @@ fn the_node_waits_for_its_drained_pods_volumes_to_detach() {
                 "persistentVolumeClaim": {"claimName": "data"}}]}}),
         );
         stack.wait_running(&["db"]).await;
-        cluster
-            .create(
-                "storage.k8s.io/v1",
-                "volumeattachments",
-                json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
-                    "metadata": {"name": "csi-data"},
-                    "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node,
-                        "source": {"persistentVolumeName": "pv-data"}}}),
-            )
-            .expect("attachment created");
+        // The simulated attach/detach controller attaches the pod's volume to its node.
+        let attached_here = || {
+            cluster
+                .list("storage.k8s.io/v1", "volumeattachments", None, "")
+                .unwrap_or_default()
+                .iter()
+                .any(|a| {
+                    a["spec"]["nodeName"] == node.as_str()
+                        && a["spec"]["source"]["persistentVolumeName"] == "pv-data"
+                })
+        };
+        eventually("the volume attached to the node", attached_here).await;
 
         stack.delete_nodeclaim(&claim).await;
         eventually("drained, waiting for the volume", || {
@@ -408,6 +412,7 @@ fn the_node_waits_for_its_drained_pods_volumes_to_detach() {
                 })
         })
         .await;
+        assert!(attached_here(), "still attached while the node waits");
         assert!(cluster.get("v1", "nodes", None, &node).is_ok());
         assert!(!events_with_reason(&stack, "AwaitingVolumeDetachment").is_empty());
         assert_eq!(
@@ -416,14 +421,9 @@ fn the_node_waits_for_its_drained_pods_volumes_to_detach() {
             "the instance is kept while the volume is attached"
         );
 
-        // The attach/detach controller detaches the volume: termination goes on.
-        let attachments: Api<k8s_openapi::api::storage::v1::VolumeAttachment> =
-            Api::all(stack.harness.client.clone());
-        attachments
-            .delete("csi-data", &DeleteParams::default())
-            .await
-            .expect("attachment deleted");
+        // The detach completes on its own a moment after the pod left: termination goes on.
         wait_all_gone(&stack, &claim, &node, &provider_id).await;
+        assert!(!attached_here());
         stack.stop().await;
     });
 }

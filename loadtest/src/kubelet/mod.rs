@@ -13,9 +13,13 @@
 //!    it are removed at once (their containers "stop" instantly);
 //! 4. when its instance is terminated the Node goes NotReady, is deleted after
 //!    `shutdown_delay`, and the pods still bound to it are deleted once it is gone.
+//!
+//! Beside them runs the attach/detach controller ([`volumes`]): VolumeAttachments for the
+//! PersistentVolumes pods mount, detached `detach_delay` after the last pod using one left.
 
 mod node;
 mod pods;
+pub mod volumes;
 
 pub use node::KUBELET_VERSION;
 
@@ -52,6 +56,9 @@ pub struct KubeletConfig {
     pub pod_start_delay: Duration,
     /// From an instance's termination (Node NotReady) to the Node's deletion.
     pub shutdown_delay: Duration,
+    /// From the last pod using a volume on a node being gone to its VolumeAttachment's
+    /// deletion (the detach).
+    pub detach_delay: Duration,
     /// API requests in flight at once.
     pub concurrency: usize,
     /// Longest sleep without any change (a safety net; changes wake the loop at once).
@@ -66,6 +73,7 @@ impl Default for KubeletConfig {
             startup_taint_delay: Duration::from_secs(2),
             pod_start_delay: Duration::from_secs(1),
             shutdown_delay: Duration::from_secs(1),
+            detach_delay: Duration::from_secs(5),
             concurrency: 32,
             resync: Duration::from_secs(1),
         }
@@ -82,6 +90,8 @@ impl KubeletConfig {
             startup_taint_delay: ms,
             pod_start_delay: ms,
             shutdown_delay: ms,
+            // Long enough for a test to see a drained node wait for its volumes.
+            detach_delay: Duration::from_secs(1),
             concurrency: 16,
             resync: Duration::from_millis(200),
         }
@@ -97,6 +107,8 @@ pub struct KubeletStats {
     pub pods_started: AtomicU64,
     pub daemon_pods_created: AtomicU64,
     pub pods_deleted: AtomicU64,
+    pub volumes_attached: AtomicU64,
+    pub volumes_detached: AtomicU64,
     pub api_errors: AtomicU64,
 }
 
@@ -192,6 +204,12 @@ async fn run(
         }
     }));
     let resync = config.resync;
+    helpers.0.push(tokio::spawn(volumes::run(
+        client.clone(),
+        config.detach_delay,
+        resync,
+        Arc::clone(&stats),
+    )));
     let mut kubelet = Kubelet::new(client, cloud, config, stats);
     loop {
         let view = View {

@@ -75,6 +75,7 @@ impl Pace {
                 startup_taint_delay: Duration::from_millis(500),
                 pod_start_delay: Duration::from_millis(500),
                 shutdown_delay: Duration::from_secs(1),
+                detach_delay: Duration::from_secs(2),
                 concurrency: 64,
                 resync: Duration::from_secs(1),
             },
