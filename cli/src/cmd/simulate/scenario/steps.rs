@@ -150,7 +150,9 @@ impl Runner<'_> {
         };
         loop {
             let holds = match wait.pods_bound {
-                Some(bound) => pods_bound(&self.observer, bound),
+                Some(bound) => {
+                    pods_bound(&self.observer, bound) && workloads_made(&self.world.cluster())
+                }
                 None => self.settled(),
             };
             since = if holds {
@@ -254,6 +256,19 @@ fn pods_bound(observer: &Observer, bound: PodsBound) -> bool {
         PodsBound::All => m.pods > 0 && m.pending() == 0,
         PodsBound::AtLeast(n) => m.bound >= n,
     }
+}
+
+/// Whether every Deployment has made the pods it wants: right after a `scale`, the new pods
+/// do not exist yet, and "every pod bound" must not pass before they do.
+fn workloads_made(cluster: &Cluster) -> bool {
+    let deployments = cluster
+        .list("apps/v1", "deployments", None, "")
+        .unwrap_or_default();
+    deployments.iter().all(|d| {
+        let wanted = d["spec"]["replicas"].as_i64().unwrap_or(1);
+        d["status"]["observedGeneration"] == d["metadata"]["generation"]
+            && d["status"]["replicas"].as_i64() == Some(wanted)
+    })
 }
 
 fn has_condition(object: &Value, name: &str) -> bool {
