@@ -23,3 +23,4 @@ pub mod taints;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod troubleshooting;
 pub mod validation;
+pub mod wildcard;

@@ -662,38 +662,15 @@ fn precedes(from: InstanceState, to: InstanceState) -> bool {
 fn matches_filter(instance: &Instance, filter: &Filter) -> bool {
     match filter {
         Filter::TagKey(key) => instance.tags.contains_key(key),
-        Filter::Tag { key, values } => instance
-            .tags
-            .get(key)
-            .is_some_and(|v| values.iter().any(|pattern| glob_match(pattern, v))),
+        Filter::Tag { key, values } => instance.tags.get(key).is_some_and(|v| {
+            values
+                .iter()
+                .any(|pattern| kerf::wildcard::matches(pattern, v))
+        }),
         Filter::InstanceStateName(states) => states.contains(&instance.state),
         Filter::InstanceType(types) => types.contains(&instance.instance_type),
         Filter::AvailabilityZone(zones) => zones.contains(&instance.zone),
     }
-}
-
-/// EC2 filter values: `*` matches any run of characters, `?` any one character.
-fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti) = (0, 0);
-    let (mut star, mut star_ti) = (None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            star_ti = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            star_ti += 1;
-            ti = star_ti;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
 }
 
 async fn sleep(delay: Duration) {
@@ -722,16 +699,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn glob_matches_like_ec2_filters() {
-        assert!(glob_match("*", "anything"));
-        assert!(glob_match("kerf-*", "kerf-cluster"));
-        assert!(glob_match("a?c", "abc"));
-        assert!(!glob_match("kerf-*", "other"));
-        assert!(glob_match("exact", "exact"));
-        assert!(!glob_match("exact", "exactly"));
-    }
 
     #[test]
     fn lifecycle_only_moves_forward() {
