@@ -19,6 +19,7 @@ pub(crate) mod initialization;
 mod launch;
 mod launching;
 mod liveness;
+mod nominate;
 pub(crate) mod patch;
 mod reconcile;
 pub(crate) mod registration;
