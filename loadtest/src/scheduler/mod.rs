@@ -114,7 +114,7 @@ pub fn start(client: Client, config: SchedulerConfig) -> SchedulerHandle {
 
 async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>) {
     let nodes = Informer::start(Api::<Node>::all(client.clone()), any_event::<Node>);
-    let pods = Informer::start(Api::<Pod>::all(client.clone()), frees_capacity);
+    let pods = Informer::start(Api::<Pod>::all(client.clone()), may_make_room);
     nodes.ready().await;
     pods.ready().await;
     let mut scheduler = Scheduler::new(client, config.clone(), stats);
@@ -129,13 +129,21 @@ async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>
     }
 }
 
-/// Pod events after which a waiting pod may fit: a pod leaving (deleted or finished).
-fn frees_capacity(event: &Event<Pod>) -> bool {
+/// Pod events after which a waiting pod may fit: a pod leaving (deleted or finished), or a
+/// pod just bound and not yet started — which changes the counts topology spread and pod
+/// affinity judge by, as kube-scheduler's queueing hints for those plugins requeue on.
+fn may_make_room(event: &Event<Pod>) -> bool {
     match event {
         Event::Delete(_) | Event::InitDone => true,
-        Event::Apply(pod) => is_terminal(pod),
+        Event::Apply(pod) => is_terminal(pod) || is_starting(pod),
         _ => false,
     }
+}
+
+/// Bound to a node whose kubelet has not started it yet.
+fn is_starting(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    node_name(pod).is_some() && matches!(phase, None | Some("Pending"))
 }
 
 struct Attempt {
