@@ -177,7 +177,8 @@ fn install_chart_rbac(harness: &Harness) {
             cluster.create("v1", "namespaces", json!({"metadata": {"name": namespace}}));
     }
     let rendered: Vec<Value> =
-        serde_json::from_str(include_str!("fixtures/chart-rbac.json")).expect("rendered RBAC");
+        serde_json::from_str(include_str!("../../../deploy/chart-rbac.json"))
+            .expect("rendered RBAC");
     for object in rendered {
         let plural = match object["kind"].as_str() {
             Some("ClusterRole") => "clusterroles",
