@@ -364,12 +364,12 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// The only replica; it elects itself leader, as the chart's Deployment does.
+    /// The only replica, without leader election.
     pub fn alone(identity: &str) -> Self {
         Self {
             identity: identity.to_owned(),
             flags: Vec::new(),
-            leader_election: true,
+            leader_election: false,
         }
     }
 }
