@@ -27,6 +27,18 @@ use super::resources::GroupResource;
 /// The group whose members may do anything.
 pub const MASTERS: &str = "system:masters";
 
+/// The resource of an RBAC kind (`ClusterRole` → `clusterroles`), to store a rendered
+/// chart's RBAC objects with; `None` for any other kind.
+pub fn plural(kind: &str) -> Option<&'static str> {
+    match kind {
+        "ClusterRole" => Some("clusterroles"),
+        "ClusterRoleBinding" => Some("clusterrolebindings"),
+        "Role" => Some("roles"),
+        "RoleBinding" => Some("rolebindings"),
+        _ => None,
+    }
+}
+
 /// An authenticated user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {

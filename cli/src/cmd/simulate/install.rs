@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use kerf_loadtest::apiserver::rbac::{MASTERS, User};
+use kerf_loadtest::apiserver::rbac::{self, MASTERS, User};
 use kerf_loadtest::apiserver::{Cluster, RunningServer};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -47,6 +47,8 @@ const CLUSTER_SERVICES: [(&str, &str, &str); 2] = [
 pub enum InstallError {
     #[error("deploy/chart-rbac.json (embedded) is not a JSON list of RBAC objects: {0}")]
     Rendered(#[from] serde_json::Error),
+    #[error("deploy/chart-rbac.json (embedded) holds a {0:?}, not an RBAC object")]
+    Kind(String),
     #[error("creating {what}: {error}")]
     Create {
         what: String,
@@ -79,12 +81,8 @@ pub fn install(server: &RunningServer) -> Result<(), InstallError> {
     }
     let rendered: Vec<Value> = serde_json::from_str(CHART_RBAC)?;
     for object in rendered {
-        let plural = match object["kind"].as_str() {
-            Some("ClusterRole") => "clusterroles",
-            Some("ClusterRoleBinding") => "clusterrolebindings",
-            Some("Role") => "roles",
-            _ => "rolebindings",
-        };
+        let kind = object["kind"].as_str().unwrap_or("");
+        let plural = rbac::plural(kind).ok_or_else(|| InstallError::Kind(kind.to_owned()))?;
         create(&cluster, "rbac.authorization.k8s.io/v1", plural, object)?;
     }
     let access = server.access();
