@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::world::StartError;
-use crate::aws::cluster::{self, ClusterFacts};
+use crate::aws::cluster;
 
 /// The chart's RBAC objects (ClusterRoles, Roles and their bindings) for release
 /// `karpenter` in [`NAMESPACE`].
@@ -125,11 +125,9 @@ pub fn authenticate(config: &mut kube::Config) -> Result<(), StartError> {
     Ok(())
 }
 
-/// `kerf controller`'s start-up reads, with the controller's client.
-pub async fn discover(
-    client: &kube::Client,
-    config: &kube::Config,
-) -> Result<ClusterFacts, StartError> {
+/// `kerf controller`'s start-up reads, with the controller's client; what they find is
+/// logged, as `kerf controller` logs it.
+pub async fn discover(client: &kube::Client, config: &kube::Config) -> Result<(), StartError> {
     let configured = cluster::Configured {
         cluster_endpoint: None,
         ca_bundle: None,
@@ -144,7 +142,7 @@ pub async fn discover(
         cluster_cidr = facts.cluster_cidr.as_deref().unwrap_or("unknown"),
         "discovered cluster"
     );
-    Ok(facts)
+    Ok(())
 }
 
 /// What the chart's RBAC did to the controller's requests over the run.
