@@ -31,14 +31,15 @@ use super::reconcile::{Reconciler, is_status};
 use crate::launcher::NOMINATION_WINDOW;
 use crate::state::ObjectKey;
 
-/// Pod status writes in flight for one Node: enough that a node's twenty-odd pods take a
-/// round trip or two, few enough that many Nodes registering at once queue on the client's
-/// rate limit rather than flood it.
-pub const NOMINATION_CONCURRENCY: usize = 8;
+/// Nomination writes in flight at once, across every registering Node: the client serves
+/// requests in order through one rate limit, so this many at most stand in front of the
+/// lifecycle's own writes (a scale-up nominates thousands of pods).
+pub const NOMINATION_CONCURRENCY: usize = 16;
 
 /// The longest registration waits for its nominations: the pods still unwritten then are
-/// left unnominated (they are scheduled as without it) rather than hold the Node back.
-pub const NOMINATION_BUDGET: Duration = Duration::from_secs(5);
+/// left unnominated (they are scheduled as without it) rather than hold the Node back. A
+/// real Node turns Ready seconds after it registers, so this rarely delays its first pod.
+pub const NOMINATION_BUDGET: Duration = Duration::from_secs(10);
 
 /// Counter of nomination writes, by `result` (`nominated`, `withdrawn`, `gone`, `failed`).
 pub const PODS_NOMINATED: &str = "kerf_pods_nominated_total";
@@ -152,8 +153,8 @@ async fn write(r: &Reconciler, pod: Arc<Pod>, nodeclaim: &str, node: &str) -> bo
     patch_status(r, &pod, body, "nominated").await
 }
 
-/// Patches `pod`'s status (strategic merge: the condition merges by type); counted under
-/// `result`, or `gone`/`failed`.
+/// Patches `pod`'s status (strategic merge: the condition merges by type) once one of the
+/// [`NOMINATION_CONCURRENCY`] slots is free; counted under `result`, or `gone`/`failed`.
 async fn patch_status(
     r: &Reconciler,
     pod: &Pod,
@@ -163,6 +164,9 @@ async fn patch_status(
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(r.client.clone(), namespace);
+    let Ok(_slot) = r.nomination_slots.acquire().await else {
+        return false;
+    };
     match api
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
         .await

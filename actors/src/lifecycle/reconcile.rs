@@ -116,6 +116,8 @@ pub struct Reconciler {
     pub nodeclaims: Api<NodeClaim>,
     /// For the namespaced writes (pod nominations).
     pub client: Client,
+    /// Nomination writes in flight, shared by every registration.
+    pub nomination_slots: tokio::sync::Semaphore,
     pub cloud: Arc<dyn CloudProvider>,
     pub config: LifecycleConfig,
     pub launch: LaunchDeps,
@@ -141,6 +143,7 @@ impl Reconciler {
             nodes: Api::all(client.clone()),
             nodeclaims: Api::all(client.clone()),
             client,
+            nomination_slots: tokio::sync::Semaphore::new(super::nominate::NOMINATION_CONCURRENCY),
             cloud,
             config,
             launch,
