@@ -11,7 +11,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
-use actix::{Actor, AsyncContext, Context, SpawnHandle};
+use actix::{Actor, ActorFutureExt, AsyncContext, Context, SpawnHandle, WrapFuture};
+use futures::future::LocalBoxFuture;
 use tokio::time::Instant;
 
 #[derive(Debug)]
@@ -151,6 +152,90 @@ impl<T: Clone + Eq + Hash + Unpin + 'static> Reruns<T> {
     pub fn due(&mut self, target: &T) {
         self.timers.remove(target);
     }
+}
+
+/// A reconcile error the runner can tell a routine optimistic-concurrency conflict from.
+pub(crate) trait Conflict: std::fmt::Display {
+    /// A write refused because the object changed since it was read: retried quietly.
+    fn is_conflict(&self) -> bool;
+}
+
+/// An actor whose reconciles run off a [`WorkQueue`], rerun by [`Reruns`]: the NodeClaim
+/// lifecycle and the TerminationDrainer. [`pump`] is their one loop: it starts queued targets
+/// up to [`Reconciling::MAX_CONCURRENT`] while the actor may mutate (dropping what waits
+/// otherwise, as a new leader resyncs everything), reruns a target when its reconcile asks
+/// to, and after a failure with exponential backoff.
+pub(crate) trait Reconciling: Actor<Context = Context<Self>> {
+    type Target: Clone + Eq + Hash + std::fmt::Debug + Unpin + 'static;
+    type Error: Conflict + 'static;
+    /// The controller its `workqueue_depth` is labelled with.
+    const CONTROLLER: &'static str;
+    /// Its name in logs (`lifecycle reconcile failed`).
+    const NAME: &'static str;
+    const MAX_CONCURRENT: usize;
+
+    fn queue(&mut self) -> &mut WorkQueue<Self::Target>;
+    fn reruns(&mut self) -> &mut Reruns<Self::Target>;
+    /// Whether it may mutate now (leading, synced, not shutting down).
+    fn can_reconcile(&self) -> bool;
+    /// One reconcile of `target`, with its metrics.
+    fn reconcile(
+        &self,
+        target: Self::Target,
+    ) -> LocalBoxFuture<'static, Result<crate::lifecycle::Outcome, Self::Error>>;
+}
+
+/// Starts queued reconciles up to the concurrency limit.
+pub(crate) fn pump<A: Reconciling>(act: &mut A, ctx: &mut Context<A>) {
+    if !act.can_reconcile() {
+        // A new leader resyncs everything; nothing queued now is worth keeping.
+        act.queue().clear_waiting();
+        return;
+    }
+    while let Some(target) = act.queue().start_next(A::MAX_CONCURRENT) {
+        let work = act.reconcile(target.clone());
+        ctx.spawn(
+            work.into_actor(act)
+                .map(move |result, act, ctx| finished(act, target, result, ctx)),
+        );
+    }
+    let waiting = act.queue().waiting();
+    crate::metrics::workqueue_depth(A::CONTROLLER, waiting);
+}
+
+fn finished<A: Reconciling>(
+    act: &mut A,
+    target: A::Target,
+    result: Result<crate::lifecycle::Outcome, A::Error>,
+    ctx: &mut Context<A>,
+) {
+    match result {
+        Ok(outcome) => {
+            act.reruns().succeeded(&target);
+            if let Some(delay) = outcome.requeue_after {
+                act.reruns()
+                    .schedule(target.clone(), delay, ctx, rerun::<A>);
+            }
+        }
+        Err(error) => {
+            let delay = act.reruns().failed(&target);
+            if error.is_conflict() {
+                tracing::debug!(?target, %error, "conflict; retrying");
+            } else {
+                tracing::warn!(?target, %error, retry_in = ?delay, "{} reconcile failed", A::NAME);
+            }
+            act.reruns()
+                .schedule(target.clone(), delay, ctx, rerun::<A>);
+        }
+    }
+    act.queue().finish(&target);
+    pump(act, ctx);
+}
+
+fn rerun<A: Reconciling>(act: &mut A, target: A::Target, ctx: &mut Context<A>) {
+    act.reruns().due(&target);
+    act.queue().add(target);
+    pump(act, ctx);
 }
 
 #[cfg(test)]

@@ -351,8 +351,9 @@ async fn every_rendered_object_is_accepted_by_the_api_with_strict_fields() {
     }
 }
 
-/// The controller's integration suite (`actors/tests/controller`) runs under the RBAC the
-/// chart renders, enforced by the API emulator; its copy of that rendering must be today's.
+/// The controller's integration suite (`actors/tests/controller`) and `kerf simulate` run
+/// under the RBAC the chart renders, enforced by the API emulator; their copy of that
+/// rendering (`deploy/chart-rbac.json`) must be today's.
 #[test]
 fn the_controller_suite_runs_under_the_charts_current_rbac() {
     let rendered = render_in(
@@ -378,7 +379,7 @@ fn the_controller_suite_runs_under_the_charts_current_rbac() {
         })
         .collect();
     current.sort_by_key(key);
-    let fixture = repo().join("actors/tests/controller/fixtures/chart-rbac.json");
+    let fixture = repo().join("deploy/chart-rbac.json");
     let mut tested: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
     tested.sort_by_key(key);

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use futures::future::LocalBoxFuture;
 use kerf::cloudprovider::CloudProvider;
 use kube::Client;
 use tokio::sync::watch;
@@ -35,7 +36,7 @@ use tokio::sync::watch;
 use crate::mailbox::MailboxDepth;
 use crate::shutdown::InFlight;
 use crate::state::ClusterState;
-use crate::workqueue::{Reruns, WorkQueue};
+use crate::workqueue::{Reconciling, Reruns, WorkQueue, pump};
 pub(crate) use reconcile::Outcome;
 use reconcile::{ReconcileError, Reconciler};
 
@@ -178,68 +179,7 @@ impl NodeClaimLifecycle {
                 self.enqueue(claim.name().to_owned());
             }
         }
-        self.pump(ctx);
-    }
-
-    /// Starts queued reconciles up to the concurrency limit.
-    fn pump(&mut self, ctx: &mut Context<Self>) {
-        if !self.can_reconcile() {
-            // A new leader resyncs everything; nothing queued now is worth keeping.
-            self.queue.clear_waiting();
-            return;
-        }
-        while let Some(target) = self.queue.start_next(MAX_CONCURRENT_RECONCILES) {
-            let reconciler = Arc::clone(&self.reconciler);
-            let running = target.clone();
-            let work = async move {
-                let run = reconcile::run(&reconciler, &running);
-                crate::metrics::reconcile(crate::metrics::controller::NODECLAIM_LIFECYCLE, run)
-                    .await
-            };
-            ctx.spawn(
-                work.into_actor(self)
-                    .map(move |result, act, ctx| act.finished(target, result, ctx)),
-            );
-        }
-        crate::metrics::workqueue_depth(
-            crate::metrics::controller::NODECLAIM_LIFECYCLE,
-            self.queue.waiting(),
-        );
-    }
-
-    fn finished(
-        &mut self,
-        target: Target,
-        result: Result<Outcome, ReconcileError>,
-        ctx: &mut Context<Self>,
-    ) {
-        match result {
-            Ok(outcome) => {
-                self.reruns.succeeded(&target);
-                if let Some(delay) = outcome.requeue_after {
-                    self.reruns
-                        .schedule(target.clone(), delay, ctx, Self::rerun);
-                }
-            }
-            Err(error) => {
-                let delay = self.reruns.failed(&target);
-                if error.is_conflict() {
-                    tracing::debug!(?target, %error, "conflict; retrying");
-                } else {
-                    tracing::warn!(?target, %error, retry_in = ?delay, "lifecycle reconcile failed");
-                }
-                self.reruns
-                    .schedule(target.clone(), delay, ctx, Self::rerun);
-            }
-        }
-        self.queue.finish(&target);
-        self.pump(ctx);
-    }
-
-    fn rerun(&mut self, target: Target, ctx: &mut Context<Self>) {
-        self.reruns.due(&target);
-        self.enqueue(target);
-        self.pump(ctx);
+        pump(self, ctx);
     }
 
     /// The targets a change concerns.
@@ -281,6 +221,37 @@ impl NodeClaimLifecycle {
     }
 }
 
+impl Reconciling for NodeClaimLifecycle {
+    type Target = Target;
+    type Error = ReconcileError;
+    const CONTROLLER: &'static str = crate::metrics::controller::NODECLAIM_LIFECYCLE;
+    const NAME: &'static str = "lifecycle";
+    const MAX_CONCURRENT: usize = MAX_CONCURRENT_RECONCILES;
+
+    fn queue(&mut self) -> &mut WorkQueue<Target> {
+        &mut self.queue
+    }
+
+    fn reruns(&mut self) -> &mut Reruns<Target> {
+        &mut self.reruns
+    }
+
+    fn can_reconcile(&self) -> bool {
+        NodeClaimLifecycle::can_reconcile(self)
+    }
+
+    fn reconcile(
+        &self,
+        target: Target,
+    ) -> LocalBoxFuture<'static, Result<Outcome, ReconcileError>> {
+        let reconciler = Arc::clone(&self.reconciler);
+        Box::pin(async move {
+            let run = reconcile::run(&reconciler, &target);
+            crate::metrics::reconcile(Self::CONTROLLER, run).await
+        })
+    }
+}
+
 impl Actor for NodeClaimLifecycle {
     type Context = Context<Self>;
 
@@ -317,7 +288,7 @@ impl Handler<Changed> for NodeClaimLifecycle {
         for target in self.targets(change) {
             self.enqueue(target);
         }
-        self.pump(ctx);
+        pump(self, ctx);
     }
 }
 

@@ -85,6 +85,12 @@ pub enum ReconcileError {
     },
 }
 
+impl crate::workqueue::Conflict for ReconcileError {
+    fn is_conflict(&self) -> bool {
+        ReconcileError::is_conflict(self)
+    }
+}
+
 impl ReconcileError {
     /// A write refused because the object changed since it was read: routine, retried.
     pub fn is_conflict(&self) -> bool {

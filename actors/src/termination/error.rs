@@ -74,6 +74,12 @@ pub enum TerminationError {
     },
 }
 
+impl crate::workqueue::Conflict for TerminationError {
+    fn is_conflict(&self) -> bool {
+        TerminationError::is_conflict(self)
+    }
+}
+
 impl TerminationError {
     /// A write refused because the object changed since it was read: routine, retried.
     pub fn is_conflict(&self) -> bool {

@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
+use futures::future::LocalBoxFuture;
 use kerf::cloudprovider::CloudProvider;
 use kerf::finalizers::has_termination_finalizer;
 use kube::{Api, Client};
@@ -42,7 +43,7 @@ pub use crate::lifecycle::Changed;
 use crate::lifecycle::Launching;
 use crate::mailbox::MailboxDepth;
 use crate::state::{ClusterState, ObjectKey};
-use crate::workqueue::{Reruns, WorkQueue};
+use crate::workqueue::{Reconciling, Reruns, WorkQueue, pump};
 pub use error::TerminationError;
 use reconcile::{Outcome, Terminator};
 
@@ -116,7 +117,7 @@ impl TerminationStats {
 
 /// What one reconcile works on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Target {
+pub(crate) enum Target {
     /// A deleting NodeClaim holding the termination finalizer.
     NodeClaim(String),
     /// A deleting Node holding the termination finalizer.
@@ -201,76 +202,7 @@ impl TerminationDrainer {
                 .get(&ObjectKey::new(Some(&pod.namespace), &pod.name))
                 .is_some_and(|p| p.metadata.uid.as_deref() == Some(pod.uid.as_str()))
         });
-        self.pump(ctx);
-    }
-
-    /// Starts queued reconciles up to the concurrency limit.
-    fn pump(&mut self, ctx: &mut Context<Self>) {
-        if !self.can_reconcile() {
-            // A new leader resyncs everything; nothing queued now is worth keeping.
-            self.queue.clear_waiting();
-            return;
-        }
-        while let Some(target) = self.queue.start_next(MAX_CONCURRENT_RECONCILES) {
-            let terminator = Arc::clone(&self.terminator);
-            let running = target.clone();
-            let work = async move {
-                let (controller, run) = match &running {
-                    Target::NodeClaim(name) => (
-                        crate::metrics::controller::NODECLAIM_LIFECYCLE,
-                        futures::future::Either::Left(nodeclaim::reconcile(&terminator, name)),
-                    ),
-                    Target::Node(name) => (
-                        crate::metrics::controller::NODE_TERMINATION,
-                        futures::future::Either::Right(node::reconcile(&terminator, name)),
-                    ),
-                };
-                crate::metrics::reconcile(controller, run).await
-            };
-            ctx.spawn(
-                work.into_actor(self)
-                    .map(move |result, act, ctx| act.finished(target, result, ctx)),
-            );
-        }
-        crate::metrics::workqueue_depth(
-            crate::metrics::controller::NODE_TERMINATION,
-            self.queue.waiting(),
-        );
-    }
-
-    fn finished(
-        &mut self,
-        target: Target,
-        result: Result<Outcome, TerminationError>,
-        ctx: &mut Context<Self>,
-    ) {
-        match result {
-            Ok(outcome) => {
-                self.reruns.succeeded(&target);
-                if let Some(delay) = outcome.requeue_after {
-                    self.reruns
-                        .schedule(target.clone(), delay, ctx, Self::rerun);
-                }
-            }
-            Err(error) => {
-                let delay = self.reruns.failed(&target);
-                if error.is_conflict() {
-                    tracing::debug!(?target, %error, "conflict; retrying");
-                } else {
-                    tracing::warn!(?target, %error, retry_in = ?delay, "termination reconcile failed");
-                }
-                self.reruns
-                    .schedule(target.clone(), delay, ctx, Self::rerun);
-            }
-        }
-        self.queue.finish(&target);
-        self.pump(ctx);
-    }
-
-    fn rerun(&mut self, target: Target, ctx: &mut Context<Self>) {
-        self.reruns.due(&target);
-        self.queue.add(target);
-        self.pump(ctx);
+        pump(self, ctx);
     }
 
     /// The targets a change concerns: a deleting NodeClaim, a terminating Node, and the
@@ -324,6 +256,48 @@ fn is_terminating(node: &k8s_openapi::api::core::v1::Node) -> bool {
         && has_termination_finalizer(node.metadata.finalizers.as_ref())
 }
 
+impl Reconciling for TerminationDrainer {
+    type Target = Target;
+    type Error = TerminationError;
+    const CONTROLLER: &'static str = crate::metrics::controller::NODE_TERMINATION;
+    const NAME: &'static str = "termination";
+    const MAX_CONCURRENT: usize = MAX_CONCURRENT_RECONCILES;
+
+    fn queue(&mut self) -> &mut WorkQueue<Target> {
+        &mut self.queue
+    }
+
+    fn reruns(&mut self) -> &mut Reruns<Target> {
+        &mut self.reruns
+    }
+
+    fn can_reconcile(&self) -> bool {
+        TerminationDrainer::can_reconcile(self)
+    }
+
+    /// A NodeClaim's reconcile counts as the lifecycle controller's (upstream's
+    /// `nodeclaim.lifecycle` finalizer), a Node's as `node.termination`.
+    fn reconcile(
+        &self,
+        target: Target,
+    ) -> LocalBoxFuture<'static, Result<Outcome, TerminationError>> {
+        let terminator = Arc::clone(&self.terminator);
+        Box::pin(async move {
+            match &target {
+                Target::NodeClaim(name) => {
+                    let run = nodeclaim::reconcile(&terminator, name);
+                    crate::metrics::reconcile(crate::metrics::controller::NODECLAIM_LIFECYCLE, run)
+                        .await
+                }
+                Target::Node(name) => {
+                    let run = node::reconcile(&terminator, name);
+                    crate::metrics::reconcile(Self::CONTROLLER, run).await
+                }
+            }
+        })
+    }
+}
+
 impl Actor for TerminationDrainer {
     type Context = Context<Self>;
 
@@ -360,6 +334,6 @@ impl Handler<Changed> for TerminationDrainer {
         for target in self.targets(change) {
             self.queue.add(target);
         }
-        self.pump(ctx);
+        pump(self, ctx);
     }
 }

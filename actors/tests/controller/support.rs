@@ -23,7 +23,7 @@ use kerf_actors::provisioner::{MAX_INSTANCE_TYPES, Round};
 use kerf_actors::termination::TerminationConfig;
 use kerf_actors::{Cloud, Daemon, Environment, Settings, Timings, ValidSettings};
 use kerf_loadtest::apiserver::faults::CLIENT_HEADER;
-use kerf_loadtest::apiserver::rbac::{MASTERS, User};
+use kerf_loadtest::apiserver::rbac::{self, MASTERS, User};
 use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
 use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider, SimulatedCloudProviderConfig};
 use kerf_loadtest::kubelet::{self, KubeletConfig, KubeletHandle};
@@ -177,14 +177,10 @@ fn install_chart_rbac(harness: &Harness) {
             cluster.create("v1", "namespaces", json!({"metadata": {"name": namespace}}));
     }
     let rendered: Vec<Value> =
-        serde_json::from_str(include_str!("fixtures/chart-rbac.json")).expect("rendered RBAC");
+        serde_json::from_str(include_str!("../../../deploy/chart-rbac.json"))
+            .expect("rendered RBAC");
     for object in rendered {
-        let plural = match object["kind"].as_str() {
-            Some("ClusterRole") => "clusterroles",
-            Some("ClusterRoleBinding") => "clusterrolebindings",
-            Some("Role") => "roles",
-            _ => "rolebindings",
-        };
+        let plural = rbac::plural(object["kind"].as_str().unwrap_or("")).expect("an RBAC kind");
         cluster
             .create("rbac.authorization.k8s.io/v1", plural, object)
             .expect("the chart's RBAC object is created");

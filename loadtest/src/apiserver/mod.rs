@@ -225,6 +225,12 @@ impl RunningServer {
         &self.access
     }
 
+    /// The grants of the roles bound to `user` that none of its requests has used so far
+    /// ([`rbac::Access::unused_by`] over this server's RBAC objects).
+    pub fn unused_grants(&self, user: &rbac::User) -> Vec<rbac::Grant> {
+        self.access.unused_by(&self.registry, user)
+    }
+
     /// Direct, in-process access to the API (for test setup and simulated components).
     pub fn cluster(&self) -> Cluster {
         Cluster {

@@ -1,16 +1,22 @@
 //! Who may do what: bearer-token authentication and RBAC authorization, as the real API
 //! server applies them to a ServiceAccount. Off until a test turns it on with
-//! [`Access::enforce`]; then every request must carry a known token (401 otherwise), and a
-//! resource request is allowed only when a rule of a Role or ClusterRole bound to the user
-//! (by a RoleBinding in the request's namespace, or a ClusterRoleBinding) grants its verb on
-//! its resource (403 otherwise, in the real server's words). Users in `system:masters` are
-//! allowed everything, as on a real cluster; discovery is open to every authenticated user.
-//! The rules are read from the RBAC objects stored in the emulator at each request, so a test
-//! applies a chart's rendered Roles and bindings like any other object. Every refused request
-//! is recorded per user, so a test can name all a client was refused, not just the first.
+//! [`Access::enforce`]; then every request must carry a known token (401 otherwise) unless an
+//! anonymous user is admitted ([`Access::admit_anonymous`], as a server with anonymous
+//! authentication on), and a resource request is allowed only when a rule of a Role or
+//! ClusterRole bound to the user (by a RoleBinding in the request's namespace, or a
+//! ClusterRoleBinding) grants its verb on its resource (403 otherwise, in the real server's
+//! words). Users in `system:masters` are allowed everything, as on a real cluster; discovery
+//! is open to every authenticated user. The rules are read from the RBAC objects stored in
+//! the emulator at each request, so a test applies a chart's rendered Roles and bindings like
+//! any other object. Every refused request is recorded per user, so a test can name all a
+//! client was refused, not just the first; and every granted rule a request used, so a test
+//! can name the rules a client was granted and never needed ([`Access::unused_by`]). Usage is
+//! kept per rule, verb, resource and group (not per request), so its size is bounded by the
+//! roles, however long the server runs.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use serde_json::Value;
 
@@ -20,6 +26,18 @@ use super::resources::GroupResource;
 
 /// The group whose members may do anything.
 pub const MASTERS: &str = "system:masters";
+
+/// The resource of an RBAC kind (`ClusterRole` → `clusterroles`), to store a rendered
+/// chart's RBAC objects with; `None` for any other kind.
+pub fn plural(kind: &str) -> Option<&'static str> {
+    match kind {
+        "ClusterRole" => Some("clusterroles"),
+        "ClusterRoleBinding" => Some("clusterrolebindings"),
+        "Role" => Some("roles"),
+        "RoleBinding" => Some("rolebindings"),
+        _ => None,
+    }
+}
 
 /// An authenticated user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,34 +71,113 @@ pub struct Attributes {
     pub name: Option<String>,
 }
 
-/// Tokens, enforcement and what each user was refused.
+impl fmt::Display for Attributes {
+    /// `get services "kube-dns" in API group "" in the namespace "kube-system"`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource)?;
+        if let Some(name) = &self.name {
+            write!(f, " {name:?}")?;
+        }
+        write!(f, " in API group {:?}", self.group)?;
+        match &self.namespace {
+            Some(ns) => write!(f, " in the namespace {ns:?}"),
+            None => write!(f, " at the cluster scope"),
+        }
+    }
+}
+
+/// One verb on one resource of one group that a bound role's rule grants (a rule listing
+/// several verbs, groups or resources grants each combination): what usage is kept by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Grant {
+    /// `ClusterRole karpenter-core`, `Role kube-system/karpenter-dns`, or `ClusterRole
+    /// view in default` for a ClusterRole a RoleBinding grants in one namespace.
+    pub role: String,
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    /// The rule's `resourceNames`; empty for any name.
+    pub names: Vec<String>,
+}
+
+impl fmt::Display for Grant {
+    /// `Role kube-system/karpenter-dns: get services named ["kube-dns"] in API group ""`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} {}", self.role, self.verb, self.resource)?;
+        if !self.names.is_empty() {
+            write!(f, " named {:?}", self.names)?;
+        }
+        write!(f, " in API group {:?}", self.group)
+    }
+}
+
+/// Who authenticates: users by bearer token, and who a request without one is.
+#[derive(Debug)]
+struct Authentication {
+    tokens: HashMap<String, User>,
+    anonymous: Option<User>,
+}
+
+/// Tokens, enforcement, what each user was refused and which grants each used.
 #[derive(Debug, Default)]
 pub struct Access {
-    tokens: RwLock<Option<HashMap<String, User>>>,
+    authentication: RwLock<Option<Authentication>>,
     denied: Mutex<BTreeSet<(String, Attributes)>>,
+    used: Mutex<HashSet<(String, Grant)>>,
 }
 
 impl Access {
     /// Turns enforcement on with these bearer tokens.
     pub fn enforce(&self, tokens: HashMap<String, User>) {
-        *self.tokens.write().unwrap_or_else(PoisonError::into_inner) = Some(tokens);
+        *self
+            .authentication
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Authentication {
+            tokens,
+            anonymous: None,
+        });
+    }
+
+    /// Once enforced, a request without a token is `user` (a wrong token is still refused),
+    /// as a server with anonymous authentication on makes it `system:anonymous`.
+    pub fn admit_anonymous(&self, user: User) {
+        if let Some(authentication) = self
+            .authentication
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            authentication.anonymous = Some(user);
+        }
     }
 
     /// The user of a request's `Authorization` header; `Ok(None)` while not enforced.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Option<User>, ApiError> {
-        let tokens = self.tokens.read().unwrap_or_else(PoisonError::into_inner);
-        let Some(tokens) = tokens.as_ref() else {
+        let authentication = self
+            .authentication
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(authentication) = authentication.as_ref() else {
             return Ok(None);
         };
-        authorization
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .and_then(|token| tokens.get(token.trim()))
+        let unauthorized = || ApiError::new(Reason::Unauthorized, "Unauthorized");
+        let Some(header) = authorization else {
+            return authentication
+                .anonymous
+                .clone()
+                .map(Some)
+                .ok_or_else(unauthorized);
+        };
+        header
+            .strip_prefix("Bearer ")
+            .and_then(|token| authentication.tokens.get(token.trim()))
             .cloned()
             .map(Some)
-            .ok_or_else(|| ApiError::new(Reason::Unauthorized, "Unauthorized"))
+            .ok_or_else(unauthorized)
     }
 
-    /// Allows `attrs` for `user` when a bound rule grants it; records what it refuses.
+    /// Allows `attrs` for `user` when a bound rule grants it, recording the grants that
+    /// allowed it; records what it refuses.
     pub fn authorize(
         &self,
         registry: &Registry,
@@ -90,10 +187,16 @@ impl Access {
         if user.groups.iter().any(|g| g == MASTERS) {
             return Ok(());
         }
-        let allowed = rules_of(registry, user, attrs.namespace.as_deref())
-            .iter()
-            .any(|rule| grants(rule, attrs));
-        if allowed {
+        let used: Vec<Grant> =
+            bound_rules(registry, user, Scope::Request(attrs.namespace.as_deref()))
+                .iter()
+                .flat_map(|(role, rule)| rule.grants_for(role, attrs))
+                .collect();
+        if !used.is_empty() {
+            let mut all = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+            for grant in used {
+                all.insert((user.name.clone(), grant));
+            }
             return Ok(());
         }
         self.denied
@@ -113,47 +216,180 @@ impl Access {
             .map(|(_, attrs)| attrs.clone())
             .collect()
     }
+
+    /// Every grant the roles bound to `user` (now, in any namespace) hold that no request of
+    /// `user` has used so far, in order.
+    pub fn unused_by(&self, registry: &Registry, user: &User) -> Vec<Grant> {
+        let used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        let granted: BTreeSet<Grant> = bound_rules(registry, user, Scope::Everywhere)
+            .iter()
+            .flat_map(|(role, rule)| rule.grants(role))
+            .collect();
+        granted
+            .into_iter()
+            .filter(|grant| !used.contains(&(user.name.clone(), grant.clone())))
+            .collect()
+    }
 }
 
-/// The rules that apply to `user` in `namespace` (cluster-wide ones, plus the namespace's).
-fn rules_of(registry: &Registry, user: &User, namespace: Option<&str>) -> Vec<Value> {
-    let objects = |plural: &str, ns: Option<&str>| -> Vec<Value> {
-        let gr = GroupResource::new("rbac.authorization.k8s.io", plural);
-        registry
-            .target_of(&gr, ns.unwrap_or(""))
-            .map(|t| all_objects(&t).iter().map(|o| (*o.value).clone()).collect())
-            .unwrap_or_default()
-    };
-    let cluster_roles = objects("clusterroles", None);
-    let cluster_role = |name: &str| cluster_roles.iter().find(|r| r["metadata"]["name"] == name);
-    let mut rules = Vec::new();
-    for binding in objects("clusterrolebindings", None) {
-        if binds(&binding, user)
-            && let Some(role) = cluster_role(binding["roleRef"]["name"].as_str().unwrap_or(""))
-        {
-            rules.extend(role_rules(role));
+/// Which RoleBindings count.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    /// A request's: those of its namespace (none for a cluster-scoped request).
+    Request(Option<&'a str>),
+    /// Those of every namespace.
+    Everywhere,
+}
+
+/// One PolicyRule.
+struct Rule {
+    verbs: Vec<String>,
+    groups: Vec<String>,
+    resources: Vec<String>,
+    names: Vec<String>,
+}
+
+impl Rule {
+    fn parse(rule: &Value) -> Self {
+        let list = |key: &str| -> Vec<String> {
+            rule[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        };
+        Self {
+            verbs: list("verbs"),
+            groups: list("apiGroups"),
+            resources: list("resources"),
+            names: list("resourceNames"),
         }
     }
-    let Some(ns) = namespace else {
-        return rules;
+
+    /// Each verb, group and resource combination it grants, as `role`'s.
+    fn grants(&self, role: &str) -> Vec<Grant> {
+        self.combinations(role, |_| true, |_| true, |_| true)
+    }
+
+    /// The combinations that allow `attrs` (none when the rule does not).
+    fn grants_for(&self, role: &str, attrs: &Attributes) -> Vec<Grant> {
+        let name_ok = self.names.is_empty()
+            || attrs
+                .name
+                .as_deref()
+                .is_some_and(|name| self.names.iter().any(|n| n == name));
+        if !name_ok {
+            return Vec::new();
+        }
+        self.combinations(
+            role,
+            |v| matches(v, &attrs.verb),
+            |g| matches(g, &attrs.group),
+            |r| matches(r, &attrs.resource),
+        )
+    }
+
+    fn combinations(
+        &self,
+        role: &str,
+        verb: impl Fn(&str) -> bool,
+        group: impl Fn(&str) -> bool,
+        resource: impl Fn(&str) -> bool,
+    ) -> Vec<Grant> {
+        let mut out = Vec::new();
+        for v in self.verbs.iter().filter(|v| verb(v)) {
+            for g in self.groups.iter().filter(|g| group(g)) {
+                for r in self.resources.iter().filter(|r| resource(r)) {
+                    out.push(Grant {
+                        role: role.to_owned(),
+                        verb: v.clone(),
+                        group: g.clone(),
+                        resource: r.clone(),
+                        names: self.names.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Whether a rule's entry (`*` for any) covers `wanted`.
+fn matches(entry: &str, wanted: &str) -> bool {
+    entry == "*" || entry == wanted
+}
+
+/// The stored RBAC objects of kind `plural`, cluster-wide, in `namespace` or (`None` for a
+/// namespaced kind) in every namespace.
+fn rbac_objects(registry: &Registry, plural: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
+    let gr = GroupResource::new("rbac.authorization.k8s.io", plural);
+    let Some(mut target) = registry.target_of(&gr, namespace.unwrap_or("")) else {
+        return Vec::new();
     };
-    let roles = objects("roles", Some(ns));
-    for binding in objects("rolebindings", Some(ns)) {
+    if namespace.is_none() {
+        target.namespace = None;
+    }
+    all_objects(&target)
+        .iter()
+        .map(|o| Arc::clone(&o.value))
+        .collect()
+}
+
+/// The rules that apply to `user` in `scope` (cluster-wide ones, plus the namespaces'), each
+/// with the role it came from.
+fn bound_rules(registry: &Registry, user: &User, scope: Scope<'_>) -> Vec<(String, Rule)> {
+    let cluster_roles = rbac_objects(registry, "clusterroles", None);
+    let cluster_role = |name: &str| {
+        cluster_roles
+            .iter()
+            .find(|r| r["metadata"]["name"] == name)
+            .map(|r| &**r)
+    };
+    let mut rules = Vec::new();
+    for binding in rbac_objects(registry, "clusterrolebindings", None) {
+        let name = binding["roleRef"]["name"].as_str().unwrap_or("");
+        if binds(&binding, user)
+            && let Some(role) = cluster_role(name)
+        {
+            rules.extend(role_rules(&format!("ClusterRole {name}"), role));
+        }
+    }
+    let namespace = match scope {
+        Scope::Request(None) => return rules,
+        Scope::Request(Some(ns)) => Some(ns),
+        Scope::Everywhere => None,
+    };
+    let roles = rbac_objects(registry, "roles", namespace);
+    for binding in rbac_objects(registry, "rolebindings", namespace) {
         if !binds(&binding, user) {
             continue;
         }
+        let ns = binding["metadata"]["namespace"].as_str().unwrap_or("");
         let name = binding["roleRef"]["name"].as_str().unwrap_or("");
-        let role = match binding["roleRef"]["kind"].as_str() {
-            Some("ClusterRole") => cluster_role(name),
-            _ => roles.iter().find(|r| r["metadata"]["name"] == name),
+        let (label, role) = match binding["roleRef"]["kind"].as_str() {
+            Some("ClusterRole") => (format!("ClusterRole {name} in {ns}"), cluster_role(name)),
+            _ => (
+                format!("Role {ns}/{name}"),
+                roles
+                    .iter()
+                    .find(|r| r["metadata"]["name"] == name && r["metadata"]["namespace"] == ns)
+                    .map(|r| &**r),
+            ),
         };
-        rules.extend(role.map(role_rules).unwrap_or_default());
+        rules.extend(role.map(|r| role_rules(&label, r)).unwrap_or_default());
     }
     rules
 }
 
-fn role_rules(role: &Value) -> Vec<Value> {
-    role["rules"].as_array().cloned().unwrap_or_default()
+fn role_rules(label: &str, role: &Value) -> Vec<(String, Rule)> {
+    role["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|rule| (label.to_owned(), Rule::parse(rule)))
+        .collect()
 }
 
 /// Whether a binding's subjects include `user`.
@@ -174,29 +410,6 @@ fn binds(binding: &Value, user: &User) -> bool {
                 _ => false,
             }
         })
-}
-
-/// Whether one PolicyRule grants `attrs`.
-fn grants(rule: &Value, attrs: &Attributes) -> bool {
-    let list = |key: &str| -> Vec<&str> {
-        rule[key]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect()
-    };
-    let has = |key: &str, wanted: &str| list(key).iter().any(|v| *v == "*" || *v == wanted);
-    let names = list("resourceNames");
-    let name_ok = names.is_empty()
-        || attrs
-            .name
-            .as_deref()
-            .is_some_and(|name| names.contains(&name));
-    has("verbs", &attrs.verb)
-        && has("apiGroups", &attrs.group)
-        && has("resources", &attrs.resource)
-        && name_ok
 }
 
 fn forbidden(user: &User, attrs: &Attributes) -> ApiError {
@@ -232,6 +445,12 @@ mod tests {
         }
     }
 
+    fn grants(rule: &Value, attrs: &Attributes) -> bool {
+        !Rule::parse(rule)
+            .grants_for("ClusterRole r", attrs)
+            .is_empty()
+    }
+
     #[test]
     fn a_rule_grants_its_verbs_groups_resources_and_names_only() {
         let rule = json!({"apiGroups": [""], "resources": ["services"], "resourceNames": ["kube-dns"], "verbs": ["get"]});
@@ -242,6 +461,25 @@ mod tests {
         let sub = json!({"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]});
         assert!(grants(&sub, &attrs("create", "pods/eviction", Some("p"))));
         assert!(!grants(&sub, &attrs("create", "pods", None)));
+    }
+
+    #[test]
+    fn a_request_uses_only_the_combination_that_allows_it() {
+        let rule = Rule::parse(
+            &json!({"apiGroups": ["", "apps"], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]}),
+        );
+        assert_eq!(rule.grants("ClusterRole r").len(), 8);
+        let used = rule.grants_for("ClusterRole r", &attrs("watch", "nodes", None));
+        assert_eq!(
+            used.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["ClusterRole r: watch nodes in API group \"\""]
+        );
+        let any = Rule::parse(&json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}));
+        assert_eq!(
+            any.grants_for("ClusterRole r", &attrs("get", "pods", None))
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -273,5 +511,107 @@ mod tests {
                 .expect("known")
                 .is_some()
         );
+    }
+
+    #[test]
+    fn an_admitted_anonymous_user_is_who_a_request_without_a_token_is() {
+        let access = Access::default();
+        let anonymous = User {
+            name: "system:anonymous".to_owned(),
+            groups: vec![MASTERS.to_owned()],
+        };
+        access.admit_anonymous(anonymous.clone());
+        assert_eq!(
+            access.authenticate(None).expect("open"),
+            None,
+            "admitting does not turn enforcement on"
+        );
+        access.enforce(HashMap::new());
+        access.admit_anonymous(anonymous.clone());
+        assert_eq!(
+            access.authenticate(None).expect("anonymous"),
+            Some(anonymous)
+        );
+        assert!(
+            access.authenticate(Some("Bearer wrong")).is_err(),
+            "a wrong token is refused, not made anonymous"
+        );
+    }
+
+    #[tokio::test]
+    async fn usage_names_each_bound_grant_no_request_of_the_user_needed() {
+        let server = super::super::ApiServer::start(super::super::ServerConfig::default())
+            .await
+            .expect("emulator starts");
+        let cluster = server.cluster();
+        let rbac = "rbac.authorization.k8s.io/v1";
+        let subjects =
+            json!([{"kind": "ServiceAccount", "name": "sa", "namespace": "kube-system"}]);
+        for (plural, object) in [
+            (
+                "clusterroles",
+                json!({"metadata": {"name": "reader"}, "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]}),
+            ),
+            (
+                "clusterrolebindings",
+                json!({"metadata": {"name": "reader"}, "subjects": subjects,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "reader"}}),
+            ),
+            (
+                "roles",
+                json!({"metadata": {"name": "dns", "namespace": "kube-system"}, "rules": [
+                {"apiGroups": [""], "resources": ["services"], "resourceNames": ["kube-dns"], "verbs": ["get"]}]}),
+            ),
+            (
+                "rolebindings",
+                json!({"metadata": {"name": "dns", "namespace": "kube-system"}, "subjects": subjects,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "dns"}}),
+            ),
+            // Bound to nobody: granted to no one, so never unused.
+            (
+                "clusterroles",
+                json!({"metadata": {"name": "admin"}, "rules": [
+                {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+            ),
+        ] {
+            cluster.create(rbac, plural, object).expect("RBAC object");
+        }
+        let sa = User::service_account("kube-system", "sa");
+        let other = User::service_account("default", "other");
+        let access = &server.access;
+        let registry = &server.registry;
+        let list_pods = Attributes {
+            namespace: Some("default".to_owned()),
+            ..attrs("list", "pods", None)
+        };
+        let unused = |user: &User| -> Vec<String> {
+            access
+                .unused_by(registry, user)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(
+            unused(&sa),
+            [
+                "ClusterRole reader: list pods in API group \"\"",
+                "ClusterRole reader: watch pods in API group \"\"",
+                "Role kube-system/dns: get services named [\"kube-dns\"] in API group \"\"",
+            ]
+        );
+        assert!(access.authorize(registry, &other, &list_pods).is_err());
+        assert!(access.authorize(registry, &sa, &list_pods).is_ok());
+        let get_dns = Attributes {
+            namespace: Some("kube-system".to_owned()),
+            ..attrs("get", "services", Some("kube-dns"))
+        };
+        assert!(access.authorize(registry, &sa, &get_dns).is_ok());
+        assert_eq!(
+            unused(&sa),
+            ["ClusterRole reader: watch pods in API group \"\""]
+        );
+        assert!(unused(&other).is_empty(), "nothing is bound to other");
+        server.shutdown().await;
     }
 }

@@ -13,6 +13,7 @@ mod defaults;
 mod drift;
 mod ice;
 mod inputs;
+mod install;
 mod interrupt;
 mod memory;
 mod observe;

@@ -189,6 +189,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     });
     summary.drift = drift;
     summary.interruptions = interruptions;
+    summary.rbac = Some(super::install::usage(&world.server));
     summary.pods.average_object_bytes = super::observe::average_pod_bytes(&cluster);
     Ok(Finished {
         summary,

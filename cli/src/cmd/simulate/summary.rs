@@ -58,6 +58,9 @@ pub struct Summary {
     /// Where the controller serves its metrics and probes while the run (and, with
     /// `--kubeconfig-out`, the cluster after it) is up.
     pub controller_endpoints: Endpoints,
+    /// The controller's requests the chart's RBAC refused, and its grants no request used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rbac: Option<super::install::RbacUsage>,
 }
 
 /// The controller's HTTP endpoints, as URLs.
@@ -254,6 +257,7 @@ impl Summary {
             interruptions: None,
             disruption: facts.disruption,
             controller_endpoints: facts.endpoints,
+            rbac: None,
         }
     }
 
@@ -356,6 +360,17 @@ impl Summary {
         }
         for pod in &self.pods.stuck {
             let _ = writeln!(out, "still pending   {pod}");
+        }
+        if let Some(rbac) = &self.rbac {
+            let _ = writeln!(
+                out,
+                "chart RBAC      {} request(s) refused, {} granted rule(s) unused",
+                rbac.refused.len(),
+                rbac.unused.len()
+            );
+            for refused in &rbac.refused {
+                let _ = writeln!(out, "  refused       {refused}");
+            }
         }
         if let Some(drift) = &self.drift {
             out.push_str(&drift.to_table());

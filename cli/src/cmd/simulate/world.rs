@@ -29,6 +29,7 @@ use kube::Client;
 
 use super::defaults::{CLUSTER_NAME, REGION};
 use super::ice::{self, IceTarget};
+use super::install;
 
 pub const NODEPOOL_CRD: &str = include_str!("../../../../deploy/crds/karpenter.sh_nodepools.yaml");
 pub const NODECLAIM_CRD: &str =
@@ -147,6 +148,10 @@ pub enum StartError {
     Settings(String),
     #[error("starting the controller: {0}")]
     Controller(#[from] kerf_actors::StartError),
+    #[error("installing the chart's RBAC: {0}")]
+    Install(#[from] install::InstallError),
+    #[error("the controller's start-up reads: {0}")]
+    Discovery(String),
 }
 
 /// The running simulated cluster (the controller starts separately, see [`World::start_controller`]).
@@ -177,6 +182,7 @@ impl World {
         })
         .await?;
         install_crds(&server.cluster())?;
+        install::install(&server)?;
         let kubelet_client = client_for(&server, KUBELET_AGENT).await?;
         let scheduler_client = client_for(&server, SCHEDULER_AGENT).await?;
         let provider = Arc::new(SimulatedCloudProvider::for_region(
@@ -213,8 +219,9 @@ impl World {
 
     /// Starts the controller against the emulator over HTTP, launching into the simulated
     /// EC2, and waits until its cluster state has synced. It gets its own client, limited to
-    /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST` as `kerf controller`'s is; the simulated
-    /// kubelets and scheduler stand for the rest of a cluster and are not limited.
+    /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST` as `kerf controller`'s is, authenticated as the
+    /// chart's ServiceAccount under the chart's RBAC ([`install`]); the simulated kubelets
+    /// and scheduler stand for the rest of a cluster and are neither limited nor restricted.
     pub async fn start_controller(&self) -> Result<Daemon, StartError> {
         let identity = format!("kerf-simulate-{}", std::process::id());
         self.start_replica(&Replica::alone(&identity)).await
@@ -226,6 +233,7 @@ impl World {
     pub async fn start_replica(&self, replica: &Replica) -> Result<Daemon, StartError> {
         let settings = controller_settings(self.pace, replica)?;
         let mut config = kube_config(&self.server).await?;
+        install::authenticate(&mut config)?;
         let name = http::HeaderValue::from_str(&replica.identity)
             .map_err(|e| StartError::Client(format!("identity {:?}: {e}", replica.identity)))?;
         config
@@ -234,11 +242,12 @@ impl World {
         let leader_client = kube::Client::try_from(config.clone())
             .map_err(|e| StartError::Client(e.to_string()))?;
         let client = kerf_actors::client::build(
-            config,
+            config.clone(),
             settings.kube_client_qps,
             settings.kube_client_burst,
         )
         .map_err(|e| StartError::Client(e.to_string()))?;
+        install::discover(&client, &config).await?;
         // One unavailable-offerings state for the controller and the launches, as the AWS
         // provider shares it: interrupted and refused offerings are left out of launches.
         let offerings = OfferingCache::start(
@@ -252,7 +261,7 @@ impl World {
             Environment {
                 client,
                 leader_client,
-                namespace: "kube-system".to_owned(),
+                namespace: install::NAMESPACE.to_owned(),
                 identity: replica.identity.clone(),
                 leader_timing: self.pace.leader_timing(),
                 bind: Ipv4Addr::LOCALHOST,
