@@ -1,16 +1,17 @@
 //! The rescheduling simulation every non-empty disruption rests on: where would the
 //! candidates' reschedulable pods (and the pending pods) go if the candidates were gone?
 //! One [`crate::scheduling::solve`] over the current state without the candidates, their pods
-//! added as pending. Nodes a pod may not be moved to — not Ready or deleting — keep their
-//! pods (so topology still counts them) but take no new ones: their pod allocatable is
-//! zeroed for the solve. Uninitialized nodes (in-flight NodeClaims included) stay open, as
+//! added as pending. Nodes a pod may not be moved to — not Ready or deleting — keep the pods
+//! that stay with them (so topology still counts them) but take no new ones: their pod
+//! allocatable is zeroed for the solve. Uninitialized nodes (in-flight NodeClaims included) stay open, as
 //! upstream's: a moved pod the solve puts on one makes the move fail ("would schedule
 //! against uninitialized node"), so disruption waits for that node rather than launching a
 //! second one beside it (a replacement still booting after a failover, say).
 //!
 //! Pods already waiting for a place (pending, or on nodes on their way out) are placed
 //! once, first, when the state is built ([`place_waiting`]): they take the room they will
-//! take before any candidate's pods look for some.
+//! take before any candidate's pods look for some, and only those that found none are
+//! still pending in each simulation.
 //!
 //! The state is edited in place and restored afterwards rather than copied, so a simulation
 //! costs one solve plus a copy of the moved pods, not a copy of every pod in the cluster.
