@@ -147,7 +147,8 @@ fn booting(claim: &NodeClaim) -> bool {
 
 /// Two nodes, a small pod's and a big pod's, drift at once to the only type left, `LARGE`,
 /// big enough for either pod; the pods share no node. Drift's budget is one node until the
-/// first replacement (the small pod's: its node drifted first) is booting, then `budget`.
+/// first replacement is booting, then `budget`. The first is the small pod's: its node,
+/// launched first, is marked first or, in the same second, named first.
 /// That booting replacement is room the big pod would take if its simulation did not know
 /// the small pod is already bound for it (the big pod comes first in the solver's order),
 /// so a second replacement launched while the first boots shows the loop planning around
