@@ -1,17 +1,24 @@
 //! The consolidation benchmark: disruption decisions on clusters of 100, 1,000 and 5,000
 //! under-used nodes (30 pods each: zone spread, hostname anti-affinity, PDBs, a few
 //! do-not-disrupt pods; 400 instance types), single-threaded solves. Measured: one
-//! multi-node consolidation decision, one single-node consolidation decision, and the full
-//! decision — the first command of a pass through every method in upstream's order. Run with
-//! `cargo bench -p kerf --bench disruption`; `-- --summary` prints only the table.
+//! multi-node consolidation decision, one single-node consolidation decision, the full
+//! decision — the first command of a pass through every method in upstream's order — the
+//! controller's pass as the disruption loop runs it (`kerf::disruption::controller::pass`:
+//! emptiness, drift, multi-node and single-node consolidation until one finds a command,
+//! plus eligibility, budgets and the next consolidatable time), and all four of those
+//! methods each evaluated to its end on the same snapshot (a pass that has to run them all,
+//! each building its own decision state). Run with `cargo bench -p kerf --bench disruption`
+//! (one benchmark: `-- four-methods/1000`); `-- --summary` prints only the table, which a
+//! run given a filter leaves out.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 
+use kerf::disruption::controller::{self, VOLUNTARY_METHODS};
 use kerf::disruption::testing::{benchmark_cluster, options};
-use kerf::disruption::{Cluster, Method, first_command, first_pass};
+use kerf::disruption::{Cluster, Method, Timeouts, first_command, first_pass};
 
 const SIZES: [usize; 3] = [100, 1000, 5000];
 
@@ -27,6 +34,16 @@ fn pass(cluster: &Cluster) {
     black_box(first_pass(cluster, options()).ok());
 }
 
+fn controller_pass(cluster: &Cluster) {
+    black_box(controller::pass(cluster, options(), Timeouts::NONE).ok());
+}
+
+fn four_methods(cluster: &Cluster) {
+    for method in VOLUNTARY_METHODS {
+        black_box(first_command(cluster, options(), method).ok());
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("disruption");
     group
@@ -38,6 +55,12 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("multi-node/{n}"), |b| b.iter(|| multi(&cluster)));
         group.bench_function(format!("single-node/{n}"), |b| b.iter(|| single(&cluster)));
         group.bench_function(format!("pass/{n}"), |b| b.iter(|| pass(&cluster)));
+        group.bench_function(format!("controller-pass/{n}"), |b| {
+            b.iter(|| controller_pass(&cluster))
+        });
+        group.bench_function(format!("four-methods/{n}"), |b| {
+            b.iter(|| four_methods(&cluster))
+        });
     }
     group.finish();
 }
@@ -74,8 +97,8 @@ fn summary() {
         "\nsummary (median of 3 runs each; one thread; times include building the decision state):"
     );
     println!(
-        "{:>6}  {:>12}  {:>12}  {:>12}  first command of the full pass",
-        "nodes", "multi-node", "single-node", "full pass"
+        "{:>6}  {:>12}  {:>12}  {:>12}  {:>12}  first command of the full pass",
+        "nodes", "multi-node", "single-node", "full pass", "four methods"
     );
     let mut full = std::collections::BTreeMap::new();
     for n in SIZES {
@@ -83,12 +106,14 @@ fn summary() {
         let m = median(3, || multi(&cluster));
         let s = median(3, || single(&cluster));
         let p = median(3, || pass(&cluster));
+        let f = median(3, || four_methods(&cluster));
         full.insert(n, p);
         println!(
-            "{n:>6}  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {}",
+            "{n:>6}  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {}",
             m.as_secs_f64() * 1e3,
             s.as_secs_f64() * 1e3,
             p.as_secs_f64() * 1e3,
+            f.as_secs_f64() * 1e3,
             describe(first_pass(&cluster, options()).ok().flatten())
         );
     }
@@ -104,9 +129,13 @@ criterion_group!(benches, bench);
 
 fn main() {
     let summary_only = std::env::args().any(|a| a == "--summary");
+    // A filter (`-- four-methods/1000`) asks for those benchmarks alone.
+    let filtered = std::env::args().skip(1).any(|a| !a.starts_with('-'));
     if !summary_only {
         benches();
         Criterion::default().configure_from_args().final_summary();
     }
-    summary();
+    if summary_only || !filtered {
+        summary();
+    }
 }

@@ -16,6 +16,7 @@ use super::consolidation::{self, Replacement};
 use super::methods::{self, Budgets, Command};
 use super::pods;
 use super::report::{BudgetReport, Method};
+use super::simulate;
 use crate::api::{DisruptionReason, NodePool};
 use crate::catalog::InstanceType;
 use crate::labels;
@@ -150,6 +151,7 @@ impl<'c> State<'c> {
             timed_out: Vec::new(),
         };
         state.reindex();
+        simulate::place_waiting(&mut state);
         Ok(state)
     }
 
@@ -271,20 +273,7 @@ impl<'c> State<'c> {
                     .iter()
                     .map(|p| (pods::key(p), p.clone()))
                     .collect();
-                for (node_name, keys) in &simulation.placements {
-                    let pods: Vec<Pod> = keys.iter().filter_map(|k| moved.remove(k)).collect();
-                    if let Some(node) = self
-                        .input
-                        .existing_nodes
-                        .iter_mut()
-                        .find(|n| &n.name == node_name)
-                    {
-                        node.pods.extend(
-                            pods.into_iter()
-                                .map(|p| crate::pods::bound_to(p, node_name)),
-                        );
-                    }
-                }
+                self.bind(&simulation.placements, &mut moved);
                 for replacement in &command.replacements {
                     self.add_replacement(replacement, &mut moved);
                 }
@@ -301,6 +290,25 @@ impl<'c> State<'c> {
             None => {}
         }
         self.reindex();
+    }
+
+    /// Binds the `moved` pods each placement names (`namespace/name`) to its existing node,
+    /// taking them out of `moved`.
+    pub fn bind(&mut self, placements: &[(String, Vec<String>)], moved: &mut HashMap<String, Pod>) {
+        for (node_name, keys) in placements {
+            let pods: Vec<Pod> = keys.iter().filter_map(|k| moved.remove(k)).collect();
+            if let Some(node) = self
+                .input
+                .existing_nodes
+                .iter_mut()
+                .find(|n| &n.name == node_name)
+            {
+                node.pods.extend(
+                    pods.into_iter()
+                        .map(|p| crate::pods::bound_to(p, node_name)),
+                );
+            }
+        }
     }
 
     fn add_replacement(&mut self, replacement: &Replacement, moved: &mut HashMap<String, Pod>) {

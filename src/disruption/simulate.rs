@@ -1,17 +1,22 @@
 //! The rescheduling simulation every non-empty disruption rests on: where would the
 //! candidates' reschedulable pods (and the pending pods) go if the candidates were gone?
 //! One [`crate::scheduling::solve`] over the current state without the candidates, their pods
-//! added as pending. Nodes a pod may not be moved to — not Ready or deleting — keep their
-//! pods (so topology still counts them) but take no new ones: their pod allocatable is
-//! zeroed for the solve. Uninitialized nodes (in-flight NodeClaims included) stay open, as
+//! added as pending. Nodes a pod may not be moved to — not Ready or deleting — keep the pods
+//! that stay with them (so topology still counts them) but take no new ones: their pod
+//! allocatable is zeroed for the solve. Uninitialized nodes (in-flight NodeClaims included) stay open, as
 //! upstream's: a moved pod the solve puts on one makes the move fail ("would schedule
 //! against uninitialized node"), so disruption waits for that node rather than launching a
 //! second one beside it (a replacement still booting after a failover, say).
 //!
+//! Pods already waiting for a place (pending, or on nodes on their way out) are placed
+//! once, first, when the state is built ([`place_waiting`]): they take the room they will
+//! take before any candidate's pods look for some, and only those that found none are
+//! still pending in each simulation.
+//!
 //! The state is edited in place and restored afterwards rather than copied, so a simulation
 //! costs one solve plus a copy of the moved pods, not a copy of every pod in the cluster.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -19,7 +24,7 @@ use super::candidate::Candidate;
 use super::pods;
 use super::run::State;
 use crate::resources::Quantity;
-use crate::scheduling::{self, ExistingNode, PlannedNodeClaim, SchedulingError};
+use crate::scheduling::{self, ExistingNode, PlannedNodeClaim, SchedulingError, SchedulingResult};
 
 /// What the simulation found.
 #[derive(Debug)]
@@ -57,21 +62,12 @@ pub fn simulate(
         .filter(|p| pods::is_reschedulable(p))
         .map(unbound)
         .collect();
-    let pending = state.input.pods.len();
-    state.input.pods.extend(moved.iter().cloned());
-    let (closed, uninitialized) = close_destinations(state);
-    let result = scheduling::solve(&state.input);
-    // Restore before looking at the result, whatever it is.
-    for (index, allocatable) in closed {
-        state.input.existing_nodes[index].allocatable = allocatable;
-    }
-    state.input.pods.truncate(pending);
+    let (result, uninitialized) = solve_with(state, &moved);
     for (index, node) in removed {
         state.input.existing_nodes.insert(index, node);
     }
     let result = result?;
     let moved_keys: HashSet<String> = moved.iter().map(pods::key).collect();
-    let key = |p: &scheduling::PodRef| format!("{}/{}", p.namespace, p.name);
     let unplaced = result
         .errors
         .iter()
@@ -90,21 +86,7 @@ pub fn simulate(
                 ))
             })
     });
-    let placements = result
-        .existing_nodes
-        .iter()
-        .map(|n| {
-            (
-                n.name.clone(),
-                n.pods
-                    .iter()
-                    .map(key)
-                    .filter(|k| moved_keys.contains(k))
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .filter(|(_, pods)| !pods.is_empty())
-        .collect();
+    let placements = placements(&result, &moved_keys);
     let new_claims = result
         .new_node_claims
         .into_iter()
@@ -116,6 +98,89 @@ pub fn simulate(
         new_claims,
         moved,
     })
+}
+
+/// Places the pods already waiting for a place — pending pods, which in the controller
+/// include the pods of nodes being disrupted or drained, and the pods still bound to nodes
+/// on their way out (held by a command whose taint the store does not show yet) — where
+/// they will go, once, before any candidate is simulated. Upstream adds those pods to every
+/// simulation and lets them, unlike a candidate's, land on a node still initializing (the
+/// replacement their own command launched, the NodeClaim the Provisioner launched for
+/// them); placing them first keeps that room theirs whatever the solver's pod order, so a
+/// second drifted node's pods never count on the first one's booting replacement (which
+/// made drift wait for each replacement in turn and then put two nodes' pods on one), and
+/// a node they will fill is no longer empty. Pods that find no existing node, or a solve
+/// that fails, stay pending for every simulation to count, as before.
+pub fn place_waiting(state: &mut State) {
+    let deleting: HashSet<&str> = state
+        .managed
+        .iter()
+        .filter(|m| m.deleting)
+        .map(|m| m.name.as_str())
+        .collect();
+    let mut waiting = std::mem::take(&mut state.input.pods);
+    for node in &mut state.input.existing_nodes {
+        if !deleting.contains(node.name.as_str()) {
+            continue;
+        }
+        let (going, staying): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut node.pods)
+            .into_iter()
+            .partition(pods::is_reschedulable);
+        node.pods = staying;
+        waiting.extend(going.iter().map(unbound));
+    }
+    if waiting.is_empty() {
+        return;
+    }
+    let (result, _) = solve_with(state, &waiting);
+    let keys: HashSet<String> = waiting.iter().map(pods::key).collect();
+    let placements = result.map(|r| placements(&r, &keys)).unwrap_or_default();
+    let mut placed: HashMap<String, Pod> =
+        waiting.iter().map(|p| (pods::key(p), p.clone())).collect();
+    state.bind(&placements, &mut placed);
+    waiting.retain(|p| placed.contains_key(&pods::key(p)));
+    state.input.pods = waiting;
+}
+
+/// One solve of `state` with `extra` pods added as pending and the nodes pods may not move
+/// to closed, and the names of the open nodes still initializing; `state` is as it was
+/// when this returns.
+fn solve_with(
+    state: &mut State,
+    extra: &[Pod],
+) -> (Result<SchedulingResult, SchedulingError>, HashSet<String>) {
+    let pending = state.input.pods.len();
+    state.input.pods.extend(extra.iter().cloned());
+    let (closed, uninitialized) = close_destinations(state);
+    let result = scheduling::solve(&state.input);
+    for (index, allocatable) in closed {
+        state.input.existing_nodes[index].allocatable = allocatable;
+    }
+    state.input.pods.truncate(pending);
+    (result, uninitialized)
+}
+
+fn key(p: &scheduling::PodRef) -> String {
+    format!("{}/{}", p.namespace, p.name)
+}
+
+/// The existing nodes the solve put any of `keys` on, with those pods.
+fn placements(result: &SchedulingResult, keys: &HashSet<String>) -> Vec<(String, Vec<String>)> {
+    result
+        .existing_nodes
+        .iter()
+        .map(|n| {
+            (
+                n.name.clone(),
+                n.pods
+                    .iter()
+                    .map(key)
+                    .filter(|k| keys.contains(k))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, pods)| !pods.is_empty())
+        .collect()
 }
 
 /// The pod as it would be recreated: no node, no start.

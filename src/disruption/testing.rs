@@ -122,6 +122,8 @@ impl PoolBuilder {
 pub struct NodeBuilder {
     node: ExistingNode,
     managed: ManagedNode,
+    /// Kept in the scheduling input with its pods though deleting (see [`NodeBuilder::held`]).
+    held: bool,
 }
 
 /// A node of pool `default`, type `medium`, on-demand in the first fixture zone, no pods.
@@ -159,6 +161,7 @@ pub fn node(name: &str) -> NodeBuilder {
             expire_after: Some(Duration::from_secs(720 * 3600)),
             ..Default::default()
         },
+        held: false,
     };
     builder = builder.size("medium");
     builder
@@ -256,6 +259,16 @@ impl NodeBuilder {
 
     pub fn deleting(mut self) -> Self {
         self.managed.deleting = true;
+        self
+    }
+
+    /// Held by a command in flight whose taint the store does not show yet: on its way out
+    /// for the decision, but still in the scheduling input with its pods bound (a deleting
+    /// node is otherwise left out of it and its pods are pending, as the controller's
+    /// inventory has them).
+    pub fn held(mut self) -> Self {
+        self.managed.deleting = true;
+        self.held = true;
         self
     }
 
@@ -359,7 +372,7 @@ impl ClusterBuilder {
             ..Default::default()
         };
         for n in self.nodes {
-            if !n.managed.deleting {
+            if !n.managed.deleting || n.held {
                 cluster.scheduling.existing_nodes.push(n.node);
             }
             cluster.nodes.push(n.managed);

@@ -213,6 +213,61 @@ fn drift_takes_empty_nodes_first_then_the_earliest_drifted() {
     );
 }
 
+/// A pod that takes most of a `small` node.
+fn big_pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
+    st::pod(name).cpu("1500m").memory("1Gi").build()
+}
+
+#[test]
+fn a_second_drifted_node_does_not_count_on_the_first_ones_booting_replacement() {
+    // "first" is on its way out under a drift command whose replacement, "booting", is
+    // still initializing with room for one big pod: first's, which will move there. So
+    // "second" needs a replacement of its own now, rather than waiting for "booting" and
+    // then sharing it with first's pod. First's pod is pending (its node tainted, as the
+    // controller sees it) or still bound (the command's taint not seen yet).
+    let booting = || node("booting").size("small").uninitialized();
+    let second = || {
+        node("second")
+            .size("small")
+            .pod(big_pod("second-big"))
+            .drifted("AMIDrift", ago(60))
+    };
+    let pending = cluster()
+        .node(node("first").size("small").deleting())
+        .pending(big_pod("first-big"));
+    let bound = cluster().node(node("first").size("small").pod(big_pod("first-big")).held());
+    for cluster in [pending, bound] {
+        let report = run(cluster
+            .pool(unlimited().consolidate_after("Never"))
+            .node(booting())
+            .node(second()));
+        let command = report
+            .commands
+            .first()
+            .unwrap_or_else(|| panic!("{report:#?}"));
+        assert_eq!(command.method, Method::Drift);
+        assert_eq!(command.nodes, names(&["second"]));
+        assert_eq!(command.decision, Decision::Replace, "{report:#?}");
+        assert_eq!(command.replacements.len(), 1);
+    }
+}
+
+#[test]
+fn an_empty_node_a_waiting_pod_will_fill_is_not_deleted() {
+    let waiting = cluster()
+        .pool(unlimited())
+        .node(node("leaving").size("small").deleting())
+        .pending(big_pod("leaving-big"))
+        .node(node("spare").size("small"));
+    let report = run(waiting);
+    assert!(report.commands.is_empty(), "{report:#?}");
+    // With nothing waiting, the empty node goes.
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(node("spare").size("small")));
+    assert_eq!(methods(&report)[0].0, Method::Emptiness);
+}
+
 #[test]
 fn a_changed_nodepool_hash_and_unsatisfied_requirements_are_drift() {
     let report = run(cluster()

@@ -32,6 +32,10 @@ pub fn build(
     controller: ControllerSettings,
     in_queue: &InQueue,
 ) -> Result<Cluster, String> {
+    // Held nodes are read before the store: a command releases its nodes only once the
+    // store shows their NodeClaims deleting, so a node released after this read is seen
+    // deleting below, and none slips between the two reads into a second command.
+    let held = in_queue.nodes();
     let inventory = inventory::of(state, Vec::new());
     let snapshot =
         snapshot::build_with(&inventory, catalog, controller, types).map_err(|e| e.to_string())?;
@@ -43,7 +47,7 @@ pub fn build(
         .filter_map(|c| c.status.as_ref()?.node_name.as_deref())
         .collect();
     for node in &mut cluster.nodes {
-        if in_queue.holds_node(&node.name) || !claimed.contains(node.name.as_str()) {
+        if held.contains(&node.name) || !claimed.contains(node.name.as_str()) {
             node.deleting = true;
         }
     }

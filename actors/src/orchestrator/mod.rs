@@ -169,6 +169,12 @@ impl InQueue {
         held.nodes.contains(name)
     }
 
+    /// The nodes held now.
+    pub fn nodes(&self) -> HashSet<String> {
+        let held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        held.nodes.clone()
+    }
+
     pub fn holds_node_claim(&self, name: &str) -> bool {
         let held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         held.node_claims.contains(name)

@@ -19,7 +19,7 @@ use kerf_actors::orchestrator::OrchestratorConfig;
 use kerf_actors::{Cloud, Daemon, Environment, Timings};
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
 use kerf_loadtest::ec2::{CapacityType, OfferingKey, SimulatedCloudProvider};
-use kerf_loadtest::kubelet::KubeletHandle;
+use kerf_loadtest::kubelet::{KubeletConfig, KubeletHandle};
 use kerf_loadtest::scheduler::SchedulerHandle;
 use serde_json::{Value, json};
 
@@ -76,11 +76,20 @@ fn quick(validation: Duration) -> DisruptionConfig {
 
 impl Stack {
     async fn start(pool: Value, disruption: DisruptionConfig) -> Self {
+        Self::start_with(pool, disruption, KubeletConfig::fast()).await
+    }
+
+    /// A stack whose kubelets have `kubelets`' timings (a node that boots slowly).
+    async fn start_with(
+        pool: Value,
+        disruption: DisruptionConfig,
+        kubelets: KubeletConfig,
+    ) -> Self {
         let harness = start_cluster().await;
         create_nodepool(&harness.cluster(), pool);
         let (provider, cloud) = simulated_cloud();
         let daemon = start_tuned(&harness, cloud, disruption).await;
-        let (kubelets, scheduler) = node_simulators(&harness, provider.clone());
+        let (kubelets, scheduler) = node_simulators_with(&harness, provider.clone(), kubelets);
         Self {
             harness,
             daemon,

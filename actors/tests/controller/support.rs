@@ -469,7 +469,16 @@ pub fn node_simulators(
     harness: &Harness,
     provider: Arc<SimulatedCloudProvider>,
 ) -> (KubeletHandle, SchedulerHandle) {
-    let kubelets = kubelet::start(harness.client.clone(), provider, KubeletConfig::fast());
+    node_simulators_with(harness, provider, KubeletConfig::fast())
+}
+
+/// [`node_simulators`] with kubelets of `kubelets`' timings.
+pub fn node_simulators_with(
+    harness: &Harness,
+    provider: Arc<SimulatedCloudProvider>,
+    kubelets: KubeletConfig,
+) -> (KubeletHandle, SchedulerHandle) {
+    let kubelets = kubelet::start(harness.client.clone(), provider, kubelets);
     let scheduler = scheduler::start(
         harness.client.clone(),
         SchedulerConfig {

@@ -1,7 +1,9 @@
 //! Drift carried out end to end: a NodePool requirement change marks the running NodeClaims
-//! `Drifted`, and the loop replaces them one command at a time — each replacement launched
+//! `Drifted`, and the loop replaces them one command per node — each replacement launched
 //! with the new requirements and Initialized before its drifted node is deleted, the pods
-//! moving onto the replacements — with upstream's events on the way.
+//! moving onto the replacements — with upstream's events on the way; as upstream, the loop
+//! goes on to the next drifted node while a command is in flight, so as many nodes are
+//! replaced at once as the NodePool's budget allows.
 
 use std::collections::HashMap;
 
@@ -9,7 +11,7 @@ use super::offerings::events_about;
 use super::*;
 
 #[test]
-fn a_requirement_change_replaces_the_drifted_nodes_one_by_one() {
+fn a_requirement_change_replaces_each_drifted_node_after_its_replacement_initialized() {
     run(|| async {
         let stack = Stack::start(
             pool(&[SMALL, MEDIUM], json!({})),
@@ -98,5 +100,135 @@ fn a_requirement_change_replaces_the_drifted_nodes_one_by_one() {
             );
         }
         stack.stop().await;
+    });
+}
+
+/// What a rollout of two drifted nodes under a drift budget of `budget` nodes did.
+#[derive(Debug)]
+struct Rollout {
+    /// The most commands in flight at one time.
+    commands_at_once: usize,
+    /// The most replacements launched and not yet initialized at one time.
+    booting_at_once: usize,
+    commands: Vec<(Method, Vec<String>)>,
+    /// NodeClaims ever seen, old ones included.
+    claims_seen: usize,
+}
+
+/// How long a node takes from launch to registration in [`roll_out_two_nodes`].
+const BOOT: Duration = Duration::from_secs(4);
+
+/// A pod spec of `cpu` that shares no node with another pod of `small` or `big`.
+fn apart(cpu: &str) -> Value {
+    pod_spec(
+        cpu,
+        "256Mi",
+        json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchExpressions": [
+                {"key": "app", "operator": "In", "values": ["small", "big"]}]},
+            "topologyKey": labels::HOSTNAME
+        }]}}}),
+    )
+}
+
+/// Merge-patches the `default` NodePool to on-demand `types` in [`ZONE`].
+fn allow_types(stack: &Stack, types: &[&str]) {
+    stack.patch_pool(json!({"spec": {"template": {"spec": {"requirements": [
+        {"key": labels::INSTANCE_TYPE, "operator": "In", "values": types},
+        {"key": labels::ZONE, "operator": "In", "values": [ZONE]},
+        {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}
+    ]}}}}));
+}
+
+/// Whether a `LARGE` NodeClaim (a replacement) has launched and not initialized.
+fn booting(claim: &NodeClaim) -> bool {
+    instance_type(claim) == LARGE && !claim.is_condition_true(types::INITIALIZED)
+}
+
+/// Two nodes, a small pod's and a big pod's, drift at once to the only type left, `LARGE`,
+/// big enough for either pod; the pods share no node. Drift's budget is one node until the
+/// first replacement is booting, then `budget`. The first is the small pod's: its node,
+/// launched first, is marked first or, in the same second, named first.
+/// That booting replacement is room the big pod would take if its simulation did not know
+/// the small pod is already bound for it (the big pod comes first in the solver's order),
+/// so a second replacement launched while the first boots shows the loop planning around
+/// the command in flight.
+async fn roll_out_two_nodes(budget: &str) -> Rollout {
+    let stack = Stack::start_with(
+        pool(
+            &[SMALL, MEDIUM, LARGE],
+            json!({"consolidateAfter": "Never", "budgets": [{"nodes": "1"}]}),
+        ),
+        quick(Duration::from_millis(200)),
+        KubeletConfig {
+            boot_delay: BOOT,
+            ..KubeletConfig::fast()
+        },
+    )
+    .await;
+    let cluster = stack.cluster();
+    create_deployment(&cluster, "small", 1, apart("500m"));
+    stack.running("small", 1).await;
+    create_deployment(&cluster, "big", 1, apart("2500m"));
+    stack.running("big", 1).await;
+    let types_before: BTreeSet<String> = stack.live_claims().iter().map(instance_type).collect();
+    assert_eq!(types_before, BTreeSet::from([SMALL.into(), MEDIUM.into()]));
+    allow_types(&stack, &[LARGE]);
+    within(FLOW, "the first replacement booting", || {
+        stack.nodeclaims().iter().any(booting)
+    })
+    .await;
+    stack.patch_pool(json!({"spec": {"disruption": {"budgets": [{"nodes": budget}]}}}));
+    let mut rollout = Rollout {
+        commands_at_once: 0,
+        booting_at_once: 0,
+        commands: Vec::new(),
+        claims_seen: 0,
+    };
+    let mut seen = BTreeSet::new();
+    within(FLOW, "both drifted nodes replaced", || {
+        let claims = stack.nodeclaims();
+        seen.extend(claims.iter().map(|c| c.name().to_owned()));
+        let booting = claims.iter().filter(|c| booting(c)).count();
+        rollout.booting_at_once = rollout.booting_at_once.max(booting);
+        rollout.commands_at_once = rollout.commands_at_once.max(stack.in_flight());
+        claims.len() == 2
+            && claims
+                .iter()
+                .all(|c| instance_type(c) == LARGE && c.metadata.deletion_timestamp.is_none())
+            && stack.running_now("small")
+            && stack.running_now("big")
+    })
+    .await;
+    rollout.commands = stack.commands();
+    rollout.claims_seen = seen.len();
+    stack.stop().await;
+    rollout
+}
+
+#[test]
+fn drifted_nodes_are_replaced_at_once_as_far_as_the_budget_allows() {
+    run(|| async {
+        let two = roll_out_two_nodes("2").await;
+        assert_eq!(two.commands_at_once, 2, "both commands in flight together");
+        assert_eq!(
+            two.booting_at_once, 2,
+            "both replacements launched before either initialized"
+        );
+        let one = roll_out_two_nodes("1").await;
+        assert_eq!(one.commands_at_once, 1, "one command at a time");
+        assert_eq!(one.booting_at_once, 1, "one replacement at a time");
+        for rollout in [two, one] {
+            assert_eq!(rollout.commands.len(), 2, "{:?}", rollout.commands);
+            assert!(
+                rollout
+                    .commands
+                    .iter()
+                    .all(|(m, nodes)| *m == Method::Drift && nodes.len() == 1)
+            );
+            // Two old nodes and one replacement each: no node launched for pods that found
+            // their planned place taken.
+            assert_eq!(rollout.claims_seen, 4);
+        }
     });
 }
