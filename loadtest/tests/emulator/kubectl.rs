@@ -76,3 +76,50 @@ async fn kubectl_gets_nodes_pods_and_nodepools() {
     assert!(out.contains("general"), "{out}");
     h.stop().await;
 }
+
+/// kubectl lists in chunks of 500 (`--chunk-size`'s default) and asks for Tables: every
+/// page's Table must carry the continue token, or `kubectl get pods` stops at 500 rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_follows_table_pages_past_its_chunk_size() {
+    const PODS: usize = 1_234;
+    let Some(kubectl) = kubectl() else {
+        eprintln!("note: kubectl not installed; skipping the kubectl test");
+        return;
+    };
+    let h = start().await;
+    let cluster = h.server.cluster();
+    for i in 0..PODS {
+        cluster
+            .create(
+                "v1",
+                "pods",
+                json!({"metadata": {"name": format!("pod-{i:04}"), "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+            )
+            .expect("pod");
+    }
+    let kubeconfig = h.kubeconfig.clone();
+    let (default_chunks, small_chunks) = tokio::task::spawn_blocking(move || {
+        (
+            run(&kubectl, &kubeconfig, &["get", "pods", "--no-headers"]),
+            run(
+                &kubectl,
+                &kubeconfig,
+                &["get", "pods", "--chunk-size", "100", "--no-headers"],
+            ),
+        )
+    })
+    .await
+    .expect("joined");
+    let expected: Vec<String> = (0..PODS).map(|i| format!("pod-{i:04}")).collect();
+    for out in [default_chunks, small_chunks] {
+        let names: Vec<String> = out
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(names.len(), PODS, "rows printed");
+        assert!(names == expected, "every pod once, in name order");
+    }
+    h.stop().await;
+}
