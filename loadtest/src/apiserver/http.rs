@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use super::discovery;
 use super::error::{ApiError, ApiResult, Reason, success_status};
 use super::faults::{self, CLIENT_HEADER, FaultState};
+use super::openapi;
 use super::rbac::Attributes;
 use super::registry::{
     DeleteOptions, Deleted, ListQuery, PatchKind, Registry, Sub, Target, WriteOptions,
@@ -269,6 +270,12 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         }
         ["apis", group, version] if get => {
             return discovery::resource_list(&types(), group, version)
+                .map(|v| value_response(200, &v))
+                .ok_or_else(not_found);
+        }
+        ["openapi", "v3"] if get => return Ok(value_response(200, &openapi::index(&types()))),
+        ["openapi", "v3", rest @ ..] if get => {
+            return openapi::document(&types(), &rest.join("/"))
                 .map(|v| value_response(200, &v))
                 .ok_or_else(not_found);
         }
