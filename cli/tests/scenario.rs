@@ -157,3 +157,45 @@ fn a_bad_scenario_is_refused_before_anything_runs() {
     assert!(!stderr.contains("synced"), "nothing started: {stderr}");
     assert!(output.stdout.is_empty());
 }
+
+#[test]
+fn waits_leave_out_pods_the_controller_reported_it_cannot_place() {
+    let dir =
+        std::env::temp_dir().join(format!("kerf-scenario-unplaceable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("unplaceable.yaml");
+    std::fs::write(
+        &file,
+        "name: unplaceable\nworkload: [workload.yaml]\ncontroller: {env: {BATCH_IDLE_DURATION: 200ms}}\n\
+         steps:\n  - wait: {podsBound: all, timeout: 3m}\n\
+         expect: {allPodsBound: {within: 1m}, leakedInstances: 0}\n",
+    )
+    .expect("written");
+    let deployment = |name: &str, replicas: u32, cpu: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n\
+             \x20   metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers:\n\
+             \x20     - {{name: c, image: i, resources: {{requests: {{cpu: \"{cpu}\"}}}}}}\n"
+        )
+    };
+    std::fs::write(
+        dir.join("workload.yaml"),
+        format!(
+            "{}---\n{}",
+            deployment("web", 4, "500m"),
+            deployment("huge", 1, "1000")
+        ),
+    )
+    .expect("written");
+    let (code, report, stderr) = run(file.to_str().expect("utf-8 path"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, Some(0), "{stderr}");
+    let excluded = "1 pod excluded (kerf reported it unschedulable: default/huge-";
+    assert!(
+        stderr.contains(&format!("every pod bound: done; {excluded}")),
+        "{stderr}"
+    );
+    let bound = measured(&report, "allPodsBound");
+    assert!(bound.contains(excluded), "{bound}");
+}
