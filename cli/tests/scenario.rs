@@ -199,3 +199,60 @@ fn waits_leave_out_pods_the_controller_reported_it_cannot_place() {
     let bound = measured(&report, "allPodsBound");
     assert!(bound.contains(excluded), "{bound}");
 }
+
+#[test]
+fn ctrl_c_mid_scenario_judges_what_was_measured_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = std::env::temp_dir().join(format!("kerf-scenario-ctrl-c-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("stuck.yaml");
+    // Every offering refused: the pods never bind, so only the signal ends the wait.
+    std::fs::write(
+        &file,
+        "name: stuck\npods: 6\nsteps:\n  - fault: {kind: ice, offerings: [\"*:*\"]}\n\
+         \x20 - wait: {podsBound: all, timeout: 10m}\n\
+         expect: {allPodsBound: {within: 1m}, maxNodes: 0, leakedInstances: 0}\n",
+    )
+    .expect("written");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["simulate", "--fast", "-o", "json", "--scenario"])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kerf starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    let waiting = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.contains("steps[1] wait until every pod bound"));
+    assert!(waiting, "the wait step began");
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupted.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = child.wait_with_output().expect("kerf stops");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = rest.join("\n");
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("steps[1] stopped by a signal"), "{stderr}");
+    assert!(
+        stderr.contains("stopped by a signal before the scenario finished"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the partial report is JSON");
+    assert_eq!(
+        measured(&report, "allPodsBound"),
+        "6 pods pending at the end"
+    );
+    assert_eq!(measured(&report, "maxNodes"), "0");
+    assert_eq!(measured(&report, "leakedInstances"), "0");
+    assert!(
+        stderr.contains("expectation allPodsBound failed"),
+        "failed expectations are still named: {stderr}"
+    );
+}
