@@ -224,11 +224,12 @@ fn ctrl_c_mid_scenario_judges_what_was_measured_and_exits_130() {
         .spawn()
         .expect("kerf starts");
     let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    // The wait's first progress note (after 10 s) counts the six pods, none bound.
     let waiting = lines
         .by_ref()
         .map_while(Result::ok)
-        .any(|line| line.contains("steps[1] wait until every pod bound"));
-    assert!(waiting, "the wait step began");
+        .any(|line| line.contains("steps[1] waiting until every pod bound  (pods 0/6 bound"));
+    assert!(waiting, "the wait step began with every pod made");
     let interrupted = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

@@ -3,8 +3,10 @@
 //! - pods: workload pods and how many are bound (from the emulator's change history, see
 //!   [`Tally`]); which pending pods the controller has reported it cannot place (its latest
 //!   event about the pod is `FailedScheduling`, not a later `Nominated`), which nothing
-//!   waits for; and the last moment the cluster went from some placeable pods pending to
-//!   none;
+//!   waits for — except while a capacity fault is under way or its unavailable offerings
+//!   may still stand ([`CapacityFaults`]), when such a report may be the fault's doing and
+//!   every pod is waited for; and the last moment the cluster went from some placeable
+//!   pods pending to none;
 //! - nodes and cost: the live (pending or running) instances of the simulated EC2 — the
 //!   capacity being paid for, registered as a Node or not — and their summed hourly price,
 //!   both as maxima;
@@ -18,6 +20,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use kerf::cloudprovider::UNAVAILABLE_OFFERINGS_TTL;
 use kerf_actors::events::COMPONENT;
 use kerf_actors::events::upstream::{FAILED_SCHEDULING, NOMINATED};
 use kerf_loadtest::apiserver::Cluster;
@@ -27,6 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::super::observe::{NotServed, Tally};
+use super::faults::CapacityFaults;
 
 /// How often the world is looked at: the resolution of every maximum and timing.
 pub const TICK: Duration = Duration::from_millis(250);
@@ -91,7 +95,11 @@ pub struct Observer {
 
 impl Observer {
     /// Starts watching; the pods already in the emulator count from their creation.
-    pub fn start(cluster: Cluster, ec2: SimulatedEc2) -> Result<Self, NotServed> {
+    pub fn start(
+        cluster: Cluster,
+        ec2: SimulatedEc2,
+        capacity: CapacityFaults,
+    ) -> Result<Self, NotServed> {
         let mut tally = Tally::new(&cluster)?;
         let (publish, measures) = watch::channel(Measures::default());
         let (stop, mut stopped) = watch::channel(false);
@@ -100,7 +108,7 @@ impl Observer {
             let mut budgets = Budgets::default();
             loop {
                 tally.update(std::time::Instant::now());
-                sample(&mut m, &tally, &ec2, &cluster, &mut budgets);
+                sample(&mut m, &tally, &ec2, &cluster, &capacity, &mut budgets);
                 publish.send_replace(m.clone());
                 tokio::select! {
                     _ = stopped.changed() => break,
@@ -133,13 +141,14 @@ fn sample(
     tally: &Tally,
     ec2: &SimulatedEc2,
     cluster: &Cluster,
+    capacity: &CapacityFaults,
     budgets: &mut Budgets,
 ) {
     let counts = tally.counts();
     let was_waiting = m.waiting() > 0;
     m.pods = counts.pods;
     m.bound = counts.bound;
-    m.unplaceable = if m.pending() == 0 {
+    m.unplaceable = if m.pending() == 0 || capacity.recent(UNAVAILABLE_OFFERINGS_TTL) {
         Vec::new()
     } else {
         unplaceable(cluster, &tally.pending())

@@ -161,7 +161,13 @@ async fn execute(
     let cluster = world.cluster();
     let inventory = &scenario.inputs.inventory;
     let mut notes = apply(&cluster, &scenario.inputs.setup, inventory)?;
-    let observer = Observer::start(cluster.clone(), world.provider.ec2().clone())?;
+    let active = ActiveFaults::default();
+    let injector = Injector::new(started, active.clone());
+    let observer = Observer::start(
+        cluster.clone(),
+        world.provider.ec2().clone(),
+        injector.capacity(),
+    )?;
     let replicas = Replicas::start(&world, scenario.replicas, scenario.flags.clone()).await?;
     eprintln!(
         "scenario {}: {} controller replica(s) synced: {}",
@@ -173,13 +179,12 @@ async fn execute(
     for note in notes {
         eprintln!("{note}");
     }
-    let active = ActiveFaults::default();
-    let recorder = Recorder::start(&world, active.clone(), started)
+    let recorder = Recorder::start(&world, active, started)
         .map_err(|e| anyhow::anyhow!("recording the run: {e:?}"))?;
     let mut runner = Runner {
         world: &world,
         replicas,
-        injector: Injector::new(started, active),
+        injector,
         observer,
         started,
         last_displaced: Instant::now(),

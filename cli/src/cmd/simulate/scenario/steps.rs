@@ -5,7 +5,8 @@
 //! launch that never comes) ends the run as a failure.
 //!
 //! `podsBound: all` and `settled` do not wait for pods the controller reported it cannot
-//! place ([`super::invariants`]); a wait that ends without them says how many it left out.
+//! place, unless a capacity fault may be why ([`super::invariants`]); a wait that ends
+//! without them says how many it left out.
 //!
 //! `settled` is read from what the leading controller exposes: no workload pod pending that
 //! the controller could place, every
