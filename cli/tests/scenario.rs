@@ -17,6 +17,16 @@ fn scenarios() -> PathBuf {
     ))
 }
 
+/// Writes `yaml` as `NAME.yaml` in a fresh folder of its own; returns the folder (for files
+/// the scenario names, and to remove afterwards) and the file.
+fn scenario_file(name: &str, yaml: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("kerf-scenario-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, yaml).expect("written");
+    (dir, file)
+}
+
 /// Runs `file` with `--fast -o json`; returns the exit code, the report and standard error.
 fn run(file: &str) -> (Option<i32>, Value, String) {
     let output = kerf(
@@ -103,16 +113,12 @@ fn crash_mid_launch_finds_the_launched_instance_instead_of_launching_again() {
 #[test]
 fn an_impossible_expectation_fails_the_run_and_is_named() {
     // Its controller.env sets a setting --fast sets too: the file's value wins.
-    let dir = std::env::temp_dir().join(format!("kerf-scenario-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("impossible.yaml");
-    std::fs::write(
-        &file,
+    let (dir, file) = scenario_file(
+        "impossible",
         "name: impossible\npods: 6\ncontroller: {env: {BATCH_IDLE_DURATION: 200ms}}\n\
          steps:\n  - wait: {podsBound: all, timeout: 1m}\n\
          expect: {maxNodes: 0, leakedInstances: 0}\n",
-    )
-    .expect("written");
+    );
     let (code, report, stderr) = run(file.to_str().expect("utf-8 path"));
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(code, Some(1), "{stderr}");
@@ -130,14 +136,10 @@ fn an_impossible_expectation_fails_the_run_and_is_named() {
 
 #[test]
 fn a_bad_scenario_is_refused_before_anything_runs() {
-    let dir = std::env::temp_dir().join(format!("kerf-scenario-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("bad.yaml");
-    std::fs::write(
-        &file,
+    let (dir, file) = scenario_file(
+        "bad",
         "name: bad\nsteps:\n  - wait: {podsBound: all, timeout: 1m}\n  - fault: {kind: icee, for: 1m}\n",
-    )
-    .expect("written");
+    );
     let output = kerf(
         &[
             "simulate",
@@ -156,4 +158,95 @@ fn a_bad_scenario_is_refused_before_anything_runs() {
     );
     assert!(!stderr.contains("synced"), "nothing started: {stderr}");
     assert!(output.stdout.is_empty());
+}
+
+#[test]
+fn waits_leave_out_pods_the_controller_reported_it_cannot_place() {
+    let (dir, file) = scenario_file(
+        "unplaceable",
+        "name: unplaceable\nworkload: [workload.yaml]\ncontroller: {env: {BATCH_IDLE_DURATION: 200ms}}\n\
+         steps:\n  - wait: {podsBound: all, timeout: 3m}\n\
+         expect: {allPodsBound: {within: 1m}, leakedInstances: 0}\n",
+    );
+    let deployment = |name: &str, replicas: u32, cpu: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n\
+             \x20   metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers:\n\
+             \x20     - {{name: c, image: i, resources: {{requests: {{cpu: \"{cpu}\"}}}}}}\n"
+        )
+    };
+    std::fs::write(
+        dir.join("workload.yaml"),
+        format!(
+            "{}---\n{}",
+            deployment("web", 4, "500m"),
+            deployment("huge", 1, "1000")
+        ),
+    )
+    .expect("written");
+    let (code, report, stderr) = run(file.to_str().expect("utf-8 path"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, Some(0), "{stderr}");
+    let excluded = "1 pod excluded (kerf reported it unschedulable: default/huge-";
+    assert!(
+        stderr.contains(&format!("every pod bound: done; {excluded}")),
+        "{stderr}"
+    );
+    let bound = measured(&report, "allPodsBound");
+    assert!(bound.contains(excluded), "{bound}");
+}
+
+#[test]
+fn ctrl_c_mid_scenario_judges_what_was_measured_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    // Every offering refused: the pods never bind, so only the signal ends the wait.
+    let (dir, file) = scenario_file(
+        "stuck",
+        "name: stuck\npods: 6\nsteps:\n  - fault: {kind: ice, offerings: [\"*:*\"]}\n\
+         \x20 - wait: {podsBound: all, timeout: 10m}\n\
+         expect: {allPodsBound: {within: 1m}, maxNodes: 0, leakedInstances: 0}\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["simulate", "--fast", "-o", "json", "--scenario"])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kerf starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    // The wait's first progress note (after 10 s) counts the six pods, none bound.
+    let waiting = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.contains("steps[1] waiting until every pod bound  (pods 0/6 bound"));
+    assert!(waiting, "the wait step began with every pod made");
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupted.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = child.wait_with_output().expect("kerf stops");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = rest.join("\n");
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("steps[1] stopped by a signal"), "{stderr}");
+    assert!(
+        stderr.contains("stopped by a signal before the scenario finished"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the partial report is JSON");
+    assert_eq!(
+        measured(&report, "allPodsBound"),
+        "6 pods pending at the end"
+    );
+    assert_eq!(measured(&report, "maxNodes"), "0");
+    assert_eq!(measured(&report, "leakedInstances"), "0");
+    assert!(
+        stderr.contains("expectation allPodsBound failed"),
+        "failed expectations are still named: {stderr}"
+    );
 }

@@ -431,3 +431,73 @@ async fn unsatisfiable_requirements_are_insufficient_capacity_without_offerings(
         "nothing to ask EC2 for"
     );
 }
+
+/// One replica's unavailable offerings, as a test sees them.
+#[derive(Default)]
+struct Marked(std::sync::Mutex<BTreeSet<(String, String, String)>>);
+
+impl kerf::cloudprovider::UnavailableOfferings for Marked {
+    fn is_unavailable(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: &str,
+        _: &[String],
+    ) -> bool {
+        let key = (
+            instance_type.to_owned(),
+            zone.to_owned(),
+            capacity_type.to_owned(),
+        );
+        self.0.lock().expect("unpoisoned").contains(&key)
+    }
+    fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str, _: &str) {
+        let key = (
+            instance_type.to_owned(),
+            zone.to_owned(),
+            capacity_type.to_owned(),
+        );
+        self.0.lock().expect("unpoisoned").insert(key);
+    }
+    fn mark_capacity_type_unavailable(&self, _: &str) {}
+    fn mark_subnet_unavailable(&self, _: &str) {}
+    fn seq_num(&self, _: &str) -> u64 {
+        self.0.lock().expect("unpoisoned").len() as u64
+    }
+}
+
+#[tokio::test]
+async fn each_replica_launches_around_its_own_unavailable_offerings_in_the_same_region() {
+    let region = cloud();
+    let marked_by_a = std::sync::Arc::new(Marked::default());
+    let a = region.for_replica(marked_by_a.clone());
+    let b = region.for_replica(std::sync::Arc::new(Marked::default()));
+    kerf::cloudprovider::UnavailableOfferings::mark_unavailable(
+        &*marked_by_a,
+        "m5.large",
+        ZONE_A,
+        "on-demand",
+        "InsufficientInstanceCapacity",
+    );
+    let wanted = on_demand_m5(ZONE_A, &["m5.large", "m5.xlarge"]);
+    let type_of = |claim: &kerf::api::NodeClaim| {
+        claim.metadata.labels.as_ref().expect("labels")[labels::INSTANCE_TYPE].clone()
+    };
+    let by_a = a
+        .create(&node_claim("by-a", wanted.clone(), json!({})))
+        .await
+        .expect("launches");
+    let by_b = b
+        .create(&node_claim("by-b", wanted, json!({})))
+        .await
+        .expect("launches");
+    assert_eq!(type_of(&by_a), "m5.xlarge", "a leaves out what it marked");
+    assert_eq!(type_of(&by_b), "m5.large", "b did not mark it");
+    assert_eq!(region.ec2().instances().len(), 2, "one region");
+    region.set_image_id("ami-0000000000000000b");
+    assert_eq!(
+        b.image_id(),
+        "ami-0000000000000000b",
+        "a new AMI is the region's"
+    );
+}

@@ -120,8 +120,8 @@ fn ec2nodeclass_status_hash_and_finalizer_follow_the_spec_until_deletion() {
                     "metadata": {"name": "default"},
                     "spec": {"role": "KarpenterNodeRole",
                         "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
-                        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}]},
+                        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}],
+                        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}]},
                 }),
             )
             .expect("node class created");

@@ -30,8 +30,8 @@ pub fn ec2nodeclass(name: &str) -> Value {
         "metadata": {"name": name},
         "spec": {"role": "KarpenterNodeRole",
             "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}]},
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}]},
     })
 }
 

@@ -245,7 +245,7 @@ fn a_nodepool_whose_node_class_is_not_ready_is_skipped_and_the_pods_event_says_w
                         "amiSelectorTerms": [{"alias": "al2023@latest"}],
                         // An id the region does not have: the class cannot become Ready.
                         "subnetSelectorTerms": [{"id": "subnet-0123456789abcdef0"}],
-                        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}]},
+                        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}]},
                 }),
             )
             .expect("node class created");

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use super::discovery;
 use super::error::{ApiError, ApiResult, Reason, success_status};
 use super::faults::{self, CLIENT_HEADER, FaultState};
+use super::openapi;
 use super::rbac::Attributes;
 use super::registry::{
     DeleteOptions, Deleted, ListQuery, PatchKind, Registry, Sub, Target, WriteOptions,
@@ -269,6 +270,12 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         }
         ["apis", group, version] if get => {
             return discovery::resource_list(&types(), group, version)
+                .map(|v| value_response(200, &v))
+                .ok_or_else(not_found);
+        }
+        ["openapi", "v3"] if get => return Ok(value_response(200, &openapi::index(&types()))),
+        ["openapi", "v3", rest @ ..] if get => {
+            return openapi::document(&types(), &rest.join("/"))
                 .map(|v| value_response(200, &v))
                 .ok_or_else(not_found);
         }
@@ -580,26 +587,27 @@ impl ResourceRequest<'_> {
 
     fn list(&self) -> ApiResult<Response<ApiBody>> {
         let page = self.registry().list(&self.target, &self.list_query()?)?;
-        if table::wants_table(&self.accept) {
-            let objects: Vec<&Value> = page.items.iter().map(|o| &*o.value).collect();
-            return Ok(value_response(
-                200,
-                &table::table(
-                    &self.target.rt,
-                    &self.target.version,
-                    &objects,
-                    self.registry().clock.now(),
-                    &page.rv.to_string(),
-                    self.include_object(),
-                ),
-            ));
-        }
-        let rt = &self.target.rt;
+        // A page's metadata is the same for a Table as for a list: kubectl asks for Tables
+        // in chunks of 500 and follows `continue` until it is absent.
         let mut metadata = json!({"resourceVersion": page.rv.to_string()});
         if let Some(token) = &page.continue_token {
             metadata["continue"] = json!(token);
             metadata["remainingItemCount"] = json!(page.remaining);
         }
+        if table::wants_table(&self.accept) {
+            let objects: Vec<&Value> = page.items.iter().map(|o| &*o.value).collect();
+            let mut value = table::table(
+                &self.target.rt,
+                &self.target.version,
+                &objects,
+                self.registry().clock.now(),
+                &page.rv.to_string(),
+                self.include_object(),
+            );
+            value["metadata"] = metadata;
+            return Ok(value_response(200, &value));
+        }
+        let rt = &self.target.rt;
         let head = json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(&self.target.version), "metadata": metadata});
         let head = serde_json::to_vec(&head).expect("a serde_json::Value always serialises");
         let mut out = BytesMut::with_capacity(

@@ -23,6 +23,7 @@ mod http;
 pub mod kubeconfig;
 mod managed;
 mod meta;
+mod openapi;
 pub mod patch;
 mod qos;
 mod queue;

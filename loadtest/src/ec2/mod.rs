@@ -14,6 +14,7 @@ mod fleet;
 mod hold;
 mod ids;
 mod instance_status;
+mod network;
 mod nodeclass;
 mod provider;
 mod queue;
@@ -24,7 +25,7 @@ pub use eventbridge::{forward_interruptions, to_eventbridge};
 pub use faults::{ApiCalls, CallCount};
 pub use hold::LaunchHold;
 pub use ids::is_instance_id;
-pub use nodeclass::{security_group_id, subnet_id};
+pub use network::{DISCOVERY_TAG, security_group_id, subnet_id};
 pub use provider::{
     MAX_INSTANCE_TYPES, SimulatedCloudProvider, SimulatedCloudProviderConfig, catalog_offerings,
     instance_type_requirements, resource_list, tags,

@@ -1,17 +1,17 @@
 //! EC2NodeClass resolution and instance tagging for the simulated provider, so the controller
-//! running on the simulated cluster keeps node class statuses as it does on AWS. The
-//! simulated region has one subnet in each zone its catalog sells in, one node security
-//! group and one AMI (the provider's current image); selector terms that name ids pick among
-//! those (an id the region lacks selects nothing, so a mistyped id shows up as
-//! `SubnetsReady=False` like on AWS), and terms by tag or name select what exists. Instance
-//! profiles are not simulated: `spec.instanceProfile` is taken as given and `spec.role` gets
-//! the name the AWS provider would manage.
+//! running on the simulated cluster keeps node class statuses as it does on AWS. Subnets and
+//! security groups are selected from the simulated VPC ([`super::network`]) as EC2's filters
+//! select them, so a selector that matches nothing leaves the class not Ready with
+//! upstream's messages, as on AWS. The region has one AMI (the provider's current image).
+//! Instance profiles are not simulated: `spec.instanceProfile` is taken as given and
+//! `spec.role` gets the name the AWS provider would manage.
 
+use super::network::Network;
 use super::provider::{SimulatedCloudProvider, tags};
 use super::{Ec2Error, Filter};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kerf::api::condition::types;
-use kerf::api::ec2nodeclass::{Ami, SecurityGroup, Subnet};
+use kerf::api::ec2nodeclass::Ami;
 use kerf::api::nodeclass_hash::{fnv1a64, hash_annotations};
 use kerf::api::{Condition, ConditionStatus, EC2NodeClass, EC2NodeClassStatus, NodeClaim};
 use kerf::cloudprovider::{
@@ -20,60 +20,7 @@ use kerf::cloudprovider::{
 };
 use std::collections::BTreeMap;
 
-/// The simulated subnet of `zone`.
-pub fn subnet_id(zone: &str) -> String {
-    format!("subnet-{:017x}", fnv1a64(zone.as_bytes()) >> 4)
-}
-
-/// The simulated node security group of a cluster.
-pub fn security_group_id(cluster: &str) -> String {
-    format!("sg-{:017x}", fnv1a64(cluster.as_bytes()) >> 4)
-}
-
 impl SimulatedCloudProvider {
-    fn subnets(&self, node_class: &EC2NodeClass) -> Vec<Subnet> {
-        let all: Vec<Subnet> = self
-            .zones()
-            .into_iter()
-            .map(|(zone, zone_id)| Subnet {
-                id: subnet_id(&zone),
-                zone,
-                zone_id: Some(zone_id),
-            })
-            .collect();
-        let terms = &node_class.spec.subnet_selector_terms;
-        all.into_iter()
-            .filter(|s| {
-                terms
-                    .iter()
-                    .any(|t| t.id.as_ref().is_none_or(|id| *id == s.id))
-            })
-            .collect()
-    }
-
-    fn security_groups(&self, node_class: &EC2NodeClass) -> Vec<SecurityGroup> {
-        let default = SecurityGroup {
-            id: security_group_id(self.cluster_name()),
-            name: Some(format!("{}-nodes", self.cluster_name())),
-        };
-        let mut groups: Vec<SecurityGroup> = node_class
-            .spec
-            .security_group_selector_terms
-            .iter()
-            .filter(|t| t.id.as_ref().is_none_or(|id| *id == default.id))
-            .map(|t| match &t.name {
-                Some(name) => SecurityGroup {
-                    id: format!("sg-{:017x}", fnv1a64(name.as_bytes()) >> 4),
-                    name: Some(name.clone()),
-                },
-                None => default.clone(),
-            })
-            .collect();
-        groups.sort_by(|a, b| a.id.cmp(&b.id));
-        groups.dedup();
-        groups
-    }
-
     fn instance_profile(&self, node_class: &EC2NodeClass) -> Option<String> {
         match (node_class.instance_profile(), node_class.role()) {
             (Some(profile), _) => Some(profile.to_owned()),
@@ -87,8 +34,10 @@ impl SimulatedCloudProvider {
     }
 
     fn resolve_status(&self, node_class: &EC2NodeClass) -> EC2NodeClassStatus {
-        let subnets = self.subnets(node_class);
-        let security_groups = self.security_groups(node_class);
+        let network = Network::new(self.cluster_name(), self.zones());
+        let subnets = network.subnets(&node_class.spec.subnet_selector_terms);
+        let security_groups =
+            network.security_groups(&node_class.spec.security_group_selector_terms);
         let instance_profile = self.instance_profile(node_class);
         let amis = vec![Ami {
             id: self.image_id(),
@@ -232,8 +181,10 @@ impl InstanceTagger for SimulatedCloudProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ec2::network::{DISCOVERY_TAG, security_group_id, subnet_id};
     use crate::ec2::{Ec2Config, SimulatedCloudProviderConfig};
     use kerf::api::Conditions;
+    use kerf::api::ec2nodeclass::SecurityGroup;
 
     fn provider() -> SimulatedCloudProvider {
         SimulatedCloudProvider::for_region(
@@ -262,18 +213,35 @@ mod tests {
             .expect("simulated resolution does not fail")
     }
 
-    #[test]
-    fn a_tag_selected_class_gets_a_subnet_per_zone_and_is_ready() {
-        let p = provider();
-        let nc = node_class(serde_json::json!({"role": "KarpenterNodeRole",
+    /// The selectors of the Karpenter guides, with the simulated cluster's name.
+    fn discovered_by(cluster: &str) -> serde_json::Value {
+        serde_json::json!({"role": "KarpenterNodeRole",
             "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c"}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c"}}]}));
-        let got = resolve(&p, &nc);
+            "subnetSelectorTerms": [{"tags": {DISCOVERY_TAG: cluster}}],
+            "securityGroupSelectorTerms": [{"tags": {DISCOVERY_TAG: cluster}}]})
+    }
+
+    fn ready(got: &NodeClassResolution) -> &Condition {
+        got.status
+            .conditions
+            .condition(types::READY)
+            .expect("Ready")
+    }
+
+    #[test]
+    fn the_usual_discovery_tags_get_a_subnet_per_zone_and_the_node_group() {
+        let p = provider();
+        let got = resolve(&p, &node_class(discovered_by(p.cluster_name())));
         let zones: Vec<&str> = got.status.subnets.iter().map(|s| s.zone.as_str()).collect();
         assert!(zones.len() >= 3, "{zones:?}");
         assert!(zones.contains(&"us-east-1a"));
-        assert_eq!(got.status.security_groups.len(), 1);
+        assert_eq!(
+            got.status.security_groups,
+            [SecurityGroup {
+                id: security_group_id(p.cluster_name()),
+                name: Some(format!("{}-nodes", p.cluster_name())),
+            }]
+        );
         assert_eq!(got.status.amis[0].id, p.image_id());
         assert!(got.status.instance_profile.is_some());
         assert!(got.status.conditions.is_condition_true(types::READY));
@@ -290,33 +258,67 @@ mod tests {
     }
 
     #[test]
-    fn ids_select_among_the_simulated_subnets_and_unknown_ones_fail_readiness() {
+    fn another_clusters_discovery_tag_leaves_the_class_not_ready() {
         let p = provider();
-        let nc = node_class(serde_json::json!({"role": "r",
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "subnetSelectorTerms": [{"id": subnet_id("us-east-1b")}],
-            "securityGroupSelectorTerms": [{"name": "nodes"}]}));
-        let got = resolve(&p, &nc);
-        assert_eq!(got.status.subnets.len(), 1);
-        assert_eq!(got.status.subnets[0].zone, "us-east-1b");
-        assert_eq!(got.status.security_groups[0].name.as_deref(), Some("nodes"));
-
-        let nc = node_class(serde_json::json!({"role": "r",
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "subnetSelectorTerms": [{"id": "subnet-0123456789abcdef0"}],
-            "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]}));
-        let got = resolve(&p, &nc);
+        let got = resolve(&p, &node_class(discovered_by("some-other-cluster")));
         assert!(got.status.subnets.is_empty());
-        let ready = got
-            .status
-            .conditions
-            .condition(types::READY)
-            .expect("Ready");
+        assert!(got.status.security_groups.is_empty());
+        for (type_, reason, message) in [
+            (
+                types::SUBNETS_READY,
+                "SubnetsNotFound",
+                "SubnetSelector did not match any Subnets",
+            ),
+            (
+                types::SECURITY_GROUPS_READY,
+                "SecurityGroupsNotFound",
+                "SecurityGroupSelector did not match any SecurityGroups",
+            ),
+        ] {
+            let c = got.status.conditions.condition(type_).expect("condition");
+            assert_eq!(
+                (c.status, c.reason.as_str(), c.message.as_str()),
+                (ConditionStatus::False, reason, message)
+            );
+        }
+        let ready = ready(&got);
         assert_eq!(ready.status, ConditionStatus::False);
+        assert_eq!(ready.reason, "UnhealthyDependents");
         assert!(
             ready.message.contains("SubnetsReady=False"),
             "{}",
             ready.message
         );
+        assert!(
+            ready.message.contains("SecurityGroupsReady=False"),
+            "{}",
+            ready.message
+        );
+    }
+
+    #[test]
+    fn ids_and_names_select_among_the_simulated_subnets_and_groups() {
+        let p = provider();
+        let nc = node_class(serde_json::json!({"role": "r",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"id": subnet_id("us-east-1b")}],
+            "securityGroupSelectorTerms": [{"name": "eks-cluster-sg-*"}]}));
+        let got = resolve(&p, &nc);
+        assert_eq!(got.status.subnets.len(), 1);
+        assert_eq!(got.status.subnets[0].zone, "us-east-1b");
+        assert_eq!(
+            got.status.security_groups[0].name,
+            Some(format!("eks-cluster-sg-{}", p.cluster_name()))
+        );
+        assert!(got.status.conditions.is_condition_true(types::READY));
+
+        let nc = node_class(serde_json::json!({"role": "r",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"id": "subnet-0123456789abcdef0"}],
+            "securityGroupSelectorTerms": [{"name": "nodes"}]}));
+        let got = resolve(&p, &nc);
+        assert!(got.status.subnets.is_empty());
+        assert!(got.status.security_groups.is_empty());
+        assert_eq!(ready(&got).status, ConditionStatus::False);
     }
 }

@@ -76,12 +76,14 @@ impl Default for SimulatedCloudProviderConfig {
 pub struct SimulatedCloudProvider {
     ec2: SimulatedEc2,
     cluster_name: String,
-    image_id: Mutex<String>,
+    /// Shared by every replica's view ([`SimulatedCloudProvider::for_replica`]): a new AMI
+    /// is the region's, not one controller's.
+    image_id: Arc<Mutex<String>>,
     instance_types: Vec<Arc<InstanceType>>,
     /// Per instance type (same order), what Create matches against: its requirements and
     /// allocatable, computed once.
-    launch_facts: Vec<(Requirements, Resources)>,
-    by_name: HashMap<String, Arc<InstanceType>>,
+    launch_facts: Arc<Vec<(Requirements, Resources)>>,
+    by_name: Arc<HashMap<String, Arc<InstanceType>>>,
     /// Offerings the controller marked unavailable (interrupted, out of capacity), left out
     /// of launches as the AWS provider leaves them out of CreateFleet's overrides.
     unavailable: OnceLock<Arc<dyn UnavailableOfferings>>,
@@ -123,18 +125,34 @@ impl SimulatedCloudProvider {
         Self {
             ec2,
             cluster_name: config.cluster_name,
-            image_id: Mutex::new(config.image_id),
+            image_id: Arc::new(Mutex::new(config.image_id)),
             instance_types,
-            launch_facts,
-            by_name,
+            launch_facts: Arc::new(launch_facts),
+            by_name: Arc::new(by_name),
             unavailable: OnceLock::new(),
         }
     }
 
     /// Shares the controller's unavailable offerings with launches (once; later calls are
-    /// ignored).
+    /// ignored). For one controller; replicas each take [`Self::for_replica`].
     pub fn share_unavailable_offerings(&self, offerings: Arc<dyn UnavailableOfferings>) {
         let _first_wins = self.unavailable.set(offerings);
+    }
+
+    /// The provider as one controller replica sees it: the same region (instances, AMI,
+    /// catalog), launching around `offerings`, that replica's own unavailable offerings —
+    /// as each replica of the AWS provider keeps its own cache, so what one replica marked
+    /// does not steer another's launches.
+    pub fn for_replica(&self, offerings: Arc<dyn UnavailableOfferings>) -> Self {
+        Self {
+            ec2: self.ec2.clone(),
+            cluster_name: self.cluster_name.clone(),
+            image_id: Arc::clone(&self.image_id),
+            instance_types: self.instance_types.clone(),
+            launch_facts: Arc::clone(&self.launch_facts),
+            by_name: Arc::clone(&self.by_name),
+            unavailable: OnceLock::from(offerings),
+        }
     }
 
     /// `overrides` without the offerings marked unavailable.
@@ -302,7 +320,7 @@ impl SimulatedCloudProvider {
         let mut compatible: Vec<(f64, Arc<InstanceType>)> = self
             .instance_types
             .iter()
-            .zip(&self.launch_facts)
+            .zip(self.launch_facts.iter())
             .filter(|(_, (it_reqs, allocatable))| {
                 reqs.is_compatible(it_reqs, AllowUndefined::WellKnownLabels)
                     && requests.fits(allocatable)

@@ -248,14 +248,14 @@ impl World {
         )
         .map_err(|e| StartError::Client(e.to_string()))?;
         install::discover(&client, &config).await?;
-        // One unavailable-offerings state for the controller and the launches, as the AWS
+        // One unavailable-offerings state for the replica and its launches, as the AWS
         // provider shares it: interrupted and refused offerings are left out of launches.
+        // Each replica has its own, as each upstream replica has its own cache.
         let offerings = OfferingCache::start(
             UNAVAILABLE_OFFERINGS_TTL,
             MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
         );
-        self.provider
-            .share_unavailable_offerings(Arc::new(offerings.clone()));
+        let provider = Arc::new(self.provider.for_replica(Arc::new(offerings.clone())));
         let mut daemon = Daemon::start(
             settings,
             Environment {
@@ -266,8 +266,7 @@ impl World {
                 leader_timing: self.pace.leader_timing(),
                 bind: Ipv4Addr::LOCALHOST,
                 cloud: Some(Cloud {
-                    provider: Arc::clone(&self.provider)
-                        as Arc<dyn kerf::cloudprovider::CloudProvider>,
+                    provider: provider as Arc<dyn kerf::cloudprovider::CloudProvider>,
                     catalog: self.catalog,
                     offerings: Some(offerings),
                 }),

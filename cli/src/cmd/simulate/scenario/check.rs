@@ -12,6 +12,7 @@ use clap::Parser as _;
 use kerf::catalog::{AllocatableSettings, Catalog};
 use kerf::manifest::Object;
 use kerf::plan::inventory::{self, Inventory};
+use kerf::wildcard;
 use kerf_loadtest::ec2::{CapacityType, OfferingKey, PricedOffering, catalog_offerings};
 use serde_json::Value;
 
@@ -366,7 +367,7 @@ fn check_expect(expect: &Expect, problems: &mut Vec<Problem>) {
     }
 }
 
-/// `TYPE:ZONE[:CAPACITY]` where TYPE and ZONE may hold `*` wildcards (`c6a.*`), and
+/// `TYPE:ZONE[:CAPACITY]` where TYPE and ZONE may hold AWS wildcards (`c6a.*`, `?`), and
 /// CAPACITY (`spot` or `on-demand`) defaults to both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OfferingPattern {
@@ -404,24 +405,9 @@ impl OfferingPattern {
     }
 
     pub fn covers(&self, key: &OfferingKey) -> bool {
-        glob(&self.instance_type, &key.instance_type)
-            && glob(&self.zone, &key.zone)
+        wildcard::matches(&self.instance_type, &key.instance_type)
+            && wildcard::matches(&self.zone, &key.zone)
             && self.capacity_type.is_none_or(|c| c == key.capacity_type)
-    }
-}
-
-/// Whether `text` matches `pattern`, where `*` matches any run of characters.
-fn glob(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == text,
-        Some((head, rest)) => {
-            let Some(tail) = text.strip_prefix(head) else {
-                return false;
-            };
-            (0..=tail.len())
-                .filter(|&i| tail.is_char_boundary(i))
-                .any(|i| glob(rest, &tail[i..]))
-        }
     }
 }
 
@@ -527,14 +513,5 @@ mod tests {
             lines[0].ends_with("s.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle, api-errors, watch-drop, api-latency, spot-interruption)"),
             "{lines:?}"
         );
-    }
-
-    #[test]
-    fn globs_match_runs_of_characters() {
-        assert!(glob("c6a.*", "c6a.large"));
-        assert!(glob("*", "anything"));
-        assert!(glob("*.large", "m5.large"));
-        assert!(!glob("c6a.*", "c6i.large"));
-        assert!(glob("us-east-1?", "us-east-1?"));
     }
 }

@@ -2,7 +2,8 @@
 //! table the terminal ends with. `allPodsBound.within` is measured from the end of the last
 //! step that added or displaced pods (the workload's creation when no step did) to the last
 //! time every workload pod became bound; it fails outright when pods are still pending at
-//! the end.
+//! the end. Pods the controller reported it cannot place are left out of both, and the
+//! measured value says how many.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -35,11 +36,12 @@ pub fn judge(expect: &Expect, end: &End<'_>) -> Vec<ExpectationResult> {
     };
     if let Some(within) = &expect.all_pods_bound {
         let wanted = format!("within {within}", within = within.within);
-        if m.pending() > 0 {
+        let excluded = m.excluded().map_or(String::new(), |e| format!("; {e}"));
+        if m.waiting() > 0 {
             push(
                 "allPodsBound",
                 wanted,
-                format!("{} pods pending at the end", m.pending()),
+                format!("{} pods pending at the end{excluded}", m.waiting()),
                 false,
             );
         } else {
@@ -49,7 +51,7 @@ pub fn judge(expect: &Expect, end: &End<'_>) -> Vec<ExpectationResult> {
             push(
                 "allPodsBound",
                 wanted,
-                format!("{:.1}s", took.as_secs_f64()),
+                format!("{:.1}s{excluded}", took.as_secs_f64()),
                 took <= within.within.as_std(),
             );
         }
@@ -201,5 +203,49 @@ mod tests {
         );
         assert!(!results[0].held);
         assert_eq!(results[0].measured, "3 pods pending at the end");
+    }
+
+    #[test]
+    fn pods_the_controller_cannot_place_are_left_out_and_counted() {
+        let now = Instant::now();
+        let measures = Measures {
+            pods: 10,
+            bound: 8,
+            unplaceable: vec!["default/huge-1".to_owned(), "default/huge-2".to_owned()],
+            last_all_bound: Some(now + Duration::from_secs(5)),
+            ..Measures::default()
+        };
+        let end = End {
+            measures: &measures,
+            last_displaced: now,
+            leaked: &[],
+            double_launched: &[],
+        };
+        let results = judge(&expect_all(), &end);
+        assert!(results[0].held);
+        assert_eq!(
+            results[0].measured,
+            "5.0s; 2 pods excluded (kerf reported them unschedulable: default/huge-1, default/huge-2)"
+        );
+
+        let one_waiting = Measures {
+            bound: 7,
+            ..measures.clone()
+        };
+        let results = judge(
+            &expect_all(),
+            &End {
+                measures: &one_waiting,
+                ..end
+            },
+        );
+        assert!(!results[0].held);
+        assert!(
+            results[0]
+                .measured
+                .starts_with("1 pods pending at the end; 2 pods excluded"),
+            "{}",
+            results[0].measured
+        );
     }
 }

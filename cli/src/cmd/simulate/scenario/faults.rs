@@ -35,6 +35,38 @@ pub struct Injector {
     /// Faults without `for`, undone when the run ends.
     open_ended: Vec<Undo>,
     ice_holds: IceHolds,
+    capacity: CapacityFaults,
+}
+
+/// Whether a capacity fault (ICE, a spot interruption) is under way or ended recently.
+/// Shared with the observer: the controller's "cannot place" about a pod may be such a
+/// fault's doing (the offerings it refused stay marked unavailable for a while after it
+/// ends), so it is trusted only once those marks have had time to expire.
+#[derive(Clone, Default)]
+pub struct CapacityFaults(Arc<Mutex<CapacityState>>);
+
+#[derive(Default)]
+struct CapacityState {
+    active: usize,
+    last_ended: Option<Instant>,
+}
+
+impl CapacityFaults {
+    fn begin(&self) {
+        lock(&self.0).active += 1;
+    }
+
+    fn end(&self) {
+        let mut state = lock(&self.0);
+        state.active = state.active.saturating_sub(1);
+        state.last_ended = Some(Instant::now());
+    }
+
+    /// Whether one is under way or ended less than `grace` ago.
+    pub fn recent(&self, grace: Duration) -> bool {
+        let state = lock(&self.0);
+        state.active > 0 || state.last_ended.is_some_and(|t| t.elapsed() < grace)
+    }
 }
 
 /// How many active ICE faults refuse each pool, so overlapping ones end independently.
@@ -100,7 +132,13 @@ impl Injector {
             timers: Vec::new(),
             open_ended: Vec::new(),
             ice_holds: IceHolds::default(),
+            capacity: CapacityFaults::default(),
         }
+    }
+
+    /// The capacity faults of this run, as they come and go.
+    pub fn capacity(&self) -> CapacityFaults {
+        self.capacity.clone()
     }
 
     /// Switches `fault` on (`pools`: an ice fault's, resolved when checking); returns its
@@ -178,13 +216,18 @@ impl Injector {
                 (Undo::Nothing, Some(notice))
             }
         };
-        self.open(&label, lasting, undo);
+        let capacity = matches!(fault, Fault::Ice { .. } | Fault::SpotInterruption { .. });
+        self.open(&label, lasting, undo, capacity);
         label
     }
 
     /// Records the window and, for a bounded fault, arms the timer that ends it.
-    fn open(&mut self, label: &str, lasting: Option<Duration>, undo: Undo) {
+    fn open(&mut self, label: &str, lasting: Option<Duration>, undo: Undo, capacity: bool) {
         self.active.start(label);
+        let capacity = capacity.then(|| {
+            self.capacity.begin();
+            self.capacity.clone()
+        });
         let index = {
             let mut windows = lock(&self.windows);
             windows.push(FaultWindow {
@@ -206,6 +249,9 @@ impl Injector {
             tokio::time::sleep(lasting).await;
             undo.run();
             active.end(&label);
+            if let Some(capacity) = capacity {
+                capacity.end();
+            }
             lock(&windows)[index].to_seconds = Some(started.elapsed().as_secs_f64());
         }));
     }
@@ -251,6 +297,20 @@ fn label(fault: &Fault) -> String {
 mod tests {
     use super::*;
     use kerf_loadtest::ec2::{CapacityType, Ec2Config, PricedOffering};
+
+    #[test]
+    fn a_capacity_fault_counts_while_under_way_and_for_its_grace_after() {
+        let capacity = CapacityFaults::default();
+        let (none, long) = (Duration::ZERO, Duration::from_secs(3600));
+        assert!(!capacity.recent(long), "none yet");
+        capacity.begin();
+        capacity.begin();
+        capacity.end();
+        assert!(capacity.recent(none), "one is still under way");
+        capacity.end();
+        assert!(capacity.recent(long), "ended within the grace");
+        assert!(!capacity.recent(none), "ended, and no grace");
+    }
 
     #[test]
     fn overlapping_ice_faults_give_a_pool_back_only_when_both_ended() {

@@ -1,7 +1,12 @@
 //! What a scenario's expectations are judged on, watched throughout the run (every
 //! [`TICK`]) rather than read at the end, so a spike that is gone by then still counts:
 //! - pods: workload pods and how many are bound (from the emulator's change history, see
-//!   [`Tally`]), and the last moment the cluster went from some pods pending to all bound;
+//!   [`Tally`]); which pending pods the controller has reported it cannot place (its latest
+//!   event about the pod is `FailedScheduling`, not a later `Nominated`), which nothing
+//!   waits for — except while a capacity fault is under way or its unavailable offerings
+//!   may still stand ([`CapacityFaults`]), when such a report may be the fault's doing and
+//!   every pod is waited for; and the last moment the cluster went from some placeable
+//!   pods pending to none;
 //! - nodes and cost: the live (pending or running) instances of the simulated EC2 — the
 //!   capacity being paid for, registered as a Node or not — and their summed hourly price,
 //!   both as maxima;
@@ -15,6 +20,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use kerf::cloudprovider::UNAVAILABLE_OFFERINGS_TTL;
+use kerf_actors::events::COMPONENT;
+use kerf_actors::events::upstream::{FAILED_SCHEDULING, NOMINATED};
 use kerf_loadtest::apiserver::Cluster;
 use kerf_loadtest::ec2::{Instance, SimulatedEc2};
 use tokio::sync::watch;
@@ -22,6 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::super::observe::{NotServed, Tally};
+use super::faults::CapacityFaults;
 
 /// How often the world is looked at: the resolution of every maximum and timing.
 pub const TICK: Duration = Duration::from_millis(250);
@@ -40,13 +49,40 @@ pub struct Measures {
     pub max_nodes: usize,
     pub max_hourly_cost: f64,
     pub pdb_violations: u64,
-    /// The last time every workload pod became bound after some were pending.
+    /// Pending workload pods (`namespace/name`, sorted) the controller reported it cannot
+    /// place.
+    pub unplaceable: Vec<String>,
+    /// The last time every placeable workload pod became bound after some were pending.
     pub last_all_bound: Option<Instant>,
 }
 
 impl Measures {
     pub fn pending(&self) -> usize {
         self.pods - self.bound.min(self.pods)
+    }
+
+    /// Pending pods the controller has not given up on: what waits wait for.
+    pub fn waiting(&self) -> usize {
+        self.pending().saturating_sub(self.unplaceable.len())
+    }
+
+    /// `N pods excluded (kerf reported them unschedulable: a, b, …)`, or `None`.
+    pub fn excluded(&self) -> Option<String> {
+        /// Enough names to find them with kubectl; the count says how many more.
+        const NAMED: usize = 3;
+        let n = self.unplaceable.len();
+        if n == 0 {
+            return None;
+        }
+        let mut names = self.unplaceable[..n.min(NAMED)].join(", ");
+        if n > NAMED {
+            names.push_str(", …");
+        }
+        Some(format!(
+            "{n} pod{} excluded (kerf reported {} unschedulable: {names})",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "it" } else { "them" },
+        ))
     }
 }
 
@@ -59,7 +95,11 @@ pub struct Observer {
 
 impl Observer {
     /// Starts watching; the pods already in the emulator count from their creation.
-    pub fn start(cluster: Cluster, ec2: SimulatedEc2) -> Result<Self, NotServed> {
+    pub fn start(
+        cluster: Cluster,
+        ec2: SimulatedEc2,
+        capacity: CapacityFaults,
+    ) -> Result<Self, NotServed> {
         let mut tally = Tally::new(&cluster)?;
         let (publish, measures) = watch::channel(Measures::default());
         let (stop, mut stopped) = watch::channel(false);
@@ -68,7 +108,7 @@ impl Observer {
             let mut budgets = Budgets::default();
             loop {
                 tally.update(std::time::Instant::now());
-                sample(&mut m, &tally, &ec2, &cluster, &mut budgets);
+                sample(&mut m, &tally, &ec2, &cluster, &capacity, &mut budgets);
                 publish.send_replace(m.clone());
                 tokio::select! {
                     _ = stopped.changed() => break,
@@ -101,13 +141,19 @@ fn sample(
     tally: &Tally,
     ec2: &SimulatedEc2,
     cluster: &Cluster,
+    capacity: &CapacityFaults,
     budgets: &mut Budgets,
 ) {
     let counts = tally.counts();
-    let was_pending = m.pending() > 0;
+    let was_waiting = m.waiting() > 0;
     m.pods = counts.pods;
     m.bound = counts.bound;
-    if was_pending && m.pending() == 0 {
+    m.unplaceable = if m.pending() == 0 || capacity.recent(UNAVAILABLE_OFFERINGS_TTL) {
+        Vec::new()
+    } else {
+        unplaceable(cluster, &tally.pending())
+    };
+    if was_waiting && m.waiting() == 0 {
         m.last_all_bound = Some(Instant::now());
     }
     let instances = ec2.instances();
@@ -117,6 +163,44 @@ fn sample(
     let cost: f64 = live.map(|i| i.price).sum();
     m.max_hourly_cost = m.max_hourly_cost.max(cost);
     m.pdb_violations += budgets.observe(cluster);
+}
+
+/// Those of the `pending` pods (`namespace/name`, sorted) whose latest event from the
+/// controller is `FailedScheduling`. Events are ordered by resourceVersion (a repeated
+/// event is the same object counted up, so its version moves with its last occurrence).
+fn unplaceable(cluster: &Cluster, pending: &[String]) -> Vec<String> {
+    let Ok(events) = cluster.list("v1", "events", None, "") else {
+        return Vec::new();
+    };
+    let mut latest: HashMap<String, (u64, bool)> = HashMap::new();
+    for event in &events {
+        let reason = event["reason"].as_str().unwrap_or_default();
+        let about = &event["involvedObject"];
+        if event["source"]["component"] != COMPONENT
+            || about["kind"] != "Pod"
+            || ![FAILED_SCHEDULING, NOMINATED].contains(&reason)
+        {
+            continue;
+        }
+        let key = format!(
+            "{}/{}",
+            about["namespace"].as_str().unwrap_or_default(),
+            about["name"].as_str().unwrap_or_default()
+        );
+        let version = event["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let entry = latest.entry(key).or_insert((0, false));
+        if version >= entry.0 {
+            *entry = (version, reason == FAILED_SCHEDULING);
+        }
+    }
+    pending
+        .iter()
+        .filter(|key| latest.get(*key).is_some_and(|&(_, failed)| failed))
+        .cloned()
+        .collect()
 }
 
 /// Each budget's healthy pods at the last sample, and whether it was below its minimum.

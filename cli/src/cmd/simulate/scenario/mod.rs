@@ -6,7 +6,10 @@
 //! order ([`steps`]) while [`invariants`] watches the world; at the end the expectations are
 //! judged ([`expect`]), the table (or, with `-o json`, the report) is printed and, with
 //! `--report DIR`, the report is written. Exit 0 when every expectation held, 1 otherwise
-//! (each failed one named) or when the file is bad or a step could not be carried out.
+//! (each failed one named) or when the file is bad or a step could not be carried out, 130
+//! after Ctrl-C or SIGTERM: the signal ends the step under way and the run at once, and the
+//! expectations are judged on what was measured until then (leaks without waiting for the
+//! garbage collector's grace), printed, and written with `--report`.
 
 mod check;
 mod controllers;
@@ -16,13 +19,16 @@ mod format;
 mod invariants;
 mod steps;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::pin;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use kerf_actors::garbage_collection::{MIN_MACHINE_AGE, PERIOD};
 use tokio::time::Instant;
 
+use super::StopSignal;
 use super::apply::apply;
 use super::report::{self, ActiveFaults, Recorder, Report};
 use super::world::{Pace, World};
@@ -62,14 +68,24 @@ pub fn run(config: &Config) -> ExitCode {
             .build()
             .expect("the tokio runtime builds with default settings")
     });
-    let (report, failure) = match system.block_on(execute(scenario, pace)) {
+    let ran = system.block_on(async {
+        // Installed before anything starts, so a signal at any moment is seen (at the
+        // latest when the steps begin) instead of killing the process mid-way.
+        let signal = StopSignal::install()?;
+        execute(scenario, pace, signal.wait()).await
+    });
+    let Ran {
+        report,
+        failure,
+        interrupted,
+    } = match ran {
         Ok(ran) => ran,
         Err(error) => {
             eprintln!("kerf simulate: {}: {error:#}", config.file.display());
             return ExitCode::FAILURE;
         }
     };
-    print(&report, config.output);
+    print(&report, config.output, interrupted);
     let mut ok = failure.is_none();
     if let Some(failure) = failure {
         eprintln!("kerf simulate: {}: {failure:#}", config.file.display());
@@ -90,6 +106,14 @@ pub fn run(config: &Config) -> ExitCode {
         );
         ok = false;
     }
+    if interrupted {
+        eprintln!(
+            "kerf simulate: {}: stopped by a signal before the scenario finished; the expectations above are judged on what was measured until then",
+            config.file.display()
+        );
+        // 128 + SIGINT, as shells report a command ended by Ctrl-C.
+        return ExitCode::from(130);
+    }
     if ok {
         ExitCode::SUCCESS
     } else {
@@ -97,31 +121,53 @@ pub fn run(config: &Config) -> ExitCode {
     }
 }
 
-fn print(report: &Report, format: Format) {
+fn print(report: &Report, format: Format, interrupted: bool) {
     match format {
         Format::Json => match serde_json::to_string_pretty(report) {
             Ok(json) => println!("{json}"),
             Err(error) => eprintln!("kerf simulate: cannot encode the report as JSON: {error}"),
         },
         Format::Table => {
-            println!("scenario {}", report.name);
+            let partial = if interrupted {
+                " (stopped by a signal: measured until then)"
+            } else {
+                ""
+            };
+            println!("scenario {}{partial}", report.name);
             print!("{}", expect::table(&report.expectations));
         }
     }
 }
 
-/// Runs the scenario; the error is one that stops the world from starting, the second
-/// value a step that could not be carried out (the run still reports what it measured).
+/// What a scenario run measured and how it ended.
+struct Ran {
+    report: Report,
+    /// A step that could not be carried out (the run still reports what it measured).
+    failure: Option<anyhow::Error>,
+    /// A stop signal ended the run before its steps did.
+    interrupted: bool,
+}
+
+/// Runs the scenario until its steps end or `stop` completes; the error is one that stops
+/// the world from starting.
 async fn execute(
     scenario: Scenario,
     pace: Pace,
-) -> anyhow::Result<(Report, Option<anyhow::Error>)> {
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<Ran> {
+    let mut stop = pin!(stop);
     let started = Instant::now();
     let world = World::start(pace, &[]).await?;
     let cluster = world.cluster();
     let inventory = &scenario.inputs.inventory;
     let mut notes = apply(&cluster, &scenario.inputs.setup, inventory)?;
-    let observer = Observer::start(cluster.clone(), world.provider.ec2().clone())?;
+    let active = ActiveFaults::default();
+    let injector = Injector::new(started, active.clone());
+    let observer = Observer::start(
+        cluster.clone(),
+        world.provider.ec2().clone(),
+        injector.capacity(),
+    )?;
     let replicas = Replicas::start(&world, scenario.replicas, scenario.flags.clone()).await?;
     eprintln!(
         "scenario {}: {} controller replica(s) synced: {}",
@@ -133,25 +179,46 @@ async fn execute(
     for note in notes {
         eprintln!("{note}");
     }
-    let active = ActiveFaults::default();
-    let recorder = Recorder::start(&world, active.clone(), started)
+    let recorder = Recorder::start(&world, active, started)
         .map_err(|e| anyhow::anyhow!("recording the run: {e:?}"))?;
     let mut runner = Runner {
         world: &world,
         replicas,
-        injector: Injector::new(started, active),
+        injector,
         observer,
         started,
         last_displaced: Instant::now(),
     };
     let mut failure = None;
+    let mut interrupted = false;
     for (index, planned) in scenario.steps.iter().enumerate() {
-        if let Err(error) = runner.run(index, planned).await {
-            failure = Some(error);
-            break;
+        tokio::select! {
+            ran = runner.run(index, planned) => if let Err(error) = ran {
+                failure = Some(error);
+                break;
+            },
+            () = &mut stop => {
+                eprintln!(
+                    "[{:>7.1}s] steps[{index}] stopped by a signal",
+                    started.elapsed().as_secs_f64()
+                );
+                interrupted = true;
+                break;
+            }
         }
     }
-    let leaked = wait_for_collection(&world).await;
+    let leaked_now = || invariants::leaked_instances(&world.provider.ec2().instances(), &cluster);
+    let leaked = if interrupted {
+        leaked_now()
+    } else {
+        tokio::select! {
+            leaked = wait_for_collection(&world) => leaked,
+            () = &mut stop => {
+                interrupted = true;
+                leaked_now()
+            }
+        }
+    };
     let Runner {
         replicas,
         injector,
@@ -179,7 +246,11 @@ async fn execute(
     injector.stop();
     replicas.stop().await;
     world.stop().await;
-    Ok((report, failure))
+    Ok(Ran {
+        report,
+        failure,
+        interrupted,
+    })
 }
 
 /// The instances leaked at the end, after giving garbage collection its grace.

@@ -4,7 +4,12 @@
 //! a step that cannot be carried out (a Deployment that does not exist, a kill waiting for a
 //! launch that never comes) ends the run as a failure.
 //!
-//! `settled` is read from what the leading controller exposes: no workload pod pending, every
+//! `podsBound: all` and `settled` do not wait for pods the controller reported it cannot
+//! place, unless a capacity fault may be why ([`super::invariants`]); a wait that ends
+//! without them says how many it left out.
+//!
+//! `settled` is read from what the leading controller exposes: no workload pod pending that
+//! the controller could place, every
 //! NodeClaim Initialized and none being deleted, the disruption loop's last pass idle with
 //! nothing about to become consolidatable (no `consolidateAfter` running) and no command in
 //! the orchestration queue — held for longer than the loop's polling period, so a change
@@ -161,7 +166,9 @@ impl Runner<'_> {
                 None
             };
             if since.is_some_and(|s| s.elapsed() >= hold) {
-                self.say(index, &format!("{what}: done"));
+                let excluded = self.observer.now().excluded();
+                let done = excluded.map_or(String::new(), |e| format!("; {e}"));
+                self.say(index, &format!("{what}: done{done}"));
                 return;
             }
             if Instant::now() >= deadline {
@@ -192,7 +199,7 @@ impl Runner<'_> {
         let in_flight = claims.iter().any(|c| {
             c["metadata"]["deletionTimestamp"].is_string() || !has_condition(c, "Initialized")
         });
-        self.observer.now().pending() == 0 && !in_flight && disruption_idle
+        self.observer.now().waiting() == 0 && !in_flight && disruption_idle
     }
 
     async fn controller(&mut self, index: usize, step: &ControllerStep) -> anyhow::Result<()> {
@@ -250,10 +257,12 @@ impl Runner<'_> {
     }
 }
 
+/// `all` is every pod the controller has not reported it cannot place (see
+/// [`super::invariants`]).
 fn pods_bound(observer: &Observer, bound: PodsBound) -> bool {
     let m = observer.now();
     match bound {
-        PodsBound::All => m.pods > 0 && m.pending() == 0,
+        PodsBound::All => m.pods > 0 && m.waiting() == 0,
         PodsBound::AtLeast(n) => m.bound >= n,
     }
 }
