@@ -9,6 +9,7 @@
 
 mod api_only;
 mod apply;
+mod controller_threads;
 mod defaults;
 mod drift;
 mod ice;
@@ -16,6 +17,7 @@ mod inputs;
 mod interrupt;
 mod memory;
 mod observe;
+mod outside;
 mod planned;
 mod progress;
 mod report;

@@ -27,8 +27,10 @@ use kerf_loadtest::kubelet::{self, KubeletConfig, KubeletHandle};
 use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle};
 use kube::Client;
 
+use super::controller_threads::{Controller, ControllerThreads};
 use super::defaults::{CLUSTER_NAME, REGION};
 use super::ice::{self, IceTarget};
+use super::outside;
 
 pub const NODEPOOL_CRD: &str = include_str!("../../../../deploy/crds/karpenter.sh_nodepools.yaml");
 pub const NODECLAIM_CRD: &str =
@@ -147,6 +149,8 @@ pub enum StartError {
     Settings(String),
     #[error("starting the controller: {0}")]
     Controller(#[from] kerf_actors::StartError),
+    #[error("starting the controller's threads: {0}")]
+    Threads(std::io::Error),
 }
 
 /// The running simulated cluster (the controller starts separately, see [`World::start_controller`]).
@@ -215,15 +219,16 @@ impl World {
     /// EC2, and waits until its cluster state has synced. It gets its own client, limited to
     /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST` as `kerf controller`'s is; the simulated
     /// kubelets and scheduler stand for the rest of a cluster and are not limited.
-    pub async fn start_controller(&self) -> Result<Daemon, StartError> {
+    pub async fn start_controller(&self) -> Result<Controller, StartError> {
         let identity = format!("kerf-simulate-{}", std::process::id());
         self.start_replica(&Replica::alone(&identity)).await
     }
 
     /// [`World::start_controller`] for one replica of several: its requests name it to the
     /// emulator (so a scenario can cut it off as a crash would), and with leader election on
-    /// it leads only while it holds the Lease.
-    pub async fn start_replica(&self, replica: &Replica) -> Result<Daemon, StartError> {
+    /// it leads only while it holds the Lease. Each replica runs on threads of its own
+    /// ([`ControllerThreads`]), whose allocations count as the controller's.
+    pub async fn start_replica(&self, replica: &Replica) -> Result<Controller, StartError> {
         let settings = controller_settings(self.pace, replica)?;
         let mut config = kube_config(&self.server).await?;
         let name = http::HeaderValue::from_str(&replica.identity)
@@ -231,6 +236,59 @@ impl World {
         config
             .headers
             .push((http::HeaderName::from_static(CLIENT_HEADER), name));
+        let start = ReplicaStart {
+            settings,
+            config,
+            identity: replica.identity.clone(),
+            leader_timing: self.pace.leader_timing(),
+            provider: Arc::clone(&self.provider),
+            catalog: self.catalog,
+            interruptions: Arc::clone(&self.interruptions),
+        };
+        let threads = ControllerThreads::start().map_err(StartError::Threads)?;
+        match threads.run(move || start.run()).await {
+            Ok(Ok(daemon)) => Ok(Controller::new(daemon, threads)),
+            Ok(Err(error)) => {
+                threads.stop().await;
+                Err(error)
+            }
+            Err(stopped) => Err(StartError::Threads(std::io::Error::other(stopped))),
+        }
+    }
+
+    /// Stops the simulated components and the emulator.
+    pub async fn stop(self) {
+        self.forwarding.abort();
+        self.kubelets.stop();
+        self.scheduler.stop();
+        self.server.shutdown().await;
+    }
+}
+
+/// What a replica starts from, moved onto its own threads.
+struct ReplicaStart {
+    settings: kerf_actors::ValidSettings,
+    config: kube::Config,
+    identity: String,
+    leader_timing: Timing,
+    provider: Arc<SimulatedCloudProvider>,
+    catalog: Catalog,
+    interruptions: Arc<MemoryQueue>,
+}
+
+impl ReplicaStart {
+    /// Builds the replica's clients and starts its daemon (on the controller's threads), then
+    /// waits until its cluster state has synced.
+    async fn run(self) -> Result<Daemon, StartError> {
+        let Self {
+            settings,
+            config,
+            identity,
+            leader_timing,
+            provider,
+            catalog,
+            interruptions,
+        } = self;
         let leader_client = kube::Client::try_from(config.clone())
             .map_err(|e| StartError::Client(e.to_string()))?;
         let client = kerf_actors::client::build(
@@ -245,41 +303,32 @@ impl World {
             UNAVAILABLE_OFFERINGS_TTL,
             MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
         );
-        self.provider
-            .share_unavailable_offerings(Arc::new(offerings.clone()));
+        provider.share_unavailable_offerings(Arc::new(offerings.clone()));
+        let ec2 = provider.ec2().clone();
         let mut daemon = Daemon::start(
             settings,
             Environment {
                 client,
                 leader_client,
                 namespace: "kube-system".to_owned(),
-                identity: replica.identity.clone(),
-                leader_timing: self.pace.leader_timing(),
+                identity,
+                leader_timing,
                 bind: Ipv4Addr::LOCALHOST,
                 cloud: Some(Cloud {
-                    provider: Arc::clone(&self.provider)
-                        as Arc<dyn kerf::cloudprovider::CloudProvider>,
-                    catalog: self.catalog,
+                    provider: Arc::new(outside::Cloud::new(provider)),
+                    catalog,
                     offerings: Some(offerings),
                 }),
             },
         )
         .await?;
-        daemon.watch_interruptions(Arc::clone(&self.interruptions) as _);
+        daemon.watch_interruptions(Arc::new(outside::Queue(interruptions)));
         daemon.watch_instance_health(
-            Arc::new(self.provider.ec2().clone()),
+            Arc::new(outside::Statuses(ec2)),
             kerf_actors::instance_health::PERIOD,
         );
         daemon.state.wait_synced().await;
         Ok(daemon)
-    }
-
-    /// Stops the simulated components and the emulator.
-    pub async fn stop(self) {
-        self.forwarding.abort();
-        self.kubelets.stop();
-        self.scheduler.stop();
-        self.server.shutdown().await;
     }
 }
 
