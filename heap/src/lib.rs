@@ -3,16 +3,16 @@
 //! (the API emulator, kubelets, scheduler and EC2), and needs the controller's own figure.
 //!
 //! A thread carries an owner tag ([`set_current`]). With the [`Accounting`] global allocator
-//! installed (feature `allocator`), every allocation made on a tagged thread carries a small
-//! header naming its owner, and its size is added to that owner's live bytes; freeing it, on
-//! any thread, subtracts it again, so a buffer the controller allocated and the emulator
-//! freed (or the reverse) lands on the right side. A `realloc` is an allocation by the thread
-//! that makes it. Each owner keeps its live bytes and their peak ([`usage`]) with relaxed
-//! atomics: the figures are exact sums once the threads are quiet, and never take a lock on
-//! the allocation path.
+//! installed (feature `allocator`), every allocation made on a tagged thread goes to a mimalloc
+//! heap of that owner's, and its size is added to the owner's live bytes; freeing it, on any
+//! thread, subtracts it again (the block's heap names its owner), so a buffer the controller
+//! allocated and the emulator freed (or the reverse) lands on the right side. A `realloc` is
+//! an allocation by the thread that makes it. Each owner keeps its live bytes and their peak
+//! ([`usage`]) with relaxed atomics: the figures are exact sums once the threads are quiet,
+//! and never take a lock on the allocation path.
 //!
 //! The figure is live heap bytes as the program asked for them, not resident memory: the
-//! allocator's own overhead (headers, size classes, fragmentation, freed pages it keeps) is
+//! allocator's own overhead (size classes, fragmentation, freed pages it keeps) is
 //! not in it.
 //!
 //! Threads do not inherit a tag. Code that starts threads or runtimes for an owner passes it
@@ -21,8 +21,8 @@
 //! [`Scoped`] runs one future's polls under another owner (or none), for calls the controller
 //! makes into code that stands for the outside world.
 //!
-//! Untagged threads allocate through mimalloc without any header, and while no thread was ever
-//! tagged a free goes straight to mimalloc: `kerf controller`, which tags nothing, pays one
+//! Untagged threads allocate through mimalloc as usual, and while no thread was ever tagged a
+//! free goes straight to mimalloc: `kerf controller`, which tags nothing, pays one
 //! thread-local read per allocation and one relaxed load per free.
 
 use std::cell::Cell;
@@ -131,7 +131,7 @@ thread_local! {
     static OWNER: Cell<u8> = const { Cell::new(0) };
 }
 
-/// Whether any thread was ever tagged: until then no allocation carries a header.
+/// Whether any thread was ever tagged: until then every block is in mimalloc's main heap.
 static TRACKING: AtomicBool = AtomicBool::new(false);
 
 static LIVE: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
@@ -142,7 +142,7 @@ fn slot() -> u8 {
     OWNER.try_with(Cell::get).unwrap_or(0)
 }
 
-/// Whether a block may carry a header (some thread was tagged before it was allocated).
+/// Whether a block may be in an owner's heap (some thread was tagged before it was allocated).
 #[cfg_attr(not(feature = "allocator"), allow(dead_code))]
 fn tracking() -> bool {
     TRACKING.load(Ordering::Relaxed)
