@@ -4,20 +4,60 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
+/// The pod condition kerf writes beside `status.nominatedNodeName` when it nominates a pod
+/// to the Node of a NodeClaim it launched for it (KEP-5278's "expected placement"). It tells
+/// kerf's nomination apart from a preemption's, also after a restart: upstream provisions
+/// for no pod with a nominated node, and kerf must not stop provisioning for its own.
+pub const NOMINATION_CONDITION: &str = "kerf.dev/Nominated";
+
+/// The reason of [`NOMINATION_CONDITION`].
+pub const NOMINATION_REASON: &str = "NodeClaimRegistered";
+
+/// The message of [`NOMINATION_CONDITION`], which names the node (read back by
+/// [`kerf_nominated_node`]).
+pub fn nomination_message(node: &str, nodeclaim: &str) -> String {
+    format!("expected on node {node} of NodeClaim {nodeclaim}")
+}
+
+/// The node kerf nominated `pod` to, when the pod's `status.nominatedNodeName` is still
+/// kerf's nomination (a preemption since then names another node).
+pub fn kerf_nominated_node(pod: &Pod) -> Option<&str> {
+    let status = pod.status.as_ref()?;
+    let nominated = status.nominated_node_name.as_deref()?;
+    let condition = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == NOMINATION_CONDITION && c.status == "True")?;
+    let node = condition
+        .message
+        .as_deref()?
+        .strip_prefix("expected on node ")?
+        .split(' ')
+        .next()?;
+    (node == nominated).then_some(nominated)
+}
+
+/// Whether the kube-scheduler nominated `pod` to a node it is preempting pods on.
+pub fn is_preempting(pod: &Pod) -> bool {
+    let nominated = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    nominated && kerf_nominated_node(pod).is_none()
+}
+
 /// Whether an unbound `pod` is one Karpenter provisions for, leaving aside the
 /// kube-scheduler's verdict: not a daemonset or mirror pod (those follow nodes rather than
 /// ask for them), not finished or terminating, not nominated to a node by preemption.
 pub fn wants_capacity(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    let phase = status.and_then(|s| s.phase.as_deref());
-    let nominated = status
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     !is_owned_by(pod, "DaemonSet")
         && !is_owned_by(pod, "Node")
         && !matches!(phase, Some("Succeeded" | "Failed"))
         && pod.metadata.deletion_timestamp.is_none()
-        && !nominated
+        && !is_preempting(pod)
 }
 
 /// Whether `pod` is a StatefulSet pod being deleted. Upstream counts such a pod on a
@@ -62,4 +102,45 @@ pub fn is_bound(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| !n.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+            "status": status,
+        }))
+        .expect("valid pod")
+    }
+
+    fn nominated_by_kerf(nominated: &str, message_node: &str) -> Pod {
+        pod(json!({
+            "nominatedNodeName": nominated,
+            "conditions": [{
+                "type": NOMINATION_CONDITION, "status": "True", "reason": NOMINATION_REASON,
+                "message": nomination_message(message_node, "default-abc"),
+            }],
+        }))
+    }
+
+    #[test]
+    fn kerfs_own_nomination_still_wants_capacity_a_preemptions_does_not() {
+        let ours = nominated_by_kerf("ip-1", "ip-1");
+        assert_eq!(kerf_nominated_node(&ours), Some("ip-1"));
+        assert!(wants_capacity(&ours));
+
+        let preempted_since = nominated_by_kerf("ip-2", "ip-1");
+        assert_eq!(kerf_nominated_node(&preempted_since), None);
+        assert!(!wants_capacity(&preempted_since));
+
+        let preempting = pod(json!({"nominatedNodeName": "ip-2"}));
+        assert!(is_preempting(&preempting));
+        assert!(!wants_capacity(&preempting));
+        assert!(wants_capacity(&pod(json!({}))));
+    }
 }

@@ -294,6 +294,7 @@ impl Daemon {
                     events: events.clone(),
                     offerings: Some(offerings.clone()),
                     created: created.clone(),
+                    nominate_pods: feature_gates.nominate_pods,
                 },
             };
             let lifecycle = NodeClaimLifecycle::new(deps, timings.lifecycle);

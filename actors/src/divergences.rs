@@ -16,6 +16,7 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
         node_overlay,
         static_capacity,
         capacity_buffer,
+        nominate_pods: _acted_on_by_registration,
     } = settings.feature_gates;
     for (gate, on) in [
         ("ReservedCapacity", reserved_capacity),

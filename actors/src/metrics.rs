@@ -137,6 +137,9 @@ pub const RECONCILE_ERRORS: &str = "controller_runtime_reconcile_errors_total";
 pub const RECONCILE_TIME: &str = "controller_runtime_reconcile_time_seconds";
 /// client-go's work queue depth gauge, labelled `name` (the controller's name).
 pub const WORKQUEUE_DEPTH: &str = "workqueue_depth";
+/// client-go's histogram of how long an item waits in a work queue before a worker takes
+/// it (seconds), labelled `name`: the reconcile latency one actor's load adds to another's.
+pub const WORKQUEUE_QUEUE_DURATION: &str = "workqueue_queue_duration_seconds";
 /// Constant 1, labelled `version`: which kerf build is running.
 pub const BUILD_INFO: &str = "karpenter_build_info";
 
@@ -188,10 +191,18 @@ pub fn workqueue_depth(controller: &'static str, depth: usize) {
     metrics::gauge!(WORKQUEUE_DEPTH, "name" => controller).set(depth as f64);
 }
 
+/// How long an item of `controller`'s queue waited before it started running.
+pub fn workqueue_queue_duration(controller: &'static str, waited: std::time::Duration) {
+    metrics::histogram!(WORKQUEUE_QUEUE_DURATION, "name" => controller)
+        .record(waited.as_secs_f64());
+}
+
 /// Buckets of controller-runtime style duration histograms (seconds).
 const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
+/// client-go's work queue buckets: 10 ns up to 10 s, by tens.
+const WORKQUEUE_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
 /// An interruption is handled within seconds of its event, unless the queue backed up or
 /// the controller was down; upstream's buckets reach a few minutes.
 const QUEUE_DURATION_BUCKETS: &[f64] = &[
@@ -255,6 +266,12 @@ fn install() -> PrometheusHandle {
         })
         .and_then(|b| {
             b.set_buckets_for_metric(
+                Matcher::Full(WORKQUEUE_QUEUE_DURATION.into()),
+                WORKQUEUE_BUCKETS,
+            )
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
                 Matcher::Full(CLOUDPROVIDER_DURATION.into()),
                 DURATION_BUCKETS,
             )
@@ -295,6 +312,7 @@ mod tests {
         let failed: Result<(), ()> = reconcile("test.metrics", async { Err(()) }).await;
         assert!(ok.is_ok() && failed.is_err());
         workqueue_depth("test.metrics", 3);
+        workqueue_queue_duration("test.metrics", std::time::Duration::from_millis(5));
         let text = render();
         for line in [
             "controller_runtime_reconcile_total{controller=\"test.metrics\",result=\"success\"} 1",
@@ -302,6 +320,8 @@ mod tests {
             "controller_runtime_reconcile_errors_total{controller=\"test.metrics\"} 1",
             "controller_runtime_reconcile_time_seconds_count{controller=\"test.metrics\"} 2",
             "workqueue_depth{name=\"test.metrics\"} 3",
+            "workqueue_queue_duration_seconds_bucket{name=\"test.metrics\",le=\"0.01\"} 1",
+            "workqueue_queue_duration_seconds_bucket{name=\"test.metrics\",le=\"0.001\"} 0",
             "karpenter_build_info{version=\"",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");

@@ -146,6 +146,10 @@ pub struct FeatureGates {
     pub node_overlay: bool,
     pub static_capacity: bool,
     pub capacity_buffer: bool,
+    /// kerf's own gate, on by default (upstream has no such behaviour): registration writes
+    /// `status.nominatedNodeName` on the pods a NodeClaim was launched for (KEP-5278), so
+    /// the kube-scheduler keeps their room for them.
+    pub nominate_pods: bool,
 }
 
 impl FeatureGates {
@@ -158,6 +162,7 @@ impl FeatureGates {
             node_overlay: false,
             static_capacity: false,
             capacity_buffer: false,
+            nominate_pods: true,
         };
         for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (name, value) = entry
@@ -174,6 +179,7 @@ impl FeatureGates {
                 "NodeOverlay" => &mut gates.node_overlay,
                 "StaticCapacity" => &mut gates.static_capacity,
                 "CapacityBuffer" => &mut gates.capacity_buffer,
+                "NominatePods" => &mut gates.nominate_pods,
                 other => return Err(format!("unknown feature gate {other:?}")),
             };
             *slot = value;

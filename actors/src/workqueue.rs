@@ -16,31 +16,34 @@ use tokio::time::Instant;
 
 #[derive(Debug)]
 pub struct WorkQueue<T> {
-    waiting: VecDeque<T>,
+    /// The controller name its `workqueue_queue_duration_seconds` is labelled with.
+    name: &'static str,
+    /// Targets in arrival order, with when each was queued.
+    waiting: VecDeque<(T, Instant)>,
     queued: HashSet<T>,
     running: HashSet<T>,
     /// Running targets that changed meanwhile.
     dirty: HashSet<T>,
 }
 
-impl<T: Clone + Eq + Hash> Default for WorkQueue<T> {
-    fn default() -> Self {
+impl<T: Clone + Eq + Hash> WorkQueue<T> {
+    /// An empty queue of controller `name`.
+    pub fn named(name: &'static str) -> Self {
         Self {
+            name,
             waiting: VecDeque::new(),
             queued: HashSet::new(),
             running: HashSet::new(),
             dirty: HashSet::new(),
         }
     }
-}
 
-impl<T: Clone + Eq + Hash> WorkQueue<T> {
     /// `target` changed: queue it, or mark it to run again if it is running.
     pub fn add(&mut self, target: T) {
         if self.running.contains(&target) {
             self.dirty.insert(target);
         } else if self.queued.insert(target.clone()) {
-            self.waiting.push_back(target);
+            self.waiting.push_back((target, Instant::now()));
         }
     }
 
@@ -49,7 +52,8 @@ impl<T: Clone + Eq + Hash> WorkQueue<T> {
         if self.running.len() >= limit {
             return None;
         }
-        let target = self.waiting.pop_front()?;
+        let (target, queued_at) = self.waiting.pop_front()?;
+        crate::metrics::workqueue_queue_duration(self.name, queued_at.elapsed());
         self.queued.remove(&target);
         self.running.insert(target.clone());
         Some(target)
@@ -165,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_target_is_queued_once_however_often_it_changes() {
-        let mut queue = WorkQueue::default();
+        let mut queue = WorkQueue::named("test");
         queue.add("a");
         queue.add("b");
         queue.add("a");
@@ -177,7 +181,7 @@ mod tests {
 
     #[test]
     fn a_running_target_that_changes_runs_again_after_it_finishes() {
-        let mut queue = WorkQueue::default();
+        let mut queue = WorkQueue::named("test");
         queue.add("a");
         assert_eq!(queue.start_next(10), Some("a"));
         queue.add("a");
@@ -192,7 +196,7 @@ mod tests {
 
     #[test]
     fn no_more_than_the_limit_run_at_once() {
-        let mut queue = WorkQueue::default();
+        let mut queue = WorkQueue::named("test");
         for target in ["a", "b", "c"] {
             queue.add(target);
         }
@@ -205,7 +209,7 @@ mod tests {
 
     #[test]
     fn clearing_drops_waiting_targets_only() {
-        let mut queue = WorkQueue::default();
+        let mut queue = WorkQueue::named("test");
         queue.add("a");
         queue.add("b");
         assert_eq!(queue.start_next(10), Some("a"));

@@ -121,6 +121,7 @@ pub fn core_gates(gates: crate::settings::FeatureGates) -> FeatureGates {
         node_overlay,
         static_capacity,
         capacity_buffer: _not_read_by_disruption,
+        nominate_pods: _not_read_by_disruption_either,
     } = gates;
     FeatureGates {
         node_repair,

@@ -90,6 +90,14 @@ impl CreatedClaims {
             .collect()
     }
 
+    /// The pods NodeClaim `name` was created for, while its nomination lasts.
+    pub fn nominated_pods(&self, name: &str) -> Vec<PodRef> {
+        self.nominated
+            .get(name)
+            .map(|nomination| nomination.pods.clone())
+            .unwrap_or_default()
+    }
+
     /// NodeClaims created here whose launch has not ended: not `Launched`, not deleting,
     /// and either in `state` or created within the grace (their watch event may be on its
     /// way). A stopping leader waits for these, not only for launches already running: a

@@ -53,14 +53,17 @@ const MAX_CONDITION_MESSAGE: usize = 300;
 /// not carry EC2's code).
 pub const INSUFFICIENT_CAPACITY_REASON: &str = "InsufficientCapacity";
 
-/// What the launch step needs besides the reconciler's clients.
+/// What the launch and registration steps need besides the reconciler's clients.
 #[derive(Clone)]
 pub struct LaunchDeps {
     pub events: EventRecorder,
     /// Where refused offerings are marked; `None` marks nothing (tests without a cache).
     pub offerings: Option<OfferingCacheHandle>,
-    /// The Launcher's registry of created NodeClaims, withdrawn from when one is refused.
+    /// The Launcher's registry of created NodeClaims, withdrawn from when one is refused,
+    /// and read for the pods each was created for when its Node registers.
     pub created: CreatedClaims,
+    /// Whether registration nominates those pods to the Node (`FEATURE_GATES`' `NominatePods`).
+    pub nominate_pods: bool,
 }
 
 /// Launches not yet seen recorded, by NodeClaim uid.

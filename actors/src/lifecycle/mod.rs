@@ -19,6 +19,7 @@ pub(crate) mod initialization;
 mod launch;
 mod launching;
 mod liveness;
+mod nominate;
 pub(crate) mod patch;
 mod reconcile;
 pub(crate) mod registration;
@@ -135,7 +136,7 @@ impl NodeClaimLifecycle {
             leader: deps.leader,
             shutdown: deps.shutdown,
             depth: deps.depth,
-            queue: WorkQueue::default(),
+            queue: WorkQueue::named(crate::metrics::controller::NODECLAIM_LIFECYCLE),
             reruns: Reruns::new(config.backoff, config.max_backoff),
         }
     }

@@ -108,6 +108,8 @@ pub struct Reconciler {
     pub state: Arc<ClusterState>,
     pub nodes: Api<Node>,
     pub nodeclaims: Api<NodeClaim>,
+    /// For the namespaced writes (pod nominations).
+    pub client: Client,
     pub cloud: Arc<dyn CloudProvider>,
     pub config: LifecycleConfig,
     pub launch: LaunchDeps,
@@ -131,7 +133,8 @@ impl Reconciler {
         Self {
             state,
             nodes: Api::all(client.clone()),
-            nodeclaims: Api::all(client),
+            nodeclaims: Api::all(client.clone()),
+            client,
             cloud,
             config,
             launch,
@@ -261,6 +264,9 @@ async fn register(
             "node registered without the taint that prevents registration races"
         );
     }
+    // Before the taint that keeps pods off the Node goes, so no pod planned elsewhere can
+    // take the room launched for these.
+    super::nominate::nominate(r, claim.name(), &name).await;
     let wanted = registered_node(claim, node);
     let registered =
         match patch::locked(&**node, &wanted, node.metadata.resource_version.as_deref()) {

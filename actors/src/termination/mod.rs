@@ -167,7 +167,7 @@ impl TerminationDrainer {
             leader: deps.leader,
             shutdown: deps.shutdown,
             depth: deps.depth,
-            queue: WorkQueue::default(),
+            queue: WorkQueue::named(crate::metrics::controller::NODE_TERMINATION),
             reruns: Reruns::new(config.backoff, config.max_backoff),
         };
         (actor, stats)

@@ -76,6 +76,22 @@ fn pending_pods_run_on_registered_and_initialized_nodes() {
                 "{owners:?}"
             );
         }
+        // Registration nominated each pod to the Node launched for it before the taint that
+        // kept pods off went, and the kube-scheduler took the nominated node.
+        for name in pods {
+            let pod = stack.pod(name).expect("pod");
+            assert_eq!(
+                pod["status"]["nominatedNodeName"], pod["spec"]["nodeName"],
+                "{pod:#}"
+            );
+            let nominated = pod["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == kerf::pods::NOMINATION_CONDITION)
+                .unwrap_or_else(|| panic!("kerf's nomination condition: {pod:#}"));
+            assert_eq!(nominated["reason"], kerf::pods::NOMINATION_REASON);
+        }
         // Every pod runs on one of the claims' nodes.
         let claimed: Vec<&str> = claims
             .iter()

@@ -110,6 +110,8 @@ pub(crate) struct Cluster {
     /// Placed pods whose affinity terms InterPodAffinity's score reads (required affinity,
     /// preferred affinity or anti-affinity), with their node index.
     scoring_affinity_pods: Vec<(usize, Arc<PodInfo>)>,
+    /// The node index each pending nominated pod is nominated to, by pod uid.
+    nominations: HashMap<String, usize>,
     next_start: usize,
 }
 
@@ -141,8 +143,15 @@ impl Cluster {
             domains: HashMap::new(),
             anti_affinity_pods,
             scoring_affinity_pods,
+            nominations: HashMap::new(),
             next_start,
         }
+    }
+
+    /// Records pending `pod` as nominated to node `index`.
+    pub(crate) fn nominate(&mut self, index: usize, pod: Arc<PodInfo>) {
+        self.nominations.insert(pod.uid.clone(), index);
+        self.nodes[index].nominated.push(pod);
     }
 
     pub(crate) fn node_name(&self, index: usize) -> &str {
@@ -160,6 +169,9 @@ impl Cluster {
             return Err(unschedulable_message(0, &BTreeMap::new()));
         }
         self.prepare(pod);
+        if let Some(index) = self.nominated_node_fits(pod) {
+            return Ok(index);
+        }
         let total = self.nodes.len();
         let (choice, examined) = {
             let topology = self.topology_state(pod);
@@ -189,8 +201,25 @@ impl Cluster {
         choice
     }
 
-    /// Accounts `pod` on node `index` for the rest of the cycle.
+    /// The pod's nominated node when it passes the filters there: kube-scheduler evaluates
+    /// that node first and takes it without scoring the others.
+    fn nominated_node_fits(&self, pod: &PodInfo) -> Option<usize> {
+        let &index = self.nominations.get(&pod.uid)?;
+        let topology = self.topology_state(pod);
+        let verdict = &self.static_verdicts[&pod.static_fingerprint];
+        self.filter(pod, index, verdict, &topology)
+            .is_ok()
+            .then_some(index)
+    }
+
+    /// Accounts `pod` on node `index` for the rest of the cycle; a nomination it had no
+    /// longer holds room.
     pub(crate) fn assume(&mut self, index: usize, pod: Arc<PodInfo>) {
+        if let Some(nominated) = self.nominations.remove(&pod.uid) {
+            self.nodes[nominated]
+                .nominated
+                .retain(|other| other.uid != pod.uid);
+        }
         for (selector, per_node) in &mut self.counts {
             if selector.selects(&pod) {
                 per_node[index] += 1;
@@ -621,7 +650,7 @@ fn preferred_affinity_weight(pod: &PodInfo, node: &NodeInfo) -> i64 {
 
 fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Reason> {
     pod.requests
-        .shortfalls(&node.allocatable, &node.requested)
+        .shortfalls(&node.allocatable, &node.used_for(pod))
         .into_iter()
         .map(|name| {
             if name == kerf::labels::RESOURCE_PODS {
@@ -703,6 +732,51 @@ mod tests {
         let index = cluster.schedule(pod)?;
         cluster.assume(index, Arc::clone(pod));
         Ok(cluster.node_name(index).to_owned())
+    }
+
+    fn nominated_pod(uid: &str, cpu: &str, priority: i32) -> Arc<PodInfo> {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid},
+            "spec": {"priority": priority, "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": cpu}}}
+            ]}
+        }))
+        .expect("valid pod");
+        Arc::new(PodInfo::new(&pod).expect("compiles"))
+    }
+
+    #[test]
+    fn room_on_a_node_is_kept_for_the_pods_nominated_to_it() {
+        // "a" is emptier, so an unnominated pod would take it; six cpu of it are nominated.
+        let mut busy = node("b", "z1", serde_json::json!({}));
+        busy.add_pod(nominated_pod("running", "4", 0));
+        let mut cluster = Cluster::new(vec![node("a", "z1", serde_json::json!({})), busy], 0);
+        let expected = nominated_pod("expected", "6", 0);
+        cluster.nominate(0, Arc::clone(&expected));
+
+        let other = nominated_pod("other", "3", 0);
+        assert_eq!(
+            place(&mut cluster, &other),
+            Ok("b".to_owned()),
+            "a's room is kept"
+        );
+        assert_eq!(place(&mut cluster, &expected), Ok("a".to_owned()));
+        // Once placed, the nomination holds nothing: the remaining two cpu are free.
+        let small = nominated_pod("small", "2", 0);
+        assert_eq!(place(&mut cluster, &small), Ok("a".to_owned()));
+    }
+
+    #[test]
+    fn a_nomination_keeps_no_room_from_a_pod_of_higher_priority() {
+        let mut cluster = Cluster::new(vec![node("a", "z1", serde_json::json!({}))], 0);
+        cluster.nominate(0, nominated_pod("expected", "6", 0));
+        let urgent = nominated_pod("urgent", "3", 1000);
+        assert_eq!(place(&mut cluster, &urgent), Ok("a".to_owned()));
+        let same = nominated_pod("same", "3", 0);
+        assert!(
+            place(&mut cluster, &same).is_err(),
+            "six of eight cpu are kept"
+        );
     }
 
     #[test]

@@ -323,20 +323,30 @@ impl Scheduler {
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i))
             .collect();
+        let mut nominated = Vec::new();
         for pod in pods {
             if is_terminal(pod) {
                 continue;
             }
             let target = node_name(pod).or_else(|| self.assumed.get(&uid(pod)).cloned());
-            let Some(slot) = target.and_then(|n| index.get(&n).copied()) else {
-                continue;
+            let (slot, placed) = match target.and_then(|n| index.get(&n).copied()) {
+                Some(slot) => (slot, true),
+                None => match nominated_node(pod).and_then(|n| index.get(n).copied()) {
+                    Some(slot) if self.is_ours(pod) => (slot, false),
+                    _ => continue,
+                },
             };
             match self.compile(pod) {
-                Ok(info) => infos[slot].add_pod(info),
+                Ok(info) if placed => infos[slot].add_pod(info),
+                Ok(info) => nominated.push((slot, info)),
                 Err(error) => tracing::warn!(%error, "not accounting pod"),
             }
         }
-        Cluster::new(infos, self.next_start)
+        let mut cluster = Cluster::new(infos, self.next_start);
+        for (slot, info) in nominated {
+            cluster.nominate(slot, info);
+        }
+        cluster
     }
 
     async fn execute(&mut self, actions: Vec<Action>) {
@@ -465,6 +475,13 @@ fn namespace(pod: &Pod) -> String {
         .namespace
         .clone()
         .unwrap_or_else(|| "default".to_owned())
+}
+
+fn nominated_node(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .filter(|n| !n.is_empty())
 }
 
 fn node_name(pod: &Pod) -> Option<String> {

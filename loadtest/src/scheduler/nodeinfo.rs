@@ -8,6 +8,7 @@ use super::podinfo::{HostPort, PodInfo};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kerf::resources::{Quantity, Resources};
 use kerf::taints::{EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_PREFER_NO_SCHEDULE};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -31,6 +32,9 @@ pub(crate) struct NodeInfo {
     pub(crate) non_zero_requested: (i64, i64),
     pub(crate) ports: Vec<HostPort>,
     pub(crate) pods: Vec<Arc<PodInfo>>,
+    /// Pending pods nominated to this node (`status.nominatedNodeName`), whose room the
+    /// filter keeps for them against pods of no higher priority.
+    pub(crate) nominated: Vec<Arc<PodInfo>>,
 }
 
 impl NodeInfo {
@@ -84,6 +88,7 @@ impl NodeInfo {
             non_zero_requested: (0, 0),
             ports: Vec::new(),
             pods: Vec::new(),
+            nominated: Vec::new(),
         })
     }
 
@@ -94,6 +99,25 @@ impl NodeInfo {
         self.non_zero_requested.1 += pod.non_zero.1;
         self.ports.extend(pod.host_ports.iter().cloned());
         self.pods.push(pod);
+    }
+
+    /// What the filter counts as used when it checks `pod`: the pods on the node and, as
+    /// kube-scheduler's `RunFilterPluginsWithNominatedPods`, the other pods nominated to it
+    /// whose priority is at least `pod`'s.
+    pub(crate) fn used_for(&self, pod: &PodInfo) -> Cow<'_, Amounts> {
+        let mut reserving = self
+            .nominated
+            .iter()
+            .filter(|other| other.uid != pod.uid && other.priority >= pod.priority)
+            .peekable();
+        if reserving.peek().is_none() {
+            return Cow::Borrowed(&self.requested);
+        }
+        let mut used = self.requested.clone();
+        for other in reserving {
+            used.add(&other.requests);
+        }
+        Cow::Owned(used)
     }
 }
 

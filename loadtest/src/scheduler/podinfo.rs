@@ -130,6 +130,9 @@ pub(crate) struct PodInfo {
     /// Hash of everything that decides which nodes pass the pod-independent filters
     /// (node affinity, tolerations), so pods of one workload share that work.
     pub(crate) static_fingerprint: u64,
+    pub(crate) uid: String,
+    /// `spec.priority` (0 when unset), which orders whose nomination counts against whom.
+    pub(crate) priority: i32,
 }
 
 impl PodInfo {
@@ -231,6 +234,8 @@ impl PodInfo {
         let node_selector = spec.node_selector.clone().unwrap_or_default();
         let static_fingerprint = fingerprint(spec);
         Ok(PodInfo {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            priority: spec.priority.unwrap_or(0),
             host_ports: host_ports(spec),
             namespace,
             labels,

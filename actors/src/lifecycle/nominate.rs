@@ -1,0 +1,121 @@
+//! Nomination at registration: before registration lifts `karpenter.sh/unregistered` off a
+//! NodeClaim's Node, the pods the Launcher created the NodeClaim for get
+//! `status.nominatedNodeName` set to that Node, as KEP-5278 lets an autoscaler say where it
+//! expects a pod to go. The kube-scheduler tries a pod's nominated node first and, while
+//! filtering any node, counts the pods nominated to it (of equal or higher priority) as
+//! already there — so pods planned elsewhere no longer take the room kerf launched for these
+//! pods, which otherwise leaves them pending and makes the next round launch again.
+//! Beside the field kerf writes its own condition ([`kerf::pods::NOMINATION_CONDITION`]),
+//! so kerf keeps provisioning for a pod whose nomination is its own (upstream provisions for
+//! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
+//! counted, never fail the registration, and the whole step is bounded in time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kerf::pods;
+use kerf::scheduling::PodRef;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::reconcile::{Reconciler, is_status};
+use crate::state::ObjectKey;
+
+/// Pod status writes in flight for one Node: enough that a node's twenty-odd pods take a
+/// round trip or two, few enough that many Nodes registering at once queue on the client's
+/// rate limit rather than flood it.
+pub const NOMINATION_CONCURRENCY: usize = 8;
+
+/// The longest registration waits for its nominations: the pods still unwritten then are
+/// left unnominated (they are scheduled as without it) rather than hold the Node back.
+pub const NOMINATION_BUDGET: Duration = Duration::from_secs(5);
+
+/// Counter of nominations written, by `result` (`nominated`, `gone`, `failed`).
+pub const PODS_NOMINATED: &str = "kerf_pods_nominated_total";
+
+/// Nominates to `node` the pods NodeClaim `nodeclaim` was created for that still wait for
+/// a node; returns how many were written.
+pub async fn nominate(r: &Reconciler, nodeclaim: &str, node: &str) -> usize {
+    if !r.launch.nominate_pods {
+        return 0;
+    }
+    let waiting: Vec<Arc<Pod>> = r
+        .launch
+        .created
+        .nominated_pods(nodeclaim)
+        .iter()
+        .filter_map(|pod| waiting_pod(r, pod, node))
+        .collect();
+    if waiting.is_empty() {
+        return 0;
+    }
+    let writes = futures::stream::iter(waiting)
+        .map(|pod| write(r, pod, nodeclaim, node))
+        .buffer_unordered(NOMINATION_CONCURRENCY)
+        .filter(|written| futures::future::ready(*written))
+        .count();
+    match tokio::time::timeout(NOMINATION_BUDGET, writes).await {
+        Ok(written) => written,
+        Err(_) => {
+            tracing::warn!(
+                nodeclaim,
+                %node,
+                budget = ?NOMINATION_BUDGET,
+                "registering before every pod was nominated to the node"
+            );
+            0
+        }
+    }
+}
+
+/// The pod `pod` refers to, as the store has it, if it still waits for a node and is not
+/// nominated to `node` already.
+fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<Pod>> {
+    let stored = r
+        .state
+        .pods
+        .get(&ObjectKey::new(Some(&pod.namespace), &pod.name))?;
+    let same = stored.metadata.uid.as_deref() == Some(pod.uid.as_str());
+    let waiting = !pods::is_bound(&stored)
+        && stored.metadata.deletion_timestamp.is_none()
+        && pods::kerf_nominated_node(&stored) != Some(node);
+    (same && waiting).then_some(stored)
+}
+
+/// Writes the nomination onto one pod's status; whether it was written.
+async fn write(r: &Reconciler, pod: Arc<Pod>, nodeclaim: &str, node: &str) -> bool {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(r.client.clone(), namespace);
+    let body = json!({"status": {
+        "nominatedNodeName": node,
+        "conditions": [{
+            "type": pods::NOMINATION_CONDITION,
+            "status": "True",
+            "reason": pods::NOMINATION_REASON,
+            "message": pods::nomination_message(node, nodeclaim),
+            "lastTransitionTime": Timestamp::now().to_string(),
+        }],
+    }});
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
+        .await
+    {
+        Ok(_) => {
+            metrics::counter!(PODS_NOMINATED, "result" => "nominated").increment(1);
+            true
+        }
+        Err(error) if is_status(&error, 404) => {
+            metrics::counter!(PODS_NOMINATED, "result" => "gone").increment(1);
+            false
+        }
+        Err(error) => {
+            metrics::counter!(PODS_NOMINATED, "result" => "failed").increment(1);
+            tracing::warn!(pod = %format!("{namespace}/{name}"), %node, %error, "nominating pod to its node");
+            false
+        }
+    }
+}
