@@ -9,6 +9,12 @@
 //! so kerf keeps provisioning for a pod whose nomination is its own (upstream provisions for
 //! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
 //! counted, never fail the registration, and the whole step is bounded in time.
+//! A nomination lasts as long as the Provisioner holds the pods on the NodeClaim: until
+//! [`NOMINATION_WINDOW`] after the Node is initialized. A pod still pending then did not fit
+//! (or lost its room); its nomination is withdrawn, or the kube-scheduler (which since
+//! Kubernetes 1.34 leaves `nominatedNodeName` to whoever wrote it) would keep room on that
+//! node for a pod that will not go there, and the pod would wait for a place kerf cannot
+//! see is taken.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +28,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::reconcile::{Reconciler, is_status};
+use crate::launcher::NOMINATION_WINDOW;
 use crate::state::ObjectKey;
 
 /// Pod status writes in flight for one Node: enough that a node's twenty-odd pods take a
@@ -33,8 +40,53 @@ pub const NOMINATION_CONCURRENCY: usize = 8;
 /// left unnominated (they are scheduled as without it) rather than hold the Node back.
 pub const NOMINATION_BUDGET: Duration = Duration::from_secs(5);
 
-/// Counter of nominations written, by `result` (`nominated`, `gone`, `failed`).
+/// Counter of nomination writes, by `result` (`nominated`, `withdrawn`, `gone`, `failed`).
 pub const PODS_NOMINATED: &str = "kerf_pods_nominated_total";
+
+/// The reason of the condition once kerf withdrew its nomination.
+const WITHDRAWN_REASON: &str = "NominationExpired";
+
+/// Withdraws kerf's nominations to `node`, initialized at `initialized`, from pods still
+/// pending once the window has passed; returns how long until it has, if it has not.
+pub async fn withdraw_expired(
+    r: &Reconciler,
+    node: &str,
+    initialized: Timestamp,
+) -> Option<Duration> {
+    let since =
+        Duration::try_from(Timestamp::now().duration_since(initialized)).unwrap_or_default();
+    if let Some(remaining) = NOMINATION_WINDOW
+        .checked_sub(since)
+        .filter(|d| !d.is_zero())
+    {
+        return Some(remaining);
+    }
+    let stale: Vec<Arc<Pod>> = r
+        .state
+        .pods
+        .snapshot()
+        .into_iter()
+        .filter(|pod| !pods::is_bound(pod) && pods::kerf_nominated_node(pod) == Some(node))
+        .collect();
+    futures::stream::iter(stale)
+        .for_each_concurrent(NOMINATION_CONCURRENCY, |pod| withdraw(r, pod, node))
+        .await;
+    None
+}
+
+async fn withdraw(r: &Reconciler, pod: Arc<Pod>, node: &str) {
+    let body = json!({"status": {
+        "nominatedNodeName": null,
+        "conditions": [{
+            "type": pods::NOMINATION_CONDITION,
+            "status": "False",
+            "reason": WITHDRAWN_REASON,
+            "message": format!("did not fit on node {node} within {NOMINATION_WINDOW:?} of it being initialized"),
+            "lastTransitionTime": Timestamp::now().to_string(),
+        }],
+    }});
+    patch_status(r, &pod, body, "withdrawn").await;
+}
 
 /// Nominates to `node` the pods NodeClaim `nodeclaim` was created for that still wait for
 /// a node; returns how many were written.
@@ -87,9 +139,6 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<Pod>> {
 
 /// Writes the nomination onto one pod's status; whether it was written.
 async fn write(r: &Reconciler, pod: Arc<Pod>, nodeclaim: &str, node: &str) -> bool {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(r.client.clone(), namespace);
     let body = json!({"status": {
         "nominatedNodeName": node,
         "conditions": [{
@@ -100,12 +149,26 @@ async fn write(r: &Reconciler, pod: Arc<Pod>, nodeclaim: &str, node: &str) -> bo
             "lastTransitionTime": Timestamp::now().to_string(),
         }],
     }});
+    patch_status(r, &pod, body, "nominated").await
+}
+
+/// Patches `pod`'s status (strategic merge: the condition merges by type); counted under
+/// `result`, or `gone`/`failed`.
+async fn patch_status(
+    r: &Reconciler,
+    pod: &Pod,
+    body: serde_json::Value,
+    result: &'static str,
+) -> bool {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(r.client.clone(), namespace);
     match api
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
         .await
     {
         Ok(_) => {
-            metrics::counter!(PODS_NOMINATED, "result" => "nominated").increment(1);
+            metrics::counter!(PODS_NOMINATED, "result" => result).increment(1);
             true
         }
         Err(error) if is_status(&error, 404) => {
@@ -114,7 +177,7 @@ async fn write(r: &Reconciler, pod: Arc<Pod>, nodeclaim: &str, node: &str) -> bo
         }
         Err(error) => {
             metrics::counter!(PODS_NOMINATED, "result" => "failed").increment(1);
-            tracing::warn!(pod = %format!("{namespace}/{name}"), %node, %error, "nominating pod to its node");
+            tracing::warn!(pod = %format!("{namespace}/{name}"), %error, result, "writing pod nomination");
             false
         }
     }

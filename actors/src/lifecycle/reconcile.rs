@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodeClaim;
-use kerf::api::condition::types;
+use kerf::api::condition::{Conditions, types};
 use kerf::cloudprovider::{CloudProvider, CloudProviderError};
 use kerf::labels;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -202,8 +202,26 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
         }
         Verdict::Registered => {
             write_status(r, &claim, &judged).await?;
-            Ok(Outcome::DONE)
+            Ok(withdraw_expired_nominations(r, &judged).await)
         }
+    }
+}
+
+/// Once the window of its pods' nominations has passed, withdraws those the pods could not
+/// use; until then, asks to come back when it has.
+async fn withdraw_expired_nominations(r: &Reconciler, claim: &NodeClaim) -> Outcome {
+    let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
+    let initialized = claim
+        .conditions()
+        .condition(types::INITIALIZED)
+        .filter(|c| c.is_true())
+        .map(|c| c.last_transition_time.0);
+    let (Some(node), Some(initialized)) = (node, initialized) else {
+        return Outcome::DONE;
+    };
+    match super::nominate::withdraw_expired(r, node, initialized).await {
+        Some(remaining) => Outcome::after(remaining),
+        None => Outcome::DONE,
     }
 }
 

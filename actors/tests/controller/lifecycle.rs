@@ -9,6 +9,9 @@ use kerf::api::condition::types;
 use kerf::labels;
 use serde_json::json;
 
+use kerf_actors::launcher::NOMINATION_WINDOW;
+use kerf_loadtest::apiserver::PatchKind;
+
 use crate::stack::*;
 use crate::support::*;
 
@@ -114,6 +117,76 @@ fn pending_pods_run_on_registered_and_initialized_nodes() {
         ] {
             assert!(metrics.contains(metric), "{metric} missing:\n{metrics}");
         }
+        stack.stop().await;
+    });
+}
+
+#[test]
+fn a_nomination_its_pod_could_not_use_is_withdrawn_once_the_window_has_passed() {
+    run(|| async {
+        let stack = Stack::start(fast_timings(), true).await;
+        let cluster = stack.cluster();
+        create_pod(&cluster, "web-1", json!({}));
+        stack.wait_running(&["web-1"]).await;
+        let web = stack.pod("web-1").expect("pod");
+        let node = web["spec"]["nodeName"].as_str().expect("bound").to_owned();
+        // A pod no node can hold, nominated to that node (as by a leader before this one).
+        let nowhere = json!({"nodeSelector": {"kerf.test/nowhere": "x"}});
+        create_pod_with(
+            &cluster,
+            "misfit",
+            json!({}),
+            pod_spec("100m", "64Mi", nowhere),
+        );
+        let nomination = json!({"status": {
+            "nominatedNodeName": node,
+            "conditions": [{
+                "type": kerf::pods::NOMINATION_CONDITION, "status": "True",
+                "reason": kerf::pods::NOMINATION_REASON,
+                "message": kerf::pods::nomination_message(&node, "earlier"),
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }],
+        }});
+        cluster
+            .patch_status(
+                "v1",
+                "pods",
+                Some("default"),
+                "misfit",
+                PatchKind::Strategic,
+                &nomination,
+            )
+            .expect("nominated");
+
+        // The node's NodeClaim comes back when the window after its initialization ends.
+        let deadline = tokio::time::Instant::now() + NOMINATION_WINDOW + PATIENCE;
+        let withdrawn = |pod: &serde_json::Value| {
+            pod["status"]["nominatedNodeName"].is_null()
+                && pod["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        c["type"] == kerf::pods::NOMINATION_CONDITION && c["status"] == "False"
+                    })
+        };
+        loop {
+            let pod = stack.pod("misfit").expect("pod");
+            if withdrawn(&pod) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "still nominated: {pod:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let web = stack.pod("web-1").expect("pod");
+        assert_eq!(
+            web["status"]["nominatedNodeName"],
+            node.as_str(),
+            "a pod on its node keeps it"
+        );
         stack.stop().await;
     });
 }
