@@ -142,7 +142,7 @@ fn realloc_moves_bytes_to_the_thread_that_grows_them() {
     });
     assert_eq!(grown[0], 1, "the contents moved with the block");
     assert!(live(owner) >= 4 * MIB as u64, "{:?}", usage(owner));
-    // Grown by its owner again: resized in place of the count, not counted twice.
+    // Grown by its owner again: resized within its owner's heap, counted once.
     let grown = on_thread_of(owner, move || {
         let mut grown = grown;
         grown.reserve_exact(8 * MIB);
