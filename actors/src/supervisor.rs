@@ -56,7 +56,7 @@ where
     let (sender, receiver) = channel::channel(0);
     let slot = Arc::new(RwLock::new(Addr::new(sender)));
     let weak = Arc::downgrade(&slot);
-    let arbiter = Arbiter::new();
+    let arbiter = arbiter();
     let spawned = arbiter.spawn_fn(move || {
         actix::spawn(async move {
             let mut receiver = receiver;
@@ -76,6 +76,22 @@ where
         );
     }
     Supervised { slot }
+}
+
+/// A new arbiter whose thread, and its runtime's blocking threads, allocate for the owner the
+/// calling thread allocates for (`kerf_heap`): a controller's actors count as the controller's
+/// heap in `kerf simulate`, where other threads of the process stand for the cluster. Panics as
+/// `Arbiter::new` does when the thread or its runtime cannot start.
+fn arbiter() -> Arbiter {
+    let owner = kerf_heap::current();
+    Arbiter::try_with_tokio_rt(move || {
+        kerf_heap::set_current(owner);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .on_thread_start(move || kerf_heap::set_current(owner))
+            .build()
+    })
+    .expect("an actor's arbiter thread and its runtime start")
 }
 
 /// Runs one incarnation; `Some(receiver)` of the next one after a panic, `None` when the

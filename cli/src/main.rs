@@ -1,14 +1,16 @@
 //! The `kerf` binary: a thin dispatcher over the subcommands, each in its own module.
 
 use clap::{Parser, Subcommand};
-use mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 mod aws;
 mod cmd;
 
+/// mimalloc, plus per-owner accounting of the threads tagged with an owner: `kerf simulate`
+/// tags the controller's, to report its heap apart from the simulated cluster's. Nothing else
+/// tags a thread, so elsewhere every allocation is plain mimalloc.
 #[global_allocator]
-static GLOBAL: MiMalloc = MiMalloc;
+static GLOBAL: kerf_heap::Accounting = kerf_heap::Accounting;
 
 /// kerf: a drop-in replacement for the Karpenter controller on AWS.
 #[derive(Parser)]

@@ -114,7 +114,16 @@ fn the_default_workload_is_bound_on_launched_capacity() {
     assert!(latency["p95"].as_f64() <= latency["max"].as_f64());
     assert!(latency["max"].as_f64().expect("max") > 0.0);
     assert!(count(&summary["provisioning"]["rounds"]) >= 1);
-    assert!(count(&summary["peakMemoryBytes"]) > 0);
+    // The controller's heap is counted on its own threads: some, and well below the whole
+    // process, which also holds the API emulator's objects, kubelets, scheduler and EC2.
+    let memory = &summary["memory"];
+    let heap = count(&memory["controllerHeapPeakBytes"]);
+    let process = count(&memory["processPeakRssBytes"]);
+    assert!(heap > 0 && heap < process / 2, "{memory:#}");
+    assert!(
+        count(&memory["controllerHeapLiveBytes"]) <= heap,
+        "{memory:#}"
+    );
 }
 
 /// The kube-scheduler spreads replicas (its default topology spread) and breaks ties among
@@ -527,6 +536,15 @@ fn report_writes_a_sample_a_second_and_a_page_of_plots() {
     assert!(count(&last["cloudCalls"]) > 0);
     assert!(count(&last["cloudCalls"]) <= count(&summary["cloudApiCalls"]["total"]));
     assert!(count(&last["apiRequests"]) > count(&series[0]["apiRequests"]));
+    // The controller's live heap each second, never above the peak the summary reports.
+    let heap_peak = count(&summary["memory"]["controllerHeapPeakBytes"]);
+    assert!(
+        series
+            .iter()
+            .all(|s| count(&s["controllerMemoryBytes"]) <= heap_peak),
+        "{heap_peak}"
+    );
+    assert!(count(&last["controllerMemoryBytes"]) > 0, "{last:#}");
     assert_eq!(
         count(&series[0]["podsBound"]),
         0,

@@ -71,9 +71,12 @@ fn solve_parts(batch: &Batch, parallel: bool) -> Vec<PartOutcome> {
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let outcomes = std::sync::Mutex::new(Vec::with_capacity(parts.len()));
+    // The solving threads allocate for the caller's owner (the controller's, in `kerf simulate`).
+    let owner = kerf_heap::current();
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
+                kerf_heap::set_current(owner);
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(part) = parts.get(i) else { break };

@@ -66,9 +66,12 @@ impl NodePoolScheduler {
             depth: depth.clone(),
         };
         let name = pool.to_owned();
+        // The thread allocates for whoever starts it (the controller, in `kerf simulate`).
+        let owner = kerf_heap::current();
         let thread = std::thread::Builder::new()
             .name(format!("nodepool-{pool}"))
             .spawn(move || {
+                kerf_heap::set_current(owner);
                 // Ends when the last sender is dropped: the pool is gone or the Provisioner
                 // stopped.
                 while let Ok(SolvePart { batch, part, reply }) = inbox.recv() {

@@ -1,5 +1,6 @@
 //! A panicking actor is restarted on a fresh mailbox, counted, and reached through the same
-//! outbox; another actor keeps answering meanwhile; each runs on its own thread.
+//! outbox; another actor keeps answering meanwhile; each runs on its own thread, allocating
+//! for the owner of the thread that started it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -13,6 +14,16 @@ enum Ask {
     Count,
     Panic,
     Thread,
+    /// 1 when the actor's thread allocates for [`TEST_OWNER`].
+    Owner,
+    /// 1 when a blocking thread of the actor's runtime allocates for [`TEST_OWNER`].
+    BlockingOwner,
+}
+
+const TEST_OWNER: kerf_heap::Owner = kerf_heap::Owner::new(3);
+
+fn is_test_owner() -> usize {
+    usize::from(kerf_heap::current() == Some(TEST_OWNER))
 }
 
 struct Counter {
@@ -37,6 +48,12 @@ impl Handler<Ask> for Counter {
             }
             Ask::Panic => panic!("a bug in the handler"),
             Ask::Thread => thread_number(),
+            Ask::Owner => is_test_owner(),
+            Ask::BlockingOwner => {
+                let (answer, answered) = std::sync::mpsc::channel();
+                tokio::task::spawn_blocking(move || answer.send(is_test_owner()));
+                answered.recv().unwrap_or(0)
+            }
         }
     }
 }
@@ -123,6 +140,19 @@ fn each_actor_runs_on_its_own_thread() {
         let b = b.deliver(Ask::Thread).await.expect("answered");
         assert_ne!(a, b);
         assert_ne!(a, thread_number());
+    });
+}
+
+#[test]
+fn an_actor_and_its_blocking_threads_allocate_for_the_owner_that_started_it() {
+    in_system(async {
+        kerf_heap::set_current(Some(TEST_OWNER));
+        let (actor, _) = counter("supervisor-test-owner");
+        kerf_heap::set_current(None);
+        assert_eq!(actor.deliver(Ask::Owner).await, Ok(1));
+        assert_eq!(actor.deliver(Ask::BlockingOwner).await, Ok(1));
+        let (untagged, _) = counter("supervisor-test-no-owner");
+        assert_eq!(untagged.deliver(Ask::Owner).await, Ok(0));
     });
 }
 

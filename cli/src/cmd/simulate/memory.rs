@@ -1,7 +1,15 @@
-//! The process's peak resident memory, from `/proc/self/status` (`VmHWM`, the kernel's
-//! high-water mark of the resident set). The controller runs inside the `kerf simulate`
-//! process together with the API emulator, kubelets, scheduler and EC2 simulator, so this
-//! is the peak of all of them together, an upper bound for the controller alone.
+//! Memory figures of a `kerf simulate` run. The controller runs inside the `kerf simulate`
+//! process together with the API emulator, kubelets, scheduler and EC2 simulator, so the
+//! process's peak resident memory (`VmHWM` in `/proc/self/status`, the kernel's high-water
+//! mark of the resident set) is all of them together. The controller's own figure is its heap:
+//! bytes its threads allocated and had not freed, counted by the accounting allocator
+//! (`kerf_heap`) on the threads the controller runs on ([`super::controller_threads`]) — live
+//! heap, not resident memory, so the allocator's overhead and fragmentation are not in it.
+
+/// The controller's heap now and at its peak (zero before a controller started).
+pub fn controller_heap() -> kerf_heap::Usage {
+    kerf_heap::usage(kerf_heap::Owner::CONTROLLER)
+}
 
 /// Peak resident set size in bytes, or `None` where `/proc` is not available.
 pub fn peak_rss_bytes() -> Option<u64> {

@@ -9,6 +9,7 @@
 
 mod api_only;
 mod apply;
+mod controller_threads;
 mod defaults;
 mod drift;
 mod ice;
@@ -17,6 +18,7 @@ mod install;
 mod interrupt;
 mod memory;
 mod observe;
+mod outside;
 mod planned;
 mod progress;
 mod report;

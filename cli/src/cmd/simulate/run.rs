@@ -9,12 +9,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use kerf_actors::Daemon;
 use kerf_actors::provisioner::Round;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::apply::apply;
+use super::controller_threads::Controller;
 use super::ice::IceTarget;
 use super::inputs::Inputs;
 use super::interrupt;
@@ -24,7 +24,7 @@ use super::planned;
 use super::progress::Progress;
 use super::report::{self, ActiveFaults, Recorder};
 use super::scale_down;
-use super::summary::{Endpoints, Facts, Outcome, Provisioning, RoundFigures, Summary};
+use super::summary::{Endpoints, Facts, Memory, Outcome, Provisioning, RoundFigures, Summary};
 use super::world::{Pace, World};
 
 /// Longest the loop sleeps without news; progress and the deadline are checked this often.
@@ -53,7 +53,7 @@ pub struct Config {
 pub struct Finished {
     pub summary: Summary,
     world: World,
-    daemon: Daemon,
+    daemon: Controller,
 }
 
 impl Finished {
@@ -167,7 +167,12 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         eprintln!("report: {}", dir.join("report.html").display());
     }
     // Read before the plan below runs in this process, so it does not count in the peak.
-    let peak_memory_bytes = memory::peak_rss_bytes();
+    let heap = memory::controller_heap();
+    let memory = Memory {
+        controller_heap_peak_bytes: heap.peak_bytes,
+        controller_heap_live_bytes: heap.live_bytes,
+        process_peak_rss_bytes: memory::peak_rss_bytes(),
+    };
     let plan = planned::node_claims(&config.inputs.inventory)
         .inspect_err(|error| eprintln!("kerf simulate: cannot compute kerf plan's count: {error}"))
         .ok();
@@ -181,7 +186,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         instances: &world.provider.ec2().instances(),
         api_calls: &world.provider.ec2().api_calls(),
         provisioning: log.provisioning(),
-        peak_memory_bytes,
+        memory,
         ice_pools: world.ice.len(),
         plan,
         disruption,

@@ -2,7 +2,9 @@
 //! pod it could not place), the capacity launched (nodes by instance type, zone and capacity
 //! type, and what it costs per hour), how long pods waited from creation to binding, the
 //! NodeClaims created (against the count `kerf plan` computes for the same objects), the
-//! cloud API calls made, the provisioning rounds and the process's peak memory. Serialised as is for `-o json`; [`Summary::to_table`] is the human form.
+//! cloud API calls made, the provisioning rounds, and memory: the controller's own heap and the
+//! whole process's peak. Serialised as is for `-o json`; [`Summary::to_table`] is the human
+//! form.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -41,9 +43,7 @@ pub struct Summary {
     pub hourly_cost: f64,
     pub cloud_api_calls: CloudApiCalls,
     pub provisioning: Provisioning,
-    /// Peak resident memory of the `kerf simulate` process, in which the controller runs
-    /// together with the simulated cluster; read before the plan count is computed.
-    pub peak_memory_bytes: Option<u64>,
+    pub memory: Memory,
     /// Pools injected with insufficient capacity, as `capacity/type/zone`.
     pub insufficient_capacity_pools: usize,
     /// The AMI rollout of `--drift`.
@@ -174,12 +174,26 @@ pub struct Facts<'a> {
     pub instances: &'a [Instance],
     pub api_calls: &'a ApiCalls,
     pub provisioning: Provisioning,
-    pub peak_memory_bytes: Option<u64>,
+    pub memory: Memory,
     pub ice_pools: usize,
     /// NodeClaims `kerf plan` computes for the same objects.
     pub plan: Option<usize>,
     pub disruption: Option<Disruption>,
     pub endpoints: Endpoints,
+}
+
+/// The controller's memory and the whole process's, in bytes (see [`super::memory`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Memory {
+    /// The most heap the controller's threads held at once: bytes they allocated and had not
+    /// yet freed (allocator overhead not included).
+    pub controller_heap_peak_bytes: u64,
+    /// The controller's heap at the end of the run.
+    pub controller_heap_live_bytes: u64,
+    /// Peak resident memory of the whole `kerf simulate` process (controller and simulated
+    /// cluster together), read before the plan count is computed.
+    pub process_peak_rss_bytes: Option<u64>,
 }
 
 /// Stuck pods listed by name at most.
@@ -251,7 +265,7 @@ impl Summary {
                     .collect(),
             },
             provisioning: facts.provisioning,
-            peak_memory_bytes: facts.peak_memory_bytes,
+            memory: facts.memory,
             insufficient_capacity_pools: facts.ice_pools,
             drift: None,
             interruptions: None,
@@ -330,11 +344,16 @@ impl Summary {
                 "pod objects     {bytes} bytes of JSON on average (as stored: status and managedFields included)"
             );
         }
-        if let Some(bytes) = self.peak_memory_bytes {
+        let _ = writeln!(
+            out,
+            "controller heap peak {:.1} MiB (bytes allocated by the controller's threads and not yet freed; allocator overhead not included)",
+            mib(self.memory.controller_heap_peak_bytes)
+        );
+        if let Some(bytes) = self.memory.process_peak_rss_bytes {
             let _ = writeln!(
                 out,
-                "peak memory     {:.1} MiB (whole process: controller + simulated cluster, before the plan count)",
-                bytes as f64 / (1024.0 * 1024.0)
+                "process memory  peak {:.1} MiB resident (whole process: controller + simulated cluster, before the plan count)",
+                mib(bytes)
             );
         }
         let e = &self.controller_endpoints;
@@ -410,6 +429,10 @@ fn tally(items: impl Iterator<Item = String>) -> BTreeMap<String, usize> {
         *counts.entry(item).or_default() += 1;
     }
     counts
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
 }
 
 fn round3(seconds: f64) -> f64 {
@@ -513,7 +536,11 @@ mod tests {
             instances: &instances,
             api_calls: &ApiCalls::default(),
             provisioning: Provisioning::default(),
-            peak_memory_bytes: Some(1 << 20),
+            memory: Memory {
+                controller_heap_peak_bytes: 3 << 20,
+                controller_heap_live_bytes: 1 << 20,
+                process_peak_rss_bytes: Some(40 << 20),
+            },
             ice_pools: 0,
             plan: Some(2),
             disruption: None,
@@ -552,6 +579,18 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("1 bound of 3"), "{table}");
+        assert!(
+            table.contains(
+                "controller heap peak 3.0 MiB (bytes allocated by the controller's threads"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("process memory  peak 40.0 MiB resident (whole process"),
+            "{table}"
+        );
+        assert_eq!(json["memory"]["controllerHeapPeakBytes"], 3 << 20);
+        assert_eq!(json["memory"]["processPeakRssBytes"], 40 << 20);
         assert!(table.contains("still pending   default/web-1"), "{table}");
         assert!(
             table.contains("unschedulable   1 pod(s), e.g. default/big: too big"),

@@ -27,9 +27,11 @@ use kerf_loadtest::kubelet::{self, KubeletConfig, KubeletHandle};
 use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle};
 use kube::Client;
 
+use super::controller_threads::{Controller, ControllerThreads};
 use super::defaults::{CLUSTER_NAME, REGION};
 use super::ice::{self, IceTarget};
 use super::install;
+use super::outside;
 
 pub const NODEPOOL_CRD: &str = include_str!("../../../../deploy/crds/karpenter.sh_nodepools.yaml");
 pub const NODECLAIM_CRD: &str =
@@ -152,6 +154,8 @@ pub enum StartError {
     Install(#[from] install::InstallError),
     #[error("the controller's start-up reads: {0}")]
     Discovery(String),
+    #[error("starting the controller's threads: {0}")]
+    Threads(std::io::Error),
 }
 
 /// The running simulated cluster (the controller starts separately, see [`World::start_controller`]).
@@ -222,15 +226,16 @@ impl World {
     /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST` as `kerf controller`'s is, authenticated as the
     /// chart's ServiceAccount under the chart's RBAC ([`install`]); the simulated kubelets
     /// and scheduler stand for the rest of a cluster and are neither limited nor restricted.
-    pub async fn start_controller(&self) -> Result<Daemon, StartError> {
+    pub async fn start_controller(&self) -> Result<Controller, StartError> {
         let identity = format!("kerf-simulate-{}", std::process::id());
         self.start_replica(&Replica::alone(&identity)).await
     }
 
     /// [`World::start_controller`] for one replica of several: its requests name it to the
     /// emulator (so a scenario can cut it off as a crash would), and with leader election on
-    /// it leads only while it holds the Lease.
-    pub async fn start_replica(&self, replica: &Replica) -> Result<Daemon, StartError> {
+    /// it leads only while it holds the Lease. Each replica runs on threads of its own
+    /// ([`ControllerThreads`]), whose allocations count as the controller's.
+    pub async fn start_replica(&self, replica: &Replica) -> Result<Controller, StartError> {
         let settings = controller_settings(self.pace, replica)?;
         let mut config = kube_config(&self.server).await?;
         install::authenticate(&mut config)?;
@@ -239,6 +244,59 @@ impl World {
         config
             .headers
             .push((http::HeaderName::from_static(CLIENT_HEADER), name));
+        let start = ReplicaStart {
+            settings,
+            config,
+            identity: replica.identity.clone(),
+            leader_timing: self.pace.leader_timing(),
+            provider: Arc::clone(&self.provider),
+            catalog: self.catalog,
+            interruptions: Arc::clone(&self.interruptions),
+        };
+        let threads = ControllerThreads::start().map_err(StartError::Threads)?;
+        match threads.run(move || start.run()).await {
+            Ok(Ok(daemon)) => Ok(Controller::new(daemon, threads)),
+            Ok(Err(error)) => {
+                threads.stop().await;
+                Err(error)
+            }
+            Err(stopped) => Err(StartError::Threads(std::io::Error::other(stopped))),
+        }
+    }
+
+    /// Stops the simulated components and the emulator.
+    pub async fn stop(self) {
+        self.forwarding.abort();
+        self.kubelets.stop();
+        self.scheduler.stop();
+        self.server.shutdown().await;
+    }
+}
+
+/// What a replica starts from, moved onto its own threads.
+struct ReplicaStart {
+    settings: kerf_actors::ValidSettings,
+    config: kube::Config,
+    identity: String,
+    leader_timing: Timing,
+    provider: Arc<SimulatedCloudProvider>,
+    catalog: Catalog,
+    interruptions: Arc<MemoryQueue>,
+}
+
+impl ReplicaStart {
+    /// Builds the replica's clients and starts its daemon (on the controller's threads), then
+    /// waits until its cluster state has synced.
+    async fn run(self) -> Result<Daemon, StartError> {
+        let Self {
+            settings,
+            config,
+            identity,
+            leader_timing,
+            provider,
+            catalog,
+            interruptions,
+        } = self;
         let leader_client = kube::Client::try_from(config.clone())
             .map_err(|e| StartError::Client(e.to_string()))?;
         let client = kerf_actors::client::build(
@@ -255,39 +313,32 @@ impl World {
             UNAVAILABLE_OFFERINGS_TTL,
             MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
         );
-        let provider = Arc::new(self.provider.for_replica(Arc::new(offerings.clone())));
+        let provider = Arc::new(provider.for_replica(Arc::new(offerings.clone())));
+        let ec2 = provider.ec2().clone();
         let mut daemon = Daemon::start(
             settings,
             Environment {
                 client,
                 leader_client,
                 namespace: install::NAMESPACE.to_owned(),
-                identity: replica.identity.clone(),
-                leader_timing: self.pace.leader_timing(),
+                identity,
+                leader_timing,
                 bind: Ipv4Addr::LOCALHOST,
                 cloud: Some(Cloud {
-                    provider: provider as Arc<dyn kerf::cloudprovider::CloudProvider>,
-                    catalog: self.catalog,
+                    provider: Arc::new(outside::Cloud::new(provider)),
+                    catalog,
                     offerings: Some(offerings),
                 }),
             },
         )
         .await?;
-        daemon.watch_interruptions(Arc::clone(&self.interruptions) as _);
+        daemon.watch_interruptions(Arc::new(outside::Queue(interruptions)));
         daemon.watch_instance_health(
-            Arc::new(self.provider.ec2().clone()),
+            Arc::new(outside::Statuses(ec2)),
             kerf_actors::instance_health::PERIOD,
         );
         daemon.state.wait_synced().await;
         Ok(daemon)
-    }
-
-    /// Stops the simulated components and the emulator.
-    pub async fn stop(self) {
-        self.forwarding.abort();
-        self.kubelets.stop();
-        self.scheduler.stop();
-        self.server.shutdown().await;
     }
 }
 

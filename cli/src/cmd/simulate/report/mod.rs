@@ -30,7 +30,8 @@ pub struct Sample {
     pub nodeclaims_by_phase: BTreeMap<String, u64>,
     /// On-demand and spot prices of the running instances, in $/hour.
     pub hourly_cost: f64,
-    /// The controller's own memory, where it can be told apart from the simulated cluster's.
+    /// The controller's live heap: bytes its threads allocated and had not yet freed
+    /// (allocator overhead not included); `None` where it is not measured.
     pub controller_memory_bytes: Option<u64>,
     /// Requests the API emulator served so far.
     pub api_requests: u64,

@@ -6,10 +6,9 @@
 //! records and never waits on the controller. The task owns its state; [`Recorder::finish`]
 //! stops it and takes the recording.
 //!
-//! Controller memory is left `None`: the controller runs in this process beside the API
-//! emulator, kubelets, scheduler and EC2, which share one allocator and one set of tokio
-//! workers, so no reading of this process tells the controller's share apart (the
-//! process's peak is in the summary, labelled as the whole process's).
+//! Controller memory is the controller's live heap at the sample (bytes its threads allocated
+//! and had not freed, from the accounting allocator, see [`memory`]); the whole process's
+//! peak is in the summary beside the controller's.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::{ActiveFaults, Sample};
+use crate::cmd::simulate::memory;
 use crate::cmd::simulate::observe::{NotServed, Tally};
 use crate::cmd::simulate::summary;
 use crate::cmd::simulate::world::World;
@@ -180,7 +180,7 @@ impl Sampler {
             nodes_spot: spot,
             nodeclaims_by_phase: self.claims.as_deref().map(by_phase).unwrap_or_default(),
             hourly_cost: summary::hourly_cost(&instances),
-            controller_memory_bytes: None,
+            controller_memory_bytes: Some(memory::controller_heap().live_bytes),
             api_requests: self.sources.requests.get(),
             cloud_calls: self.sources.ec2.api_calls().total_calls(),
             faults_active: self.faults.now(),

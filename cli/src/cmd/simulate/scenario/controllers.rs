@@ -8,13 +8,12 @@
 
 use std::time::Duration;
 
-use kerf_actors::Daemon;
-
+use super::super::controller_threads::Controller;
 use super::super::world::{Replica, StartError, World};
 
 /// The running replicas, oldest first.
 pub struct Replicas {
-    running: Vec<(String, Daemon)>,
+    running: Vec<(String, Controller)>,
     count: usize,
     flags: Vec<String>,
     generation: usize,
@@ -54,7 +53,7 @@ impl Replicas {
     }
 
     /// The replica leading now, if any.
-    pub fn leader(&self) -> Option<&Daemon> {
+    pub fn leader(&self) -> Option<&Controller> {
         self.running
             .iter()
             .map(|(_, d)| d)

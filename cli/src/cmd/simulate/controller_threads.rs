@@ -1,0 +1,196 @@
+//! The controller's own threads in `kerf simulate`. Each replica runs as `kerf controller`
+//! runs it — an actix `System` on a multi-threaded tokio runtime — but on threads of its own
+//! (`kerf-controller-N`, its workers `kerf-controller-N-worker`), apart from the API emulator,
+//! kubelets, scheduler and simulated EC2 on the main runtime. Those threads, their blocking
+//! pool, and every thread the controller starts from them (actor arbiters, NodePool
+//! schedulers, solving threads) allocate as [`Owner::CONTROLLER`], so the accounting allocator
+//! can tell the controller's heap from the simulated cluster's ([`super::memory`]).
+//!
+//! The daemon is started (and stopped) by a job sent to its System thread, where actix needs
+//! it; once started it is an ordinary value the run reads (`rounds`, `state`, ...) from the
+//! main runtime.
+
+use std::future::Future;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use kerf_actors::Daemon;
+use kerf_heap::Owner;
+use tokio::sync::{mpsc, oneshot};
+
+/// Jobs waiting for the System thread: a replica gets two in its life (start, stop), so a few
+/// slots never make a sender wait for long.
+const JOBS_CAPACITY: usize = 4;
+
+type Job = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>> + Send>;
+
+/// Replicas started so far, to number their threads.
+static STARTED: AtomicUsize = AtomicUsize::new(0);
+
+/// The threads gone before the job ran (the System thread ended).
+#[derive(Debug, thiserror::Error)]
+#[error("the controller's threads stopped")]
+pub struct Stopped;
+
+/// One replica's System thread and runtime.
+pub struct ControllerThreads {
+    jobs: mpsc::Sender<Job>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ControllerThreads {
+    /// Starts the System thread and its runtime.
+    pub fn start() -> std::io::Result<Self> {
+        let name = format!(
+            "kerf-controller-{}",
+            STARTED.fetch_add(1, Ordering::Relaxed)
+        );
+        let (jobs, mut inbox) = mpsc::channel::<Job>(JOBS_CAPACITY);
+        let (ready, started) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || {
+                kerf_heap::set_current(Some(Owner::CONTROLLER));
+                let runtime = match runtime(&name) {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = ready.send(Err(error));
+                        return;
+                    }
+                };
+                let _ = ready.send(Ok(()));
+                let system = actix::System::with_tokio_rt(move || runtime);
+                system.block_on(async move {
+                    while let Some(job) = inbox.recv().await {
+                        actix::spawn(job());
+                    }
+                });
+            })?;
+        started
+            .recv()
+            .map_err(|_| std::io::Error::other("the controller thread ended at start"))??;
+        Ok(Self { jobs, thread })
+    }
+
+    /// Runs the future `make` builds on the System thread and returns its output.
+    pub async fn run<T, F, Fut>(&self, make: F) -> Result<T, Stopped>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job: Job = Box::new(move || {
+            Box::pin(async move {
+                let _ = reply.send(make().await);
+            })
+        });
+        self.jobs.send(job).await.map_err(|_| Stopped)?;
+        answer.await.map_err(|_| Stopped)
+    }
+
+    /// Ends the System thread (tasks still running on its runtime are dropped) and waits for it.
+    pub async fn stop(self) {
+        drop(self.jobs);
+        let thread = self.thread;
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+}
+
+/// The controller's runtime: tokio's defaults, its workers and blocking threads named after
+/// the replica and allocating as the controller.
+fn runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(format!("{name}-worker"))
+        .on_thread_start(|| kerf_heap::set_current(Some(Owner::CONTROLLER)))
+        .build()
+}
+
+/// A running controller replica on its own threads; reads go to its [`Daemon`].
+pub struct Controller {
+    daemon: Daemon,
+    threads: ControllerThreads,
+}
+
+impl Controller {
+    pub fn new(daemon: Daemon, threads: ControllerThreads) -> Self {
+        Self { daemon, threads }
+    }
+
+    /// [`Daemon::stop`] on the controller's threads, then ends them.
+    pub async fn stop(self) {
+        let Self { daemon, threads } = self;
+        let _ = threads.run(move || daemon.stop()).await;
+        threads.stop().await;
+    }
+
+    /// [`Daemon::stop_within`] on the controller's threads, then ends them.
+    pub async fn stop_within(self, drain: Duration) {
+        let Self { daemon, threads } = self;
+        let _ = threads.run(move || daemon.stop_within(drain)).await;
+        threads.stop().await;
+    }
+}
+
+impl Deref for Controller {
+    type Target = Daemon;
+
+    fn deref(&self) -> &Daemon {
+        &self.daemon
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELD: usize = 64 << 20;
+
+    fn controller_live() -> u64 {
+        kerf_heap::usage(Owner::CONTROLLER).live_bytes
+    }
+
+    /// The thread's name and whether it allocates as the controller.
+    fn here() -> (String, bool) {
+        let name = std::thread::current().name().unwrap_or_default().to_owned();
+        (name, kerf_heap::current() == Some(Owner::CONTROLLER))
+    }
+
+    #[test]
+    fn what_runs_on_the_controller_threads_counts_as_the_controllers_heap() {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        runtime.block_on(async {
+            let threads = ControllerThreads::start().expect("the threads start");
+            let (system, worker, blocking, counted) = threads
+                .run(|| async {
+                    let held = std::hint::black_box(vec![1u8; HELD]);
+                    let counted = controller_live() >= HELD as u64;
+                    let worker = tokio::spawn(async { here() }).await.expect("ran");
+                    let blocking = tokio::task::spawn_blocking(here).await.expect("ran");
+                    drop(held);
+                    (here(), worker, blocking, counted)
+                })
+                .await
+                .expect("the job ran");
+            threads.stop().await;
+            assert!(
+                counted,
+                "64 MiB held on the System thread are the controller's"
+            );
+            assert!(
+                system.0.starts_with("kerf-controller-") && system.1,
+                "{system:?}"
+            );
+            assert!(worker.0.ends_with("-worker") && worker.1, "{worker:?}");
+            assert!(blocking.1, "{blocking:?}");
+            // Held on this thread, which stands for the simulated cluster: not counted.
+            let before = controller_live();
+            let held = std::hint::black_box(vec![1u8; HELD]);
+            assert!(controller_live() < before + HELD as u64);
+            drop(held);
+        });
+    }
+}

@@ -1,0 +1,169 @@
+//! Heap accounting by owner, so one process can say how much of its heap belongs to one part
+//! of it. `kerf simulate` runs the controller in the same process as the simulated cluster
+//! (the API emulator, kubelets, scheduler and EC2), and needs the controller's own figure.
+//!
+//! A thread carries an owner tag ([`set_current`]). With the [`Accounting`] global allocator
+//! installed (feature `allocator`), every allocation made on a tagged thread goes to a mimalloc
+//! heap of that owner's, and its size is added to the owner's live bytes; freeing it, on any
+//! thread, subtracts it again (the block's heap names its owner), so a buffer the controller
+//! allocated and the emulator freed (or the reverse) lands on the right side. A `realloc` is
+//! an allocation by the thread that makes it. Each owner keeps its live bytes and their peak
+//! ([`usage`]) with relaxed atomics: the figures are exact sums once the threads are quiet,
+//! and never take a lock on the allocation path.
+//!
+//! The figure is live heap bytes as the program asked for them, not resident memory: the
+//! allocator's own overhead (size classes, fragmentation, freed pages it keeps) is
+//! not in it.
+//!
+//! Threads do not inherit a tag. Code that starts threads or runtimes for an owner passes it
+//! on: read [`current`] where the thread is spawned and [`set_current`] it first thing in the
+//! new thread (tokio's `on_thread_start`, an arbiter's runtime factory, a scoped thread).
+//! [`Scoped`] runs one future's polls under another owner (or none), for calls the controller
+//! makes into code that stands for the outside world.
+//!
+//! Untagged threads allocate through mimalloc as usual, and while no thread was ever tagged a
+//! free goes straight to mimalloc: `kerf controller`, which tags nothing, pays one
+//! thread-local read per allocation and one relaxed load per free.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+#[cfg(feature = "allocator")]
+mod allocator;
+#[cfg(feature = "allocator")]
+pub use allocator::Accounting;
+
+/// Owners the counters have room for (slot 0 means "no owner").
+pub const SLOTS: usize = 8;
+
+/// Whose allocations these are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Owner(u8);
+
+impl Owner {
+    /// The kerf controller (in `kerf simulate`, every replica's threads).
+    pub const CONTROLLER: Owner = Owner(1);
+
+    /// The owner in `slot` (1 to [`SLOTS`] − 1); fails to compile in a const, and panics
+    /// otherwise, for a slot out of range.
+    pub const fn new(slot: u8) -> Self {
+        assert!(
+            slot >= 1 && (slot as usize) < SLOTS,
+            "owner slot out of range"
+        );
+        Self(slot)
+    }
+}
+
+/// An owner's heap figures, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Allocated by the owner's threads and not yet freed.
+    pub live_bytes: u64,
+    /// The most `live_bytes` has been.
+    pub peak_bytes: u64,
+}
+
+/// `owner`'s heap figures now (all zero without the [`Accounting`] allocator).
+pub fn usage(owner: Owner) -> Usage {
+    let slot = usize::from(owner.0);
+    Usage {
+        live_bytes: LIVE[slot].load(Ordering::Relaxed) as u64,
+        peak_bytes: PEAK[slot].load(Ordering::Relaxed) as u64,
+    }
+}
+
+/// The owner of the calling thread's allocations, if any.
+pub fn current() -> Option<Owner> {
+    match slot() {
+        0 => None,
+        slot => Some(Owner(slot)),
+    }
+}
+
+/// Makes `owner` the owner of the calling thread's allocations from now on (`None`: nobody's).
+pub fn set_current(owner: Option<Owner>) {
+    if owner.is_some() {
+        TRACKING.store(true, Ordering::Relaxed);
+    }
+    let _ = OWNER.try_with(|tag| tag.set(owner.map_or(0, |o| o.0)));
+}
+
+/// Runs `f` with the calling thread's allocations owned by `owner`, then restores the owner.
+pub fn with_owner<R>(owner: Option<Owner>, f: impl FnOnce() -> R) -> R {
+    let previous = current();
+    set_current(owner);
+    let result = f();
+    set_current(previous);
+    result
+}
+
+/// A future whose polls allocate as `owner` (see [`scoped`]).
+pub struct Scoped<F> {
+    owner: Option<Owner>,
+    inner: F,
+}
+
+/// `future`, polled with the thread's allocations owned by `owner` (`None`: nobody's), the
+/// thread's own owner restored after each poll.
+pub fn scoped<F: Future + Unpin>(owner: Option<Owner>, future: F) -> Scoped<F> {
+    Scoped {
+        owner,
+        inner: future,
+    }
+}
+
+impl<F: Future + Unpin> Future for Scoped<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let owner = self.owner;
+        with_owner(owner, || Pin::new(&mut self.inner).poll(cx))
+    }
+}
+
+thread_local! {
+    /// The calling thread's owner slot; 0: none. Const-initialised and without a destructor,
+    /// so reading it never allocates and works until the thread is gone.
+    static OWNER: Cell<u8> = const { Cell::new(0) };
+}
+
+/// Whether any thread was ever tagged: until then every block is in mimalloc's main heap.
+static TRACKING: AtomicBool = AtomicBool::new(false);
+
+static LIVE: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+static PEAK: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+/// The calling thread's owner slot (0 when none, or while the thread is torn down).
+fn slot() -> u8 {
+    OWNER.try_with(Cell::get).unwrap_or(0)
+}
+
+/// Whether a block may be in an owner's heap (some thread was tagged before it was allocated).
+#[cfg_attr(not(feature = "allocator"), allow(dead_code))]
+fn tracking() -> bool {
+    TRACKING.load(Ordering::Relaxed)
+}
+
+/// Counts `bytes` more live for the owner in `slot`, raising its peak.
+#[cfg_attr(not(feature = "allocator"), allow(dead_code))]
+fn added(slot: u8, bytes: usize) {
+    let slot = usize::from(slot);
+    if let (Some(live), Some(peak)) = (LIVE.get(slot), PEAK.get(slot)) {
+        let now = live
+            .fetch_add(bytes, Ordering::Relaxed)
+            .saturating_add(bytes);
+        peak.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+/// Counts `bytes` of the owner in `slot` freed.
+#[cfg_attr(not(feature = "allocator"), allow(dead_code))]
+fn removed(slot: u8, bytes: usize) {
+    if let Some(live) = LIVE.get(usize::from(slot)) {
+        live.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
