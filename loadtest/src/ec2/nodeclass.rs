@@ -2,7 +2,10 @@
 //! running on the simulated cluster keeps node class statuses as it does on AWS. Subnets and
 //! security groups are selected from the simulated VPC ([`super::network`]) as EC2's filters
 //! select them, so a selector that matches nothing leaves the class not Ready with
-//! upstream's messages, as on AWS. The region has one AMI (the provider's current image).
+//! upstream's messages, as on AWS. The region has one AMI, the provider's current image,
+//! which an alias selects, and an id, name or owner term naming it; tag terms (the user's
+//! own images) and SSM parameters outside EKS's public paths select nothing, so the class
+//! is not Ready with upstream's `AMINotFound`, as in an account without such an image.
 //! Instance profiles are not simulated: `spec.instanceProfile` is taken as given and
 //! `spec.role` gets the name the AWS provider would manage.
 
@@ -11,7 +14,7 @@ use super::provider::{SimulatedCloudProvider, tags};
 use super::{Ec2Error, Filter};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kerf::api::condition::types;
-use kerf::api::ec2nodeclass::Ami;
+use kerf::api::ec2nodeclass::{Ami, AmiSelectorTerm};
 use kerf::api::nodeclass_hash::{fnv1a64, hash_annotations};
 use kerf::api::{Condition, ConditionStatus, EC2NodeClass, EC2NodeClassStatus, NodeClaim};
 use kerf::cloudprovider::{
@@ -33,18 +36,29 @@ impl SimulatedCloudProvider {
         }
     }
 
+    /// The region's image, if one of the class's terms selects it.
+    fn amis(&self, node_class: &EC2NodeClass) -> Vec<Ami> {
+        let image = Ami {
+            id: self.image_id(),
+            name: Some(format!("simulated-{}", node_class.ami_family().as_str())),
+            deprecated: None,
+            requirements: Vec::new(),
+        };
+        let selected = node_class
+            .spec
+            .ami_selector_terms
+            .iter()
+            .any(|term| selects(term, &image));
+        if selected { vec![image] } else { Vec::new() }
+    }
+
     fn resolve_status(&self, node_class: &EC2NodeClass) -> EC2NodeClassStatus {
         let network = Network::new(self.cluster_name(), self.zones());
         let subnets = network.subnets(&node_class.spec.subnet_selector_terms);
         let security_groups =
             network.security_groups(&node_class.spec.security_group_selector_terms);
         let instance_profile = self.instance_profile(node_class);
-        let amis = vec![Ami {
-            id: self.image_id(),
-            name: Some(format!("simulated-{}", node_class.ami_family().as_str())),
-            deprecated: None,
-            requirements: Vec::new(),
-        }];
+        let amis = self.amis(node_class);
         let generation = node_class.metadata.generation;
         let condition = |type_: &str, problem: Option<(&str, &str)>| {
             let (status, reason, message) = match problem {
@@ -75,7 +89,11 @@ impl SimulatedCloudProvider {
                     "SecurityGroupSelector did not match any SecurityGroups",
                 )),
             ),
-            condition(types::AMIS_READY, None),
+            condition(
+                types::AMIS_READY,
+                amis.is_empty()
+                    .then_some(("AMINotFound", "AMISelector did not match any AMIs")),
+            ),
             condition(
                 types::INSTANCE_PROFILE_READY,
                 instance_profile.is_none().then_some((
@@ -176,6 +194,31 @@ impl InstanceTagger for SimulatedCloudProvider {
     fn tag_registered<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
         Box::pin(self.tag_instance(node_claim))
     }
+}
+
+/// Whether `term` selects the region's `image`: an alias always (its family's current image),
+/// an SSM parameter on EKS's public paths; otherwise every field the term sets must match
+/// (id exactly, name with AWS wildcards, owner `amazon` or `self`), and tags never do — the
+/// simulated image carries none. A term that sets nothing selects nothing.
+fn selects(term: &AmiSelectorTerm, image: &Ami) -> bool {
+    if term.alias.is_some() {
+        return true;
+    }
+    if let Some(parameter) = &term.ssm_parameter {
+        return parameter.starts_with("/aws/service/");
+    }
+    let set = term.id.is_some() || term.name.is_some() || term.owner.is_some();
+    let name = image.name.as_deref().unwrap_or_default();
+    set && term.tags.is_empty()
+        && term.id.as_deref().is_none_or(|id| id == image.id)
+        && term
+            .name
+            .as_deref()
+            .is_none_or(|pattern| kerf::wildcard::matches(pattern, name))
+        && term
+            .owner
+            .as_deref()
+            .is_none_or(|owner| matches!(owner, "amazon" | "self"))
 }
 
 #[cfg(test)]
@@ -320,5 +363,51 @@ mod tests {
         assert!(got.status.subnets.is_empty());
         assert!(got.status.security_groups.is_empty());
         assert_eq!(ready(&got).status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn ami_terms_select_the_regions_image_by_alias_id_name_or_owner_and_tags_select_nothing() {
+        let p = provider();
+        let with_terms = |terms: serde_json::Value| {
+            let mut spec = discovered_by(p.cluster_name());
+            spec["amiSelectorTerms"] = terms;
+            resolve(&p, &node_class(spec))
+        };
+        for terms in [
+            serde_json::json!([{"id": p.image_id()}]),
+            serde_json::json!([{"name": "simulated-*", "owner": "amazon"}]),
+            serde_json::json!([{"tags": {"team": "a"}}, {"alias": "bottlerocket@latest"}]),
+        ] {
+            let got = with_terms(terms.clone());
+            assert_eq!(got.status.amis.len(), 1, "{terms}");
+            assert!(
+                got.status.conditions.is_condition_true(types::READY),
+                "{terms}"
+            );
+        }
+        for terms in [
+            serde_json::json!([{"tags": {"karpenter.sh/discovery": p.cluster_name()}}]),
+            serde_json::json!([{"id": "ami-0123456789abcdef0"}]),
+            serde_json::json!([{"name": "simulated-*", "owner": "123456789012"}]),
+            serde_json::json!([{}]),
+        ] {
+            let got = with_terms(terms.clone());
+            assert!(got.status.amis.is_empty(), "{terms}");
+            let c = got
+                .status
+                .conditions
+                .condition(types::AMIS_READY)
+                .expect("AMIsReady");
+            assert_eq!(
+                (c.status, c.reason.as_str(), c.message.as_str()),
+                (
+                    ConditionStatus::False,
+                    "AMINotFound",
+                    "AMISelector did not match any AMIs"
+                ),
+                "{terms}"
+            );
+            assert!(ready(&got).message.contains("AMIsReady=False"), "{terms}");
+        }
     }
 }

@@ -132,15 +132,24 @@ fn uid(object: &Value) -> String {
         .to_owned()
 }
 
-/// A workload pod (not a DaemonSet's), Running on a node.
-fn is_running_workload(pod: &Value) -> bool {
+/// A workload pod (not a DaemonSet's) bound to a node, not finished or going.
+fn is_bound_workload(pod: &Value) -> bool {
     let daemon = pod["metadata"]["ownerReferences"]
         .as_array()
         .is_some_and(|o| o.iter().any(|r| r["kind"] == "DaemonSet"));
+    let finished = matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    );
     !daemon
-        && pod["status"]["phase"] == "Running"
+        && !finished
         && pod["spec"]["nodeName"].is_string()
         && !pod["metadata"]["deletionTimestamp"].is_string()
+}
+
+/// A workload pod Running on a node.
+fn is_running_workload(pod: &Value) -> bool {
+    is_bound_workload(pod) && pod["status"]["phase"] == "Running"
 }
 
 fn is_ready(claim: &Value) -> bool {
@@ -158,6 +167,15 @@ pub async fn run(
     fraction: f64,
     deadline: Instant,
 ) -> Interruptions {
+    // Settled means started too: a pod bound a moment ago is not yet Running, and recovery
+    // is judged against the pods Running at the warning.
+    while Instant::now() < deadline
+        && list(cluster, "v1", "pods")
+            .iter()
+            .any(|p| is_bound_workload(p) && !is_running_workload(p))
+    {
+        tokio::time::sleep(POLL).await;
+    }
     let (spot_nodes, chosen) = choose(ec2, &list(cluster, "v1", "nodes"), fraction);
     let pods = list(cluster, "v1", "pods");
     let running_before = pods.iter().filter(|p| is_running_workload(p)).count();
@@ -167,9 +185,11 @@ pub async fn run(
         .map(uid)
         .collect();
     let node_names: HashSet<&str> = chosen.values().map(String::as_str).collect();
+    // Bound, not only Running: a pod bound a moment before the warning (its kubelet has not
+    // started it yet) is displaced all the same.
     let displaced: HashSet<String> = pods
         .iter()
-        .filter(|p| is_running_workload(p))
+        .filter(|p| is_bound_workload(p))
         .filter(|p| {
             p["spec"]["nodeName"]
                 .as_str()
