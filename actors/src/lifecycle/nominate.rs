@@ -19,7 +19,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kerf::pods;
@@ -69,9 +68,7 @@ pub async fn withdraw_expired(
         .into_iter()
         .filter(|pod| !pods::is_bound(pod) && pods::kerf_nominated_node(pod) == Some(node))
         .collect();
-    futures::stream::iter(stale)
-        .for_each_concurrent(NOMINATION_CONCURRENCY, |pod| withdraw(r, pod, node))
-        .await;
+    futures::future::join_all(stale.into_iter().map(|pod| withdraw(r, pod, node))).await;
     None
 }
 
@@ -105,13 +102,14 @@ pub async fn nominate(r: &Reconciler, nodeclaim: &str, node: &str) -> usize {
     if waiting.is_empty() {
         return 0;
     }
-    let writes = futures::stream::iter(waiting)
-        .map(|pod| write(r, pod, nodeclaim, node))
-        .buffer_unordered(NOMINATION_CONCURRENCY)
-        .filter(|written| futures::future::ready(*written))
-        .count();
+    // The shared slots bound the writes in flight; this Node's simply queue for them.
+    let writes = futures::future::join_all(
+        waiting
+            .into_iter()
+            .map(|pod| write(r, pod, nodeclaim, node)),
+    );
     match tokio::time::timeout(NOMINATION_BUDGET, writes).await {
-        Ok(written) => written,
+        Ok(written) => written.into_iter().filter(|w| *w).count(),
         Err(_) => {
             tracing::warn!(
                 nodeclaim,
