@@ -252,6 +252,11 @@ async fn pass(
         p.idle = false;
         p.next_consolidatable = None;
     });
+    // The command's candidates are read off this snapshot now, and the snapshot (every pod
+    // and node of the cluster) is let go before the validation period: revalidation reads
+    // the cluster as it is then, so nothing needs this one after the decision.
+    let command = command(&cluster, planned.clone());
+    drop(cluster);
     if planned.command.method != Method::Drift {
         tokio::select! {
             _ = shutdown.wait_for(|s| *s) => return Duration::ZERO,
@@ -269,7 +274,6 @@ async fn pass(
             return Duration::ZERO;
         }
     }
-    let command = command(&cluster, planned);
     let (method, nodes) = (
         command.method,
         command.candidates.iter().map(|c| c.node.clone()).collect(),

@@ -10,7 +10,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
 
 use crate::metrics::MALFORMED_OBJECTS;
-use crate::state::{Change, ObjectKey, StoreWriter};
+use crate::state::{Change, Lean, ObjectKey, StoreWriter};
 
 fn key_of(object: &DynamicObject) -> ObjectKey {
     ObjectKey::new(
@@ -26,7 +26,7 @@ pub async fn watch_kind<K>(
     mut writer: StoreWriter<K>,
     mut on_change: impl FnMut(&K, Change),
 ) where
-    K: Resource<DynamicType = ()> + serde::de::DeserializeOwned + Clone + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + serde::de::DeserializeOwned + Clone + std::fmt::Debug + Lean,
 {
     let resource = ApiResource::erase::<K>(&());
     let api: Api<DynamicObject> = Api::all_with(client, &resource);

@@ -95,6 +95,7 @@ fn spawn_kind<K>(
 ) -> JoinHandle<()>
 where
     K: kube::Resource<DynamicType = ()>
+        + crate::state::Lean
         + serde::de::DeserializeOwned
         + Clone
         + std::fmt::Debug

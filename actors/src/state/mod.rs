@@ -5,7 +5,9 @@
 //! kind. No decision is taken before every store has completed its initial list
 //! ([`ClusterState::synced`]). NodeClaims and Nodes are also indexed by the EC2 instance id
 //! of their providerID ([`instance_id`]), which is how interruption messages find them.
+//! Objects are stored trimmed to the fields decisions read ([`Lean`]), once, at insert.
 
+mod lean;
 mod node_class;
 mod pods;
 mod store;
@@ -19,6 +21,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use tokio::sync::watch;
 
+pub use lean::Lean;
 pub use node_class::NodeClassReadiness;
 pub use pods::{is_provisionable, is_rescheduled, is_terminating_node};
 

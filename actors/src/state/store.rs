@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 
 use super::ClusterState;
+use super::lean::Lean;
 use crate::metrics::CLUSTER_STATE_OBJECTS;
 
 /// How long a deleted object's key is remembered ([`Store::recently_deleted`]).
@@ -183,8 +184,12 @@ impl<K> StoreWriter<K> {
         (self.store)(&self.state)
     }
 
-    /// Inserts or replaces an object.
-    pub fn apply(&mut self, key: ObjectKey, object: K) {
+    /// Inserts or replaces an object, trimmed to what decisions read ([`Lean`]).
+    pub fn apply(&mut self, key: ObjectKey, mut object: K)
+    where
+        K: Lean,
+    {
+        object.lean();
         if let Some(seen) = &mut self.relist {
             seen.insert(key.clone());
         }
@@ -376,6 +381,17 @@ mod tests {
             "not relisted"
         );
         assert!(state.nodes.get_indexed("i-0b").is_none());
+    }
+
+    #[test]
+    fn the_store_keeps_objects_lean() {
+        let (state, mut w) = ClusterState::new();
+        let mut full = node("a");
+        full.metadata.managed_fields = Some(vec![Default::default()]);
+        w.nodes.apply(ObjectKey::new(None, "a"), full);
+        let stored = state.nodes.get(&ObjectKey::new(None, "a")).expect("stored");
+        assert!(stored.metadata.managed_fields.is_none());
+        assert_eq!(stored.metadata.name.as_deref(), Some("a"));
     }
 
     #[test]

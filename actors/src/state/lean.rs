@@ -1,0 +1,319 @@
+//! What the stores keep of an object: the fields some decision reads, not the bookkeeping
+//! around them. A watched object is mostly what no controller decision looks at — the API
+//! server's `managedFields` (larger than the rest of a NodeClaim), a pod's container command
+//! lines, environment, probes and mounts, its configMap and projected token volumes, each
+//! container's status, and a Node's image list — and every store copy, inventory and
+//! snapshot built from a store pays for them again. So each object is trimmed once, when the
+//! watch delivers it, before it is stored ([`Lean::lean`]); its type stays the API's, so every
+//! reader keeps reading the fields it always did.
+//!
+//! Kept for pods: metadata (but `managedFields` and kubectl's last-applied copy), the whole
+//! spec but for the trimmed containers and volumes, and the status but for trimmed container
+//! statuses. Each container keeps its name, image, resources, ports and restart policy
+//! (requests, host ports and sidecar init containers decide placement); each container status
+//! its name, readiness, restart count and state (a finished pod's last event is its
+//! containers' finish time). Of the volumes, those that tie a pod to storage stay
+//! (persistentVolumeClaim, ephemeral, awsElasticBlockStore: zone and volume limits, and what
+//! drain waits to detach); configMap, secret, projected, emptyDir and the like go. Nodes lose
+//! their image list, attached volume lists and system info; every kind loses `managedFields`
+//! and the last-applied annotation. Nothing the controller writes is built from a stored
+//! object's trimmed parts: its writes are merge patches of the fields it sets.
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStatus, Node, PersistentVolume, PersistentVolumeClaim, Pod, Volume,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
+
+/// kubectl's copy of the last applied manifest: the whole object again, read by nobody here.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// An object the stores keep trimmed to what decisions read.
+pub trait Lean {
+    /// Drops what no decision reads, in place.
+    fn lean(&mut self);
+}
+
+fn lean_metadata(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
+/// Kinds whose every field but the metadata's bookkeeping may be read.
+macro_rules! metadata_only {
+    ($($kind:ty),*) => {$(
+        impl Lean for $kind {
+            fn lean(&mut self) {
+                lean_metadata(&mut self.metadata);
+            }
+        }
+    )*};
+}
+
+metadata_only!(
+    NodeClaim,
+    NodePool,
+    EC2NodeClass,
+    DaemonSet,
+    PodDisruptionBudget,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass
+);
+
+impl Lean for Pod {
+    fn lean(&mut self) {
+        lean_metadata(&mut self.metadata);
+        if let Some(spec) = self.spec.as_mut() {
+            spec.containers.iter_mut().for_each(lean_container);
+            if let Some(init) = spec.init_containers.as_mut() {
+                init.iter_mut().for_each(lean_container);
+            }
+            // Ephemeral (debug) containers request nothing and bind no port.
+            spec.ephemeral_containers = None;
+            if let Some(volumes) = spec.volumes.as_mut() {
+                volumes.retain(ties_to_storage);
+                if volumes.is_empty() {
+                    spec.volumes = None;
+                }
+            }
+        }
+        if let Some(status) = self.status.as_mut() {
+            for list in [
+                &mut status.container_statuses,
+                &mut status.init_container_statuses,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                list.iter_mut().for_each(lean_container_status);
+            }
+            status.ephemeral_container_statuses = None;
+        }
+    }
+}
+
+fn lean_container(container: &mut Container) {
+    let Container {
+        name,
+        image,
+        resources,
+        ports,
+        restart_policy,
+        ..
+    } = std::mem::take(container);
+    *container = Container {
+        name,
+        image,
+        resources,
+        ports,
+        restart_policy,
+        ..Container::default()
+    };
+}
+
+fn lean_container_status(status: &mut ContainerStatus) {
+    let ContainerStatus {
+        name,
+        ready,
+        restart_count,
+        started,
+        state,
+        ..
+    } = std::mem::take(status);
+    *status = ContainerStatus {
+        name,
+        ready,
+        restart_count,
+        started,
+        state,
+        ..ContainerStatus::default()
+    };
+}
+
+/// Whether `volume` ties its pod to storage: a claim (given or ephemeral) or an EBS volume.
+fn ties_to_storage(volume: &Volume) -> bool {
+    volume.persistent_volume_claim.is_some()
+        || volume.ephemeral.is_some()
+        || volume.aws_elastic_block_store.is_some()
+}
+
+impl Lean for Node {
+    fn lean(&mut self) {
+        lean_metadata(&mut self.metadata);
+        if let Some(status) = self.status.as_mut() {
+            status.images = None;
+            status.volumes_attached = None;
+            status.volumes_in_use = None;
+            status.node_info = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "web-1", "namespace": "shop", "uid": "u-1",
+                "labels": {"app": "web"},
+                "annotations": {
+                    "karpenter.sh/do-not-disrupt": "true",
+                    LAST_APPLIED: "{\"a whole\": \"manifest\"}"
+                },
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs"}],
+                "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
+            },
+            "spec": {
+                "nodeName": "n1",
+                "priority": 100,
+                "nodeSelector": {"topology.kubernetes.io/zone": "us-east-1a"},
+                "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                "containers": [{
+                    "name": "app", "image": "web:1",
+                    "command": ["serve"], "args": ["--port", "80"],
+                    "env": [{"name": "SECRET", "value": "x"}],
+                    "livenessProbe": {"httpGet": {"port": 80}},
+                    "volumeMounts": [{"name": "config", "mountPath": "/etc/web"}],
+                    "ports": [{"containerPort": 80, "hostPort": 8080}],
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}
+                }],
+                "initContainers": [{
+                    "name": "sidecar", "image": "proxy:1", "restartPolicy": "Always",
+                    "env": [{"name": "A", "value": "b"}],
+                    "resources": {"requests": {"cpu": "100m"}}
+                }],
+                "volumes": [
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "web-data"}},
+                    {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                    {"name": "config", "configMap": {"name": "web"}},
+                    {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+                ]
+            },
+            "status": {
+                "phase": "Succeeded",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [{
+                    "name": "app", "image": "web:1", "imageID": "sha256:abc", "ready": false,
+                    "restartCount": 2, "containerID": "containerd://1",
+                    "lastState": {"terminated": {"exitCode": 1}},
+                    "state": {"terminated": {"exitCode": 0, "finishedAt": "2024-01-01T00:00:00Z"}}
+                }]
+            }
+        }))
+        .expect("a valid pod")
+    }
+
+    #[test]
+    fn a_pod_keeps_what_decisions_read_and_loses_the_rest() {
+        let mut lean = pod();
+        lean.lean();
+        let full = pod();
+        assert!(lean.metadata.managed_fields.is_none());
+        let annotations = lean.metadata.annotations.as_ref().expect("annotations");
+        assert!(!annotations.contains_key(LAST_APPLIED));
+        assert_eq!(annotations["karpenter.sh/do-not-disrupt"], "true");
+        assert_eq!(lean.metadata.labels, full.metadata.labels);
+        assert_eq!(
+            lean.metadata.owner_references,
+            full.metadata.owner_references
+        );
+        assert_eq!(lean.metadata.uid, full.metadata.uid);
+
+        let (spec, was) = (lean.spec.as_ref().expect("spec"), full.spec.expect("spec"));
+        assert_eq!(spec.node_name, was.node_name);
+        assert_eq!(spec.priority, was.priority);
+        assert_eq!(spec.node_selector, was.node_selector);
+        assert_eq!(spec.tolerations, was.tolerations);
+        let app = &spec.containers[0];
+        assert_eq!(app.resources, was.containers[0].resources);
+        assert_eq!(app.ports, was.containers[0].ports, "host ports place pods");
+        assert!(app.command.is_none() && app.args.is_none() && app.env.is_none());
+        assert!(app.liveness_probe.is_none() && app.volume_mounts.is_none());
+        let sidecar = &spec.init_containers.as_ref().expect("init containers")[0];
+        assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(
+            sidecar.resources,
+            was.init_containers.expect("init")[0].resources
+        );
+        assert!(sidecar.env.is_none());
+        let volumes: Vec<&str> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(volumes, ["data", "scratch"]);
+
+        let status = lean.status.as_ref().expect("status");
+        let was = full.status.expect("status");
+        assert_eq!(status.phase, was.phase);
+        assert_eq!(status.conditions, was.conditions);
+        let app = &status.container_statuses.as_ref().expect("statuses")[0];
+        let was = &was.container_statuses.expect("statuses")[0];
+        assert_eq!(app.state, was.state, "a finished pod's last event");
+        assert_eq!((app.ready, app.restart_count), (false, 2));
+        assert!(app.image_id.is_empty() && app.container_id.is_none() && app.last_state.is_none());
+    }
+
+    #[test]
+    fn a_node_keeps_labels_taints_conditions_and_resources() {
+        let node = || -> Node {
+            serde_json::from_value(json!({
+                "metadata": {"name": "n1", "labels": {"karpenter.sh/nodepool": "default"},
+                    "managedFields": [{"manager": "kubelet"}]},
+                "spec": {"providerID": "aws:///us-east-1a/i-1",
+                    "taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]},
+                "status": {
+                    "allocatable": {"cpu": "2"}, "capacity": {"cpu": "2"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "images": [{"names": ["web:1"], "sizeBytes": 1}],
+                    "volumesInUse": ["v"],
+                    "nodeInfo": {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
+                        "kernelVersion": "", "kubeProxyVersion": "", "kubeletVersion": "",
+                        "machineID": "", "operatingSystem": "linux", "osImage": "", "systemUUID": ""}
+                }
+            }))
+            .expect("a valid node")
+        };
+        let mut lean = node();
+        lean.lean();
+        let full = node();
+        assert!(lean.metadata.managed_fields.is_none());
+        assert_eq!(lean.metadata.labels, full.metadata.labels);
+        assert_eq!(lean.spec, full.spec);
+        let (status, was) = (lean.status.expect("status"), full.status.expect("status"));
+        assert_eq!(status.allocatable, was.allocatable);
+        assert_eq!(status.capacity, was.capacity);
+        assert_eq!(status.conditions, was.conditions);
+        assert!(status.images.is_none() && status.volumes_in_use.is_none());
+        assert!(status.node_info.is_none());
+    }
+
+    #[test]
+    fn other_kinds_lose_only_metadata_bookkeeping() {
+        let mut claim: NodeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "c", "annotations": {"karpenter.sh/nodepool-hash": "1"},
+                "managedFields": [{"manager": "kerf"}]},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}]}
+        }))
+        .expect("a valid NodeClaim");
+        let full = claim.clone();
+        claim.lean();
+        assert!(claim.metadata.managed_fields.is_none());
+        assert_eq!(claim.metadata.annotations, full.metadata.annotations);
+        assert_eq!(claim.spec, full.spec);
+    }
+}
