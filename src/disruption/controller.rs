@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::candidate::{Blocks, Candidate, candidates, consolidates_underutilized};
 use super::report::{BudgetReport, CommandReport, Decision, Method, Reason};
-use super::run::State;
+use super::run::{State, take_input};
 use super::simulate::simulate;
 use super::{Cluster, DisruptionError, Options, Timeouts, report_command};
 use crate::api::DisruptionReason;
@@ -72,7 +72,29 @@ pub fn pass(
     options: Options,
     timeouts: Timeouts,
 ) -> Result<Pass, DisruptionError> {
-    let mut state = State::new(cluster, options)?;
+    run_pass(State::new(cluster, options)?, options, timeouts)
+}
+
+/// [`pass`] over a cluster the caller gives up, whose pods the pass edits in place instead
+/// of copying every one of them (the controller's snapshot, built for this pass alone).
+pub fn pass_owned(
+    mut cluster: Cluster,
+    options: Options,
+    timeouts: Timeouts,
+) -> Result<Pass, DisruptionError> {
+    let input = take_input(&mut cluster);
+    run_pass(
+        State::with_input(&cluster, input, options)?,
+        options,
+        timeouts,
+    )
+}
+
+fn run_pass(
+    mut state: State,
+    options: Options,
+    timeouts: Timeouts,
+) -> Result<Pass, DisruptionError> {
     state.timeouts = timeouts;
     let mut out = Pass {
         budgets: state.budget_report()?,
@@ -186,9 +208,27 @@ pub enum Invalid {
 /// Re-checks `planned` on `cluster` as it is now (upstream's validation after the 15 s
 /// wait); drift and expiration commands are not validated, as upstream.
 pub fn validate(cluster: &Cluster, options: Options, planned: &Planned) -> Result<(), Invalid> {
+    let state = State::new(cluster, options).map_err(input_error)?;
+    validate_on(state, planned)
+}
+
+/// [`validate`] on a cluster the caller gives up, its pods moved into the check, not copied.
+pub fn validate_owned(
+    mut cluster: Cluster,
+    options: Options,
+    planned: &Planned,
+) -> Result<(), Invalid> {
+    let input = take_input(&mut cluster);
+    let state = State::with_input(&cluster, input, options).map_err(input_error)?;
+    validate_on(state, planned)
+}
+
+fn input_error(error: DisruptionError) -> Invalid {
+    Invalid::Input(error.to_string())
+}
+
+fn validate_on(mut state: State, planned: &Planned) -> Result<(), Invalid> {
     let command = &planned.command;
-    let text = |e: DisruptionError| Invalid::Input(e.to_string());
-    let mut state = State::new(cluster, options).map_err(text)?;
     let mut blocks = Blocks::default();
     let all = candidates(&state, &mut blocks);
     let by_name: HashMap<&str, &Candidate> = all.iter().map(|c| (c.name.as_str(), c)).collect();
@@ -354,6 +394,40 @@ mod tests {
             pass.next_consolidatable, None,
             "consolidateAfter passed long ago"
         );
+    }
+
+    #[test]
+    fn a_pass_on_a_given_up_cluster_decides_as_one_on_a_borrowed_cluster() {
+        let big = cluster()
+            .pool(unlimited())
+            .node(node("big").size("xlarge").pods(4))
+            .build();
+        for cluster in [big, eight_light_nodes()] {
+            let borrowed = pass(&cluster, options(), Timeouts::NONE).expect("valid input");
+            let owned = pass_owned(cluster.clone(), options(), Timeouts::NONE).expect("valid");
+            let planned = borrowed.command.expect("a command");
+            let owned_planned = owned.command.expect("a command");
+            assert_eq!(format!("{owned_planned:?}"), format!("{planned:?}"));
+            assert_eq!(
+                (owned.eligible, owned.blocked),
+                (borrowed.eligible, borrowed.blocked)
+            );
+            assert_eq!(validate(&cluster, options(), &planned), Ok(()));
+            assert_eq!(validate_owned(cluster, options(), &planned), Ok(()));
+        }
+    }
+
+    #[test]
+    fn taking_the_input_moves_the_pods_and_nodes_and_leaves_the_instance_types() {
+        let mut cluster = eight_light_nodes();
+        let nodes = cluster.scheduling.existing_nodes.len();
+        let types = cluster.scheduling.node_pools[0].instance_types.len();
+        let input = take_input(&mut cluster);
+        assert_eq!(input.existing_nodes.len(), nodes);
+        assert!(cluster.scheduling.existing_nodes.is_empty());
+        assert!(cluster.scheduling.pods.is_empty());
+        assert_eq!(cluster.scheduling.node_pools[0].instance_types.len(), types);
+        assert_eq!(input.node_pools[0].instance_types.len(), types);
     }
 
     thread_local! {

@@ -108,8 +108,29 @@ const REASONS: [DisruptionReason; 3] = [
     DisruptionReason::Underutilized,
 ];
 
+/// `cluster`'s scheduling input for a [`State`] to edit, its pods and nodes moved out rather
+/// than copied: a [`State`] reads those from its own input alone, and the rest of `cluster`
+/// (the NodePools' instance types, which the State borrows) is left in place.
+pub fn take_input(cluster: &mut Cluster) -> SchedulingInput {
+    SchedulingInput {
+        pods: std::mem::take(&mut cluster.scheduling.pods),
+        existing_nodes: std::mem::take(&mut cluster.scheduling.existing_nodes),
+        ..cluster.scheduling.clone()
+    }
+}
+
 impl<'c> State<'c> {
+    /// The state of `cluster`, on a copy of its scheduling input.
     pub fn new(cluster: &'c Cluster, options: Options) -> Result<State<'c>, DisruptionError> {
+        Self::with_input(cluster, cluster.scheduling.clone(), options)
+    }
+
+    /// The state of `cluster` on `input`, which [`take_input`] took out of it.
+    pub fn with_input(
+        cluster: &'c Cluster,
+        input: SchedulingInput,
+        options: Options,
+    ) -> Result<State<'c>, DisruptionError> {
         let mut pools = HashMap::new();
         for pool in &cluster.node_pools {
             let requirements = Requirements::from_requirements_with_min_values(pool.requirements())
@@ -140,7 +161,7 @@ impl<'c> State<'c> {
         }
         let mut state = State {
             cluster,
-            input: cluster.scheduling.clone(),
+            input,
             managed: cluster.nodes.clone(),
             options,
             pdbs: pods::PdbIndex::new(&cluster.pdbs),

@@ -26,6 +26,7 @@ mod cluster;
 mod observe;
 pub mod stale;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -33,7 +34,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kerf::catalog::Catalog;
 use kerf::disruption::controller::{self, Pass, Planned};
-use kerf::disruption::{Cluster, Method, Options, Timeouts};
+use kerf::disruption::{Cluster, ManagedNode, Method, Options, Timeouts};
 use kerf::feature_gates::FeatureGates;
 use kerf::labels;
 use kerf::plan::ControllerSettings;
@@ -229,10 +230,10 @@ async fn pass(
     if memo.is_some_and(|m| m.holds(generation, now, deps.config.memo_ttl)) {
         return deps.config.poll_period;
     }
-    let Some((cluster, pass)) = decide(deps).await else {
+    let Some((seen, pass)) = decide(deps).await else {
         return deps.config.poll_period;
     };
-    observe::pass(deps, &cluster, &pass);
+    observe::pass(deps, &seen.managed, &pass);
     let Some(planned) = pass.command else {
         *memo = Some(Memo {
             generation,
@@ -252,11 +253,7 @@ async fn pass(
         p.idle = false;
         p.next_consolidatable = None;
     });
-    // The command's candidates are read off this snapshot now, and the snapshot (every pod
-    // and node of the cluster) is let go before the validation period: revalidation reads
-    // the cluster as it is then, so nothing needs this one after the decision.
-    let command = command(&cluster, planned.clone());
-    drop(cluster);
+    let command = command(&seen, planned.clone());
     if planned.command.method != Method::Drift {
         tokio::select! {
             _ = shutdown.wait_for(|s| *s) => return Duration::ZERO,
@@ -287,21 +284,47 @@ async fn pass(
     Duration::ZERO
 }
 
-/// The cluster now and the core's pass over it, computed off the runtime.
-async fn decide(deps: &DisruptionDeps) -> Option<(Arc<Cluster>, Pass)> {
+/// What the loop reads of a snapshot once the pass has it: the managed nodes (events for
+/// those left alone, each candidate's NodeClaim and NodePool) and every node's capacity
+/// type. The snapshot itself — every pod and node of the cluster — goes into the pass and
+/// is gone with it, so nothing of it outlives the pass, the 15 s validation wait included.
+struct Seen {
+    managed: Vec<ManagedNode>,
+    capacity_types: HashMap<String, String>,
+}
+
+impl Seen {
+    fn of(cluster: &Cluster) -> Self {
+        Self {
+            managed: cluster.nodes.clone(),
+            capacity_types: cluster
+                .scheduling
+                .existing_nodes
+                .iter()
+                .filter_map(|n| {
+                    Some((n.name.clone(), n.labels.get(labels::CAPACITY_TYPE)?.clone()))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The core's pass over the cluster now, computed off the runtime.
+async fn decide(deps: &DisruptionDeps) -> Option<(Seen, Pass)> {
     let cluster = snapshot(deps).await?;
+    let seen = Seen::of(&cluster);
     let options = options(deps);
-    let input = Arc::clone(&cluster);
     let started = std::time::Instant::now();
     let timeouts = deps.config.timeouts;
     let pass =
-        tokio::task::spawn_blocking(move || controller::pass(&input, options, timeouts)).await;
+        tokio::task::spawn_blocking(move || controller::pass_owned(cluster, options, timeouts))
+            .await;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "disruption pass"
     );
     match pass {
-        Ok(Ok(pass)) => Some((cluster, pass)),
+        Ok(Ok(pass)) => Some((seen, pass)),
         Ok(Err(error)) => {
             tracing::warn!(%error, "disruption decision");
             None
@@ -313,7 +336,7 @@ async fn decide(deps: &DisruptionDeps) -> Option<(Arc<Cluster>, Pass)> {
     }
 }
 
-async fn snapshot(deps: &DisruptionDeps) -> Option<Arc<Cluster>> {
+async fn snapshot(deps: &DisruptionDeps) -> Option<Cluster> {
     let (state, catalog, offerings, types, controller, in_queue) = (
         Arc::clone(&deps.state),
         deps.catalog,
@@ -332,7 +355,7 @@ async fn snapshot(deps: &DisruptionDeps) -> Option<Arc<Cluster>> {
     })
     .await;
     match built {
-        Ok(Ok(cluster)) => Some(Arc::new(cluster)),
+        Ok(Ok(cluster)) => Some(cluster),
         Ok(Err(error)) => {
             tracing::warn!(%error, "building the disruption snapshot");
             None
@@ -358,27 +381,21 @@ async fn revalidate(deps: &DisruptionDeps, planned: &Planned) -> Result<(), Stri
         .ok_or_else(|| "the cluster could not be read".to_owned())?;
     let options = options(deps);
     let planned = planned.clone();
-    tokio::task::spawn_blocking(move || controller::validate(&cluster, options, &planned))
+    tokio::task::spawn_blocking(move || controller::validate_owned(cluster, options, &planned))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())
 }
 
-/// The Orchestrator's command for `planned`, its candidates' NodeClaims from `cluster`.
-fn command(cluster: &Cluster, planned: Planned) -> Command {
+/// The Orchestrator's command for `planned`, its candidates' NodeClaims from `seen`.
+fn command(seen: &Seen, planned: Planned) -> Command {
     let candidates = planned
         .command
         .nodes
         .iter()
         .map(|name| {
-            let managed = cluster.nodes.iter().find(|m| &m.name == name);
-            let capacity_type = cluster
-                .scheduling
-                .existing_nodes
-                .iter()
-                .find(|n| &n.name == name)
-                .and_then(|n| n.labels.get(labels::CAPACITY_TYPE).cloned())
-                .unwrap_or_default();
+            let managed = seen.managed.iter().find(|m| &m.name == name);
+            let capacity_type = seen.capacity_types.get(name).cloned().unwrap_or_default();
             Candidate {
                 node: name.clone(),
                 node_claim: managed.map_or_else(|| name.clone(), |m| m.node_claim.clone()),

@@ -8,7 +8,7 @@
 //! upstream's disruption metrics carry them.
 
 use kerf::disruption::controller::{Pass, Planned};
-use kerf::disruption::{Cluster, Method};
+use kerf::disruption::{ManagedNode, Method};
 use kerf::labels;
 
 use super::DisruptionDeps;
@@ -31,7 +31,7 @@ fn method_label(method: Method) -> &'static str {
 }
 
 /// Records a pass's gauges, timings and events.
-pub fn pass(deps: &DisruptionDeps, cluster: &Cluster, pass: &Pass) {
+pub fn pass(deps: &DisruptionDeps, managed: &[ManagedNode], pass: &Pass) {
     for (reason, count) in &pass.eligible {
         #[allow(clippy::cast_precision_loss, reason = "node counts are far below 2^52")]
         metrics::gauge!(DISRUPTION_ELIGIBLE_NODES, "reason" => reason.to_lowercase())
@@ -62,11 +62,11 @@ pub fn pass(deps: &DisruptionDeps, cluster: &Cluster, pass: &Pass) {
         )
         .increment(1);
     }
-    publish_blocks(deps, cluster, pass);
+    publish_blocks(deps, managed, pass);
 }
 
-fn publish_blocks(deps: &DisruptionDeps, cluster: &Cluster, pass: &Pass) {
-    for managed in &cluster.nodes {
+fn publish_blocks(deps: &DisruptionDeps, nodes: &[ManagedNode], pass: &Pass) {
+    for managed in nodes {
         let Some(why) = pass.blocked.get(&managed.name) else {
             continue;
         };
