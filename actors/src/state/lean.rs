@@ -9,7 +9,7 @@
 //!
 //! Kept for pods: metadata (but `managedFields` and kubectl's last-applied copy), the whole
 //! spec but for the trimmed containers and volumes, and the status but for trimmed container
-//! statuses. Each container keeps its name, image, resources, ports and restart policy
+//! statuses and the conditions nothing reads ([`READ_POD_CONDITIONS`]). Each container keeps its name, image, resources, ports and restart policy
 //! (requests, host ports and sidecar init containers decide placement); each container status
 //! its name, readiness, restart count and state (a finished pod's last event is its
 //! containers' finish time). Of the volumes, those that tie a pod to storage stay
@@ -30,6 +30,13 @@ use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 
 /// kubectl's copy of the last applied manifest: the whole object again, read by nobody here.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The pod conditions decisions read: whether the kube-scheduler gave up on the pod (and
+/// when it bound it), whether it is ready (metrics, startup time), and kerf's nomination.
+/// The kubelet's others (`Initialized`, `ContainersReady`, `PodReadyToStartContainers`)
+/// are read by nothing here.
+pub const READ_POD_CONDITIONS: [&str; 3] =
+    ["PodScheduled", "Ready", kerf::pods::NOMINATION_CONDITION];
 
 /// An object the stores keep trimmed to what decisions read.
 pub trait Lean {
@@ -97,6 +104,9 @@ impl Lean for Pod {
                 list.iter_mut().for_each(lean_container_status);
             }
             status.ephemeral_container_statuses = None;
+            if let Some(conditions) = status.conditions.as_mut() {
+                conditions.retain(|c| READ_POD_CONDITIONS.contains(&c.type_.as_str()));
+            }
         }
     }
 }
@@ -203,7 +213,12 @@ mod tests {
             },
             "status": {
                 "phase": "Succeeded",
-                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "False"},
+                    {"type": "ContainersReady", "status": "False"},
+                    {"type": kerf::pods::NOMINATION_CONDITION, "status": "True", "message": "expected on node n1"}
+                ],
                 "containerStatuses": [{
                     "name": "app", "image": "web:1", "imageID": "sha256:abc", "ready": false,
                     "restartCount": 2, "containerID": "containerd://1",
@@ -259,7 +274,21 @@ mod tests {
         let status = lean.status.as_ref().expect("status");
         let was = full.status.expect("status");
         assert_eq!(status.phase, was.phase);
-        assert_eq!(status.conditions, was.conditions);
+        let kept: Vec<&str> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(
+            kept,
+            ["PodScheduled", "Ready", kerf::pods::NOMINATION_CONDITION]
+        );
+        assert_eq!(
+            status.conditions.as_ref().expect("conditions")[2],
+            was.conditions.as_ref().expect("conditions")[3],
+            "kerf's nomination names its node in the message"
+        );
         let app = &status.container_statuses.as_ref().expect("statuses")[0];
         let was = &was.container_statuses.expect("statuses")[0];
         assert_eq!(app.state, was.state, "a finished pod's last event");
