@@ -342,7 +342,7 @@ impl Builder {
     }
 
     fn put_pod(&mut self, mut pod: Pod, origin: &Origin) {
-        keep_read_volumes(&mut pod);
+        lean::keep_what_plans_read(&mut pod);
         let (namespace, name) = namespaced_name(&pod.metadata);
         let replaced = self.pods.put(&namespace, &name, pod);
         if replaced {
@@ -393,7 +393,7 @@ impl Builder {
             match d.source.expand() {
                 Ok(expansion) => {
                     let expansion = adoption::missing(&d.workload, expansion, &given, &deployments);
-                    missing.push((slim(expansion), origin));
+                    missing.push((lean::expansion(expansion), origin));
                 }
                 Err(error) => self.problems.push(origin.problem(error)),
             }
@@ -458,36 +458,6 @@ fn namespaced_name(
             .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
         metadata.name.clone().unwrap_or_default(),
     )
-}
-
-/// An expansion's pods as the inventory keeps them.
-fn slim(mut expansion: Expansion) -> Expansion {
-    expansion.pods.iter_mut().for_each(keep_read_volumes);
-    expansion
-}
-
-/// Drops the pod's volumes no plan decision reads. Only claims (given or ephemeral) constrain
-/// where a pod may run, and in-tree EBS volumes draw a warning; the rest (the service-account
-/// token, ConfigMaps, Secrets, `emptyDir`) are most of a real pod's volumes, and k8s-openapi's
-/// `Volume` holds every kind of source inline (about 3 KB each), more than the rest of the pod.
-/// The pod was checked whole before this.
-fn keep_read_volumes(pod: &mut Pod) {
-    let Some(spec) = pod.spec.as_mut() else {
-        return;
-    };
-    let Some(volumes) = spec.volumes.as_mut() else {
-        return;
-    };
-    volumes.retain(|volume| {
-        volume.persistent_volume_claim.is_some()
-            || volume.ephemeral.is_some()
-            || volume.aws_elastic_block_store.is_some()
-    });
-    if volumes.is_empty() {
-        spec.volumes = None;
-    } else {
-        volumes.shrink_to_fit();
-    }
 }
 
 /// Capacity and allocatable decide what fits on a node: they must be quantities.
@@ -590,5 +560,6 @@ fn require(value: &Value, path: &[&str]) -> Result<(), FieldError> {
     Ok(())
 }
 
+mod lean;
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,6 @@
 //! namespace labels. This is where `kerf plan` models a cluster the way upstream Karpenter's
 //! cluster state would see it a moment after the manifests were applied.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -73,8 +72,14 @@ pub fn build_with(
     controller: ControllerSettings,
     source: &mut dyn InstanceTypeSource,
 ) -> Result<Snapshot, PlanError> {
-    let pods = inventory.pods.iter().map(Cow::Borrowed);
-    build_from(inventory, pods, catalog, controller, source)
+    let used = namespaces_of(&inventory.pods);
+    let pods = inventory
+        .pods
+        .iter()
+        .filter(|pod| pods::is_bound(pod) || pods::wants_capacity(pod))
+        .cloned()
+        .collect();
+    build_from(inventory, pods, used, catalog, controller, source)
 }
 
 /// [`build`], moving the inventory's pods into the snapshot instead of copying them, for a
@@ -86,31 +91,22 @@ pub fn build_taking_pods(
     controller: ControllerSettings,
 ) -> Result<Snapshot, PlanError> {
     let pods = std::mem::take(&mut inventory.pods);
-    build_from(
-        inventory,
-        pods.into_iter().map(Cow::Owned),
-        catalog,
-        controller,
-        &mut &*catalog,
-    )
+    let used = namespaces_of(&pods);
+    build_from(inventory, pods, used, catalog, controller, &mut &*catalog)
 }
 
-fn build_from<'a>(
+/// The snapshot of `inventory` with `pods` (the inventory's, or those of them that are
+/// bound or pending) in namespaces `used`.
+fn build_from(
     inventory: &Inventory,
-    pods: impl Iterator<Item = Cow<'a, Pod>>,
+    pods: Vec<Pod>,
+    used: BTreeSet<String>,
     catalog: &Catalog,
     controller: ControllerSettings,
     source: &mut dyn InstanceTypeSource,
 ) -> Result<Snapshot, PlanError> {
     let mut warnings = Vec::new();
-    let mut used_namespaces = BTreeSet::new();
-    let (pending, bound) = split_pods(pods.inspect(|pod| {
-        if let Some(namespace) = &pod.metadata.namespace
-            && !used_namespaces.contains(namespace)
-        {
-            used_namespaces.insert(namespace.clone());
-        }
-    }));
+    let (pending, bound) = split_pods(pods);
     let mut bound_by_node: HashMap<String, Vec<Pod>> = HashMap::new();
     for pod in bound {
         let node = pod
@@ -171,7 +167,7 @@ fn build_from<'a>(
     }
     let node_pools = node_pools(inventory, source, controller, &mut warnings)?;
     let input = SchedulingInput {
-        namespaces: namespaces(inventory, used_namespaces),
+        namespaces: namespaces(inventory, used),
         pods: pending,
         existing_nodes,
         node_pools,
@@ -200,17 +196,23 @@ pub fn pod_key(pod: &Pod) -> String {
 
 /// Pending pods (to place) and bound pods (already using capacity); the rest (daemonset
 /// and mirror pods without a node, finished or deleting pods) is neither.
-fn split_pods<'a>(pods: impl Iterator<Item = Cow<'a, Pod>>) -> (Vec<Pod>, Vec<Pod>) {
-    let mut pending = Vec::new();
-    let mut bound = Vec::new();
-    for pod in pods {
-        if pods::is_bound(&pod) {
-            bound.push(pod.into_owned());
-        } else if pods::wants_capacity(&pod) {
-            pending.push(pod.into_owned());
+/// In place: the pending pods stay in `pods`' own buffer, so a plan never holds two lists of
+/// every pod.
+fn split_pods(mut pods: Vec<Pod>) -> (Vec<Pod>, Vec<Pod>) {
+    let bound = pods.extract_if(.., |pod| pods::is_bound(pod)).collect();
+    pods.retain(pods::wants_capacity);
+    (pods, bound)
+}
+
+/// Every namespace a pod is in.
+fn namespaces_of(pods: &[Pod]) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
+    for namespace in pods.iter().filter_map(|p| p.metadata.namespace.as_ref()) {
+        if !used.contains(namespace) {
+            used.insert(namespace.clone());
         }
     }
-    (pending, bound)
+    used
 }
 
 /// A NodeClaim is in-flight capacity while no input Node stands for it.
