@@ -28,7 +28,8 @@ use crate::validation::{self, Verdict};
 /// namespace and name replaces an earlier one, as a later `kubectl apply` would.
 #[derive(Debug, Default, Clone)]
 pub struct Inventory {
-    /// Every pod: given ones and those workload controllers would create, bound or pending.
+    /// Every pod: given ones and those workload controllers would create, bound or pending;
+    /// without what no plan decision reads (see `lean`).
     pub pods: Vec<Pod>,
     /// One pod per DaemonSet, as the DaemonSet would run it on each node.
     pub daemon_pods: Vec<Pod>,
