@@ -232,3 +232,77 @@ fn drifted_nodes_are_replaced_at_once_as_far_as_the_budget_allows() {
         }
     });
 }
+
+/// Two nodes drift together, each running one pod too large to share a `SMALL` node with
+/// the other. The loop's second pass starts the moment the first command is queued, and
+/// the first node's pod is already waiting for a place: unless that pass sees the first
+/// replacement, its simulation plans the waiting pod again, onto the second replacement
+/// (one `MEDIUM` node for both pods), and the cluster pays for a node the first command
+/// already launched. Queueing a command returns once its replacements exist, as
+/// upstream's queue starts a command by creating them, so each pod lands on its own
+/// node's replacement and nothing else is launched.
+#[test]
+fn a_drifted_nodes_pods_land_on_its_replacement_and_nothing_else_is_launched() {
+    run(|| async {
+        let stack = Stack::start(
+            pool(
+                &[SMALL, MEDIUM],
+                json!({"consolidateAfter": "Never", "budgets": [{"nodes": "0"}]}),
+            ),
+            quick(Duration::from_millis(200)),
+        )
+        .await;
+        let cluster = stack.cluster();
+        for app in ["first", "second"] {
+            create_deployment(&cluster, app, 1, pod_spec("1500m", "256Mi", json!({})));
+            stack.running(app, 1).await;
+        }
+        let old_claims = stack.live_claims();
+        assert_eq!(old_claims.len(), 2, "a node each");
+        assert!(old_claims.iter().all(|c| instance_type(c) == SMALL));
+
+        stack.patch_pool(json!({"spec": {"template": {"metadata": {"labels": {"rollout": "2"}}}}}));
+        within(FLOW, "both nodes drifted", || {
+            let claims = stack.live_claims();
+            claims.len() == 2 && claims.iter().all(|c| c.is_condition_true(types::DRIFTED))
+        })
+        .await;
+        stack.patch_pool(json!({"spec": {"disruption": {"budgets": [{"nodes": "2"}]}}}));
+
+        let mut seen = BTreeSet::new();
+        within(FLOW, "both drifted nodes replaced", || {
+            let claims = stack.nodeclaims();
+            seen.extend(claims.iter().map(|c| c.name().to_owned()));
+            claims.len() == 2
+                && claims.iter().all(|c| {
+                    c.metadata.deletion_timestamp.is_none()
+                        && !old_claims.iter().any(|o| o.name() == c.name())
+                })
+                && stack.running_now("first")
+                && stack.running_now("second")
+        })
+        .await;
+        let commands = stack.commands();
+        assert_eq!(commands.len(), 2, "{commands:?}");
+        assert!(
+            commands.iter().all(|(m, _)| *m == Method::Drift),
+            "{commands:?}"
+        );
+        assert_eq!(
+            seen.len(),
+            4,
+            "two old nodes and a replacement each: {seen:?}"
+        );
+        let new_claims = stack.live_claims();
+        assert!(
+            new_claims.iter().all(|c| instance_type(c) == SMALL),
+            "a small replacement per pod: {:?}",
+            new_claims.iter().map(instance_type).collect::<Vec<_>>()
+        );
+        let mut on: BTreeSet<String> = stack.running("first", 1).await;
+        on.extend(stack.running("second", 1).await);
+        let new_nodes: BTreeSet<String> = new_claims.iter().map(node_name).collect();
+        assert_eq!(on, new_nodes, "each pod on a replacement of its own");
+        stack.stop().await;
+    });
+}
