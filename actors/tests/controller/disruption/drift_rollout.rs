@@ -7,17 +7,12 @@
 
 use std::collections::HashMap;
 
-use super::offerings::events_about;
 use super::*;
 
 #[test]
 fn a_requirement_change_replaces_each_drifted_node_after_its_replacement_initialized() {
     run(|| async {
-        let stack = Stack::start(
-            pool(&[SMALL, MEDIUM], json!({})),
-            quick(Duration::from_millis(200)),
-        )
-        .await;
+        let stack = Stack::quick(pool(&[SMALL, MEDIUM], json!({}))).await;
         let cluster = stack.cluster();
         create_deployment(&cluster, "web", 2, spread("500m", "web"));
         let old_nodes = stack.running("web", 2).await;
@@ -68,16 +63,7 @@ fn a_requirement_change_replaces_each_drifted_node_after_its_replacement_initial
         let new_nodes: BTreeSet<String> = new_claims.iter().map(node_name).collect();
         assert_eq!(stack.running("web", 2).await, new_nodes, "the pods moved");
         // Each drifted node went only after a replacement had initialized.
-        let mut initialized: Vec<Timestamp> = new_claims
-            .iter()
-            .map(|c| {
-                c.conditions()
-                    .iter()
-                    .find(|c| c.type_ == types::INITIALIZED && c.is_true())
-                    .map(|c| c.last_transition_time.0)
-                    .expect("replacement initialized")
-            })
-            .collect();
+        let mut initialized: Vec<Timestamp> = new_claims.iter().map(initialized_at).collect();
         initialized.sort();
         let mut deletions: Vec<Timestamp> =
             old_claims.iter().map(|c| deleted_at[c.name()]).collect();
@@ -159,7 +145,7 @@ async fn roll_out_two_nodes(budget: &str) -> Rollout {
             &[SMALL, MEDIUM, LARGE],
             json!({"consolidateAfter": "Never", "budgets": [{"nodes": "1"}]}),
         ),
-        quick(Duration::from_millis(200)),
+        quick(VALIDATION),
         KubeletConfig {
             boot_delay: BOOT,
             ..KubeletConfig::fast()
@@ -244,13 +230,10 @@ fn drifted_nodes_are_replaced_at_once_as_far_as_the_budget_allows() {
 #[test]
 fn a_drifted_nodes_pods_land_on_its_replacement_and_nothing_else_is_launched() {
     run(|| async {
-        let stack = Stack::start(
-            pool(
-                &[SMALL, MEDIUM],
-                json!({"consolidateAfter": "Never", "budgets": [{"nodes": "0"}]}),
-            ),
-            quick(Duration::from_millis(200)),
-        )
+        let stack = Stack::quick(pool(
+            &[SMALL, MEDIUM],
+            json!({"consolidateAfter": "Never", "budgets": [{"nodes": "0"}]}),
+        ))
         .await;
         let cluster = stack.cluster();
         for app in ["first", "second"] {
