@@ -48,6 +48,59 @@ pub fn is_preempting(pod: &Pod) -> bool {
     nominated && kerf_nominated_node(pod).is_none()
 }
 
+/// Whether the kube-scheduler can place `pod` on fewer nodes than any with room and taints
+/// it tolerates: a node selector, required node affinity, required pod (anti-)affinity, a
+/// `DoNotSchedule` topology spread, a claimed volume (zonal) or a host port. Room planned
+/// for such a pod cannot be made up elsewhere once another pod takes it; room planned for
+/// an unconstrained pod can be, on any node with room left.
+pub fn is_placement_constrained(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let affinity = spec.affinity.as_ref();
+    let required_node_affinity = affinity
+        .and_then(|a| a.node_affinity.as_ref())
+        .is_some_and(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .is_some()
+        });
+    let required_pod_terms = affinity.is_some_and(|a| {
+        let affine = a.pod_affinity.as_ref().and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+        let anti = a.pod_anti_affinity.as_ref().and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+        affine
+            .into_iter()
+            .chain(anti)
+            .any(|terms| !terms.is_empty())
+    });
+    let hard_spread = spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .any(|c| c.when_unsatisfiable == "DoNotSchedule");
+    let claims_volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
+    let host_port = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .any(|p| p.host_port.is_some());
+    spec.node_selector.as_ref().is_some_and(|s| !s.is_empty())
+        || required_node_affinity
+        || required_pod_terms
+        || hard_spread
+        || claims_volume
+        || host_port
+}
+
 /// Whether an unbound `pod` is one Karpenter provisions for, leaving aside the
 /// kube-scheduler's verdict: not a daemonset or mirror pod (those follow nodes rather than
 /// ask for them), not finished or terminating, not nominated to a node by preemption.
@@ -126,6 +179,55 @@ mod tests {
                 "message": nomination_message(message_node, "default-abc"),
             }],
         }))
+    }
+
+    fn with_spec(spec: serde_json::Value) -> Pod {
+        let mut spec = spec;
+        spec["containers"] = json!([{"name": "c", "image": "i"}]);
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec})).expect("valid pod")
+    }
+
+    #[test]
+    fn a_pod_that_fits_anywhere_with_room_is_not_placement_constrained() {
+        let soft = with_spec(json!({
+            "tolerations": [{"operator": "Exists"}],
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {}}],
+            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}},
+            "volumes": [{"name": "tmp", "emptyDir": {}}],
+        }));
+        assert!(!is_placement_constrained(&soft));
+        assert!(!is_placement_constrained(&with_spec(
+            json!({"nodeSelector": {}})
+        )));
+    }
+
+    #[test]
+    fn each_hard_placement_rule_constrains_a_pod() {
+        let term = json!([{"topologyKey": "kubernetes.io/hostname", "labelSelector": {}}]);
+        let specs = [
+            json!({"nodeSelector": {"topology.kubernetes.io/zone": "us-east-1a"}}),
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]}]}]}}}}),
+            json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term}}}),
+            json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term}}}),
+            json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {}}]}),
+            json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}),
+        ];
+        for spec in specs {
+            assert!(is_placement_constrained(&with_spec(spec.clone())), "{spec}");
+        }
+        let mut host_port = with_spec(json!({}));
+        host_port.spec.as_mut().expect("spec").containers[0].ports =
+            Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+                container_port: 80,
+                host_port: Some(80),
+                ..Default::default()
+            }]);
+        assert!(is_placement_constrained(&host_port));
     }
 
     #[test]

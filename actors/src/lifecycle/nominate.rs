@@ -5,6 +5,12 @@
 //! filtering any node, counts the pods nominated to it (of equal or higher priority) as
 //! already there — so pods planned elsewhere no longer take the room kerf launched for these
 //! pods, which otherwise leaves them pending and makes the next round launch again.
+//! Each nomination is a write under the client's rate limit, and a large scale-up has
+//! thousands, so the pods the scheduler can place on few nodes
+//! ([`kerf::pods::is_placement_constrained`]) go first: room planned for one of them is lost
+//! for good once another pod takes it, and registration waits for their nominations. The
+//! others (whose planned room matters less: they fit wherever room is left, big ones
+//! excepted) use a smaller share of the write slots and are waited for only briefly.
 //! Beside the field kerf writes its own condition ([`kerf::pods::NOMINATION_CONDITION`]),
 //! so kerf keeps provisioning for a pod whose nomination is its own (upstream provisions for
 //! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
@@ -16,6 +22,7 @@
 //! node for a pod that will not go there, and the pod would wait for a place kerf cannot
 //! see is taken.
 
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +32,8 @@ use kerf::pods;
 use kerf::scheduling::PodRef;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::time::Instant;
 
 use super::reconcile::{Reconciler, is_status};
 use crate::launcher::NOMINATION_WINDOW;
@@ -34,6 +43,57 @@ use crate::state::ObjectKey;
 /// requests in order through one rate limit, so this many at most stand in front of the
 /// lifecycle's own writes (a scale-up nominates thousands of pods).
 pub const NOMINATION_CONCURRENCY: usize = 16;
+
+/// Of [`NOMINATION_CONCURRENCY`], the slots unconstrained pods' nominations may hold at
+/// once: when both wait, three quarters of the writes go to placement-constrained pods.
+pub const UNCONSTRAINED_NOMINATION_SLOTS: usize = 4;
+
+/// How long registration waits for unconstrained pods' nominations once the constrained
+/// ones are written: a node of a small scale-up gets them all, a large one's node opens.
+const UNCONSTRAINED_GRACE: Duration = Duration::from_secs(1);
+
+/// Which share of the write slots a nomination waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    Constrained,
+    /// Limited to [`UNCONSTRAINED_NOMINATION_SLOTS`] of the slots.
+    Unconstrained,
+}
+
+/// The write slots every registration's nominations (and withdrawals) share.
+pub struct Slots {
+    all: Semaphore,
+    unconstrained: Semaphore,
+}
+
+/// A held write slot.
+pub struct Slot<'a> {
+    _unconstrained: Option<SemaphorePermit<'a>>,
+    _slot: SemaphorePermit<'a>,
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Self {
+            all: Semaphore::new(NOMINATION_CONCURRENCY),
+            unconstrained: Semaphore::new(UNCONSTRAINED_NOMINATION_SLOTS),
+        }
+    }
+}
+
+impl Slots {
+    /// Waits for a slot `class` may hold (in the order asked, within the class).
+    pub async fn acquire(&self, class: Class) -> Option<Slot<'_>> {
+        let unconstrained = match class {
+            Class::Constrained => None,
+            Class::Unconstrained => Some(self.unconstrained.acquire().await.ok()?),
+        };
+        Some(Slot {
+            _unconstrained: unconstrained,
+            _slot: self.all.acquire().await.ok()?,
+        })
+    }
+}
 
 /// The longest registration waits for its nominations: the pods still unwritten then are
 /// left unnominated (they are scheduled as without it) rather than hold the Node back. A
@@ -61,6 +121,12 @@ pub async fn withdraw_expired(
     {
         return Some(remaining);
     }
+    // Nominations to a node are written before it is initialized, so once its window has
+    // passed and they are withdrawn, none is left: one scan of the pods per node and process
+    // (a restarted controller scans again, for what its predecessor left).
+    if r.nominations_withdrawn.contains(node) {
+        return None;
+    }
     let stale: Vec<Arc<Pod>> = r
         .state
         .pods
@@ -68,11 +134,18 @@ pub async fn withdraw_expired(
         .into_iter()
         .filter(|pod| !pods::is_bound(pod) && pods::kerf_nominated_node(pod) == Some(node))
         .collect();
-    futures::future::join_all(stale.into_iter().map(|pod| withdraw(r, pod, node))).await;
+    let written = futures::future::join_all(stale.into_iter().map(|pod| withdraw(r, pod, node)));
+    if written.await.into_iter().all(|done| done) {
+        // Forgetting the nodes that are gone keeps the set as large as the cluster.
+        r.nominations_withdrawn
+            .retain(|known| r.state.node(known).is_some());
+        r.nominations_withdrawn.insert(node.to_owned());
+    }
     None
 }
 
-async fn withdraw(r: &Reconciler, pod: Arc<Pod>, node: &str) {
+/// Withdraws kerf's nomination from `pod`; whether it is gone (written, or the pod is).
+async fn withdraw(r: &Reconciler, pod: Arc<Pod>, node: &str) -> bool {
     let body = json!({"status": {
         "nominatedNodeName": null,
         "conditions": [{
@@ -83,43 +156,76 @@ async fn withdraw(r: &Reconciler, pod: Arc<Pod>, node: &str) {
             "lastTransitionTime": Timestamp::now().to_string(),
         }],
     }});
-    patch_status(r, &pod, body, "withdrawn").await;
+    let Some(_slot) = r.nomination_slots.acquire(Class::Constrained).await else {
+        return false;
+    };
+    patch_status(r, &pod, body, "withdrawn").await != Written::Failed
 }
 
 /// Nominates to `node` the pods NodeClaim `nodeclaim` was created for that still wait for
-/// a node; returns how many were written.
+/// a node; returns how many were written. The placement-constrained pods' nominations are
+/// waited for (within [`NOMINATION_BUDGET`]); the others' only for
+/// [`UNCONSTRAINED_GRACE`] more.
 pub async fn nominate(r: &Reconciler, nodeclaim: &str, node: &str) -> usize {
     if !r.launch.nominate_pods {
         return 0;
     }
-    let waiting: Vec<Arc<Pod>> = r
+    let (constrained, others): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = r
         .launch
         .created
         .nominated_pods(nodeclaim)
         .iter()
         .filter_map(|pod| waiting_pod(r, pod, node))
-        .collect();
-    if waiting.is_empty() {
+        .partition(|pod| pods::is_placement_constrained(pod));
+    if constrained.is_empty() && others.is_empty() {
         return 0;
     }
-    // The shared slots bound the writes in flight; this Node's simply queue for them.
-    let writes = futures::future::join_all(
-        waiting
-            .into_iter()
-            .map(|pod| write(r, pod, nodeclaim, node)),
-    );
-    match tokio::time::timeout(NOMINATION_BUDGET, writes).await {
-        Ok(written) => written.into_iter().filter(|w| *w).count(),
-        Err(_) => {
-            tracing::warn!(
-                nodeclaim,
-                %node,
-                budget = ?NOMINATION_BUDGET,
-                "registering before every pod was nominated to the node"
-            );
-            0
+    let deadline = Instant::now() + NOMINATION_BUDGET;
+    let write_all = |pods: Vec<Arc<Pod>>, class| {
+        futures::future::join_all(
+            pods.into_iter()
+                .map(move |pod| write(r, pod, nodeclaim, node, class)),
+        )
+    };
+    let mut constrained = pin!(write_all(constrained, Class::Constrained));
+    let mut others = pin!(write_all(others, Class::Unconstrained));
+    let (mut constrained_done, mut others_done) = (None, None);
+    let budget = tokio::time::sleep_until(deadline);
+    let mut budget = pin!(budget);
+    while constrained_done.is_none() {
+        tokio::select! {
+            done = &mut constrained => constrained_done = Some(done),
+            done = &mut others, if others_done.is_none() => others_done = Some(done),
+            () = &mut budget => break,
         }
     }
+    if others_done.is_none() && constrained_done.is_some() {
+        let grace = deadline.min(Instant::now() + UNCONSTRAINED_GRACE);
+        others_done = tokio::time::timeout_at(grace, others).await.ok();
+    }
+    if constrained_done.is_none() {
+        tracing::warn!(
+            nodeclaim,
+            %node,
+            budget = ?NOMINATION_BUDGET,
+            "registering before every placement-constrained pod was nominated to the node"
+        );
+    }
+    constrained_done
+        .into_iter()
+        .chain(others_done)
+        .flatten()
+        .filter(|written| *written)
+        .count()
+}
+
+/// The reference of a stored pod.
+fn pod_ref(pod: &Pod) -> Option<PodRef> {
+    Some(PodRef {
+        namespace: pod.metadata.namespace.clone()?,
+        name: pod.metadata.name.clone()?,
+        uid: pod.metadata.uid.clone()?,
+    })
 }
 
 /// The pod `pod` refers to, as the store has it, if it still waits for a node and is not
@@ -136,8 +242,16 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<Pod>> {
     (same && waiting).then_some(stored)
 }
 
-/// Writes the nomination onto one pod's status; whether it was written.
-async fn write(r: &Reconciler, pod: Arc<Pod>, nodeclaim: &str, node: &str) -> bool {
+/// Writes the nomination onto one pod's status, once a slot of its class is free and if
+/// the pod still waits then; whether it was written.
+async fn write(r: &Reconciler, pod: Arc<Pod>, nodeclaim: &str, node: &str, class: Class) -> bool {
+    let Some(_slot) = r.nomination_slots.acquire(class).await else {
+        return false;
+    };
+    // The scheduler may have bound it while this write queued.
+    let Some(pod) = pod_ref(&pod).and_then(|p| waiting_pod(r, &p, node)) else {
+        return false;
+    };
     let body = json!({"status": {
         "nominatedNodeName": node,
         "conditions": [{
@@ -148,39 +262,86 @@ async fn write(r: &Reconciler, pod: Arc<Pod>, nodeclaim: &str, node: &str) -> bo
             "lastTransitionTime": Timestamp::now().to_string(),
         }],
     }});
-    patch_status(r, &pod, body, "nominated").await
+    patch_status(r, &pod, body, "nominated").await == Written::Yes
 }
 
-/// Patches `pod`'s status (strategic merge: the condition merges by type) once one of the
-/// [`NOMINATION_CONCURRENCY`] slots is free; counted under `result`, or `gone`/`failed`.
+/// How a status write ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Written {
+    Yes,
+    /// The pod is gone.
+    Gone,
+    Failed,
+}
+
+/// Patches `pod`'s status (strategic merge: the condition merges by type), holding one of
+/// the [`NOMINATION_CONCURRENCY`] slots; counted under `result`, or `gone`/`failed`.
 async fn patch_status(
     r: &Reconciler,
     pod: &Pod,
     body: serde_json::Value,
     result: &'static str,
-) -> bool {
+) -> Written {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(r.client.clone(), namespace);
-    let Ok(_slot) = r.nomination_slots.acquire().await else {
-        return false;
-    };
     match api
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
         .await
     {
         Ok(_) => {
             metrics::counter!(PODS_NOMINATED, "result" => result).increment(1);
-            true
+            Written::Yes
         }
         Err(error) if is_status(&error, 404) => {
             metrics::counter!(PODS_NOMINATED, "result" => "gone").increment(1);
-            false
+            Written::Gone
         }
         Err(error) => {
             metrics::counter!(PODS_NOMINATED, "result" => "failed").increment(1);
             tracing::warn!(pod = %format!("{namespace}/{name}"), %error, result, "writing pod nomination");
-            false
+            Written::Failed
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tries to take a slot of `class` without waiting (a zero-time poll of `acquire`).
+    fn try_take(slots: &Slots, class: Class) -> Option<Slot<'_>> {
+        futures::FutureExt::now_or_never(slots.acquire(class)).flatten()
+    }
+
+    #[test]
+    fn unconstrained_writes_hold_at_most_their_share_and_constrained_ones_the_rest() {
+        let slots = Slots::default();
+        let unconstrained: Vec<Slot<'_>> =
+            std::iter::from_fn(|| try_take(&slots, Class::Unconstrained))
+                .take(NOMINATION_CONCURRENCY)
+                .collect();
+        assert_eq!(unconstrained.len(), UNCONSTRAINED_NOMINATION_SLOTS);
+        let constrained: Vec<Slot<'_>> =
+            std::iter::from_fn(|| try_take(&slots, Class::Constrained))
+                .take(NOMINATION_CONCURRENCY)
+                .collect();
+        assert_eq!(
+            constrained.len(),
+            NOMINATION_CONCURRENCY - UNCONSTRAINED_NOMINATION_SLOTS
+        );
+        assert!(try_take(&slots, Class::Constrained).is_none(), "bounded");
+        drop(unconstrained);
+        assert!(try_take(&slots, Class::Constrained).is_some());
+    }
+
+    #[test]
+    fn constrained_writes_may_hold_every_slot() {
+        let slots = Slots::default();
+        let held: Vec<Slot<'_>> = std::iter::from_fn(|| try_take(&slots, Class::Constrained))
+            .take(NOMINATION_CONCURRENCY + 1)
+            .collect();
+        assert_eq!(held.len(), NOMINATION_CONCURRENCY);
+        assert!(try_take(&slots, Class::Unconstrained).is_none());
     }
 }

@@ -117,7 +117,9 @@ pub struct Reconciler {
     /// For the namespaced writes (pod nominations).
     pub client: Client,
     /// Nomination writes in flight, shared by every registration.
-    pub nomination_slots: tokio::sync::Semaphore,
+    pub nomination_slots: super::nominate::Slots,
+    /// Nodes whose expired nominations this process has withdrawn.
+    pub nominations_withdrawn: dashmap::DashSet<String>,
     pub cloud: Arc<dyn CloudProvider>,
     pub config: LifecycleConfig,
     pub launch: LaunchDeps,
@@ -143,7 +145,8 @@ impl Reconciler {
             nodes: Api::all(client.clone()),
             nodeclaims: Api::all(client.clone()),
             client,
-            nomination_slots: tokio::sync::Semaphore::new(super::nominate::NOMINATION_CONCURRENCY),
+            nomination_slots: super::nominate::Slots::default(),
+            nominations_withdrawn: dashmap::DashSet::new(),
             cloud,
             config,
             launch,

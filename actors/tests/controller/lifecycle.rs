@@ -21,9 +21,18 @@ fn pending_pods_run_on_registered_and_initialized_nodes() {
         let stack = Stack::start(fast_timings(), true).await;
         let cluster = stack.cluster();
         let pods = ["web-1", "web-2", "web-3"];
-        for name in pods {
-            create_pod(&cluster, name, json!({}));
+        // Two pods bound to one zone, one that fits anywhere.
+        for name in ["web-1", "web-2"] {
+            create_pod_with(
+                &cluster,
+                name,
+                json!({}),
+                json!({"nodeSelector": {labels::ZONE: "us-east-1a"},
+                    "containers": [{"name": "app", "image": "app",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}),
+            );
         }
+        create_pod(&cluster, "web-3", json!({}));
         stack.wait_running(&pods).await;
         eventually("every nodeclaim ready", || {
             let claims = stack.nodeclaims();
@@ -80,7 +89,8 @@ fn pending_pods_run_on_registered_and_initialized_nodes() {
             );
         }
         // Registration nominated each pod to the Node launched for it before the taint that
-        // kept pods off went, and the kube-scheduler took the nominated node.
+        // kept pods off went (the zonal ones first), and the kube-scheduler took the
+        // nominated node.
         for name in pods {
             let pod = stack.pod(name).expect("pod");
             assert_eq!(
@@ -126,7 +136,8 @@ fn a_nomination_its_pod_could_not_use_is_withdrawn_once_the_window_has_passed() 
     run(|| async {
         let stack = Stack::start(fast_timings(), true).await;
         let cluster = stack.cluster();
-        create_pod(&cluster, "web-1", json!({}));
+        let zonal = json!({"nodeSelector": {labels::ZONE: "us-east-1a"}});
+        create_pod_with(&cluster, "web-1", json!({}), pod_spec("1", "1Gi", zonal));
         stack.wait_running(&["web-1"]).await;
         let web = stack.pod("web-1").expect("pod");
         let node = web["spec"]["nodeName"].as_str().expect("bound").to_owned();
