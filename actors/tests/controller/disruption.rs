@@ -392,6 +392,18 @@ fn events_about(stack: &Stack, reason: &str, name: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Waits until events with `reason` are about the Node `node` and its NodeClaim `claim`
+/// (events are written after the pass that published them); returns the Node's.
+async fn told_both(stack: &Stack, reason: &str, node: &str, claim: &str) -> Vec<Value> {
+    let what = format!("{reason} on the Node and its NodeClaim");
+    within(FLOW, &what, || {
+        !events_about(stack, reason, node).is_empty()
+            && !events_about(stack, reason, claim).is_empty()
+    })
+    .await;
+    events_about(stack, reason, node)
+}
+
 fn has_disrupted_taint(node: &Value) -> bool {
     node["spec"]["taints"]
         .as_array()

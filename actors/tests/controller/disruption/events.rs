@@ -14,16 +14,7 @@ fn a_budget_that_allows_nothing_is_a_disruption_blocked_event_until_it_changes()
         let claim = stack.live_claims().remove(0);
         stack.scale("web", 0);
 
-        within(
-            FLOW,
-            "DisruptionBlocked on the Node and its NodeClaim",
-            || {
-                !events_about(&stack, "DisruptionBlocked", &node).is_empty()
-                    && !events_about(&stack, "DisruptionBlocked", claim.name()).is_empty()
-            },
-        )
-        .await;
-        let blocked = events_about(&stack, "DisruptionBlocked", &node);
+        let blocked = told_both(&stack, "DisruptionBlocked", &node, claim.name()).await;
         assert!(
             blocked.iter().any(|e| e["message"]
                 .as_str()

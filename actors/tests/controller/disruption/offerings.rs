@@ -42,17 +42,7 @@ fn an_unavailable_offering_is_no_replacement() {
             "never tainted"
         );
         assert_eq!(stack.live_claim_names(), [original.name()]);
-        // Events are written after the pass that published them.
-        within(
-            FLOW,
-            "Unconsolidatable on the Node and its NodeClaim",
-            || {
-                !events_about(&stack, "Unconsolidatable", &node).is_empty()
-                    && !events_about(&stack, "Unconsolidatable", original.name()).is_empty()
-            },
-        )
-        .await;
-        let told = events_about(&stack, "Unconsolidatable", &node);
+        let told = told_both(&stack, "Unconsolidatable", &node, original.name()).await;
         assert!(
             told.iter()
                 .any(|e| e["involvedObject"]["kind"] == "Node" && e["type"] == "Normal"),

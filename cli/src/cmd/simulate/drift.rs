@@ -7,10 +7,9 @@
 //! left without a node at worst, and for how long; and the NodeClaims launched meanwhile, by
 //! `karpenter_nodeclaims_created_total`'s reason: the disruption commands' replacements, and
 //! what the Provisioner launched besides (pods whose planned place was taken when they were
-//! rescheduled). The phase ends when every old node is
-//! replaced and every pod bound; when the old nodes are all drifted but none has been
-//! replaced for [`REPLACEMENT_PATIENCE`] (no disruption loop, or a budget of zero); or at
-//! the run's deadline.
+//! rescheduled). The phase ends when every old node is replaced and every pod bound; when
+//! the old nodes are all drifted but none has been replaced for [`REPLACEMENT_PATIENCE`] (no
+//! disruption loop, or a budget of zero); or at the run's deadline.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -18,6 +17,7 @@ use std::time::Duration;
 
 use kerf::disruption::Reason;
 use kerf_actors::launcher::CREATED_REASON_PROVISIONING;
+use kerf_actors::metrics::NODECLAIMS_CREATED;
 use kerf_actors::orchestrator::reason_label;
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
 use serde::Serialize;
@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::observe::Tally;
+use super::scale_down::counter_value;
 use super::world::World;
 
 /// The image the simulated EC2 answers for the alias after the change.
@@ -70,7 +71,10 @@ fn created_by_reason() -> BTreeMap<String, u64> {
 fn count_by_reason(text: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("karpenter_nodeclaims_created_total{") else {
+        let Some(rest) = line
+            .strip_prefix(NODECLAIMS_CREATED)
+            .and_then(|l| l.strip_prefix('{'))
+        else {
             continue;
         };
         let Some((labels, value)) = rest.split_once("} ") else {
@@ -82,13 +86,7 @@ fn count_by_reason(text: &str) -> BTreeMap<String, u64> {
         else {
             continue;
         };
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "counters are non-negative integers"
-        )]
-        let value = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
-        *out.entry(reason.to_owned()).or_default() += value;
+        *out.entry(reason.to_owned()).or_default() += counter_value(value);
     }
     out
 }
