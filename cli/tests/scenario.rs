@@ -62,6 +62,7 @@ fn passes(name: &str) -> (Value, String) {
     assert_eq!(code, Some(0), "{name}: stderr:\n{stderr}");
     assert_eq!(measured(&report, "leakedInstances"), "0");
     assert_eq!(measured(&report, "doubleLaunches"), "0");
+    assert_eq!(measured(&report, "chartRbac"), "none refused");
     (report, stderr)
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::super::install::RbacUsage;
 use super::super::report::ExpectationResult;
 use super::format::Expect;
 use super::invariants::Measures;
@@ -20,6 +21,21 @@ pub struct End<'a> {
     pub last_displaced: Instant,
     pub leaked: &'a [String],
     pub double_launched: &'a [String],
+}
+
+/// Judged in every scenario: the chart's RBAC refused none of the controller's requests (a
+/// refusal is a rule an installed controller lacks, whatever the scenario expects).
+pub fn chart_rbac(usage: &RbacUsage) -> ExpectationResult {
+    let measured = match usage.refused.as_slice() {
+        [] => "none refused".to_owned(),
+        [first, ..] => format!("{} refused, first: {first}", usage.refused.len()),
+    };
+    ExpectationResult {
+        name: "chartRbac".to_owned(),
+        wanted: "no request refused".to_owned(),
+        measured,
+        held: usage.refused.is_empty(),
+    }
 }
 
 /// One result per expectation given, in the file format's order.
@@ -141,6 +157,24 @@ mod tests {
             max_nodes: Some(3),
             max_hourly_cost: Some(1.0),
         }
+    }
+
+    #[test]
+    fn a_refused_request_fails_the_chart_rbac_check_and_is_named() {
+        let clean = chart_rbac(&RbacUsage::default());
+        assert!(clean.held, "{clean:?}");
+        let refused = chart_rbac(&RbacUsage {
+            refused: vec![
+                "get services \"x\" in API group \"\" in the namespace \"y\"".to_owned(),
+                "list leases in API group \"coordination.k8s.io\"".to_owned(),
+            ],
+            unused: Vec::new(),
+        });
+        assert!(!refused.held);
+        assert_eq!(
+            refused.measured,
+            "2 refused, first: get services \"x\" in API group \"\" in the namespace \"y\""
+        );
     }
 
     #[test]

@@ -229,7 +229,7 @@ async fn execute(
     let measures = observer.finish().await;
     let instances = world.provider.ec2().instances();
     let double_launched = invariants::double_launches(&instances);
-    let expectations = expect::judge(
+    let mut expectations = expect::judge(
         &scenario.expect,
         &expect::End {
             measures: &measures,
@@ -238,6 +238,7 @@ async fn execute(
             double_launched: &double_launched,
         },
     );
+    expectations.push(expect::chart_rbac(&super::install::usage(&world.server)));
     let report =
         recorder
             .finish()
