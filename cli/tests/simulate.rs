@@ -519,11 +519,13 @@ fn report_writes_a_sample_a_second_and_a_page_of_plots() {
         "{} samples over {span}s",
         at.len()
     );
+    // Samples stay on a one-second grid, so a late tick (a busy machine) shortens the gap
+    // after it and a skipped one doubles its own: bounds that catch another rate, not jitter.
     let gaps: Vec<f64> = at.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(
         gaps[..gaps.len() - 1]
             .iter()
-            .all(|g| (0.9..1.5).contains(g)),
+            .all(|g| (0.5..2.5).contains(g)),
         "{gaps:?}"
     );
     let last = series.last().expect("a last sample");

@@ -19,9 +19,42 @@ const IN_TREE_EBS: &str = "kubernetes.io/aws-ebs";
 /// IAM's limit on a role name.
 const MAX_ROLE_NAME: usize = 64;
 
-/// Every warning about `inventory` as planned from `input` in `catalog`'s region.
+/// What the warnings need to know of the input's pods, read before the snapshot takes them
+/// (see `snapshot::build_taking_pods`).
+#[derive(Debug, Default)]
+pub struct PodFacts {
+    /// `namespace/name` of each pod with an in-tree EBS volume, in input order.
+    in_tree_ebs: Vec<String>,
+    /// Zones pods select by `nodeSelector`, sorted, each once.
+    selected_zones: Vec<String>,
+}
+
+impl PodFacts {
+    pub fn of(pods: &[Pod]) -> Self {
+        let in_tree_ebs = pods
+            .iter()
+            .filter(|pod| uses_in_tree_ebs(pod))
+            .map(pod_key)
+            .collect();
+        let mut selected_zones: Vec<String> = pods
+            .iter()
+            .filter_map(|pod| pod.spec.as_ref()?.node_selector.as_ref()?.get(labels::ZONE))
+            .cloned()
+            .collect();
+        selected_zones.sort();
+        selected_zones.dedup();
+        Self {
+            in_tree_ebs,
+            selected_zones,
+        }
+    }
+}
+
+/// Every warning about `inventory` (whose pods `pods` describes) as planned from `input` in
+/// `catalog`'s region.
 pub fn warnings(
     inventory: &Inventory,
+    pods: &PodFacts,
     input: &SchedulingInput,
     catalog: &Catalog,
     reserved_enis: u32,
@@ -32,7 +65,7 @@ pub fn warnings(
             "no NodePool in the input: nothing can be launched for pending pods; pass your NodePools and EC2NodeClasses with -f".to_owned(),
         );
     }
-    warnings.extend(in_tree_storage(inventory));
+    warnings.extend(in_tree_storage(inventory, pods));
     warnings.extend(long_role_names(&inventory.node_classes));
     warnings.extend(
         input
@@ -40,14 +73,14 @@ pub fn warnings(
             .iter()
             .filter_map(|pool| max_pods_above_eni_limit(pool, inventory, catalog, reserved_enis)),
     );
-    warnings.extend(zones_outside_region(inventory, input, catalog));
+    warnings.extend(zones_outside_region(pods, input, catalog));
     warnings.extend(unfit_daemonsets(input));
     warnings
 }
 
 /// Upstream's advice on in-tree volumes, for StorageClasses, PersistentVolumes and pod
 /// volumes that use the in-tree EBS plugin.
-fn in_tree_storage(inventory: &Inventory) -> Vec<String> {
+fn in_tree_storage(inventory: &Inventory, facts: &PodFacts) -> Vec<String> {
     let mut found = Vec::new();
     for class in &inventory.storage_classes {
         if class.provisioner == IN_TREE_EBS {
@@ -69,18 +102,12 @@ fn in_tree_storage(inventory: &Inventory) -> Vec<String> {
             ));
         }
     }
-    let mut pods: Vec<String> = inventory
-        .pods
-        .iter()
-        .filter(|pod| uses_in_tree_ebs(pod))
-        .map(pod_key)
-        .collect();
+    let pods = &facts.in_tree_ebs;
     if !pods.is_empty() {
-        let count = pods.len();
-        pods.truncate(5);
         found.push(format!(
-            "{count} pod(s) mount an awsElasticBlockStore volume (in-tree, unsupported by Karpenter), e.g. {}: use a PersistentVolumeClaim on the EBS CSI driver",
-            pods.join(", ")
+            "{} pod(s) mount an awsElasticBlockStore volume (in-tree, unsupported by Karpenter), e.g. {}: use a PersistentVolumeClaim on the EBS CSI driver",
+            pods.len(),
+            pods[..pods.len().min(5)].join(", ")
         ));
     }
     found
@@ -151,7 +178,7 @@ fn node_class_of<'a>(pool: &str, inventory: &'a Inventory) -> Option<&'a EC2Node
 
 /// Zones a NodePool requires or pods select that the region does not have.
 fn zones_outside_region(
-    inventory: &Inventory,
+    pods: &PodFacts,
     input: &SchedulingInput,
     catalog: &Catalog,
 ) -> Vec<String> {
@@ -174,15 +201,12 @@ fn zones_outside_region(
             ));
         }
     }
-    let mut selected: Vec<String> = inventory
-        .pods
+    let selected: Vec<&str> = pods
+        .selected_zones
         .iter()
-        .filter_map(|pod| pod.spec.as_ref()?.node_selector.as_ref()?.get(labels::ZONE))
+        .map(String::as_str)
         .filter(|zone| !known(zone))
-        .cloned()
         .collect();
-    selected.sort();
-    selected.dedup();
     if !selected.is_empty() {
         warnings.push(format!(
             "pods select zone(s) {} outside --region {region}: they cannot be placed there; plan with the cluster's region",

@@ -28,7 +28,8 @@ use crate::validation::{self, Verdict};
 /// namespace and name replaces an earlier one, as a later `kubectl apply` would.
 #[derive(Debug, Default, Clone)]
 pub struct Inventory {
-    /// Every pod: given ones and those workload controllers would create, bound or pending.
+    /// Every pod: given ones and those workload controllers would create, bound or pending;
+    /// without what no plan decision reads (see `lean`).
     pub pods: Vec<Pod>,
     /// One pod per DaemonSet, as the DaemonSet would run it on each node.
     pub daemon_pods: Vec<Pod>,
@@ -116,7 +117,48 @@ struct Deferred {
     file: String,
     object: String,
     workload: Workload,
-    expansion: Expansion,
+    source: Source,
+}
+
+/// A workload object kept until every given pod is known. Its pods are made only then, one
+/// workload at a time, and only those its controller is missing are kept: a dump's running
+/// replicas are given as pods, and building them all again up front would hold a second
+/// copy of every one while the stream is read.
+#[derive(Clone)]
+enum Source {
+    Deployment(Deployment),
+    ReplicaSet(ReplicaSet),
+    StatefulSet(StatefulSet),
+    Job(Job),
+}
+
+impl Source {
+    fn expand(&self) -> Result<Expansion, FieldError> {
+        match self {
+            Self::Deployment(deployment) => workloads::expand_deployment(deployment),
+            Self::ReplicaSet(replica_set) => workloads::expand_replica_set(replica_set),
+            Self::StatefulSet(stateful_set) => workloads::expand_stateful_set(stateful_set),
+            Self::Job(job) => workloads::expand_job(job),
+        }
+    }
+
+    /// The checks [`Source::expand`] makes, without making the pods: none of them depends
+    /// on how many replicas there are (a negative count is left to fail).
+    fn check(&self) -> Result<(), FieldError> {
+        let mut empty = self.clone();
+        let count = match &mut empty {
+            Self::Deployment(d) => d.spec.as_mut().map(|s| &mut s.replicas),
+            Self::ReplicaSet(r) => r.spec.as_mut().map(|s| &mut s.replicas),
+            Self::StatefulSet(s) => s.spec.as_mut().map(|s| &mut s.replicas),
+            Self::Job(j) => j.spec.as_mut().map(|s| &mut s.parallelism),
+        };
+        if let Some(count) = count
+            && count.is_none_or(|n| n >= 0)
+        {
+            *count = Some(0);
+        }
+        empty.expand().map(drop)
+    }
 }
 
 /// Where an object came from, for messages.
@@ -145,7 +187,8 @@ impl Builder {
     }
 
     /// The inventory, or every problem found in every object.
-    pub fn finish(self) -> Result<Inventory, Vec<ObjectProblem>> {
+    pub fn finish(mut self) -> Result<Inventory, Vec<ObjectProblem>> {
+        self.expand_deferred();
         if self.problems.is_empty() {
             Ok(self.into_inventory())
         } else {
@@ -168,53 +211,45 @@ impl Builder {
             }
             ("apps", "Deployment") => {
                 let deployment: Deployment = workload(object.value).map_err(single)?;
-                let expansion = workloads::expand_deployment(&deployment).map_err(single)?;
                 let (namespace, name) = namespaced_name(&deployment.metadata);
                 let selector = deployment
                     .spec
-                    .map(|spec| spec.selector)
+                    .as_ref()
+                    .map(|spec| spec.selector.clone())
                     .unwrap_or_default();
-                self.defer(
-                    Workload::Deployment {
-                        namespace,
-                        name,
-                        selector,
-                    },
-                    expansion,
-                    &origin,
-                );
+                let workload = Workload::Deployment {
+                    namespace,
+                    name,
+                    selector,
+                };
+                self.defer(workload, Source::Deployment(deployment), &origin)
+                    .map_err(single)?;
             }
             ("apps", "ReplicaSet") => {
                 let replica_set: ReplicaSet = workload(object.value).map_err(single)?;
-                let expansion = workloads::expand_replica_set(&replica_set).map_err(single)?;
                 let (namespace, name) = namespaced_name(&replica_set.metadata);
                 let deployment =
                     adoption::owning_deployment(replica_set.metadata.owner_references.as_ref());
-                self.defer(
-                    Workload::ReplicaSet {
-                        namespace,
-                        name,
-                        deployment,
-                    },
-                    expansion,
-                    &origin,
-                );
+                let workload = Workload::ReplicaSet {
+                    namespace,
+                    name,
+                    deployment,
+                };
+                self.defer(workload, Source::ReplicaSet(replica_set), &origin)
+                    .map_err(single)?;
             }
             ("apps", "StatefulSet") => {
                 let stateful_set: StatefulSet = workload(object.value).map_err(single)?;
-                let expansion = workloads::expand_stateful_set(&stateful_set).map_err(single)?;
                 let (namespace, name) = namespaced_name(&stateful_set.metadata);
-                self.defer(
-                    Workload::StatefulSet { namespace, name },
-                    expansion,
-                    &origin,
-                );
+                let workload = Workload::StatefulSet { namespace, name };
+                self.defer(workload, Source::StatefulSet(stateful_set), &origin)
+                    .map_err(single)?;
             }
             ("batch", "Job") => {
                 let job: Job = workload(object.value).map_err(single)?;
-                let expansion = workloads::expand_job(&job).map_err(single)?;
                 let (namespace, name) = namespaced_name(&job.metadata);
-                self.defer(Workload::Job { namespace, name }, expansion, &origin);
+                self.defer(Workload::Job { namespace, name }, Source::Job(job), &origin)
+                    .map_err(single)?;
             }
             ("apps", "DaemonSet") => {
                 let daemon_set: DaemonSet = workload(object.value).map_err(single)?;
@@ -307,7 +342,8 @@ impl Builder {
         Ok(())
     }
 
-    fn put_pod(&mut self, pod: Pod, origin: &Origin) {
+    fn put_pod(&mut self, mut pod: Pod, origin: &Origin) {
+        lean::keep_what_plans_read(&mut pod);
         let (namespace, name) = namespaced_name(&pod.metadata);
         let replaced = self.pods.put(&namespace, &name, pod);
         if replaced {
@@ -318,13 +354,20 @@ impl Builder {
         }
     }
 
-    fn defer(&mut self, workload: Workload, expansion: Expansion, origin: &Origin) {
+    fn defer(
+        &mut self,
+        workload: Workload,
+        source: Source,
+        origin: &Origin,
+    ) -> Result<(), FieldError> {
+        source.check()?;
         self.deferred.push(Deferred {
             file: origin.file.to_string(),
             object: origin.object.clone(),
             workload,
-            expansion,
+            source,
         });
+        Ok(())
     }
 
     /// Workloads create their missing pods once every given pod is known.
@@ -341,19 +384,22 @@ impl Builder {
             .collect();
         let deferred = std::mem::take(&mut self.deferred);
         let given = adoption::Given::new(&self.pods.items);
-        let missing: Vec<(Expansion, Deferred)> = deferred
-            .into_iter()
-            .map(|mut d| {
-                let expansion = std::mem::take(&mut d.expansion);
-                let missing = adoption::missing(&d.workload, expansion, &given, &deployments);
-                (missing, d)
-            })
-            .collect();
-        for (expansion, deferred) in missing {
+        let mut missing: Vec<(Expansion, Origin)> = Vec::new();
+        for d in &deferred {
             let origin = Origin {
-                file: &deferred.file,
-                object: deferred.object,
+                file: &d.file,
+                object: d.object.clone(),
             };
+            // `defer` checked what `expand` checks; an error here is still reported.
+            match d.source.expand() {
+                Ok(expansion) => {
+                    let expansion = adoption::missing(&d.workload, expansion, &given, &deployments);
+                    missing.push((lean::expansion(expansion), origin));
+                }
+                Err(error) => self.problems.push(origin.problem(error)),
+            }
+        }
+        for (expansion, origin) in missing {
             self.put_expansion(expansion, &origin);
         }
     }
@@ -384,8 +430,7 @@ impl Builder {
         }
     }
 
-    fn into_inventory(mut self) -> Inventory {
-        self.expand_deferred();
+    fn into_inventory(self) -> Inventory {
         Inventory {
             pods: self.pods.items,
             daemon_pods: self.daemon_pods.items,
@@ -516,5 +561,6 @@ fn require(value: &Value, path: &[&str]) -> Result<(), FieldError> {
     Ok(())
 }
 
+mod lean;
 #[cfg(test)]
 mod tests;

@@ -113,12 +113,20 @@ pub fn plan_inventory(
     options: &PlanOptions,
 ) -> Result<PlanOutcome, PlanError> {
     let catalog = Catalog::embedded(&options.region).map_err(PlanError::Region)?;
-    let mut snapshot = snapshot::build(&inventory, &catalog, options.controller)?;
+    let pod_facts = advice::PodFacts::of(&inventory.pods);
+    // The pods are most of a plan's memory: the snapshot takes them unless disruption reads
+    // them from the inventory too.
+    let mut snapshot = if options.disruption.is_some() {
+        snapshot::build(&inventory, &catalog, options.controller)?
+    } else {
+        snapshot::build_taking_pods(&mut inventory, &catalog, options.controller)?
+    };
     let ignored = std::mem::take(&mut inventory.ignored);
     let mut warnings = std::mem::take(&mut inventory.warnings);
     warnings.append(&mut snapshot.warnings);
     warnings.extend(advice::warnings(
         &inventory,
+        &pod_facts,
         &snapshot.input,
         &catalog,
         options.controller.reserved_enis,

@@ -5,7 +5,7 @@
 //! namespace labels. This is where `kerf plan` models a cluster the way upstream Karpenter's
 //! cluster state would see it a moment after the manifests were applied.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KubeQuantity;
@@ -72,16 +72,49 @@ pub fn build_with(
     controller: ControllerSettings,
     source: &mut dyn InstanceTypeSource,
 ) -> Result<Snapshot, PlanError> {
+    let used = namespaces_of(&inventory.pods);
+    let pods = inventory
+        .pods
+        .iter()
+        .filter(|pod| pods::is_bound(pod) || pods::wants_capacity(pod))
+        .cloned()
+        .collect();
+    build_from(inventory, pods, used, catalog, controller, source)
+}
+
+/// [`build`], moving the inventory's pods into the snapshot instead of copying them, for a
+/// caller that reads no pod of `inventory` afterwards: the pods are most of both, so a copy
+/// would double the memory of a plan. `inventory.pods` is left empty.
+pub fn build_taking_pods(
+    inventory: &mut Inventory,
+    catalog: &Catalog,
+    controller: ControllerSettings,
+) -> Result<Snapshot, PlanError> {
+    let pods = std::mem::take(&mut inventory.pods);
+    let used = namespaces_of(&pods);
+    build_from(inventory, pods, used, catalog, controller, &mut &*catalog)
+}
+
+/// The snapshot of `inventory` with `pods` (the inventory's, or those of them that are
+/// bound or pending) in namespaces `used`.
+fn build_from(
+    inventory: &Inventory,
+    pods: Vec<Pod>,
+    used: BTreeSet<String>,
+    catalog: &Catalog,
+    controller: ControllerSettings,
+    source: &mut dyn InstanceTypeSource,
+) -> Result<Snapshot, PlanError> {
     let mut warnings = Vec::new();
-    let (pending, bound) = split_pods(&inventory.pods);
-    let mut bound_by_node: HashMap<&str, Vec<Pod>> = HashMap::new();
+    let (pending, bound) = split_pods(pods);
+    let mut bound_by_node: HashMap<String, Vec<Pod>> = HashMap::new();
     for pod in bound {
         let node = pod
             .spec
             .as_ref()
-            .and_then(|s| s.node_name.as_deref())
+            .and_then(|s| s.node_name.clone())
             .unwrap_or_default();
-        bound_by_node.entry(node).or_default().push(pod.clone());
+        bound_by_node.entry(node).or_default().push(pod);
     }
     let mut existing_nodes = Vec::new();
     for node in inventory
@@ -134,7 +167,7 @@ pub fn build_with(
     }
     let node_pools = node_pools(inventory, source, controller, &mut warnings)?;
     let input = SchedulingInput {
-        namespaces: namespaces(inventory, &pending),
+        namespaces: namespaces(inventory, used),
         pods: pending,
         existing_nodes,
         node_pools,
@@ -163,17 +196,23 @@ pub fn pod_key(pod: &Pod) -> String {
 
 /// Pending pods (to place) and bound pods (already using capacity); the rest (daemonset
 /// and mirror pods without a node, finished or deleting pods) is neither.
-fn split_pods(pods: &[Pod]) -> (Vec<Pod>, Vec<&Pod>) {
-    let mut pending = Vec::new();
-    let mut bound = Vec::new();
-    for pod in pods {
-        if pods::is_bound(pod) {
-            bound.push(pod);
-        } else if pods::wants_capacity(pod) {
-            pending.push(pod.clone());
+/// In place: the pending pods stay in `pods`' own buffer, so a plan never holds two lists of
+/// every pod.
+fn split_pods(mut pods: Vec<Pod>) -> (Vec<Pod>, Vec<Pod>) {
+    let bound = pods.extract_if(.., |pod| pods::is_bound(pod)).collect();
+    pods.retain(pods::wants_capacity);
+    (pods, bound)
+}
+
+/// Every namespace a pod is in.
+fn namespaces_of(pods: &[Pod]) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
+    for namespace in pods.iter().filter_map(|p| p.metadata.namespace.as_ref()) {
+        if !used.contains(namespace) {
+            used.insert(namespace.clone());
         }
     }
-    (pending, bound)
+    used
 }
 
 /// A NodeClaim is in-flight capacity while no input Node stands for it.
@@ -423,16 +462,14 @@ fn node_pool(
 /// each with the `kubernetes.io/metadata.name` label the API server sets.
 fn namespaces(
     inventory: &Inventory,
-    pending: &[Pod],
+    used: BTreeSet<String>,
 ) -> BTreeMap<String, BTreeMap<String, String>> {
     const NAME_LABEL: &str = "kubernetes.io/metadata.name";
     let mut namespaces = BTreeMap::new();
-    let used = inventory
-        .pods
-        .iter()
-        .chain(pending)
-        .filter_map(|p| p.metadata.namespace.clone());
-    for name in used.chain(std::iter::once(DEFAULT_NAMESPACE.to_string())) {
+    for name in used
+        .into_iter()
+        .chain(std::iter::once(DEFAULT_NAMESPACE.to_string()))
+    {
         namespaces.insert(
             name.clone(),
             BTreeMap::from([(NAME_LABEL.to_string(), name)]),

@@ -10,6 +10,12 @@
 //! replacements left are deleted, and `karpenter_voluntary_disruption_queue_failures_total`
 //! counts it.
 //!
+//! A command is started before its sender goes on: [`Orchestrator::submit`] returns once the
+//! candidates are marked and the replacements exist in cluster state (or the command was
+//! rolled back), as upstream's queue starts a command by creating its replacements before
+//! the disruption loop's next pass. A pass that saw a candidate held but not yet its
+//! replacement would plan that candidate's pods again, onto a replacement of its own.
+//!
 //! The mailbox is a bounded channel the actor task reads; each command then runs as its own
 //! task, so a command waiting ten minutes for a replacement holds up no other. The nodes of
 //! every command in flight are in the shared [`InQueue`] from before the command is sent
@@ -36,7 +42,7 @@ use kerf::disruption::{Decision, Method, Reason};
 use kerf::scheduling::PlannedNodeClaim;
 use kube::api::{Api, DeleteParams};
 use kube::{Client, ResourceExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
@@ -47,10 +53,9 @@ use crate::mailbox::Outbox;
 use crate::metrics::{DISRUPTION_QUEUE_FAILURES, nodeclaim_disrupted};
 use crate::state::{ClusterState, ObjectKey};
 
-/// The disruption loop sends one command per pass and waits for room, and a pass takes at
-/// least the 15 s validation for graceful commands, so a few slots never fill in practice;
-/// the bound only keeps a stuck queue from letting the loop pile up commands it would have
-/// to re-validate anyway.
+/// The disruption loop sends one command per pass and waits until it has started, so it
+/// uses one slot at a time; the bound only keeps another sender, or a stuck queue, from
+/// piling up commands that would have to be re-validated anyway.
 pub const ORCHESTRATOR_MAILBOX_CAPACITY: usize = 8;
 
 /// Upstream gives a command's replacements ten minutes to initialize before rolling back.
@@ -67,6 +72,10 @@ pub const UNSEEN_REPLACEMENT_GRACE: Duration = Duration::from_secs(5);
 /// How long to wait for the store to show a deleted candidate's NodeClaim deleting before
 /// releasing it anyway.
 const DELETION_SEEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often a command looks for its own writes in cluster state: they arrive within
+/// milliseconds, and the disruption loop's next pass waits on the first look.
+const SEEN_POLL: Duration = Duration::from_millis(10);
 
 /// A node a command disrupts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,10 +225,13 @@ pub struct OrchestratorDeps {
     pub config: OrchestratorConfig,
 }
 
+/// A queued command and where to say it has started (dropped unsent: it never did).
+type Queued = (Command, oneshot::Sender<()>);
+
 /// The sending side: submit commands, see what is in flight.
 #[derive(Clone, Debug)]
 pub struct Orchestrator {
-    mailbox: mpsc::Sender<Command>,
+    mailbox: mpsc::Sender<Queued>,
     in_queue: InQueue,
 }
 
@@ -229,14 +241,28 @@ pub struct Orchestrator {
 pub struct Stopped;
 
 impl Orchestrator {
-    /// Queues `command`, waiting while the mailbox is full. Its nodes are held from now on.
+    /// Queues `command` (waiting while the mailbox is full; its nodes are held from now on)
+    /// and waits until it has started: its candidates marked and its replacements in
+    /// cluster state, or the command rolled back.
     pub async fn submit(&self, command: Command) -> Result<(), Stopped> {
+        let started = self.queue(command).await?;
+        // An error only says the command will not start (rolled back, or the queue stopped).
+        let _ = started.await;
+        Ok(())
+    }
+
+    /// Queues `command`, waiting while the mailbox is full; the receiver hears when it
+    /// has started.
+    async fn queue(&self, command: Command) -> Result<oneshot::Receiver<()>, Stopped> {
         self.in_queue.hold(&command);
-        if let Err(mpsc::error::SendError(command)) = self.mailbox.send(command).await {
+        let (started, on_start) = oneshot::channel();
+        if let Err(mpsc::error::SendError((command, _))) =
+            self.mailbox.send((command, started)).await
+        {
             self.in_queue.release(&command);
             return Err(Stopped);
         }
-        Ok(())
+        Ok(on_start)
     }
 
     pub fn in_queue(&self) -> &InQueue {
@@ -258,7 +284,7 @@ pub fn spawn(
 
 impl Orchestrator {
     /// The sending side and the mailbox the actor reads.
-    fn new() -> (Self, mpsc::Receiver<Command>) {
+    fn new() -> (Self, mpsc::Receiver<Queued>) {
         let (mailbox, inbox) = mpsc::channel(ORCHESTRATOR_MAILBOX_CAPACITY);
         let in_queue = InQueue::default();
         (Self { mailbox, in_queue }, inbox)
@@ -267,7 +293,7 @@ impl Orchestrator {
 
 async fn run(
     deps: OrchestratorDeps,
-    mut inbox: mpsc::Receiver<Command>,
+    mut inbox: mpsc::Receiver<Queued>,
     in_queue: InQueue,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -276,11 +302,11 @@ async fn run(
         tokio::select! {
             _ = shutdown.wait_for(|s| *s) => break,
             Some(_) = running.join_next(), if !running.is_empty() => {}
-            command = inbox.recv() => {
-                let Some(command) = command else { break };
+            queued = inbox.recv() => {
+                let Some((command, started)) = queued else { break };
                 let (deps, in_queue) = (deps.clone(), in_queue.clone());
                 running.spawn(async move {
-                    execute(&deps, &command).await;
+                    execute(&deps, &command, started).await;
                     in_queue.release(&command);
                 });
             }
@@ -304,13 +330,19 @@ enum Failure {
     Timeout(Duration),
 }
 
-async fn execute(deps: &OrchestratorDeps, command: &Command) {
+/// Carries out `command`, saying on `started` once its replacements are in cluster state;
+/// a command that fails before then drops `started` only after its rollback.
+async fn execute(deps: &OrchestratorDeps, command: &Command, started: oneshot::Sender<()>) {
     let nodes: Api<Node> = Api::all(deps.client.clone());
     let claims: Api<NodeClaim> = Api::all(deps.client.clone());
     let mut replacements = Vec::new();
     let outcome = start(deps, command, &nodes, &claims, &mut replacements).await;
     let outcome = match outcome {
-        Ok(()) => wait_initialized(deps, command, &replacements).await,
+        Ok(()) => {
+            wait_seen(deps, &replacements).await;
+            let _ = started.send(());
+            wait_initialized(deps, command, &replacements).await
+        }
         Err(e) => Err(e),
     };
     match outcome {
@@ -377,6 +409,20 @@ fn subject<K: ResourceExt>(kind: Kind, object: &K) -> Subject {
         kind,
         name: object.name_any(),
         uid: object.uid().unwrap_or_default(),
+    }
+}
+
+/// Waits until cluster state holds every replacement (the watch delivers a created object
+/// within milliseconds), at most [`UNSEEN_REPLACEMENT_GRACE`]: one not seen by then is
+/// taken as gone by [`wait_initialized`].
+async fn wait_seen(deps: &OrchestratorDeps, replacements: &[(String, Instant)]) {
+    let deadline = Instant::now() + UNSEEN_REPLACEMENT_GRACE;
+    let unseen = |(name, _): &(String, Instant)| {
+        let key = ObjectKey::new(None, name);
+        deps.state.nodeclaims.get(&key).is_none() && !deps.state.nodeclaims.recently_deleted(&key)
+    };
+    while Instant::now() < deadline && replacements.iter().any(unseen) {
+        tokio::time::sleep(SEEN_POLL).await;
     }
 }
 
@@ -523,7 +569,7 @@ mod tests {
         let (orchestrator, mut inbox) = Orchestrator::new();
         for i in 0..ORCHESTRATOR_MAILBOX_CAPACITY {
             orchestrator
-                .submit(command(&format!("n{i}")))
+                .queue(command(&format!("n{i}")))
                 .await
                 .expect("room in the mailbox");
         }
@@ -533,9 +579,9 @@ mod tests {
             orchestrator.in_queue().commands(),
             ORCHESTRATOR_MAILBOX_CAPACITY
         );
-        let full = tokio::time::timeout(Duration::from_secs(1), orchestrator.submit(command("x")));
+        let full = tokio::time::timeout(Duration::from_secs(1), orchestrator.queue(command("x")));
         assert!(full.await.is_err(), "a full mailbox makes the sender wait");
-        let taken = inbox.recv().await.expect("a command");
+        let (taken, _) = inbox.recv().await.expect("a command");
         orchestrator.in_queue().release(&taken);
         assert!(!orchestrator.in_queue().holds_node("n0"));
         drop(inbox);
@@ -543,6 +589,25 @@ mod tests {
         assert!(
             !orchestrator.in_queue().holds_node("y"),
             "a refused command holds nothing"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn submit_returns_once_the_command_has_started() {
+        let (orchestrator, mut inbox) = Orchestrator::new();
+        let submitted = tokio::spawn(async move { orchestrator.submit(command("n")).await });
+        let (_, started) = inbox.recv().await.expect("a command");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!submitted.is_finished(), "queued is not started");
+        started.send(()).expect("the submitter waits");
+        submitted.await.expect("no panic").expect("accepted");
+
+        let (orchestrator, mut inbox) = Orchestrator::new();
+        let submitted = tokio::spawn(async move { orchestrator.submit(command("m")).await });
+        drop(inbox.recv().await.expect("a command"));
+        assert!(
+            submitted.await.expect("no panic").is_ok(),
+            "a command that will not start releases its sender"
         );
     }
 }

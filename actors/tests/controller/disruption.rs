@@ -74,9 +74,18 @@ fn quick(validation: Duration) -> DisruptionConfig {
     }
 }
 
+/// The validation period of most tests: long enough to see a command wait, short enough
+/// not to hold a test up.
+const VALIDATION: Duration = Duration::from_millis(200);
+
 impl Stack {
     async fn start(pool: Value, disruption: DisruptionConfig) -> Self {
         Self::start_with(pool, disruption, KubeletConfig::fast()).await
+    }
+
+    /// A stack for `pool` whose graceful commands wait [`VALIDATION`].
+    async fn quick(pool: Value) -> Self {
+        Self::start(pool, quick(VALIDATION)).await
     }
 
     /// A stack whose kubelets have `kubelets`' timings (a node that boots slowly).
@@ -112,11 +121,19 @@ impl Stack {
             .collect()
     }
 
-    /// NodeClaims not being deleted, by name.
+    /// NodeClaims not being deleted.
     fn live_claims(&self) -> Vec<NodeClaim> {
         self.nodeclaims()
             .into_iter()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .collect()
+    }
+
+    /// The names of the NodeClaims not being deleted.
+    fn live_claim_names(&self) -> Vec<String> {
+        self.live_claims()
+            .iter()
+            .map(|c| c.name().to_owned())
             .collect()
     }
 
@@ -151,6 +168,48 @@ impl Stack {
         placed().unwrap_or_default()
     }
 
+    /// The node the one pod of `app` runs on, once it runs.
+    async fn node_of(&self, app: &str) -> String {
+        let nodes = self.running(app, 1).await;
+        nodes.into_iter().next().unwrap_or_default()
+    }
+
+    /// Waits until the API server holds no pod of `app`.
+    async fn pods_gone(&self, app: &str) {
+        let cluster = self.cluster();
+        let selector = format!("app={app}");
+        within(FLOW, &format!("the pods of {app} gone"), || {
+            cluster
+                .list("v1", "pods", Some("default"), &selector)
+                .is_ok_and(|p| p.is_empty())
+        })
+        .await;
+    }
+
+    /// Waits for an idle pass over the cluster as the API server shows it now. A no-op pass
+    /// is remembered (and not counted) until the cluster changes, so once the controller's
+    /// store holds as many pods as the API server, the NodePool is touched — a change — and
+    /// the next pass counted after that must be idle. No fixed sleep: a pass that issued a
+    /// command is counted too, and the caller's assertions see its command.
+    async fn idle_pass_now(&self) {
+        let cluster = self.cluster();
+        within(FLOW, "the store caught up with the pods", || {
+            cluster
+                .list("v1", "pods", None, "")
+                .is_ok_and(|p| p.len() == self.daemon.state.pods.len())
+        })
+        .await;
+        let progress = self.progress();
+        let passes = progress.borrow().passes;
+        let touch = Timestamp::now().as_millisecond().to_string();
+        self.patch_pool(json!({"metadata": {"labels": {"kerf-test-touched": touch}}}));
+        within(FLOW, "an idle pass after the touch", || {
+            let p = progress.borrow();
+            p.idle && p.passes > passes
+        })
+        .await;
+    }
+
     fn scale(&self, app: &str, replicas: u32) {
         self.cluster()
             .patch(
@@ -164,25 +223,20 @@ impl Stack {
             .expect("deployment scaled");
     }
 
-    fn commands(&self) -> Vec<(Method, Vec<String>)> {
+    fn disruption(&self) -> &kerf_actors::DisruptionHandle {
         self.daemon
             .disruption
             .as_ref()
             .expect("disruption runs with a cloud")
-            .progress
-            .borrow()
-            .commands
-            .clone()
+    }
+
+    fn commands(&self) -> Vec<(Method, Vec<String>)> {
+        self.disruption().progress.borrow().commands.clone()
     }
 
     /// The loop's progress, as it publishes it.
     fn progress(&self) -> tokio::sync::watch::Receiver<kerf_actors::disruption::Progress> {
-        self.daemon
-            .disruption
-            .as_ref()
-            .expect("disruption runs with a cloud")
-            .progress
-            .clone()
+        self.disruption().progress.clone()
     }
 
     /// Merge-patches the `default` NodePool.
@@ -200,12 +254,7 @@ impl Stack {
     }
 
     fn in_flight(&self) -> usize {
-        self.daemon
-            .disruption
-            .as_ref()
-            .expect("disruption runs with a cloud")
-            .in_queue
-            .commands()
+        self.disruption().in_queue.commands()
     }
 
     async fn stop(self) {
@@ -314,12 +363,45 @@ fn instance_type(claim: &NodeClaim) -> String {
         .unwrap_or_default()
 }
 
+/// When `claim` became `Initialized`; it must have.
+fn initialized_at(claim: &NodeClaim) -> Timestamp {
+    claim
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == types::INITIALIZED && c.is_true())
+        .map(|c| c.last_transition_time.0)
+        .expect("replacement initialized")
+}
+
 fn node_name(claim: &NodeClaim) -> String {
     claim
         .status
         .as_ref()
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default()
+}
+
+/// Events with `reason` about the object named `name`.
+fn events_about(stack: &Stack, reason: &str, name: &str) -> Vec<Value> {
+    stack
+        .cluster()
+        .list("v1", "events", None, "")
+        .expect("events list")
+        .into_iter()
+        .filter(|e| e["reason"] == reason && e["involvedObject"]["name"] == name)
+        .collect()
+}
+
+/// Waits until events with `reason` are about the Node `node` and its NodeClaim `claim`
+/// (events are written after the pass that published them); returns the Node's.
+async fn told_both(stack: &Stack, reason: &str, node: &str, claim: &str) -> Vec<Value> {
+    let what = format!("{reason} on the Node and its NodeClaim");
+    within(FLOW, &what, || {
+        !events_about(stack, reason, node).is_empty()
+            && !events_about(stack, reason, claim).is_empty()
+    })
+    .await;
+    events_about(stack, reason, node)
 }
 
 fn has_disrupted_taint(node: &Value) -> bool {
@@ -331,11 +413,7 @@ fn has_disrupted_taint(node: &Value) -> bool {
 #[test]
 fn emptiness_deletes_empty_nodes_one_command_per_budgeted_node() {
     run(|| async {
-        let stack = Stack::start(
-            pool(&[SMALL], json!({"budgets": [{"nodes": "1"}]})),
-            quick(Duration::from_millis(200)),
-        )
-        .await;
+        let stack = Stack::quick(pool(&[SMALL], json!({"budgets": [{"nodes": "1"}]}))).await;
         let cluster = stack.cluster();
         create_deployment(&cluster, "web", 3, spread("500m", "web"));
         let nodes = stack.running("web", 3).await;
@@ -367,11 +445,7 @@ fn emptiness_deletes_empty_nodes_one_command_per_budgeted_node() {
 #[test]
 fn single_node_consolidation_replaces_with_a_cheaper_node_before_deleting() {
     run(|| async {
-        let stack = Stack::start(
-            pool(&[SMALL, LARGE], json!({})),
-            quick(Duration::from_millis(200)),
-        )
-        .await;
+        let stack = Stack::quick(pool(&[SMALL, LARGE], json!({}))).await;
         let original = stack.one_large_node(json!({})).await;
         let original_name = original.name().to_owned();
 
@@ -404,12 +478,7 @@ fn single_node_consolidation_replaces_with_a_cheaper_node_before_deleting() {
         let now_on = stack.running("small", 1).await;
         assert_eq!(now_on, BTreeSet::from([node_name(&after[0])]));
         // The replacement initialized before the candidate was deleted.
-        let initialized = after[0]
-            .conditions()
-            .iter()
-            .find(|c| c.type_ == types::INITIALIZED && c.is_true())
-            .map(|c| c.last_transition_time.0)
-            .expect("replacement initialized");
+        let initialized = initialized_at(&after[0]);
         let deleted_at = deleted_at.expect("the candidate was seen deleting");
         assert!(initialized <= deleted_at, "{initialized} > {deleted_at}");
         stack.stop().await;
@@ -459,11 +528,7 @@ impl Stack {
 #[test]
 fn multi_node_consolidation_merges_two_underused_nodes() {
     run(|| async {
-        let stack = Stack::start(
-            pool(&[SMALL, MEDIUM], json!({})),
-            quick(Duration::from_millis(200)),
-        )
-        .await;
+        let stack = Stack::quick(pool(&[SMALL, MEDIUM], json!({}))).await;
         let cluster = stack.cluster();
         let mut first_nodes = BTreeSet::new();
         for i in 1..=2 {
@@ -565,40 +630,15 @@ fn a_replacement_refused_for_capacity_rolls_the_command_back() {
 #[test]
 fn do_not_disrupt_pods_block_consolidation() {
     run(|| async {
-        let stack = Stack::start(
-            pool(&[SMALL, LARGE], json!({})),
-            quick(Duration::from_millis(200)),
-        )
-        .await;
-        let cluster = stack.cluster();
+        let stack = Stack::quick(pool(&[SMALL, LARGE], json!({}))).await;
         let original = stack
             .one_large_node(json!({labels::DO_NOT_DISRUPT: "true"}))
             .await;
-        let progress = stack.progress();
-        let passes = progress.borrow().passes;
         stack.scale("big", 0);
-        within(FLOW, "the big pod gone", || {
-            cluster
-                .list("v1", "pods", Some("default"), "app=big")
-                .is_ok_and(|p| p.is_empty())
-        })
-        .await;
-        // Its deletion is a change, so a pass evaluates the now under-used node.
-        within(FLOW, "an idle pass after the scale-down", || {
-            let p = progress.borrow();
-            p.idle && p.passes > passes
-        })
-        .await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        stack.pods_gone("big").await;
+        stack.idle_pass_now().await;
         assert!(stack.commands().is_empty(), "{:?}", stack.commands());
-        assert_eq!(
-            stack
-                .live_claims()
-                .iter()
-                .map(|c| c.name().to_owned())
-                .collect::<Vec<_>>(),
-            [original.name().to_owned()]
-        );
+        assert_eq!(stack.live_claim_names(), [original.name()]);
         stack.stop().await;
     });
 }
@@ -625,19 +665,9 @@ fn a_scheduled_budget_holds_emptiness_inside_its_window() {
         let cluster = stack.cluster();
         create_deployment(&cluster, "web", 2, spread("500m", "web"));
         stack.running("web", 2).await;
-        let progress = stack.progress();
-        let passes = progress.borrow().passes;
         stack.scale("web", 0);
-        within(FLOW, "the scaled-down pods gone", || {
-            !stack.running_now("web")
-        })
-        .await;
-        // A no-op pass is remembered until the cluster changes: wait for one idle pass.
-        within(FLOW, "an idle pass inside the window", || {
-            let p = progress.borrow();
-            p.idle && p.passes > passes
-        })
-        .await;
+        stack.pods_gone("web").await;
+        stack.idle_pass_now().await;
         assert_eq!(stack.live_claims().len(), 2, "the window holds both nodes");
 
         clock.0.store(now + 4 * 3600, Ordering::SeqCst);
@@ -661,19 +691,10 @@ fn a_scheduled_budget_holds_emptiness_inside_its_window() {
 #[test]
 fn stale_disruption_marks_are_removed() {
     run(|| async {
-        let stack = Stack::start(
-            pool(&[SMALL], json!({"consolidateAfter": "Never"})),
-            quick(Duration::from_millis(200)),
-        )
-        .await;
+        let stack = Stack::quick(pool(&[SMALL], json!({"consolidateAfter": "Never"}))).await;
         let cluster = stack.cluster();
         create_deployment(&cluster, "web", 1, pod_spec("500m", "256Mi", json!({})));
-        let node = stack
-            .running("web", 1)
-            .await
-            .into_iter()
-            .next()
-            .expect("a node");
+        let node = stack.node_of("web").await;
         let claim = stack.live_claims().remove(0);
         let mut taints = stack.node(&node).expect("node")["spec"]["taints"]
             .as_array()
@@ -724,8 +745,7 @@ fn stale_disruption_marks_are_removed() {
 #[test]
 fn a_node_without_a_nodeclaim_is_no_candidate() {
     run(|| async {
-        let stack =
-            Stack::start(pool(&[SMALL], json!({})), quick(Duration::from_millis(200))).await;
+        let stack = Stack::quick(pool(&[SMALL], json!({}))).await;
         // Labelled as Karpenter's, empty, Ready, initialized — but no NodeClaim names it:
         // its NodeClaim is gone (termination under way), so disruption leaves it alone.
         stack
@@ -743,13 +763,11 @@ fn a_node_without_a_nodeclaim_is_no_candidate() {
                         "capacity": {"cpu": "2", "memory": "8Gi", "pods": "29"}}}),
             )
             .expect("node created");
-        let progress = stack.progress();
-        within(FLOW, "an idle pass that saw the node", || {
-            let p = progress.borrow();
-            p.idle && p.passes >= 1 && stack.daemon.state.nodes.len() == 1
+        within(FLOW, "the store holds the node", || {
+            stack.daemon.state.nodes.len() == 1
         })
         .await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        stack.idle_pass_now().await;
         assert!(stack.commands().is_empty(), "{:?}", stack.commands());
         assert!(stack.node("orphan").is_some());
         stack.stop().await;

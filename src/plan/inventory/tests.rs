@@ -237,3 +237,53 @@ items:
         "one replica is missing"
     );
 }
+
+#[test]
+fn pods_keep_only_what_a_plan_reads() {
+    let spec = "{containers: [{name: c, image: x, imagePullPolicy: Always,
+        resources: {requests: {cpu: 100m}}, ports: [{containerPort: 80, hostPort: 80}]}], volumes: [
+        {name: token, projected: {sources: []}}, {name: config, configMap: {name: app}},
+        {name: scratch, emptyDir: {}}, {name: data, persistentVolumeClaim: {claimName: data}},
+        {name: cache, ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce],
+            resources: {requests: {storage: 1Gi}}}}}},
+        {name: old, awsElasticBlockStore: {volumeID: vol-1}}]}";
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: given}}\nspec: {spec}\n---
+apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}
+spec: {{replicas: 1, template: {{metadata: {{labels: {{app: web}}}}, spec: {spec}}}}}\n---
+apiVersion: v1\nkind: Pod\nmetadata: {{name: plain}}
+spec: {{containers: [{{name: c, image: x}}], volumes: [{{name: token, projected: {{sources: []}}}}]}}\n"
+    );
+    let inventory = read(&yaml).expect("valid");
+    let volume_names = |pod: &Pod| -> Option<Vec<String>> {
+        let volumes = pod.spec.as_ref()?.volumes.as_ref()?;
+        Some(volumes.iter().map(|v| v.name.clone()).collect())
+    };
+    let kept = Some(vec!["data".to_string(), "cache".into(), "old".into()]);
+    assert_eq!(inventory.pods.len(), 3);
+    for pod in &inventory.pods {
+        let expected = if pod.metadata.name.as_deref() == Some("plain") {
+            None
+        } else {
+            kept.clone()
+        };
+        assert_eq!(volume_names(pod), expected, "{:?}", pod.metadata.name);
+        let container = &pod.spec.as_ref().expect("spec").containers[0];
+        assert_eq!(container.name, "c");
+        assert_eq!(
+            (&container.image, &container.image_pull_policy),
+            (&None, &None)
+        );
+    }
+    let web = inventory
+        .pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("web-0"))
+        .and_then(|p| p.spec.as_ref())
+        .map(|spec| &spec.containers[0])
+        .expect("the Deployment's pod");
+    let requests = web.resources.as_ref().and_then(|r| r.requests.as_ref());
+    assert_eq!(requests.map(|r| r["cpu"].0.as_str()), Some("100m"));
+    let ports = web.ports.as_ref().expect("ports");
+    assert_eq!(ports[0].host_port, Some(80));
+}

@@ -336,3 +336,41 @@ fn a_deleting_node_claim_without_a_provider_id_is_not_capacity() {
     );
     assert_eq!(names(&snapshot.input.pods), ["default/pending"]);
 }
+
+#[test]
+fn taking_the_pods_builds_the_same_snapshot_without_a_copy() {
+    let yaml = [
+        pod("pending", "  namespace: shop\n", "", ""),
+        pod("bound", "", "  nodeName: n1\n", ""),
+        pod("done", "  namespace: jobs\n", "", "status: {phase: Succeeded}\n"),
+        pod("stray", "", "  nodeName: gone\n", ""),
+        "---\napiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '2'}}\n".to_string(),
+    ]
+    .concat();
+    let mut inventory = inventory(&parse_all(&yaml, "in.yaml").expect("parses")).expect("valid");
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    let copied = build(&inventory, &catalog, ControllerSettings::default()).expect("builds");
+    let taken =
+        build_taking_pods(&mut inventory, &catalog, ControllerSettings::default()).expect("builds");
+    assert!(
+        inventory.pods.is_empty(),
+        "the pods moved into the snapshot"
+    );
+    assert_eq!(taken.input.pods, copied.input.pods);
+    assert_eq!(names(&taken.input.pods), ["shop/pending"]);
+    let pods_of = |s: &Snapshot| -> Vec<Vec<Pod>> {
+        s.input
+            .existing_nodes
+            .iter()
+            .map(|n| n.pods.clone())
+            .collect()
+    };
+    assert_eq!(pods_of(&taken), pods_of(&copied));
+    assert_eq!(names(&pods_of(&taken)[0]), ["default/bound"]);
+    assert_eq!(taken.input.namespaces, copied.input.namespaces);
+    assert!(
+        taken.input.namespaces.contains_key("jobs"),
+        "a finished pod's namespace counts"
+    );
+    assert_eq!(taken.warnings, copied.warnings);
+}

@@ -7,17 +7,12 @@
 
 use std::collections::HashMap;
 
-use super::offerings::events_about;
 use super::*;
 
 #[test]
 fn a_requirement_change_replaces_each_drifted_node_after_its_replacement_initialized() {
     run(|| async {
-        let stack = Stack::start(
-            pool(&[SMALL, MEDIUM], json!({})),
-            quick(Duration::from_millis(200)),
-        )
-        .await;
+        let stack = Stack::quick(pool(&[SMALL, MEDIUM], json!({}))).await;
         let cluster = stack.cluster();
         create_deployment(&cluster, "web", 2, spread("500m", "web"));
         let old_nodes = stack.running("web", 2).await;
@@ -68,16 +63,7 @@ fn a_requirement_change_replaces_each_drifted_node_after_its_replacement_initial
         let new_nodes: BTreeSet<String> = new_claims.iter().map(node_name).collect();
         assert_eq!(stack.running("web", 2).await, new_nodes, "the pods moved");
         // Each drifted node went only after a replacement had initialized.
-        let mut initialized: Vec<Timestamp> = new_claims
-            .iter()
-            .map(|c| {
-                c.conditions()
-                    .iter()
-                    .find(|c| c.type_ == types::INITIALIZED && c.is_true())
-                    .map(|c| c.last_transition_time.0)
-                    .expect("replacement initialized")
-            })
-            .collect();
+        let mut initialized: Vec<Timestamp> = new_claims.iter().map(initialized_at).collect();
         initialized.sort();
         let mut deletions: Vec<Timestamp> =
             old_claims.iter().map(|c| deleted_at[c.name()]).collect();
@@ -159,7 +145,7 @@ async fn roll_out_two_nodes(budget: &str) -> Rollout {
             &[SMALL, MEDIUM, LARGE],
             json!({"consolidateAfter": "Never", "budgets": [{"nodes": "1"}]}),
         ),
-        quick(Duration::from_millis(200)),
+        quick(VALIDATION),
         KubeletConfig {
             boot_delay: BOOT,
             ..KubeletConfig::fast()
@@ -230,5 +216,76 @@ fn drifted_nodes_are_replaced_at_once_as_far_as_the_budget_allows() {
             // their planned place taken.
             assert_eq!(rollout.claims_seen, 4);
         }
+    });
+}
+
+/// Two nodes drift together, each running one pod too large to share a `SMALL` node with
+/// the other. The loop's second pass starts the moment the first command is queued, and
+/// the first node's pod is already waiting for a place: unless that pass sees the first
+/// replacement, its simulation plans the waiting pod again, onto the second replacement
+/// (one `MEDIUM` node for both pods), and the cluster pays for a node the first command
+/// already launched. Queueing a command returns once its replacements exist, as
+/// upstream's queue starts a command by creating them, so each pod lands on its own
+/// node's replacement and nothing else is launched.
+#[test]
+fn a_drifted_nodes_pods_land_on_its_replacement_and_nothing_else_is_launched() {
+    run(|| async {
+        let stack = Stack::quick(pool(
+            &[SMALL, MEDIUM],
+            json!({"consolidateAfter": "Never", "budgets": [{"nodes": "0"}]}),
+        ))
+        .await;
+        let cluster = stack.cluster();
+        for app in ["first", "second"] {
+            create_deployment(&cluster, app, 1, pod_spec("1500m", "256Mi", json!({})));
+            stack.running(app, 1).await;
+        }
+        let old_claims = stack.live_claims();
+        assert_eq!(old_claims.len(), 2, "a node each");
+        assert!(old_claims.iter().all(|c| instance_type(c) == SMALL));
+
+        stack.patch_pool(json!({"spec": {"template": {"metadata": {"labels": {"rollout": "2"}}}}}));
+        within(FLOW, "both nodes drifted", || {
+            let claims = stack.live_claims();
+            claims.len() == 2 && claims.iter().all(|c| c.is_condition_true(types::DRIFTED))
+        })
+        .await;
+        stack.patch_pool(json!({"spec": {"disruption": {"budgets": [{"nodes": "2"}]}}}));
+
+        let mut seen = BTreeSet::new();
+        within(FLOW, "both drifted nodes replaced", || {
+            let claims = stack.nodeclaims();
+            seen.extend(claims.iter().map(|c| c.name().to_owned()));
+            claims.len() == 2
+                && claims.iter().all(|c| {
+                    c.metadata.deletion_timestamp.is_none()
+                        && !old_claims.iter().any(|o| o.name() == c.name())
+                })
+                && stack.running_now("first")
+                && stack.running_now("second")
+        })
+        .await;
+        let commands = stack.commands();
+        assert_eq!(commands.len(), 2, "{commands:?}");
+        assert!(
+            commands.iter().all(|(m, _)| *m == Method::Drift),
+            "{commands:?}"
+        );
+        assert_eq!(
+            seen.len(),
+            4,
+            "two old nodes and a replacement each: {seen:?}"
+        );
+        let new_claims = stack.live_claims();
+        assert!(
+            new_claims.iter().all(|c| instance_type(c) == SMALL),
+            "a small replacement per pod: {:?}",
+            new_claims.iter().map(instance_type).collect::<Vec<_>>()
+        );
+        let mut on: BTreeSet<String> = stack.running("first", 1).await;
+        on.extend(stack.running("second", 1).await);
+        let new_nodes: BTreeSet<String> = new_claims.iter().map(node_name).collect();
+        assert_eq!(on, new_nodes, "each pod on a replacement of its own");
+        stack.stop().await;
     });
 }

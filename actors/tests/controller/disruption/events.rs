@@ -2,38 +2,19 @@
 //! NodePool budget that allows nothing now is a `DisruptionBlocked` event on the Node and
 //! its NodeClaim naming the budget; once the budget allows it, the node goes.
 
-use super::offerings::events_about;
 use super::*;
 
 #[test]
 fn a_budget_that_allows_nothing_is_a_disruption_blocked_event_until_it_changes() {
     run(|| async {
-        let stack = Stack::start(
-            pool(&[SMALL], json!({"budgets": [{"nodes": "0"}]})),
-            quick(Duration::from_millis(200)),
-        )
-        .await;
+        let stack = Stack::quick(pool(&[SMALL], json!({"budgets": [{"nodes": "0"}]}))).await;
         let cluster = stack.cluster();
         create_deployment(&cluster, "web", 1, pod_spec("500m", "256Mi", json!({})));
-        let node = stack
-            .running("web", 1)
-            .await
-            .into_iter()
-            .next()
-            .expect("a node");
+        let node = stack.node_of("web").await;
         let claim = stack.live_claims().remove(0);
         stack.scale("web", 0);
 
-        within(
-            FLOW,
-            "DisruptionBlocked on the Node and its NodeClaim",
-            || {
-                !events_about(&stack, "DisruptionBlocked", &node).is_empty()
-                    && !events_about(&stack, "DisruptionBlocked", claim.name()).is_empty()
-            },
-        )
-        .await;
-        let blocked = events_about(&stack, "DisruptionBlocked", &node);
+        let blocked = told_both(&stack, "DisruptionBlocked", &node, claim.name()).await;
         assert!(
             blocked.iter().any(|e| e["message"]
                 .as_str()

@@ -4,21 +4,28 @@
 //! periodic refresh), and the rollout is followed: how many of the nodes launched before the
 //! change the controller marks `Drifted`, how many it replaces (the disruption loop's drift
 //! method deletes a drifted node once its replacement is Initialized), and how many pods were
-//! left without a node at worst, and for how long. The phase ends when every old node is
-//! replaced and every pod bound; when the old nodes are all drifted but none has been
-//! replaced for [`REPLACEMENT_PATIENCE`] (no disruption loop, or a budget of zero); or at
-//! the run's deadline.
+//! left without a node at worst, and for how long; and the NodeClaims launched meanwhile, by
+//! `karpenter_nodeclaims_created_total`'s reason: the disruption commands' replacements, and
+//! what the Provisioner launched besides (pods whose planned place was taken when they were
+//! rescheduled). The phase ends when every old node is replaced and every pod bound; when
+//! the old nodes are all drifted but none has been replaced for [`REPLACEMENT_PATIENCE`] (no
+//! disruption loop, or a budget of zero); or at the run's deadline.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use kerf::disruption::Reason;
+use kerf_actors::launcher::CREATED_REASON_PROVISIONING;
+use kerf_actors::metrics::NODECLAIMS_CREATED;
+use kerf_actors::orchestrator::reason_label;
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::observe::Tally;
+use super::scale_down::counter_value;
 use super::world::World;
 
 /// The image the simulated EC2 answers for the alias after the change.
@@ -49,6 +56,45 @@ pub struct Rollout {
     pub longest_pending_seconds: f64,
     /// Workload pods unbound when the phase ended.
     pub pending_at_end: usize,
+    /// NodeClaims created during the rollout as drift replacements.
+    pub replacements_launched: u64,
+    /// NodeClaims the Provisioner created during the rollout.
+    pub provisioned: u64,
+}
+
+/// `karpenter_nodeclaims_created_total` so far, summed by its `reason` label.
+fn created_by_reason() -> BTreeMap<String, u64> {
+    count_by_reason(&kerf_actors::metrics::render())
+}
+
+/// `karpenter_nodeclaims_created_total` in the exposition `text`, by `reason`.
+fn count_by_reason(text: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line
+            .strip_prefix(NODECLAIMS_CREATED)
+            .and_then(|l| l.strip_prefix('{'))
+        else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let Some(reason) = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("reason=\"")?.strip_suffix('"'))
+        else {
+            continue;
+        };
+        *out.entry(reason.to_owned()).or_default() += counter_value(value);
+    }
+    out
+}
+
+/// How many more NodeClaims `now` counts than `before` under `reason`.
+fn created_since(before: &BTreeMap<String, u64>, now: &BTreeMap<String, u64>, reason: &str) -> u64 {
+    let count = |m: &BTreeMap<String, u64>| m.get(reason).copied().unwrap_or(0);
+    count(now).saturating_sub(count(before))
 }
 
 fn claims(cluster: &Cluster) -> Vec<Value> {
@@ -96,6 +142,7 @@ pub async fn rollout(
 ) -> anyhow::Result<Rollout> {
     let cluster = world.cluster();
     let old: BTreeSet<String> = claims(&cluster).iter().map(name_of).collect();
+    let created_before = created_by_reason();
     change_ami(world)?;
     let started = Instant::now();
     let mut report = Rollout {
@@ -107,6 +154,8 @@ pub async fn rollout(
         max_pending_pods: 0,
         longest_pending_seconds: 0.0,
         pending_at_end: 0,
+        replacements_launched: 0,
+        provisioned: 0,
     };
     let mut ever_drifted: BTreeSet<String> = BTreeSet::new();
     let mut pending_since: std::collections::HashMap<String, Instant> = Default::default();
@@ -155,6 +204,11 @@ pub async fn rollout(
             && now.duration_since(last_progress) >= REPLACEMENT_PATIENCE;
         if (all_gone && pending.is_empty()) || stalled || now >= deadline {
             report.pending_at_end = pending.len();
+            let created = created_by_reason();
+            let drifted = reason_label(Reason::Drifted);
+            report.replacements_launched = created_since(&created_before, &created, drifted);
+            report.provisioned =
+                created_since(&created_before, &created, CREATED_REASON_PROVISIONING);
             return Ok(report);
         }
     }
@@ -180,6 +234,11 @@ impl Rollout {
             "drift pods      at most {} unbound at once, longest {:.1}s; {} unbound at the end",
             self.max_pending_pods, self.longest_pending_seconds, self.pending_at_end
         );
+        let _ = writeln!(
+            out,
+            "drift launches  {} replacement(s), {} more NodeClaim(s) by the provisioner",
+            self.replacements_launched, self.provisioned
+        );
         out
     }
 }
@@ -199,11 +258,28 @@ mod tests {
             max_pending_pods: 0,
             longest_pending_seconds: 0.0,
             pending_at_end: 0,
+            replacements_launched: 0,
+            provisioned: 0,
         };
         let table = rollout.to_table();
         assert!(
             table.contains("4 old node(s): 4 drifted in 2.2s, 0 replaced in not reached"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn launches_are_counted_by_reason_since_the_rollout_began() {
+        let before = count_by_reason(
+            "# TYPE karpenter_nodeclaims_created_total counter\n\
+             karpenter_nodeclaims_created_total{reason=\"provisioning\",nodepool=\"a\",min_values_relaxed=\"false\"} 7\n\
+             karpenter_nodeclaims_created_total{reason=\"provisioning\",nodepool=\"b\",min_values_relaxed=\"false\"} 3\n\
+             karpenter_nodeclaims_terminated_total{reason=\"drifted\",nodepool=\"a\"} 9\n",
+        );
+        assert_eq!(before, BTreeMap::from([("provisioning".to_owned(), 10)]));
+        let now = BTreeMap::from([("provisioning".to_owned(), 12), ("drifted".to_owned(), 4)]);
+        assert_eq!(created_since(&before, &now, "drifted"), 4);
+        assert_eq!(created_since(&before, &now, "provisioning"), 2);
+        assert_eq!(created_since(&before, &now, "expired"), 0);
     }
 }

@@ -271,12 +271,7 @@ fn evictions() -> Evictions {
         let Some((code, value)) = rest.split_once("\"} ") else {
             continue;
         };
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "counters are non-negative integers"
-        )]
-        let value = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
+        let value = counter_value(value);
         match code {
             "200" | "201" => out.accepted += value,
             "429" => out.refused += value,
@@ -284,6 +279,17 @@ fn evictions() -> Evictions {
         }
     }
     out
+}
+
+/// A counter's value as the exposition text writes it (`12`, `1e3`); 0 if unreadable.
+pub(super) fn counter_value(text: &str) -> u64 {
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "counters are non-negative integers"
+    )]
+    let value = text.trim().parse::<f64>().unwrap_or(0.0) as u64;
+    value
 }
 
 impl Disruption {

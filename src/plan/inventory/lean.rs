@@ -1,0 +1,54 @@
+//! What the inventory keeps of a pod. A plan holds every pod of the input until the solve
+//! ends, so each byte per pod counts ten- or a hundred-thousandfold. The pod is checked
+//! whole before this; what is dropped here is what no decision of the plan reads (the
+//! scheduler, the report, the warnings and the disruption pass): volumes other than claims
+//! and in-tree EBS, and what a container runs rather than what it needs.
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use crate::plan::workloads::Expansion;
+
+/// Drops what no plan decision reads from `pod`. Only claims (given or ephemeral) constrain
+/// where a pod may run, and in-tree EBS volumes draw a warning; the other volumes (the
+/// service-account token, ConfigMaps, Secrets, `emptyDir`) are most of a real pod's, and
+/// k8s-openapi's `Volume` holds every kind of source inline, about 3 KB each, more than the
+/// rest of the pod. Of a container, resources, ports (host ports) and name are read.
+pub(super) fn keep_what_plans_read(pod: &mut Pod) {
+    let Some(spec) = pod.spec.as_mut() else {
+        return;
+    };
+    spec.containers.iter_mut().for_each(keep_requirements);
+    if let Some(init) = spec.init_containers.as_mut() {
+        init.iter_mut().for_each(keep_requirements);
+    }
+    let Some(volumes) = spec.volumes.as_mut() else {
+        return;
+    };
+    volumes.retain(|volume| {
+        volume.persistent_volume_claim.is_some()
+            || volume.ephemeral.is_some()
+            || volume.aws_elastic_block_store.is_some()
+    });
+    if volumes.is_empty() {
+        spec.volumes = None;
+    } else {
+        volumes.shrink_to_fit();
+    }
+}
+
+/// An expansion's pods as the inventory keeps them, without the room of the replicas
+/// adoption dropped.
+pub(super) fn expansion(mut expansion: Expansion) -> Expansion {
+    expansion.pods.iter_mut().for_each(keep_what_plans_read);
+    expansion.pods.shrink_to_fit();
+    expansion
+}
+
+fn keep_requirements(container: &mut Container) {
+    container.image = None;
+    container.image_pull_policy = None;
+    container.termination_message_path = None;
+    container.termination_message_policy = None;
+    container.security_context = None;
+    container.working_dir = None;
+}
