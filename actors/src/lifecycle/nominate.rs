@@ -170,21 +170,25 @@ pub async fn nominate(r: &Reconciler, nodeclaim: &str, node: &str) -> usize {
     if !r.launch.nominate_pods {
         return 0;
     }
-    let (constrained, others): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = r
+    let (constrained, others): (Vec<_>, Vec<_>) = r
         .launch
         .created
         .nominated_pods(nodeclaim)
-        .iter()
-        .filter_map(|pod| waiting_pod(r, pod, node))
-        .partition(|pod| pods::is_placement_constrained(pod));
+        .into_iter()
+        .filter_map(|pod| {
+            let stored = waiting_pod(r, &pod, node)?;
+            let constrained = pods::is_placement_constrained(&stored);
+            Some((pod, constrained))
+        })
+        .partition(|(_, constrained)| *constrained);
     if constrained.is_empty() && others.is_empty() {
         return 0;
     }
     let deadline = Instant::now() + NOMINATION_BUDGET;
-    let write_all = |pods: Vec<Arc<Pod>>, class| {
+    let write_all = |pods: Vec<(PodRef, bool)>, class| {
         futures::future::join_all(
             pods.into_iter()
-                .map(move |pod| write(r, pod, nodeclaim, node, class)),
+                .map(move |(pod, _)| write(r, pod, nodeclaim, node, class)),
         )
     };
     let mut constrained = pin!(write_all(constrained, Class::Constrained));
@@ -219,15 +223,6 @@ pub async fn nominate(r: &Reconciler, nodeclaim: &str, node: &str) -> usize {
         .count()
 }
 
-/// The reference of a stored pod.
-fn pod_ref(pod: &Pod) -> Option<PodRef> {
-    Some(PodRef {
-        namespace: pod.metadata.namespace.clone()?,
-        name: pod.metadata.name.clone()?,
-        uid: pod.metadata.uid.clone()?,
-    })
-}
-
 /// The pod `pod` refers to, as the store has it, if it still waits for a node and is not
 /// nominated to `node` already.
 fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<Pod>> {
@@ -244,12 +239,12 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<Pod>> {
 
 /// Writes the nomination onto one pod's status, once a slot of its class is free and if
 /// the pod still waits then; whether it was written.
-async fn write(r: &Reconciler, pod: Arc<Pod>, nodeclaim: &str, node: &str, class: Class) -> bool {
+async fn write(r: &Reconciler, pod: PodRef, nodeclaim: &str, node: &str, class: Class) -> bool {
     let Some(_slot) = r.nomination_slots.acquire(class).await else {
         return false;
     };
     // The scheduler may have bound it while this write queued.
-    let Some(pod) = pod_ref(&pod).and_then(|p| waiting_pod(r, &p, node)) else {
+    let Some(pod) = waiting_pod(r, &pod, node) else {
         return false;
     };
     let body = json!({"status": {
