@@ -1,8 +1,14 @@
 //! Reading a manifest stream one object at a time. A real cluster dump is one `kind: List`
 //! of 100,000 objects or a stream of as many documents, hundreds of megabytes of text;
-//! neither the text nor a whole document's tree is ever held. The parser's events are
+//! neither the whole text nor a whole document's tree is ever held. The parser's events are
 //! decoded straight into pruned objects (see `prune`), a `List`'s items each on its own, and
-//! every object is handed to the caller as soon as its document ends.
+//! every object is handed to the caller as soon as it is read.
+//!
+//! YAML is first cut into pieces at line boundaries (see `split`): each document, and each
+//! item of a block-style `List`, is parsed from its own text, which serde-saphyr reads
+//! faster than a reader. So the text held at once is one item, or one document that is not
+//! such a `List` (a document is parsed whole, as the API server does). JSON is read from
+//! the stream directly.
 //!
 //! The YAML parser's budget guards against hostile input. Alias bombs keep serde-saphyr's
 //! alias and anchor caps; the per-document node count, which a single `List` dump reaches
