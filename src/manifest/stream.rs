@@ -346,8 +346,8 @@ fn yaml_error(
     }
     ManifestError::Parse {
         file: file.to_owned(),
-        line: error.location().and_then(|l| known_line(l.line())).map(at),
-        message: first_line(&error.to_string()),
+        line: error.location().and_then(|l| known_line(l.line())).map(&at),
+        message: input_lines(&first_line(&error.to_string()), &at),
     }
 }
 
@@ -362,6 +362,24 @@ fn first_line(message: &str) -> String {
     let line = message.lines().next().unwrap_or(message);
     let line = line.strip_prefix("error: ").unwrap_or(line);
     strip_position(line).unwrap_or(line).to_owned()
+}
+
+/// `message` with each `line N` in it (numbered within the piece parsed) mapped by `at`.
+fn input_lines(message: &str, at: &impl Fn(u64) -> u64) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(found) = rest.find("line ") {
+        let (before, after) = rest.split_at(found + "line ".len());
+        out.push_str(before);
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        match after[..digits].parse::<u64>() {
+            Ok(line) if line > 0 => out.push_str(&at(line).to_string()),
+            _ => out.push_str(&after[..digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `MESSAGE` from `line N column M: MESSAGE`.
