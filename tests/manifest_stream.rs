@@ -180,3 +180,131 @@ fn a_realistic_dump_reads_alike_in_yaml_and_json_and_plans() {
     // Every pending pod is placed once; the running ones stay where they are.
     assert_eq!(on_new + on_existing, 600 - 120);
 }
+
+/// Every object of a YAML text, or the error that ended it.
+fn read_text(text: &str) -> Result<Vec<Object>, ManifestError> {
+    let mut objects = Vec::new();
+    stream::read(
+        text.as_bytes(),
+        "t.yaml",
+        Limits::default(),
+        &mut |object| objects.push(object),
+    )?;
+    objects.into_iter().collect()
+}
+
+/// A `List`'s items as serde-saphyr reads the whole document.
+fn whole_items(text: &str) -> Vec<serde_json::Value> {
+    let document: serde_json::Value = serde_saphyr::from_str(text).expect("valid YAML");
+    document["items"].as_array().expect("items").clone()
+}
+
+#[test]
+fn lists_read_item_by_item_as_the_whole_document_reads() {
+    let lists = [
+        // Block scalars holding what looks like item starts, markers and keys.
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n  data:\n    s: |\n      - not an item\n      --- not a marker\n      items:\n\n      x\n    f: >-\n      folded\n      text\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: b}\n",
+        // Flow style items, a multi-line flow item and comments between items.
+        "kind: List\napiVersion: v1\nitems:\n# first\n- {apiVersion: v1, kind: Pod, metadata: {name: a}}\n# second, at column 0\n- {apiVersion: v1, kind: Pod,\n   metadata: {name: b}}   # trailing\n\n- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: c\n    annotations: {x: \"a # not a comment\", y: '- z'}\nmetadata:\n  resourceVersion: \"\"\n",
+        // Indented items, and the List's own fields after them.
+        "apiVersion: v1\nitems:\n  - apiVersion: v1\n    kind: Pod\n    metadata:\n      name: a\n  -   apiVersion: v1\n      kind: Pod\n      metadata: {name: b}\nkind: List\n",
+        // An anchor and its alias inside one item; a multi-line plain scalar.
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: a\n    labels: &l {app: a}\n    annotations: *l\n  spec:\n    note: one\n      two\n",
+    ];
+    for text in lists {
+        let objects = read_text(text).expect("reads");
+        let values: Vec<_> = objects.iter().map(|o| o.value.clone()).collect();
+        assert_eq!(values, whole_items(text), "{text}");
+        // CRLF line ends read alike, at the same lines.
+        let crlf = read_text(&text.replace('\n', "\r\n")).expect("reads with CRLF");
+        let lines = |objects: &[Object]| objects.iter().map(|o| o.source.line).collect::<Vec<_>>();
+        assert_eq!(lines(&crlf), lines(&objects), "{text}");
+        assert_eq!(
+            crlf.iter().map(|o| &o.value).collect::<Vec<_>>(),
+            values.iter().collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn items_and_documents_keep_their_lines() {
+    let text = "# dump\n---\napiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a}\n\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: b}\nkind: List\n---\napiVersion: v1\nkind: Node\nmetadata: {name: node-1}\n";
+    let objects = read_text(text).expect("reads");
+    let found: Vec<_> = objects
+        .iter()
+        .map(|o| (o.display_name(), o.source.document, o.source.line))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("Pod/a".to_owned(), 1, Some(5)),
+            ("Pod/b".to_owned(), 1, Some(9)),
+            ("Node/node-1".to_owned(), 2, Some(14)),
+        ]
+    );
+}
+
+#[test]
+fn errors_inside_items_and_after_them_name_the_inputs_line() {
+    let list = |tail: &str| {
+        format!(
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {{name: a}}\n{tail}"
+        )
+    };
+    let unclosed = read_text(&list(
+        "- apiVersion: v1\n  kind: Pod\n  metadata: {name: [b}\n",
+    ))
+    .expect_err("an unclosed bracket");
+    assert!(
+        matches!(unclosed, ManifestError::Parse { line: Some(9), .. }),
+        "{unclosed:?}"
+    );
+    assert!(unclosed.to_string().starts_with("t.yaml:9: "), "{unclosed}");
+    // Lines the parser names inside its message are the input's too.
+    assert!(
+        unclosed.to_string().contains("at line 9, column 20"),
+        "{unclosed}"
+    );
+
+    let duplicate = read_text(&list("- apiVersion: v1\n  kind: Pod\n  kind: Node\n"))
+        .expect_err("a duplicate key");
+    assert!(
+        matches!(duplicate, ManifestError::DuplicateKey { line: 9, .. }),
+        "{duplicate:?}"
+    );
+
+    let after = read_text(&list("metadata: {resourceVersion: [}\n")).expect_err("after the items");
+    assert!(
+        matches!(after, ManifestError::Parse { line: Some(7), .. }),
+        "{after:?}"
+    );
+}
+
+#[test]
+fn an_alias_to_another_items_anchor_is_a_clear_error() {
+    let text = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a, labels: &l {app: a}}\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: b, labels: *l}\n";
+    let error = read_text(text).expect_err("the anchor is in another item");
+    let message = error.to_string();
+    assert!(message.starts_with("t.yaml:9: "), "{message}");
+    assert!(message.contains("anchor in another item"), "{message}");
+}
+
+#[test]
+fn a_top_level_items_list_outside_a_list_is_still_reported() {
+    let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: b}\n";
+    let mut results = Vec::new();
+    stream::read(text.as_bytes(), "t.yaml", Limits::default(), &mut |o| {
+        results.push(o)
+    })
+    .expect("reads");
+    assert_eq!(results.len(), 2);
+    assert_eq!(
+        results[0].as_ref().expect("the item").display_name(),
+        "Pod/b"
+    );
+    let problem = results[1].as_ref().expect_err("the document").to_string();
+    assert_eq!(
+        problem,
+        "t.yaml:1: a top-level items list is only read in a kind List (found kind Pod)"
+    );
+}

@@ -12,6 +12,7 @@
 
 mod duplicate;
 mod prune;
+mod split;
 pub mod stream;
 
 use serde::de::DeserializeOwned;

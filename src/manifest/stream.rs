@@ -1,8 +1,14 @@
 //! Reading a manifest stream one object at a time. A real cluster dump is one `kind: List`
 //! of 100,000 objects or a stream of as many documents, hundreds of megabytes of text;
-//! neither the text nor a whole document's tree is ever held. The parser's events are
+//! neither the whole text nor a whole document's tree is ever held. The parser's events are
 //! decoded straight into pruned objects (see `prune`), a `List`'s items each on its own, and
-//! every object is handed to the caller as soon as its document ends.
+//! every object is handed to the caller as soon as it is read.
+//!
+//! YAML is first cut into pieces at line boundaries (see `split`): each document, and each
+//! item of a block-style `List`, is parsed from its own text, which serde-saphyr reads
+//! faster than a reader. So the text held at once is one item, or one document that is not
+//! such a `List` (a document is parsed whole, as the API server does). JSON is read from
+//! the stream directly.
 //!
 //! The YAML parser's budget guards against hostile input. Alias bombs keep serde-saphyr's
 //! alias and anchor caps; the per-document node count, which a single `List` dump reaches
@@ -20,9 +26,10 @@ use std::sync::mpsc::{self, SyncSender};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
-use serde_saphyr::budget::BudgetBreach;
+use serde_saphyr::budget::{BudgetBreach, BudgetReport};
 
 use super::prune::{PrunedObject, root_field};
+use super::split::{Piece, SplitError, Splitter};
 use super::{ManifestError, Object, Source, json_type};
 
 /// YAML nodes (mappings, sequences and scalars) one document may hold. A `kubectl get -o
@@ -161,37 +168,158 @@ fn read_error(file: &str, error: &std::io::Error) -> ManifestError {
     }
 }
 
-fn read_yaml<R: Read>(mut input: R, file: &str, limits: Limits) -> Result<(), ManifestError> {
-    let options = serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_reader_input_bytes: None,
-            max_nodes: limits.max_yaml_nodes,
-            // Every node is at most a start and an end event: let the node count trip first.
-            max_events: limits.max_yaml_nodes.saturating_mul(2).saturating_add(16),
-            max_total_scalar_bytes: usize::MAX,
-        },
-    };
-    let mut documents =
-        serde_saphyr::read_with_options::<_, Spanned<Document>>(&mut input, options);
-    for number in 1.. {
-        start_document(number, None);
-        let Some(document) = documents.next() else {
-            return Ok(());
+/// Reads YAML piece by piece (see `split`): each document, and each item of a `List`, is
+/// parsed from its own text. The node limit holds per document, over its items together.
+fn read_yaml<R: BufRead>(input: R, file: &str, limits: Limits) -> Result<(), ManifestError> {
+    let mut splitter = Splitter::new(input);
+    let mut document = 1;
+    // Nodes read so far in the current document, its items included.
+    let mut nodes = 0;
+    start_document(document, None);
+    while let Some(piece) = splitter.next_piece().map_err(|e| split_error(file, e))? {
+        let sent = match piece {
+            Piece::Item { text, first_line } => {
+                let at = |line| first_line - 1 + line;
+                let OneItem(item) = parse_piece(&text, limits, &mut nodes, ITEM_WRAPPER_NODES)
+                    .map_err(|e| item_error(yaml_error(file, limits, &e, at), &e))?;
+                let source = Source {
+                    file: file.to_owned(),
+                    document,
+                    line: known_line(item.referenced.line()).map(at),
+                };
+                send(super::to_object(item.value.0, source))
+            }
+            Piece::Document(text) => {
+                let at = |line| text.line(line);
+                let parsed: Spanned<Document> = parse_piece(&text.text, limits, &mut nodes, 0)
+                    .map_err(|e| yaml_error(file, limits, &e, at))?;
+                let source = Source {
+                    file: file.to_owned(),
+                    document,
+                    line: known_line(parsed.referenced.line()).map(at),
+                };
+                let mut value = parsed.value;
+                if let (Some(_), Document::Object { items, .. }) = (text.cut, &mut value) {
+                    *items = Some(Items::Sent);
+                }
+                document += 1;
+                nodes = 0;
+                start_document(document, None);
+                expand(value, source)
+            }
         };
-        let document = document.map_err(|e| yaml_error(file, limits, &e))?;
-        let source = Source {
-            file: file.to_owned(),
-            document: number,
-            line: known_line(document.referenced.line()),
-        };
-        if !expand(document.value, source) {
+        if !sent {
             return Ok(());
         }
     }
     Ok(())
 }
 
-fn yaml_error(file: &str, limits: Limits, error: &serde_saphyr::Error) -> ManifestError {
+/// The sequence node around an item's text, which the whole document does not have.
+const ITEM_WRAPPER_NODES: usize = 1;
+
+/// Parses one piece, counting its nodes (less `wrapper`) into `nodes` against the limit.
+fn parse_piece<'a, T: de::Deserialize<'a>>(
+    text: &'a str,
+    limits: Limits,
+    nodes: &mut usize,
+    wrapper: usize,
+) -> Result<T, serde_saphyr::Error> {
+    let allowed = limits
+        .max_yaml_nodes
+        .saturating_sub(*nodes)
+        .saturating_add(wrapper);
+    let counted = Rc::new(Cell::new(0));
+    let report = Rc::clone(&counted);
+    let on_report: Rc<RefCell<dyn FnMut(BudgetReport)>> =
+        Rc::new(RefCell::new(move |r: BudgetReport| report.set(r.nodes)));
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_reader_input_bytes: None,
+            max_nodes: allowed,
+            // Every node is at most a start and an end event: let the node count trip first.
+            max_events: allowed.saturating_mul(2).saturating_add(16),
+            max_total_scalar_bytes: usize::MAX,
+        },
+        budget_report_cb: Some(on_report),
+    };
+    let parsed = serde_saphyr::from_str_with_options(text, options);
+    *nodes = nodes.saturating_add(counted.get().saturating_sub(wrapper));
+    parsed
+}
+
+/// An alias that finds no anchor in its item may mean one in another item, which a `List`
+/// read item by item cannot reach: say so.
+fn item_error(error: ManifestError, cause: &serde_saphyr::Error) -> ManifestError {
+    match (error, cause.without_snippet()) {
+        (
+            ManifestError::Parse {
+                file,
+                line,
+                message,
+            },
+            serde_saphyr::Error::UnknownAnchor { .. },
+        ) => ManifestError::Parse {
+            file,
+            line,
+            message: format!(
+                "{message} (kerf reads a List's items one at a time: an alias cannot name an \
+                 anchor in another item)"
+            ),
+        },
+        (error, _) => error,
+    }
+}
+
+fn split_error(file: &str, error: SplitError) -> ManifestError {
+    match error {
+        SplitError::Read(e) => read_error(file, &e),
+        SplitError::NotUtf8 { line } => ManifestError::Parse {
+            file: file.to_owned(),
+            line: Some(line),
+            message: "the text is not UTF-8".to_owned(),
+        },
+    }
+}
+
+/// A `List` item's text: a block sequence of one item.
+struct OneItem(Spanned<PrunedObject>);
+
+impl<'de> de::Deserialize<'de> for OneItem {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_seq(OneItemVisitor)
+    }
+}
+
+struct OneItemVisitor;
+
+impl<'de> Visitor<'de> for OneItemVisitor {
+    type Value = OneItem;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("one item of a List")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<OneItem, A::Error> {
+        let item = seq
+            .next_element()?
+            .ok_or_else(|| de::Error::custom("an empty List item"))?;
+        // The splitter cuts at every item's dash: a second one here is a splitter bug.
+        if seq.next_element::<de::IgnoredAny>()?.is_some() {
+            return Err(de::Error::custom("two List items where one was cut"));
+        }
+        Ok(OneItem(item))
+    }
+}
+
+/// kerf's error for `error`, its lines mapped to the input's by `at`.
+fn yaml_error(
+    file: &str,
+    limits: Limits,
+    error: &serde_saphyr::Error,
+    at: impl Fn(u64) -> u64,
+) -> ManifestError {
+    let error = error.without_snippet();
     if let serde_saphyr::Error::Budget {
         breach: BudgetBreach::Nodes { .. },
         ..
@@ -205,12 +333,12 @@ fn yaml_error(file: &str, limits: Limits, error: &serde_saphyr::Error) -> Manife
     if let serde_saphyr::Error::DuplicateMappingKey {
         key: Some(key),
         location,
-    } = error.without_snippet()
+    } = error
         && let Some(line) = known_line(location.line())
     {
         return ManifestError::DuplicateKey {
             file: file.to_owned(),
-            line,
+            line: at(line),
             column: location.column(),
             key: key.clone(),
             first: None,
@@ -218,8 +346,8 @@ fn yaml_error(file: &str, limits: Limits, error: &serde_saphyr::Error) -> Manife
     }
     ManifestError::Parse {
         file: file.to_owned(),
-        line: error.location().and_then(|l| known_line(l.line())),
-        message: first_line(&error.to_string()),
+        line: error.location().and_then(|l| known_line(l.line())).map(&at),
+        message: input_lines(&first_line(&error.to_string()), &at),
     }
 }
 
@@ -228,10 +356,39 @@ fn known_line(line: u64) -> Option<u64> {
     (line > 0).then_some(line)
 }
 
-/// saphyr's message is followed by a source snippet; the first line says it all.
+/// saphyr's message is followed by a source snippet; the first line says it all, once
+/// rid of the position in the piece parsed (kerf names the input's line instead).
 fn first_line(message: &str) -> String {
     let line = message.lines().next().unwrap_or(message);
-    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+    let line = line.strip_prefix("error: ").unwrap_or(line);
+    strip_position(line).unwrap_or(line).to_owned()
+}
+
+/// `message` with each `line N` in it (numbered within the piece parsed) mapped by `at`.
+fn input_lines(message: &str, at: &impl Fn(u64) -> u64) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(found) = rest.find("line ") {
+        let (before, after) = rest.split_at(found + "line ".len());
+        out.push_str(before);
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        match after[..digits].parse::<u64>() {
+            Ok(line) if line > 0 => out.push_str(&at(line).to_string()),
+            _ => out.push_str(&after[..digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `MESSAGE` from `line N column M: MESSAGE`.
+fn strip_position(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("line ")?;
+    let (number, rest) = rest.split_once(" column ")?;
+    let (column, message) = rest.split_once(": ")?;
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    (digits(number) && digits(column)).then_some(message)
 }
 
 fn read_json<R: Read>(input: R, file: &str) -> Result<(), ManifestError> {
