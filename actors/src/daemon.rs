@@ -35,7 +35,8 @@ use crate::launcher::{LAUNCHER_MAILBOX_CAPACITY, Launcher};
 use crate::leader::{self, Election, Timing};
 use crate::lifecycle::Changed;
 use crate::lifecycle::{
-    LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleConfig, LifecycleDeps, NodeClaimLifecycle,
+    LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleConfig, LifecycleDeps, NOMINATION_BURST,
+    NOMINATION_QPS, NodeClaimLifecycle,
 };
 use crate::mailbox::DeliverError;
 use crate::mailbox::{MailboxDepth, Outbox};
@@ -241,6 +242,9 @@ impl Daemon {
 
         tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
         let reporting_instance = identity.clone();
+        // Beside the shared client's budget, not out of it: see `lifecycle::NOMINATION_QPS`.
+        let nomination_client =
+            crate::client::limited(leader_client.clone(), NOMINATION_QPS, NOMINATION_BURST);
         let (leader, leader_task, lone_leader) = match leader_election {
             Some(lease) => {
                 let election = Election {
@@ -286,6 +290,7 @@ impl Daemon {
             let deps = LifecycleDeps {
                 state: state.clone(),
                 client: client.clone(),
+                nominations: leader::fenced(nomination_client, leader.clone()),
                 cloud: Arc::clone(&metered),
                 leader: leader.clone(),
                 shutdown: shutdown_rx.clone(),

@@ -34,6 +34,17 @@ pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, k
     Ok(except_evictions(plain))
 }
 
+/// `client` behind a rate limit of its own (`qps` requests per second, `burst` at once),
+/// for a class of requests kept off the budget the controller's other requests share.
+pub fn limited(client: Client, qps: u32, burst: u32) -> Client {
+    let namespace = client.default_namespace().to_owned();
+    let send = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let client = client.clone();
+        async move { client.send(request).await }
+    });
+    Client::new(RateLimitLayer::new(qps, burst).layer(send), namespace)
+}
+
 /// Wraps a service in [`RateLimited`], all wrapped services sharing one bucket.
 #[derive(Clone, Debug)]
 pub struct RateLimitLayer {

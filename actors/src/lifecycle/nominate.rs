@@ -1,12 +1,21 @@
-//! Nomination at registration: before registration lifts `karpenter.sh/unregistered` off a
-//! NodeClaim's Node, the pods the Launcher created the NodeClaim for get
-//! `status.nominatedNodeName` set to that Node, as KEP-5278 lets an autoscaler say where it
-//! expects a pod to go. The kube-scheduler tries a pod's nominated node first and, while
-//! filtering any node, counts the pods nominated to it (of equal or higher priority) as
-//! already there — so pods planned elsewhere no longer take the room kerf launched for these
-//! pods, which otherwise leaves them pending and makes the next round launch again.
-//! Each nomination is a write under the client's rate limit, and a large scale-up has
-//! thousands, so the pods the scheduler can place on few nodes
+//! Nomination: the pods the Launcher created a NodeClaim for get `status.nominatedNodeName`
+//! set to that NodeClaim's Node, as KEP-5278 lets an autoscaler say where it expects a pod
+//! to go — even before the Node exists. The kube-scheduler tries a pod's nominated node
+//! first and, while filtering any node, counts the pods nominated to it (of equal or higher
+//! priority) as already there — so pods planned elsewhere no longer take the room kerf
+//! launched for these pods, which otherwise leaves them pending and makes the next round
+//! launch again.
+//! The writes start as soon as the machine is launched, when the provider knows the name
+//! its Node will register under ([`kerf::cloudprovider::expected_node_name`]; EKS names a
+//! Node by its instance's private DNS name), so they run while it boots. Registration
+//! nominates again, before it lifts `karpenter.sh/unregistered` off the Node: it writes what
+//! the launch did not (the provider did not know the name, its forecast was wrong, the
+//! writes ran out of time, the controller restarted) and skips the pods already nominated
+//! to that Node.
+//! Each nomination is a write, and a large scale-up has thousands, so they go through a
+//! client with a rate limit of their own ([`NOMINATION_QPS`]): they are kerf's addition to
+//! upstream's API traffic and must not slow the creates, launches and registrations that
+//! share the controller's client budget. The pods the scheduler can place on few nodes
 //! ([`kerf::pods::is_placement_constrained`]) go first: room planned for one of them is lost
 //! for good once another pod takes it, and registration waits for their nominations. The
 //! others (whose planned room matters less: they fit wherever room is left, big ones
@@ -14,7 +23,7 @@
 //! Beside the field kerf writes its own condition ([`kerf::pods::NOMINATION_CONDITION`]),
 //! so kerf keeps provisioning for a pod whose nomination is its own (upstream provisions for
 //! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
-//! counted, never fail the registration, and the whole step is bounded in time.
+//! counted, never fail the launch or the registration, and each step is bounded in time.
 //! A nomination lasts as long as the Provisioner holds the pods on the NodeClaim: until
 //! [`NOMINATION_WINDOW`] after the Node is initialized. A pod still pending then did not fit
 //! (or lost its room); its nomination is withdrawn, or the kube-scheduler (which since
@@ -39,10 +48,16 @@ use super::reconcile::{Reconciler, is_status};
 use crate::launcher::NOMINATION_WINDOW;
 use crate::state::ObjectKey;
 
-/// Nomination writes in flight at once, across every registering Node: the client serves
-/// requests in order through one rate limit, so this many at most stand in front of the
-/// lifecycle's own writes (a scale-up nominates thousands of pods).
+/// Nomination writes in flight at once, across every launched and registering Node: with
+/// the rate limit below, enough to keep it busy at a few milliseconds per write.
 pub const NOMINATION_CONCURRENCY: usize = 16;
+
+/// The nomination client's own rate limit (writes per second) and burst: the controller
+/// client's default budget (`KUBE_CLIENT_QPS` 200) again, beside it rather than out of it.
+/// A 1,000-node scale-up has 20,000 pods to nominate, a hundred seconds of writes at this
+/// rate; out of the shared budget they held creates to a quarter of its rate for as long.
+pub const NOMINATION_QPS: u32 = 200;
+pub const NOMINATION_BURST: u32 = 200;
 
 /// Of [`NOMINATION_CONCURRENCY`], the slots unconstrained pods' nominations may hold at
 /// once: when both wait, three quarters of the writes go to placement-constrained pods.
@@ -279,7 +294,7 @@ async fn patch_status(
 ) -> Written {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(r.client.clone(), namespace);
+    let api: Api<Pod> = Api::namespaced(r.nominations.clone(), namespace);
     match api
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
         .await

@@ -114,8 +114,8 @@ pub struct Reconciler {
     pub state: Arc<ClusterState>,
     pub nodes: Api<Node>,
     pub nodeclaims: Api<NodeClaim>,
-    /// For the namespaced writes (pod nominations).
-    pub client: Client,
+    /// For the pod nominations, rate-limited on its own.
+    pub nominations: Client,
     /// Nomination writes in flight, shared by every registration.
     pub nomination_slots: super::nominate::Slots,
     /// Nodes whose expired nominations this process has withdrawn.
@@ -136,6 +136,7 @@ impl Reconciler {
     pub fn new(
         state: Arc<ClusterState>,
         client: Client,
+        nominations: Client,
         cloud: Arc<dyn CloudProvider>,
         config: LifecycleConfig,
         launch: LaunchDeps,
@@ -143,8 +144,8 @@ impl Reconciler {
         Self {
             state,
             nodes: Api::all(client.clone()),
-            nodeclaims: Api::all(client.clone()),
-            client,
+            nodeclaims: Api::all(client),
+            nominations,
             nomination_slots: super::nominate::Slots::default(),
             nominations_withdrawn: dashmap::DashSet::new(),
             cloud,
@@ -192,8 +193,16 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
             delete_for_timeout(r, &claim, reason, ttl).await?;
             return Ok(Outcome::DONE);
         }
-        let _launching = r.launching.start(name);
-        return r.launches.track(launch::launch(r, &claim)).await;
+        let launched = {
+            let _launching = r.launching.start(name);
+            r.launches.track(launch::launch(r, &claim)).await?
+        };
+        // As soon as the machine exists, not at registration: its pods' nominations are
+        // written while it boots, so registration finds them done instead of waiting.
+        if let Some(node) = &launched.node {
+            super::nominate::nominate(r, name, node).await;
+        }
+        return Ok(launched.outcome);
     }
     let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now);
     let mut node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());

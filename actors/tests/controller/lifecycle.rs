@@ -133,6 +133,56 @@ fn pending_pods_run_on_registered_and_initialized_nodes() {
 }
 
 #[test]
+fn pods_are_nominated_to_their_node_as_soon_as_its_instance_is_launched() {
+    run(|| async {
+        // No kubelets: the instance launches, its Node never registers.
+        let stack = Stack::start(fast_timings(), false).await;
+        let cluster = stack.cluster();
+        let zonal = json!({"nodeSelector": {labels::ZONE: "us-east-1a"}});
+        create_pod_with(&cluster, "web-1", json!({}), pod_spec("1", "1Gi", zonal));
+        mark_unschedulable(&cluster, "web-1");
+        let mut provider_id = None;
+        eventually("a launched nodeclaim", || {
+            provider_id = stack
+                .nodeclaims()
+                .iter()
+                .filter(|c| condition_status(c, types::LAUNCHED).as_deref() == Some("True"))
+                .find_map(|c| c["status"]["providerID"].as_str().map(str::to_owned));
+            provider_id.is_some()
+        })
+        .await;
+        let provider_id = provider_id.expect("launched");
+        let instance_id = provider_id.rsplit('/').next().expect("an instance id");
+        let instance = stack
+            .provider
+            .ec2()
+            .instance(instance_id)
+            .expect("instance");
+        // The name the kubelet would register the Node under.
+        let expected = instance.private_dns_name;
+        eventually("the pod nominated to the node to come", || {
+            stack
+                .pod("web-1")
+                .is_some_and(|pod| pod["status"]["nominatedNodeName"] == expected.as_str())
+        })
+        .await;
+        assert!(
+            stack.nodes().is_empty(),
+            "nominated before any Node registered"
+        );
+        let pod = stack.pod("web-1").expect("pod");
+        let condition = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == kerf::pods::NOMINATION_CONDITION)
+            .unwrap_or_else(|| panic!("kerf's nomination condition: {pod:#}"));
+        assert_eq!(condition["status"], "True", "{pod:#}");
+        stack.stop().await;
+    });
+}
+
+#[test]
 fn a_nomination_its_pod_could_not_use_is_withdrawn_once_the_window_has_passed() {
     run(|| async {
         let stack = Stack::start(fast_timings(), true).await;
