@@ -29,7 +29,11 @@
 //! (or lost its room); its nomination is withdrawn, or the kube-scheduler (which since
 //! Kubernetes 1.34 leaves `nominatedNodeName` to whoever wrote it) would keep room on that
 //! node for a pod that will not go there, and the pod would wait for a place kerf cannot
-//! see is taken.
+//! see is taken. A pod the kube-scheduler reports unschedulable after the Node was
+//! initialized had its nominated node tried first and did not fit
+//! ([`crate::launcher::nomination_futile`]): its nomination is withdrawn within
+//! [`FUTILITY_CHECK_PERIOD`], without waiting for the window, so the room it reserved goes
+//! to pods that can use it.
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -45,7 +49,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use super::reconcile::{Reconciler, is_status};
-use crate::launcher::NOMINATION_WINDOW;
+use crate::launcher::{NOMINATION_WINDOW, nomination_futile};
 use crate::state::ObjectKey;
 
 /// Nomination writes in flight at once, across every launched and registering Node: with
@@ -118,13 +122,23 @@ pub const NOMINATION_BUDGET: Duration = Duration::from_secs(10);
 /// Counter of nomination writes, by `result` (`nominated`, `withdrawn`, `gone`, `failed`).
 pub const PODS_NOMINATED: &str = "kerf_pods_nominated_total";
 
-/// The reason of the condition once kerf withdrew its nomination.
+/// The reason of the condition once kerf withdrew its nomination at the window's end.
 const WITHDRAWN_REASON: &str = "NominationExpired";
 
-/// Withdraws kerf's nominations to `node`, initialized at `initialized`, from pods still
-/// pending once the window has passed; returns how long until it has, if it has not.
+/// The reason of the condition once kerf withdrew a nomination its pod could not use.
+const FUTILE_REASON: &str = "NominationUnusable";
+
+/// How often, within the window, an initialized Node's NodeClaim looks for nominations
+/// its pods could not use: the room they keep is lost to other pods meanwhile, and the
+/// look costs one store read per pod the NodeClaim was created for.
+pub const FUTILITY_CHECK_PERIOD: Duration = Duration::from_secs(2);
+
+/// Withdraws kerf's nominations to `node` (of NodeClaim `nodeclaim`), initialized at
+/// `initialized`: within the window those their pods could not use, then those of every
+/// pod still pending. Returns when to look again, if the window has not passed.
 pub async fn withdraw_expired(
     r: &Reconciler,
+    nodeclaim: &str,
     node: &str,
     initialized: Timestamp,
 ) -> Option<Duration> {
@@ -134,7 +148,8 @@ pub async fn withdraw_expired(
         .checked_sub(since)
         .filter(|d| !d.is_zero())
     {
-        return Some(remaining);
+        withdraw_futile(r, nodeclaim, node, initialized).await;
+        return Some(remaining.min(FUTILITY_CHECK_PERIOD));
     }
     // Nominations to a node are written before it is initialized, so once its window has
     // passed and they are withdrawn, none is left: one scan of the pods per node and process
@@ -149,7 +164,13 @@ pub async fn withdraw_expired(
         .into_iter()
         .filter(|pod| !pods::is_bound(pod) && pods::kerf_nominated_node(pod) == Some(node))
         .collect();
-    let written = futures::future::join_all(stale.into_iter().map(|pod| withdraw(r, pod, node)));
+    let message =
+        format!("did not fit on node {node} within {NOMINATION_WINDOW:?} of it being initialized");
+    let written = futures::future::join_all(
+        stale
+            .into_iter()
+            .map(|pod| withdraw(r, pod, WITHDRAWN_REASON, &message)),
+    );
     if written.await.into_iter().all(|done| done) {
         // Forgetting the nodes that are gone keeps the set as large as the cluster.
         r.nominations_withdrawn
@@ -159,15 +180,47 @@ pub async fn withdraw_expired(
     None
 }
 
-/// Withdraws kerf's nomination from `pod`; whether it is gone (written, or the pod is).
-async fn withdraw(r: &Reconciler, pod: Arc<Pod>, node: &str) -> bool {
+/// Withdraws the nominations to `node` of the pods NodeClaim `nodeclaim` was created for
+/// that the kube-scheduler reported unschedulable since `initialized`.
+async fn withdraw_futile(r: &Reconciler, nodeclaim: &str, node: &str, initialized: Timestamp) {
+    let futile: Vec<Arc<Pod>> = r
+        .launch
+        .created
+        .nominated_pods(nodeclaim)
+        .iter()
+        .filter_map(|pod| {
+            let stored = r
+                .state
+                .pods
+                .get(&ObjectKey::new(Some(&pod.namespace), &pod.name))?;
+            let ours = stored.metadata.uid.as_deref() == Some(pod.uid.as_str())
+                && !pods::is_bound(&stored)
+                && pods::kerf_nominated_node(&stored) == Some(node);
+            (ours && nomination_futile(&stored, initialized)).then_some(stored)
+        })
+        .collect();
+    if futile.is_empty() {
+        return;
+    }
+    let message = format!("reported unschedulable after node {node} was initialized");
+    futures::future::join_all(
+        futile
+            .into_iter()
+            .map(|pod| withdraw(r, pod, FUTILE_REASON, &message)),
+    )
+    .await;
+}
+
+/// Withdraws kerf's nomination from `pod`, saying why; whether it is gone (written, or the
+/// pod is).
+async fn withdraw(r: &Reconciler, pod: Arc<Pod>, reason: &str, message: &str) -> bool {
     let body = json!({"status": {
         "nominatedNodeName": null,
         "conditions": [{
             "type": pods::NOMINATION_CONDITION,
             "status": "False",
-            "reason": WITHDRAWN_REASON,
-            "message": format!("did not fit on node {node} within {NOMINATION_WINDOW:?} of it being initialized"),
+            "reason": reason,
+            "message": message,
             "lastTransitionTime": Timestamp::now().to_string(),
         }],
     }});

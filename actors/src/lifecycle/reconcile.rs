@@ -228,8 +228,9 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
     }
 }
 
-/// Once the window of its pods' nominations has passed, withdraws those the pods could not
-/// use; until then, asks to come back when it has.
+/// Withdraws the nominations to its Node that its pods could not use: until the window of
+/// its pods' nominations has passed, those the kube-scheduler found futile (and asks to
+/// come back soon), then every one left.
 async fn withdraw_expired_nominations(r: &Reconciler, claim: &NodeClaim) -> Outcome {
     let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
     let initialized = claim
@@ -240,7 +241,7 @@ async fn withdraw_expired_nominations(r: &Reconciler, claim: &NodeClaim) -> Outc
     let (Some(node), Some(initialized)) = (node, initialized) else {
         return Outcome::DONE;
     };
-    match super::nominate::withdraw_expired(r, node, initialized).await {
+    match super::nominate::withdraw_expired(r, claim.name(), node, initialized).await {
         Some(remaining) => Outcome::after(remaining),
         None => Outcome::DONE,
     }

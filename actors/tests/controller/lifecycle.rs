@@ -183,6 +183,76 @@ fn pods_are_nominated_to_their_node_as_soon_as_its_instance_is_launched() {
 }
 
 #[test]
+fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the_window() {
+    run(|| async {
+        // The test plays the kube-scheduler.
+        let stack = Stack::start_without_scheduler(fast_timings()).await;
+        let cluster = stack.cluster();
+        let zonal = json!({"nodeSelector": {labels::ZONE: "us-east-1a"}});
+        create_pod_with(&cluster, "web-1", json!({}), pod_spec("1", "1Gi", zonal));
+        mark_unschedulable(&cluster, "web-1");
+        let mut node = None;
+        eventually("an initialized nodeclaim", || {
+            node = stack
+                .nodeclaims()
+                .iter()
+                .filter(|c| condition_status(c, types::INITIALIZED).as_deref() == Some("True"))
+                .find_map(|c| c["status"]["nodeName"].as_str().map(str::to_owned));
+            node.is_some()
+        })
+        .await;
+        let node = node.expect("initialized");
+        let initialized = tokio::time::Instant::now();
+        eventually("the pod nominated to the node", || {
+            stack
+                .pod("web-1")
+                .is_some_and(|pod| pod["status"]["nominatedNodeName"] == node.as_str())
+        })
+        .await;
+
+        // The scheduler tried the nominated node and found no room: reported in a later
+        // second than the initialization (condition times are whole seconds).
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let report = json!({"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/1 nodes are available: 1 Insufficient cpu.",
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        }]}});
+        cluster
+            .patch_status(
+                "v1",
+                "pods",
+                Some("default"),
+                "web-1",
+                PatchKind::Strategic,
+                &report,
+            )
+            .expect("reported unschedulable");
+        eventually("the futile nomination withdrawn", || {
+            stack.pod("web-1").is_some_and(|pod| {
+                pod["status"]["nominatedNodeName"].is_null()
+                    && pod["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| {
+                            c["type"] == kerf::pods::NOMINATION_CONDITION
+                                && c["status"] == "False"
+                                && c["reason"] == "NominationUnusable"
+                        })
+            })
+        })
+        .await;
+        assert!(
+            initialized.elapsed() < NOMINATION_WINDOW,
+            "withdrawn before the window ended, {:?} after initialization",
+            initialized.elapsed()
+        );
+        stack.stop().await;
+    });
+}
+
+#[test]
 fn a_nomination_its_pod_could_not_use_is_withdrawn_once_the_window_has_passed() {
     run(|| async {
         let stack = Stack::start(fast_timings(), true).await;
