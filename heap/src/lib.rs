@@ -76,6 +76,15 @@ pub fn usage(owner: Owner) -> Usage {
     }
 }
 
+/// Starts `owner`'s peak again from its live bytes now, so the next [`usage`] tells the most
+/// it held since this call: the peak of one phase of a run (a scale-down after the
+/// scale-out) rather than of the whole run.
+pub fn restart_peak(owner: Owner) {
+    let slot = usize::from(owner.0);
+    let live = LIVE[slot].load(Ordering::Relaxed);
+    PEAK[slot].store(live, Ordering::Relaxed);
+}
+
 /// The owner of the calling thread's allocations, if any.
 pub fn current() -> Option<Owner> {
     match slot() {

@@ -10,7 +10,7 @@ use std::future::Future as _;
 use std::hint::black_box;
 use std::thread;
 
-use kerf_heap::{Accounting, Owner, Usage, scoped, set_current, usage, with_owner};
+use kerf_heap::{Accounting, Owner, Usage, restart_peak, scoped, set_current, usage, with_owner};
 
 #[global_allocator]
 static GLOBAL: Accounting = Accounting;
@@ -66,6 +66,31 @@ fn the_peak_holds_after_the_bytes_are_freed() {
     } = usage(owner);
     assert!(peak_bytes >= 8 * MIB as u64, "peak {peak_bytes}");
     assert!(live_bytes < MIB as u64, "live {live_bytes}");
+}
+
+#[test]
+fn a_restarted_peak_counts_only_what_came_after() {
+    let owner = Owner::new(1);
+    let _serial = serial();
+    let kept = on_thread_of(owner, || {
+        drop(black_box(vec![0u8; 16 * MIB]));
+        black_box(vec![0u8; MIB])
+    });
+    assert!(
+        usage(owner).peak_bytes >= 16 * MIB as u64,
+        "{:?}",
+        usage(owner)
+    );
+    restart_peak(owner);
+    let restarted = usage(owner);
+    assert_eq!(restarted.peak_bytes, restarted.live_bytes);
+    on_thread_of(owner, || drop(black_box(vec![0u8; 4 * MIB])));
+    let Usage { peak_bytes, .. } = usage(owner);
+    assert!(
+        (5 * MIB as u64..16 * MIB as u64).contains(&peak_bytes),
+        "peak {peak_bytes} after the restart: the 1 MiB kept and the 4 MiB, not the 16"
+    );
+    drop(kept);
 }
 
 #[test]
@@ -192,7 +217,7 @@ fn over_aligned_blocks_keep_their_alignment_and_count() {
     });
 }
 
-/// The two tests on owner 1 compare exact figures; they run one at a time.
+/// The tests on owner 1 compare exact figures; they run one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static OWNER_ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     OWNER_ONE

@@ -158,6 +158,11 @@ pub struct DisruptionDeps {
 pub struct Progress {
     /// Passes that evaluated the methods (memoized passes are not counted).
     pub passes: u64,
+    /// Time those passes took, from reading the cluster state to the decision (the 15 s
+    /// validation wait and the command's execution are not in it).
+    pub evaluating: Duration,
+    /// The longest of them.
+    pub longest_evaluation: Duration,
     /// Commands handed to the Orchestrator, by method.
     pub commands: Vec<(Method, Vec<String>)>,
     /// Graceful commands dropped after the validation period.
@@ -167,6 +172,15 @@ pub struct Progress {
     /// After an idle pass: when time alone (a node's `consolidateAfter`) next changes the
     /// decision; `None` when only a cluster change can.
     pub next_consolidatable: Option<Timestamp>,
+}
+
+impl Progress {
+    /// Counts a pass that evaluated the methods in `took`.
+    fn evaluated(&mut self, took: Duration) {
+        self.passes += 1;
+        self.evaluating += took;
+        self.longest_evaluation = self.longest_evaluation.max(took);
+    }
 }
 
 /// Runs the loop until `shutdown`; publishes its progress on `progress`.
@@ -230,9 +244,11 @@ async fn pass(
     if memo.is_some_and(|m| m.holds(generation, now, deps.config.memo_ttl)) {
         return deps.config.poll_period;
     }
+    let started = Instant::now();
     let Some((seen, pass)) = decide(deps).await else {
         return deps.config.poll_period;
     };
+    let evaluation = started.elapsed();
     observe::pass(deps, &seen.managed, &pass);
     let Some(planned) = pass.command else {
         *memo = Some(Memo {
@@ -241,7 +257,7 @@ async fn pass(
             until: pass.next_consolidatable,
         });
         progress.send_modify(|p| {
-            p.passes += 1;
+            p.evaluated(evaluation);
             p.idle = true;
             p.next_consolidatable = pass.next_consolidatable;
         });
@@ -249,7 +265,7 @@ async fn pass(
     };
     *memo = None;
     progress.send_modify(|p| {
-        p.passes += 1;
+        p.evaluated(evaluation);
         p.idle = false;
         p.next_consolidatable = None;
     });

@@ -208,6 +208,11 @@ impl Stack {
             p.idle && p.passes > passes
         })
         .await;
+        let p = progress.borrow();
+        assert!(
+            p.longest_evaluation > Duration::ZERO && p.longest_evaluation <= p.evaluating,
+            "every evaluated pass is timed: {p:?}"
+        );
     }
 
     fn scale(&self, app: &str, replicas: u32) {

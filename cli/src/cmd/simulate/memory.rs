@@ -6,9 +6,35 @@
 //! (`kerf_heap`) on the threads the controller runs on ([`super::controller_threads`]) — live
 //! heap, not resident memory, so the allocator's overhead and fragmentation are not in it.
 
-/// The controller's heap now and at its peak (zero before a controller started).
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The controller's heap peak before the current phase began ([`start_phase`]).
+static PEAK_BEFORE_PHASE: AtomicU64 = AtomicU64::new(0);
+
+/// The controller's heap now and at its peak over the whole run (zero before a controller
+/// started).
 pub fn controller_heap() -> kerf_heap::Usage {
-    kerf_heap::usage(kerf_heap::Owner::CONTROLLER)
+    let usage = kerf_heap::usage(kerf_heap::Owner::CONTROLLER);
+    kerf_heap::Usage {
+        peak_bytes: usage
+            .peak_bytes
+            .max(PEAK_BEFORE_PHASE.load(Ordering::Relaxed)),
+        ..usage
+    }
+}
+
+/// Starts a phase of the run (the scale-down after the scale-out): from now on
+/// [`phase_peak_bytes`] tells the controller's heap peak since this call, while
+/// [`controller_heap`] keeps the run's.
+pub fn start_phase() {
+    let usage = kerf_heap::usage(kerf_heap::Owner::CONTROLLER);
+    PEAK_BEFORE_PHASE.fetch_max(usage.peak_bytes, Ordering::Relaxed);
+    kerf_heap::restart_peak(kerf_heap::Owner::CONTROLLER);
+}
+
+/// The controller's heap peak since the last [`start_phase`].
+pub fn phase_peak_bytes() -> u64 {
+    kerf_heap::usage(kerf_heap::Owner::CONTROLLER).peak_bytes
 }
 
 /// Peak resident set size in bytes, or `None` where `/proc` is not available.

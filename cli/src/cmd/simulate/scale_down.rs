@@ -71,6 +71,14 @@ pub struct Disruption {
     /// Samples in which a budget had fewer healthy pods than it requires.
     pub pdb_below_desired_samples: u64,
     pub pdbs_added: usize,
+    /// Passes that evaluated the methods after the scale-down.
+    pub passes: u64,
+    /// Their mean time from reading the cluster state to the decision.
+    pub mean_pass_seconds: f64,
+    /// The longest such pass of the whole run.
+    pub longest_pass_seconds: f64,
+    /// The controller's heap at its most from the scale-down on ([`super::memory::start_phase`]).
+    pub controller_heap_peak_bytes: u64,
 }
 
 /// Scales the Deployments down and follows disruption until it settles or `deadline`.
@@ -92,10 +100,8 @@ pub async fn run(
         .as_ref()
         .context("the controller runs without disruption")?;
     // Commands before the scale-down (emptiness during the scale-out) are not its doing.
-    let (earlier, failed_earlier) = {
-        let progress = handle.progress.borrow();
-        (progress.commands.len(), progress.failed_validations)
-    };
+    let earlier = handle.progress.borrow().clone();
+    super::memory::start_phase();
     let mut below_desired = 0;
     let mut quiet_since: Option<Instant> = None;
     let settled = loop {
@@ -128,7 +134,12 @@ pub async fn run(
     };
     let settle = quiet_since.map_or_else(|| started.elapsed(), |q| q.duration_since(started));
     let progress = handle.progress.borrow().clone();
-    let since = progress.commands.get(earlier..).unwrap_or_default();
+    let since = progress
+        .commands
+        .get(earlier.commands.len()..)
+        .unwrap_or_default();
+    let passes = progress.passes - earlier.passes;
+    let evaluating = progress.evaluating.saturating_sub(earlier.evaluating);
     let mut commands = BTreeMap::new();
     for (method, _) in since {
         *commands
@@ -145,19 +156,28 @@ pub async fn run(
     Ok(Disruption {
         fraction,
         settled,
-        settle_seconds: (settle.as_secs_f64() * 1000.0).round() / 1000.0,
+        settle_seconds: rounded(settle.as_secs_f64()),
         nodes_before,
         nodes_after,
         hourly_cost_before,
         hourly_cost_after,
         commands,
         nodes_disrupted: since.iter().map(|(_, n)| n.len()).sum(),
-        failed_validations: progress.failed_validations - failed_earlier,
+        failed_validations: progress.failed_validations - earlier.failed_validations,
         pods_evicted: evictions_after.accepted - evictions_before.accepted,
         pdb_blocked_evictions: evictions_after.refused - evictions_before.refused,
         pdb_below_desired_samples: below_desired,
         pdbs_added,
+        passes,
+        mean_pass_seconds: rounded(evaluating.as_secs_f64() / passes.max(1) as f64),
+        longest_pass_seconds: rounded(progress.longest_evaluation.as_secs_f64()),
+        controller_heap_peak_bytes: super::memory::phase_peak_bytes(),
     })
+}
+
+/// `seconds` to the millisecond.
+fn rounded(seconds: f64) -> f64 {
+    (seconds * 1000.0).round() / 1000.0
 }
 
 /// Live instances and their summed hourly price.
@@ -333,6 +353,14 @@ impl Disruption {
             out,
             "  evictions     {} pods evicted, {} refused by a PodDisruptionBudget, budgets below desired in {} samples",
             self.pods_evicted, self.pdb_blocked_evictions, self.pdb_below_desired_samples
+        );
+        let _ = writeln!(
+            out,
+            "  loop          {} passes, {:.3}s each on average (longest of the run {:.3}s); controller heap peak {:.1} MiB",
+            self.passes,
+            self.mean_pass_seconds,
+            self.longest_pass_seconds,
+            self.controller_heap_peak_bytes as f64 / f64::from(1 << 20)
         );
         out
     }
