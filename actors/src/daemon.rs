@@ -78,7 +78,8 @@ pub struct Timings {
 pub struct Environment {
     pub client: Client,
     /// Leader election's own client: not the rate-limited shared one, so a renewal never
-    /// waits behind creates, patches and events.
+    /// waits behind creates, patches and events. The pod nominations' client is built on it,
+    /// behind a rate limit of its own.
     pub leader_client: Client,
     /// The namespace the controller runs in (its leader Lease lives there by default).
     pub namespace: String,

@@ -192,6 +192,37 @@ mod tests {
         assert!((1000..=1002).contains(&second[0]), "{second:?}");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_limited_client_holds_its_requests_to_its_own_rate() {
+        let start = Instant::now();
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&sent);
+        let answer = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            record
+                .lock()
+                .expect("not poisoned")
+                .push(u64::try_from(start.elapsed().as_millis()).expect("short"));
+            async {
+                Ok::<_, Infallible>(http::Response::new(kube::client::Body::from(
+                    b"{}".to_vec(),
+                )))
+            }
+        });
+        let unlimited = Client::new(answer, "default");
+        let own = limited(unlimited, 10, 2);
+        assert_eq!(own.default_namespace(), "default");
+        for _ in 0..4 {
+            let get = http::Request::get("/api")
+                .body(Vec::new())
+                .expect("request");
+            own.request_text(get).await.expect("answered");
+        }
+        let at = sent.lock().expect("not poisoned").clone();
+        assert_eq!(&at[..2], &[0, 0], "the burst goes at once: {at:?}");
+        assert!((100..=102).contains(&at[2]), "{at:?}");
+        assert!((200..=204).contains(&at[3]), "{at:?}");
+    }
+
     #[tokio::test]
     async fn a_client_builds_from_a_config() {
         let uri: http::Uri = "https://127.0.0.1:6443".parse().expect("valid uri");
