@@ -163,8 +163,43 @@ enum Progress {
 /// (another pod took it, or the launched machine is smaller than planned); the
 /// nomination only keeps that room from pods that could use it. A report from before the
 /// Node was ready says nothing, and the times are whole seconds, so only a later second
-/// counts.
+/// counts. A pod whose fit depends on where other pods are (a `DoNotSchedule` topology
+/// spread, required pod affinity or anti-affinity) may be refused only until its peers
+/// bound elsewhere catch up — a spread over zones whose Nodes are still booting — so its
+/// nomination is never judged futile: it lasts the window.
 pub fn nomination_futile(pod: &Pod, initialized: Timestamp) -> bool {
+    !depends_on_other_pods(pod) && reported_unschedulable_after(pod, initialized)
+}
+
+/// Whether `pod` has a `DoNotSchedule` topology spread or required inter-pod (anti-)affinity.
+fn depends_on_other_pods(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let spread = spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .any(|c| c.when_unsatisfiable == "DoNotSchedule");
+    let affinity = spec.affinity.as_ref();
+    let required_affinity = affinity
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|terms| !terms.is_empty());
+    let required_anti_affinity = affinity
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|terms| !terms.is_empty());
+    spread || required_affinity || required_anti_affinity
+}
+
+fn reported_unschedulable_after(pod: &Pod, initialized: Timestamp) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -417,14 +452,29 @@ mod tests {
                 .pods
                 .apply(ObjectKey::new(Some("default"), name), pod);
         }
+        let mut spread = pod("spread", Some("2026-01-01T00:00:11Z"));
+        spread.spec = Some(
+            serde_json::from_value(serde_json::json!({"containers": [],
+                "topologySpreadConstraints": [{"maxSkew": 1,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule"}]}))
+            .expect("valid spec"),
+        );
+        writers
+            .pods
+            .apply(ObjectKey::new(Some("default"), "spread"), spread);
+        created.insert(
+            claim("ready"),
+            pods(&["fits", "before", "same", "after", "spread"]),
+        );
         let held: Vec<String> = created.nominations(&state)["ready"]
             .iter()
             .map(|p| p.name.clone())
             .collect();
         assert_eq!(
             held,
-            ["fits", "before", "same"],
-            "reported a later second: futile"
+            ["fits", "before", "same", "spread"],
+            "reported a later second: futile, unless its peers' places may change that"
         );
         // Until the Node is initialized, a report says nothing about its room.
         created.insert(claim("booting"), pods(&["after"]));
