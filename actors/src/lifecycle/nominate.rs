@@ -71,6 +71,14 @@ pub const UNCONSTRAINED_NOMINATION_SLOTS: usize = 4;
 /// ones are written: a node of a small scale-up gets them all, a large one's node opens.
 const UNCONSTRAINED_GRACE: Duration = Duration::from_secs(1);
 
+/// The lifecycle step that nominates: at launch nothing waits for the writes (registration
+/// writes what they left); at registration the Node's taint does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Launch,
+    Registration,
+}
+
 /// Which share of the write slots a nomination waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
@@ -234,7 +242,7 @@ async fn withdraw(r: &Reconciler, pod: Arc<Pod>, reason: &str, message: &str) ->
 /// a node; returns how many were written. The placement-constrained pods' nominations are
 /// waited for (within [`NOMINATION_BUDGET`]); the others' only for
 /// [`UNCONSTRAINED_GRACE`] more.
-pub async fn nominate(r: &Reconciler, nodeclaim: &str, node: &str) -> usize {
+pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -> usize {
     if !r.launch.nominate_pods {
         return 0;
     }
@@ -275,13 +283,20 @@ pub async fn nominate(r: &Reconciler, nodeclaim: &str, node: &str) -> usize {
         let grace = deadline.min(Instant::now() + UNCONSTRAINED_GRACE);
         others_done = tokio::time::timeout_at(grace, others).await.ok();
     }
-    if constrained_done.is_none() {
-        tracing::warn!(
+    match step {
+        _ if constrained_done.is_some() => {}
+        Step::Launch => tracing::debug!(
+            nodeclaim,
+            %node,
+            budget = ?NOMINATION_BUDGET,
+            "placement-constrained pods left for registration to nominate"
+        ),
+        Step::Registration => tracing::warn!(
             nodeclaim,
             %node,
             budget = ?NOMINATION_BUDGET,
             "registering before every placement-constrained pod was nominated to the node"
-        );
+        ),
     }
     constrained_done
         .into_iter()

@@ -23,6 +23,7 @@ use super::conditions::ConditionSet;
 use super::initialization::{self, Awaiting};
 use super::launch::{self, LaunchDeps, LaunchedMemory, OnDemandFallback};
 use super::liveness::{self, Verdict};
+use super::nominate::Step;
 use super::registration::{lacks_unregistered_taint, registered_node};
 use super::{LifecycleConfig, patch};
 use crate::events::upstream as events;
@@ -160,7 +161,7 @@ impl Reconciler {
 }
 
 /// Reconciles one NodeClaim.
-pub async fn run(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError> {
+pub async fn run(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, ReconcileError> {
     nodeclaim(r, name).await
 }
 
@@ -170,7 +171,7 @@ pub fn is_managed(claim: &NodeClaim) -> bool {
     class.group == labels::AWS_GROUP && class.kind == "EC2NodeClass"
 }
 
-async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError> {
+async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, ReconcileError> {
     let Some(claim) = r.state.nodeclaim(name) else {
         return Ok(Outcome::DONE);
     };
@@ -198,9 +199,13 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
             r.launches.track(launch::launch(r, &claim)).await?
         };
         // As soon as the machine exists, not at registration: its pods' nominations are
-        // written while it boots, so registration finds them done instead of waiting.
-        if let Some(node) = &launched.node {
-            super::nominate::nominate(r, name, node).await;
+        // written while it boots, so registration finds them done instead of waiting. Beside
+        // the reconcile, which goes on at once (they are bounded in time and write slots).
+        if let Some(node) = launched.node {
+            let (r, name) = (Arc::clone(r), name.to_owned());
+            actix::spawn(async move {
+                super::nominate::nominate(&r, Step::Launch, &name, &node).await;
+            });
         }
         return Ok(launched.outcome);
     }
@@ -306,7 +311,7 @@ async fn register(
     }
     // Before the taint that keeps pods off the Node goes, so no pod planned elsewhere can
     // take the room launched for these.
-    super::nominate::nominate(r, claim.name(), &name).await;
+    super::nominate::nominate(r, Step::Registration, claim.name(), &name).await;
     let wanted = registered_node(claim, node);
     let registered =
         match patch::locked(&**node, &wanted, node.metadata.resource_version.as_deref()) {

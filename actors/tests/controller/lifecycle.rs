@@ -10,7 +10,7 @@ use kerf::labels;
 use serde_json::json;
 
 use kerf_actors::launcher::NOMINATION_WINDOW;
-use kerf_loadtest::apiserver::PatchKind;
+use kerf_loadtest::apiserver::{Cluster, PatchKind};
 
 use crate::stack::*;
 use crate::support::*;
@@ -132,26 +132,35 @@ fn pending_pods_run_on_registered_and_initialized_nodes() {
     });
 }
 
+/// A pending pod pinned to one zone: placement-constrained, so its nomination is awaited.
+fn create_pending_zonal_pod(cluster: &Cluster, name: &str) {
+    let zonal = json!({"nodeSelector": {labels::ZONE: "us-east-1a"}});
+    create_pod_with(cluster, name, json!({}), pod_spec("1", "1Gi", zonal));
+    mark_unschedulable(cluster, name);
+}
+
+/// Waits for a NodeClaim whose `condition` is True; returns its `status.<field>`.
+async fn first_claim_status(stack: &Stack, condition: &str, field: &str) -> String {
+    let mut found = None;
+    eventually(&format!("a nodeclaim {condition} with {field}"), || {
+        found = stack
+            .nodeclaims()
+            .iter()
+            .filter(|c| condition_status(c, condition).as_deref() == Some("True"))
+            .find_map(|c| c["status"][field].as_str().map(str::to_owned));
+        found.is_some()
+    })
+    .await;
+    found.expect("found")
+}
+
 #[test]
 fn pods_are_nominated_to_their_node_as_soon_as_its_instance_is_launched() {
     run(|| async {
         // No kubelets: the instance launches, its Node never registers.
         let stack = Stack::start(fast_timings(), false).await;
-        let cluster = stack.cluster();
-        let zonal = json!({"nodeSelector": {labels::ZONE: "us-east-1a"}});
-        create_pod_with(&cluster, "web-1", json!({}), pod_spec("1", "1Gi", zonal));
-        mark_unschedulable(&cluster, "web-1");
-        let mut provider_id = None;
-        eventually("a launched nodeclaim", || {
-            provider_id = stack
-                .nodeclaims()
-                .iter()
-                .filter(|c| condition_status(c, types::LAUNCHED).as_deref() == Some("True"))
-                .find_map(|c| c["status"]["providerID"].as_str().map(str::to_owned));
-            provider_id.is_some()
-        })
-        .await;
-        let provider_id = provider_id.expect("launched");
+        create_pending_zonal_pod(&stack.cluster(), "web-1");
+        let provider_id = first_claim_status(&stack, types::LAUNCHED, "providerID").await;
         let instance_id = provider_id.rsplit('/').next().expect("an instance id");
         let instance = stack
             .provider
@@ -188,20 +197,8 @@ fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the
         // The test plays the kube-scheduler.
         let stack = Stack::start_without_scheduler(fast_timings()).await;
         let cluster = stack.cluster();
-        let zonal = json!({"nodeSelector": {labels::ZONE: "us-east-1a"}});
-        create_pod_with(&cluster, "web-1", json!({}), pod_spec("1", "1Gi", zonal));
-        mark_unschedulable(&cluster, "web-1");
-        let mut node = None;
-        eventually("an initialized nodeclaim", || {
-            node = stack
-                .nodeclaims()
-                .iter()
-                .filter(|c| condition_status(c, types::INITIALIZED).as_deref() == Some("True"))
-                .find_map(|c| c["status"]["nodeName"].as_str().map(str::to_owned));
-            node.is_some()
-        })
-        .await;
-        let node = node.expect("initialized");
+        create_pending_zonal_pod(&cluster, "web-1");
+        let node = first_claim_status(&stack, types::INITIALIZED, "nodeName").await;
         let initialized = tokio::time::Instant::now();
         eventually("the pod nominated to the node", || {
             stack
@@ -375,15 +372,24 @@ fn a_nodeclaim_whose_node_never_registers_is_deleted_and_its_instance_terminated
             Some("terminated"),
             "the finalizer is released only once the instance is gone"
         );
-        let (_, metrics) = http_get(stack.daemon.metrics_addr, "/metrics").await;
-        assert!(
-            metrics.contains("karpenter_nodeclaims_disrupted_total{reason=\"registration_timeout\",nodepool=\"default\""),
-            "{metrics}"
-        );
-        assert!(
-            metrics.contains("karpenter_nodeclaims_terminated_total{nodepool=\"default\""),
-            "{metrics}"
-        );
+        // The termination counter moves once the finalizer's release is answered, which
+        // can be just after the object is seen gone.
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let counted = [
+            "karpenter_nodeclaims_disrupted_total{reason=\"registration_timeout\",nodepool=\"default\"",
+            "karpenter_nodeclaims_terminated_total{nodepool=\"default\"",
+        ];
+        loop {
+            let (_, metrics) = http_get(stack.daemon.metrics_addr, "/metrics").await;
+            if counted.iter().all(|metric| metrics.contains(metric)) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{counted:?} in {metrics}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         stack.stop().await;
     });
 }
