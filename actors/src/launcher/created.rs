@@ -4,9 +4,9 @@
 //! flight and for a nomination window after its Node is initialized, so later rounds hold
 //! those pods on it instead of re-packing every pending pod
 //! from scratch (which spreads them differently and leaves some over for new NodeClaims).
-//! A pod stops being held early once holding it is futile: the kube-scheduler reported it
-//! unschedulable after the Node was initialized ([`nomination_futile`]) — it tries a pod's
-//! nominated node first, so the room planned there is not (or no longer) there.
+//! Whether a pod's nomination is futile ([`nomination_futile`]) is judged here too, for the
+//! lifecycle, which withdraws such nominations early; the pod stays held for the window
+//! (the room it lost on its Node may be waiting for it on a Node still booting).
 //! The Launcher is the only writer: it adds each NodeClaim before answering the Provisioner
 //! (so the next round sees it) and withdraws one it deletes because its launch was refused
 //! (so its pods are planned again at once, even if the deletion completes before the watch
@@ -21,7 +21,6 @@ use dashmap::DashMap;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodeClaim;
-use kerf::api::condition::Conditions;
 use kerf::scheduling::PodRef;
 use tokio::time::Instant;
 
@@ -75,18 +74,13 @@ impl CreatedClaims {
     /// The pods nominated to each NodeClaim, by NodeClaim name: one this Launcher created
     /// that is not being deleted, until [`NOMINATION_WINDOW`] after its Node is initialized
     /// (the kube-scheduler binds them meanwhile; the pods it did not take are then planned
-    /// afresh), less the pods it already found no room for ([`nomination_futile`]).
-    /// Nominations of NodeClaims that are done or gone are dropped.
+    /// afresh). Nominations of NodeClaims that are done or gone are dropped.
     pub fn nominations(&self, state: &ClusterState) -> HashMap<String, Vec<PodRef>> {
-        let mut initialized_at = HashMap::new();
         self.nominated.retain(
             |name, nomination| match progress(state, name, nomination.created) {
                 Progress::Gone => false,
                 Progress::InFlight => true,
-                Progress::Initialized(at) => {
-                    if let Some(at) = at {
-                        initialized_at.insert(name.clone(), at);
-                    }
+                Progress::Initialized => {
                     nomination
                         .initialized
                         .get_or_insert_with(Instant::now)
@@ -97,13 +91,7 @@ impl CreatedClaims {
         );
         self.nominated
             .iter()
-            .map(|entry| {
-                let pods = match initialized_at.get(entry.key()) {
-                    Some(&at) => useful(state, &entry.value().pods, at),
-                    None => entry.value().pods.clone(),
-                };
-                (entry.key().clone(), pods)
-            })
+            .map(|entry| (entry.key().clone(), entry.value().pods.clone()))
             .collect()
     }
 
@@ -153,8 +141,7 @@ enum Progress {
     /// Deleted, deleting, or never delivered by the watch within the grace.
     Gone,
     InFlight,
-    /// With when, once the NodeClaim's `Initialized` condition says so.
-    Initialized(Option<Timestamp>),
+    Initialized,
 }
 
 /// Whether holding `pod`'s nomination to a Node initialized at `initialized` is futile: the
@@ -215,21 +202,6 @@ fn reported_unschedulable_after(pod: &Pod, initialized: Timestamp) -> bool {
         })
 }
 
-/// Of `pods`, held on a Node initialized at `initialized`, those still worth holding: the
-/// ones whose nomination is not futile (gone or bound ones are the Provisioner's to skip).
-fn useful(state: &ClusterState, pods: &[PodRef], initialized: Timestamp) -> Vec<PodRef> {
-    pods.iter()
-        .filter(|pod| {
-            let key = ObjectKey::new(Some(&pod.namespace), &pod.name);
-            state
-                .pods
-                .get(&key)
-                .is_none_or(|stored| !nomination_futile(&stored, initialized))
-        })
-        .cloned()
-        .collect()
-}
-
 fn awaits_launch(state: &ClusterState, name: &str, created: Instant) -> bool {
     let key = ObjectKey::new(None, name);
     match state.nodeclaims.get(&key) {
@@ -272,12 +244,7 @@ fn progress(state: &ClusterState, name: &str, created: Instant) -> Progress {
             .is_some_and(|v| v == "true")
     });
     if initialized {
-        let at = claim
-            .conditions()
-            .condition(kerf::api::condition::types::INITIALIZED)
-            .filter(|c| c.is_true())
-            .map(|c| c.last_transition_time.0);
-        Progress::Initialized(at)
+        Progress::Initialized
     } else {
         Progress::InFlight
     }
@@ -425,33 +392,21 @@ mod tests {
         .expect("valid pod")
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn pods_reported_unschedulable_after_their_node_was_initialized_are_not_held() {
-        let (state, mut writers) = ClusterState::new();
-        let created = CreatedClaims::default();
-        created.insert(claim("ready"), pods(&["fits", "before", "same", "after"]));
-        let mut ready = on_node("ready", "node-a");
-        ready.status = Some(
-            serde_json::from_value(serde_json::json!({"nodeName": "node-a", "conditions": [{
-                "type": "Initialized", "status": "True", "reason": "Initialized",
-                "message": "", "lastTransitionTime": "2026-01-01T00:00:10Z"
-            }]}))
-            .expect("valid status"),
+    #[test]
+    fn a_nomination_is_futile_once_reported_unschedulable_in_a_later_second_unless_its_fit_depends_on_peers()
+     {
+        let initialized: Timestamp = "2026-01-01T00:00:10Z".parse().expect("a time");
+        let futile = |reported| nomination_futile(&pod("p", reported), initialized);
+        assert!(!futile(None));
+        assert!(
+            !futile(Some("2026-01-01T00:00:09Z")),
+            "before: says nothing"
         );
-        let key = |n: &str| ObjectKey::new(None, n);
-        writers.nodeclaims.apply(key("ready"), ready);
-        writers.nodes.apply(key("node-a"), node("node-a", true));
-        for (name, reported) in [
-            ("fits", None),
-            ("before", Some("2026-01-01T00:00:09Z")),
-            ("same", Some("2026-01-01T00:00:10Z")),
-            ("after", Some("2026-01-01T00:00:11Z")),
-        ] {
-            let pod = pod(name, reported);
-            writers
-                .pods
-                .apply(ObjectKey::new(Some("default"), name), pod);
-        }
+        assert!(
+            !futile(Some("2026-01-01T00:00:10Z")),
+            "the same second: unknown order"
+        );
+        assert!(futile(Some("2026-01-01T00:00:11Z")));
         let mut spread = pod("spread", Some("2026-01-01T00:00:11Z"));
         spread.spec = Some(
             serde_json::from_value(serde_json::json!({"containers": [],
@@ -460,29 +415,10 @@ mod tests {
                     "whenUnsatisfiable": "DoNotSchedule"}]}))
             .expect("valid spec"),
         );
-        writers
-            .pods
-            .apply(ObjectKey::new(Some("default"), "spread"), spread);
-        created.insert(
-            claim("ready"),
-            pods(&["fits", "before", "same", "after", "spread"]),
+        assert!(
+            !nomination_futile(&spread, initialized),
+            "its peers may catch up"
         );
-        let held: Vec<String> = created.nominations(&state)["ready"]
-            .iter()
-            .map(|p| p.name.clone())
-            .collect();
-        assert_eq!(
-            held,
-            ["fits", "before", "same", "spread"],
-            "reported a later second: futile, unless its peers' places may change that"
-        );
-        // Until the Node is initialized, a report says nothing about its room.
-        created.insert(claim("booting"), pods(&["after"]));
-        writers
-            .nodeclaims
-            .apply(key("booting"), on_node("booting", "node-b"));
-        writers.nodes.apply(key("node-b"), node("node-b", false));
-        assert_eq!(created.nominations(&state)["booting"].len(), 1);
     }
 
     fn launched(name: &str) -> NodeClaim {
