@@ -5,6 +5,7 @@
 //! output (pods/s, NodeClaims, time relative to the lower bound).
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
@@ -19,7 +20,7 @@ const SIZES: [usize; 6] = [1, 100, 1000, 5000, 20000, 40000];
 
 fn input(pods: Vec<Pod>, parallel: bool) -> SchedulingInput {
     SchedulingInput {
-        pods,
+        pods: pods.into_iter().map(Arc::new).collect(),
         node_pools: vec![node_pool("default", benchmark_instance_types())],
         options: SchedulingOptions {
             parallel,
@@ -56,7 +57,7 @@ fn requests(p: &Pod) -> [i64; 3] {
 
 /// First-fit decreasing with no constraints: bins as large as the largest instance type,
 /// each shrunk to the cheapest type that holds it. Returns the number of bins.
-fn first_fit_decreasing(pods: &[Pod], its: &[InstanceType]) -> usize {
+fn first_fit_decreasing(pods: &[Arc<Pod>], its: &[InstanceType]) -> usize {
     let caps: Vec<([i64; 3], f64)> = its
         .iter()
         .map(|it| {
@@ -75,7 +76,7 @@ fn first_fit_decreasing(pods: &[Pod], its: &[InstanceType]) -> usize {
         .map(|(c, _)| *c)
         .max_by_key(|c| c[0])
         .unwrap_or([0; 3]);
-    let mut items: Vec<[i64; 3]> = pods.iter().map(requests).collect();
+    let mut items: Vec<[i64; 3]> = pods.iter().map(|p| requests(p)).collect();
     items.sort_unstable_by(|a, b| b.cmp(a));
     let mut bins: Vec<[i64; 3]> = Vec::new();
     for item in items {

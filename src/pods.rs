@@ -2,6 +2,8 @@
 //! which has no kube-scheduler and so takes every unbound pod as unschedulable so far, and
 //! the controller, which also waits for the kube-scheduler's `Unschedulable` verdict.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 
 /// The pod condition kerf writes beside `status.nominatedNodeName` when it nominates a pod
@@ -143,10 +145,12 @@ pub fn is_marked_unschedulable(pod: &Pod) -> bool {
         })
 }
 
-/// `pod` bound to `node`, as a simulated placement records it.
-pub fn bound_to(mut pod: Pod, node: &str) -> Pod {
+/// `pod` bound to `node`, as a simulated placement records it: a copy of a pod still shared
+/// with others, the pod itself when nothing else holds it.
+pub fn bound_to(pod: Arc<Pod>, node: &str) -> Arc<Pod> {
+    let mut pod = Arc::unwrap_or_clone(pod);
     pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
-    pod
+    Arc::new(pod)
 }
 
 /// Whether `pod` has a node (`spec.nodeName` set).

@@ -5,6 +5,7 @@
 //! nothing. The final pass's notes say why each remaining node stays.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -289,10 +290,10 @@ impl<'c> State<'c> {
         self.managed.retain(|m| !command.nodes.contains(&m.name));
         match &command.simulation {
             Some(simulation) => {
-                let mut moved: HashMap<String, Pod> = simulation
+                let mut moved: HashMap<String, Arc<Pod>> = simulation
                     .moved
                     .iter()
-                    .map(|p| (pods::key(p), p.clone()))
+                    .map(|p| (pods::key(p), Arc::clone(p)))
                     .collect();
                 self.bind(&simulation.placements, &mut moved);
                 for replacement in &command.replacements {
@@ -304,7 +305,7 @@ impl<'c> State<'c> {
                     self.input.pods.extend(
                         pods.iter()
                             .filter(|p| pods::is_reschedulable(p))
-                            .map(|p| bound_to_none(p.clone())),
+                            .map(|p| bound_to_none(p)),
                     );
                 }
             }
@@ -315,9 +316,13 @@ impl<'c> State<'c> {
 
     /// Binds the `moved` pods each placement names (`namespace/name`) to its existing node,
     /// taking them out of `moved`.
-    pub fn bind(&mut self, placements: &[(String, Vec<String>)], moved: &mut HashMap<String, Pod>) {
+    pub fn bind(
+        &mut self,
+        placements: &[(String, Vec<String>)],
+        moved: &mut HashMap<String, Arc<Pod>>,
+    ) {
         for (node_name, keys) in placements {
-            let pods: Vec<Pod> = keys.iter().filter_map(|k| moved.remove(k)).collect();
+            let pods: Vec<Arc<Pod>> = keys.iter().filter_map(|k| moved.remove(k)).collect();
             if let Some(node) = self
                 .input
                 .existing_nodes
@@ -332,7 +337,11 @@ impl<'c> State<'c> {
         }
     }
 
-    fn add_replacement(&mut self, replacement: &Replacement, moved: &mut HashMap<String, Pod>) {
+    fn add_replacement(
+        &mut self,
+        replacement: &Replacement,
+        moved: &mut HashMap<String, Arc<Pod>>,
+    ) {
         self.replacements += 1;
         let claim = &replacement.claim;
         let name = format!("{}-replacement-{}", claim.node_pool, self.replacements);
@@ -409,10 +418,11 @@ impl<'c> State<'c> {
     }
 }
 
-fn bound_to_none(mut pod: Pod) -> Pod {
+fn bound_to_none(pod: &Pod) -> Arc<Pod> {
+    let mut pod = pod.clone();
     if let Some(spec) = pod.spec.as_mut() {
         spec.node_name = None;
     }
     pod.status = None;
-    pod
+    Arc::new(pod)
 }

@@ -17,6 +17,7 @@
 //! costs one solve plus a copy of the moved pods, not a copy of every pod in the cluster.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -37,7 +38,7 @@ pub struct Simulation {
     /// provisioner's business, not the disruption's).
     pub new_claims: Vec<PlannedNodeClaim>,
     /// The moved pods, unbound.
-    pub moved: Vec<Pod>,
+    pub moved: Vec<Arc<Pod>>,
 }
 
 /// Simulates removing `candidates` from `state`.
@@ -56,18 +57,18 @@ pub fn simulate(
             i += 1;
         }
     }
-    let moved: Vec<Pod> = removed
+    let moved: Vec<Arc<Pod>> = removed
         .iter()
         .flat_map(|(_, n)| n.pods.iter())
         .filter(|p| pods::is_reschedulable(p))
-        .map(unbound)
+        .map(|p| unbound(p))
         .collect();
     let (result, uninitialized) = solve_with(state, &moved);
     for (index, node) in removed {
         state.input.existing_nodes.insert(index, node);
     }
     let result = result?;
-    let moved_keys: HashSet<String> = moved.iter().map(pods::key).collect();
+    let moved_keys: HashSet<String> = moved.iter().map(|p| pods::key(p)).collect();
     let unplaced = result
         .errors
         .iter()
@@ -123,20 +124,22 @@ pub fn place_waiting(state: &mut State) {
         if !deleting.contains(node.name.as_str()) {
             continue;
         }
-        let (going, staying): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut node.pods)
+        let (going, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = std::mem::take(&mut node.pods)
             .into_iter()
-            .partition(pods::is_reschedulable);
+            .partition(|p| pods::is_reschedulable(p));
         node.pods = staying;
-        waiting.extend(going.iter().map(unbound));
+        waiting.extend(going.iter().map(|p| unbound(p)));
     }
     if waiting.is_empty() {
         return;
     }
     let (result, _) = solve_with(state, &waiting);
-    let keys: HashSet<String> = waiting.iter().map(pods::key).collect();
+    let keys: HashSet<String> = waiting.iter().map(|p| pods::key(p)).collect();
     let placements = result.map(|r| placements(&r, &keys)).unwrap_or_default();
-    let mut placed: HashMap<String, Pod> =
-        waiting.iter().map(|p| (pods::key(p), p.clone())).collect();
+    let mut placed: HashMap<String, Arc<Pod>> = waiting
+        .iter()
+        .map(|p| (pods::key(p), Arc::clone(p)))
+        .collect();
     state.bind(&placements, &mut placed);
     waiting.retain(|p| placed.contains_key(&pods::key(p)));
     state.input.pods = waiting;
@@ -147,7 +150,7 @@ pub fn place_waiting(state: &mut State) {
 /// when this returns.
 fn solve_with(
     state: &mut State,
-    extra: &[Pod],
+    extra: &[Arc<Pod>],
 ) -> (Result<SchedulingResult, SchedulingError>, HashSet<String>) {
     let pending = state.input.pods.len();
     state.input.pods.extend(extra.iter().cloned());
@@ -184,7 +187,7 @@ fn placements(result: &SchedulingResult, keys: &HashSet<String>) -> Vec<(String,
 }
 
 /// The pod as it would be recreated: no node, no start.
-fn unbound(pod: &Pod) -> Pod {
+fn unbound(pod: &Pod) -> Arc<Pod> {
     let mut pod = pod.clone();
     if let Some(spec) = pod.spec.as_mut() {
         spec.node_name = None;
@@ -192,7 +195,7 @@ fn unbound(pod: &Pod) -> Pod {
     pod.status = None;
     // A terminating StatefulSet pod moves as the replacement its controller recreates.
     pod.metadata.deletion_timestamp = None;
-    pod
+    Arc::new(pod)
 }
 
 /// Closed destinations with what to restore, and the names of the uninitialized ones.

@@ -231,7 +231,7 @@ impl NodeBuilder {
 
     pub fn pod(mut self, mut pod: Pod) -> Self {
         pod.spec.get_or_insert_with(Default::default).node_name = Some(self.node.name.clone());
-        self.node.pods.push(pod);
+        self.node.pods.push(pod.into());
         self
     }
 
@@ -366,7 +366,7 @@ impl ClusterBuilder {
             ..Default::default()
         };
         cluster.scheduling.node_pools = node_pools;
-        cluster.scheduling.pods = self.pending;
+        cluster.scheduling.pods = self.pending.into_iter().map(Into::into).collect();
         cluster.scheduling.options = SchedulingOptions {
             parallel: false,
             ..Default::default()
@@ -454,7 +454,7 @@ pub fn benchmark_cluster(nodes: usize, seed: u64) -> Cluster {
     for (node, pods) in node_builders.iter_mut().zip(pods) {
         for mut pod in pods {
             pod.spec.get_or_insert_with(Default::default).node_name = Some(node.node.name.clone());
-            node.node.pods.push(pod);
+            node.node.pods.push(pod.into());
         }
     }
     node_builders

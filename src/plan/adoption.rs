@@ -58,7 +58,7 @@ pub(crate) struct Given<'a> {
 }
 
 impl<'a> Given<'a> {
-    pub(crate) fn new(pods: &'a [Pod]) -> Self {
+    pub(crate) fn new(pods: impl IntoIterator<Item = &'a Pod>) -> Self {
         let mut names = HashSet::new();
         let mut controlled: BTreeMap<_, Vec<&Pod>> = BTreeMap::new();
         for pod in pods {

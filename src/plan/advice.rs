@@ -3,6 +3,8 @@
 //! warning names the object and says what to do, in the words of Karpenter's
 //! troubleshooting guide where it has them. None of these stop the plan.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 
 use super::inventory::Inventory;
@@ -30,11 +32,11 @@ pub struct PodFacts {
 }
 
 impl PodFacts {
-    pub fn of(pods: &[Pod]) -> Self {
+    pub fn of(pods: &[Arc<Pod>]) -> Self {
         let in_tree_ebs = pods
             .iter()
             .filter(|pod| uses_in_tree_ebs(pod))
-            .map(pod_key)
+            .map(|pod| pod_key(pod))
             .collect();
         let mut selected_zones: Vec<String> = pods
             .iter()

@@ -26,7 +26,7 @@ pub fn cluster(inventory: &Inventory, snapshot: Snapshot) -> Cluster {
             .existing_nodes
             .iter()
             .fold(HashMap::new(), |mut map, node| {
-                map.insert(node.name.as_str(), node.pods.iter().collect());
+                map.insert(node.name.as_str(), node.pods.iter().map(|p| &**p).collect());
                 map
             });
     let nodes = inventory
@@ -51,7 +51,15 @@ pub fn cluster(inventory: &Inventory, snapshot: Snapshot) -> Cluster {
     let pdbs = inventory
         .disruption_budgets
         .iter()
-        .map(|pdb| Pdb::from_api(pdb, all_pods.clone().filter(|p| crate::pods::is_bound(p))))
+        .map(|pdb| {
+            Pdb::from_api(
+                pdb,
+                all_pods
+                    .clone()
+                    .map(|p| &**p)
+                    .filter(|p| crate::pods::is_bound(p)),
+            )
+        })
         .collect();
     Cluster {
         scheduling: snapshot.input,

@@ -6,6 +6,7 @@
 //! Workloads add only the pods their controllers are missing (see `adoption`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -29,8 +30,9 @@ use crate::validation::{self, Verdict};
 #[derive(Debug, Default, Clone)]
 pub struct Inventory {
     /// Every pod: given ones and those workload controllers would create, bound or pending;
-    /// without what no plan decision reads (see `lean`).
-    pub pods: Vec<Pod>,
+    /// without what no plan decision reads (see `lean`). Shared: the snapshot and the
+    /// controller's round point at these pods rather than copy them.
+    pub pods: Vec<Arc<Pod>>,
     /// One pod per DaemonSet, as the DaemonSet would run it on each node.
     pub daemon_pods: Vec<Pod>,
     pub nodes: Vec<Node>,
@@ -95,7 +97,7 @@ impl<T> Keyed<T> {
 /// holding its objects: each is decoded into its typed form and dropped.
 #[derive(Default)]
 pub struct Builder {
-    pods: Keyed<Pod>,
+    pods: Keyed<Arc<Pod>>,
     daemon_pods: Keyed<Pod>,
     nodes: Keyed<Node>,
     node_claims: Keyed<NodeClaim>,
@@ -345,7 +347,7 @@ impl Builder {
     fn put_pod(&mut self, mut pod: Pod, origin: &Origin) {
         lean::keep_what_plans_read(&mut pod);
         let (namespace, name) = namespaced_name(&pod.metadata);
-        let replaced = self.pods.put(&namespace, &name, pod);
+        let replaced = self.pods.put(&namespace, &name, Arc::new(pod));
         if replaced {
             self.warnings.push(format!(
                 "{}: {}: pod {namespace}/{name} appears more than once; the last one is used",
@@ -383,7 +385,7 @@ impl Builder {
             })
             .collect();
         let deferred = std::mem::take(&mut self.deferred);
-        let given = adoption::Given::new(&self.pods.items);
+        let given = adoption::Given::new(self.pods.items.iter().map(|p| &**p));
         let mut missing: Vec<(Expansion, Origin)> = Vec::new();
         for d in &deferred {
             let origin = Origin {

@@ -7,6 +7,7 @@
 //! pods still unplaced, until nothing more is placed or `N` rounds have run.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -40,16 +41,16 @@ pub fn solve(
 /// The next round's input: the pods still unplaced, the existing nodes with what earlier
 /// rounds put on them, and every NodeClaim planned so far as a launched, uninitialized node.
 fn carried(input: &SchedulingInput, merged: &SchedulingResult) -> SchedulingInput {
-    let by_key: HashMap<String, &Pod> = input.pods.iter().map(|p| (pod_key(p), p)).collect();
-    let pods_of = |refs: &[PodRef]| -> Vec<Pod> {
+    let by_key: HashMap<String, &Arc<Pod>> = input.pods.iter().map(|p| (pod_key(p), p)).collect();
+    let pods_of = |refs: &[PodRef]| -> Vec<Arc<Pod>> {
         refs.iter()
-            .filter_map(|r| by_key.get(&ref_key(r)).map(|p| (*p).clone()))
+            .filter_map(|r| by_key.get(&ref_key(r)).map(|p| Arc::clone(p)))
             .collect()
     };
     let mut existing_nodes = input.existing_nodes.clone();
     for placement in &merged.existing_nodes {
         if let Some(node) = existing_nodes.iter_mut().find(|n| n.name == placement.name) {
-            let placed: Vec<Pod> = pods_of(&placement.pods)
+            let placed: Vec<Arc<Pod>> = pods_of(&placement.pods)
                 .into_iter()
                 .map(|pod| bound_to(pod, &node.name))
                 .collect();
@@ -131,7 +132,7 @@ fn ref_key(pod: &PodRef) -> String {
 mod tests {
     use super::*;
     use crate::labels::HOSTNAME;
-    use crate::scheduling::testing::{fake_instance_types, node_pool, pod, resources};
+    use crate::scheduling::testing::{fake_instance_types, node_pool, pod, resources, shared};
 
     /// Three pods that each need their own node, under a 4-vCPU limit, with 1- to 4-vCPU
     /// types: one round charges the first NodeClaim at 4 vCPUs and refuses the rest.
@@ -139,11 +140,13 @@ mod tests {
         let mut pool = node_pool("default", fake_instance_types(4));
         pool.limits = Some(resources(&[("cpu", "4")]));
         SchedulingInput {
-            pods: pod("w")
-                .labels(&[("app", "w")])
-                .cpu("500m")
-                .anti_affinity_to(HOSTNAME, &[("app", "w")])
-                .replicas("w", 3),
+            pods: shared(
+                pod("w")
+                    .labels(&[("app", "w")])
+                    .cpu("500m")
+                    .anti_affinity_to(HOSTNAME, &[("app", "w")])
+                    .replicas("w", 3),
+            ),
             node_pools: vec![pool],
             ..Default::default()
         }

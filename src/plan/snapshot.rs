@@ -6,6 +6,7 @@
 //! cluster state would see it a moment after the manifests were applied.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KubeQuantity;
@@ -77,14 +78,14 @@ pub fn build_with(
         .pods
         .iter()
         .filter(|pod| pods::is_bound(pod) || pods::wants_capacity(pod))
-        .cloned()
+        .map(Arc::clone)
         .collect();
     build_from(inventory, pods, used, catalog, controller, source)
 }
 
-/// [`build`], moving the inventory's pods into the snapshot instead of copying them, for a
-/// caller that reads no pod of `inventory` afterwards: the pods are most of both, so a copy
-/// would double the memory of a plan. `inventory.pods` is left empty.
+/// [`build`], moving the inventory's pods into the snapshot, for a caller that reads no pod
+/// of `inventory` afterwards: the pods' last holder is then the snapshot, so they go as soon
+/// as the solve no longer needs them. `inventory.pods` is left empty.
 pub fn build_taking_pods(
     inventory: &mut Inventory,
     catalog: &Catalog,
@@ -99,7 +100,7 @@ pub fn build_taking_pods(
 /// bound or pending) in namespaces `used`.
 fn build_from(
     inventory: &Inventory,
-    pods: Vec<Pod>,
+    pods: Vec<Arc<Pod>>,
     used: BTreeSet<String>,
     catalog: &Catalog,
     controller: ControllerSettings,
@@ -107,7 +108,7 @@ fn build_from(
 ) -> Result<Snapshot, PlanError> {
     let mut warnings = Vec::new();
     let (pending, bound) = split_pods(pods);
-    let mut bound_by_node: HashMap<String, Vec<Pod>> = HashMap::new();
+    let mut bound_by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
     for pod in bound {
         let node = pod
             .spec
@@ -198,14 +199,14 @@ pub fn pod_key(pod: &Pod) -> String {
 /// and mirror pods without a node, finished or deleting pods) is neither.
 /// In place: the pending pods stay in `pods`' own buffer, so a plan never holds two lists of
 /// every pod.
-fn split_pods(mut pods: Vec<Pod>) -> (Vec<Pod>, Vec<Pod>) {
+fn split_pods(mut pods: Vec<Arc<Pod>>) -> (Vec<Arc<Pod>>, Vec<Arc<Pod>>) {
     let bound = pods.extract_if(.., |pod| pods::is_bound(pod)).collect();
-    pods.retain(pods::wants_capacity);
+    pods.retain(|pod| pods::wants_capacity(pod));
     (pods, bound)
 }
 
 /// Every namespace a pod is in.
-fn namespaces_of(pods: &[Pod]) -> BTreeSet<String> {
+fn namespaces_of(pods: &[Arc<Pod>]) -> BTreeSet<String> {
     let mut used = BTreeSet::new();
     for namespace in pods.iter().filter_map(|p| p.metadata.namespace.as_ref()) {
         if !used.contains(namespace) {
@@ -229,7 +230,7 @@ fn in_flight(claim: &NodeClaim, node_names: &[&str]) -> bool {
 fn existing_node(
     node: &Node,
     claims: &[NodeClaim],
-    pods: Vec<Pod>,
+    pods: Vec<Arc<Pod>>,
 ) -> Result<ExistingNode, PlanError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let invalid = |error: FieldError| PlanError::node("Node", &name, error);
@@ -284,7 +285,7 @@ const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 /// what its instance types in the catalog guarantee (see [`unlaunched_resources`]).
 fn in_flight_node(
     claim: &NodeClaim,
-    pods: Vec<Pod>,
+    pods: Vec<Arc<Pod>>,
     inventory: &Inventory,
     catalog: &Catalog,
     controller: ControllerSettings,

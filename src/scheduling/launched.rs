@@ -5,6 +5,8 @@
 //! charged against the NodePool's limits at the launched type's capacity as the controller
 //! does, rather than at the largest candidate's.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 
 use super::types::{ExistingNode, InstanceType, LaunchChoice, Operator, PlannedNodeClaim};
@@ -19,7 +21,7 @@ impl PlannedNodeClaim {
         name: &str,
         launch: &LaunchChoice,
         it: &InstanceType,
-        pods: Vec<Pod>,
+        pods: Vec<Arc<Pod>>,
         initialized: bool,
     ) -> ExistingNode {
         let mut node_labels = it.labels.clone();

@@ -4,6 +4,7 @@
 //! the preference pod mixes), generated deterministically from a seed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, NodeAffinity, NodeSelector,
@@ -22,6 +23,11 @@ use super::types::{
 use crate::catalog::Overhead;
 use crate::labels;
 use crate::resources::Quantity as Q;
+
+/// Pods as a [`super::SchedulingInput`] holds them.
+pub fn shared(pods: Vec<Pod>) -> Vec<Arc<Pod>> {
+    pods.into_iter().map(Arc::new).collect()
+}
 
 /// The three zones fixtures use.
 pub const ZONES: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];

@@ -4,6 +4,7 @@
 //! I/O, so a solve is a pure function of its input.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -16,8 +17,10 @@ pub use crate::resources::Resources;
 /// Everything one solve needs: the pods to place and the capacity they may use.
 #[derive(Clone, Debug, Default)]
 pub struct SchedulingInput {
-    /// Pending pods to place. Their order does not matter: the solver sorts them.
-    pub pods: Vec<Pod>,
+    /// Pending pods to place. Their order does not matter: the solver sorts them. Shared, not
+    /// owned: a round's input points at the pods its caller holds (the controller's stores,
+    /// the plan's inventory) instead of copying them.
+    pub pods: Vec<Arc<Pod>>,
     /// Nodes that already exist, and in-flight NodeClaims that have no Node yet, with the pods
     /// already bound to them (those pods count for topology and consume capacity).
     pub existing_nodes: Vec<ExistingNode>,
@@ -49,8 +52,9 @@ pub struct ExistingNode {
     pub allocatable: Resources,
     /// Capacity, counted against the owning NodePool's limits when `node_pool` is set.
     pub capacity: Resources,
-    /// Pods already bound to (or nominated for) this node.
-    pub pods: Vec<Pod>,
+    /// Pods already bound to (or nominated for) this node, shared like
+    /// [`SchedulingInput::pods`].
+    pub pods: Vec<Arc<Pod>>,
     /// Whether the node is initialized; initialized nodes are tried first.
     pub initialized: bool,
     /// The NodePool that owns the node, if Karpenter manages it.

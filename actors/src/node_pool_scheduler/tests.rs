@@ -44,7 +44,7 @@ fn input(seed: u64) -> SchedulingInput {
     // Tolerates nothing: no pool takes them (a pool-less part).
     pods.extend(pod("lost").cpu("1").replicas("lost", 1 + rng.below(3)));
     SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools,
         ..Default::default()
     }

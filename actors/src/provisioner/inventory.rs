@@ -20,16 +20,17 @@ use crate::state::{ClusterState, ObjectKey, is_provisionable, is_rescheduled};
 /// The inventory of `state` plus `unseen` NodeClaims not yet in its store.
 pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> Inventory {
     let terminating = state.terminating_nodes();
-    let pods: Vec<Pod> = state
+    // The store's own pods, shared: only a pod taken off its terminating Node is copied.
+    let pods: Vec<Arc<Pod>> = state
         .pods
         .snapshot()
         .into_iter()
         .filter(|p| is_bound(p) || is_provisionable(p))
         .map(|p| {
             if is_rescheduled(&p, &terminating) {
-                unbound(&p)
+                Arc::new(unbound(&p))
             } else {
-                Arc::unwrap_or_clone(p)
+                p
             }
         })
         .collect();

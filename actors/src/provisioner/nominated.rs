@@ -49,6 +49,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
     use kerf::scheduling::ExistingNode;
+    use std::sync::Arc;
 
     fn pod(uid: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
@@ -82,7 +83,7 @@ mod tests {
             .collect()
     }
 
-    fn uids(pods: &[Pod]) -> Vec<&str> {
+    fn uids(pods: &[Arc<Pod>]) -> Vec<&str> {
         pods.iter()
             .filter_map(|p| p.metadata.uid.as_deref())
             .collect()
@@ -91,7 +92,9 @@ mod tests {
     #[test]
     fn nominated_pods_stay_on_their_nodeclaims_nodes_and_the_rest_are_solved() {
         let mut input = SchedulingInput {
-            pods: ["a", "b", "c", "d", "e"].map(pod).to_vec(),
+            pods: ["a", "b", "c", "d", "e"]
+                .map(|uid| Arc::new(pod(uid)))
+                .to_vec(),
             existing_nodes: vec![
                 node("claim-1", Some("claim-1"), false),
                 node("ip-10-0-0-1", Some("claim-2"), false),

@@ -211,3 +211,35 @@ fn a_round_solved_by_the_node_pool_schedulers_equals_the_sequential_solve() {
         assert_eq!(pools, ["a", "b"].into_iter().collect());
     });
 }
+
+#[test]
+fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
+    let (state, mut writers) = ClusterState::new();
+    writers
+        .nodepools
+        .apply(ObjectKey::new(None, "a"), node_pool("a"));
+    for i in 0..3 {
+        let name = format!("a-{i}");
+        writers.pods.apply(
+            ObjectKey::new(Some("default"), &name),
+            pod(&name, Some("a"), "1"),
+        );
+    }
+    synced(&mut writers);
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    let inventory = inventory::of(&state, []);
+    let snapshot = snapshot::build(&inventory, &catalog, ControllerSettings::default())
+        .expect("a valid snapshot");
+    assert_eq!(snapshot.input.pods.len(), 3);
+    for pod in &snapshot.input.pods {
+        let name = pod.metadata.name.as_deref().expect("named");
+        let stored = state
+            .pods
+            .get(&ObjectKey::new(Some("default"), name))
+            .expect("stored");
+        assert!(
+            Arc::ptr_eq(pod, &stored),
+            "{name}: the round's pod is the store's own, not a copy"
+        );
+    }
+}

@@ -671,6 +671,7 @@ pub fn one_solve(cluster: &Cluster, cloud: &Cloud) -> SchedulingResult {
         pods: pods
             .into_iter()
             .filter(kerf_actors::state::is_provisionable)
+            .map(Arc::new)
             .collect(),
         node_pools: read(
             cluster

@@ -12,7 +12,9 @@ use crate::plan::workloads::Expansion;
 /// where a pod may run, and in-tree EBS volumes draw a warning; the other volumes (the
 /// service-account token, ConfigMaps, Secrets, `emptyDir`) are most of a real pod's, and
 /// k8s-openapi's `Volume` holds every kind of source inline, about 3 KB each, more than the
-/// rest of the pod. Of a container, resources, ports (host ports) and name are read.
+/// rest of the pod. Of a container, resources, ports (host ports), restart policy (a sidecar's
+/// requests add up differently) and name are read: its command, environment, probes and
+/// mounts are most of a real container and go. Ephemeral (debug) containers request nothing.
 pub(super) fn keep_what_plans_read(pod: &mut Pod) {
     let Some(spec) = pod.spec.as_mut() else {
         return;
@@ -21,6 +23,7 @@ pub(super) fn keep_what_plans_read(pod: &mut Pod) {
     if let Some(init) = spec.init_containers.as_mut() {
         init.iter_mut().for_each(keep_requirements);
     }
+    spec.ephemeral_containers = None;
     let Some(volumes) = spec.volumes.as_mut() else {
         return;
     };
@@ -45,10 +48,18 @@ pub(super) fn expansion(mut expansion: Expansion) -> Expansion {
 }
 
 fn keep_requirements(container: &mut Container) {
-    container.image = None;
-    container.image_pull_policy = None;
-    container.termination_message_path = None;
-    container.termination_message_policy = None;
-    container.security_context = None;
-    container.working_dir = None;
+    let Container {
+        name,
+        resources,
+        ports,
+        restart_policy,
+        ..
+    } = std::mem::take(container);
+    *container = Container {
+        name,
+        resources,
+        ports,
+        restart_policy,
+        ..Container::default()
+    };
 }

@@ -240,7 +240,9 @@ items:
 
 #[test]
 fn pods_keep_only_what_a_plan_reads() {
-    let spec = "{containers: [{name: c, image: x, imagePullPolicy: Always,
+    let spec = "{containers: [{name: c, image: x, imagePullPolicy: Always, command: [serve],
+        env: [{name: LOG, value: info}], livenessProbe: {httpGet: {port: 80}},
+        volumeMounts: [{name: config, mountPath: /etc/app}],
         resources: {requests: {cpu: 100m}}, ports: [{containerPort: 80, hostPort: 80}]}], volumes: [
         {name: token, projected: {sources: []}}, {name: config, configMap: {name: app}},
         {name: scratch, emptyDir: {}}, {name: data, persistentVolumeClaim: {claimName: data}},
@@ -274,6 +276,10 @@ spec: {{containers: [{{name: c, image: x}}], volumes: [{{name: token, projected:
             (&container.image, &container.image_pull_policy),
             (&None, &None)
         );
+        assert_eq!(container.command, None, "what it runs goes");
+        assert_eq!(container.env, None);
+        assert_eq!(container.liveness_probe, None);
+        assert_eq!(container.volume_mounts, None);
     }
     let web = inventory
         .pods

@@ -9,8 +9,8 @@ fn snapshot(yaml: &str) -> Snapshot {
     build(&inventory, &catalog, ControllerSettings::default()).expect("builds")
 }
 
-fn names(pods: &[Pod]) -> Vec<String> {
-    pods.iter().map(pod_key).collect()
+fn names(pods: &[Arc<Pod>]) -> Vec<String> {
+    pods.iter().map(|pod| pod_key(pod)).collect()
 }
 
 const POOL: &str = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      requirements:\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gte, values: ['5']}\n        - {key: karpenter.k8s.aws/instance-cpu, operator: Lte, values: ['16']}\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: missing}\n";
@@ -358,7 +358,7 @@ fn taking_the_pods_builds_the_same_snapshot_without_a_copy() {
     );
     assert_eq!(taken.input.pods, copied.input.pods);
     assert_eq!(names(&taken.input.pods), ["shop/pending"]);
-    let pods_of = |s: &Snapshot| -> Vec<Vec<Pod>> {
+    let pods_of = |s: &Snapshot| -> Vec<Vec<Arc<Pod>>> {
         s.input
             .existing_nodes
             .iter()

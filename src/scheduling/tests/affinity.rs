@@ -118,7 +118,7 @@ fn anti_affinity_of_a_running_pod_keeps_others_out_of_its_zone() {
         name: "n1".into(),
         labels: [(ZONE.to_string(), "test-zone-1".to_string())].into(),
         allocatable: resources(&[("cpu", "64"), ("memory", "64Gi"), ("pods", "100")]),
-        pods: vec![guard],
+        pods: vec![guard.into()],
         initialized: true,
         ..Default::default()
     };
@@ -127,7 +127,7 @@ fn anti_affinity_of_a_running_pod_keeps_others_out_of_its_zone() {
         .cpu("1.1")
         .replicas("web", 6);
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         existing_nodes: vec![node],
         node_pools: vec![node_pool("default", fake_instance_types(2))],
         ..Default::default()
@@ -172,7 +172,7 @@ fn pending_pod_anti_affinity_is_enforced_in_reverse() {
             .replicas("web", 3),
     );
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![np],
         ..Default::default()
     });

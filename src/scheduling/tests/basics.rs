@@ -1,4 +1,6 @@
 //! End-to-end packing of simple and benchmark workloads.
+use std::sync::Arc;
+
 use super::*;
 
 #[test]
@@ -27,4 +29,34 @@ fn diverse_workload_schedules_everything() {
     assert_eq!(placed, 500);
     // 100 pods with hostname anti-affinity need 100 distinct NodeClaims.
     assert!(r.new_node_claims.len() >= 100);
+}
+
+#[test]
+fn replicas_with_one_spec_share_one_class_and_the_input_keeps_the_callers_pods() {
+    let pods = shared(
+        pod("p")
+            .cpu("1")
+            .spread(crate::labels::ZONE, 1, "ScheduleAnyway", &[("app", "web")])
+            .labels(&[("app", "web")])
+            .replicas("web", 50),
+    );
+    let input = single_pool(Vec::new(), fake_instance_types(10));
+    let input = SchedulingInput {
+        pods: pods.iter().map(Arc::clone).collect(),
+        ..input
+    };
+    let prepared = super::prepare::prepare(&input).expect("prepares");
+    // The spec and its one relaxation (the ScheduleAnyway spread dropped): two classes for
+    // fifty pods, whatever their count.
+    assert_eq!(prepared.classes.len(), 2);
+    assert!(
+        prepared
+            .pods
+            .iter()
+            .all(|p| p.class == prepared.pods[0].class)
+    );
+    assert!(
+        input.pods.iter().zip(&pods).all(|(a, b)| Arc::ptr_eq(a, b)),
+        "the input points at the caller's pods"
+    );
 }

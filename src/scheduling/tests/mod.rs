@@ -17,7 +17,7 @@ pub fn single_pool(
     its: Vec<InstanceType>,
 ) -> SchedulingInput {
     SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![node_pool("default", its)],
         ..Default::default()
     }

@@ -79,7 +79,7 @@ fn untolerated_taints_are_named_and_tolerations_allow_scheduling() {
             .build(),
     ];
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![np],
         ..Default::default()
     });
@@ -98,7 +98,7 @@ fn startup_taints_do_not_block_scheduling() {
     let mut np = node_pool("default", fake_instance_types(4));
     np.startup_taints = vec![taint("cilium.io/agent-not-ready", None, "NoExecute")];
     let r = run(&SchedulingInput {
-        pods: vec![pod("p").cpu("1").build()],
+        pods: vec![pod("p").cpu("1").build().into()],
         node_pools: vec![np],
         ..Default::default()
     });
@@ -111,7 +111,7 @@ fn prefer_no_schedule_taints_are_tolerated_after_relaxation() {
     let mut np = node_pool("default", fake_instance_types(4));
     np.taints = vec![taint("soft", None, "PreferNoSchedule")];
     let r = run(&SchedulingInput {
-        pods: vec![pod("p").cpu("1").build()],
+        pods: vec![pod("p").cpu("1").build().into()],
         node_pools: vec![np],
         ..Default::default()
     });
@@ -133,7 +133,7 @@ fn heavier_nodepools_are_tried_first_and_fallback_follows_weight() {
         pod("other").cpu("1").build(),
     ];
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![light, heavy],
         ..Default::default()
     });
@@ -153,7 +153,7 @@ fn daemonset_overhead_is_reserved_on_new_nodeclaims() {
     let ds = pod("logging").namespace("kube-system").cpu("1").build();
     let pods = vec![pod("p").cpu("1").build()];
     let input = SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![node_pool("default", fake_instance_types(8))],
         daemonsets: vec![ds],
         ..Default::default()
@@ -189,7 +189,7 @@ fn daemonset_overhead_only_counts_where_the_daemonset_runs() {
             .build(),
     ];
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![np],
         daemonsets: vec![ds, untolerated],
         ..Default::default()
@@ -220,7 +220,7 @@ fn cpu_limits_stop_new_nodeclaims() {
     np.limits = Some(resources(&[("cpu", "8")]));
     let pods = pod("p").cpu("3").replicas("p", 4);
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![np],
         ..Default::default()
     });
@@ -251,7 +251,7 @@ fn node_limits_count_nodes_and_existing_usage() {
         .anti_affinity_to(crate::labels::HOSTNAME, &[("app", "w")])
         .replicas("w", 3);
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         existing_nodes: vec![existing],
         node_pools: vec![np],
         ..Default::default()
@@ -286,7 +286,7 @@ fn min_values_keeps_enough_families_or_fails() {
     });
     let pods = vec![pod("small").cpu("1").build(), pod("huge").cpu("5").build()];
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![np],
         ..Default::default()
     });
@@ -326,7 +326,7 @@ fn min_values_best_effort_relaxes() {
         ..Default::default()
     };
     let r = run(&SchedulingInput {
-        pods: vec![pod("huge").cpu("5").build()],
+        pods: vec![pod("huge").cpu("5").build().into()],
         node_pools: vec![np],
         options,
         ..Default::default()
@@ -347,7 +347,7 @@ fn instance_types_are_ordered_by_price_and_truncated() {
         ..Default::default()
     };
     let r = run(&SchedulingInput {
-        pods: vec![pod("p").cpu("1").build()],
+        pods: vec![pod("p").cpu("1").build().into()],
         node_pools: vec![node_pool("default", fake_instance_types(10))],
         options,
         ..Default::default()
@@ -372,7 +372,7 @@ fn launch_prefers_spot_unless_on_demand_is_required() {
     od.requirements
         .push(requirement(CAPACITY_TYPE, Operator::In, &["on-demand"]));
     let r = run(&SchedulingInput {
-        pods: vec![pod("p").cpu("1").build()],
+        pods: vec![pod("p").cpu("1").build().into()],
         node_pools: vec![od],
         ..Default::default()
     });
@@ -439,7 +439,7 @@ fn a_type_that_would_fit_but_exceeds_the_limits_is_named_with_the_limits_left() 
     let mut np = node_pool("default", fake_instance_types(4));
     np.limits = Some(resources(&[("cpu", "2")]));
     let r = run(&SchedulingInput {
-        pods: vec![pod("big").cpu("2500m").build()],
+        pods: vec![pod("big").cpu("2500m").build().into()],
         node_pools: vec![np],
         ..Default::default()
     });
@@ -476,7 +476,12 @@ fn requirement_conflicts_are_named() {
     np.requirements
         .push(requirement(ZONE, Operator::In, &["test-zone-1"]));
     let r = run(&SchedulingInput {
-        pods: vec![pod("p").node_selector(&[(ZONE, "test-zone-2")]).build()],
+        pods: vec![
+            pod("p")
+                .node_selector(&[(ZONE, "test-zone-2")])
+                .build()
+                .into(),
+        ],
         node_pools: vec![np],
         ..Default::default()
     });
@@ -506,7 +511,7 @@ fn queue_places_larger_pods_first() {
         pod("small2").cpu("1").created(0).build(),
     ];
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![np],
         ..Default::default()
     });
@@ -622,7 +627,7 @@ fn nodepool_labels_can_be_selected() {
             .build(),
     ];
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![a, b],
         ..Default::default()
     });

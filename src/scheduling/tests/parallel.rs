@@ -65,7 +65,7 @@ fn random_input(seed: u64) -> SchedulingInput {
         pods.extend(b.replicas(&format!("d{d}"), 1 + rng.below(8)));
     }
     SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: pools,
         ..Default::default()
     }
@@ -120,7 +120,7 @@ fn a_part_without_an_outcome_reports_its_pods_instead_of_dropping_them() {
         .replicas("a", 2);
     pods.extend(pod("y").cpu("1").replicas("b", 3));
     let input = SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![a],
         ..Default::default()
     };
@@ -154,7 +154,7 @@ fn independent_pools_split_into_components() {
             .replicas("b", 3),
     );
     let input = SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![a, b],
         ..Default::default()
     };

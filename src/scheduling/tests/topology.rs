@@ -25,7 +25,7 @@ fn existing(name: &str, zone: &str, pods: Vec<k8s_openapi::api::core::v1::Pod>) 
         ]
         .into(),
         allocatable: resources(&[("cpu", "100"), ("memory", "100Gi"), ("pods", "100")]),
-        pods,
+        pods: shared(pods),
         initialized: true,
         ..Default::default()
     }
@@ -53,7 +53,7 @@ fn nodepool_zone_subset_does_not_shrink_spread_domains() {
         .spread(ZONE, 1, "DoNotSchedule", &[("app", "web")])
         .replicas("web", 4);
     let input = SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![zones_pool("default", &["test-zone-1", "test-zone-2"])],
         ..Default::default()
     };
@@ -87,7 +87,7 @@ fn eligible_domains_come_from_pod_requirements_not_the_nodepool() {
         .spread(ZONE, 1, "DoNotSchedule", &[("app", "web")])
         .replicas("web", 3);
     let input = SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![
             zones_pool("all-zones", &ZONES),
             zones_pool("two-zones", &["test-zone-1", "test-zone-2"]),
@@ -126,7 +126,7 @@ fn existing_pods_count_towards_spread() {
     let mut node = existing("old", "test-zone-3", vec![running]);
     node.taints = vec![taint("full", None, "NoSchedule")];
     let input = SchedulingInput {
-        pods,
+        pods: shared(pods),
         existing_nodes: vec![node],
         node_pools: vec![zones_pool("default", &["test-zone-1", "test-zone-2"])],
         ..Default::default()
@@ -182,7 +182,7 @@ fn min_domains_limits_pods_when_domains_are_missing() {
         })
         .replicas("web", 4);
     let input = SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![zones_pool("default", &["test-zone-1", "test-zone-2"])],
         ..Default::default()
     };
@@ -211,7 +211,7 @@ fn do_not_schedule_spread_fails_when_only_one_zone_is_usable() {
         .spread(ZONE, 1, "DoNotSchedule", &[("app", "web")])
         .replicas("web", 3);
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: tainted_three_zone_pool_and_zone_one_pool(),
         ..Default::default()
     });
@@ -226,7 +226,7 @@ fn schedule_anyway_spread_is_relaxed() {
         .spread(ZONE, 1, "ScheduleAnyway", &[("app", "web")])
         .replicas("web", 3);
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: tainted_three_zone_pool_and_zone_one_pool(),
         ..Default::default()
     });
@@ -251,7 +251,7 @@ fn node_taints_policy_honor_ignores_domains_of_untolerated_pools() {
         })
         .replicas("web", 3);
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: tainted_three_zone_pool_and_zone_one_pool(),
         ..Default::default()
     });
@@ -283,7 +283,7 @@ fn node_affinity_policy_decides_whether_non_matching_nodes_count() {
         let mut node = existing("old", "test-zone-2", running);
         node.taints = vec![taint("full", None, "NoSchedule")];
         run(&SchedulingInput {
-            pods,
+            pods: shared(pods),
             existing_nodes: vec![node],
             node_pools: vec![np],
             ..Default::default()
@@ -325,7 +325,7 @@ fn match_label_keys_spread_each_revision_separately() {
     let mut node = existing("old", "test-zone-1", old);
     node.taints = vec![taint("full", None, "NoSchedule")];
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         existing_nodes: vec![node],
         node_pools: vec![zones_pool("default", &ZONES)],
         ..Default::default()
@@ -364,7 +364,7 @@ fn custom_key_spread_balances_nodepool_values() {
     np.requirements
         .push(requirement("team", Operator::In, &["a", "b"]));
     let r = run(&SchedulingInput {
-        pods,
+        pods: shared(pods),
         node_pools: vec![np],
         ..Default::default()
     });
