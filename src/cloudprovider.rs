@@ -47,7 +47,9 @@ pub trait CloudProvider: Send + Sync {
     /// - `status.providerID`, `status.imageID`, `status.capacity`, `status.allocatable`;
     /// - labels resolved by the launch: instance type, zone (and zone id), capacity type,
     ///   architecture, OS and the instance type's other single-valued well-known labels,
-    ///   merged under the NodeClaim's own labels (which win).
+    ///   merged under the NodeClaim's own labels (which win);
+    /// - `status.nodeName`, when the provider knows at launch the name the machine's Node
+    ///   will register under (see [`expected_node_name`]).
     ///
     /// The provider chooses among the instance types and offerings compatible with
     /// `spec.requirements` whose allocatable fits `spec.resources.requests`, preferring the
@@ -367,6 +369,20 @@ pub fn launched_provider_id(node_claim: &NodeClaim) -> CloudResult<&str> {
             provider_id: String::new(),
             reason: format!("nodeclaim {} has no status.providerID", node_claim.name()),
         })
+}
+
+/// The name the Node of a just-launched NodeClaim is expected to register under, when the
+/// provider knew it at launch (EC2's private DNS name, which EKS names its Nodes by): the
+/// launch result carries it in `status.nodeName`. It is only a forecast — a custom DHCP
+/// domain or hostname type names the Node otherwise — so callers use it for what may be
+/// wrong at no cost (early pod nominations) and never write it as the NodeClaim's
+/// `status.nodeName`, which registration sets from the Node that actually registers.
+pub fn expected_node_name(launched: &NodeClaim) -> Option<&str> {
+    launched
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|name| !name.is_empty())
 }
 
 /// The providerID scheme of AWS nodes.

@@ -35,7 +35,8 @@ use crate::launcher::{LAUNCHER_MAILBOX_CAPACITY, Launcher};
 use crate::leader::{self, Election, Timing};
 use crate::lifecycle::Changed;
 use crate::lifecycle::{
-    LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleConfig, LifecycleDeps, NodeClaimLifecycle,
+    LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleConfig, LifecycleDeps, NOMINATION_BURST,
+    NOMINATION_QPS, NodeClaimLifecycle,
 };
 use crate::mailbox::DeliverError;
 use crate::mailbox::{MailboxDepth, Outbox};
@@ -77,7 +78,8 @@ pub struct Timings {
 pub struct Environment {
     pub client: Client,
     /// Leader election's own client: not the rate-limited shared one, so a renewal never
-    /// waits behind creates, patches and events.
+    /// waits behind creates, patches and events. The pod nominations' client is built on it,
+    /// behind a rate limit of its own.
     pub leader_client: Client,
     /// The namespace the controller runs in (its leader Lease lives there by default).
     pub namespace: String,
@@ -241,6 +243,9 @@ impl Daemon {
 
         tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
         let reporting_instance = identity.clone();
+        // Beside the shared client's budget, not out of it: see `lifecycle::NOMINATION_QPS`.
+        let nomination_client =
+            crate::client::limited(leader_client.clone(), NOMINATION_QPS, NOMINATION_BURST);
         let (leader, leader_task, lone_leader) = match leader_election {
             Some(lease) => {
                 let election = Election {
@@ -286,6 +291,7 @@ impl Daemon {
             let deps = LifecycleDeps {
                 state: state.clone(),
                 client: client.clone(),
+                nominations: leader::fenced(nomination_client, leader.clone()),
                 cloud: Arc::clone(&metered),
                 leader: leader.clone(),
                 shutdown: shutdown_rx.clone(),

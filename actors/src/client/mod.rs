@@ -34,6 +34,17 @@ pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, k
     Ok(except_evictions(plain))
 }
 
+/// `client` behind a rate limit of its own (`qps` requests per second, `burst` at once),
+/// for a class of requests kept off the budget the controller's other requests share.
+pub fn limited(client: Client, qps: u32, burst: u32) -> Client {
+    let namespace = client.default_namespace().to_owned();
+    let send = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let client = client.clone();
+        async move { client.send(request).await }
+    });
+    Client::new(RateLimitLayer::new(qps, burst).layer(send), namespace)
+}
+
 /// Wraps a service in [`RateLimited`], all wrapped services sharing one bucket.
 #[derive(Clone, Debug)]
 pub struct RateLimitLayer {
@@ -179,6 +190,37 @@ mod tests {
         // The second service finds the bucket the first emptied.
         let second = millis(&send_times(&layer, 1).await);
         assert!((1000..=1002).contains(&second[0]), "{second:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limited_client_holds_its_requests_to_its_own_rate() {
+        let start = Instant::now();
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&sent);
+        let answer = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            record
+                .lock()
+                .expect("not poisoned")
+                .push(u64::try_from(start.elapsed().as_millis()).expect("short"));
+            async {
+                Ok::<_, Infallible>(http::Response::new(kube::client::Body::from(
+                    b"{}".to_vec(),
+                )))
+            }
+        });
+        let unlimited = Client::new(answer, "default");
+        let own = limited(unlimited, 10, 2);
+        assert_eq!(own.default_namespace(), "default");
+        for _ in 0..4 {
+            let get = http::Request::get("/api")
+                .body(Vec::new())
+                .expect("request");
+            own.request_text(get).await.expect("answered");
+        }
+        let at = sent.lock().expect("not poisoned").clone();
+        assert_eq!(&at[..2], &[0, 0], "the burst goes at once: {at:?}");
+        assert!((100..=102).contains(&at[2]), "{at:?}");
+        assert!((200..=204).contains(&at[3]), "{at:?}");
     }
 
     #[tokio::test]

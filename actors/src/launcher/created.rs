@@ -4,6 +4,9 @@
 //! flight and for a nomination window after its Node is initialized, so later rounds hold
 //! those pods on it instead of re-packing every pending pod
 //! from scratch (which spreads them differently and leaves some over for new NodeClaims).
+//! Whether a pod's nomination is futile ([`nomination_futile`]) is judged here too, for the
+//! lifecycle, which withdraws such nominations early; the pod stays held for the window
+//! (the room it lost on its Node may be waiting for it on a Node still booting).
 //! The Launcher is the only writer: it adds each NodeClaim before answering the Provisioner
 //! (so the next round sees it) and withdraws one it deletes because its launch was refused
 //! (so its pods are planned again at once, even if the deletion completes before the watch
@@ -15,6 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodeClaim;
 use kerf::scheduling::PodRef;
 use tokio::time::Instant;
@@ -137,6 +142,64 @@ enum Progress {
     Gone,
     InFlight,
     Initialized,
+}
+
+/// Whether holding `pod`'s nomination to a Node initialized at `initialized` is futile: the
+/// kube-scheduler reported it unschedulable (`PodScheduled=False`, `Unschedulable`) since.
+/// It tries a pod's nominated node first, so the room planned there is not there any more
+/// (another pod took it, or the launched machine is smaller than planned); the
+/// nomination only keeps that room from pods that could use it. A report from before the
+/// Node was ready says nothing, and the times are whole seconds, so only a later second
+/// counts. A pod whose fit depends on where other pods are (a `DoNotSchedule` topology
+/// spread, required pod affinity or anti-affinity) may be refused only until its peers
+/// bound elsewhere catch up — a spread over zones whose Nodes are still booting — so its
+/// nomination is never judged futile: it lasts the window.
+pub fn nomination_futile(pod: &Pod, initialized: Timestamp) -> bool {
+    !depends_on_other_pods(pod) && reported_unschedulable_after(pod, initialized)
+}
+
+/// Whether `pod` has a `DoNotSchedule` topology spread or required inter-pod (anti-)affinity.
+fn depends_on_other_pods(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let spread = spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .any(|c| c.when_unsatisfiable == "DoNotSchedule");
+    let affinity = spec.affinity.as_ref();
+    let required_affinity = affinity
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|terms| !terms.is_empty());
+    let required_anti_affinity = affinity
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|terms| !terms.is_empty());
+    spread || required_affinity || required_anti_affinity
+}
+
+fn reported_unschedulable_after(pod: &Pod, initialized: Timestamp) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled")
+        .is_some_and(|c| {
+            c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+                && c.last_transition_time
+                    .as_ref()
+                    .is_some_and(|at| at.0.as_second() > initialized.as_second())
+        })
 }
 
 fn awaits_launch(state: &ClusterState, name: &str, created: Instant) -> bool {
@@ -314,6 +377,47 @@ mod tests {
             left,
             ["launched", "registering"],
             "the window after initialization and the grace of an unseen NodeClaim end"
+        );
+    }
+
+    fn pod(name: &str, scheduled: Option<&str>) -> Pod {
+        let conditions = scheduled.map(|at| {
+            serde_json::json!([{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "lastTransitionTime": at}])
+        });
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "status": {"phase": "Pending", "conditions": conditions.unwrap_or_default()}
+        }))
+        .expect("valid pod")
+    }
+
+    #[test]
+    fn a_nomination_is_futile_once_reported_unschedulable_in_a_later_second_unless_its_fit_depends_on_peers()
+     {
+        let initialized: Timestamp = "2026-01-01T00:00:10Z".parse().expect("a time");
+        let futile = |reported| nomination_futile(&pod("p", reported), initialized);
+        assert!(!futile(None));
+        assert!(
+            !futile(Some("2026-01-01T00:00:09Z")),
+            "before: says nothing"
+        );
+        assert!(
+            !futile(Some("2026-01-01T00:00:10Z")),
+            "the same second: unknown order"
+        );
+        assert!(futile(Some("2026-01-01T00:00:11Z")));
+        let mut spread = pod("spread", Some("2026-01-01T00:00:11Z"));
+        spread.spec = Some(
+            serde_json::from_value(serde_json::json!({"containers": [],
+                "topologySpreadConstraints": [{"maxSkew": 1,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule"}]}))
+            .expect("valid spec"),
+        );
+        assert!(
+            !nomination_futile(&spread, initialized),
+            "its peers may catch up"
         );
     }
 

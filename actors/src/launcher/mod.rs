@@ -24,7 +24,7 @@ use crate::mailbox::MailboxDepth;
 use crate::metrics::NODECLAIMS_CREATED;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
-pub use created::{CreatedClaims, NOMINATION_WINDOW, UNSEEN_NODECLAIM_GRACE};
+pub use created::{CreatedClaims, NOMINATION_WINDOW, UNSEEN_NODECLAIM_GRACE, nomination_futile};
 
 /// Each message is answered after one API create (milliseconds), and the Provisioner waits
 /// for every answer before its next round, so a short queue covers one round's claims being

@@ -26,7 +26,9 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::condition::types;
 use kerf::api::{NodeClaim, NodeSelectorRequirementWithMinValues, Operator};
-use kerf::cloudprovider::{CloudProviderError, OfferingRef, SPOT_SLR_REASON, offerings_allowed};
+use kerf::cloudprovider::{
+    CloudProviderError, OfferingRef, SPOT_SLR_REASON, expected_node_name, offerings_allowed,
+};
 use kerf::labels;
 use kerf::requirements::Requirements;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -160,8 +162,25 @@ fn may_fall_back(claim: &NodeClaim, error: &CloudProviderError) -> bool {
         })
 }
 
+/// How a launch attempt ended.
+pub struct Launched {
+    pub outcome: Outcome,
+    /// The name the launched machine's Node is expected to register under, when the
+    /// provider knew it ([`expected_node_name`]).
+    pub node: Option<String>,
+}
+
+impl From<Outcome> for Launched {
+    fn from(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            node: None,
+        }
+    }
+}
+
 /// Launches `claim` (not `Launched`, not deleting, holding its finalizer).
-pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Outcome, ReconcileError> {
+pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Launched, ReconcileError> {
     let uid = claim.metadata.uid.clone().unwrap_or_default();
     let launched = match r.launched.get(&uid) {
         Some(launched) => launched,
@@ -174,11 +193,11 @@ pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Outcome, Reconc
                 }
                 Err(error) if may_fall_back(&attempt, &error) => {
                     fall_back(r, claim, &uid, error).await;
-                    return Ok(Outcome::after(Duration::ZERO));
+                    return Ok(Outcome::after(Duration::ZERO).into());
                 }
                 Err(error) if error.is_insufficient_capacity() => {
                     refused(r, claim, &error).await?;
-                    return Ok(Outcome::DONE);
+                    return Ok(Outcome::DONE.into());
                 }
                 Err(error) => return Err(failed(r, claim, error).await),
             }
@@ -196,7 +215,10 @@ pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Outcome, Reconc
         allocatable = ?launched.status.as_ref().map(|s| &s.allocatable),
         "launched nodeclaim"
     );
-    Ok(Outcome::DONE)
+    Ok(Launched {
+        outcome: Outcome::DONE,
+        node: expected_node_name(&launched).map(str::to_owned),
+    })
 }
 
 /// Writes what was launched: the labels it resolved (under the NodeClaim's own) and the

@@ -44,6 +44,7 @@ pub use conditions::ConditionSet;
 pub use launch::{INSUFFICIENT_CAPACITY_REASON, LAUNCHED_MEMORY, LaunchDeps};
 pub use launching::Launching;
 pub use liveness::{LAUNCH_TIMEOUT_REASON, REGISTRATION_TIMEOUT_REASON};
+pub use nominate::{NOMINATION_BURST, NOMINATION_QPS};
 pub use reconcile::is_managed;
 
 /// Each message only names an object and is handled in microseconds (queued, deduplicated),
@@ -122,6 +123,9 @@ pub struct NodeClaimLifecycle {
 pub struct LifecycleDeps {
     pub state: Arc<ClusterState>,
     pub client: Client,
+    /// For the pod nominations: a client with a rate limit of its own ([`NOMINATION_QPS`]),
+    /// so thousands of them never queue in front of `client`'s writes.
+    pub nominations: Client,
     pub cloud: Arc<dyn CloudProvider>,
     pub leader: watch::Receiver<bool>,
     pub shutdown: watch::Receiver<bool>,
@@ -131,7 +135,14 @@ pub struct LifecycleDeps {
 
 impl NodeClaimLifecycle {
     pub fn new(deps: LifecycleDeps, config: LifecycleConfig) -> Self {
-        let reconciler = Reconciler::new(deps.state, deps.client, deps.cloud, config, deps.launch);
+        let reconciler = Reconciler::new(
+            deps.state,
+            deps.client,
+            deps.nominations,
+            deps.cloud,
+            config,
+            deps.launch,
+        );
         Self {
             reconciler: Arc::new(reconciler),
             leader: deps.leader,

@@ -1,12 +1,21 @@
-//! Nomination at registration: before registration lifts `karpenter.sh/unregistered` off a
-//! NodeClaim's Node, the pods the Launcher created the NodeClaim for get
-//! `status.nominatedNodeName` set to that Node, as KEP-5278 lets an autoscaler say where it
-//! expects a pod to go. The kube-scheduler tries a pod's nominated node first and, while
-//! filtering any node, counts the pods nominated to it (of equal or higher priority) as
-//! already there — so pods planned elsewhere no longer take the room kerf launched for these
-//! pods, which otherwise leaves them pending and makes the next round launch again.
-//! Each nomination is a write under the client's rate limit, and a large scale-up has
-//! thousands, so the pods the scheduler can place on few nodes
+//! Nomination: the pods the Launcher created a NodeClaim for get `status.nominatedNodeName`
+//! set to that NodeClaim's Node, as KEP-5278 lets an autoscaler say where it expects a pod
+//! to go — even before the Node exists. The kube-scheduler tries a pod's nominated node
+//! first and, while filtering any node, counts the pods nominated to it (of equal or higher
+//! priority) as already there — so pods planned elsewhere no longer take the room kerf
+//! launched for these pods, which otherwise leaves them pending and makes the next round
+//! launch again.
+//! The writes start as soon as the machine is launched, when the provider knows the name
+//! its Node will register under ([`kerf::cloudprovider::expected_node_name`]; EKS names a
+//! Node by its instance's private DNS name), so they run while it boots. Registration
+//! nominates again, before it lifts `karpenter.sh/unregistered` off the Node: it writes what
+//! the launch did not (the provider did not know the name, its forecast was wrong, the
+//! writes ran out of time, the controller restarted) and skips the pods already nominated
+//! to that Node.
+//! Each nomination is a write, and a large scale-up has thousands, so they go through a
+//! client with a rate limit of their own ([`NOMINATION_QPS`]): they are kerf's addition to
+//! upstream's API traffic and must not slow the creates, launches and registrations that
+//! share the controller's client budget. The pods the scheduler can place on few nodes
 //! ([`kerf::pods::is_placement_constrained`]) go first: room planned for one of them is lost
 //! for good once another pod takes it, and registration waits for their nominations. The
 //! others (whose planned room matters less: they fit wherever room is left, big ones
@@ -14,13 +23,17 @@
 //! Beside the field kerf writes its own condition ([`kerf::pods::NOMINATION_CONDITION`]),
 //! so kerf keeps provisioning for a pod whose nomination is its own (upstream provisions for
 //! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
-//! counted, never fail the registration, and the whole step is bounded in time.
+//! counted, never fail the launch or the registration, and each step is bounded in time.
 //! A nomination lasts as long as the Provisioner holds the pods on the NodeClaim: until
 //! [`NOMINATION_WINDOW`] after the Node is initialized. A pod still pending then did not fit
 //! (or lost its room); its nomination is withdrawn, or the kube-scheduler (which since
 //! Kubernetes 1.34 leaves `nominatedNodeName` to whoever wrote it) would keep room on that
 //! node for a pod that will not go there, and the pod would wait for a place kerf cannot
-//! see is taken.
+//! see is taken. A pod the kube-scheduler reports unschedulable after the Node was
+//! initialized had its nominated node tried first and did not fit
+//! ([`crate::launcher::nomination_futile`]): its nomination is withdrawn within
+//! [`FUTILITY_CHECK_PERIOD`], without waiting for the window, so the room it reserved goes
+//! to pods that can use it.
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -36,13 +49,19 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use super::reconcile::{Reconciler, is_status};
-use crate::launcher::NOMINATION_WINDOW;
+use crate::launcher::{NOMINATION_WINDOW, nomination_futile};
 use crate::state::ObjectKey;
 
-/// Nomination writes in flight at once, across every registering Node: the client serves
-/// requests in order through one rate limit, so this many at most stand in front of the
-/// lifecycle's own writes (a scale-up nominates thousands of pods).
+/// Nomination writes in flight at once, across every launched and registering Node: with
+/// the rate limit below, enough to keep it busy at a few milliseconds per write.
 pub const NOMINATION_CONCURRENCY: usize = 16;
+
+/// The nomination client's own rate limit (writes per second) and burst: the controller
+/// client's default budget (`KUBE_CLIENT_QPS` 200) again, beside it rather than out of it.
+/// A 1,000-node scale-up has 20,000 pods to nominate, a hundred seconds of writes at this
+/// rate; out of the shared budget they held creates to a quarter of its rate for as long.
+pub const NOMINATION_QPS: u32 = 200;
+pub const NOMINATION_BURST: u32 = 200;
 
 /// Of [`NOMINATION_CONCURRENCY`], the slots unconstrained pods' nominations may hold at
 /// once: when both wait, three quarters of the writes go to placement-constrained pods.
@@ -51,6 +70,14 @@ pub const UNCONSTRAINED_NOMINATION_SLOTS: usize = 4;
 /// How long registration waits for unconstrained pods' nominations once the constrained
 /// ones are written: a node of a small scale-up gets them all, a large one's node opens.
 const UNCONSTRAINED_GRACE: Duration = Duration::from_secs(1);
+
+/// The lifecycle step that nominates: at launch nothing waits for the writes (registration
+/// writes what they left); at registration the Node's taint does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Launch,
+    Registration,
+}
 
 /// Which share of the write slots a nomination waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,13 +130,23 @@ pub const NOMINATION_BUDGET: Duration = Duration::from_secs(10);
 /// Counter of nomination writes, by `result` (`nominated`, `withdrawn`, `gone`, `failed`).
 pub const PODS_NOMINATED: &str = "kerf_pods_nominated_total";
 
-/// The reason of the condition once kerf withdrew its nomination.
+/// The reason of the condition once kerf withdrew its nomination at the window's end.
 const WITHDRAWN_REASON: &str = "NominationExpired";
 
-/// Withdraws kerf's nominations to `node`, initialized at `initialized`, from pods still
-/// pending once the window has passed; returns how long until it has, if it has not.
+/// The reason of the condition once kerf withdrew a nomination its pod could not use.
+const FUTILE_REASON: &str = "NominationUnusable";
+
+/// How often, within the window, an initialized Node's NodeClaim looks for nominations
+/// its pods could not use: the room they keep is lost to other pods meanwhile, and the
+/// look costs one store read per pod the NodeClaim was created for.
+pub const FUTILITY_CHECK_PERIOD: Duration = Duration::from_secs(2);
+
+/// Withdraws kerf's nominations to `node` (of NodeClaim `nodeclaim`), initialized at
+/// `initialized`: within the window those their pods could not use, then those of every
+/// pod still pending. Returns when to look again, if the window has not passed.
 pub async fn withdraw_expired(
     r: &Reconciler,
+    nodeclaim: &str,
     node: &str,
     initialized: Timestamp,
 ) -> Option<Duration> {
@@ -119,7 +156,8 @@ pub async fn withdraw_expired(
         .checked_sub(since)
         .filter(|d| !d.is_zero())
     {
-        return Some(remaining);
+        withdraw_futile(r, nodeclaim, node, initialized).await;
+        return Some(remaining.min(FUTILITY_CHECK_PERIOD));
     }
     // Nominations to a node are written before it is initialized, so once its window has
     // passed and they are withdrawn, none is left: one scan of the pods per node and process
@@ -134,7 +172,13 @@ pub async fn withdraw_expired(
         .into_iter()
         .filter(|pod| !pods::is_bound(pod) && pods::kerf_nominated_node(pod) == Some(node))
         .collect();
-    let written = futures::future::join_all(stale.into_iter().map(|pod| withdraw(r, pod, node)));
+    let message =
+        format!("did not fit on node {node} within {NOMINATION_WINDOW:?} of it being initialized");
+    let written = futures::future::join_all(
+        stale
+            .into_iter()
+            .map(|pod| withdraw(r, pod, WITHDRAWN_REASON, &message)),
+    );
     if written.await.into_iter().all(|done| done) {
         // Forgetting the nodes that are gone keeps the set as large as the cluster.
         r.nominations_withdrawn
@@ -144,15 +188,47 @@ pub async fn withdraw_expired(
     None
 }
 
-/// Withdraws kerf's nomination from `pod`; whether it is gone (written, or the pod is).
-async fn withdraw(r: &Reconciler, pod: Arc<Pod>, node: &str) -> bool {
+/// Withdraws the nominations to `node` of the pods NodeClaim `nodeclaim` was created for
+/// that the kube-scheduler reported unschedulable since `initialized`.
+async fn withdraw_futile(r: &Reconciler, nodeclaim: &str, node: &str, initialized: Timestamp) {
+    let futile: Vec<Arc<Pod>> = r
+        .launch
+        .created
+        .nominated_pods(nodeclaim)
+        .iter()
+        .filter_map(|pod| {
+            let stored = r
+                .state
+                .pods
+                .get(&ObjectKey::new(Some(&pod.namespace), &pod.name))?;
+            let ours = stored.metadata.uid.as_deref() == Some(pod.uid.as_str())
+                && !pods::is_bound(&stored)
+                && pods::kerf_nominated_node(&stored) == Some(node);
+            (ours && nomination_futile(&stored, initialized)).then_some(stored)
+        })
+        .collect();
+    if futile.is_empty() {
+        return;
+    }
+    let message = format!("reported unschedulable after node {node} was initialized");
+    futures::future::join_all(
+        futile
+            .into_iter()
+            .map(|pod| withdraw(r, pod, FUTILE_REASON, &message)),
+    )
+    .await;
+}
+
+/// Withdraws kerf's nomination from `pod`, saying why; whether it is gone (written, or the
+/// pod is).
+async fn withdraw(r: &Reconciler, pod: Arc<Pod>, reason: &str, message: &str) -> bool {
     let body = json!({"status": {
         "nominatedNodeName": null,
         "conditions": [{
             "type": pods::NOMINATION_CONDITION,
             "status": "False",
-            "reason": WITHDRAWN_REASON,
-            "message": format!("did not fit on node {node} within {NOMINATION_WINDOW:?} of it being initialized"),
+            "reason": reason,
+            "message": message,
             "lastTransitionTime": Timestamp::now().to_string(),
         }],
     }});
@@ -166,7 +242,7 @@ async fn withdraw(r: &Reconciler, pod: Arc<Pod>, node: &str) -> bool {
 /// a node; returns how many were written. The placement-constrained pods' nominations are
 /// waited for (within [`NOMINATION_BUDGET`]); the others' only for
 /// [`UNCONSTRAINED_GRACE`] more.
-pub async fn nominate(r: &Reconciler, nodeclaim: &str, node: &str) -> usize {
+pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -> usize {
     if !r.launch.nominate_pods {
         return 0;
     }
@@ -207,13 +283,20 @@ pub async fn nominate(r: &Reconciler, nodeclaim: &str, node: &str) -> usize {
         let grace = deadline.min(Instant::now() + UNCONSTRAINED_GRACE);
         others_done = tokio::time::timeout_at(grace, others).await.ok();
     }
-    if constrained_done.is_none() {
-        tracing::warn!(
+    match step {
+        _ if constrained_done.is_some() => {}
+        Step::Launch => tracing::debug!(
+            nodeclaim,
+            %node,
+            budget = ?NOMINATION_BUDGET,
+            "placement-constrained pods left for registration to nominate"
+        ),
+        Step::Registration => tracing::warn!(
             nodeclaim,
             %node,
             budget = ?NOMINATION_BUDGET,
             "registering before every placement-constrained pod was nominated to the node"
-        );
+        ),
     }
     constrained_done
         .into_iter()
@@ -279,7 +362,7 @@ async fn patch_status(
 ) -> Written {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(r.client.clone(), namespace);
+    let api: Api<Pod> = Api::namespaced(r.nominations.clone(), namespace);
     match api
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
         .await

@@ -23,6 +23,7 @@ use super::conditions::ConditionSet;
 use super::initialization::{self, Awaiting};
 use super::launch::{self, LaunchDeps, LaunchedMemory, OnDemandFallback};
 use super::liveness::{self, Verdict};
+use super::nominate::Step;
 use super::registration::{lacks_unregistered_taint, registered_node};
 use super::{LifecycleConfig, patch};
 use crate::events::upstream as events;
@@ -114,8 +115,8 @@ pub struct Reconciler {
     pub state: Arc<ClusterState>,
     pub nodes: Api<Node>,
     pub nodeclaims: Api<NodeClaim>,
-    /// For the namespaced writes (pod nominations).
-    pub client: Client,
+    /// For the pod nominations, rate-limited on its own.
+    pub nominations: Client,
     /// Nomination writes in flight, shared by every registration.
     pub nomination_slots: super::nominate::Slots,
     /// Nodes whose expired nominations this process has withdrawn.
@@ -136,6 +137,7 @@ impl Reconciler {
     pub fn new(
         state: Arc<ClusterState>,
         client: Client,
+        nominations: Client,
         cloud: Arc<dyn CloudProvider>,
         config: LifecycleConfig,
         launch: LaunchDeps,
@@ -143,8 +145,8 @@ impl Reconciler {
         Self {
             state,
             nodes: Api::all(client.clone()),
-            nodeclaims: Api::all(client.clone()),
-            client,
+            nodeclaims: Api::all(client),
+            nominations,
             nomination_slots: super::nominate::Slots::default(),
             nominations_withdrawn: dashmap::DashSet::new(),
             cloud,
@@ -159,7 +161,7 @@ impl Reconciler {
 }
 
 /// Reconciles one NodeClaim.
-pub async fn run(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError> {
+pub async fn run(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, ReconcileError> {
     nodeclaim(r, name).await
 }
 
@@ -169,7 +171,7 @@ pub fn is_managed(claim: &NodeClaim) -> bool {
     class.group == labels::AWS_GROUP && class.kind == "EC2NodeClass"
 }
 
-async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError> {
+async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, ReconcileError> {
     let Some(claim) = r.state.nodeclaim(name) else {
         return Ok(Outcome::DONE);
     };
@@ -192,8 +194,20 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
             delete_for_timeout(r, &claim, reason, ttl).await?;
             return Ok(Outcome::DONE);
         }
-        let _launching = r.launching.start(name);
-        return r.launches.track(launch::launch(r, &claim)).await;
+        let launched = {
+            let _launching = r.launching.start(name);
+            r.launches.track(launch::launch(r, &claim)).await?
+        };
+        // As soon as the machine exists, not at registration: its pods' nominations are
+        // written while it boots, so registration finds them done instead of waiting. Beside
+        // the reconcile, which goes on at once (they are bounded in time and write slots).
+        if let Some(node) = launched.node {
+            let (r, name) = (Arc::clone(r), name.to_owned());
+            actix::spawn(async move {
+                super::nominate::nominate(&r, Step::Launch, &name, &node).await;
+            });
+        }
+        return Ok(launched.outcome);
     }
     let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now);
     let mut node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
@@ -219,8 +233,9 @@ async fn nodeclaim(r: &Reconciler, name: &str) -> Result<Outcome, ReconcileError
     }
 }
 
-/// Once the window of its pods' nominations has passed, withdraws those the pods could not
-/// use; until then, asks to come back when it has.
+/// Withdraws the nominations to its Node that its pods could not use: until the window of
+/// its pods' nominations has passed, those the kube-scheduler found futile (and asks to
+/// come back soon), then every one left.
 async fn withdraw_expired_nominations(r: &Reconciler, claim: &NodeClaim) -> Outcome {
     let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
     let initialized = claim
@@ -231,7 +246,7 @@ async fn withdraw_expired_nominations(r: &Reconciler, claim: &NodeClaim) -> Outc
     let (Some(node), Some(initialized)) = (node, initialized) else {
         return Outcome::DONE;
     };
-    match super::nominate::withdraw_expired(r, node, initialized).await {
+    match super::nominate::withdraw_expired(r, claim.name(), node, initialized).await {
         Some(remaining) => Outcome::after(remaining),
         None => Outcome::DONE,
     }
@@ -296,7 +311,7 @@ async fn register(
     }
     // Before the taint that keeps pods off the Node goes, so no pod planned elsewhere can
     // take the room launched for these.
-    super::nominate::nominate(r, claim.name(), &name).await;
+    super::nominate::nominate(r, Step::Registration, claim.name(), &name).await;
     let wanted = registered_node(claim, node);
     let registered =
         match patch::locked(&**node, &wanted, node.metadata.resource_version.as_deref()) {

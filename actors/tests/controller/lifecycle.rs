@@ -10,7 +10,7 @@ use kerf::labels;
 use serde_json::json;
 
 use kerf_actors::launcher::NOMINATION_WINDOW;
-use kerf_loadtest::apiserver::PatchKind;
+use kerf_loadtest::apiserver::{Cluster, PatchKind};
 
 use crate::stack::*;
 use crate::support::*;
@@ -128,6 +128,123 @@ fn pending_pods_run_on_registered_and_initialized_nodes() {
         ] {
             assert!(metrics.contains(metric), "{metric} missing:\n{metrics}");
         }
+        stack.stop().await;
+    });
+}
+
+/// A pending pod pinned to one zone: placement-constrained, so its nomination is awaited.
+fn create_pending_zonal_pod(cluster: &Cluster, name: &str) {
+    let zonal = json!({"nodeSelector": {labels::ZONE: "us-east-1a"}});
+    create_pod_with(cluster, name, json!({}), pod_spec("1", "1Gi", zonal));
+    mark_unschedulable(cluster, name);
+}
+
+/// Waits for a NodeClaim whose `condition` is True; returns its `status.<field>`.
+async fn first_claim_status(stack: &Stack, condition: &str, field: &str) -> String {
+    let mut found = None;
+    eventually(&format!("a nodeclaim {condition} with {field}"), || {
+        found = stack
+            .nodeclaims()
+            .iter()
+            .filter(|c| condition_status(c, condition).as_deref() == Some("True"))
+            .find_map(|c| c["status"][field].as_str().map(str::to_owned));
+        found.is_some()
+    })
+    .await;
+    found.expect("found")
+}
+
+#[test]
+fn pods_are_nominated_to_their_node_as_soon_as_its_instance_is_launched() {
+    run(|| async {
+        // No kubelets: the instance launches, its Node never registers.
+        let stack = Stack::start(fast_timings(), false).await;
+        create_pending_zonal_pod(&stack.cluster(), "web-1");
+        let provider_id = first_claim_status(&stack, types::LAUNCHED, "providerID").await;
+        let instance_id = provider_id.rsplit('/').next().expect("an instance id");
+        let instance = stack
+            .provider
+            .ec2()
+            .instance(instance_id)
+            .expect("instance");
+        // The name the kubelet would register the Node under.
+        let expected = instance.private_dns_name;
+        eventually("the pod nominated to the node to come", || {
+            stack
+                .pod("web-1")
+                .is_some_and(|pod| pod["status"]["nominatedNodeName"] == expected.as_str())
+        })
+        .await;
+        assert!(
+            stack.nodes().is_empty(),
+            "nominated before any Node registered"
+        );
+        let pod = stack.pod("web-1").expect("pod");
+        let condition = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == kerf::pods::NOMINATION_CONDITION)
+            .unwrap_or_else(|| panic!("kerf's nomination condition: {pod:#}"));
+        assert_eq!(condition["status"], "True", "{pod:#}");
+        stack.stop().await;
+    });
+}
+
+#[test]
+fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the_window() {
+    run(|| async {
+        // The test plays the kube-scheduler.
+        let stack = Stack::start_without_scheduler(fast_timings()).await;
+        let cluster = stack.cluster();
+        create_pending_zonal_pod(&cluster, "web-1");
+        let node = first_claim_status(&stack, types::INITIALIZED, "nodeName").await;
+        let initialized = tokio::time::Instant::now();
+        eventually("the pod nominated to the node", || {
+            stack
+                .pod("web-1")
+                .is_some_and(|pod| pod["status"]["nominatedNodeName"] == node.as_str())
+        })
+        .await;
+
+        // The scheduler tried the nominated node and found no room: reported in a later
+        // second than the initialization (condition times are whole seconds).
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let report = json!({"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/1 nodes are available: 1 Insufficient cpu.",
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        }]}});
+        cluster
+            .patch_status(
+                "v1",
+                "pods",
+                Some("default"),
+                "web-1",
+                PatchKind::Strategic,
+                &report,
+            )
+            .expect("reported unschedulable");
+        eventually("the futile nomination withdrawn", || {
+            stack.pod("web-1").is_some_and(|pod| {
+                pod["status"]["nominatedNodeName"].is_null()
+                    && pod["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| {
+                            c["type"] == kerf::pods::NOMINATION_CONDITION
+                                && c["status"] == "False"
+                                && c["reason"] == "NominationUnusable"
+                        })
+            })
+        })
+        .await;
+        assert!(
+            initialized.elapsed() < NOMINATION_WINDOW,
+            "withdrawn before the window ended, {:?} after initialization",
+            initialized.elapsed()
+        );
         stack.stop().await;
     });
 }
@@ -255,15 +372,24 @@ fn a_nodeclaim_whose_node_never_registers_is_deleted_and_its_instance_terminated
             Some("terminated"),
             "the finalizer is released only once the instance is gone"
         );
-        let (_, metrics) = http_get(stack.daemon.metrics_addr, "/metrics").await;
-        assert!(
-            metrics.contains("karpenter_nodeclaims_disrupted_total{reason=\"registration_timeout\",nodepool=\"default\""),
-            "{metrics}"
-        );
-        assert!(
-            metrics.contains("karpenter_nodeclaims_terminated_total{nodepool=\"default\""),
-            "{metrics}"
-        );
+        // The termination counter moves once the finalizer's release is answered, which
+        // can be just after the object is seen gone.
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let counted = [
+            "karpenter_nodeclaims_disrupted_total{reason=\"registration_timeout\",nodepool=\"default\"",
+            "karpenter_nodeclaims_terminated_total{nodepool=\"default\"",
+        ];
+        loop {
+            let (_, metrics) = http_get(stack.daemon.metrics_addr, "/metrics").await;
+            if counted.iter().all(|metric| metrics.contains(metric)) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{counted:?} in {metrics}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         stack.stop().await;
     });
 }

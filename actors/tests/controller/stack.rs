@@ -26,6 +26,15 @@ pub struct Stack {
 
 impl Stack {
     pub async fn start(timings: Timings, with_nodes: bool) -> Self {
+        Self::start_with(timings, with_nodes, with_nodes).await
+    }
+
+    /// Kubelets register and run Nodes, but no kube-scheduler binds pods: a test plays it.
+    pub async fn start_without_scheduler(timings: Timings) -> Self {
+        Self::start_with(timings, true, false).await
+    }
+
+    async fn start_with(timings: Timings, with_nodes: bool, with_scheduler: bool) -> Self {
         let harness = start_cluster().await;
         harness
             .cluster()
@@ -48,13 +57,15 @@ impl Stack {
         tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
             .await
             .expect("cluster state syncs");
-        let (kubelets, scheduler) = if with_nodes {
-            let kubelets = kubelet::start(
+        let kubelets = with_nodes.then(|| {
+            kubelet::start(
                 harness.client.clone(),
                 provider.clone(),
                 kubelet::KubeletConfig::fast(),
-            );
-            let scheduler = scheduler::start(
+            )
+        });
+        let scheduler = with_scheduler.then(|| {
+            scheduler::start(
                 harness.client.clone(),
                 SchedulerConfig {
                     interval: Duration::from_millis(50),
@@ -62,11 +73,8 @@ impl Stack {
                     max_backoff: Duration::from_millis(500),
                     ..SchedulerConfig::default()
                 },
-            );
-            (Some(kubelets), Some(scheduler))
-        } else {
-            (None, None)
-        };
+            )
+        });
         Self {
             harness,
             daemon,

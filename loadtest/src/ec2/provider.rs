@@ -274,7 +274,7 @@ impl SimulatedCloudProvider {
     }
 
     /// `node_claim` with what `instance` resolved: its labels under the NodeClaim's own, and
-    /// the status a launch reports.
+    /// the status a launch reports, with the name its Node will register under.
     fn hydrate(&self, node_claim: &NodeClaim, instance: &Instance) -> NodeClaim {
         let mut launched = self.to_node_claim(instance);
         launched.metadata = node_claim.metadata.clone();
@@ -282,6 +282,10 @@ impl SimulatedCloudProvider {
         merged.extend(node_claim.metadata.labels.clone().unwrap_or_default());
         launched.metadata.labels = Some(merged);
         launched.spec = node_claim.spec.clone();
+        // The kubelet registers the Node under the instance's private DNS name.
+        if let Some(status) = launched.status.as_mut() {
+            status.node_name = Some(instance.private_dns_name.clone());
+        }
         launched
     }
 
