@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kerf::api::condition::types;
 use kerf::labels;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use kerf_actors::launcher::NOMINATION_WINDOW;
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
@@ -98,12 +98,7 @@ fn pending_pods_run_on_registered_and_initialized_nodes() {
                 pod["status"]["nominatedNodeName"], pod["spec"]["nodeName"],
                 "{pod:#}"
             );
-            let nominated = pod["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == kerf::pods::NOMINATION_CONDITION)
-                .unwrap_or_else(|| panic!("kerf's nomination condition: {pod:#}"));
+            let nominated = nomination_condition(&pod);
             assert_eq!(nominated["reason"], kerf::pods::NOMINATION_REASON);
         }
         // Every pod runs on one of the claims' nodes.
@@ -180,12 +175,7 @@ fn pods_are_nominated_to_their_node_as_soon_as_its_instance_is_launched() {
             "nominated before any Node registered"
         );
         let pod = stack.pod("web-1").expect("pod");
-        let condition = pod["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == kerf::pods::NOMINATION_CONDITION)
-            .unwrap_or_else(|| panic!("kerf's nomination condition: {pod:#}"));
+        let condition = nomination_condition(&pod);
         assert_eq!(condition["status"], "True", "{pod:#}");
         stack.stop().await;
     });
@@ -392,4 +382,14 @@ fn a_nodeclaim_whose_node_never_registers_is_deleted_and_its_instance_terminated
         }
         stack.stop().await;
     });
+}
+
+/// kerf's nomination condition on `pod`; fails the test when there is none.
+fn nomination_condition(pod: &Value) -> &Value {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kerf::pods::NOMINATION_CONDITION)
+        .unwrap_or_else(|| panic!("kerf's nomination condition: {pod:#}"))
 }
