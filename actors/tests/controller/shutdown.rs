@@ -98,7 +98,9 @@ fn a_stopping_leader_finishes_its_launches_before_handing_over() {
                 "pods",
                 Some("default"),
                 "web-1",
-                PatchKind::Merge,
+                // By condition type, as the kube-scheduler writes it: kerf's nomination
+                // condition (written once the machine launched) stays beside it.
+                PatchKind::Strategic,
                 &json!({"status": {"conditions": [{
                     "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                     "message": "0/0 nodes are available (retried)"
