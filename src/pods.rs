@@ -50,23 +50,14 @@ pub fn is_preempting(pod: &Pod) -> bool {
     nominated && kerf_nominated_node(pod).is_none()
 }
 
-/// Whether the kube-scheduler can place `pod` on fewer nodes than any with room and taints
-/// it tolerates: a node selector, required node affinity, required pod (anti-)affinity, a
-/// `DoNotSchedule` topology spread, a claimed volume (zonal) or a host port. Room planned
-/// for such a pod cannot be made up elsewhere once another pod takes it; room planned for
-/// an unconstrained pod can be, on any node with room left.
-pub fn is_placement_constrained(pod: &Pod) -> bool {
+/// Whether where `pod` fits depends on other pods: required pod (anti-)affinity or a
+/// `DoNotSchedule` topology spread. A refusal of such a pod may last only until its peers
+/// bind elsewhere.
+pub fn fit_depends_on_other_pods(pod: &Pod) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return false;
     };
-    let affinity = spec.affinity.as_ref();
-    let required_node_affinity = affinity
-        .and_then(|a| a.node_affinity.as_ref())
-        .is_some_and(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .is_some()
-        });
-    let required_pod_terms = affinity.is_some_and(|a| {
+    let required_pod_terms = spec.affinity.as_ref().is_some_and(|a| {
         let affine = a.pod_affinity.as_ref().and_then(|p| {
             p.required_during_scheduling_ignored_during_execution
                 .as_ref()
@@ -85,6 +76,26 @@ pub fn is_placement_constrained(pod: &Pod) -> bool {
         .iter()
         .flatten()
         .any(|c| c.when_unsatisfiable == "DoNotSchedule");
+    required_pod_terms || hard_spread
+}
+
+/// Whether the kube-scheduler can place `pod` on fewer nodes than any with room and taints
+/// it tolerates: a node selector, required node affinity, required pod (anti-)affinity, a
+/// `DoNotSchedule` topology spread, a claimed volume (zonal) or a host port. Room planned
+/// for such a pod cannot be made up elsewhere once another pod takes it; room planned for
+/// an unconstrained pod can be, on any node with room left.
+pub fn is_placement_constrained(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let required_node_affinity = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .is_some_and(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .is_some()
+        });
     let claims_volume = spec
         .volumes
         .iter()
@@ -97,8 +108,7 @@ pub fn is_placement_constrained(pod: &Pod) -> bool {
         .any(|p| p.host_port.is_some());
     spec.node_selector.as_ref().is_some_and(|s| !s.is_empty())
         || required_node_affinity
-        || required_pod_terms
-        || hard_spread
+        || fit_depends_on_other_pods(pod)
         || claims_volume
         || host_port
 }

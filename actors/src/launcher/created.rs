@@ -155,35 +155,7 @@ enum Progress {
 /// bound elsewhere catch up — a spread over zones whose Nodes are still booting — so its
 /// nomination is never judged futile: it lasts the window.
 pub fn nomination_futile(pod: &Pod, initialized: Timestamp) -> bool {
-    !depends_on_other_pods(pod) && reported_unschedulable_after(pod, initialized)
-}
-
-/// Whether `pod` has a `DoNotSchedule` topology spread or required inter-pod (anti-)affinity.
-fn depends_on_other_pods(pod: &Pod) -> bool {
-    let Some(spec) = pod.spec.as_ref() else {
-        return false;
-    };
-    let spread = spec
-        .topology_spread_constraints
-        .iter()
-        .flatten()
-        .any(|c| c.when_unsatisfiable == "DoNotSchedule");
-    let affinity = spec.affinity.as_ref();
-    let required_affinity = affinity
-        .and_then(|a| a.pod_affinity.as_ref())
-        .and_then(|a| {
-            a.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-        .is_some_and(|terms| !terms.is_empty());
-    let required_anti_affinity = affinity
-        .and_then(|a| a.pod_anti_affinity.as_ref())
-        .and_then(|a| {
-            a.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-        .is_some_and(|terms| !terms.is_empty());
-    spread || required_affinity || required_anti_affinity
+    !kerf::pods::fit_depends_on_other_pods(pod) && reported_unschedulable_after(pod, initialized)
 }
 
 fn reported_unschedulable_after(pod: &Pod, initialized: Timestamp) -> bool {
