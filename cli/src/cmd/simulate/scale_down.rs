@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::observe::Tally;
+use super::summary::{mib, round3};
 use super::world::World;
 
 /// How often the settle conditions and budgets are sampled.
@@ -156,7 +157,7 @@ pub async fn run(
     Ok(Disruption {
         fraction,
         settled,
-        settle_seconds: rounded(settle.as_secs_f64()),
+        settle_seconds: round3(settle.as_secs_f64()),
         nodes_before,
         nodes_after,
         hourly_cost_before,
@@ -169,15 +170,10 @@ pub async fn run(
         pdb_below_desired_samples: below_desired,
         pdbs_added,
         passes,
-        mean_pass_seconds: rounded(evaluating.as_secs_f64() / passes.max(1) as f64),
-        longest_pass_seconds: rounded(progress.longest_evaluation.as_secs_f64()),
+        mean_pass_seconds: round3(evaluating.as_secs_f64() / passes.max(1) as f64),
+        longest_pass_seconds: round3(progress.longest_evaluation.as_secs_f64()),
         controller_heap_peak_bytes: super::memory::phase_peak_bytes(),
     })
-}
-
-/// `seconds` to the millisecond.
-fn rounded(seconds: f64) -> f64 {
-    (seconds * 1000.0).round() / 1000.0
 }
 
 /// Live instances and their summed hourly price.
@@ -360,7 +356,7 @@ impl Disruption {
             self.passes,
             self.mean_pass_seconds,
             self.longest_pass_seconds,
-            self.controller_heap_peak_bytes as f64 / f64::from(1 << 20)
+            mib(self.controller_heap_peak_bytes)
         );
         out
     }

@@ -431,11 +431,11 @@ fn tally(items: impl Iterator<Item = String>) -> BTreeMap<String, usize> {
     counts
 }
 
-fn mib(bytes: u64) -> f64 {
+pub(super) fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-fn round3(seconds: f64) -> f64 {
+pub(super) fn round3(seconds: f64) -> f64 {
     (seconds * 1000.0).round() / 1000.0
 }
 
