@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
 use serde_saphyr::budget::{BudgetBreach, BudgetReport};
 
+use super::fast;
 use super::prune::{PrunedObject, root_field};
 use super::split::{Piece, SplitError, Splitter};
 use super::{ManifestError, Object, Source, json_type};
@@ -180,25 +181,47 @@ fn read_yaml<R: BufRead>(input: R, file: &str, limits: Limits) -> Result<(), Man
         let sent = match piece {
             Piece::Item { text, first_line } => {
                 let at = |line| first_line - 1 + line;
-                let OneItem(item) = parse_piece(&text, limits, &mut nodes, ITEM_WRAPPER_NODES)
-                    .map_err(|e| item_error(yaml_error(file, limits, &e, at), &e))?;
+                let remaining = limits.max_yaml_nodes.saturating_sub(nodes);
+                let (value, line) = match fast::item(&text, remaining) {
+                    Some(parsed) => {
+                        nodes += parsed.nodes;
+                        (parsed.value, Some(parsed.line))
+                    }
+                    None => {
+                        let OneItem(item) =
+                            parse_piece(&text, limits, &mut nodes, ITEM_WRAPPER_NODES)
+                                .map_err(|e| item_error(yaml_error(file, limits, &e, at), &e))?;
+                        (item.value.0, known_line(item.referenced.line()))
+                    }
+                };
                 let source = Source {
                     file: file.to_owned(),
                     document,
-                    line: known_line(item.referenced.line()).map(at),
+                    line: line.map(at),
                 };
-                send(super::to_object(item.value.0, source))
+                send(super::to_object(value, source))
             }
             Piece::Document(text) => {
                 let at = |line| text.line(line);
-                let parsed: Spanned<Document> = parse_piece(&text.text, limits, &mut nodes, 0)
-                    .map_err(|e| yaml_error(file, limits, &e, at))?;
+                let remaining = limits.max_yaml_nodes.saturating_sub(nodes);
+                let (mut value, line) = match fast::document(&text.text, remaining) {
+                    Some(parsed) => {
+                        let (fields, items) = parsed.value;
+                        let items = items.then_some(Items::Other(Value::Null));
+                        (Document::Object { fields, items }, Some(parsed.line))
+                    }
+                    None => {
+                        let parsed: Spanned<Document> =
+                            parse_piece(&text.text, limits, &mut nodes, 0)
+                                .map_err(|e| yaml_error(file, limits, &e, at))?;
+                        (parsed.value, known_line(parsed.referenced.line()))
+                    }
+                };
                 let source = Source {
                     file: file.to_owned(),
                     document,
-                    line: known_line(parsed.referenced.line()).map(at),
+                    line: line.map(at),
                 };
-                let mut value = parsed.value;
                 if let (Some(_), Document::Object { items, .. }) = (text.cut, &mut value) {
                     *items = Some(Items::Sent);
                 }
@@ -219,7 +242,7 @@ fn read_yaml<R: BufRead>(input: R, file: &str, limits: Limits) -> Result<(), Man
 const ITEM_WRAPPER_NODES: usize = 1;
 
 /// Parses one piece, counting its nodes (less `wrapper`) into `nodes` against the limit.
-fn parse_piece<'a, T: de::Deserialize<'a>>(
+pub(super) fn parse_piece<'a, T: de::Deserialize<'a>>(
     text: &'a str,
     limits: Limits,
     nodes: &mut usize,
@@ -283,7 +306,7 @@ fn split_error(file: &str, error: SplitError) -> ManifestError {
 }
 
 /// A `List` item's text: a block sequence of one item.
-struct OneItem(Spanned<PrunedObject>);
+pub(super) struct OneItem(pub Spanned<PrunedObject>);
 
 impl<'de> de::Deserialize<'de> for OneItem {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -454,7 +477,7 @@ impl<R: Read> Read for LineCounter<R> {
 /// One document: an object's top-level fields, with a `List`'s items decoded one by one
 /// (each pruned as soon as it is read), or the JSON type of a document that is not a mapping.
 #[derive(Debug)]
-enum Document {
+pub(super) enum Document {
     Object {
         fields: Map<String, Value>,
         items: Option<Items>,
@@ -463,7 +486,7 @@ enum Document {
 }
 
 #[derive(Debug)]
-enum Items {
+pub(super) enum Items {
     /// A sequence whose items were sent as they were read.
     Sent,
     Other(Value),
