@@ -14,6 +14,7 @@ mod duplicate;
 mod fast;
 #[cfg(test)]
 mod fast_tests;
+mod json;
 mod prune;
 mod split;
 pub mod stream;
