@@ -1,8 +1,9 @@
-//! The manifest reader alone (`kerf::manifest::stream::read`): a realistic 10,000-pod cluster
-//! dump (`kerf::plan::fixtures`, as `kerf-dump` writes it) read from memory as a YAML `List`,
-//! a YAML multi-document stream and a JSON `List`, every object handed to a sink that only
-//! counts it. This is what `kerf validate` costs before validating and what `kerf plan` costs
-//! before building its inventory (`benches/plan.rs` measures those together).
+//! The manifest reader alone (`kerf::manifest::stream::read`): a realistic 20,000-pod cluster
+//! dump, the size issue 16's goals are set at (`kerf::plan::fixtures`, as `kerf-dump` writes
+//! it), read from memory as a YAML `List`, a YAML multi-document stream and a JSON `List`,
+//! every object handed to a sink that only counts it. This is what `kerf validate` costs
+//! before validating and what `kerf plan` costs before building its inventory
+//! (`benches/plan.rs` measures those together).
 //! Run with `cargo bench -p kerf --bench reader` (one format: `-- reader/yaml`).
 
 use std::hint::black_box;
@@ -13,7 +14,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kerf::manifest::{Limits, stream};
 use kerf::plan::fixtures::{self, DumpFormat, DumpShape};
 
-const PODS: usize = 10_000;
+const PODS: usize = 20_000;
 
 fn dump(format: DumpFormat) -> Vec<u8> {
     let mut out = Vec::new();
