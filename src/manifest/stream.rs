@@ -5,10 +5,11 @@
 //! every object is handed to the caller as soon as it is read.
 //!
 //! YAML is first cut into pieces at line boundaries (see `split`): each document, and each
-//! item of a block-style `List`, is parsed from its own text, which serde-saphyr reads
-//! faster than a reader. So the text held at once is one item, or one document that is not
-//! such a `List` (a document is parsed whole, as the API server does). JSON is read from
-//! the stream directly.
+//! item of a block-style `List`, is parsed from its own text — by the fast reader for
+//! `kubectl`'s block YAML (`fast`) where it can, by serde-saphyr where it cannot. So the
+//! text held at once is one item, or one document that is not such a `List` (a document is
+//! parsed whole, as the API server does). JSON is cut the same way by a byte scanner
+//! (`json`) and each piece decoded from its slice.
 //!
 //! The YAML parser's budget guards against hostile input. Alias bombs keep serde-saphyr's
 //! alias and anchor caps; the per-document node count, which a single `List` dump reaches
