@@ -383,3 +383,37 @@ async fn deleting_a_nominated_pod_requeues_the_pods_waiting_for_its_room() {
     assert_eq!(node_of(&wait_for(&api, "waiter", bound()).await), "n");
     h.stop().await;
 }
+
+/// One write at a time, each slowed down: a cycle that reports a hundred pods unschedulable
+/// would hold the binding placed last in its order for a hundred writes if it sent them in
+/// order.
+#[tokio::test]
+async fn a_cycle_binds_before_it_reports_the_pods_it_could_not_place() {
+    let h = start().await;
+    node(&h, "small", "us-east-1a", "1", true, json!([])).await;
+    for i in 0..100 {
+        pod(&h, &format!("big-{i:03}"), "2", json!({}), json!({})).await;
+    }
+    // Created last, so the cycle meets it last.
+    pod(&h, "fits", "500m", json!({}), json!({})).await;
+    h.server.faults().set_latency(Duration::from_millis(20));
+    let slow = SchedulerConfig {
+        concurrency: 1,
+        ..config()
+    };
+    let scheduler = scheduler::start(h.client.clone(), slow);
+    assert_eq!(
+        node_of(&wait_for(&pods(&h), "fits", bound()).await),
+        "small"
+    );
+    let reported = scheduler
+        .stats()
+        .marked_unschedulable
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        reported < 50,
+        "the binding waited for {reported} unschedulable reports"
+    );
+    h.server.faults().set_latency(Duration::ZERO);
+    h.stop().await;
+}

@@ -408,7 +408,11 @@ impl Scheduler {
         cluster
     }
 
-    async fn execute(&mut self, actions: Vec<Action>) {
+    /// Sends the cycle's bindings, then its unschedulable reports: kube-scheduler binds each
+    /// pod in a binding cycle of its own, which never waits for another pod's failure to be
+    /// written, so a cycle that reports thousands of pods must not hold its bindings back.
+    async fn execute(&mut self, mut actions: Vec<Action>) {
+        actions.sort_by_key(|action| matches!(action, Action::Unschedulable { .. }));
         let client = self.client.clone();
         let stats = Arc::clone(&self.stats);
         let results: Vec<Option<String>> = futures::stream::iter(actions)
