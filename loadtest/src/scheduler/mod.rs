@@ -271,16 +271,20 @@ impl Scheduler {
         self.attempts.retain(|uid, _| live.contains_key(uid));
         self.compiled.retain(|uid, _| live.contains_key(uid));
         let previous = std::mem::replace(&mut self.nominations, nominations);
-        for (uid, before) in previous {
-            // A binding is no release: the pod takes the room it held (kube-scheduler
-            // leaves that case to the binding cycle).
-            let released = match self.nominations.get(&uid) {
+        // One pass over the waiting pods however many nominations went: the highest
+        // priority released moves every pod any of them would.
+        let released = previous
+            .into_iter()
+            .filter(|(uid, before)| match self.nominations.get(uid) {
                 Some(now) => now.node != before.node,
-                None => live.get(&uid) != Some(&true),
-            };
-            if released {
-                self.release(before.priority);
-            }
+                // A binding is no release: the pod takes the room it held (kube-scheduler
+                // leaves that case to the binding cycle).
+                None => live.get(uid) != Some(&true),
+            })
+            .map(|(_, before)| before.priority)
+            .max();
+        if let Some(priority) = released {
+            self.release(priority);
         }
     }
 
