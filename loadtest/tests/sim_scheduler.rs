@@ -8,6 +8,7 @@ mod sim_support;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kerf_loadtest::scheduler::{self, SchedulerConfig};
 use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::wait::Condition;
 use serde_json::{Value, json};
 use sim_support::{Harness, create, start, wait_for, wait_list};
@@ -318,5 +319,101 @@ async fn a_batch_of_pods_fills_nodes_exactly_to_capacity() {
             .load(std::sync::atomic::Ordering::Relaxed),
         50
     );
+    h.stop().await;
+}
+
+/// A pending pod that can never bind (no node in its zone) nominated to `node`, holding
+/// `cpu` of it against the pods of its priority.
+async fn nominated_holder(h: &Harness, name: &str, cpu: &str, node: &str) {
+    pod(
+        h,
+        name,
+        cpu,
+        json!({}),
+        json!({"nodeSelector": {"topology.kubernetes.io/zone": "us-east-1z"}}),
+    )
+    .await;
+    nominate(h, name, json!(node)).await;
+}
+
+async fn nominate(h: &Harness, name: &str, node: Value) {
+    let patch = json!({"status": {"nominatedNodeName": node}});
+    pods(h)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("nomination written");
+}
+
+/// A pod kept off a node by another's nomination, then left alone by every node and
+/// running pod: only the nomination's release can tell the scheduler to try again.
+async fn waiting_for_room_held_by(h: &Harness, holder: &str) -> Api<Pod> {
+    node(h, "n", "us-east-1a", "4", true, json!([])).await;
+    nominated_holder(h, holder, "3", "n").await;
+    pod(h, "waiter", "2", json!({}), json!({})).await;
+    let api = pods(h);
+    let waiting = wait_for(&api, "waiter", unschedulable()).await;
+    assert_eq!(
+        scheduled_condition(Some(&waiting)).expect("condition").2,
+        "0/1 nodes are available: 1 Insufficient cpu.",
+        "the nomination holds three of the node's four cpu"
+    );
+    api
+}
+
+/// The unschedulable flush alone would retry the waiter only after 5 minutes, far beyond
+/// the test's patience: a bind proves the release requeued it.
+#[tokio::test]
+async fn a_withdrawn_nomination_requeues_the_pods_waiting_for_its_room() {
+    let h = start().await;
+    let _scheduler = scheduler::start(h.client.clone(), config());
+    let api = waiting_for_room_held_by(&h, "holder").await;
+    nominate(&h, "holder", Value::Null).await;
+    assert_eq!(node_of(&wait_for(&api, "waiter", bound()).await), "n");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_nominated_pod_requeues_the_pods_waiting_for_its_room() {
+    let h = start().await;
+    let _scheduler = scheduler::start(h.client.clone(), config());
+    let api = waiting_for_room_held_by(&h, "holder").await;
+    api.delete("holder", &DeleteParams::default())
+        .await
+        .expect("holder deleted");
+    assert_eq!(node_of(&wait_for(&api, "waiter", bound()).await), "n");
+    h.stop().await;
+}
+
+/// One write at a time, each slowed down: a cycle that reports a hundred pods unschedulable
+/// would hold the binding placed last in its order for a hundred writes if it sent them in
+/// order.
+#[tokio::test]
+async fn a_cycle_binds_before_it_reports_the_pods_it_could_not_place() {
+    let h = start().await;
+    node(&h, "small", "us-east-1a", "1", true, json!([])).await;
+    for i in 0..100 {
+        pod(&h, &format!("big-{i:03}"), "2", json!({}), json!({})).await;
+    }
+    // Created last, so the cycle meets it last.
+    pod(&h, "fits", "500m", json!({}), json!({})).await;
+    h.server.faults().set_latency(Duration::from_millis(20));
+    let slow = SchedulerConfig {
+        concurrency: 1,
+        ..config()
+    };
+    let scheduler = scheduler::start(h.client.clone(), slow);
+    assert_eq!(
+        node_of(&wait_for(&pods(&h), "fits", bound()).await),
+        "small"
+    );
+    let reported = scheduler
+        .stats()
+        .marked_unschedulable
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        reported < 50,
+        "the binding waited for {reported} unschedulable reports"
+    );
+    h.server.faults().set_latency(Duration::ZERO);
     h.stop().await;
 }

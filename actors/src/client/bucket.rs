@@ -4,7 +4,9 @@
 //! exists in the future, and says how long to wait for it — so waiting callers are served in
 //! the order they asked, and a burst above the limit is smoothed rather than refused.
 //! [`TokenBucket::try_take`] refuses instead of waiting (for best-effort work such as
-//! events). Time is passed in, so the arithmetic is tested without clocks.
+//! events, and for requests that give way to reserved ones: they retry after
+//! [`TokenBucket::until_available`]). Time is passed in, so the arithmetic is tested without
+//! clocks.
 
 use std::time::Duration;
 
@@ -49,6 +51,13 @@ impl TokenBucket {
         } else {
             Duration::from_secs_f64(-self.tokens / self.qps)
         }
+    }
+
+    /// How long until a token is available to [`TokenBucket::try_take`]: after the tokens
+    /// reserved ahead are paid for.
+    pub fn until_available(&mut self, now: Instant) -> Duration {
+        self.refill(now);
+        Duration::from_secs_f64(((1.0 - self.tokens) / self.qps).max(0.0))
     }
 
     /// Takes one token if one is available now.
@@ -113,5 +122,18 @@ mod tests {
         assert_wait(bucket.reserve(start), 500);
         assert!(!bucket.try_take(start + Duration::from_millis(500)));
         assert!(bucket.try_take(start + Duration::from_millis(1000)));
+    }
+
+    #[test]
+    fn a_token_is_available_once_the_reserved_ones_are_paid_for() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket::new(10, 1, start);
+        assert_wait(bucket.until_available(start), 0);
+        assert_wait(bucket.reserve(start), 0);
+        assert_wait(bucket.reserve(start), 100);
+        assert_wait(bucket.until_available(start), 200);
+        let later = start + Duration::from_millis(200);
+        assert_wait(bucket.until_available(later), 0);
+        assert!(bucket.try_take(later));
     }
 }

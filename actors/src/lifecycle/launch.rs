@@ -4,7 +4,9 @@
 //! failover. The cloud provider's Create is idempotent per NodeClaim (it adopts an instance
 //! already tagged with the NodeClaim), and a launch whose status write failed is remembered
 //! by uid for [`LAUNCHED_MEMORY`], as upstream's launch cache, so the retry writes what was
-//! launched without asking the cloud again.
+//! launched without asking the cloud again. Once that write succeeded, a reconcile that
+//! still reads the NodeClaim as not `Launched` (its watch event is on the way) writes
+//! nothing: each launch costs the shared client budget its two writes once.
 //!
 //! Outcomes: launched → labels, annotations and status (`Launched=True`) written; refused for
 //! insufficient capacity → the refused offerings marked in the OfferingCache (all the
@@ -36,6 +38,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::conditions::ConditionSet;
+use super::initialization::Awaiting;
 use super::reconcile::{Outcome, ReconcileError, Reconciler, is_status, label};
 use crate::events::{EventRecorder, upstream as events};
 use crate::launcher::CreatedClaims;
@@ -68,24 +71,44 @@ pub struct LaunchDeps {
     pub nominate_pods: bool,
 }
 
-/// Launches not yet seen recorded, by NodeClaim uid.
+/// Launches not yet seen recorded, by NodeClaim uid, and whether their record was written.
 #[derive(Default)]
 pub struct LaunchedMemory {
-    by_uid: Mutex<HashMap<String, (NodeClaim, Instant)>>,
+    by_uid: Mutex<HashMap<String, Remembered>>,
+}
+
+struct Remembered {
+    launched: NodeClaim,
+    at: Instant,
+    /// The labels and `Launched=True` status were written: a reconcile that still finds
+    /// the NodeClaim not `Launched` read it before that write's watch event arrived.
+    recorded: bool,
 }
 
 impl LaunchedMemory {
-    fn get(&self, uid: &str) -> Option<NodeClaim> {
+    fn get(&self, uid: &str) -> Option<(NodeClaim, bool)> {
         let map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
         map.get(uid)
-            .filter(|(_, at)| at.elapsed() < LAUNCHED_MEMORY)
-            .map(|(claim, _)| claim.clone())
+            .filter(|r| r.at.elapsed() < LAUNCHED_MEMORY)
+            .map(|r| (r.launched.clone(), r.recorded))
     }
 
     fn remember(&self, uid: &str, launched: &NodeClaim) {
         let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
-        map.retain(|_, (_, at)| at.elapsed() < LAUNCHED_MEMORY);
-        map.insert(uid.to_owned(), (launched.clone(), Instant::now()));
+        map.retain(|_, r| r.at.elapsed() < LAUNCHED_MEMORY);
+        let remembered = Remembered {
+            launched: launched.clone(),
+            at: Instant::now(),
+            recorded: false,
+        };
+        map.insert(uid.to_owned(), remembered);
+    }
+
+    fn recorded(&self, uid: &str) {
+        let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(remembered) = map.get_mut(uid) {
+            remembered.recorded = true;
+        }
     }
 }
 
@@ -183,7 +206,11 @@ impl From<Outcome> for Launched {
 pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Launched, ReconcileError> {
     let uid = claim.metadata.uid.clone().unwrap_or_default();
     let launched = match r.launched.get(&uid) {
-        Some(launched) => launched,
+        // Written already: this reconcile read the NodeClaim before the write's watch event,
+        // which runs it again. Writing once more would double the launch's API writes (and
+        // its count in `karpenter_nodeclaims_launched_total`) and nominate its pods again.
+        Some((_, true)) => return Ok(Outcome::DONE.into()),
+        Some((launched, false)) => launched,
         None => {
             let attempt = r.fallback.attempt(claim);
             match r.cloud.create(&attempt).await {
@@ -204,6 +231,7 @@ pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Launched, Recon
         }
     };
     record(r, claim, &launched).await?;
+    r.launched.recorded(&uid);
     let pool = claim.nodepool_name().unwrap_or_default().to_owned();
     metrics::counter!(NODECLAIMS_LAUNCHED, "nodepool" => pool).increment(1);
     tracing::info!(
@@ -242,6 +270,12 @@ async fn record(
         })?;
     let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now());
     set.set_true(types::LAUNCHED);
+    // What the registration step writes next while no Node exists, in this write as
+    // upstream's one status write per reconcile has it, rather than in a write of its own.
+    if !set.is_true(types::REGISTERED) {
+        let awaiting = Awaiting::node_not_found();
+        set.set_unknown(types::REGISTERED, awaiting.reason, &awaiting.message);
+    }
     let reported = launched.status.clone().unwrap_or_default();
     let body = json!({"status": {
         "providerID": reported.provider_id,

@@ -169,6 +169,40 @@ fn a_lost_status_write_does_not_launch_twice() {
     });
 }
 
+/// A reconcile that reads the NodeClaim before its `Launched=True` write shows (the labels
+/// write's watch event triggers one at once) must not launch and write again: at 20k pods
+/// the doubled writes halved the rate the shared client budget left for creates.
+#[test]
+fn a_launch_writes_its_labels_and_status_once() {
+    run(|| async {
+        let h = start_cluster().await;
+        let (provider, cloud) = simulated_cloud();
+        let cluster = h.cluster();
+        create_nodepool(&cluster, nodepool("default"));
+        let client = named_client(&h, "controller").await;
+        let settings = quick_settings(&["--disable-leader-election", "true"]);
+        let daemon = start_daemon_on(client, settings, "solo", Some(cloud)).await;
+        create_unschedulable_pod(&cluster, "web-1");
+
+        let claim = launched_claim(&h).await;
+        // Long enough for any reconcile of a stale copy to have written.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let path = format!("/apis/karpenter.sh/v1/nodeclaims/{}", claim.name());
+        let writes: Vec<String> = h
+            .server
+            .faults()
+            .mutations_from("controller")
+            .into_iter()
+            .filter(|m| m.method == http::Method::PATCH && m.path.starts_with(&path))
+            .map(|m| m.path)
+            .collect();
+        assert_eq!(writes, vec![path.clone(), format!("{path}/status")]);
+        assert_eq!(provider.ec2().api_calls().calls(ops::CREATE_FLEET), 1);
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
 /// A NodeClaim without status (made by a controller that stopped between CreateFleet and the
 /// status write), and the instance that controller launched for it.
 async fn orphaned_launch(h: &Harness, provider: &SimulatedCloudProvider) -> (NodeClaim, Instance) {

@@ -5,7 +5,11 @@
 //! kube-scheduler's "0/N nodes are available: ..." message — the signal kerf provisions
 //! for. Unschedulable pods are retried with backoff once nodes or pods changed, as the real
 //! scheduler's unschedulable queue does, so 10k waiting pods do not cost a full pass each
-//! cycle.
+//! cycle. A pending pod's nomination withdrawn or moved (or the nominated pod deleted)
+//! counts as such a change for the pods of equal or lower priority, as kube-scheduler's
+//! event handlers treat it (an `AssignedPodDelete` for them): the room it held on its
+//! nominated node is free, and the pods waiting for room must not wait for the 5-minute
+//! flush to see it.
 
 mod amounts;
 mod cluster;
@@ -150,6 +154,15 @@ struct Attempt {
     epoch: u64,
     at: Instant,
     backoff: Duration,
+    priority: i32,
+    /// A nomination that held room for pods like this one was released since the attempt.
+    moved: bool,
+}
+
+/// A pending pod's nomination as the last cycle saw it.
+struct Nomination {
+    node: String,
+    priority: i32,
 }
 
 enum Action {
@@ -174,6 +187,8 @@ struct Scheduler {
     /// Pods bound by us whose binding the pod cache has not shown yet: uid → node.
     assumed: HashMap<String, String>,
     attempts: HashMap<String, Attempt>,
+    /// Pending pods with a nominated node, by uid, as of the last cycle.
+    nominations: HashMap<String, Nomination>,
     next_start: usize,
 }
 
@@ -186,13 +201,14 @@ impl Scheduler {
             compiled: HashMap::new(),
             assumed: HashMap::new(),
             attempts: HashMap::new(),
+            nominations: HashMap::new(),
             next_start: 0,
         }
     }
 
     async fn cycle(&mut self, nodes: &[Arc<Node>], pods: &[Arc<Pod>], epoch: u64) {
         self.stats.cycles.fetch_add(1, Ordering::Relaxed);
-        self.forget_stale(pods);
+        self.observe(pods);
         let pending = self.pending(pods, epoch);
         if pending.is_empty() {
             return;
@@ -219,7 +235,7 @@ impl Scheduler {
                     });
                 }
                 Err(message) => {
-                    self.record_failure(&uid, epoch);
+                    self.record_failure(&uid, priority(&pod), epoch);
                     if let Some(conditions) = unschedulable_conditions(&pod, &message) {
                         actions.push(Action::Unschedulable {
                             namespace: namespace(&pod),
@@ -234,15 +250,52 @@ impl Scheduler {
         self.execute(actions).await;
     }
 
-    /// Drops bookkeeping of pods that are gone or whose binding the cache now shows.
-    fn forget_stale(&mut self, pods: &[Arc<Pod>]) {
+    /// Drops bookkeeping of pods that are gone or whose binding the cache now shows, and
+    /// releases the nominations that no longer hold room.
+    fn observe(&mut self, pods: &[Arc<Pod>]) {
         let mut live: HashMap<String, bool> = HashMap::with_capacity(pods.len());
+        let mut nominations = HashMap::with_capacity(self.nominations.len());
         for pod in pods {
-            live.insert(uid(pod), node_name(pod).is_some());
+            let uid = uid(pod);
+            let bound = node_name(pod).is_some();
+            if let Some(node) = nominated_node(pod).filter(|_| !bound) {
+                let nomination = Nomination {
+                    node: node.to_owned(),
+                    priority: priority(pod),
+                };
+                nominations.insert(uid.clone(), nomination);
+            }
+            live.insert(uid, bound);
         }
         self.assumed.retain(|uid, _| live.get(uid) == Some(&false));
         self.attempts.retain(|uid, _| live.contains_key(uid));
         self.compiled.retain(|uid, _| live.contains_key(uid));
+        let previous = std::mem::replace(&mut self.nominations, nominations);
+        // One pass over the waiting pods however many nominations went: the highest
+        // priority released moves every pod any of them would.
+        let released = previous
+            .into_iter()
+            .filter(|(uid, before)| match self.nominations.get(uid) {
+                Some(now) => now.node != before.node,
+                // A binding is no release: the pod takes the room it held (kube-scheduler
+                // leaves that case to the binding cycle).
+                None => live.get(uid) != Some(&true),
+            })
+            .map(|(_, before)| before.priority)
+            .max();
+        if let Some(priority) = released {
+            self.release(priority);
+        }
+    }
+
+    /// Moves the waiting pods of `priority` or lower, for which a nomination of that
+    /// priority held room, to be retried once their backoff ends.
+    fn release(&mut self, priority: i32) {
+        for attempt in self.attempts.values_mut() {
+            if attempt.priority <= priority {
+                attempt.moved = true;
+            }
+        }
     }
 
     fn pending(&self, pods: &[Arc<Pod>], epoch: u64) -> Vec<Arc<Pod>> {
@@ -283,11 +336,11 @@ impl Scheduler {
 
     fn due(&self, attempt: &Attempt, epoch: u64, now: Instant) -> bool {
         let since = now.duration_since(attempt.at);
-        (attempt.epoch != epoch && since >= attempt.backoff)
+        ((attempt.moved || attempt.epoch != epoch) && since >= attempt.backoff)
             || since >= self.config.unschedulable_flush
     }
 
-    fn record_failure(&mut self, uid: &str, epoch: u64) {
+    fn record_failure(&mut self, uid: &str, priority: i32, epoch: u64) {
         let backoff = self
             .attempts
             .get(uid)
@@ -300,6 +353,8 @@ impl Scheduler {
                 epoch,
                 at: Instant::now(),
                 backoff,
+                priority,
+                moved: false,
             },
         );
     }
@@ -357,7 +412,11 @@ impl Scheduler {
         cluster
     }
 
-    async fn execute(&mut self, actions: Vec<Action>) {
+    /// Sends the cycle's bindings, then its unschedulable reports: kube-scheduler binds each
+    /// pod in a binding cycle of its own, which never waits for another pod's failure to be
+    /// written, so a cycle that reports thousands of pods must not hold its bindings back.
+    async fn execute(&mut self, mut actions: Vec<Action>) {
+        actions.sort_by_key(|action| matches!(action, Action::Unschedulable { .. }));
         let client = self.client.clone();
         let stats = Arc::clone(&self.stats);
         let results: Vec<Option<String>> = futures::stream::iter(actions)
