@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 use k8s_openapi::api::core::v1::Pod;
+use kerf::pods::{LeanPod, PodLike};
 
 use kerf::scheduling::testing::{
     benchmark_instance_types, diverse_pods, node_pool, preference_pods,
@@ -20,7 +21,7 @@ const SIZES: [usize; 6] = [1, 100, 1000, 5000, 20000, 40000];
 
 fn input(pods: Vec<Pod>, parallel: bool) -> SchedulingInput {
     SchedulingInput {
-        pods: pods.into_iter().map(Arc::new).collect(),
+        pods: kerf::scheduling::testing::shared(pods),
         node_pools: vec![node_pool("default", benchmark_instance_types())],
         options: SchedulingOptions {
             parallel,
@@ -44,9 +45,9 @@ fn milli(q: &str) -> i64 {
     num.parse::<i64>().map_or(0, |n| n * mul)
 }
 
-fn requests(p: &Pod) -> [i64; 3] {
+fn requests(p: &LeanPod) -> [i64; 3] {
     let mut out = [0, 0, 1000];
-    for c in p.spec.iter().flat_map(|s| &s.containers) {
+    for c in p.spec().iter().flat_map(|s| &s.containers) {
         if let Some(r) = c.resources.as_ref().and_then(|r| r.requests.as_ref()) {
             out[0] += r.get("cpu").map_or(0, |q| milli(&q.0));
             out[1] += r.get("memory").map_or(0, |q| milli(&q.0));
@@ -57,7 +58,7 @@ fn requests(p: &Pod) -> [i64; 3] {
 
 /// First-fit decreasing with no constraints: bins as large as the largest instance type,
 /// each shrunk to the cheapest type that holds it. Returns the number of bins.
-fn first_fit_decreasing(pods: &[Arc<Pod>], its: &[InstanceType]) -> usize {
+fn first_fit_decreasing(pods: &[Arc<LeanPod>], its: &[InstanceType]) -> usize {
     let caps: Vec<([i64; 3], f64)> = its
         .iter()
         .map(|it| {

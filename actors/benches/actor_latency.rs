@@ -63,7 +63,7 @@ impl Handler<Solve> for Solver {
 
 fn input() -> Arc<SchedulingInput> {
     Arc::new(SchedulingInput {
-        pods: diverse_pods(PODS, 1).into_iter().map(Arc::new).collect(),
+        pods: kerf::scheduling::testing::shared(diverse_pods(PODS, 1)),
         node_pools: vec![node_pool("default", benchmark_instance_types())],
         options: SchedulingOptions {
             parallel: false,

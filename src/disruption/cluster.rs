@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -17,6 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::pods;
 use crate::api::NodePool;
 use crate::feature_gates::FeatureGates;
+use crate::pods::PodLike;
 use crate::scheduling::SchedulingInput;
 
 /// The cluster as a disruption decision sees it.
@@ -74,7 +74,7 @@ impl Pdb {
     /// From the API object: `status.disruptionsAllowed` when the status is given, else what
     /// the disruption controller would compute with every selected running pod healthy and
     /// expected (`pods` are all pods of the input).
-    pub fn from_api<'a>(pdb: &PodDisruptionBudget, pods: impl Iterator<Item = &'a Pod>) -> Pdb {
+    pub fn from_api(pdb: &PodDisruptionBudget, pods: impl Iterator<Item = impl PodLike>) -> Pdb {
         let namespace = pdb
             .metadata
             .namespace
@@ -87,7 +87,7 @@ impl Pdb {
             Some(status) => status.disruptions_allowed,
             None => {
                 let selected = pods
-                    .filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == namespace)
+                    .filter(|p| p.metadata().namespace.as_deref().unwrap_or("default") == namespace)
                     .filter(|p| pods::is_active(p) && pods::selects(&selector, p))
                     .count() as i32;
                 computed_allowance(

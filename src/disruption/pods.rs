@@ -2,10 +2,10 @@
 //! goes (reschedulable), which forbid graceful disruption (`karpenter.sh/do-not-disrupt`,
 //! PodDisruptionBudgets), and what evicting one costs (deletion cost and priority).
 
+use crate::pods::PodLike;
 use std::collections::HashMap;
 
 use crate::pods::is_owned_by as owned_by;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 
@@ -18,15 +18,15 @@ pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost"
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Not finished and not being deleted.
-pub fn is_active(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+pub fn is_active(pod: &impl PodLike) -> bool {
+    let phase = pod.status().and_then(|s| s.phase.as_deref());
+    pod.metadata().deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
-fn is_mirror(pod: &Pod) -> bool {
+fn is_mirror(pod: &impl PodLike) -> bool {
     owned_by(pod, "Node")
         || pod
-            .metadata
+            .metadata()
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
@@ -34,26 +34,26 @@ fn is_mirror(pod: &Pod) -> bool {
 
 /// A pod that needs a new home when its node goes: active (or a terminating StatefulSet
 /// pod, whose replacement under the same name waits for it), not a DaemonSet or mirror pod.
-pub fn is_reschedulable(pod: &Pod) -> bool {
+pub fn is_reschedulable(pod: &impl PodLike) -> bool {
     (is_active(pod) || crate::pods::is_terminating_stateful(pod))
         && !owned_by(pod, "DaemonSet")
         && !is_mirror(pod)
 }
 
 /// `namespace/name`.
-pub fn key(pod: &Pod) -> String {
+pub fn key(pod: &impl PodLike) -> String {
     format!(
         "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or_default()
+        pod.metadata().namespace.as_deref().unwrap_or("default"),
+        pod.metadata().name.as_deref().unwrap_or_default()
     )
 }
 
 /// Whether an active pod's `karpenter.sh/do-not-disrupt` blocks disruption at `now`:
 /// `"true"`, or a duration that has not yet elapsed since the pod started.
-pub fn blocks_disruption(pod: &Pod, now: Timestamp) -> bool {
+pub fn blocks_disruption(pod: &impl PodLike, now: Timestamp) -> bool {
     let Some(value) = pod
-        .metadata
+        .metadata()
         .annotations
         .as_ref()
         .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
@@ -70,10 +70,9 @@ pub fn blocks_disruption(pod: &Pod, now: Timestamp) -> bool {
         return false;
     };
     let started = pod
-        .status
-        .as_ref()
+        .status()
         .and_then(|s| s.start_time.as_ref())
-        .or(pod.metadata.creation_timestamp.as_ref())
+        .or(pod.metadata().creation_timestamp.as_ref())
         .map(|t| t.0);
     let Some(started) = started else {
         return true;
@@ -84,10 +83,10 @@ pub fn blocks_disruption(pod: &Pod, now: Timestamp) -> bool {
 
 /// The cost of evicting one pod: 1, raised or lowered by its deletion cost and priority,
 /// clamped to [-10, 10] (upstream `EvictionCost`).
-pub fn eviction_cost(pod: &Pod) -> f64 {
+pub fn eviction_cost(pod: &impl PodLike) -> f64 {
     let mut cost = 1.0;
     if let Some(deletion_cost) = pod
-        .metadata
+        .metadata()
         .annotations
         .as_ref()
         .and_then(|a| a.get(POD_DELETION_COST))
@@ -95,16 +94,16 @@ pub fn eviction_cost(pod: &Pod) -> f64 {
     {
         cost += deletion_cost / 2f64.powi(27);
     }
-    if let Some(priority) = pod.spec.as_ref().and_then(|s| s.priority) {
+    if let Some(priority) = pod.spec().and_then(|s| s.priority) {
         cost += f64::from(priority) / 2f64.powi(25);
     }
     cost.clamp(-10.0, 10.0)
 }
 
 /// Whether `selector` selects `pod` (an empty selector selects every pod, as for PDBs).
-pub fn selects(selector: &LabelSelector, pod: &Pod) -> bool {
+pub fn selects(selector: &LabelSelector, pod: &impl PodLike) -> bool {
     let empty = std::collections::BTreeMap::new();
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let labels = pod.metadata().labels.as_ref().unwrap_or(&empty);
     let labels_ok = selector
         .match_labels
         .iter()
@@ -160,14 +159,14 @@ impl<'a> PdbIndex<'a> {
     }
 
     /// Every budget selecting `pod`, in input order.
-    fn selecting(&self, pod: &Pod) -> Vec<&'a Pdb> {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    fn selecting(&self, pod: &impl PodLike) -> Vec<&'a Pdb> {
+        let namespace = pod.metadata().namespace.as_deref().unwrap_or("default");
         let mut out: Vec<&'a Pdb> = self
             .by_namespace
             .get(namespace)
             .cloned()
             .unwrap_or_default();
-        for (key, value) in pod.metadata.labels.iter().flatten() {
+        for (key, value) in pod.metadata().labels.iter().flatten() {
             if let Some(list) = self
                 .by_label
                 .get(&(namespace, key.as_str(), value.as_str()))
@@ -183,7 +182,7 @@ impl<'a> PdbIndex<'a> {
 
     /// Why the PDBs refuse evicting `pod`, if they do: more than one selects it (the eviction
     /// API refuses such pods), or the one that does allows no disruption now.
-    pub fn block(&self, pod: &Pod) -> Option<String> {
+    pub fn block(&self, pod: &impl PodLike) -> Option<String> {
         if !is_active(pod) || is_mirror(pod) {
             return None;
         }

@@ -4,10 +4,9 @@
 //! replacements present and initialized) and the next pass starts, until a pass finds
 //! nothing. The final pass's notes say why each remaining node stays.
 
+use crate::pods::LeanPod;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-use k8s_openapi::api::core::v1::Pod;
 
 use super::DisruptionError;
 use super::budget::{self, BudgetError};
@@ -290,7 +289,7 @@ impl<'c> State<'c> {
         self.managed.retain(|m| !command.nodes.contains(&m.name));
         match &command.simulation {
             Some(simulation) => {
-                let mut moved: HashMap<String, Arc<Pod>> = simulation
+                let mut moved: HashMap<String, Arc<LeanPod>> = simulation
                     .moved
                     .iter()
                     .map(|p| (pods::key(p), Arc::clone(p)))
@@ -304,7 +303,7 @@ impl<'c> State<'c> {
                 for pods in removed {
                     self.input.pods.extend(
                         pods.iter()
-                            .filter(|p| pods::is_reschedulable(p))
+                            .filter(pods::is_reschedulable)
                             .map(|p| bound_to_none(p)),
                     );
                 }
@@ -319,10 +318,10 @@ impl<'c> State<'c> {
     pub fn bind(
         &mut self,
         placements: &[(String, Vec<String>)],
-        moved: &mut HashMap<String, Arc<Pod>>,
+        moved: &mut HashMap<String, Arc<LeanPod>>,
     ) {
         for (node_name, keys) in placements {
-            let pods: Vec<Arc<Pod>> = keys.iter().filter_map(|k| moved.remove(k)).collect();
+            let pods: Vec<Arc<LeanPod>> = keys.iter().filter_map(|k| moved.remove(k)).collect();
             if let Some(node) = self
                 .input
                 .existing_nodes
@@ -331,7 +330,7 @@ impl<'c> State<'c> {
             {
                 node.pods.extend(
                     pods.into_iter()
-                        .map(|p| crate::pods::bound_to(p, node_name)),
+                        .map(|p| crate::pods::bound_to(&p, node_name)),
                 );
             }
         }
@@ -340,7 +339,7 @@ impl<'c> State<'c> {
     fn add_replacement(
         &mut self,
         replacement: &Replacement,
-        moved: &mut HashMap<String, Arc<Pod>>,
+        moved: &mut HashMap<String, Arc<LeanPod>>,
     ) {
         self.replacements += 1;
         let claim = &replacement.claim;
@@ -418,11 +417,8 @@ impl<'c> State<'c> {
     }
 }
 
-fn bound_to_none(pod: &Pod) -> Arc<Pod> {
-    let mut pod = pod.clone();
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.node_name = None;
-    }
+fn bound_to_none(pod: &LeanPod) -> Arc<LeanPod> {
+    let mut pod = pod.with_node_name(None);
     pod.status = None;
     Arc::new(pod)
 }

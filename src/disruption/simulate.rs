@@ -16,10 +16,9 @@
 //! The state is edited in place and restored afterwards rather than copied, so a simulation
 //! costs one solve plus a copy of the moved pods, not a copy of every pod in the cluster.
 
+use crate::pods::LeanPod;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-
-use k8s_openapi::api::core::v1::Pod;
 
 use super::candidate::Candidate;
 use super::pods;
@@ -38,7 +37,7 @@ pub struct Simulation {
     /// provisioner's business, not the disruption's).
     pub new_claims: Vec<PlannedNodeClaim>,
     /// The moved pods, unbound.
-    pub moved: Vec<Arc<Pod>>,
+    pub moved: Vec<Arc<LeanPod>>,
 }
 
 /// Simulates removing `candidates` from `state`.
@@ -57,10 +56,10 @@ pub fn simulate(
             i += 1;
         }
     }
-    let moved: Vec<Arc<Pod>> = removed
+    let moved: Vec<Arc<LeanPod>> = removed
         .iter()
         .flat_map(|(_, n)| n.pods.iter())
-        .filter(|p| pods::is_reschedulable(p))
+        .filter(pods::is_reschedulable)
         .map(|p| unbound(p))
         .collect();
     let (result, uninitialized) = solve_with(state, &moved);
@@ -68,7 +67,7 @@ pub fn simulate(
         state.input.existing_nodes.insert(index, node);
     }
     let result = result?;
-    let moved_keys: HashSet<String> = moved.iter().map(|p| pods::key(p)).collect();
+    let moved_keys: HashSet<String> = moved.iter().map(pods::key).collect();
     let unplaced = result
         .errors
         .iter()
@@ -124,9 +123,10 @@ pub fn place_waiting(state: &mut State) {
         if !deleting.contains(node.name.as_str()) {
             continue;
         }
-        let (going, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = std::mem::take(&mut node.pods)
-            .into_iter()
-            .partition(|p| pods::is_reschedulable(p));
+        let (going, staying): (Vec<Arc<LeanPod>>, Vec<Arc<LeanPod>>) =
+            std::mem::take(&mut node.pods)
+                .into_iter()
+                .partition(pods::is_reschedulable);
         node.pods = staying;
         waiting.extend(going.iter().map(|p| unbound(p)));
     }
@@ -134,9 +134,9 @@ pub fn place_waiting(state: &mut State) {
         return;
     }
     let (result, _) = solve_with(state, &waiting);
-    let keys: HashSet<String> = waiting.iter().map(|p| pods::key(p)).collect();
+    let keys: HashSet<String> = waiting.iter().map(pods::key).collect();
     let placements = result.map(|r| placements(&r, &keys)).unwrap_or_default();
-    let mut placed: HashMap<String, Arc<Pod>> = waiting
+    let mut placed: HashMap<String, Arc<LeanPod>> = waiting
         .iter()
         .map(|p| (pods::key(p), Arc::clone(p)))
         .collect();
@@ -150,7 +150,7 @@ pub fn place_waiting(state: &mut State) {
 /// when this returns.
 fn solve_with(
     state: &mut State,
-    extra: &[Arc<Pod>],
+    extra: &[Arc<LeanPod>],
 ) -> (Result<SchedulingResult, SchedulingError>, HashSet<String>) {
     let pending = state.input.pods.len();
     state.input.pods.extend(extra.iter().cloned());
@@ -187,11 +187,8 @@ fn placements(result: &SchedulingResult, keys: &HashSet<String>) -> Vec<(String,
 }
 
 /// The pod as it would be recreated: no node, no start.
-fn unbound(pod: &Pod) -> Arc<Pod> {
-    let mut pod = pod.clone();
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.node_name = None;
-    }
+fn unbound(pod: &LeanPod) -> Arc<LeanPod> {
+    let mut pod = pod.with_node_name(None);
     pod.status = None;
     // A terminating StatefulSet pod moves as the replacement its controller recreates.
     pod.metadata.deletion_timestamp = None;

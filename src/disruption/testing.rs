@@ -5,6 +5,7 @@
 //! day before [`NOW`] with their last pod event an hour before it, initialized and Ready.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -231,7 +232,7 @@ impl NodeBuilder {
 
     pub fn pod(mut self, mut pod: Pod) -> Self {
         pod.spec.get_or_insert_with(Default::default).node_name = Some(self.node.name.clone());
-        self.node.pods.push(pod.into());
+        self.node.pods.push(Arc::new(pod.into()));
         self
     }
 
@@ -366,7 +367,11 @@ impl ClusterBuilder {
             ..Default::default()
         };
         cluster.scheduling.node_pools = node_pools;
-        cluster.scheduling.pods = self.pending.into_iter().map(Into::into).collect();
+        cluster.scheduling.pods = self
+            .pending
+            .into_iter()
+            .map(|p| Arc::new(p.into()))
+            .collect();
         cluster.scheduling.options = SchedulingOptions {
             parallel: false,
             ..Default::default()
@@ -454,7 +459,7 @@ pub fn benchmark_cluster(nodes: usize, seed: u64) -> Cluster {
     for (node, pods) in node_builders.iter_mut().zip(pods) {
         for mut pod in pods {
             pod.spec.get_or_insert_with(Default::default).node_name = Some(node.node.name.clone());
-            node.node.pods.push(pod.into());
+            node.node.pods.push(Arc::new(pod.into()));
         }
     }
     node_builders

@@ -7,11 +7,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 
 use super::checks;
 use super::workloads::{DEFAULT_NAMESPACE, Expansion};
+use crate::pods::LeanPod;
 
 /// The controller of an expansion, as adoption needs to know it.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,13 +54,13 @@ pub(crate) struct Given<'a> {
     /// (namespace, name) of every given pod.
     names: HashSet<(&'a str, &'a str)>,
     /// Active pods by (namespace, controller kind, controller name).
-    controlled: BTreeMap<(&'a str, &'a str, &'a str), Vec<&'a Pod>>,
+    controlled: BTreeMap<(&'a str, &'a str, &'a str), Vec<&'a LeanPod>>,
 }
 
 impl<'a> Given<'a> {
-    pub(crate) fn new(pods: impl IntoIterator<Item = &'a Pod>) -> Self {
+    pub(crate) fn new(pods: impl IntoIterator<Item = &'a LeanPod>) -> Self {
         let mut names = HashSet::new();
-        let mut controlled: BTreeMap<_, Vec<&Pod>> = BTreeMap::new();
+        let mut controlled: BTreeMap<_, Vec<&LeanPod>> = BTreeMap::new();
         for pod in pods {
             let namespace = namespace_of(pod);
             if let Some(name) = pod.metadata.name.as_deref() {
@@ -76,16 +76,16 @@ impl<'a> Given<'a> {
         Self { names, controlled }
     }
 
-    fn controlled_by(&self, namespace: &'a str, kind: &'a str, name: &'a str) -> &[&'a Pod] {
+    fn controlled_by(&self, namespace: &'a str, kind: &'a str, name: &'a str) -> &[&'a LeanPod] {
         self.controlled
             .get(&(namespace, kind, name))
             .map_or(&[], Vec::as_slice)
     }
 
     /// Active pods controlled by a ReplicaSet named `<deployment>-…`: a range of the index.
-    fn of_deployment_replica_sets(&self, namespace: &str, deployment: &str) -> Vec<&'a Pod> {
+    fn of_deployment_replica_sets(&self, namespace: &str, deployment: &str) -> Vec<&'a LeanPod> {
         let prefix = format!("{deployment}-");
-        let index: &BTreeMap<(&str, &str, &str), Vec<&'a Pod>> = &self.controlled;
+        let index: &BTreeMap<(&str, &str, &str), Vec<&'a LeanPod>> = &self.controlled;
         index
             .range((namespace, "ReplicaSet", prefix.as_str())..)
             .take_while(|((ns, kind, owner), _)| {
@@ -140,7 +140,7 @@ pub(crate) fn missing(
     expansion
 }
 
-fn selects(selector: &LabelSelector, pod: &Pod) -> bool {
+fn selects(selector: &LabelSelector, pod: &LeanPod) -> bool {
     let empty = std::collections::BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
     checks::selector_matches(selector, labels, "spec.selector").unwrap_or(false)
@@ -165,14 +165,14 @@ fn controller(owners: Option<&Vec<OwnerReference>>) -> Option<&OwnerReference> {
         })
 }
 
-fn namespace_of(pod: &Pod) -> &str {
+fn namespace_of(pod: &LeanPod) -> &str {
     pod.metadata
         .namespace
         .as_deref()
         .unwrap_or(DEFAULT_NAMESPACE)
 }
 
-fn is_active(pod: &Pod) -> bool {
+fn is_active(pod: &LeanPod) -> bool {
     let phase = pod
         .status
         .as_ref()
@@ -183,11 +183,12 @@ fn is_active(pod: &Pod) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::api::core::v1::PodStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn pod(name: &str, owner: Option<(&str, &str)>, labels: &[(&str, &str)]) -> Pod {
-        Pod {
+    fn pod(name: &str, owner: Option<(&str, &str)>, labels: &[(&str, &str)]) -> LeanPod {
+        LeanPod::from(Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("default".into()),
@@ -208,12 +209,12 @@ mod tests {
                 ..Default::default()
             },
             ..Default::default()
-        }
+        })
     }
 
     fn expansion(names: &[&str]) -> Expansion {
         Expansion {
-            pods: names.iter().map(|n| pod(n, None, &[])).collect(),
+            pods: names.iter().map(|n| pod(n, None, &[]).to_pod()).collect(),
             claims: Vec::new(),
         }
     }

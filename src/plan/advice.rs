@@ -3,9 +3,8 @@
 //! warning names the object and says what to do, in the words of Karpenter's
 //! troubleshooting guide where it has them. None of these stop the plan.
 
+use crate::pods::{LeanPod, PodLike};
 use std::sync::Arc;
-
-use k8s_openapi::api::core::v1::Pod;
 
 use super::inventory::Inventory;
 use super::snapshot::pod_key;
@@ -32,15 +31,15 @@ pub struct PodFacts {
 }
 
 impl PodFacts {
-    pub fn of(pods: &[Arc<Pod>]) -> Self {
+    pub fn of(pods: &[Arc<LeanPod>]) -> Self {
         let in_tree_ebs = pods
             .iter()
             .filter(|pod| uses_in_tree_ebs(pod))
-            .map(|pod| pod_key(pod))
+            .map(pod_key)
             .collect();
         let mut selected_zones: Vec<String> = pods
             .iter()
-            .filter_map(|pod| pod.spec.as_ref()?.node_selector.as_ref()?.get(labels::ZONE))
+            .filter_map(|pod| pod.spec()?.node_selector.as_ref()?.get(labels::ZONE))
             .cloned()
             .collect();
         selected_zones.sort();
@@ -115,9 +114,8 @@ fn in_tree_storage(inventory: &Inventory, facts: &PodFacts) -> Vec<String> {
     found
 }
 
-fn uses_in_tree_ebs(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
+fn uses_in_tree_ebs(pod: &LeanPod) -> bool {
+    pod.spec()
         .and_then(|s| s.volumes.as_ref())
         .is_some_and(|v| v.iter().any(|v| v.aws_elastic_block_store.is_some()))
 }

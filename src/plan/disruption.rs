@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
 use super::inventory::Inventory;
@@ -17,10 +17,11 @@ use crate::api::condition::types;
 use crate::api::{Conditions, NodeClaim, NodePool};
 use crate::disruption::{Cluster, ManagedNode, Pdb};
 use crate::labels;
+use crate::pods::LeanPod;
 
 /// The decision's input from a plan's inventory and snapshot.
 pub fn cluster(inventory: &Inventory, snapshot: Snapshot) -> Cluster {
-    let pods_by_node: HashMap<&str, Vec<&Pod>> =
+    let pods_by_node: HashMap<&str, Vec<&LeanPod>> =
         snapshot
             .input
             .existing_nodes
@@ -54,10 +55,7 @@ pub fn cluster(inventory: &Inventory, snapshot: Snapshot) -> Cluster {
         .map(|pdb| {
             Pdb::from_api(
                 pdb,
-                all_pods
-                    .clone()
-                    .map(|p| &**p)
-                    .filter(|p| crate::pods::is_bound(p)),
+                all_pods.clone().map(|p| &**p).filter(crate::pods::is_bound),
             )
         })
         .collect();
@@ -74,7 +72,7 @@ fn managed(
     pool_name: &str,
     claim: Option<&NodeClaim>,
     pool: Option<&NodePool>,
-    pods: &[&Pod],
+    pods: &[&LeanPod],
 ) -> ManagedNode {
     let name = node.metadata.name.clone().unwrap_or_default();
     let node_labels = node.metadata.labels.clone().unwrap_or_default();

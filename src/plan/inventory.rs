@@ -23,6 +23,7 @@ use super::workloads::{self, DEFAULT_NAMESPACE, Expansion};
 use super::{FieldError, ObjectProblem, checks};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::manifest::Object;
+use crate::pods::{LeanPod, SpecInterner};
 use crate::validation::{self, Verdict};
 
 /// The input of a plan, by kind. Objects appear once: a later object of the same kind,
@@ -32,7 +33,7 @@ pub struct Inventory {
     /// Every pod: given ones and those workload controllers would create, bound or pending;
     /// without what no plan decision reads (see `lean`). Shared: the snapshot and the
     /// controller's round point at these pods rather than copy them.
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<LeanPod>>,
     /// One pod per DaemonSet, as the DaemonSet would run it on each node.
     pub daemon_pods: Vec<Pod>,
     pub nodes: Vec<Node>,
@@ -97,7 +98,9 @@ impl<T> Keyed<T> {
 /// holding its objects: each is decoded into its typed form and dropped.
 #[derive(Default)]
 pub struct Builder {
-    pods: Keyed<Arc<Pod>>,
+    pods: Keyed<Arc<LeanPod>>,
+    /// One spec per distinct pod spec, shared by the pods that have it.
+    specs: SpecInterner,
     daemon_pods: Keyed<Pod>,
     nodes: Keyed<Node>,
     node_claims: Keyed<NodeClaim>,
@@ -347,7 +350,11 @@ impl Builder {
     fn put_pod(&mut self, mut pod: Pod, origin: &Origin) {
         lean::keep_what_plans_read(&mut pod);
         let (namespace, name) = namespaced_name(&pod.metadata);
-        let replaced = self.pods.put(&namespace, &name, Arc::new(pod));
+        let replaced = self.pods.put(
+            &namespace,
+            &name,
+            Arc::new(LeanPod::new(pod, &mut self.specs)),
+        );
         if replaced {
             self.warnings.push(format!(
                 "{}: {}: pod {namespace}/{name} appears more than once; the last one is used",

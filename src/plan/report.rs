@@ -3,11 +3,11 @@
 //! types, requirements, requests and launch choice; the existing nodes that absorb pending
 //! pods; each unschedulable pod with the scheduler's reason; and a summary.
 
+use crate::pods::LeanPod;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
 use crate::scheduling::{self, PodRef, SchedulingResult};
@@ -145,7 +145,7 @@ impl PlanReport {
 
     /// The report of a solve over `pending`. A pending pod the result does not mention is
     /// reported unschedulable rather than silently dropped.
-    pub fn from_result(result: &SchedulingResult, pending: &[Arc<Pod>]) -> Self {
+    pub fn from_result(result: &SchedulingResult, pending: &[Arc<LeanPod>]) -> Self {
         let mut unschedulable: Vec<UnschedulablePod> = result
             .errors
             .iter()
@@ -179,7 +179,7 @@ impl PlanReport {
             unschedulable.iter().map(|u| u.pod.clone()).collect();
         accounted.extend(node_claims.iter().flat_map(|c| c.pods.iter().cloned()));
         accounted.extend(existing_nodes.iter().flat_map(|n| n.pods.iter().cloned()));
-        for pod in pending.iter().map(|pod| super::snapshot::pod_key(pod)) {
+        for pod in pending.iter().map(super::snapshot::pod_key) {
             if !accounted.contains(&pod) {
                 unschedulable.push(UnschedulablePod {
                     pod,

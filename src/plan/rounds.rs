@@ -6,10 +6,9 @@
 //! NodeClaim planned so far in as in-flight capacity at its launch choice and solves the
 //! pods still unplaced, until nothing more is placed or `N` rounds have run.
 
+use crate::pods::LeanPod;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-
-use k8s_openapi::api::core::v1::Pod;
 
 use super::snapshot::pod_key;
 use crate::pods::bound_to;
@@ -41,8 +40,9 @@ pub fn solve(
 /// The next round's input: the pods still unplaced, the existing nodes with what earlier
 /// rounds put on them, and every NodeClaim planned so far as a launched, uninitialized node.
 fn carried(input: &SchedulingInput, merged: &SchedulingResult) -> SchedulingInput {
-    let by_key: HashMap<String, &Arc<Pod>> = input.pods.iter().map(|p| (pod_key(p), p)).collect();
-    let pods_of = |refs: &[PodRef]| -> Vec<Arc<Pod>> {
+    let by_key: HashMap<String, &Arc<LeanPod>> =
+        input.pods.iter().map(|p| (pod_key(p), p)).collect();
+    let pods_of = |refs: &[PodRef]| -> Vec<Arc<LeanPod>> {
         refs.iter()
             .filter_map(|r| by_key.get(&ref_key(r)).map(|p| Arc::clone(p)))
             .collect()
@@ -50,9 +50,9 @@ fn carried(input: &SchedulingInput, merged: &SchedulingResult) -> SchedulingInpu
     let mut existing_nodes = input.existing_nodes.clone();
     for placement in &merged.existing_nodes {
         if let Some(node) = existing_nodes.iter_mut().find(|n| n.name == placement.name) {
-            let placed: Vec<Arc<Pod>> = pods_of(&placement.pods)
+            let placed: Vec<Arc<LeanPod>> = pods_of(&placement.pods)
                 .into_iter()
-                .map(|pod| bound_to(pod, &node.name))
+                .map(|pod| bound_to(&pod, &node.name))
                 .collect();
             node.pods.extend(placed);
         }

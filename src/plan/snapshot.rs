@@ -5,10 +5,11 @@
 //! namespace labels. This is where `kerf plan` models a cluster the way upstream Karpenter's
 //! cluster state would see it a moment after the manifests were applied.
 
+use crate::pods::{LeanPod, PodLike};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KubeQuantity;
 
 use super::inventory::Inventory;
@@ -100,7 +101,7 @@ pub fn build_taking_pods(
 /// bound or pending) in namespaces `used`.
 fn build_from(
     inventory: &Inventory,
-    pods: Vec<Arc<Pod>>,
+    pods: Vec<Arc<LeanPod>>,
     used: BTreeSet<String>,
     catalog: &Catalog,
     controller: ControllerSettings,
@@ -108,13 +109,9 @@ fn build_from(
 ) -> Result<Snapshot, PlanError> {
     let mut warnings = Vec::new();
     let (pending, bound) = split_pods(pods);
-    let mut bound_by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+    let mut bound_by_node: HashMap<String, Vec<Arc<LeanPod>>> = HashMap::new();
     for pod in bound {
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
+        let node = pod.node_name().unwrap_or_default().to_string();
         bound_by_node.entry(node).or_default().push(pod);
     }
     let mut existing_nodes = Vec::new();
@@ -184,14 +181,12 @@ fn build_from(
 }
 
 /// `namespace/name`, as the report names pods.
-pub fn pod_key(pod: &Pod) -> String {
+pub fn pod_key(pod: &impl PodLike) -> String {
+    let meta = pod.metadata();
     format!(
         "{}/{}",
-        pod.metadata
-            .namespace
-            .as_deref()
-            .unwrap_or(DEFAULT_NAMESPACE),
-        pod.metadata.name.as_deref().unwrap_or_default()
+        meta.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
+        meta.name.as_deref().unwrap_or_default()
     )
 }
 
@@ -199,14 +194,14 @@ pub fn pod_key(pod: &Pod) -> String {
 /// and mirror pods without a node, finished or deleting pods) is neither.
 /// In place: the pending pods stay in `pods`' own buffer, so a plan never holds two lists of
 /// every pod.
-fn split_pods(mut pods: Vec<Arc<Pod>>) -> (Vec<Arc<Pod>>, Vec<Arc<Pod>>) {
+fn split_pods(mut pods: Vec<Arc<LeanPod>>) -> (Vec<Arc<LeanPod>>, Vec<Arc<LeanPod>>) {
     let bound = pods.extract_if(.., |pod| pods::is_bound(pod)).collect();
-    pods.retain(|pod| pods::wants_capacity(pod));
+    pods.retain(pods::wants_capacity);
     (pods, bound)
 }
 
 /// Every namespace a pod is in.
-fn namespaces_of(pods: &[Arc<Pod>]) -> BTreeSet<String> {
+fn namespaces_of(pods: &[Arc<LeanPod>]) -> BTreeSet<String> {
     let mut used = BTreeSet::new();
     for namespace in pods.iter().filter_map(|p| p.metadata.namespace.as_ref()) {
         if !used.contains(namespace) {
@@ -230,7 +225,7 @@ fn in_flight(claim: &NodeClaim, node_names: &[&str]) -> bool {
 fn existing_node(
     node: &Node,
     claims: &[NodeClaim],
-    pods: Vec<Arc<Pod>>,
+    pods: Vec<Arc<LeanPod>>,
 ) -> Result<ExistingNode, PlanError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let invalid = |error: FieldError| PlanError::node("Node", &name, error);
@@ -285,7 +280,7 @@ const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 /// what its instance types in the catalog guarantee (see [`unlaunched_resources`]).
 fn in_flight_node(
     claim: &NodeClaim,
-    pods: Vec<Arc<Pod>>,
+    pods: Vec<Arc<LeanPod>>,
     inventory: &Inventory,
     catalog: &Catalog,
     controller: ControllerSettings,

@@ -5,9 +5,8 @@
 //! charged against the NodePool's limits at the launched type's capacity as the controller
 //! does, rather than at the largest candidate's.
 
+use crate::pods::LeanPod;
 use std::sync::Arc;
-
-use k8s_openapi::api::core::v1::Pod;
 
 use super::types::{ExistingNode, InstanceType, LaunchChoice, Operator, PlannedNodeClaim};
 use crate::labels;
@@ -21,7 +20,7 @@ impl PlannedNodeClaim {
         name: &str,
         launch: &LaunchChoice,
         it: &InstanceType,
-        pods: Vec<Arc<Pod>>,
+        pods: Vec<Arc<LeanPod>>,
         initialized: bool,
     ) -> ExistingNode {
         let mut node_labels = it.labels.clone();
@@ -49,7 +48,7 @@ impl PlannedNodeClaim {
             taints: self.taints.clone(),
             allocatable: it.allocatable(),
             capacity: it.capacity.clone(),
-            pods: pods.into_iter().map(|pod| bound_to(pod, name)).collect(),
+            pods: pods.into_iter().map(|pod| bound_to(&pod, name)).collect(),
             initialized,
             node_pool: Some(self.node_pool.clone()),
             node_claim: Some(name.to_string()),

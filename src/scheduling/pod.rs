@@ -2,11 +2,12 @@
 //! containers, sidecars, overhead, plus one `pods` slot) and its scheduling constraints, and
 //! upstream's preference relaxation, which rewrites those constraints one step at a time.
 
+use crate::pods::PodLike;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, Pod, ResourceRequirements, Toleration, TopologySpreadConstraint,
+    Affinity, Container, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 
 use super::intern::FxHasher;
@@ -64,15 +65,15 @@ fn non_empty<K, V>(m: Option<&BTreeMap<K, V>>) -> Option<&BTreeMap<K, V>> {
 }
 
 impl<'a> SpecView<'a> {
-    pub fn of(pod: &'a Pod) -> SpecView<'a> {
-        let spec = pod.spec.as_ref();
+    pub fn of(pod: &'a impl PodLike) -> SpecView<'a> {
+        let spec = pod.spec();
         let mut host_ports: Vec<HostPort> = spec
             .map(|s| s.containers.iter().flat_map(container_host_ports).collect())
             .unwrap_or_default();
         host_ports.sort();
         SpecView {
-            namespace: pod.metadata.namespace.as_deref().unwrap_or("default"),
-            labels: non_empty(pod.metadata.labels.as_ref()),
+            namespace: pod.metadata().namespace.as_deref().unwrap_or("default"),
+            labels: non_empty(pod.metadata().labels.as_ref()),
             node_selector: non_empty(spec.and_then(|s| s.node_selector.as_ref())),
             affinity: spec.and_then(|s| s.affinity.as_ref()),
             tolerations: spec
@@ -95,7 +96,7 @@ impl<'a> SpecView<'a> {
                                     v.ephemeral.as_ref().map(|_| {
                                         format!(
                                             "{}-{}",
-                                            pod.metadata.name.as_deref().unwrap_or(""),
+                                            pod.metadata().name.as_deref().unwrap_or(""),
                                             v.name
                                         )
                                     })
@@ -168,7 +169,7 @@ impl<'a> SpecView<'a> {
 }
 
 impl ConstraintSpec {
-    pub fn of(pod: &Pod) -> ConstraintSpec {
+    pub fn of(pod: &impl PodLike) -> ConstraintSpec {
         SpecView::of(pod).to_owned()
     }
 
@@ -325,9 +326,9 @@ fn container_host_ports(c: &Container) -> Vec<HostPort> {
 /// The pod's effective requests (upstream `RequestsForPods`): the larger of the regular
 /// containers plus sidecars and each init container plus the sidecars started before it,
 /// plus pod overhead, plus one `pods` slot. Limits stand in for missing requests.
-pub fn pod_requests(pod: &Pod, names: &mut ResNames) -> Result<Vec<(ResId, i64)>, String> {
+pub fn pod_requests(pod: &impl PodLike, names: &mut ResNames) -> Result<Vec<(ResId, i64)>, String> {
     let mut total: Vec<(ResId, i64)> = Vec::with_capacity(4);
-    if let Some(spec) = pod.spec.as_ref() {
+    if let Some(spec) = pod.spec() {
         for c in &spec.containers {
             container_requests(c.resources.as_ref(), names, &mut total, |a, b| a + b)?;
         }
@@ -360,7 +361,7 @@ pub fn pod_requests(pod: &Pod, names: &mut ResNames) -> Result<Vec<(ResId, i64)>
 
 /// [`pod_requests`] as a resource list, for callers outside the scheduler (the
 /// controller's node metrics); `Err` names the unparsable quantity.
-pub fn resource_requests(pod: &Pod) -> Result<crate::resources::Resources, String> {
+pub fn resource_requests(pod: &impl PodLike) -> Result<crate::resources::Resources, String> {
     let mut names = ResNames::default();
     let sparse = pod_requests(pod, &mut names)?;
     Ok(names.to_resources(&super::resvec::dense(names.len(), &sparse)))
@@ -401,6 +402,7 @@ fn merge(acc: &mut Vec<(ResId, i64)>, other: &[(ResId, i64)], f: impl Fn(i64, i6
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::api::core::v1::{
         Container, NodeAffinity, NodeSelector, NodeSelectorTerm, PodSpec, PreferredSchedulingTerm,
     };

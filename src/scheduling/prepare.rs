@@ -24,6 +24,7 @@ use super::types::InstanceType;
 use super::types::{PodRef, SchedulingInput, SchedulingOptions};
 use super::volumes::VolumeIndex;
 use crate::labels;
+use crate::pods::PodLike;
 use crate::taints::{self, PreferNoSchedule};
 
 /// A pending pod: its identity, requests and first class.
@@ -234,19 +235,19 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
     })
 }
 
-fn creation(p: &Pod) -> Option<k8s_openapi::jiff::Timestamp> {
-    p.metadata.creation_timestamp.as_ref().map(|t| t.0)
+fn creation(p: &impl PodLike) -> Option<k8s_openapi::jiff::Timestamp> {
+    p.metadata().creation_timestamp.as_ref().map(|t| t.0)
 }
 
-pub fn pod_ref(p: &Pod) -> PodRef {
+pub fn pod_ref(p: &impl PodLike) -> PodRef {
     PodRef {
         namespace: p
-            .metadata
+            .metadata()
             .namespace
             .clone()
             .unwrap_or_else(|| "default".into()),
-        name: p.metadata.name.clone().unwrap_or_default(),
-        uid: p.metadata.uid.clone().unwrap_or_default(),
+        name: p.metadata().name.clone().unwrap_or_default(),
+        uid: p.metadata().uid.clone().unwrap_or_default(),
     }
 }
 
@@ -716,7 +717,7 @@ struct ClassBuilder<'a> {
 
 impl ClassBuilder<'_> {
     /// The class of a pending pod, found without copying its spec when it already exists.
-    fn class_of(&mut self, pod: &Pod) -> ClassId {
+    fn class_of(&mut self, pod: &impl PodLike) -> ClassId {
         let view = SpecView::of(pod);
         let fp = view.fingerprint();
         if let Some(ids) = self.memo.get(&fp)

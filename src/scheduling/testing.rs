@@ -3,6 +3,7 @@
 //! scheduling benchmark (400 instance types shaped like its fake provider; the diverse and
 //! the preference pod mixes), generated deterministically from a seed.
 
+use crate::pods::LeanPod;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -24,9 +25,12 @@ use crate::catalog::Overhead;
 use crate::labels;
 use crate::resources::Quantity as Q;
 
-/// Pods as a [`super::SchedulingInput`] holds them.
-pub fn shared(pods: Vec<Pod>) -> Vec<Arc<Pod>> {
-    pods.into_iter().map(Arc::new).collect()
+/// Pods as a [`super::SchedulingInput`] holds them: lean, equal specs shared.
+pub fn shared(pods: Vec<Pod>) -> Vec<Arc<LeanPod>> {
+    let mut specs = crate::pods::SpecInterner::default();
+    pods.into_iter()
+        .map(|pod| Arc::new(LeanPod::new(pod, &mut specs)))
+        .collect()
 }
 
 /// The three zones fixtures use.
@@ -291,6 +295,11 @@ impl PodBuilder {
 
     pub fn build(self) -> Pod {
         self.pod
+    }
+
+    /// The pod as a [`super::SchedulingInput`] holds it.
+    pub fn lean(self) -> Arc<LeanPod> {
+        Arc::new(self.pod.into())
     }
 
     /// `n` copies named `<prefix>-<i>`.

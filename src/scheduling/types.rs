@@ -3,6 +3,7 @@
 //! [`SchedulingInput`] and act on [`SchedulingResult`]; nothing here parses CRDs or performs
 //! I/O, so a solve is a pure function of its input.
 
+use crate::pods::LeanPod;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ pub struct SchedulingInput {
     /// Pending pods to place. Their order does not matter: the solver sorts them. Shared, not
     /// owned: a round's input points at the pods its caller holds (the controller's stores,
     /// the plan's inventory) instead of copying them.
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<LeanPod>>,
     /// Nodes that already exist, and in-flight NodeClaims that have no Node yet, with the pods
     /// already bound to them (those pods count for topology and consume capacity).
     pub existing_nodes: Vec<ExistingNode>,
@@ -54,7 +55,7 @@ pub struct ExistingNode {
     pub capacity: Resources,
     /// Pods already bound to (or nominated for) this node, shared like
     /// [`SchedulingInput::pods`].
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<LeanPod>>,
     /// Whether the node is initialized; initialized nodes are tried first.
     pub initialized: bool,
     /// The NodePool that owns the node, if Karpenter manages it.

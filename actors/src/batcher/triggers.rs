@@ -16,8 +16,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kerf::api::{NodeClaim, NodePool};
+use kerf::pods::LeanPod;
 use kerf::resources::Quantity;
 use tokio::sync::{Notify, watch};
 
@@ -48,7 +49,7 @@ impl Retrigger {
 pub fn on_pod(
     state: Arc<ClusterState>,
     batcher: Outbox<Trigger>,
-) -> impl FnMut(&Pod, Change) + Send + 'static {
+) -> impl FnMut(&LeanPod, Change) + Send + 'static {
     move |pod, change| {
         if change == Change::Applied && state.synced() && is_provisionable(pod) {
             trigger(&batcher, pod);
@@ -157,7 +158,7 @@ pub async fn retrigger(
     }
 }
 
-fn trigger(batcher: &Outbox<Trigger>, pod: &Pod) {
+fn trigger(batcher: &Outbox<Trigger>, pod: &LeanPod) {
     let Some(uid) = pod.metadata.uid.clone() else {
         return;
     };

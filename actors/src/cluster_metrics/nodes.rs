@@ -7,8 +7,9 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kerf::labels;
+use kerf::pods::{LeanPod, PodLike};
 use kerf::resources::{Quantity, Resources};
 
 use super::exposition::{Family, quantity_value, resource_type};
@@ -137,7 +138,7 @@ fn node_labels(node: &Node) -> Vec<(&'static str, String)> {
 fn requests_by_node(state: &ClusterState) -> HashMap<String, Requests> {
     let mut by_node: HashMap<String, Requests> = HashMap::new();
     for pod in state.pods.snapshot() {
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+        let Some(node) = pod.node_name().map(str::to_string) else {
             continue;
         };
         if is_finished(&pod) {
@@ -157,14 +158,14 @@ fn requests_by_node(state: &ClusterState) -> HashMap<String, Requests> {
     by_node
 }
 
-fn is_finished(pod: &Pod) -> bool {
+fn is_finished(pod: &LeanPod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     )
 }
 
-fn is_daemon(pod: &Pod) -> bool {
+fn is_daemon(pod: &LeanPod) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -176,6 +177,7 @@ fn is_daemon(pod: &Pod) -> bool {
 mod tests {
     use super::*;
     use crate::state::ObjectKey;
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     fn pod(name: &str, node: &str, cpu: &str, owner: &str, phase: &str) -> Pod {

@@ -5,8 +5,9 @@
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
+use k8s_openapi::api::core::v1::{Node, PodCondition};
 use kerf::labels;
+use kerf::pods::{LeanPod, PodLike};
 
 use super::exposition::Family;
 use crate::metrics::{PODS_STARTUP_DURATION, PODS_STATE};
@@ -27,11 +28,7 @@ pub fn state_family(state: &ClusterState) -> Family {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
     for pod in pods {
-        let node_name = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
+        let node_name = pod.node_name().map(str::to_string).unwrap_or_default();
         let node = (!node_name.is_empty())
             .then(|| state.nodes.get(&ObjectKey::new(None, &node_name)))
             .flatten();
@@ -40,7 +37,11 @@ pub fn state_family(state: &ClusterState) -> Family {
     family
 }
 
-fn state_labels(pod: &Pod, node_name: String, node: Option<&Node>) -> Vec<(&'static str, String)> {
+fn state_labels(
+    pod: &LeanPod,
+    node_name: String,
+    node: Option<&Node>,
+) -> Vec<(&'static str, String)> {
     let node_label = |key: &str| {
         node.and_then(|n| n.metadata.labels.as_ref())
             .and_then(|l| l.get(key))
@@ -75,7 +76,7 @@ fn state_labels(pod: &Pod, node_name: String, node: Option<&Node>) -> Vec<(&'sta
 }
 
 /// Upstream's `owner` label: the self link of the first owner reference.
-fn owner(pod: &Pod) -> String {
+fn owner(pod: &LeanPod) -> String {
     let Some(first) = pod
         .metadata
         .owner_references
@@ -93,7 +94,7 @@ fn owner(pod: &Pod) -> String {
     )
 }
 
-fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+fn condition<'a>(pod: &'a LeanPod, type_: &str) -> Option<&'a PodCondition> {
     pod.status
         .as_ref()?
         .conditions
@@ -111,7 +112,7 @@ pub struct StartupTracker {
 
 impl StartupTracker {
     /// Updates the tracker with one change; returns the duration it observed, if any.
-    pub fn observe(&mut self, pod: &Pod, change: Change) -> Option<f64> {
+    pub fn observe(&mut self, pod: &LeanPod, change: Change) -> Option<f64> {
         let key = ObjectKey::new(
             pod.metadata.namespace.as_deref(),
             pod.metadata.name.as_deref().unwrap_or_default(),
@@ -149,12 +150,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(phase: &str, ready_at: Option<&str>) -> Pod {
+    fn pod(phase: &str, ready_at: Option<&str>) -> LeanPod {
         let mut conditions = Vec::new();
         if let Some(at) = ready_at {
             conditions.push(json!({"type": "Ready", "status": "True", "lastTransitionTime": at}));
         }
-        serde_json::from_value(json!({
+        serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(json!({
             "metadata": {"name": "web-1", "namespace": "default",
                 "creationTimestamp": "2024-01-01T00:00:00Z",
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
@@ -163,6 +164,7 @@ mod tests {
             "status": {"phase": phase, "conditions": conditions}
         }))
         .expect("valid pod")
+        .into()
     }
 
     #[test]

@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodeClaim;
+use kerf::pods::LeanPod;
 use kerf::scheduling::PodRef;
 use tokio::time::Instant;
 
@@ -154,11 +154,11 @@ enum Progress {
 /// spread, required pod affinity or anti-affinity) may be refused only until its peers
 /// bound elsewhere catch up — a spread over zones whose Nodes are still booting — so its
 /// nomination is never judged futile: it lasts the window.
-pub fn nomination_futile(pod: &Pod, initialized: Timestamp) -> bool {
+pub fn nomination_futile(pod: &LeanPod, initialized: Timestamp) -> bool {
     !kerf::pods::fit_depends_on_other_pods(pod) && reported_unschedulable_after(pod, initialized)
 }
 
-fn reported_unschedulable_after(pod: &Pod, initialized: Timestamp) -> bool {
+fn reported_unschedulable_after(pod: &LeanPod, initialized: Timestamp) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -352,16 +352,17 @@ mod tests {
         );
     }
 
-    fn pod(name: &str, scheduled: Option<&str>) -> Pod {
+    fn pod(name: &str, scheduled: Option<&str>) -> LeanPod {
         let conditions = scheduled.map(|at| {
             serde_json::json!([{"type": "PodScheduled", "status": "False",
                 "reason": "Unschedulable", "lastTransitionTime": at}])
         });
-        serde_json::from_value(serde_json::json!({
+        serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(serde_json::json!({
             "metadata": {"name": name, "namespace": "default", "uid": name},
             "status": {"phase": "Pending", "conditions": conditions.unwrap_or_default()}
         }))
         .expect("valid pod")
+        .into()
     }
 
     #[test]
@@ -379,7 +380,7 @@ mod tests {
             "the same second: unknown order"
         );
         assert!(futile(Some("2026-01-01T00:00:11Z")));
-        let mut spread = pod("spread", Some("2026-01-01T00:00:11Z"));
+        let mut spread = pod("spread", Some("2026-01-01T00:00:11Z")).to_pod();
         spread.spec = Some(
             serde_json::from_value(serde_json::json!({"containers": [],
                 "topologySpreadConstraints": [{"maxSkew": 1,
@@ -388,7 +389,7 @@ mod tests {
             .expect("valid spec"),
         );
         assert!(
-            !nomination_futile(&spread, initialized),
+            !nomination_futile(&spread.into(), initialized),
             "its peers may catch up"
         );
     }

@@ -42,6 +42,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kerf::pods;
+use kerf::pods::LeanPod;
 use kerf::scheduling::PodRef;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -165,7 +166,7 @@ pub async fn withdraw_expired(
     if r.nominations_withdrawn.contains(node) {
         return None;
     }
-    let stale: Vec<Arc<Pod>> = r
+    let stale: Vec<Arc<LeanPod>> = r
         .state
         .pods
         .snapshot()
@@ -191,7 +192,7 @@ pub async fn withdraw_expired(
 /// Withdraws the nominations to `node` of the pods NodeClaim `nodeclaim` was created for
 /// that the kube-scheduler reported unschedulable since `initialized`.
 async fn withdraw_futile(r: &Reconciler, nodeclaim: &str, node: &str, initialized: Timestamp) {
-    let futile: Vec<Arc<Pod>> = r
+    let futile: Vec<Arc<LeanPod>> = r
         .launch
         .created
         .nominated_pods(nodeclaim)
@@ -221,7 +222,7 @@ async fn withdraw_futile(r: &Reconciler, nodeclaim: &str, node: &str, initialize
 
 /// Withdraws kerf's nomination from `pod`, saying why; whether it is gone (written, or the
 /// pod is).
-async fn withdraw(r: &Reconciler, pod: Arc<Pod>, reason: &str, message: &str) -> bool {
+async fn withdraw(r: &Reconciler, pod: Arc<LeanPod>, reason: &str, message: &str) -> bool {
     let body = json!({"status": {
         "nominatedNodeName": null,
         "conditions": [{
@@ -308,7 +309,7 @@ pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -
 
 /// The pod `pod` refers to, as the store has it, if it still waits for a node and is not
 /// nominated to `node` already.
-fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<Pod>> {
+fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>> {
     let stored = r
         .state
         .pods
@@ -356,7 +357,7 @@ enum Written {
 /// the [`NOMINATION_CONCURRENCY`] slots; counted under `result`, or `gone`/`failed`.
 async fn patch_status(
     r: &Reconciler,
-    pod: &Pod,
+    pod: &LeanPod,
     body: serde_json::Value,
     result: &'static str,
 ) -> Written {

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
+use kerf::pods::{LeanPod, PodLike};
 
 use crate::requeue::Trigger;
 use crate::state::Change;
@@ -37,16 +37,12 @@ impl Departures {
     }
 }
 
-fn node_of(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()?
-        .node_name
-        .as_deref()
-        .filter(|n| !n.is_empty())
+fn node_of(pod: &LeanPod) -> Option<&str> {
+    pod.node_name().filter(|n| !n.is_empty())
 }
 
 /// The watch hook: records departures and wakes the pass on any pod change.
-pub fn on_pod(departures: Departures, trigger: Trigger) -> impl FnMut(&Pod, Change) + Send {
+pub fn on_pod(departures: Departures, trigger: Trigger) -> impl FnMut(&LeanPod, Change) + Send {
     move |pod, change| {
         if change == Change::Deleted
             && !kerf::pods::is_owned_by(pod, "DaemonSet")
@@ -59,7 +55,7 @@ pub fn on_pod(departures: Departures, trigger: Trigger) -> impl FnMut(&Pod, Chan
 }
 
 /// The latest event `pod` gives its node, if any.
-fn event_time(pod: &Pod) -> Option<Timestamp> {
+fn event_time(pod: &LeanPod) -> Option<Timestamp> {
     if let Some(deleting) = &pod.metadata.deletion_timestamp {
         return Some(deleting.0);
     }
@@ -85,7 +81,7 @@ fn event_time(pod: &Pod) -> Option<Timestamp> {
 
 /// The last pod event of every node that has one, from the pods in state and the recorded
 /// departures.
-pub fn last_events(pods: &[Arc<Pod>], departures: &Departures) -> HashMap<String, Timestamp> {
+pub fn last_events(pods: &[Arc<LeanPod>], departures: &Departures) -> HashMap<String, Timestamp> {
     let mut last: HashMap<String, Timestamp> = departures
         .0
         .iter()
@@ -109,7 +105,7 @@ pub fn last_events(pods: &[Arc<Pod>], departures: &Departures) -> HashMap<String
 mod tests {
     use super::*;
 
-    fn pod(node: &str, json: serde_json::Value) -> Arc<Pod> {
+    fn pod(node: &str, json: serde_json::Value) -> Arc<LeanPod> {
         let mut value = serde_json::json!({"metadata": {"name": "p", "namespace": "default"},
             "spec": {"nodeName": node, "containers": []}});
         if let (Some(v), Some(extra)) = (value.as_object_mut(), json.as_object()) {
@@ -124,7 +120,9 @@ mod tests {
                 }
             }
         }
-        Arc::new(serde_json::from_value(value).expect("a valid pod"))
+        Arc::new(LeanPod::from(
+            serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(value).expect("a valid pod"),
+        ))
     }
 
     fn scheduled(at: &str) -> serde_json::Value {

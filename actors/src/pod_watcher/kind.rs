@@ -10,7 +10,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
 
 use crate::metrics::MALFORMED_OBJECTS;
-use crate::state::{Change, Lean, ObjectKey, StoreWriter};
+use crate::state::{Change, ObjectKey, StoreWriter, Stored};
 
 fn key_of(object: &DynamicObject) -> ObjectKey {
     ObjectKey::new(
@@ -20,13 +20,14 @@ fn key_of(object: &DynamicObject) -> ObjectKey {
 }
 
 /// Watches `K` in every namespace until the stream ends (it does not, short of the task
-/// being dropped), writing into `writer` and calling `on_change` once each change is stored.
+/// being dropped), writing into `writer` and calling `on_change` with the stored form once
+/// each change is stored.
 pub async fn watch_kind<K>(
     client: Client,
     mut writer: StoreWriter<K>,
-    mut on_change: impl FnMut(&K, Change),
+    mut on_change: impl FnMut(&K::Form, Change),
 ) where
-    K: Resource<DynamicType = ()> + serde::de::DeserializeOwned + Clone + std::fmt::Debug + Lean,
+    K: Resource<DynamicType = ()> + serde::de::DeserializeOwned + Clone + std::fmt::Debug + Stored,
 {
     let resource = ApiResource::erase::<K>(&());
     let api: Api<DynamicObject> = Api::all_with(client, &resource);

@@ -11,10 +11,11 @@
 mod kind;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
+use kerf::pods::LeanPod;
 use kube::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -28,7 +29,7 @@ pub type Subscriber<K> = Box<dyn FnMut(&K, Change) + Send>;
 /// Who hears about each kind's changes.
 #[derive(Default)]
 pub struct Subscribers {
-    pub pods: Vec<Subscriber<Pod>>,
+    pub pods: Vec<Subscriber<LeanPod>>,
     pub nodes: Vec<Subscriber<Node>>,
     pub nodeclaims: Vec<Subscriber<NodeClaim>>,
     pub nodepools: Vec<Subscriber<NodePool>>,
@@ -90,12 +91,12 @@ where
 fn spawn_kind<K>(
     client: &Client,
     writer: crate::state::StoreWriter<K>,
-    on_change: impl FnMut(&K, Change) + Send + 'static,
+    on_change: impl FnMut(&K::Form, Change) + Send + 'static,
     shutdown: &watch::Receiver<bool>,
 ) -> JoinHandle<()>
 where
     K: kube::Resource<DynamicType = ()>
-        + crate::state::Lean
+        + crate::state::Stored<Form: Send + Sync + 'static, Context: 'static>
         + serde::de::DeserializeOwned
         + Clone
         + std::fmt::Debug

@@ -9,19 +9,19 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use kerf::api::NodeClaim;
 use kerf::plan::inventory::Inventory;
 use kerf::plan::workloads::daemon_pod;
-use kerf::pods::is_bound;
+use kerf::pods::{LeanPod, is_bound};
 
 use crate::state::{ClusterState, ObjectKey, is_provisionable, is_rescheduled};
 
 /// The inventory of `state` plus `unseen` NodeClaims not yet in its store.
 pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> Inventory {
     let terminating = state.terminating_nodes();
-    // The store's own pods, shared: only a pod taken off its terminating Node is copied.
-    let pods: Vec<Arc<Pod>> = state
+    // The store's own pods, shared: only a pod taken off its terminating Node is copied (its
+    // own parts; the spec stays shared).
+    let pods: Vec<Arc<LeanPod>> = state
         .pods
         .snapshot()
         .into_iter()
@@ -94,11 +94,8 @@ pub fn skip_unready_pools(inventory: &mut Inventory, state: &ClusterState) -> Ve
 
 /// `pod` as pending: without its node, and (a terminating StatefulSet pod) as the live
 /// replacement its controller recreates under the same name.
-fn unbound(pod: &Pod) -> Pod {
-    let mut pending = pod.clone();
-    if let Some(spec) = pending.spec.as_mut() {
-        spec.node_name = None;
-    }
+fn unbound(pod: &LeanPod) -> LeanPod {
+    let mut pending = pod.with_node_name(None);
     pending.metadata.deletion_timestamp = None;
     pending.metadata.deletion_grace_period_seconds = None;
     pending

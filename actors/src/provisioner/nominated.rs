@@ -83,7 +83,7 @@ mod tests {
             .collect()
     }
 
-    fn uids(pods: &[Arc<Pod>]) -> Vec<&str> {
+    fn uids(pods: &[Arc<kerf::pods::LeanPod>]) -> Vec<&str> {
         pods.iter()
             .filter_map(|p| p.metadata.uid.as_deref())
             .collect()
@@ -93,7 +93,7 @@ mod tests {
     fn nominated_pods_stay_on_their_nodeclaims_nodes_and_the_rest_are_solved() {
         let mut input = SchedulingInput {
             pods: ["a", "b", "c", "d", "e"]
-                .map(|uid| Arc::new(pod(uid)))
+                .map(|uid| Arc::new(pod(uid).into()))
                 .to_vec(),
             existing_nodes: vec![
                 node("claim-1", Some("claim-1"), false),

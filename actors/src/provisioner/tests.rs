@@ -242,4 +242,14 @@ fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
             "{name}: the round's pod is the store's own, not a copy"
         );
     }
+    let specs: Vec<_> = snapshot
+        .input
+        .pods
+        .iter()
+        .map(|pod| pod.shared_spec().expect("a spec"))
+        .collect();
+    assert!(
+        specs.iter().all(|spec| Arc::ptr_eq(spec, specs[0])),
+        "the store keeps one spec for replicas"
+    );
 }

@@ -27,6 +27,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
+use kerf::pods::{LeanPod, SpecInterner};
 
 /// kubectl's copy of the last applied manifest: the whole object again, read by nobody here.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -42,6 +43,16 @@ pub const READ_POD_CONDITIONS: [&str; 3] =
 pub trait Lean {
     /// Drops what no decision reads, in place.
     fn lean(&mut self);
+}
+
+/// The form a store keeps an object of this kind in, made once as the watch delivers it:
+/// the object itself, trimmed, for every kind but pods, which become [`LeanPod`]s whose
+/// equal specs are shared through the store writer's [`SpecInterner`].
+pub trait Stored: Lean + Sized {
+    type Form;
+    /// What making the form needs from one object to the next (pods: the shared specs).
+    type Context: Default + Send;
+    fn stored(self, context: &mut Self::Context) -> Self::Form;
 }
 
 fn lean_metadata(meta: &mut ObjectMeta) {
@@ -62,7 +73,33 @@ macro_rules! metadata_only {
                 lean_metadata(&mut self.metadata);
             }
         }
+        stored_as_itself!($kind);
     )*};
+}
+
+/// Kinds a store keeps in their API form.
+macro_rules! stored_as_itself {
+    ($kind:ty) => {
+        impl Stored for $kind {
+            type Form = Self;
+            type Context = ();
+            fn stored(mut self, (): &mut ()) -> Self {
+                self.lean();
+                self
+            }
+        }
+    };
+}
+
+stored_as_itself!(Node);
+
+impl Stored for Pod {
+    type Form = LeanPod;
+    type Context = SpecInterner;
+    fn stored(mut self, specs: &mut SpecInterner) -> LeanPod {
+        self.lean();
+        LeanPod::new(self, specs)
+    }
 }
 
 metadata_only!(

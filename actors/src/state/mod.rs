@@ -19,9 +19,10 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
+use kerf::pods::LeanPod;
 use tokio::sync::watch;
 
-pub use lean::Lean;
+pub use lean::{Lean, Stored};
 pub use node_class::NodeClassReadiness;
 pub use pods::{is_provisionable, is_rescheduled, is_terminating_node};
 
@@ -53,7 +54,7 @@ pub enum Change {
 /// Every kind the controller watches.
 #[derive(Debug)]
 pub struct ClusterState {
-    pub pods: Store<Pod>,
+    pub pods: Store<LeanPod>,
     pub nodes: Store<Node>,
     pub nodeclaims: Store<NodeClaim>,
     pub nodepools: Store<NodePool>,
@@ -165,7 +166,7 @@ impl ClusterState {
 
     /// Pods the Provisioner must find capacity for: the pending ones and those of
     /// terminating Nodes ([`pods`]).
-    pub fn provisionable_pods(&self) -> Vec<Arc<Pod>> {
+    pub fn provisionable_pods(&self) -> Vec<Arc<LeanPod>> {
         let terminating = self.terminating_nodes();
         self.pods
             .snapshot()

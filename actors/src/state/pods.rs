@@ -8,12 +8,12 @@
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kerf::pods;
+use k8s_openapi::api::core::v1::Node;
+use kerf::pods::{self, PodLike};
 use kerf::taints::{disrupted_taint, taints_match};
 
 /// Whether `pod` is waiting for capacity the controller should provide.
-pub fn is_provisionable(pod: &Pod) -> bool {
+pub fn is_provisionable(pod: &impl PodLike) -> bool {
     pods::is_marked_unschedulable(pod) && !pods::is_bound(pod) && pods::wants_capacity(pod)
 }
 
@@ -34,17 +34,15 @@ pub fn is_terminating_node(node: &Node) -> bool {
 /// (upstream's reschedulable pods of deleting nodes: not a daemonset or mirror pod, not
 /// finished, and not terminating unless it is a StatefulSet's, whose replacement under
 /// the same name needs the place as soon as it is gone).
-pub fn is_rescheduled(pod: &Pod, terminating: &HashSet<String>) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| terminating.contains(n))
+pub fn is_rescheduled(pod: &impl PodLike, terminating: &HashSet<String>) -> bool {
+    pod.node_name().is_some_and(|n| terminating.contains(n))
         && (pods::wants_capacity(pod) || pods::is_terminating_stateful(pod))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     fn pod(extra: serde_json::Value) -> Pod {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 
 use super::ClusterState;
-use super::lean::Lean;
+use super::lean::Stored;
 use crate::metrics::CLUSTER_STATE_OBJECTS;
 
 /// How long a deleted object's key is remembered ([`Store::recently_deleted`]).
@@ -154,15 +154,18 @@ impl<K> Store<K> {
     }
 }
 
-/// The single writer of one store. Not `Clone`: one watch stream owns each kind.
-pub struct StoreWriter<K> {
+/// The single writer of one store of `K`s, kept in their [`Stored`] form. Not `Clone`: one
+/// watch stream owns each kind.
+pub struct StoreWriter<K: Stored> {
     state: Arc<ClusterState>,
-    store: fn(&ClusterState) -> &Store<K>,
+    store: fn(&ClusterState) -> &Store<K::Form>,
+    /// What making each object's stored form needs from the ones before (pods' shared specs).
+    context: K::Context,
     relist: Option<HashSet<ObjectKey>>,
     deletions: u32,
 }
 
-impl<K> fmt::Debug for StoreWriter<K> {
+impl<K: Stored> fmt::Debug for StoreWriter<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreWriter")
             .field("kind", &self.store().kind)
@@ -170,26 +173,28 @@ impl<K> fmt::Debug for StoreWriter<K> {
     }
 }
 
-impl<K> StoreWriter<K> {
-    pub(super) fn new(state: &Arc<ClusterState>, store: fn(&ClusterState) -> &Store<K>) -> Self {
+impl<K: Stored> StoreWriter<K> {
+    pub(super) fn new(
+        state: &Arc<ClusterState>,
+        store: fn(&ClusterState) -> &Store<K::Form>,
+    ) -> Self {
         Self {
             state: state.clone(),
             store,
+            context: K::Context::default(),
             relist: None,
             deletions: 0,
         }
     }
 
-    pub fn store(&self) -> &Store<K> {
+    pub fn store(&self) -> &Store<K::Form> {
         (self.store)(&self.state)
     }
 
-    /// Inserts or replaces an object, trimmed to what decisions read ([`Lean`]).
-    pub fn apply(&mut self, key: ObjectKey, mut object: K)
-    where
-        K: Lean,
-    {
-        object.lean();
+    /// Inserts or replaces an object, in the form the store keeps ([`Stored`]: trimmed to
+    /// what decisions read).
+    pub fn apply(&mut self, key: ObjectKey, object: K) {
+        let object = object.stored(&mut self.context);
         if let Some(seen) = &mut self.relist {
             seen.insert(key.clone());
         }
@@ -206,7 +211,7 @@ impl<K> StoreWriter<K> {
     }
 
     /// Removes an object; returns what was stored.
-    pub fn delete(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
+    pub fn delete(&mut self, key: &ObjectKey) -> Option<Arc<K::Form>> {
         let removed = self.store().objects.remove(key).map(|(_, o)| o);
         if let Some(object) = &removed {
             if let Some(index) = &self.store().index {

@@ -14,10 +14,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kerf::labels;
 use kerf::pods::is_owned_by;
+use kerf::pods::{LeanPod, PodLike};
 use kerf::taints::{disrupted_taint, toleration_tolerates};
 
 /// Past its deletion timestamp (which includes its grace period) by more than this, a
@@ -43,9 +43,9 @@ pub enum Group {
 #[derive(Debug, Clone, Default)]
 pub struct Step {
     /// Pods to delete now, each with the grace period (seconds) it gets.
-    pub delete: Vec<(Arc<Pod>, i64)>,
+    pub delete: Vec<(Arc<LeanPod>, i64)>,
     /// Pods to evict now: the first non-empty group.
-    pub evict: Vec<Arc<Pod>>,
+    pub evict: Vec<Arc<LeanPod>>,
     /// Pods the drain still waits for (evicted, deleted or not).
     pub waiting: usize,
 }
@@ -60,20 +60,20 @@ impl Step {
 /// NodeClaim's termination timestamp, if it has one.
 pub fn plan(
     node_name: &str,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<LeanPod>],
     now: Timestamp,
     termination: Option<Timestamp>,
 ) -> Step {
-    let on_node: Vec<&Arc<Pod>> = pods
+    let on_node: Vec<&Arc<LeanPod>> = pods
         .iter()
         .filter(|p| bound_to(p, node_name) && is_waiting_eviction(p, now))
         .collect();
-    let delete: Vec<(Arc<Pod>, i64)> = on_node
+    let delete: Vec<(Arc<LeanPod>, i64)> = on_node
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| Some(((*p).clone(), forced_grace(p, now, termination?)?)))
         .collect();
-    let mut evictable: Vec<(Group, &Arc<Pod>)> = on_node
+    let mut evictable: Vec<(Group, &Arc<LeanPod>)> = on_node
         .iter()
         .filter(|p| is_evictable(p) && !delete.iter().any(|(d, _)| Arc::ptr_eq(d, p)))
         .map(|p| (group(p), *p))
@@ -93,34 +93,33 @@ pub fn plan(
 
 /// The grace period `pod` is deleted with now, if the termination timestamp is closer than
 /// its own grace period: the seconds left until that timestamp (never negative).
-fn forced_grace(pod: &Pod, now: Timestamp, termination: Timestamp) -> Option<i64> {
+fn forced_grace(pod: &LeanPod, now: Timestamp, termination: Timestamp) -> Option<i64> {
     let own = pod
-        .spec
-        .as_ref()
+        .spec()
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(DEFAULT_POD_GRACE_SECONDS);
     let left = termination.as_second() - now.as_second();
     (left < own).then_some(left.max(0))
 }
 
-pub fn bound_to(pod: &Pod, node_name: &str) -> bool {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name)
+pub fn bound_to(pod: &LeanPod, node_name: &str) -> bool {
+    pod.node_name() == Some(node_name)
 }
 
 /// Whether the drain must see `pod` gone before the Node may go (upstream's
 /// `IsWaitingEviction`).
-pub fn is_waiting_eviction(pod: &Pod, now: Timestamp) -> bool {
+pub fn is_waiting_eviction(pod: &LeanPod, now: Timestamp) -> bool {
     !is_terminal(pod) && is_drainable(pod, now)
 }
 
 /// Whether the drain is responsible for `pod` at all (upstream's `IsDrainable`): a pod
 /// tolerating the disrupted taint, a mirror pod or one stuck terminating is not.
-pub fn is_drainable(pod: &Pod, now: Timestamp) -> bool {
+pub fn is_drainable(pod: &LeanPod, now: Timestamp) -> bool {
     !tolerates_disruption(pod) && !is_owned_by(pod, "Node") && !is_stuck_terminating(pod, now)
 }
 
 /// Whether the drain may ask the eviction API to remove `pod` now.
-pub fn is_evictable(pod: &Pod) -> bool {
+pub fn is_evictable(pod: &LeanPod) -> bool {
     !is_terminal(pod)
         && pod.metadata.deletion_timestamp.is_none()
         && !tolerates_disruption(pod)
@@ -128,7 +127,7 @@ pub fn is_evictable(pod: &Pod) -> bool {
         && !has_do_not_disrupt(pod)
 }
 
-pub fn has_do_not_disrupt(pod: &Pod) -> bool {
+pub fn has_do_not_disrupt(pod: &LeanPod) -> bool {
     pod.metadata
         .annotations
         .as_ref()
@@ -136,31 +135,29 @@ pub fn has_do_not_disrupt(pod: &Pod) -> bool {
         .is_some_and(|v| v == "true")
 }
 
-fn is_terminal(pod: &Pod) -> bool {
+fn is_terminal(pod: &LeanPod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     matches!(phase, Some("Succeeded" | "Failed"))
 }
 
-fn tolerates_disruption(pod: &Pod) -> bool {
+fn tolerates_disruption(pod: &LeanPod) -> bool {
     let taint = disrupted_taint();
-    pod.spec
-        .as_ref()
+    pod.spec()
         .and_then(|s| s.tolerations.as_ref())
         .into_iter()
         .flatten()
         .any(|t| toleration_tolerates(t, &taint))
 }
 
-fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
+fn is_stuck_terminating(pod: &LeanPod, now: Timestamp) -> bool {
     pod.metadata.deletion_timestamp.as_ref().is_some_and(|t| {
         Duration::try_from(now.duration_since(t.0)).is_ok_and(|d| d > STUCK_TERMINATING_AFTER)
     })
 }
 
-pub fn group(pod: &Pod) -> Group {
+pub fn group(pod: &LeanPod) -> Group {
     let critical = pod
-        .spec
-        .as_ref()
+        .spec()
         .and_then(|s| s.priority_class_name.as_deref())
         .is_some_and(|c| CRITICAL_PRIORITY_CLASSES.contains(&c));
     match (critical, is_owned_by(pod, "DaemonSet")) {
@@ -177,7 +174,7 @@ mod tests {
     use crate::termination::testing::{at, pod};
     use serde_json::json;
 
-    fn names(pods: &[Arc<Pod>]) -> Vec<String> {
+    fn names(pods: &[Arc<LeanPod>]) -> Vec<String> {
         pods.iter()
             .map(|p| p.metadata.name.clone().unwrap_or_default())
             .collect()

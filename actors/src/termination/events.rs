@@ -3,8 +3,9 @@
 //! `Disrupted` when the termination timestamp forces a deletion; on Nodes,
 //! `AwaitingVolumeDetachment`; on NodeClaims, `TerminationGracePeriodExpiring`.
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kerf::api::NodeClaim;
+use kerf::pods::{LeanPod, PodLike};
 
 use crate::events::upstream::{DEFAULT_DEDUPE, node_claim_reference};
 use crate::events::{Dedupe, Event, EventType};
@@ -15,7 +16,7 @@ pub const DISRUPTED: &str = "Disrupted";
 pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
 pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
 
-fn pod_reference(pod: &Pod) -> ObjectReference {
+fn pod_reference(pod: &LeanPod) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".to_owned()),
         kind: Some("Pod".to_owned()),
@@ -26,7 +27,7 @@ fn pod_reference(pod: &Pod) -> ObjectReference {
     }
 }
 
-fn on_pod(pod: &Pod, type_: EventType, reason: &'static str, message: String) -> Event {
+fn on_pod(pod: &LeanPod, type_: EventType, reason: &'static str, message: String) -> Event {
     Event {
         regarding: pod_reference(pod),
         type_,
@@ -43,12 +44,12 @@ fn on_pod(pod: &Pod, type_: EventType, reason: &'static str, message: String) ->
     }
 }
 
-pub fn evicted(pod: &Pod) -> Event {
+pub fn evicted(pod: &LeanPod) -> Event {
     on_pod(pod, EventType::Normal, EVICTED, "Evicted pod".to_owned())
 }
 
 /// A budget refused `pod`'s eviction; `budget` is its name when the API server said it.
-pub fn failed_eviction(pod: &Pod, budget: Option<&str>) -> Event {
+pub fn failed_eviction(pod: &LeanPod, budget: Option<&str>) -> Event {
     let pod_name = format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -62,10 +63,9 @@ pub fn failed_eviction(pod: &Pod, budget: Option<&str>) -> Event {
 }
 
 /// `pod` is deleted with `grace` seconds because its node must be gone by `deadline`.
-pub fn disrupted(pod: &Pod, grace: i64, deadline: &str) -> Event {
+pub fn disrupted(pod: &LeanPod, grace: i64, deadline: &str) -> Event {
     let own = pod
-        .spec
-        .as_ref()
+        .spec()
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(super::drain::DEFAULT_POD_GRACE_SECONDS);
     on_pod(

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use kerf::pods::LeanPod;
 use kube::api::{Api, DeleteParams, EvictParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
@@ -64,7 +65,7 @@ pub fn refusing_budget(status: &kube::core::Status) -> Option<String> {
         })
 }
 
-fn key(pod: &Pod) -> PodKey {
+fn key(pod: &LeanPod) -> PodKey {
     PodKey {
         namespace: pod.namespace().unwrap_or_default(),
         name: pod.name_any(),
@@ -73,7 +74,7 @@ fn key(pod: &Pod) -> PodKey {
 }
 
 /// Evicts `pod` unless its backoff holds it; `reason` labels a successful drain.
-pub async fn evict(t: &Terminator, pod: Arc<Pod>, reason: &str) -> Answer {
+pub async fn evict(t: &Terminator, pod: Arc<LeanPod>, reason: &str) -> Answer {
     let key = key(&pod);
     let now = Instant::now();
     {
@@ -126,7 +127,7 @@ pub async fn evict(t: &Terminator, pod: Arc<Pod>, reason: &str) -> Answer {
 
 fn record(
     t: &Terminator,
-    pod: &Pod,
+    pod: &LeanPod,
     key: PodKey,
     answer: Answer,
     budget: Option<&str>,

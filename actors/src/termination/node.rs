@@ -18,6 +18,7 @@ use kerf::api::NodeClaim;
 use kerf::api::condition::types;
 use kerf::finalizers::{has_termination_finalizer, without_termination_finalizer};
 use kerf::labels;
+use kerf::pods::LeanPod;
 use kerf::taints::disrupted_taint;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -188,7 +189,7 @@ fn drain_reason(claim: &NodeClaim) -> String {
 /// termination timestamp leaves no more time.
 async fn delete_pod(
     t: &Terminator,
-    pod: &Arc<Pod>,
+    pod: &Arc<LeanPod>,
     grace: i64,
     deadline: &str,
 ) -> Result<(), TerminationError> {
@@ -231,7 +232,7 @@ async fn volumes_detached(
     t: &Terminator,
     node: &Node,
     claim: Option<&NodeClaim>,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<LeanPod>],
     deadline: Option<Timestamp>,
 ) -> Result<bool, TerminationError> {
     let name = node.name_any();

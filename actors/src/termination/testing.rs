@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
+use kerf::pods::LeanPod;
 use serde_json::{Value, json};
 
 pub fn at(seconds: i64) -> Timestamp {
@@ -12,14 +13,16 @@ pub fn at(seconds: i64) -> Timestamp {
 }
 
 /// A Running pod `name` in `default` on node `n1`, with `extra` merged in.
-pub fn pod(name: &str, extra: Value) -> Arc<Pod> {
+pub fn pod(name: &str, extra: Value) -> Arc<LeanPod> {
     let mut base = json!({
         "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
         "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
         "status": {"phase": "Running"}
     });
     merge(&mut base, extra);
-    Arc::new(serde_json::from_value(base).expect("valid pod"))
+    Arc::new(LeanPod::from(
+        serde_json::from_value::<Pod>(base).expect("valid pod"),
+    ))
 }
 
 /// `extra` merged into `base`, objects key by key.

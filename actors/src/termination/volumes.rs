@@ -9,9 +9,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
+use kerf::pods::{LeanPod, PodLike};
 
 use super::drain::{bound_to, is_drainable};
 
@@ -19,7 +20,7 @@ use super::drain::{bound_to, is_drainable};
 pub fn pending<'a>(
     node_name: &str,
     attachments: &'a [VolumeAttachment],
-    pods: &[Arc<Pod>],
+    pods: &[Arc<LeanPod>],
     claims: &[Arc<PersistentVolumeClaim>],
     now: Timestamp,
 ) -> Vec<&'a VolumeAttachment> {
@@ -43,13 +44,12 @@ pub fn pending<'a>(
 
 /// The PersistentVolumes `pod` mounts through claims that are bound.
 fn volume_names<'a>(
-    pod: &'a Pod,
+    pod: &'a LeanPod,
     claims: &'a [Arc<PersistentVolumeClaim>],
 ) -> impl Iterator<Item = &'a str> + 'a {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-    pod.spec
-        .as_ref()
+    pod.spec()
         .and_then(|s| s.volumes.as_ref())
         .into_iter()
         .flatten()

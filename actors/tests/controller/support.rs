@@ -671,7 +671,7 @@ pub fn one_solve(cluster: &Cluster, cloud: &Cloud) -> SchedulingResult {
         pods: pods
             .into_iter()
             .filter(kerf_actors::state::is_provisionable)
-            .map(Arc::new)
+            .map(|pod| Arc::new(pod.into()))
             .collect(),
         node_pools: read(
             cluster

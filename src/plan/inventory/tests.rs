@@ -1,5 +1,6 @@
 use super::*;
 use crate::manifest::parse_all;
+use crate::pods::{LeanPod, PodLike};
 
 fn read(yaml: &str) -> Result<Inventory, Vec<ObjectProblem>> {
     inventory(&parse_all(yaml, "in.yaml").expect("parses"))
@@ -101,7 +102,7 @@ fn given_pods_get_a_namespace_a_uid_and_requests_from_limits() {
             .as_deref()
             .is_some_and(|uid| !uid.is_empty())
     );
-    let requests = pod.spec.as_ref().expect("spec").containers[0]
+    let requests = pod.spec().expect("spec").containers[0]
         .resources
         .as_ref()
         .and_then(|r| r.requests.as_ref())
@@ -236,6 +237,16 @@ items:
         ["web-5d8f-abcde", "web-5d8f-fghij", "web-0"],
         "one replica is missing"
     );
+    let specs: Vec<_> = inventory
+        .pods
+        .iter()
+        .map(|p| p.shared_spec().expect("a spec"))
+        .collect();
+    assert!(
+        specs.iter().all(|s| Arc::ptr_eq(s, specs[0])),
+        "replicas, bound, pending or made from the template, share one spec"
+    );
+    assert_eq!(inventory.pods[0].node_name(), Some("n1"));
 }
 
 #[test]
@@ -257,8 +268,8 @@ apiVersion: v1\nkind: Pod\nmetadata: {{name: plain}}
 spec: {{containers: [{{name: c, image: x}}], volumes: [{{name: token, projected: {{sources: []}}}}]}}\n"
     );
     let inventory = read(&yaml).expect("valid");
-    let volume_names = |pod: &Pod| -> Option<Vec<String>> {
-        let volumes = pod.spec.as_ref()?.volumes.as_ref()?;
+    let volume_names = |pod: &LeanPod| -> Option<Vec<String>> {
+        let volumes = pod.spec()?.volumes.as_ref()?;
         Some(volumes.iter().map(|v| v.name.clone()).collect())
     };
     let kept = Some(vec!["data".to_string(), "cache".into(), "old".into()]);
@@ -270,7 +281,7 @@ spec: {{containers: [{{name: c, image: x}}], volumes: [{{name: token, projected:
             kept.clone()
         };
         assert_eq!(volume_names(pod), expected, "{:?}", pod.metadata.name);
-        let container = &pod.spec.as_ref().expect("spec").containers[0];
+        let container = &pod.spec().expect("spec").containers[0];
         assert_eq!(container.name, "c");
         assert_eq!(
             (&container.image, &container.image_pull_policy),
@@ -285,7 +296,7 @@ spec: {{containers: [{{name: c, image: x}}], volumes: [{{name: token, projected:
         .pods
         .iter()
         .find(|p| p.metadata.name.as_deref() == Some("web-0"))
-        .and_then(|p| p.spec.as_ref())
+        .and_then(|p| p.spec())
         .map(|spec| &spec.containers[0])
         .expect("the Deployment's pod");
     let requests = web.resources.as_ref().and_then(|r| r.requests.as_ref());

@@ -2,6 +2,7 @@ use super::*;
 use crate::catalog::CapacityType;
 use crate::manifest::parse_all;
 use crate::plan::inventory::inventory;
+use crate::pods::LeanPod;
 
 fn snapshot(yaml: &str) -> Snapshot {
     let inventory = inventory(&parse_all(yaml, "in.yaml").expect("parses")).expect("valid");
@@ -9,8 +10,8 @@ fn snapshot(yaml: &str) -> Snapshot {
     build(&inventory, &catalog, ControllerSettings::default()).expect("builds")
 }
 
-fn names(pods: &[Arc<Pod>]) -> Vec<String> {
-    pods.iter().map(|pod| pod_key(pod)).collect()
+fn names(pods: &[Arc<LeanPod>]) -> Vec<String> {
+    pods.iter().map(pod_key).collect()
 }
 
 const POOL: &str = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      requirements:\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gte, values: ['5']}\n        - {key: karpenter.k8s.aws/instance-cpu, operator: Lte, values: ['16']}\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: missing}\n";
@@ -358,7 +359,7 @@ fn taking_the_pods_builds_the_same_snapshot_without_a_copy() {
     );
     assert_eq!(taken.input.pods, copied.input.pods);
     assert_eq!(names(&taken.input.pods), ["shop/pending"]);
-    let pods_of = |s: &Snapshot| -> Vec<Vec<Arc<Pod>>> {
+    let pods_of = |s: &Snapshot| -> Vec<Vec<Arc<LeanPod>>> {
         s.input
             .existing_nodes
             .iter()

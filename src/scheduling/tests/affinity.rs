@@ -118,7 +118,7 @@ fn anti_affinity_of_a_running_pod_keeps_others_out_of_its_zone() {
         name: "n1".into(),
         labels: [(ZONE.to_string(), "test-zone-1".to_string())].into(),
         allocatable: resources(&[("cpu", "64"), ("memory", "64Gi"), ("pods", "100")]),
-        pods: vec![guard.into()],
+        pods: vec![std::sync::Arc::new(guard.into())],
         initialized: true,
         ..Default::default()
     };

@@ -52,7 +52,7 @@ fn existing_nodes_are_used_before_new_capacity_initialized_first() {
 #[test]
 fn bound_pods_and_pending_daemonsets_use_existing_room() {
     let mut n = node("n", "3", true);
-    n.pods = vec![pod("running").cpu("1").build().into()];
+    n.pods = vec![pod("running").cpu("1").lean()];
     let ds = pod("agent").cpu("1").build();
     let pods = pod("p").cpu("1").replicas("p", 2);
     let r = run(&SchedulingInput {
@@ -69,7 +69,7 @@ fn existing_node_checks_taints_ports_and_labels() {
     let mut tainted = node("tainted", "8", true);
     tainted.taints = vec![taint("dedicated", Some("db"), "NoSchedule")];
     let mut busy_port = node("busy-port", "8", true);
-    busy_port.pods = vec![pod("web").host_port(8080).build().into()];
+    busy_port.pods = vec![pod("web").host_port(8080).lean()];
     let pods = vec![
         pod("p")
             .cpu("1")

@@ -98,7 +98,7 @@ fn startup_taints_do_not_block_scheduling() {
     let mut np = node_pool("default", fake_instance_types(4));
     np.startup_taints = vec![taint("cilium.io/agent-not-ready", None, "NoExecute")];
     let r = run(&SchedulingInput {
-        pods: vec![pod("p").cpu("1").build().into()],
+        pods: vec![pod("p").cpu("1").lean()],
         node_pools: vec![np],
         ..Default::default()
     });
@@ -111,7 +111,7 @@ fn prefer_no_schedule_taints_are_tolerated_after_relaxation() {
     let mut np = node_pool("default", fake_instance_types(4));
     np.taints = vec![taint("soft", None, "PreferNoSchedule")];
     let r = run(&SchedulingInput {
-        pods: vec![pod("p").cpu("1").build().into()],
+        pods: vec![pod("p").cpu("1").lean()],
         node_pools: vec![np],
         ..Default::default()
     });
@@ -326,7 +326,7 @@ fn min_values_best_effort_relaxes() {
         ..Default::default()
     };
     let r = run(&SchedulingInput {
-        pods: vec![pod("huge").cpu("5").build().into()],
+        pods: vec![pod("huge").cpu("5").lean()],
         node_pools: vec![np],
         options,
         ..Default::default()
@@ -347,7 +347,7 @@ fn instance_types_are_ordered_by_price_and_truncated() {
         ..Default::default()
     };
     let r = run(&SchedulingInput {
-        pods: vec![pod("p").cpu("1").build().into()],
+        pods: vec![pod("p").cpu("1").lean()],
         node_pools: vec![node_pool("default", fake_instance_types(10))],
         options,
         ..Default::default()
@@ -372,7 +372,7 @@ fn launch_prefers_spot_unless_on_demand_is_required() {
     od.requirements
         .push(requirement(CAPACITY_TYPE, Operator::In, &["on-demand"]));
     let r = run(&SchedulingInput {
-        pods: vec![pod("p").cpu("1").build().into()],
+        pods: vec![pod("p").cpu("1").lean()],
         node_pools: vec![od],
         ..Default::default()
     });
@@ -439,7 +439,7 @@ fn a_type_that_would_fit_but_exceeds_the_limits_is_named_with_the_limits_left() 
     let mut np = node_pool("default", fake_instance_types(4));
     np.limits = Some(resources(&[("cpu", "2")]));
     let r = run(&SchedulingInput {
-        pods: vec![pod("big").cpu("2500m").build().into()],
+        pods: vec![pod("big").cpu("2500m").lean()],
         node_pools: vec![np],
         ..Default::default()
     });
@@ -476,12 +476,7 @@ fn requirement_conflicts_are_named() {
     np.requirements
         .push(requirement(ZONE, Operator::In, &["test-zone-1"]));
     let r = run(&SchedulingInput {
-        pods: vec![
-            pod("p")
-                .node_selector(&[(ZONE, "test-zone-2")])
-                .build()
-                .into(),
-        ],
+        pods: vec![pod("p").node_selector(&[(ZONE, "test-zone-2")]).lean()],
         node_pools: vec![np],
         ..Default::default()
     });

@@ -192,7 +192,7 @@ fn create_expanded(
                 })
         });
     for pod in owned {
-        let mut value = serde_json::to_value(&**pod).map_err(encode("pod"))?;
+        let mut value = serde_json::to_value(pod.to_pod()).map_err(encode("pod"))?;
         strip_owners(&mut value);
         cluster.create("v1", "pods", value).map_err(refused)?;
     }

@@ -2,9 +2,9 @@
 //! which has no kube-scheduler and so takes every unbound pod as unschedulable so far, and
 //! the controller, which also waits for the kube-scheduler's `Unschedulable` verdict.
 
-use std::sync::Arc;
+mod lean;
 
-use k8s_openapi::api::core::v1::Pod;
+pub use lean::{LeanPod, PodLike, SpecInterner};
 
 /// The pod condition kerf writes beside `status.nominatedNodeName` when it nominates a pod
 /// to the Node of a NodeClaim it launched for it (KEP-5278's "expected placement"). It tells
@@ -23,8 +23,8 @@ pub fn nomination_message(node: &str, nodeclaim: &str) -> String {
 
 /// The node kerf nominated `pod` to, when the pod's `status.nominatedNodeName` is still
 /// kerf's nomination (a preemption since then names another node).
-pub fn kerf_nominated_node(pod: &Pod) -> Option<&str> {
-    let status = pod.status.as_ref()?;
+pub fn kerf_nominated_node(pod: &impl PodLike) -> Option<&str> {
+    let status = pod.status()?;
     let nominated = status.nominated_node_name.as_deref()?;
     let condition = status
         .conditions
@@ -41,10 +41,9 @@ pub fn kerf_nominated_node(pod: &Pod) -> Option<&str> {
 }
 
 /// Whether the kube-scheduler nominated `pod` to a node it is preempting pods on.
-pub fn is_preempting(pod: &Pod) -> bool {
+pub fn is_preempting(pod: &impl PodLike) -> bool {
     let nominated = pod
-        .status
-        .as_ref()
+        .status()
         .and_then(|s| s.nominated_node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
     nominated && kerf_nominated_node(pod).is_none()
@@ -53,8 +52,8 @@ pub fn is_preempting(pod: &Pod) -> bool {
 /// Whether where `pod` fits depends on other pods: required pod (anti-)affinity or a
 /// `DoNotSchedule` topology spread. A refusal of such a pod may last only until its peers
 /// bind elsewhere.
-pub fn fit_depends_on_other_pods(pod: &Pod) -> bool {
-    let Some(spec) = pod.spec.as_ref() else {
+pub fn fit_depends_on_other_pods(pod: &impl PodLike) -> bool {
+    let Some(spec) = pod.spec() else {
         return false;
     };
     let required_pod_terms = spec.affinity.as_ref().is_some_and(|a| {
@@ -84,8 +83,8 @@ pub fn fit_depends_on_other_pods(pod: &Pod) -> bool {
 /// `DoNotSchedule` topology spread, a claimed volume (zonal) or a host port. Room planned
 /// for such a pod cannot be made up elsewhere once another pod takes it; room planned for
 /// an unconstrained pod can be, on any node with room left.
-pub fn is_placement_constrained(pod: &Pod) -> bool {
-    let Some(spec) = pod.spec.as_ref() else {
+pub fn is_placement_constrained(pod: &impl PodLike) -> bool {
+    let Some(spec) = pod.spec() else {
         return false;
     };
     let required_node_affinity = spec
@@ -116,25 +115,25 @@ pub fn is_placement_constrained(pod: &Pod) -> bool {
 /// Whether an unbound `pod` is one Karpenter provisions for, leaving aside the
 /// kube-scheduler's verdict: not a daemonset or mirror pod (those follow nodes rather than
 /// ask for them), not finished or terminating, not nominated to a node by preemption.
-pub fn wants_capacity(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+pub fn wants_capacity(pod: &impl PodLike) -> bool {
+    let phase = pod.status().and_then(|s| s.phase.as_deref());
     !is_owned_by(pod, "DaemonSet")
         && !is_owned_by(pod, "Node")
         && !matches!(phase, Some("Succeeded" | "Failed"))
-        && pod.metadata.deletion_timestamp.is_none()
+        && pod.metadata().deletion_timestamp.is_none()
         && !is_preempting(pod)
 }
 
 /// Whether `pod` is a StatefulSet pod being deleted. Upstream counts such a pod on a
 /// disrupted or terminating node as needing a place: its controller recreates it under the
 /// same name only once it is gone, so capacity for it must not wait for the drain.
-pub fn is_terminating_stateful(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some() && is_owned_by(pod, "StatefulSet")
+pub fn is_terminating_stateful(pod: &impl PodLike) -> bool {
+    pod.metadata().deletion_timestamp.is_some() && is_owned_by(pod, "StatefulSet")
 }
 
 /// Whether one of `pod`'s owner references is of `kind` (`DaemonSet`; `Node` for mirror pods).
-pub fn is_owned_by(pod: &Pod, kind: &str) -> bool {
-    pod.metadata
+pub fn is_owned_by(pod: &impl PodLike, kind: &str) -> bool {
+    pod.metadata()
         .owner_references
         .iter()
         .flatten()
@@ -142,9 +141,8 @@ pub fn is_owned_by(pod: &Pod, kind: &str) -> bool {
 }
 
 /// Whether the kube-scheduler has marked `pod` `PodScheduled=False`, reason `Unschedulable`.
-pub fn is_marked_unschedulable(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
+pub fn is_marked_unschedulable(pod: &impl PodLike) -> bool {
+    pod.status()
         .and_then(|s| s.conditions.as_ref())
         .into_iter()
         .flatten()
@@ -155,25 +153,21 @@ pub fn is_marked_unschedulable(pod: &Pod) -> bool {
         })
 }
 
-/// `pod` bound to `node`, as a simulated placement records it: a copy of a pod still shared
-/// with others, the pod itself when nothing else holds it.
-pub fn bound_to(pod: Arc<Pod>, node: &str) -> Arc<Pod> {
-    let mut pod = Arc::unwrap_or_clone(pod);
-    pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
-    Arc::new(pod)
+/// `pod` bound to `node`, as a simulated placement records it: its own parts copied, its
+/// spec still shared.
+pub fn bound_to(pod: &LeanPod, node: &str) -> std::sync::Arc<LeanPod> {
+    std::sync::Arc::new(pod.with_node_name(Some(node)))
 }
 
 /// Whether `pod` has a node (`spec.nodeName` set).
-pub fn is_bound(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
+pub fn is_bound(pod: &impl PodLike) -> bool {
+    pod.node_name().is_some_and(|n| !n.is_empty())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     fn pod(status: serde_json::Value) -> Pod {
