@@ -102,7 +102,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Re
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
                 let mut stop = shutdown.clone();
-                tokio::spawn(async move {
+                tokio::spawn(kerf_heap::inherit(async move {
                     let service = hyper::service::service_fn(move |req| handle(app.clone(), req));
                     let conn = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
@@ -114,7 +114,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Re
                             let _ = conn.await;
                         }
                     }
-                });
+                }));
             }
             _ = stopped(&mut shutdown) => return,
         }
@@ -651,12 +651,12 @@ impl ResourceRequest<'_> {
         let stop = self.app.faults.drop_signal();
         let mut shutdown = self.app.shutdown.clone();
         let every = self.app.bookmark_every;
-        tokio::spawn(async move {
+        tokio::spawn(kerf_heap::inherit(async move {
             tokio::select! {
                 end = watch.run(&registry.store, tx, stop, every) => tracing::debug!(?end, "watch ended"),
                 _ = stopped(&mut shutdown) => {}
             }
-        });
+        }));
         let mut response = Response::new(ApiBody::Stream(rx));
         response.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -154,7 +154,10 @@ impl ApiServer {
             access: access.clone(),
         });
         let mut tasks = controllers::spawn_all(&registry, &shutdown_rx);
-        tasks.push(tokio::spawn(http::serve(listener, app, shutdown_rx)));
+        tasks.push(tokio::spawn(kerf_heap::owned(
+            kerf_heap::Owner::EMULATOR,
+            http::serve(listener, app, shutdown_rx),
+        )));
         Ok(RunningServer {
             addr,
             access,

@@ -1126,7 +1126,7 @@ impl Registry {
             uid.to_string(),
         );
         let sleep = self.clock.sleep_until(deadline);
-        self.runtime.spawn(async move {
+        self.runtime.spawn(kerf_heap::inherit(async move {
             sleep.await;
             let Some(registry) = registry.upgrade() else {
                 return;
@@ -1147,7 +1147,7 @@ impl Registry {
                     tracing::warn!(%err, name, "graceful termination failed");
                 }
             }
-        });
+        }));
     }
 
     fn after_remove(&self, t: &Target, removed: &Arc<StoredObject>) {

@@ -376,8 +376,11 @@ impl Store {
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".to_string(), Value::String(rv.to_string()));
         }
-        let bytes =
-            Bytes::from(serde_json::to_vec(&value).expect("a serde_json::Value always serialises"));
+        let mut json = serde_json::to_vec(&value).expect("a serde_json::Value always serialises");
+        // The buffer grew by doubling; the stored copy (and every history record sharing it)
+        // lives for a long time, so it keeps only what it holds.
+        json.shrink_to_fit();
+        let bytes = Bytes::from(json);
         let attrs = Arc::new(Attrs::of(&value));
         let stored = Arc::new(StoredObject {
             value: Arc::new(value),

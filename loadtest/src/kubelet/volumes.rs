@@ -83,11 +83,11 @@ pub async fn run(
     let mut watchers = Vec::new();
     for mut changes in [pods.changes(), claims.changes(), attachments.changes()] {
         let wake = Arc::clone(&wake);
-        watchers.push(AbortOnDrop(tokio::spawn(async move {
+        watchers.push(AbortOnDrop(tokio::spawn(kerf_heap::inherit(async move {
             while changes.changed().await.is_ok() {
                 wake.notify_one();
             }
-        })));
+        }))));
     }
     let api: Api<VolumeAttachment> = Api::all(client);
     // When each attachment was first seen unused: it is detached `detach_delay` later.

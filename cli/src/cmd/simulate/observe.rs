@@ -130,14 +130,17 @@ impl Tally {
         }
     }
 
-    /// Reads every change since the last update, stamping new facts with `now`.
+    /// Reads every change since the last update, stamping new facts with `now`. The tracks
+    /// are the observers' heap ([`kerf_heap::Owner::OBSERVERS`]), whoever calls.
     pub fn update(&mut self, now: Instant) {
-        let pods = &mut self.pod_tracks;
-        self.pods
-            .drain(|kind, attrs, _| observe_pod(pods, kind, attrs, now));
-        let claims = &mut self.claim_tracks;
-        self.claims
-            .drain(|kind, attrs, object| observe_claim(claims, kind, attrs, object));
+        kerf_heap::with_owner(Some(kerf_heap::Owner::OBSERVERS), || {
+            let pods = &mut self.pod_tracks;
+            self.pods
+                .drain(|kind, attrs, _| observe_pod(pods, kind, attrs, now));
+            let claims = &mut self.claim_tracks;
+            self.claims
+                .drain(|kind, attrs, object| observe_claim(claims, kind, attrs, object));
+        });
     }
 
     pub fn counts(&self) -> Counts {

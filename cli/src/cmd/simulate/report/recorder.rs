@@ -86,7 +86,10 @@ impl Recorder {
     ) -> Result<Self, NotServed> {
         let sampler = Sampler::new(sources, faults, origin)?;
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(sampler.run(stopped));
+        let task = tokio::spawn(kerf_heap::owned(
+            kerf_heap::Owner::OBSERVERS,
+            sampler.run(stopped),
+        ));
         Ok(Self { stop, task })
     }
 
