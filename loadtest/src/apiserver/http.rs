@@ -544,10 +544,10 @@ impl ResourceRequest<'_> {
     /// The object's JSON for the requested version.
     fn render(&self, object: &StoredObject) -> Bytes {
         let api_version = self.target.rt.api_version(&self.target.version);
-        if object.value.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
+        if object.attrs.api_version == api_version {
             return object.bytes.clone();
         }
-        let mut value = (*object.value).clone();
+        let mut value = object.value();
         value["apiVersion"] = json!(api_version);
         Bytes::from(serde_json::to_vec(&value).expect("a serde_json::Value always serialises"))
     }
@@ -562,7 +562,7 @@ impl ResourceRequest<'_> {
             let value = table::table(
                 &self.target.rt,
                 &self.target.version,
-                &[&object.value],
+                &[&object.value()],
                 self.registry().clock.now(),
                 &object.rv.to_string(),
                 self.include_object(),
@@ -595,7 +595,8 @@ impl ResourceRequest<'_> {
             metadata["remainingItemCount"] = json!(page.remaining);
         }
         if table::wants_table(&self.accept) {
-            let objects: Vec<&Value> = page.items.iter().map(|o| &*o.value).collect();
+            let values: Vec<Value> = page.items.iter().map(|o| o.value()).collect();
+            let objects: Vec<&Value> = values.iter().collect();
             let mut value = table::table(
                 &self.target.rt,
                 &self.target.version,
@@ -776,7 +777,7 @@ impl ResourceRequest<'_> {
             &self.delete_options()?,
         )?;
         let rt = &self.target.rt;
-        let items: Vec<Value> = deleted.iter().map(|o| (*o.value).clone()).collect();
+        let items: Vec<Value> = deleted.iter().map(|o| o.value()).collect();
         Ok(value_response(
             200,
             &json!({
@@ -810,9 +811,9 @@ impl ResourceRequest<'_> {
             })
         };
         if *method == Method::GET {
-            return Ok(value_response(200, &scale_of(&object.value)));
+            return Ok(value_response(200, &scale_of(&object.value())));
         }
-        let mut scale = scale_of(&object.value);
+        let mut scale = scale_of(&object.value());
         let body = self.json_body()?;
         if *method == Method::PUT {
             scale = body;
@@ -842,7 +843,7 @@ impl ResourceRequest<'_> {
                 Ok(next)
             },
         )?;
-        Ok(value_response(200, &scale_of(&written.object.value)))
+        Ok(value_response(200, &scale_of(&written.object.value())))
     }
 }
 

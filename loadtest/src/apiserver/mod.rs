@@ -297,7 +297,7 @@ impl Cluster {
             field_manager: Some(IN_PROCESS_MANAGER.to_owned()),
             ..WriteOptions::default()
         };
-        Ok((*self.registry.create(&t, object, &opts)?.object.value).clone())
+        Ok(self.registry.create(&t, object, &opts)?.object.value())
     }
 
     /// Reads an object.
@@ -309,7 +309,7 @@ impl Cluster {
         name: &str,
     ) -> Result<Value, ApiError> {
         let t = self.target(api_version, plural, namespace)?;
-        Ok((*self.registry.get(&t, name)?.value).clone())
+        Ok(self.registry.get(&t, name)?.value())
     }
 
     /// Lists objects (all namespaces when `namespace` is `None`) matching a label selector.
@@ -330,7 +330,7 @@ impl Cluster {
             .list(&t, &query)?
             .items
             .iter()
-            .map(|o| (*o.value).clone())
+            .map(|o| o.value())
             .collect())
     }
 
@@ -387,12 +387,11 @@ impl Cluster {
             field_manager: Some(IN_PROCESS_MANAGER.to_owned()),
             ..WriteOptions::default()
         };
-        Ok((*self
+        Ok(self
             .registry
             .patch(&t, name, sub, kind, patch, &opts)?
             .object
-            .value)
-            .clone())
+            .value())
     }
 
     /// Deletes an object.

@@ -333,7 +333,7 @@ fn rbac_objects(registry: &Registry, plural: &str, namespace: Option<&str>) -> V
     }
     all_objects(&target)
         .iter()
-        .map(|o| Arc::clone(&o.value))
+        .map(|o| Arc::new(o.value()))
         .collect()
 }
 

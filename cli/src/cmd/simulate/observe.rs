@@ -64,8 +64,7 @@ impl Feed {
         let state = read(&self.store.state);
         if state.floor > self.cursor {
             for stored in state.objects.values() {
-                let value = Arc::clone(&stored.value);
-                visit(EventType::Modified, &stored.attrs, &|| (*value).clone());
+                visit(EventType::Modified, &stored.attrs, &|| stored.value());
                 self.cursor = self.cursor.max(stored.rv);
             }
             self.cursor = self.cursor.max(state.floor);
