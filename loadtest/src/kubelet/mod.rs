@@ -207,8 +207,13 @@ async fn run(
         }
     })));
     let resync = config.resync;
+    let volume_pods = volumes::Pods {
+        store: pods.store().clone(),
+        changes: pods.changes(),
+    };
     helpers.0.push(tokio::spawn(kerf_heap::inherit(volumes::run(
         client.clone(),
+        volume_pods,
         config.detach_delay,
         resync,
         Arc::clone(&stats),
