@@ -11,6 +11,10 @@
 //! [`read_path`] and [`read_file`] touch the file system; parsing is pure.
 
 mod duplicate;
+mod fast;
+#[cfg(test)]
+mod fast_tests;
+mod json;
 mod prune;
 mod split;
 pub mod stream;

@@ -28,6 +28,8 @@ use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
 use serde_saphyr::budget::{BudgetBreach, BudgetReport};
 
+use super::fast;
+use super::json;
 use super::prune::{PrunedObject, root_field};
 use super::split::{Piece, SplitError, Splitter};
 use super::{ManifestError, Object, Source, json_type};
@@ -180,25 +182,47 @@ fn read_yaml<R: BufRead>(input: R, file: &str, limits: Limits) -> Result<(), Man
         let sent = match piece {
             Piece::Item { text, first_line } => {
                 let at = |line| first_line - 1 + line;
-                let OneItem(item) = parse_piece(&text, limits, &mut nodes, ITEM_WRAPPER_NODES)
-                    .map_err(|e| item_error(yaml_error(file, limits, &e, at), &e))?;
+                let remaining = limits.max_yaml_nodes.saturating_sub(nodes);
+                let (value, line) = match fast::item(&text, remaining) {
+                    Some(parsed) => {
+                        nodes += parsed.nodes;
+                        (parsed.value, Some(parsed.line))
+                    }
+                    None => {
+                        let OneItem(item) =
+                            parse_piece(&text, limits, &mut nodes, ITEM_WRAPPER_NODES)
+                                .map_err(|e| item_error(yaml_error(file, limits, &e, at), &e))?;
+                        (item.value.0, known_line(item.referenced.line()))
+                    }
+                };
                 let source = Source {
                     file: file.to_owned(),
                     document,
-                    line: known_line(item.referenced.line()).map(at),
+                    line: line.map(at),
                 };
-                send(super::to_object(item.value.0, source))
+                send(super::to_object(value, source))
             }
             Piece::Document(text) => {
                 let at = |line| text.line(line);
-                let parsed: Spanned<Document> = parse_piece(&text.text, limits, &mut nodes, 0)
-                    .map_err(|e| yaml_error(file, limits, &e, at))?;
+                let remaining = limits.max_yaml_nodes.saturating_sub(nodes);
+                let (mut value, line) = match fast::document(&text.text, remaining) {
+                    Some(parsed) => {
+                        let (fields, items) = parsed.value;
+                        let items = items.then_some(Items::Other(Value::Null));
+                        (Document::Object { fields, items }, Some(parsed.line))
+                    }
+                    None => {
+                        let parsed: Spanned<Document> =
+                            parse_piece(&text.text, limits, &mut nodes, 0)
+                                .map_err(|e| yaml_error(file, limits, &e, at))?;
+                        (parsed.value, known_line(parsed.referenced.line()))
+                    }
+                };
                 let source = Source {
                     file: file.to_owned(),
                     document,
-                    line: known_line(parsed.referenced.line()).map(at),
+                    line: line.map(at),
                 };
-                let mut value = parsed.value;
                 if let (Some(_), Document::Object { items, .. }) = (text.cut, &mut value) {
                     *items = Some(Items::Sent);
                 }
@@ -219,7 +243,7 @@ fn read_yaml<R: BufRead>(input: R, file: &str, limits: Limits) -> Result<(), Man
 const ITEM_WRAPPER_NODES: usize = 1;
 
 /// Parses one piece, counting its nodes (less `wrapper`) into `nodes` against the limit.
-fn parse_piece<'a, T: de::Deserialize<'a>>(
+pub(super) fn parse_piece<'a, T: de::Deserialize<'a>>(
     text: &'a str,
     limits: Limits,
     nodes: &mut usize,
@@ -283,7 +307,7 @@ fn split_error(file: &str, error: SplitError) -> ManifestError {
 }
 
 /// A `List` item's text: a block sequence of one item.
-struct OneItem(Spanned<PrunedObject>);
+pub(super) struct OneItem(pub Spanned<PrunedObject>);
 
 impl<'de> de::Deserialize<'de> for OneItem {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -391,70 +415,89 @@ fn strip_position(line: &str) -> Option<&str> {
     (digits(number) && digits(column)).then_some(message)
 }
 
-fn read_json<R: Read>(input: R, file: &str) -> Result<(), ManifestError> {
-    let lines = LineCounter::new(input);
-    let start_line = lines.start_line.clone();
-    with_context(|context| context.line = start_line.clone());
-    let mut stream = serde_json::Deserializer::from_reader(lines).into_iter::<Document>();
-    for number in 1.. {
-        start_document(number, None);
-        let Some(document) = stream.next() else {
-            return Ok(());
-        };
-        let document = document.map_err(|e| ManifestError::Parse {
-            file: file.to_owned(),
-            line: known_line(e.line() as u64),
-            message: e.to_string(),
-        })?;
-        let source = Source {
-            file: file.to_owned(),
-            document: number,
-            line: start_line.get(),
-        };
-        if !expand(document, source) {
-            return Ok(());
-        }
-    }
-    Ok(())
-}
-
-/// Counts lines as serde_json reads (it reads byte by byte), remembering the line of the
-/// first non-blank byte after each value: where the next document starts.
-struct LineCounter<R> {
-    inner: BufReader<R>,
-    line: u64,
-    start_line: Rc<Cell<Option<u64>>>,
-}
-
-impl<R: Read> LineCounter<R> {
-    fn new(inner: R) -> Self {
-        Self {
-            inner: BufReader::with_capacity(1 << 16, inner),
-            line: 1,
-            start_line: Rc::new(Cell::new(None)),
-        }
-    }
-}
-
-impl<R: Read> Read for LineCounter<R> {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        let read = self.inner.read(out)?;
-        for &byte in &out[..read] {
-            if byte == b'\n' {
-                self.line += 1;
-            } else if !byte.is_ascii_whitespace() && self.start_line.get().is_none() {
-                // `start_document` clears it before each document.
-                self.start_line.set(Some(self.line));
+/// Reads JSON piece by piece (see `json`): each document, and each element of a document's
+/// top-level `items`, is decoded from its own bytes, located at its own line.
+fn read_json<R: BufRead>(input: R, file: &str) -> Result<(), ManifestError> {
+    let mut document = 1;
+    let mut failed = None;
+    start_document(document, None);
+    json::cut(input, &mut |piece| match piece {
+        json::Piece::Item { bytes, at } => match serde_json::from_slice(&bytes) {
+            Ok(PrunedObject(value)) => {
+                let source = Source {
+                    file: file.to_owned(),
+                    document,
+                    line: Some(at.line),
+                };
+                send(super::to_object(value, source))
+            }
+            Err(e) => {
+                failed = Some(json_error(file, &e, |l, c| json::offset(at, l, c)));
+                false
+            }
+        },
+        json::Piece::Document(text) => {
+            start_document(document, Some(text.at.line));
+            match serde_json::from_slice(&text.bytes) {
+                Ok(value) => {
+                    let source = Source {
+                        file: file.to_owned(),
+                        document,
+                        line: Some(text.at.line),
+                    };
+                    document += 1;
+                    expand(value, source)
+                }
+                Err(e) => {
+                    failed = Some(json_error(file, &e, |l, c| text.position(l, c)));
+                    false
+                }
             }
         }
-        Ok(read)
+        json::Piece::Broken { message, at } => {
+            failed = Some(ManifestError::Parse {
+                file: file.to_owned(),
+                line: Some(at.line),
+                message: format!("{message} at line {} column {}", at.line, at.column),
+            });
+            false
+        }
+    })
+    .map_err(|e| read_error(file, &e))?;
+    failed.map_or(Ok(()), Err)
+}
+
+/// kerf's error for serde_json's `error` on a piece, its position mapped to the input's.
+fn json_error(
+    file: &str,
+    error: &serde_json::Error,
+    position: impl Fn(u64, u64) -> (u64, u64),
+) -> ManifestError {
+    let message = error.to_string();
+    if error.line() == 0 {
+        return ManifestError::Parse {
+            file: file.to_owned(),
+            line: None,
+            message,
+        };
+    }
+    let (line, column) = position(error.line() as u64, error.column() as u64);
+    let suffix = format!(" at line {} column {}", error.line(), error.column());
+    let message = match message.strip_suffix(&suffix) {
+        Some(text) => format!("{text} at line {line} column {column}"),
+        None => message,
+    };
+    ManifestError::Parse {
+        file: file.to_owned(),
+        line: Some(line),
+        message,
     }
 }
 
 /// One document: an object's top-level fields, with a `List`'s items decoded one by one
 /// (each pruned as soon as it is read), or the JSON type of a document that is not a mapping.
 #[derive(Debug)]
-enum Document {
+pub(super) enum Document {
     Object {
         fields: Map<String, Value>,
         items: Option<Items>,
@@ -463,7 +506,7 @@ enum Document {
 }
 
 #[derive(Debug)]
-enum Items {
+pub(super) enum Items {
     /// A sequence whose items were sent as they were read.
     Sent,
     Other(Value),
