@@ -109,7 +109,9 @@ pub fn current() -> Option<Owner> {
 
 /// Makes `owner` the owner of the calling thread's allocations from now on (`None`: nobody's).
 pub fn set_current(owner: Option<Owner>) {
-    if owner.is_some() {
+    // Read first: scoped futures set the tag on every poll, and a store on each would bounce
+    // the flag's cache line between the threads.
+    if owner.is_some() && !tracking() {
         TRACKING.store(true, Ordering::Relaxed);
     }
     let _ = OWNER.try_with(|tag| tag.set(owner.map_or(0, |o| o.0)));
@@ -179,7 +181,6 @@ fn slot() -> u8 {
 }
 
 /// Whether a block may be in an owner's heap (some thread was tagged before it was allocated).
-#[cfg_attr(not(feature = "allocator"), allow(dead_code))]
 fn tracking() -> bool {
     TRACKING.load(Ordering::Relaxed)
 }

@@ -15,7 +15,8 @@
 //! counts to the part whose code allocated it until it is freed, wherever it travels (a
 //! watch event the emulator serialised stays the emulator's while a kubelet's connection
 //! buffers it). Each part's peak is its own, reached at its own moment, so the peaks do not
-//! add up to the process's; the live figures at the end do add up to the process's live heap.
+//! add up to the process's; the live figures at the end, with the controller's, are the
+//! process's live heap, less the little allocated before `kerf simulate` tagged its threads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
