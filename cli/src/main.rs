@@ -7,7 +7,7 @@ mod aws;
 mod cmd;
 
 /// mimalloc, plus per-owner accounting of the threads tagged with an owner: `kerf simulate`
-/// tags the controller's, to report its heap apart from the simulated cluster's. Nothing else
+/// tags the controller's and each simulated part's, to report their heaps apart. Nothing else
 /// tags a thread, so elsewhere every allocation is plain mimalloc.
 #[global_allocator]
 static GLOBAL: kerf_heap::Accounting = kerf_heap::Accounting;

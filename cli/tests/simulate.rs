@@ -124,6 +124,32 @@ fn the_default_workload_is_bound_on_launched_capacity() {
         count(&memory["controllerHeapLiveBytes"]) <= heap,
         "{memory:#}"
     );
+    // Each part of the simulated cluster is counted on its own: every part that runs held
+    // some heap, none holds more than it peaked at, and with the controller's the live heaps
+    // fit in the process.
+    let parts = memory["simulatedHeap"].as_array().expect("the parts");
+    let names: Vec<&str> = parts.iter().filter_map(|p| p["part"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "emulator",
+            "kubelets",
+            "scheduler",
+            "ec2",
+            "observers",
+            "simulate"
+        ]
+    );
+    for part in parts {
+        assert!(count(&part["peakBytes"]) > 0, "{part:#}");
+        assert!(
+            count(&part["liveBytes"]) <= count(&part["peakBytes"]),
+            "{part:#}"
+        );
+    }
+    let live: u64 = parts.iter().map(|p| count(&p["liveBytes"])).sum::<u64>()
+        + count(&memory["controllerHeapLiveBytes"]);
+    assert!(live < process, "{memory:#}");
 }
 
 /// The kube-scheduler spreads replicas (its default topology spread) and breaks ties among

@@ -46,6 +46,20 @@ pub struct Owner(u8);
 impl Owner {
     /// The kerf controller (in `kerf simulate`, every replica's threads).
     pub const CONTROLLER: Owner = Owner(1);
+    /// The simulated Kubernetes API server: its stores and change history, watches, request
+    /// handling and built-in controllers.
+    pub const EMULATOR: Owner = Owner(2);
+    /// The simulated kubelets and node-side controllers, with their informers' caches.
+    pub const KUBELETS: Owner = Owner(3);
+    /// The simulated kube-scheduler, with its informers' caches.
+    pub const SCHEDULER: Owner = Owner(4);
+    /// The simulated EC2 region: instances, fleets, tags, the interruption queue.
+    pub const EC2: Owner = Owner(5);
+    /// What a `kerf simulate` run keeps to report on it (tallies, samples).
+    pub const OBSERVERS: Owner = Owner(6);
+    /// Everything else on `kerf simulate`'s own threads: the run's driver, and the connection
+    /// tasks of the kube clients the simulated parts use.
+    pub const SIMULATE: Owner = Owner(7);
 
     /// The owner in `slot` (1 to [`SLOTS`] − 1); fails to compile in a const, and panics
     /// otherwise, for a slot out of range.
@@ -95,7 +109,9 @@ pub fn current() -> Option<Owner> {
 
 /// Makes `owner` the owner of the calling thread's allocations from now on (`None`: nobody's).
 pub fn set_current(owner: Option<Owner>) {
-    if owner.is_some() {
+    // Read first: scoped futures set the tag on every poll, and a store on each would bounce
+    // the flag's cache line between the threads.
+    if owner.is_some() && !tracking() {
         TRACKING.store(true, Ordering::Relaxed);
     }
     let _ = OWNER.try_with(|tag| tag.set(owner.map_or(0, |o| o.0)));
@@ -125,6 +141,19 @@ pub fn scoped<F: Future + Unpin>(owner: Option<Owner>, future: F) -> Scoped<F> {
     }
 }
 
+/// `future`, every poll of it allocating as `owner`: for a task spawned on a runtime whose
+/// threads are shared with other owners.
+pub fn owned<F: Future>(owner: Owner, future: F) -> Scoped<Pin<Box<F>>> {
+    scoped(Some(owner), Box::pin(future))
+}
+
+/// `future`, every poll of it allocating as the calling thread does now: a task spawned by
+/// an owner's code stays that owner's (a spawned task does not otherwise inherit the tag of
+/// the task that spawned it).
+pub fn inherit<F: Future>(future: F) -> Scoped<Pin<Box<F>>> {
+    scoped(current(), Box::pin(future))
+}
+
 impl<F: Future + Unpin> Future for Scoped<F> {
     type Output = F::Output;
 
@@ -152,7 +181,6 @@ fn slot() -> u8 {
 }
 
 /// Whether a block may be in an owner's heap (some thread was tagged before it was allocated).
-#[cfg_attr(not(feature = "allocator"), allow(dead_code))]
 fn tracking() -> bool {
     TRACKING.load(Ordering::Relaxed)
 }

@@ -10,7 +10,9 @@ use std::future::Future as _;
 use std::hint::black_box;
 use std::thread;
 
-use kerf_heap::{Accounting, Owner, Usage, restart_peak, scoped, set_current, usage, with_owner};
+use kerf_heap::{
+    Accounting, Owner, Usage, inherit, restart_peak, scoped, set_current, usage, with_owner,
+};
 
 #[global_allocator]
 static GLOBAL: Accounting = Accounting;
@@ -152,6 +154,34 @@ fn a_scoped_future_allocates_as_its_owner() {
     assert!(live(owner) < MIB as u64, "{:?}", usage(owner));
     drop(held);
     assert!(live(future_owner) < MIB as u64, "{:?}", usage(future_owner));
+}
+
+/// Polls `future` once on the calling thread; it must be ready.
+fn poll_ready<F: std::future::Future + Unpin>(mut future: F) -> F::Output {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::Pin::new(&mut future).poll(&mut cx) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => unreachable!("the future is ready at once"),
+    }
+}
+
+#[test]
+fn an_inheriting_future_allocates_as_whoever_made_it_wherever_it_is_polled() {
+    // Made on a thread of owner 1 (a task spawned by an owner's code), polled on an untagged
+    // thread (a runtime worker shared with other owners): its allocations are owner 1's.
+    let owner = Owner::new(1);
+    let _serial = serial();
+    let before = live(owner);
+    let future = on_thread_of(owner, || inherit(async { black_box(vec![3u8; 4 * MIB]) }));
+    let held = poll_ready(future);
+    assert!(live(owner) >= before + 4 * MIB as u64, "{:?}", usage(owner));
+    drop(held);
+    assert!(live(owner) < before + MIB as u64, "{:?}", usage(owner));
+    // Made on an untagged thread, it allocates as nobody's, even polled by a tagged thread.
+    let future = inherit(async { black_box(vec![3u8; 4 * MIB]) });
+    let held = on_thread_of(owner, move || poll_ready(future));
+    assert!(live(owner) < before + MIB as u64, "{:?}", usage(owner));
+    drop(held);
 }
 
 #[test]

@@ -1,6 +1,10 @@
 //! A minimal informer for the simulated actors: a kube-rs reflector (watch + local cache)
 //! driven on its own task, plus a generation counter that moves on every event a caller
 //! cares about, so actors wake up on change instead of polling the API server.
+//!
+//! The cache drops each object's `metadata.managedFields` as it arrives: no simulated actor
+//! reads them, and they are a good part of every object (a pod's field owners for each of its
+//! writers), held once per informer.
 
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
@@ -33,10 +37,11 @@ where
     pub fn start(api: Api<K>, relevant: fn(&Event<K>) -> bool) -> Informer<K> {
         let (store, writer) = reflector::store();
         let (bump, generation) = watch::channel(0u64);
-        let stream =
-            reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
-                .default_backoff();
-        let task = tokio::spawn(async move {
+        let objects = watcher::watcher(api, watcher::Config::default())
+            .modify(|object: &mut K| object.meta_mut().managed_fields = None);
+        let stream = reflector::reflector(writer, objects).default_backoff();
+        // The cache is the starter's: its task allocates as the caller does.
+        let task = tokio::spawn(kerf_heap::inherit(async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 match event {
@@ -48,7 +53,7 @@ where
                     Err(error) => tracing::debug!(%error, "watch error; the watcher retries"),
                 }
             }
-        });
+        }));
         Informer {
             store,
             generation,

@@ -102,7 +102,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Re
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
                 let mut stop = shutdown.clone();
-                tokio::spawn(async move {
+                tokio::spawn(kerf_heap::inherit(async move {
                     let service = hyper::service::service_fn(move |req| handle(app.clone(), req));
                     let conn = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
@@ -114,7 +114,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Re
                             let _ = conn.await;
                         }
                     }
-                });
+                }));
             }
             _ = stopped(&mut shutdown) => return,
         }
@@ -544,10 +544,10 @@ impl ResourceRequest<'_> {
     /// The object's JSON for the requested version.
     fn render(&self, object: &StoredObject) -> Bytes {
         let api_version = self.target.rt.api_version(&self.target.version);
-        if object.value.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
+        if object.attrs.api_version == api_version {
             return object.bytes.clone();
         }
-        let mut value = (*object.value).clone();
+        let mut value = object.value();
         value["apiVersion"] = json!(api_version);
         Bytes::from(serde_json::to_vec(&value).expect("a serde_json::Value always serialises"))
     }
@@ -562,7 +562,7 @@ impl ResourceRequest<'_> {
             let value = table::table(
                 &self.target.rt,
                 &self.target.version,
-                &[&object.value],
+                &[&object.value()],
                 self.registry().clock.now(),
                 &object.rv.to_string(),
                 self.include_object(),
@@ -595,7 +595,8 @@ impl ResourceRequest<'_> {
             metadata["remainingItemCount"] = json!(page.remaining);
         }
         if table::wants_table(&self.accept) {
-            let objects: Vec<&Value> = page.items.iter().map(|o| &*o.value).collect();
+            let values: Vec<Value> = page.items.iter().map(|o| o.value()).collect();
+            let objects: Vec<&Value> = values.iter().collect();
             let mut value = table::table(
                 &self.target.rt,
                 &self.target.version,
@@ -651,12 +652,12 @@ impl ResourceRequest<'_> {
         let stop = self.app.faults.drop_signal();
         let mut shutdown = self.app.shutdown.clone();
         let every = self.app.bookmark_every;
-        tokio::spawn(async move {
+        tokio::spawn(kerf_heap::inherit(async move {
             tokio::select! {
                 end = watch.run(&registry.store, tx, stop, every) => tracing::debug!(?end, "watch ended"),
                 _ = stopped(&mut shutdown) => {}
             }
-        });
+        }));
         let mut response = Response::new(ApiBody::Stream(rx));
         response.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -776,7 +777,7 @@ impl ResourceRequest<'_> {
             &self.delete_options()?,
         )?;
         let rt = &self.target.rt;
-        let items: Vec<Value> = deleted.iter().map(|o| (*o.value).clone()).collect();
+        let items: Vec<Value> = deleted.iter().map(|o| o.value()).collect();
         Ok(value_response(
             200,
             &json!({
@@ -810,9 +811,9 @@ impl ResourceRequest<'_> {
             })
         };
         if *method == Method::GET {
-            return Ok(value_response(200, &scale_of(&object.value)));
+            return Ok(value_response(200, &scale_of(&object.value())));
         }
-        let mut scale = scale_of(&object.value);
+        let mut scale = scale_of(&object.value());
         let body = self.json_body()?;
         if *method == Method::PUT {
             scale = body;
@@ -842,7 +843,7 @@ impl ResourceRequest<'_> {
                 Ok(next)
             },
         )?;
-        Ok(value_response(200, &scale_of(&written.object.value)))
+        Ok(value_response(200, &scale_of(&written.object.value())))
     }
 }
 

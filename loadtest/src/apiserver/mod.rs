@@ -154,7 +154,10 @@ impl ApiServer {
             access: access.clone(),
         });
         let mut tasks = controllers::spawn_all(&registry, &shutdown_rx);
-        tasks.push(tokio::spawn(http::serve(listener, app, shutdown_rx)));
+        tasks.push(tokio::spawn(kerf_heap::owned(
+            kerf_heap::Owner::EMULATOR,
+            http::serve(listener, app, shutdown_rx),
+        )));
         Ok(RunningServer {
             addr,
             access,
@@ -294,7 +297,7 @@ impl Cluster {
             field_manager: Some(IN_PROCESS_MANAGER.to_owned()),
             ..WriteOptions::default()
         };
-        Ok((*self.registry.create(&t, object, &opts)?.object.value).clone())
+        Ok(self.registry.create(&t, object, &opts)?.object.value())
     }
 
     /// Reads an object.
@@ -306,7 +309,7 @@ impl Cluster {
         name: &str,
     ) -> Result<Value, ApiError> {
         let t = self.target(api_version, plural, namespace)?;
-        Ok((*self.registry.get(&t, name)?.value).clone())
+        Ok(self.registry.get(&t, name)?.value())
     }
 
     /// Lists objects (all namespaces when `namespace` is `None`) matching a label selector.
@@ -327,7 +330,7 @@ impl Cluster {
             .list(&t, &query)?
             .items
             .iter()
-            .map(|o| (*o.value).clone())
+            .map(|o| o.value())
             .collect())
     }
 
@@ -384,12 +387,11 @@ impl Cluster {
             field_manager: Some(IN_PROCESS_MANAGER.to_owned()),
             ..WriteOptions::default()
         };
-        Ok((*self
+        Ok(self
             .registry
             .patch(&t, name, sub, kind, patch, &opts)?
             .object
-            .value)
-            .clone())
+            .value())
     }
 
     /// Deletes an object.

@@ -23,6 +23,7 @@ use serde_json::Value;
 use super::error::{ApiError, Reason};
 use super::registry::{Registry, all_objects};
 use super::resources::GroupResource;
+use super::store::StoredObject;
 
 /// The group whose members may do anything.
 pub const MASTERS: &str = "system:masters";
@@ -124,6 +125,28 @@ pub struct Access {
     authentication: RwLock<Option<Authentication>>,
     denied: Mutex<BTreeSet<(String, Attributes)>>,
     used: Mutex<HashSet<(String, Grant)>>,
+    parsed: Parsed,
+}
+
+/// RBAC objects parsed once per write: every request of a user under RBAC reads all its
+/// roles and bindings, and the store keeps only their JSON. By uid, with the
+/// resourceVersion parsed (a write replaces the entry), so it holds one tree per RBAC object
+/// ever stored.
+#[derive(Debug, Default)]
+struct Parsed(Mutex<HashMap<String, (u64, Arc<Value>)>>);
+
+impl Parsed {
+    fn of(&self, object: &StoredObject) -> Arc<Value> {
+        let mut parsed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match parsed.get(&object.attrs.uid) {
+            Some((rv, value)) if *rv == object.rv => Arc::clone(value),
+            _ => {
+                let value = Arc::new(object.value());
+                parsed.insert(object.attrs.uid.clone(), (object.rv, Arc::clone(&value)));
+                value
+            }
+        }
+    }
 }
 
 impl Access {
@@ -187,11 +210,15 @@ impl Access {
         if user.groups.iter().any(|g| g == MASTERS) {
             return Ok(());
         }
-        let used: Vec<Grant> =
-            bound_rules(registry, user, Scope::Request(attrs.namespace.as_deref()))
-                .iter()
-                .flat_map(|(role, rule)| rule.grants_for(role, attrs))
-                .collect();
+        let used: Vec<Grant> = bound_rules(
+            registry,
+            &self.parsed,
+            user,
+            Scope::Request(attrs.namespace.as_deref()),
+        )
+        .iter()
+        .flat_map(|(role, rule)| rule.grants_for(role, attrs))
+        .collect();
         if !used.is_empty() {
             let mut all = self.used.lock().unwrap_or_else(PoisonError::into_inner);
             for grant in used {
@@ -221,7 +248,7 @@ impl Access {
     /// `user` has used so far, in order.
     pub fn unused_by(&self, registry: &Registry, user: &User) -> Vec<Grant> {
         let used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
-        let granted: BTreeSet<Grant> = bound_rules(registry, user, Scope::Everywhere)
+        let granted: BTreeSet<Grant> = bound_rules(registry, &self.parsed, user, Scope::Everywhere)
             .iter()
             .flat_map(|(role, rule)| rule.grants(role))
             .collect();
@@ -323,7 +350,12 @@ fn matches(entry: &str, wanted: &str) -> bool {
 
 /// The stored RBAC objects of kind `plural`, cluster-wide, in `namespace` or (`None` for a
 /// namespaced kind) in every namespace.
-fn rbac_objects(registry: &Registry, plural: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
+fn rbac_objects(
+    registry: &Registry,
+    parsed: &Parsed,
+    plural: &str,
+    namespace: Option<&str>,
+) -> Vec<Arc<Value>> {
     let gr = GroupResource::new("rbac.authorization.k8s.io", plural);
     let Some(mut target) = registry.target_of(&gr, namespace.unwrap_or("")) else {
         return Vec::new();
@@ -331,16 +363,18 @@ fn rbac_objects(registry: &Registry, plural: &str, namespace: Option<&str>) -> V
     if namespace.is_none() {
         target.namespace = None;
     }
-    all_objects(&target)
-        .iter()
-        .map(|o| Arc::clone(&o.value))
-        .collect()
+    all_objects(&target).iter().map(|o| parsed.of(o)).collect()
 }
 
 /// The rules that apply to `user` in `scope` (cluster-wide ones, plus the namespaces'), each
 /// with the role it came from.
-fn bound_rules(registry: &Registry, user: &User, scope: Scope<'_>) -> Vec<(String, Rule)> {
-    let cluster_roles = rbac_objects(registry, "clusterroles", None);
+fn bound_rules(
+    registry: &Registry,
+    parsed: &Parsed,
+    user: &User,
+    scope: Scope<'_>,
+) -> Vec<(String, Rule)> {
+    let cluster_roles = rbac_objects(registry, parsed, "clusterroles", None);
     let cluster_role = |name: &str| {
         cluster_roles
             .iter()
@@ -348,7 +382,7 @@ fn bound_rules(registry: &Registry, user: &User, scope: Scope<'_>) -> Vec<(Strin
             .map(|r| &**r)
     };
     let mut rules = Vec::new();
-    for binding in rbac_objects(registry, "clusterrolebindings", None) {
+    for binding in rbac_objects(registry, parsed, "clusterrolebindings", None) {
         let name = binding["roleRef"]["name"].as_str().unwrap_or("");
         if binds(&binding, user)
             && let Some(role) = cluster_role(name)
@@ -361,8 +395,8 @@ fn bound_rules(registry: &Registry, user: &User, scope: Scope<'_>) -> Vec<(Strin
         Scope::Request(Some(ns)) => Some(ns),
         Scope::Everywhere => None,
     };
-    let roles = rbac_objects(registry, "roles", namespace);
-    for binding in rbac_objects(registry, "rolebindings", namespace) {
+    let roles = rbac_objects(registry, parsed, "roles", namespace);
+    for binding in rbac_objects(registry, parsed, "rolebindings", namespace) {
         if !binds(&binding, user) {
             continue;
         }
@@ -612,6 +646,39 @@ mod tests {
             ["ClusterRole reader: watch pods in API group \"\""]
         );
         assert!(unused(&other).is_empty(), "nothing is bound to other");
+        server.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_changed_role_applies_to_the_next_request() {
+        let server = super::super::ApiServer::start(super::super::ServerConfig::default())
+            .await
+            .expect("emulator starts");
+        let cluster = server.cluster();
+        let rbac = "rbac.authorization.k8s.io/v1";
+        let pods = |verbs: Value| json!({"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]});
+        let mut role = pods(json!(["list"]));
+        role["metadata"] = json!({"name": "reader"});
+        cluster.create(rbac, "clusterroles", role).expect("role");
+        cluster
+            .create(rbac, "clusterrolebindings", json!({"metadata": {"name": "reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "kube-system"}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "reader"}}))
+            .expect("binding");
+        let sa = User::service_account("kube-system", "sa");
+        let (access, registry) = (&server.access, &server.registry);
+        let list = attrs("list", "pods", None);
+        let watch = attrs("watch", "pods", None);
+        assert!(access.authorize(registry, &sa, &list).is_ok());
+        assert!(access.authorize(registry, &sa, &watch).is_err());
+        // Read once (and kept parsed); the new rules count from the next request on.
+        let patch = pods(json!(["watch"]));
+        let kind = super::super::registry::PatchKind::Merge;
+        cluster
+            .patch(rbac, "clusterroles", None, "reader", kind, &patch)
+            .expect("role changed");
+        assert!(access.authorize(registry, &sa, &watch).is_ok());
+        assert!(access.authorize(registry, &sa, &list).is_err());
         server.shutdown().await;
     }
 }

@@ -697,7 +697,7 @@ impl Registry {
 
     fn after_create(&self, t: &Target, object: &Arc<StoredObject>) -> ApiResult<()> {
         if t.rt.behavior == Behavior::CustomResourceDefinition {
-            let rt = crd::resource_type_of(&object.value)?;
+            let rt = crd::resource_type_of(&object.value())?;
             self.store.register(rt);
         }
         Ok(())
@@ -850,9 +850,10 @@ impl Registry {
             .get(&key)
             .cloned()
             .ok_or_else(|| t.not_found(name))?;
-        let mut new = mutate(&current.value)?;
-        let warnings = self.prepare_update(t, sub, &current.value, &mut new, opts)?;
-        if strip_rv(&new) == strip_rv(&current.value) {
+        let current_value = current.value();
+        let mut new = mutate(&current_value)?;
+        let warnings = self.prepare_update(t, sub, &current_value, &mut new, opts)?;
+        if strip_rv(&new) == strip_rv(&current_value) {
             return Ok(Written {
                 object: current,
                 created: false,
@@ -866,7 +867,7 @@ impl Registry {
                 warnings,
             });
         }
-        self.record_write(t, Some(&current.value), &mut new, sub, opts);
+        self.record_write(t, Some(&current_value), &mut new, sub, opts);
         let finished = is_deleting(&new) && !blocks_removal(&t.rt, &new) && grace_elapsed(&new);
         let object = self
             .store
@@ -875,7 +876,7 @@ impl Registry {
         if finished {
             self.after_remove(t, &object);
         } else if t.rt.behavior == Behavior::CustomResourceDefinition {
-            self.store.register(crd::resource_type_of(&object.value)?);
+            self.store.register(crd::resource_type_of(&object.value())?);
         }
         Ok(Written {
             object,
@@ -1019,7 +1020,7 @@ impl Registry {
         if opts.propagation == Propagation::Orphan {
             self.orphan_dependents(&current.attrs.uid);
         }
-        let grace = self.grace_period(t, &current.value, opts);
+        let grace = self.grace_period(t, &current.value(), opts);
         let foreground = opts.propagation == Propagation::Foreground
             && !self.store.dependents(&current.attrs.uid).is_empty();
         let key = t.key(name);
@@ -1029,7 +1030,7 @@ impl Registry {
             .get(&key)
             .cloned()
             .ok_or_else(|| t.not_found(name))?;
-        let mut object = (*current.value).clone();
+        let mut object = current.value();
         let was_deleting = is_deleting(&object);
         let mut pending_finalizers = finalizers(&object);
         if foreground && !pending_finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
@@ -1126,7 +1127,7 @@ impl Registry {
             uid.to_string(),
         );
         let sleep = self.clock.sleep_until(deadline);
-        self.runtime.spawn(async move {
+        self.runtime.spawn(kerf_heap::inherit(async move {
             sleep.await;
             let Some(registry) = registry.upgrade() else {
                 return;
@@ -1147,7 +1148,7 @@ impl Registry {
                     tracing::warn!(%err, name, "graceful termination failed");
                 }
             }
-        });
+        }));
     }
 
     fn after_remove(&self, t: &Target, removed: &Arc<StoredObject>) {
@@ -1159,7 +1160,7 @@ impl Registry {
             self.queues.namespaces.push(removed.attrs.namespace.clone());
         }
         if t.rt.behavior == Behavior::CustomResourceDefinition
-            && let Ok(rt) = crd::resource_type_of(&removed.value)
+            && let Ok(rt) = crd::resource_type_of(&removed.value())
         {
             self.store.unregister(&rt.group_resource());
         }
@@ -1308,7 +1309,7 @@ impl Registry {
             .items
             .into_iter()
             .filter(|pdb| {
-                LabelSelector::from_json(pdb.value.pointer("/spec/selector"))
+                LabelSelector::from_json(pdb.value().pointer("/spec/selector"))
                     .is_ok_and(|s| s.matches(&pod.attrs.labels))
             })
             .collect();
@@ -1322,13 +1323,12 @@ impl Registry {
             }
         };
         let pdb_name = pdb.attrs.name.clone();
-        let observed = pdb
-            .value
+        let pdb_value = pdb.value();
+        let observed = pdb_value
             .pointer("/status/observedGeneration")
             .and_then(Value::as_i64)
             .unwrap_or(0);
-        let generation = pdb
-            .value
+        let generation = pdb_value
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(1);
@@ -1344,19 +1344,16 @@ impl Registry {
                 "The disruption budget {pdb_name} is still being processed by the server."
             )));
         }
-        let allowed = pdb
-            .value
+        let allowed = pdb_value
             .pointer("/status/disruptionsAllowed")
             .and_then(Value::as_i64)
             .unwrap_or(0);
         if allowed <= 0 {
-            let desired = pdb
-                .value
+            let desired = pdb_value
                 .pointer("/status/desiredHealthy")
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
-            let current = pdb
-                .value
+            let current = pdb_value
                 .pointer("/status/currentHealthy")
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
@@ -1395,7 +1392,7 @@ impl Registry {
         let Some(current) = state.objects.get(&key).cloned() else {
             return Ok(false);
         };
-        if !current.attrs.deleting || !finalizers(&current.value).is_empty() {
+        if !current.attrs.deleting || !finalizers(&current.value()).is_empty() {
             return Ok(false);
         }
         let removed = self.store.commit(&t.ts, &mut state, &key, None);
@@ -1457,7 +1454,6 @@ fn dry_run_object(value: Value) -> StoredObject {
     );
     let attrs = Arc::new(super::store::Attrs::of(&value));
     StoredObject {
-        value: Arc::new(value),
         bytes,
         attrs,
         rv: 0,

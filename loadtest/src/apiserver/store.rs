@@ -1,7 +1,11 @@
 //! Object storage: one [`TypeStore`] per resource (objects in a `BTreeMap` by
 //! namespace/name behind a `RwLock`), one global resourceVersion counter, and per type a
 //! bounded history of change [`Record`]s that watches read from. Each write serialises the
-//! object once; the bytes are shared by GET, LIST and every watcher. The store also keeps
+//! object once; the bytes are shared by GET, LIST and every watcher, and are the only copy
+//! kept: the few readers that need the object's tree ([`StoredObject::value`]) parse it
+//! again, and what selectors, indexes and the workload controllers read on every pass is
+//! extracted once per write ([`Attrs`]). A parsed tree is several times the size of its JSON,
+//! so keeping one per object besides the bytes would double the store. The store also keeps
 //! the uid and ownerReference indexes that garbage collection and the workload controllers
 //! need. It knows nothing of API semantics (that is `registry`).
 
@@ -65,6 +69,10 @@ pub struct Attrs {
     pub owners: Vec<OwnerRef>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// `apiVersion`
+    pub api_version: String,
+    /// A condition `Ready` with status `True` (a pod's, a node's).
+    pub ready: bool,
 }
 
 fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
@@ -114,6 +122,14 @@ impl Attrs {
             deleting: object
                 .pointer("/metadata/deletionTimestamp")
                 .is_some_and(|v| !v.is_null()),
+            api_version: str_at(object, "/apiVersion").to_string(),
+            ready: object
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                }),
         }
     }
 
@@ -139,17 +155,23 @@ impl Attrs {
     }
 }
 
-/// An object as stored: the value, its serialised bytes and its attributes.
+/// An object as stored: its serialised bytes and its attributes.
 #[derive(Debug)]
 pub struct StoredObject {
-    /// The object (with `metadata.resourceVersion` set).
-    pub value: Arc<Value>,
-    /// `value` serialised as JSON.
+    /// The object (with `metadata.resourceVersion` set) serialised as JSON.
     pub bytes: Bytes,
     /// Extracted attributes.
     pub attrs: Arc<Attrs>,
     /// resourceVersion.
     pub rv: u64,
+}
+
+impl StoredObject {
+    /// The object, parsed from its stored JSON.
+    pub fn value(&self) -> Value {
+        // The bytes are what `serde_json` serialised from a `Value`; they always parse back.
+        serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
+    }
 }
 
 /// Watch event type.
@@ -369,18 +391,20 @@ impl Store {
         let (mut value, kind) = match (new, &old) {
             (Some(v), None) => (v, EventType::Added),
             (Some(v), Some(_)) => (v, EventType::Modified),
-            (None, Some(o)) => ((*o.value).clone(), EventType::Deleted),
+            (None, Some(o)) => (o.value(), EventType::Deleted),
             // Removing an absent object is a caller bug; record it as an empty deletion.
             (None, None) => (Value::Object(serde_json::Map::new()), EventType::Deleted),
         };
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".to_string(), Value::String(rv.to_string()));
         }
-        let bytes =
-            Bytes::from(serde_json::to_vec(&value).expect("a serde_json::Value always serialises"));
+        let mut json = serde_json::to_vec(&value).expect("a serde_json::Value always serialises");
+        // The buffer grew by doubling; the stored copy (and every history record sharing it)
+        // lives for a long time, so it keeps only what it holds.
+        json.shrink_to_fit();
+        let bytes = Bytes::from(json);
         let attrs = Arc::new(Attrs::of(&value));
         let stored = Arc::new(StoredObject {
-            value: Arc::new(value),
             bytes: bytes.clone(),
             attrs: attrs.clone(),
             rv,
@@ -481,7 +505,7 @@ mod tests {
             Some(pod("ns", "a", None)),
         );
         assert!(b.rv > a.rv);
-        assert_eq!(b.value["metadata"]["resourceVersion"], b.rv.to_string());
+        assert_eq!(b.value()["metadata"]["resourceVersion"], b.rv.to_string());
         let gone = store.commit(&ts, &mut state, &("ns".into(), "a".into()), None);
         let kinds: Vec<EventType> = state.history.iter().map(|r| r.kind).collect();
         assert_eq!(
@@ -490,6 +514,27 @@ mod tests {
         );
         assert!(state.objects.is_empty());
         assert_eq!(state.history[2].rv, gone.rv);
+    }
+
+    #[test]
+    fn only_the_bytes_are_kept_and_readiness_is_read_once_per_write() {
+        let store = Store::new(16);
+        let ts = pods(&store);
+        let mut state = write(&ts.state);
+        let key = ("ns".to_string(), "a".to_string());
+        let mut ready = pod("ns", "a", None);
+        ready["status"] = json!({"conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": "True"}
+        ]});
+        let stored = store.commit(&ts, &mut state, &key, Some(ready.clone()));
+        assert!(stored.attrs.ready);
+        assert_eq!(stored.attrs.api_version, "v1");
+        ready["metadata"]["resourceVersion"] = json!(stored.rv.to_string());
+        assert_eq!(stored.value(), ready, "parsed back from the stored JSON");
+        ready["status"]["conditions"][1]["status"] = json!("False");
+        let stored = store.commit(&ts, &mut state, &key, Some(ready));
+        assert!(!stored.attrs.ready);
     }
 
     #[test]

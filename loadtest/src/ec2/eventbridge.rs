@@ -20,7 +20,7 @@ pub fn forward_interruptions(ec2: &SimulatedEc2, queue: Arc<MemoryQueue>) -> Joi
     let mut events = ec2.subscribe();
     let region = ec2.config().region.clone();
     let ids = AtomicU64::new(0);
-    tokio::spawn(async move {
+    tokio::spawn(kerf_heap::owned(kerf_heap::Owner::EC2, async move {
         loop {
             let event = match events.recv().await {
                 Ok(event) => event,
@@ -35,7 +35,7 @@ pub fn forward_interruptions(ec2: &SimulatedEc2, queue: Arc<MemoryQueue>) -> Joi
                 queue.send(body);
             }
         }
-    })
+    }))
 }
 
 /// The EventBridge JSON of `event`, if the interruption rules forward it.

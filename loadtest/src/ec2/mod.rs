@@ -688,10 +688,11 @@ where
 {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if !delay.is_zero() => {
-            handle.spawn(async move {
+            // The deferred step changes the region's state: EC2's, whoever's call scheduled it.
+            handle.spawn(kerf_heap::owned(kerf_heap::Owner::EC2, async move {
                 tokio::time::sleep(delay).await;
                 task();
-            });
+            }));
         }
         _ => task(),
     }

@@ -142,7 +142,10 @@ pub fn start(
     config: KubeletConfig,
 ) -> KubeletHandle {
     let stats = Arc::new(KubeletStats::default());
-    let task = tokio::spawn(run(client, cloud, config, Arc::clone(&stats)));
+    let task = tokio::spawn(kerf_heap::owned(
+        kerf_heap::Owner::KUBELETS,
+        run(client, cloud, config, Arc::clone(&stats)),
+    ));
     KubeletHandle { task, stats }
 }
 
@@ -186,15 +189,15 @@ async fn run(
         daemonsets.changes(),
     ] {
         let wake = Arc::clone(&wake);
-        helpers.0.push(tokio::spawn(async move {
+        helpers.0.push(tokio::spawn(kerf_heap::inherit(async move {
             while changes.changed().await.is_ok() {
                 wake.notify_one();
             }
-        }));
+        })));
     }
     let mut ec2_events = cloud.ec2().subscribe();
     let ec2_wake = Arc::clone(&wake);
-    helpers.0.push(tokio::spawn(async move {
+    helpers.0.push(tokio::spawn(kerf_heap::inherit(async move {
         // A lagged receiver only means we missed details; the loop re-reads the instances.
         while !matches!(
             ec2_events.recv().await,
@@ -202,14 +205,19 @@ async fn run(
         ) {
             ec2_wake.notify_one();
         }
-    }));
+    })));
     let resync = config.resync;
-    helpers.0.push(tokio::spawn(volumes::run(
+    let volume_pods = volumes::Pods {
+        store: pods.store().clone(),
+        changes: pods.changes(),
+    };
+    helpers.0.push(tokio::spawn(kerf_heap::inherit(volumes::run(
         client.clone(),
+        volume_pods,
         config.detach_delay,
         resync,
         Arc::clone(&stats),
-    )));
+    ))));
     let mut kubelet = Kubelet::new(client, cloud, config, stats);
     loop {
         let view = View {

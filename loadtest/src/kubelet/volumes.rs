@@ -18,8 +18,9 @@ use k8s_openapi::api::storage::v1::{
     VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
 };
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::{KubeletStats, is_status};
@@ -60,14 +61,21 @@ impl Wanted {
     }
 }
 
+/// The kubelets' pod cache, shared rather than kept twice: a ready store, and a receiver
+/// that sees it change.
+pub struct Pods {
+    pub store: Store<Pod>,
+    pub changes: watch::Receiver<u64>,
+}
+
 /// Runs the controller until aborted; `resync` bounds the sleep without a change.
 pub async fn run(
     client: Client,
+    pods: Pods,
     detach_delay: Duration,
     resync: Duration,
     stats: Arc<KubeletStats>,
 ) {
-    let pods = Informer::start(Api::<Pod>::all(client.clone()), any_event::<Pod>);
     let claims = Informer::start(
         Api::<PersistentVolumeClaim>::all(client.clone()),
         any_event::<PersistentVolumeClaim>,
@@ -76,24 +84,23 @@ pub async fn run(
         Api::<VolumeAttachment>::all(client.clone()),
         any_event::<VolumeAttachment>,
     );
-    pods.ready().await;
     claims.ready().await;
     attachments.ready().await;
     let wake = Arc::new(Notify::new());
     let mut watchers = Vec::new();
-    for mut changes in [pods.changes(), claims.changes(), attachments.changes()] {
+    for mut changes in [pods.changes, claims.changes(), attachments.changes()] {
         let wake = Arc::clone(&wake);
-        watchers.push(AbortOnDrop(tokio::spawn(async move {
+        watchers.push(AbortOnDrop(tokio::spawn(kerf_heap::inherit(async move {
             while changes.changed().await.is_ok() {
                 wake.notify_one();
             }
-        })));
+        }))));
     }
     let api: Api<VolumeAttachment> = Api::all(client);
     // When each attachment was first seen unused: it is detached `detach_delay` later.
     let mut unused_since: HashMap<String, Instant> = HashMap::new();
     loop {
-        let wanted = wanted(&pods.store().state(), &claims.store().state());
+        let wanted = wanted(&pods.store.state(), &claims.store().state());
         let existing = attachments.store().state();
         let now = Instant::now();
         let present: HashSet<String> = existing

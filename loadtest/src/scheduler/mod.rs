@@ -112,7 +112,10 @@ impl Drop for SchedulerHandle {
 /// Starts the simulated kube-scheduler against the API server `client` talks to.
 pub fn start(client: Client, config: SchedulerConfig) -> SchedulerHandle {
     let stats = Arc::new(SchedulerStats::default());
-    let task = tokio::spawn(run(client, config, Arc::clone(&stats)));
+    let task = tokio::spawn(kerf_heap::owned(
+        kerf_heap::Owner::SCHEDULER,
+        run(client, config, Arc::clone(&stats)),
+    ));
     SchedulerHandle { task, stats }
 }
 

@@ -5,8 +5,34 @@
 //! bytes its threads allocated and had not freed, counted by the accounting allocator
 //! (`kerf_heap`) on the threads the controller runs on ([`super::controller_threads`]) — live
 //! heap, not resident memory, so the allocator's overhead and fragmentation are not in it.
+//!
+//! The simulated cluster's parts are counted the same way, each as its own owner
+//! ([`simulated_heap`]): the tasks of the API emulator, the kubelets, the scheduler and the
+//! EC2 region's deferred steps are spawned as their owner's, and every task they spawn in
+//! turn inherits it; the controller's calls into the simulated EC2 run as EC2's
+//! ([`super::outside`]); the observers' tallies as theirs; and the rest of this process's
+//! own threads (the run's driver, the kube clients' connection tasks) as `simulate`. A block
+//! counts to the part whose code allocated it until it is freed, wherever it travels (a
+//! watch event the emulator serialised stays the emulator's while a kubelet's connection
+//! buffers it). Each part's peak is its own, reached at its own moment, so the peaks do not
+//! add up to the process's; the live figures at the end, with the controller's, are the
+//! process's live heap, less the little allocated before `kerf simulate` tagged its threads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use kerf_heap::Owner;
+
+use super::summary::HeapPart;
+
+/// The simulated cluster's parts, by the name the summary gives them, and their owner tag.
+const SIMULATED_PARTS: [(&str, Owner); 6] = [
+    ("emulator", Owner::EMULATOR),
+    ("kubelets", Owner::KUBELETS),
+    ("scheduler", Owner::SCHEDULER),
+    ("ec2", Owner::EC2),
+    ("observers", Owner::OBSERVERS),
+    ("simulate", Owner::SIMULATE),
+];
 
 /// The controller's heap peak before the current phase began ([`start_phase`]).
 static PEAK_BEFORE_PHASE: AtomicU64 = AtomicU64::new(0);
@@ -21,6 +47,21 @@ pub fn controller_heap() -> kerf_heap::Usage {
             .max(PEAK_BEFORE_PHASE.load(Ordering::Relaxed)),
         ..usage
     }
+}
+
+/// Each part of the simulated cluster's heap now and at its peak over the whole run.
+pub fn simulated_heap() -> Vec<HeapPart> {
+    SIMULATED_PARTS
+        .iter()
+        .map(|&(part, owner)| {
+            let usage = kerf_heap::usage(owner);
+            HeapPart {
+                part,
+                peak_bytes: usage.peak_bytes,
+                live_bytes: usage.live_bytes,
+            }
+        })
+        .collect()
 }
 
 /// Starts a phase of the run (the scale-down after the scale-out): from now on

@@ -158,9 +158,13 @@ pub fn run(args: Args) -> ExitCode {
         report: args.report,
         stop: stop.clone(),
     };
+    // Everything on this runtime not started as one part's (the emulator, kubelets, scheduler,
+    // EC2, observers: see `memory`) counts as simulate's own.
+    kerf_heap::set_current(Some(kerf_heap::Owner::SIMULATE));
     let system = actix::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
+            .on_thread_start(|| kerf_heap::set_current(Some(kerf_heap::Owner::SIMULATE)))
             .build()
             .expect("the tokio runtime builds with default settings")
     });

@@ -64,8 +64,7 @@ impl Feed {
         let state = read(&self.store.state);
         if state.floor > self.cursor {
             for stored in state.objects.values() {
-                let value = Arc::clone(&stored.value);
-                visit(EventType::Modified, &stored.attrs, &|| (*value).clone());
+                visit(EventType::Modified, &stored.attrs, &|| stored.value());
                 self.cursor = self.cursor.max(stored.rv);
             }
             self.cursor = self.cursor.max(state.floor);
@@ -130,14 +129,17 @@ impl Tally {
         }
     }
 
-    /// Reads every change since the last update, stamping new facts with `now`.
+    /// Reads every change since the last update, stamping new facts with `now`. The tracks
+    /// are the observers' heap ([`kerf_heap::Owner::OBSERVERS`]), whoever calls.
     pub fn update(&mut self, now: Instant) {
-        let pods = &mut self.pod_tracks;
-        self.pods
-            .drain(|kind, attrs, _| observe_pod(pods, kind, attrs, now));
-        let claims = &mut self.claim_tracks;
-        self.claims
-            .drain(|kind, attrs, object| observe_claim(claims, kind, attrs, object));
+        kerf_heap::with_owner(Some(kerf_heap::Owner::OBSERVERS), || {
+            let pods = &mut self.pod_tracks;
+            self.pods
+                .drain(|kind, attrs, _| observe_pod(pods, kind, attrs, now));
+            let claims = &mut self.claim_tracks;
+            self.claims
+                .drain(|kind, attrs, object| observe_claim(claims, kind, attrs, object));
+        });
     }
 
     pub fn counts(&self) -> Counts {

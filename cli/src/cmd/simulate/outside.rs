@@ -2,7 +2,7 @@
 //! controller calls the simulated EC2 in-process (launches, describes, the interruption
 //! queue), so those calls run on the controller's threads; what they allocate is EC2's state
 //! (instances, tags, queued messages), not the controller's, and would otherwise be counted as
-//! the controller's heap. So every call is polled as nobody's allocations
+//! the controller's heap. So every call is polled as EC2's allocations
 //! ([`kerf_heap::scoped`]), and what the controller keeps from the answers — the instance types —
 //! is copied onto its own heap once, as the AWS provider's caches hold them in `kerf controller`.
 //! Answers the controller reads and drops (a hydrated NodeClaim, a describe) are not copied:
@@ -20,9 +20,10 @@ use kerf::interruption::instance_status::{InstanceStatus, InstanceStatusSource, 
 use kerf::interruption::{InterruptionQueue, QueueError, QueueMessage};
 use kerf_loadtest::ec2::{MemoryQueue, SimulatedCloudProvider, SimulatedEc2};
 
-/// The future `call` makes, made and polled as nobody's allocations.
+/// The future `call` makes, made and polled as the simulated EC2's allocations.
 fn outside<'a, T: 'a>(call: impl FnOnce() -> BoxFuture<'a, T>) -> BoxFuture<'a, T> {
-    kerf_heap::with_owner(None, || Box::pin(kerf_heap::scoped(None, call())))
+    let ec2 = Some(kerf_heap::Owner::EC2);
+    kerf_heap::with_owner(ec2, || Box::pin(kerf_heap::scoped(ec2, call())))
 }
 
 /// The simulated cloud provider, called from the controller.

@@ -171,6 +171,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     let memory = Memory {
         controller_heap_peak_bytes: heap.peak_bytes,
         controller_heap_live_bytes: heap.live_bytes,
+        simulated_heap: memory::simulated_heap(),
         process_peak_rss_bytes: memory::peak_rss_bytes(),
     };
     let plan = planned::node_claims(&config.inputs.inventory)

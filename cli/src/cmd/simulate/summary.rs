@@ -182,8 +182,9 @@ pub struct Facts<'a> {
     pub endpoints: Endpoints,
 }
 
-/// The controller's memory and the whole process's, in bytes (see [`super::memory`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// The controller's memory, the simulated cluster's parts' and the whole process's, in bytes
+/// (see [`super::memory`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Memory {
     /// The most heap the controller's threads held at once: bytes they allocated and had not
@@ -191,9 +192,24 @@ pub struct Memory {
     pub controller_heap_peak_bytes: u64,
     /// The controller's heap at the end of the run.
     pub controller_heap_live_bytes: u64,
+    /// Each part of the simulated cluster's heap, counted as the controller's is.
+    pub simulated_heap: Vec<HeapPart>,
     /// Peak resident memory of the whole `kerf simulate` process (controller and simulated
     /// cluster together), read before the plan count is computed.
     pub process_peak_rss_bytes: Option<u64>,
+}
+
+/// One part of the simulated cluster's heap.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeapPart {
+    /// `emulator`, `kubelets`, `scheduler`, `ec2`, `observers` or `simulate` (the rest of the
+    /// process's own threads).
+    pub part: &'static str,
+    /// The most heap the part held at once (its own moment; peaks do not add up).
+    pub peak_bytes: u64,
+    /// The part's heap at the end of the run.
+    pub live_bytes: u64,
 }
 
 /// Stuck pods listed by name at most.
@@ -349,6 +365,19 @@ impl Summary {
             "controller heap peak {:.1} MiB (bytes allocated by the controller's threads and not yet freed; allocator overhead not included)",
             mib(self.memory.controller_heap_peak_bytes)
         );
+        if !self.memory.simulated_heap.is_empty() {
+            let parts: Vec<String> = self
+                .memory
+                .simulated_heap
+                .iter()
+                .map(|p| format!("{} {:.1}", p.part, mib(p.peak_bytes)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "simulated heap  peaks in MiB: {} (each part's own threads and tasks, counted as the controller's)",
+                parts.join(", ")
+            );
+        }
         if let Some(bytes) = self.memory.process_peak_rss_bytes {
             let _ = writeln!(
                 out,
@@ -539,6 +568,11 @@ mod tests {
             memory: Memory {
                 controller_heap_peak_bytes: 3 << 20,
                 controller_heap_live_bytes: 1 << 20,
+                simulated_heap: vec![HeapPart {
+                    part: "emulator",
+                    peak_bytes: 12 << 20,
+                    live_bytes: 5 << 20,
+                }],
                 process_peak_rss_bytes: Some(40 << 20),
             },
             ice_pools: 0,
@@ -589,8 +623,14 @@ mod tests {
             table.contains("process memory  peak 40.0 MiB resident (whole process"),
             "{table}"
         );
+        assert!(
+            table.contains("simulated heap  peaks in MiB: emulator 12.0 ("),
+            "{table}"
+        );
         assert_eq!(json["memory"]["controllerHeapPeakBytes"], 3 << 20);
         assert_eq!(json["memory"]["processPeakRssBytes"], 40 << 20);
+        assert_eq!(json["memory"]["simulatedHeap"][0]["part"], "emulator");
+        assert_eq!(json["memory"]["simulatedHeap"][0]["peakBytes"], 12 << 20);
         assert!(table.contains("still pending   default/web-1"), "{table}");
         assert!(
             table.contains("unschedulable   1 pod(s), e.g. default/big: too big"),

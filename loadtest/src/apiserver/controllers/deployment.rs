@@ -51,14 +51,13 @@ fn reconcile(
     if deployment.attrs.deleting {
         return;
     }
-    let desired = deployment
-        .value
+    let deployment_value = deployment.value();
+    let desired = deployment_value
         .pointer("/spec/replicas")
         .and_then(Value::as_i64)
         .unwrap_or(1);
     let hash = stable_hash(
-        deployment
-            .value
+        deployment_value
             .pointer("/spec/template")
             .unwrap_or(&Value::Null),
     );
@@ -81,13 +80,13 @@ fn reconcile(
         None => {
             if let Err(err) = registry.create(
                 &replicasets,
-                replicaset_for(&deployment.value, &hash, desired),
+                replicaset_for(&deployment_value, &hash, desired),
                 &super::as_controller_manager(),
             ) {
                 tracing::debug!(%err, name, "deployment replicaset creation failed");
             }
         }
-        Some(rs) if int_at(&rs.value, "/spec/replicas") != desired => {
+        Some(rs) if int_at(&rs.value(), "/spec/replicas") != desired => {
             scale(registry, &replicasets, &rs.attrs.name, desired)
         }
         Some(_) => {}
@@ -96,7 +95,7 @@ fn reconcile(
         .iter()
         .filter(|rs| rs.attrs.labels.get(HASH_LABEL) != Some(&hash))
     {
-        if int_at(&old.value, "/spec/replicas") != 0 {
+        if int_at(&old.value(), "/spec/replicas") != 0 {
             scale(registry, &replicasets, &old.attrs.name, 0);
         }
     }
@@ -131,13 +130,13 @@ fn update_status(
     let sum = |pointer: &str| {
         owned
             .iter()
-            .map(|rs| int_at(&rs.value, pointer))
+            .map(|rs| int_at(&rs.value(), pointer))
             .sum::<i64>()
     };
     let updated = owned
         .iter()
         .filter(|rs| rs.attrs.labels.get(HASH_LABEL).map(String::as_str) == Some(hash))
-        .map(|rs| int_at(&rs.value, "/status/replicas"))
+        .map(|rs| int_at(&rs.value(), "/status/replicas"))
         .sum::<i64>();
     let available = sum("/status/availableReplicas");
     let is_available = available >= desired;

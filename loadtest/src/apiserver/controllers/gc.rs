@@ -92,7 +92,7 @@ fn finish_foreground(
         return;
     };
     if !owner.attrs.deleting
-        || !finalizers(&owner.value)
+        || !finalizers(&owner.value())
             .iter()
             .any(|f| f == FOREGROUND_FINALIZER)
     {

@@ -37,12 +37,15 @@ pub fn spawn_all(
     let mut handles = Vec::new();
     let mut spawn = |task: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>| {
         let mut stop = shutdown.clone();
-        handles.push(tokio::spawn(async move {
-            tokio::select! {
-                () = task => {}
-                _ = stopped(&mut stop) => {}
-            }
-        }));
+        handles.push(tokio::spawn(kerf_heap::owned(
+            kerf_heap::Owner::EMULATOR,
+            async move {
+                tokio::select! {
+                    () = task => {}
+                    _ = stopped(&mut stop) => {}
+                }
+            },
+        )));
     };
     spawn(Box::pin(gc::run(registry.clone())));
     spawn(Box::pin(namespace::run(registry.clone())));

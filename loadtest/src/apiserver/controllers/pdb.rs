@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::replicaset::is_ready;
 use super::{follow, in_namespace};
 use crate::apiserver::clock::parse_rfc3339;
 use crate::apiserver::registry::{Registry, Sub, Target, all_objects};
@@ -45,7 +44,7 @@ fn budgets_covering(pdbs: &Target, change: &Change) -> Vec<ObjKey> {
     all_objects(&in_namespace(pdbs, ns))
         .into_iter()
         .filter(|pdb| {
-            LabelSelector::from_json(pdb.value.pointer("/spec/selector")).is_ok_and(|s| {
+            LabelSelector::from_json(pdb.value().pointer("/spec/selector")).is_ok_and(|s| {
                 s.matches(&change.attrs.labels)
                     || change.prev.as_ref().is_some_and(|p| s.matches(&p.labels))
             })
@@ -88,7 +87,7 @@ fn expected_pods(
                             .target_of(&gr, &ns)
                             .and_then(|t| registry.get(&t, &name).ok())
                     })
-                    .and_then(|o| o.value.pointer("/spec/replicas").and_then(Value::as_i64));
+                    .and_then(|o| o.value().pointer("/spec/replicas").and_then(Value::as_i64));
                 total += scale.unwrap_or(1);
             }
             Some(_) => {}
@@ -126,7 +125,7 @@ fn reconcile(registry: &Arc<Registry>, pdbs: &Target, pods: &Target, (ns, name):
     let Some(pdb) = registry.find(&pdbs, name) else {
         return;
     };
-    let Ok(selector) = LabelSelector::from_json(pdb.value.pointer("/spec/selector")) else {
+    let Ok(selector) = LabelSelector::from_json(pdb.value().pointer("/spec/selector")) else {
         return;
     };
     let matching: Vec<Arc<StoredObject>> = all_objects(&in_namespace(pods, ns))
@@ -139,7 +138,7 @@ fn reconcile(registry: &Arc<Registry>, pdbs: &Target, pods: &Target, (ns, name):
         .filter(|p| !p.attrs.deleting)
         .map(|p| (p.attrs.name.as_str(), &**p))
         .collect();
-    let spec = pdb.value.get("spec").cloned().unwrap_or(Value::Null);
+    let spec = pdb.value().get("spec").cloned().unwrap_or(Value::Null);
     let min_available = spec.get("minAvailable");
     let expected = expected_pods(
         registry,
@@ -162,7 +161,7 @@ fn reconcile(registry: &Arc<Registry>, pdbs: &Target, pods: &Target, (ns, name):
         let disrupted = still_disrupted(current, &live, now);
         let healthy = live
             .values()
-            .filter(|p| p.attrs.phase == "Running" && is_ready(&p.value) && !disrupted.contains_key(&p.attrs.name))
+            .filter(|p| p.attrs.phase == "Running" && p.attrs.ready && !disrupted.contains_key(&p.attrs.name))
             .count();
         let healthy = i64::try_from(healthy).unwrap_or(i64::MAX);
         let allowed = (healthy - desired).max(0);

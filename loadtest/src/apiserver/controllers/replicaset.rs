@@ -47,16 +47,6 @@ pub(crate) fn owned_pods(
         .collect()
 }
 
-/// A pod with condition Ready=True.
-pub(crate) fn is_ready(pod: &Value) -> bool {
-    pod.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-}
-
 fn is_active(pod: &StoredObject) -> bool {
     !pod.attrs.deleting && !matches!(pod.attrs.phase.as_str(), "Succeeded" | "Failed")
 }
@@ -70,7 +60,7 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
         return;
     }
     let desired = usize::try_from(
-        rs.value
+        rs.value()
             .pointer("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1)
@@ -86,7 +76,7 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
         for _ in active.len()..desired {
             if let Err(err) = registry.create(
                 &pods_ns,
-                pod_from_template(&rs.value),
+                pod_from_template(&rs.value()),
                 &super::as_controller_manager(),
             ) {
                 tracing::debug!(%err, name, "replicaset pod creation failed");
@@ -107,13 +97,13 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
         .into_iter()
         .filter(|p| is_active(p))
         .collect();
-    let ready = observed.iter().filter(|p| is_ready(&p.value)).count();
+    let ready = observed.iter().filter(|p| p.attrs.ready).count();
     let status = json!({
         "replicas": observed.len(),
         "fullyLabeledReplicas": observed.len(),
         "readyReplicas": ready,
         "availableReplicas": ready,
-        "observedGeneration": rs.value.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+        "observedGeneration": rs.value().pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
     });
     let result = registry.update_with(
         &replicasets,
@@ -139,7 +129,7 @@ fn deletion_rank(pod: &StoredObject) -> (bool, u8, bool, std::cmp::Reverse<Strin
         _ => 2,
     };
     let created = pod
-        .value
+        .value()
         .pointer("/metadata/creationTimestamp")
         .and_then(Value::as_str)
         .unwrap_or_default()
@@ -147,7 +137,7 @@ fn deletion_rank(pod: &StoredObject) -> (bool, u8, bool, std::cmp::Reverse<Strin
     (
         !pod.attrs.node_name.is_empty(),
         phase_rank,
-        is_ready(&pod.value),
+        pod.attrs.ready,
         std::cmp::Reverse(created),
     )
 }

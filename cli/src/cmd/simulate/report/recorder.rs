@@ -86,7 +86,10 @@ impl Recorder {
     ) -> Result<Self, NotServed> {
         let sampler = Sampler::new(sources, faults, origin)?;
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(sampler.run(stopped));
+        let task = tokio::spawn(kerf_heap::owned(
+            kerf_heap::Owner::OBSERVERS,
+            sampler.run(stopped),
+        ));
         Ok(Self { stop, task })
     }
 
@@ -193,7 +196,7 @@ fn by_phase(store: &TypeStore) -> BTreeMap<String, u64> {
     let state = read(&store.state);
     let mut phases = BTreeMap::new();
     for stored in state.objects.values() {
-        let phase = phase(&stored.value, stored.attrs.deleting);
+        let phase = phase(&stored.value(), stored.attrs.deleting);
         *phases.entry(phase.to_owned()).or_insert(0) += 1;
     }
     phases
