@@ -2,8 +2,8 @@
 //! rather than through a watch: every pod and NodeClaim change is seen (a NodeClaim created
 //! and deleted again between two looks still counts), in order, with the time this process
 //! saw it. Pods made by DaemonSets are left out: they are not the workload. If the history
-//! ever moved past what was read (it keeps 200k changes), the tally catches up from the
-//! stored objects instead.
+//! ever moved past what was read (it keeps the last 20,000 changes per resource, see
+//! `world`), the tally catches up from the stored objects instead.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,7 +58,7 @@ impl Feed {
     /// Calls `visit` for every change since the last call, oldest first; `object` parses
     /// the changed object on demand. After a gap in the history, every stored object is
     /// visited once as `Modified` (deletions in the gap are lost, which only matters to a
-    /// tally far behind 200k changes).
+    /// tally more than the history's length behind).
     fn drain(&mut self, mut visit: impl FnMut(EventType, &Attrs, &dyn Fn() -> Value)) {
         self.changes.mark_unchanged();
         let state = read(&self.store.state);
