@@ -304,6 +304,17 @@ impl<'a> Parser<'a> {
         Ok(Some(self.column()))
     }
 
+    /// Moves to the next entry of a block collection at `indent`: true when there is one;
+    /// false at the end, or at shallower content (the collection is over); deeper content
+    /// is no entry of it, so the fast path gives up.
+    fn next_entry(&mut self, indent: usize) -> Fast<bool> {
+        match self.next_content()? {
+            Some(column) if column > indent => Err(Fallback),
+            Some(column) => Ok(column == indent),
+            None => Ok(false),
+        }
+    }
+
     /// Moves past blanks, blank lines and comments; false at the end of the text.
     fn skip_blank_lines(&mut self) -> Fast<bool> {
         loop {
@@ -885,11 +896,8 @@ impl<'de, 'p, 'a> MapAccess<'de> for Mapping<'p, 'a> {
     type Error = Fallback;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Fast<Option<K::Value>> {
-        match self.parser.next_content()? {
-            None => return Ok(None),
-            Some(column) if column < self.indent => return Ok(None),
-            Some(column) if column > self.indent => return Err(Fallback),
-            Some(_) => {}
+        if !self.parser.next_entry(self.indent)? {
+            return Ok(None);
         }
         let (key, after) = self.parser.scan_key()?.ok_or(Fallback)?;
         let keys = &mut self.parser.keys[self.depth];
@@ -922,12 +930,8 @@ impl<'de, 'p, 'a> SeqAccess<'de> for Sequence<'p, 'a> {
     type Error = Fallback;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Fast<Option<T::Value>> {
-        match self.parser.next_content()? {
-            None => return Ok(None),
-            Some(column) if column < self.indent => return Ok(None),
-            Some(column) if column > self.indent => return Err(Fallback),
-            Some(_) if !self.parser.is_dash() => return Ok(None),
-            Some(_) => {}
+        if !self.parser.next_entry(self.indent)? || !self.parser.is_dash() {
+            return Ok(None);
         }
         let start = self.parser.item_start(self.indent)?;
         seed.deserialize(Node {
