@@ -103,6 +103,26 @@ impl CreatedClaims {
             .unwrap_or_default()
     }
 
+    /// Adds to NodeClaim `name`'s pods those a later round placed in its remaining room,
+    /// while its nomination lasts (a NodeClaim past it, or not created here, gets none):
+    /// the next round holds them there as it holds the pods the NodeClaim was created for,
+    /// and its registration nominates them. Left out, they would be solved again from
+    /// scratch each round, packed differently among the pods that arrived since, and could
+    /// spill onto new NodeClaims while the room planned for them boots. Returns how many
+    /// were added (pods already there are not added twice).
+    pub fn assign(&self, name: &str, pods: &[PodRef]) -> usize {
+        let Some(mut nomination) = self.nominated.get_mut(name) else {
+            return 0;
+        };
+        let before = nomination.pods.len();
+        for pod in pods {
+            if !nomination.pods.iter().any(|held| held.uid == pod.uid) {
+                nomination.pods.push(pod.clone());
+            }
+        }
+        nomination.pods.len() - before
+    }
+
     /// NodeClaims created here whose launch has not ended: not `Launched`, not deleting,
     /// and either in `state` or created within the grace (their watch event may be on its
     /// way). A stopping leader waits for these, not only for launches already running: a
