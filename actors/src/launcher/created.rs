@@ -4,6 +4,8 @@
 //! flight and for a nomination window after its Node is initialized, so later rounds hold
 //! those pods on it instead of re-packing every pending pod
 //! from scratch (which spreads them differently and leaves some over for new NodeClaims).
+//! A later round that places pods in the room left on such a NodeClaim adds them to its
+//! pods ([`CreatedClaims::assign`]), so they are held and nominated like the first ones.
 //! Whether a pod's nomination is futile ([`nomination_futile`]) is judged here too, for the
 //! lifecycle, which withdraws such nominations early; the pod stays held for the window
 //! (the room it lost on its Node may be waiting for it on a Node still booting).
@@ -370,6 +372,28 @@ mod tests {
             ["launched", "registering"],
             "the window after initialization and the grace of an unseen NodeClaim end"
         );
+    }
+
+    #[test]
+    fn pods_placed_later_join_a_nodeclaims_own_once_and_only_while_it_holds_pods() {
+        let created = CreatedClaims::default();
+        created.insert(claim("a"), pods(&["p1"]));
+        assert_eq!(created.assign("a", &pods(&["p2", "p1", "p3"])), 2);
+        assert_eq!(created.assign("a", &pods(&["p3"])), 0, "already held");
+        let held: Vec<String> = created
+            .nominated_pods("a")
+            .into_iter()
+            .map(|p| p.uid)
+            .collect();
+        assert_eq!(held, ["p1", "p2", "p3"]);
+        created.withdraw("a");
+        assert_eq!(created.assign("a", &pods(&["p4"])), 0, "withdrawn");
+        assert_eq!(
+            created.assign("other", &pods(&["p4"])),
+            0,
+            "not created here"
+        );
+        assert!(created.nominated_pods("a").is_empty());
     }
 
     fn pod(name: &str, scheduled: Option<&str>) -> LeanPod {
