@@ -4,7 +4,9 @@
 //!
 //! The cache drops each object's `metadata.managedFields` as it arrives: no simulated actor
 //! reads them, and they are a good part of every object (a pod's field owners for each of its
-//! writers), held once per informer.
+//! writers), held once per informer. An actor that reads only some fields of a kind it keeps
+//! many of (pods) passes a trim ([`Informer::start_trimmed`]) that clears the rest before the
+//! object is cached, so each cache holds what its actor reads rather than whole objects.
 
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
@@ -35,10 +37,23 @@ where
 {
     /// Starts watching `api`. `relevant` decides which events move the generation counter.
     pub fn start(api: Api<K>, relevant: fn(&Event<K>) -> bool) -> Informer<K> {
+        Self::start_trimmed(api, relevant, |_| {})
+    }
+
+    /// Starts watching `api`, caching each object as `trim` leaves it (besides the dropped
+    /// managedFields); `relevant` sees the trimmed object.
+    pub fn start_trimmed(
+        api: Api<K>,
+        relevant: fn(&Event<K>) -> bool,
+        trim: fn(&mut K),
+    ) -> Informer<K> {
         let (store, writer) = reflector::store();
         let (bump, generation) = watch::channel(0u64);
-        let objects = watcher::watcher(api, watcher::Config::default())
-            .modify(|object: &mut K| object.meta_mut().managed_fields = None);
+        let objects =
+            watcher::watcher(api, watcher::Config::default()).modify(move |object: &mut K| {
+                object.meta_mut().managed_fields = None;
+                trim(object);
+            });
         let stream = reflector::reflector(writer, objects).default_backoff();
         // The cache is the starter's: its task allocates as the caller does.
         let task = tokio::spawn(kerf_heap::inherit(async move {

@@ -171,7 +171,11 @@ async fn run(
         any_event::<NodeClaim>,
     );
     let nodes = Informer::start(Api::<Node>::all(client.clone()), any_event::<Node>);
-    let pods = Informer::start(Api::<Pod>::all(client.clone()), any_event::<Pod>);
+    let pods = Informer::start_trimmed(
+        Api::<Pod>::all(client.clone()),
+        any_event::<Pod>,
+        pods::trim,
+    );
     let daemonsets = Informer::start(
         Api::<DaemonSet>::all(client.clone()),
         any_event::<DaemonSet>,

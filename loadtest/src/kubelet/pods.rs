@@ -1,9 +1,10 @@
 //! Pods as the simulated node agents touch them: the daemonset pods the daemonset
 //! controller would create for a node (owned by their DaemonSet, with its default
-//! tolerations, bound to the node), and the status a kubelet reports once a pod runs.
+//! tolerations, bound to the node), and the status a kubelet reports once a pod runs; and
+//! [`trim`], what the kubelets' pod cache keeps of each pod.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, PodStatus, Toleration, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kerf::taints::{EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE};
@@ -90,6 +91,51 @@ pub(crate) fn daemonset_owner(pod: &Pod) -> Option<&str> {
         .flatten()
         .find(|o| o.kind == "DaemonSet" && o.controller == Some(true))
         .map(|o| o.uid.as_str())
+}
+
+/// Clears what the kubelets and the attach/detach controller do not read, for their pod
+/// cache. Kept: identity, owners and deletion time; the node the pod is bound to, each
+/// container's name and image (a started pod reports them), the volumes that mount a
+/// PersistentVolumeClaim; the phase.
+pub(crate) fn trim(pod: &mut Pod) {
+    let meta = std::mem::take(&mut pod.metadata);
+    pod.metadata = ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        deletion_timestamp: meta.deletion_timestamp,
+        owner_references: meta.owner_references,
+        ..ObjectMeta::default()
+    };
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        node_name: spec.node_name,
+        containers: spec
+            .containers
+            .into_iter()
+            .map(|c| Container {
+                name: c.name,
+                image: c.image,
+                ..Container::default()
+            })
+            .collect(),
+        volumes: spec.volumes.map(|volumes| {
+            volumes
+                .into_iter()
+                .filter(|v| v.persistent_volume_claim.is_some())
+                .map(|v| Volume {
+                    name: v.name,
+                    persistent_volume_claim: v.persistent_volume_claim,
+                    ..Volume::default()
+                })
+                .collect()
+        }),
+        ..PodSpec::default()
+    });
+    pod.status = pod.status.take().map(|status| PodStatus {
+        phase: status.phase,
+        ..PodStatus::default()
+    });
 }
 
 /// Strategic merge patch of a pod's status: Running and Ready on `host_ip` with `pod_ip`.
@@ -185,6 +231,52 @@ mod tests {
                 .any(|t| t.key.as_deref() == Some("node.kubernetes.io/unschedulable"))
         );
         assert!(pod.metadata.name.expect("name").starts_with("agent-"));
+    }
+
+    #[test]
+    fn a_trimmed_pod_starts_and_is_owned_as_the_whole_pod() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "agent-x", "namespace": "kube-system", "uid": "u",
+                "annotations": {"note": "x"}, "labels": {"app": "agent"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
+                    "uid": "ds-uid", "controller": true}]},
+            "spec": {"nodeName": "n1",
+                "containers": [{"name": "agent", "image": "agent:1", "env": [{"name": "A", "value": "b"}],
+                    "resources": {"requests": {"cpu": "1"}}}],
+                "volumes": [{"name": "cache", "emptyDir": {}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+            "status": {"phase": "Pending", "qosClass": "Burstable"}
+        }))
+        .expect("valid pod");
+        let mut kept = pod.clone();
+        trim(&mut kept);
+        assert_eq!(daemonset_owner(&kept), daemonset_owner(&pod));
+        let containers = |p: &Pod| -> Vec<(String, Option<String>)> {
+            let spec = p.spec.as_ref().expect("spec");
+            spec.containers
+                .iter()
+                .map(|c| (c.name.clone(), c.image.clone()))
+                .collect()
+        };
+        assert_eq!(containers(&kept), containers(&pod));
+        let spec = kept.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        let volumes: Vec<&str> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(volumes, ["data"], "only claims are attached");
+        assert_eq!(
+            kept.status.and_then(|s| s.phase).as_deref(),
+            Some("Pending")
+        );
+        assert_eq!(
+            (kept.metadata.annotations, kept.metadata.labels),
+            (None, None)
+        );
+        assert_eq!(spec.containers[0].resources, None);
     }
 
     #[test]
