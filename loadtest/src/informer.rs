@@ -6,9 +6,9 @@
 //! reads them, and they are a good part of every object (a pod's field owners for each of its
 //! writers), held once per informer. An actor that reads only some fields of a kind it keeps
 //! many of (pods) either passes a trim ([`Informer::start_trimmed`]) that clears the rest
-//! before the object is cached, or caches a projection of its own ([`Informer::start_projected`]):
-//! a typed object's empty fields still take their room, so a small struct of what is read
-//! holds a tenth of what even a trimmed pod does.
+//! before the object is cached, or caches a projection of its own
+//! ([`Informer::start_projected`]): a typed object's empty fields still take their room, so a
+//! small struct of what is read holds far less than even a trimmed pod.
 
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;

@@ -5,8 +5,9 @@
 //! fewer than the last 100, never more than a capacity; a watch resuming from an older
 //! resourceVersion gets 410 Gone and lists again. Every record older than the newest version
 //! of its object holds a copy of the object that only a lagging watcher could still want, so
-//! an unbounded window would keep every version of every pod of a run. Each write serialises the
-//! object once; the bytes are shared by GET, LIST and every watcher, and are the only copy
+//! an unbounded window would keep every version of every pod of a run.
+//!
+//! Each write serialises the object once; the bytes are shared by GET, LIST and every watcher, and are the only copy
 //! kept: the few readers that need the object's tree ([`StoredObject::value`]) parse it
 //! again, and what selectors, indexes and the workload controllers read on every pass is
 //! extracted once per write ([`Attrs`]). A parsed tree is several times the size of its JSON,
