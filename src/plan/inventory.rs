@@ -211,7 +211,11 @@ impl Builder {
         let group = object.group().to_owned();
         match (group.as_str(), object.kind.as_str()) {
             ("", "Pod") => {
-                let pod = given_pod(object.value).map_err(single)?;
+                let pod = match object.pod {
+                    Some(pod) => given_typed_pod(*pod),
+                    None => given_pod(object.value),
+                }
+                .map_err(single)?;
                 self.put_pod(pod, &origin);
             }
             ("apps", "Deployment") => {
@@ -498,7 +502,27 @@ fn node_claim_resources(claim: &NodeClaim) -> Result<(), FieldError> {
 /// API server's request defaulting applied and a stable UID when it has none.
 fn given_pod(value: Value) -> Result<Pod, FieldError> {
     require(&value, &["spec"])?;
-    let mut pod: Pod = namespaced(value)?;
+    checked_pod(namespaced(value)?)
+}
+
+/// [`given_pod`] for a pod the reader decoded itself (see [`Object::pod`]): the same checks,
+/// in the same order, on the typed form.
+fn given_typed_pod(mut pod: Pod) -> Result<Pod, FieldError> {
+    if pod.spec.is_none() {
+        return Err(FieldError::required("spec"));
+    }
+    let metadata = &mut pod.metadata;
+    if metadata.name.as_deref().is_none_or(str::is_empty) {
+        return Err(FieldError::required("metadata.name"));
+    }
+    if metadata.namespace.as_deref().is_none_or(str::is_empty) {
+        metadata.namespace = Some(DEFAULT_NAMESPACE.to_owned());
+    }
+    checked_pod(pod)
+}
+
+/// A decoded pod's spec checked, its requests defaulted and its UID set.
+fn checked_pod(mut pod: Pod) -> Result<Pod, FieldError> {
     let spec = pod
         .spec
         .as_mut()
