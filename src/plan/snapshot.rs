@@ -224,7 +224,7 @@ fn in_flight(claim: &NodeClaim, node_names: &[&str]) -> bool {
 
 fn existing_node(
     node: &Node,
-    claims: &[NodeClaim],
+    claims: &[Arc<NodeClaim>],
     pods: Vec<Arc<LeanPod>>,
 ) -> Result<ExistingNode, PlanError> {
     let name = node.metadata.name.clone().unwrap_or_default();
