@@ -2,14 +2,16 @@
 //! which step of which round raised its peak. Figures come from the accounting allocator
 //! (`kerf_heap`) for the owner the Provisioner's thread allocates as — the controller's in
 //! `kerf simulate` — and are absent where no thread is tagged (`kerf controller`): reading
-//! them is two relaxed loads, and nothing is kept between rounds.
+//! them is two relaxed loads, and nothing is kept between rounds. They are the owner's whole
+//! heap, every actor's, so the difference between two steps also holds what other actors
+//! allocated meanwhile; the step that raised the peak is exact.
 
 use kerf_heap::Usage;
 
 /// The steps of a round, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// Cluster state copied into the plan's inventory.
+    /// Cluster state gathered into the plan's inventory (pods, Nodes and NodeClaims shared).
     Inventory,
     /// The scheduler's input built from it (instance types, existing nodes, pods).
     Snapshot,
