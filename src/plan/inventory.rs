@@ -36,8 +36,10 @@ pub struct Inventory {
     pub pods: Vec<Arc<LeanPod>>,
     /// One pod per DaemonSet, as the DaemonSet would run it on each node.
     pub daemon_pods: Vec<Pod>,
-    pub nodes: Vec<Node>,
-    pub node_claims: Vec<NodeClaim>,
+    /// Nodes and NodeClaims are shared too: the controller's stores hold them in `Arc`s, and
+    /// a round or a disruption snapshot points at them instead of copying each.
+    pub nodes: Vec<Arc<Node>>,
+    pub node_claims: Vec<Arc<NodeClaim>>,
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<EC2NodeClass>,
     pub disruption_budgets: Vec<PodDisruptionBudget>,
@@ -447,8 +449,8 @@ impl Builder {
         Inventory {
             pods: self.pods.items,
             daemon_pods: self.daemon_pods.items,
-            nodes: self.nodes.items,
-            node_claims: self.node_claims.items,
+            nodes: self.nodes.items.into_iter().map(Arc::new).collect(),
+            node_claims: self.node_claims.items.into_iter().map(Arc::new).collect(),
             node_pools: self.node_pools.items,
             node_classes: self.node_classes.items,
             disruption_budgets: self.disruption_budgets.items,
