@@ -1,10 +1,10 @@
 //! The `kerf plan` benchmark: a realistic cluster dump (`kerf::plan::fixtures`, the one
 //! `kerf-dump` writes: Deployments, StatefulSets and DaemonSets with `kubectl get -o`-shaped
-//! pods, 10 % of them running on existing Nodes) of 2,000 and 10,000 pods, read from memory
+//! pods, 10 % of them running on existing Nodes) of 2,000 and 20,000 pods, read from memory
 //! as JSON and as YAML and planned as `kerf plan` plans it: the streaming reader, the
 //! inventory, the snapshot, the solve and the report. `read` is the reader and the inventory
 //! alone; `plan` is all of it, so their difference is the planning pipeline.
-//! Run with `cargo bench -p kerf --bench plan` (one size: `-- plan/json/10000`).
+//! Run with `cargo bench -p kerf --bench plan` (one size: `-- plan/json/20000`).
 //!
 //! Peak memory is measured on the whole command instead (`kerf-dump --pods 10000 > d.json`,
 //! then `/usr/bin/time -v kerf plan -f d.json`): criterion times, it does not weigh.
@@ -19,7 +19,7 @@ use kerf::plan::fixtures::{self, DumpFormat, DumpShape};
 use kerf::plan::inventory::{Builder, Inventory};
 use kerf::plan::{PlanOptions, plan_inventory};
 
-const SIZES: [usize; 2] = [2_000, 10_000];
+const SIZES: [usize; 2] = [2_000, 20_000];
 
 fn dump(pods: usize, format: DumpFormat) -> Vec<u8> {
     let mut out = Vec::new();
@@ -32,10 +32,15 @@ fn dump(pods: usize, format: DumpFormat) -> Vec<u8> {
     out
 }
 
-/// The dump read as `kerf plan -f` reads it: each object into the inventory as it is parsed.
+/// The dump read as `kerf plan -f` reads it: each object into the inventory as it is parsed,
+/// pods typed.
 fn read(text: &[u8]) -> Inventory {
     let mut builder = Builder::default();
-    stream::read(text, "dump", Limits::default(), &mut |object| {
+    let limits = Limits {
+        typed_pods: true,
+        ..Limits::default()
+    };
+    stream::read(text, "dump", limits, &mut |object| {
         builder.add(object.expect("the dump parses"));
     })
     .expect("the dump reads");

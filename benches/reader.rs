@@ -2,8 +2,8 @@
 //! dump, the size issue 16's goals are set at (`kerf::plan::fixtures`, as `kerf-dump` writes
 //! it), read from memory as a YAML `List`, a YAML multi-document stream and a JSON `List`,
 //! every object handed to a sink that only counts it. This is what `kerf validate` costs
-//! before validating and what `kerf plan` costs before building its inventory
-//! (`benches/plan.rs` measures those together).
+//! before validating, and (`-typed`, pods decoded straight into their typed form) what `kerf
+//! plan` costs before building its inventory (`benches/plan.rs` measures those together).
 //! Run with `cargo bench -p kerf --bench reader` (one format: `-- reader/yaml`).
 
 use std::hint::black_box;
@@ -26,9 +26,9 @@ fn dump(format: DumpFormat) -> Vec<u8> {
     out
 }
 
-fn read(text: &[u8]) -> usize {
+fn read(text: &[u8], limits: Limits) -> usize {
     let mut objects = 0;
-    stream::read(text, "dump", Limits::default(), &mut |object| {
+    stream::read(text, "dump", limits, &mut |object| {
         black_box(object.expect("the dump parses"));
         objects += 1;
     })
@@ -47,7 +47,17 @@ fn reader(c: &mut Criterion) {
     ] {
         let text = dump(format);
         group.throughput(Throughput::Bytes(text.len() as u64));
-        group.bench_function(format!("{name}/{PODS}"), |b| b.iter(|| read(&text)));
+        group.bench_function(format!("{name}/{PODS}"), |b| {
+            b.iter(|| read(&text, Limits::default()))
+        });
+        // As `kerf plan` reads it: a List's pods straight into their typed form.
+        let typed = Limits {
+            typed_pods: true,
+            ..Limits::default()
+        };
+        group.bench_function(format!("{name}-typed/{PODS}"), |b| {
+            b.iter(|| read(&text, typed))
+        });
     }
     group.finish();
 }

@@ -79,6 +79,7 @@ fn a_json_list_of_100k_objects_is_read() {
 fn the_node_limit_holds_per_document_and_is_named_in_kerfs_words() {
     let limits = Limits {
         max_yaml_nodes: 1_000,
+        ..Limits::default()
     };
     // A stream of small documents: each is far below the limit, however many there are.
     let (objects, ended) = read(&text(5_000, DumpFormat::YamlStream), limits);
@@ -179,6 +180,104 @@ fn a_realistic_dump_reads_alike_in_yaml_and_json_and_plans() {
     assert!(on_new > 0, "pending pods get NodeClaims");
     // Every pending pod is placed once; the running ones stay where they are.
     assert_eq!(on_new + on_existing, 600 - 120);
+}
+
+#[test]
+fn typed_pods_read_as_the_value_path_reads_them_and_plan_alike() {
+    let shape = DumpShape {
+        pods: 600,
+        running_percent: 20,
+    };
+    let typed = Limits {
+        typed_pods: true,
+        ..Limits::default()
+    };
+    for format in [DumpFormat::Yaml, DumpFormat::Json] {
+        let mut out = Vec::new();
+        fixtures::write(fixtures::objects(shape), format, &mut out).expect("written");
+        let (as_values, _) = read(&out, Limits::default());
+        let (as_typed, ended) = read(&out, typed);
+        assert!(ended.is_none(), "{format:?}: {ended:?}");
+        assert_eq!(as_values.len(), as_typed.len(), "{format:?}");
+        let mut pods = 0;
+        for (value, typed) in as_values.iter().zip(&as_typed) {
+            assert_eq!(
+                (&typed.display_name(), &typed.namespace, &typed.source),
+                (&value.display_name(), &value.namespace, &value.source)
+            );
+            match &typed.pod {
+                Some(pod) => {
+                    pods += 1;
+                    let via_value: k8s_openapi::api::core::v1::Pod =
+                        serde_json::from_value(value.value.clone()).expect("a pod");
+                    assert_eq!(**pod, via_value, "{format:?}: {}", value.display_name());
+                }
+                None => assert_eq!(typed.value, value.value),
+            }
+        }
+        let given = as_values.iter().filter(|o| o.kind == "Pod").count();
+        assert_eq!(
+            pods, given,
+            "{format:?}: every pod of the List is read typed"
+        );
+        let plan = |objects: Vec<Object>| {
+            let mut builder = Builder::default();
+            objects.into_iter().for_each(|object| builder.add(object));
+            let inventory = builder.finish().expect("the dump is valid");
+            plan::plan_inventory(inventory, &PlanOptions::default()).expect("plans")
+        };
+        assert_eq!(plan(as_typed), plan(as_values), "{format:?}");
+    }
+}
+
+#[test]
+fn broken_pods_read_typed_are_reported_as_before() {
+    let pod = |name: &str, spec: serde_json::Value| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "managedFields": [{"manager": "m"}]}, "spec": spec})
+    };
+    let container = |resources: serde_json::Value| {
+        serde_json::json!({"containers": [{"name": "c", "env": [{"name": "E"}],
+            "resources": resources}]})
+    };
+    let broken = [
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "no-spec"}}),
+        pod("null-spec", serde_json::Value::Null),
+        pod("", container(serde_json::json!({}))),
+        pod("containers-text", serde_json::json!({"containers": "x"})),
+        pod(
+            "bad-cpu",
+            container(serde_json::json!({"requests": {"cpu": "lots"}})),
+        ),
+        pod(
+            "port-text",
+            serde_json::json!({"containers": [{"name": "c",
+            "ports": [{"containerPort": "http"}]}]}),
+        ),
+        pod(
+            "good",
+            container(serde_json::json!({"requests": {"cpu": "1"}})),
+        ),
+    ];
+    for format in [DumpFormat::Yaml, DumpFormat::Json] {
+        let mut out = Vec::new();
+        fixtures::write(broken.iter().cloned(), format, &mut out).expect("written");
+        let problems = |limits: Limits| {
+            let (objects, ended) = read(&out, limits);
+            assert!(ended.is_none(), "{ended:?}");
+            let mut builder = Builder::default();
+            objects.into_iter().for_each(|object| builder.add(object));
+            let problems = builder.finish().expect_err("broken pods");
+            problems.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        let before = problems(Limits::default());
+        assert_eq!(before.len(), broken.len() - 1, "{format:?}: {before:#?}");
+        let typed = Limits {
+            typed_pods: true,
+            ..Limits::default()
+        };
+        assert_eq!(problems(typed), before, "{format:?}");
+    }
 }
 
 /// Every object of a YAML text, or the error that ended it.

@@ -18,13 +18,13 @@
 )]
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::ffi::c_void;
+use std::ffi::{c_int, c_long, c_void};
 use std::ptr::{self, null_mut};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use libmimalloc_sys::{
     mi_free, mi_heap_delete, mi_heap_malloc_aligned, mi_heap_new, mi_heap_realloc_aligned,
-    mi_heap_t, mi_heap_zalloc_aligned,
+    mi_heap_t, mi_heap_zalloc_aligned, mi_option_get, mi_option_set,
 };
 use mimalloc::MiMalloc;
 
@@ -33,6 +33,37 @@ use crate::{SLOTS, added, removed, slot, tracking};
 unsafe extern "C" {
     /// The heap `p` was allocated in, or null for memory that is not mimalloc's (mimalloc 3).
     fn mi_heap_of(p: *const c_void) -> *mut mi_heap_t;
+}
+
+/// mimalloc 3's option numbers (`mi_option_t`) that [`prefer_footprint`] sets; the Rust
+/// bindings name only the older ones.
+const PURGE_DELAY: c_int = 15;
+const GENERIC_COLLECT: c_int = 34;
+const PAGE_FULL_RETAIN: c_int = 36;
+
+/// The options [`prefer_footprint`] sets, with their values: free pages go back to the OS at
+/// once (default: after 1 s), each thread's heaps collect their deferred frees and empty pages
+/// every 100 generic allocations (default 10,000), and no empty page is retained per size
+/// class (default 2).
+const FOOTPRINT_OPTIONS: [(c_int, c_long); 3] = [
+    (PURGE_DELAY, 0),
+    (GENERIC_COLLECT, 100),
+    (PAGE_FULL_RETAIN, 0),
+];
+
+/// Sets [`FOOTPRINT_OPTIONS`]; mimalloc reads them as it goes, so they hold from the next
+/// allocations on.
+pub(crate) fn prefer_footprint() {
+    for (option, value) in FOOTPRINT_OPTIONS {
+        // SAFETY: sets a process-wide option by its number; mimalloc stores it atomically.
+        unsafe { mi_option_set(option, value) };
+    }
+}
+
+/// The value mimalloc has for `option` now.
+pub(crate) fn option(option: c_int) -> c_long {
+    // SAFETY: reads a process-wide option by its number.
+    unsafe { mi_option_get(option) }
 }
 
 /// The global allocator that counts tagged threads' allocations by owner.

@@ -11,7 +11,8 @@ use std::hint::black_box;
 use std::thread;
 
 use kerf_heap::{
-    Accounting, Owner, Usage, inherit, restart_peak, scoped, set_current, usage, with_owner,
+    Accounting, Owner, Usage, allocator_option, inherit, prefer_footprint, restart_peak, scoped,
+    set_current, usage, with_owner,
 };
 
 #[global_allocator]
@@ -253,4 +254,17 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     OWNER_ONE
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[test]
+fn preferring_footprint_replaces_mimallocs_purge_and_collect_defaults() {
+    // purge_delay, generic_collect, page_full_retain by their numbers in mimalloc 3.
+    let options = [15, 34, 36];
+    assert_eq!(
+        options.map(allocator_option),
+        [1000, 10_000, 2],
+        "mimalloc 3's defaults: the numbers name the options meant"
+    );
+    prefer_footprint();
+    assert_eq!(options.map(allocator_option), [0, 100, 0]);
 }

@@ -4,11 +4,15 @@
 //!
 //! The cache drops each object's `metadata.managedFields` as it arrives: no simulated actor
 //! reads them, and they are a good part of every object (a pod's field owners for each of its
-//! writers), held once per informer.
+//! writers), held once per informer. An actor that reads only some fields of a kind it keeps
+//! many of (pods) either passes a trim ([`Informer::start_trimmed`]) that clears the rest
+//! before the object is cached, or caches a projection of its own
+//! ([`Informer::start_projected`]): a typed object's empty fields still take their room, so a
+//! small struct of what is read holds far less than even a trimmed pod.
 
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -20,7 +24,7 @@ use tokio::task::JoinHandle;
 /// A cache of one resource kind kept current by a watch.
 pub struct Informer<K>
 where
-    K: Resource + 'static,
+    K: Lookup + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
     store: Store<K>,
@@ -35,10 +39,52 @@ where
 {
     /// Starts watching `api`. `relevant` decides which events move the generation counter.
     pub fn start(api: Api<K>, relevant: fn(&Event<K>) -> bool) -> Informer<K> {
+        Self::start_trimmed(api, relevant, |_| {})
+    }
+
+    /// Starts watching `api`, caching each object as `trim` leaves it (besides the dropped
+    /// managedFields); `relevant` sees the trimmed object.
+    pub fn start_trimmed(
+        api: Api<K>,
+        relevant: fn(&Event<K>) -> bool,
+        trim: fn(&mut K),
+    ) -> Informer<K> {
+        let objects =
+            watcher::watcher(api, watcher::Config::default()).modify(move |object: &mut K| {
+                object.meta_mut().managed_fields = None;
+                trim(object);
+            });
+        Self::cache(objects, relevant)
+    }
+}
+
+impl<P> Informer<P>
+where
+    P: Lookup + Clone + Send + Sync + 'static,
+    P::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
+{
+    /// Starts watching `api`, caching `project` of each object instead of the object;
+    /// `relevant` sees the projection.
+    pub fn start_projected<K>(
+        api: Api<K>,
+        relevant: fn(&Event<P>) -> bool,
+        project: fn(K) -> P,
+    ) -> Informer<P>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    {
+        let objects = watcher::watcher(api, watcher::Config::default())
+            .map(move |event| event.map(|event| projected(event, project)));
+        Self::cache(objects, relevant)
+    }
+
+    /// Caches what `objects` sends, moving the generation counter on `relevant` events.
+    fn cache<S>(objects: S, relevant: fn(&Event<P>) -> bool) -> Informer<P>
+    where
+        S: futures::Stream<Item = watcher::Result<Event<P>>> + Send + 'static,
+    {
         let (store, writer) = reflector::store();
         let (bump, generation) = watch::channel(0u64);
-        let objects = watcher::watcher(api, watcher::Config::default())
-            .modify(|object: &mut K| object.meta_mut().managed_fields = None);
         let stream = reflector::reflector(writer, objects).default_backoff();
         // The cache is the starter's: its task allocates as the caller does.
         let task = tokio::spawn(kerf_heap::inherit(async move {
@@ -60,7 +106,13 @@ where
             task,
         }
     }
+}
 
+impl<K> Informer<K>
+where
+    K: Lookup + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
     /// Waits for the initial list to be cached.
     pub async fn ready(&self) {
         // The writer lives as long as the task; if it is gone there is nothing to wait for.
@@ -84,11 +136,22 @@ where
 
 impl<K> Drop for Informer<K>
 where
-    K: Resource + 'static,
+    K: Lookup + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// `event` with `project` of each object it carries.
+fn projected<K, P>(event: Event<K>, project: fn(K) -> P) -> Event<P> {
+    match event {
+        Event::Apply(object) => Event::Apply(project(object)),
+        Event::Delete(object) => Event::Delete(project(object)),
+        Event::Init => Event::Init,
+        Event::InitApply(object) => Event::InitApply(project(object)),
+        Event::InitDone => Event::InitDone,
     }
 }
 

@@ -6,8 +6,9 @@ mod sim_support;
 
 use k8s_openapi::api::core::v1::Pod;
 use kerf_loadtest::informer::{Informer, any_event};
+use kerf_loadtest::kubelet::KubeletPod;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use sim_support::{PATIENCE, create, start};
 
@@ -64,6 +65,65 @@ async fn the_cache_follows_changes_without_managed_fields() {
         "{labels:?}"
     );
     assert_eq!(cached.spec, served.spec);
+    drop(informer);
+    h.stop().await;
+}
+
+/// The cached projection of the one pod named `name` once `ready` says it caught up.
+async fn projected(
+    informer: &Informer<KubeletPod>,
+    name: &str,
+    ready: impl Fn(Option<&KubeletPod>) -> bool,
+) -> Option<KubeletPod> {
+    let mut changes = informer.changes();
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let state = informer.store().state();
+            let cached = state.iter().find(|p| p.name == name).map(|p| (**p).clone());
+            if ready(cached.as_ref()) {
+                return cached;
+            }
+            changes.changed().await.expect("the informer runs");
+        }
+    })
+    .await
+    .expect("the cache catches up")
+}
+
+#[tokio::test]
+async fn a_projected_cache_follows_changes_and_deletions() {
+    let h = start().await;
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "default");
+    create(
+        &pods,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+               "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+    )
+    .await;
+    let informer = Informer::start_projected(pods.clone(), any_event, KubeletPod::of);
+    informer.ready().await;
+    let first = projected(&informer, "web", |p| p.is_some())
+        .await
+        .expect("cached");
+    assert_eq!(first.containers, [("c".to_owned(), "busybox".to_owned())]);
+    assert!(!first.is_started());
+
+    let running = json!({"status": {"phase": "Running"}});
+    pods.patch_status("web", &PatchParams::default(), &Patch::Merge(&running))
+        .await
+        .expect("patched");
+    let started = projected(&informer, "web", |p| p.is_some_and(KubeletPod::is_started)).await;
+    assert_ne!(
+        started.and_then(|p| p.resource_version),
+        first.resource_version
+    );
+
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete("web", &now).await.expect("deleted");
+    assert_eq!(projected(&informer, "web", |p| p.is_none()).await, None);
     drop(informer);
     h.stop().await;
 }

@@ -357,7 +357,7 @@ impl ClusterBuilder {
             .map(|p| NodePoolInput {
                 name: p.pool.name().into(),
                 requirements: p.pool.requirements().to_vec(),
-                instance_types: p.instance_types.clone(),
+                instance_types: p.instance_types.clone().into(),
                 ..Default::default()
             })
             .collect();

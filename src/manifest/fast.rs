@@ -70,6 +70,20 @@ pub(crate) type DocumentFields = (Map<String, Value>, bool);
 /// One `List` item's text (`- ...`, as the splitter cuts it) as a pruned object, if it
 /// holds at most `max_nodes` nodes and the fast path reads all of it.
 pub(crate) fn item(text: &str, max_nodes: usize) -> Option<Parsed<Value>> {
+    let parsed = item_as::<PrunedObject>(text, max_nodes)?;
+    Some(Parsed {
+        value: parsed.value.0,
+        line: parsed.line,
+        nodes: parsed.nodes,
+    })
+}
+
+/// One `List` item's text decoded as `T` (a pruned object, or a typed pod: see `typed`),
+/// on the same terms as [`item`].
+pub(crate) fn item_as<'a, T: de::Deserialize<'a>>(
+    text: &'a str,
+    max_nodes: usize,
+) -> Option<Parsed<T>> {
     let mut parser = Parser::new(text, max_nodes)?;
     let read = (|| {
         let column = parser.next_content()?.ok_or(Fallback)?;
@@ -83,7 +97,7 @@ pub(crate) fn item(text: &str, max_nodes: usize) -> Option<Parsed<Value>> {
             return Err(Fallback);
         };
         let line = parser.line;
-        let PrunedObject(value) = de::Deserialize::deserialize(Node {
+        let value = T::deserialize(Node {
             parser: &mut parser,
             start,
         })?;
@@ -812,7 +826,7 @@ impl<'p, 'a> Node<'p, 'a> {
         Ok(depth)
     }
 
-    fn collection<'de, V: Visitor<'de>>(mut self, visitor: V) -> Fast<V::Value> {
+    fn collection<V: Visitor<'a>>(mut self, visitor: V) -> Fast<V::Value> {
         let depth = self.enter()?;
         let value = match self.start {
             Start::Map(indent) => visitor.visit_map(Mapping {
@@ -836,10 +850,10 @@ impl<'p, 'a> Node<'p, 'a> {
     }
 }
 
-impl<'de, 'p, 'a> Deserializer<'de> for Node<'p, 'a> {
+impl<'p, 'a> Deserializer<'a> for Node<'p, 'a> {
     type Error = Fallback;
 
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Fast<V::Value> {
+    fn deserialize_any<V: Visitor<'a>>(self, visitor: V) -> Fast<V::Value> {
         match self.start {
             Start::Empty => {
                 self.parser.count()?;
@@ -848,7 +862,7 @@ impl<'de, 'p, 'a> Deserializer<'de> for Node<'p, 'a> {
             Start::Plain(text) => {
                 self.parser.count()?;
                 match classify(text) {
-                    Scalar::Text => visitor.visit_str(text),
+                    Scalar::Text => visitor.visit_borrowed_str(text),
                     Scalar::Unsigned(n) => visitor.visit_u64(n),
                     Scalar::Bool(b) => visitor.visit_bool(b),
                     Scalar::Null => visitor.visit_unit(),
@@ -858,7 +872,7 @@ impl<'de, 'p, 'a> Deserializer<'de> for Node<'p, 'a> {
             Start::Text(text) => {
                 self.parser.count()?;
                 match text {
-                    Cow::Borrowed(text) => visitor.visit_str(text),
+                    Cow::Borrowed(text) => visitor.visit_borrowed_str(text),
                     Cow::Owned(text) => visitor.visit_string(text),
                 }
             }
@@ -868,7 +882,7 @@ impl<'de, 'p, 'a> Deserializer<'de> for Node<'p, 'a> {
 
     /// Skipped values are read (their nodes count, their keys must not repeat) but not
     /// typed.
-    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Fast<V::Value> {
+    fn deserialize_ignored_any<V: Visitor<'a>>(self, visitor: V) -> Fast<V::Value> {
         match self.start {
             Start::Empty | Start::Plain(_) | Start::Text(_) => {
                 self.parser.count()?;
@@ -878,9 +892,33 @@ impl<'de, 'p, 'a> Deserializer<'de> for Node<'p, 'a> {
         }
     }
 
+    /// A typed reader (see `typed`) asks for optional values: null is `None`.
+    fn deserialize_option<V: Visitor<'a>>(self, visitor: V) -> Fast<V::Value> {
+        match self.start {
+            Start::Empty => {
+                self.parser.count()?;
+                visitor.visit_none()
+            }
+            Start::Plain(text) if matches!(classify(text), Scalar::Null) => {
+                self.parser.count()?;
+                visitor.visit_none()
+            }
+            _ => visitor.visit_some(self),
+        }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'a>>(
+        self,
+        _: &'static str,
+        visitor: V,
+    ) -> Fast<V::Value> {
+        visitor.visit_newtype_struct(self)
+    }
+
     serde::forward_to_deserialize_any! {
+        <W: Visitor<'a>>
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        bytes byte_buf unit unit_struct seq tuple
         tuple_struct map struct enum identifier
     }
 }
@@ -892,10 +930,10 @@ struct Mapping<'p, 'a> {
     depth: usize,
 }
 
-impl<'de, 'p, 'a> MapAccess<'de> for Mapping<'p, 'a> {
+impl<'p, 'a> MapAccess<'a> for Mapping<'p, 'a> {
     type Error = Fallback;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Fast<Option<K::Value>> {
+    fn next_key_seed<K: DeserializeSeed<'a>>(&mut self, seed: K) -> Fast<Option<K::Value>> {
         if !self.parser.next_entry(self.indent)? {
             return Ok(None);
         }
@@ -907,11 +945,14 @@ impl<'de, 'p, 'a> MapAccess<'de> for Mapping<'p, 'a> {
         keys.push(key.clone());
         self.parser.count()?;
         self.parser.pos = after;
-        let key: de::value::CowStrDeserializer<'_, Fallback> = key.into_deserializer();
-        seed.deserialize(key).map(Some)
+        match key {
+            Cow::Borrowed(key) => seed.deserialize(de::value::BorrowedStrDeserializer::new(key)),
+            Cow::Owned(key) => seed.deserialize(key.into_deserializer()),
+        }
+        .map(Some)
     }
 
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Fast<V::Value> {
+    fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Fast<V::Value> {
         let start = self.parser.value_after_key(self.indent)?;
         seed.deserialize(Node {
             parser: &mut *self.parser,
@@ -926,10 +967,10 @@ struct Sequence<'p, 'a> {
     indent: usize,
 }
 
-impl<'de, 'p, 'a> SeqAccess<'de> for Sequence<'p, 'a> {
+impl<'p, 'a> SeqAccess<'a> for Sequence<'p, 'a> {
     type Error = Fallback;
 
-    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Fast<Option<T::Value>> {
+    fn next_element_seed<T: DeserializeSeed<'a>>(&mut self, seed: T) -> Fast<Option<T::Value>> {
         if !self.parser.next_entry(self.indent)? || !self.parser.is_dash() {
             return Ok(None);
         }

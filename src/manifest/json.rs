@@ -84,6 +84,7 @@ pub(crate) fn cut<R: BufRead>(input: R, sink: &mut dyn FnMut(Piece) -> bool) -> 
         input,
         line: 1,
         column: 1,
+        item_size: 0,
     };
     loop {
         cutter.skip_blanks(None)?;
@@ -132,6 +133,8 @@ struct Cutter<R> {
     /// The position of the next byte.
     line: u64,
     column: u64,
+    /// The room to give the next item's bytes.
+    item_size: usize,
 }
 
 impl<R: BufRead> Cutter<R> {
@@ -235,39 +238,32 @@ impl<R: BufRead> Cutter<R> {
         }
     }
 
-    /// Copies the rest of an object or array whose opening bracket was taken.
+    /// Copies the rest of an object or array whose opening bracket was taken: one pass over
+    /// each buffer, following strings, escapes and depth, copying what it passed at once.
     fn nested(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
-        let mut depth = 1usize;
+        let mut scan = Nesting {
+            depth: 1,
+            in_string: false,
+            escaped: false,
+        };
         loop {
             let buffer = self.input.fill_buf()?;
             if buffer.is_empty() {
                 return Ok(());
             }
-            let interesting = buffer
-                .iter()
-                .position(|&b| matches!(b, b'"' | b'{' | b'[' | b'}' | b']' | b'\n'));
-            let Some(end) = interesting else {
-                let len = buffer.len();
-                out.extend_from_slice(buffer);
-                self.input.consume(len);
-                self.column += len as u64;
-                continue;
-            };
-            let stop = buffer[end];
-            out.extend_from_slice(&buffer[..end]);
-            self.input.consume(end);
-            self.column += end as u64;
-            self.take(stop, out);
-            match stop {
-                b'"' => self.string(out)?,
-                b'{' | b'[' => depth += 1,
-                b'}' | b']' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Ok(());
-                    }
+            let (len, closed) = scan.over(buffer);
+            let passed = &buffer[..len];
+            out.extend_from_slice(passed);
+            match passed.iter().rposition(|&b| b == b'\n') {
+                Some(last) => {
+                    self.line += bytecount(passed, b'\n');
+                    self.column = (len - last) as u64;
                 }
-                _ => {}
+                None => self.column += len as u64,
+            }
+            self.input.consume(len);
+            if closed {
+                return Ok(());
             }
         }
     }
@@ -353,8 +349,10 @@ impl<R: BufRead> Cutter<R> {
             }
             first = false;
             let at = self.at();
-            let mut bytes = Vec::new();
+            // Items of a dump are alike in size: room for the last one's saves regrowing.
+            let mut bytes = Vec::with_capacity(self.item_size);
             self.value(&mut bytes)?;
+            self.item_size = bytes.len() + bytes.len() / 4;
             if !sink(Piece::Item { bytes, at }) {
                 return Ok(Cutting::Stopped);
             }
@@ -376,6 +374,48 @@ impl<R: BufRead> Cutter<R> {
         };
         Ok(Cutting::Done(Some(cut)))
     }
+}
+
+/// Where [`Cutter::nested`] is in an object or array, across buffers.
+struct Nesting {
+    depth: usize,
+    in_string: bool,
+    /// The previous byte was a backslash inside a string.
+    escaped: bool,
+}
+
+impl Nesting {
+    /// How many bytes of `buffer` belong to the value, and whether it closed within them.
+    fn over(&mut self, buffer: &[u8]) -> (usize, bool) {
+        for (index, &byte) in buffer.iter().enumerate() {
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if byte == b'\\' {
+                    self.escaped = true;
+                } else if byte == b'"' {
+                    self.in_string = false;
+                }
+                continue;
+            }
+            match byte {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        return (index + 1, true);
+                    }
+                }
+                _ => {}
+            }
+        }
+        (buffer.len(), false)
+    }
+}
+
+fn bytecount(bytes: &[u8], needle: u8) -> u64 {
+    bytes.iter().filter(|&&b| b == needle).count() as u64
 }
 
 fn is_delimiter(byte: u8) -> bool {

@@ -18,7 +18,9 @@ mod json;
 mod prune;
 mod split;
 pub mod stream;
+mod typed;
 
+use k8s_openapi::api::core::v1::Pod;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::fmt;
@@ -53,8 +55,12 @@ pub struct Object {
     pub kind: String,
     pub name: Option<String>,
     pub namespace: Option<String>,
+    /// The object's fields (pruned); `Null` where it was read as [`Object::pod`] instead.
     pub value: Value,
     pub source: Source,
+    /// A `v1` Pod read straight into its typed form, pruned alike, when the reader was asked
+    /// to ([`Limits::typed_pods`]) and could.
+    pub pod: Option<Box<Pod>>,
 }
 
 impl Object {
@@ -227,7 +233,21 @@ pub(crate) fn to_object(value: Value, source: Source) -> Result<Object, Manifest
         namespace: meta_text("namespace"),
         source,
         value,
+        pod: None,
     })
+}
+
+/// A pod the typed path read (see `typed`).
+pub(crate) fn pod_object(pod: Pod, source: Source) -> Object {
+    Object {
+        api_version: "v1".to_owned(),
+        kind: "Pod".to_owned(),
+        name: pod.metadata.name.clone(),
+        namespace: pod.metadata.namespace.clone(),
+        value: Value::Null,
+        source,
+        pod: Some(Box::new(pod)),
+    }
 }
 
 /// The JSON type name of a value, as the API server names it in errors.

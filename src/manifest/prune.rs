@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 /// Where in an object a value sits, which decides what inside it is skipped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Level {
+pub(super) enum Level {
     /// An object's top level.
     Root,
     /// `metadata`: `managedFields` is skipped.
@@ -62,14 +62,15 @@ const CONTAINER_SKIPPED: &[&str] = &[
 const VOLUME_EMPTIED: &[&str] = &["projected", "configMap", "secret", "downwardAPI"];
 
 /// What to do with the value under `key` at `level`.
-enum Field {
+#[derive(Clone, Copy)]
+pub(super) enum Field {
     Keep(Level),
     Skip,
     /// Keep the key with an empty object.
     Empty,
 }
 
-fn field(level: Level, key: &str) -> Field {
+pub(super) fn field(level: Level, key: &str) -> Field {
     match (level, key) {
         (Level::Root, "metadata") => Field::Keep(Level::Metadata),
         (Level::Root, "status") => Field::Keep(Level::Status),
@@ -86,7 +87,7 @@ fn field(level: Level, key: &str) -> Field {
 }
 
 /// The level of a sequence's elements.
-fn element(level: Level) -> Level {
+pub(super) fn element(level: Level) -> Level {
     match level {
         Level::Containers => Level::Container,
         Level::Volumes => Level::Volume,

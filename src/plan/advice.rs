@@ -232,7 +232,7 @@ fn unfit_daemonsets(input: &SchedulingInput) -> Vec<String> {
             let fits = input
                 .node_pools
                 .iter()
-                .flat_map(|pool| &pool.instance_types)
+                .flat_map(|pool| pool.instance_types.iter())
                 .any(|it| requests.fits(&it.allocatable()));
             (!fits).then(|| {
                 format!(

@@ -7,6 +7,7 @@
 //! Node and its pods; a missing timestamp counts as long ago.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
@@ -45,7 +46,7 @@ pub fn cluster(inventory: &Inventory, snapshot: Snapshot) -> Cluster {
                 .get(name)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            Some(managed(node, pool_name, claim, pool, pods))
+            Some(managed(node, pool_name, claim.map(Arc::as_ref), pool, pods))
         })
         .collect();
     let all_pods = inventory.pods.iter();

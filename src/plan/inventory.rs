@@ -36,8 +36,10 @@ pub struct Inventory {
     pub pods: Vec<Arc<LeanPod>>,
     /// One pod per DaemonSet, as the DaemonSet would run it on each node.
     pub daemon_pods: Vec<Pod>,
-    pub nodes: Vec<Node>,
-    pub node_claims: Vec<NodeClaim>,
+    /// Nodes and NodeClaims are shared too: the controller's stores hold them in `Arc`s, and
+    /// a round or a disruption snapshot points at them instead of copying each.
+    pub nodes: Vec<Arc<Node>>,
+    pub node_claims: Vec<Arc<NodeClaim>>,
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<EC2NodeClass>,
     pub disruption_budgets: Vec<PodDisruptionBudget>,
@@ -211,7 +213,11 @@ impl Builder {
         let group = object.group().to_owned();
         match (group.as_str(), object.kind.as_str()) {
             ("", "Pod") => {
-                let pod = given_pod(object.value).map_err(single)?;
+                let pod = match object.pod {
+                    Some(pod) => given_typed_pod(*pod),
+                    None => given_pod(object.value),
+                }
+                .map_err(single)?;
                 self.put_pod(pod, &origin);
             }
             ("apps", "Deployment") => {
@@ -443,8 +449,8 @@ impl Builder {
         Inventory {
             pods: self.pods.items,
             daemon_pods: self.daemon_pods.items,
-            nodes: self.nodes.items,
-            node_claims: self.node_claims.items,
+            nodes: self.nodes.items.into_iter().map(Arc::new).collect(),
+            node_claims: self.node_claims.items.into_iter().map(Arc::new).collect(),
             node_pools: self.node_pools.items,
             node_classes: self.node_classes.items,
             disruption_budgets: self.disruption_budgets.items,
@@ -498,7 +504,27 @@ fn node_claim_resources(claim: &NodeClaim) -> Result<(), FieldError> {
 /// API server's request defaulting applied and a stable UID when it has none.
 fn given_pod(value: Value) -> Result<Pod, FieldError> {
     require(&value, &["spec"])?;
-    let mut pod: Pod = namespaced(value)?;
+    checked_pod(namespaced(value)?)
+}
+
+/// [`given_pod`] for a pod the reader decoded itself (see [`Object::pod`]): the same checks,
+/// in the same order, on the typed form.
+fn given_typed_pod(mut pod: Pod) -> Result<Pod, FieldError> {
+    if pod.spec.is_none() {
+        return Err(FieldError::required("spec"));
+    }
+    let metadata = &mut pod.metadata;
+    if metadata.name.as_deref().is_none_or(str::is_empty) {
+        return Err(FieldError::required("metadata.name"));
+    }
+    if metadata.namespace.as_deref().is_none_or(str::is_empty) {
+        metadata.namespace = Some(DEFAULT_NAMESPACE.to_owned());
+    }
+    checked_pod(pod)
+}
+
+/// A decoded pod's spec checked, its requests defaulted and its UID set.
+fn checked_pod(mut pod: Pod) -> Result<Pod, FieldError> {
     let spec = pod
         .spec
         .as_mut()

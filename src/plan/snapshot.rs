@@ -37,13 +37,13 @@ pub struct Snapshot {
 pub trait InstanceTypeSource {
     /// The instance types of NodePools whose EC2NodeClass is `class_name` (`class`, when the
     /// inventory has it), resolved with its allocatable `settings`. Called once per class
-    /// per snapshot.
+    /// per snapshot; the list is shared by the class's NodePools.
     fn resolve(
         &mut self,
         class_name: &str,
         class: Option<&EC2NodeClass>,
         settings: &AllocatableSettings,
-    ) -> Vec<InstanceType>;
+    ) -> Arc<[InstanceType]>;
 }
 
 impl InstanceTypeSource for &Catalog {
@@ -52,8 +52,8 @@ impl InstanceTypeSource for &Catalog {
         _class_name: &str,
         _class: Option<&EC2NodeClass>,
         settings: &AllocatableSettings,
-    ) -> Vec<InstanceType> {
-        self.instance_types(settings)
+    ) -> Arc<[InstanceType]> {
+        self.instance_types(settings).into()
     }
 }
 
@@ -224,7 +224,7 @@ fn in_flight(claim: &NodeClaim, node_names: &[&str]) -> bool {
 
 fn existing_node(
     node: &Node,
-    claims: &[NodeClaim],
+    claims: &[Arc<NodeClaim>],
     pods: Vec<Arc<LeanPod>>,
 ) -> Result<ExistingNode, PlanError> {
     let name = node.metadata.name.clone().unwrap_or_default();
@@ -405,7 +405,7 @@ fn node_pools(
     controller: ControllerSettings,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<NodePoolInput>, PlanError> {
-    let mut resolved: HashMap<String, Vec<InstanceType>> = HashMap::new();
+    let mut resolved: HashMap<String, Arc<[InstanceType]>> = HashMap::new();
     let mut pools = Vec::new();
     for pool in &inventory.node_pools {
         let class_name = pool.node_class_ref().name.clone();
@@ -425,7 +425,9 @@ fn node_pools(
             let instance_types = source.resolve(&class_name, class, &settings);
             resolved.insert(class_name.clone(), instance_types);
         }
-        let instance_types = resolved.get(&class_name).cloned().unwrap_or_default();
+        let instance_types = resolved
+            .get(&class_name)
+            .map_or_else(|| Arc::from([]), Arc::clone);
         pools.push(node_pool(pool, instance_types)?);
     }
     Ok(pools)
@@ -433,7 +435,7 @@ fn node_pools(
 
 fn node_pool(
     pool: &NodePool,
-    instance_types: Vec<InstanceType>,
+    instance_types: Arc<[InstanceType]>,
 ) -> Result<NodePoolInput, PlanError> {
     let invalid = |error: FieldError| PlanError::node("NodePool", pool.name(), error);
     let limits = pool

@@ -435,7 +435,7 @@ pub fn fake_instance_types(n: u32) -> Vec<InstanceType> {
 pub fn node_pool(name: &str, instance_types: Vec<InstanceType>) -> NodePoolInput {
     NodePoolInput {
         name: name.into(),
-        instance_types,
+        instance_types: instance_types.into(),
         ..Default::default()
     }
 }

@@ -83,8 +83,10 @@ pub struct NodePoolInput {
     /// Resources already used by the pool (status.resources). When `None`, the solver sums
     /// the capacity of `existing_nodes` owned by the pool, as upstream does.
     pub usage: Option<Resources>,
-    /// Instance types the pool may launch (already resolved against its EC2NodeClass).
-    pub instance_types: Vec<InstanceType>,
+    /// Instance types the pool may launch (already resolved against its EC2NodeClass),
+    /// shared: NodePools of one class, and the controller's rounds while the class's types
+    /// do not change, hold one list.
+    pub instance_types: std::sync::Arc<[InstanceType]>,
 }
 
 /// Volume objects the pods' PVCs refer to.

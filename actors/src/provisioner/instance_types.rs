@@ -4,9 +4,11 @@
 //! NodeClaim's capacity-type requirement narrows to what stays available). The list is
 //! kept per class — NodePools sharing a class share it — and rebuilt only when the class's
 //! settings or subnets change or the OfferingCache's generation moves (an offering marked
-//! or expired), so a quiet cluster re-resolves nothing between rounds.
+//! or expired), so a quiet cluster re-resolves nothing between rounds. Rounds (and the
+//! disruption snapshots) share the cached list itself, so a round copies no instance type.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use kerf::api::EC2NodeClass;
 use kerf::catalog::{AllocatableSettings, Catalog, InstanceType};
@@ -28,7 +30,7 @@ struct Resolved {
     settings: AllocatableSettings,
     subnets: BTreeMap<String, Vec<String>>,
     generation: u64,
-    types: Vec<InstanceType>,
+    types: Arc<[InstanceType]>,
     round: u64,
 }
 
@@ -74,7 +76,7 @@ impl InstanceTypeSource for Source<'_> {
         class_name: &str,
         class: Option<&EC2NodeClass>,
         settings: &AllocatableSettings,
-    ) -> Vec<InstanceType> {
+    ) -> Arc<[InstanceType]> {
         let subnets = subnets_by_zone(class);
         let generation = self.offerings.map_or(0, OfferingCacheHandle::generation);
         let round = self.cache.round;
@@ -84,7 +86,7 @@ impl InstanceTypeSource for Source<'_> {
             && resolved.subnets == subnets
         {
             resolved.round = round;
-            return resolved.types.clone();
+            return Arc::clone(&resolved.types);
         }
         let mut types = self.catalog.instance_types(settings);
         // Read under the lock once, with the generation it had: a mark arriving meanwhile
@@ -97,13 +99,14 @@ impl InstanceTypeSource for Source<'_> {
             None => generation,
         };
         self.cache.builds += 1;
+        let types: Arc<[InstanceType]> = types.into();
         self.cache.by_class.insert(
             class_name.to_owned(),
             Resolved {
                 settings: settings.clone(),
                 subnets,
                 generation,
-                types: types.clone(),
+                types: Arc::clone(&types),
                 round,
             },
         );

@@ -5,7 +5,9 @@
 //! their replacement capacity while the drain runs); other bound pods count as used
 //! capacity; each DaemonSet contributes the pod it would run on every new node. NodeClaims
 //! this controller created that the watch has not delivered yet are added, so a round right
-//! after a launch sees them as in-flight capacity instead of planning them again.
+//! after a launch sees them as in-flight capacity instead of planning them again. Pods, Nodes
+//! and NodeClaims are the stores' own, shared (`Arc`), not copied: they are most of a
+//! snapshot's objects.
 
 use std::sync::Arc;
 
@@ -52,17 +54,22 @@ pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> 
             }
         })
         .collect();
-    let mut node_claims = owned(state.nodeclaims.snapshot());
-    node_claims.extend(unseen.into_iter().filter(|c| {
-        state
-            .nodeclaims
-            .get(&ObjectKey::new(None, c.name()))
-            .is_none()
-    }));
+    let mut node_claims = state.nodeclaims.snapshot();
+    node_claims.extend(
+        unseen
+            .into_iter()
+            .filter(|c| {
+                state
+                    .nodeclaims
+                    .get(&ObjectKey::new(None, c.name()))
+                    .is_none()
+            })
+            .map(Arc::new),
+    );
     Inventory {
         pods,
         daemon_pods,
-        nodes: owned(state.nodes.snapshot()),
+        nodes: state.nodes.snapshot(),
         node_claims,
         node_pools: owned(state.nodepools.snapshot()),
         node_classes: owned(state.nodeclasses.snapshot()),
@@ -104,4 +111,42 @@ fn unbound(pod: &LeanPod) -> LeanPod {
 /// The objects themselves: the store keeps its `Arc`s, so each is cloned.
 fn owned<K: Clone>(objects: Vec<Arc<K>>) -> Vec<K> {
     objects.into_iter().map(Arc::unwrap_or_clone).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+
+    fn claim(name: &str) -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
+        }))
+        .expect("a valid NodeClaim")
+    }
+
+    #[test]
+    fn the_inventory_shares_the_stores_nodes_and_nodeclaims_and_adds_unseen_ones() {
+        let (state, mut writers) = ClusterState::new();
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".to_owned());
+        writers.nodes.apply(ObjectKey::new(None, "n1"), node);
+        writers
+            .nodeclaims
+            .apply(ObjectKey::new(None, "c1"), claim("c1"));
+        let inventory = of(&state, vec![claim("c1"), claim("c2")]);
+        let stored_node = state.node("n1").expect("stored");
+        let stored_claim = state.nodeclaim("c1").expect("stored");
+        assert!(Arc::ptr_eq(&inventory.nodes[0], &stored_node));
+        let names: Vec<&str> = inventory.node_claims.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            ["c1", "c2"],
+            "an unseen claim the store has is not added twice"
+        );
+        assert!(Arc::ptr_eq(&inventory.node_claims[0], &stored_claim));
+    }
 }

@@ -13,6 +13,7 @@
 //! pods an earlier round already covered. Each round is
 //! published on a watch channel for observers (`kerf simulate`'s report, tests).
 
+mod heap;
 pub(crate) mod instance_types;
 pub(crate) mod inventory;
 mod nominated;
@@ -39,6 +40,7 @@ use crate::node_pool_scheduler::Schedulers;
 use crate::offering_cache::OfferingCacheHandle;
 use crate::state::ClusterState;
 use crate::supervisor::{self, Supervised};
+use heap::{RoundHeap, Step};
 use instance_types::InstanceTypeCache;
 
 pub use crate::launcher::UNSEEN_NODECLAIM_GRACE;
@@ -182,7 +184,11 @@ impl Provisioner {
         }
     }
 
-    fn round(&mut self, batch: BatchReady) -> Result<(Round, Option<Planned>), Skipped> {
+    fn round(
+        &mut self,
+        batch: BatchReady,
+        heap: &mut RoundHeap,
+    ) -> Result<(Round, Option<Planned>), Skipped> {
         if !*self.leader.borrow() {
             return Err(Skipped::NotLeader);
         }
@@ -216,14 +222,15 @@ impl Provisioner {
                 ..RoundTiming::default()
             },
         };
-        let planned = self.plan(&mut round.problems);
+        let planned = self.plan(&mut round.problems, heap);
         Ok((round, planned))
     }
 
     /// The prepared solve of the current snapshot; problems go to `problems`.
-    fn plan(&mut self, problems: &mut Vec<String>) -> Option<Planned> {
+    fn plan(&mut self, problems: &mut Vec<String>, heap: &mut RoundHeap) -> Option<Planned> {
         let provisioning = self.provisioning.as_ref()?;
         let mut inventory = inventory::of(&self.state, provisioning.created.unseen(&self.state));
+        heap.mark(Step::Inventory);
         problems.extend(inventory.warnings.iter().cloned());
         let skipped = inventory::skip_unready_pools(&mut inventory, &self.state);
         problems.extend(skipped.iter().cloned());
@@ -246,14 +253,17 @@ impl Provisioner {
         self.instance_types.finish_round();
         let nominations = provisioning.created.nominations(&self.state);
         let batch = snapshot.map_err(|e| e.to_string()).and_then(|snapshot| {
+            heap.mark(Step::Snapshot);
             problems.extend(snapshot.warnings);
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
             nominated::hold(&mut input, &nominations);
             let holding = nominated::holding(&input, &nominations);
-            Batch::prepare(&input)
+            let batch = Batch::prepare(&input)
                 .map(|batch| (batch, holding))
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string());
+            heap.mark(Step::Prepared);
+            batch
         });
         match batch {
             Ok((batch, holding)) => Some(Planned {
@@ -343,7 +353,8 @@ impl Handler<BatchReady> for Provisioner {
         self.depth.taken();
         let started = Instant::now();
         let closed = batch.closed;
-        let (round, planned) = match self.round(batch) {
+        let mut heap = RoundHeap::start();
+        let (round, planned) = match self.round(batch, &mut heap) {
             Ok(round) => round,
             Err(reason) => {
                 tracing::debug!(?reason, "batch skipped");
@@ -363,9 +374,10 @@ impl Handler<BatchReady> for Provisioner {
                 round.timing.solve = started.elapsed();
                 metrics::histogram!(SCHEDULING_DURATION, "controller" => SCHEDULING_CONTROLLER)
                     .record(started.elapsed().as_secs_f64());
-                return (round, Vec::new());
+                return (round, Vec::new(), heap);
             };
             let result = result.await;
+            heap.mark(Step::Solved);
             if let Some(created) = &created_claims {
                 nominated::assign(created, &holding, &result.existing_nodes);
             }
@@ -393,12 +405,13 @@ impl Handler<BatchReady> for Provisioner {
                 }
                 None => Vec::new(),
             };
-            (round, outcomes)
+            heap.mark(Step::Created);
+            (round, outcomes, heap)
         };
         // Atomic: the next batch waits until this round's NodeClaims exist (the Launcher
         // records each before answering), so its snapshot counts them.
         AtomicResponse::new(Box::pin(created.into_actor(self).map(
-            move |(mut round, outcomes), act, _ctx| {
+            move |(mut round, outcomes, heap), act, _ctx| {
                 for outcome in outcomes {
                     match outcome {
                         Ok(Ok(claim)) => {
@@ -420,6 +433,9 @@ impl Handler<BatchReady> for Provisioner {
                     queued_ms = round.timing.queued.as_millis() as u64,
                     solve_ms = round.timing.solve.as_millis() as u64,
                     closed_to_created_ms = round.timing.closed_to_created.as_millis() as u64,
+                    heap_live_mib = %heap.live_mib(),
+                    heap_peak_mib = heap.peak_mib(),
+                    heap_peak_raised_by = heap.raised_peak().map(|s| format!("{s:?}")),
                     "provisioning round"
                 );
                 act.rounds.send_replace(Some(round));

@@ -10,9 +10,11 @@
 //! Kept for pods: metadata (but `managedFields` and kubectl's last-applied copy), the whole
 //! spec but for the trimmed containers and volumes, and the status but for trimmed container
 //! statuses and the conditions nothing reads ([`READ_POD_CONDITIONS`]). Each container keeps its name, image, resources, ports and restart policy
-//! (requests, host ports and sidecar init containers decide placement); each container status
-//! its name, readiness, restart count and state (a finished pod's last event is its
-//! containers' finish time). Of the volumes, those that tie a pod to storage stay
+//! (requests, host ports and sidecar init containers decide placement). Only a finished pod
+//! keeps its container statuses (its last event is its containers' finish time), each with
+//! its name, readiness, restart count and state; a running or pending pod keeps none, nor
+//! its IP addresses, its node's addresses or its QoS class — at ten thousand pods those are
+//! eight megabytes nothing reads. Of the volumes, those that tie a pod to storage stay
 //! (persistentVolumeClaim, ephemeral, awsElasticBlockStore: zone and volume limits, and what
 //! drain waits to detach); configMap, secret, projected, emptyDir and the like go. Nodes lose
 //! their image list, attached volume lists and system info; every kind loses `managedFields`
@@ -21,7 +23,8 @@
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerStatus, Node, PersistentVolume, PersistentVolumeClaim, Pod, Volume,
+    Container, ContainerStatus, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodStatus,
+    Volume,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -131,21 +134,38 @@ impl Lean for Pod {
             }
         }
         if let Some(status) = self.status.as_mut() {
-            for list in [
-                &mut status.container_statuses,
-                &mut status.init_container_statuses,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                list.iter_mut().for_each(lean_container_status);
+            if finished(status) {
+                for list in [
+                    &mut status.container_statuses,
+                    &mut status.init_container_statuses,
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    list.iter_mut().for_each(lean_container_status);
+                }
+            } else {
+                status.container_statuses = None;
+                status.init_container_statuses = None;
             }
             status.ephemeral_container_statuses = None;
+            // Addresses and the QoS class: read by nothing here.
+            status.pod_ip = None;
+            status.pod_ips = None;
+            status.host_ip = None;
+            status.host_ips = None;
+            status.qos_class = None;
             if let Some(conditions) = status.conditions.as_mut() {
                 conditions.retain(|c| READ_POD_CONDITIONS.contains(&c.type_.as_str()));
             }
         }
     }
+}
+
+/// Whether the pod has finished (`Succeeded` or `Failed`): only then are its containers'
+/// statuses read (their finish time is the pod's last event on its node).
+fn finished(status: &PodStatus) -> bool {
+    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
 }
 
 fn lean_container(container: &mut Container) {
@@ -331,6 +351,22 @@ mod tests {
         assert_eq!(app.state, was.state, "a finished pod's last event");
         assert_eq!((app.ready, app.restart_count), (false, 2));
         assert!(app.image_id.is_empty() && app.container_id.is_none() && app.last_state.is_none());
+    }
+
+    #[test]
+    fn a_running_pod_keeps_no_container_status_nor_addresses() {
+        let mut running = pod();
+        let status = running.status.as_mut().expect("status");
+        status.phase = Some("Running".to_owned());
+        status.pod_ip = Some("10.0.3.4".to_owned());
+        status.host_ip = Some("10.0.1.2".to_owned());
+        status.qos_class = Some("Burstable".to_owned());
+        running.lean();
+        let status = running.status.expect("status");
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.conditions.as_ref().map(Vec::len), Some(3));
+        assert!(status.container_statuses.is_none() && status.init_container_statuses.is_none());
+        assert!(status.pod_ip.is_none() && status.host_ip.is_none() && status.qos_class.is_none());
     }
 
     #[test]

@@ -76,6 +76,8 @@ pub fn run(args: Args) -> ExitCode {
     };
     let limits = Limits {
         max_yaml_nodes: args.max_yaml_nodes,
+        // The inventory takes pods typed: no `Value` is built for them.
+        typed_pods: true,
     };
     let inventory = match read_inventory(&args.files, limits) {
         Ok(inventory) => inventory,

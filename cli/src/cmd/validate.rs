@@ -31,6 +31,7 @@ pub fn run(args: Args) -> ExitCode {
     let mut tally = Tally::default();
     let limits = Limits {
         max_yaml_nodes: args.max_yaml_nodes,
+        ..Limits::default()
     };
     for path in &args.files {
         let read = super::read_each(path, limits, &mut |object| match object {

@@ -61,8 +61,11 @@ pub struct ServerConfig {
     pub bind: SocketAddr,
     /// Time source (timestamps, grace periods).
     pub clock: Arc<dyn Clock>,
-    /// Changes kept per resource for watches (older resourceVersions get 410).
+    /// Most changes kept per resource for watches (older resourceVersions get 410).
     pub history_capacity: usize,
+    /// Changes older than this leave the history, as kube-apiserver's watch cache drops
+    /// them (`None`: only the capacity bounds it).
+    pub history_window: Option<Duration>,
     /// Interval of BOOKMARK events on watches that allow them.
     pub bookmark_interval: Duration,
     /// `fieldValidation` when a request names none (see [`registry::RegistryConfig`]).
@@ -75,6 +78,7 @@ impl Default for ServerConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             clock: Arc::new(ScaledClock::default()),
             history_capacity: 200_000,
+            history_window: Some(store::HISTORY_WINDOW),
             bookmark_interval: Duration::from_secs(10),
             field_validation: FieldValidation::Strict,
         }
@@ -86,6 +90,7 @@ impl std::fmt::Debug for ServerConfig {
         f.debug_struct("ServerConfig")
             .field("bind", &self.bind)
             .field("history_capacity", &self.history_capacity)
+            .field("history_window", &self.history_window)
             .field("bookmark_interval", &self.bookmark_interval)
             .field("field_validation", &self.field_validation)
             .finish_non_exhaustive()
@@ -134,6 +139,7 @@ impl ApiServer {
         let registry_config = registry::RegistryConfig {
             field_validation: config.field_validation,
             history_capacity: config.history_capacity,
+            history_window: config.history_window,
         };
         let registry = Registry::new(
             config.clock.clone(),

@@ -21,7 +21,9 @@ use super::queue::WorkQueue;
 use super::resources::{Behavior, GroupResource, ResourceType, builtin_types};
 use super::schema::{FieldProblem, FieldValidation};
 use super::selectors::{FieldSelector, LabelSelector};
-use super::store::{Location, ObjKey, Store, StoredObject, TypeStore, lock, read, write};
+use super::store::{
+    HISTORY_WINDOW, Location, ObjKey, Retention, Store, StoredObject, TypeStore, lock, read, write,
+};
 
 /// Finalizer the garbage collector adds for foreground deletion.
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
@@ -214,8 +216,10 @@ pub struct RegistryConfig {
     /// (prune silently but for a warning); the emulator defaults to `Strict` so that a
     /// controller writing undeclared fields fails loudly in tests.
     pub field_validation: FieldValidation,
-    /// Changes kept per resource for watches.
+    /// Most changes kept per resource for watches.
     pub history_capacity: usize,
+    /// Changes older than this are dropped from the history (see [`Retention`]).
+    pub history_window: Option<Duration>,
 }
 
 impl Default for RegistryConfig {
@@ -223,6 +227,7 @@ impl Default for RegistryConfig {
         Self {
             field_validation: FieldValidation::Strict,
             history_capacity: 200_000,
+            history_window: Some(HISTORY_WINDOW),
         }
     }
 }
@@ -288,7 +293,11 @@ impl Registry {
         runtime: tokio::runtime::Handle,
     ) -> Arc<Self> {
         let registry = Arc::new(Self {
-            store: Store::new(config.history_capacity),
+            store: Store::with_retention(Retention {
+                capacity: config.history_capacity,
+                window: config.history_window,
+                clock: Arc::clone(&clock),
+            }),
             clock,
             config,
             queues: Queues::default(),

@@ -1,7 +1,13 @@
 //! Object storage: one [`TypeStore`] per resource (objects in a `BTreeMap` by
 //! namespace/name behind a `RwLock`), one global resourceVersion counter, and per type a
-//! bounded history of change [`Record`]s that watches read from. Each write serialises the
-//! object once; the bytes are shared by GET, LIST and every watcher, and are the only copy
+//! bounded history of change [`Record`]s that watches read from. The history is kept as
+//! kube-apiserver's watch cache keeps it ([`Retention`]): the changes of the last 75 s, never
+//! fewer than the last 100, never more than a capacity; a watch resuming from an older
+//! resourceVersion gets 410 Gone and lists again. Every record older than the newest version
+//! of its object holds a copy of the object that only a lagging watcher could still want, so
+//! an unbounded window would keep every version of every pod of a run.
+//!
+//! Each write serialises the object once; the bytes are shared by GET, LIST and every watcher, and are the only copy
 //! kept: the few readers that need the object's tree ([`StoredObject::value`]) parse it
 //! again, and what selectors, indexes and the workload controllers read on every pass is
 //! extracted once per write ([`Attrs`]). A parsed tree is several times the size of its JSON,
@@ -12,11 +18,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::clock::Clock;
 use super::resources::{GroupResource, ResourceType};
 
 /// Namespace (`""` for cluster-scoped) and name.
@@ -209,6 +217,8 @@ pub struct Record {
     pub attrs: Arc<Attrs>,
     /// Attributes before the change (for selector transitions).
     pub prev: Option<Arc<Attrs>>,
+    /// When the change was made (the emulator's clock), for the retention window.
+    pub at: SystemTime,
 }
 
 /// Objects and history of one resource.
@@ -249,7 +259,6 @@ pub struct TypeStore {
     /// Objects and history.
     pub state: RwLock<TypeState>,
     changed: watch::Sender<u64>,
-    capacity: usize,
 }
 
 impl TypeStore {
@@ -290,23 +299,81 @@ struct Index {
     dependents: HashMap<String, HashSet<Location>>,
 }
 
+/// kube-apiserver's watch cache keeps events this long (`eventFreshDuration`) when it can.
+pub const HISTORY_WINDOW: Duration = Duration::from_secs(75);
+/// kube-apiserver's watch cache never keeps fewer events than this per resource
+/// (`defaultLowerBoundCapacity`), however old.
+pub const HISTORY_FLOOR: usize = 100;
+
+/// How much change history each type keeps for watches to resume from.
+#[derive(Clone)]
+pub struct Retention {
+    /// Most records kept per type, however young.
+    pub capacity: usize,
+    /// Records older than this (by `clock`) are dropped, the newest [`HISTORY_FLOOR`] excepted;
+    /// `None`: kept up to `capacity` whatever their age.
+    pub window: Option<Duration>,
+    /// Stamps the records.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Retention {
+    /// Up to `capacity` records per type, whatever their age.
+    pub fn capacity(capacity: usize) -> Self {
+        Self {
+            capacity,
+            window: None,
+            clock: Arc::new(super::clock::ScaledClock::default()),
+        }
+    }
+
+    /// Whether the oldest of `history` goes: past the capacity, or past the window and the floor.
+    fn drops_oldest(&self, history: &VecDeque<Record>, now: SystemTime) -> bool {
+        let Some(oldest) = history.front() else {
+            return false;
+        };
+        let expired = self.window.is_some_and(|window| {
+            history.len() > HISTORY_FLOOR
+                && now.duration_since(oldest.at).unwrap_or_default() > window
+        });
+        history.len() > self.capacity || expired
+    }
+}
+
+impl std::fmt::Debug for Retention {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retention")
+            .field("capacity", &self.capacity)
+            .field("window", &self.window)
+            .finish_non_exhaustive()
+    }
+}
+
 /// All storage.
 #[derive(Debug)]
 pub struct Store {
     rv: AtomicU64,
     types: RwLock<HashMap<GroupResource, Arc<TypeStore>>>,
     index: Mutex<Index>,
-    history_capacity: usize,
+    retention: Retention,
 }
 
 impl Store {
-    /// Empty storage keeping up to `history_capacity` changes per type.
+    /// Empty storage keeping up to `history_capacity` changes per type, whatever their age.
     pub fn new(history_capacity: usize) -> Self {
+        Self::with_retention(Retention::capacity(history_capacity))
+    }
+
+    /// Empty storage keeping the history `retention` says (at least 16 records per type).
+    pub fn with_retention(retention: Retention) -> Self {
         Self {
             rv: AtomicU64::new(1),
             types: RwLock::new(HashMap::new()),
             index: Mutex::new(Index::default()),
-            history_capacity: history_capacity.max(16),
+            retention: Retention {
+                capacity: retention.capacity.max(16),
+                ..retention
+            },
         }
     }
 
@@ -329,7 +396,6 @@ impl Store {
             rt: RwLock::new(Arc::new(rt)),
             state: RwLock::new(TypeState::default()),
             changed,
-            capacity: self.history_capacity,
         });
         types.insert(gr, ts.clone());
         ts
@@ -420,18 +486,20 @@ impl Store {
         } else {
             state.objects.insert(key.clone(), stored.clone());
         }
-        if state.history.len() >= ts.capacity
-            && let Some(dropped) = state.history.pop_front()
-        {
-            state.floor = dropped.rv;
-        }
+        let at = self.retention.clock.now();
         state.history.push_back(Record {
             rv,
             kind,
             object: bytes,
             attrs,
             prev: old.map(|o| o.attrs.clone()),
+            at,
         });
+        while self.retention.drops_oldest(&state.history, at) {
+            if let Some(dropped) = state.history.pop_front() {
+                state.floor = dropped.rv;
+            }
+        }
         ts.changed.send_replace(rv);
         stored
     }

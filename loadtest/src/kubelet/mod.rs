@@ -22,6 +22,7 @@ mod pods;
 pub mod volumes;
 
 pub use node::KUBELET_VERSION;
+pub use pods::KubeletPod;
 
 use crate::ec2::{SimulatedCloudProvider, is_instance_id};
 use crate::informer::{Informer, any_event};
@@ -171,7 +172,11 @@ async fn run(
         any_event::<NodeClaim>,
     );
     let nodes = Informer::start(Api::<Node>::all(client.clone()), any_event::<Node>);
-    let pods = Informer::start(Api::<Pod>::all(client.clone()), any_event::<Pod>);
+    let pods = Informer::start_projected(
+        Api::<Pod>::all(client.clone()),
+        any_event::<KubeletPod>,
+        KubeletPod::of,
+    );
     let daemonsets = Informer::start(
         Api::<DaemonSet>::all(client.clone()),
         any_event::<DaemonSet>,
@@ -246,7 +251,7 @@ async fn run(
 struct View {
     claims: Vec<Arc<NodeClaim>>,
     nodes: HashMap<String, Arc<Node>>,
-    pods: Vec<Arc<Pod>>,
+    pods: Vec<Arc<KubeletPod>>,
     daemonsets: Vec<Arc<DaemonSet>>,
 }
 
@@ -521,15 +526,12 @@ impl Kubelet {
             .collect();
         let mut actions = Vec::new();
         for pod in &view.pods {
-            let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            let Some(node_name) = pod.node_name.as_deref() else {
                 continue;
             };
-            let uid = pod.metadata.uid.clone().unwrap_or_default();
-            let (namespace, name) = (
-                pod.metadata.namespace.clone().unwrap_or_default(),
-                pod.metadata.name.clone().unwrap_or_default(),
-            );
-            let deleted = pod.metadata.deletion_timestamp.is_some();
+            let uid = pod.uid.clone();
+            let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
+            let deleted = pod.deleting;
             if (gone.contains(node_name) || (deleted && hosts.contains_key(node_name)))
                 && self.deleting.insert(uid.clone())
             {
@@ -543,7 +545,7 @@ impl Kubelet {
             let Some(machine) = hosts.get(node_name) else {
                 continue;
             };
-            if deleted || is_started(pod) || self.started.contains(&uid) {
+            if deleted || pod.is_started() || self.started.contains(&uid) {
                 continue;
             }
             let seen = *self.pod_first_seen.entry(uid.clone()).or_insert(now);
@@ -567,12 +569,8 @@ impl Kubelet {
         let existing: HashSet<(String, String)> = view
             .pods
             .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter_map(|p| {
-                let owner = pods::daemonset_owner(p)?;
-                let node = p.spec.as_ref()?.node_name.clone()?;
-                Some((owner.to_owned(), node))
-            })
+            .filter(|p| !p.deleting)
+            .filter_map(|p| Some((p.daemonset.clone()?, p.node_name.clone()?)))
             .collect();
         let mut actions = Vec::new();
         for machine in self.machines.values().filter(|m| m.phase.hosts_pods()) {
@@ -608,11 +606,7 @@ impl Kubelet {
 
     /// Drops memory of pods that are gone and of machines whose node and pods are gone.
     fn forget(&mut self, view: &View) {
-        let live: HashSet<&str> = view
-            .pods
-            .iter()
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect();
+        let live: HashSet<&str> = view.pods.iter().map(|p| p.uid.as_str()).collect();
         self.pod_first_seen
             .retain(|uid, _| live.contains(uid.as_str()));
         self.started.retain(|uid| live.contains(uid.as_str()));
@@ -620,7 +614,7 @@ impl Kubelet {
         let bound: HashSet<&str> = view
             .pods
             .iter()
-            .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
+            .filter_map(|p| p.node_name.as_deref())
             .collect();
         let retired: Vec<String> = self
             .machines
@@ -698,13 +692,6 @@ fn without_startup_taints(claim: &NodeClaim, node: Option<&Arc<Node>>) -> Option
         spec.taints = Some(kept);
     }
     Some(Some(updated))
-}
-
-fn is_started(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p != "Pending")
 }
 
 /// Pod addresses from 100.64.0.0/10, the range EKS custom networking commonly uses.

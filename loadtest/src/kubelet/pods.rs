@@ -1,14 +1,17 @@
 //! Pods as the simulated node agents touch them: the daemonset pods the daemonset
 //! controller would create for a node (owned by their DaemonSet, with its default
-//! tolerations, bound to the node), and the status a kubelet reports once a pod runs.
+//! tolerations, bound to the node), and the status a kubelet reports once a pod runs; and
+//! [`KubeletPod`], what the kubelets' pod cache keeps of each pod.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kerf::taints::{EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE};
+use kube::runtime::reflector::Lookup;
 use rand::Rng;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
 /// Tolerations the daemonset controller adds to every daemon pod, so daemons survive the
 /// conditions that would evict ordinary pods.
@@ -83,30 +86,132 @@ pub(crate) fn should_run(daemonset: &DaemonSet, node: &Node) -> bool {
 }
 
 /// The DaemonSet that owns `pod`, by uid.
-pub(crate) fn daemonset_owner(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .owner_references
+#[cfg(test)]
+fn daemonset_owner(pod: &Pod) -> Option<&str> {
+    daemonset_owner_of(&pod.metadata)
+}
+
+/// The DaemonSet controlling the object of `meta`, by uid.
+fn daemonset_owner_of(meta: &ObjectMeta) -> Option<&str> {
+    meta.owner_references
         .iter()
         .flatten()
         .find(|o| o.kind == "DaemonSet" && o.controller == Some(true))
         .map(|o| o.uid.as_str())
 }
 
+/// A pod as the kubelets and the attach/detach controller read it: what their pod cache keeps
+/// of each pod ([`KubeletPod::of`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletPod {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: Option<String>,
+    /// `spec.nodeName`, when bound.
+    pub node_name: Option<String>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// `status.phase`.
+    pub phase: Option<String>,
+    /// The uid of the DaemonSet controlling the pod.
+    pub daemonset: Option<String>,
+    /// Each container's name and image, which a started pod reports.
+    pub containers: Vec<(String, String)>,
+    /// The PersistentVolumeClaims its volumes mount, by name.
+    pub claims: Vec<String>,
+}
+
+impl KubeletPod {
+    /// The projection of `pod`.
+    pub fn of(pod: Pod) -> Self {
+        let spec = pod.spec.unwrap_or_default();
+        Self {
+            daemonset: daemonset_owner_of(&pod.metadata).map(str::to_owned),
+            uid: pod.metadata.uid.unwrap_or_default(),
+            namespace: pod
+                .metadata
+                .namespace
+                .unwrap_or_else(|| "default".to_owned()),
+            name: pod.metadata.name.unwrap_or_default(),
+            resource_version: pod.metadata.resource_version,
+            node_name: spec.node_name.filter(|n| !n.is_empty()),
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+            phase: pod.status.and_then(|s| s.phase),
+            containers: spec
+                .containers
+                .into_iter()
+                .map(|c| (c.name, c.image.unwrap_or_default()))
+                .collect(),
+            claims: spec
+                .volumes
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.persistent_volume_claim.map(|c| c.claim_name))
+                .collect(),
+        }
+    }
+
+    /// Running, or finished: past Pending.
+    pub fn is_started(&self) -> bool {
+        self.phase.as_deref().is_some_and(|p| p != "Pending")
+    }
+
+    /// Succeeded or Failed.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.phase.as_deref(), Some("Succeeded" | "Failed"))
+    }
+}
+
+impl Lookup for KubeletPod {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        <Pod as kube::Resource>::kind(&())
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        <Pod as kube::Resource>::group(&())
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        <Pod as kube::Resource>::version(&())
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        <Pod as kube::Resource>::plural(&())
+    }
+
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.name))
+    }
+
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.namespace))
+    }
+
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        self.resource_version.as_deref().map(Cow::Borrowed)
+    }
+
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.uid))
+    }
+}
+
 /// Strategic merge patch of a pod's status: Running and Ready on `host_ip` with `pod_ip`.
-pub(crate) fn running_patch(pod: &Pod, host_ip: &str, pod_ip: &str) -> Value {
+pub(crate) fn running_patch(pod: &KubeletPod, host_ip: &str, pod_ip: &str) -> Value {
     let now = Timestamp::now().to_string();
     let condition =
         |type_: &str| json!({"type": type_, "status": "True", "lastTransitionTime": now});
     let containers: Vec<Value> = pod
-        .spec
+        .containers
         .iter()
-        .flat_map(|s| s.containers.iter())
-        .map(|c| {
-            let image = c.image.clone().unwrap_or_default();
-            let repository = super::node::image_repository(&image);
+        .map(|(name, image)| {
+            let repository = super::node::image_repository(image);
             json!({
-                "name": c.name,
-                "imageID": format!("{repository}@sha256:{}", super::node::digest(&image)),
+                "name": name,
+                "imageID": format!("{repository}@sha256:{}", super::node::digest(image)),
                 "image": image,
                 "lastState": {},
                 "containerID": format!("containerd://{:016x}", rand::rng().random::<u64>()),
@@ -185,6 +290,42 @@ mod tests {
                 .any(|t| t.key.as_deref() == Some("node.kubernetes.io/unschedulable"))
         );
         assert!(pod.metadata.name.expect("name").starts_with("agent-"));
+    }
+
+    #[test]
+    fn the_projection_keeps_what_starting_owning_and_attaching_read() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "agent-x", "namespace": "kube-system", "uid": "u",
+                "resourceVersion": "9", "annotations": {"note": "x"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
+                    "uid": "ds-uid", "controller": true}]},
+            "spec": {"nodeName": "n1",
+                "containers": [{"name": "agent", "image": "agent:1", "env": [{"name": "A", "value": "b"}]}],
+                "volumes": [{"name": "cache", "emptyDir": {}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}}]},
+            "status": {"phase": "Pending", "qosClass": "Burstable"}
+        }))
+        .expect("valid pod");
+        let projected = KubeletPod::of(pod);
+        assert_eq!(
+            projected,
+            KubeletPod {
+                uid: "u".into(),
+                namespace: "kube-system".into(),
+                name: "agent-x".into(),
+                resource_version: Some("9".into()),
+                node_name: Some("n1".into()),
+                deleting: false,
+                phase: Some("Pending".into()),
+                daemonset: Some("ds-uid".into()),
+                containers: vec![("agent".into(), "agent:1".into())],
+                claims: vec!["data-0".into()],
+            }
+        );
+        assert!(!projected.is_started() && !projected.is_terminal());
+        let patch = running_patch(&projected, "10.0.0.1", "100.64.0.2");
+        assert_eq!(patch["status"]["containerStatuses"][0]["image"], "agent:1");
+        assert_eq!(patch["status"]["containerStatuses"][0]["name"], "agent");
     }
 
     #[test]

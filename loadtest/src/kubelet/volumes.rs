@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::{
     VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
 };
@@ -23,7 +23,7 @@ use kube::{Api, Client};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use super::{KubeletStats, is_status};
+use super::{KubeletPod, KubeletStats, is_status};
 use crate::informer::{Informer, any_event};
 
 /// The CSI driver whose attachments the simulation creates and removes.
@@ -64,7 +64,7 @@ impl Wanted {
 /// The kubelets' pod cache, shared rather than kept twice: a ready store, and a receiver
 /// that sees it change.
 pub struct Pods {
-    pub store: Store<Pod>,
+    pub store: Store<KubeletPod>,
     pub changes: watch::Receiver<u64>,
 }
 
@@ -165,7 +165,7 @@ impl Drop for AbortOnDrop {
 
 /// The attachments the pods need: each bound, non-terminal pod's bound claims' volumes on
 /// its Node.
-fn wanted(pods: &[Arc<Pod>], claims: &[Arc<PersistentVolumeClaim>]) -> HashSet<Wanted> {
+fn wanted(pods: &[Arc<KubeletPod>], claims: &[Arc<PersistentVolumeClaim>]) -> HashSet<Wanted> {
     let volume_of: HashMap<(&str, &str), &str> = claims
         .iter()
         .filter_map(|c| {
@@ -180,26 +180,14 @@ fn wanted(pods: &[Arc<Pod>], claims: &[Arc<PersistentVolumeClaim>]) -> HashSet<W
         .collect();
     let mut out = HashSet::new();
     for pod in pods {
-        let Some(spec) = pod.spec.as_ref() else {
+        let Some(node) = pod.node_name.as_deref() else {
             continue;
         };
-        let Some(node) = spec.node_name.as_deref() else {
-            continue;
-        };
-        let terminal = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| p == "Succeeded" || p == "Failed");
-        if terminal {
+        if pod.is_terminal() {
             continue;
         }
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        for volume in spec.volumes.iter().flatten() {
-            let Some(claim) = &volume.persistent_volume_claim else {
-                continue;
-            };
-            if let Some(pv) = volume_of.get(&(namespace, claim.claim_name.as_str())) {
+        for claim in &pod.claims {
+            if let Some(pv) = volume_of.get(&(pod.namespace.as_str(), claim.as_str())) {
                 out.insert(Wanted {
                     volume: (*pv).to_owned(),
                     node: node.to_owned(),
@@ -215,8 +203,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(value: serde_json::Value) -> Arc<Pod> {
-        Arc::new(serde_json::from_value(value).expect("a pod"))
+    fn pod(value: serde_json::Value) -> Arc<KubeletPod> {
+        Arc::new(KubeletPod::of(
+            serde_json::from_value(value).expect("a pod"),
+        ))
     }
 
     #[test]

@@ -125,7 +125,11 @@ pub fn start(client: Client, config: SchedulerConfig) -> SchedulerHandle {
 
 async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>) {
     let nodes = Informer::start(Api::<Node>::all(client.clone()), any_event::<Node>);
-    let pods = Informer::start(Api::<Pod>::all(client.clone()), may_make_room);
+    let pods = Informer::start_trimmed(
+        Api::<Pod>::all(client.clone()),
+        may_make_room,
+        podinfo::trim,
+    );
     nodes.ready().await;
     pods.ready().await;
     let mut scheduler = Scheduler::new(client, config.clone(), stats);

@@ -3,16 +3,18 @@
 //! (bookmarks, 410 ERROR events, selector transitions).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kerf_loadtest::apiserver::{DeleteOptions, InjectedError, PatchKind};
+use kerf_loadtest::apiserver::{DeleteOptions, InjectedError, ManualClock, PatchKind};
 use kube::api::{Api, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::support::{PATIENCE, create, start};
+use crate::support::{PATIENCE, create, start, start_with_clock};
 
 /// What the consumer of a watcher stream observed.
 #[derive(Debug)]
@@ -317,5 +319,70 @@ async fn a_watch_asked_for_tables_streams_rows_with_the_columns() {
         (&json!("web-1"), &json!("0/1"), &json!("Pending"))
     );
     assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+    h.stop().await;
+}
+
+/// What a raw watch from `rv` sends until its first `count` events: the names of the objects
+/// it adds, or the code of the error it ends with.
+async fn resume(api: &Api<ConfigMap>, rv: &str, count: usize) -> Result<Vec<String>, u16> {
+    let mut events = api
+        .watch(&WatchParams::default(), rv)
+        .await
+        .expect("watch starts")
+        .boxed();
+    let mut names = Vec::new();
+    while names.len() < count {
+        let event = tokio::time::timeout(PATIENCE, events.try_next())
+            .await
+            .expect("event in time")
+            .expect("ok")
+            .expect("open");
+        match event {
+            WatchEvent::Added(cm) => names.push(cm.metadata.name.unwrap_or_default()),
+            WatchEvent::Error(status) => return Err(status.code),
+            _ => {}
+        }
+    }
+    Ok(names)
+}
+
+fn rv_of(cm: &ConfigMap) -> String {
+    cm.metadata.resource_version.clone().expect("a version")
+}
+
+/// The history is kept as kube-apiserver's watch cache keeps it: a watch resuming from a
+/// version of the last 75 s gets every change since; changes older than that leave the
+/// history (the newest 100 excepted), and a watch from before them gets 410 Gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_keeps_the_last_75_seconds_and_expires_what_is_older() {
+    let clock = Arc::new(ManualClock::new(SystemTime::now()));
+    let h = start_with_clock(clock.clone()).await;
+    let api: Api<ConfigMap> = Api::namespaced(h.client.clone(), "default");
+    let mut versions = Vec::new();
+    // w0..w50 at 0 s, w51..w100 at 20 s, w101..w150 at 40 s.
+    for i in 0..=150 {
+        versions.push(rv_of(&create(&api, cm(&format!("w{i}"))).await));
+        if i % 50 == 0 && i > 0 {
+            clock.advance(Duration::from_secs(20));
+        }
+    }
+    let all: Vec<String> = (1..=150).map(|i| format!("w{i}")).collect();
+    assert_eq!(
+        resume(&api, &versions[0], 150).await,
+        Ok(all),
+        "60 s of changes are all kept"
+    );
+
+    // At 100 s, the changes of 0 s and 20 s are past the window; of them, those beyond the
+    // newest 100 changes go.
+    clock.advance(Duration::from_secs(40));
+    create(&api, cm("w151")).await;
+    assert_eq!(resume(&api, &versions[0], 1).await, Err(410));
+    let recent: Vec<String> = (61..=151).map(|i| format!("w{i}")).collect();
+    assert_eq!(
+        resume(&api, &versions[60], 91).await,
+        Ok(recent),
+        "the newest 100 changes stay though older than the window"
+    );
     h.stop().await;
 }

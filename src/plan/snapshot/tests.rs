@@ -278,7 +278,7 @@ fn pools_take_their_instance_types_from_the_source_once_per_class() {
             class_name: &str,
             class: Option<&EC2NodeClass>,
             settings: &AllocatableSettings,
-        ) -> Vec<InstanceType> {
+        ) -> std::sync::Arc<[InstanceType]> {
             self.calls.push((class_name.to_owned(), class.is_some()));
             let mut types: Vec<InstanceType> = self
                 .catalog
@@ -289,7 +289,7 @@ fn pools_take_their_instance_types_from_the_source_once_per_class() {
             for offering in types.iter_mut().flat_map(|it| it.offerings.iter_mut()) {
                 offering.available &= offering.capacity_type != CapacityType::Spot;
             }
-            types
+            types.into()
         }
     }
     let second = POOL.replace("name: default}", "name: second}");
@@ -309,6 +309,11 @@ fn pools_take_their_instance_types_from_the_source_once_per_class() {
     .expect("builds");
     assert_eq!(source.calls, vec![("missing".to_owned(), false)]);
     assert_eq!(snapshot.input.node_pools.len(), 2);
+    let pools = &snapshot.input.node_pools;
+    assert!(
+        std::sync::Arc::ptr_eq(&pools[0].instance_types, &pools[1].instance_types),
+        "NodePools of one class share its list"
+    );
     for pool in &snapshot.input.node_pools {
         assert_eq!(pool.instance_types.len(), 1, "{}", pool.name);
         let offerings = &pool.instance_types[0].offerings;

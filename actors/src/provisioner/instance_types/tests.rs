@@ -28,7 +28,7 @@ fn resolve(
     catalog: &Catalog,
     offerings: &OfferingCacheHandle,
     class: Option<&EC2NodeClass>,
-) -> Vec<InstanceType> {
+) -> Arc<[InstanceType]> {
     let mut source = cache.round(catalog, Some(offerings));
     let types = source.resolve("default", class, &AllocatableSettings::default());
     cache.finish_round();
@@ -54,8 +54,12 @@ fn refused_offerings_are_unavailable_until_they_expire_and_lists_rebuild_only_on
             "us-east-1a",
             CapacityType::Spot
         ));
-        resolve(&mut cache, &catalog, &offerings, None);
+        let again = resolve(&mut cache, &catalog, &offerings, None);
         assert_eq!(cache.builds(), 1, "nothing changed: the list is reused");
+        assert!(
+            Arc::ptr_eq(&types, &again),
+            "the rounds share the cached list, not copies of it"
+        );
 
         offerings.mark_offerings(
             &[OfferingRef::new("spot", "m5.large", "us-east-1a")],

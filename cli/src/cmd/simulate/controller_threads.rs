@@ -9,12 +9,19 @@
 //! The daemon is started (and stopped) by a job sent to its System thread, where actix needs
 //! it; once started it is an ordinary value the run reads (`rounds`, `state`, ...) from the
 //! main runtime.
+//!
+//! To profile the controller's heap over a run, the first replica also starts a sampler: a
+//! thread of nobody's (its own allocations are not counted) that, while debug logs are on
+//! (`--log-level debug`), logs the controller's live heap and peak every
+//! [`HEAP_SAMPLE_PERIOD`] under the target [`HEAP_SAMPLES`]; the Provisioner's round log
+//! names the step of a round that raised the peak.
 
 use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
+use std::sync::Once;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kerf_actors::Daemon;
 use kerf_heap::Owner;
@@ -28,6 +35,15 @@ type Job = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>> + Send>;
 
 /// Replicas started so far, to number their threads.
 static STARTED: AtomicUsize = AtomicUsize::new(0);
+
+/// How often the sampler reads the controller's heap: short enough to see a round's steps
+/// (each takes hundreds of milliseconds at 10k pods), long enough to log little.
+pub const HEAP_SAMPLE_PERIOD: Duration = Duration::from_millis(100);
+
+/// The log target of the heap samples.
+pub const HEAP_SAMPLES: &str = "kerf::heap";
+
+static SAMPLER: Once = Once::new();
 
 /// The threads gone before the job ran (the System thread ended).
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +87,7 @@ impl ControllerThreads {
         started
             .recv()
             .map_err(|_| std::io::Error::other("the controller thread ended at start"))??;
+        SAMPLER.call_once(start_sampler);
         Ok(Self { jobs, thread })
     }
 
@@ -96,6 +113,33 @@ impl ControllerThreads {
         drop(self.jobs);
         let thread = self.thread;
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+}
+
+/// Starts the heap sampler (see the module doc); it runs as long as the process, idle while
+/// debug logs are off. A sampler that cannot start costs only the samples.
+fn start_sampler() {
+    let spawned = std::thread::Builder::new()
+        .name("kerf-heap-sampler".to_owned())
+        .spawn(|| {
+            kerf_heap::set_current(None);
+            let began = Instant::now();
+            loop {
+                std::thread::sleep(HEAP_SAMPLE_PERIOD);
+                if tracing::enabled!(target: HEAP_SAMPLES, tracing::Level::DEBUG) {
+                    let heap = kerf_heap::usage(Owner::CONTROLLER);
+                    tracing::debug!(
+                        target: HEAP_SAMPLES,
+                        at_ms = began.elapsed().as_millis() as u64,
+                        live_mib = heap.live_bytes >> 20,
+                        peak_mib = heap.peak_bytes >> 20,
+                        "controller heap"
+                    );
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "the controller heap sampler did not start");
     }
 }
 

@@ -161,6 +161,8 @@ pub fn run(args: Args) -> ExitCode {
     // Everything on this runtime not started as one part's (the emulator, kubelets, scheduler,
     // EC2, observers: see `memory`) counts as simulate's own.
     kerf_heap::set_current(Some(kerf_heap::Owner::SIMULATE));
+    // The whole simulated cluster shares this process: keep its resident set near its heap.
+    kerf_heap::prefer_footprint();
     let system = actix::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()

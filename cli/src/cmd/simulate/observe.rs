@@ -2,8 +2,9 @@
 //! rather than through a watch: every pod and NodeClaim change is seen (a NodeClaim created
 //! and deleted again between two looks still counts), in order, with the time this process
 //! saw it. Pods made by DaemonSets are left out: they are not the workload. If the history
-//! ever moved past what was read (it keeps the last 20,000 changes per resource, see
-//! `world`), the tally catches up from the stored objects instead.
+//! ever moved past what was read (it keeps the changes of the last 75 s, at least 100 and at
+//! most 20,000 per resource, see `world`), the tally catches up from the stored objects
+//! instead.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -39,9 +39,10 @@ pub const NODECLAIM_CRD: &str =
 pub const NODECLASS_CRD: &str =
     include_str!("../../../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
 
-/// Changes the emulator keeps per resource for watches to resume from. Watchers here keep
-/// up within milliseconds, so a tenth of the emulator's default is plenty, and at 10k pods
-/// the default's retained history would dwarf everything else in the process.
+/// Most changes the emulator keeps per resource for watches to resume from (besides its
+/// 75 s window). Watchers here keep up within milliseconds, so a tenth of the emulator's
+/// default is plenty, and at 10k pods the default's retained history would dwarf everything
+/// else in the process.
 const HISTORY_CAPACITY: usize = 20_000;
 
 /// The simulated region's interruption queue (`INTERRUPTION_QUEUE`).
