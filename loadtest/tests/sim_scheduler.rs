@@ -417,3 +417,47 @@ async fn a_cycle_binds_before_it_reports_the_pods_it_could_not_place() {
     h.server.faults().set_latency(Duration::ZERO);
     h.stop().await;
 }
+
+/// Reports are written beside the cycles: a node that comes up while a hundred slow
+/// reports of an earlier cycle are being written gets its pod bound without waiting for
+/// them, as kube-scheduler's API dispatcher lets its scheduling loop go on.
+#[tokio::test]
+async fn a_later_cycle_binds_without_waiting_for_an_earlier_cycles_reports() {
+    let h = start().await;
+    for i in 0..100 {
+        pod(&h, &format!("big-{i:03}"), "2", json!({}), json!({})).await;
+    }
+    h.server.faults().set_latency(Duration::from_millis(20));
+    let slow = SchedulerConfig {
+        concurrency: 1,
+        ..config()
+    };
+    let scheduler = scheduler::start(h.client.clone(), slow);
+    let reported = || {
+        scheduler
+            .stats()
+            .marked_unschedulable
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while reported() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pod reported unschedulable"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    node(&h, "small", "us-east-1a", "1", true, json!([])).await;
+    pod(&h, "fits", "500m", json!({}), json!({})).await;
+    assert_eq!(
+        node_of(&wait_for(&pods(&h), "fits", bound()).await),
+        "small"
+    );
+    let reported = reported();
+    assert!(
+        reported < 50,
+        "the binding waited for {reported} unschedulable reports"
+    );
+    h.server.faults().set_latency(Duration::ZERO);
+    h.stop().await;
+}

@@ -4,6 +4,8 @@
 //! flight and for a nomination window after its Node is initialized, so later rounds hold
 //! those pods on it instead of re-packing every pending pod
 //! from scratch (which spreads them differently and leaves some over for new NodeClaims).
+//! A later round that places pods in the room left on such a NodeClaim adds them to its
+//! pods ([`CreatedClaims::assign`]), so they are held and nominated like the first ones.
 //! Whether a pod's nomination is futile ([`nomination_futile`]) is judged here too, for the
 //! lifecycle, which withdraws such nominations early; the pod stays held for the window
 //! (the room it lost on its Node may be waiting for it on a Node still booting).
@@ -101,6 +103,26 @@ impl CreatedClaims {
             .get(name)
             .map(|nomination| nomination.pods.clone())
             .unwrap_or_default()
+    }
+
+    /// Adds to NodeClaim `name`'s pods those a later round placed in its remaining room,
+    /// while its nomination lasts (a NodeClaim past it, or not created here, gets none):
+    /// the next round holds them there as it holds the pods the NodeClaim was created for,
+    /// and its registration nominates them. Left out, they would be solved again from
+    /// scratch each round, packed differently among the pods that arrived since, and could
+    /// spill onto new NodeClaims while the room planned for them boots. Returns how many
+    /// were added (pods already there are not added twice).
+    pub fn assign(&self, name: &str, pods: &[PodRef]) -> usize {
+        let Some(mut nomination) = self.nominated.get_mut(name) else {
+            return 0;
+        };
+        let before = nomination.pods.len();
+        for pod in pods {
+            if !nomination.pods.iter().any(|held| held.uid == pod.uid) {
+                nomination.pods.push(pod.clone());
+            }
+        }
+        nomination.pods.len() - before
     }
 
     /// NodeClaims created here whose launch has not ended: not `Launched`, not deleting,
@@ -350,6 +372,28 @@ mod tests {
             ["launched", "registering"],
             "the window after initialization and the grace of an unseen NodeClaim end"
         );
+    }
+
+    #[test]
+    fn pods_placed_later_join_a_nodeclaims_own_once_and_only_while_it_holds_pods() {
+        let created = CreatedClaims::default();
+        created.insert(claim("a"), pods(&["p1"]));
+        assert_eq!(created.assign("a", &pods(&["p2", "p1", "p3"])), 2);
+        assert_eq!(created.assign("a", &pods(&["p3"])), 0, "already held");
+        let held: Vec<String> = created
+            .nominated_pods("a")
+            .into_iter()
+            .map(|p| p.uid)
+            .collect();
+        assert_eq!(held, ["p1", "p2", "p3"]);
+        created.withdraw("a");
+        assert_eq!(created.assign("a", &pods(&["p4"])), 0, "withdrawn");
+        assert_eq!(
+            created.assign("other", &pods(&["p4"])),
+            0,
+            "not created here"
+        );
+        assert!(created.nominated_pods("a").is_empty());
     }
 
     fn pod(name: &str, scheduled: Option<&str>) -> LeanPod {

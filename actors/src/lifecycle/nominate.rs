@@ -19,7 +19,10 @@
 //! ([`kerf::pods::is_placement_constrained`]) go first: room planned for one of them is lost
 //! for good once another pod takes it, and registration waits for their nominations. The
 //! others (whose planned room matters less: they fit wherever room is left, big ones
-//! excepted) use a smaller share of the write slots and are waited for only briefly.
+//! excepted) use a smaller share of the write slots and are waited for only briefly. The
+//! writes made at launch (for Nodes still booting) also hold a small share
+//! ([`LAUNCH_NOMINATION_SLOTS`]): a large scale-up queues thousands of them, and the
+//! registering Node's writes, which hold it back, go ahead of them.
 //! Beside the field kerf writes its own condition ([`kerf::pods::NOMINATION_CONDITION`]),
 //! so kerf keeps provisioning for a pod whose nomination is its own (upstream provisions for
 //! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
@@ -68,6 +71,11 @@ pub const NOMINATION_BURST: u32 = 200;
 /// once: when both wait, three quarters of the writes go to placement-constrained pods.
 pub const UNCONSTRAINED_NOMINATION_SLOTS: usize = 4;
 
+/// Of [`NOMINATION_CONCURRENCY`], the slots nominations written at launch may hold at once:
+/// they are for Nodes still booting, and a registration's writes (for a Node about to take
+/// pods) must not queue behind thousands of them. Registrations and withdrawals have the rest.
+pub const LAUNCH_NOMINATION_SLOTS: usize = 4;
+
 /// How long registration waits for unconstrained pods' nominations once the constrained
 /// ones are written: a node of a small scale-up gets them all, a large one's node opens.
 const UNCONSTRAINED_GRACE: Duration = Duration::from_secs(1);
@@ -88,14 +96,16 @@ pub enum Class {
     Unconstrained,
 }
 
-/// The write slots every registration's nominations (and withdrawals) share.
+/// The write slots every launch's and registration's nominations (and withdrawals) share.
 pub struct Slots {
     all: Semaphore,
     unconstrained: Semaphore,
+    launch: Semaphore,
 }
 
 /// A held write slot.
 pub struct Slot<'a> {
+    _launch: Option<SemaphorePermit<'a>>,
     _unconstrained: Option<SemaphorePermit<'a>>,
     _slot: SemaphorePermit<'a>,
 }
@@ -105,18 +115,25 @@ impl Default for Slots {
         Self {
             all: Semaphore::new(NOMINATION_CONCURRENCY),
             unconstrained: Semaphore::new(UNCONSTRAINED_NOMINATION_SLOTS),
+            launch: Semaphore::new(LAUNCH_NOMINATION_SLOTS),
         }
     }
 }
 
 impl Slots {
-    /// Waits for a slot `class` may hold (in the order asked, within the class).
-    pub async fn acquire(&self, class: Class) -> Option<Slot<'_>> {
+    /// Waits for a slot a write of `class` at `step` may hold (in the order asked, within
+    /// its share).
+    pub async fn acquire(&self, class: Class, step: Step) -> Option<Slot<'_>> {
+        let launch = match step {
+            Step::Registration => None,
+            Step::Launch => Some(self.launch.acquire().await.ok()?),
+        };
         let unconstrained = match class {
             Class::Constrained => None,
             Class::Unconstrained => Some(self.unconstrained.acquire().await.ok()?),
         };
         Some(Slot {
+            _launch: launch,
             _unconstrained: unconstrained,
             _slot: self.all.acquire().await.ok()?,
         })
@@ -233,7 +250,10 @@ async fn withdraw(r: &Reconciler, pod: Arc<LeanPod>, reason: &str, message: &str
             "lastTransitionTime": Timestamp::now().to_string(),
         }],
     }});
-    let Some(_slot) = r.nomination_slots.acquire(Class::Constrained).await else {
+    let slot = r
+        .nomination_slots
+        .acquire(Class::Constrained, Step::Registration);
+    let Some(_slot) = slot.await else {
         return false;
     };
     patch_status(r, &pod, body, "withdrawn").await != Written::Failed
@@ -265,7 +285,7 @@ pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -
     let write_all = |pods: Vec<(PodRef, bool)>, class| {
         futures::future::join_all(
             pods.into_iter()
-                .map(move |(pod, _)| write(r, pod, nodeclaim, node, class)),
+                .map(move |(pod, _)| write(r, pod, nodeclaim, node, class, step)),
         )
     };
     let mut constrained = pin!(write_all(constrained, Class::Constrained));
@@ -323,8 +343,15 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>>
 
 /// Writes the nomination onto one pod's status, once a slot of its class is free and if
 /// the pod still waits then; whether it was written.
-async fn write(r: &Reconciler, pod: PodRef, nodeclaim: &str, node: &str, class: Class) -> bool {
-    let Some(_slot) = r.nomination_slots.acquire(class).await else {
+async fn write(
+    r: &Reconciler,
+    pod: PodRef,
+    nodeclaim: &str,
+    node: &str,
+    class: Class,
+    step: Step,
+) -> bool {
+    let Some(_slot) = r.nomination_slots.acquire(class, step).await else {
         return false;
     };
     // The scheduler may have bound it while this write queued.
@@ -390,7 +417,11 @@ mod tests {
 
     /// Tries to take a slot of `class` without waiting (a zero-time poll of `acquire`).
     fn try_take(slots: &Slots, class: Class) -> Option<Slot<'_>> {
-        futures::FutureExt::now_or_never(slots.acquire(class)).flatten()
+        try_take_at(slots, class, Step::Registration)
+    }
+
+    fn try_take_at(slots: &Slots, class: Class, step: Step) -> Option<Slot<'_>> {
+        futures::FutureExt::now_or_never(slots.acquire(class, step)).flatten()
     }
 
     #[test]
@@ -422,5 +453,28 @@ mod tests {
             .collect();
         assert_eq!(held.len(), NOMINATION_CONCURRENCY);
         assert!(try_take(&slots, Class::Unconstrained).is_none());
+    }
+
+    #[test]
+    fn writes_for_nodes_still_booting_leave_registrations_the_rest_of_the_slots() {
+        let slots = Slots::default();
+        let launching: Vec<Slot<'_>> =
+            std::iter::from_fn(|| try_take_at(&slots, Class::Constrained, Step::Launch))
+                .take(NOMINATION_CONCURRENCY)
+                .collect();
+        assert_eq!(launching.len(), LAUNCH_NOMINATION_SLOTS);
+        let registering: Vec<Slot<'_>> =
+            std::iter::from_fn(|| try_take(&slots, Class::Constrained))
+                .take(NOMINATION_CONCURRENCY)
+                .collect();
+        assert_eq!(
+            registering.len(),
+            NOMINATION_CONCURRENCY - LAUNCH_NOMINATION_SLOTS
+        );
+        drop(registering);
+        assert!(
+            try_take_at(&slots, Class::Unconstrained, Step::Launch).is_none(),
+            "launch writes hold their share at most"
+        );
     }
 }

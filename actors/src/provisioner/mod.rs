@@ -146,6 +146,9 @@ struct Planned {
     pools: HashMap<String, Arc<NodePool>>,
     /// Why each NodePool left out of the solve was left out (its node class is not Ready).
     skipped: Vec<String>,
+    /// The NodeClaim of each node in the solve whose NodeClaim still holds pods (see
+    /// [`nominated`]), by the node's name in the solve.
+    holding: HashMap<String, String>,
 }
 
 impl Provisioner {
@@ -255,15 +258,19 @@ impl Provisioner {
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
             nominated::hold(&mut input, &nominations);
-            let batch = Batch::prepare(&input).map_err(|e| e.to_string());
+            let holding = nominated::holding(&input, &nominations);
+            let batch = Batch::prepare(&input)
+                .map(|batch| (batch, holding))
+                .map_err(|e| e.to_string());
             heap.mark(Step::Prepared);
             batch
         });
         match batch {
-            Ok(batch) => Some(Planned {
+            Ok((batch, holding)) => Some(Planned {
                 batch,
                 pools,
                 skipped,
+                holding,
             }),
             Err(error) => {
                 problems.push(error);
@@ -354,12 +361,16 @@ impl Handler<BatchReady> for Provisioner {
                 return AtomicResponse::new(Box::pin(fut::ready(())));
             }
         };
-        let solving = planned.map(|p| (self.schedulers.solve(&p.batch), p.pools, p.skipped));
+        let solving = planned.map(|p| {
+            let solved = self.schedulers.solve(&p.batch);
+            (solved, p.pools, p.skipped, p.holding)
+        });
         let launcher = self.provisioning.as_ref().map(|p| p.launcher.clone());
+        let created_claims = self.provisioning.as_ref().map(|p| p.created.clone());
         let recorder = self.provisioning.as_ref().map(|p| p.events.clone());
         let created = async move {
             let mut round = round;
-            let Some((result, pools, skipped)) = solving else {
+            let Some((result, pools, skipped, holding)) = solving else {
                 round.timing.solve = started.elapsed();
                 metrics::histogram!(SCHEDULING_DURATION, "controller" => SCHEDULING_CONTROLLER)
                     .record(started.elapsed().as_secs_f64());
@@ -367,6 +378,9 @@ impl Handler<BatchReady> for Provisioner {
             };
             let result = result.await;
             heap.mark(Step::Solved);
+            if let Some(created) = &created_claims {
+                nominated::assign(created, &holding, &result.existing_nodes);
+            }
             round.timing.solve = started.elapsed();
             metrics::histogram!(SCHEDULING_DURATION, "controller" => SCHEDULING_CONTROLLER)
                 .record(started.elapsed().as_secs_f64());

@@ -10,10 +10,16 @@
 //! onto that NodeClaim, or onto its Node, so the solve places only the others, on what
 //! remains. A nomination lapses a window after the Node is initialized, time the
 //! kube-scheduler has to bind the pods there: a pod it did not take is planned afresh.
+//! The pods a round places in the room left on such a NodeClaim are added to the ones it
+//! holds ([`assign`]): held from the next round on like the others (and nominated when its
+//! Node registers), instead of being solved again from scratch every round among the pods
+//! that arrived since, where a different packing spills some onto new NodeClaims.
 
 use std::collections::HashMap;
 
-use kerf::scheduling::{PodRef, SchedulingInput};
+use kerf::scheduling::{ExistingNodePlacement, PodRef, SchedulingInput};
+
+use crate::launcher::CreatedClaims;
 
 /// Moves the pending pods of `input` nominated to one of its existing nodes (by NodeClaim)
 /// onto that node; returns how many were held.
@@ -42,6 +48,39 @@ pub fn hold(input: &mut SchedulingInput, nominations: &HashMap<String, Vec<PodRe
     }
     input.pods = pending;
     held
+}
+
+/// The NodeClaim of each node of `input` that holds pods (has nominations), by node name.
+pub fn holding(
+    input: &SchedulingInput,
+    nominations: &HashMap<String, Vec<PodRef>>,
+) -> HashMap<String, String> {
+    input
+        .existing_nodes
+        .iter()
+        .filter_map(|node| {
+            let claim = node.node_claim.as_ref()?;
+            nominations
+                .contains_key(claim)
+                .then(|| (node.name.clone(), claim.clone()))
+        })
+        .collect()
+}
+
+/// Adds the pods a round placed on nodes in `holding` to what their NodeClaims hold;
+/// returns how many were added.
+pub fn assign(
+    created: &CreatedClaims,
+    holding: &HashMap<String, String>,
+    placements: &[ExistingNodePlacement],
+) -> usize {
+    placements
+        .iter()
+        .filter_map(|placed| {
+            let claim = holding.get(&placed.name)?;
+            Some(created.assign(claim, &placed.pods))
+        })
+        .sum()
 }
 
 #[cfg(test)]

@@ -5,8 +5,13 @@
 //! pods first, one on each in-flight NodeClaim, and pushes the cache pods onto three new
 //! NodeClaims (one host each); with the cache pods held on their NodeClaims, only the new
 //! pods need capacity, and they share one NodeClaim.
+//! A pod a later round places in the room left on an in-flight NodeClaim is held there too:
+//! its Node's registration nominates it, as it nominates the pods the NodeClaim was made for.
 
-use serde_json::json;
+use std::time::Duration;
+
+use kerf_loadtest::kubelet::KubeletConfig;
+use serde_json::{Value, json};
 
 use crate::support::*;
 
@@ -64,6 +69,80 @@ fn a_later_round_plans_only_pods_no_in_flight_nodeclaim_was_made_for() {
             (1, BIG_PODS as i64),
             "the big pods share one new NodeClaim; the cache pods stay on theirs: {:?}",
             second.nodeclaims
+        );
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+/// The pod named `name`, as the emulator has it.
+fn pod(cluster: &kerf_loadtest::apiserver::Cluster, name: &str) -> Option<Value> {
+    cluster.get("v1", "pods", Some("default"), name).ok()
+}
+
+#[test]
+fn a_pod_a_later_round_placed_on_an_in_flight_nodeclaim_is_nominated_to_its_node() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        create_nodepool(&cluster, nodepool_with("default", json!({})));
+        let (provider, cloud) = simulated_cloud();
+        let daemon = start_provisioner(&h, cloud).await;
+        let mut rounds = daemon.rounds.clone();
+        // Nodes register seconds after launch: time for a second round meanwhile.
+        let booting = KubeletConfig {
+            boot_delay: Duration::from_secs(3),
+            ..KubeletConfig::fast()
+        };
+        let _simulators = node_simulators_with(&h, provider, booting);
+
+        create_pending_pod(
+            &cluster,
+            "first",
+            json!({}),
+            pod_spec("1", "1Gi", json!({})),
+        );
+        let first = round_where(&mut rounds, "the first pod", |r| r.pending.len() == 1).await;
+        assert_eq!(first.nodeclaims.len(), 1, "{first:?}");
+        let claim = first.nodeclaims[0].clone();
+
+        create_pending_pod(
+            &cluster,
+            "second",
+            json!({}),
+            pod_spec("100m", "128Mi", json!({})),
+        );
+        let second = round_where(&mut rounds, "the second pod", |r| {
+            r.pending.iter().any(|p| p == "default/second")
+        })
+        .await;
+        assert!(
+            second.nodeclaims.is_empty(),
+            "the second pod fits the room left on {claim}: {second:?}"
+        );
+        assert!(
+            nodeclaims(&h.client).await.len() == 1,
+            "no NodeClaim but the first"
+        );
+
+        eventually("both pods bound", || {
+            ["first", "second"]
+                .iter()
+                .all(|name| pod(&cluster, name).is_some_and(|p| p["spec"]["nodeName"].is_string()))
+        })
+        .await;
+        let second = pod(&cluster, "second").expect("second pod");
+        let node = second["spec"]["nodeName"].as_str().expect("bound");
+        let nomination = second["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == kerf::pods::NOMINATION_CONDITION)
+            .unwrap_or_else(|| panic!("the second pod was nominated: {second:#}"));
+        assert_eq!(nomination["status"], "True", "{second:#}");
+        assert_eq!(
+            second["status"]["nominatedNodeName"], node,
+            "nominated to the node of {claim}: {second:#}"
         );
         daemon.stop().await;
         h.stop().await;

@@ -9,10 +9,13 @@
 //! counts as such a change for the pods of equal or lower priority, as kube-scheduler's
 //! event handlers treat it (an `AssignedPodDelete` for them): the room it held on its
 //! nominated node is free, and the pods waiting for room must not wait for the 5-minute
-//! flush to see it.
+//! flush to see it. The `Unschedulable` reports are written beside the cycles, not in them
+//! (see [`dispatcher`]), as kube-scheduler's API dispatcher writes them: bindings never wait
+//! for them.
 
 mod amounts;
 mod cluster;
+mod dispatcher;
 mod nodeinfo;
 mod podinfo;
 mod score;
@@ -21,10 +24,11 @@ mod topology;
 
 use crate::informer::{Informer, any_event};
 use cluster::Cluster;
+use dispatcher::{Report, Reports};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::watcher::Event;
 use kube::{Api, Client};
 use nodeinfo::NodeInfo;
@@ -172,18 +176,12 @@ struct Nomination {
     priority: i32,
 }
 
-enum Action {
-    Bind {
-        namespace: String,
-        name: String,
-        uid: String,
-        node: String,
-    },
-    Unschedulable {
-        namespace: String,
-        name: String,
-        conditions: Vec<PodCondition>,
-    },
+/// A binding the cycle decided on.
+struct Bind {
+    namespace: String,
+    name: String,
+    uid: String,
+    node: String,
 }
 
 struct Scheduler {
@@ -197,14 +195,17 @@ struct Scheduler {
     /// Pending pods with a nominated node, by uid, as of the last cycle.
     nominations: HashMap<String, Nomination>,
     next_start: usize,
+    reports: Reports,
 }
 
 impl Scheduler {
     fn new(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>) -> Self {
+        let reports = Reports::start(client.clone(), Arc::clone(&stats), config.concurrency);
         Self {
             client,
             config,
             stats,
+            reports,
             compiled: HashMap::new(),
             assumed: HashMap::new(),
             attempts: HashMap::new(),
@@ -221,7 +222,7 @@ impl Scheduler {
             return;
         }
         let mut cluster = self.snapshot(nodes, pods);
-        let mut actions = Vec::new();
+        let mut binds = Vec::new();
         for pod in pending {
             let uid = uid(&pod);
             let compiled = self.compile(&pod);
@@ -233,8 +234,9 @@ impl Scheduler {
                     let node = cluster.node_name(index).to_owned();
                     cluster.assume(index, info);
                     self.attempts.remove(&uid);
+                    self.reports.cancel(&uid);
                     self.assumed.insert(uid.clone(), node.clone());
-                    actions.push(Action::Bind {
+                    binds.push(Bind {
                         namespace: namespace(&pod),
                         name: name(&pod),
                         uid,
@@ -244,17 +246,18 @@ impl Scheduler {
                 Err(message) => {
                     self.record_failure(&uid, priority(&pod), epoch);
                     if let Some(conditions) = unschedulable_conditions(&pod, &message) {
-                        actions.push(Action::Unschedulable {
+                        let report = Report {
                             namespace: namespace(&pod),
                             name: name(&pod),
                             conditions,
-                        });
+                        };
+                        self.reports.queue(uid, report);
                     }
                 }
             }
         }
         self.next_start = cluster.next_start();
-        self.execute(actions).await;
+        self.bind(binds).await;
     }
 
     /// Drops bookkeeping of pods that are gone or whose binding the cache now shows, and
@@ -419,15 +422,12 @@ impl Scheduler {
         cluster
     }
 
-    /// Sends the cycle's bindings, then its unschedulable reports: kube-scheduler binds each
-    /// pod in a binding cycle of its own, which never waits for another pod's failure to be
-    /// written, so a cycle that reports thousands of pods must not hold its bindings back.
-    async fn execute(&mut self, mut actions: Vec<Action>) {
-        actions.sort_by_key(|action| matches!(action, Action::Unschedulable { .. }));
+    /// Sends the cycle's bindings.
+    async fn bind(&mut self, binds: Vec<Bind>) {
         let client = self.client.clone();
         let stats = Arc::clone(&self.stats);
-        let results: Vec<Option<String>> = futures::stream::iter(actions)
-            .map(|action| apply(client.clone(), Arc::clone(&stats), action))
+        let results: Vec<Option<String>> = futures::stream::iter(binds)
+            .map(|bind| apply(client.clone(), Arc::clone(&stats), bind))
             .buffer_unordered(self.config.concurrency.max(1))
             .collect()
             .await;
@@ -438,64 +438,40 @@ impl Scheduler {
     }
 }
 
-/// Performs one action; returns the uid of a pod whose binding failed.
-async fn apply(client: Client, stats: Arc<SchedulerStats>, action: Action) -> Option<String> {
-    match action {
-        Action::Bind {
-            namespace,
-            name,
-            uid,
-            node,
-        } => {
-            let api: Api<Pod> = Api::namespaced(client, &namespace);
-            let binding = Binding {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(namespace.clone()),
-                    ..ObjectMeta::default()
-                },
-                target: ObjectReference {
-                    kind: Some("Node".to_owned()),
-                    api_version: Some("v1".to_owned()),
-                    name: Some(node.clone()),
-                    ..ObjectReference::default()
-                },
-            };
-            let result: Result<serde_json::Value, _> = api
-                .create_subresource("binding", &name, &PostParams::default(), &binding)
-                .await;
-            match result {
-                Ok(_) => {
-                    stats.bound.fetch_add(1, Ordering::Relaxed);
-                    None
-                }
-                Err(error) => {
-                    stats.api_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(%error, pod = %format!("{namespace}/{name}"), %node, "binding failed");
-                    Some(uid)
-                }
-            }
-        }
-        Action::Unschedulable {
-            namespace,
-            name,
-            conditions,
-        } => {
-            let api: Api<Pod> = Api::namespaced(client, &namespace);
-            let patch = serde_json::json!({ "status": { "conditions": conditions } });
-            match api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {
-                    stats.marked_unschedulable.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(error) => {
-                    stats.api_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(%error, pod = %format!("{namespace}/{name}"), "status patch failed");
-                }
-            }
+/// Performs one binding; returns the pod's uid if it failed.
+async fn apply(client: Client, stats: Arc<SchedulerStats>, bind: Bind) -> Option<String> {
+    let Bind {
+        namespace,
+        name,
+        uid,
+        node,
+    } = bind;
+    let api: Api<Pod> = Api::namespaced(client, &namespace);
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        target: ObjectReference {
+            kind: Some("Node".to_owned()),
+            api_version: Some("v1".to_owned()),
+            name: Some(node.clone()),
+            ..ObjectReference::default()
+        },
+    };
+    let result: Result<serde_json::Value, _> = api
+        .create_subresource("binding", &name, &PostParams::default(), &binding)
+        .await;
+    match result {
+        Ok(_) => {
+            stats.bound.fetch_add(1, Ordering::Relaxed);
             None
+        }
+        Err(error) => {
+            stats.api_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%error, pod = %format!("{namespace}/{name}"), %node, "binding failed");
+            Some(uid)
         }
     }
 }
