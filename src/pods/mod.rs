@@ -3,8 +3,10 @@
 //! the controller, which also waits for the kube-scheduler's `Unschedulable` verdict.
 
 mod lean;
+mod spec;
 
 pub use lean::{LeanPod, PodLike, SpecInterner};
+pub use spec::keep_what_placement_reads;
 
 /// The pod condition kerf writes beside `status.nominatedNodeName` when it nominates a pod
 /// to the Node of a NodeClaim it launched for it (KEP-5278's "expected placement"). It tells

@@ -7,30 +7,27 @@
 //! watch delivers it, before it is stored ([`Lean::lean`]); its type stays the API's, so every
 //! reader keeps reading the fields it always did.
 //!
-//! Kept for pods: metadata (but `managedFields` and kubectl's last-applied copy), the whole
-//! spec but for the trimmed containers and volumes, and the status but for trimmed container
-//! statuses and the conditions nothing reads ([`READ_POD_CONDITIONS`]). Each container keeps its name, image, resources, ports and restart policy
-//! (requests, host ports and sidecar init containers decide placement). Only a finished pod
-//! keeps its container statuses (its last event is its containers' finish time), each with
-//! its name, readiness, restart count and state; a running or pending pod keeps none, nor
-//! its IP addresses, its node's addresses or its QoS class — at ten thousand pods those are
-//! eight megabytes nothing reads. Of the volumes, those that tie a pod to storage stay
-//! (persistentVolumeClaim, ephemeral, awsElasticBlockStore: zone and volume limits, and what
-//! drain waits to detach); configMap, secret, projected, emptyDir and the like go. Nodes lose
-//! their image list, attached volume lists and system info; every kind loses `managedFields`
-//! and the last-applied annotation. Nothing the controller writes is built from a stored
-//! object's trimmed parts: its writes are merge patches of the fields it sets.
+//! Kept for pods: metadata (but `managedFields` and kubectl's last-applied copy), the spec
+//! as [`keep_what_placement_reads`] leaves it (containers' requirements and the volumes that
+//! tie a pod to storage), and the status but for trimmed container statuses and the
+//! conditions nothing reads ([`READ_POD_CONDITIONS`]). Only a finished pod keeps its
+//! container statuses (its last event is its containers' finish time), each with its name,
+//! readiness, restart count and state; a running or pending pod keeps none, nor its IP
+//! addresses, its node's addresses or its QoS class — at ten thousand pods those are eight
+//! megabytes nothing reads. Nodes lose their image list, attached volume lists and system
+//! info; every kind loses `managedFields` and the last-applied annotation. Nothing the
+//! controller writes is built from a stored object's trimmed parts: its writes are merge
+//! patches of the fields it sets.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerStatus, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodStatus,
-    Volume,
+    ContainerStatus, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodStatus,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
-use kerf::pods::{LeanPod, SpecInterner};
+use kerf::pods::{LeanPod, SpecInterner, keep_what_placement_reads};
 
 /// kubectl's copy of the last applied manifest: the whole object again, read by nobody here.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -120,18 +117,7 @@ impl Lean for Pod {
     fn lean(&mut self) {
         lean_metadata(&mut self.metadata);
         if let Some(spec) = self.spec.as_mut() {
-            spec.containers.iter_mut().for_each(lean_container);
-            if let Some(init) = spec.init_containers.as_mut() {
-                init.iter_mut().for_each(lean_container);
-            }
-            // Ephemeral (debug) containers request nothing and bind no port.
-            spec.ephemeral_containers = None;
-            if let Some(volumes) = spec.volumes.as_mut() {
-                volumes.retain(ties_to_storage);
-                if volumes.is_empty() {
-                    spec.volumes = None;
-                }
-            }
+            keep_what_placement_reads(spec);
         }
         if let Some(status) = self.status.as_mut() {
             if finished(status) {
@@ -168,25 +154,6 @@ fn finished(status: &PodStatus) -> bool {
     matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
 }
 
-fn lean_container(container: &mut Container) {
-    let Container {
-        name,
-        image,
-        resources,
-        ports,
-        restart_policy,
-        ..
-    } = std::mem::take(container);
-    *container = Container {
-        name,
-        image,
-        resources,
-        ports,
-        restart_policy,
-        ..Container::default()
-    };
-}
-
 fn lean_container_status(status: &mut ContainerStatus) {
     let ContainerStatus {
         name,
@@ -204,13 +171,6 @@ fn lean_container_status(status: &mut ContainerStatus) {
         state,
         ..ContainerStatus::default()
     };
-}
-
-/// Whether `volume` ties its pod to storage: a claim (given or ephemeral) or an EBS volume.
-fn ties_to_storage(volume: &Volume) -> bool {
-    volume.persistent_volume_claim.is_some()
-        || volume.ephemeral.is_some()
-        || volume.aws_elastic_block_store.is_some()
 }
 
 impl Lean for Node {

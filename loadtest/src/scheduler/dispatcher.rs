@@ -6,6 +6,13 @@
 //! thousands of pods — every pending pod's message changes each time a node is added —
 //! held every later cycle, and so every binding onto the nodes that came up meanwhile,
 //! until its last report was through. The queue holds at most one report per pod.
+//!
+//! A report is a strategic-merge patch of the one `PodScheduled` condition, as
+//! kube-scheduler's `PatchPodStatus` sends: conditions merge by type, so the others on the
+//! pod stay whatever the API server holds. Replacing the whole list from the scheduler's
+//! cache instead dropped any condition written since the cache last saw the pod — kerf's
+//! `kerf.dev/Nominated`, without which the pod's nominated node reads as a preemption and
+//! kerf stops providing for it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -20,11 +27,11 @@ use tokio::task::JoinHandle;
 
 use super::SchedulerStats;
 
-/// One pod's report: the conditions to write.
+/// One pod's report: its `PodScheduled` condition.
 pub(crate) struct Report {
     pub namespace: String,
     pub name: String,
-    pub conditions: Vec<PodCondition>,
+    pub condition: PodCondition,
 }
 
 /// Reports waiting to be written, oldest pod first, the latest report per pod.
@@ -124,9 +131,13 @@ async fn write_all(
 
 async fn write(client: &Client, stats: &SchedulerStats, report: Report) {
     let api: Api<Pod> = Api::namespaced(client.clone(), &report.namespace);
-    let patch = serde_json::json!({ "status": { "conditions": report.conditions } });
+    let patch = serde_json::json!({ "status": { "conditions": [report.condition] } });
     match api
-        .patch_status(&report.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(
+            &report.name,
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
         .await
     {
         Ok(_) => {
@@ -147,11 +158,11 @@ mod tests {
         Report {
             namespace: "default".to_owned(),
             name: name.to_owned(),
-            conditions: vec![PodCondition {
+            condition: PodCondition {
                 type_: "PodScheduled".to_owned(),
                 message: Some(message.to_owned()),
                 ..PodCondition::default()
-            }],
+            },
         }
     }
 
@@ -159,7 +170,7 @@ mod tests {
         reports
             .into_iter()
             .map(|r| {
-                let message = r.conditions[0].message.clone().unwrap_or_default();
+                let message = r.condition.message.clone().unwrap_or_default();
                 (r.name, message)
             })
             .collect()
@@ -191,5 +202,46 @@ mod tests {
             [("a".into(), "0/3".into())],
             "queued again after a cancel"
         );
+    }
+
+    /// The report carries only `PodScheduled`: a condition another writer put on the pod,
+    /// one the scheduler's cache may not have seen yet, stays.
+    #[tokio::test]
+    async fn a_report_keeps_the_other_conditions_on_the_pod() {
+        use crate::apiserver::{ApiServer, ServerConfig};
+        let server = ApiServer::start(ServerConfig::default())
+            .await
+            .expect("emulator starts");
+        let url = server.url().parse().expect("url");
+        let client = Client::try_from(kube::Config::new(url)).expect("client");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": "app:1"}]}
+        }))
+        .expect("pod");
+        pods.create(&kube::api::PostParams::default(), &pod)
+            .await
+            .expect("created");
+        let nominated = serde_json::json!({"status": {"conditions": [
+            {"type": "kerf.dev/Nominated", "status": "True", "reason": "NodeClaimRegistered"}
+        ]}});
+        pods.patch_status("a", &PatchParams::default(), &Patch::Strategic(&nominated))
+            .await
+            .expect("nominated");
+
+        let stats = Arc::new(SchedulerStats::default());
+        write(&client, &stats, report("a", "0/1 nodes are available")).await;
+
+        let conditions = pods
+            .get_status("a")
+            .await
+            .expect("read")
+            .status
+            .and_then(|s| s.conditions);
+        let types: Vec<String> = conditions.into_iter().flatten().map(|c| c.type_).collect();
+        assert_eq!(types, ["kerf.dev/Nominated", "PodScheduled"]);
+        assert_eq!(stats.marked_unschedulable.load(Ordering::Relaxed), 1);
+        server.shutdown().await;
     }
 }

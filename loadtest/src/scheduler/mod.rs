@@ -245,11 +245,11 @@ impl Scheduler {
                 }
                 Err(message) => {
                     self.record_failure(&uid, priority(&pod), epoch);
-                    if let Some(conditions) = unschedulable_conditions(&pod, &message) {
+                    if let Some(condition) = unschedulable_condition(&pod, &message) {
                         let report = Report {
                             namespace: namespace(&pod),
                             name: name(&pod),
-                            conditions,
+                            condition,
                         };
                         self.reports.queue(uid, report);
                     }
@@ -476,33 +476,29 @@ async fn apply(client: Client, stats: Arc<SchedulerStats>, bind: Bind) -> Option
     }
 }
 
-/// The pod's conditions with `PodScheduled=False, reason=Unschedulable`; `None` when the
-/// pod already says exactly that (no write needed).
-fn unschedulable_conditions(pod: &Pod, message: &str) -> Option<Vec<PodCondition>> {
-    let mut conditions = pod
+/// The `PodScheduled=False, reason=Unschedulable` condition to report for `pod`; `None`
+/// when the pod already says exactly that (no write needed).
+fn unschedulable_condition(pod: &Pod, message: &str) -> Option<PodCondition> {
+    let current = pod
         .status
         .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let current = conditions.iter().find(|c| c.type_ == "PodScheduled");
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled");
     let unchanged = current.is_some_and(|c| {
         c.status == "False"
             && c.reason.as_deref() == Some("Unschedulable")
             && c.message.as_deref() == Some(message)
     });
-    if unchanged {
-        return None;
-    }
-    conditions.retain(|c| c.type_ != "PodScheduled");
-    conditions.push(PodCondition {
+    (!unchanged).then(|| PodCondition {
         type_: "PodScheduled".to_owned(),
         status: "False".to_owned(),
         reason: Some("Unschedulable".to_owned()),
         message: Some(message.to_owned()),
         last_transition_time: Some(Time(now())),
         ..PodCondition::default()
-    });
-    Some(conditions)
+    })
 }
 
 fn now() -> k8s_openapi::jiff::Timestamp {
