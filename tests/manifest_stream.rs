@@ -36,8 +36,12 @@ fn read(input: &[u8], limits: Limits) -> (Vec<Object>, Option<ManifestError>) {
     (objects, ended)
 }
 
+/// Every object was read, in input order (items are parsed on several threads).
 fn assert_all_read(objects: &[Object]) {
     assert_eq!(objects.len(), OBJECTS);
+    for (index, object) in objects.iter().enumerate() {
+        assert_eq!(object.name.as_deref(), Some(format!("p-{index}").as_str()));
+    }
     for index in [0, 1, OBJECTS / 2, OBJECTS - 1] {
         assert_eq!(objects[index].display_name(), format!("Pod/p-{index}"));
         assert_eq!(objects[index].namespace.as_deref(), Some("ns"));
@@ -377,6 +381,53 @@ fn errors_inside_items_and_after_them_name_the_inputs_line() {
         matches!(after, ManifestError::Parse { line: Some(7), .. }),
         "{after:?}"
     );
+}
+
+/// Items are parsed on several threads while the input is cut further: a broken item still
+/// ends the stream where it is, after every object before it and none after it, even when
+/// the input is broken again further on.
+#[test]
+fn a_broken_item_ends_the_stream_there_whatever_follows() {
+    let mut yaml = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for index in 0..300 {
+        yaml.push_str(&format!(
+            "- apiVersion: v1\n  kind: Pod\n  metadata: {{name: p-{index}}}\n"
+        ));
+        if index == 200 {
+            yaml.push_str("- apiVersion: v1\n  kind: Pod\n  metadata: {name: [b}\n");
+        }
+    }
+    let mut bytes = yaml.into_bytes();
+    bytes.extend_from_slice(b"- apiVersion: v1\n  kind: Pod\n  metadata: {name: \xff}\n");
+    let mut names = Vec::new();
+    let error = stream::read(bytes.as_slice(), "t.yaml", Limits::default(), &mut |o| {
+        names.push(o.expect("objects before the broken item read").name)
+    })
+    .expect_err("the broken item");
+    assert_eq!(names.len(), 201, "{error}");
+    assert_eq!(names[200].as_deref(), Some("p-200"));
+    assert!(error.to_string().starts_with("t.yaml:609: "), "{error}");
+
+    let mut json = String::from("{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n");
+    for index in 0..300 {
+        let item = if index == 200 {
+            "{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": 7 7}},\n"
+                .to_owned()
+        } else {
+            format!(
+                "{{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"p-{index}\"}}}},\n"
+            )
+        };
+        json.push_str(&item);
+    }
+    json.push_str("{\"apiVersion\": \"v1\"} {\n");
+    let mut names = Vec::new();
+    let error = stream::read(json.as_bytes(), "t.json", Limits::default(), &mut |o| {
+        names.push(o.expect("objects before the broken item read").name)
+    })
+    .expect_err("the broken item");
+    assert_eq!(names.len(), 200, "{error}");
+    assert!(error.to_string().starts_with("t.json:202: "), "{error}");
 }
 
 #[test]

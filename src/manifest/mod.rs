@@ -15,6 +15,7 @@ mod fast;
 #[cfg(test)]
 mod fast_tests;
 mod json;
+mod ordered;
 mod prune;
 mod split;
 pub mod stream;

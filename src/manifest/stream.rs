@@ -7,9 +7,15 @@
 //! YAML is first cut into pieces at line boundaries (see `split`): each document, and each
 //! item of a block-style `List`, is parsed from its own text — by the fast reader for
 //! `kubectl`'s block YAML (`fast`) where it can, by serde-saphyr where it cannot. So the
-//! text held at once is one item, or one document that is not such a `List` (a document is
-//! parsed whole, as the API server does). JSON is cut the same way by a byte scanner
-//! (`json`) and each piece decoded from its slice.
+//! text held at once is a few dozen items, or one document that is not such a `List` (a
+//! document is parsed whole, as the API server does). JSON is cut the same way by a byte
+//! scanner (`json`) and each piece decoded from its slice.
+//!
+//! Three stages run at once: one thread cuts, a pool of threads parses the items (one per
+//! core, see `ordered`), and the caller's thread takes the objects. Objects still reach the
+//! caller in input order, and a failure ends the stream exactly where the one-threaded
+//! reader ended it: the items cut before a document, a cutting error or the input's end are
+//! all handed over (or fail) first.
 //!
 //! The YAML parser's budget guards against hostile input. Alias bombs keep serde-saphyr's
 //! alias and anchor caps; the per-document node count, which a single `List` dump reaches
@@ -31,6 +37,7 @@ use serde_saphyr::budget::{BudgetBreach, BudgetReport};
 
 use super::fast;
 use super::json;
+use super::ordered::{OrderedPool, WorkerLost};
 use super::prune::{PrunedObject, root_field};
 use super::split::{Piece, SplitError, Splitter};
 use super::typed::PodItem;
@@ -61,9 +68,8 @@ impl Default for Limits {
     }
 }
 
-/// How many objects the parser may read ahead of the caller: enough to keep both busy
-/// (parsing on one thread, decoding on the caller's), few enough that the objects in
-/// flight cost nothing next to what the caller keeps.
+/// How many objects the reader may hand over ahead of the caller: enough to keep both
+/// busy, few enough that the objects in flight cost nothing next to what the caller keeps.
 const OBJECTS_IN_FLIGHT: usize = 256;
 
 /// Reads every object of `input` (named `file` in messages), YAML or JSON, and hands each to
@@ -72,8 +78,8 @@ const OBJECTS_IN_FLIGHT: usize = 256;
 /// or an exceeded limit ends the stream, since the document boundaries after it cannot be
 /// trusted; it is returned after the objects before it were handed over.
 ///
-/// The text is parsed on a thread of its own while `sink` runs on the caller's, with at most
-/// [`OBJECTS_IN_FLIGHT`] objects between them.
+/// The text is cut on a thread of its own and its items parsed on a pool of threads while
+/// `sink` runs on the caller's, with at most [`OBJECTS_IN_FLIGHT`] objects between them.
 pub fn read<R: Read + Send>(
     input: R,
     file: &str,
@@ -86,17 +92,12 @@ pub fn read<R: Read + Send>(
         for object in receiver {
             sink(object);
         }
-        parser.join().unwrap_or_else(|_| {
-            Err(ManifestError::Parse {
-                file: file.to_owned(),
-                line: None,
-                message: "the manifest reader failed unexpectedly".to_owned(),
-            })
-        })
+        parser.join().unwrap_or_else(|_| Err(reader_failed(file)))
     })
 }
 
-/// The parser thread: decodes `input` and sends its objects until the input ends or fails.
+/// The reading thread: cuts `input`, has its items parsed by the pool, and sends its objects
+/// in order until the input ends or fails.
 fn parse<R: Read>(
     input: R,
     file: &str,
@@ -112,13 +113,123 @@ fn parse<R: Read>(
         line: Rc::new(Cell::new(None)),
     };
     ITEMS.with(|items| *items.borrow_mut() = Some(context));
-    let result = if is_json {
-        read_json(input, file, limits)
-    } else {
-        read_yaml(input, file, limits)
-    };
+    let work = |job| parse_item(file, limits, job);
+    let result = std::thread::scope(|scope| {
+        let mut pool = OrderedPool::start(scope, item_workers(), ITEMS_IN_FLIGHT, &work);
+        if is_json {
+            read_json(input, file, limits, &mut pool)
+        } else {
+            read_yaml(input, file, limits, &mut pool)
+        }
+    });
     ITEMS.with(|items| items.borrow_mut().take());
     result
+}
+
+/// Items parsed but not yet handed over, at most: enough that a worker never idles for
+/// want of work while the cutter is ahead, few enough that their text and objects cost
+/// nothing next to what the caller keeps.
+const ITEMS_IN_FLIGHT: usize = 64;
+
+/// Threads that parse items: one per core, at most four (beyond that the cutting thread,
+/// which is one, cannot keep them busy).
+fn item_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
+/// The pool that parses a `List`'s items (see `ordered`).
+type ItemPool = OrderedPool<ItemJob, ParsedItem>;
+
+/// A `List` item to parse, with what locating its object needs.
+enum ItemJob {
+    Yaml {
+        text: String,
+        first_line: u64,
+        document: usize,
+        /// The document's YAML nodes left when the item was cut (at least what is left).
+        remaining: usize,
+    },
+    Json {
+        bytes: Vec<u8>,
+        at: json::At,
+        document: usize,
+    },
+}
+
+/// A parsed item: how many YAML nodes it held, and what became of it.
+struct ParsedItem {
+    nodes: usize,
+    result: ItemResult,
+}
+
+enum ItemResult {
+    /// An object, or the problem with it; the stream goes on after it.
+    Object(Result<Object, ManifestError>),
+    /// The item could not be parsed: the stream ends here.
+    Fatal(ManifestError),
+}
+
+/// Parses one item, on one of the pool's threads.
+fn parse_item(file: &str, limits: Limits, job: ItemJob) -> ParsedItem {
+    match job {
+        ItemJob::Yaml {
+            text,
+            first_line,
+            document,
+            remaining,
+        } => yaml_item(file, limits, &text, first_line, document, remaining),
+        ItemJob::Json {
+            bytes,
+            at,
+            document,
+        } => json_item(file, limits, &bytes, at, document),
+    }
+}
+
+/// Hands the next item over (or ends the stream at it); false once the caller stopped
+/// listening. The document's node count includes the item's, against the limit.
+fn forward(
+    item: Result<ParsedItem, WorkerLost>,
+    nodes: &mut usize,
+    file: &str,
+    limits: Limits,
+) -> Result<bool, ManifestError> {
+    let item = item.map_err(|WorkerLost| reader_failed(file))?;
+    *nodes = nodes.saturating_add(item.nodes);
+    if *nodes > limits.max_yaml_nodes {
+        return Err(ManifestError::TooManyNodes {
+            file: file.to_owned(),
+            limit: limits.max_yaml_nodes,
+        });
+    }
+    match item.result {
+        ItemResult::Object(object) => Ok(send(object)),
+        ItemResult::Fatal(error) => Err(error),
+    }
+}
+
+/// Hands over every item still in the pool, in order; false once the caller stopped
+/// listening.
+fn drain(
+    pool: &mut ItemPool,
+    nodes: &mut usize,
+    file: &str,
+    limits: Limits,
+) -> Result<bool, ManifestError> {
+    while let Some(item) = pool.next() {
+        if !forward(item, nodes, file, limits)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn reader_failed(file: &str) -> ManifestError {
+    ManifestError::Parse {
+        file: file.to_owned(),
+        line: None,
+        message: "the manifest reader failed unexpectedly".to_owned(),
+    }
 }
 
 /// Where a `List`'s items go as they are decoded: serde gives a visitor no way to reach its
@@ -177,52 +288,47 @@ fn read_error(file: &str, error: &std::io::Error) -> ManifestError {
 }
 
 /// Reads YAML piece by piece (see `split`): each document, and each item of a `List`, is
-/// parsed from its own text. The node limit holds per document, over its items together.
-fn read_yaml<R: BufRead>(input: R, file: &str, limits: Limits) -> Result<(), ManifestError> {
+/// parsed from its own text, the items on the pool's threads. The node limit holds per
+/// document, over its items together.
+fn read_yaml<R: BufRead>(
+    input: R,
+    file: &str,
+    limits: Limits,
+    pool: &mut ItemPool,
+) -> Result<(), ManifestError> {
     let mut splitter = Splitter::new(input);
     let mut document = 1;
-    // Nodes read so far in the current document, its items included.
+    // Nodes read so far in the current document, its items handed over included.
     let mut nodes = 0;
     start_document(document, None);
-    while let Some(piece) = splitter.next_piece().map_err(|e| split_error(file, e))? {
+    loop {
+        let piece = match splitter.next_piece() {
+            Ok(Some(piece)) => piece,
+            Ok(None) => break,
+            // The items cut before the failure come first, and may fail first.
+            Err(error) => {
+                drain(pool, &mut nodes, file, limits)?;
+                return Err(split_error(file, error));
+            }
+        };
         let sent = match piece {
             Piece::Item { text, first_line } => {
-                let at = |line| first_line - 1 + line;
-                let remaining = limits.max_yaml_nodes.saturating_sub(nodes);
-                if limits.typed_pods
-                    && let Some(parsed) = fast::item_as::<PodItem>(&text, remaining)
-                {
-                    nodes += parsed.nodes;
-                    let source = Source {
-                        file: file.to_owned(),
-                        document,
-                        line: Some(at(parsed.line)),
-                    };
-                    if !send(Ok(super::pod_object(parsed.value.0, source))) {
-                        return Ok(());
-                    }
-                    continue;
-                }
-                let (value, line) = match fast::item(&text, remaining) {
-                    Some(parsed) => {
-                        nodes += parsed.nodes;
-                        (parsed.value, Some(parsed.line))
-                    }
-                    None => {
-                        let OneItem(item) =
-                            parse_piece(&text, limits, &mut nodes, ITEM_WRAPPER_NODES)
-                                .map_err(|e| item_error(yaml_error(file, limits, &e, at), &e))?;
-                        (item.value.0, known_line(item.referenced.line()))
-                    }
-                };
-                let source = Source {
-                    file: file.to_owned(),
+                let job = ItemJob::Yaml {
+                    text,
+                    first_line,
                     document,
-                    line: line.map(at),
+                    remaining: limits.max_yaml_nodes.saturating_sub(nodes),
                 };
-                send(super::to_object(value, source))
+                match pool.submit(job) {
+                    Some(oldest) => forward(oldest, &mut nodes, file, limits)?,
+                    None => true,
+                }
             }
             Piece::Document(text) => {
+                // Its items come before it.
+                if !drain(pool, &mut nodes, file, limits)? {
+                    return Ok(());
+                }
                 let at = |line| text.line(line);
                 let remaining = limits.max_yaml_nodes.saturating_sub(nodes);
                 let (mut value, line) = match fast::document(&text.text, remaining) {
@@ -256,7 +362,56 @@ fn read_yaml<R: BufRead>(input: R, file: &str, limits: Limits) -> Result<(), Man
             return Ok(());
         }
     }
+    drain(pool, &mut nodes, file, limits)?;
     Ok(())
+}
+
+/// Parses one YAML item of the current document, which had `remaining` nodes left.
+fn yaml_item(
+    file: &str,
+    limits: Limits,
+    text: &str,
+    first_line: u64,
+    document: usize,
+    remaining: usize,
+) -> ParsedItem {
+    let at = |line| first_line - 1 + line;
+    let source = |line: Option<u64>| Source {
+        file: file.to_owned(),
+        document,
+        line: line.map(at),
+    };
+    if limits.typed_pods
+        && let Some(parsed) = fast::item_as::<PodItem>(text, remaining)
+    {
+        let pod = super::pod_object(parsed.value.0, source(Some(parsed.line)));
+        return ParsedItem {
+            nodes: parsed.nodes,
+            result: ItemResult::Object(Ok(pod)),
+        };
+    }
+    if let Some(parsed) = fast::item(text, remaining) {
+        return ParsedItem {
+            nodes: parsed.nodes,
+            result: ItemResult::Object(super::to_object(parsed.value, source(Some(parsed.line)))),
+        };
+    }
+    // parse_piece counts against the limit from the nodes before the item.
+    let before = limits.max_yaml_nodes.saturating_sub(remaining);
+    let mut counted = before;
+    match parse_piece::<OneItem>(text, limits, &mut counted, ITEM_WRAPPER_NODES) {
+        Ok(OneItem(item)) => ParsedItem {
+            nodes: counted - before,
+            result: ItemResult::Object(super::to_object(
+                item.value.0,
+                source(known_line(item.referenced.line())),
+            )),
+        },
+        Err(error) => ParsedItem {
+            nodes: 0,
+            result: ItemResult::Fatal(item_error(yaml_error(file, limits, &error, at), &error)),
+        },
+    }
 }
 
 /// The sequence node around an item's text, which the whole document does not have.
@@ -436,37 +591,33 @@ fn strip_position(line: &str) -> Option<&str> {
 }
 
 /// Reads JSON piece by piece (see `json`): each document, and each element of a document's
-/// top-level `items`, is decoded from its own bytes, located at its own line.
-fn read_json<R: BufRead>(input: R, file: &str, limits: Limits) -> Result<(), ManifestError> {
+/// top-level `items`, is decoded from its own bytes, located at its own line; the items on
+/// the pool's threads.
+fn read_json<R: BufRead>(
+    input: R,
+    file: &str,
+    limits: Limits,
+    pool: &mut ItemPool,
+) -> Result<(), ManifestError> {
     let mut document = 1;
     let mut failed = None;
+    // JSON has no node limit: items count none.
+    let mut nodes = 0;
     start_document(document, None);
-    json::cut(input, &mut |piece| match piece {
-        json::Piece::Item { bytes, at } => match typed_pod(limits, &bytes) {
-            Some(pod) => {
-                let source = Source {
-                    file: file.to_owned(),
-                    document,
-                    line: Some(at.line),
-                };
-                send(Ok(super::pod_object(pod, source)))
-            }
-            None => match serde_json::from_slice(&bytes) {
-                Ok(PrunedObject(value)) => {
-                    let source = Source {
-                        file: file.to_owned(),
-                        document,
-                        line: Some(at.line),
-                    };
-                    send(super::to_object(value, source))
-                }
-                Err(e) => {
-                    failed = Some(json_error(file, &e, |l, c| json::offset(at, l, c)));
-                    false
-                }
-            },
+    let cut = json::cut(input, &mut |piece| match piece {
+        json::Piece::Item { bytes, at } => match pool.submit(ItemJob::Json {
+            bytes,
+            at,
+            document,
+        }) {
+            Some(oldest) => keep_going(forward(oldest, &mut nodes, file, limits), &mut failed),
+            None => true,
         },
         json::Piece::Document(text) => {
+            // Its items come before it.
+            if !keep_going(drain(pool, &mut nodes, file, limits), &mut failed) {
+                return false;
+            }
             start_document(document, Some(text.at.line));
             match serde_json::from_slice(&text.bytes) {
                 Ok(value) => {
@@ -485,16 +636,55 @@ fn read_json<R: BufRead>(input: R, file: &str, limits: Limits) -> Result<(), Man
             }
         }
         json::Piece::Broken { message, at } => {
-            failed = Some(ManifestError::Parse {
-                file: file.to_owned(),
-                line: Some(at.line),
-                message: format!("{message} at line {} column {}", at.line, at.column),
-            });
+            if keep_going(drain(pool, &mut nodes, file, limits), &mut failed) {
+                failed = Some(ManifestError::Parse {
+                    file: file.to_owned(),
+                    line: Some(at.line),
+                    message: format!("{message} at line {} column {}", at.line, at.column),
+                });
+            }
             false
         }
+    });
+    // The items cut before the input ended (or failed to read) come first.
+    if failed.is_none() {
+        keep_going(drain(pool, &mut nodes, file, limits), &mut failed);
+    }
+    match failed {
+        Some(error) => Err(error),
+        None => cut.map_err(|e| read_error(file, &e)),
+    }
+}
+
+/// Whether to go on after `forwarded`, recording its error in `failed`.
+fn keep_going(forwarded: Result<bool, ManifestError>, failed: &mut Option<ManifestError>) -> bool {
+    forwarded.unwrap_or_else(|error| {
+        *failed = Some(error);
+        false
     })
-    .map_err(|e| read_error(file, &e))?;
-    failed.map_or(Ok(()), Err)
+}
+
+/// Decodes one JSON item of document `document`, starting at `at`.
+fn json_item(
+    file: &str,
+    limits: Limits,
+    bytes: &[u8],
+    at: json::At,
+    document: usize,
+) -> ParsedItem {
+    let source = Source {
+        file: file.to_owned(),
+        document,
+        line: Some(at.line),
+    };
+    let result = match typed_pod(limits, bytes) {
+        Some(pod) => ItemResult::Object(Ok(super::pod_object(pod, source))),
+        None => match serde_json::from_slice(bytes) {
+            Ok(PrunedObject(value)) => ItemResult::Object(super::to_object(value, source)),
+            Err(e) => ItemResult::Fatal(json_error(file, &e, |l, c| json::offset(at, l, c))),
+        },
+    };
+    ParsedItem { nodes: 0, result }
 }
 
 /// A JSON item as a typed pod, where asked for and it is one (see `typed`).
