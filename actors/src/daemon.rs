@@ -456,6 +456,13 @@ impl Daemon {
         );
         let mut tasks = pod_watcher::spawn(&client, writers, subscribers, &shutdown_rx);
         tasks.extend(status_tasks);
+        if let Some(provisioning) = &provisioning_for_disruption {
+            tasks.push(tokio::spawn(triggers::on_nomination_lapse(
+                provisioning.created.clone(),
+                retrigger.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
         tasks.push(tokio::spawn(triggers::retrigger(
             state.clone(),
             to_batcher,

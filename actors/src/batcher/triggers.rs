@@ -3,8 +3,9 @@
 //! triggered again every [`RETRIGGER_PERIOD`], when this replica becomes leader (a standby
 //! skips its batches, so a new leader starts from every pending pod), and at once when
 //! capacity may have been freed for them: a NodeClaim deleted (for example one whose launch
-//! was refused for insufficient capacity) or a NodePool's limits raised; and when a Node
-//! starts deleting, whose pods then need replacement capacity. These are
+//! was refused for insufficient capacity) or a NodePool's limits raised; when a Node
+//! starts deleting, whose pods then need replacement capacity; and when a NodeClaim's
+//! nomination window ends, releasing the pods it held. These are
 //! subscriptions to the watch streams' changes, wired by the daemon; nothing else needs a
 //! hook to get pods provisioned again.
 //!
@@ -21,8 +22,10 @@ use kerf::api::{NodeClaim, NodePool};
 use kerf::pods::LeanPod;
 use kerf::resources::Quantity;
 use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
 
 use super::Trigger;
+use crate::launcher::CreatedClaims;
 use crate::mailbox::{DeliverError, Outbox};
 use crate::state::{Change, ClusterState, is_provisionable};
 
@@ -39,7 +42,8 @@ impl Retrigger {
         self.0.notify_one();
     }
 
-    async fn requested(&self) {
+    /// Completes at the next request (or at once, for one made since the last).
+    pub(crate) async fn requested(&self) {
         self.0.notified().await;
     }
 }
@@ -154,6 +158,30 @@ pub async fn retrigger(
             () = became_leader(&mut leader, &mut leading) => {}
             () = requests.requested() => {}
             _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Requests a re-trigger as each nomination window of `created` ends: the pods a NodeClaim
+/// held are planned afresh at once, not at the next periodic re-trigger up to
+/// [`RETRIGGER_PERIOD`] later — the pods the kube-scheduler did not place on it are waiting.
+pub async fn on_nomination_lapse(
+    created: CreatedClaims,
+    requests: Retrigger,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut fired = Instant::now();
+    loop {
+        let now = Instant::now();
+        let horizon = now + RETRIGGER_PERIOD;
+        let lapse = created.next_lapse_after(fired).filter(|at| *at <= horizon);
+        tokio::select! {
+            () = tokio::time::sleep_until(lapse.unwrap_or(horizon)) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if let Some(lapse) = lapse {
+            requests.request();
+            fired = lapse;
         }
     }
 }

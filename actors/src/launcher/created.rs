@@ -97,6 +97,18 @@ impl CreatedClaims {
             .collect()
     }
 
+    /// When the first nomination window ends after `after`: the moment the pods a NodeClaim
+    /// held are to be planned afresh. Only windows a round has seen start (its Node
+    /// initialized) count.
+    pub fn next_lapse_after(&self, after: Instant) -> Option<Instant> {
+        self.nominated
+            .iter()
+            .filter_map(|entry| entry.value().initialized)
+            .map(|initialized| initialized + NOMINATION_WINDOW)
+            .filter(|lapse| *lapse > after)
+            .min()
+    }
+
     /// The pods NodeClaim `name` was created for, while its nomination lasts.
     pub fn nominated_pods(&self, name: &str) -> Vec<PodRef> {
         self.nominated
@@ -372,6 +384,42 @@ mod tests {
             ["launched", "registering"],
             "the window after initialization and the grace of an unseen NodeClaim end"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_end_of_a_nomination_window_retriggers_the_pending_pods() {
+        use crate::batcher::triggers::{Retrigger, on_nomination_lapse};
+        let (state, mut writers) = ClusterState::new();
+        let created = CreatedClaims::default();
+        created.insert(claim("a"), pods(&["p1"]));
+        let key = |n: &str| ObjectKey::new(None, n);
+        writers.nodeclaims.apply(key("a"), on_node("a", "node-a"));
+        writers.nodes.apply(key("node-a"), node("node-a", true));
+        let start = Instant::now();
+        assert_eq!(created.next_lapse_after(start), None, "no round saw it yet");
+        created.nominations(&state);
+        assert_eq!(
+            created.next_lapse_after(start),
+            Some(start + NOMINATION_WINDOW)
+        );
+
+        let requests = Retrigger::default();
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(on_nomination_lapse(
+            created.clone(),
+            requests.clone(),
+            shutdown,
+        ));
+        requests.requested().await;
+        assert_eq!(
+            Instant::now(),
+            start + NOMINATION_WINDOW,
+            "not before, not after"
+        );
+        let again = tokio::time::timeout(NOMINATION_WINDOW * 2, requests.requested()).await;
+        assert!(again.is_err(), "a window ends once");
+        stop.send_replace(true);
+        task.await.expect("the task ends on shutdown");
     }
 
     #[test]
