@@ -124,6 +124,29 @@ mod tests {
     }
 
     #[test]
+    fn jobs_run_at_once_on_different_workers() {
+        // Each job waits (up to a bound) until the other has started: only workers running
+        // at once both see it.
+        let started = AtomicUsize::new(0);
+        let work = |_: u64| {
+            started.fetch_add(1, Ordering::SeqCst);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while started.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            started.load(Ordering::SeqCst) == 2
+        };
+        let mut met = Vec::new();
+        std::thread::scope(|scope| {
+            let mut pool = OrderedPool::start(scope, 2, 2, &work);
+            assert!(pool.submit(0).is_none());
+            assert!(pool.submit(1).is_none());
+            drain(&mut pool, &mut met);
+        });
+        assert_eq!(met, [true, true]);
+    }
+
+    #[test]
     fn no_more_than_capacity_jobs_are_in_flight() {
         let started = AtomicUsize::new(0);
         let work = |n: u64| {
