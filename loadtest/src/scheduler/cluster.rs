@@ -286,7 +286,10 @@ impl Cluster {
             return Err(insufficient);
         }
         topology.check_spread(index).map_err(|r| vec![r])?;
-        topology.check_affinity(index, node).map_err(|r| vec![r])
+        topology.check_affinity(index, node).map_err(|r| vec![r])?;
+        topology
+            .check_nominated(pod, index, node)
+            .map_err(|r| vec![r])
     }
 
     /// The feasible node with the highest weighted score (the first of equals, in the
@@ -515,7 +518,7 @@ impl Cluster {
     }
 
     /// The pod's topology state; [`Cluster::prepare`] must have run for it.
-    fn topology_state(&self, pod: &PodInfo) -> TopologyState<'_> {
+    fn topology_state<'a>(&'a self, pod: &'a PodInfo) -> TopologyState<'a> {
         let verdict = &self.static_verdicts[&pod.static_fingerprint];
         let spread = pod
             .spread
@@ -547,10 +550,11 @@ impl Cluster {
                 }
             })
             .collect();
-        let term = |t: &super::podinfo::AffinityTerm| {
+        let term = |t: &'a super::podinfo::AffinityTerm| {
             let domains = &self.domains[&t.topology_key];
             Term {
                 domains,
+                pods: &t.pods,
                 counts: domains.sum(&self.counts[&t.pods], |_| true).0,
             }
         };
@@ -717,12 +721,18 @@ mod tests {
     }
 
     fn pod(labels: serde_json::Value, spec: serde_json::Value) -> Arc<PodInfo> {
+        named_pod("p", labels, spec)
+    }
+
+    /// A pod whose uid is its name: a nominated pod holds no room against itself alone.
+    fn named_pod(name: &str, labels: serde_json::Value, spec: serde_json::Value) -> Arc<PodInfo> {
         let mut full = serde_json::json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]});
         if let (Some(f), Some(extra)) = (full.as_object_mut(), spec.as_object()) {
             f.extend(extra.clone());
         }
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "namespace": "default", "labels": labels}, "spec": full
+            "metadata": {"name": name, "namespace": "default", "uid": name, "labels": labels},
+            "spec": full
         }))
         .expect("valid pod");
         Arc::new(PodInfo::new(&pod).expect("compiles"))
@@ -777,6 +787,70 @@ mod tests {
             place(&mut cluster, &same).is_err(),
             "six of eight cpu are kept"
         );
+    }
+
+    fn one_per_node(name: &str, priority: i32) -> Arc<PodInfo> {
+        named_pod(
+            name,
+            serde_json::json!({"app": "cache"}),
+            serde_json::json!({"priority": priority, "affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "cache"}}}
+            ]}}}),
+        )
+    }
+
+    /// Two empty nodes, "a" examined first, and `nominated` nominated to "a".
+    fn nominated_to_a(nominated: &Arc<PodInfo>) -> Cluster {
+        let nodes = vec![
+            node("a", "z1", serde_json::json!({})),
+            node("b", "z2", serde_json::json!({})),
+        ];
+        let mut cluster = Cluster::new(nodes, 0);
+        cluster.nominate(0, Arc::clone(nominated));
+        cluster
+    }
+
+    #[test]
+    fn a_nomination_keeps_its_node_from_pods_anti_affine_to_the_nominated_pod() {
+        let expected = one_per_node("expected", 0);
+        let mut cluster = nominated_to_a(&expected);
+        let other = one_per_node("other", 0);
+        assert_eq!(place(&mut cluster, &other), Ok("b".to_owned()), "a is kept");
+        assert_eq!(place(&mut cluster, &expected), Ok("a".to_owned()));
+
+        let mut cluster = nominated_to_a(&expected);
+        let urgent = one_per_node("urgent", 1000);
+        assert_eq!(
+            place(&mut cluster, &urgent),
+            Ok("a".to_owned()),
+            "a nomination keeps nothing from a pod of higher priority"
+        );
+    }
+
+    #[test]
+    fn a_nominated_pods_anti_affinity_repels_the_pods_it_selects_from_its_node() {
+        let loner = named_pod(
+            "loner",
+            serde_json::json!({"app": "loner"}),
+            serde_json::json!({"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "noisy"}}}
+            ]}}}),
+        );
+        let mut cluster = nominated_to_a(&loner);
+        let noisy = named_pod(
+            "noisy",
+            serde_json::json!({"app": "noisy"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(place(&mut cluster, &noisy), Ok("b".to_owned()));
+        let quiet = named_pod(
+            "quiet",
+            serde_json::json!({"app": "quiet"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(place(&mut cluster, &quiet), Ok("a".to_owned()));
     }
 
     #[test]

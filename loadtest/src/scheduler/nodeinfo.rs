@@ -101,15 +101,20 @@ impl NodeInfo {
         self.pods.push(pod);
     }
 
-    /// What the filter counts as used when it checks `pod`: the pods on the node and, as
-    /// kube-scheduler's `RunFilterPluginsWithNominatedPods`, the other pods nominated to it
-    /// whose priority is at least `pod`'s.
-    pub(crate) fn used_for(&self, pod: &PodInfo) -> Cow<'_, Amounts> {
-        let mut reserving = self
-            .nominated
+    /// The other pods nominated to this node whose priority is at least `pod`'s: as
+    /// kube-scheduler's `RunFilterPluginsWithNominatedPods`, the filter counts them as if
+    /// they were running here.
+    pub(crate) fn reserving<'a>(&'a self, pod: &'a PodInfo) -> impl Iterator<Item = &'a PodInfo> {
+        self.nominated
             .iter()
             .filter(|other| other.uid != pod.uid && other.priority >= pod.priority)
-            .peekable();
+            .map(|other| &**other)
+    }
+
+    /// What the filter counts as used when it checks `pod`: the pods on the node and the
+    /// pods nominated to it that it must leave room for ([`NodeInfo::reserving`]).
+    pub(crate) fn used_for(&self, pod: &PodInfo) -> Cow<'_, Amounts> {
+        let mut reserving = self.reserving(pod).peekable();
         if reserving.peek().is_none() {
             return Cow::Borrowed(&self.requested);
         }

@@ -5,6 +5,7 @@
 
 use super::cluster::Reason;
 use super::nodeinfo::NodeInfo;
+use super::podinfo::{PodInfo, PodSelector};
 
 /// The domains of one topology key: which domain each node is in.
 pub(crate) struct Domains {
@@ -61,6 +62,7 @@ pub(crate) struct Spread<'a> {
 /// One affinity or anti-affinity term's matching pods per domain.
 pub(crate) struct Term<'a> {
     pub(crate) domains: &'a Domains,
+    pub(crate) pods: &'a PodSelector,
     pub(crate) counts: Vec<u32>,
 }
 
@@ -123,6 +125,41 @@ impl TopologyState<'_> {
             .iter()
             .any(|(key, value)| info.labels.get(key) == Some(value))
         {
+            return Err(Reason::ExistingAntiAffinity);
+        }
+        Ok(())
+    }
+
+    /// kube-scheduler's `RunFilterPluginsWithNominatedPods` filters a node a second time
+    /// with the pods nominated to it (of at least the pod's priority) added, so a
+    /// nomination keeps the nominee's place in the node's pod anti-affinity as `used_for`
+    /// keeps its room: a pod anti-affine to it, or one it repels, passes the node by.
+    /// Required affinity is left out: added pods only help it, and the pass without them
+    /// must hold too. So is topology spread, where kube-scheduler counts the nominees as
+    /// well: the simulation does not (README, "The simulated kube-scheduler").
+    pub(crate) fn check_nominated(
+        &self,
+        pod: &PodInfo,
+        node: usize,
+        info: &NodeInfo,
+    ) -> Result<(), Reason> {
+        let nominated: Vec<&PodInfo> = info.reserving(pod).collect();
+        if nominated.is_empty() {
+            return Ok(());
+        }
+        let anti_affine = |term: &Term<'_>| {
+            term.count_at(node).is_some() && nominated.iter().any(|p| term.pods.selects(p))
+        };
+        if self.anti_affinity.iter().any(anti_affine) {
+            return Err(Reason::AntiAffinity);
+        }
+        let repels = |other: &&PodInfo| {
+            other
+                .anti_affinity
+                .iter()
+                .any(|term| term.pods.selects(pod) && info.labels.contains_key(&term.topology_key))
+        };
+        if nominated.iter().any(repels) {
             return Err(Reason::ExistingAntiAffinity);
         }
         Ok(())
