@@ -155,6 +155,33 @@ pub fn is_marked_unschedulable(pod: &impl PodLike) -> bool {
         })
 }
 
+/// The field manager the kube-scheduler writes pod statuses under.
+pub const SCHEDULER_FIELD_MANAGER: &str = "kube-scheduler";
+
+/// When the kube-scheduler last changed `pod`'s status: the time of its `managedFields`
+/// entry for the status subresource. It rewrites its `Unschedulable` report when the
+/// message changes (as it does once a node is added, the count of nodes in it changing),
+/// but keeps the condition's `lastTransitionTime` while the status stays False, so only
+/// this tells a verdict given after some moment from one given before.
+pub fn scheduler_reported_at(pod: &impl PodLike) -> Option<k8s_openapi::jiff::Timestamp> {
+    pod.metadata()
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|entry| is_scheduler_status_write(entry))?
+        .time
+        .as_ref()
+        .map(|time| time.0)
+}
+
+/// Whether a `managedFields` entry records the kube-scheduler's status writes.
+pub fn is_scheduler_status_write(
+    entry: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry,
+) -> bool {
+    entry.manager.as_deref() == Some(SCHEDULER_FIELD_MANAGER)
+        && entry.subresource.as_deref() == Some("status")
+}
+
 /// `pod` bound to `node`, as a simulated placement records it: its own parts copied, its
 /// spec still shared.
 pub fn bound_to(pod: &LeanPod, node: &str) -> std::sync::Arc<LeanPod> {

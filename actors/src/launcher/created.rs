@@ -192,7 +192,13 @@ pub fn nomination_futile(pod: &LeanPod, initialized: Timestamp) -> bool {
     !kerf::pods::fit_depends_on_other_pods(pod) && reported_unschedulable_after(pod, initialized)
 }
 
+/// Whether the kube-scheduler's latest verdict on `pod` is `Unschedulable` and came in a
+/// later second than `initialized`: by the condition's `lastTransitionTime` (set when the
+/// pod turned unschedulable) or by the time of the scheduler's last status write
+/// ([`kerf::pods::scheduler_reported_at`]: kube-scheduler keeps the transition time while
+/// the pod stays unschedulable, and rewrites the report when its message changes).
 fn reported_unschedulable_after(pod: &LeanPod, initialized: Timestamp) -> bool {
+    let later = |at: Timestamp| at.as_second() > initialized.as_second();
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -200,11 +206,11 @@ fn reported_unschedulable_after(pod: &LeanPod, initialized: Timestamp) -> bool {
         .flatten()
         .find(|c| c.type_ == "PodScheduled")
         .is_some_and(|c| {
+            let transitioned = c.last_transition_time.as_ref().map(|at| at.0);
             c.status == "False"
                 && c.reason.as_deref() == Some("Unschedulable")
-                && c.last_transition_time
-                    .as_ref()
-                    .is_some_and(|at| at.0.as_second() > initialized.as_second())
+                && (transitioned.is_some_and(later)
+                    || kerf::pods::scheduler_reported_at(pod).is_some_and(later))
         })
 }
 
@@ -472,6 +478,20 @@ mod tests {
             "the same second: unknown order"
         );
         assert!(futile(Some("2026-01-01T00:00:11Z")));
+        // kube-scheduler keeps the transition time of a pod that stays unschedulable; its
+        // rewritten report shows in the time of its status write.
+        let mut rewritten = pod("p", Some("2026-01-01T00:00:01Z")).to_pod();
+        let write = |at: &str| {
+            serde_json::from_value(serde_json::json!({
+                "manager": kerf::pods::SCHEDULER_FIELD_MANAGER, "operation": "Update",
+                "subresource": "status", "time": at
+            }))
+            .expect("a managed fields entry")
+        };
+        rewritten.metadata.managed_fields = Some(vec![write("2026-01-01T00:00:10Z")]);
+        assert!(!nomination_futile(&rewritten.clone().into(), initialized));
+        rewritten.metadata.managed_fields = Some(vec![write("2026-01-01T00:00:12Z")]);
+        assert!(nomination_futile(&rewritten.into(), initialized));
         let mut spread = pod("spread", Some("2026-01-01T00:00:11Z")).to_pod();
         spread.spec = Some(
             serde_json::from_value(serde_json::json!({"containers": [],

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use kerf::pods::{LeanPod, SpecInterner, keep_what_placement_reads};
 
@@ -115,7 +115,20 @@ metadata_only!(
 
 impl Lean for Pod {
     fn lean(&mut self) {
+        // The one entry read: when the kube-scheduler last gave a verdict (its field set
+        // is not read, so it goes).
+        let scheduler_write = self
+            .metadata
+            .managed_fields
+            .iter_mut()
+            .flatten()
+            .find(|entry| kerf::pods::is_scheduler_status_write(entry))
+            .map(|entry| ManagedFieldsEntry {
+                fields_v1: None,
+                ..std::mem::take(entry)
+            });
         lean_metadata(&mut self.metadata);
+        self.metadata.managed_fields = scheduler_write.map(|entry| vec![entry]);
         if let Some(spec) = self.spec.as_mut() {
             keep_what_placement_reads(spec);
         }
@@ -200,7 +213,11 @@ mod tests {
                     LAST_APPLIED: "{\"a whole\": \"manifest\"}"
                 },
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs"}],
-                "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
+                "managedFields": [
+                    {"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+                    {"manager": "kube-scheduler", "operation": "Update", "subresource": "status",
+                     "time": "2024-01-01T00:00:05Z", "fieldsV1": {"f:status": {}}}
+                ]
             },
             "spec": {
                 "nodeName": "n1",
@@ -240,7 +257,18 @@ mod tests {
         let mut lean = pod();
         lean.lean();
         let full = pod();
-        assert!(lean.metadata.managed_fields.is_none());
+        let kept: Vec<(Option<&str>, bool)> = lean
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .map(|e| (e.manager.as_deref(), e.fields_v1.is_some()))
+            .collect();
+        assert_eq!(kept, [(Some("kube-scheduler"), false)], "its time alone");
+        assert_eq!(
+            kerf::pods::scheduler_reported_at(&lean).map(|t| t.to_string()),
+            Some("2024-01-01T00:00:05Z".to_owned())
+        );
         let annotations = lean.metadata.annotations.as_ref().expect("annotations");
         assert!(!annotations.contains_key(LAST_APPLIED));
         assert_eq!(annotations["karpenter.sh/do-not-disrupt"], "true");

@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kerf::api::condition::types;
 use kerf::labels;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use kerf_actors::launcher::NOMINATION_WINDOW;
@@ -197,23 +199,23 @@ fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the
         })
         .await;
 
-        // The scheduler tried the nominated node and found no room: reported in a later
-        // second than the initialization (condition times are whole seconds).
+        // The scheduler tried the nominated node and found no room: it rewrites its report
+        // in a later second than the initialization (times are whole seconds), keeping the
+        // condition's transition time, as kube-scheduler does while a pod stays
+        // unschedulable. Only its status write's time is new.
         tokio::time::sleep(Duration::from_millis(1100)).await;
         let report = json!({"status": {"conditions": [{
             "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
             "message": "0/1 nodes are available: 1 Insufficient cpu.",
-            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+            "lastTransitionTime": "2020-01-01T00:00:00Z",
         }]}});
-        cluster
-            .patch_status(
-                "v1",
-                "pods",
-                Some("default"),
-                "web-1",
-                PatchKind::Strategic,
-                &report,
-            )
+        let as_scheduler = PatchParams {
+            field_manager: Some(kerf::pods::SCHEDULER_FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        Api::<Pod>::namespaced(stack.harness.client.clone(), "default")
+            .patch_status("web-1", &as_scheduler, &Patch::Strategic(&report))
+            .await
             .expect("reported unschedulable");
         eventually("the futile nomination withdrawn", || {
             stack.pod("web-1").is_some_and(|pod| {

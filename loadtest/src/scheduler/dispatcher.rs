@@ -135,7 +135,10 @@ async fn write(client: &Client, stats: &SchedulerStats, report: Report) {
     match api
         .patch_status(
             &report.name,
-            &PatchParams::default(),
+            &PatchParams {
+                field_manager: Some(kerf::pods::SCHEDULER_FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            },
             &Patch::Strategic(&patch),
         )
         .await

@@ -491,12 +491,18 @@ fn unschedulable_condition(pod: &Pod, message: &str) -> Option<PodCondition> {
             && c.reason.as_deref() == Some("Unschedulable")
             && c.message.as_deref() == Some(message)
     });
+    // As kube-scheduler's `UpdatePodCondition`: the transition time stays while the status
+    // does.
+    let transitioned = current
+        .filter(|c| c.status == "False")
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(now()));
     (!unchanged).then(|| PodCondition {
         type_: "PodScheduled".to_owned(),
         status: "False".to_owned(),
         reason: Some("Unschedulable".to_owned()),
         message: Some(message.to_owned()),
-        last_transition_time: Some(Time(now())),
+        last_transition_time: Some(transitioned),
         ..PodCondition::default()
     })
 }
@@ -551,4 +557,34 @@ pub(crate) fn is_terminal(pod: &Pod) -> bool {
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded") | Some("Failed")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_is_written_when_its_message_changes_and_keeps_the_transition_time() {
+        let reported: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": "0/1 nodes are available.",
+                "lastTransitionTime": "2020-01-01T00:00:00Z"}]}
+        }))
+        .expect("a pod");
+        assert_eq!(
+            unschedulable_condition(&reported, "0/1 nodes are available."),
+            None,
+            "nothing new to write"
+        );
+        let rewritten =
+            unschedulable_condition(&reported, "0/2 nodes are available.").expect("a report");
+        assert_eq!(
+            rewritten.last_transition_time.map(|t| t.0.to_string()),
+            Some("2020-01-01T00:00:00Z".to_owned())
+        );
+        let first = unschedulable_condition(&Pod::default(), "no nodes").expect("a report");
+        let stamped = first.last_transition_time.expect("a transition time").0;
+        assert!(stamped > "2020-01-01T00:00:00Z".parse().expect("a time"));
+    }
 }
