@@ -136,7 +136,7 @@ impl TopologyState<'_> {
     /// keeps its room: a pod anti-affine to it, or one it repels, passes the node by.
     /// Required affinity is left out: added pods only help it, and the pass without them
     /// must hold too. So is topology spread, where kube-scheduler counts the nominees as
-    /// well: the simulation does not (README, "The simulated kube-scheduler").
+    /// well: the simulation does not (the README says why that matters to kerf).
     pub(crate) fn check_nominated(
         &self,
         pod: &PodInfo,
