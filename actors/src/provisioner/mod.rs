@@ -257,8 +257,7 @@ impl Provisioner {
             problems.extend(snapshot.warnings);
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
-            nominated::hold(&mut input, &nominations);
-            let holding = nominated::holding(&input, &nominations);
+            let holding = nominated::hold(&mut input, &nominations);
             let batch = Batch::prepare(&input)
                 .map(|batch| (batch, holding))
                 .map_err(|e| e.to_string());

@@ -22,49 +22,40 @@ use kerf::scheduling::{ExistingNodePlacement, PodRef, SchedulingInput};
 use crate::launcher::CreatedClaims;
 
 /// Moves the pending pods of `input` nominated to one of its existing nodes (by NodeClaim)
-/// onto that node; returns how many were held.
-pub fn hold(input: &mut SchedulingInput, nominations: &HashMap<String, Vec<PodRef>>) -> usize {
+/// onto that node; returns the NodeClaim of each node that holds pods (has nominations), by
+/// node name, for [`assign`].
+pub fn hold(
+    input: &mut SchedulingInput,
+    nominations: &HashMap<String, Vec<PodRef>>,
+) -> HashMap<String, String> {
+    let mut holding = HashMap::new();
     let mut node_of_pod: HashMap<&str, usize> = HashMap::new();
     for (index, node) in input.existing_nodes.iter().enumerate() {
-        let claim = node.node_claim.as_deref();
-        for pod in claim.and_then(|c| nominations.get(c)).into_iter().flatten() {
+        let Some((claim, pods)) = node
+            .node_claim
+            .as_ref()
+            .and_then(|claim| Some((claim, nominations.get(claim)?)))
+        else {
+            continue;
+        };
+        holding.insert(node.name.clone(), claim.clone());
+        for pod in pods {
             node_of_pod.insert(pod.uid.as_str(), index);
         }
     }
     if node_of_pod.is_empty() {
-        return 0;
+        return holding;
     }
-    let mut held = 0;
     let mut pending = Vec::with_capacity(input.pods.len());
     for pod in std::mem::take(&mut input.pods) {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         match node_of_pod.get(uid) {
-            Some(&index) => {
-                input.existing_nodes[index].pods.push(pod);
-                held += 1;
-            }
+            Some(&index) => input.existing_nodes[index].pods.push(pod),
             None => pending.push(pod),
         }
     }
     input.pods = pending;
-    held
-}
-
-/// The NodeClaim of each node of `input` that holds pods (has nominations), by node name.
-pub fn holding(
-    input: &SchedulingInput,
-    nominations: &HashMap<String, Vec<PodRef>>,
-) -> HashMap<String, String> {
-    input
-        .existing_nodes
-        .iter()
-        .filter_map(|node| {
-            let claim = node.node_claim.as_ref()?;
-            nominations
-                .contains_key(claim)
-                .then(|| (node.name.clone(), claim.clone()))
-        })
-        .collect()
+    holding
 }
 
 /// Adds the pods a round placed on nodes in `holding` to what their NodeClaims hold;
@@ -147,7 +138,15 @@ mod tests {
             ("claim-3".to_owned(), nominated(&["c"])),
             ("claim-4".to_owned(), nominated(&["d"])),
         ]);
-        assert_eq!(hold(&mut input, &nominations), 3);
+        let holding = hold(&mut input, &nominations);
+        assert_eq!(
+            holding,
+            HashMap::from([
+                ("claim-1".to_owned(), "claim-1".to_owned()),
+                ("ip-10-0-0-1".to_owned(), "claim-2".to_owned()),
+                ("ip-10-0-0-2".to_owned(), "claim-3".to_owned()),
+            ])
+        );
         assert_eq!(
             uids(&input.existing_nodes[0].pods),
             ["a"],

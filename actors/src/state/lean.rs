@@ -115,8 +115,8 @@ metadata_only!(
 
 impl Lean for Pod {
     fn lean(&mut self) {
-        // The one entry read: when the kube-scheduler last gave a verdict (its field set
-        // is not read, so it goes).
+        // The one entry read: when the kube-scheduler last gave a verdict. Only what
+        // finds it and its time are kept; its field set alone is most of an entry.
         let scheduler_write = self
             .metadata
             .managed_fields
@@ -124,8 +124,10 @@ impl Lean for Pod {
             .flatten()
             .find(|entry| kerf::pods::is_scheduler_status_write(entry))
             .map(|entry| ManagedFieldsEntry {
-                fields_v1: None,
-                ..std::mem::take(entry)
+                manager: entry.manager.take(),
+                subresource: entry.subresource.take(),
+                time: entry.time.take(),
+                ..ManagedFieldsEntry::default()
             });
         lean_metadata(&mut self.metadata);
         self.metadata.managed_fields = scheduler_write.map(|entry| vec![entry]);
