@@ -491,18 +491,17 @@ fn unschedulable_condition(pod: &Pod, message: &str) -> Option<PodCondition> {
             && c.reason.as_deref() == Some("Unschedulable")
             && c.message.as_deref() == Some(message)
     });
-    // As kube-scheduler's `UpdatePodCondition`: the transition time stays while the status
-    // does.
-    let transitioned = current
-        .filter(|c| c.status == "False")
-        .and_then(|c| c.last_transition_time.clone())
-        .unwrap_or_else(|| Time(now()));
     (!unchanged).then(|| PodCondition {
         type_: "PodScheduled".to_owned(),
         status: "False".to_owned(),
         reason: Some("Unschedulable".to_owned()),
         message: Some(message.to_owned()),
-        last_transition_time: Some(transitioned),
+        // As kube-scheduler's `UpdatePodCondition`: the transition time stays while the
+        // status does.
+        last_transition_time: current
+            .filter(|c| c.status == "False")
+            .and_then(|c| c.last_transition_time.clone())
+            .or_else(|| Some(Time(now()))),
         ..PodCondition::default()
     })
 }

@@ -143,23 +143,19 @@ impl TopologyState<'_> {
         node: usize,
         info: &NodeInfo,
     ) -> Result<(), Reason> {
-        let nominated: Vec<&PodInfo> = info.reserving(pod).collect();
-        if nominated.is_empty() {
-            return Ok(());
-        }
         let anti_affine = |term: &Term<'_>| {
-            term.count_at(node).is_some() && nominated.iter().any(|p| term.pods.selects(p))
+            term.count_at(node).is_some() && info.reserving(pod).any(|p| term.pods.selects(p))
         };
         if self.anti_affinity.iter().any(anti_affine) {
             return Err(Reason::AntiAffinity);
         }
-        let repels = |other: &&PodInfo| {
+        let repels = |other: &PodInfo| {
             other
                 .anti_affinity
                 .iter()
                 .any(|term| term.pods.selects(pod) && info.labels.contains_key(&term.topology_key))
         };
-        if nominated.iter().any(repels) {
+        if info.reserving(pod).any(repels) {
             return Err(Reason::ExistingAntiAffinity);
         }
         Ok(())
