@@ -256,7 +256,7 @@ async fn withdraw(r: &Reconciler, pod: Arc<LeanPod>, reason: &str, message: &str
     let Some(_slot) = slot.await else {
         return false;
     };
-    patch_status(r, &pod, body, "withdrawn").await != Written::Failed
+    Box::pin(patch_status(r, &pod, body, "withdrawn")).await != Written::Failed
 }
 
 /// Nominates to `node` the pods NodeClaim `nodeclaim` was created for that still wait for
@@ -343,6 +343,11 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>>
 
 /// Writes the nomination onto one pod's status, once a slot of its class is free and if
 /// the pod still waits then; whether it was written.
+///
+/// A large scale-up queues every planned pod's write at once (ten thousand at 10k pods),
+/// so a queued write must stay small: the API call's future (kilobytes: the client's
+/// request, its body and its response) is boxed once the slot is held, and a write waiting
+/// for its slot holds a few hundred bytes (at most `WAITING_WRITE_MAX_BYTES`, tested).
 async fn write(
     r: &Reconciler,
     pod: PodRef,
@@ -368,7 +373,7 @@ async fn write(
             "lastTransitionTime": Timestamp::now().to_string(),
         }],
     }});
-    patch_status(r, &pod, body, "nominated").await == Written::Yes
+    Box::pin(patch_status(r, &pod, body, "nominated")).await == Written::Yes
 }
 
 /// How a status write ended.
@@ -475,6 +480,72 @@ mod tests {
         assert!(
             try_take_at(&slots, Class::Unconstrained, Step::Launch).is_none(),
             "launch writes hold their share at most"
+        );
+    }
+
+    /// The most a nomination write (or withdrawal) waiting for its slot may hold, in bytes:
+    /// a large scale-up queues one per planned pod. Made in full, a queued write held the
+    /// API call's future too: 2,320 bytes.
+    const WAITING_WRITE_MAX_BYTES: usize = 512;
+
+    /// A Reconciler whose clients answer `{}` to every request.
+    fn reconciler() -> Reconciler {
+        let answer = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
+                b"{}".to_vec(),
+            )))
+        });
+        let client = kube::Client::new(answer, "default");
+        let cloud = kerf_loadtest::ec2::SimulatedCloudProvider::for_region(
+            "us-west-2",
+            kerf_loadtest::ec2::Ec2Config::instant("us-west-2"),
+            kerf_loadtest::ec2::SimulatedCloudProviderConfig::default(),
+        )
+        .expect("embedded region");
+        let launch = super::super::LaunchDeps {
+            events: crate::events::EventRecorder::disabled(),
+            offerings: None,
+            created: crate::launcher::CreatedClaims::default(),
+            nominate_pods: true,
+        };
+        let config = super::super::LifecycleConfig::default();
+        let state = crate::state::ClusterState::new().0;
+        Reconciler::new(
+            state,
+            client.clone(),
+            client,
+            Arc::new(cloud),
+            config,
+            launch,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_write_waiting_for_its_slot_holds_little() {
+        let r = reconciler();
+        let pod = PodRef {
+            namespace: "default".into(),
+            name: "web-0".into(),
+            uid: "uid-0".into(),
+        };
+        let queued = write(
+            &r,
+            pod,
+            "default-abc",
+            "node-a",
+            Class::Constrained,
+            Step::Launch,
+        );
+        let bytes = std::mem::size_of_val(&queued);
+        assert!(
+            bytes <= WAITING_WRITE_MAX_BYTES,
+            "a queued nomination write holds {bytes} bytes"
+        );
+        let withdrawal = withdraw(&r, Arc::new(LeanPod::default()), "r", "m");
+        let bytes = std::mem::size_of_val(&withdrawal);
+        assert!(
+            bytes <= WAITING_WRITE_MAX_BYTES,
+            "a queued withdrawal holds {bytes} bytes"
         );
     }
 }
