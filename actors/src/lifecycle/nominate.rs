@@ -42,6 +42,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kerf::pods;
@@ -256,7 +257,7 @@ async fn withdraw(r: &Reconciler, pod: Arc<LeanPod>, reason: &str, message: &str
     let Some(_slot) = slot.await else {
         return false;
     };
-    Box::pin(patch_status(r, &pod, body, "withdrawn")).await != Written::Failed
+    patch_status(r, &pod, body, "withdrawn").await != Written::Failed
 }
 
 /// Nominates to `node` the pods NodeClaim `nodeclaim` was created for that still wait for
@@ -346,8 +347,9 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>>
 ///
 /// A large scale-up queues every planned pod's write at once (ten thousand at 10k pods),
 /// so a queued write must stay small: the API call's future (kilobytes: the client's
-/// request, its body and its response) is boxed once the slot is held, and a write waiting
-/// for its slot holds a few hundred bytes (at most `WAITING_WRITE_MAX_BYTES`, tested).
+/// request, its body and its response) is made, boxed by [`patch_status`], once the slot is
+/// held, and a write waiting for its slot holds a few hundred bytes (at most
+/// `WAITING_WRITE_MAX_BYTES`, tested).
 async fn write(
     r: &Reconciler,
     pod: PodRef,
@@ -373,7 +375,7 @@ async fn write(
             "lastTransitionTime": Timestamp::now().to_string(),
         }],
     }});
-    Box::pin(patch_status(r, &pod, body, "nominated")).await == Written::Yes
+    patch_status(r, &pod, body, "nominated").await == Written::Yes
 }
 
 /// How a status write ended.
@@ -387,33 +389,37 @@ enum Written {
 
 /// Patches `pod`'s status (strategic merge: the condition merges by type), holding one of
 /// the [`NOMINATION_CONCURRENCY`] slots; counted under `result`, or `gone`/`failed`.
-async fn patch_status(
-    r: &Reconciler,
-    pod: &LeanPod,
+/// Boxed: the client's future is kilobytes, and a caller's own future would otherwise hold
+/// room for it from the start, while it waits for its slot (see [`write`]).
+fn patch_status<'a>(
+    r: &'a Reconciler,
+    pod: &'a LeanPod,
     body: serde_json::Value,
     result: &'static str,
-) -> Written {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(r.nominations.clone(), namespace);
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
-        .await
-    {
-        Ok(_) => {
-            metrics::counter!(PODS_NOMINATED, "result" => result).increment(1);
-            Written::Yes
+) -> BoxFuture<'a, Written> {
+    Box::pin(async move {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(r.nominations.clone(), namespace);
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
+            .await
+        {
+            Ok(_) => {
+                metrics::counter!(PODS_NOMINATED, "result" => result).increment(1);
+                Written::Yes
+            }
+            Err(error) if is_status(&error, 404) => {
+                metrics::counter!(PODS_NOMINATED, "result" => "gone").increment(1);
+                Written::Gone
+            }
+            Err(error) => {
+                metrics::counter!(PODS_NOMINATED, "result" => "failed").increment(1);
+                tracing::warn!(pod = %format!("{namespace}/{name}"), %error, result, "writing pod nomination");
+                Written::Failed
+            }
         }
-        Err(error) if is_status(&error, 404) => {
-            metrics::counter!(PODS_NOMINATED, "result" => "gone").increment(1);
-            Written::Gone
-        }
-        Err(error) => {
-            metrics::counter!(PODS_NOMINATED, "result" => "failed").increment(1);
-            tracing::warn!(pod = %format!("{namespace}/{name}"), %error, result, "writing pod nomination");
-            Written::Failed
-        }
-    }
+    })
 }
 
 #[cfg(test)]
