@@ -10,7 +10,7 @@ Inputs:
     DescribeInstanceTypeOfferings data per region (instance_type_offerings/availability-zone/*),
     plus moto's zone-name -> zone-id table; the moto package must be importable
     (`pip install moto`).
-  * DIR (default: ../shared/data next to the repository checkout):
+  * DIR (default: scripts/ec2-facts, vendored in this repository):
     ec2-on-demand-prices.json (us-east-1 on-demand USD/hour), ec2-vpc-limits.json (ENI,
     IPv4 and branch-interface limits per type), ec2-bandwidth.json (network Mbps per type).
 
@@ -171,7 +171,7 @@ def render(catalog):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(here)
-    default_data = os.path.join(repo, "..", "shared", "data")
+    default_data = os.path.join(repo, "scripts", "ec2-facts")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=default_data, help="directory of the ec2-*.json files")
     parser.add_argument(

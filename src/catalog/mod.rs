@@ -10,12 +10,13 @@
 //!
 //! `data/catalog.json` is generated offline by `python3 scripts/gen-catalog.py` (options
 //! `--data DIR` for the directory holding `ec2-on-demand-prices.json`, `ec2-vpc-limits.json`
-//! and `ec2-bandwidth.json`, default `../shared/data`; `--out FILE`). It needs the `moto`
-//! Python package, whose DescribeInstanceTypes data gives each type's EC2 facts and whose
-//! DescribeInstanceTypeOfferings data gives the zones (and zone ids) per region for 30
-//! regions. The file holds raw facts only ([`InstanceTypeInfo`]); every derivation below is
-//! Rust, so live EC2 answers can go through the same code. It is committed (≈0.7 MB, one type
-//! per line so regenerations diff cleanly) and parsed once per process.
+//! and `ec2-bandwidth.json`, default the vendored `scripts/ec2-facts`; `--out FILE`). It
+//! needs the `moto` Python package, whose DescribeInstanceTypes data gives each type's EC2
+//! facts and whose DescribeInstanceTypeOfferings data gives the zones (and zone ids) per
+//! region for 30 regions. The file holds raw facts only ([`InstanceTypeInfo`]); every
+//! derivation below is Rust, so live EC2 answers can go through the same code. It is
+//! committed (≈0.7 MB, one type per line so regenerations diff cleanly) and parsed once per
+//! process.
 //!
 //! # Rules
 //!
