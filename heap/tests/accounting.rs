@@ -217,6 +217,26 @@ fn realloc_moves_bytes_to_the_thread_that_grows_them() {
 }
 
 #[test]
+fn small_allocations_a_thread_still_holds_in_its_share_are_counted_when_it_ends() {
+    // Each block is far below the share a thread gathers before it touches the shared
+    // figures, and so is their sum: only the hand-on at the thread's end counts them.
+    let owner = Owner::new(1);
+    let _serial = serial();
+    let before = live(owner);
+    let kept: Vec<Box<[u8; 512]>> = on_thread_of(owner, || {
+        (0..32).map(|_| black_box(Box::new([1u8; 512]))).collect()
+    });
+    let counted = live(owner) - before;
+    assert!(
+        counted >= 32 * 512 && counted < kerf_heap::FLUSH_BYTES as u64,
+        "counted {counted}"
+    );
+    drop(kept);
+    // Freed on this (untagged) thread: subtracted at once.
+    assert!(live(owner) <= before + 1024, "{:?}", usage(owner));
+}
+
+#[test]
 fn over_aligned_blocks_keep_their_alignment_and_count() {
     let owner = Owner::new(1);
     let _serial = serial();
