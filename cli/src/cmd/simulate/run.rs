@@ -103,6 +103,7 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     let mut rounds = daemon.rounds.clone();
     let mut log = RoundLog::default();
     let mut stop = config.stop.clone();
+    let mut checked = Instant::now();
     let mut outcome = loop {
         tokio::select! {
             () = tally.changed() => {}
@@ -118,10 +119,21 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
             break Outcome::Interrupted;
         }
         tally.update(std::time::Instant::now());
+        // Every pod event wakes the loop; the counts read every pod, so they are read once a
+        // tick (the sleep above ends a quiet spell with a last look).
+        if checked.elapsed() < TICK {
+            continue;
+        }
+        checked = Instant::now();
         let counts = tally.counts();
-        let pending = tally.pending();
         progress.update(&counts, expected, log.unschedulable.len());
-        let placed_or_refused = pending.iter().all(|p| log.unschedulable.contains_key(p));
+        // Names only once no more pods wait than were refused: they are collected and sorted.
+        let unbound = counts.pods.saturating_sub(counts.bound);
+        let placed_or_refused = unbound <= log.unschedulable.len()
+            && tally
+                .pending()
+                .iter()
+                .all(|p| log.unschedulable.contains_key(p));
         if counts.pods >= expected && placed_or_refused {
             break Outcome::Complete;
         }

@@ -56,8 +56,13 @@ pub fn spawn_all(
 }
 
 /// How long a controller keeps collecting changes after a wake-up before reconciling, so
-/// a burst of pod events costs one reconcile per owner rather than one per event.
-const COALESCE: std::time::Duration = std::time::Duration::from_millis(5);
+/// a stream of pod events costs one reconcile per owner in that time rather than one per
+/// event. A reconcile reads every pod of its owner, and a 10k-pod scale-up's pod events
+/// (nominations, bindings, kubelets' status) come for tens of seconds: at 5 ms the
+/// ReplicaSet controller alone took a tenth of `kerf simulate --pods 10000`'s CPU, which the
+/// controller under test then lacked. kube-controller-manager's own workqueues take about as
+/// long to get to a key under such a load.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A controller following two resources: its own kind, and a kind whose changes map to
 /// keys of its own kind. Reconciles each dirty key once per wake-up.

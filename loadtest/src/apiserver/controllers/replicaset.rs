@@ -72,6 +72,7 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
         .filter(|p| is_active(p))
         .collect();
     let pods_ns = in_namespace(pods, ns);
+    let changed = active.len() != desired;
     if active.len() < desired {
         for _ in active.len()..desired {
             if let Err(err) = registry.create(
@@ -93,10 +94,15 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
             }
         }
     }
-    let observed: Vec<Arc<StoredObject>> = owned_pods(registry, pods, ns, &rs.attrs.uid)
-        .into_iter()
-        .filter(|p| is_active(p))
-        .collect();
+    // Read again only after creating or deleting: a reconcile reads every pod of its owner.
+    let observed: Vec<Arc<StoredObject>> = if changed {
+        owned_pods(registry, pods, ns, &rs.attrs.uid)
+            .into_iter()
+            .filter(|p| is_active(p))
+            .collect()
+    } else {
+        active
+    };
     let ready = observed.iter().filter(|p| p.attrs.ready).count();
     let status = json!({
         "replicas": observed.len(),
