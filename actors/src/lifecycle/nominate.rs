@@ -423,7 +423,7 @@ fn patch_status<'a>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// Tries to take a slot of `class` without waiting (a zero-time poll of `acquire`).
@@ -495,7 +495,7 @@ mod tests {
     const WAITING_WRITE_MAX_BYTES: usize = 512;
 
     /// A Reconciler whose clients answer `{}` to every request.
-    fn reconciler() -> Reconciler {
+    pub(in crate::lifecycle) fn reconciler() -> Reconciler {
         let answer = tower::service_fn(|_: http::Request<kube::client::Body>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
                 b"{}".to_vec(),

@@ -184,19 +184,21 @@ async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, Reconcile
     if !has_termination_finalizer(claim.metadata.finalizers.as_ref()) {
         // Nothing may be launched without the finalizer that guarantees its cleanup; the
         // write's watch event runs the rest.
-        add_finalizer(r, &claim).await?;
+        Box::pin(add_finalizer(r, &claim)).await?;
         return Ok(Outcome::DONE);
     }
     let now = Timestamp::now();
     if !claim.is_condition_true(types::LAUNCHED) {
         // Past its launch TTL it is deleted rather than tried once more.
         if let Verdict::TimedOut { reason, ttl } = liveness::judge(&claim, r.config.ttls(), now) {
-            delete_for_timeout(r, &claim, reason, ttl).await?;
+            Box::pin(delete_for_timeout(r, &claim, reason, ttl)).await?;
             return Ok(Outcome::DONE);
         }
         let launched = {
             let _launching = r.launching.start(name);
-            r.launches.track(launch::launch(r, &claim)).await?
+            r.launches
+                .track(Box::pin(launch::launch(r, &claim)))
+                .await?
         };
         // As soon as the machine exists, not at registration: its pods' nominations are
         // written while it boots, so registration finds them done instead of waiting. Beside
@@ -211,24 +213,24 @@ async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, Reconcile
     }
     let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now);
     let mut node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
-    let node = register(r, &claim, &mut set, &mut node_name).await?;
-    initialize(r, &claim, &mut set, node.as_ref()).await?;
+    let node = Box::pin(register(r, &claim, &mut set, &mut node_name)).await?;
+    Box::pin(initialize(r, &claim, &mut set, node.as_ref())).await?;
     let mut judged = (*claim).clone();
     let status = judged.status.get_or_insert_with(Default::default);
     status.conditions = set.into_vec();
     status.node_name = node_name;
     match liveness::judge(&judged, r.config.ttls(), now) {
         Verdict::TimedOut { reason, ttl } => {
-            delete_for_timeout(r, &claim, reason, ttl).await?;
+            Box::pin(delete_for_timeout(r, &claim, reason, ttl)).await?;
             Ok(Outcome::DONE)
         }
         Verdict::Waiting { remaining } => {
-            write_status(r, &claim, &judged).await?;
+            Box::pin(write_status(r, &claim, &judged)).await?;
             Ok(Outcome::after(remaining))
         }
         Verdict::Registered => {
-            write_status(r, &claim, &judged).await?;
-            Ok(withdraw_expired_nominations(r, &judged).await)
+            Box::pin(write_status(r, &claim, &judged)).await?;
+            Ok(Box::pin(withdraw_expired_nominations(r, &judged)).await)
         }
     }
 }
@@ -474,4 +476,26 @@ async fn delete_for_timeout(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The most a reconcile's own future may hold. Up to `MAX_CONCURRENT_RECONCILES` wait at
+    /// once in a large scale-up (launching, registering while nominations are written), so
+    /// each step's future is boxed and only the step a reconcile waits in takes room; inline
+    /// they made every reconcile hold the largest step's 12 KiB.
+    const RECONCILE_MAX_BYTES: usize = 3 * 1024;
+
+    #[tokio::test]
+    async fn a_reconcile_holds_only_the_step_it_waits_in() {
+        let r = Arc::new(super::super::nominate::tests::reconciler());
+        let reconcile = run(&r, "default-abc");
+        let bytes = std::mem::size_of_val(&reconcile);
+        assert!(
+            bytes <= RECONCILE_MAX_BYTES,
+            "a reconcile's future holds {bytes} bytes"
+        );
+    }
 }
