@@ -13,8 +13,8 @@
 //! counter on every allocation made the whole of `kerf simulate` a fifth slower, all its
 //! threads contending for one cache line. So a figure read from one thread is exact for what
 //! that thread did and within [`FLUSH_BYTES`] per other thread (and owner) of the sum, and a
-//! peak is missed by at most as much; a thread about to end hands its share on
-//! ([`flush_thread`]). Nothing takes a lock on the allocation path.
+//! peak is missed by at most as much; a thread hands its share on as it ends. Nothing takes
+//! a lock on the allocation path.
 //!
 //! The figure is live heap bytes as the program asked for them, not resident memory: the
 //! allocator's own overhead (size classes, fragmentation, freed pages it keeps) is
@@ -108,9 +108,9 @@ pub fn restart_peak(owner: Owner) {
     PEAK[slot].store(live, Ordering::Relaxed);
 }
 
-/// Moves the calling thread's share of every owner's figures into the shared ones: for a
-/// thread about to end (tokio's `on_thread_stop`), whose share would otherwise be lost.
-pub fn flush_thread() {
+/// Moves the calling thread's share of every owner's figures into the shared ones: done for
+/// each tagged thread as it ends ([`FlushAtExit`]), whose share would otherwise be lost.
+fn flush_thread() {
     for slot in 1..SLOTS {
         if let Ok(bytes) = PENDING.try_with(|pending| pending[slot].replace(0)) {
             publish(slot, bytes);
