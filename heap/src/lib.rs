@@ -90,9 +90,8 @@ pub struct Usage {
 /// figures with the calling thread's own share in them (other threads' are within
 /// [`FLUSH_BYTES`] each).
 pub fn usage(owner: Owner) -> Usage {
-    let slot = usize::from(owner.0);
-    let live = LIVE[slot].load(Ordering::Relaxed) + pending(owner.0);
-    let peak = PEAK[slot].load(Ordering::Relaxed).max(live);
+    let live = live_now(owner.0);
+    let peak = PEAK[usize::from(owner.0)].load(Ordering::Relaxed).max(live);
     Usage {
         live_bytes: u64::try_from(live).unwrap_or(0),
         peak_bytes: u64::try_from(peak).unwrap_or(0),
@@ -103,9 +102,7 @@ pub fn usage(owner: Owner) -> Usage {
 /// it held since this call: the peak of one phase of a run (a scale-down after the
 /// scale-out) rather than of the whole run.
 pub fn restart_peak(owner: Owner) {
-    let slot = usize::from(owner.0);
-    let live = LIVE[slot].load(Ordering::Relaxed) + pending(owner.0);
-    PEAK[slot].store(live, Ordering::Relaxed);
+    PEAK[usize::from(owner.0)].store(live_now(owner.0), Ordering::Relaxed);
 }
 
 /// Moves the calling thread's share of every owner's figures into the shared ones: done for
@@ -309,6 +306,12 @@ fn publish(slot: usize, bytes: isize) {
             .saturating_add(bytes);
         peak.fetch_max(now, Ordering::Relaxed);
     }
+}
+
+/// The live bytes of the owner in `slot` as the calling thread sees them: the shared figure
+/// with its own share in it.
+fn live_now(slot: u8) -> isize {
+    LIVE[usize::from(slot)].load(Ordering::Relaxed) + pending(slot)
 }
 
 /// The calling thread's share of the owner in `slot` not yet in the shared figures.
