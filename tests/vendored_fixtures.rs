@@ -1,33 +1,27 @@
 //! The vendored upstream files (tests/fixtures/upstream, deploy/dashboards) are exact copies
-//! of upstream's. Where the session's `../shared/upstream` (or `$KERF_SHARED_DIR/upstream`)
-//! exists beside the checkout, every vendored file is compared with it byte for byte; a
-//! plain clone has nothing to compare with and checks only that the copies are complete.
+//! of upstream's: each still has the SHA-256 recorded from its original when it was copied
+//! (`tests/fixtures/upstream/SHA256SUMS`), and the vendored directories hold exactly the
+//! files recorded there.
 
 // Helpers of this test crate are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The vendored directories and where their originals sit under `shared/upstream`.
-const VENDORED: &[(&str, &str)] = &[
-    ("tests/fixtures/upstream/crds", "crds"),
-    ("tests/fixtures/upstream/examples", "examples"),
-    ("deploy/dashboards", "dashboards"),
+use sha2::{Digest, Sha256};
+
+/// The vendored directories, from the repository root.
+const VENDORED: [&str; 3] = [
+    "tests/fixtures/upstream/crds",
+    "tests/fixtures/upstream/examples",
+    "deploy/dashboards",
 ];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn shared_upstream() -> Option<PathBuf> {
-    std::env::var_os("KERF_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("../shared"))
-        .join("upstream")
-        .canonicalize()
-        .ok()
 }
 
 fn files_in(dir: &Path) -> Vec<String> {
@@ -40,37 +34,60 @@ fn files_in(dir: &Path) -> Vec<String> {
     names
 }
 
+/// The recorded digests, by path from the repository root.
+fn recorded() -> BTreeMap<String, String> {
+    let sums = common::upstream_dir().join("SHA256SUMS");
+    std::fs::read_to_string(&sums)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", sums.display()))
+        .lines()
+        .map(|line| {
+            let (digest, path) = line
+                .split_once("  ")
+                .unwrap_or_else(|| panic!("{}: not `DIGEST  PATH`: {line}", sums.display()));
+            (path.to_owned(), digest.to_owned())
+        })
+        .collect()
+}
+
+fn sha256_hex(path: &Path) -> String {
+    let bytes =
+        std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[test]
 fn vendored_copies_are_complete() {
-    assert_eq!(files_in(&repo().join(VENDORED[0].0)).len(), 3);
-    assert!(files_in(&repo().join(VENDORED[1].0)).len() >= 10);
-    assert_eq!(files_in(&repo().join(VENDORED[2].0)).len(), 3);
+    assert_eq!(files_in(&repo().join(VENDORED[0])).len(), 3);
+    assert!(files_in(&repo().join(VENDORED[1])).len() >= 10);
+    assert_eq!(files_in(&repo().join(VENDORED[2])).len(), 3);
     assert!(common::upstream_dir().join("helm-values.yaml").is_file());
 }
 
 #[test]
-fn vendored_copies_equal_shared_upstream_where_present() {
-    let Some(shared) = shared_upstream() else {
-        eprintln!("note: no ../shared/upstream beside the checkout; nothing to compare with");
-        return;
-    };
-    let mut pairs: Vec<(PathBuf, PathBuf)> = vec![(
-        common::upstream_dir().join("helm-values.yaml"),
-        shared.join("helm-values.yaml"),
-    )];
-    for (ours, theirs) in VENDORED {
-        let (ours, theirs) = (repo().join(ours), shared.join(theirs));
-        assert_eq!(files_in(&ours), files_in(&theirs), "{}", ours.display());
-        for name in files_in(&ours) {
-            pairs.push((ours.join(&name), theirs.join(&name)));
-        }
+fn vendored_copies_are_exactly_the_recorded_originals() {
+    let recorded = recorded();
+    let mut vendored = vec!["tests/fixtures/upstream/helm-values.yaml".to_owned()];
+    for dir in VENDORED {
+        vendored.extend(
+            files_in(&repo().join(dir))
+                .iter()
+                .map(|n| format!("{dir}/{n}")),
+        );
     }
-    for (ours, theirs) in pairs {
-        assert!(
-            std::fs::read(&ours).unwrap() == std::fs::read(&theirs).unwrap(),
-            "{} differs from {}",
-            ours.display(),
-            theirs.display()
+    vendored.sort();
+    assert_eq!(
+        vendored,
+        recorded.keys().cloned().collect::<Vec<_>>(),
+        "the vendored files and SHA256SUMS list different files"
+    );
+    for (path, digest) in &recorded {
+        assert_eq!(
+            &sha256_hex(&repo().join(path)),
+            digest,
+            "{path} is no longer upstream's original"
         );
     }
 }
