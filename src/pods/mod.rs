@@ -102,16 +102,42 @@ pub fn is_placement_constrained(pod: &impl PodLike) -> bool {
         .iter()
         .flatten()
         .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
-    let host_port = spec
-        .containers
-        .iter()
-        .flat_map(|c| c.ports.iter().flatten())
-        .any(|p| p.host_port.is_some());
     spec.node_selector.as_ref().is_some_and(|s| !s.is_empty())
         || required_node_affinity
         || fit_depends_on_other_pods(pod)
         || claims_volume
-        || host_port
+        || uses_host_port(spec)
+}
+
+/// Whether `pod` takes a node no peer may share: a required pod anti-affinity term over the
+/// hostname, or a host port. Room planned for such a pod is the one thing another pod's
+/// misplacement costs a whole node for: the pod that took its node leaves it nowhere to go
+/// but a new one.
+pub fn is_one_per_node(pod: &impl PodLike) -> bool {
+    let Some(spec) = pod.spec() else {
+        return false;
+    };
+    let hostname_anti_affinity = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|terms| {
+            terms
+                .iter()
+                .any(|t| t.topology_key == crate::labels::HOSTNAME)
+        });
+    hostname_anti_affinity || uses_host_port(spec)
+}
+
+fn uses_host_port(spec: &k8s_openapi::api::core::v1::PodSpec) -> bool {
+    spec.containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .any(|p| p.host_port.is_some())
 }
 
 /// Whether an unbound `pod` is one Karpenter provisions for, leaving aside the
@@ -265,6 +291,33 @@ mod tests {
                 ..Default::default()
             }]);
         assert!(is_placement_constrained(&host_port));
+    }
+
+    #[test]
+    fn only_a_hostname_anti_affinity_or_a_host_port_takes_a_node_of_its_own() {
+        let anti = |key: &str| {
+            with_spec(
+                json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                [{"topologyKey": key, "labelSelector": {"matchLabels": {"app": "cache"}}}]}}}),
+            )
+        };
+        assert!(is_one_per_node(&anti("kubernetes.io/hostname")));
+        assert!(!is_one_per_node(&anti("topology.kubernetes.io/zone")));
+        let preferred = with_spec(json!({"affinity": {"podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1,
+                "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}}));
+        assert!(!is_one_per_node(&preferred));
+        let mut host_port = with_spec(json!({}));
+        host_port.spec.as_mut().expect("spec").containers[0].ports =
+            Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+                container_port: 80,
+                host_port: Some(8080),
+                ..Default::default()
+            }]);
+        assert!(is_one_per_node(&host_port));
+        let zonal =
+            with_spec(json!({"nodeSelector": {"topology.kubernetes.io/zone": "us-east-1a"}}));
+        assert!(is_placement_constrained(&zonal) && !is_one_per_node(&zonal));
     }
 
     #[test]
