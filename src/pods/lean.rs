@@ -11,16 +11,16 @@
 //! `Pod` implements too, so a check written once reads either form; the spec a lean pod
 //! gives has no node name, and [`PodLike::node_name`] is the one place to read it.
 //!
-//! The interner holds its specs weakly: a spec no pod uses any more is dropped with its last
-//! pod, and its entry is swept on a later visit, so a long-running store does not keep the
-//! specs of every pod it ever saw.
+//! The interner ([`super::intern`]) holds its specs weakly: a spec no pod uses any more is
+//! dropped with its last pod, and its entry is swept on a later visit, so a long-running
+//! store does not keep the specs of every pod it ever saw.
 
-use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hasher};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::intern::Interner;
 
 /// What decisions read of a pod, in either form: the API's `Pod` or a [`LeanPod`].
 pub trait PodLike {
@@ -196,85 +196,13 @@ impl From<Pod> for LeanPod {
     }
 }
 
-/// Interned specs between two sweeps of dead entries: sweeping visits them all.
-const SWEEP_EVERY: usize = 4096;
-
-/// One shared `Arc<PodSpec>` per distinct spec, found by a hash of its content (see the
-/// module doc for why the entries are weak).
-#[derive(Default)]
-pub struct SpecInterner {
-    specs: HashMap<u64, Vec<Weak<PodSpec>>>,
-    since_sweep: usize,
-}
-
-impl std::fmt::Debug for SpecInterner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpecInterner")
-            .field("hashes", &self.specs.len())
-            .finish()
-    }
-}
-
-impl SpecInterner {
-    /// The shared spec equal to `spec`, made from it when no pod holds one.
-    pub fn intern(&mut self, spec: PodSpec) -> Arc<PodSpec> {
-        self.since_sweep += 1;
-        if self.since_sweep >= SWEEP_EVERY {
-            self.sweep();
-        }
-        let bucket = self.specs.entry(content_hash(&spec)).or_default();
-        bucket.retain(|weak| weak.strong_count() > 0);
-        if let Some(shared) = bucket
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|shared| **shared == spec)
-        {
-            return shared;
-        }
-        let shared = Arc::new(spec);
-        bucket.push(Arc::downgrade(&shared));
-        shared
-    }
-
-    /// Distinct specs some pod still holds.
-    pub fn live(&self) -> usize {
-        self.specs
-            .values()
-            .flatten()
-            .filter(|weak| weak.strong_count() > 0)
-            .count()
-    }
-
-    fn sweep(&mut self) {
-        self.since_sweep = 0;
-        self.specs.retain(|_, bucket| {
-            bucket.retain(|weak| weak.strong_count() > 0);
-            !bucket.is_empty()
-        });
-    }
-}
-
-/// A hash of `spec`'s serialized form: equal specs serialize equally (maps are ordered).
-fn content_hash(spec: &PodSpec) -> u64 {
-    struct Hashing(DefaultHasher);
-    impl std::io::Write for Hashing {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.write(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut hashing = Hashing(DefaultHasher::new());
-    // Writing into a hasher cannot fail, and a PodSpec always serializes; were it ever to
-    // fail, every such spec hashes alike and `==` still tells them apart.
-    let _ = serde_json::to_writer(&mut hashing, spec);
-    hashing.0.finish()
-}
+/// One shared `Arc<PodSpec>` per distinct spec (see the module doc for why the entries are
+/// weak).
+pub type SpecInterner = Interner<PodSpec>;
 
 #[cfg(test)]
 mod tests {
+    use super::super::intern::SWEEP_EVERY;
     use super::*;
     use serde_json::json;
 
@@ -320,7 +248,7 @@ mod tests {
                 &mut specs,
             ));
         }
-        assert!(specs.specs.len() < SWEEP_EVERY, "dead entries are swept");
+        assert!(specs.hashes() < SWEEP_EVERY, "dead entries are swept");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! which has no kube-scheduler and so takes every unbound pod as unschedulable so far, and
 //! the controller, which also waits for the kube-scheduler's `Unschedulable` verdict.
 
+mod intern;
 mod lean;
 mod spec;
 
