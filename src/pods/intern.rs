@@ -1,7 +1,7 @@
 //! Sharing equal values among the pods that hold them: [`Interner`] hands out one `Arc` per
 //! distinct value, found by a hash of the value's serialized form, so ten thousand replicas
-//! of one Deployment hold one copy of what they have in common (their spec) rather than ten
-//! thousand.
+//! of one Deployment hold one copy of what they have in common (their spec, and their
+//! namespace, labels, annotations and owner) rather than ten thousand.
 //!
 //! An interner holds its values weakly: a value no pod uses any more is dropped with its
 //! last pod, and its entry is swept on a later visit, so a long-running store does not keep
