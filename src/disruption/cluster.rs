@@ -87,7 +87,7 @@ impl Pdb {
             Some(status) => status.disruptions_allowed,
             None => {
                 let selected = pods
-                    .filter(|p| p.metadata().namespace.as_deref().unwrap_or("default") == namespace)
+                    .filter(|p| p.meta().namespace.unwrap_or("default") == namespace)
                     .filter(|p| pods::is_active(p) && pods::selects(&selector, p))
                     .count() as i32;
                 computed_allowance(

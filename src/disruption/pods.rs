@@ -20,15 +20,14 @@ const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// Not finished and not being deleted.
 pub fn is_active(pod: &impl PodLike) -> bool {
     let phase = pod.status().and_then(|s| s.phase.as_deref());
-    pod.metadata().deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+    pod.meta().deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
 fn is_mirror(pod: &impl PodLike) -> bool {
     owned_by(pod, "Node")
         || pod
-            .metadata()
+            .meta()
             .annotations
-            .as_ref()
             .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
 }
 
@@ -44,8 +43,8 @@ pub fn is_reschedulable(pod: &impl PodLike) -> bool {
 pub fn key(pod: &impl PodLike) -> String {
     format!(
         "{}/{}",
-        pod.metadata().namespace.as_deref().unwrap_or("default"),
-        pod.metadata().name.as_deref().unwrap_or_default()
+        pod.meta().namespace.unwrap_or("default"),
+        pod.meta().name.unwrap_or_default()
     )
 }
 
@@ -53,9 +52,8 @@ pub fn key(pod: &impl PodLike) -> String {
 /// `"true"`, or a duration that has not yet elapsed since the pod started.
 pub fn blocks_disruption(pod: &impl PodLike, now: Timestamp) -> bool {
     let Some(value) = pod
-        .metadata()
+        .meta()
         .annotations
-        .as_ref()
         .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
     else {
         return false;
@@ -72,7 +70,7 @@ pub fn blocks_disruption(pod: &impl PodLike, now: Timestamp) -> bool {
     let started = pod
         .status()
         .and_then(|s| s.start_time.as_ref())
-        .or(pod.metadata().creation_timestamp.as_ref())
+        .or(pod.meta().creation_timestamp)
         .map(|t| t.0);
     let Some(started) = started else {
         return true;
@@ -86,9 +84,8 @@ pub fn blocks_disruption(pod: &impl PodLike, now: Timestamp) -> bool {
 pub fn eviction_cost(pod: &impl PodLike) -> f64 {
     let mut cost = 1.0;
     if let Some(deletion_cost) = pod
-        .metadata()
+        .meta()
         .annotations
-        .as_ref()
         .and_then(|a| a.get(POD_DELETION_COST))
         .and_then(|v| v.parse::<f64>().ok())
     {
@@ -103,7 +100,7 @@ pub fn eviction_cost(pod: &impl PodLike) -> f64 {
 /// Whether `selector` selects `pod` (an empty selector selects every pod, as for PDBs).
 pub fn selects(selector: &LabelSelector, pod: &impl PodLike) -> bool {
     let empty = std::collections::BTreeMap::new();
-    let labels = pod.metadata().labels.as_ref().unwrap_or(&empty);
+    let labels = pod.meta().labels.unwrap_or(&empty);
     let labels_ok = selector
         .match_labels
         .iter()
@@ -160,13 +157,13 @@ impl<'a> PdbIndex<'a> {
 
     /// Every budget selecting `pod`, in input order.
     fn selecting(&self, pod: &impl PodLike) -> Vec<&'a Pdb> {
-        let namespace = pod.metadata().namespace.as_deref().unwrap_or("default");
+        let namespace = pod.meta().namespace.unwrap_or("default");
         let mut out: Vec<&'a Pdb> = self
             .by_namespace
             .get(namespace)
             .cloned()
             .unwrap_or_default();
-        for (key, value) in pod.metadata().labels.iter().flatten() {
+        for (key, value) in pod.meta().labels.into_iter().flatten() {
             if let Some(list) = self
                 .by_label
                 .get(&(namespace, key.as_str(), value.as_str()))

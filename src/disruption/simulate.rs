@@ -191,7 +191,7 @@ fn unbound(pod: &LeanPod) -> Arc<LeanPod> {
     let mut pod = pod.with_node_name(None);
     pod.status = None;
     // A terminating StatefulSet pod moves as the replacement its controller recreates.
-    pod.metadata.deletion_timestamp = None;
+    pod.clear_deletion();
     Arc::new(pod)
 }
 

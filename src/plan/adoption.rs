@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReferen
 
 use super::checks;
 use super::workloads::{DEFAULT_NAMESPACE, Expansion};
-use crate::pods::LeanPod;
+use crate::pods::{LeanPod, PodLike};
 
 /// The controller of an expansion, as adoption needs to know it.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,10 +63,10 @@ impl<'a> Given<'a> {
         let mut controlled: BTreeMap<_, Vec<&LeanPod>> = BTreeMap::new();
         for pod in pods {
             let namespace = namespace_of(pod);
-            if let Some(name) = pod.metadata.name.as_deref() {
+            if let Some(name) = pod.meta().name {
                 names.insert((namespace, name));
             }
-            if let Some(owner) = controller(pod.metadata.owner_references.as_ref())
+            if let Some(owner) = controller(pod.meta().owner_references)
                 && is_active(pod)
             {
                 let key = (namespace, owner.kind.as_str(), owner.name.as_str());
@@ -142,34 +142,30 @@ pub(crate) fn missing(
 
 fn selects(selector: &LabelSelector, pod: &LeanPod) -> bool {
     let empty = std::collections::BTreeMap::new();
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let labels = pod.meta().labels.unwrap_or(&empty);
     checks::selector_matches(selector, labels, "spec.selector").unwrap_or(false)
 }
 
 /// The Deployment controlling a ReplicaSet, from its owner references.
-pub(crate) fn owning_deployment(owners: Option<&Vec<OwnerReference>>) -> Option<String> {
+pub(crate) fn owning_deployment(owners: &[OwnerReference]) -> Option<String> {
     controller(owners)
         .filter(|owner| owner.kind == "Deployment")
         .map(|owner| owner.name.clone())
 }
 
 /// The owner reference marked as controller, else the only one.
-fn controller(owners: Option<&Vec<OwnerReference>>) -> Option<&OwnerReference> {
-    let owners = owners?;
+fn controller(owners: &[OwnerReference]) -> Option<&OwnerReference> {
     owners
         .iter()
         .find(|owner| owner.controller == Some(true))
-        .or(match owners.as_slice() {
+        .or(match owners {
             [only] => Some(only),
             _ => None,
         })
 }
 
 fn namespace_of(pod: &LeanPod) -> &str {
-    pod.metadata
-        .namespace
-        .as_deref()
-        .unwrap_or(DEFAULT_NAMESPACE)
+    pod.meta().namespace.unwrap_or(DEFAULT_NAMESPACE)
 }
 
 fn is_active(pod: &LeanPod) -> bool {
@@ -177,7 +173,7 @@ fn is_active(pod: &LeanPod) -> bool {
         .status
         .as_ref()
         .and_then(|status| status.phase.as_deref());
-    !matches!(phase, Some("Succeeded" | "Failed")) && pod.metadata.deletion_timestamp.is_none()
+    !matches!(phase, Some("Succeeded" | "Failed")) && pod.meta().deletion_timestamp.is_none()
 }
 
 #[cfg(test)]

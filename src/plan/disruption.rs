@@ -18,7 +18,7 @@ use crate::api::condition::types;
 use crate::api::{Conditions, NodeClaim, NodePool};
 use crate::disruption::{Cluster, ManagedNode, Pdb};
 use crate::labels;
-use crate::pods::LeanPod;
+use crate::pods::{LeanPod, PodLike};
 
 /// The decision's input from a plan's inventory and snapshot.
 pub fn cluster(inventory: &Inventory, snapshot: Snapshot) -> Cluster {
@@ -92,7 +92,7 @@ fn managed(
     };
     let newest_creation = pods
         .iter()
-        .filter_map(|p| created(&p.metadata))
+        .filter_map(|p| p.meta().creation_timestamp.map(|t| t.0))
         .chain(created(&node.metadata))
         .max();
     let last_pod_event = claim

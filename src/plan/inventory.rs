@@ -23,7 +23,7 @@ use super::workloads::{self, DEFAULT_NAMESPACE, Expansion};
 use super::{FieldError, ObjectProblem, checks};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool};
 use crate::manifest::Object;
-use crate::pods::{LeanPod, SpecInterner};
+use crate::pods::{LeanPod, PodInterner};
 use crate::validation::{self, Verdict};
 
 /// The input of a plan, by kind. Objects appear once: a later object of the same kind,
@@ -101,8 +101,8 @@ impl<T> Keyed<T> {
 #[derive(Default)]
 pub struct Builder {
     pods: Keyed<Arc<LeanPod>>,
-    /// One spec per distinct pod spec, shared by the pods that have it.
-    specs: SpecInterner,
+    /// One spec and one shared metadata per distinct one, shared by the pods that have it.
+    interner: PodInterner,
     daemon_pods: Keyed<Pod>,
     nodes: Keyed<Node>,
     node_claims: Keyed<NodeClaim>,
@@ -239,8 +239,13 @@ impl Builder {
             ("apps", "ReplicaSet") => {
                 let replica_set: ReplicaSet = workload(object.value).map_err(single)?;
                 let (namespace, name) = namespaced_name(&replica_set.metadata);
-                let deployment =
-                    adoption::owning_deployment(replica_set.metadata.owner_references.as_ref());
+                let deployment = adoption::owning_deployment(
+                    replica_set
+                        .metadata
+                        .owner_references
+                        .as_deref()
+                        .unwrap_or_default(),
+                );
                 let workload = Workload::ReplicaSet {
                     namespace,
                     name,
@@ -359,7 +364,7 @@ impl Builder {
         let replaced = self.pods.put(
             &namespace,
             &name,
-            Arc::new(LeanPod::new(pod, &mut self.specs)),
+            Arc::new(LeanPod::new(pod, &mut self.interner)),
         );
         if replaced {
             self.warnings.push(format!(

@@ -182,11 +182,11 @@ fn build_from(
 
 /// `namespace/name`, as the report names pods.
 pub fn pod_key(pod: &impl PodLike) -> String {
-    let meta = pod.metadata();
+    let meta = pod.meta();
     format!(
         "{}/{}",
-        meta.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
-        meta.name.as_deref().unwrap_or_default()
+        meta.namespace.unwrap_or(DEFAULT_NAMESPACE),
+        meta.name.unwrap_or_default()
     )
 }
 
@@ -203,9 +203,9 @@ fn split_pods(mut pods: Vec<Arc<LeanPod>>) -> (Vec<Arc<LeanPod>>, Vec<Arc<LeanPo
 /// Every namespace a pod is in.
 fn namespaces_of(pods: &[Arc<LeanPod>]) -> BTreeSet<String> {
     let mut used = BTreeSet::new();
-    for namespace in pods.iter().filter_map(|p| p.metadata.namespace.as_ref()) {
+    for namespace in pods.iter().filter_map(|p| p.meta().namespace) {
         if !used.contains(namespace) {
-            used.insert(namespace.clone());
+            used.insert(namespace.to_owned());
         }
     }
     used

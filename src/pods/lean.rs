@@ -1,40 +1,99 @@
-//! The pod form decisions carry: [`LeanPod`]. A k8s-openapi `Pod` holds its spec inline, and
-//! a spec is mostly room for fields a pod leaves unset (each `Container` is about 2 KB before
-//! it holds anything), so ten thousand replicas of one Deployment cost ten thousand copies of
-//! the same spec. A lean pod keeps its own identity and status, and shares its spec with every
-//! pod whose spec is equal: [`SpecInterner`] hands out one `Arc<PodSpec>` per distinct spec.
+//! The pod form decisions carry: [`LeanPod`]. A k8s-openapi `Pod` holds its spec and
+//! metadata inline, and most of both is what every replica of one Deployment holds alike: a
+//! spec is mostly room for fields a pod leaves unset (each `Container` is about 2 KB before
+//! it holds anything), and the metadata's namespace, labels, annotations and owner come from
+//! the same template (a two-entry label map alone is a 640-byte B-tree leaf). So ten
+//! thousand replicas cost ten thousand copies of both. A lean pod keeps what names this one
+//! pod and what happens to it, and shares the rest with every pod that has it equal:
 //!
-//! What makes replicas' specs equal is taking out what names the replica: the node it is
-//! bound to ([`PodLike::node_name`], kept beside the spec). (A StatefulSet pod's spec also
-//! names it, in `hostname`, so those replicas share nothing; the spec is kept whole so that
-//! [`LeanPod::to_pod`] gives back what was read.) Readers go through [`PodLike`], which the API's
-//! `Pod` implements too, so a check written once reads either form; the spec a lean pod
-//! gives has no node name, and [`PodLike::node_name`] is the one place to read it.
+//! - its own: name, uid, resourceVersion, creation and deletion times, the deletion grace
+//!   period, finalizers, the node it is bound to, its status, and the time of the
+//!   kube-scheduler's last status write (all a decision reads of `managedFields`);
+//! - shared, through a [`PodInterner`]: its spec (without the node name), and
+//!   [`SharedMeta`] — namespace, generateName, labels, annotations and owner references.
 //!
-//! The interner holds its specs weakly: a spec no pod uses any more is dropped with its last
-//! pod, and its entry is swept on a later visit, so a long-running store does not keep the
-//! specs of every pod it ever saw.
+//! (A StatefulSet pod's spec also names it, in `hostname`, so those replicas share no spec;
+//! the spec is kept whole so that [`LeanPod::to_pod`] gives back what was read. Fields of the
+//! API metadata no decision reads — `generation`, `selfLink`, the other `managedFields`
+//! entries — are not kept.)
+//!
+//! Readers go through [`PodLike`], which the API's `Pod` implements too, so a check written
+//! once reads either form: [`PodLike::meta`] gives the metadata as borrowed fields
+//! ([`PodMeta`], named as `ObjectMeta`'s are) wherever they are kept, and
+//! [`PodLike::node_name`] is the one place to read the node (the spec a lean pod gives has
+//! none).
 
-use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hasher};
-use std::sync::{Arc, Weak};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
+};
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+
+use super::intern::Interner;
 
 /// What decisions read of a pod, in either form: the API's `Pod` or a [`LeanPod`].
 pub trait PodLike {
-    fn metadata(&self) -> &ObjectMeta;
+    /// The metadata decisions read, wherever the form keeps it.
+    fn meta(&self) -> PodMeta<'_>;
     /// The scheduling spec. A lean pod's has no `nodeName`: read [`PodLike::node_name`].
     fn spec(&self) -> Option<&PodSpec>;
     /// `spec.nodeName`.
     fn node_name(&self) -> Option<&str>;
     fn status(&self) -> Option<&PodStatus>;
+    /// When the kube-scheduler last changed the pod's status: the time of its
+    /// `managedFields` entry for the status subresource ([`super::is_scheduler_status_write`]).
+    /// It rewrites its `Unschedulable` report when the message changes (as it does once a
+    /// node is added, the count of nodes in it changing), but keeps the condition's
+    /// `lastTransitionTime` while the status stays False, so only this tells a verdict given
+    /// after some moment from one given before.
+    fn scheduler_reported_at(&self) -> Option<Timestamp>;
+}
+
+/// A pod's metadata as decisions read it, borrowed from either form: the fields keep
+/// `ObjectMeta`'s names, so `pod.metadata.labels.as_ref()` reads as `pod.meta().labels`.
+/// Lists are slices, empty when the API leaves them out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PodMeta<'a> {
+    pub name: Option<&'a str>,
+    pub generate_name: Option<&'a str>,
+    pub namespace: Option<&'a str>,
+    pub uid: Option<&'a str>,
+    pub resource_version: Option<&'a str>,
+    pub creation_timestamp: Option<&'a Time>,
+    pub deletion_timestamp: Option<&'a Time>,
+    pub deletion_grace_period_seconds: Option<i64>,
+    pub labels: Option<&'a BTreeMap<String, String>>,
+    pub annotations: Option<&'a BTreeMap<String, String>>,
+    pub owner_references: &'a [OwnerReference],
+    pub finalizers: &'a [String],
+}
+
+impl<'a> From<&'a ObjectMeta> for PodMeta<'a> {
+    fn from(meta: &'a ObjectMeta) -> Self {
+        Self {
+            name: meta.name.as_deref(),
+            generate_name: meta.generate_name.as_deref(),
+            namespace: meta.namespace.as_deref(),
+            uid: meta.uid.as_deref(),
+            resource_version: meta.resource_version.as_deref(),
+            creation_timestamp: meta.creation_timestamp.as_ref(),
+            deletion_timestamp: meta.deletion_timestamp.as_ref(),
+            deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
+            labels: meta.labels.as_ref(),
+            annotations: meta.annotations.as_ref(),
+            owner_references: meta.owner_references.as_deref().unwrap_or_default(),
+            finalizers: meta.finalizers.as_deref().unwrap_or_default(),
+        }
+    }
 }
 
 impl PodLike for Pod {
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
+    fn meta(&self) -> PodMeta<'_> {
+        PodMeta::from(&self.metadata)
     }
 
     fn spec(&self) -> Option<&PodSpec> {
@@ -48,11 +107,15 @@ impl PodLike for Pod {
     fn status(&self) -> Option<&PodStatus> {
         self.status.as_ref()
     }
+
+    fn scheduler_reported_at(&self) -> Option<Timestamp> {
+        scheduler_write_time(&self.metadata)
+    }
 }
 
 impl<T: PodLike + ?Sized> PodLike for Arc<T> {
-    fn metadata(&self) -> &ObjectMeta {
-        (**self).metadata()
+    fn meta(&self) -> PodMeta<'_> {
+        (**self).meta()
     }
 
     fn spec(&self) -> Option<&PodSpec> {
@@ -65,12 +128,16 @@ impl<T: PodLike + ?Sized> PodLike for Arc<T> {
 
     fn status(&self) -> Option<&PodStatus> {
         (**self).status()
+    }
+
+    fn scheduler_reported_at(&self) -> Option<Timestamp> {
+        (**self).scheduler_reported_at()
     }
 }
 
 impl<T: PodLike + ?Sized> PodLike for &T {
-    fn metadata(&self) -> &ObjectMeta {
-        (**self).metadata()
+    fn meta(&self) -> PodMeta<'_> {
+        (**self).meta()
     }
 
     fn spec(&self) -> Option<&PodSpec> {
@@ -84,45 +151,71 @@ impl<T: PodLike + ?Sized> PodLike for &T {
     fn status(&self) -> Option<&PodStatus> {
         (**self).status()
     }
+
+    fn scheduler_reported_at(&self) -> Option<Timestamp> {
+        (**self).scheduler_reported_at()
+    }
 }
 
-/// A pod as the stores, rounds and plans keep it: its own metadata, node name and status,
-/// and a spec shared with every pod of equal spec (see the module doc).
+/// The time of `meta`'s kube-scheduler status write, if it has one.
+fn scheduler_write_time(meta: &ObjectMeta) -> Option<Timestamp> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .find(|entry| super::is_scheduler_status_write(entry))?
+        .time
+        .as_ref()
+        .map(|time| time.0)
+}
+
+/// The metadata replicas of one workload hold alike, shared by every pod that has it equal
+/// through a [`PodInterner`] (see the module doc).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct SharedMeta {
+    namespace: Option<String>,
+    generate_name: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+}
+
+/// A pod as the stores, rounds and plans keep it: what names and concerns this pod alone,
+/// and a spec and [`SharedMeta`] shared with every pod that has them equal (see the module
+/// doc).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LeanPod {
-    pub metadata: ObjectMeta,
+    name: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    finalizers: Option<Vec<String>>,
+    /// All that is kept of `managedFields` ([`PodLike::scheduler_reported_at`]).
+    scheduler_reported_at: Option<Timestamp>,
+    shared: Arc<SharedMeta>,
     pub status: Option<PodStatus>,
     node_name: Option<String>,
     spec: Option<Arc<PodSpec>>,
 }
 
-/// A lean pod names the same API object as the `Pod` it was made from, so code addressing
-/// the object (its kind, namespace, name and uid for an eviction, a patch or an event) takes
-/// either form.
-impl k8s_openapi::Resource for LeanPod {
-    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = <Pod as k8s_openapi::Resource>::Scope;
-}
-
-impl k8s_openapi::Metadata for LeanPod {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 impl PodLike for LeanPod {
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
+    fn meta(&self) -> PodMeta<'_> {
+        let shared = &*self.shared;
+        PodMeta {
+            name: self.name.as_deref(),
+            generate_name: shared.generate_name.as_deref(),
+            namespace: shared.namespace.as_deref(),
+            uid: self.uid.as_deref(),
+            resource_version: self.resource_version.as_deref(),
+            creation_timestamp: self.creation_timestamp.as_ref(),
+            deletion_timestamp: self.deletion_timestamp.as_ref(),
+            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
+            labels: shared.labels.as_ref(),
+            annotations: shared.annotations.as_ref(),
+            owner_references: shared.owner_references.as_deref().unwrap_or_default(),
+            finalizers: self.finalizers.as_deref().unwrap_or_default(),
+        }
     }
 
     fn spec(&self) -> Option<&PodSpec> {
@@ -136,25 +229,64 @@ impl PodLike for LeanPod {
     fn status(&self) -> Option<&PodStatus> {
         self.status.as_ref()
     }
+
+    fn scheduler_reported_at(&self) -> Option<Timestamp> {
+        self.scheduler_reported_at
+    }
 }
 
 impl LeanPod {
-    /// `pod`, its spec interned in `specs`.
-    pub fn new(pod: Pod, specs: &mut SpecInterner) -> Self {
+    /// `pod`, its spec and [`SharedMeta`] interned in `interner`.
+    pub fn new(pod: Pod, interner: &mut PodInterner) -> Self {
         let Pod {
             metadata,
             spec,
             status,
         } = pod;
+        let scheduler_reported_at = scheduler_write_time(&metadata);
+        // Destructured whole, so that a field k8s-openapi adds is a compile error here
+        // rather than silently dropped; those named `_` are the ones no decision reads.
+        let ObjectMeta {
+            annotations,
+            creation_timestamp,
+            deletion_grace_period_seconds,
+            deletion_timestamp,
+            finalizers,
+            generate_name,
+            generation: _,
+            labels,
+            managed_fields: _,
+            name,
+            namespace,
+            owner_references,
+            resource_version,
+            self_link: _,
+            uid,
+        } = metadata;
+        let shared = interner.metas.intern(SharedMeta {
+            namespace,
+            generate_name,
+            labels,
+            annotations,
+            owner_references,
+        });
         let (node_name, spec) = match spec {
             Some(mut spec) => {
                 let node_name = spec.node_name.take();
-                (node_name, Some(specs.intern(spec)))
+                (node_name, Some(interner.specs.intern(spec)))
             }
             None => (None, None),
         };
         Self {
-            metadata,
+            name,
+            uid,
+            resource_version,
+            creation_timestamp,
+            deletion_timestamp,
+            deletion_grace_period_seconds,
+            finalizers,
+            scheduler_reported_at,
+            shared,
             status,
             node_name,
             spec,
@@ -166,7 +298,20 @@ impl LeanPod {
         self.spec.as_ref()
     }
 
-    /// This pod bound to `node` (or unbound, `None`): a copy of its own parts, the spec shared.
+    /// The shared metadata itself, to tell whether two pods share it.
+    pub fn shared_meta(&self) -> &Arc<SharedMeta> {
+        &self.shared
+    }
+
+    /// Takes back the pod's deletion (its timestamp and grace period): the pod as the
+    /// replacement its controller recreates under the same name (a StatefulSet's) would be.
+    pub fn clear_deletion(&mut self) {
+        self.deletion_timestamp = None;
+        self.deletion_grace_period_seconds = None;
+    }
+
+    /// This pod bound to `node` (or unbound, `None`): a copy of its own parts, the spec and
+    /// shared metadata still shared.
     pub fn with_node_name(&self, node: Option<&str>) -> Self {
         Self {
             node_name: node.map(str::to_string),
@@ -174,10 +319,34 @@ impl LeanPod {
         }
     }
 
-    /// The API's form, for the edges that need it (e.g. a test comparing with a built pod).
+    /// The API's form, for the edges that need it (e.g. a test comparing with a built pod,
+    /// a simulation creating the pod). Of `managedFields` it has the kube-scheduler's status
+    /// write alone, with its manager, subresource and time: what a lean pod keeps of it.
     pub fn to_pod(&self) -> Pod {
+        let shared = &*self.shared;
+        let scheduler_write = self.scheduler_reported_at.map(|time| ManagedFieldsEntry {
+            manager: Some(super::SCHEDULER_FIELD_MANAGER.to_owned()),
+            subresource: Some("status".to_owned()),
+            time: Some(Time(time)),
+            ..ManagedFieldsEntry::default()
+        });
         Pod {
-            metadata: self.metadata.clone(),
+            metadata: ObjectMeta {
+                name: self.name.clone(),
+                generate_name: shared.generate_name.clone(),
+                namespace: shared.namespace.clone(),
+                uid: self.uid.clone(),
+                resource_version: self.resource_version.clone(),
+                creation_timestamp: self.creation_timestamp.clone(),
+                deletion_timestamp: self.deletion_timestamp.clone(),
+                deletion_grace_period_seconds: self.deletion_grace_period_seconds,
+                finalizers: self.finalizers.clone(),
+                labels: shared.labels.clone(),
+                annotations: shared.annotations.clone(),
+                owner_references: shared.owner_references.clone(),
+                managed_fields: scheduler_write.map(|entry| vec![entry]),
+                ..ObjectMeta::default()
+            },
             spec: self.spec.as_deref().map(|spec| {
                 let mut spec = spec.clone();
                 spec.node_name.clone_from(&self.node_name);
@@ -188,93 +357,37 @@ impl LeanPod {
     }
 }
 
-/// A one-off pod (a test's, a builder's), its spec its own: pods read in bulk go through
-/// [`LeanPod::new`] with one [`SpecInterner`], which is what shares their specs.
+/// A one-off pod (a test's, a builder's), its spec and metadata its own: pods read in bulk
+/// go through [`LeanPod::new`] with one [`PodInterner`], which is what shares them.
 impl From<Pod> for LeanPod {
     fn from(pod: Pod) -> Self {
-        Self::new(pod, &mut SpecInterner::default())
+        Self::new(pod, &mut PodInterner::default())
     }
 }
 
-/// Interned specs between two sweeps of dead entries: sweeping visits them all.
-const SWEEP_EVERY: usize = 4096;
-
-/// One shared `Arc<PodSpec>` per distinct spec, found by a hash of its content (see the
-/// module doc for why the entries are weak).
-#[derive(Default)]
-pub struct SpecInterner {
-    specs: HashMap<u64, Vec<Weak<PodSpec>>>,
-    since_sweep: usize,
+/// What pods read in bulk share: one `Arc` per distinct spec and per distinct
+/// [`SharedMeta`], each held weakly, so it goes with its last pod (the `intern` module).
+#[derive(Debug, Default)]
+pub struct PodInterner {
+    specs: Interner<PodSpec>,
+    metas: Interner<SharedMeta>,
 }
 
-impl std::fmt::Debug for SpecInterner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpecInterner")
-            .field("hashes", &self.specs.len())
-            .finish()
-    }
-}
-
-impl SpecInterner {
-    /// The shared spec equal to `spec`, made from it when no pod holds one.
-    pub fn intern(&mut self, spec: PodSpec) -> Arc<PodSpec> {
-        self.since_sweep += 1;
-        if self.since_sweep >= SWEEP_EVERY {
-            self.sweep();
-        }
-        let bucket = self.specs.entry(content_hash(&spec)).or_default();
-        bucket.retain(|weak| weak.strong_count() > 0);
-        if let Some(shared) = bucket
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|shared| **shared == spec)
-        {
-            return shared;
-        }
-        let shared = Arc::new(spec);
-        bucket.push(Arc::downgrade(&shared));
-        shared
-    }
-
+impl PodInterner {
     /// Distinct specs some pod still holds.
-    pub fn live(&self) -> usize {
-        self.specs
-            .values()
-            .flatten()
-            .filter(|weak| weak.strong_count() > 0)
-            .count()
+    pub fn live_specs(&self) -> usize {
+        self.specs.live()
     }
 
-    fn sweep(&mut self) {
-        self.since_sweep = 0;
-        self.specs.retain(|_, bucket| {
-            bucket.retain(|weak| weak.strong_count() > 0);
-            !bucket.is_empty()
-        });
+    /// Distinct [`SharedMeta`]s some pod still holds.
+    pub fn live_metas(&self) -> usize {
+        self.metas.live()
     }
-}
-
-/// A hash of `spec`'s serialized form: equal specs serialize equally (maps are ordered).
-fn content_hash(spec: &PodSpec) -> u64 {
-    struct Hashing(DefaultHasher);
-    impl std::io::Write for Hashing {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.write(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut hashing = Hashing(DefaultHasher::new());
-    // Writing into a hasher cannot fail, and a PodSpec always serializes; were it ever to
-    // fail, every such spec hashes alike and `==` still tells them apart.
-    let _ = serde_json::to_writer(&mut hashing, spec);
-    hashing.0.finish()
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::intern::SWEEP_EVERY;
     use super::*;
     use serde_json::json;
 
@@ -290,12 +403,34 @@ mod tests {
         .expect("a valid pod")
     }
 
+    /// A replica of ReplicaSet `owner`, as the API server gives it: its own name, uid,
+    /// resourceVersion and node; its template's labels and annotations, its owner's
+    /// reference.
+    fn owned(name: &str, node: Option<&str>, owner: &str, app: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name, "generateName": format!("{owner}-"), "namespace": "shop",
+                "uid": format!("uid-{name}"), "resourceVersion": format!("rv-{name}"),
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"app": app, "pod-template-hash": "7d4b9c8f6d"},
+                "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": owner, "uid": format!("uid-{owner}"), "controller": true}]
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}]
+            }
+        }))
+        .expect("a valid pod")
+    }
+
     #[test]
     fn replicas_share_one_spec_whatever_node_they_are_on() {
-        let mut specs = SpecInterner::default();
-        let a = LeanPod::new(replica("web-0", None, "1"), &mut specs);
-        let b = LeanPod::new(replica("web-1", Some("n1"), "1"), &mut specs);
-        let other = LeanPod::new(replica("db-0", None, "2"), &mut specs);
+        let mut interner = PodInterner::default();
+        let a = LeanPod::new(replica("web-0", None, "1"), &mut interner);
+        let b = LeanPod::new(replica("web-1", Some("n1"), "1"), &mut interner);
+        let other = LeanPod::new(replica("db-0", None, "2"), &mut interner);
         let (sa, sb) = (
             a.shared_spec().expect("spec"),
             b.shared_spec().expect("spec"),
@@ -304,30 +439,90 @@ mod tests {
         assert!(!Arc::ptr_eq(sa, other.shared_spec().expect("spec")));
         assert_eq!((a.node_name(), b.node_name()), (None, Some("n1")));
         assert_eq!(b.spec().and_then(|s| s.node_name.as_deref()), None);
-        assert_eq!(specs.live(), 2);
+        assert_eq!(interner.live_specs(), 2);
+    }
+
+    #[test]
+    fn replicas_share_one_metadata_and_keep_their_own_names() {
+        let mut interner = PodInterner::default();
+        let a = LeanPod::new(owned("web-a", None, "web-rs", "web"), &mut interner);
+        let b = LeanPod::new(owned("web-b", Some("n1"), "web-rs", "web"), &mut interner);
+        let relabelled = LeanPod::new(owned("web-c", None, "web-rs", "api"), &mut interner);
+        assert!(Arc::ptr_eq(a.shared_meta(), b.shared_meta()));
+        assert!(!Arc::ptr_eq(a.shared_meta(), relabelled.shared_meta()));
+        assert_eq!(interner.live_metas(), 2);
+        let (ma, mb) = (a.meta(), b.meta());
+        assert_eq!((ma.name, mb.name), (Some("web-a"), Some("web-b")));
+        assert_eq!((ma.uid, mb.uid), (Some("uid-web-a"), Some("uid-web-b")));
+        assert_eq!(mb.resource_version, Some("rv-web-b"));
+        assert_eq!(
+            (ma.namespace, ma.generate_name),
+            (Some("shop"), Some("web-rs-"))
+        );
+        assert_eq!(ma.owner_references[0].name, "web-rs");
+        assert_eq!(
+            relabelled.meta().labels.and_then(|l| l.get("app")),
+            Some(&"api".to_owned())
+        );
     }
 
     #[test]
     fn a_spec_goes_with_its_last_pod() {
-        let mut specs = SpecInterner::default();
-        let pod = LeanPod::new(replica("web-0", None, "1"), &mut specs);
-        assert_eq!(specs.live(), 1);
+        let mut interner = PodInterner::default();
+        let pod = LeanPod::new(replica("web-0", None, "1"), &mut interner);
+        assert_eq!(interner.live_specs(), 1);
         drop(pod);
-        assert_eq!(specs.live(), 0);
+        assert_eq!(interner.live_specs(), 0);
         for i in 0..SWEEP_EVERY {
             drop(LeanPod::new(
                 replica("x", None, &format!("{i}m")),
-                &mut specs,
+                &mut interner,
             ));
         }
-        assert!(specs.specs.len() < SWEEP_EVERY, "dead entries are swept");
+        assert!(
+            interner.specs.hashes() < SWEEP_EVERY,
+            "dead entries are swept"
+        );
+    }
+
+    #[test]
+    fn shared_metadata_goes_with_its_last_pod() {
+        let mut interner = PodInterner::default();
+        let a = LeanPod::new(owned("web-a", None, "web-rs", "web"), &mut interner);
+        let b = LeanPod::new(owned("web-b", None, "web-rs", "web"), &mut interner);
+        drop(a);
+        assert_eq!(interner.live_metas(), 1, "the other replica holds it");
+        drop(b);
+        assert_eq!(interner.live_metas(), 0);
+        for i in 0..SWEEP_EVERY {
+            drop(LeanPod::new(
+                owned("x", None, &format!("rs-{i}"), "web"),
+                &mut interner,
+            ));
+        }
+        assert!(
+            interner.metas.hashes() < SWEEP_EVERY,
+            "dead entries are swept"
+        );
+    }
+
+    #[test]
+    fn a_lean_pod_holds_no_api_metadata_inline() {
+        // Its own metadata inline: four strings (name, uid, resourceVersion, node name) of
+        // 24 bytes, two times and the scheduler's write time of 24, the grace period of 16,
+        // the finalizers' list of 24, and the two shared parts' pointers of 8: 224 bytes
+        // beside the status, where a whole `ObjectMeta` alone is 360 (a lean pod was 792
+        // bytes holding one, and is 624).
+        let own = size_of::<LeanPod>() - size_of::<Option<PodStatus>>();
+        assert!(own <= 224, "{own} bytes inline beside the status");
+        assert!(own < size_of::<ObjectMeta>());
     }
 
     #[test]
     fn the_api_form_comes_back_with_its_node() {
-        let mut specs = SpecInterner::default();
+        let mut interner = PodInterner::default();
         let pod = replica("web-1", Some("n1"), "1");
-        let lean = LeanPod::new(pod.clone(), &mut specs);
+        let lean = LeanPod::new(pod.clone(), &mut interner);
         assert_eq!(lean.to_pod(), pod);
         let moved = lean.with_node_name(None);
         assert_eq!(moved.node_name(), None);
@@ -335,5 +530,47 @@ mod tests {
             moved.shared_spec().expect("spec"),
             lean.shared_spec().expect("spec")
         ));
+        assert!(Arc::ptr_eq(moved.shared_meta(), lean.shared_meta()));
+    }
+
+    #[test]
+    fn the_api_form_comes_back_with_its_metadata_and_scheduler_write() {
+        let mut pod = owned("web-a", Some("n1"), "web-rs", "web");
+        pod.metadata.deletion_timestamp = pod.metadata.creation_timestamp.clone();
+        pod.metadata.deletion_grace_period_seconds = Some(30);
+        pod.metadata.finalizers = Some(vec!["example.com/keep".to_owned()]);
+        let write = |manager: &str, at: &str| -> ManagedFieldsEntry {
+            serde_json::from_value(json!({
+                "manager": manager, "operation": "Update", "subresource": "status",
+                "time": at, "fieldsV1": {"f:status": {}}
+            }))
+            .expect("a managed fields entry")
+        };
+        pod.metadata.managed_fields = Some(vec![
+            write("kubelet", "2026-01-01T00:00:09Z"),
+            write(
+                super::super::SCHEDULER_FIELD_MANAGER,
+                "2026-01-01T00:00:05Z",
+            ),
+        ]);
+        let lean = LeanPod::from(pod.clone());
+        assert_eq!(
+            lean.scheduler_reported_at(),
+            pod.scheduler_reported_at(),
+            "either form reads the same time"
+        );
+        assert_eq!(
+            lean.meta(),
+            pod.meta(),
+            "either form reads the same metadata"
+        );
+        let back = lean.to_pod();
+        let kept = back.metadata.managed_fields.as_deref().expect("one entry");
+        assert_eq!(kept.len(), 1);
+        assert!(super::super::is_scheduler_status_write(&kept[0]));
+        assert_eq!(back.scheduler_reported_at(), pod.scheduler_reported_at());
+        let mut expected = pod;
+        expected.metadata.managed_fields = back.metadata.managed_fields.clone();
+        assert_eq!(back, expected, "all but the other managedFields entries");
     }
 }

@@ -2,10 +2,11 @@
 //! which has no kube-scheduler and so takes every unbound pod as unschedulable so far, and
 //! the controller, which also waits for the kube-scheduler's `Unschedulable` verdict.
 
+mod intern;
 mod lean;
 mod spec;
 
-pub use lean::{LeanPod, PodLike, SpecInterner};
+pub use lean::{LeanPod, PodInterner, PodLike, PodMeta, SharedMeta};
 pub use spec::keep_what_placement_reads;
 
 /// The pod condition kerf writes beside `status.nominatedNodeName` when it nominates a pod
@@ -148,7 +149,7 @@ pub fn wants_capacity(pod: &impl PodLike) -> bool {
     !is_owned_by(pod, "DaemonSet")
         && !is_owned_by(pod, "Node")
         && !matches!(phase, Some("Succeeded" | "Failed"))
-        && pod.metadata().deletion_timestamp.is_none()
+        && pod.meta().deletion_timestamp.is_none()
         && !is_preempting(pod)
 }
 
@@ -156,16 +157,12 @@ pub fn wants_capacity(pod: &impl PodLike) -> bool {
 /// disrupted or terminating node as needing a place: its controller recreates it under the
 /// same name only once it is gone, so capacity for it must not wait for the drain.
 pub fn is_terminating_stateful(pod: &impl PodLike) -> bool {
-    pod.metadata().deletion_timestamp.is_some() && is_owned_by(pod, "StatefulSet")
+    pod.meta().deletion_timestamp.is_some() && is_owned_by(pod, "StatefulSet")
 }
 
 /// Whether one of `pod`'s owner references is of `kind` (`DaemonSet`; `Node` for mirror pods).
 pub fn is_owned_by(pod: &impl PodLike, kind: &str) -> bool {
-    pod.metadata()
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == kind)
+    pod.meta().owner_references.iter().any(|o| o.kind == kind)
 }
 
 /// Whether the kube-scheduler has marked `pod` `PodScheduled=False`, reason `Unschedulable`.
@@ -183,22 +180,6 @@ pub fn is_marked_unschedulable(pod: &impl PodLike) -> bool {
 
 /// The field manager the kube-scheduler writes pod statuses under.
 pub const SCHEDULER_FIELD_MANAGER: &str = "kube-scheduler";
-
-/// When the kube-scheduler last changed `pod`'s status: the time of its `managedFields`
-/// entry for the status subresource. It rewrites its `Unschedulable` report when the
-/// message changes (as it does once a node is added, the count of nodes in it changing),
-/// but keeps the condition's `lastTransitionTime` while the status stays False, so only
-/// this tells a verdict given after some moment from one given before.
-pub fn scheduler_reported_at(pod: &impl PodLike) -> Option<k8s_openapi::jiff::Timestamp> {
-    pod.metadata()
-        .managed_fields
-        .iter()
-        .flatten()
-        .find(|entry| is_scheduler_status_write(entry))?
-        .time
-        .as_ref()
-        .map(|time| time.0)
-}
 
 /// Whether a `managedFields` entry records the kube-scheduler's status writes.
 pub fn is_scheduler_status_write(

@@ -72,8 +72,8 @@ impl<'a> SpecView<'a> {
             .unwrap_or_default();
         host_ports.sort();
         SpecView {
-            namespace: pod.metadata().namespace.as_deref().unwrap_or("default"),
-            labels: non_empty(pod.metadata().labels.as_ref()),
+            namespace: pod.meta().namespace.unwrap_or("default"),
+            labels: non_empty(pod.meta().labels),
             node_selector: non_empty(spec.and_then(|s| s.node_selector.as_ref())),
             affinity: spec.and_then(|s| s.affinity.as_ref()),
             tolerations: spec
@@ -94,11 +94,7 @@ impl<'a> SpecView<'a> {
                                 .or_else(|| {
                                     // Generic ephemeral volumes create a PVC named <pod>-<volume>.
                                     v.ephemeral.as_ref().map(|_| {
-                                        format!(
-                                            "{}-{}",
-                                            pod.metadata().name.as_deref().unwrap_or(""),
-                                            v.name
-                                        )
+                                        format!("{}-{}", pod.meta().name.unwrap_or(""), v.name)
                                     })
                                 })
                         })

@@ -236,18 +236,15 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
 }
 
 fn creation(p: &impl PodLike) -> Option<k8s_openapi::jiff::Timestamp> {
-    p.metadata().creation_timestamp.as_ref().map(|t| t.0)
+    p.meta().creation_timestamp.map(|t| t.0)
 }
 
 pub fn pod_ref(p: &impl PodLike) -> PodRef {
+    let meta = p.meta();
     PodRef {
-        namespace: p
-            .metadata()
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        name: p.metadata().name.clone().unwrap_or_default(),
-        uid: p.metadata().uid.clone().unwrap_or_default(),
+        namespace: meta.namespace.unwrap_or("default").to_owned(),
+        name: meta.name.unwrap_or_default().to_owned(),
+        uid: meta.uid.unwrap_or_default().to_owned(),
     }
 }
 
@@ -437,7 +434,7 @@ fn sparse_node(
             .collect();
         pod_labels.sort_unstable();
         let status_phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-        let counted = p.metadata.deletion_timestamp.is_none()
+        let counted = p.meta().deletion_timestamp.is_none()
             && !matches!(status_phase, Some("Succeeded") | Some("Failed"));
         let anti_terms = spec
             .affinity
@@ -449,10 +446,9 @@ fn sparse_node(
             })
             .unwrap_or_default();
         let daemonset = p
-            .metadata
+            .meta()
             .owner_references
             .iter()
-            .flatten()
             .find(|o| o.kind == "DaemonSet")
             .map(|o| (spec.namespace.clone(), o.name.clone()));
         pods.push(ExistingPod {

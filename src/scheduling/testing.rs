@@ -27,9 +27,9 @@ use crate::resources::Quantity as Q;
 
 /// Pods as a [`super::SchedulingInput`] holds them: lean, equal specs shared.
 pub fn shared(pods: Vec<Pod>) -> Vec<Arc<LeanPod>> {
-    let mut specs = crate::pods::SpecInterner::default();
+    let mut interner = crate::pods::PodInterner::default();
     pods.into_iter()
-        .map(|pod| Arc::new(LeanPod::new(pod, &mut specs)))
+        .map(|pod| Arc::new(LeanPod::new(pod, &mut interner)))
         .collect()
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kerf::api::{NodeClaim, NodePool};
-use kerf::pods::LeanPod;
+use kerf::pods::{LeanPod, PodLike};
 use kerf::resources::Quantity;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -145,7 +145,7 @@ pub async fn retrigger(
     let mut leading = *leader.borrow_and_update();
     loop {
         for pod in state.provisionable_pods() {
-            let Some(uid) = pod.metadata.uid.clone() else {
+            let Some(uid) = pod.meta().uid.map(str::to_owned) else {
                 continue;
             };
             if let Err(err) = batcher.enqueue(Trigger { pod_uid: uid }).await {
@@ -187,7 +187,7 @@ pub async fn on_nomination_lapse(
 }
 
 fn trigger(batcher: &Outbox<Trigger>, pod: &LeanPod) {
-    let Some(uid) = pod.metadata.uid.clone() else {
+    let Some(uid) = pod.meta().uid.map(str::to_owned) else {
         return;
     };
     match batcher.try_deliver(Trigger { pod_uid: uid }) {

@@ -166,10 +166,9 @@ fn is_finished(pod: &LeanPod) -> bool {
 }
 
 fn is_daemon(pod: &LeanPod) -> bool {
-    pod.metadata
+    pod.meta()
         .owner_references
         .iter()
-        .flatten()
         .any(|o| o.kind == "DaemonSet")
 }
 

@@ -25,7 +25,8 @@ pub fn state_family(state: &ClusterState) -> Family {
     );
     let mut pods = state.pods.snapshot();
     pods.sort_by(|a, b| {
-        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+        let (a, b) = (a.meta(), b.meta());
+        (a.namespace, a.name).cmp(&(b.namespace, b.name))
     });
     for pod in pods {
         let node_name = pod.node_name().map(str::to_string).unwrap_or_default();
@@ -56,10 +57,10 @@ fn state_labels(
         .unwrap_or_default();
     let ready = condition(pod, "Ready").is_some_and(|c| c.status == "True");
     vec![
-        ("name", pod.metadata.name.clone().unwrap_or_default()),
+        ("name", pod.meta().name.unwrap_or_default().to_owned()),
         (
             "namespace",
-            pod.metadata.namespace.clone().unwrap_or_default(),
+            pod.meta().namespace.unwrap_or_default().to_owned(),
         ),
         ("owner", owner(pod)),
         ("scheduled", (!node_name.is_empty()).to_string()),
@@ -77,18 +78,13 @@ fn state_labels(
 
 /// Upstream's `owner` label: the self link of the first owner reference.
 fn owner(pod: &LeanPod) -> String {
-    let Some(first) = pod
-        .metadata
-        .owner_references
-        .as_ref()
-        .and_then(|o| o.first())
-    else {
+    let Some(first) = pod.meta().owner_references.first() else {
         return String::new();
     };
     format!(
         "/apis/{}/namespaces/{}/{}s/{}",
         first.api_version,
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.meta().namespace.unwrap_or_default(),
         first.kind.to_lowercase(),
         first.name
     )
@@ -113,10 +109,7 @@ pub struct StartupTracker {
 impl StartupTracker {
     /// Updates the tracker with one change; returns the duration it observed, if any.
     pub fn observe(&mut self, pod: &LeanPod, change: Change) -> Option<f64> {
-        let key = ObjectKey::new(
-            pod.metadata.namespace.as_deref(),
-            pod.metadata.name.as_deref().unwrap_or_default(),
-        );
+        let key = ObjectKey::new(pod.meta().namespace, pod.meta().name.unwrap_or_default());
         if change == Change::Deleted {
             self.pending.remove(&key);
             return None;
@@ -131,7 +124,7 @@ impl StartupTracker {
         }
         if let Some(ready) = condition(pod, "Ready").filter(|c| c.status == "True") {
             self.pending.remove(&key);
-            let created = pod.metadata.creation_timestamp.as_ref()?;
+            let created = pod.meta().creation_timestamp?;
             let became_ready = ready.last_transition_time.as_ref()?;
             let seconds = became_ready.0.duration_since(created.0).as_secs_f64();
             metrics::histogram!(PODS_STARTUP_DURATION).record(seconds);

@@ -22,7 +22,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodeClaim;
-use kerf::pods::LeanPod;
+use kerf::pods::{LeanPod, PodLike};
 use kerf::scheduling::PodRef;
 use tokio::time::Instant;
 
@@ -195,7 +195,7 @@ pub fn nomination_futile(pod: &LeanPod, initialized: Timestamp) -> bool {
 /// Whether the kube-scheduler's latest verdict on `pod` is `Unschedulable` and came in a
 /// later second than `initialized`: by the condition's `lastTransitionTime` (set when the
 /// pod turned unschedulable) or by the time of the scheduler's last status write
-/// ([`kerf::pods::scheduler_reported_at`]: kube-scheduler keeps the transition time while
+/// ([`PodLike::scheduler_reported_at`]: kube-scheduler keeps the transition time while
 /// the pod stays unschedulable, and rewrites the report when its message changes).
 fn reported_unschedulable_after(pod: &LeanPod, initialized: Timestamp) -> bool {
     let later = |at: Timestamp| at.as_second() > initialized.as_second();
@@ -210,7 +210,7 @@ fn reported_unschedulable_after(pod: &LeanPod, initialized: Timestamp) -> bool {
             c.status == "False"
                 && c.reason.as_deref() == Some("Unschedulable")
                 && (transitioned.is_some_and(later)
-                    || kerf::pods::scheduler_reported_at(pod).is_some_and(later))
+                    || pod.scheduler_reported_at().is_some_and(later))
         })
 }
 

@@ -52,7 +52,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kerf::pods;
-use kerf::pods::LeanPod;
+use kerf::pods::{LeanPod, PodLike};
 use kerf::scheduling::PodRef;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -244,7 +244,7 @@ async fn withdraw_futile(r: &Reconciler, nodeclaim: &str, node: &str, initialize
                 .state
                 .pods
                 .get(&ObjectKey::new(Some(&pod.namespace), &pod.name))?;
-            let ours = stored.metadata.uid.as_deref() == Some(pod.uid.as_str())
+            let ours = stored.meta().uid == Some(pod.uid.as_str())
                 && !pods::is_bound(&stored)
                 && pods::kerf_nominated_node(&stored) == Some(node);
             (ours && nomination_futile(&stored, initialized)).then_some(stored)
@@ -358,9 +358,9 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>>
         .state
         .pods
         .get(&ObjectKey::new(Some(&pod.namespace), &pod.name))?;
-    let same = stored.metadata.uid.as_deref() == Some(pod.uid.as_str());
+    let same = stored.meta().uid == Some(pod.uid.as_str());
     let waiting = !pods::is_bound(&stored)
-        && stored.metadata.deletion_timestamp.is_none()
+        && stored.meta().deletion_timestamp.is_none()
         && pods::kerf_nominated_node(&stored) != Some(node);
     (same && waiting).then_some(stored)
 }
@@ -421,8 +421,8 @@ fn patch_status<'a>(
     result: &'static str,
 ) -> BoxFuture<'a, Written> {
     Box::pin(async move {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let namespace = pod.meta().namespace.unwrap_or("default");
+        let name = pod.meta().name.unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(r.nominations.clone(), namespace);
         match api
             .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))

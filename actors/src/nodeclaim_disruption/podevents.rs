@@ -56,7 +56,7 @@ pub fn on_pod(departures: Departures, trigger: Trigger) -> impl FnMut(&LeanPod, 
 
 /// The latest event `pod` gives its node, if any.
 fn event_time(pod: &LeanPod) -> Option<Timestamp> {
-    if let Some(deleting) = &pod.metadata.deletion_timestamp {
+    if let Some(deleting) = pod.meta().deletion_timestamp {
         return Some(deleting.0);
     }
     let status = pod.status.as_ref()?;

@@ -103,8 +103,7 @@ pub fn skip_unready_pools(inventory: &mut Inventory, state: &ClusterState) -> Ve
 /// replacement its controller recreates under the same name.
 fn unbound(pod: &LeanPod) -> LeanPod {
     let mut pending = pod.with_node_name(None);
-    pending.metadata.deletion_timestamp = None;
-    pending.metadata.deletion_grace_period_seconds = None;
+    pending.clear_deletion();
     pending
 }
 

@@ -28,6 +28,7 @@ use kerf::api::NodePool;
 use kerf::catalog::Catalog;
 use kerf::plan::ControllerSettings;
 use kerf::plan::snapshot;
+use kerf::pods::PodLike;
 use kerf::scheduling::{Batch, PlannedNodeClaim, SchedulingResult};
 use tokio::sync::watch;
 
@@ -203,8 +204,8 @@ impl Provisioner {
             .map(|p| {
                 format!(
                     "{}/{}",
-                    p.metadata.namespace.as_deref().unwrap_or_default(),
-                    p.metadata.name.as_deref().unwrap_or_default()
+                    p.meta().namespace.unwrap_or_default(),
+                    p.meta().name.unwrap_or_default()
                 )
             })
             .collect();

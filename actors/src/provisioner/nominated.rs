@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 
+use kerf::pods::PodLike;
 use kerf::scheduling::{ExistingNodePlacement, PodRef, SchedulingInput};
 
 use crate::launcher::CreatedClaims;
@@ -48,7 +49,7 @@ pub fn hold(
     }
     let mut pending = Vec::with_capacity(input.pods.len());
     for pod in std::mem::take(&mut input.pods) {
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let uid = pod.meta().uid.unwrap_or_default();
         match node_of_pod.get(uid) {
             Some(&index) => input.existing_nodes[index].pods.push(pod),
             None => pending.push(pod),
@@ -114,9 +115,7 @@ mod tests {
     }
 
     fn uids(pods: &[Arc<kerf::pods::LeanPod>]) -> Vec<&str> {
-        pods.iter()
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect()
+        pods.iter().filter_map(|p| p.meta().uid).collect()
     }
 
     #[test]

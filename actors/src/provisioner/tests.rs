@@ -232,7 +232,7 @@ fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
         .expect("a valid snapshot");
     assert_eq!(snapshot.input.pods.len(), 3);
     for pod in &snapshot.input.pods {
-        let name = pod.metadata.name.as_deref().expect("named");
+        let name = pod.meta().name.expect("named");
         let stored = state
             .pods
             .get(&ObjectKey::new(Some("default"), name))

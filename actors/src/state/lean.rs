@@ -4,12 +4,17 @@
 //! lines, environment, probes and mounts, its configMap and projected token volumes, each
 //! container's status, and a Node's image list — and every store copy, inventory and
 //! snapshot built from a store pays for them again. So each object is trimmed once, when the
-//! watch delivers it, before it is stored ([`Lean::lean`]); its type stays the API's, so every
-//! reader keeps reading the fields it always did.
+//! watch delivers it, before it is stored ([`Lean::lean`]); every kind but pods keeps the
+//! API's type, so its readers keep reading the fields they always did.
 //!
-//! Kept for pods: metadata (but `managedFields` and kubectl's last-applied copy), the spec
-//! as [`keep_what_placement_reads`] leaves it (containers' requirements and the volumes that
-//! tie a pod to storage), and the status but for trimmed container statuses and the
+//! Pods are stored as [`LeanPod`]s ([`Stored`]): of the metadata, each pod keeps its name,
+//! uid, resourceVersion, creation and deletion times, grace period, finalizers and, of
+//! `managedFields`, only the time of the kube-scheduler's last status write; its namespace,
+//! generateName, labels, annotations (less kubectl's last-applied copy) and owner
+//! references are shared with every pod that has them equal, as its spec is, through the
+//! store writer's [`PodInterner`] (see [`kerf::pods`]'s `lean` module). The spec is kept
+//! as [`keep_what_placement_reads`] leaves it (containers' requirements and the volumes
+//! that tie a pod to storage), and the status but for trimmed container statuses and the
 //! conditions nothing reads ([`READ_POD_CONDITIONS`]). Only a finished pod keeps its
 //! container statuses (its last event is its containers' finish time), each with its name,
 //! readiness, restart count and state; a running or pending pod keeps none, nor its IP
@@ -25,9 +30,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
-use kerf::pods::{LeanPod, SpecInterner, keep_what_placement_reads};
+use kerf::pods::{LeanPod, PodInterner, keep_what_placement_reads};
 
 /// kubectl's copy of the last applied manifest: the whole object again, read by nobody here.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -47,16 +52,21 @@ pub trait Lean {
 
 /// The form a store keeps an object of this kind in, made once as the watch delivers it:
 /// the object itself, trimmed, for every kind but pods, which become [`LeanPod`]s whose
-/// equal specs are shared through the store writer's [`SpecInterner`].
+/// equal specs and template metadata are shared through the store writer's
+/// [`PodInterner`].
 pub trait Stored: Lean + Sized {
     type Form;
-    /// What making the form needs from one object to the next (pods: the shared specs).
+    /// What making the form needs from one object to the next (pods: what they share).
     type Context: Default + Send;
     fn stored(self, context: &mut Self::Context) -> Self::Form;
 }
 
 fn lean_metadata(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
+    drop_last_applied(meta);
+}
+
+fn drop_last_applied(meta: &mut ObjectMeta) {
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
         if annotations.is_empty() {
@@ -95,10 +105,10 @@ stored_as_itself!(Node);
 
 impl Stored for Pod {
     type Form = LeanPod;
-    type Context = SpecInterner;
-    fn stored(mut self, specs: &mut SpecInterner) -> LeanPod {
+    type Context = PodInterner;
+    fn stored(mut self, interner: &mut PodInterner) -> LeanPod {
         self.lean();
-        LeanPod::new(self, specs)
+        LeanPod::new(self, interner)
     }
 }
 
@@ -115,22 +125,9 @@ metadata_only!(
 
 impl Lean for Pod {
     fn lean(&mut self) {
-        // The one entry read: when the kube-scheduler last gave a verdict. Only what
-        // finds it and its time are kept; its field set alone is most of an entry.
-        let scheduler_write = self
-            .metadata
-            .managed_fields
-            .iter_mut()
-            .flatten()
-            .find(|entry| kerf::pods::is_scheduler_status_write(entry))
-            .map(|entry| ManagedFieldsEntry {
-                manager: entry.manager.take(),
-                subresource: entry.subresource.take(),
-                time: entry.time.take(),
-                ..ManagedFieldsEntry::default()
-            });
-        lean_metadata(&mut self.metadata);
-        self.metadata.managed_fields = scheduler_write.map(|entry| vec![entry]);
+        // `managedFields` are left for `LeanPod::new`, which keeps of them the one thing
+        // read (when the kube-scheduler last gave a verdict) and drops the rest.
+        drop_last_applied(&mut self.metadata);
         if let Some(spec) = self.spec.as_mut() {
             keep_what_placement_reads(spec);
         }
@@ -203,6 +200,7 @@ impl Lean for Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kerf::pods::PodLike;
     use serde_json::json;
 
     fn pod() -> Pod {
@@ -256,9 +254,14 @@ mod tests {
 
     #[test]
     fn a_pod_keeps_what_decisions_read_and_loses_the_rest() {
-        let mut lean = pod();
-        lean.lean();
+        let stored = pod().stored(&mut PodInterner::default());
         let full = pod();
+        assert_eq!(
+            stored.scheduler_reported_at().map(|t| t.to_string()),
+            Some("2024-01-01T00:00:05Z".to_owned()),
+            "of managedFields, the kube-scheduler's status write time"
+        );
+        let lean = stored.to_pod();
         let kept: Vec<(Option<&str>, bool)> = lean
             .metadata
             .managed_fields
@@ -267,11 +270,7 @@ mod tests {
             .map(|e| (e.manager.as_deref(), e.fields_v1.is_some()))
             .collect();
         assert_eq!(kept, [(Some("kube-scheduler"), false)], "its time alone");
-        assert_eq!(
-            kerf::pods::scheduler_reported_at(&lean).map(|t| t.to_string()),
-            Some("2024-01-01T00:00:05Z".to_owned())
-        );
-        let annotations = lean.metadata.annotations.as_ref().expect("annotations");
+        let annotations = stored.meta().annotations.expect("annotations");
         assert!(!annotations.contains_key(LAST_APPLIED));
         assert_eq!(annotations["karpenter.sh/do-not-disrupt"], "true");
         assert_eq!(lean.metadata.labels, full.metadata.labels);
@@ -280,6 +279,8 @@ mod tests {
             full.metadata.owner_references
         );
         assert_eq!(lean.metadata.uid, full.metadata.uid);
+        assert_eq!(lean.metadata.namespace, full.metadata.namespace);
+        assert_eq!(lean.metadata.name, full.metadata.name);
 
         let (spec, was) = (lean.spec.as_ref().expect("spec"), full.spec.expect("spec"));
         assert_eq!(spec.node_name, was.node_name);

@@ -70,7 +70,7 @@ pub fn plan(
         .collect();
     let delete: Vec<(Arc<LeanPod>, i64)> = on_node
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.meta().deletion_timestamp.is_none())
         .filter_map(|p| Some(((*p).clone(), forced_grace(p, now, termination?)?)))
         .collect();
     let mut evictable: Vec<(Group, &Arc<LeanPod>)> = on_node
@@ -121,16 +121,15 @@ pub fn is_drainable(pod: &LeanPod, now: Timestamp) -> bool {
 /// Whether the drain may ask the eviction API to remove `pod` now.
 pub fn is_evictable(pod: &LeanPod) -> bool {
     !is_terminal(pod)
-        && pod.metadata.deletion_timestamp.is_none()
+        && pod.meta().deletion_timestamp.is_none()
         && !tolerates_disruption(pod)
         && !is_owned_by(pod, "Node")
         && !has_do_not_disrupt(pod)
 }
 
 pub fn has_do_not_disrupt(pod: &LeanPod) -> bool {
-    pod.metadata
+    pod.meta()
         .annotations
-        .as_ref()
         .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
         .is_some_and(|v| v == "true")
 }
@@ -150,7 +149,7 @@ fn tolerates_disruption(pod: &LeanPod) -> bool {
 }
 
 fn is_stuck_terminating(pod: &LeanPod, now: Timestamp) -> bool {
-    pod.metadata.deletion_timestamp.as_ref().is_some_and(|t| {
+    pod.meta().deletion_timestamp.is_some_and(|t| {
         Duration::try_from(now.duration_since(t.0)).is_ok_and(|d| d > STUCK_TERMINATING_AFTER)
     })
 }
@@ -176,7 +175,7 @@ mod tests {
 
     fn names(pods: &[Arc<LeanPod>]) -> Vec<String> {
         pods.iter()
-            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .map(|p| p.meta().name.unwrap_or_default().to_owned())
             .collect()
     }
 
@@ -228,7 +227,7 @@ mod tests {
                 break;
             }
             let evicted = names(&step.evict);
-            pods.retain(|p| !evicted.contains(&p.metadata.name.clone().unwrap_or_default()));
+            pods.retain(|p| !evicted.contains(&p.meta().name.unwrap_or_default().to_owned()));
             order.push(evicted);
         }
         assert_eq!(
@@ -279,7 +278,7 @@ mod tests {
         let deleted: Vec<(String, i64)> = close
             .delete
             .iter()
-            .map(|(p, g)| (p.metadata.name.clone().unwrap_or_default(), *g))
+            .map(|(p, g)| (p.meta().name.unwrap_or_default().to_owned(), *g))
             .collect();
         assert_eq!(deleted, [("precious".to_owned(), 40)]);
         // Past it: everything left goes with no grace at all.

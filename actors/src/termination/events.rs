@@ -17,12 +17,13 @@ pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
 pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
 
 fn pod_reference(pod: &LeanPod) -> ObjectReference {
+    let meta = pod.meta();
     ObjectReference {
         api_version: Some("v1".to_owned()),
         kind: Some("Pod".to_owned()),
-        namespace: pod.metadata.namespace.clone(),
-        name: pod.metadata.name.clone(),
-        uid: pod.metadata.uid.clone(),
+        namespace: meta.namespace.map(str::to_owned),
+        name: meta.name.map(str::to_owned),
+        uid: meta.uid.map(str::to_owned),
         ..ObjectReference::default()
     }
 }
@@ -35,8 +36,8 @@ fn on_pod(pod: &LeanPod, type_: EventType, reason: &'static str, message: String
         message,
         dedupe: Some(Dedupe {
             values: vec![
-                pod.metadata.namespace.clone().unwrap_or_default(),
-                pod.metadata.name.clone().unwrap_or_default(),
+                pod.meta().namespace.unwrap_or_default().to_owned(),
+                pod.meta().name.unwrap_or_default().to_owned(),
             ],
             timeout: DEFAULT_DEDUPE,
         }),
@@ -52,8 +53,8 @@ pub fn evicted(pod: &LeanPod) -> Event {
 pub fn failed_eviction(pod: &LeanPod, budget: Option<&str>) -> Event {
     let pod_name = format!(
         "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
+        pod.meta().namespace.unwrap_or_default(),
+        pod.meta().name.unwrap_or_default()
     );
     let message = match budget {
         Some(budget) => format!("evicting pod {pod_name} violated PodDisruptionBudget {budget}"),

@@ -8,9 +8,8 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use kerf::pods::LeanPod;
+use kerf::pods::{LeanPod, PodLike};
 use kube::api::{Api, DeleteParams, EvictParams, Preconditions};
-use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::backoff::PodKey;
@@ -67,9 +66,9 @@ pub fn refusing_budget(status: &kube::core::Status) -> Option<String> {
 
 fn key(pod: &LeanPod) -> PodKey {
     PodKey {
-        namespace: pod.namespace().unwrap_or_default(),
-        name: pod.name_any(),
-        uid: pod.meta().uid.clone().unwrap_or_default(),
+        namespace: pod.meta().namespace.unwrap_or_default().to_owned(),
+        name: pod.meta().name.unwrap_or_default().to_owned(),
+        uid: pod.meta().uid.unwrap_or_default().to_owned(),
     }
 }
 

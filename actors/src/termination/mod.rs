@@ -35,6 +35,7 @@ use actix::prelude::*;
 use futures::future::LocalBoxFuture;
 use kerf::cloudprovider::CloudProvider;
 use kerf::finalizers::has_termination_finalizer;
+use kerf::pods::PodLike;
 use kube::{Api, Client};
 use tokio::sync::watch;
 
@@ -200,7 +201,7 @@ impl TerminationDrainer {
             state
                 .pods
                 .get(&ObjectKey::new(Some(&pod.namespace), &pod.name))
-                .is_some_and(|p| p.metadata.uid.as_deref() == Some(pod.uid.as_str()))
+                .is_some_and(|p| p.meta().uid == Some(pod.uid.as_str()))
         });
         pump(self, ctx);
     }

@@ -18,7 +18,7 @@ use kerf::api::NodeClaim;
 use kerf::api::condition::types;
 use kerf::finalizers::{has_termination_finalizer, without_termination_finalizer};
 use kerf::labels;
-use kerf::pods::LeanPod;
+use kerf::pods::{LeanPod, PodLike};
 use kerf::taints::disrupted_taint;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -193,13 +193,13 @@ async fn delete_pod(
     grace: i64,
     deadline: &str,
 ) -> Result<(), TerminationError> {
-    let namespace = pod.namespace().unwrap_or_default();
-    let name = pod.name_any();
+    let namespace = pod.meta().namespace.unwrap_or_default().to_owned();
+    let name = pod.meta().name.unwrap_or_default().to_owned();
     let api: Api<Pod> = Api::namespaced(t.client.clone(), &namespace);
     let params = DeleteParams {
         grace_period_seconds: Some(u32::try_from(grace).unwrap_or(0)),
         preconditions: Some(Preconditions {
-            uid: pod.metadata.uid.clone(),
+            uid: pod.meta().uid.map(str::to_owned),
             resource_version: None,
         }),
         ..DeleteParams::default()

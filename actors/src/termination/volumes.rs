@@ -47,8 +47,8 @@ fn volume_names<'a>(
     pod: &'a LeanPod,
     claims: &'a [Arc<PersistentVolumeClaim>],
 ) -> impl Iterator<Item = &'a str> + 'a {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let namespace = pod.meta().namespace.unwrap_or("default");
+    let pod_name = pod.meta().name.unwrap_or_default();
     pod.spec()
         .and_then(|s| s.volumes.as_ref())
         .into_iter()

@@ -65,7 +65,7 @@ metadata: {{name: settings}}
     let names: Vec<_> = inventory
         .pods
         .iter()
-        .map(|p| p.metadata.name.clone().expect("named"))
+        .map(|p| p.meta().name.expect("named").to_owned())
         .collect();
     assert_eq!(names, ["web-0", "web-1"]);
     assert_eq!(inventory.daemon_pods.len(), 1);
@@ -95,13 +95,8 @@ fn a_missing_selector_defaults_to_the_template_labels() {
 fn given_pods_get_a_namespace_a_uid_and_requests_from_limits() {
     let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: x, resources: {limits: {cpu: 2}}}]\n";
     let pod = &read(yaml).expect("valid").pods[0];
-    assert_eq!(pod.metadata.namespace.as_deref(), Some("default"));
-    assert!(
-        pod.metadata
-            .uid
-            .as_deref()
-            .is_some_and(|uid| !uid.is_empty())
-    );
+    assert_eq!(pod.meta().namespace, Some("default"));
+    assert!(pod.meta().uid.is_some_and(|uid| !uid.is_empty()));
     let requests = pod.spec().expect("spec").containers[0]
         .resources
         .as_ref()
@@ -230,7 +225,7 @@ items:
     let names: Vec<_> = inventory
         .pods
         .iter()
-        .map(|p| p.metadata.name.clone().expect("named"))
+        .map(|p| p.meta().name.expect("named").to_owned())
         .collect();
     assert_eq!(
         names,
@@ -275,12 +270,12 @@ spec: {{containers: [{{name: c, image: x}}], volumes: [{{name: token, projected:
     let kept = Some(vec!["data".to_string(), "cache".into(), "old".into()]);
     assert_eq!(inventory.pods.len(), 3);
     for pod in &inventory.pods {
-        let expected = if pod.metadata.name.as_deref() == Some("plain") {
+        let expected = if pod.meta().name == Some("plain") {
             None
         } else {
             kept.clone()
         };
-        assert_eq!(volume_names(pod), expected, "{:?}", pod.metadata.name);
+        assert_eq!(volume_names(pod), expected, "{:?}", pod.meta().name);
         let container = &pod.spec().expect("spec").containers[0];
         assert_eq!(container.name, "c");
         assert_eq!(
@@ -295,7 +290,7 @@ spec: {{containers: [{{name: c, image: x}}], volumes: [{{name: token, projected:
     let web = inventory
         .pods
         .iter()
-        .find(|p| p.metadata.name.as_deref() == Some("web-0"))
+        .find(|p| p.meta().name == Some("web-0"))
         .and_then(|p| p.spec())
         .map(|spec| &spec.containers[0])
         .expect("the Deployment's pod");

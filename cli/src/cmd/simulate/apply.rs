@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 
 use kerf::manifest::Object;
 use kerf::plan::inventory::Inventory;
+use kerf::pods::PodLike;
 use kerf_loadtest::apiserver::{ApiError, Cluster, Reason};
 use serde_json::{Value, json};
 
@@ -186,8 +187,8 @@ fn create_expanded(
     ensure_namespace(cluster, &namespace, namespaces).map_err(refused)?;
     let owned =
         inventory.pods.iter().filter(|pod| {
-            pod.metadata.namespace.as_deref().unwrap_or("default") == namespace
-                && pod.metadata.owner_references.iter().flatten().any(|o| {
+            pod.meta().namespace.unwrap_or("default") == namespace
+                && pod.meta().owner_references.iter().any(|o| {
                     o.kind == object.kind && Some(o.name.as_str()) == object.name.as_deref()
                 })
         });
