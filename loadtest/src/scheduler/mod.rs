@@ -14,6 +14,7 @@
 //! for them.
 
 mod amounts;
+mod cached;
 mod cluster;
 mod dispatcher;
 mod nodeinfo;
@@ -23,6 +24,7 @@ mod selector;
 mod topology;
 
 use crate::informer::{Informer, any_event};
+use cached::CachedPod;
 use cluster::Cluster;
 use dispatcher::{Report, Reports};
 use futures::StreamExt;
@@ -125,10 +127,10 @@ pub fn start(client: Client, config: SchedulerConfig) -> SchedulerHandle {
 
 async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>) {
     let nodes = Informer::start(Api::<Node>::all(client.clone()), any_event::<Node>);
-    let pods = Informer::start_trimmed(
+    let pods = Informer::start_projected(
         Api::<Pod>::all(client.clone()),
         may_make_room,
-        podinfo::trim,
+        CachedPod::of,
     );
     nodes.ready().await;
     pods.ready().await;
@@ -147,18 +149,12 @@ async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>
 /// Pod events after which a waiting pod may fit: a pod leaving (deleted or finished), or a
 /// pod just bound and not yet started — which changes the counts topology spread and pod
 /// affinity judge by, as kube-scheduler's queueing hints for those plugins requeue on.
-fn may_make_room(event: &Event<Pod>) -> bool {
+fn may_make_room(event: &Event<CachedPod>) -> bool {
     match event {
         Event::Delete(_) | Event::InitDone => true,
-        Event::Apply(pod) => is_terminal(pod) || is_starting(pod),
+        Event::Apply(pod) => pod.is_terminal() || pod.is_starting(),
         _ => false,
     }
-}
-
-/// Bound to a node whose kubelet has not started it yet.
-fn is_starting(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    node_name(pod).is_some() && matches!(phase, None | Some("Pending"))
 }
 
 struct Attempt {
@@ -188,7 +184,6 @@ struct Scheduler {
     client: Client,
     config: SchedulerConfig,
     stats: Arc<SchedulerStats>,
-    compiled: HashMap<String, (String, Arc<PodInfo>)>,
     /// Pods bound by us whose binding the pod cache has not shown yet: uid → node.
     assumed: HashMap<String, String>,
     attempts: HashMap<String, Attempt>,
@@ -206,7 +201,6 @@ impl Scheduler {
             config,
             stats,
             reports,
-            compiled: HashMap::new(),
             assumed: HashMap::new(),
             attempts: HashMap::new(),
             nominations: HashMap::new(),
@@ -214,7 +208,7 @@ impl Scheduler {
         }
     }
 
-    async fn cycle(&mut self, nodes: &[Arc<Node>], pods: &[Arc<Pod>], epoch: u64) {
+    async fn cycle(&mut self, nodes: &[Arc<Node>], pods: &[Arc<CachedPod>], epoch: u64) {
         self.stats.cycles.fetch_add(1, Ordering::Relaxed);
         self.observe(pods);
         let pending = self.pending(pods, epoch);
@@ -224,9 +218,9 @@ impl Scheduler {
         let mut cluster = self.snapshot(nodes, pods);
         let mut binds = Vec::new();
         for pod in pending {
-            let uid = uid(&pod);
-            let compiled = self.compile(&pod);
-            let placed = compiled
+            let uid = pod.uid.clone();
+            let placed = pod
+                .info
                 .clone()
                 .and_then(|info| cluster.schedule(&info).map(|index| (index, info)));
             match placed {
@@ -237,18 +231,18 @@ impl Scheduler {
                     self.reports.cancel(&uid);
                     self.assumed.insert(uid.clone(), node.clone());
                     binds.push(Bind {
-                        namespace: namespace(&pod),
-                        name: name(&pod),
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
                         uid,
                         node,
                     });
                 }
                 Err(message) => {
-                    self.record_failure(&uid, priority(&pod), epoch);
+                    self.record_failure(&uid, pod.priority, epoch);
                     if let Some(condition) = unschedulable_condition(&pod, &message) {
                         let report = Report {
-                            namespace: namespace(&pod),
-                            name: name(&pod),
+                            namespace: pod.namespace.clone(),
+                            name: pod.name.clone(),
                             condition,
                         };
                         self.reports.queue(uid, report);
@@ -262,24 +256,24 @@ impl Scheduler {
 
     /// Drops bookkeeping of pods that are gone or whose binding the cache now shows, and
     /// releases the nominations that no longer hold room.
-    fn observe(&mut self, pods: &[Arc<Pod>]) {
-        let mut live: HashMap<String, bool> = HashMap::with_capacity(pods.len());
+    fn observe(&mut self, pods: &[Arc<CachedPod>]) {
+        let mut live: HashMap<&str, bool> = HashMap::with_capacity(pods.len());
         let mut nominations = HashMap::with_capacity(self.nominations.len());
         for pod in pods {
-            let uid = uid(pod);
-            let bound = node_name(pod).is_some();
-            if let Some(node) = nominated_node(pod).filter(|_| !bound) {
+            let bound = pod.node_name.is_some();
+            if let Some(node) = pod.nominated_node.as_ref().filter(|_| !bound) {
                 let nomination = Nomination {
-                    node: node.to_owned(),
-                    priority: priority(pod),
+                    node: node.clone(),
+                    priority: pod.priority,
                 };
-                nominations.insert(uid.clone(), nomination);
+                nominations.insert(pod.uid.clone(), nomination);
             }
-            live.insert(uid, bound);
+            live.insert(&pod.uid, bound);
         }
-        self.assumed.retain(|uid, _| live.get(uid) == Some(&false));
-        self.attempts.retain(|uid, _| live.contains_key(uid));
-        self.compiled.retain(|uid, _| live.contains_key(uid));
+        self.assumed
+            .retain(|uid, _| live.get(uid.as_str()) == Some(&false));
+        self.attempts
+            .retain(|uid, _| live.contains_key(uid.as_str()));
         let previous = std::mem::replace(&mut self.nominations, nominations);
         // One pass over the waiting pods however many nominations went: the highest
         // priority released moves every pod any of them would.
@@ -289,7 +283,7 @@ impl Scheduler {
                 Some(now) => now.node != before.node,
                 // A binding is no release: the pod takes the room it held (kube-scheduler
                 // leaves that case to the binding cycle).
-                None => live.get(uid) != Some(&true),
+                None => live.get(uid.as_str()) != Some(&true),
             })
             .map(|(_, before)| before.priority)
             .max();
@@ -308,40 +302,33 @@ impl Scheduler {
         }
     }
 
-    fn pending(&self, pods: &[Arc<Pod>], epoch: u64) -> Vec<Arc<Pod>> {
+    fn pending(&self, pods: &[Arc<CachedPod>], epoch: u64) -> Vec<Arc<CachedPod>> {
         let now = Instant::now();
-        let mut pending: Vec<Arc<Pod>> = pods
+        let mut pending: Vec<Arc<CachedPod>> = pods
             .iter()
-            .filter(|p| self.is_ours(p) && !self.assumed.contains_key(&uid(p)))
+            .filter(|p| self.is_ours(p) && !self.assumed.contains_key(&p.uid))
             .filter(|p| {
                 self.attempts
-                    .get(&uid(p))
+                    .get(&p.uid)
                     .is_none_or(|a| self.due(a, epoch, now))
             })
             .cloned()
             .collect();
         pending.sort_by(|a, b| {
-            priority(b)
-                .cmp(&priority(a))
-                .then_with(|| created(a).cmp(&created(b)))
-                .then_with(|| name(a).cmp(&name(b)))
+            b.priority
+                .cmp(&a.priority)
+                .then_with(|| a.created.cmp(&b.created))
+                .then_with(|| a.name.cmp(&b.name))
         });
         pending
     }
 
-    fn is_ours(&self, pod: &Pod) -> bool {
-        let spec = pod.spec.as_ref();
-        let scheduler = spec
-            .and_then(|s| s.scheduler_name.as_deref())
-            .unwrap_or(DEFAULT_SCHEDULER_NAME);
-        let gated = spec
-            .and_then(|s| s.scheduling_gates.as_ref())
-            .is_some_and(|g| !g.is_empty());
-        node_name(pod).is_none()
-            && scheduler == self.config.scheduler_name
-            && pod.metadata.deletion_timestamp.is_none()
-            && !gated
-            && !is_terminal(pod)
+    fn is_ours(&self, pod: &CachedPod) -> bool {
+        pod.node_name.is_none()
+            && pod.scheduler_name() == self.config.scheduler_name
+            && !pod.deleting
+            && !pod.gated
+            && !pod.is_terminal()
     }
 
     fn due(&self, attempt: &Attempt, epoch: u64, now: Instant) -> bool {
@@ -369,21 +356,8 @@ impl Scheduler {
         );
     }
 
-    fn compile(&mut self, pod: &Pod) -> Result<Arc<PodInfo>, String> {
-        let uid = uid(pod);
-        let version = pod.metadata.resource_version.clone().unwrap_or_default();
-        if let Some((seen, info)) = self.compiled.get(&uid)
-            && *seen == version
-        {
-            return Ok(Arc::clone(info));
-        }
-        let info = Arc::new(PodInfo::new(pod)?);
-        self.compiled.insert(uid, (version, Arc::clone(&info)));
-        Ok(info)
-    }
-
     /// Nodes with the pods bound (or assumed bound) to them.
-    fn snapshot(&mut self, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> Cluster {
+    fn snapshot(&mut self, nodes: &[Arc<Node>], pods: &[Arc<CachedPod>]) -> Cluster {
         let mut infos = Vec::with_capacity(nodes.len());
         for node in nodes {
             match NodeInfo::new(node) {
@@ -398,20 +372,27 @@ impl Scheduler {
             .collect();
         let mut nominated = Vec::new();
         for pod in pods {
-            if is_terminal(pod) {
+            if pod.is_terminal() {
                 continue;
             }
-            let target = node_name(pod).or_else(|| self.assumed.get(&uid(pod)).cloned());
-            let (slot, placed) = match target.and_then(|n| index.get(&n).copied()) {
+            let target = pod
+                .node_name
+                .as_ref()
+                .or_else(|| self.assumed.get(&pod.uid));
+            let (slot, placed) = match target.and_then(|n| index.get(n).copied()) {
                 Some(slot) => (slot, true),
-                None => match nominated_node(pod).and_then(|n| index.get(n).copied()) {
+                None => match pod
+                    .nominated_node
+                    .as_ref()
+                    .and_then(|n| index.get(n).copied())
+                {
                     Some(slot) if self.is_ours(pod) => (slot, false),
                     _ => continue,
                 },
             };
-            match self.compile(pod) {
-                Ok(info) if placed => infos[slot].add_pod(info),
-                Ok(info) => nominated.push((slot, info)),
+            match &pod.info {
+                Ok(info) if placed => infos[slot].add_pod(Arc::clone(info)),
+                Ok(info) => nominated.push((slot, Arc::clone(info))),
                 Err(error) => tracing::warn!(%error, "not accounting pod"),
             }
         }
@@ -478,14 +459,8 @@ async fn apply(client: Client, stats: Arc<SchedulerStats>, bind: Bind) -> Option
 
 /// The `PodScheduled=False, reason=Unschedulable` condition to report for `pod`; `None`
 /// when the pod already says exactly that (no write needed).
-fn unschedulable_condition(pod: &Pod, message: &str) -> Option<PodCondition> {
-    let current = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled");
+fn unschedulable_condition(pod: &CachedPod, message: &str) -> Option<PodCondition> {
+    let current = pod.scheduled.as_ref();
     let unchanged = current.is_some_and(|c| {
         c.status == "False"
             && c.reason.as_deref() == Some("Unschedulable")
@@ -510,54 +485,6 @@ fn now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
 }
 
-fn uid(pod: &Pod) -> String {
-    pod.metadata
-        .uid
-        .clone()
-        .unwrap_or_else(|| format!("{}/{}", namespace(pod), name(pod)))
-}
-
-fn name(pod: &Pod) -> String {
-    pod.metadata.name.clone().unwrap_or_default()
-}
-
-fn namespace(pod: &Pod) -> String {
-    pod.metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".to_owned())
-}
-
-fn nominated_node(pod: &Pod) -> Option<&str> {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .filter(|n| !n.is_empty())
-}
-
-fn node_name(pod: &Pod) -> Option<String> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .filter(|n| !n.is_empty())
-}
-
-fn priority(pod: &Pod) -> i32 {
-    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
-}
-
-fn created(pod: &Pod) -> Option<k8s_openapi::jiff::Timestamp> {
-    pod.metadata.creation_timestamp.as_ref().map(|t| t.0)
-}
-
-/// Succeeded and Failed pods hold no resources.
-pub(crate) fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -571,6 +498,7 @@ mod tests {
                 "lastTransitionTime": "2020-01-01T00:00:00Z"}]}
         }))
         .expect("a pod");
+        let reported = CachedPod::of(reported);
         assert_eq!(
             unschedulable_condition(&reported, "0/1 nodes are available."),
             None,
@@ -582,7 +510,8 @@ mod tests {
             rewritten.last_transition_time.map(|t| t.0.to_string()),
             Some("2020-01-01T00:00:00Z".to_owned())
         );
-        let first = unschedulable_condition(&Pod::default(), "no nodes").expect("a report");
+        let first =
+            unschedulable_condition(&CachedPod::of(Pod::default()), "no nodes").expect("a report");
         let stamped = first.last_transition_time.expect("a transition time").0;
         assert!(stamped > "2020-01-01T00:00:00Z".parse().expect("a time"));
     }

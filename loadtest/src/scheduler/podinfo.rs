@@ -2,17 +2,15 @@
 //! version: its effective requests, host ports, node affinity, tolerations, topology spread
 //! constraints and inter-pod (anti-)affinity terms, already compiled for matching.
 //!
-//! The scheduler's pod cache keeps each pod as [`trim`] leaves it: only the fields this
-//! compilation and the scheduling cycle read, so 20k cached pods do not carry their images,
-//! environments, probes, volumes and container statuses.
+//! The scheduler's pod cache compiles each pod version as it arrives and keeps the result
+//! beside the few other fields the cycle reads (see `cached`), not the pod.
 
 use super::amounts::Amounts;
 use super::selector::Selector;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, PodStatus,
-    Toleration, TopologySpreadConstraint, WeightedPodAffinityTerm,
+    Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Toleration,
+    TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kerf::requirements::Requirement;
 use kerf::resources::{Quantity, Resources};
 use std::collections::BTreeMap;
@@ -260,68 +258,6 @@ impl PodInfo {
             non_zero,
             static_fingerprint,
         })
-    }
-}
-
-/// Clears what neither [`PodInfo::new`] nor the scheduling cycle reads, for the scheduler's
-/// pod cache. Kept: identity, labels, owners, creation and deletion times; the spec's
-/// scheduling fields and, of each container, its name, requests and limits, host ports and
-/// restart policy; the phase and nomination, and the conditions while the pod is unbound (the
-/// unschedulable report rewrites them).
-pub(crate) fn trim(pod: &mut Pod) {
-    let meta = std::mem::take(&mut pod.metadata);
-    pod.metadata = ObjectMeta {
-        name: meta.name,
-        namespace: meta.namespace,
-        uid: meta.uid,
-        resource_version: meta.resource_version,
-        creation_timestamp: meta.creation_timestamp,
-        deletion_timestamp: meta.deletion_timestamp,
-        labels: meta.labels,
-        owner_references: meta.owner_references,
-        ..ObjectMeta::default()
-    };
-    let spec = pod.spec.take().map(|spec| PodSpec {
-        containers: spec.containers.into_iter().map(trim_container).collect(),
-        init_containers: spec
-            .init_containers
-            .map(|all| all.into_iter().map(trim_container).collect()),
-        node_name: spec.node_name,
-        scheduler_name: spec.scheduler_name,
-        scheduling_gates: spec.scheduling_gates,
-        priority: spec.priority,
-        overhead: spec.overhead,
-        affinity: spec.affinity,
-        tolerations: spec.tolerations,
-        node_selector: spec.node_selector,
-        topology_spread_constraints: spec.topology_spread_constraints,
-        ..PodSpec::default()
-    });
-    let bound = spec
-        .as_ref()
-        .is_some_and(|s| s.node_name.as_deref().is_some_and(|n| !n.is_empty()));
-    pod.spec = spec;
-    pod.status = pod.status.take().map(|status| PodStatus {
-        phase: status.phase,
-        nominated_node_name: status.nominated_node_name,
-        conditions: status.conditions.filter(|_| !bound),
-        ..PodStatus::default()
-    });
-}
-
-fn trim_container(container: Container) -> Container {
-    let host_ports = container.ports.map(|ports| {
-        ports
-            .into_iter()
-            .filter(|p| p.host_port.is_some_and(|port| port > 0))
-            .collect::<Vec<ContainerPort>>()
-    });
-    Container {
-        name: container.name,
-        resources: container.resources,
-        ports: host_ports,
-        restart_policy: container.restart_policy,
-        ..Container::default()
     }
 }
 
@@ -618,95 +554,6 @@ mod tests {
             err.contains("container app") && err.contains("cpu") && err.contains("lots"),
             "{err}"
         );
-    }
-
-    /// A pod with a bit of everything: what a workload's pod carries besides its scheduling.
-    fn rich_pod(node: Option<&str>) -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
-                "creationTimestamp": "2026-01-01T00:00:00Z",
-                "labels": {"app": "web"}, "annotations": {"note": "x".repeat(500)},
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                    "uid": "rs", "controller": true}],
-                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
-            "spec": {
-                "nodeName": node, "schedulerName": "default-scheduler", "priority": 5,
-                "schedulingGates": [{"name": "g"}],
-                "nodeSelector": {"disk": "ssd"},
-                "overhead": {"cpu": "10m"},
-                "tolerations": [{"key": "k", "operator": "Exists"}],
-                "affinity": {
-                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}},
-                    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 3,
-                        "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
-                            "labelSelector": {"matchLabels": {"app": "web"}}}}]}},
-                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
-                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}],
-                "volumes": [{"name": "data", "emptyDir": {}}],
-                "initContainers": [{"name": "proxy", "image": "envoy", "restartPolicy": "Always",
-                    "resources": {"requests": {"cpu": "100m"}}}],
-                "containers": [{"name": "app", "image": "shop/web:1", "command": ["serve"],
-                    "env": [{"name": "MODE", "value": "prod"}],
-                    "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 9090}],
-                    "readinessProbe": {"httpGet": {"port": 80, "path": "/ready"}},
-                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}}}]},
-            "status": {"phase": "Pending", "nominatedNodeName": "n2",
-                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-                "containerStatuses": [{"name": "app", "image": "shop/web:1", "imageID": "", "ready": false,
-                    "restartCount": 0}]}
-        }))
-        .expect("valid pod")
-    }
-
-    fn trimmed(pod: &Pod) -> Pod {
-        let mut trimmed = pod.clone();
-        trim(&mut trimmed);
-        trimmed
-    }
-
-    #[test]
-    fn a_trimmed_pod_compiles_as_the_whole_pod_does() {
-        let pod = rich_pod(None);
-        let compiled = |pod: &Pod| format!("{:?}", PodInfo::new(pod).expect("compiles"));
-        assert_eq!(compiled(&trimmed(&pod)), compiled(&pod));
-    }
-
-    #[test]
-    fn trimming_keeps_what_the_cycle_reads_and_drops_the_rest() {
-        let pod = rich_pod(None);
-        let kept = trimmed(&pod);
-        let (meta, spec, status) = (&kept.metadata, kept.spec.as_ref(), kept.status.as_ref());
-        assert_eq!(meta.uid, pod.metadata.uid);
-        assert_eq!(meta.resource_version, pod.metadata.resource_version);
-        assert_eq!(meta.creation_timestamp, pod.metadata.creation_timestamp);
-        assert_eq!(spec.and_then(|s| s.priority), Some(5));
-        assert_eq!(
-            spec.and_then(|s| s.scheduler_name.as_deref()),
-            Some("default-scheduler")
-        );
-        assert!(spec.and_then(|s| s.scheduling_gates.as_ref()).is_some());
-        assert_eq!(
-            status.and_then(|s| s.nominated_node_name.as_deref()),
-            Some("n2")
-        );
-        assert_eq!(
-            status.and_then(|s| s.conditions.clone()),
-            pod.status.as_ref().and_then(|s| s.conditions.clone()),
-            "an unbound pod keeps the conditions its unschedulable report rewrites"
-        );
-        assert_eq!(meta.annotations, None);
-        assert_eq!(meta.managed_fields, None);
-        assert_eq!(spec.and_then(|s| s.volumes.as_ref()), None);
-        let app = &spec.expect("spec").containers[0];
-        assert_eq!((app.image.as_ref(), app.env.as_ref()), (None, None));
-        assert_eq!(app.ports.as_ref().map(Vec::len), Some(1), "host ports only");
-        assert_eq!(status.and_then(|s| s.container_statuses.as_ref()), None);
-
-        let bound = trimmed(&rich_pod(Some("n1")));
-        let status = bound.status.as_ref();
-        assert_eq!(status.and_then(|s| s.conditions.as_ref()), None);
-        assert_eq!(status.and_then(|s| s.phase.as_deref()), Some("Pending"));
     }
 
     #[test]
