@@ -5,10 +5,9 @@
 //! The cache drops each object's `metadata.managedFields` as it arrives: no simulated actor
 //! reads them, and they are a good part of every object (a pod's field owners for each of its
 //! writers), held once per informer. An actor that reads only some fields of a kind it keeps
-//! many of (pods) either passes a trim ([`Informer::start_trimmed`]) that clears the rest
-//! before the object is cached, or caches a projection of its own
-//! ([`Informer::start_projected`]): a typed object's empty fields still take their room, so a
-//! small struct of what is read holds far less than even a trimmed pod.
+//! many of (pods) caches a projection of its own ([`Informer::start_projected`]): a typed
+//! object's empty fields still take their room, so a small struct of what is read holds far
+//! less than even a trimmed pod.
 
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
@@ -39,21 +38,9 @@ where
 {
     /// Starts watching `api`. `relevant` decides which events move the generation counter.
     pub fn start(api: Api<K>, relevant: fn(&Event<K>) -> bool) -> Informer<K> {
-        Self::start_trimmed(api, relevant, |_| {})
-    }
-
-    /// Starts watching `api`, caching each object as `trim` leaves it (besides the dropped
-    /// managedFields); `relevant` sees the trimmed object.
-    pub fn start_trimmed(
-        api: Api<K>,
-        relevant: fn(&Event<K>) -> bool,
-        trim: fn(&mut K),
-    ) -> Informer<K> {
-        let objects =
-            watcher::watcher(api, watcher::Config::default()).modify(move |object: &mut K| {
-                object.meta_mut().managed_fields = None;
-                trim(object);
-            });
+        let objects = watcher::watcher(api, watcher::Config::default()).modify(|object: &mut K| {
+            object.meta_mut().managed_fields = None;
+        });
         Self::cache(objects, relevant)
     }
 }
