@@ -146,3 +146,48 @@ fn projected<K, P>(event: Event<K>, project: fn(K) -> P) -> Event<P> {
 pub fn any_event<K>(_: &Event<K>) -> bool {
     true
 }
+
+/// `Lookup` for a projection of pods (a cache keyed as the pods are) with `name`, `namespace`
+/// and `uid` strings and an optional `resource_version`: the kind is the API's `Pod`.
+macro_rules! pod_projection_lookup {
+    ($projection:ty) => {
+        impl kube::runtime::reflector::Lookup for $projection {
+            type DynamicType = ();
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                <k8s_openapi::api::core::v1::Pod as kube::Resource>::kind(&())
+            }
+
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                <k8s_openapi::api::core::v1::Pod as kube::Resource>::group(&())
+            }
+
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                <k8s_openapi::api::core::v1::Pod as kube::Resource>::version(&())
+            }
+
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                <k8s_openapi::api::core::v1::Pod as kube::Resource>::plural(&())
+            }
+
+            fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
+                Some(std::borrow::Cow::Borrowed(&self.name))
+            }
+
+            fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
+                Some(std::borrow::Cow::Borrowed(&self.namespace))
+            }
+
+            fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.resource_version
+                    .as_deref()
+                    .map(std::borrow::Cow::Borrowed)
+            }
+
+            fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
+                Some(std::borrow::Cow::Borrowed(&self.uid))
+            }
+        }
+    };
+}
+pub(crate) use pod_projection_lookup;

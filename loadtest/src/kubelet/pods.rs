@@ -8,10 +8,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kerf::taints::{EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE};
-use kube::runtime::reflector::Lookup;
 use rand::Rng;
 use serde_json::{Value, json};
-use std::borrow::Cow;
 
 /// Tolerations the daemonset controller adds to every daemon pod, so daemons survive the
 /// conditions that would evict ordinary pods.
@@ -163,41 +161,7 @@ impl KubeletPod {
     }
 }
 
-impl Lookup for KubeletPod {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::kind(&())
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::group(&())
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::version(&())
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::plural(&())
-    }
-
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.name))
-    }
-
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.namespace))
-    }
-
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        self.resource_version.as_deref().map(Cow::Borrowed)
-    }
-
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.uid))
-    }
-}
+crate::informer::pod_projection_lookup!(KubeletPod);
 
 /// Strategic merge patch of a pod's status: Running and Ready on `host_ip` with `pod_ip`.
 pub(crate) fn running_patch(pod: &KubeletPod, host_ip: &str, pod_ip: &str) -> Value {

@@ -13,8 +13,6 @@ use super::DEFAULT_SCHEDULER_NAME;
 use super::podinfo::PodInfo;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::reflector::Lookup;
-use std::borrow::Cow;
 use std::sync::Arc;
 
 /// One pod as the scheduler's cache keeps it.
@@ -109,41 +107,7 @@ impl CachedPod {
     }
 }
 
-impl Lookup for CachedPod {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::kind(&())
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::group(&())
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::version(&())
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::plural(&())
-    }
-
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.name))
-    }
-
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.namespace))
-    }
-
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        self.resource_version.as_deref().map(Cow::Borrowed)
-    }
-
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.uid))
-    }
-}
+crate::informer::pod_projection_lookup!(CachedPod);
 
 #[cfg(test)]
 mod tests {
