@@ -88,6 +88,14 @@ pub fn candidates(state: &State, blocks: &mut Blocks) -> Vec<Candidate> {
     out
 }
 
+/// Whether a voluntary method (emptiness, drift, consolidation) may take any node of `state`:
+/// every one of them takes only drifted or consolidatable candidates.
+pub fn any_voluntary(state: &State) -> bool {
+    candidates(state, &mut Blocks::default())
+        .iter()
+        .any(|c| c.drift.is_some() || c.consolidatable.is_ok())
+}
+
 /// Price per unit of disruption cost, highest first; a node that costs nothing to disrupt
 /// comes first, ties by name.
 pub fn sort(candidates: &mut [Candidate]) {

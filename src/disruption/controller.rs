@@ -72,7 +72,12 @@ pub fn pass(
     options: Options,
     timeouts: Timeouts,
 ) -> Result<Pass, DisruptionError> {
-    run_pass(State::new(cluster, options)?, options, timeouts)
+    let input = cluster.scheduling.clone();
+    run_pass(
+        State::for_voluntary_methods(cluster, input, options)?,
+        options,
+        timeouts,
+    )
 }
 
 /// [`pass`] over a cluster the caller gives up, whose pods the pass edits in place instead
@@ -84,7 +89,7 @@ pub fn pass_owned(
 ) -> Result<Pass, DisruptionError> {
     let input = take_input(&mut cluster);
     run_pass(
-        State::with_input(&cluster, input, options)?,
+        State::for_voluntary_methods(&cluster, input, options)?,
         options,
         timeouts,
     )
@@ -367,6 +372,46 @@ mod tests {
             .expect("valid input")
             .command
             .expect("a command")
+    }
+
+    /// A cluster with one pending pod and one node, its last pod event `seconds` ago
+    /// (`consolidateAfter` is 30 s).
+    fn pending_beside_a_node_busy_since(seconds: i64) -> Cluster {
+        cluster()
+            .pool(unlimited().consolidate_after("30s"))
+            .node(
+                node("n")
+                    .size("xlarge")
+                    .pods(1)
+                    .last_pod_event(ago(seconds)),
+            )
+            .pending(
+                crate::scheduling::testing::pod("waiting")
+                    .cpu("100m")
+                    .build(),
+            )
+            .build()
+    }
+
+    #[test]
+    fn a_pass_places_the_waiting_pods_only_when_a_voluntary_method_may_take_a_node() {
+        let waiting = |cluster: &Cluster| {
+            let state =
+                State::for_voluntary_methods(cluster, cluster.scheduling.clone(), options())
+                    .expect("valid input");
+            let on_node = state.input.existing_nodes[0].pods.len();
+            (state.input.pods.len(), on_node)
+        };
+        // Not consolidatable, not drifted: no method can act, so no solve places the pod.
+        assert_eq!(waiting(&pending_beside_a_node_busy_since(10)), (1, 1));
+        // Consolidatable: the pod is placed on the node before any candidate is simulated.
+        assert_eq!(waiting(&pending_beside_a_node_busy_since(60)), (0, 2));
+        let busy = pass(
+            &pending_beside_a_node_busy_since(10),
+            options(),
+            Timeouts::NONE,
+        );
+        assert!(busy.expect("valid input").command.is_none());
     }
 
     #[test]

@@ -125,8 +125,38 @@ impl<'c> State<'c> {
         Self::with_input(cluster, cluster.scheduling.clone(), options)
     }
 
-    /// The state of `cluster` on `input`, which [`take_input`] took out of it.
+    /// The state of `cluster` on `input`, which [`take_input`] took out of it, with the pods
+    /// waiting for a place placed ([`simulate::place_waiting`]).
     pub fn with_input(
+        cluster: &'c Cluster,
+        input: SchedulingInput,
+        options: Options,
+    ) -> Result<State<'c>, DisruptionError> {
+        let mut state = Self::unplaced(cluster, input, options)?;
+        simulate::place_waiting(&mut state);
+        Ok(state)
+    }
+
+    /// [`Self::with_input`] for the voluntary methods alone (the controller's pass): the pods
+    /// waiting for a place are placed only if some candidate is one a voluntary method may
+    /// take ([`candidate::any_voluntary`]). Placing them is a solve of every pending pod,
+    /// and through a large scale-up (thousands pending, every node busy or booting) no node
+    /// is consolidatable or drifted, so the pass would solve them every 10 s for nothing.
+    /// Placing pods only adds pods to nodes, and neither drift nor `consolidateAfter` looks
+    /// at a node's pods, so a pass without such a candidate finds no command either way.
+    pub fn for_voluntary_methods(
+        cluster: &'c Cluster,
+        input: SchedulingInput,
+        options: Options,
+    ) -> Result<State<'c>, DisruptionError> {
+        let mut state = Self::unplaced(cluster, input, options)?;
+        if candidate::any_voluntary(&state) {
+            simulate::place_waiting(&mut state);
+        }
+        Ok(state)
+    }
+
+    fn unplaced(
         cluster: &'c Cluster,
         input: SchedulingInput,
         options: Options,
@@ -172,7 +202,6 @@ impl<'c> State<'c> {
             timed_out: Vec::new(),
         };
         state.reindex();
-        simulate::place_waiting(&mut state);
         Ok(state)
     }
 
