@@ -57,18 +57,20 @@ pub struct CreatedClaims {
 }
 
 impl CreatedClaims {
-    /// Created NodeClaims `state` does not hold yet, younger than the grace.
+    /// Created NodeClaims `state` does not hold yet, younger than the grace. The others are
+    /// forgotten: the store has them now (a thousand-node scale-up's copies are megabytes,
+    /// and the next insert, which also forgets them, may not come for hours).
     pub fn unseen(&self, state: &ClusterState) -> Vec<NodeClaim> {
+        self.claims.retain(|name, (_, created)| {
+            let key = ObjectKey::new(None, name);
+            // Gone already counts as seen: a NodeClaim deleted (and released) within
+            // milliseconds, as after insufficient capacity, must not cover its pods.
+            created.elapsed() < UNSEEN_NODECLAIM_GRACE
+                && state.nodeclaims.get(&key).is_none()
+                && !state.nodeclaims.recently_deleted(&key)
+        });
         self.claims
             .iter()
-            .filter(|entry| {
-                let key = ObjectKey::new(None, entry.key());
-                // Gone already counts as seen: a NodeClaim deleted (and released) within
-                // milliseconds, as after insufficient capacity, must not cover its pods.
-                entry.value().1.elapsed() < UNSEEN_NODECLAIM_GRACE
-                    && state.nodeclaims.get(&key).is_none()
-                    && !state.nodeclaims.recently_deleted(&key)
-            })
             .map(|entry| entry.value().0.clone())
             .collect()
     }
@@ -306,10 +308,19 @@ mod tests {
             .apply(ObjectKey::new(None, "a"), claim("a"));
         created.withdraw("b");
         assert_eq!(names(&created.unseen(&state)), ["c"]);
+        assert_eq!(
+            created.claims.len(),
+            1,
+            "the copy of a seen NodeClaim is dropped"
+        );
 
         tokio::time::advance(UNSEEN_NODECLAIM_GRACE).await;
         assert!(created.unseen(&state).is_empty());
+        assert!(created.claims.is_empty());
+        created.insert(claim("c"), Vec::new());
         created.insert(claim("d"), Vec::new());
+        tokio::time::advance(UNSEEN_NODECLAIM_GRACE).await;
+        created.insert(claim("e"), Vec::new());
         assert_eq!(created.claims.len(), 1, "old entries are dropped on insert");
     }
 

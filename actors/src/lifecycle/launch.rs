@@ -21,8 +21,9 @@
 //! is launched again at once, on-demand only (see [`OnDemandFallback`]). Upstream deletes the
 //! NodeClaim and lets the next rounds walk the spot offerings one refusal at a time.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -71,35 +72,44 @@ pub struct LaunchDeps {
     pub nominate_pods: bool,
 }
 
-/// Launches not yet seen recorded, by NodeClaim uid, and whether their record was written.
+/// Launches by NodeClaim uid: what was launched until its record is written, then that it was.
 #[derive(Default)]
 pub struct LaunchedMemory {
     by_uid: Mutex<HashMap<String, Remembered>>,
 }
 
 struct Remembered {
-    launched: NodeClaim,
+    /// What was launched, until it is recorded: then only that it was is kept (a thousand
+    /// launches' NodeClaims, each with its instance types, are megabytes held a minute).
+    launched: Option<Arc<NodeClaim>>,
     at: Instant,
+}
+
+/// What the memory holds of a launch.
+enum Memory {
+    /// Launched, its status not yet written.
+    Unrecorded(Arc<NodeClaim>),
     /// The labels and `Launched=True` status were written: a reconcile that still finds
     /// the NodeClaim not `Launched` read it before that write's watch event arrived.
-    recorded: bool,
+    Recorded,
 }
 
 impl LaunchedMemory {
-    fn get(&self, uid: &str) -> Option<(NodeClaim, bool)> {
+    fn get(&self, uid: &str) -> Option<Memory> {
         let map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(uid)
-            .filter(|r| r.at.elapsed() < LAUNCHED_MEMORY)
-            .map(|r| (r.launched.clone(), r.recorded))
+        let remembered = map.get(uid).filter(|r| r.at.elapsed() < LAUNCHED_MEMORY)?;
+        Some(match &remembered.launched {
+            Some(launched) => Memory::Unrecorded(Arc::clone(launched)),
+            None => Memory::Recorded,
+        })
     }
 
-    fn remember(&self, uid: &str, launched: &NodeClaim) {
+    fn remember(&self, uid: &str, launched: Arc<NodeClaim>) {
         let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
         map.retain(|_, r| r.at.elapsed() < LAUNCHED_MEMORY);
         let remembered = Remembered {
-            launched: launched.clone(),
+            launched: Some(launched),
             at: Instant::now(),
-            recorded: false,
         };
         map.insert(uid.to_owned(), remembered);
     }
@@ -107,7 +117,7 @@ impl LaunchedMemory {
     fn recorded(&self, uid: &str) {
         let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(remembered) = map.get_mut(uid) {
-            remembered.recorded = true;
+            remembered.launched = None;
         }
     }
 }
@@ -139,12 +149,12 @@ impl OnDemandFallback {
 
     /// What to ask the provider for: `claim` itself, or, once its spot was refused, `claim`
     /// narrowed to on-demand (in memory only: the NodeClaim's spec is never rewritten).
-    fn attempt(&self, claim: &NodeClaim) -> NodeClaim {
+    fn attempt<'c>(&self, claim: &'c NodeClaim) -> Cow<'c, NodeClaim> {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         if self.contains(uid) {
-            on_demand_only(claim)
+            Cow::Owned(on_demand_only(claim))
         } else {
-            claim.clone()
+            Cow::Borrowed(claim)
         }
     }
 }
@@ -209,13 +219,16 @@ pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Launched, Recon
         // Written already: this reconcile read the NodeClaim before the write's watch event,
         // which runs it again. Writing once more would double the launch's API writes (and
         // its count in `karpenter_nodeclaims_launched_total`) and nominate its pods again.
-        Some((_, true)) => return Ok(Outcome::DONE.into()),
-        Some((launched, false)) => launched,
+        Some(Memory::Recorded) => return Ok(Outcome::DONE.into()),
+        Some(Memory::Unrecorded(launched)) => launched,
         None => {
             let attempt = r.fallback.attempt(claim);
             match r.cloud.create(&attempt).await {
                 Ok(launched) => {
-                    r.launched.remember(&uid, &launched);
+                    // Shared with the memory: a thousand launches wait for their status
+                    // writes at once, and a copy each was ten kilobytes apiece.
+                    let launched = Arc::new(launched);
+                    r.launched.remember(&uid, Arc::clone(&launched));
                     launched
                 }
                 Err(error) if may_fall_back(&attempt, &error) => {
@@ -438,4 +451,38 @@ async fn failed(r: &Reconciler, claim: &NodeClaim, error: CloudProviderError) ->
 
 fn now() -> Timestamp {
     Timestamp::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launched(name: &str) -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "uid": format!("uid-{name}")},
+            "spec": {
+                "requirements": [],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+            },
+            "status": {"providerID": "aws:///us-east-1a/i-1"}
+        }))
+        .expect("valid NodeClaim")
+    }
+
+    #[test]
+    fn a_launch_is_remembered_in_full_only_until_it_is_recorded() {
+        let memory = LaunchedMemory::default();
+        assert!(memory.get("uid-a").is_none());
+        memory.remember("uid-a", Arc::new(launched("a")));
+        let Some(Memory::Unrecorded(claim)) = memory.get("uid-a") else {
+            panic!("an unrecorded launch is remembered with what was launched");
+        };
+        assert_eq!(claim.provider_id(), Some("aws:///us-east-1a/i-1"));
+
+        memory.recorded("uid-a");
+        assert!(matches!(memory.get("uid-a"), Some(Memory::Recorded)));
+        let map = memory.by_uid.lock().expect("not poisoned");
+        assert!(map["uid-a"].launched.is_none(), "the NodeClaim is dropped");
+    }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodeClaim;
-use kerf::api::condition::{Conditions, types};
+use kerf::api::condition::{Condition, Conditions, types};
 
 /// `reason` of `karpenter_nodeclaims_disrupted_total` for a NodeClaim that never launched.
 pub const LAUNCH_TIMEOUT_REASON: &str = "launch_timeout";
@@ -46,9 +46,18 @@ pub enum Verdict {
     TimedOut { reason: &'static str, ttl: Duration },
 }
 
-/// Judges `claim` (with its conditions as they will be written) at `now`.
+/// Judges `claim` at `now`.
 pub fn judge(claim: &NodeClaim, ttls: Ttls, now: Timestamp) -> Verdict {
-    let conditions = claim.conditions();
+    judge_conditions(claim, claim.conditions(), ttls, now)
+}
+
+/// Judges `claim` with `conditions` (as they will be written) at `now`.
+pub fn judge_conditions(
+    claim: &NodeClaim,
+    conditions: &[Condition],
+    ttls: Ttls,
+    now: Timestamp,
+) -> Verdict {
     if conditions.is_condition_true(types::REGISTERED) {
         return Verdict::Registered;
     }

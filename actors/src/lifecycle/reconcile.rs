@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
-use kerf::api::NodeClaim;
 use kerf::api::condition::{Conditions, types};
+use kerf::api::{NodeClaim, NodeClaimStatus};
 use kerf::cloudprovider::{CloudProvider, CloudProviderError};
 use kerf::labels;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -215,11 +215,14 @@ async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, Reconcile
     let mut node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
     let node = Box::pin(register(r, &claim, &mut set, &mut node_name)).await?;
     Box::pin(initialize(r, &claim, &mut set, node.as_ref())).await?;
-    let mut judged = (*claim).clone();
-    let status = judged.status.get_or_insert_with(Default::default);
-    status.conditions = set.into_vec();
-    status.node_name = node_name;
-    match liveness::judge(&judged, r.config.ttls(), now) {
+    // Only the status is judged and written: a copy of the whole NodeClaim (its instance
+    // types, ten kilobytes) per reconcile waiting for its write is megabytes at scale.
+    let judged = NodeClaimStatus {
+        conditions: set.into_vec(),
+        node_name,
+        ..claim.status.clone().unwrap_or_default()
+    };
+    match liveness::judge_conditions(&claim, &judged.conditions, r.config.ttls(), now) {
         Verdict::TimedOut { reason, ttl } => {
             Box::pin(delete_for_timeout(r, &claim, reason, ttl)).await?;
             Ok(Outcome::DONE)
@@ -230,7 +233,7 @@ async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, Reconcile
         }
         Verdict::Registered => {
             Box::pin(write_status(r, &claim, &judged)).await?;
-            Ok(Box::pin(withdraw_expired_nominations(r, &judged)).await)
+            Ok(Box::pin(withdraw_expired_nominations(r, claim.name(), &judged)).await)
         }
     }
 }
@@ -238,31 +241,39 @@ async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, Reconcile
 /// Withdraws the nominations to its Node that its pods could not use: until the window of
 /// its pods' nominations has passed, those the kube-scheduler found futile (and asks to
 /// come back soon), then every one left.
-async fn withdraw_expired_nominations(r: &Reconciler, claim: &NodeClaim) -> Outcome {
-    let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
-    let initialized = claim
-        .conditions()
+async fn withdraw_expired_nominations(
+    r: &Reconciler,
+    name: &str,
+    status: &NodeClaimStatus,
+) -> Outcome {
+    let node = status.node_name.as_deref();
+    let initialized = status
+        .conditions
         .condition(types::INITIALIZED)
         .filter(|c| c.is_true())
         .map(|c| c.last_transition_time.0);
     let (Some(node), Some(initialized)) = (node, initialized) else {
         return Outcome::DONE;
     };
-    match super::nominate::withdraw_expired(r, claim.name(), node, initialized).await {
+    match super::nominate::withdraw_expired(r, name, node, initialized).await {
         Some(remaining) => Outcome::after(remaining),
         None => Outcome::DONE,
     }
 }
 
 async fn add_finalizer(r: &Reconciler, claim: &NodeClaim) -> Result<(), ReconcileError> {
-    let mut wanted = claim.clone();
-    wanted
-        .metadata
-        .finalizers
-        .get_or_insert_with(Vec::new)
-        .push(labels::TERMINATION_FINALIZER.to_owned());
-    let Some(body) = patch::locked(claim, &wanted, claim.metadata.resource_version.as_deref())
-    else {
+    // The wanted copy goes before the write waits for the client: a scale-up's thousand
+    // NodeClaims get their finalizers at once.
+    let body = {
+        let mut wanted = claim.clone();
+        wanted
+            .metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(labels::TERMINATION_FINALIZER.to_owned());
+        patch::locked(claim, &wanted, claim.metadata.resource_version.as_deref())
+    };
+    let Some(body) = body else {
         return Ok(());
     };
     r.nodeclaims
@@ -314,19 +325,22 @@ async fn register(
     // Before the taint that keeps pods off the Node goes, so no pod planned elsewhere can
     // take the room launched for these.
     super::nominate::nominate(r, Step::Registration, claim.name(), &name).await;
-    let wanted = registered_node(claim, node);
-    let registered =
-        match patch::locked(&**node, &wanted, node.metadata.resource_version.as_deref()) {
-            Some(body) => r
-                .nodes
-                .patch(&name, &PatchParams::default(), &Patch::Merge(body))
-                .await
-                .map_err(|source| ReconcileError::PatchNode {
-                    node: name.clone(),
-                    source,
-                })?,
-            None => (**node).clone(),
-        };
+    let body = patch::locked(
+        &**node,
+        &registered_node(claim, node),
+        node.metadata.resource_version.as_deref(),
+    );
+    let registered = match body {
+        Some(body) => r
+            .nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(body))
+            .await
+            .map_err(|source| ReconcileError::PatchNode {
+                node: name.clone(),
+                source,
+            })?,
+        None => (**node).clone(),
+    };
     set.set_true(types::REGISTERED);
     *node_name = Some(name);
     Ok(Some(registered))
@@ -379,9 +393,9 @@ async fn initialize(
 async fn write_status(
     r: &Reconciler,
     claim: &NodeClaim,
-    judged: &NodeClaim,
+    after: &NodeClaimStatus,
 ) -> Result<(), ReconcileError> {
-    let (Some(before), Some(after)) = (claim.status.as_ref(), judged.status.as_ref()) else {
+    let Some(before) = claim.status.as_ref() else {
         return Ok(());
     };
     if before == after {
@@ -402,18 +416,15 @@ async fn write_status(
             nodeclaim: claim.name().to_owned(),
             source,
         })?;
-    count_transitions(claim, judged);
+    count_transitions(claim, after);
     Ok(())
 }
 
-fn count_transitions(claim: &NodeClaim, judged: &NodeClaim) {
-    let became = |type_: &str| !claim.is_condition_true(type_) && judged.is_condition_true(type_);
+fn count_transitions(claim: &NodeClaim, after: &NodeClaimStatus) {
+    let became =
+        |type_: &str| !claim.is_condition_true(type_) && after.conditions.is_condition_true(type_);
     let pool = claim.nodepool_name().unwrap_or_default().to_owned();
-    let node = judged
-        .status
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
+    let node = after.node_name.clone().unwrap_or_default();
     if became(types::REGISTERED) {
         let zone = label(claim, labels::ZONE);
         metrics::counter!(NODECLAIMS_REGISTERED, "nodepool" => pool.clone()).increment(1);
