@@ -9,6 +9,8 @@ mod spec;
 pub use lean::{LeanPod, PodInterner, PodLike, PodMeta, SharedMeta};
 pub use spec::keep_what_placement_reads;
 
+use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm};
+
 /// The pod condition kerf writes beside `status.nominatedNodeName` when it nominates a pod
 /// to the Node of a NodeClaim it launched for it (KEP-5278's "expected placement"). It tells
 /// kerf's nomination apart from a preemption's, also after a restart: upstream provisions
@@ -59,20 +61,9 @@ pub fn fit_depends_on_other_pods(pod: &impl PodLike) -> bool {
     let Some(spec) = pod.spec() else {
         return false;
     };
-    let required_pod_terms = spec.affinity.as_ref().is_some_and(|a| {
-        let affine = a.pod_affinity.as_ref().and_then(|p| {
-            p.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
-        let anti = a.pod_anti_affinity.as_ref().and_then(|p| {
-            p.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
-        affine
-            .into_iter()
-            .chain(anti)
-            .any(|terms| !terms.is_empty())
-    });
+    let affinity = spec.affinity.as_ref();
+    let required_pod_terms = !required_affinity_terms(affinity).is_empty()
+        || !required_anti_affinity_terms(affinity).is_empty();
     let hard_spread = spec
         .topology_spread_constraints
         .iter()
@@ -118,20 +109,32 @@ pub fn is_one_per_node(pod: &impl PodLike) -> bool {
     let Some(spec) = pod.spec() else {
         return false;
     };
-    let hostname_anti_affinity = spec
-        .affinity
-        .as_ref()
+    let hostname_anti_affinity = required_anti_affinity_terms(spec.affinity.as_ref())
+        .iter()
+        .any(|t| t.topology_key == crate::labels::HOSTNAME);
+    hostname_anti_affinity || uses_host_port(spec)
+}
+
+/// The required pod affinity terms of `affinity` (none without any).
+pub fn required_affinity_terms(affinity: Option<&Affinity>) -> &[PodAffinityTerm] {
+    affinity
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_deref()
+        })
+        .unwrap_or_default()
+}
+
+/// The required pod anti-affinity terms of `affinity` (none without any).
+pub fn required_anti_affinity_terms(affinity: Option<&Affinity>) -> &[PodAffinityTerm] {
+    affinity
         .and_then(|a| a.pod_anti_affinity.as_ref())
         .and_then(|a| {
             a.required_during_scheduling_ignored_during_execution
-                .as_ref()
+                .as_deref()
         })
-        .is_some_and(|terms| {
-            terms
-                .iter()
-                .any(|t| t.topology_key == crate::labels::HOSTNAME)
-        });
-    hostname_anti_affinity || uses_host_port(spec)
+        .unwrap_or_default()
 }
 
 fn uses_host_port(spec: &k8s_openapi::api::core::v1::PodSpec) -> bool {

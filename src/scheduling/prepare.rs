@@ -436,15 +436,7 @@ fn sparse_node(
         let status_phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
         let counted = p.meta().deletion_timestamp.is_none()
             && !matches!(status_phase, Some("Succeeded") | Some("Failed"));
-        let anti_terms = spec
-            .affinity
-            .as_ref()
-            .and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|a| {
-                a.required_during_scheduling_ignored_during_execution
-                    .clone()
-            })
-            .unwrap_or_default();
+        let anti_terms = crate::pods::required_anti_affinity_terms(spec.affinity.as_ref()).to_vec();
         let daemonset = p
             .meta()
             .owner_references
