@@ -234,6 +234,18 @@ mod tests {
         serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec})).expect("valid pod")
     }
 
+    /// A pod whose container serves port 80 on the host's `port`.
+    fn with_host_port(port: i32) -> Pod {
+        let mut pod = with_spec(json!({}));
+        pod.spec.as_mut().expect("spec").containers[0].ports =
+            Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+                container_port: 80,
+                host_port: Some(port),
+                ..Default::default()
+            }]);
+        pod
+    }
+
     #[test]
     fn a_pod_that_fits_anywhere_with_room_is_not_placement_constrained() {
         let soft = with_spec(json!({
@@ -267,14 +279,7 @@ mod tests {
         for spec in specs {
             assert!(is_placement_constrained(&with_spec(spec.clone())), "{spec}");
         }
-        let mut host_port = with_spec(json!({}));
-        host_port.spec.as_mut().expect("spec").containers[0].ports =
-            Some(vec![k8s_openapi::api::core::v1::ContainerPort {
-                container_port: 80,
-                host_port: Some(80),
-                ..Default::default()
-            }]);
-        assert!(is_placement_constrained(&host_port));
+        assert!(is_placement_constrained(&with_host_port(80)));
     }
 
     #[test]
@@ -291,14 +296,7 @@ mod tests {
             "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1,
                 "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}}));
         assert!(!is_one_per_node(&preferred));
-        let mut host_port = with_spec(json!({}));
-        host_port.spec.as_mut().expect("spec").containers[0].ports =
-            Some(vec![k8s_openapi::api::core::v1::ContainerPort {
-                container_port: 80,
-                host_port: Some(8080),
-                ..Default::default()
-            }]);
-        assert!(is_one_per_node(&host_port));
+        assert!(is_one_per_node(&with_host_port(8080)));
         let zonal =
             with_spec(json!({"nodeSelector": {"topology.kubernetes.io/zone": "us-east-1a"}}));
         assert!(is_placement_constrained(&zonal) && !is_one_per_node(&zonal));
