@@ -31,6 +31,7 @@ pub mod testing;
 
 pub use batch::{Batch, Part, PartOutcome, UNSOLVED_PART};
 pub use pod::resource_requests;
+pub use prepare::pod_ref;
 pub use types::*;
 
 /// Input the scheduler cannot work with, naming the object and field.

@@ -239,6 +239,7 @@ fn creation(p: &impl PodLike) -> Option<k8s_openapi::jiff::Timestamp> {
     p.meta().creation_timestamp.map(|t| t.0)
 }
 
+/// `p`'s namespace (`default` when unset), name and uid.
 pub fn pod_ref(p: &impl PodLike) -> PodRef {
     let meta = p.meta();
     PodRef {

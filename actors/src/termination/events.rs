@@ -6,8 +6,9 @@
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kerf::api::NodeClaim;
 use kerf::pods::{LeanPod, PodLike};
+use kerf::scheduling::pod_ref;
 
-use crate::events::upstream::{DEFAULT_DEDUPE, node_claim_reference};
+use crate::events::upstream::{DEFAULT_DEDUPE, node_claim_reference, pod_reference};
 use crate::events::{Dedupe, Event, EventType};
 
 pub const EVICTED: &str = "Evicted";
@@ -16,21 +17,9 @@ pub const DISRUPTED: &str = "Disrupted";
 pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
 pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
 
-fn pod_reference(pod: &LeanPod) -> ObjectReference {
-    let meta = pod.meta();
-    ObjectReference {
-        api_version: Some("v1".to_owned()),
-        kind: Some("Pod".to_owned()),
-        namespace: meta.namespace.map(str::to_owned),
-        name: meta.name.map(str::to_owned),
-        uid: meta.uid.map(str::to_owned),
-        ..ObjectReference::default()
-    }
-}
-
 fn on_pod(pod: &LeanPod, type_: EventType, reason: &'static str, message: String) -> Event {
     Event {
-        regarding: pod_reference(pod),
+        regarding: pod_reference(&pod_ref(pod)),
         type_,
         reason,
         message,
