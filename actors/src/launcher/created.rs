@@ -39,10 +39,15 @@ pub const UNSEEN_NODECLAIM_GRACE: Duration = Duration::from_secs(30);
 /// window, `max(2 × BATCH_MAX_DURATION, 10s)` at the default 10 s batch.
 pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 
+/// The pods one NodeClaim was created for, shared with each reader: a round reads every
+/// NodeClaim's, and each nomination write borrows its pod from the list, so at 20,000 pods
+/// a copy per reader would be megabytes (a change copies the list only while it is read).
+pub type HeldPods = Arc<Vec<PodRef>>;
+
 /// The pods one NodeClaim was created for.
 #[derive(Clone, Debug)]
 struct Nomination {
-    pods: Vec<PodRef>,
+    pods: HeldPods,
     created: Instant,
     /// When a round first saw its Node initialized.
     initialized: Option<Instant>,
@@ -79,7 +84,7 @@ impl CreatedClaims {
     /// that is not being deleted, until [`NOMINATION_WINDOW`] after its Node is initialized
     /// (the kube-scheduler binds them meanwhile; the pods it did not take are then planned
     /// afresh). Nominations of NodeClaims that are done or gone are dropped.
-    pub fn nominations(&self, state: &ClusterState) -> HashMap<String, Vec<PodRef>> {
+    pub fn nominations(&self, state: &ClusterState) -> HashMap<String, HeldPods> {
         self.nominated.retain(
             |name, nomination| match progress(state, name, nomination.created) {
                 Progress::Gone => false,
@@ -95,7 +100,7 @@ impl CreatedClaims {
         );
         self.nominated
             .iter()
-            .map(|entry| (entry.key().clone(), entry.value().pods.clone()))
+            .map(|entry| (entry.key().clone(), Arc::clone(&entry.value().pods)))
             .collect()
     }
 
@@ -112,10 +117,10 @@ impl CreatedClaims {
     }
 
     /// The pods NodeClaim `name` was created for, while its nomination lasts.
-    pub fn nominated_pods(&self, name: &str) -> Vec<PodRef> {
+    pub fn nominated_pods(&self, name: &str) -> HeldPods {
         self.nominated
             .get(name)
-            .map(|nomination| nomination.pods.clone())
+            .map(|nomination| Arc::clone(&nomination.pods))
             .unwrap_or_default()
     }
 
@@ -130,13 +135,14 @@ impl CreatedClaims {
         let Some(mut nomination) = self.nominated.get_mut(name) else {
             return 0;
         };
-        let before = nomination.pods.len();
+        let held = Arc::make_mut(&mut nomination.pods);
+        let before = held.len();
         for pod in pods {
-            if !nomination.pods.iter().any(|held| held.uid == pod.uid) {
-                nomination.pods.push(pod.clone());
+            if !held.iter().any(|h| h.uid == pod.uid) {
+                held.push(pod.clone());
             }
         }
-        nomination.pods.len() - before
+        held.len() - before
     }
 
     /// NodeClaims created here whose launch has not ended: not `Launched`, not deleting,
@@ -157,12 +163,18 @@ impl CreatedClaims {
         let name = claim.metadata.name.clone().unwrap_or_default();
         let now = Instant::now();
         let nomination = Nomination {
-            pods,
+            pods: Arc::new(pods),
             created: now,
             initialized: None,
         };
         self.nominated.insert(name.clone(), nomination);
         self.claims.insert(name, (claim, now));
+    }
+
+    /// Records `claim`, created for `pods`, as the Launcher does after its create.
+    #[cfg(test)]
+    pub(crate) fn record(&self, claim: NodeClaim, pods: Vec<PodRef>) {
+        self.insert(claim, pods);
     }
 
     /// Forgets a NodeClaim that is being deleted: it is no capacity any more.
@@ -447,8 +459,8 @@ mod tests {
         assert_eq!(created.assign("a", &pods(&["p3"])), 0, "already held");
         let held: Vec<String> = created
             .nominated_pods("a")
-            .into_iter()
-            .map(|p| p.uid)
+            .iter()
+            .map(|p| p.uid.clone())
             .collect();
         assert_eq!(held, ["p1", "p2", "p3"]);
         created.withdraw("a");

@@ -24,7 +24,9 @@ use crate::mailbox::MailboxDepth;
 use crate::metrics::NODECLAIMS_CREATED;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
-pub use created::{CreatedClaims, NOMINATION_WINDOW, UNSEEN_NODECLAIM_GRACE, nomination_futile};
+pub use created::{
+    CreatedClaims, HeldPods, NOMINATION_WINDOW, UNSEEN_NODECLAIM_GRACE, nomination_futile,
+};
 
 /// Each message is answered after one API create (milliseconds), and the Provisioner waits
 /// for every answer before its next round, so a short queue covers one round's claims being

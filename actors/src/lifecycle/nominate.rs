@@ -292,13 +292,11 @@ pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -
     if !r.launch.nominate_pods {
         return 0;
     }
-    let (constrained, others): (Vec<_>, Vec<_>) = r
-        .launch
-        .created
-        .nominated_pods(nodeclaim)
-        .into_iter()
+    let held = r.launch.created.nominated_pods(nodeclaim);
+    let (constrained, others): (Vec<_>, Vec<_>) = held
+        .iter()
         .filter_map(|pod| {
-            let stored = waiting_pod(r, &pod, node)?;
+            let stored = waiting_pod(r, pod, node)?;
             Some((pod, Class::of(&stored)))
         })
         .partition(|(_, class)| *class != Class::Unconstrained);
@@ -306,12 +304,7 @@ pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -
         return 0;
     }
     let deadline = Instant::now() + NOMINATION_BUDGET;
-    let write_all = |pods: Vec<(PodRef, Class)>| {
-        futures::future::join_all(
-            pods.into_iter()
-                .map(move |(pod, class)| write(r, pod, nodeclaim, node, class, step)),
-        )
-    };
+    let write_all = |pods| write_all(r, pods, nodeclaim, node, step);
     let mut constrained = pin!(write_all(constrained));
     let mut others = pin!(write_all(others));
     let (mut constrained_done, mut others_done) = (None, None);
@@ -351,6 +344,20 @@ pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -
         .count()
 }
 
+/// The nominations of `pods`, written side by side; whether each was written.
+fn write_all<'a>(
+    r: &'a Reconciler,
+    pods: Vec<(&'a PodRef, Class)>,
+    nodeclaim: &'a str,
+    node: &'a str,
+    step: Step,
+) -> impl Future<Output = Vec<bool>> + 'a {
+    futures::future::join_all(
+        pods.into_iter()
+            .map(move |(pod, class)| write(r, pod, nodeclaim, node, class, step)),
+    )
+}
+
 /// The pod `pod` refers to, as the store has it, if it still waits for a node and is not
 /// nominated to `node` already.
 fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>> {
@@ -372,10 +379,11 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>>
 /// so a queued write must stay small: the API call's future (kilobytes: the client's
 /// request, its body and its response) is made, boxed by [`patch_status`], once the slot is
 /// held, and a write waiting for its slot holds a few hundred bytes (at most
-/// `WAITING_WRITE_MAX_BYTES`, tested).
+/// `WAITING_WRITE_MAX_BYTES`, tested) and borrows its pod from the NodeClaim's list
+/// ([`crate::launcher::HeldPods`]) instead of a copy of its names.
 async fn write(
     r: &Reconciler,
-    pod: PodRef,
+    pod: &PodRef,
     nodeclaim: &str,
     node: &str,
     class: Class,
@@ -385,7 +393,7 @@ async fn write(
         return false;
     };
     // The scheduler may have bound it while this write queued.
-    let Some(pod) = waiting_pod(r, &pod, node) else {
+    let Some(pod) = waiting_pod(r, pod, node) else {
         return false;
     };
     let body = json!({"status": {
@@ -567,7 +575,7 @@ pub(super) mod tests {
         };
         let queued = write(
             &r,
-            pod,
+            &pod,
             "default-abc",
             "node-a",
             Class::Constrained,

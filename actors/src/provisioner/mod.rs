@@ -77,6 +77,9 @@ pub struct Round {
     pub triggered: Vec<String>,
     /// `namespace/name` of every provisionable pod in the snapshot, sorted.
     pub pending: Vec<String>,
+    /// How many of them the solve placed: those not held on an in-flight NodeClaim
+    /// planned for them (see [`nominated`]).
+    pub placing: usize,
     /// How long the batching window was open.
     pub window: Duration,
     /// Names of the NodeClaims created, in creation order (none without a cloud provider).
@@ -215,6 +218,7 @@ impl Provisioner {
             number: self.number,
             triggered: batch.pods,
             pending,
+            placing: 0,
             window: batch.window,
             nodeclaims: Vec::new(),
             problems: Vec::new(),
@@ -223,13 +227,15 @@ impl Provisioner {
                 ..RoundTiming::default()
             },
         };
-        let planned = self.plan(&mut round.problems, heap);
+        let planned = self.plan(&mut round, heap);
         Ok((round, planned))
     }
 
-    /// The prepared solve of the current snapshot; problems go to `problems`.
-    fn plan(&mut self, problems: &mut Vec<String>, heap: &mut RoundHeap) -> Option<Planned> {
+    /// The prepared solve of the current snapshot, if it has pods to place; problems go to
+    /// the round's.
+    fn plan(&mut self, round: &mut Round, heap: &mut RoundHeap) -> Option<Planned> {
         let provisioning = self.provisioning.as_ref()?;
+        let problems = &mut round.problems;
         let mut inventory = inventory::of(&self.state, provisioning.created.unseen(&self.state));
         heap.mark(Step::Inventory);
         problems.extend(inventory.warnings.iter().cloned());
@@ -259,19 +265,27 @@ impl Provisioner {
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
             let holding = nominated::hold(&mut input, &nominations);
+            round.placing = input.pods.len();
+            if input.pods.is_empty() {
+                // Every pending pod is held where a NodeClaim in flight has room planned
+                // for it: through a large scale-up, most rounds. The solve would only
+                // confirm it, at the cost of preparing every held pod and node again.
+                return Ok(None);
+            }
             let batch = Batch::prepare(&input)
-                .map(|batch| (batch, holding))
+                .map(|batch| Some((batch, holding)))
                 .map_err(|e| e.to_string());
             heap.mark(Step::Prepared);
             batch
         });
         match batch {
-            Ok((batch, holding)) => Some(Planned {
+            Ok(Some((batch, holding))) => Some(Planned {
                 batch,
                 pools,
                 skipped,
                 holding,
             }),
+            Ok(None) => None,
             Err(error) => {
                 problems.push(error);
                 None
@@ -393,13 +407,19 @@ impl Handler<BatchReady> for Provisioner {
             // Overlapped, at most a Launcher mailbox's worth at a time: each answer is one
             // API create, so a large round's creates overlap instead of paying one round
             // trip after another, yet never queue more than the Launcher's bound. Answers
-            // keep the planned order.
+            // keep the planned order. Only each one's name is kept: the created objects of a
+            // thousand-NodeClaim round are megabytes, and the store has them anyway.
             let outcomes = match launcher {
                 Some(launcher) => {
                     let concurrency = launcher.capacity().max(1);
                     futures::stream::iter(launches)
                         .map(|l| launcher.deliver(l))
                         .buffered(concurrency)
+                        .map(|outcome| match outcome {
+                            Ok(Ok(claim)) => Ok(claim.metadata.name.unwrap_or_default()),
+                            Ok(Err(error)) => Err(error.to_string()),
+                            Err(error) => Err(error.to_string()),
+                        })
                         .collect()
                         .await
                 }
@@ -414,13 +434,8 @@ impl Handler<BatchReady> for Provisioner {
             move |(mut round, outcomes, heap), act, _ctx| {
                 for outcome in outcomes {
                     match outcome {
-                        Ok(Ok(claim)) => {
-                            round
-                                .nodeclaims
-                                .push(claim.metadata.name.clone().unwrap_or_default());
-                        }
-                        Ok(Err(error)) => round.problems.push(error.to_string()),
-                        Err(error) => round.problems.push(error.to_string()),
+                        Ok(name) => round.nodeclaims.push(name),
+                        Err(problem) => round.problems.push(problem),
                     }
                 }
                 round.timing.closed_to_created = closed.elapsed();
@@ -428,6 +443,7 @@ impl Handler<BatchReady> for Provisioner {
                     round = round.number,
                     pending = round.pending.len(),
                     triggered = round.triggered.len(),
+                    placing = round.placing,
                     nodeclaims = round.nodeclaims.len(),
                     problems = ?round.problems,
                     queued_ms = round.timing.queued.as_millis() as u64,

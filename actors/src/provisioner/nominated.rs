@@ -18,16 +18,16 @@
 use std::collections::HashMap;
 
 use kerf::pods::PodLike;
-use kerf::scheduling::{ExistingNodePlacement, PodRef, SchedulingInput};
+use kerf::scheduling::{ExistingNodePlacement, SchedulingInput};
 
-use crate::launcher::CreatedClaims;
+use crate::launcher::{CreatedClaims, HeldPods};
 
 /// Moves the pending pods of `input` nominated to one of its existing nodes (by NodeClaim)
 /// onto that node; returns the NodeClaim of each node that holds pods (has nominations), by
 /// node name, for [`assign`].
 pub fn hold(
     input: &mut SchedulingInput,
-    nominations: &HashMap<String, Vec<PodRef>>,
+    nominations: &HashMap<String, HeldPods>,
 ) -> HashMap<String, String> {
     let mut holding = HashMap::new();
     let mut node_of_pod: HashMap<&str, usize> = HashMap::new();
@@ -40,7 +40,7 @@ pub fn hold(
             continue;
         };
         holding.insert(node.name.clone(), claim.clone());
-        for pod in pods {
+        for pod in pods.iter() {
             node_of_pod.insert(pod.uid.as_str(), index);
         }
     }
@@ -80,6 +80,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
     use kerf::scheduling::ExistingNode;
+    use kerf::scheduling::PodRef;
     use std::sync::Arc;
 
     fn pod(uid: &str) -> Pod {
@@ -104,14 +105,13 @@ mod tests {
         }
     }
 
-    fn nominated(uids: &[&str]) -> Vec<PodRef> {
-        uids.iter()
-            .map(|uid| PodRef {
-                namespace: "default".to_owned(),
-                name: (*uid).to_owned(),
-                uid: (*uid).to_owned(),
-            })
-            .collect()
+    fn nominated(uids: &[&str]) -> HeldPods {
+        let pods = uids.iter().map(|uid| PodRef {
+            namespace: "default".to_owned(),
+            name: (*uid).to_owned(),
+            uid: (*uid).to_owned(),
+        });
+        Arc::new(pods.collect())
     }
 
     fn uids(pods: &[Arc<kerf::pods::LeanPod>]) -> Vec<&str> {

@@ -253,3 +253,106 @@ fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
         "the store keeps one spec for replicas"
     );
 }
+
+/// A Provisioner as `start` builds it, for calling its steps directly.
+fn provisioner(state: &Arc<ClusterState>, provisioning: Provisioning) -> Provisioner {
+    let (rounds, _) = watch::channel(None);
+    let (names, _) = watch::channel(Vec::new());
+    Provisioner {
+        state: Arc::clone(state),
+        leader: watch::channel(true).1,
+        rounds: Arc::new(rounds),
+        number: 0,
+        depth: MailboxDepth::new("provisioner-test", PROVISIONER_MAILBOX_CAPACITY),
+        provisioning: Some(provisioning),
+        instance_types: InstanceTypeCache::default(),
+        schedulers: Schedulers::new(Arc::new(names)),
+    }
+}
+
+fn empty_round() -> Round {
+    Round {
+        number: 1,
+        triggered: Vec::new(),
+        pending: Vec::new(),
+        placing: 0,
+        window: Duration::ZERO,
+        nodeclaims: Vec::new(),
+        problems: Vec::new(),
+        timing: RoundTiming::default(),
+    }
+}
+
+#[test]
+fn a_round_whose_pods_are_all_held_on_nodeclaims_in_flight_solves_nothing() {
+    run(|| async {
+        let (state, mut writers) = ClusterState::new();
+        writers
+            .nodepools
+            .apply(ObjectKey::new(None, "a"), node_pool("a"));
+        for name in ["a-0", "a-1"] {
+            writers.pods.apply(
+                ObjectKey::new(Some("default"), name),
+                pod(name, Some("a"), "1"),
+            );
+        }
+        synced(&mut writers);
+        let catalog = Catalog::embedded("us-east-1").expect("catalog");
+        let planned = solve(&sequential(&state, &catalog)).expect("solves");
+        assert!(!planned.new_node_claims.is_empty(), "{planned:?}");
+        let created = CreatedClaims::default();
+        let mut held = HashMap::new();
+        for (i, claim) in planned.new_node_claims.iter().enumerate() {
+            let name = format!("a-held-{i}");
+            let mut created_claim = node_claim(claim, &node_pool("a"));
+            created_claim.metadata.name = Some(name.clone());
+            writers
+                .nodeclaims
+                .apply(ObjectKey::new(None, &name), created_claim.clone());
+            created.record(created_claim, claim.pods.clone());
+            held.insert(name.clone(), name);
+        }
+
+        let depth = MailboxDepth::new("launcher-test", LAUNCHER_TEST_CAPACITY);
+        let recorder = crate::supervisor::start(
+            "launcher-test",
+            depth.clone(),
+            crate::supervisor::once(Recorder {
+                recorded: Arc::default(),
+                depth: depth.clone(),
+                in_flight: Arc::default(),
+                most_in_flight: Arc::default(),
+            }),
+        );
+        let mut provisioner = provisioner(
+            &state,
+            Provisioning {
+                launcher: Outbox::new(&recorder, depth),
+                created,
+                offerings: None,
+                catalog,
+                controller: ControllerSettings::default(),
+                events: crate::events::EventRecorder::disabled(),
+            },
+        );
+
+        let mut round = empty_round();
+        let plan = provisioner.plan(&mut round, &mut RoundHeap::start());
+        assert!(plan.is_none(), "nothing to prepare or solve");
+        assert_eq!(round.placing, 0);
+        assert!(
+            !round.problems.iter().any(|p| p.starts_with("default/")),
+            "no pod reported unplaced: {round:?}"
+        );
+
+        writers.pods.apply(
+            ObjectKey::new(Some("default"), "a-2"),
+            pod("a-2", Some("a"), "1"),
+        );
+        let mut round = empty_round();
+        let plan = provisioner.plan(&mut round, &mut RoundHeap::start());
+        assert_eq!(round.placing, 1, "only the pod no NodeClaim holds");
+        let plan = plan.expect("a pod to place");
+        assert_eq!(plan.holding, held, "the others stay on their NodeClaims");
+    });
+}

@@ -294,6 +294,7 @@ mod tests {
             number: 3,
             triggered: Vec::new(),
             pending: vec!["default/big".into(), "default/web-1".into()],
+            placing: 2,
             window: Duration::ZERO,
             nodeclaims: vec!["default-abcde".into()],
             problems: vec![
