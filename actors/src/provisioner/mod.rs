@@ -73,8 +73,9 @@ const SCHEDULING_CONTROLLER: &str = "provisioner";
 pub struct Round {
     /// Rounds run since start, this one included.
     pub number: u64,
-    /// Pods that triggered the batch.
-    pub triggered: Vec<String>,
+    /// How many pods triggered the batch (a scale-up's names are megabytes, kept for
+    /// nothing until the next round).
+    pub triggered: usize,
     /// `namespace/name` of every provisionable pod in the snapshot, sorted.
     pub pending: Vec<String>,
     /// How many of them the solve placed: those not held on an in-flight NodeClaim
@@ -216,7 +217,7 @@ impl Provisioner {
         self.number += 1;
         let mut round = Round {
             number: self.number,
-            triggered: batch.pods,
+            triggered: batch.pods.len(),
             pending,
             placing: 0,
             window: batch.window,
@@ -442,7 +443,7 @@ impl Handler<BatchReady> for Provisioner {
                 tracing::info!(
                     round = round.number,
                     pending = round.pending.len(),
-                    triggered = round.triggered.len(),
+                    triggered = round.triggered,
                     placing = round.placing,
                     nodeclaims = round.nodeclaims.len(),
                     problems = ?round.problems,

@@ -273,7 +273,7 @@ fn provisioner(state: &Arc<ClusterState>, provisioning: Provisioning) -> Provisi
 fn empty_round() -> Round {
     Round {
         number: 1,
-        triggered: Vec::new(),
+        triggered: 0,
         pending: Vec::new(),
         placing: 0,
         window: Duration::ZERO,

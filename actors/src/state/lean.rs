@@ -14,8 +14,9 @@
 //! references are shared with every pod that has them equal, as its spec is, through the
 //! store writer's [`PodInterner`] (see [`kerf::pods`]'s `lean` module). The spec is kept
 //! as [`keep_what_placement_reads`] leaves it (containers' requirements and the volumes
-//! that tie a pod to storage), and the status but for trimmed container statuses and the
-//! conditions nothing reads ([`READ_POD_CONDITIONS`]). Only a finished pod keeps its
+//! that tie a pod to storage), and the status but for trimmed container statuses, the
+//! conditions nothing reads ([`READ_POD_CONDITIONS`]) and the messages of the others but
+//! kerf's nomination. Only a finished pod keeps its
 //! container statuses (its last event is its containers' finish time), each with its name,
 //! readiness, restart count and state; a running or pending pod keeps none, nor its IP
 //! addresses, its node's addresses or its QoS class — at ten thousand pods those are eight
@@ -155,6 +156,13 @@ impl Lean for Pod {
             status.qos_class = None;
             if let Some(conditions) = status.conditions.as_mut() {
                 conditions.retain(|c| READ_POD_CONDITIONS.contains(&c.type_.as_str()));
+                // Only kerf's nomination is read for its message (it names the node). The
+                // kube-scheduler's `0/1005 nodes are available: …` on every pending pod
+                // is read by nothing, and is megabytes at 20,000 pending pods.
+                conditions
+                    .iter_mut()
+                    .filter(|c| c.type_ != kerf::pods::NOMINATION_CONDITION)
+                    .for_each(|c| c.message = None);
                 // A decoded list has room to spare (five conditions come in a Vec of eight,
                 // 160 bytes each); kept for the pod's life, it is most of a lean pod's heap.
                 conditions.shrink_to_fit();
@@ -239,7 +247,8 @@ mod tests {
             "status": {
                 "phase": "Succeeded",
                 "conditions": [
-                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": "0/3 nodes are available: 3 Insufficient cpu."},
                     {"type": "Ready", "status": "False"},
                     {"type": "ContainersReady", "status": "False"},
                     {"type": kerf::pods::NOMINATION_CONDITION, "status": "True", "message": "expected on node n1"}
@@ -307,10 +316,21 @@ mod tests {
             kept,
             ["PodScheduled", "Ready", kerf::pods::NOMINATION_CONDITION]
         );
+        let (conditions, were) = (
+            status.conditions.as_ref().expect("conditions"),
+            was.conditions.as_ref().expect("conditions"),
+        );
         assert_eq!(
-            status.conditions.as_ref().expect("conditions")[2],
-            was.conditions.as_ref().expect("conditions")[3],
+            conditions[2], were[3],
             "kerf's nomination names its node in the message"
+        );
+        assert_eq!(
+            (
+                conditions[0].reason.as_deref(),
+                conditions[0].message.as_deref()
+            ),
+            (Some("Unschedulable"), None),
+            "the kube-scheduler's verdict without its message"
         );
         let app = &status.container_statuses.as_ref().expect("statuses")[0];
         let was = &was.container_statuses.expect("statuses")[0];

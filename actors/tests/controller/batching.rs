@@ -217,7 +217,7 @@ fn unschedulable_pods_produce_one_round() {
             round.number, 1,
             "the three pods came in one batch: {round:?}"
         );
-        assert_eq!(round.triggered.len(), 3);
+        assert_eq!(round.triggered, 3);
         assert_eq!(
             round.pending,
             vec!["default/web-1", "default/web-2", "default/web-3"]

@@ -70,7 +70,7 @@ async fn limit_then_raise(ec2: Ec2Config) {
     // The periodic re-trigger brings the pods again: the NodeClaims in flight use up the
     // limit.
     let second = round_where(&mut rounds, "the re-triggered pods", |r| {
-        r.number > first.number && r.triggered.len() == PODS
+        r.number > first.number && r.triggered == PODS
     })
     .await;
     assert!(second.nodeclaims.is_empty(), "{second:?}");
@@ -101,7 +101,7 @@ async fn limit_then_raise(ec2: Ec2Config) {
     .await;
     // Nobody touches the pods: the raised limit re-triggers them.
     let third = round_where(&mut rounds, "the pods after the raise", |r| {
-        r.number > second.number && r.triggered.len() == PODS
+        r.number > second.number && r.triggered == PODS
     })
     .await;
     assert!(!third.nodeclaims.is_empty(), "{third:?}");

@@ -397,7 +397,7 @@ async fn mixed_workload(ec2: Ec2Config, retry_in_flight: bool) {
         // The periodic re-trigger brings every pod again: the NodeClaims in flight hold
         // them.
         let again = round_where(&mut rounds, "the re-triggered pods", |r| {
-            r.number > round.number && r.triggered.len() == needs.len()
+            r.number > round.number && r.triggered == needs.len()
         })
         .await;
         assert!(again.nodeclaims.is_empty(), "{again:?}");

@@ -292,7 +292,7 @@ mod tests {
     fn only_pending_pods_count_as_unschedulable() {
         let round = Round {
             number: 3,
-            triggered: Vec::new(),
+            triggered: 0,
             pending: vec!["default/big".into(), "default/web-1".into()],
             placing: 2,
             window: Duration::ZERO,
