@@ -304,9 +304,8 @@ pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -
         return 0;
     }
     let deadline = Instant::now() + NOMINATION_BUDGET;
-    let write_all = |pods| write_all(r, pods, nodeclaim, node, step);
-    let mut constrained = pin!(write_all(constrained));
-    let mut others = pin!(write_all(others));
+    let mut constrained = pin!(write_all(r, constrained, nodeclaim, node, step));
+    let mut others = pin!(write_all(r, others, nodeclaim, node, step));
     let (mut constrained_done, mut others_done) = (None, None);
     let budget = tokio::time::sleep_until(deadline);
     let mut budget = pin!(budget);

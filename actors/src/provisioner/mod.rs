@@ -78,8 +78,8 @@ pub struct Round {
     pub triggered: usize,
     /// `namespace/name` of every provisionable pod in the snapshot, sorted.
     pub pending: Vec<String>,
-    /// How many of them the solve placed: those not held on an in-flight NodeClaim
-    /// planned for them (see [`nominated`]).
+    /// How many of them the round solved: those not held on the NodeClaim in flight
+    /// planned for them (see [`nominated`]); none solved, the round skips the solve.
     pub placing: usize,
     /// How long the batching window was open.
     pub window: Duration,

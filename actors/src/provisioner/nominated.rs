@@ -79,8 +79,7 @@ pub fn assign(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
-    use kerf::scheduling::ExistingNode;
-    use kerf::scheduling::PodRef;
+    use kerf::scheduling::{ExistingNode, PodRef};
     use std::sync::Arc;
 
     fn pod(uid: &str) -> Pod {
