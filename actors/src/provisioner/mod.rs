@@ -171,21 +171,42 @@ impl Provisioner {
         let (rounds, names) = (Arc::new(rounds), Arc::new(names));
         let mailbox = depth.clone();
         let addr = supervisor::start("provisioner", depth.clone(), move || {
-            Some(Self {
-                state: Arc::clone(&state),
-                leader: leader.clone(),
-                rounds: Arc::clone(&rounds),
-                number: rounds.borrow().as_ref().map_or(0, |r| r.number),
-                depth: mailbox.clone(),
-                provisioning: provisioning.clone(),
-                instance_types: InstanceTypeCache::default(),
-                schedulers: Schedulers::new(Arc::clone(&names)),
-            })
+            Some(Self::new(
+                Arc::clone(&state),
+                leader.clone(),
+                Arc::clone(&rounds),
+                Arc::clone(&names),
+                mailbox.clone(),
+                provisioning.clone(),
+            ))
         });
         Started {
             addr,
             rounds: rounds_rx,
             node_pool_schedulers: names_rx,
+        }
+    }
+
+    /// One incarnation, publishing its rounds on `rounds` (numbered on from the last one
+    /// published there) and its NodePoolSchedulers on `names`.
+    fn new(
+        state: Arc<ClusterState>,
+        leader: watch::Receiver<bool>,
+        rounds: Arc<watch::Sender<Option<Round>>>,
+        names: Arc<watch::Sender<Vec<String>>>,
+        depth: MailboxDepth,
+        provisioning: Option<Provisioning>,
+    ) -> Self {
+        let number = rounds.borrow().as_ref().map_or(0, |r| r.number);
+        Self {
+            state,
+            leader,
+            number,
+            rounds,
+            depth,
+            provisioning,
+            instance_types: InstanceTypeCache::default(),
+            schedulers: Schedulers::new(names),
         }
     }
 

@@ -49,6 +49,41 @@ impl Handler<Launch> for Recorder {
 /// At most this many launches at once: fewer than the round plans.
 const LAUNCHER_TEST_CAPACITY: usize = 2;
 
+/// A started [`Recorder`] behind a mailbox of [`LAUNCHER_TEST_CAPACITY`].
+fn recorder(
+    recorded: &Arc<Mutex<Vec<PlannedNodeClaim>>>,
+    most_in_flight: &Arc<AtomicUsize>,
+) -> Outbox<Launch> {
+    let depth = MailboxDepth::new("launcher-test", LAUNCHER_TEST_CAPACITY);
+    let recorder = crate::supervisor::start(
+        "launcher-test",
+        depth.clone(),
+        crate::supervisor::once(Recorder {
+            recorded: Arc::clone(recorded),
+            depth: depth.clone(),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            most_in_flight: Arc::clone(most_in_flight),
+        }),
+    );
+    Outbox::new(&recorder, depth)
+}
+
+/// Provisioning through `launcher`, counting what `created` holds as in flight.
+fn provisioning(
+    launcher: Outbox<Launch>,
+    created: CreatedClaims,
+    catalog: Catalog,
+) -> Provisioning {
+    Provisioning {
+        launcher,
+        created,
+        offerings: None,
+        catalog,
+        controller: ControllerSettings::default(),
+        events: crate::events::EventRecorder::disabled(),
+    }
+}
+
 fn node_pool(name: &str) -> NodePool {
     serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
@@ -148,25 +183,11 @@ fn a_round_solved_by_the_node_pool_schedulers_equals_the_sequential_solve() {
 
         let recorded = Arc::new(Mutex::new(Vec::new()));
         let most_in_flight = Arc::new(AtomicUsize::new(0));
-        let depth = MailboxDepth::new("launcher-test", LAUNCHER_TEST_CAPACITY);
-        let recorder = crate::supervisor::start(
-            "launcher-test",
-            depth.clone(),
-            crate::supervisor::once(Recorder {
-                recorded: Arc::clone(&recorded),
-                depth: depth.clone(),
-                in_flight: Arc::new(AtomicUsize::new(0)),
-                most_in_flight: Arc::clone(&most_in_flight),
-            }),
-        );
-        let provisioning = Provisioning {
-            launcher: Outbox::new(&recorder, depth),
-            created: CreatedClaims::default(),
-            offerings: None,
+        let provisioning = provisioning(
+            recorder(&recorded, &most_in_flight),
+            CreatedClaims::default(),
             catalog,
-            controller: ControllerSettings::default(),
-            events: crate::events::EventRecorder::disabled(),
-        };
+        );
         let (_leader_tx, leader) = watch::channel(true);
         let depth = MailboxDepth::new("provisioner-test", PROVISIONER_MAILBOX_CAPACITY);
         let Started {
@@ -254,22 +275,6 @@ fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
     );
 }
 
-/// A Provisioner as `start` builds it, for calling its steps directly.
-fn provisioner(state: &Arc<ClusterState>, provisioning: Provisioning) -> Provisioner {
-    let (rounds, _) = watch::channel(None);
-    let (names, _) = watch::channel(Vec::new());
-    Provisioner {
-        state: Arc::clone(state),
-        leader: watch::channel(true).1,
-        rounds: Arc::new(rounds),
-        number: 0,
-        depth: MailboxDepth::new("provisioner-test", PROVISIONER_MAILBOX_CAPACITY),
-        provisioning: Some(provisioning),
-        instance_types: InstanceTypeCache::default(),
-        schedulers: Schedulers::new(Arc::new(names)),
-    }
-}
-
 fn empty_round() -> Round {
     Round {
         number: 1,
@@ -313,27 +318,14 @@ fn a_round_whose_pods_are_all_held_on_nodeclaims_in_flight_solves_nothing() {
             held.insert(name.clone(), name);
         }
 
-        let depth = MailboxDepth::new("launcher-test", LAUNCHER_TEST_CAPACITY);
-        let recorder = crate::supervisor::start(
-            "launcher-test",
-            depth.clone(),
-            crate::supervisor::once(Recorder {
-                recorded: Arc::default(),
-                depth: depth.clone(),
-                in_flight: Arc::default(),
-                most_in_flight: Arc::default(),
-            }),
-        );
-        let mut provisioner = provisioner(
-            &state,
-            Provisioning {
-                launcher: Outbox::new(&recorder, depth),
-                created,
-                offerings: None,
-                catalog,
-                controller: ControllerSettings::default(),
-                events: crate::events::EventRecorder::disabled(),
-            },
+        let launcher = recorder(&Arc::default(), &Arc::default());
+        let mut provisioner = Provisioner::new(
+            Arc::clone(&state),
+            watch::channel(true).1,
+            Arc::new(watch::channel(None).0),
+            Arc::new(watch::channel(Vec::new()).0),
+            MailboxDepth::new("provisioner-test", PROVISIONER_MAILBOX_CAPACITY),
+            Some(provisioning(launcher, created, catalog)),
         );
 
         let mut round = empty_round();
