@@ -452,6 +452,19 @@ mod tests {
     }
 
     #[test]
+    fn readers_share_a_nodeclaims_pods_and_a_change_leaves_their_copy_as_it_was() {
+        let (state, _writers) = ClusterState::new();
+        let created = CreatedClaims::default();
+        created.insert(claim("a"), pods(&["p1"]));
+        let read = created.nominated_pods("a");
+        let round = created.nominations(&state);
+        assert!(Arc::ptr_eq(&read, &round["a"]), "one list, not a copy each");
+        assert_eq!(created.assign("a", &pods(&["p2"])), 1);
+        assert_eq!(read.len(), 1, "a reader keeps the list it read");
+        assert_eq!(created.nominated_pods("a").len(), 2);
+    }
+
+    #[test]
     fn pods_placed_later_join_a_nodeclaims_own_once_and_only_while_it_holds_pods() {
         let created = CreatedClaims::default();
         created.insert(claim("a"), pods(&["p1"]));
