@@ -44,7 +44,7 @@ pub use conditions::ConditionSet;
 pub use launch::{INSUFFICIENT_CAPACITY_REASON, LAUNCHED_MEMORY, LaunchDeps};
 pub use launching::Launching;
 pub use liveness::{LAUNCH_TIMEOUT_REASON, REGISTRATION_TIMEOUT_REASON};
-pub use nominate::{NOMINATION_BURST, NOMINATION_QPS};
+pub use nominate::{FUTILITY_CHECK_PERIOD, NOMINATION_BURST, NOMINATION_QPS};
 pub use reconcile::is_managed;
 
 /// Each message only names an object and is handled in microseconds (queued, deduplicated),

@@ -34,11 +34,13 @@
 //! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
 //! counted, never fail the launch or the registration, and each step is bounded in time.
 //! A nomination lasts as long as the Provisioner holds the pods on the NodeClaim: until
-//! [`NOMINATION_WINDOW`] after the Node is initialized. A pod still pending then did not fit
-//! (or lost its room); its nomination is withdrawn, or the kube-scheduler (which since
-//! Kubernetes 1.34 leaves `nominatedNodeName` to whoever wrote it) would keep room on that
-//! node for a pod that will not go there, and the pod would wait for a place kerf cannot
-//! see is taken. A pod the kube-scheduler reports unschedulable after the Node was
+//! [`NOMINATION_WINDOW`] after the Node is initialized, and for a pod the kube-scheduler has
+//! not tried since, until it does or [`UNTRIED_NOMINATION_LIMIT`] passes (a thousand Nodes
+//! initializing at once leave it a backlog longer than the window). A pod still pending
+//! then did not fit (or lost its room); its nomination is withdrawn, or the kube-scheduler
+//! (which since Kubernetes 1.34 leaves `nominatedNodeName` to whoever wrote it) would keep
+//! room on that node for a pod that will not go there, and the pod would wait for a place
+//! kerf cannot see is taken. A pod the kube-scheduler reports unschedulable after the Node was
 //! initialized had its nominated node tried first and did not fit
 //! ([`crate::launcher::nomination_futile`]): its nomination is withdrawn within
 //! [`FUTILITY_CHECK_PERIOD`], without waiting for the window, so the room it reserved goes
@@ -60,7 +62,9 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use super::reconcile::{Reconciler, is_status};
-use crate::launcher::{NOMINATION_WINDOW, nomination_futile};
+use crate::launcher::{
+    NOMINATION_WINDOW, UNTRIED_NOMINATION_LIMIT, nomination_futile, reported_unschedulable_after,
+};
 use crate::state::ObjectKey;
 
 /// Nomination writes in flight at once, across every launched and registering Node: with
@@ -179,14 +183,17 @@ const WITHDRAWN_REASON: &str = "NominationExpired";
 /// The reason of the condition once kerf withdrew a nomination its pod could not use.
 const FUTILE_REASON: &str = "NominationUnusable";
 
-/// How often, within the window, an initialized Node's NodeClaim looks for nominations
-/// its pods could not use: the room they keep is lost to other pods meanwhile, and the
-/// look costs one store read per pod the NodeClaim was created for.
+/// How often, within the window (and past it while pods wait for their first try), an
+/// initialized Node's NodeClaim looks for nominations its pods could not use: the room they
+/// keep is lost to other pods meanwhile, and the look costs one store read per pod the
+/// NodeClaim was created for.
 pub const FUTILITY_CHECK_PERIOD: Duration = Duration::from_secs(2);
 
 /// Withdraws kerf's nominations to `node` (of NodeClaim `nodeclaim`), initialized at
-/// `initialized`: within the window those their pods could not use, then those of every
-/// pod still pending. Returns when to look again, if the window has not passed.
+/// `initialized`: within the window those their pods could not use; at its end every other
+/// one but those of the NodeClaim's pods the kube-scheduler has not tried since, which last
+/// until it refuses them or [`UNTRIED_NOMINATION_LIMIT`] passes. Returns when to look
+/// again, while some still wait.
 pub async fn withdraw_expired(
     r: &Reconciler,
     nodeclaim: &str,
@@ -195,25 +202,50 @@ pub async fn withdraw_expired(
 ) -> Option<Duration> {
     let since =
         Duration::try_from(Timestamp::now().duration_since(initialized)).unwrap_or_default();
-    if let Some(remaining) = NOMINATION_WINDOW
-        .checked_sub(since)
-        .filter(|d| !d.is_zero())
-    {
-        withdraw_futile(r, nodeclaim, node, initialized).await;
-        return Some(remaining.min(FUTILITY_CHECK_PERIOD));
+    let left = |limit: Duration| limit.checked_sub(since).filter(|d| !d.is_zero());
+    let refused = format!("reported unschedulable after node {node} was initialized");
+    if let Some(left) = left(NOMINATION_WINDOW) {
+        let futile = |pod: &LeanPod| nomination_futile(pod, initialized);
+        withdraw_listed(r, nodeclaim, node, futile, FUTILE_REASON, &refused).await;
+        return Some(left.min(FUTILITY_CHECK_PERIOD));
     }
-    // Nominations to a node are written before it is initialized, so once its window has
-    // passed and they are withdrawn, none is left: one scan of the pods per node and process
-    // (a restarted controller scans again, for what its predecessor left).
-    if r.nominations_withdrawn.contains(node) {
-        return None;
+    if !r.nominations_withdrawn.contains(node) {
+        withdraw_unlisted(r, nodeclaim, node).await;
     }
+    let untried_left = left(UNTRIED_NOMINATION_LIMIT);
+    let kept = match untried_left {
+        Some(_) => {
+            let tried = |pod: &LeanPod| reported_unschedulable_after(pod, initialized);
+            withdraw_listed(r, nodeclaim, node, tried, FUTILE_REASON, &refused).await
+        }
+        None => {
+            let message = format!(
+                "was not scheduled on node {node} within {UNTRIED_NOMINATION_LIMIT:?} of it \
+                 being initialized"
+            );
+            withdraw_listed(r, nodeclaim, node, |_| true, WITHDRAWN_REASON, &message).await
+        }
+    };
+    untried_left
+        .filter(|_| kept > 0)
+        .map(|left| left.min(FUTILITY_CHECK_PERIOD))
+}
+
+/// Withdraws, once the window has passed, the nominations to `node` of pending pods that
+/// NodeClaim `nodeclaim` was not created for: ones a predecessor wrote (this process has no
+/// list of its pods after a restart) or that outlived their own NodeClaim.
+async fn withdraw_unlisted(r: &Reconciler, nodeclaim: &str, node: &str) {
+    let listed = r.launch.created.nominated_pods(nodeclaim);
     let stale: Vec<Arc<LeanPod>> = r
         .state
         .pods
         .snapshot()
         .into_iter()
         .filter(|pod| !pods::is_bound(pod) && pods::kerf_nominated_node(pod) == Some(node))
+        .filter(|pod| {
+            let uid = pod.meta().uid.unwrap_or_default();
+            !listed.iter().any(|held| held.uid == uid)
+        })
         .collect();
     let message =
         format!("did not fit on node {node} within {NOMINATION_WINDOW:?} of it being initialized");
@@ -222,19 +254,28 @@ pub async fn withdraw_expired(
             .into_iter()
             .map(|pod| withdraw(r, pod, WITHDRAWN_REASON, &message)),
     );
+    // Nominations to a node are written before it is initialized, so once these are
+    // withdrawn, only the listed ones are left: one scan of the pods per node and process (a
+    // restarted controller scans again, for what its predecessor left).
     if written.await.into_iter().all(|done| done) {
         // Forgetting the nodes that are gone keeps the set as large as the cluster.
         r.nominations_withdrawn
             .retain(|known| r.state.node(known).is_some());
         r.nominations_withdrawn.insert(node.to_owned());
     }
-    None
 }
 
 /// Withdraws the nominations to `node` of the pods NodeClaim `nodeclaim` was created for
-/// that the kube-scheduler reported unschedulable since `initialized`.
-async fn withdraw_futile(r: &Reconciler, nodeclaim: &str, node: &str, initialized: Timestamp) {
-    let futile: Vec<Arc<LeanPod>> = r
+/// that `release` picks, saying why; returns how many of them keep theirs.
+async fn withdraw_listed(
+    r: &Reconciler,
+    nodeclaim: &str,
+    node: &str,
+    release: impl Fn(&LeanPod) -> bool,
+    reason: &str,
+    message: &str,
+) -> usize {
+    let (released, kept): (Vec<Arc<LeanPod>>, Vec<Arc<LeanPod>>) = r
         .launch
         .created
         .nominated_pods(nodeclaim)
@@ -247,19 +288,16 @@ async fn withdraw_futile(r: &Reconciler, nodeclaim: &str, node: &str, initialize
             let ours = stored.meta().uid == Some(pod.uid.as_str())
                 && !pods::is_bound(&stored)
                 && pods::kerf_nominated_node(&stored) == Some(node);
-            (ours && nomination_futile(&stored, initialized)).then_some(stored)
+            ours.then_some(stored)
         })
-        .collect();
-    if futile.is_empty() {
-        return;
-    }
-    let message = format!("reported unschedulable after node {node} was initialized");
+        .partition(|stored| release(stored));
     futures::future::join_all(
-        futile
+        released
             .into_iter()
-            .map(|pod| withdraw(r, pod, FUTILE_REASON, &message)),
+            .map(|pod| withdraw(r, pod, reason, message)),
     )
     .await;
+    kept.len()
 }
 
 /// Withdraws kerf's nomination from `pod`, saying why; whether it is gone (written, or the
@@ -534,10 +572,30 @@ pub(super) mod tests {
 
     /// A Reconciler whose clients answer `{}` to every request.
     pub(in crate::lifecycle) fn reconciler() -> Reconciler {
-        let answer = tower::service_fn(|_: http::Request<kube::client::Body>| async {
-            Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
-                b"{}".to_vec(),
-            )))
+        recording_reconciler(crate::state::ClusterState::new().0).0
+    }
+
+    /// The path and body of each request a [`recording_reconciler`]'s clients sent.
+    type Sent = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+    /// A Reconciler over `state` whose clients answer `{}` to every request and record it.
+    fn recording_reconciler(state: Arc<crate::state::ClusterState>) -> (Reconciler, Sent) {
+        let sent = Sent::default();
+        let record = Arc::clone(&sent);
+        let answer = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let record = Arc::clone(&record);
+            async move {
+                let path = request.uri().path().to_owned();
+                let body = http_body_util::BodyExt::collect(request.into_body())
+                    .await
+                    .expect("a request body")
+                    .to_bytes();
+                let body = String::from_utf8_lossy(&body).into_owned();
+                record.lock().expect("not poisoned").push((path, body));
+                Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
+                    b"{}".to_vec(),
+                )))
+            }
         });
         let client = kube::Client::new(answer, "default");
         let cloud = kerf_loadtest::ec2::SimulatedCloudProvider::for_region(
@@ -553,15 +611,15 @@ pub(super) mod tests {
             nominate_pods: true,
         };
         let config = super::super::LifecycleConfig::default();
-        let state = crate::state::ClusterState::new().0;
-        Reconciler::new(
+        let reconciler = Reconciler::new(
             state,
             client.clone(),
             client,
             Arc::new(cloud),
             config,
             launch,
-        )
+        );
+        (reconciler, sent)
     }
 
     #[tokio::test]
@@ -591,5 +649,101 @@ pub(super) mod tests {
             bytes <= WAITING_WRITE_MAX_BYTES,
             "a queued withdrawal holds {bytes} bytes"
         );
+    }
+
+    /// A pending pod kerf nominated to `node`, reported unschedulable at `reported`.
+    fn nominated_pod(name: &str, node: &str, reported: Option<&str>) -> Pod {
+        let mut conditions = vec![serde_json::json!({
+            "type": pods::NOMINATION_CONDITION, "status": "True",
+            "reason": pods::NOMINATION_REASON,
+            "message": pods::nomination_message(node, "a"),
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        })];
+        if let Some(at) = reported {
+            conditions.push(serde_json::json!({
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "lastTransitionTime": at,
+            }));
+        }
+        serde_json::from_value::<Pod>(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "status": {"phase": "Pending", "nominatedNodeName": node, "conditions": conditions},
+        }))
+        .expect("valid pod")
+    }
+
+    /// The pods whose nominations `sent` withdrew, with the reason given, sorted.
+    fn withdrawn(sent: &Sent) -> Vec<(String, String)> {
+        let mut withdrawn: Vec<(String, String)> = sent
+            .lock()
+            .expect("not poisoned")
+            .drain(..)
+            .map(|(path, body)| {
+                let body: serde_json::Value = serde_json::from_str(&body).expect("json");
+                assert!(body["status"]["nominatedNodeName"].is_null(), "{body}");
+                let pod = path.trim_end_matches("/status").rsplit('/').next();
+                let reason = body["status"]["conditions"][0]["reason"].as_str();
+                (
+                    pod.unwrap_or_default().to_owned(),
+                    reason.unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        withdrawn.sort();
+        withdrawn
+    }
+
+    #[tokio::test]
+    async fn past_the_window_a_nomination_lasts_until_the_scheduler_refuses_it_or_the_limit() {
+        let (state, mut writers) = crate::state::ClusterState::new();
+        let initialized = Timestamp::now() - NOMINATION_WINDOW - Duration::from_secs(5);
+        let after = (initialized + Duration::from_secs(2)).to_string();
+        for (name, reported) in [("untried", None), ("refused", Some(after.as_str()))] {
+            writers.pods.apply(
+                ObjectKey::new(Some("default"), name),
+                nominated_pod(name, "node-a", reported),
+            );
+        }
+        // Nominated by a predecessor: this process has no list with it.
+        writers.pods.apply(
+            ObjectKey::new(Some("default"), "foreign"),
+            nominated_pod("foreign", "node-a", None),
+        );
+        let (r, sent) = recording_reconciler(state);
+        let listed = ["untried", "refused"].map(|name| PodRef {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: name.into(),
+        });
+        let claim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "a"},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                "name": "default"}, "requirements": []},
+        }))
+        .expect("valid nodeclaim");
+        r.launch.created.record(claim, listed.to_vec());
+
+        let again = withdraw_expired(&r, "a", "node-a", initialized).await;
+        assert_eq!(
+            withdrawn(&sent),
+            [
+                ("foreign".to_owned(), WITHDRAWN_REASON.to_owned()),
+                ("refused".to_owned(), FUTILE_REASON.to_owned())
+            ],
+            "past the window, the pod not tried yet keeps its nomination"
+        );
+        assert!(
+            again.is_some_and(|after| after <= FUTILITY_CHECK_PERIOD),
+            "looked at again while it waits: {again:?}"
+        );
+
+        let initialized = Timestamp::now() - UNTRIED_NOMINATION_LIMIT;
+        let again = withdraw_expired(&r, "a", "node-a", initialized).await;
+        let reasons: Vec<(String, String)> = withdrawn(&sent);
+        assert!(
+            reasons.contains(&("untried".to_owned(), WITHDRAWN_REASON.to_owned())),
+            "the limit withdraws it: {reasons:?}"
+        );
+        assert_eq!(again, None, "and nothing is left to look at");
     }
 }

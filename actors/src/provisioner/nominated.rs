@@ -9,7 +9,8 @@
 //! [`crate::launcher::CreatedClaims::nominations`]) is moved from the round's pending pods
 //! onto that NodeClaim, or onto its Node, so the solve places only the others, on what
 //! remains. A nomination lapses a window after the Node is initialized, time the
-//! kube-scheduler has to bind the pods there: a pod it did not take is planned afresh.
+//! kube-scheduler has to bind the pods there: a pod it refused is planned afresh (one it
+//! has not tried yet stays held for longer, see [`crate::launcher::UNTRIED_NOMINATION_LIMIT`]).
 //! The pods a round places in the room left on such a NodeClaim are added to the ones it
 //! holds ([`assign`]): held from the next round on like the others (and nominated when its
 //! Node registers), instead of being solved again from scratch every round among the pods

@@ -11,7 +11,8 @@ use kerf::labels;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use kerf_actors::launcher::NOMINATION_WINDOW;
+use kerf_actors::launcher::{NOMINATION_WINDOW, UNTRIED_NOMINATION_LIMIT};
+use kerf_actors::lifecycle::FUTILITY_CHECK_PERIOD;
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
 
 use crate::stack::*;
@@ -199,37 +200,14 @@ fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the
         })
         .await;
 
-        // The scheduler tried the nominated node and found no room: it rewrites its report
-        // in a later second than the initialization (times are whole seconds), keeping the
-        // condition's transition time, as kube-scheduler does while a pod stays
-        // unschedulable. Only its status write's time is new.
+        // The scheduler tried the nominated node and found no room, in a later second than
+        // the initialization (times are whole seconds).
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        let report = json!({"status": {"conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": "0/1 nodes are available: 1 Insufficient cpu.",
-            "lastTransitionTime": "2020-01-01T00:00:00Z",
-        }]}});
-        let as_scheduler = PatchParams {
-            field_manager: Some(kerf::pods::SCHEDULER_FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        Api::<Pod>::namespaced(stack.harness.client.clone(), "default")
-            .patch_status("web-1", &as_scheduler, &Patch::Strategic(&report))
-            .await
-            .expect("reported unschedulable");
+        report_unschedulable(&stack, "web-1").await;
         eventually("the futile nomination withdrawn", || {
-            stack.pod("web-1").is_some_and(|pod| {
-                pod["status"]["nominatedNodeName"].is_null()
-                    && pod["status"]["conditions"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|c| {
-                            c["type"] == kerf::pods::NOMINATION_CONDITION
-                                && c["status"] == "False"
-                                && c["reason"] == "NominationUnusable"
-                        })
-            })
+            stack
+                .pod("web-1")
+                .is_some_and(|pod| withdrawn_as_unusable(&pod))
         })
         .await;
         assert!(
@@ -239,6 +217,77 @@ fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the
         );
         stack.stop().await;
     });
+}
+
+#[test]
+fn a_pod_the_scheduler_has_not_tried_keeps_its_nomination_past_the_window_until_refused() {
+    run(|| async {
+        // The test plays the kube-scheduler, and tries nothing for a while: the backlog a
+        // thousand Nodes initializing at once leave it.
+        let stack = Stack::start_without_scheduler(fast_timings()).await;
+        let cluster = stack.cluster();
+        create_pending_zonal_pod(&cluster, "web-1");
+        let node = first_claim_status(&stack, types::INITIALIZED, "nodeName").await;
+        let initialized = tokio::time::Instant::now();
+        let nominated_here = |pod: &Value| pod["status"]["nominatedNodeName"] == node.as_str();
+        eventually("the pod nominated to the node", || {
+            stack.pod("web-1").is_some_and(|pod| nominated_here(&pod))
+        })
+        .await;
+
+        tokio::time::sleep_until(initialized + NOMINATION_WINDOW + 2 * FUTILITY_CHECK_PERIOD).await;
+        let pod = stack.pod("web-1").expect("pod");
+        assert!(
+            nominated_here(&pod),
+            "still nominated past the window: {pod:#}"
+        );
+        assert_eq!(stack.nodeclaims().len(), 1, "and planned nowhere else");
+
+        report_unschedulable(&stack, "web-1").await;
+        eventually("the refused nomination withdrawn", || {
+            stack
+                .pod("web-1")
+                .is_some_and(|pod| withdrawn_as_unusable(&pod))
+        })
+        .await;
+        assert!(
+            initialized.elapsed() < UNTRIED_NOMINATION_LIMIT,
+            "withdrawn for the refusal, not at the limit"
+        );
+        stack.stop().await;
+    });
+}
+
+/// Reports `pod` unschedulable as kube-scheduler rewrites its report: the condition's
+/// transition time kept (it stays unschedulable), only its status write's time new.
+async fn report_unschedulable(stack: &Stack, pod: &str) {
+    let report = json!({"status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/1 nodes are available: 1 Insufficient cpu.",
+        "lastTransitionTime": "2020-01-01T00:00:00Z",
+    }]}});
+    let as_scheduler = PatchParams {
+        field_manager: Some(kerf::pods::SCHEDULER_FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    Api::<Pod>::namespaced(stack.harness.client.clone(), "default")
+        .patch_status(pod, &as_scheduler, &Patch::Strategic(&report))
+        .await
+        .expect("reported unschedulable");
+}
+
+/// Whether kerf withdrew `pod`'s nomination because the kube-scheduler found it no room.
+fn withdrawn_as_unusable(pod: &Value) -> bool {
+    pod["status"]["nominatedNodeName"].is_null()
+        && pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["type"] == kerf::pods::NOMINATION_CONDITION
+                    && c["status"] == "False"
+                    && c["reason"] == "NominationUnusable"
+            })
 }
 
 #[test]
