@@ -5,7 +5,7 @@
 //! capacity may have been freed for them: a NodeClaim deleted (for example one whose launch
 //! was refused for insufficient capacity) or a NodePool's limits raised; when a Node
 //! starts deleting, whose pods then need replacement capacity; and when a NodeClaim's
-//! nomination window (or its limit for untried pods) ends, releasing the pods it held. These are
+//! nomination window (or its limit) ends, releasing the pods it held. These are
 //! subscriptions to the watch streams' changes, wired by the daemon; nothing else needs a
 //! hook to get pods provisioned again.
 //!
@@ -162,10 +162,10 @@ pub async fn retrigger(
     }
 }
 
-/// Requests a re-trigger as each nomination window of `created` (or its limit for untried
-/// pods) ends: the pods a NodeClaim held are planned afresh at once, not at the next periodic
-/// re-trigger up to [`RETRIGGER_PERIOD`] later — the pods the kube-scheduler did not place
-/// on it are waiting.
+/// Requests a re-trigger as each nomination window of `created` (or its limit) ends: the
+/// pods a NodeClaim held are planned afresh at once, not at the next periodic re-trigger up
+/// to [`RETRIGGER_PERIOD`] later — the pods the kube-scheduler did not place on it are
+/// waiting.
 pub async fn on_nomination_lapse(
     created: CreatedClaims,
     requests: Retrigger,

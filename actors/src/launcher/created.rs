@@ -6,8 +6,8 @@
 //! from scratch (which spreads them differently and leaves some over for new NodeClaims).
 //! A later round that places pods in the room left on such a NodeClaim adds them to its
 //! pods ([`CreatedClaims::assign`]), so they are held and nominated like the first ones.
-//! Past the window, the pods the kube-scheduler has not tried since the Node was initialized
-//! stay held until it refuses them or [`UNTRIED_NOMINATION_LIMIT`] passes.
+//! Past the window, the pods whose nomination is not futile stay held until
+//! [`NOMINATION_LIMIT`].
 //! Whether a pod's nomination is futile ([`nomination_futile`]) is judged here too, for the
 //! lifecycle, which withdraws such nominations early; the pod stays held for the window
 //! (the room it lost on its Node may be waiting for it on a Node still booting).
@@ -42,18 +42,18 @@ pub const UNSEEN_NODECLAIM_GRACE: Duration = Duration::from_secs(30);
 /// window, `max(2 × BATCH_MAX_DURATION, 10s)` at the default 10 s batch.
 pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 
-/// How long after its Node is initialized a pod the kube-scheduler has not yet tried there
-/// stays nominated and held, past [`NOMINATION_WINDOW`]. When a thousand Nodes initialize
-/// within seconds, ten thousand pods become bindable at once and the kube-scheduler works
-/// through them at hundreds a second with per-pod backoff: the last of them wait longer than
-/// the window for their first try, while the room planned for them is still there. Upstream
-/// keeps such a pod nominated as long as each round places it on the same node; planned
-/// afresh instead, it is packed among the room other pods took meanwhile, and the pods that
-/// no longer fit get new NodeClaims (5–35% more at 20,000 pods). A pod tried and refused
-/// since the Node was initialized ([`reported_unschedulable_after`]) is released at the
-/// window's end as before; the limit bounds the wait for a try that leaves no trace (a
-/// refusal whose report is unchanged is not written again).
-pub const UNTRIED_NOMINATION_LIMIT: Duration = Duration::from_secs(60);
+/// The longest pods stay nominated to a NodeClaim after its Node is initialized: past
+/// [`NOMINATION_WINDOW`], a pod whose nomination is not futile ([`nomination_futile`]: the
+/// kube-scheduler has not refused it since, or its fit depends on peers still binding)
+/// stays nominated and held until then. When a thousand Nodes initialize within seconds,
+/// ten thousand pods become bindable at once and the kube-scheduler works through them at
+/// hundreds a second with per-pod backoff: the last of them wait longer than the window for
+/// their first try, while the room planned for them is still there. Upstream keeps such a
+/// pod nominated as long as each round places it on the same node; planned afresh instead,
+/// it is packed among the room other pods took meanwhile, and the pods that no longer fit
+/// get new NodeClaims (5–35% more at 20,000 pods). The limit bounds the wait for a try that
+/// leaves no trace (a refusal whose report is unchanged is not written again).
+pub const NOMINATION_LIMIT: Duration = Duration::from_secs(60);
 
 /// The pods one NodeClaim was created for, shared with each reader: a round reads every
 /// NodeClaim's, and each nomination write borrows its pod from the list, so at 20,000 pods
@@ -99,8 +99,8 @@ impl CreatedClaims {
     /// The pods nominated to each NodeClaim, by NodeClaim name: one this Launcher created
     /// that is not being deleted, until [`NOMINATION_WINDOW`] after its Node is initialized
     /// (the kube-scheduler binds them meanwhile; the pods it did not take are then planned
-    /// afresh), and past it, until [`UNTRIED_NOMINATION_LIMIT`], the pending ones it has not
-    /// tried since. Nominations of NodeClaims that are done or gone are dropped.
+    /// afresh), and past it, until [`NOMINATION_LIMIT`], the pending ones whose nomination
+    /// is not futile. Nominations of NodeClaims that are done or gone are dropped.
     pub fn nominations(&self, state: &ClusterState) -> HashMap<String, HeldPods> {
         let mut held = HashMap::new();
         self.nominated.retain(|name, nomination| {
@@ -112,7 +112,7 @@ impl CreatedClaims {
                         .initialized
                         .get_or_insert_with(Instant::now)
                         .elapsed();
-                    if since >= UNTRIED_NOMINATION_LIMIT {
+                    if since >= NOMINATION_LIMIT {
                         return false;
                     }
                     if since < NOMINATION_WINDOW {
@@ -120,11 +120,11 @@ impl CreatedClaims {
                     } else {
                         // Kept while it lasts: the lifecycle withdraws its pods' nominations
                         // as the kube-scheduler refuses them.
-                        let untried = untried(state, &nomination.pods, at);
-                        if untried.is_empty() {
+                        let waiting = still_nominated(state, &nomination.pods, at);
+                        if waiting.is_empty() {
                             return true;
                         }
-                        Arc::new(untried)
+                        Arc::new(waiting)
                     }
                 }
             };
@@ -144,7 +144,7 @@ impl CreatedClaims {
             .flat_map(|initialized| {
                 [
                     initialized + NOMINATION_WINDOW,
-                    initialized + UNTRIED_NOMINATION_LIMIT,
+                    initialized + NOMINATION_LIMIT,
                 ]
             })
             .filter(|lapse| *lapse > after)
@@ -234,16 +234,20 @@ enum Progress {
     Initialized(Option<Timestamp>),
 }
 
-/// Of `pods`, those still pending whose Node was initialized at `initialized` and that the
-/// kube-scheduler has not reported unschedulable since (with no time, every pending one).
-fn untried(state: &ClusterState, pods: &[PodRef], initialized: Option<Timestamp>) -> Vec<PodRef> {
+/// Of `pods`, those still pending whose nomination to a Node initialized at `initialized` is
+/// not futile (with no time, every pending one).
+fn still_nominated(
+    state: &ClusterState,
+    pods: &[PodRef],
+    initialized: Option<Timestamp>,
+) -> Vec<PodRef> {
     pods.iter()
         .filter(|pod| {
             let key = ObjectKey::new(Some(&pod.namespace), &pod.name);
             state.pods.get(&key).is_some_and(|stored| {
                 stored.meta().uid == Some(pod.uid.as_str())
                     && !kerf::pods::is_bound(&stored)
-                    && !initialized.is_some_and(|at| reported_unschedulable_after(&stored, at))
+                    && !initialized.is_some_and(|at| nomination_futile(&stored, at))
             })
         })
         .cloned()
@@ -269,7 +273,7 @@ pub fn nomination_futile(pod: &LeanPod, initialized: Timestamp) -> bool {
 /// pod turned unschedulable) or by the time of the scheduler's last status write
 /// ([`PodLike::scheduler_reported_at`]: kube-scheduler keeps the transition time while
 /// the pod stays unschedulable, and rewrites the report when its message changes).
-pub fn reported_unschedulable_after(pod: &LeanPod, initialized: Timestamp) -> bool {
+fn reported_unschedulable_after(pod: &LeanPod, initialized: Timestamp) -> bool {
     let later = |at: Timestamp| at.as_second() > initialized.as_second();
     pod.status
         .as_ref()
@@ -511,10 +515,10 @@ mod tests {
         requests.requested().await;
         assert_eq!(
             Instant::now(),
-            start + UNTRIED_NOMINATION_LIMIT,
+            start + NOMINATION_LIMIT,
             "the pods not tried yet are released at the limit"
         );
-        let again = tokio::time::timeout(UNTRIED_NOMINATION_LIMIT * 2, requests.requested()).await;
+        let again = tokio::time::timeout(NOMINATION_LIMIT * 2, requests.requested()).await;
         assert!(again.is_err(), "a window and its limit end once");
         stop.send_replace(true);
         task.await.expect("the task ends on shutdown");
@@ -612,10 +616,10 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn past_the_window_only_the_pods_the_scheduler_has_not_tried_since_stay_held() {
+    async fn past_the_window_only_the_pods_whose_nomination_is_not_futile_stay_held() {
         let (state, mut writers) = ClusterState::new();
         let created = CreatedClaims::default();
-        let names = ["untried", "refused", "refused-before", "bound"];
+        let names = ["untried", "refused", "refused-before", "spread", "bound"];
         created.insert(claim("a"), pods(&names));
         let key = |n: &str| ObjectKey::new(None, n);
         let mut initialized = on_node("a", "node-a");
@@ -628,22 +632,25 @@ mod tests {
         );
         writers.nodeclaims.apply(key("a"), initialized);
         writers.nodes.apply(key("node-a"), node("node-a", true));
+        let after = Some("2026-01-01T00:00:11Z");
         let reports = [
             ("untried", None),
-            ("refused", Some("2026-01-01T00:00:11Z")),
+            ("refused", after),
             ("refused-before", Some("2026-01-01T00:00:09Z")),
+            ("spread", after),
             ("bound", None),
         ];
         for (name, reported) in reports {
             let mut stored = pod(name, reported).to_pod();
-            if name == "bound" {
-                stored.spec = Some(
-                    serde_json::from_value(
-                        serde_json::json!({"containers": [], "nodeName": "node-a"}),
-                    )
-                    .expect("valid spec"),
-                );
-            }
+            let spec = match name {
+                "bound" => serde_json::json!({"containers": [], "nodeName": "node-a"}),
+                // Refused while its peers bind elsewhere: its room here still waits for it.
+                "spread" => serde_json::json!({"containers": [], "topologySpreadConstraints": [{
+                    "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule"}]}),
+                _ => serde_json::json!({"containers": []}),
+            };
+            stored.spec = Some(serde_json::from_value(spec).expect("valid spec"));
             writers
                 .pods
                 .apply(ObjectKey::new(Some("default"), name), stored);
@@ -658,8 +665,9 @@ mod tests {
         tokio::time::advance(NOMINATION_WINDOW).await;
         assert_eq!(
             held(&created),
-            ["untried", "refused-before"],
-            "past it, the pending pods not refused since the Node was initialized"
+            ["untried", "refused-before", "spread"],
+            "past it, the pending pods not found a futile nomination since the Node was \
+             initialized"
         );
         assert_eq!(
             created.assign("a", &pods(&["late"])),
@@ -668,11 +676,11 @@ mod tests {
         );
         assert_eq!(
             created.nominated_pods("a").len(),
-            4,
+            names.len(),
             "the lifecycle still sees every pod it nominated"
         );
 
-        tokio::time::advance(UNTRIED_NOMINATION_LIMIT - NOMINATION_WINDOW).await;
+        tokio::time::advance(NOMINATION_LIMIT - NOMINATION_WINDOW).await;
         assert!(held(&created).is_empty(), "the limit releases the rest");
         assert!(created.nominated_pods("a").is_empty());
     }

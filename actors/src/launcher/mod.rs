@@ -25,8 +25,8 @@ use crate::metrics::NODECLAIMS_CREATED;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
 pub use created::{
-    CreatedClaims, HeldPods, NOMINATION_WINDOW, UNSEEN_NODECLAIM_GRACE, UNTRIED_NOMINATION_LIMIT,
-    nomination_futile, reported_unschedulable_after,
+    CreatedClaims, HeldPods, NOMINATION_LIMIT, NOMINATION_WINDOW, UNSEEN_NODECLAIM_GRACE,
+    nomination_futile,
 };
 
 /// Each message is answered after one API create (milliseconds), and the Provisioner waits

@@ -34,17 +34,17 @@
 //! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
 //! counted, never fail the launch or the registration, and each step is bounded in time.
 //! A nomination lasts as long as the Provisioner holds the pods on the NodeClaim: until
-//! [`NOMINATION_WINDOW`] after the Node is initialized, and for a pod the kube-scheduler has
-//! not tried since, until it does or [`UNTRIED_NOMINATION_LIMIT`] passes (a thousand Nodes
-//! initializing at once leave it a backlog longer than the window). A pod still pending
+//! [`NOMINATION_WINDOW`] after the Node is initialized, and for a pod whose nomination is
+//! not futile (see below), until [`NOMINATION_LIMIT`] (a thousand Nodes initializing at once
+//! leave the kube-scheduler a backlog longer than the window). A pod still pending
 //! then did not fit (or lost its room); its nomination is withdrawn, or the kube-scheduler
 //! (which since Kubernetes 1.34 leaves `nominatedNodeName` to whoever wrote it) would keep
 //! room on that node for a pod that will not go there, and the pod would wait for a place
 //! kerf cannot see is taken. A pod the kube-scheduler reports unschedulable after the Node was
 //! initialized had its nominated node tried first and did not fit
 //! ([`crate::launcher::nomination_futile`]): its nomination is withdrawn within
-//! [`FUTILITY_CHECK_PERIOD`], without waiting for the window, so the room it reserved goes
-//! to pods that can use it.
+//! [`FUTILITY_CHECK_PERIOD`], without waiting for the window or the limit, so the room it
+//! reserved goes to pods that can use it.
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -62,9 +62,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use super::reconcile::{Reconciler, is_status};
-use crate::launcher::{
-    NOMINATION_WINDOW, UNTRIED_NOMINATION_LIMIT, nomination_futile, reported_unschedulable_after,
-};
+use crate::launcher::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile};
 use crate::state::ObjectKey;
 
 /// Nomination writes in flight at once, across every launched and registering Node: with
@@ -190,10 +188,9 @@ const FUTILE_REASON: &str = "NominationUnusable";
 pub const FUTILITY_CHECK_PERIOD: Duration = Duration::from_secs(2);
 
 /// Withdraws kerf's nominations to `node` (of NodeClaim `nodeclaim`), initialized at
-/// `initialized`: within the window those their pods could not use; at its end every other
-/// one but those of the NodeClaim's pods the kube-scheduler has not tried since, which last
-/// until it refuses them or [`UNTRIED_NOMINATION_LIMIT`] passes. Returns when to look
-/// again, while some still wait.
+/// `initialized`: those of the NodeClaim's pods that could not use them; at the window's end,
+/// those of every other pod; at [`NOMINATION_LIMIT`], every one left. Returns when to look
+/// again, while some may still be withdrawn.
 pub async fn withdraw_expired(
     r: &Reconciler,
     nodeclaim: &str,
@@ -203,32 +200,26 @@ pub async fn withdraw_expired(
     let since =
         Duration::try_from(Timestamp::now().duration_since(initialized)).unwrap_or_default();
     let left = |limit: Duration| limit.checked_sub(since).filter(|d| !d.is_zero());
-    let refused = format!("reported unschedulable after node {node} was initialized");
-    if let Some(left) = left(NOMINATION_WINDOW) {
-        let futile = |pod: &LeanPod| nomination_futile(pod, initialized);
-        withdraw_listed(r, nodeclaim, node, futile, FUTILE_REASON, &refused).await;
-        return Some(left.min(FUTILITY_CHECK_PERIOD));
-    }
-    if !r.nominations_withdrawn.contains(node) {
+    let window_left = left(NOMINATION_WINDOW);
+    if window_left.is_none() && !r.nominations_withdrawn.contains(node) {
         withdraw_unlisted(r, nodeclaim, node).await;
     }
-    let untried_left = left(UNTRIED_NOMINATION_LIMIT);
-    let kept = match untried_left {
-        Some(_) => {
-            let tried = |pod: &LeanPod| reported_unschedulable_after(pod, initialized);
-            withdraw_listed(r, nodeclaim, node, tried, FUTILE_REASON, &refused).await
-        }
-        None => {
-            let message = format!(
-                "was not scheduled on node {node} within {UNTRIED_NOMINATION_LIMIT:?} of it \
-                 being initialized"
-            );
-            withdraw_listed(r, nodeclaim, node, |_| true, WITHDRAWN_REASON, &message).await
-        }
+    let Some(limit_left) = left(NOMINATION_LIMIT) else {
+        let message = format!(
+            "was not scheduled on node {node} within {NOMINATION_LIMIT:?} of it being initialized"
+        );
+        withdraw_listed(r, nodeclaim, node, |_| true, WITHDRAWN_REASON, &message).await;
+        return None;
     };
-    untried_left
-        .filter(|_| kept > 0)
-        .map(|left| left.min(FUTILITY_CHECK_PERIOD))
+    let futile = |pod: &LeanPod| nomination_futile(pod, initialized);
+    let message = format!("reported unschedulable after node {node} was initialized");
+    let kept = withdraw_listed(r, nodeclaim, node, futile, FUTILE_REASON, &message).await;
+    // Within the window a later round may add pods to the NodeClaim; past it, only the
+    // nominations kept may still turn futile.
+    match window_left {
+        Some(window_left) => Some(window_left.min(FUTILITY_CHECK_PERIOD)),
+        None => (kept > 0).then(|| limit_left.min(FUTILITY_CHECK_PERIOD)),
+    }
 }
 
 /// Withdraws, once the window has passed, the nominations to `node` of pending pods that
@@ -694,15 +685,24 @@ pub(super) mod tests {
     }
 
     #[tokio::test]
-    async fn past_the_window_a_nomination_lasts_until_the_scheduler_refuses_it_or_the_limit() {
+    async fn past_the_window_a_nomination_lasts_until_it_is_futile_or_the_limit() {
         let (state, mut writers) = crate::state::ClusterState::new();
         let initialized = Timestamp::now() - NOMINATION_WINDOW - Duration::from_secs(5);
         let after = (initialized + Duration::from_secs(2)).to_string();
-        for (name, reported) in [("untried", None), ("refused", Some(after.as_str()))] {
-            writers.pods.apply(
-                ObjectKey::new(Some("default"), name),
-                nominated_pod(name, "node-a", reported),
-            );
+        let after = Some(after.as_str());
+        for (name, reported) in [("untried", None), ("refused", after), ("spread", after)] {
+            let mut pod = nominated_pod(name, "node-a", reported);
+            if name == "spread" {
+                // Refused while its peers bind elsewhere: its room here still waits for it.
+                pod.spec = serde_json::from_value(serde_json::json!({"containers": [],
+                    "topologySpreadConstraints": [{"maxSkew": 1,
+                        "topologyKey": "topology.kubernetes.io/zone",
+                        "whenUnsatisfiable": "DoNotSchedule"}]}))
+                .expect("valid spec");
+            }
+            writers
+                .pods
+                .apply(ObjectKey::new(Some("default"), name), pod);
         }
         // Nominated by a predecessor: this process has no list with it.
         writers.pods.apply(
@@ -710,7 +710,7 @@ pub(super) mod tests {
             nominated_pod("foreign", "node-a", None),
         );
         let (r, sent) = recording_reconciler(state);
-        let listed = ["untried", "refused"].map(|name| PodRef {
+        let listed = ["untried", "refused", "spread"].map(|name| PodRef {
             namespace: "default".into(),
             name: name.into(),
             uid: name.into(),
@@ -730,20 +730,22 @@ pub(super) mod tests {
                 ("foreign".to_owned(), WITHDRAWN_REASON.to_owned()),
                 ("refused".to_owned(), FUTILE_REASON.to_owned())
             ],
-            "past the window, the pod not tried yet keeps its nomination"
+            "past the window, the pods not tried yet or whose fit depends on peers keep theirs"
         );
         assert!(
             again.is_some_and(|after| after <= FUTILITY_CHECK_PERIOD),
             "looked at again while it waits: {again:?}"
         );
 
-        let initialized = Timestamp::now() - UNTRIED_NOMINATION_LIMIT;
+        let initialized = Timestamp::now() - NOMINATION_LIMIT;
         let again = withdraw_expired(&r, "a", "node-a", initialized).await;
         let reasons: Vec<(String, String)> = withdrawn(&sent);
-        assert!(
-            reasons.contains(&("untried".to_owned(), WITHDRAWN_REASON.to_owned())),
-            "the limit withdraws it: {reasons:?}"
-        );
+        for pod in ["untried", "spread"] {
+            assert!(
+                reasons.contains(&(pod.to_owned(), WITHDRAWN_REASON.to_owned())),
+                "the limit withdraws {pod}'s: {reasons:?}"
+            );
+        }
         assert_eq!(again, None, "and nothing is left to look at");
     }
 }

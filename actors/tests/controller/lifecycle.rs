@@ -11,7 +11,7 @@ use kerf::labels;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use kerf_actors::launcher::{NOMINATION_WINDOW, UNTRIED_NOMINATION_LIMIT};
+use kerf_actors::launcher::{NOMINATION_LIMIT, NOMINATION_WINDOW};
 use kerf_actors::lifecycle::FUTILITY_CHECK_PERIOD;
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
 
@@ -251,7 +251,7 @@ fn a_pod_the_scheduler_has_not_tried_keeps_its_nomination_past_the_window_until_
         })
         .await;
         assert!(
-            initialized.elapsed() < UNTRIED_NOMINATION_LIMIT,
+            initialized.elapsed() < NOMINATION_LIMIT,
             "withdrawn for the refusal, not at the limit"
         );
         stack.stop().await;
