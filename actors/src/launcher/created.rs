@@ -6,8 +6,8 @@
 //! from scratch (which spreads them differently and leaves some over for new NodeClaims).
 //! A later round that places pods in the room left on such a NodeClaim adds them to its
 //! pods ([`CreatedClaims::assign`]), so they are held and nominated like the first ones.
-//! Past the window, the pods whose nomination is not futile stay held until
-//! [`NOMINATION_LIMIT`].
+//! Past the window, the pods the kube-scheduler has not tried since the Node was initialized
+//! stay held until it does or [`NOMINATION_LIMIT`] passes.
 //! Whether a pod's nomination is futile ([`nomination_futile`]) is judged here too, for the
 //! lifecycle, which withdraws such nominations early; the pod stays held for the window
 //! (the room it lost on its Node may be waiting for it on a Node still booting).
@@ -43,16 +43,18 @@ pub const UNSEEN_NODECLAIM_GRACE: Duration = Duration::from_secs(30);
 pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 
 /// The longest pods stay nominated to a NodeClaim after its Node is initialized: past
-/// [`NOMINATION_WINDOW`], a pod whose nomination is not futile ([`nomination_futile`]: the
-/// kube-scheduler has not refused it since, or its fit depends on peers still binding)
-/// stays nominated and held until then. When a thousand Nodes initialize within seconds,
-/// ten thousand pods become bindable at once and the kube-scheduler works through them at
-/// hundreds a second with per-pod backoff: the last of them wait longer than the window for
-/// their first try, while the room planned for them is still there. Upstream keeps such a
-/// pod nominated as long as each round places it on the same node; planned afresh instead,
-/// it is packed among the room other pods took meanwhile, and the pods that no longer fit
-/// get new NodeClaims (5–35% more at 20,000 pods). The limit bounds the wait for a try that
-/// leaves no trace (a refusal whose report is unchanged is not written again).
+/// [`NOMINATION_WINDOW`], a pod the kube-scheduler has not tried since
+/// ([`tried_since`]) stays nominated and held until then. When a thousand Nodes initialize
+/// within seconds, ten thousand pods become bindable at once and the kube-scheduler works
+/// through them at hundreds a second with per-pod backoff: the last of them wait longer than
+/// the window for their first try, while the room planned for them is still there. Upstream
+/// keeps such a pod nominated as long as each round places it on the same node; planned
+/// afresh instead, it is packed among the room other pods took meanwhile, and the pods that
+/// no longer fit get new NodeClaims (5–35% more at 20,000 pods). A pod tried and refused is
+/// released at the window's end, as before, even one whose fit depends on its peers: held
+/// longer, the ones whose room was really gone (a peer bound there) waited for the limit
+/// and then for new capacity. The limit bounds the wait for a try that leaves no trace (a
+/// refusal whose report is unchanged is not written again).
 pub const NOMINATION_LIMIT: Duration = Duration::from_secs(60);
 
 /// The pods one NodeClaim was created for, shared with each reader: a round reads every
@@ -99,8 +101,8 @@ impl CreatedClaims {
     /// The pods nominated to each NodeClaim, by NodeClaim name: one this Launcher created
     /// that is not being deleted, until [`NOMINATION_WINDOW`] after its Node is initialized
     /// (the kube-scheduler binds them meanwhile; the pods it did not take are then planned
-    /// afresh), and past it, until [`NOMINATION_LIMIT`], the pending ones whose nomination
-    /// is not futile. Nominations of NodeClaims that are done or gone are dropped.
+    /// afresh), and past it, until [`NOMINATION_LIMIT`], the pending ones it has not tried
+    /// since. Nominations of NodeClaims that are done or gone are dropped.
     pub fn nominations(&self, state: &ClusterState) -> HashMap<String, HeldPods> {
         let mut held = HashMap::new();
         self.nominated.retain(|name, nomination| {
@@ -120,7 +122,7 @@ impl CreatedClaims {
                     } else {
                         // Kept while it lasts: the lifecycle withdraws its pods' nominations
                         // as the kube-scheduler refuses them.
-                        let waiting = still_nominated(state, &nomination.pods, at);
+                        let waiting = untried(state, &nomination.pods, at);
                         if waiting.is_empty() {
                             return true;
                         }
@@ -234,20 +236,16 @@ enum Progress {
     Initialized(Option<Timestamp>),
 }
 
-/// Of `pods`, those still pending whose nomination to a Node initialized at `initialized` is
-/// not futile (with no time, every pending one).
-fn still_nominated(
-    state: &ClusterState,
-    pods: &[PodRef],
-    initialized: Option<Timestamp>,
-) -> Vec<PodRef> {
+/// Of `pods`, those still pending that the kube-scheduler has not tried since their Node
+/// was initialized at `initialized` (with no time, every pending one).
+fn untried(state: &ClusterState, pods: &[PodRef], initialized: Option<Timestamp>) -> Vec<PodRef> {
     pods.iter()
         .filter(|pod| {
             let key = ObjectKey::new(Some(&pod.namespace), &pod.name);
             state.pods.get(&key).is_some_and(|stored| {
                 stored.meta().uid == Some(pod.uid.as_str())
                     && !kerf::pods::is_bound(&stored)
-                    && !initialized.is_some_and(|at| nomination_futile(&stored, at))
+                    && !initialized.is_some_and(|at| tried_since(&stored, at))
             })
         })
         .cloned()
@@ -265,15 +263,15 @@ fn still_nominated(
 /// bound elsewhere catch up — a spread over zones whose Nodes are still booting — so its
 /// nomination is never judged futile: it lasts the window.
 pub fn nomination_futile(pod: &LeanPod, initialized: Timestamp) -> bool {
-    !kerf::pods::fit_depends_on_other_pods(pod) && reported_unschedulable_after(pod, initialized)
+    !kerf::pods::fit_depends_on_other_pods(pod) && tried_since(pod, initialized)
 }
 
-/// Whether the kube-scheduler's latest verdict on `pod` is `Unschedulable` and came in a
-/// later second than `initialized`: by the condition's `lastTransitionTime` (set when the
+/// Whether the kube-scheduler tried `pod` since its Node was initialized at `initialized`
+/// and found it no place: its latest verdict is `Unschedulable` and came in a later second: by the condition's `lastTransitionTime` (set when the
 /// pod turned unschedulable) or by the time of the scheduler's last status write
 /// ([`PodLike::scheduler_reported_at`]: kube-scheduler keeps the transition time while
 /// the pod stays unschedulable, and rewrites the report when its message changes).
-fn reported_unschedulable_after(pod: &LeanPod, initialized: Timestamp) -> bool {
+pub fn tried_since(pod: &LeanPod, initialized: Timestamp) -> bool {
     let later = |at: Timestamp| at.as_second() > initialized.as_second();
     pod.status
         .as_ref()
@@ -616,7 +614,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn past_the_window_only_the_pods_whose_nomination_is_not_futile_stay_held() {
+    async fn past_the_window_only_the_pods_the_scheduler_has_not_tried_since_stay_held() {
         let (state, mut writers) = ClusterState::new();
         let created = CreatedClaims::default();
         let names = ["untried", "refused", "refused-before", "spread", "bound"];
@@ -644,7 +642,7 @@ mod tests {
             let mut stored = pod(name, reported).to_pod();
             let spec = match name {
                 "bound" => serde_json::json!({"containers": [], "nodeName": "node-a"}),
-                // Refused while its peers bind elsewhere: its room here still waits for it.
+                // Refused although its fit depends on peers: released all the same.
                 "spread" => serde_json::json!({"containers": [], "topologySpreadConstraints": [{
                     "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
                     "whenUnsatisfiable": "DoNotSchedule"}]}),
@@ -665,9 +663,8 @@ mod tests {
         tokio::time::advance(NOMINATION_WINDOW).await;
         assert_eq!(
             held(&created),
-            ["untried", "refused-before", "spread"],
-            "past it, the pending pods not found a futile nomination since the Node was \
-             initialized"
+            ["untried", "refused-before"],
+            "past it, the pending pods not refused since the Node was initialized"
         );
         assert_eq!(
             created.assign("a", &pods(&["late"])),

@@ -34,17 +34,17 @@
 //! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
 //! counted, never fail the launch or the registration, and each step is bounded in time.
 //! A nomination lasts as long as the Provisioner holds the pods on the NodeClaim: until
-//! [`NOMINATION_WINDOW`] after the Node is initialized, and for a pod whose nomination is
-//! not futile (see below), until [`NOMINATION_LIMIT`] (a thousand Nodes initializing at once
-//! leave the kube-scheduler a backlog longer than the window). A pod still pending
+//! [`NOMINATION_WINDOW`] after the Node is initialized, and for a pod the kube-scheduler has
+//! not tried since, until it does or [`NOMINATION_LIMIT`] passes (a thousand Nodes
+//! initializing at once leave it a backlog longer than the window). A pod still pending
 //! then did not fit (or lost its room); its nomination is withdrawn, or the kube-scheduler
 //! (which since Kubernetes 1.34 leaves `nominatedNodeName` to whoever wrote it) would keep
 //! room on that node for a pod that will not go there, and the pod would wait for a place
 //! kerf cannot see is taken. A pod the kube-scheduler reports unschedulable after the Node was
 //! initialized had its nominated node tried first and did not fit
 //! ([`crate::launcher::nomination_futile`]): its nomination is withdrawn within
-//! [`FUTILITY_CHECK_PERIOD`], without waiting for the window or the limit, so the room it
-//! reserved goes to pods that can use it.
+//! [`FUTILITY_CHECK_PERIOD`], without waiting for the window, so the room it reserved goes
+//! to pods that can use it.
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -62,7 +62,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use super::reconcile::{Reconciler, is_status};
-use crate::launcher::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile};
+use crate::launcher::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile, tried_since};
 use crate::state::ObjectKey;
 
 /// Nomination writes in flight at once, across every launched and registering Node: with
@@ -188,9 +188,10 @@ const FUTILE_REASON: &str = "NominationUnusable";
 pub const FUTILITY_CHECK_PERIOD: Duration = Duration::from_secs(2);
 
 /// Withdraws kerf's nominations to `node` (of NodeClaim `nodeclaim`), initialized at
-/// `initialized`: those of the NodeClaim's pods that could not use them; at the window's end,
-/// those of every other pod; at [`NOMINATION_LIMIT`], every one left. Returns when to look
-/// again, while some may still be withdrawn.
+/// `initialized`: within the window those of the NodeClaim's pods that could not use them;
+/// past it those of every other pod, and of the NodeClaim's pods the kube-scheduler has tried
+/// since; at [`NOMINATION_LIMIT`], every one left. Returns when to look again, while some
+/// may still be withdrawn.
 pub async fn withdraw_expired(
     r: &Reconciler,
     nodeclaim: &str,
@@ -200,8 +201,14 @@ pub async fn withdraw_expired(
     let since =
         Duration::try_from(Timestamp::now().duration_since(initialized)).unwrap_or_default();
     let left = |limit: Duration| limit.checked_sub(since).filter(|d| !d.is_zero());
-    let window_left = left(NOMINATION_WINDOW);
-    if window_left.is_none() && !r.nominations_withdrawn.contains(node) {
+    let refused = format!("reported unschedulable after node {node} was initialized");
+    if let Some(window_left) = left(NOMINATION_WINDOW) {
+        let futile = |pod: &LeanPod| nomination_futile(pod, initialized);
+        withdraw_listed(r, nodeclaim, node, futile, FUTILE_REASON, &refused).await;
+        // A later round may still add pods to the NodeClaim.
+        return Some(window_left.min(FUTILITY_CHECK_PERIOD));
+    }
+    if !r.nominations_withdrawn.contains(node) {
         withdraw_unlisted(r, nodeclaim, node).await;
     }
     let Some(limit_left) = left(NOMINATION_LIMIT) else {
@@ -211,15 +218,9 @@ pub async fn withdraw_expired(
         withdraw_listed(r, nodeclaim, node, |_| true, WITHDRAWN_REASON, &message).await;
         return None;
     };
-    let futile = |pod: &LeanPod| nomination_futile(pod, initialized);
-    let message = format!("reported unschedulable after node {node} was initialized");
-    let kept = withdraw_listed(r, nodeclaim, node, futile, FUTILE_REASON, &message).await;
-    // Within the window a later round may add pods to the NodeClaim; past it, only the
-    // nominations kept may still turn futile.
-    match window_left {
-        Some(window_left) => Some(window_left.min(FUTILITY_CHECK_PERIOD)),
-        None => (kept > 0).then(|| limit_left.min(FUTILITY_CHECK_PERIOD)),
-    }
+    let tried = |pod: &LeanPod| tried_since(pod, initialized);
+    let untried = withdraw_listed(r, nodeclaim, node, tried, FUTILE_REASON, &refused).await;
+    (untried > 0).then(|| limit_left.min(FUTILITY_CHECK_PERIOD))
 }
 
 /// Withdraws, once the window has passed, the nominations to `node` of pending pods that
@@ -685,7 +686,7 @@ pub(super) mod tests {
     }
 
     #[tokio::test]
-    async fn past_the_window_a_nomination_lasts_until_it_is_futile_or_the_limit() {
+    async fn past_the_window_a_nomination_lasts_until_the_scheduler_refuses_it_or_the_limit() {
         let (state, mut writers) = crate::state::ClusterState::new();
         let initialized = Timestamp::now() - NOMINATION_WINDOW - Duration::from_secs(5);
         let after = (initialized + Duration::from_secs(2)).to_string();
@@ -693,7 +694,7 @@ pub(super) mod tests {
         for (name, reported) in [("untried", None), ("refused", after), ("spread", after)] {
             let mut pod = nominated_pod(name, "node-a", reported);
             if name == "spread" {
-                // Refused while its peers bind elsewhere: its room here still waits for it.
+                // Refused although its fit depends on peers: withdrawn all the same.
                 pod.spec = serde_json::from_value(serde_json::json!({"containers": [],
                     "topologySpreadConstraints": [{"maxSkew": 1,
                         "topologyKey": "topology.kubernetes.io/zone",
@@ -728,9 +729,10 @@ pub(super) mod tests {
             withdrawn(&sent),
             [
                 ("foreign".to_owned(), WITHDRAWN_REASON.to_owned()),
-                ("refused".to_owned(), FUTILE_REASON.to_owned())
+                ("refused".to_owned(), FUTILE_REASON.to_owned()),
+                ("spread".to_owned(), FUTILE_REASON.to_owned())
             ],
-            "past the window, the pods not tried yet or whose fit depends on peers keep theirs"
+            "past the window, the pod not tried yet keeps its nomination"
         );
         assert!(
             again.is_some_and(|after| after <= FUTILITY_CHECK_PERIOD),
@@ -740,12 +742,10 @@ pub(super) mod tests {
         let initialized = Timestamp::now() - NOMINATION_LIMIT;
         let again = withdraw_expired(&r, "a", "node-a", initialized).await;
         let reasons: Vec<(String, String)> = withdrawn(&sent);
-        for pod in ["untried", "spread"] {
-            assert!(
-                reasons.contains(&(pod.to_owned(), WITHDRAWN_REASON.to_owned())),
-                "the limit withdraws {pod}'s: {reasons:?}"
-            );
-        }
+        assert!(
+            reasons.contains(&("untried".to_owned(), WITHDRAWN_REASON.to_owned())),
+            "the limit withdraws it: {reasons:?}"
+        );
         assert_eq!(again, None, "and nothing is left to look at");
     }
 }

@@ -10,8 +10,7 @@
 //! onto that NodeClaim, or onto its Node, so the solve places only the others, on what
 //! remains. A nomination lapses a window after the Node is initialized, time the
 //! kube-scheduler has to bind the pods there: a pod it refused is planned afresh (one it
-//! has not tried yet, or whose fit depends on peers still binding, stays held for longer, see
-//! [`crate::launcher::NOMINATION_LIMIT`]).
+//! has not tried yet stays held for longer, see [`crate::launcher::NOMINATION_LIMIT`]).
 //! The pods a round places in the room left on such a NodeClaim are added to the ones it
 //! holds ([`assign`]): held from the next round on like the others (and nominated when its
 //! Node registers), instead of being solved again from scratch every round among the pods
