@@ -265,7 +265,12 @@ impl Writer {
             Ok(series) => self.series.written(key, series, now),
             Err(error) => {
                 self.series.forget(&key);
-                tracing::warn!(%error, reason = event.reason, "writing event");
+                if crate::leader::is_fenced(&error) {
+                    // Counted by the fence; a replica that stopped leading has nothing to say.
+                    tracing::debug!(%error, reason = event.reason, "writing event");
+                } else {
+                    tracing::warn!(%error, reason = event.reason, "writing event");
+                }
             }
         }
     }

@@ -27,6 +27,12 @@ pub enum Fenced {
     LostLeadership(Method, String),
 }
 
+/// Whether `error` (or one it was caused by) is a request the fence refused or abandoned:
+/// this replica does not lead, so what it was writing is the next leader's to write.
+pub fn is_fenced(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |e| e.source()).any(|e| e.is::<Fenced>())
+}
+
 /// `client`, fenced by `leader` (true while this replica leads).
 pub fn fenced(client: Client, leader: watch::Receiver<bool>) -> Client {
     let namespace = client.default_namespace().to_owned();
@@ -60,4 +66,26 @@ fn send(client: Client, mut leader: watch::Receiver<bool>, request: Request<Body
 
 fn mutates(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_write_is_told_apart_from_other_failures() {
+        let answer = tower::service_fn(|_: Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(Body::from(b"{}".to_vec())))
+        });
+        let (_leading, leader) = watch::channel(false);
+        let client = fenced(Client::new(answer, "default"), leader);
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::default_namespaced(client);
+        let refused = api
+            .delete("web-1", &Default::default())
+            .await
+            .expect_err("a standby may not delete");
+        assert!(is_fenced(&refused), "{refused}");
+        let other = kube::Error::Service("connection reset".into());
+        assert!(!is_fenced(&other));
+    }
 }

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics::LEADER;
-pub use fence::{Fenced, fenced};
+pub use fence::{Fenced, fenced, is_fenced};
 use record::Observed;
 
 /// Timing of the election.

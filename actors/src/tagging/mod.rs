@@ -95,6 +95,12 @@ impl Tagger {
     }
 
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        if !*self.leader.borrow() {
+            // The next leader's sweep requests every NodeClaim still untagged.
+            self.queue.clear();
+            self.queued.clear();
+            return;
+        }
         if self.busy {
             return;
         }
@@ -119,11 +125,17 @@ impl Tagger {
         );
         ctx.spawn(work.into_actor(self).map(|outcome, actor, ctx| {
             actor.busy = false;
+            // A failed call counts too: a failure that comes at once (a closed client) must
+            // not let the queue run through the provider unpaced.
+            if !matches!(outcome, Ok(Tagged::Skipped)) {
+                actor.next_call = Instant::now() + Duration::from_secs(1) / TAGS_PER_SECOND;
+            }
             match outcome {
-                Ok(Tagged::Called) => {
-                    actor.next_call = Instant::now() + Duration::from_secs(1) / TAGS_PER_SECOND;
+                Ok(_) => {}
+                // Stepping down (or stopping): the next leader tags what is left.
+                Err(error) if crate::leader::is_fenced(&error) || !*actor.leader.borrow() => {
+                    tracing::debug!(%error, "tagging instance");
                 }
-                Ok(Tagged::Skipped) => {}
                 Err(error) => tracing::warn!(%error, "tagging instance"),
             }
             actor.pump(ctx);
