@@ -1,6 +1,8 @@
 //! The scheduling benchmark: upstream Karpenter's workload (400 synthetic instance types, the
 //! diverse pod mix and the preference pods) at several sizes, against a first-fit-decreasing
 //! lower bound that packs the same pods onto the same instance types with no constraints.
+//! Also a round of a large scale-up in flight (`held/…`): 20 replicas of a few workloads
+//! held on each of 1,000 existing nodes, and the pods still pending placed around them.
 //! Run with `cargo bench --bench scheduling`; a summary line per size follows criterion's
 //! output (pods/s, NodeClaims, time relative to the lower bound).
 
@@ -13,9 +15,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kerf::pods::{LeanPod, PodLike};
 
 use kerf::scheduling::testing::{
-    benchmark_instance_types, diverse_pods, node_pool, preference_pods,
+    benchmark_instance_types, diverse_pods, node_pool, pod, preference_pods, resources,
 };
-use kerf::scheduling::{InstanceType, SchedulingInput, SchedulingOptions, solve};
+use kerf::scheduling::{ExistingNode, InstanceType, SchedulingInput, SchedulingOptions, solve};
 
 const SIZES: [usize; 6] = [1, 100, 1000, 5000, 20000, 40000];
 
@@ -101,6 +103,61 @@ fn first_fit_decreasing(pods: &[Arc<LeanPod>], its: &[InstanceType]) -> usize {
     black_box(chosen).len()
 }
 
+/// `nodes` existing nodes over three zones, each holding 20 replicas of five workloads (as a
+/// round sees a scale-up whose pods wait on the nodes launched for them), and 1,000 replicas
+/// still pending.
+fn held(nodes: usize) -> SchedulingInput {
+    let workloads = [
+        ("web", "250m"),
+        ("api", "500m"),
+        ("worker", "1"),
+        ("cache", "500m"),
+    ];
+    let per_workload = nodes * 20 / workloads.len();
+    let mut pods: Vec<Pod> = workloads
+        .iter()
+        .flat_map(|(name, cpu)| {
+            pod(name)
+                .cpu(cpu)
+                .memory("512Mi")
+                .labels(&[("app", name)])
+                .replicas(name, per_workload)
+        })
+        .collect();
+    pods.extend(
+        pod("pending")
+            .cpu("500m")
+            .labels(&[("app", "pending")])
+            .replicas("pending", 1000),
+    );
+    let mut pods = kerf::scheduling::testing::shared(pods);
+    let pending = pods.split_off(nodes * 20);
+    let existing_nodes = pods
+        .chunks(20)
+        .enumerate()
+        .map(|(i, held)| ExistingNode {
+            name: format!("node-{i}"),
+            labels: [
+                (
+                    kerf::labels::ZONE.to_owned(),
+                    format!("test-zone-{}", i % 3 + 1),
+                ),
+                (kerf::labels::HOSTNAME.to_owned(), format!("node-{i}")),
+            ]
+            .into(),
+            allocatable: resources(&[("cpu", "16"), ("memory", "64Gi"), ("pods", "110")]),
+            pods: held.to_vec(),
+            initialized: true,
+            ..Default::default()
+        })
+        .collect();
+    SchedulingInput {
+        pods: pending,
+        existing_nodes,
+        ..input(Vec::new(), true)
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("scheduling");
     group
@@ -118,6 +175,11 @@ fn bench(c: &mut Criterion) {
     }
     let pref = input(preference_pods(4000, 42), true);
     group.bench_function("preferences/4000", |b| b.iter(|| solve(black_box(&pref))));
+    let scale_up = held(1000);
+    let placed = solve(&scale_up).expect("benchmark input is valid");
+    assert!(placed.errors.is_empty(), "{:?}", placed.errors);
+    assert_eq!(placed.existing_nodes.iter().map(|n| n.pods.len()).sum::<usize>(), 1000);
+    group.bench_function("held/20000", |b| b.iter(|| solve(black_box(&scale_up))));
     group.finish();
 }
 
