@@ -178,7 +178,14 @@ fn bench(c: &mut Criterion) {
     let scale_up = held(1000);
     let placed = solve(&scale_up).expect("benchmark input is valid");
     assert!(placed.errors.is_empty(), "{:?}", placed.errors);
-    assert_eq!(placed.existing_nodes.iter().map(|n| n.pods.len()).sum::<usize>(), 1000);
+    assert_eq!(
+        placed
+            .existing_nodes
+            .iter()
+            .map(|n| n.pods.len())
+            .sum::<usize>(),
+        1000
+    );
     group.bench_function("held/20000", |b| b.iter(|| solve(black_box(&scale_up))));
     group.finish();
 }
