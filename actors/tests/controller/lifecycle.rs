@@ -187,19 +187,7 @@ fn pods_are_nominated_to_their_node_as_soon_as_its_instance_is_launched() {
 #[test]
 fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the_window() {
     run(|| async {
-        // The test plays the kube-scheduler.
-        let stack = Stack::start_without_scheduler(fast_timings()).await;
-        let cluster = stack.cluster();
-        create_pending_zonal_pod(&cluster, "web-1");
-        let node = first_claim_status(&stack, types::INITIALIZED, "nodeName").await;
-        let initialized = tokio::time::Instant::now();
-        eventually("the pod nominated to the node", || {
-            stack
-                .pod("web-1")
-                .is_some_and(|pod| pod["status"]["nominatedNodeName"] == node.as_str())
-        })
-        .await;
-
+        let (stack, _, initialized) = nominated_to_an_initialized_node().await;
         // The scheduler tried the nominated node and found no room, in a later second than
         // the initialization (times are whole seconds).
         tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -222,19 +210,10 @@ fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the
 #[test]
 fn a_pod_the_scheduler_has_not_tried_keeps_its_nomination_past_the_window_until_refused() {
     run(|| async {
-        // The test plays the kube-scheduler, and tries nothing for a while: the backlog a
-        // thousand Nodes initializing at once leave it.
-        let stack = Stack::start_without_scheduler(fast_timings()).await;
-        let cluster = stack.cluster();
-        create_pending_zonal_pod(&cluster, "web-1");
-        let node = first_claim_status(&stack, types::INITIALIZED, "nodeName").await;
-        let initialized = tokio::time::Instant::now();
+        // The test tries nothing for a while: the backlog a thousand Nodes initializing at
+        // once leave the kube-scheduler.
+        let (stack, node, initialized) = nominated_to_an_initialized_node().await;
         let nominated_here = |pod: &Value| pod["status"]["nominatedNodeName"] == node.as_str();
-        eventually("the pod nominated to the node", || {
-            stack.pod("web-1").is_some_and(|pod| nominated_here(&pod))
-        })
-        .await;
-
         tokio::time::sleep_until(initialized + NOMINATION_WINDOW + 2 * FUTILITY_CHECK_PERIOD).await;
         let pod = stack.pod("web-1").expect("pod");
         assert!(
@@ -256,6 +235,23 @@ fn a_pod_the_scheduler_has_not_tried_keeps_its_nomination_past_the_window_until_
         );
         stack.stop().await;
     });
+}
+
+/// A stack whose kube-scheduler is the test, once pod `web-1`, pending, is nominated to the
+/// Node launched for it and that Node is initialized: the stack, the Node's name and about
+/// when it was initialized.
+async fn nominated_to_an_initialized_node() -> (Stack, String, tokio::time::Instant) {
+    let stack = Stack::start_without_scheduler(fast_timings()).await;
+    create_pending_zonal_pod(&stack.cluster(), "web-1");
+    let node = first_claim_status(&stack, types::INITIALIZED, "nodeName").await;
+    let initialized = tokio::time::Instant::now();
+    eventually("the pod nominated to the node", || {
+        stack
+            .pod("web-1")
+            .is_some_and(|pod| pod["status"]["nominatedNodeName"] == node.as_str())
+    })
+    .await;
+    (stack, node, initialized)
 }
 
 /// Reports `pod` unschedulable as kube-scheduler rewrites its report: the condition's
