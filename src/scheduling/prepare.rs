@@ -166,7 +166,6 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
     for n in &input.existing_nodes {
         sparse_nodes.push(sparse_node(n, &mut vocab, &mut names, &mut shapes)?);
     }
-    drop(shapes);
     let mut pending = Vec::new();
     for p in &input.pods {
         let requests = pod_requests(p, &mut names);

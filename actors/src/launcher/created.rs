@@ -267,10 +267,11 @@ pub fn nomination_futile(pod: &LeanPod, initialized: Timestamp) -> bool {
 }
 
 /// Whether the kube-scheduler tried `pod` since its Node was initialized at `initialized`
-/// and found it no place: its latest verdict is `Unschedulable` and came in a later second: by the condition's `lastTransitionTime` (set when the
-/// pod turned unschedulable) or by the time of the scheduler's last status write
-/// ([`PodLike::scheduler_reported_at`]: kube-scheduler keeps the transition time while
-/// the pod stays unschedulable, and rewrites the report when its message changes).
+/// and found it no place: its latest verdict is `Unschedulable` and came in a later second,
+/// by the condition's `lastTransitionTime` (set when the pod turned unschedulable) or by the
+/// time of the scheduler's last status write ([`PodLike::scheduler_reported_at`]:
+/// kube-scheduler keeps the transition time while the pod stays unschedulable, and rewrites
+/// the report when its message changes).
 pub fn tried_since(pod: &LeanPod, initialized: Timestamp) -> bool {
     let later = |at: Timestamp| at.as_second() > initialized.as_second();
     pod.status

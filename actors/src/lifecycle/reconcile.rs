@@ -240,7 +240,8 @@ async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, Reconcile
 
 /// Withdraws the nominations to its Node that its pods could not use: until the window of
 /// its pods' nominations has passed, those the kube-scheduler found futile (and asks to
-/// come back soon), then every one left.
+/// come back soon), then every one left but those of pods it has not tried yet, which go
+/// when it refuses them or at the limit (see [`super::nominate::withdraw_expired`]).
 async fn withdraw_expired_nominations(
     r: &Reconciler,
     name: &str,
