@@ -175,6 +175,12 @@ pub const NOMINATION_BUDGET: Duration = Duration::from_secs(10);
 /// Counter of nomination writes, by `result` (`nominated`, `withdrawn`, `gone`, `failed`).
 pub const PODS_NOMINATED: &str = "kerf_pods_nominated_total";
 
+/// Counter of Nodes registered before every placement-constrained pod planned for them was
+/// nominated ([`NOMINATION_BUDGET`] ran out). A large scale-up has a thousand, so it is a
+/// count rather than a warning each: the kube-scheduler places those pods as it would
+/// without kerf, and some may need capacity planned again.
+pub const REGISTERED_BEFORE_NOMINATED: &str = "kerf_registered_before_nominated_total";
+
 /// The reason of the condition once kerf withdrew its nomination at the window's end.
 const WITHDRAWN_REASON: &str = "NominationExpired";
 
@@ -358,12 +364,15 @@ pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -
             budget = ?NOMINATION_BUDGET,
             "placement-constrained pods left for registration to nominate"
         ),
-        Step::Registration => tracing::warn!(
-            nodeclaim,
-            %node,
-            budget = ?NOMINATION_BUDGET,
-            "registering before every placement-constrained pod was nominated to the node"
-        ),
+        Step::Registration => {
+            metrics::counter!(REGISTERED_BEFORE_NOMINATED).increment(1);
+            tracing::debug!(
+                nodeclaim,
+                %node,
+                budget = ?NOMINATION_BUDGET,
+                "registering before every placement-constrained pod was nominated to the node"
+            );
+        }
     }
     constrained_done
         .into_iter()
