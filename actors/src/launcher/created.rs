@@ -241,10 +241,8 @@ enum Progress {
 fn untried(state: &ClusterState, pods: &[PodRef], initialized: Option<Timestamp>) -> Vec<PodRef> {
     pods.iter()
         .filter(|pod| {
-            let key = ObjectKey::new(Some(&pod.namespace), &pod.name);
-            state.pods.get(&key).is_some_and(|stored| {
-                stored.meta().uid == Some(pod.uid.as_str())
-                    && !kerf::pods::is_bound(&stored)
+            state.pod(pod).is_some_and(|stored| {
+                !kerf::pods::is_bound(&stored)
                     && !initialized.is_some_and(|at| tried_since(&stored, at))
             })
         })

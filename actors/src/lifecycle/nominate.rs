@@ -63,7 +63,6 @@ use tokio::time::Instant;
 
 use super::reconcile::{Reconciler, is_status};
 use crate::launcher::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile, tried_since};
-use crate::state::ObjectKey;
 
 /// Nomination writes in flight at once, across every launched and registering Node: with
 /// the rate limit below, enough to keep it busy at a few milliseconds per write.
@@ -279,13 +278,8 @@ async fn withdraw_listed(
         .nominated_pods(nodeclaim)
         .iter()
         .filter_map(|pod| {
-            let stored = r
-                .state
-                .pods
-                .get(&ObjectKey::new(Some(&pod.namespace), &pod.name))?;
-            let ours = stored.meta().uid == Some(pod.uid.as_str())
-                && !pods::is_bound(&stored)
-                && pods::kerf_nominated_node(&stored) == Some(node);
+            let stored = r.state.pod(pod)?;
+            let ours = !pods::is_bound(&stored) && pods::kerf_nominated_node(&stored) == Some(node);
             ours.then_some(stored)
         })
         .partition(|stored| release(stored));
@@ -399,15 +393,11 @@ fn write_all<'a>(
 /// The pod `pod` refers to, as the store has it, if it still waits for a node and is not
 /// nominated to `node` already.
 fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>> {
-    let stored = r
-        .state
-        .pods
-        .get(&ObjectKey::new(Some(&pod.namespace), &pod.name))?;
-    let same = stored.meta().uid == Some(pod.uid.as_str());
+    let stored = r.state.pod(pod)?;
     let waiting = !pods::is_bound(&stored)
         && stored.meta().deletion_timestamp.is_none()
         && pods::kerf_nominated_node(&stored) != Some(node);
-    (same && waiting).then_some(stored)
+    waiting.then_some(stored)
 }
 
 /// Writes the nomination onto one pod's status, once a slot of its class is free and if
@@ -494,6 +484,7 @@ fn patch_status<'a>(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::state::ObjectKey;
 
     /// Tries to take a slot of `class` without waiting (a zero-time poll of `acquire`).
     fn try_take(slots: &Slots, class: Class) -> Option<Slot<'_>> {

@@ -19,7 +19,8 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
-use kerf::pods::LeanPod;
+use kerf::pods::{LeanPod, PodLike};
+use kerf::scheduling::PodRef;
 use tokio::sync::watch;
 
 pub use lean::{Lean, Stored};
@@ -173,6 +174,15 @@ impl ClusterState {
             .into_iter()
             .filter(|p| is_provisionable(p) || is_rescheduled(p, &terminating))
             .collect()
+    }
+
+    /// The stored pod `pod` names, while it is still that pod (a pod deleted and created
+    /// again under the same name has another uid).
+    pub fn pod(&self, pod: &PodRef) -> Option<Arc<LeanPod>> {
+        let stored = self
+            .pods
+            .get(&ObjectKey::new(Some(&pod.namespace), &pod.name))?;
+        (stored.meta().uid == Some(pod.uid.as_str())).then_some(stored)
     }
 
     pub fn node(&self, name: &str) -> Option<Arc<Node>> {
