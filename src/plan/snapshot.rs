@@ -6,7 +6,7 @@
 //! cluster state would see it a moment after the manifests were applied.
 
 use crate::pods::{LeanPod, PodLike};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -134,7 +134,7 @@ fn build_from(
         let claim = claim_of_node.get(name).copied();
         existing_nodes.push(existing_node(node, claim, pods)?);
     }
-    let node_names: Vec<&str> = inventory
+    let node_names: HashSet<&str> = inventory
         .nodes
         .iter()
         .filter_map(|n| n.metadata.name.as_deref())
@@ -222,7 +222,7 @@ fn namespaces_of(pods: &[Arc<LeanPod>]) -> BTreeSet<String> {
 }
 
 /// A NodeClaim is in-flight capacity while no input Node stands for it.
-fn in_flight(claim: &NodeClaim, node_names: &[&str]) -> bool {
+fn in_flight(claim: &NodeClaim, node_names: &HashSet<&str>) -> bool {
     let node_name = claim
         .status
         .as_ref()
