@@ -191,13 +191,7 @@ fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the
         // The scheduler tried the nominated node and found no room, in a later second than
         // the initialization (times are whole seconds).
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        report_unschedulable(&stack, "web-1").await;
-        eventually("the futile nomination withdrawn", || {
-            stack
-                .pod("web-1")
-                .is_some_and(|pod| withdrawn_as_unusable(&pod))
-        })
-        .await;
+        refuse_and_await_withdrawal(&stack, "web-1").await;
         assert!(
             initialized.elapsed() < NOMINATION_WINDOW,
             "withdrawn before the window ended, {:?} after initialization",
@@ -222,13 +216,7 @@ fn a_pod_the_scheduler_has_not_tried_keeps_its_nomination_past_the_window_until_
         );
         assert_eq!(stack.nodeclaims().len(), 1, "and planned nowhere else");
 
-        report_unschedulable(&stack, "web-1").await;
-        eventually("the refused nomination withdrawn", || {
-            stack
-                .pod("web-1")
-                .is_some_and(|pod| withdrawn_as_unusable(&pod))
-        })
-        .await;
+        refuse_and_await_withdrawal(&stack, "web-1").await;
         assert!(
             initialized.elapsed() < NOMINATION_LIMIT,
             "withdrawn for the refusal, not at the limit"
@@ -270,6 +258,18 @@ async fn report_unschedulable(stack: &Stack, pod: &str) {
         .patch_status(pod, &as_scheduler, &Patch::Strategic(&report))
         .await
         .expect("reported unschedulable");
+}
+
+/// Reports `pod` unschedulable as the kube-scheduler would ([`report_unschedulable`]) and
+/// waits until kerf withdraws its nomination as one the pod could not use.
+async fn refuse_and_await_withdrawal(stack: &Stack, pod: &str) {
+    report_unschedulable(stack, pod).await;
+    eventually("the refused nomination withdrawn", || {
+        stack
+            .pod(pod)
+            .is_some_and(|pod| withdrawn_as_unusable(&pod))
+    })
+    .await;
 }
 
 /// Whether kerf withdrew `pod`'s nomination because the kube-scheduler found it no room.
