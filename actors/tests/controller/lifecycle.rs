@@ -267,23 +267,22 @@ async fn refuse_and_await_withdrawal(stack: &Stack, pod: &str) {
     eventually("the refused nomination withdrawn", || {
         stack
             .pod(pod)
-            .is_some_and(|pod| withdrawn_as_unusable(&pod))
+            .is_some_and(|pod| withdrawal_reason(&pod) == Some("NominationUnusable"))
     })
     .await;
 }
 
-/// Whether kerf withdrew `pod`'s nomination because the kube-scheduler found it no room.
-fn withdrawn_as_unusable(pod: &Value) -> bool {
-    pod["status"]["nominatedNodeName"].is_null()
-        && pod["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| {
-                c["type"] == kerf::pods::NOMINATION_CONDITION
-                    && c["status"] == "False"
-                    && c["reason"] == "NominationUnusable"
-            })
+/// Why kerf withdrew `pod`'s nomination, once it has (the field cleared, its condition
+/// `False`).
+fn withdrawal_reason(pod: &Value) -> Option<&str> {
+    if !pod["status"]["nominatedNodeName"].is_null() {
+        return None;
+    }
+    let condition = pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kerf::pods::NOMINATION_CONDITION && c["status"] == "False")?;
+    condition["reason"].as_str()
 }
 
 #[test]
@@ -326,19 +325,9 @@ fn a_nomination_its_pod_could_not_use_is_withdrawn_once_the_window_has_passed() 
 
         // The node's NodeClaim comes back when the window after its initialization ends.
         let deadline = tokio::time::Instant::now() + NOMINATION_WINDOW + PATIENCE;
-        let withdrawn = |pod: &serde_json::Value| {
-            pod["status"]["nominatedNodeName"].is_null()
-                && pod["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| {
-                        c["type"] == kerf::pods::NOMINATION_CONDITION && c["status"] == "False"
-                    })
-        };
         loop {
             let pod = stack.pod("misfit").expect("pod");
-            if withdrawn(&pod) {
+            if withdrawal_reason(&pod).is_some() {
                 break;
             }
             assert!(
