@@ -589,7 +589,23 @@ pub(super) mod tests {
                 )))
             }
         });
-        let client = kube::Client::new(answer, "default");
+        let reconciler = reconciler_over(state, kube::Client::new(answer, "default"));
+        (reconciler, sent)
+    }
+
+    /// A Reconciler over `state` whose clients never answer: every write stalls.
+    fn stalled_reconciler(state: Arc<crate::state::ClusterState>) -> Reconciler {
+        let never = tower::service_fn(|_: http::Request<kube::client::Body>| {
+            std::future::pending::<
+                Result<http::Response<kube::client::Body>, std::convert::Infallible>,
+            >()
+        });
+        reconciler_over(state, kube::Client::new(never, "default"))
+    }
+
+    /// A Reconciler over `state` whose two clients (the controller's and the nominations')
+    /// are `client`.
+    fn reconciler_over(state: Arc<crate::state::ClusterState>, client: kube::Client) -> Reconciler {
         let cloud = kerf_loadtest::ec2::SimulatedCloudProvider::for_region(
             "us-west-2",
             kerf_loadtest::ec2::Ec2Config::instant("us-west-2"),
@@ -603,15 +619,65 @@ pub(super) mod tests {
             nominate_pods: true,
         };
         let config = super::super::LifecycleConfig::default();
-        let reconciler = Reconciler::new(
+        Reconciler::new(
             state,
             client.clone(),
             client,
             Arc::new(cloud),
             config,
             launch,
+        )
+    }
+
+    /// The value of counter `name` in the rendered metrics (0 before its first increment).
+    fn counter(name: &str) -> f64 {
+        crate::metrics::render()
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_registered_before_its_nominations_are_written_is_counted() {
+        crate::metrics::handle();
+        let (state, mut writers) = crate::state::ClusterState::new();
+        // Placement-constrained (a node selector): registration waits for its nomination.
+        let pod = serde_json::from_value::<Pod>(serde_json::json!({
+            "metadata": {"name": "pinned", "namespace": "default", "uid": "pinned"},
+            "spec": {"containers": [], "nodeSelector": {"team": "a"}},
+            "status": {"phase": "Pending"},
+        }))
+        .expect("valid pod");
+        writers
+            .pods
+            .apply(ObjectKey::new(Some("default"), "pinned"), pod);
+        let r = stalled_reconciler(state);
+        let claim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "a"},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                "name": "default"}, "requirements": []},
+        }))
+        .expect("valid nodeclaim");
+        let pinned = PodRef {
+            namespace: "default".into(),
+            name: "pinned".into(),
+            uid: "pinned".into(),
+        };
+        r.launch.created.record(claim, vec![pinned]);
+        let before = counter(REGISTERED_BEFORE_NOMINATED);
+
+        let started = Instant::now();
+        let written = nominate(&r, Step::Registration, "a", "node-a").await;
+        assert_eq!(written, 0, "the stalled write never landed");
+        assert_eq!(
+            started.elapsed(),
+            NOMINATION_BUDGET,
+            "registration waited for the whole budget, and no longer"
         );
-        (reconciler, sent)
+        assert!(
+            counter(REGISTERED_BEFORE_NOMINATED) >= before + 1.0,
+            "the early registration is counted"
+        );
     }
 
     #[tokio::test]

@@ -285,6 +285,13 @@ pub fn on_change(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::future::BoxFuture;
+    use kerf::api::NodePool;
+    use kerf::catalog::InstanceType;
+    use kerf::cloudprovider::{CloudResult, DriftReason, InstanceTagger};
+    use std::sync::Mutex;
+
+    use crate::offering_cache::testing::paused;
 
     fn claim(status: serde_json::Value, metadata: serde_json::Value) -> NodeClaim {
         let mut meta = json!({"name": "default-abcde"});
@@ -325,5 +332,105 @@ mod tests {
             registered,
             json!({"annotations": {"karpenter.k8s.aws/tagged": "true"}})
         )));
+    }
+
+    /// A provider whose every CreateTags fails at once, as throttled; it records when each
+    /// call came. Nothing else is called by the Tagger.
+    #[derive(Default)]
+    struct Untaggable {
+        calls: Mutex<Vec<Instant>>,
+    }
+
+    fn throttled() -> CloudProviderError {
+        CloudProviderError::Throttled {
+            operation: "CreateTags".into(),
+            message: "RequestLimitExceeded".into(),
+        }
+    }
+
+    impl InstanceTagger for Untaggable {
+        fn tag_registered<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
+            self.calls.lock().expect("calls lock").push(Instant::now());
+            Box::pin(async { Err(throttled()) })
+        }
+    }
+
+    impl CloudProvider for Untaggable {
+        fn name(&self) -> &str {
+            "untaggable-test"
+        }
+        fn create<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<NodeClaim>> {
+            Box::pin(async { Err(throttled()) })
+        }
+        fn delete<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
+            Box::pin(async { Err(throttled()) })
+        }
+        fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>> {
+            Box::pin(async { Err(throttled()) })
+        }
+        fn find_launched<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<'a, CloudResult<Option<NodeClaim>>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn get_instance_types<'a>(
+            &'a self,
+            _: &'a NodePool,
+        ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn is_drifted<'a>(
+            &'a self,
+            _: &'a NodeClaim,
+        ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn instance_tagger(&self) -> Option<&dyn InstanceTagger> {
+            Some(self)
+        }
+    }
+
+    #[test]
+    fn failed_calls_are_paced_as_successful_ones_are() {
+        paused(|| async {
+            let (state, mut writers) = ClusterState::new();
+            let names: Vec<String> = (0..4).map(|i| format!("default-{i}")).collect();
+            for (i, name) in names.iter().enumerate() {
+                let mut claim = claim(
+                    json!({"providerID": format!("aws:///us-east-1a/i-{i}"), "nodeName": name}),
+                    json!({}),
+                );
+                claim.metadata.name = Some(name.clone());
+                writers.nodeclaims.apply(ObjectKey::new(None, name), claim);
+            }
+            let provider = Arc::new(Untaggable::default());
+            // The mark is never written (every tag fails first): no API server is needed.
+            let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a url"));
+            let client = Client::try_from(config).expect("a client");
+            let (_leading, leader) = watch::channel(true);
+            let depth = MailboxDepth::new("tagger", TAGGER_MAILBOX_CAPACITY);
+            let tagger = Tagger::new(client, state, provider.clone(), leader, depth.clone());
+            let out = Outbox::to_addr(&tagger.start(), depth);
+            for name in &names {
+                out.deliver(TagInstance { name: name.clone() })
+                    .await
+                    .expect("the tagger takes requests");
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
+
+            let calls = provider.calls.lock().expect("calls lock").clone();
+            assert_eq!(calls.len(), names.len(), "each NodeClaim tried once");
+            for pair in calls.windows(2) {
+                assert!(
+                    pair[1] - pair[0] >= Duration::from_secs(1) / TAGS_PER_SECOND,
+                    "failed CreateTags calls came {:?} apart",
+                    pair[1] - pair[0]
+                );
+            }
+        });
     }
 }
