@@ -47,7 +47,9 @@ use crate::offering_cache::{
 };
 use crate::orchestrator::{self, InQueue, OrchestratorConfig, OrchestratorDeps};
 use crate::pod_watcher::Subscribers;
-use crate::provisioner::{PROVISIONER_MAILBOX_CAPACITY, Provisioner, Provisioning, Round};
+use crate::provisioner::{
+    InstanceTypeCache, PROVISIONER_MAILBOX_CAPACITY, Provisioner, Provisioning, Round,
+};
 use crate::requeue::{self, Trigger};
 use crate::settings::ValidSettings;
 use crate::shutdown::{GracefulShutdown, InFlight, SHUTDOWN_TIMEOUT};
@@ -344,6 +346,7 @@ impl Daemon {
                     vm_memory_overhead_percent,
                 },
                 events: events.clone(),
+                instance_types: InstanceTypeCache::default(),
             };
             ((addr, (lifecycle, (termination, stats))), provisioning)
         });
@@ -406,7 +409,7 @@ impl Daemon {
                     state: state.clone(),
                     catalog: provisioning.catalog,
                     offerings: provisioning.offerings.clone(),
-                    instance_types: Default::default(),
+                    instance_types: provisioning.instance_types.clone(),
                     controller: provisioning.controller,
                     feature_gates: disruption::core_gates(feature_gates),
                     orchestrator,

@@ -27,8 +27,8 @@ mod observe;
 pub mod stale;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -45,7 +45,7 @@ use tokio::time::Instant;
 use crate::events::EventRecorder;
 use crate::offering_cache::OfferingCacheHandle;
 use crate::orchestrator::{Candidate, Command, Orchestrator};
-use crate::provisioner::instance_types::InstanceTypeCache;
+use crate::provisioner::InstanceTypeCache;
 use crate::state::ClusterState;
 
 /// Upstream's polling period between passes that found nothing.
@@ -142,8 +142,9 @@ pub struct DisruptionDeps {
     /// Offerings marked unavailable (ICE): replacements are neither planned on them nor
     /// priced with them, as the Provisioner's NodeClaims.
     pub offerings: Option<OfferingCacheHandle>,
-    /// Each EC2NodeClass's resolved instance types, rebuilt when the OfferingCache moves.
-    pub instance_types: Arc<Mutex<InstanceTypeCache>>,
+    /// Each EC2NodeClass's resolved instance types, rebuilt when the OfferingCache moves;
+    /// the Provisioner's, shared.
+    pub instance_types: InstanceTypeCache,
     pub controller: ControllerSettings,
     pub feature_gates: FeatureGates,
     pub orchestrator: Orchestrator,
@@ -357,13 +358,11 @@ async fn snapshot(deps: &DisruptionDeps) -> Option<Cluster> {
         Arc::clone(&deps.state),
         deps.catalog,
         deps.offerings.clone(),
-        Arc::clone(&deps.instance_types),
+        deps.instance_types.clone(),
         deps.controller,
         deps.orchestrator.in_queue().clone(),
     );
     let built = tokio::task::spawn_blocking(move || {
-        // Only the loop builds snapshots, one at a time: the lock is never contended.
-        let mut types = types.lock().unwrap_or_else(PoisonError::into_inner);
         let mut source = types.round(&catalog, offerings.as_ref());
         let cluster = cluster::build(&state, &catalog, &mut source, controller, &in_queue);
         types.finish_round();

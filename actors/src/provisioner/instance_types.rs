@@ -4,11 +4,14 @@
 //! NodeClaim's capacity-type requirement narrows to what stays available). The list is
 //! kept per class — NodePools sharing a class share it — and rebuilt only when the class's
 //! settings or subnets change or the OfferingCache's generation moves (an offering marked
-//! or expired), so a quiet cluster re-resolves nothing between rounds. Rounds (and the
-//! disruption snapshots) share the cached list itself, so a round copies no instance type.
+//! or expired), so a quiet cluster re-resolves nothing between rounds. One cache serves the
+//! Provisioner's rounds and the disruption snapshots alike, and each shares the cached list
+//! itself: a list is six megabytes (1,235 types in us-east-1), and a copy per user would
+//! keep two of them for good. The cache is locked only while one class is looked up (or
+//! rebuilt), not while a snapshot is built around it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kerf::api::EC2NodeClass;
 use kerf::catalog::{AllocatableSettings, Catalog, InstanceType};
@@ -16,11 +19,15 @@ use kerf::plan::snapshot::InstanceTypeSource;
 
 use crate::offering_cache::{OfferingCacheHandle, Table};
 
-/// Resolved instance types by EC2NodeClass name.
+/// Resolved instance types by EC2NodeClass name; clones share the cache.
+#[derive(Clone, Default)]
+pub struct InstanceTypeCache(Arc<Mutex<Classes>>);
+
 #[derive(Default)]
-pub struct InstanceTypeCache {
+struct Classes {
     by_class: HashMap<String, Resolved>,
-    /// Rounds started; entries not used by the latest one are dropped.
+    /// Rounds started, by every user; classes no round has used since the one before the
+    /// latest are dropped.
     round: u64,
     /// How many times a class's list was (re)built.
     builds: u64,
@@ -31,42 +38,66 @@ struct Resolved {
     subnets: BTreeMap<String, Vec<String>>,
     generation: u64,
     types: Arc<[InstanceType]>,
+    /// The latest round that used it.
     round: u64,
 }
 
 /// The cache as one round's [`InstanceTypeSource`].
 pub struct Source<'a> {
-    cache: &'a mut InstanceTypeCache,
+    cache: &'a InstanceTypeCache,
+    round: u64,
     catalog: &'a Catalog,
     offerings: Option<&'a OfferingCacheHandle>,
 }
 
 impl InstanceTypeCache {
-    /// Starts a round: the returned source resolves the round's classes; classes the round
-    /// does not ask for are dropped by [`Self::finish_round`].
+    fn lock(&self) -> MutexGuard<'_, Classes> {
+        // Every critical section leaves the map consistent.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a round: the returned source resolves the round's classes; classes no round
+    /// asks for are dropped by [`Self::finish_round`].
     pub fn round<'a>(
-        &'a mut self,
+        &'a self,
         catalog: &'a Catalog,
         offerings: Option<&'a OfferingCacheHandle>,
     ) -> Source<'a> {
-        self.round += 1;
+        let round = {
+            let mut classes = self.lock();
+            classes.round += 1;
+            classes.round
+        };
         Source {
             cache: self,
+            round,
             catalog,
             offerings,
         }
     }
 
-    /// Forgets classes the latest round did not use (deleted or unused EC2NodeClasses).
-    pub fn finish_round(&mut self) {
-        let round = self.round;
-        self.by_class.retain(|_, r| r.round == round);
+    /// Forgets classes neither the latest round nor the one before used (deleted or
+    /// unused EC2NodeClasses). The one before counts too: the Provisioner's and the
+    /// disruption's rounds interleave, and a class one of them uses must not be dropped
+    /// because the other started a round meanwhile.
+    pub fn finish_round(&self) {
+        let mut classes = self.lock();
+        let latest = classes.round;
+        classes.by_class.retain(|_, r| r.round + 1 >= latest);
     }
 
     /// How many times a class's instance types were built from the catalog.
     #[cfg(test)]
     pub fn builds(&self) -> u64 {
-        self.builds
+        self.lock().builds
+    }
+
+    /// The classes cached, sorted.
+    #[cfg(test)]
+    pub fn classes(&self) -> Vec<String> {
+        let mut classes: Vec<String> = self.lock().by_class.keys().cloned().collect();
+        classes.sort();
+        classes
     }
 }
 
@@ -79,15 +110,17 @@ impl InstanceTypeSource for Source<'_> {
     ) -> Arc<[InstanceType]> {
         let subnets = subnets_by_zone(class);
         let generation = self.offerings.map_or(0, OfferingCacheHandle::generation);
-        let round = self.cache.round;
-        if let Some(resolved) = self.cache.by_class.get_mut(class_name)
+        let mut classes = self.cache.lock();
+        if let Some(resolved) = classes.by_class.get_mut(class_name)
             && resolved.generation == generation
             && resolved.settings == *settings
             && resolved.subnets == subnets
         {
-            resolved.round = round;
+            resolved.round = resolved.round.max(self.round);
             return Arc::clone(&resolved.types);
         }
+        // Built under the lock: the other user waits for this list rather than building a
+        // second one beside it.
         let mut types = self.catalog.instance_types(settings);
         // Read under the lock once, with the generation it had: a mark arriving meanwhile
         // moves the generation again, so the next round rebuilds.
@@ -98,16 +131,16 @@ impl InstanceTypeSource for Source<'_> {
             }),
             None => generation,
         };
-        self.cache.builds += 1;
+        classes.builds += 1;
         let types: Arc<[InstanceType]> = types.into();
-        self.cache.by_class.insert(
+        classes.by_class.insert(
             class_name.to_owned(),
             Resolved {
                 settings: settings.clone(),
                 subnets,
                 generation,
                 types: Arc::clone(&types),
-                round,
+                round: self.round,
             },
         );
         types

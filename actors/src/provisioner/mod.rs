@@ -42,7 +42,7 @@ use crate::offering_cache::OfferingCacheHandle;
 use crate::state::ClusterState;
 use crate::supervisor::{self, Supervised};
 use heap::{RoundHeap, Step};
-use instance_types::InstanceTypeCache;
+pub use instance_types::InstanceTypeCache;
 
 pub use crate::launcher::UNSEEN_NODECLAIM_GRACE;
 
@@ -122,6 +122,8 @@ pub struct Provisioning {
     pub controller: ControllerSettings,
     /// Where pods the solve could not place are reported (`FailedScheduling`).
     pub events: EventRecorder,
+    /// Each EC2NodeClass's resolved instance types, shared with the disruption snapshots.
+    pub instance_types: InstanceTypeCache,
 }
 
 /// The actor.
@@ -132,7 +134,6 @@ pub struct Provisioner {
     number: u64,
     depth: MailboxDepth,
     provisioning: Option<Provisioning>,
-    instance_types: InstanceTypeCache,
     schedulers: Schedulers,
 }
 
@@ -205,7 +206,6 @@ impl Provisioner {
             rounds,
             depth,
             provisioning,
-            instance_types: InstanceTypeCache::default(),
             schedulers: Schedulers::new(names),
         }
     }
@@ -270,7 +270,7 @@ impl Provisioner {
             .collect();
         self.schedulers
             .reconcile(inventory.node_pools.iter().map(NodePool::name));
-        let mut source = self
+        let mut source = provisioning
             .instance_types
             .round(&provisioning.catalog, provisioning.offerings.as_ref());
         let snapshot = snapshot::build_with(
@@ -279,7 +279,7 @@ impl Provisioner {
             provisioning.controller,
             &mut source,
         );
-        self.instance_types.finish_round();
+        provisioning.instance_types.finish_round();
         let nominations = provisioning.created.nominations(&self.state);
         let batch = snapshot.map_err(|e| e.to_string()).and_then(|snapshot| {
             heap.mark(Step::Snapshot);

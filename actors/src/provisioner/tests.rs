@@ -81,6 +81,7 @@ fn provisioning(
         catalog,
         controller: ControllerSettings::default(),
         events: crate::events::EventRecorder::disabled(),
+        instance_types: InstanceTypeCache::default(),
     }
 }
 

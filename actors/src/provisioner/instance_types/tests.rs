@@ -24,7 +24,7 @@ fn available(types: &[InstanceType], name: &str, zone: &str, capacity_type: Capa
 }
 
 fn resolve(
-    cache: &mut InstanceTypeCache,
+    cache: &InstanceTypeCache,
     catalog: &Catalog,
     offerings: &OfferingCacheHandle,
     class: Option<&EC2NodeClass>,
@@ -46,15 +46,15 @@ fn refused_offerings_are_unavailable_until_they_expire_and_lists_rebuild_only_on
                 crate::offering_cache::OFFERING_CACHE_MAILBOX_CAPACITY,
             ),
         );
-        let mut cache = InstanceTypeCache::default();
-        let types = resolve(&mut cache, &catalog, &offerings, None);
+        let cache = InstanceTypeCache::default();
+        let types = resolve(&cache, &catalog, &offerings, None);
         assert!(available(
             &types,
             "m5.large",
             "us-east-1a",
             CapacityType::Spot
         ));
-        let again = resolve(&mut cache, &catalog, &offerings, None);
+        let again = resolve(&cache, &catalog, &offerings, None);
         assert_eq!(cache.builds(), 1, "nothing changed: the list is reused");
         assert!(
             Arc::ptr_eq(&types, &again),
@@ -66,7 +66,7 @@ fn refused_offerings_are_unavailable_until_they_expire_and_lists_rebuild_only_on
             "InsufficientCapacity",
         );
         until_generation(&offerings, 1).await;
-        let types = resolve(&mut cache, &catalog, &offerings, None);
+        let types = resolve(&cache, &catalog, &offerings, None);
         assert_eq!(cache.builds(), 2, "the generation moved: rebuilt");
         assert!(!available(
             &types,
@@ -92,11 +92,11 @@ fn refused_offerings_are_unavailable_until_they_expire_and_lists_rebuild_only_on
             "us-east-1a",
             CapacityType::Spot
         ));
-        resolve(&mut cache, &catalog, &offerings, None);
+        resolve(&cache, &catalog, &offerings, None);
         assert_eq!(cache.builds(), 2);
 
         tokio::time::sleep(UNAVAILABLE_OFFERINGS_TTL + EXPIRY_TICK).await;
-        let types = resolve(&mut cache, &catalog, &offerings, None);
+        let types = resolve(&cache, &catalog, &offerings, None);
         assert_eq!(cache.builds(), 3, "expiry moved the generation: rebuilt");
         assert!(available(
             &types,
@@ -134,12 +134,12 @@ fn a_capacity_type_or_every_subnet_of_a_zone_makes_offerings_unavailable() {
             ]}
         }))
         .expect("a valid EC2NodeClass");
-        let mut cache = InstanceTypeCache::default();
+        let cache = InstanceTypeCache::default();
         offerings.mark_capacity_type_unavailable("spot");
         offerings.mark_subnet_unavailable("subnet-a");
         offerings.mark_subnet_unavailable("subnet-b");
         until_generation(&offerings, 3).await;
-        let types = resolve(&mut cache, &catalog, &offerings, Some(&class));
+        let types = resolve(&cache, &catalog, &offerings, Some(&class));
         assert!(!available(
             &types,
             "c5.large",
@@ -160,7 +160,7 @@ fn a_capacity_type_or_every_subnet_of_a_zone_makes_offerings_unavailable() {
         if let Some(status) = class.status.as_mut() {
             status.subnets.retain(|s| s.id != "subnet-b2");
         }
-        let types = resolve(&mut cache, &catalog, &offerings, Some(&class));
+        let types = resolve(&cache, &catalog, &offerings, Some(&class));
         assert_eq!(cache.builds(), builds + 1);
         assert!(!available(
             &types,
@@ -172,17 +172,48 @@ fn a_capacity_type_or_every_subnet_of_a_zone_makes_offerings_unavailable() {
 }
 
 #[test]
-fn classes_a_round_does_not_use_are_forgotten() {
+fn classes_no_recent_round_uses_are_forgotten() {
     let catalog = Catalog::embedded("us-east-1").expect("catalog");
-    let mut cache = InstanceTypeCache::default();
-    let mut source = cache.round(&catalog, None);
-    source.resolve("a", None, &AllocatableSettings::default());
-    source.resolve("b", None, &AllocatableSettings::default());
-    cache.finish_round();
-    assert_eq!(cache.by_class.len(), 2);
-    let mut source = cache.round(&catalog, None);
-    source.resolve("b", None, &AllocatableSettings::default());
-    cache.finish_round();
-    assert_eq!(cache.by_class.keys().collect::<Vec<_>>(), ["b"]);
+    let cache = InstanceTypeCache::default();
+    let settings = AllocatableSettings::default();
+    let resolve_in_round = |classes: &[&str]| {
+        let mut source = cache.round(&catalog, None);
+        for class in classes {
+            source.resolve(class, None, &settings);
+        }
+        cache.finish_round();
+    };
+    resolve_in_round(&["a", "b"]);
+    assert_eq!(cache.classes(), ["a", "b"]);
+    resolve_in_round(&["b"]);
+    assert_eq!(
+        cache.classes(),
+        ["a", "b"],
+        "a was used by the round before"
+    );
+    resolve_in_round(&["b"]);
+    assert_eq!(cache.classes(), ["b"]);
     assert_eq!(cache.builds(), 2, "b was reused");
+}
+
+#[test]
+fn the_provisioner_and_the_disruption_snapshots_share_one_list() {
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    let cache = InstanceTypeCache::default();
+    let settings = AllocatableSettings::default();
+    let provisioner = cache.clone();
+    let disruption = cache.clone();
+    // Their rounds interleave: each starts before the other finishes.
+    let mut provisioning = provisioner.round(&catalog, None);
+    let mut disrupting = disruption.round(&catalog, None);
+    let disrupted = disrupting.resolve("default", None, &settings);
+    disruption.finish_round();
+    let provisioned = provisioning.resolve("default", None, &settings);
+    provisioner.finish_round();
+    assert!(
+        Arc::ptr_eq(&provisioned, &disrupted),
+        "one list, not a copy per user"
+    );
+    assert_eq!(cache.builds(), 1);
+    assert_eq!(cache.classes(), ["default"]);
 }
