@@ -129,49 +129,10 @@ impl CloudProvider for MeteredCloudProvider {
 mod tests {
     use super::*;
 
-    /// A provider whose every call fails with insufficient capacity.
-    struct Refusing;
-
     fn refused() -> CloudProviderError {
         CloudProviderError::InsufficientCapacity {
             node_claim: "default-abc".into(),
             offerings: Vec::new(),
-        }
-    }
-
-    impl CloudProvider for Refusing {
-        fn name(&self) -> &str {
-            "refusing-test"
-        }
-        fn create<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<NodeClaim>> {
-            Box::pin(async { Err(refused()) })
-        }
-        fn delete<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>> {
-            Box::pin(async { Err(refused()) })
-        }
-        fn find_launched<'a>(
-            &'a self,
-            _: &'a str,
-        ) -> BoxFuture<'a, CloudResult<Option<NodeClaim>>> {
-            Box::pin(async { Ok(None) })
-        }
-        fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {
-            Box::pin(async { Ok(Vec::new()) })
-        }
-        fn get_instance_types<'a>(
-            &'a self,
-            _: &'a NodePool,
-        ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
-            Box::pin(async { Ok(Vec::new()) })
-        }
-        fn is_drifted<'a>(
-            &'a self,
-            _: &'a NodeClaim,
-        ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
-            Box::pin(async { Ok(None) })
         }
     }
 
@@ -188,7 +149,8 @@ mod tests {
     #[tokio::test]
     async fn calls_are_timed_and_failures_counted_by_controller_method_and_error() {
         crate::metrics::handle();
-        let metered = MeteredCloudProvider::new(Arc::new(Refusing), "test.metering");
+        let metered =
+            MeteredCloudProvider::new(crate::testing::RefusingCloud::new(refused), "test.metering");
         assert_eq!(metered.name(), "refusing-test");
         assert!(metered.list().await.is_ok());
         assert!(metered.get("aws:///z/i-1").await.is_err());

@@ -46,6 +46,8 @@ pub mod state;
 pub mod supervisor;
 pub mod tagging;
 pub mod termination;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod workqueue;
 
 pub use daemon::{Cloud, Daemon, DisruptionHandle, Environment, StartError, Timings};

@@ -285,13 +285,8 @@ pub fn on_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::future::BoxFuture;
-    use kerf::api::NodePool;
-    use kerf::catalog::InstanceType;
-    use kerf::cloudprovider::{CloudResult, DriftReason, InstanceTagger};
-    use std::sync::Mutex;
-
     use crate::offering_cache::testing::paused;
+    use crate::testing::RefusingCloud;
 
     fn claim(status: serde_json::Value, metadata: serde_json::Value) -> NodeClaim {
         let mut meta = json!({"name": "default-abcde"});
@@ -334,63 +329,10 @@ mod tests {
         )));
     }
 
-    /// A provider whose every CreateTags fails at once, as throttled; it records when each
-    /// call came. Nothing else is called by the Tagger.
-    #[derive(Default)]
-    struct Untaggable {
-        calls: Mutex<Vec<Instant>>,
-    }
-
     fn throttled() -> CloudProviderError {
         CloudProviderError::Throttled {
             operation: "CreateTags".into(),
             message: "RequestLimitExceeded".into(),
-        }
-    }
-
-    impl InstanceTagger for Untaggable {
-        fn tag_registered<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
-            self.calls.lock().expect("calls lock").push(Instant::now());
-            Box::pin(async { Err(throttled()) })
-        }
-    }
-
-    impl CloudProvider for Untaggable {
-        fn name(&self) -> &str {
-            "untaggable-test"
-        }
-        fn create<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<NodeClaim>> {
-            Box::pin(async { Err(throttled()) })
-        }
-        fn delete<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
-            Box::pin(async { Err(throttled()) })
-        }
-        fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>> {
-            Box::pin(async { Err(throttled()) })
-        }
-        fn find_launched<'a>(
-            &'a self,
-            _: &'a str,
-        ) -> BoxFuture<'a, CloudResult<Option<NodeClaim>>> {
-            Box::pin(async { Ok(None) })
-        }
-        fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {
-            Box::pin(async { Ok(Vec::new()) })
-        }
-        fn get_instance_types<'a>(
-            &'a self,
-            _: &'a NodePool,
-        ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
-            Box::pin(async { Ok(Vec::new()) })
-        }
-        fn is_drifted<'a>(
-            &'a self,
-            _: &'a NodeClaim,
-        ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
-            Box::pin(async { Ok(None) })
-        }
-        fn instance_tagger(&self) -> Option<&dyn InstanceTagger> {
-            Some(self)
         }
     }
 
@@ -407,7 +349,8 @@ mod tests {
                 claim.metadata.name = Some(name.clone());
                 writers.nodeclaims.apply(ObjectKey::new(None, name), claim);
             }
-            let provider = Arc::new(Untaggable::default());
+            // Every CreateTags fails at once, as throttled.
+            let provider = RefusingCloud::new(throttled);
             // The mark is never written (every tag fails first): no API server is needed.
             let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a url"));
             let client = Client::try_from(config).expect("a client");
@@ -422,7 +365,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_secs(10)).await;
 
-            let calls = provider.calls.lock().expect("calls lock").clone();
+            let calls = provider.tag_calls();
             assert_eq!(calls.len(), names.len(), "each NodeClaim tried once");
             for pair in calls.windows(2) {
                 assert!(

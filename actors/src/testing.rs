@@ -1,0 +1,85 @@
+//! Test doubles the actors' unit tests share: a cloud provider that refuses what a test
+//! needs refused and records the tagging calls it gets, so each test states only the error
+//! it wants instead of implementing the whole trait again.
+
+use std::sync::{Arc, Mutex};
+
+use kerf::api::{NodeClaim, NodePool};
+use kerf::catalog::InstanceType;
+use kerf::cloudprovider::{
+    BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
+};
+use tokio::time::Instant;
+
+/// A provider whose launches, lookups and tags fail with the error `refusal` makes; the
+/// rest (deletes, lists, instance types, drift) succeed with nothing. It records when each
+/// tagging call came.
+pub struct RefusingCloud {
+    refusal: fn() -> CloudProviderError,
+    tag_calls: Mutex<Vec<Instant>>,
+}
+
+impl RefusingCloud {
+    pub fn new(refusal: fn() -> CloudProviderError) -> Arc<Self> {
+        Arc::new(Self {
+            refusal,
+            tag_calls: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// When each `tag_registered` call came, in order.
+    pub fn tag_calls(&self) -> Vec<Instant> {
+        self.tag_calls.lock().expect("tag calls lock").clone()
+    }
+
+    fn refused<'a, T: Send + 'a>(&self) -> BoxFuture<'a, CloudResult<T>> {
+        let error = (self.refusal)();
+        Box::pin(async move { Err(error) })
+    }
+}
+
+impl CloudProvider for RefusingCloud {
+    fn name(&self) -> &str {
+        "refusing-test"
+    }
+    fn create<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<NodeClaim>> {
+        self.refused()
+    }
+    fn delete<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, CloudResult<NodeClaim>> {
+        self.refused()
+    }
+    fn find_launched<'a>(&'a self, _: &'a str) -> BoxFuture<'a, CloudResult<Option<NodeClaim>>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn list(&self) -> BoxFuture<'_, CloudResult<Vec<NodeClaim>>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn get_instance_types<'a>(
+        &'a self,
+        _: &'a NodePool,
+    ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn is_drifted<'a>(
+        &'a self,
+        _: &'a NodeClaim,
+    ) -> BoxFuture<'a, CloudResult<Option<DriftReason>>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn instance_tagger(&self) -> Option<&dyn InstanceTagger> {
+        Some(self)
+    }
+}
+
+impl InstanceTagger for RefusingCloud {
+    fn tag_registered<'a>(&'a self, _: &'a NodeClaim) -> BoxFuture<'a, CloudResult<()>> {
+        self.tag_calls
+            .lock()
+            .expect("tag calls lock")
+            .push(Instant::now());
+        self.refused()
+    }
+}
