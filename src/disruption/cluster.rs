@@ -88,7 +88,7 @@ impl Pdb {
             None => {
                 let selected = pods
                     .filter(|p| p.meta().namespace.unwrap_or("default") == namespace)
-                    .filter(|p| pods::is_active(p) && pods::selects(&selector, p))
+                    .filter(|p| crate::pods::is_active(p) && pods::selects(&selector, p))
                     .count() as i32;
                 computed_allowance(
                     spec.min_available.as_ref(),

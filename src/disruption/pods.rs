@@ -5,6 +5,7 @@
 use crate::pods::PodLike;
 use std::collections::HashMap;
 
+use crate::pods::is_active;
 use crate::pods::is_owned_by as owned_by;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
@@ -16,12 +17,6 @@ use crate::labels;
 /// `controller.kubernetes.io/pod-deletion-cost`.
 pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-
-/// Not finished and not being deleted.
-pub fn is_active(pod: &impl PodLike) -> bool {
-    let phase = pod.status().and_then(|s| s.phase.as_deref());
-    pod.meta().deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
-}
 
 fn is_mirror(pod: &impl PodLike) -> bool {
     owned_by(pod, "Node")

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReferen
 
 use super::checks;
 use super::workloads::{DEFAULT_NAMESPACE, Expansion};
-use crate::pods::{LeanPod, PodLike};
+use crate::pods::{LeanPod, PodLike, is_active};
 
 /// The controller of an expansion, as adoption needs to know it.
 #[derive(Debug, Clone, PartialEq)]
@@ -166,14 +166,6 @@ fn controller(owners: &[OwnerReference]) -> Option<&OwnerReference> {
 
 fn namespace_of(pod: &LeanPod) -> &str {
     pod.meta().namespace.unwrap_or(DEFAULT_NAMESPACE)
-}
-
-fn is_active(pod: &LeanPod) -> bool {
-    let phase = pod
-        .status
-        .as_ref()
-        .and_then(|status| status.phase.as_deref());
-    !matches!(phase, Some("Succeeded" | "Failed")) && pod.meta().deletion_timestamp.is_none()
 }
 
 #[cfg(test)]

@@ -148,12 +148,16 @@ fn uses_host_port(spec: &k8s_openapi::api::core::v1::PodSpec) -> bool {
 /// kube-scheduler's verdict: not a daemonset or mirror pod (those follow nodes rather than
 /// ask for them), not finished or terminating, not nominated to a node by preemption.
 pub fn wants_capacity(pod: &impl PodLike) -> bool {
-    let phase = pod.status().and_then(|s| s.phase.as_deref());
     !is_owned_by(pod, "DaemonSet")
         && !is_owned_by(pod, "Node")
-        && !matches!(phase, Some("Succeeded" | "Failed"))
-        && pod.meta().deletion_timestamp.is_none()
+        && is_active(pod)
         && !is_preempting(pod)
+}
+
+/// Not finished and not being deleted: the pod takes room where it runs.
+pub fn is_active(pod: &impl PodLike) -> bool {
+    let phase = pod.status().and_then(|s| s.phase.as_deref());
+    pod.meta().deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
 /// Whether `pod` is a StatefulSet pod being deleted. Upstream counts such a pod on a

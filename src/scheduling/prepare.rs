@@ -463,9 +463,7 @@ fn sparse_node(
                 shape
             }
         };
-        let status_phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-        let counted = p.meta().deletion_timestamp.is_none()
-            && !matches!(status_phase, Some("Succeeded") | Some("Failed"));
+        let counted = crate::pods::is_active(&**p);
         if counted && let Err(quantity) = &shape.requests {
             return Err(bad("pods")(quantity.clone()));
         }
