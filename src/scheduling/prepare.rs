@@ -647,10 +647,12 @@ fn node_state(n: &SparseNode, daemons: &[Daemon], stride: usize, vocab: &Vocab) 
     }
     // Daemonsets that will run here but have no pod yet still need their room.
     for d in daemons {
-        let running = n
-            .pods
-            .iter()
-            .any(|p| p.shape.daemonset.as_ref() == Some(&(d.namespace.clone(), d.name.clone())));
+        let running = n.pods.iter().any(|p| {
+            p.shape
+                .daemonset
+                .as_ref()
+                .is_some_and(|(namespace, name)| *namespace == d.namespace && *name == d.name)
+        });
         if running {
             continue;
         }
