@@ -1,7 +1,7 @@
 //! The scheduling benchmark: upstream Karpenter's workload (400 synthetic instance types, the
 //! diverse pod mix and the preference pods) at several sizes, against a first-fit-decreasing
 //! lower bound that packs the same pods onto the same instance types with no constraints.
-//! Also a round of a large scale-up in flight (`held/…`): 20 replicas of a few workloads
+//! Also a round of a large scale-up in flight (`held/…`): 20 replicas of four workloads
 //! held on each of 1,000 existing nodes, and the pods still pending placed around them.
 //! Run with `cargo bench --bench scheduling`; a summary line per size follows criterion's
 //! output (pods/s, NodeClaims, time relative to the lower bound).
@@ -103,9 +103,9 @@ fn first_fit_decreasing(pods: &[Arc<LeanPod>], its: &[InstanceType]) -> usize {
     black_box(chosen).len()
 }
 
-/// `nodes` existing nodes over three zones, each holding 20 replicas of five workloads (as a
-/// round sees a scale-up whose pods wait on the nodes launched for them), and 1,000 replicas
-/// still pending.
+/// `nodes` existing nodes over three zones, each holding 20 of the replicas of four
+/// workloads (as a round sees a scale-up whose pods wait on the nodes launched for them), and
+/// 1,000 replicas still pending.
 fn held(nodes: usize) -> SchedulingInput {
     let workloads = [
         ("web", "250m"),
