@@ -132,11 +132,7 @@ impl Lean for Pod {
         if let Some(spec) = self.spec.as_mut() {
             keep_what_placement_reads(spec);
         }
-        let bound = self
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty());
+        let bound = kerf::pods::is_bound(&*self);
         if let Some(status) = self.status.as_mut() {
             if bound {
                 // A bound pod's nomination is history: every reader of it (nomination
