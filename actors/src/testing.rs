@@ -1,6 +1,7 @@
-//! Test doubles the actors' unit tests share: a cloud provider that refuses what a test
-//! needs refused and records the tagging calls it gets, so each test states only the error
-//! it wants instead of implementing the whole trait again.
+//! What the actors' unit tests share: a cloud provider that refuses what a test needs
+//! refused and records the tagging calls it gets, so each test states only the error it
+//! wants instead of implementing the whole trait again; and the reading of a counter from
+//! the rendered metrics.
 
 use std::sync::{Arc, Mutex};
 
@@ -82,4 +83,23 @@ impl InstanceTagger for RefusingCloud {
             .push(Instant::now());
         self.refused()
     }
+}
+
+/// The value of counter `series` (its name and labels as rendered, e.g.
+/// `kerf_mailbox_dropped_total{mailbox="x"}`) in the process's metrics; 0 before its first
+/// increment.
+pub fn counter(series: &str) -> u64 {
+    let prefix = format!("{series} ");
+    crate::metrics::render()
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().expect("a counter value"))
+}
+
+/// How many times the supervisor restarted actor (or task) `name`.
+pub fn restarts(name: &str) -> u64 {
+    counter(&format!(
+        "{}{{actor=\"{name}\"}}",
+        crate::metrics::ACTOR_RESTARTS
+    ))
 }

@@ -236,12 +236,9 @@ mod tests {
     }
 
     fn counted(category: &str) -> u64 {
-        let prefix =
-            format!("{INTERRUPTION_INSTANCE_STATUS_UNHEALTHY}{{category=\"{category}\"}} ");
-        crate::metrics::render()
-            .lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .map_or(0, |v| v.trim().parse().expect("a counter value"))
+        crate::testing::counter(&format!(
+            "{INTERRUPTION_INSTANCE_STATUS_UNHEALTHY}{{category=\"{category}\"}}"
+        ))
     }
 
     #[test]

@@ -13,6 +13,7 @@ use kerf_loadtest::ec2::MemoryQueue;
 use super::*;
 use crate::events::EventRecorder;
 use crate::state::ClusterState;
+use crate::testing::restarts;
 
 /// A [`MemoryQueue`] whose deletes take `delete_delay` (a slow API server behind the
 /// handlers), whose first receive may panic, and whose delete of one body panics once.
@@ -75,14 +76,6 @@ fn handler(queue: Arc<Queue>) -> Arc<Handler> {
         events: EventRecorder::disabled(),
         offerings: None,
     }))
-}
-
-fn restarts(name: &str) -> u64 {
-    let prefix = format!("{ACTOR_RESTARTS}{{actor=\"{name}\"}} ");
-    crate::metrics::render()
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0, |v| v.trim().parse().expect("a counter value"))
 }
 
 async fn until(what: &str, mut done: impl FnMut() -> bool) {

@@ -92,11 +92,7 @@ async fn hold(out: &Outbox<Probe>) -> mpsc::Sender<()> {
 }
 
 fn dropped(name: &str) -> u64 {
-    let text = crate::metrics::render();
-    let prefix = format!("{MAILBOX_DROPPED}{{mailbox=\"{name}\"}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0, |v| v.trim().parse().expect("a counter value"))
+    crate::testing::counter(&format!("{MAILBOX_DROPPED}{{mailbox=\"{name}\"}}"))
 }
 
 fn in_system(test: impl std::future::Future<Output = ()>) {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::mailbox::{DeliverError, Outbox};
+use crate::testing::restarts;
 
 #[derive(Message)]
 #[rtype(result = "usize")]
@@ -82,14 +83,6 @@ fn counter(name: &'static str) -> (Outbox<Ask>, Arc<AtomicUsize>) {
         })
     });
     (Outbox::new(&actor, depth), handled)
-}
-
-fn restarts(name: &str) -> u64 {
-    let text = crate::metrics::render();
-    let prefix = format!("{ACTOR_RESTARTS}{{actor=\"{name}\"}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0, |v| v.trim().parse().expect("a counter value"))
 }
 
 fn in_system(test: impl std::future::Future<Output = ()>) {
