@@ -629,6 +629,26 @@ pub(super) mod tests {
         )
     }
 
+    /// Records NodeClaim `a` as created by `r`'s Launcher for the pods named `pods` (in
+    /// `default`, each with its name as uid).
+    fn created_for(r: &Reconciler, pods: &[&str]) {
+        let claim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "a"},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                "name": "default"}, "requirements": []},
+        }))
+        .expect("valid nodeclaim");
+        let pods = pods
+            .iter()
+            .map(|name| PodRef {
+                namespace: "default".into(),
+                name: (*name).into(),
+                uid: (*name).into(),
+            })
+            .collect();
+        r.launch.created.record(claim, pods);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_node_registered_before_its_nominations_are_written_is_counted() {
         crate::metrics::handle();
@@ -644,18 +664,7 @@ pub(super) mod tests {
             .pods
             .apply(ObjectKey::new(Some("default"), "pinned"), pod);
         let r = stalled_reconciler(state);
-        let claim = serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "a"},
-            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
-                "name": "default"}, "requirements": []},
-        }))
-        .expect("valid nodeclaim");
-        let pinned = PodRef {
-            namespace: "default".into(),
-            name: "pinned".into(),
-            uid: "pinned".into(),
-        };
-        r.launch.created.record(claim, vec![pinned]);
+        created_for(&r, &["pinned"]);
         let before = crate::testing::counter(REGISTERED_BEFORE_NOMINATED);
 
         let started = Instant::now();
@@ -769,18 +778,7 @@ pub(super) mod tests {
             nominated_pod("foreign", "node-a", None),
         );
         let (r, sent) = recording_reconciler(state);
-        let listed = ["untried", "refused", "spread"].map(|name| PodRef {
-            namespace: "default".into(),
-            name: name.into(),
-            uid: name.into(),
-        });
-        let claim = serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "a"},
-            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
-                "name": "default"}, "requirements": []},
-        }))
-        .expect("valid nodeclaim");
-        r.launch.created.record(claim, listed.to_vec());
+        created_for(&r, &["untried", "refused", "spread"]);
 
         let again = withdraw_expired(&r, "a", "node-a", initialized).await;
         assert_eq!(
