@@ -143,24 +143,11 @@ fn unschedulable_pods_get_launched_nodeclaims() {
         }
 
         // The pods are judged unschedulable again (as kube-scheduler retries them): the next
-        // round sees the in-flight NodeClaims as capacity and creates none. The verdict is
-        // written as kube-scheduler writes it, a strategic merge of its one condition: a
-        // read-modify-write of the whole status could undo the nomination kerf writes as each
-        // machine launches, and a pod nominated by someone else is not kerf's to provision.
+        // round sees the in-flight NodeClaims as capacity and creates none. The verdict
+        // leaves kerf's nomination, written as each machine launched, in place: a pod
+        // nominated by someone else is not kerf's to provision.
         for name in ["web-1", "web-2", "web-3"] {
-            cluster
-                .patch_status(
-                    "v1",
-                    "pods",
-                    Some("default"),
-                    name,
-                    kerf_loadtest::apiserver::PatchKind::Strategic,
-                    &serde_json::json!({"status": {"conditions": [{
-                        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                        "message": "0/1 nodes are available"
-                    }]}}),
-                )
-                .expect("pod status patched");
+            judge_unschedulable(&cluster, name, "0/1 nodes are available");
         }
         let second = tokio::time::timeout(
             PATIENCE,

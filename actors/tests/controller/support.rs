@@ -392,16 +392,23 @@ pub fn create_pod(cluster: &Cluster, name: &str, metadata: Value) -> Value {
 }
 
 pub fn mark_unschedulable(cluster: &Cluster, name: &str) -> Value {
+    judge_unschedulable(cluster, name, "0/0 nodes are available")
+}
+
+/// Writes the kube-scheduler's `Unschedulable` verdict on pod `name`, with `message`, as
+/// kube-scheduler writes it: a strategic merge of its one condition, which leaves the pod's
+/// other conditions (kerf's nomination among them) as they are.
+pub fn judge_unschedulable(cluster: &Cluster, name: &str, message: &str) -> Value {
     cluster
         .patch_status(
             "v1",
             "pods",
             Some("default"),
             name,
-            PatchKind::Merge,
+            PatchKind::Strategic,
             &json!({"status": {"phase": "Pending", "conditions": [{
                 "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": "0/0 nodes are available"
+                "message": message
             }]}}),
         )
         .expect("pod status patched")
