@@ -15,17 +15,24 @@
 //! holds ([`assign`]): held from the next round on like the others (and nominated when its
 //! Node registers), instead of being solved again from scratch every round among the pods
 //! that arrived since, where a different packing spills some onto new NodeClaims.
+//! A pod is held on an initialized Node only while it fits beside the pods bound there: the
+//! kube-scheduler binds whichever pending pods come first, so the room planned for a held
+//! pod may be gone, and the scheduler's refusal may leave no trace a round can read (its
+//! report is rewritten only when its message changes, in whole seconds), so waiting for it
+//! would hold the pod for the whole [`crate::launcher::NOMINATION_LIMIT`].
 
 use std::collections::HashMap;
 
-use kerf::pods::PodLike;
-use kerf::scheduling::{ExistingNodePlacement, SchedulingInput};
+use kerf::pods::{LeanPod, PodLike};
+use kerf::resources::Resources;
+use kerf::scheduling::{ExistingNode, ExistingNodePlacement, SchedulingInput, resource_requests};
 
 use crate::launcher::{CreatedClaims, HeldPods};
 
 /// Moves the pending pods of `input` nominated to one of its existing nodes (by NodeClaim)
-/// onto that node; returns the NodeClaim of each node that holds pods (has nominations), by
-/// node name, for [`assign`].
+/// onto that node, on an initialized node only those that fit beside its bound pods (the
+/// others are solved afresh); returns the NodeClaim of each node that holds pods (has
+/// nominations), by node name, for [`assign`].
 pub fn hold(
     input: &mut SchedulingInput,
     nominations: &HashMap<String, HeldPods>,
@@ -49,15 +56,53 @@ pub fn hold(
         return holding;
     }
     let mut pending = Vec::with_capacity(input.pods.len());
+    // The free room of each initialized node holding pods, from its bound pods alone: worked
+    // out at its first held pod, before any is added.
+    let mut rooms: HashMap<usize, Resources> = HashMap::new();
     for pod in std::mem::take(&mut input.pods) {
         let uid = pod.meta().uid.unwrap_or_default();
-        match node_of_pod.get(uid) {
-            Some(&index) => input.existing_nodes[index].pods.push(pod),
-            None => pending.push(pod),
+        let Some(&index) = node_of_pod.get(uid) else {
+            pending.push(pod);
+            continue;
+        };
+        let node = &mut input.existing_nodes[index];
+        if node.initialized {
+            let room = rooms.entry(index).or_insert_with(|| free_room(node));
+            if !takes(room, &pod) {
+                pending.push(pod);
+                continue;
+            }
         }
+        node.pods.push(pod);
     }
     input.pods = pending;
     holding
+}
+
+/// What `node` has left beside its active pods. A NodeClaim in flight has none bound, and
+/// its allocatable may be an estimate: the pods held there were planned to fit it.
+fn free_room(node: &ExistingNode) -> Resources {
+    let mut room = node.allocatable.clone();
+    for pod in node.pods.iter().filter(|p| kerf::pods::is_active(&***p)) {
+        // An unreadable request is the solve's to report.
+        if let Ok(requests) = resource_requests(&**pod) {
+            room.sub_assign(&requests);
+        }
+    }
+    room
+}
+
+/// Whether `pod` fits in `room`, taking its requests from it if so. A pod whose requests
+/// cannot be read stays held: the solve reports it either way.
+fn takes(room: &mut Resources, pod: &LeanPod) -> bool {
+    let Ok(requests) = resource_requests(pod) else {
+        return true;
+    };
+    if !requests.fits(room) {
+        return false;
+    }
+    room.sub_assign(&requests);
+    true
 }
 
 /// Adds the pods a round placed on nodes in `holding` to what their NodeClaims hold;
@@ -84,19 +129,24 @@ mod tests {
     use std::sync::Arc;
 
     fn pod(uid: &str) -> Pod {
+        requesting(uid, "0")
+    }
+
+    fn requesting(uid: &str, cpu: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": uid, "namespace": "default", "uid": uid},
-            "spec": {"containers": [{"name": "c"}]}
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
         }))
         .expect("valid pod")
     }
 
+    /// A node of 2 cpu and 110 pods.
     fn node(name: &str, claim: Option<&str>, initialized: bool) -> ExistingNode {
         ExistingNode {
             name: name.to_owned(),
             labels: Default::default(),
             taints: Vec::new(),
-            allocatable: Default::default(),
+            allocatable: kerf::scheduling::testing::resources(&[("cpu", "2"), ("pods", "110")]),
             capacity: Default::default(),
             pods: Vec::new(),
             initialized,
@@ -166,5 +216,32 @@ mod tests {
             ["d", "e"],
             "pods of an unknown NodeClaim and unnominated pods are solved"
         );
+    }
+
+    #[test]
+    fn a_pod_is_held_on_an_initialized_node_only_while_it_fits_beside_the_bound_ones() {
+        // The kube-scheduler bound "other" (1.5 cpu) to the 2-cpu Node planned for "a" and
+        // "b" (half a cpu each): "a" still fits in the half cpu left, "b" does not. The
+        // NodeClaim in flight holds all it was planned for, even past its allocatable (an
+        // estimate until it launches): nothing can be bound there yet.
+        let mut initialized = node("ip-10-0-0-1", Some("claim-1"), true);
+        initialized
+            .pods
+            .push(Arc::new(requesting("other", "1500m").into()));
+        let mut input = SchedulingInput {
+            pods: [("a", "500m"), ("b", "500m"), ("c", "2"), ("d", "2")]
+                .map(|(uid, cpu)| Arc::new(requesting(uid, cpu).into()))
+                .to_vec(),
+            existing_nodes: vec![initialized, node("claim-2", Some("claim-2"), false)],
+            ..SchedulingInput::default()
+        };
+        let nominations = HashMap::from([
+            ("claim-1".to_owned(), nominated(&["a", "b"])),
+            ("claim-2".to_owned(), nominated(&["c", "d"])),
+        ]);
+        hold(&mut input, &nominations);
+        assert_eq!(uids(&input.existing_nodes[0].pods), ["other", "a"]);
+        assert_eq!(uids(&input.existing_nodes[1].pods), ["c", "d"]);
+        assert_eq!(uids(&input.pods), ["b"], "solved afresh");
     }
 }
