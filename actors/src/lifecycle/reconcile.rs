@@ -24,7 +24,7 @@ use super::initialization::{self, Awaiting};
 use super::launch::{self, LaunchDeps, LaunchedMemory, OnDemandFallback};
 use super::liveness::{self, Verdict};
 use super::nominate::Step;
-use super::registration::{lacks_unregistered_taint, registered_node};
+use super::registration::{has_unregistered_taint, lacks_unregistered_taint, registered_node};
 use super::{LifecycleConfig, patch};
 use crate::events::upstream as events;
 use crate::metrics::{NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED};
@@ -324,11 +324,20 @@ async fn register(
         );
     }
     // Before the taint that keeps pods off the Node goes, so no pod planned elsewhere can
-    // take the room launched for these.
-    super::nominate::nominate(r, Step::Registration, claim.name(), &name).await;
+    // take the room launched for these; and only while it is there: a registration run again
+    // (its status write lost a race) finds the Node open, and waiting again would only hold
+    // the NodeClaim back.
+    let node = if has_unregistered_taint(node) {
+        super::nominate::nominate(r, Step::Registration, claim.name(), &name).await;
+        // The wait takes seconds, in which the kubelet writes the Node: the patch is locked
+        // to the version it has now, or it would conflict and all this would run again.
+        r.state.node(&name).unwrap_or_else(|| Arc::clone(node))
+    } else {
+        Arc::clone(node)
+    };
     let body = patch::locked(
-        &**node,
-        &registered_node(claim, node),
+        &*node,
+        &registered_node(claim, &node),
         node.metadata.resource_version.as_deref(),
     );
     let registered = match body {
@@ -340,7 +349,7 @@ async fn register(
                 node: name.clone(),
                 source,
             })?,
-        None => (**node).clone(),
+        None => (*node).clone(),
     };
     set.set_true(types::REGISTERED);
     *node_name = Some(name);
