@@ -44,7 +44,10 @@ pub use conditions::ConditionSet;
 pub use launch::{INSUFFICIENT_CAPACITY_REASON, LAUNCHED_MEMORY, LaunchDeps};
 pub use launching::Launching;
 pub use liveness::{LAUNCH_TIMEOUT_REASON, REGISTRATION_TIMEOUT_REASON};
-pub use nominate::{FUTILITY_CHECK_PERIOD, NOMINATION_BURST, NOMINATION_QPS};
+pub use nominate::{
+    FUTILITY_CHECK_PERIOD, LEFT_UNNOMINATED, NOMINATION_BURST, NOMINATION_QPS, PODS_NOMINATED,
+    REGISTERED_BEFORE_NOMINATED,
+};
 pub use reconcile::is_managed;
 
 /// Each message only names an object and is handled in microseconds (queued, deduplicated),

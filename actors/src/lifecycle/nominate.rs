@@ -171,8 +171,14 @@ impl Slots {
 /// real Node turns Ready seconds after it registers, so this rarely delays its first pod.
 pub const NOMINATION_BUDGET: Duration = Duration::from_secs(10);
 
-/// Counter of nomination writes, by `result` (`nominated`, `withdrawn`, `gone`, `failed`).
+/// Counter of nomination writes, by `result`: `nominated`, withdrawn at the window's end
+/// (`expired`) or because the pod could not use it (`unusable`), `gone`, `failed`.
 pub const PODS_NOMINATED: &str = "kerf_pods_nominated_total";
+
+/// Counter of pods registration stopped waiting for: still unnominated to their Node when
+/// it opened, so the kube-scheduler may place them (and others in their room) anywhere.
+/// Read from the store when the wait ends (a write that landed a moment before may count).
+pub const LEFT_UNNOMINATED: &str = "kerf_pods_left_unnominated_at_registration_total";
 
 /// Counter of Nodes registered before every placement-constrained pod planned for them was
 /// nominated ([`NOMINATION_BUDGET`] ran out). A large scale-up has a thousand, so it is a
@@ -311,7 +317,12 @@ async fn withdraw(r: &Reconciler, pod: Arc<LeanPod>, reason: &str, message: &str
     let Some(_slot) = slot.await else {
         return false;
     };
-    patch_status(r, &pod, body, "withdrawn").await != Written::Failed
+    let result = if reason == FUTILE_REASON {
+        "unusable"
+    } else {
+        "expired"
+    };
+    patch_status(r, &pod, body, result).await != Written::Failed
 }
 
 /// Nominates to `node` the pods NodeClaim `nodeclaim` was created for that still wait for
@@ -333,6 +344,7 @@ pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -
     if constrained.is_empty() && others.is_empty() {
         return 0;
     }
+    let asked: Vec<&PodRef> = constrained.iter().chain(&others).map(|(p, _)| *p).collect();
     let deadline = Instant::now() + NOMINATION_BUDGET;
     let mut constrained = pin!(write_all(r, constrained, nodeclaim, node, step));
     let mut others = pin!(write_all(r, others, nodeclaim, node, step));
@@ -349,6 +361,13 @@ pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -
     if others_done.is_none() && constrained_done.is_some() {
         let grace = deadline.min(Instant::now() + UNCONSTRAINED_GRACE);
         others_done = tokio::time::timeout_at(grace, others).await.ok();
+    }
+    if step == Step::Registration && (constrained_done.is_none() || others_done.is_none()) {
+        let left = asked
+            .iter()
+            .filter(|pod| waiting_pod(r, pod, node).is_some())
+            .count();
+        metrics::counter!(LEFT_UNNOMINATED).increment(left as u64);
     }
     match step {
         _ if constrained_done.is_some() => {}
@@ -666,6 +685,7 @@ pub(super) mod tests {
         let r = stalled_reconciler(state);
         created_for(&r, &["pinned"]);
         let before = crate::testing::counter(REGISTERED_BEFORE_NOMINATED);
+        let left_before = crate::testing::counter(LEFT_UNNOMINATED);
 
         let started = Instant::now();
         let written = nominate(&r, Step::Registration, "a", "node-a").await;
@@ -678,6 +698,10 @@ pub(super) mod tests {
         assert!(
             crate::testing::counter(REGISTERED_BEFORE_NOMINATED) > before,
             "the early registration is counted"
+        );
+        assert!(
+            crate::testing::counter(LEFT_UNNOMINATED) > left_before,
+            "and so is the pod it left unnominated"
         );
     }
 

@@ -24,7 +24,9 @@ use super::planned;
 use super::progress::Progress;
 use super::report::{self, ActiveFaults, Recorder};
 use super::scale_down;
-use super::summary::{Endpoints, Facts, Memory, Outcome, Provisioning, RoundFigures, Summary};
+use super::summary::{
+    Endpoints, Facts, Memory, Nominations, Outcome, Provisioning, RoundFigures, Summary,
+};
 use super::world::{Pace, World};
 
 /// Longest the loop sleeps without news; progress and the deadline are checked this often.
@@ -264,8 +266,37 @@ impl RoundLog {
         Provisioning {
             rounds: self.rounds,
             largest_round: self.largest.clone(),
+            nominations: nominations(&kerf_actors::metrics::render()),
         }
     }
+}
+
+/// The controller's nomination counters in the exposition `text`.
+fn nominations(text: &str) -> Nominations {
+    use kerf_actors::lifecycle::{LEFT_UNNOMINATED, PODS_NOMINATED, REGISTERED_BEFORE_NOMINATED};
+    let mut out = Nominations::default();
+    for line in text.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let value = scale_down::counter_value(value);
+        let field = match series.split_once('{') {
+            Some((PODS_NOMINATED, labels)) => match labels.trim_end_matches('}') {
+                "result=\"nominated\"" => &mut out.written,
+                "result=\"expired\"" => &mut out.expired,
+                "result=\"unusable\"" => &mut out.unusable,
+                "result=\"failed\"" => &mut out.failed,
+                _ => continue,
+            },
+            None if series == LEFT_UNNOMINATED => &mut out.left_at_registration,
+            None if series == REGISTERED_BEFORE_NOMINATED => {
+                &mut out.nodes_opened_before_constrained_nominated
+            }
+            _ => continue,
+        };
+        *field += value;
+    }
+    out
 }
 
 /// The pods among a round's problems (`namespace/name: reason`), by pod.
@@ -287,6 +318,32 @@ fn unschedulable_pods(round: &Round) -> BTreeMap<String, String> {
 mod tests {
     use super::*;
     use kerf_actors::provisioner::RoundTiming;
+
+    #[test]
+    fn nominations_are_read_from_the_controllers_counters() {
+        let text = "\
+# TYPE kerf_pods_nominated_total counter
+kerf_pods_nominated_total{result=\"nominated\"} 1200
+kerf_pods_nominated_total{result=\"expired\"} 7
+kerf_pods_nominated_total{result=\"unusable\"} 31
+kerf_pods_nominated_total{result=\"gone\"} 2
+kerf_pods_nominated_total{result=\"failed\"} 1
+kerf_pods_left_unnominated_at_registration_total 450
+kerf_registered_before_nominated_total 3
+karpenter_nodeclaims_created_total{reason=\"provisioning\"} 99
+";
+        assert_eq!(
+            nominations(text),
+            Nominations {
+                written: 1200,
+                expired: 7,
+                unusable: 31,
+                failed: 1,
+                left_at_registration: 450,
+                nodes_opened_before_constrained_nominated: 3,
+            }
+        );
+    }
 
     #[test]
     fn only_pending_pods_count_as_unschedulable() {

@@ -149,6 +149,27 @@ pub struct Provisioning {
     pub rounds: u64,
     /// The round that created the most NodeClaims.
     pub largest_round: Option<RoundFigures>,
+    /// What became of the nominations the controller wrote.
+    pub nominations: Nominations,
+}
+
+/// The controller's nomination counters at the end of the run: how the room it launched for
+/// was kept for the pods it planned there.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Nominations {
+    /// Pods nominated to the Node of the NodeClaim created for them.
+    pub written: u64,
+    /// Withdrawn at the window's end, the pod still pending.
+    pub expired: u64,
+    /// Withdrawn because the kube-scheduler tried the pod there and it did not fit.
+    pub unusable: u64,
+    /// Writes the API server refused for a reason other than the pod being gone.
+    pub failed: u64,
+    /// Pods still unnominated when registration stopped waiting and opened their Node.
+    pub left_at_registration: u64,
+    /// Nodes opened before every placement-constrained pod planned there was nominated.
+    pub nodes_opened_before_constrained_nominated: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -354,6 +375,17 @@ impl Summary {
             );
         }
         out.push('\n');
+        let n = &self.provisioning.nominations;
+        let _ = writeln!(
+            out,
+            "nominations     {} written, {} expired, {} unusable, {} failed; {} pods left unnominated as their Node opened ({} Nodes before their constrained pods)",
+            n.written,
+            n.expired,
+            n.unusable,
+            n.failed,
+            n.left_at_registration,
+            n.nodes_opened_before_constrained_nominated
+        );
         if let Some(bytes) = self.pods.average_object_bytes {
             let _ = writeln!(
                 out,
