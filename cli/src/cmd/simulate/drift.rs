@@ -24,8 +24,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::exposition;
 use super::observe::Tally;
-use super::scale_down::counter_value;
 use super::world::World;
 
 /// The image the simulated EC2 answers for the alias after the change.
@@ -70,23 +70,13 @@ fn created_by_reason() -> BTreeMap<String, u64> {
 /// `karpenter_nodeclaims_created_total` in the exposition `text`, by `reason`.
 fn count_by_reason(text: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line
-            .strip_prefix(NODECLAIMS_CREATED)
-            .and_then(|l| l.strip_prefix('{'))
-        else {
+    for (name, labels, value) in exposition::samples(text) {
+        if name != NODECLAIMS_CREATED {
             continue;
-        };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let Some(reason) = labels
-            .split(',')
-            .find_map(|l| l.strip_prefix("reason=\"")?.strip_suffix('"'))
-        else {
-            continue;
-        };
-        *out.entry(reason.to_owned()).or_default() += counter_value(value);
+        }
+        if let Some(reason) = exposition::label(labels, "reason") {
+            *out.entry(reason.to_owned()).or_default() += value;
+        }
     }
     out
 }

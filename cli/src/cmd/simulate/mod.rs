@@ -12,6 +12,7 @@ mod apply;
 mod controller_threads;
 mod defaults;
 mod drift;
+mod exposition;
 mod ice;
 mod inputs;
 mod install;

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::apply::apply;
 use super::controller_threads::Controller;
+use super::exposition;
 use super::ice::IceTarget;
 use super::inputs::Inputs;
 use super::interrupt;
@@ -275,23 +276,17 @@ impl RoundLog {
 fn nominations(text: &str) -> Nominations {
     use kerf_actors::lifecycle::{LEFT_UNNOMINATED, PODS_NOMINATED, REGISTERED_BEFORE_NOMINATED};
     let mut out = Nominations::default();
-    for line in text.lines() {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let value = scale_down::counter_value(value);
-        let field = match series.split_once('{') {
-            Some((PODS_NOMINATED, labels)) => match labels.trim_end_matches('}') {
-                "result=\"nominated\"" => &mut out.written,
-                "result=\"expired\"" => &mut out.expired,
-                "result=\"unusable\"" => &mut out.unusable,
-                "result=\"failed\"" => &mut out.failed,
+    for (name, labels, value) in exposition::samples(text) {
+        let field = match name {
+            PODS_NOMINATED => match exposition::label(labels, "result") {
+                Some("nominated") => &mut out.written,
+                Some("expired") => &mut out.expired,
+                Some("unusable") => &mut out.unusable,
+                Some("failed") => &mut out.failed,
                 _ => continue,
             },
-            None if series == LEFT_UNNOMINATED => &mut out.left_at_registration,
-            None if series == REGISTERED_BEFORE_NOMINATED => {
-                &mut out.nodes_opened_before_constrained_nominated
-            }
+            LEFT_UNNOMINATED => &mut out.left_at_registration,
+            REGISTERED_BEFORE_NOMINATED => &mut out.nodes_opened_before_constrained_nominated,
             _ => continue,
         };
         *field += value;

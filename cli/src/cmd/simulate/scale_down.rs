@@ -23,6 +23,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::exposition;
 use super::observe::Tally;
 use super::summary::{mib, round3};
 use super::world::World;
@@ -280,32 +281,17 @@ fn evictions() -> Evictions {
         accepted: 0,
         refused: 0,
     };
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("karpenter_pods_eviction_requests_total{code=\"") else {
+    for (name, labels, value) in exposition::samples(&text) {
+        if name != kerf_actors::metrics::PODS_EVICTION_REQUESTS {
             continue;
-        };
-        let Some((code, value)) = rest.split_once("\"} ") else {
-            continue;
-        };
-        let value = counter_value(value);
-        match code {
+        }
+        match exposition::label(labels, "code").unwrap_or_default() {
             "200" | "201" => out.accepted += value,
             "429" => out.refused += value,
             _ => {}
         }
     }
     out
-}
-
-/// A counter's value as the exposition text writes it (`12`, `1e3`); 0 if unreadable.
-pub(super) fn counter_value(text: &str) -> u64 {
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "counters are non-negative integers"
-    )]
-    let value = text.trim().parse::<f64>().unwrap_or(0.0) as u64;
-    value
 }
 
 impl Disruption {
