@@ -587,10 +587,30 @@ pub(super) mod tests {
     }
 
     /// The path and body of each request a [`recording_reconciler`]'s clients sent.
-    type Sent = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+    pub(in crate::lifecycle) type Sent = Arc<std::sync::Mutex<Vec<(String, String)>>>;
 
     /// A Reconciler over `state` whose clients answer `{}` to every request and record it.
     fn recording_reconciler(state: Arc<crate::state::ClusterState>) -> (Reconciler, Sent) {
+        let (client, sent) = recording_client();
+        (reconciler_over(state, client.clone(), client), sent)
+    }
+
+    /// A Reconciler over `state` whose clients never answer: every write stalls.
+    fn stalled_reconciler(state: Arc<crate::state::ClusterState>) -> Reconciler {
+        reconciler_over(state, stalled_client(), stalled_client())
+    }
+
+    /// A Reconciler over `state` whose controller client answers `{}` to every request and
+    /// records it, and whose nomination writes stall: registration waits its whole budget.
+    pub(in crate::lifecycle) fn registering_reconciler(
+        state: Arc<crate::state::ClusterState>,
+    ) -> (Reconciler, Sent) {
+        let (client, sent) = recording_client();
+        (reconciler_over(state, client, stalled_client()), sent)
+    }
+
+    /// A client that answers `{}` to every request, and the requests it was sent.
+    fn recording_client() -> (kube::Client, Sent) {
         let sent = Sent::default();
         let record = Arc::clone(&sent);
         let answer = tower::service_fn(move |request: http::Request<kube::client::Body>| {
@@ -608,23 +628,26 @@ pub(super) mod tests {
                 )))
             }
         });
-        let reconciler = reconciler_over(state, kube::Client::new(answer, "default"));
-        (reconciler, sent)
+        (kube::Client::new(answer, "default"), sent)
     }
 
-    /// A Reconciler over `state` whose clients never answer: every write stalls.
-    fn stalled_reconciler(state: Arc<crate::state::ClusterState>) -> Reconciler {
+    /// A client that never answers.
+    fn stalled_client() -> kube::Client {
         let never = tower::service_fn(|_: http::Request<kube::client::Body>| {
             std::future::pending::<
                 Result<http::Response<kube::client::Body>, std::convert::Infallible>,
             >()
         });
-        reconciler_over(state, kube::Client::new(never, "default"))
+        kube::Client::new(never, "default")
     }
 
-    /// A Reconciler over `state` whose two clients (the controller's and the nominations')
-    /// are `client`.
-    fn reconciler_over(state: Arc<crate::state::ClusterState>, client: kube::Client) -> Reconciler {
+    /// A Reconciler over `state` with the controller's client `client` and the nominations'
+    /// `nominations`.
+    fn reconciler_over(
+        state: Arc<crate::state::ClusterState>,
+        client: kube::Client,
+        nominations: kube::Client,
+    ) -> Reconciler {
         let cloud = kerf_loadtest::ec2::SimulatedCloudProvider::for_region(
             "us-west-2",
             kerf_loadtest::ec2::Ec2Config::instant("us-west-2"),
@@ -638,19 +661,12 @@ pub(super) mod tests {
             nominate_pods: true,
         };
         let config = super::super::LifecycleConfig::default();
-        Reconciler::new(
-            state,
-            client.clone(),
-            client,
-            Arc::new(cloud),
-            config,
-            launch,
-        )
+        Reconciler::new(state, client, nominations, Arc::new(cloud), config, launch)
     }
 
     /// Records NodeClaim `a` as created by `r`'s Launcher for the pods named `pods` (in
     /// `default`, each with its name as uid).
-    fn created_for(r: &Reconciler, pods: &[&str]) {
+    pub(in crate::lifecycle) fn created_for(r: &Reconciler, pods: &[&str]) {
         let claim = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "a"},
             "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
@@ -668,20 +684,24 @@ pub(super) mod tests {
         r.launch.created.record(claim, pods);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_node_registered_before_its_nominations_are_written_is_counted() {
-        crate::metrics::handle();
-        let (state, mut writers) = crate::state::ClusterState::new();
-        // Placement-constrained (a node selector): registration waits for its nomination.
-        let pod = serde_json::from_value::<Pod>(serde_json::json!({
+    /// Pending pod `default/pinned`, placement-constrained (a node selector): registration
+    /// waits for its nomination.
+    pub(in crate::lifecycle) fn pinned_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
             "metadata": {"name": "pinned", "namespace": "default", "uid": "pinned"},
             "spec": {"containers": [], "nodeSelector": {"team": "a"}},
             "status": {"phase": "Pending"},
         }))
-        .expect("valid pod");
+        .expect("valid pod")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_registered_before_its_nominations_are_written_is_counted() {
+        crate::metrics::handle();
+        let (state, mut writers) = crate::state::ClusterState::new();
         writers
             .pods
-            .apply(ObjectKey::new(Some("default"), "pinned"), pod);
+            .apply(ObjectKey::new(Some("default"), "pinned"), pinned_pod());
         let r = stalled_reconciler(state);
         created_for(&r, &["pinned"]);
         let before = crate::testing::counter(REGISTERED_BEFORE_NOMINATED);

@@ -509,6 +509,85 @@ mod tests {
     /// they made every reconcile hold the largest step's 12 KiB.
     const RECONCILE_MAX_BYTES: usize = 3 * 1024;
 
+    /// Node `node-a` of instance `i-0abc` at `version`, tainted unregistered while `tainted`.
+    fn kubelets_node(version: &str, tainted: bool) -> Node {
+        let taints: Vec<serde_json::Value> = if tainted {
+            vec![json!({"key": labels::UNREGISTERED_TAINT, "effect": "NoExecute"})]
+        } else {
+            Vec::new()
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": "node-a", "resourceVersion": version},
+            "spec": {"providerID": "aws:///us-west-2a/i-0abc", "taints": taints},
+        }))
+        .expect("valid node")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn registration_patches_the_node_as_the_nomination_wait_left_it_and_waits_once() {
+        use super::super::nominate::{NOMINATION_BUDGET, tests as nominate};
+        use crate::state::ObjectKey;
+        let (state, mut writers) = ClusterState::new();
+        writers.pods.apply(
+            ObjectKey::new(Some("default"), "pinned"),
+            nominate::pinned_pod(),
+        );
+        let node_key = ObjectKey::new(None, "node-a");
+        writers
+            .nodes
+            .apply(node_key.clone(), kubelets_node("1", true));
+        // The pinned pod's nomination never lands: registration waits its whole budget.
+        let (r, sent) = nominate::registering_reconciler(state);
+        nominate::created_for(&r, &["pinned"]);
+        let claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "a"},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                "name": "default"}, "requirements": []},
+            "status": {"providerID": "aws:///us-west-2a/i-0abc"},
+        }))
+        .expect("valid nodeclaim");
+        let fresh = || ConditionSet::new(&[], Some(1), Timestamp::now());
+
+        let (mut set, mut node_name) = (fresh(), None);
+        let started = tokio::time::Instant::now();
+        let kubelet = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            writers
+                .nodes
+                .apply(node_key.clone(), kubelets_node("2", true));
+        };
+        let (registered, ()) =
+            tokio::join!(register(&r, &claim, &mut set, &mut node_name), kubelet);
+        registered.expect("registered");
+        assert_eq!(
+            started.elapsed(),
+            NOMINATION_BUDGET,
+            "waited for the nomination"
+        );
+        assert!(set.is_true(types::REGISTERED));
+        let patches: Vec<serde_json::Value> = sent
+            .lock()
+            .expect("not poisoned")
+            .drain(..)
+            .map(|(_, body)| serde_json::from_str(&body).expect("json"))
+            .collect();
+        assert_eq!(patches.len(), 1, "{patches:?}");
+        assert_eq!(
+            patches[0]["metadata"]["resourceVersion"], "2",
+            "locked to the Node the kubelet wrote during the wait, not the one read before it"
+        );
+
+        // Run again (its status write lost a race) on the Node it opened: no second wait.
+        writers.nodes.apply(node_key, kubelets_node("3", false));
+        let (mut set, mut node_name) = (fresh(), None);
+        let started = tokio::time::Instant::now();
+        register(&r, &claim, &mut set, &mut node_name)
+            .await
+            .expect("registered");
+        assert_eq!(started.elapsed(), Duration::ZERO, "did not wait again");
+        assert!(set.is_true(types::REGISTERED));
+    }
+
     #[tokio::test]
     async fn a_reconcile_holds_only_the_step_it_waits_in() {
         let r = Arc::new(super::super::nominate::tests::reconciler());

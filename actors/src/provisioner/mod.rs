@@ -17,6 +17,7 @@ mod heap;
 pub(crate) mod instance_types;
 pub(crate) mod inventory;
 mod nominated;
+mod settling;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodePool;
 use kerf::catalog::Catalog;
 use kerf::plan::ControllerSettings;
@@ -81,6 +83,9 @@ pub struct Round {
     /// How many of them the round solved: those not held on the NodeClaim in flight
     /// planned for them (see [`nominated`]); none solved, the round skips the solve.
     pub placing: usize,
+    /// How many were left to the kube-scheduler, not tried since a Node opened (see
+    /// [`settling`]).
+    pub withheld: usize,
     /// How long the batching window was open.
     pub window: Duration,
     /// Names of the NodeClaims created, in creation order (none without a cloud provider).
@@ -135,6 +140,7 @@ pub struct Provisioner {
     depth: MailboxDepth,
     provisioning: Option<Provisioning>,
     schedulers: Schedulers,
+    settling: settling::Settling,
 }
 
 /// A started Provisioner and what it publishes.
@@ -207,6 +213,7 @@ impl Provisioner {
             depth,
             provisioning,
             schedulers: Schedulers::new(names),
+            settling: settling::Settling::default(),
         }
     }
 
@@ -241,6 +248,7 @@ impl Provisioner {
             triggered: batch.pods.len(),
             pending,
             placing: 0,
+            withheld: 0,
             window: batch.window,
             nodeclaims: Vec::new(),
             problems: Vec::new(),
@@ -281,12 +289,16 @@ impl Provisioner {
         );
         provisioning.instance_types.finish_round();
         let nominations = provisioning.created.nominations(&self.state);
+        let opened = settling::newest_initialization(inventory.node_claims.iter().map(|c| &**c));
+        let settling = &mut self.settling;
         let batch = snapshot.map_err(|e| e.to_string()).and_then(|snapshot| {
             heap.mark(Step::Snapshot);
             problems.extend(snapshot.warnings);
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
             let holding = nominated::hold(&mut input, &nominations);
+            round.withheld =
+                settling.withhold(&mut input, opened, Timestamp::now(), Instant::now());
             round.placing = input.pods.len();
             if input.pods.is_empty() {
                 // Every pending pod is held where a NodeClaim in flight has room planned
@@ -466,6 +478,7 @@ impl Handler<BatchReady> for Provisioner {
                     pending = round.pending.len(),
                     triggered = round.triggered,
                     placing = round.placing,
+                    withheld = round.withheld,
                     nodeclaims = round.nodeclaims.len(),
                     problems = ?round.problems,
                     queued_ms = round.timing.queued.as_millis() as u64,

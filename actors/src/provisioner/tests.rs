@@ -282,6 +282,7 @@ fn empty_round() -> Round {
         triggered: 0,
         pending: Vec::new(),
         placing: 0,
+        withheld: 0,
         window: Duration::ZERO,
         nodeclaims: Vec::new(),
         problems: Vec::new(),
