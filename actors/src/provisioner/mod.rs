@@ -289,7 +289,7 @@ impl Provisioner {
         );
         provisioning.instance_types.finish_round();
         let nominations = provisioning.created.nominations(&self.state);
-        let opened = settling::newest_initialization(inventory.node_claims.iter().map(|c| &**c));
+        let claims = &inventory.node_claims;
         let settling = &mut self.settling;
         let batch = snapshot.map_err(|e| e.to_string()).and_then(|snapshot| {
             heap.mark(Step::Snapshot);
@@ -297,6 +297,7 @@ impl Provisioner {
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
             let holding = nominated::hold(&mut input, &nominations);
+            let opened = settling::last_opening(claims.iter().map(|c| &**c), &input.pods);
             round.withheld =
                 settling.withhold(&mut input, opened, Timestamp::now(), Instant::now());
             round.placing = input.pods.len();

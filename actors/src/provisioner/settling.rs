@@ -9,21 +9,24 @@
 //! NodeClaims, each for one cache replica, 2 s before every pod was bound on the 1,005 Nodes
 //! planned first; none of the 220 was needed). Upstream plans every pod the kube-scheduler
 //! has marked unschedulable, whenever it was marked; kerf leaves out of a round a pod whose
-//! latest `Unschedulable` report is no later than the newest NodeClaim initialization, while
-//! that initialization is within [`SETTLE_PERIOD`]: the kube-scheduler retries unschedulable
-//! pods when a Node changes, within its backoff, and its next report (rewritten as the count
+//! latest `Unschedulable` report is no later than the last time room opened — the newest
+//! NodeClaim initialization, or the newest withdrawal of a nomination its pod could not use
+//! (the kube-scheduler kept that room for the pod, refusing others, until then) — while that
+//! is within [`SETTLE_PERIOD`]: the kube-scheduler retries unschedulable pods when a Node
+//! changes, within its backoff, and its next report (rewritten as the count
 //! of Nodes in its message changes) brings the pod back to a round. Each pod is left out for
 //! at most [`SETTLE_PERIOD`] in all, so Nodes initializing without pause cannot hold back a
 //! pod that needs new capacity, and one refused since (or never refused: a pod of a
 //! terminating Node) is planned as before.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodeClaim;
 use kerf::api::condition::{Conditions, types};
-use kerf::pods::{LeanPod, PodLike};
+use kerf::pods::{LeanPod, NOMINATION_CONDITION, PodLike};
 use kerf::scheduling::SchedulingInput;
 
 /// How long a pod is left to the kube-scheduler: its longest backoff between tries of an
@@ -38,8 +41,7 @@ pub struct Settling {
 }
 
 impl Settling {
-    /// Takes out of `input`'s pods those refused no later than `opened` (the newest NodeClaim
-    /// initialization), if `opened` is within [`SETTLE_PERIOD`] of `wall`, each for at most
+    /// Takes out of `input`'s pods those refused no later than `opened` ([`last_opening`]), if `opened` is within [`SETTLE_PERIOD`] of `wall`, each for at most
     /// [`SETTLE_PERIOD`] from the round that first left it out (at `now`); returns how many.
     pub fn withhold(
         &mut self,
@@ -72,16 +74,32 @@ impl Settling {
     }
 }
 
-/// When the newest of `claims` was initialized.
-pub fn newest_initialization<'a>(
+/// When room last opened for pending pods: the newest of `claims` was initialized, or kerf
+/// withdrew the nomination of one of `pending` (the room the kube-scheduler kept for it on
+/// its Node, which it could not use, is free for others since).
+pub fn last_opening<'a>(
     claims: impl IntoIterator<Item = &'a NodeClaim>,
+    pending: &[Arc<LeanPod>],
 ) -> Option<Timestamp> {
-    claims
+    let initialized = claims
         .into_iter()
         .filter_map(|claim| claim.conditions().condition(types::INITIALIZED))
         .filter(|condition| condition.is_true())
-        .map(|condition| condition.last_transition_time.0)
-        .max()
+        .map(|condition| condition.last_transition_time.0);
+    let withdrawn = pending.iter().filter_map(|pod| withdrawn_at(pod));
+    initialized.chain(withdrawn).max()
+}
+
+/// When kerf withdrew `pod`'s nomination, if it did.
+fn withdrawn_at(pod: &LeanPod) -> Option<Timestamp> {
+    let condition = pod
+        .status()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == NOMINATION_CONDITION)?;
+    let at = condition.last_transition_time.as_ref()?;
+    (condition.status == "False").then_some(at.0)
 }
 
 /// Whether the kube-scheduler's latest verdict on `pod` is `Unschedulable` and was given no
@@ -106,7 +124,6 @@ fn refused_no_later_than(pod: &LeanPod, opened: Timestamp) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     /// Pending pod `uid`, reported unschedulable at `at` (none: never refused).
     fn pod(uid: &str, refused_at: Option<&str>) -> Arc<LeanPod> {
@@ -203,7 +220,7 @@ mod tests {
     }
 
     #[test]
-    fn the_newest_initialized_nodeclaim_counts() {
+    fn room_opens_when_a_nodeclaim_is_initialized_or_a_nomination_withdrawn() {
         let claim = |initialized: Option<(&str, &str)>| -> NodeClaim {
             let conditions: Vec<serde_json::Value> = initialized
                 .map(|(status, at)| {
@@ -226,9 +243,30 @@ mod tests {
             claim(Some(("False", "2026-01-01T00:00:30Z"))),
             claim(None),
         ];
+        let pending = input().pods;
         assert_eq!(
-            newest_initialization(&claims),
+            last_opening(&claims, &pending),
             Some(at("2026-01-01T00:00:20Z"))
+        );
+        let nominated = |status: &str, at: &str| -> Arc<LeanPod> {
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "default", "uid": "p"},
+                "status": {"phase": "Pending", "conditions": [{"type": NOMINATION_CONDITION,
+                    "status": status, "lastTransitionTime": at}]},
+            }))
+            .expect("valid pod");
+            Arc::new(pod.into())
+        };
+        let still_nominated = [nominated("True", "2026-01-01T00:00:40Z")];
+        assert_eq!(
+            last_opening(&claims, &still_nominated),
+            Some(at("2026-01-01T00:00:20Z")),
+            "a nomination written opens nothing"
+        );
+        let withdrawn = [nominated("False", "2026-01-01T00:00:25Z")];
+        assert_eq!(
+            last_opening(&claims, &withdrawn),
+            Some(at("2026-01-01T00:00:25Z"))
         );
     }
 }
