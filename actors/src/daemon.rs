@@ -131,6 +131,9 @@ pub struct Daemon {
     pub termination_stats: Option<Arc<TerminationStats>>,
     /// The disruption loop and its commands in flight (with a cloud provider).
     pub disruption: Option<DisruptionHandle>,
+    /// The instance types the provisioning rounds and the disruption passes resolve, one
+    /// cache for both (with a cloud provider).
+    pub instance_types: Option<InstanceTypeCache>,
     pub metrics_addr: SocketAddr,
     pub probes_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -365,6 +368,7 @@ impl Daemon {
         let provisioner_depth = MailboxDepth::new("provisioner", PROVISIONER_MAILBOX_CAPACITY);
         let offerings = provisioning.as_ref().and_then(|p| p.offerings.clone());
         let provisioning_for_disruption = provisioning.clone();
+        let instance_types = provisioning.as_ref().map(|p| p.instance_types.clone());
         let provisioner = Provisioner::start(
             state.clone(),
             may_provision,
@@ -489,6 +493,7 @@ impl Daemon {
             offerings,
             termination_stats,
             disruption,
+            instance_types,
             metrics_addr,
             probes_addr,
             shutdown,

@@ -86,6 +86,11 @@ impl InstanceTypeCache {
         classes.by_class.retain(|_, r| r.round + 1 >= latest);
     }
 
+    /// How many rounds its users (provisioning rounds, disruption passes) have started.
+    pub fn rounds_started(&self) -> u64 {
+        self.lock().round
+    }
+
     /// How many times a class's instance types were built from the catalog.
     #[cfg(test)]
     pub fn builds(&self) -> u64 {

@@ -649,6 +649,38 @@ fn do_not_disrupt_pods_block_consolidation() {
 }
 
 #[test]
+fn provisioning_rounds_and_disruption_passes_resolve_instance_types_through_one_cache() {
+    run(|| async {
+        let stack = Stack::quick(pool(&[SMALL, LARGE], json!({}))).await;
+        stack
+            .one_large_node(json!({labels::DO_NOT_DISRUPT: "true"}))
+            .await;
+        stack.idle_pass_now().await;
+        // Read in this order: each counter only grows, and a round or pass starts its cache
+        // round before it is counted, so the cache, read last, has started at least both.
+        let rounds = stack
+            .daemon
+            .rounds
+            .borrow()
+            .as_ref()
+            .map_or(0, |r| r.number);
+        let passes = stack.progress().borrow().passes;
+        let cache = stack.daemon.instance_types.as_ref().expect("a cloud");
+        let started = cache.rounds_started();
+        assert!(
+            rounds >= 1 && passes >= 1,
+            "rounds {rounds}, passes {passes}"
+        );
+        assert!(
+            started >= rounds + passes,
+            "the daemon's cache started {started} rounds for {rounds} provisioning rounds \
+             and {passes} disruption passes: the two do not share it"
+        );
+        stack.stop().await;
+    });
+}
+
+#[test]
 fn a_scheduled_budget_holds_emptiness_inside_its_window() {
     run(|| async {
         // The clock starts now, inside a daily three-hour window from an hour ago that
