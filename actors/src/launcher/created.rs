@@ -271,20 +271,25 @@ pub fn nomination_futile(pod: &LeanPod, initialized: Timestamp) -> bool {
 /// kube-scheduler keeps the transition time while the pod stays unschedulable, and rewrites
 /// the report when its message changes).
 pub fn tried_since(pod: &LeanPod, initialized: Timestamp) -> bool {
-    let later = |at: Timestamp| at.as_second() > initialized.as_second();
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled")
-        .is_some_and(|c| {
-            let transitioned = c.last_transition_time.as_ref().map(|at| at.0);
-            c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-                && (transitioned.is_some_and(later)
-                    || pod.scheduler_reported_at().is_some_and(later))
-        })
+    last_refused(pod).is_some_and(|at| at.as_second() > initialized.as_second())
+}
+
+/// When the kube-scheduler last reported `pod` unschedulable, if that is its latest verdict:
+/// the later of the condition's `lastTransitionTime` and the scheduler's last status write
+/// (see [`tried_since`]). The times have no finer grain than a second.
+pub fn last_refused(pod: &LeanPod) -> Option<Timestamp> {
+    let condition = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?;
+    if condition.status != "False" || condition.reason.as_deref() != Some("Unschedulable") {
+        return None;
+    }
+    let transitioned = condition.last_transition_time.as_ref().map(|at| at.0);
+    transitioned.max(pod.scheduler_reported_at())
 }
 
 fn awaits_launch(state: &ClusterState, name: &str, created: Instant) -> bool {

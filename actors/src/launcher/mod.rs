@@ -26,7 +26,7 @@ use crate::metrics::NODECLAIMS_CREATED;
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
 pub use created::{
     CreatedClaims, HeldPods, NOMINATION_LIMIT, NOMINATION_WINDOW, UNSEEN_NODECLAIM_GRACE,
-    nomination_futile, tried_since,
+    last_refused, nomination_futile, tried_since,
 };
 
 /// Each message is answered after one API create (milliseconds), and the Provisioner waits

@@ -13,11 +13,11 @@
 //! NodeClaim initialization, or the newest withdrawal of a nomination its pod could not use
 //! (the kube-scheduler kept that room for the pod, refusing others, until then) — while that
 //! is within [`SETTLE_PERIOD`]: the kube-scheduler retries unschedulable pods when a Node
-//! changes, within its backoff, and its next report (rewritten as the count
-//! of Nodes in its message changes) brings the pod back to a round. Each pod is left out for
-//! at most [`SETTLE_PERIOD`] in all, so Nodes initializing without pause cannot hold back a
-//! pod that needs new capacity, and one refused since (or never refused: a pod of a
-//! terminating Node) is planned as before.
+//! changes, within its backoff, and its next report (rewritten as the count of Nodes in its
+//! message changes) brings the pod back to a round. Each pod is left out for at most
+//! [`SETTLE_PERIOD`] in all, so Nodes initializing without pause cannot hold back a pod that
+//! needs new capacity, and one refused since (or never refused: a pod of a terminating
+//! Node) is planned as before.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +28,8 @@ use kerf::api::NodeClaim;
 use kerf::api::condition::{Conditions, types};
 use kerf::pods::{LeanPod, NOMINATION_CONDITION, PodLike};
 use kerf::scheduling::SchedulingInput;
+
+use crate::launcher::last_refused;
 
 /// How long a pod is left to the kube-scheduler: its longest backoff between tries of an
 /// unschedulable pod (kube-scheduler's `podMaxBackoffSeconds`, 10 by default).
@@ -41,8 +43,9 @@ pub struct Settling {
 }
 
 impl Settling {
-    /// Takes out of `input`'s pods those refused no later than `opened` ([`last_opening`]), if `opened` is within [`SETTLE_PERIOD`] of `wall`, each for at most
-    /// [`SETTLE_PERIOD`] from the round that first left it out (at `now`); returns how many.
+    /// Takes out of `input`'s pods those refused no later than `opened` ([`last_opening`]),
+    /// if `opened` is within [`SETTLE_PERIOD`] of `wall`, each for at most [`SETTLE_PERIOD`]
+    /// from the round that first left it out (at `now`); returns how many.
     pub fn withhold(
         &mut self,
         input: &mut SchedulingInput,
@@ -106,19 +109,7 @@ fn withdrawn_at(pod: &LeanPod) -> Option<Timestamp> {
 /// later than `opened`, by whole seconds (the times have no finer grain, so a report in the
 /// same second may predate the Node).
 fn refused_no_later_than(pod: &LeanPod, opened: Timestamp) -> bool {
-    let Some(condition) = pod
-        .status()
-        .and_then(|s| s.conditions.as_deref())
-        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "PodScheduled"))
-    else {
-        return false;
-    };
-    if condition.status != "False" || condition.reason.as_deref() != Some("Unschedulable") {
-        return false;
-    }
-    let transitioned = condition.last_transition_time.as_ref().map(|at| at.0);
-    let reported = transitioned.max(pod.scheduler_reported_at());
-    reported.is_some_and(|at| at.as_second() <= opened.as_second())
+    last_refused(pod).is_some_and(|at| at.as_second() <= opened.as_second())
 }
 
 #[cfg(test)]
