@@ -13,6 +13,7 @@ use kerf::cloudprovider::SPOT_SLR_ERROR_CODE;
 use kerf::labels;
 use kerf::troubleshooting::documented;
 use kerf_actors::garbage_collection;
+use kerf_actors::state::ObjectKey;
 use kerf_loadtest::apiserver::Cluster;
 use kerf_loadtest::ec2::CapacityType;
 use kube::api::{Api, WatchEvent, WatchParams};
@@ -159,6 +160,17 @@ fn a_machine_that_dies_before_its_node_registers_is_noticed_and_its_claim_delete
         let daemon = start_provisioner(&h, cloud).await;
         create_unschedulable_pod(&cluster, "web-1");
         let claim = claim_where(&h, "launched", |c| c.is_condition_true(types::LAUNCHED)).await;
+        // The pass below reads the controller's store, which may lag the API on a busy
+        // machine: a NodeClaim it holds without its providerID has no machine to lose.
+        let key = ObjectKey::new(None, claim.name());
+        eventually("the controller's store has the launched NodeClaim", || {
+            daemon
+                .state
+                .nodeclaims
+                .get(&key)
+                .is_some_and(|c| c.provider_id().is_some())
+        })
+        .await;
 
         // No kubelet joins in these tests: the machine boots and dies (as with an unusable
         // KMS key on its volumes) while the NodeClaim waits for its Node.
