@@ -80,8 +80,8 @@ pub struct Timings {
 pub struct Environment {
     pub client: Client,
     /// Leader election's own client: not the rate-limited shared one, so a renewal never
-    /// waits behind creates, patches and events. The pod nominations' client is built on it,
-    /// behind a rate limit of its own.
+    /// waits behind creates and patches. The pod nominations' and the events' clients are
+    /// built on it, each behind a rate limit of its own.
     pub leader_client: Client,
     /// The namespace the controller runs in (its leader Lease lives there by default).
     pub namespace: String,
@@ -216,8 +216,8 @@ impl Daemon {
             feature_gates,
             metrics_port,
             health_probe_port,
-            kube_client_qps: _kube_client_qps_applied_by_client_build,
-            kube_client_burst: _kube_client_burst_applied_by_client_build,
+            kube_client_qps,
+            kube_client_burst,
             leader_election,
             preference_policy: _preference_policy_for_scheduler,
             min_values_policy: _min_values_policy_for_scheduler,
@@ -251,6 +251,11 @@ impl Daemon {
         // Beside the shared client's budget, not out of it: see `lifecycle::NOMINATION_QPS`.
         let nomination_client =
             crate::client::limited(leader_client.clone(), NOMINATION_QPS, NOMINATION_BURST);
+        // Upstream's event recorder writes through a clientset of its own, whose client-side
+        // limiter is built from the same QPS and burst: events never spend the budget the
+        // creates, launches and registrations share.
+        let event_client =
+            crate::client::limited(leader_client.clone(), kube_client_qps, kube_client_burst);
         let (leader, leader_task, lone_leader) = match leader_election {
             Some(lease) => {
                 let election = Election {
@@ -271,8 +276,11 @@ impl Daemon {
         // Every actor and task mutates through this client: none can write once this
         // replica stops leading ([`leader::fenced`]).
         let client = leader::fenced(client, leader.clone());
-        let (events, events_task) =
-            events::spawn(client.clone(), reporting_instance, shutdown_rx.clone());
+        let (events, events_task) = events::spawn(
+            leader::fenced(event_client, leader.clone()),
+            reporting_instance,
+            shutdown_rx.clone(),
+        );
 
         let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
         let (mut subscribers, cloud_tasks) =

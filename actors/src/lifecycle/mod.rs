@@ -23,6 +23,7 @@ mod nominate;
 pub(crate) mod patch;
 mod reconcile;
 pub(crate) mod registration;
+mod superseded;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -131,6 +131,8 @@ pub struct Reconciler {
     pub launches: InFlight,
     /// The NodeClaims whose launch is running.
     pub launching: super::Launching,
+    /// The NodeClaim versions its status writes replaced.
+    pub superseded: super::superseded::Superseded,
 }
 
 impl Reconciler {
@@ -156,6 +158,7 @@ impl Reconciler {
             fallback: OnDemandFallback::default(),
             launches: InFlight::default(),
             launching: super::Launching::default(),
+            superseded: super::superseded::Superseded::default(),
         }
     }
 }
@@ -173,8 +176,12 @@ pub fn is_managed(claim: &NodeClaim) -> bool {
 
 async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, ReconcileError> {
     let Some(claim) = r.state.nodeclaim(name) else {
+        r.superseded.forget(name);
         return Ok(Outcome::DONE);
     };
+    if r.superseded.is_stale(&claim) {
+        return Ok(Outcome::DONE);
+    }
     if !is_managed(&claim) {
         return Ok(Outcome::DONE);
     }
@@ -426,6 +433,7 @@ async fn write_status(
             nodeclaim: claim.name().to_owned(),
             source,
         })?;
+    r.superseded.record(claim);
     count_transitions(claim, after);
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! Upstream's `nodeclaim.disruption` and `nodeclaim.podevents` controllers: the status the
 //! disruption loop reads off each NodeClaim. Per managed NodeClaim that is not being deleted,
 //! one pass
-//! - moves `status.lastPodEventTime` forward to the node's last pod event ([`podevents`]);
+//! - moves `status.lastPodEventTime` forward to the node's last pod event ([`podevents`]),
+//!   once the NodeClaim is initialized, and on its own at most once per
+//!   [`POD_EVENT_WRITE_PERIOD`];
 //! - sets `Drifted=True` with upstream's reason, or removes it, for launched NodeClaims only
 //!   ([`drift`]); a newly drifted NodeClaim counts `karpenter_nodeclaims_drifted_total`;
 //! - sets `Consolidatable=True` once `consolidateAfter` has passed since the last pod event,
@@ -23,7 +25,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::condition::types;
-use kerf::api::{ConditionStatus, Conditions, NodeClaim, NodePool};
+use kerf::api::{ConditionStatus, Conditions, NodeClaim, NodeClaimStatus, NodePool};
 use kerf::cloudprovider::CloudProvider;
 use kerf::labels;
 use kube::api::{Api, Patch, PatchParams};
@@ -41,6 +43,12 @@ pub use podevents::Departures;
 /// Upstream's controller name (reconcile and cloud provider metrics).
 pub const CONTROLLER: &str = "nodeclaim.disruption";
 /// NodeClaims newly marked drifted (labels `reason`, `nodepool`, `capacity_type`).
+/// Through a scale-up pods bind to a new node one after another for seconds, each a later
+/// pod event: a NodeClaim's `lastPodEventTime` alone is written at most once per this
+/// period, the latest time when it ends. (Upstream writes it per pod scheduled: at 10,000
+/// pods, 10,000 writes out of the budget the launches and registrations share.)
+pub const POD_EVENT_WRITE_PERIOD: Duration = Duration::from_secs(10);
+
 pub const NODECLAIMS_DRIFTED: &str = "karpenter_nodeclaims_drifted_total";
 
 /// The controller's memory between passes.
@@ -102,7 +110,12 @@ impl NodeClaimDisruption {
             if let Some(wait) = wait {
                 pass.next = Some(pass.next.map_or(wait, |n| n.min(wait)));
             }
-            if wanted.status != claim.status && self.write(claim, &wanted).await? {
+            if wanted.status == claim.status {
+                continue;
+            }
+            if let Some(hold) = pod_event_hold(claim, &wanted, now) {
+                pass.next = Some(pass.next.map_or(hold, |n| n.min(hold)));
+            } else if self.write(claim, &wanted).await? {
                 count_newly_drifted(claim, &wanted);
                 pass.written.push(claim.name_any());
             }
@@ -129,14 +142,10 @@ impl NodeClaimDisruption {
         now: Timestamp,
     ) -> (NodeClaim, Option<Duration>) {
         let mut wanted = claim.clone();
-        let status = wanted.status.get_or_insert_with(Default::default);
-        if let Some(at) = status.node_name.as_deref().and_then(|n| last_events.get(n))
-            && status
-                .last_pod_event_time
-                .as_ref()
-                .is_none_or(|t| t.0 < *at)
+        if let Some(at) = moved_last_pod_event(claim, last_events)
+            && let Some(status) = wanted.status.as_mut()
         {
-            status.last_pod_event_time = Some(Time(*at));
+            status.last_pod_event_time = Some(Time(at));
         }
         let tracked = claim.is_condition_true(types::LAUNCHED)
             || claim.conditions().condition(types::DRIFTED).is_some()
@@ -268,6 +277,45 @@ impl NodeClaimDisruption {
     }
 }
 
+/// The time `claim`'s `lastPodEventTime` moves forward to: its node's last pod event, when
+/// later. Only once the NodeClaim is initialized, the first time consolidation reads it: the
+/// time is the pods' own, so waiting loses nothing, and through a scale-up a write as pods
+/// bind would land between the lifecycle's reading of the NodeClaim and its locked
+/// registration and initialization writes, failing them with 409. (A NodeClaim with no
+/// status yet, just created, is not written at all.)
+fn moved_last_pod_event(
+    claim: &NodeClaim,
+    last_events: &HashMap<String, Timestamp>,
+) -> Option<Timestamp> {
+    if !claim.is_condition_true(types::INITIALIZED) {
+        return None;
+    }
+    let status = claim.status.as_ref()?;
+    let at = *last_events.get(status.node_name.as_deref()?)?;
+    let recorded = status.last_pod_event_time.as_ref().map(|t| t.0);
+    recorded.is_none_or(|t| t < at).then_some(at)
+}
+
+/// How long `wanted` waits to be written when all it changes is `lastPodEventTime`, moved on
+/// from a time under [`POD_EVENT_WRITE_PERIOD`] old; `None` to write it now.
+fn pod_event_hold(read: &NodeClaim, wanted: &NodeClaim, now: Timestamp) -> Option<Duration> {
+    let (Some(read), Some(wanted)) = (&read.status, &wanted.status) else {
+        return None;
+    };
+    let recorded = read.last_pod_event_time.as_ref()?.0;
+    let only_the_time = NodeClaimStatus {
+        last_pod_event_time: read.last_pod_event_time.clone(),
+        ..wanted.clone()
+    } == *read;
+    if !only_the_time {
+        return None;
+    }
+    let age = Duration::try_from(now.duration_since(recorded)).unwrap_or_default();
+    POD_EVENT_WRITE_PERIOD
+        .checked_sub(age)
+        .filter(|hold| !hold.is_zero())
+}
+
 /// The instance type check, then the provider's own; `None` when the provider failed.
 async fn cloud_drift(
     cloud: &dyn CloudProvider,
@@ -334,4 +382,86 @@ pub async fn run(
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn claim(status: Value) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "a"},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                "name": "default"}, "requirements": []},
+            "status": status,
+        }))
+        .expect("valid nodeclaim")
+    }
+
+    fn condition(type_: &str, status: &str) -> Value {
+        json!({"type": type_, "status": status, "reason": type_, "message": "",
+            "lastTransitionTime": "2026-12-01T10:00:00Z"})
+    }
+
+    #[test]
+    fn the_last_pod_event_is_recorded_once_the_nodeclaim_is_initialized() {
+        let at: Timestamp = "2026-12-01T10:00:05Z".parse().expect("a time");
+        let events = HashMap::from([("node-a".to_owned(), at)]);
+        let registered = claim(json!({"nodeName": "node-a", "conditions": [
+            condition("Launched", "True"), condition("Registered", "True"),
+            condition("Initialized", "Unknown")]}));
+        assert_eq!(moved_last_pod_event(&registered, &events), None);
+
+        let initialized = claim(json!({"nodeName": "node-a", "conditions": [
+            condition("Launched", "True"), condition("Registered", "True"),
+            condition("Initialized", "True")]}));
+        assert_eq!(moved_last_pod_event(&initialized, &events), Some(at));
+
+        let recorded = claim(
+            json!({"nodeName": "node-a", "lastPodEventTime": at.to_string(),
+            "conditions": [condition("Initialized", "True")]}),
+        );
+        assert_eq!(
+            moved_last_pod_event(&recorded, &events),
+            None,
+            "already there"
+        );
+    }
+
+    #[test]
+    fn a_moved_pod_event_alone_waits_out_the_write_period_of_the_last_one() {
+        let recorded: Timestamp = "2026-12-01T10:00:00Z".parse().expect("a time");
+        let read = claim(
+            json!({"nodeName": "node-a", "lastPodEventTime": recorded.to_string(),
+            "conditions": [condition("Initialized", "True")]}),
+        );
+        let later = |secs: i64| recorded + k8s_openapi::jiff::SignedDuration::from_secs(secs);
+        let mut wanted = read.clone();
+        if let Some(status) = wanted.status.as_mut() {
+            status.last_pod_event_time = Some(Time(later(3)));
+        }
+        assert_eq!(
+            pod_event_hold(&read, &wanted, later(4)),
+            Some(Duration::from_secs(6))
+        );
+        assert_eq!(
+            pod_event_hold(&read, &wanted, later(10)),
+            None,
+            "period over"
+        );
+
+        let mut consolidatable = wanted.clone();
+        if let Some(status) = consolidatable.status.as_mut() {
+            status.conditions.push(
+                serde_json::from_value(condition("Consolidatable", "True")).expect("condition"),
+            );
+        }
+        assert_eq!(
+            pod_event_hold(&read, &consolidatable, later(4)),
+            None,
+            "a condition changing writes the time with it"
+        );
+    }
 }
