@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::SchedulingError;
 use super::finalize;
+use super::forms::PodForms;
 use super::pool::Pool;
 use super::prepare::{self, Prepared};
 use super::solve::{Outcome, Solver};
@@ -81,7 +82,22 @@ impl Batch {
     /// Interns `input` and splits it into independent parts; with
     /// `input.options.parallel` off, into a single part holding everything.
     pub fn prepare(input: &SchedulingInput) -> Result<Batch, SchedulingError> {
-        let prep = prepare::prepare(input)?;
+        Self::split(input, prepare::prepare(input)?)
+    }
+
+    /// [`Batch::prepare`] for one round of many: the pending pods' forms come from `forms`,
+    /// which keeps them for the next round ([`PodForms`]).
+    pub fn prepare_with(
+        input: &SchedulingInput,
+        forms: &mut PodForms,
+    ) -> Result<Batch, SchedulingError> {
+        forms.start_round();
+        let prep = prepare::prepare_with(input, Some(&mut *forms));
+        forms.finish_round();
+        Self::split(input, prep?)
+    }
+
+    fn split(input: &SchedulingInput, prep: Prepared) -> Result<Batch, SchedulingError> {
         let groups = if input.options.parallel {
             components(&prep)
         } else {
@@ -140,7 +156,7 @@ impl Batch {
         for part in missing {
             for p in &part.pods {
                 result.errors.insert(
-                    self.prep.pods[*p as usize].pod_ref.clone(),
+                    self.prep.pods[*p as usize].form.pod_ref.clone(),
                     UNSOLVED_PART.to_owned(),
                 );
             }
@@ -271,7 +287,7 @@ fn assemble(prep: &Prepared, outcomes: impl Iterator<Item = Outcome>) -> Schedul
         for (p, e) in outcome.errors {
             result
                 .errors
-                .insert(prep.pods[p as usize].pod_ref.clone(), e);
+                .insert(prep.pods[p as usize].form.pod_ref.clone(), e);
         }
         for claim in outcome.claims {
             let first = claim.pods.iter().copied().min().unwrap_or(u32::MAX);
@@ -282,7 +298,7 @@ fn assemble(prep: &Prepared, outcomes: impl Iterator<Item = Outcome>) -> Schedul
                     for p in &claim.pods {
                         result
                             .errors
-                            .insert(prep.pods[*p as usize].pod_ref.clone(), e.clone());
+                            .insert(prep.pods[*p as usize].form.pod_ref.clone(), e.clone());
                     }
                 }
             }
@@ -303,7 +319,7 @@ fn assemble(prep: &Prepared, outcomes: impl Iterator<Item = Outcome>) -> Schedul
             name: prep.nodes[n].name.clone(),
             pods: pods
                 .iter()
-                .map(|p| prep.pods[*p as usize].pod_ref.clone())
+                .map(|p| prep.pods[*p as usize].form.pod_ref.clone())
                 .collect(),
         })
         .collect();

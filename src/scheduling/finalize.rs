@@ -181,7 +181,7 @@ pub fn planned(
         pods: claim
             .pods
             .iter()
-            .map(|p| prep.pods[*p as usize].pod_ref.clone())
+            .map(|p| prep.pods[*p as usize].form.pod_ref.clone())
             .collect(),
         launch,
     })

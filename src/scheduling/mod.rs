@@ -13,6 +13,7 @@
 mod batch;
 mod class;
 mod finalize;
+mod forms;
 mod intern;
 mod launched;
 mod pod;
@@ -30,8 +31,8 @@ mod volumes;
 pub mod testing;
 
 pub use batch::{Batch, Part, PartOutcome, UNSOLVED_PART};
+pub use forms::{PodForm, PodForms, pod_ref};
 pub use pod::resource_requests;
-pub use prepare::pod_ref;
 pub use types::*;
 
 /// Input the scheduler cannot work with, naming the object and field.

@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::SchedulingError;
 use super::class::{Class, ClassId, required_term_alternatives, respects, spec_requirements};
+use super::forms::{PodForm, PodForms, pod_ref};
 use super::intern::{Bits, FxHashMap, Sym};
 use super::pod::{ConstraintSpec, HostPort, SpecView, pod_requests};
 use super::pool::{DaemonGroup, ItInfo, Offer, Pool};
@@ -23,7 +24,7 @@ use super::topology::{
     TolerationKey, Topology,
 };
 use super::types::InstanceType;
-use super::types::{PodRef, SchedulingInput, SchedulingOptions};
+use super::types::{SchedulingInput, SchedulingOptions};
 use super::volumes::VolumeIndex;
 use crate::labels;
 use crate::pods::{LeanPod, PodLike};
@@ -32,7 +33,8 @@ use crate::taints::{self, PreferNoSchedule};
 /// A pending pod: its identity, requests and first class.
 #[derive(Clone, Debug)]
 pub struct PodInfo {
-    pub pod_ref: PodRef,
+    /// Shared with the [`PodForms`] the round was prepared with.
+    pub form: Arc<PodForm>,
     pub class: ClassId,
     pub requests: Vec<i64>,
     pub error: Option<String>,
@@ -142,6 +144,15 @@ struct SparseNode {
 
 /// Builds the prepared state.
 pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
+    prepare_with(input, None)
+}
+
+/// [`prepare`], taking the pending pods' forms from `forms` (and keeping the ones it builds)
+/// when given: a controller prepares round after round for the same pods.
+pub fn prepare_with(
+    input: &SchedulingInput,
+    mut forms: Option<&mut PodForms>,
+) -> Result<Prepared, SchedulingError> {
     let mut vocab = Vocab::new();
     let mut names = ResNames::default();
     let mut sparse_pools = Vec::new();
@@ -168,8 +179,12 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
     }
     let mut pending = Vec::new();
     for p in &input.pods {
-        let requests = pod_requests(p, &mut names);
-        pending.push((p, requests));
+        let form = match forms.as_deref_mut() {
+            Some(forms) => forms.form(p),
+            None => Arc::new(PodForm::of(p)),
+        };
+        let requests = form.requests(&mut names);
+        pending.push((p, form, requests));
     }
     let stride = names.len();
     let pools: Vec<Pool> = sparse_pools
@@ -217,8 +232,8 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
     };
     builder.existing_inverse_groups();
     let mut pods = Vec::with_capacity(pending.len());
-    for (p, requests) in pending {
-        let class = builder.class_of(p);
+    for (p, form, requests) in pending {
+        let class = builder.class_of(p, form.fingerprint);
         let (requests, error) = match requests {
             Ok(r) => (resvec::dense(stride, &r), None),
             Err(q) => (
@@ -229,7 +244,7 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
         pods.push((
             p,
             PodInfo {
-                pod_ref: pod_ref(p),
+                form,
                 class,
                 requests,
                 error,
@@ -245,7 +260,7 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
             .cmp(&a.requests[CPU])
             .then_with(|| b.requests[MEMORY].cmp(&a.requests[MEMORY]))
             .then_with(|| creation(pa).cmp(&creation(pb)))
-            .then_with(|| a.pod_ref.uid.cmp(&b.pod_ref.uid))
+            .then_with(|| a.form.pod_ref.uid.cmp(&b.form.pod_ref.uid))
     });
     Ok(Prepared {
         vocab,
@@ -261,16 +276,6 @@ pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
 
 fn creation(p: &impl PodLike) -> Option<k8s_openapi::jiff::Timestamp> {
     p.meta().creation_timestamp.map(|t| t.0)
-}
-
-/// `p`'s namespace (`default` when unset), name and uid.
-pub fn pod_ref(p: &impl PodLike) -> PodRef {
-    let meta = p.meta();
-    PodRef {
-        namespace: meta.namespace.unwrap_or("default").to_owned(),
-        name: meta.name.unwrap_or_default().to_owned(),
-        uid: meta.uid.unwrap_or_default().to_owned(),
-    }
 }
 
 fn sparse_pool(
@@ -742,10 +747,10 @@ struct ClassBuilder<'a> {
 }
 
 impl ClassBuilder<'_> {
-    /// The class of a pending pod, found without copying its spec when it already exists.
-    fn class_of(&mut self, pod: &impl PodLike) -> ClassId {
+    /// The class of a pending pod whose view has the fingerprint `fp` (from its form), found
+    /// without copying its spec when it already exists.
+    fn class_of(&mut self, pod: &impl PodLike, fp: u64) -> ClassId {
         let view = SpecView::of(pod);
-        let fp = view.fingerprint();
         if let Some(ids) = self.memo.get(&fp)
             && let Some(id) = ids
                 .iter()

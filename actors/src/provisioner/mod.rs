@@ -31,7 +31,7 @@ use kerf::catalog::Catalog;
 use kerf::plan::ControllerSettings;
 use kerf::plan::snapshot;
 use kerf::pods::PodLike;
-use kerf::scheduling::{Batch, PlannedNodeClaim, SchedulingResult};
+use kerf::scheduling::{Batch, PlannedNodeClaim, PodForms, SchedulingResult};
 use tokio::sync::watch;
 
 use crate::batcher::BatchReady;
@@ -86,6 +86,9 @@ pub struct Round {
     /// How many were left to the kube-scheduler, not tried since a Node opened (see
     /// [`settling`]).
     pub withheld: usize,
+    /// How many of the pods it solved had their prepared forms from an earlier round (see
+    /// [`kerf::scheduling::PodForms`]).
+    pub forms_reused: usize,
     /// How long the batching window was open.
     pub window: Duration,
     /// Names of the NodeClaims created, in creation order (none without a cloud provider).
@@ -141,6 +144,8 @@ pub struct Provisioner {
     provisioning: Option<Provisioning>,
     schedulers: Schedulers,
     settling: settling::Settling,
+    /// The pending pods' prepared forms, from round to round.
+    pod_forms: PodForms,
 }
 
 /// A started Provisioner and what it publishes.
@@ -214,6 +219,7 @@ impl Provisioner {
             provisioning,
             schedulers: Schedulers::new(names),
             settling: settling::Settling::default(),
+            pod_forms: PodForms::default(),
         }
     }
 
@@ -249,6 +255,7 @@ impl Provisioner {
             pending,
             placing: 0,
             withheld: 0,
+            forms_reused: 0,
             window: batch.window,
             nodeclaims: Vec::new(),
             problems: Vec::new(),
@@ -291,6 +298,7 @@ impl Provisioner {
         let nominations = provisioning.created.nominations(&self.state);
         let claims = &inventory.node_claims;
         let settling = &mut self.settling;
+        let forms = &mut self.pod_forms;
         let batch = snapshot.map_err(|e| e.to_string()).and_then(|snapshot| {
             heap.mark(Step::Snapshot);
             problems.extend(snapshot.warnings);
@@ -305,11 +313,14 @@ impl Provisioner {
                 // Every pending pod is held where a NodeClaim in flight has room planned
                 // for it: through a large scale-up, most rounds. The solve would only
                 // confirm it, at the cost of preparing every held pod and node again.
+                forms.keep_none();
                 return Ok(None);
             }
-            let batch = Batch::prepare(&input)
+            let reused = forms.reused();
+            let batch = Batch::prepare_with(&input, forms)
                 .map(|batch| Some((batch, holding)))
                 .map_err(|e| e.to_string());
+            round.forms_reused = usize::try_from(forms.reused() - reused).unwrap_or(usize::MAX);
             heap.mark(Step::Prepared);
             batch
         });
@@ -480,6 +491,7 @@ impl Handler<BatchReady> for Provisioner {
                     triggered = round.triggered,
                     placing = round.placing,
                     withheld = round.withheld,
+                    forms_reused = round.forms_reused,
                     nodeclaims = round.nodeclaims.len(),
                     problems = ?round.problems,
                     queued_ms = round.timing.queued.as_millis() as u64,

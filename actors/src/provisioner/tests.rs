@@ -108,7 +108,7 @@ fn pod(name: &str, team: Option<&str>, cpu: &str) -> k8s_openapi::api::core::v1:
     );
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
-                     "labels": {"app": team.unwrap_or("none")}},
+                     "resourceVersion": "1", "labels": {"app": team.unwrap_or("none")}},
         "spec": {
             "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}],
             "tolerations": tolerations,
@@ -276,6 +276,58 @@ fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
     );
 }
 
+#[test]
+fn a_later_round_reuses_the_prepared_forms_of_the_pods_unchanged_since() {
+    run(|| async {
+        let (state, mut writers) = ClusterState::new();
+        writers
+            .nodepools
+            .apply(ObjectKey::new(None, "a"), node_pool("a"));
+        for i in 0..3 {
+            let name = format!("a-{i}");
+            writers.pods.apply(
+                ObjectKey::new(Some("default"), &name),
+                pod(&name, Some("a"), "1"),
+            );
+        }
+        synced(&mut writers);
+        let recorded = Arc::new(Mutex::new(Vec::new()));
+        let launcher = recorder(&recorded, &Arc::new(AtomicUsize::new(0)));
+        let catalog = Catalog::embedded("us-east-1").expect("catalog");
+        let provisioning = provisioning(launcher, CreatedClaims::default(), catalog);
+        let (_leader_tx, leader) = watch::channel(true);
+        let depth = MailboxDepth::new("provisioner-test", PROVISIONER_MAILBOX_CAPACITY);
+        let Started {
+            addr, mut rounds, ..
+        } = Provisioner::start(
+            Arc::clone(&state),
+            leader,
+            depth.clone(),
+            Some(provisioning),
+        );
+        let outbox = Outbox::new(&addr, depth);
+        let batch = || BatchReady {
+            pods: vec!["default/a-0".into()],
+            window: Duration::from_secs(1),
+            closed: tokio::time::Instant::now(),
+        };
+        outbox.deliver(batch()).await.expect("provisioner alive");
+        let first = rounds.borrow_and_update().clone().expect("a round");
+        assert_eq!((first.placing, first.forms_reused), (3, 0), "{first:?}");
+
+        // The launches recorded created nothing: the pods stay pending. One is written.
+        let mut written = pod("a-0", Some("a"), "2");
+        written.metadata.resource_version = Some("2".into());
+        writers
+            .pods
+            .apply(ObjectKey::new(Some("default"), "a-0"), written);
+        outbox.deliver(batch()).await.expect("provisioner alive");
+        let second = rounds.borrow_and_update().clone().expect("a round");
+        assert_eq!(second.placing, 3, "{second:?}");
+        assert_eq!(second.forms_reused, 2, "all but the written pod's");
+    });
+}
+
 fn empty_round() -> Round {
     Round {
         number: 1,
@@ -283,6 +335,7 @@ fn empty_round() -> Round {
         pending: Vec::new(),
         placing: 0,
         withheld: 0,
+        forms_reused: 0,
         window: Duration::ZERO,
         nodeclaims: Vec::new(),
         problems: Vec::new(),

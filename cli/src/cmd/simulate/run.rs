@@ -348,6 +348,7 @@ karpenter_nodeclaims_created_total{reason=\"provisioning\"} 99
             pending: vec!["default/big".into(), "default/web-1".into()],
             placing: 2,
             withheld: 0,
+            forms_reused: 0,
             window: Duration::ZERO,
             nodeclaims: vec!["default-abcde".into()],
             problems: vec![
