@@ -234,13 +234,14 @@ fn a_round_solved_by_the_node_pool_schedulers_equals_the_sequential_solve() {
     });
 }
 
-#[test]
-fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
+/// Cluster state holding NodePool `a` and `count` pending pods `a-0`, `a-1`, … tolerating it,
+/// every store listed.
+fn pool_a_with_pods(count: usize) -> (Arc<ClusterState>, Writers) {
     let (state, mut writers) = ClusterState::new();
     writers
         .nodepools
         .apply(ObjectKey::new(None, "a"), node_pool("a"));
-    for i in 0..3 {
+    for i in 0..count {
         let name = format!("a-{i}");
         writers.pods.apply(
             ObjectKey::new(Some("default"), &name),
@@ -248,6 +249,12 @@ fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
         );
     }
     synced(&mut writers);
+    (state, writers)
+}
+
+#[test]
+fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
+    let (state, _writers) = pool_a_with_pods(3);
     let catalog = Catalog::embedded("us-east-1").expect("catalog");
     let inventory = inventory::of(&state, []);
     let snapshot = snapshot::build(&inventory, &catalog, ControllerSettings::default())
@@ -279,18 +286,7 @@ fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
 #[test]
 fn a_later_round_reuses_the_prepared_forms_of_the_pods_unchanged_since() {
     run(|| async {
-        let (state, mut writers) = ClusterState::new();
-        writers
-            .nodepools
-            .apply(ObjectKey::new(None, "a"), node_pool("a"));
-        for i in 0..3 {
-            let name = format!("a-{i}");
-            writers.pods.apply(
-                ObjectKey::new(Some("default"), &name),
-                pod(&name, Some("a"), "1"),
-            );
-        }
-        synced(&mut writers);
+        let (state, mut writers) = pool_a_with_pods(3);
         let recorded = Arc::new(Mutex::new(Vec::new()));
         let launcher = recorder(&recorded, &Arc::new(AtomicUsize::new(0)));
         let catalog = Catalog::embedded("us-east-1").expect("catalog");
@@ -346,17 +342,7 @@ fn empty_round() -> Round {
 #[test]
 fn a_round_whose_pods_are_all_held_on_nodeclaims_in_flight_solves_nothing() {
     run(|| async {
-        let (state, mut writers) = ClusterState::new();
-        writers
-            .nodepools
-            .apply(ObjectKey::new(None, "a"), node_pool("a"));
-        for name in ["a-0", "a-1"] {
-            writers.pods.apply(
-                ObjectKey::new(Some("default"), name),
-                pod(name, Some("a"), "1"),
-            );
-        }
-        synced(&mut writers);
+        let (state, mut writers) = pool_a_with_pods(2);
         let catalog = Catalog::embedded("us-east-1").expect("catalog");
         let planned = solve(&sequential(&state, &catalog)).expect("solves");
         assert!(!planned.new_node_claims.is_empty(), "{planned:?}");
