@@ -426,14 +426,18 @@ async fn write_status(
         "metadata": {"resourceVersion": claim.metadata.resource_version},
         "status": status,
     });
-    r.nodeclaims
+    let written = r
+        .nodeclaims
         .patch_status(claim.name(), &PatchParams::default(), &Patch::Merge(body))
         .await
         .map_err(|source| ReconcileError::PatchNodeClaimStatus {
             nodeclaim: claim.name().to_owned(),
             source,
         })?;
-    r.superseded.record(claim);
+    // A patch that changed nothing leaves the version, and brings no watch event to wait for.
+    if written.metadata.resource_version != claim.metadata.resource_version {
+        r.superseded.record(claim);
+    }
     count_transitions(claim, after);
     Ok(())
 }

@@ -15,7 +15,8 @@ use kube::ResourceExt;
 pub struct Superseded(DashMap<String, String>);
 
 impl Superseded {
-    /// `read` was written over: its version is gone from the API.
+    /// `read` was written over: its version is gone from the API. (Not for a write that
+    /// changed nothing: its version stays, and no watch event would come to clear it.)
     pub fn record(&self, read: &NodeClaim) {
         if let Some(version) = &read.metadata.resource_version {
             self.0.insert(read.name_any(), version.clone());
