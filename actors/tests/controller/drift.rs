@@ -181,6 +181,78 @@ fn a_nodeclaim_is_consolidatable_consolidate_after_its_last_pod_event() {
     });
 }
 
+/// Through a launch the NodeClaim's status is written once per step: launched, registered
+/// and initialized (together or apart), then its last pod event, and pods binding one after
+/// another within 10 s of it move that time in one later write. Not an empty status before
+/// the launch, not again from a copy of the NodeClaim the lifecycle had just written over
+/// (a 409, its version gone), not a pod event before the NodeClaim is initialized, nor one
+/// per pod: at 10,000 pods those were half the NodeClaim status writes of the shared budget.
+#[test]
+fn a_nodeclaims_status_is_written_once_per_step() {
+    run(|| async {
+        let stack = Stack::start_named(no_disruption(), "controller").await;
+        let cluster = stack.cluster();
+        let claim = stack.running_pod("web").await;
+        let node = stack.nodeclaim(&claim).expect("the nodeclaim")["status"]["nodeName"]
+            .as_str()
+            .expect("a node")
+            .to_owned();
+        let mut recorded = String::new();
+        eventually("the last pod event is recorded", || {
+            stack.nodeclaim(&claim).is_some_and(|c| {
+                recorded = c["status"]["lastPodEventTime"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                !recorded.is_empty()
+            })
+        })
+        .await;
+        // Writes are counted up to a second before the held one may come: 10 s after the
+        // recorded time (the emulator logs them by the monotonic clock, so it is converted).
+        let recorded: k8s_openapi::jiff::Timestamp = recorded.parse().expect("a time");
+        let left = recorded + k8s_openapi::jiff::SignedDuration::from_secs(9)
+            - k8s_openapi::jiff::Timestamp::now();
+        let cutoff =
+            tokio::time::Instant::now() + std::time::Duration::try_from(left).unwrap_or_default();
+        // Three more pod events on the node, a second apart (the field's precision).
+        for i in 0..3 {
+            let name = format!("small-{i}");
+            create_pod_with(
+                &cluster,
+                &name,
+                json!({}),
+                json!({"nodeSelector": {labels::HOSTNAME: node},
+                    "containers": [{"name": "app", "image": "app",
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}),
+            );
+            eventually("the small pod is bound", || {
+                cluster
+                    .get("v1", "pods", Some("default"), &name)
+                    .is_ok_and(|p| p["spec"]["nodeName"] == node.as_str())
+            })
+            .await;
+            tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        }
+        let path = format!("/apis/karpenter.sh/v1/nodeclaims/{claim}/status");
+        let writes = stack
+            .harness
+            .server
+            .faults()
+            .mutations_from("controller")
+            .into_iter()
+            .filter(|m| m.method == http::Method::PATCH && m.path == path && m.at < cutoff)
+            .count();
+        assert!(
+            (3..=4).contains(&writes),
+            "{writes} status writes: launched, registered and initialized (one or two), the \
+             first pod event; {:#}",
+            stack.nodeclaim(&claim).unwrap_or_default()
+        );
+        stack.stop().await;
+    });
+}
+
 #[test]
 fn nodeclaims_of_an_older_hash_version_are_restamped_not_drifted() {
     run(|| async {

@@ -46,6 +46,16 @@ pub struct Stack {
 impl Stack {
     /// The stack with the NodePool `default` built by [`nodepool_with`] and `overrides`.
     pub async fn start(pool_overrides: Value) -> Self {
+        Self::start_as(pool_overrides, None).await
+    }
+
+    /// [`Stack::start`] with the controller's requests named `name` to the emulator, which
+    /// logs its writes ([`named_client`]).
+    pub async fn start_named(pool_overrides: Value, name: &str) -> Self {
+        Self::start_as(pool_overrides, Some(name)).await
+    }
+
+    async fn start_as(pool_overrides: Value, name: Option<&str>) -> Self {
         let harness = start_cluster().await;
         let cluster = harness.cluster();
         cluster
@@ -53,7 +63,18 @@ impl Stack {
             .expect("node class created");
         create_nodepool(&cluster, nodepool_with("default", pool_overrides));
         let (provider, cloud) = simulated_cloud();
-        let daemon = start_provisioner(&harness, cloud).await;
+        let daemon = match name {
+            None => start_provisioner(&harness, cloud).await,
+            Some(name) => {
+                let client = named_client(&harness, name).await;
+                let settings = quick_settings(&["--disable-leader-election", "true"]);
+                let daemon = start_daemon_on(client, settings, "solo", Some(cloud)).await;
+                tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
+                    .await
+                    .expect("cluster state syncs");
+                daemon
+            }
+        };
         let kubelets = kubelet::start(
             harness.client.clone(),
             provider.clone(),
