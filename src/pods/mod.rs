@@ -9,7 +9,7 @@ mod spec;
 pub use lean::{LeanPod, PodInterner, PodLike, PodMeta, SharedMeta};
 pub use spec::keep_what_placement_reads;
 
-use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm};
+use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm, PodCondition};
 
 /// The pod condition kerf writes beside `status.nominatedNodeName` when it nominates a pod
 /// to the Node of a NodeClaim it launched for it (KEP-5278's "expected placement"). It tells
@@ -174,15 +174,17 @@ pub fn is_owned_by(pod: &impl PodLike, kind: &str) -> bool {
 
 /// Whether the kube-scheduler has marked `pod` `PodScheduled=False`, reason `Unschedulable`.
 pub fn is_marked_unschedulable(pod: &impl PodLike) -> bool {
-    pod.status()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-        })
+    unschedulable_condition(pod).is_some()
+}
+
+/// `pod`'s `PodScheduled=False` condition of reason `Unschedulable`: the kube-scheduler's
+/// report that it found no node for the pod.
+pub fn unschedulable_condition(pod: &impl PodLike) -> Option<&PodCondition> {
+    pod.status()?.conditions.as_ref()?.iter().find(|c| {
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+    })
 }
 
 /// The field manager the kube-scheduler writes pod statuses under.

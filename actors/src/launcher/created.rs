@@ -278,16 +278,7 @@ pub fn tried_since(pod: &LeanPod, initialized: Timestamp) -> bool {
 /// the later of the condition's `lastTransitionTime` and the scheduler's last status write
 /// (see [`tried_since`]). The times have no finer grain than a second.
 pub fn last_refused(pod: &LeanPod) -> Option<Timestamp> {
-    let condition = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled")?;
-    if condition.status != "False" || condition.reason.as_deref() != Some("Unschedulable") {
-        return None;
-    }
+    let condition = kerf::pods::unschedulable_condition(pod)?;
     let transitioned = condition.last_transition_time.as_ref().map(|at| at.0);
     transitioned.max(pod.scheduler_reported_at())
 }
