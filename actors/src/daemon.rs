@@ -35,8 +35,7 @@ use crate::launcher::{LAUNCHER_MAILBOX_CAPACITY, Launcher};
 use crate::leader::{self, Election, Timing};
 use crate::lifecycle::Changed;
 use crate::lifecycle::{
-    LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleConfig, LifecycleDeps, NOMINATION_BURST,
-    NOMINATION_QPS, NodeClaimLifecycle,
+    LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleConfig, LifecycleDeps, NodeClaimLifecycle,
 };
 use crate::mailbox::DeliverError;
 use crate::mailbox::{MailboxDepth, Outbox};
@@ -216,8 +215,8 @@ impl Daemon {
             feature_gates,
             metrics_port,
             health_probe_port,
-            kube_client_qps,
-            kube_client_burst,
+            kube_client_qps: _kube_client_qps_applied_by_the_binary,
+            kube_client_burst: _kube_client_burst_applied_by_the_binary,
             leader_election,
             preference_policy: _preference_policy_for_scheduler,
             min_values_policy: _min_values_policy_for_scheduler,
@@ -248,14 +247,6 @@ impl Daemon {
 
         tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
         let reporting_instance = identity.clone();
-        // Beside the shared client's budget, not out of it: see `lifecycle::NOMINATION_QPS`.
-        let nomination_client =
-            crate::client::limited(leader_client.clone(), NOMINATION_QPS, NOMINATION_BURST);
-        // Upstream's event recorder writes through a clientset of its own, whose client-side
-        // limiter is built from the same QPS and burst: events never spend the budget the
-        // creates, launches and registrations share.
-        let event_client =
-            crate::client::limited(leader_client.clone(), kube_client_qps, kube_client_burst);
         let (leader, leader_task, lone_leader) = match leader_election {
             Some(lease) => {
                 let election = Election {
@@ -276,11 +267,10 @@ impl Daemon {
         // Every actor and task mutates through this client: none can write once this
         // replica stops leading ([`leader::fenced`]).
         let client = leader::fenced(client, leader.clone());
-        let (events, events_task) = events::spawn(
-            leader::fenced(event_client, leader.clone()),
-            reporting_instance,
-            shutdown_rx.clone(),
-        );
+        // Events spend a budget of their own (the client's is per kind), as upstream's event
+        // recorder writes through a clientset of its own.
+        let (events, events_task) =
+            events::spawn(client.clone(), reporting_instance, shutdown_rx.clone());
 
         let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
         let (mut subscribers, cloud_tasks) =
@@ -304,7 +294,6 @@ impl Daemon {
             let deps = LifecycleDeps {
                 state: state.clone(),
                 client: client.clone(),
-                nominations: leader::fenced(nomination_client, leader.clone()),
                 cloud: Arc::clone(&metered),
                 leader: leader.clone(),
                 shutdown: shutdown_rx.clone(),

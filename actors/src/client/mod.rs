@@ -1,14 +1,18 @@
 //! The controller's Kubernetes client, rate-limited on the client side as client-go limits
 //! upstream Karpenter's: `KUBE_CLIENT_QPS` requests per second with bursts of up to
 //! `KUBE_CLIENT_BURST`, so a scale-up of thousands of pods cannot flood the API server (which
-//! would answer with 429s and starve every other controller). The limit is a tower layer on
-//! kube's default service stack: every request, watches included, takes one token from a
-//! [`TokenBucket`] shared by all clones of the client, waiting for it when the bucket is
-//! empty. Throttled requests are retried with kube's backoff, evictions excepted ([`retry`]).
+//! would answer with 429s and starve every other controller). As upstream's, the budget is
+//! per kind: Karpenter sets the QPS and burst on its client config (not a shared limiter,
+//! since it keeps leader election off the budget), and controller-runtime's client builds a
+//! REST client per kind, each with a token bucket of its own. So here every request, watches
+//! included, takes one token from its kind's [`TokenBucket`] ([`resource::budget_key`]),
+//! shared by all clones of the client, waiting for it when the bucket is empty: a scale-up's
+//! Node writes do not slow its NodeClaim writes. Throttled requests are retried with kube's
+//! backoff, evictions excepted ([`retry`]).
 //!
-//! One divergence in order, not in rate: NodeClaim creates go ahead of the other requests
-//! waiting for a token. client-go serves waiting requests in the order they asked, so
-//! upstream's creates of a large round queue behind the launch, registration and status
+//! One divergence in order, not in rate: NodeClaim creates go ahead of the other NodeClaim
+//! requests waiting for a token. client-go serves waiting requests in the order they asked,
+//! so upstream's creates of a large round queue behind the launch, registration and status
 //! writes of the NodeClaims created just before them, and a 1,000-NodeClaim round takes
 //! several times the budget's own pace to create. Here creates travel in a lane of their
 //! own (kube's client serves each lane's requests in order, one waiting at a time), which
@@ -17,8 +21,10 @@
 //! more requests per second than upstream would send.
 
 mod bucket;
+mod resource;
 mod retry;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -34,31 +40,51 @@ pub use bucket::TokenBucket;
 
 pub use retry::except_evictions;
 
-/// A client for `config` that sends at most `qps` requests per second, `burst` at once,
-/// NodeClaim creates first, and retries throttled requests except evictions ([`retry`]).
+/// A client for `config` that sends at most `qps` requests per second, `burst` at once, of
+/// each kind, NodeClaim creates first, and retries throttled requests except evictions
+/// ([`retry`]).
 pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, kube::Error> {
     config.default_retry = false;
-    let limit = RateLimitLayer::new(qps, burst);
-    let creates = ClientBuilder::try_from(config.clone())?
-        .with_layer(&limit.first())
-        .build();
-    let rest = ClientBuilder::try_from(config)?.with_layer(&limit).build();
-    Ok(except_evictions(creates_first(creates, rest)))
+    let unlimited = ClientBuilder::try_from(config)?.build();
+    Ok(except_evictions(per_kind(unlimited, qps, burst)))
 }
 
-/// One client sending NodeClaim creates through `creates` and every other request through
-/// `rest`.
-fn creates_first(creates: Client, rest: Client) -> Client {
-    let namespace = rest.default_namespace().to_owned();
+/// `unlimited` behind a budget of `qps` and `burst` per kind, NodeClaim creates first.
+fn per_kind(unlimited: Client, qps: u32, burst: u32) -> Client {
+    let namespace = unlimited.default_namespace().to_owned();
+    let kinds: Arc<Mutex<HashMap<String, Lanes>>> = Arc::default();
     let send = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-        let lane = if is_nodeclaim_create(&request) {
-            creates.clone()
-        } else {
-            rest.clone()
+        let lane = {
+            let mut kinds = kinds.lock().unwrap_or_else(PoisonError::into_inner);
+            let lanes = kinds
+                .entry(resource::budget_key(request.uri().path()))
+                .or_insert_with(|| Lanes::new(&unlimited, qps, burst));
+            if is_nodeclaim_create(&request) {
+                lanes.first.clone()
+            } else {
+                lanes.behind.clone()
+            }
         };
         async move { lane.send(request).await }
     });
     Client::new(send, namespace)
+}
+
+/// One kind's budget: a lane whose requests go first (NodeClaim creates) and one for the
+/// others, on one bucket.
+struct Lanes {
+    first: Client,
+    behind: Client,
+}
+
+impl Lanes {
+    fn new(unlimited: &Client, qps: u32, burst: u32) -> Self {
+        let limit = RateLimitLayer::new(qps, burst);
+        Self {
+            first: through(&limit.first(), unlimited.clone()),
+            behind: through(&limit, unlimited.clone()),
+        }
+    }
 }
 
 fn is_nodeclaim_create<B>(request: &http::Request<B>) -> bool {
@@ -72,15 +98,14 @@ const MIN_RECHECK: Duration = Duration::from_millis(1);
 /// The collection NodeClaims are created in.
 const NODECLAIMS_PATH: &str = "/apis/karpenter.sh/v1/nodeclaims";
 
-/// `client` behind a rate limit of its own (`qps` requests per second, `burst` at once),
-/// for a class of requests kept off the budget the controller's other requests share.
-pub fn limited(client: Client, qps: u32, burst: u32) -> Client {
+/// `client` with each request taking a token of `limit` first.
+fn through(limit: &RateLimitLayer, client: Client) -> Client {
     let namespace = client.default_namespace().to_owned();
     let send = tower::service_fn(move |request: http::Request<kube::client::Body>| {
         let client = client.clone();
         async move { client.send(request).await }
     });
-    Client::new(RateLimitLayer::new(qps, burst).layer(send), namespace)
+    Client::new(limit.layer(send), namespace)
 }
 
 /// Wraps a service in [`RateLimited`], all wrapped services sharing one bucket.
@@ -270,57 +295,26 @@ mod tests {
         assert!((1000..=1002).contains(&second[0]), "{second:?}");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_limited_client_holds_its_requests_to_its_own_rate() {
-        let start = Instant::now();
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let record = Arc::clone(&sent);
-        let answer = tower::service_fn(move |_: http::Request<kube::client::Body>| {
-            record
-                .lock()
-                .expect("not poisoned")
-                .push(u64::try_from(start.elapsed().as_millis()).expect("short"));
-            async {
-                Ok::<_, Infallible>(http::Response::new(kube::client::Body::from(
-                    b"{}".to_vec(),
-                )))
-            }
-        });
-        let unlimited = Client::new(answer, "default");
-        let own = limited(unlimited, 10, 2);
-        assert_eq!(own.default_namespace(), "default");
-        for _ in 0..4 {
-            let get = http::Request::get("/api")
-                .body(Vec::new())
-                .expect("request");
-            own.request_text(get).await.expect("answered");
-        }
-        let at = sent.lock().expect("not poisoned").clone();
-        assert_eq!(&at[..2], &[0, 0], "the burst goes at once: {at:?}");
-        assert!((100..=102).contains(&at[2]), "{at:?}");
-        assert!((200..=204).contains(&at[3]), "{at:?}");
-    }
+    /// The requests a [`recording`] client was sent: method, path, millis since start.
+    type Sent = Arc<Mutex<Vec<(http::Method, String, u64)>>>;
 
-    /// A client answering every request at once, recording (method, millis since start).
-    fn recording(
-        layer: &RateLimitLayer,
-        start: Instant,
-        sent: &Arc<Mutex<Vec<(http::Method, u64)>>>,
-    ) -> Client {
+    /// A client answering every request at once, recording it.
+    fn recording(start: Instant, sent: &Sent) -> Client {
         let record = Arc::clone(sent);
         let answer = tower::service_fn(move |request: http::Request<kube::client::Body>| {
             let at = u64::try_from(start.elapsed().as_millis()).expect("short");
-            record
-                .lock()
-                .expect("not poisoned")
-                .push((request.method().clone(), at));
+            record.lock().expect("not poisoned").push((
+                request.method().clone(),
+                request.uri().path().to_owned(),
+                at,
+            ));
             async {
                 Ok::<_, Infallible>(http::Response::new(kube::client::Body::from(
                     b"{}".to_vec(),
                 )))
             }
         });
-        Client::new(layer.layer(answer), "default")
+        Client::new(answer, "default")
     }
 
     fn request(method: http::Method, path: &str) -> http::Request<Vec<u8>> {
@@ -335,11 +329,7 @@ mod tests {
     async fn nodeclaim_creates_go_ahead_of_requests_already_waiting() {
         let start = Instant::now();
         let sent = Arc::new(Mutex::new(Vec::new()));
-        let layer = RateLimitLayer::new(10, 1);
-        let client = creates_first(
-            recording(&layer.first(), start, &sent),
-            recording(&layer, start, &sent),
-        );
+        let client = per_kind(recording(start, &sent), 10, 1);
         // A backlog of status writes, the first taking the only token...
         let mut waiting = Vec::new();
         for _ in 0..4 {
@@ -362,21 +352,48 @@ mod tests {
         for patch in waiting {
             patch.await.expect("joined").expect("answered");
         }
-        let order: Vec<(http::Method, u64)> = sent.lock().expect("not poisoned").clone();
-        let methods: Vec<&str> = order.iter().map(|(m, _)| m.as_str()).collect();
+        let order = sent.lock().expect("not poisoned").clone();
+        let methods: Vec<&str> = order.iter().map(|(m, _, _)| m.as_str()).collect();
         assert_eq!(
             methods,
             ["PATCH", "POST", "POST", "POST", "PATCH", "PATCH", "PATCH"],
             "{order:?}"
         );
         // The budget is unchanged: one request per 100 ms after the burst.
-        for (i, (_, at)) in order.iter().enumerate() {
+        for (i, (_, _, at)) in order.iter().enumerate() {
             let expected = 100 * i as u64;
             assert!(
                 (expected..=expected + 3).contains(at),
                 "request {i} at {at} ms: {order:?}"
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_kind_spends_a_budget_of_its_own() {
+        let start = Instant::now();
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let client = per_kind(recording(start, &sent), 10, 1);
+        let nodeclaim_status = "/apis/karpenter.sh/v1/nodeclaims/a/status";
+        let nodeclaim = "/apis/karpenter.sh/v1/nodeclaims/b";
+        let node = "/api/v1/nodes/n";
+        let eviction = "/api/v1/namespaces/default/pods/p/eviction";
+        for path in [nodeclaim_status, node, eviction, nodeclaim] {
+            let patch = request(http::Method::PATCH, path);
+            client.request_text(patch).await.expect("answered");
+        }
+        let at: HashMap<String, u64> = sent
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .map(|(_, path, at)| (path.clone(), *at))
+            .collect();
+        // Each kind's first request takes its own bucket's only token...
+        for path in [nodeclaim_status, node, eviction] {
+            assert_eq!(at[path], 0, "{path}: {at:?}");
+        }
+        // ...and a NodeClaim's object waits for the token its status took.
+        assert!((100..=102).contains(&at[nodeclaim]), "{at:?}");
     }
 
     #[test]

@@ -46,8 +46,7 @@ pub use launch::{INSUFFICIENT_CAPACITY_REASON, LAUNCHED_MEMORY, LaunchDeps};
 pub use launching::Launching;
 pub use liveness::{LAUNCH_TIMEOUT_REASON, REGISTRATION_TIMEOUT_REASON};
 pub use nominate::{
-    FUTILITY_CHECK_PERIOD, LEFT_UNNOMINATED, NOMINATION_BURST, NOMINATION_QPS, PODS_NOMINATED,
-    REGISTERED_BEFORE_NOMINATED,
+    FUTILITY_CHECK_PERIOD, LEFT_UNNOMINATED, PODS_NOMINATED, REGISTERED_BEFORE_NOMINATED,
 };
 pub use reconcile::is_managed;
 
@@ -127,9 +126,6 @@ pub struct NodeClaimLifecycle {
 pub struct LifecycleDeps {
     pub state: Arc<ClusterState>,
     pub client: Client,
-    /// For the pod nominations: a client with a rate limit of its own ([`NOMINATION_QPS`]),
-    /// so thousands of them never queue in front of `client`'s writes.
-    pub nominations: Client,
     pub cloud: Arc<dyn CloudProvider>,
     pub leader: watch::Receiver<bool>,
     pub shutdown: watch::Receiver<bool>,
@@ -139,14 +135,7 @@ pub struct LifecycleDeps {
 
 impl NodeClaimLifecycle {
     pub fn new(deps: LifecycleDeps, config: LifecycleConfig) -> Self {
-        let reconciler = Reconciler::new(
-            deps.state,
-            deps.client,
-            deps.nominations,
-            deps.cloud,
-            config,
-            deps.launch,
-        );
+        let reconciler = Reconciler::new(deps.state, deps.client, deps.cloud, config, deps.launch);
         Self {
             reconciler: Arc::new(reconciler),
             leader: deps.leader,

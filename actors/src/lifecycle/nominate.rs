@@ -12,13 +12,13 @@
 //! the launch did not (the provider did not know the name, its forecast was wrong, the
 //! writes ran out of time, the controller restarted) and skips the pods already nominated
 //! to that Node.
-//! Each nomination is a write, and a large scale-up has thousands, so they go through a
-//! client with a rate limit of their own ([`NOMINATION_QPS`]): they are kerf's addition to
-//! upstream's API traffic and must not slow the creates, launches and registrations that
-//! share the controller's client budget. The pods the scheduler can place on few nodes
-//! ([`kerf::pods::is_placement_constrained`]) go first: room planned for one of them is lost
-//! for good once another pod takes it, and registration waits for their nominations. The
-//! others (whose planned room matters less: they fit wherever room is left, big ones
+//! Each nomination is a write, and a large scale-up has thousands: they are kerf's addition
+//! to upstream's API traffic, pod writes spending the pods kind's client budget
+//! (`KUBE_CLIENT_QPS`, as every kind has its own: see [`crate::client`]), so they do not slow
+//! the creates, launches and registrations the NodeClaim and Node kinds' budgets pay for.
+//! The pods the scheduler can place on few nodes ([`kerf::pods::is_placement_constrained`])
+//! go first: room planned for one of them is lost for good once another pod takes it, and
+//! registration waits for their nominations. The others (whose planned room matters less: they fit wherever room is left, big ones
 //! excepted) use a smaller share of the write slots and are waited for only briefly. The
 //! writes made at launch (for Nodes still booting) also hold a small share
 //! ([`LAUNCH_NOMINATION_SLOTS`]): a large scale-up queues thousands of them, and the
@@ -64,16 +64,10 @@ use tokio::time::Instant;
 use super::reconcile::{Reconciler, is_status};
 use crate::launcher::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile, tried_since};
 
-/// Nomination writes in flight at once, across every launched and registering Node: with
-/// the rate limit below, enough to keep it busy at a few milliseconds per write.
+/// Nomination writes in flight at once, across every launched and registering Node: at the
+/// pods kind's default budget (200 writes per second), enough to keep it busy at a few
+/// milliseconds per write.
 pub const NOMINATION_CONCURRENCY: usize = 16;
-
-/// The nomination client's own rate limit (writes per second) and burst: the controller
-/// client's default budget (`KUBE_CLIENT_QPS` 200) again, beside it rather than out of it.
-/// A 1,000-node scale-up has 20,000 pods to nominate, a hundred seconds of writes at this
-/// rate; out of the shared budget they held creates to a quarter of its rate for as long.
-pub const NOMINATION_QPS: u32 = 200;
-pub const NOMINATION_BURST: u32 = 200;
 
 /// Of [`NOMINATION_CONCURRENCY`], the slots unconstrained pods' nominations may hold at
 /// once: when both wait, three quarters of the writes go to placement-constrained pods.
@@ -478,7 +472,7 @@ fn patch_status<'a>(
     Box::pin(async move {
         let namespace = pod.meta().namespace.unwrap_or("default");
         let name = pod.meta().name.unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(r.nominations.clone(), namespace);
+        let api: Api<Pod> = Api::namespaced(r.client.clone(), namespace);
         match api
             .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
             .await
@@ -589,24 +583,34 @@ pub(super) mod tests {
     /// The path and body of each request a [`recording_reconciler`]'s clients sent.
     pub(in crate::lifecycle) type Sent = Arc<std::sync::Mutex<Vec<(String, String)>>>;
 
-    /// A Reconciler over `state` whose clients answer `{}` to every request and record it.
+    /// A Reconciler over `state` whose client answers `{}` to every request and records it.
     fn recording_reconciler(state: Arc<crate::state::ClusterState>) -> (Reconciler, Sent) {
         let (client, sent) = recording_client();
-        (reconciler_over(state, client.clone(), client), sent)
+        (reconciler_over(state, client), sent)
     }
 
-    /// A Reconciler over `state` whose clients never answer: every write stalls.
+    /// A Reconciler over `state` whose client never answers: every write stalls.
     fn stalled_reconciler(state: Arc<crate::state::ClusterState>) -> Reconciler {
-        reconciler_over(state, stalled_client(), stalled_client())
+        reconciler_over(state, stalled_client())
     }
 
-    /// A Reconciler over `state` whose controller client answers `{}` to every request and
-    /// records it, and whose nomination writes stall: registration waits its whole budget.
+    /// A Reconciler over `state` whose client answers `{}` to every request but the pods'
+    /// and records it, and whose nomination writes stall: registration waits its whole budget.
     pub(in crate::lifecycle) fn registering_reconciler(
         state: Arc<crate::state::ClusterState>,
     ) -> (Reconciler, Sent) {
         let (client, sent) = recording_client();
-        (reconciler_over(state, client, stalled_client()), sent)
+        let stalled = stalled_client();
+        let pods_stall = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let to = if request.uri().path().contains("/pods/") {
+                stalled.clone()
+            } else {
+                client.clone()
+            };
+            async move { to.send(request).await }
+        });
+        let client = kube::Client::new(pods_stall, "default");
+        (reconciler_over(state, client), sent)
     }
 
     /// A client that answers `{}` to every request, and the requests it was sent.
@@ -641,13 +645,8 @@ pub(super) mod tests {
         kube::Client::new(never, "default")
     }
 
-    /// A Reconciler over `state` with the controller's client `client` and the nominations'
-    /// `nominations`.
-    fn reconciler_over(
-        state: Arc<crate::state::ClusterState>,
-        client: kube::Client,
-        nominations: kube::Client,
-    ) -> Reconciler {
+    /// A Reconciler over `state` with the controller's client `client`.
+    fn reconciler_over(state: Arc<crate::state::ClusterState>, client: kube::Client) -> Reconciler {
         let cloud = kerf_loadtest::ec2::SimulatedCloudProvider::for_region(
             "us-west-2",
             kerf_loadtest::ec2::Ec2Config::instant("us-west-2"),
@@ -661,7 +660,7 @@ pub(super) mod tests {
             nominate_pods: true,
         };
         let config = super::super::LifecycleConfig::default();
-        Reconciler::new(state, client, nominations, Arc::new(cloud), config, launch)
+        Reconciler::new(state, client, Arc::new(cloud), config, launch)
     }
 
     /// Records NodeClaim `a` as created by `r`'s Launcher for the pods named `pods` (in

@@ -115,8 +115,8 @@ pub struct Reconciler {
     pub state: Arc<ClusterState>,
     pub nodes: Api<Node>,
     pub nodeclaims: Api<NodeClaim>,
-    /// For the pod nominations, rate-limited on its own.
-    pub nominations: Client,
+    /// For the pod nominations: pod writes, which spend the pods kind's budget.
+    pub client: Client,
     /// Nomination writes in flight, shared by every registration.
     pub nomination_slots: super::nominate::Slots,
     /// Nodes whose expired nominations this process has withdrawn.
@@ -139,7 +139,6 @@ impl Reconciler {
     pub fn new(
         state: Arc<ClusterState>,
         client: Client,
-        nominations: Client,
         cloud: Arc<dyn CloudProvider>,
         config: LifecycleConfig,
         launch: LaunchDeps,
@@ -147,8 +146,8 @@ impl Reconciler {
         Self {
             state,
             nodes: Api::all(client.clone()),
-            nodeclaims: Api::all(client),
-            nominations,
+            nodeclaims: Api::all(client.clone()),
+            client,
             nomination_slots: super::nominate::Slots::default(),
             nominations_withdrawn: dashmap::DashSet::new(),
             cloud,
