@@ -461,3 +461,62 @@ async fn a_later_cycle_binds_without_waiting_for_an_earlier_cycles_reports() {
     h.server.faults().set_latency(Duration::ZERO);
     h.stop().await;
 }
+
+/// As kube-scheduler since 1.33 (`SchedulerPopFromBackoffQ`): a pod backing off is tried as
+/// soon as nothing else waits and the cluster changed, not once its backoff ends.
+#[tokio::test]
+async fn a_pod_backing_off_is_tried_once_capacity_appears() {
+    let h = start().await;
+    pod(&h, "waits", "1", json!({}), json!({})).await;
+    let long_backoff = SchedulerConfig {
+        initial_backoff: Duration::from_secs(120),
+        max_backoff: Duration::from_secs(120),
+        ..config()
+    };
+    let _scheduler = scheduler::start(h.client.clone(), long_backoff);
+    wait_for(&pods(&h), "waits", unschedulable()).await;
+    node(&h, "a", "zone-a", "4", true, json!([])).await;
+    let started = tokio::time::Instant::now();
+    assert_eq!(node_of(&wait_for(&pods(&h), "waits", bound()).await), "a");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the pod waited out its backoff"
+    );
+    h.stop().await;
+}
+
+/// Bindings are sent beside the cycles, as kube-scheduler's binding cycles run apart from
+/// its scheduling cycle: a later cycle runs (here: reports a pod that fits nowhere) while
+/// an earlier cycle's slow bindings are still on their way.
+#[tokio::test]
+async fn a_later_cycle_runs_while_an_earlier_cycles_bindings_are_sent() {
+    let h = start().await;
+    node(&h, "a", "zone-a", "64", true, json!([])).await;
+    for i in 0..100 {
+        pod(&h, &format!("on-a-{i:03}"), "100m", json!({}), json!({})).await;
+    }
+    h.server.faults().set_latency(Duration::from_millis(50));
+    let slow = SchedulerConfig {
+        concurrency: 1,
+        ..config()
+    };
+    let _scheduler = scheduler::start(h.client.clone(), slow);
+    // The first cycle placed the hundred pods; their bindings take five seconds.
+    wait_for(&pods(&h), "on-a-000", bound()).await;
+    pod(&h, "too-big", "100", json!({}), json!({})).await;
+    wait_for(&pods(&h), "too-big", unschedulable()).await;
+    let on_a = pods(&h)
+        .list(&Default::default())
+        .await
+        .expect("pods list")
+        .items
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("a"))
+        .count();
+    assert!(
+        on_a < 100,
+        "the cycle waited for all {on_a} earlier bindings"
+    );
+    h.server.faults().set_latency(Duration::ZERO);
+    h.stop().await;
+}

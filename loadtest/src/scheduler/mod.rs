@@ -5,13 +5,16 @@
 //! kube-scheduler's "0/N nodes are available: ..." message — the signal kerf provisions
 //! for. Unschedulable pods are retried with backoff once nodes or pods changed, as the real
 //! scheduler's unschedulable queue does, so 10k waiting pods do not cost a full pass each
-//! cycle. A pending pod's nomination withdrawn or moved (or the nominated pod deleted)
+//! cycle; and, as kube-scheduler since 1.33 pops its backoff queue whenever nothing else
+//! waits, a cycle tries the pods still backing off after those due. A pending pod's nomination withdrawn or moved (or the nominated pod deleted)
 //! counts as such a change for the pods of equal or lower priority, as kube-scheduler's
 //! event handlers treat it (an `AssignedPodDelete` for them): the room it held on its
 //! nominated node is free, and the pods waiting for room must not wait for the 5-minute
 //! flush to see it. The `Unschedulable` reports are written beside the cycles, not in them
 //! (see [`dispatcher`]), as kube-scheduler's API dispatcher writes them: bindings never wait
-//! for them.
+//! for them. Bindings are sent beside the cycles too, as kube-scheduler's binding cycles
+//! run apart from its scheduling cycle: the next cycle counts a pod whose binding is on its
+//! way as placed, and considers it again if the binding failed.
 
 mod amounts;
 mod cached;
@@ -23,11 +26,10 @@ mod score;
 mod selector;
 mod topology;
 
-use crate::informer::{Informer, any_event};
+use crate::informer::Informer;
 use cached::CachedPod;
 use cluster::Cluster;
 use dispatcher::{Report, Reports};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::PostParams;
@@ -39,7 +41,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::task::JoinHandle;
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
 
 pub use nodeinfo::is_ready as node_is_ready;
 
@@ -69,6 +72,10 @@ pub struct SchedulerConfig {
     pub max_backoff: Duration,
     /// Retry an unschedulable pod after this long even if nothing changed.
     pub unschedulable_flush: Duration,
+    /// Once the pods due are tried, try those still backing off that a change may let fit
+    /// (kube-scheduler's `SchedulerPopFromBackoffQ`, beta and on since 1.33: it pops the
+    /// backoff queue whenever the active queue is empty).
+    pub pop_from_backoff: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -80,6 +87,7 @@ impl Default for SchedulerConfig {
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
             unschedulable_flush: Duration::from_secs(300),
+            pop_from_backoff: true,
         }
     }
 }
@@ -126,7 +134,7 @@ pub fn start(client: Client, config: SchedulerConfig) -> SchedulerHandle {
 }
 
 async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>) {
-    let nodes = Informer::start(Api::<Node>::all(client.clone()), any_event::<Node>);
+    let nodes = Informer::start(Api::<Node>::all(client.clone()), may_open_room);
     let pods = Informer::start_projected(
         Api::<Pod>::all(client.clone()),
         may_make_room,
@@ -140,10 +148,41 @@ async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>
     loop {
         ticker.tick().await;
         let epoch = nodes.generation() + pods.generation();
-        scheduler
-            .cycle(&nodes.store().state(), &pods.store().state(), epoch)
-            .await;
+        scheduler.cycle(&nodes.store().state(), &pods.store().state(), epoch);
     }
+}
+
+/// The taints of a node still starting or already going: no workload pod tolerates them.
+const PASSING_TAINTS: [&str; 5] = [
+    kerf::labels::UNREGISTERED_TAINT,
+    kerf::labels::DISRUPTED_TAINT,
+    kerf::labels::TAINT_NODE_NOT_READY,
+    kerf::labels::TAINT_NODE_UNREACHABLE,
+    kerf::labels::TAINT_EXTERNAL_CLOUD_PROVIDER,
+];
+
+/// Node events after which a waiting pod may fit: a node that is Ready, schedulable and
+/// free of [`PASSING_TAINTS`] (added, or changed), or a relist. As kube-scheduler's queueing
+/// hints requeue a pod on a node it may now fit, not on each step of a node still
+/// starting: with its backoff queue popped whenever nothing else waits, every such step
+/// would otherwise retry every waiting pod.
+fn may_open_room(event: &Event<Node>) -> bool {
+    match event {
+        Event::Apply(node) | Event::InitApply(node) => is_open(node),
+        Event::InitDone => true,
+        Event::Delete(_) | Event::Init => false,
+    }
+}
+
+fn is_open(node: &Node) -> bool {
+    let spec = node.spec.as_ref();
+    let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    let passing = spec
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|t| PASSING_TAINTS.contains(&t.key.as_str()));
+    nodeinfo::is_ready(node) && !cordoned && !passing
 }
 
 /// Pod events after which a waiting pod may fit: a pod leaving (deleted or finished), or a
@@ -164,6 +203,13 @@ struct Attempt {
     priority: i32,
     /// A nomination that held room for pods like this one was released since the attempt.
     moved: bool,
+}
+
+impl Attempt {
+    /// Whether something that may let the pod fit happened since the attempt.
+    fn since_change(&self, epoch: u64) -> bool {
+        self.moved || self.epoch != epoch
+    }
 }
 
 /// A pending pod's nomination as the last cycle saw it.
@@ -191,11 +237,17 @@ struct Scheduler {
     nominations: HashMap<String, Nomination>,
     next_start: usize,
     reports: Reports,
+    /// Bindings on their way, each answering with its pod's uid if it failed; dropped (and
+    /// so aborted) with the scheduler.
+    bindings: JoinSet<Option<String>>,
+    /// Bindings in flight at once ([`SchedulerConfig::concurrency`]).
+    binding_slots: Arc<Semaphore>,
 }
 
 impl Scheduler {
     fn new(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>) -> Self {
         let reports = Reports::start(client.clone(), Arc::clone(&stats), config.concurrency);
+        let binding_slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
         Self {
             client,
             config,
@@ -205,11 +257,14 @@ impl Scheduler {
             attempts: HashMap::new(),
             nominations: HashMap::new(),
             next_start: 0,
+            bindings: JoinSet::new(),
+            binding_slots,
         }
     }
 
-    async fn cycle(&mut self, nodes: &[Arc<Node>], pods: &[Arc<CachedPod>], epoch: u64) {
+    fn cycle(&mut self, nodes: &[Arc<Node>], pods: &[Arc<CachedPod>], epoch: u64) {
         self.stats.cycles.fetch_add(1, Ordering::Relaxed);
+        self.forget_failed_bindings();
         self.observe(pods);
         let pending = self.pending(pods, epoch);
         if pending.is_empty() {
@@ -251,7 +306,7 @@ impl Scheduler {
             }
         }
         self.next_start = cluster.next_start();
-        self.bind(binds).await;
+        self.bind(binds);
     }
 
     /// Drops bookkeeping of pods that are gone or whose binding the cache now shows, and
@@ -302,25 +357,35 @@ impl Scheduler {
         }
     }
 
+    /// The pods this cycle tries: those due (never tried, or past their backoff since a
+    /// change), by priority then age; then, with [`SchedulerConfig::pop_from_backoff`],
+    /// those backing off since a change, soonest due first.
     fn pending(&self, pods: &[Arc<CachedPod>], epoch: u64) -> Vec<Arc<CachedPod>> {
         let now = Instant::now();
-        let mut pending: Vec<Arc<CachedPod>> = pods
-            .iter()
-            .filter(|p| self.is_ours(p) && !self.assumed.contains_key(&p.uid))
-            .filter(|p| {
-                self.attempts
-                    .get(&p.uid)
-                    .is_none_or(|a| self.due(a, epoch, now))
-            })
-            .cloned()
-            .collect();
-        pending.sort_by(|a, b| {
+        let mut due = Vec::new();
+        let mut backing_off = Vec::new();
+        for pod in pods {
+            if !self.is_ours(pod) || self.assumed.contains_key(&pod.uid) {
+                continue;
+            }
+            match self.attempts.get(&pod.uid) {
+                Some(a) if !self.due(a, epoch, now) => {
+                    if self.config.pop_from_backoff && a.since_change(epoch) {
+                        backing_off.push((a.at + a.backoff, Arc::clone(pod)));
+                    }
+                }
+                _ => due.push(Arc::clone(pod)),
+            }
+        }
+        due.sort_by(|a, b| {
             b.priority
                 .cmp(&a.priority)
                 .then_with(|| a.created.cmp(&b.created))
                 .then_with(|| a.name.cmp(&b.name))
         });
-        pending
+        backing_off.sort_by(|(a_due, a), (b_due, b)| a_due.cmp(b_due).then(a.name.cmp(&b.name)));
+        due.extend(backing_off.into_iter().map(|(_, pod)| pod));
+        due
     }
 
     fn is_ours(&self, pod: &CachedPod) -> bool {
@@ -333,7 +398,7 @@ impl Scheduler {
 
     fn due(&self, attempt: &Attempt, epoch: u64, now: Instant) -> bool {
         let since = now.duration_since(attempt.at);
-        ((attempt.moved || attempt.epoch != epoch) && since >= attempt.backoff)
+        (attempt.since_change(epoch) && since >= attempt.backoff)
             || since >= self.config.unschedulable_flush
     }
 
@@ -403,18 +468,27 @@ impl Scheduler {
         cluster
     }
 
-    /// Sends the cycle's bindings.
-    async fn bind(&mut self, binds: Vec<Bind>) {
-        let client = self.client.clone();
-        let stats = Arc::clone(&self.stats);
-        let results: Vec<Option<String>> = futures::stream::iter(binds)
-            .map(|bind| apply(client.clone(), Arc::clone(&stats), bind))
-            .buffer_unordered(self.config.concurrency.max(1))
-            .collect()
-            .await;
-        // A failed binding is forgotten so the pod is considered again next cycle.
-        for failed_uid in results.into_iter().flatten() {
-            self.assumed.remove(&failed_uid);
+    /// Sends the cycle's bindings, [`SchedulerConfig::concurrency`] at a time, without
+    /// waiting for them.
+    fn bind(&mut self, binds: Vec<Bind>) {
+        for bind in binds {
+            let (client, stats) = (self.client.clone(), Arc::clone(&self.stats));
+            let slots = Arc::clone(&self.binding_slots);
+            self.bindings.spawn(kerf_heap::inherit(async move {
+                // Taken in the order the cycle decided; the semaphore is never closed.
+                let _slot = slots.acquire_owned().await.ok();
+                apply(client, stats, bind).await
+            }));
+        }
+    }
+
+    /// Forgets the assumed placement of the pods whose binding failed, so this cycle
+    /// considers them again.
+    fn forget_failed_bindings(&mut self) {
+        while let Some(done) = self.bindings.try_join_next() {
+            if let Ok(Some(failed_uid)) = done {
+                self.assumed.remove(&failed_uid);
+            }
         }
     }
 }
@@ -488,6 +562,36 @@ fn now() -> k8s_openapi::jiff::Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node_with(ready: bool, unschedulable: bool, taint: Option<&str>) -> Node {
+        let taints: Vec<serde_json::Value> = taint
+            .map(|key| serde_json::json!({"key": key, "effect": "NoSchedule"}))
+            .into_iter()
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n"},
+            "spec": {"unschedulable": unschedulable, "taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}
+        }))
+        .expect("a node")
+    }
+
+    #[test]
+    fn only_a_node_pods_may_now_use_requeues_the_waiting_pods() {
+        let applied = |node: Node| may_open_room(&Event::Apply(node));
+        assert!(applied(node_with(true, false, None)));
+        assert!(
+            applied(node_with(true, false, Some("gpu"))),
+            "a taint some pods tolerate"
+        );
+        assert!(!applied(node_with(false, false, None)), "not ready");
+        assert!(!applied(node_with(true, true, None)), "cordoned");
+        for passing in PASSING_TAINTS {
+            assert!(!applied(node_with(true, false, Some(passing))), "{passing}");
+        }
+        assert!(may_open_room(&Event::InitDone), "a relist");
+        assert!(!may_open_room(&Event::Delete(node_with(true, false, None))));
+    }
 
     #[test]
     fn a_report_is_written_when_its_message_changes_and_keeps_the_transition_time() {
