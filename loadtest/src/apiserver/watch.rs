@@ -141,6 +141,34 @@ pub fn prepare(target: Target, params: WatchParams) -> ApiResult<Watch> {
     })
 }
 
+/// The most a watch encodes from the history before handing the chunk to its connection:
+/// a watcher that fell behind gets what it missed a chunk at a time, as its connection
+/// takes them, so what waits for it is a few chunks (the connection's channel holds 16)
+/// rather than a copy of every event it missed (which the history holds anyway).
+pub const WATCH_CHUNK_BYTES: usize = 256 * 1024;
+
+/// Encodes into `out` the events `filter` lets through of `records` (the history after the
+/// watcher's position), stopping once `out` holds [`WATCH_CHUNK_BYTES`]; returns the
+/// position reached (the last record looked at, or `pos`) and whether records are left.
+fn encode_records<'a>(
+    encoder: &Encoder,
+    filter: &Filter,
+    records: impl Iterator<Item = &'a Record>,
+    mut pos: u64,
+    out: &mut BytesMut,
+) -> (u64, bool) {
+    for record in records {
+        if out.len() >= WATCH_CHUNK_BYTES {
+            return (pos, true);
+        }
+        pos = record.rv;
+        if let Some(kind) = filter.event_for(record) {
+            encoder.event(out, kind.as_str(), &record.object);
+        }
+    }
+    (pos, false)
+}
+
 struct Encoder {
     /// `Some(apiVersion)` when the requested version differs from the stored one.
     rewrite: Option<String>,
@@ -252,6 +280,7 @@ impl Watch {
         loop {
             let mut bookmark_rv = None;
             let mut too_old = None;
+            let more;
             {
                 let state = read(&ts.state);
                 if pos < state.floor {
@@ -262,17 +291,13 @@ impl Watch {
                 } else {
                     state.history.partition_point(|r| r.rv <= pos)
                 };
-                for record in state.history.range(start..) {
-                    pos = record.rv;
-                    if let Some(kind) = self.filter.event_for(record) {
-                        encoder.event(&mut out, kind.as_str(), &record.object);
-                    }
-                }
-                if bookmark_due && self.params.bookmarks {
+                let records = state.history.range(start..);
+                (pos, more) = encode_records(&encoder, &self.filter, records, pos, &mut out);
+                if bookmark_due && !more && self.params.bookmarks {
                     bookmark_rv = Some(store.current_rv());
                 }
             }
-            bookmark_due = false;
+            bookmark_due &= more;
             if let Some(err) = too_old {
                 encoder.error(&mut out, &err);
                 let _gone = tx.send(out.freeze()).await;
@@ -284,6 +309,9 @@ impl Watch {
             }
             if !out.is_empty() && tx.send(out.split().freeze()).await.is_err() {
                 return WatchEnd::ClientGone;
+            }
+            if more {
+                continue;
             }
             tokio::select! {
                 changed = changes.changed() => {
@@ -367,5 +395,56 @@ impl Cursor {
             }
             self.changes.changed().await.ok()?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn added(rv: u64, bytes: usize) -> Record {
+        Record {
+            rv,
+            kind: EventType::Added,
+            object: Bytes::from(format!("{{\"pad\":\"{}\"}}", "x".repeat(bytes))),
+            attrs: Arc::new(Attrs::default()),
+            prev: None,
+            at: std::time::SystemTime::now(),
+        }
+    }
+
+    #[test]
+    fn a_watcher_behind_gets_the_history_a_bounded_chunk_at_a_time_and_all_of_it() {
+        let encoder = Encoder {
+            rewrite: None,
+            kind: "Pod".to_owned(),
+            api_version: "v1".to_owned(),
+            table: None,
+        };
+        let filter = Filter {
+            namespace: None,
+            labels: LabelSelector::default(),
+            fields: FieldSelector::default(),
+        };
+        let history: Vec<Record> = (1..=100).map(|rv| added(rv, 10 * 1024)).collect();
+        let (mut pos, mut sent, mut chunks) = (0, 0, 0);
+        loop {
+            let mut out = BytesMut::new();
+            let left = history.iter().filter(|r| r.rv > pos);
+            let (reached, more) = encode_records(&encoder, &filter, left, pos, &mut out);
+            assert!(
+                out.len() < WATCH_CHUNK_BYTES + 11 * 1024,
+                "a chunk of {} bytes",
+                out.len()
+            );
+            sent += out.iter().filter(|b| **b == b'\n').count();
+            chunks += 1;
+            pos = reached;
+            if !more {
+                break;
+            }
+        }
+        assert_eq!((pos, sent), (100, 100), "every event, once");
+        assert!(chunks >= 4, "{chunks} chunks for a megabyte");
     }
 }
