@@ -50,10 +50,10 @@ pub struct Settings {
     /// Port of the `/healthz` and `/readyz` probes.
     #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
     pub health_probe_port: u16,
-    /// Smoothed queries per second to the API server.
+    /// Smoothed queries per second to the API server, per kind of object (as upstream).
     #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = 200)]
     pub kube_client_qps: u32,
-    /// Burst of queries to the API server above the smoothed rate.
+    /// Burst of queries to the API server above the smoothed rate, per kind of object.
     #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = 300)]
     pub kube_client_burst: u32,
     /// Run without leader election (a single replica).

@@ -18,11 +18,12 @@
 //! the creates, launches and registrations the NodeClaim and Node kinds' budgets pay for.
 //! The pods the scheduler can place on few nodes ([`kerf::pods::is_placement_constrained`])
 //! go first: room planned for one of them is lost for good once another pod takes it, and
-//! registration waits for their nominations. The others (whose planned room matters less: they fit wherever room is left, big ones
-//! excepted) use a smaller share of the write slots and are waited for only briefly. The
-//! writes made at launch (for Nodes still booting) also hold a small share
-//! ([`LAUNCH_NOMINATION_SLOTS`]): a large scale-up queues thousands of them, and the
-//! registering Node's writes, which hold it back, go ahead of them. Except the writes of
+//! registration waits for their nominations. The others (whose planned room matters less:
+//! they fit wherever room is left, big ones excepted) use a smaller share of the write
+//! slots and are waited for only briefly. The writes made at launch (for Nodes still
+//! booting) also hold a small share ([`LAUNCH_NOMINATION_SLOTS`]): a large scale-up queues
+//! thousands of them, and the registering Node's writes, which hold it back, go ahead of
+//! them. Except the writes of
 //! pods that take a node of their own ([`kerf::pods::is_one_per_node`]: a hostname
 //! anti-affinity, a host port): one left unnominated when its Node registers costs a whole
 //! new node once a peer takes the node planned for it, and there is at most one per node,

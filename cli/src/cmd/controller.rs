@@ -1,7 +1,7 @@
 //! `kerf controller`: the daemon. Reads upstream's settings from flags and environment,
 //! refuses bad ones by name, logs JSON, connects to the cluster in the kubeconfig (or the
 //! in-cluster service account) through a client limited to `KUBE_CLIENT_QPS` /
-//! `KUBE_CLIENT_BURST`, and to AWS (see [`crate::aws`]; with `INTERRUPTION_QUEUE`, its SQS
+//! `KUBE_CLIENT_BURST` per kind of object, and to AWS (see [`crate::aws`]; with `INTERRUPTION_QUEUE`, its SQS
 //! queue feeds the Interruption actor), runs the actors until SIGTERM or
 //! Ctrl-C, then stops them: launches in flight finish first, then the leader Lease is
 //! released.

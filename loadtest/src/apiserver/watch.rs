@@ -145,7 +145,7 @@ pub fn prepare(target: Target, params: WatchParams) -> ApiResult<Watch> {
 /// a watcher that fell behind gets what it missed a chunk at a time, as its connection
 /// takes them, so what waits for it is a few chunks (the connection's channel holds 16)
 /// rather than a copy of every event it missed (which the history holds anyway).
-pub const WATCH_CHUNK_BYTES: usize = 256 * 1024;
+const WATCH_CHUNK_BYTES: usize = 256 * 1024;
 
 /// Encodes into `out` the events `filter` lets through of `records` (the history after the
 /// watcher's position), stopping once `out` holds [`WATCH_CHUNK_BYTES`]; returns the

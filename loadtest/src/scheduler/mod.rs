@@ -6,15 +6,16 @@
 //! for. Unschedulable pods are retried with backoff once nodes or pods changed, as the real
 //! scheduler's unschedulable queue does, so 10k waiting pods do not cost a full pass each
 //! cycle; and, as kube-scheduler since 1.33 pops its backoff queue whenever nothing else
-//! waits, a cycle tries the pods still backing off after those due. A pending pod's nomination withdrawn or moved (or the nominated pod deleted)
-//! counts as such a change for the pods of equal or lower priority, as kube-scheduler's
-//! event handlers treat it (an `AssignedPodDelete` for them): the room it held on its
-//! nominated node is free, and the pods waiting for room must not wait for the 5-minute
-//! flush to see it. The `Unschedulable` reports are written beside the cycles, not in them
-//! (see [`dispatcher`]), as kube-scheduler's API dispatcher writes them: bindings never wait
-//! for them. Bindings are sent beside the cycles too, as kube-scheduler's binding cycles
-//! run apart from its scheduling cycle: the next cycle counts a pod whose binding is on its
-//! way as placed, and considers it again if the binding failed.
+//! waits, a cycle tries the pods still backing off after those due. A pending pod's
+//! nomination withdrawn or moved (or the nominated pod deleted) counts as such a change for
+//! the pods of equal or lower priority, as kube-scheduler's event handlers treat it (an
+//! `AssignedPodDelete` for them): the room it held on its nominated node is free, and the
+//! pods waiting for room must not wait for the 5-minute flush to see it. The
+//! `Unschedulable` reports are written beside the cycles, not in them (see [`dispatcher`]),
+//! as kube-scheduler's API dispatcher writes them: bindings never wait for them. Bindings
+//! are sent beside the cycles too, as kube-scheduler's binding cycles run apart from its
+//! scheduling cycle: the next cycle counts a pod whose binding is on its way as placed, and
+//! considers it again if the binding failed.
 
 mod amounts;
 mod cached;
