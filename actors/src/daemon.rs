@@ -78,9 +78,8 @@ pub struct Timings {
 #[derive(Clone)]
 pub struct Environment {
     pub client: Client,
-    /// Leader election's own client: not the rate-limited shared one, so a renewal never
-    /// waits behind creates and patches. The pod nominations' and the events' clients are
-    /// built on it, each behind a rate limit of its own.
+    /// Leader election's own client: not the rate-limited one, so a renewal never waits
+    /// behind creates and patches.
     pub leader_client: Client,
     /// The namespace the controller runs in (its leader Lease lives there by default).
     pub namespace: String,

@@ -6,7 +6,7 @@
 //! by uid for [`LAUNCHED_MEMORY`], as upstream's launch cache, so the retry writes what was
 //! launched without asking the cloud again. Once that write succeeded, a reconcile that
 //! still reads the NodeClaim as not `Launched` (its watch event is on the way) writes
-//! nothing: each launch costs the shared client budget its two writes once.
+//! nothing: each launch costs the NodeClaim budget its two writes once.
 //!
 //! Outcomes: launched → labels, annotations and status (`Launched=True`) written; refused for
 //! insufficient capacity → the refused offerings marked in the OfferingCache (all the

@@ -45,7 +45,7 @@ pub const CONTROLLER: &str = "nodeclaim.disruption";
 /// Through a scale-up pods bind to a new node one after another for seconds, each a later
 /// pod event: a NodeClaim's `lastPodEventTime` alone is written at most once per this
 /// period, the latest time when it ends. (Upstream writes it per pod scheduled: at 10,000
-/// pods, 10,000 writes out of the budget the launches and registrations share.)
+/// pods, 10,000 writes out of the NodeClaim budget the launches and registrations share.)
 pub const POD_EVENT_WRITE_PERIOD: Duration = Duration::from_secs(10);
 
 /// NodeClaims newly marked drifted (labels `reason`, `nodepool`, `capacity_type`).
