@@ -65,15 +65,7 @@ impl Stack {
         let (provider, cloud) = simulated_cloud();
         let daemon = match name {
             None => start_provisioner(&harness, cloud).await,
-            Some(name) => {
-                let client = named_client(&harness, name).await;
-                let settings = quick_settings(&["--disable-leader-election", "true"]);
-                let daemon = start_daemon_on(client, settings, "solo", Some(cloud)).await;
-                tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
-                    .await
-                    .expect("cluster state syncs");
-                daemon
-            }
+            Some(name) => start_provisioner_on(named_client(&harness, name).await, cloud).await,
         };
         let kubelets = kubelet::start(
             harness.client.clone(),

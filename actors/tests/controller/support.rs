@@ -517,13 +517,13 @@ pub fn quick_settings(extra: &[&str]) -> ValidSettings {
 
 /// A lone daemon (no leader election) launching into `cloud`, once its cluster state synced.
 pub async fn start_provisioner(harness: &Harness, cloud: Cloud) -> Daemon {
-    let daemon = start_daemon_with(
-        harness,
-        quick_settings(&["--disable-leader-election", "true"]),
-        "solo",
-        Some(cloud),
-    )
-    .await;
+    start_provisioner_on(harness.controller.clone(), cloud).await
+}
+
+/// [`start_provisioner`], every request of the daemon sent through `client`.
+pub async fn start_provisioner_on(client: Client, cloud: Cloud) -> Daemon {
+    let settings = quick_settings(&["--disable-leader-election", "true"]);
+    let daemon = start_daemon_on(client, settings, "solo", Some(cloud)).await;
     tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
         .await
         .expect("cluster state syncs");

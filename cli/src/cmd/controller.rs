@@ -1,10 +1,10 @@
 //! `kerf controller`: the daemon. Reads upstream's settings from flags and environment,
 //! refuses bad ones by name, logs JSON, connects to the cluster in the kubeconfig (or the
 //! in-cluster service account) through a client limited to `KUBE_CLIENT_QPS` /
-//! `KUBE_CLIENT_BURST` per kind of object, and to AWS (see [`crate::aws`]; with `INTERRUPTION_QUEUE`, its SQS
-//! queue feeds the Interruption actor), runs the actors until SIGTERM or
-//! Ctrl-C, then stops them: launches in flight finish first, then the leader Lease is
-//! released.
+//! `KUBE_CLIENT_BURST` per kind of object, and to AWS (see [`crate::aws`]; with
+//! `INTERRUPTION_QUEUE`, its SQS queue feeds the Interruption actor), runs the actors until
+//! SIGTERM or Ctrl-C, then stops them: launches in flight finish first, then the leader
+//! Lease is released.
 
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
