@@ -1162,7 +1162,7 @@ impl Registry {
 
     fn after_remove(&self, t: &Target, removed: &Arc<StoredObject>) {
         self.queues.gc.push(removed.attrs.uid.clone());
-        for owner in &removed.attrs.owners {
+        for owner in removed.attrs.owners.iter() {
             self.queues.gc.push(owner.uid.clone());
         }
         if t.rt.namespaced {

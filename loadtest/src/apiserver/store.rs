@@ -7,13 +7,15 @@
 //! of its object holds a copy of the object that only a lagging watcher could still want, so
 //! an unbounded window would keep every version of every pod of a run.
 //!
-//! Each write serialises the object once; the bytes are shared by GET, LIST and every watcher, and are the only copy
-//! kept: the few readers that need the object's tree ([`StoredObject::value`]) parse it
-//! again, and what selectors, indexes and the workload controllers read on every pass is
-//! extracted once per write ([`Attrs`]). A parsed tree is several times the size of its JSON,
-//! so keeping one per object besides the bytes would double the store. The store also keeps
-//! the uid and ownerReference indexes that garbage collection and the workload controllers
-//! need. It knows nothing of API semantics (that is `registry`).
+//! Each write serialises the object once; the bytes are shared by GET, LIST and every
+//! watcher, and are the only copy kept: the few readers that need the object's tree
+//! ([`StoredObject::value`]) parse it again, and what selectors, indexes and the workload
+//! controllers read on every pass is extracted once per write ([`Attrs`]) and shared with the
+//! version before where it is unchanged (a status write moves none of it). A parsed tree is
+//! several times the size of its JSON, so keeping one per object besides the bytes would
+//! double the store. The store also keeps the uid and ownerReference indexes that garbage
+//! collection and the workload controllers need. It knows nothing of API semantics (that is
+//! `registry`).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,7 +61,7 @@ pub struct OwnerRef {
 }
 
 /// The parts of an object selectors, indexes and controllers look at, extracted once per write.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Attrs {
     /// Namespace (`""` when cluster-scoped).
     pub namespace: String,
@@ -67,14 +69,14 @@ pub struct Attrs {
     pub name: String,
     /// uid.
     pub uid: String,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
+    /// Labels, shared with the object's earlier versions that have the same.
+    pub labels: Arc<BTreeMap<String, String>>,
     /// `spec.nodeName`
     pub node_name: String,
     /// `status.phase`
     pub phase: String,
-    /// `metadata.ownerReferences`
-    pub owners: Vec<OwnerRef>,
+    /// `metadata.ownerReferences`, shared like the labels.
+    pub owners: Arc<Vec<OwnerRef>>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
     /// `apiVersion`
@@ -123,10 +125,10 @@ impl Attrs {
             namespace: str_at(object, "/metadata/namespace").to_string(),
             name: str_at(object, "/metadata/name").to_string(),
             uid: str_at(object, "/metadata/uid").to_string(),
-            labels,
+            labels: Arc::new(labels),
             node_name: str_at(object, "/spec/nodeName").to_string(),
             phase: str_at(object, "/status/phase").to_string(),
-            owners,
+            owners: Arc::new(owners),
             deleting: object
                 .pointer("/metadata/deletionTimestamp")
                 .is_some_and(|v| !v.is_null()),
@@ -139,6 +141,29 @@ impl Attrs {
                         .any(|c| c["type"] == "Ready" && c["status"] == "True")
                 }),
         }
+    }
+
+    /// These attributes, sharing what they have in common with `previous` (the object's
+    /// version before this write): all of it when the write moved none of them (most writes
+    /// are status writes: a pod's unschedulable report, its nomination), else its labels and
+    /// owners when those are unchanged. Every version of an object the history keeps holds
+    /// its attributes, so without this a pod's half-dozen versions each held a copy of its
+    /// labels and owners.
+    pub fn shared_with(self, previous: Option<&Arc<Attrs>>) -> Arc<Attrs> {
+        let Some(previous) = previous else {
+            return Arc::new(self);
+        };
+        if self == **previous {
+            return Arc::clone(previous);
+        }
+        let mut attrs = self;
+        if attrs.labels == previous.labels {
+            attrs.labels = Arc::clone(&previous.labels);
+        }
+        if attrs.owners == previous.owners {
+            attrs.owners = Arc::clone(&previous.owners);
+        }
+        Arc::new(attrs)
     }
 
     /// The value of a selectable field (see `selectors::SELECTABLE_FIELDS`).
@@ -408,7 +433,7 @@ impl Store {
         let mut index = lock(&self.index);
         for obj in state.objects.values() {
             index.by_uid.remove(&obj.attrs.uid);
-            for owner in &obj.attrs.owners {
+            for owner in obj.attrs.owners.iter() {
                 if let Some(set) = index.dependents.get_mut(&owner.uid) {
                     set.remove(&(gr.clone(), obj.attrs.key()));
                 }
@@ -469,7 +494,7 @@ impl Store {
         // lives for a long time, so it keeps only what it holds.
         json.shrink_to_fit();
         let bytes = Bytes::from(json);
-        let attrs = Arc::new(Attrs::of(&value));
+        let attrs = Attrs::of(&value).shared_with(old.as_ref().map(|o| &o.attrs));
         let stored = Arc::new(StoredObject {
             bytes: bytes.clone(),
             attrs: attrs.clone(),
@@ -509,7 +534,7 @@ impl Store {
         if let Some(old) = old {
             let loc = (gr.clone(), old.key());
             index.by_uid.remove(&old.uid);
-            for owner in &old.owners {
+            for owner in old.owners.iter() {
                 if let Some(set) = index.dependents.get_mut(&owner.uid) {
                     set.remove(&loc);
                     if set.is_empty() {
@@ -521,7 +546,7 @@ impl Store {
         if let Some(new) = new {
             let loc = (gr.clone(), new.key());
             index.by_uid.insert(new.uid.clone(), loc.clone());
-            for owner in &new.owners {
+            for owner in new.owners.iter() {
                 index
                     .dependents
                     .entry(owner.uid.clone())
@@ -603,6 +628,52 @@ mod tests {
         ready["status"]["conditions"][1]["status"] = json!("False");
         let stored = store.commit(&ts, &mut state, &key, Some(ready));
         assert!(!stored.attrs.ready);
+    }
+
+    #[test]
+    fn versions_share_the_attributes_they_have_in_common() {
+        let store = Store::new(16);
+        let ts = pods(&store);
+        let mut state = write(&ts.state);
+        let key = ("ns".to_string(), "a".to_string());
+        let mut p = pod("ns", "a", Some("o1"));
+        p["metadata"]["labels"] = json!({"app": "web"});
+        let created = store.commit(&ts, &mut state, &key, Some(p.clone()));
+
+        p["status"] = json!({"nominatedNodeName": "n1"});
+        let nominated = store.commit(&ts, &mut state, &key, Some(p.clone()));
+        assert!(
+            Arc::ptr_eq(&created.attrs, &nominated.attrs),
+            "a write that moves no attribute keeps the same ones"
+        );
+
+        p["spec"] = json!({"nodeName": "n1"});
+        let bound = store.commit(&ts, &mut state, &key, Some(p.clone()));
+        assert_eq!(bound.attrs.node_name, "n1");
+        assert!(Arc::ptr_eq(&created.attrs.labels, &bound.attrs.labels));
+        assert!(Arc::ptr_eq(&created.attrs.owners, &bound.attrs.owners));
+
+        p["metadata"]["labels"] = json!({"app": "api"});
+        let relabelled = store.commit(&ts, &mut state, &key, Some(p));
+        assert_eq!(
+            relabelled.attrs.labels.get("app").map(String::as_str),
+            Some("api")
+        );
+        assert_eq!(
+            created.attrs.labels.get("app").map(String::as_str),
+            Some("web")
+        );
+        assert!(Arc::ptr_eq(&created.attrs.owners, &relabelled.attrs.owners));
+        let history: Vec<&str> = state
+            .history
+            .iter()
+            .map(|r| r.attrs.node_name.as_str())
+            .collect();
+        assert_eq!(
+            history,
+            ["", "", "n1", "n1"],
+            "each record keeps its own version's"
+        );
     }
 
     #[test]
