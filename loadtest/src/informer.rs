@@ -52,16 +52,17 @@ where
 {
     /// Starts watching `api`, caching `project` of each object instead of the object;
     /// `relevant` sees the projection.
-    pub fn start_projected<K>(
+    pub fn start_projected<K, F>(
         api: Api<K>,
         relevant: fn(&Event<P>) -> bool,
-        project: fn(K) -> P,
+        mut project: F,
     ) -> Informer<P>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+        F: FnMut(K) -> P + Send + 'static,
     {
         let objects = watcher::watcher(api, watcher::Config::default())
-            .map(move |event| event.map(|event| projected(event, project)));
+            .map(move |event| event.map(|event| projected(event, &mut project)));
         Self::cache(objects, relevant)
     }
 
@@ -132,7 +133,7 @@ where
 }
 
 /// `event` with `project` of each object it carries.
-fn projected<K, P>(event: Event<K>, project: fn(K) -> P) -> Event<P> {
+fn projected<K, P>(event: Event<K>, project: &mut impl FnMut(K) -> P) -> Event<P> {
     match event {
         Event::Apply(object) => Event::Apply(project(object)),
         Event::Delete(object) => Event::Delete(project(object)),

@@ -2,7 +2,7 @@
 //! scheduling cycle reads (identity, whether the pod is ours to schedule, its binding,
 //! nomination, priority and creation time, and its `PodScheduled` condition while unbound)
 //! plus the pod compiled for scheduling ([`PodInfo`]), made once per pod version as the
-//! watch delivers it.
+//! watch delivers it, its shape shared with the other pods of its workload.
 //!
 //! The cache used to hold each pod as `Pod` trimmed to those fields next to a separate map
 //! of compiled `PodInfo`s: a typed `Pod` keeps room for every field it could have, so even
@@ -10,7 +10,7 @@
 //! projection holds the compiled pod instead, so each version is compiled exactly once.
 
 use super::DEFAULT_SCHEDULER_NAME;
-use super::podinfo::PodInfo;
+use super::podinfo::{PodInfo, Shapes};
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 use std::sync::Arc;
@@ -46,9 +46,15 @@ pub(crate) struct CachedPod {
 }
 
 impl CachedPod {
-    /// The projection of `pod`.
+    /// The projection of `pod`, its shape its own.
+    #[cfg(test)]
     pub(crate) fn of(pod: Pod) -> CachedPod {
-        let info = PodInfo::new(&pod).map(Arc::new);
+        CachedPod::sharing(pod, &mut Shapes::default())
+    }
+
+    /// The projection of `pod`, sharing its shape with an equal one in `shapes`.
+    pub(crate) fn sharing(pod: Pod, shapes: &mut Shapes) -> CachedPod {
+        let info = PodInfo::shared(&pod, shapes).map(Arc::new);
         let Pod {
             metadata,
             spec,

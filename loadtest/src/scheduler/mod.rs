@@ -37,7 +37,7 @@ use kube::api::PostParams;
 use kube::runtime::watcher::Event;
 use kube::{Api, Client};
 use nodeinfo::NodeInfo;
-use podinfo::PodInfo;
+use podinfo::{PodInfo, Shapes};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,11 +136,11 @@ pub fn start(client: Client, config: SchedulerConfig) -> SchedulerHandle {
 
 async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>) {
     let nodes = Informer::start(Api::<Node>::all(client.clone()), may_open_room);
-    let pods = Informer::start_projected(
-        Api::<Pod>::all(client.clone()),
-        may_make_room,
-        CachedPod::of,
-    );
+    let mut shapes = Shapes::default();
+    let pods =
+        Informer::start_projected(Api::<Pod>::all(client.clone()), may_make_room, move |pod| {
+            CachedPod::sharing(pod, &mut shapes)
+        });
     nodes.ready().await;
     pods.ready().await;
     let mut scheduler = Scheduler::new(client, config.clone(), stats);
@@ -478,7 +478,10 @@ impl Scheduler {
             self.bindings.spawn(kerf_heap::inherit(async move {
                 // Taken in the order the cycle decided; the semaphore is never closed.
                 let _slot = slots.acquire_owned().await.ok();
-                apply(client, stats, bind).await
+                // Boxed, so a task waiting for its slot holds the binding, not room for the
+                // request in flight: a cycle that places thousands of pods leaves thousands
+                // waiting (10 MB of them at 20,000 pods, unboxed).
+                Box::pin(apply(client, stats, bind)).await
             }));
         }
     }

@@ -13,8 +13,10 @@ use k8s_openapi::api::core::v1::{
 };
 use kerf::requirements::Requirement;
 use kerf::resources::{Quantity, Resources};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::ops::Deref;
+use std::sync::{Arc, Weak};
 
 /// A host port a pod claims; conflicts with the same port and protocol on a shared address.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -93,7 +95,7 @@ pub(crate) struct SpreadConstraint {
 }
 
 /// One OR-ed term of required node affinity: label requirements plus node-name fields.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct NodeTerm {
     pub(crate) labels: Vec<Requirement>,
     /// `matchFields` on `metadata.name`.
@@ -102,9 +104,29 @@ pub(crate) struct NodeTerm {
     pub(crate) invalid: bool,
 }
 
-/// A pod compiled for scheduling.
+/// A pod compiled for scheduling: its identity and priority, and its [`PodShape`] (shared
+/// with the pods of its workload when made through [`Shapes`]), whose fields it reads as its
+/// own.
 #[derive(Clone, Debug)]
 pub(crate) struct PodInfo {
+    pub(crate) uid: String,
+    /// `spec.priority` (0 when unset), which orders whose nomination counts against whom.
+    pub(crate) priority: i32,
+    shape: Arc<PodShape>,
+}
+
+impl Deref for PodInfo {
+    type Target = PodShape;
+
+    fn deref(&self) -> &PodShape {
+        &self.shape
+    }
+}
+
+/// What scheduling reads of a pod besides its identity: the same for every pod of a
+/// workload (a ReplicaSet's pods differ only in name and uid).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PodShape {
     pub(crate) namespace: String,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) requests: Amounts,
@@ -133,14 +155,83 @@ pub(crate) struct PodInfo {
     /// Hash of everything that decides which nodes pass the pod-independent filters
     /// (node affinity, tolerations), so pods of one workload share that work.
     pub(crate) static_fingerprint: u64,
-    pub(crate) uid: String,
-    /// `spec.priority` (0 when unset), which orders whose nomination counts against whom.
-    pub(crate) priority: i32,
 }
+
+impl PodShape {
+    /// A hash of the fields that tell workloads apart, to find an equal shape by.
+    fn key(&self) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        self.namespace.hash(&mut hasher);
+        self.labels.hash(&mut hasher);
+        self.owner.hash(&mut hasher);
+        self.non_zero.hash(&mut hasher);
+        self.static_fingerprint.hash(&mut hasher);
+        hasher.finish()
+    }
+}
+
+/// The shapes of the pods in the scheduler's cache, so the pods of one workload share one
+/// instead of each holding a copy (at 20,000 pods the copies were most of the cache). It
+/// holds them weakly: a shape goes with the last pod version that has it.
+#[derive(Debug, Default)]
+pub(crate) struct Shapes {
+    by_key: HashMap<u64, Vec<Weak<PodShape>>>,
+    /// Keys after the last sweep of shapes gone; the next sweep comes at twice as many.
+    swept_at: usize,
+}
+
+impl Shapes {
+    /// The shape equal to `shape` that a cached pod already has, else `shape`, shared.
+    fn share(&mut self, shape: PodShape) -> Arc<PodShape> {
+        let bucket = self.by_key.entry(shape.key()).or_default();
+        bucket.retain(|kept| kept.strong_count() > 0);
+        if let Some(kept) = bucket
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|kept| **kept == shape)
+        {
+            return kept;
+        }
+        let shared = Arc::new(shape);
+        bucket.push(Arc::downgrade(&shared));
+        if self.by_key.len() > 2 * self.swept_at.max(SWEEP_FLOOR) {
+            self.by_key.retain(|_, bucket| {
+                bucket.retain(|kept| kept.strong_count() > 0);
+                !bucket.is_empty()
+            });
+            self.swept_at = self.by_key.len();
+        }
+        shared
+    }
+}
+
+/// Fewest keys [`Shapes`] holds before it sweeps out the shapes gone.
+const SWEEP_FLOOR: usize = 64;
 
 impl PodInfo {
     /// Compiles `pod`; a malformed quantity is reported with the pod and field it is in.
     pub(crate) fn new(pod: &Pod) -> Result<PodInfo, String> {
+        let shape = PodShape::of(pod)?;
+        Ok(PodInfo::with_shape(pod, Arc::new(shape)))
+    }
+
+    /// Compiles `pod`, sharing its shape with the equal one in `shapes`.
+    pub(crate) fn shared(pod: &Pod, shapes: &mut Shapes) -> Result<PodInfo, String> {
+        let shape = PodShape::of(pod)?;
+        Ok(PodInfo::with_shape(pod, shapes.share(shape)))
+    }
+
+    fn with_shape(pod: &Pod, shape: Arc<PodShape>) -> PodInfo {
+        PodInfo {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+            shape,
+        }
+    }
+}
+
+impl PodShape {
+    fn of(pod: &Pod) -> Result<PodShape, String> {
         let namespace = pod
             .metadata
             .namespace
@@ -236,9 +327,7 @@ impl PodInfo {
         let tolerations = spec.tolerations.clone().unwrap_or_default();
         let node_selector = spec.node_selector.clone().unwrap_or_default();
         let static_fingerprint = fingerprint(spec);
-        Ok(PodInfo {
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
-            priority: spec.priority.unwrap_or(0),
+        Ok(PodShape {
             host_ports: host_ports(spec),
             namespace,
             labels,
@@ -512,6 +601,40 @@ mod tests {
 
     fn q(text: &str) -> Quantity {
         Quantity::parse(text).expect("valid quantity")
+    }
+
+    fn replica(name: &str, app: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "default", "name": name, "uid": format!("uid-{name}"),
+                "labels": {"app": app},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": app, "uid": format!("rs-{app}"), "controller": true}]},
+            "spec": {"priority": 5, "containers": [{"name": "c",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
+        }))
+        .expect("a pod")
+    }
+
+    #[test]
+    fn the_pods_of_a_workload_share_one_shape_while_any_of_them_has_it() {
+        let mut shapes = Shapes::default();
+        let a = PodInfo::shared(&replica("web-a", "web"), &mut shapes).expect("compiles");
+        let b = PodInfo::shared(&replica("web-b", "web"), &mut shapes).expect("compiles");
+        let other = PodInfo::shared(&replica("api-a", "api"), &mut shapes).expect("compiles");
+        assert!(Arc::ptr_eq(&a.shape, &b.shape));
+        assert!(!Arc::ptr_eq(&a.shape, &other.shape));
+        assert_eq!((a.uid.as_str(), b.uid.as_str()), ("uid-web-a", "uid-web-b"));
+        assert_eq!(b.priority, 5);
+        assert_eq!(b.labels.get("app").map(String::as_str), Some("web"));
+
+        let weak = Arc::downgrade(&a.shape);
+        drop((a, b));
+        assert!(
+            weak.upgrade().is_none(),
+            "the cache does not keep a shape alive"
+        );
+        let again = PodInfo::shared(&replica("web-c", "web"), &mut shapes).expect("compiles");
+        assert_eq!(again.labels.get("app").map(String::as_str), Some("web"));
     }
 
     #[test]
