@@ -40,24 +40,44 @@ unsafe extern "C" {
 const PURGE_DELAY: c_int = 15;
 const GENERIC_COLLECT: c_int = 34;
 const PAGE_FULL_RETAIN: c_int = 36;
+const ALLOW_THP: c_int = 43;
 
 /// The options [`prefer_footprint`] sets, with their values: free pages go back to the OS at
 /// once (default: after 1 s), each thread's heaps collect their deferred frees and empty pages
-/// every 100 generic allocations (default 10,000), and no empty page is retained per size
-/// class (default 2).
-const FOOTPRINT_OPTIONS: [(c_int, c_long); 3] = [
+/// every 100 generic allocations (default 10,000), no empty page is retained per size
+/// class (default 2), and no memory mimalloc maps from now on is advised for transparent huge
+/// pages (default: advised).
+const FOOTPRINT_OPTIONS: [(c_int, c_long); 4] = [
     (PURGE_DELAY, 0),
     (GENERIC_COLLECT, 100),
     (PAGE_FULL_RETAIN, 0),
+    (ALLOW_THP, 0),
 ];
 
 /// Sets [`FOOTPRINT_OPTIONS`]; mimalloc reads them as it goes, so they hold from the next
-/// allocations on.
+/// allocations on. And turns transparent huge pages off for the process, as mimalloc does at
+/// start when told to by its environment (`MIMALLOC_ALLOW_THP=0`): the option alone comes too
+/// late for the arena mimalloc mapped (and advised) at start, where a 2 MiB huge page fills
+/// in whole as soon as one block in it is touched.
 pub(crate) fn prefer_footprint() {
     for (option, value) in FOOTPRINT_OPTIONS {
         // SAFETY: sets a process-wide option by its number; mimalloc stores it atomically.
         unsafe { mi_option_set(option, value) };
     }
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_THP_DISABLE takes an integer flag and no pointer; it sets a flag of
+    // this process's memory map that page faults read. It fails only on kernels without
+    // it, where there is nothing to turn off.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
+/// Whether transparent huge pages are off for this process.
+#[cfg(target_os = "linux")]
+pub(crate) fn huge_pages_disabled() -> bool {
+    // SAFETY: PR_GET_THP_DISABLE takes no argument; it returns the flag, or -1.
+    unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1 }
 }
 
 /// The value mimalloc has for `option` now.

@@ -117,14 +117,23 @@ fn flush_thread() {
 
 /// Trades some allocator speed for a smaller resident set: mimalloc returns free pages to the
 /// OS at once rather than a second later, and collects each thread's freed blocks and empty
-/// pages every 100 allocations rather than 10,000. `kerf simulate` sets it: its simulated
-/// cluster and controller allocate and free in waves across many threads, and between waves
-/// mimalloc otherwise keeps the freed pages resident (measured on `kerf simulate --pods 1000`,
-/// debug: peak resident 385 MiB by default, 331 MiB purging at once, 319 MiB collecting often
-/// and retaining no empty page). Nothing without the allocator.
+/// pages every 100 allocations rather than 10,000; and the process uses no transparent huge
+/// pages. `kerf simulate` sets it: its simulated cluster and controller allocate and free in
+/// waves across many threads, and between waves mimalloc otherwise keeps the freed pages
+/// resident (measured on `kerf simulate --pods 1000`, debug: peak resident 385 MiB by
+/// default, 331 MiB purging at once, 319 MiB collecting often and retaining no empty page);
+/// where the kernel gives huge pages to memory advised for them, mimalloc's arena took 84 MiB
+/// of them at 20,000 pods, and the run's peak resident set was 40–120 MiB higher. Nothing
+/// without the allocator.
 pub fn prefer_footprint() {
     #[cfg(feature = "allocator")]
     allocator::prefer_footprint();
+}
+
+/// Whether transparent huge pages are off for this process (Linux, with the allocator).
+#[cfg(all(feature = "allocator", target_os = "linux"))]
+pub fn huge_pages_disabled() -> bool {
+    allocator::huge_pages_disabled()
 }
 
 /// mimalloc's value of option `number` (`mi_option_t`) now, to check what is in effect.

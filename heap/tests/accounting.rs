@@ -277,7 +277,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 #[test]
-fn preferring_footprint_replaces_mimallocs_purge_and_collect_defaults() {
+fn preferring_footprint_replaces_mimallocs_purge_and_collect_defaults_and_turns_huge_pages_off() {
     // purge_delay, generic_collect, page_full_retain by their numbers in mimalloc 3.
     let options = [15, 34, 36];
     assert_eq!(
@@ -285,6 +285,10 @@ fn preferring_footprint_replaces_mimallocs_purge_and_collect_defaults() {
         [1000, 10_000, 2],
         "mimalloc 3's defaults: the numbers name the options meant"
     );
+    assert_eq!(allocator_option(43), 1, "allow_thp's default");
     prefer_footprint();
     assert_eq!(options.map(allocator_option), [0, 100, 0]);
+    assert_eq!(allocator_option(43), 0, "allow_thp: no new region advised");
+    #[cfg(target_os = "linux")]
+    assert!(kerf_heap::huge_pages_disabled());
 }
