@@ -1,7 +1,8 @@
 //! Sharing equal values among the pods that hold them: [`Interner`] hands out one `Arc` per
-//! distinct value, found by a hash of the value's serialized form, so ten thousand replicas
-//! of one Deployment hold one copy of what they have in common (their spec, and their
-//! namespace, labels, annotations and owner) rather than ten thousand.
+//! distinct value, found by a hash of the value's serialized form (or one its caller makes,
+//! for values that are not serialized: the simulated kube-scheduler's pod shapes), so ten
+//! thousand replicas of one Deployment hold one copy of what they have in common (their
+//! spec, and their namespace, labels, annotations and owner) rather than ten thousand.
 //!
 //! An interner holds its values weakly: a value no pod uses any more is dropped with its
 //! last pod, and its entry is swept on a later visit, so a long-running store does not keep
@@ -43,11 +44,20 @@ impl<T> std::fmt::Debug for Interner<T> {
 impl<T: Serialize + PartialEq> Interner<T> {
     /// The shared value equal to `value`, made from it when nothing holds one.
     pub fn intern(&mut self, value: T) -> Arc<T> {
+        self.intern_by(content_hash(&value), value)
+    }
+}
+
+impl<T: PartialEq> Interner<T> {
+    /// [`Interner::intern`] for values that are not serialized: `hash` is the caller's hash
+    /// of `value`, equal for equal values (it may hash only some of its fields; `==` tells
+    /// values of the same hash apart).
+    pub fn intern_by(&mut self, hash: u64, value: T) -> Arc<T> {
         self.since_sweep += 1;
         if self.since_sweep >= SWEEP_EVERY {
             self.sweep();
         }
-        let bucket = self.entries.entry(content_hash(&value)).or_default();
+        let bucket = self.entries.entry(hash).or_default();
         bucket.retain(|weak| weak.strong_count() > 0);
         if let Some(shared) = bucket
             .iter()

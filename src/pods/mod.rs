@@ -6,6 +6,7 @@ mod intern;
 mod lean;
 mod spec;
 
+pub use intern::Interner;
 pub use lean::{LeanPod, PodInterner, PodLike, PodMeta, SharedMeta};
 pub use spec::keep_what_placement_reads;
 

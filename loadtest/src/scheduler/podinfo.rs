@@ -11,12 +11,13 @@ use k8s_openapi::api::core::v1::{
     Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Toleration,
     TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
+use kerf::pods::Interner;
 use kerf::requirements::Requirement;
 use kerf::resources::{Quantity, Resources};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::ops::Deref;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 /// A host port a pod claims; conflicts with the same port and protocol on a shared address.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -173,40 +174,7 @@ impl PodShape {
 /// The shapes of the pods in the scheduler's cache, so the pods of one workload share one
 /// instead of each holding a copy (at 20,000 pods the copies were most of the cache). It
 /// holds them weakly: a shape goes with the last pod version that has it.
-#[derive(Debug, Default)]
-pub(crate) struct Shapes {
-    by_key: HashMap<u64, Vec<Weak<PodShape>>>,
-    /// Keys after the last sweep of shapes gone; the next sweep comes at twice as many.
-    swept_at: usize,
-}
-
-impl Shapes {
-    /// The shape equal to `shape` that a cached pod already has, else `shape`, shared.
-    fn share(&mut self, shape: PodShape) -> Arc<PodShape> {
-        let bucket = self.by_key.entry(shape.key()).or_default();
-        bucket.retain(|kept| kept.strong_count() > 0);
-        if let Some(kept) = bucket
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|kept| **kept == shape)
-        {
-            return kept;
-        }
-        let shared = Arc::new(shape);
-        bucket.push(Arc::downgrade(&shared));
-        if self.by_key.len() > 2 * self.swept_at.max(SWEEP_FLOOR) {
-            self.by_key.retain(|_, bucket| {
-                bucket.retain(|kept| kept.strong_count() > 0);
-                !bucket.is_empty()
-            });
-            self.swept_at = self.by_key.len();
-        }
-        shared
-    }
-}
-
-/// Fewest keys [`Shapes`] holds before it sweeps out the shapes gone.
-const SWEEP_FLOOR: usize = 64;
+pub(crate) type Shapes = Interner<PodShape>;
 
 impl PodInfo {
     /// Compiles `pod`; a malformed quantity is reported with the pod and field it is in.
@@ -218,7 +186,10 @@ impl PodInfo {
     /// Compiles `pod`, sharing its shape with the equal one in `shapes`.
     pub(crate) fn shared(pod: &Pod, shapes: &mut Shapes) -> Result<PodInfo, String> {
         let shape = PodShape::of(pod)?;
-        Ok(PodInfo::with_shape(pod, shapes.share(shape)))
+        Ok(PodInfo::with_shape(
+            pod,
+            shapes.intern_by(shape.key(), shape),
+        ))
     }
 
     fn with_shape(pod: &Pod, shape: Arc<PodShape>) -> PodInfo {
