@@ -123,7 +123,7 @@ fn flush_thread() {
 /// resident (measured on `kerf simulate --pods 1000`, debug: peak resident 385 MiB by
 /// default, 331 MiB purging at once, 319 MiB collecting often and retaining no empty page);
 /// where the kernel gives huge pages to memory advised for them, mimalloc's arena took 84 MiB
-/// of them at 20,000 pods, and the run's peak resident set was 40–120 MiB higher. Nothing
+/// of them at 20,000 pods, and the run's peak resident set was 30–125 MB higher. Nothing
 /// without the allocator.
 pub fn prefer_footprint() {
     #[cfg(feature = "allocator")]
