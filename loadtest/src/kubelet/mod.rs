@@ -540,15 +540,14 @@ impl Kubelet {
                 continue;
             };
             let uid = pod.uid.clone();
-            let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
             let deleted = pod.deleting;
             if (gone.contains(node_name) || (deleted && hosts.contains_key(node_name)))
                 && self.deleting.insert(uid.clone())
             {
                 actions.push(Action::DeletePod {
                     uid,
-                    namespace,
-                    name,
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
                 });
                 continue;
             }
