@@ -22,6 +22,7 @@ use kube::{Client, ResourceExt};
 use crate::events::{EventRecorder, upstream as events};
 use crate::mailbox::MailboxDepth;
 use crate::metrics::NODECLAIMS_CREATED;
+use crate::state::Lean;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
 pub use created::{
@@ -109,13 +110,17 @@ impl Handler<Launch> for Launcher {
         Box::pin(async move {
             let pool = launch.pool.name().to_owned();
             let wanted = node_claim(&launch.claim, &launch.pool);
-            let created = api
-                .create(&PostParams::default(), &wanted)
-                .await
-                .map_err(|source| LaunchError::CreateNodeClaim {
-                    pool: pool.clone(),
-                    source,
-                })?;
+            let mut created =
+                api.create(&PostParams::default(), &wanted)
+                    .await
+                    .map_err(|source| LaunchError::CreateNodeClaim {
+                        pool: pool.clone(),
+                        source,
+                    })?;
+            // As the stores keep it: the server's managedFields are kilobytes per NodeClaim,
+            // and a large round's registry holds a copy of every one until the watch
+            // delivers it.
+            created.lean();
             metrics::counter!(
                 NODECLAIMS_CREATED,
                 "reason" => launch.reason,

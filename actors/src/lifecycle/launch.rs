@@ -80,7 +80,7 @@ pub struct LaunchedMemory {
 
 struct Remembered {
     /// What was launched, until it is recorded: then only that it was is kept (a thousand
-    /// launches' NodeClaims, each with its instance types, are megabytes held a minute).
+    /// launches' NodeClaims are megabytes held a minute).
     launched: Option<Arc<NodeClaim>>,
     at: Instant,
 }
@@ -104,14 +104,20 @@ impl LaunchedMemory {
         })
     }
 
-    fn remember(&self, uid: &str, launched: Arc<NodeClaim>) {
+    /// Remembers what the launch resolved (labels, annotations, status), all that recording
+    /// it reads: the spec, instance types and all, is the NodeClaim's own.
+    fn remember(&self, uid: &str, mut launched: NodeClaim) -> Arc<NodeClaim> {
+        launched.spec.requirements = Vec::new();
+        launched.spec.resources = None;
+        let launched = Arc::new(launched);
         let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
         map.retain(|_, r| r.at.elapsed() < LAUNCHED_MEMORY);
         let remembered = Remembered {
-            launched: Some(launched),
+            launched: Some(Arc::clone(&launched)),
             at: Instant::now(),
         };
         map.insert(uid.to_owned(), remembered);
+        launched
     }
 
     fn recorded(&self, uid: &str) {
@@ -224,13 +230,9 @@ pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Launched, Recon
         None => {
             let attempt = r.fallback.attempt(claim);
             match r.cloud.create(&attempt).await {
-                Ok(launched) => {
-                    // Shared with the memory: a thousand launches wait for their status
-                    // writes at once, and a copy each was ten kilobytes apiece.
-                    let launched = Arc::new(launched);
-                    r.launched.remember(&uid, Arc::clone(&launched));
-                    launched
-                }
+                // Shared with the memory: a thousand launches wait for their status writes
+                // at once, and a copy each was ten kilobytes apiece.
+                Ok(launched) => r.launched.remember(&uid, launched),
                 Err(error) if may_fall_back(&attempt, &error) => {
                     fall_back(r, claim, &uid, error).await;
                     return Ok(Outcome::after(Duration::ZERO).into());
@@ -462,7 +464,9 @@ mod tests {
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": {"name": name, "uid": format!("uid-{name}")},
             "spec": {
-                "requirements": [],
+                "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                    "values": ["m5.large", "m5.xlarge"]}],
+                "resources": {"requests": {"cpu": "1"}},
                 "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
             },
             "status": {"providerID": "aws:///us-east-1a/i-1"}
@@ -471,14 +475,19 @@ mod tests {
     }
 
     #[test]
-    fn a_launch_is_remembered_in_full_only_until_it_is_recorded() {
+    fn a_launch_is_remembered_without_its_spec_and_only_until_it_is_recorded() {
         let memory = LaunchedMemory::default();
         assert!(memory.get("uid-a").is_none());
-        memory.remember("uid-a", Arc::new(launched("a")));
+        memory.remember("uid-a", launched("a"));
         let Some(Memory::Unrecorded(claim)) = memory.get("uid-a") else {
             panic!("an unrecorded launch is remembered with what was launched");
         };
         assert_eq!(claim.provider_id(), Some("aws:///us-east-1a/i-1"));
+        assert!(
+            claim.spec.requirements.is_empty(),
+            "the NodeClaim's own spec is not kept"
+        );
+        assert!(claim.spec.resources.is_none());
 
         memory.recorded("uid-a");
         assert!(matches!(memory.get("uid-a"), Some(Memory::Recorded)));
