@@ -413,6 +413,7 @@ impl Daemon {
                     controller: provisioning.controller,
                     feature_gates: disruption::core_gates(feature_gates),
                     orchestrator,
+                    nominations: provisioning.created.clone(),
                     events: events.clone(),
                     leader: leader.clone(),
                     generation: generation.clone(),

@@ -21,6 +21,13 @@ use crate::labels;
 use crate::requirements::{AllowUndefined, Requirements};
 use crate::scheduling::ExistingNode;
 
+/// Why a node not initialized yet is left alone.
+pub const NOT_INITIALIZED: &str = "not initialized yet";
+
+/// Why a node a provisioning round just planned pods onto is left alone: upstream's
+/// `DisruptionBlocked` message.
+pub const NOMINATED: &str = "Node is nominated for a pending pod";
+
 /// Why each node was not disrupted, first reason wins.
 #[derive(Debug, Default)]
 pub struct Blocks(pub HashMap<String, String>);
@@ -116,7 +123,10 @@ fn candidate(
     node: &ExistingNode,
 ) -> Result<Candidate, String> {
     if !managed.initialized {
-        return Err("not initialized yet".into());
+        return Err(NOT_INITIALIZED.into());
+    }
+    if managed.nominated {
+        return Err(NOMINATED.into());
     }
     if managed.do_not_disrupt {
         return Err(format!(

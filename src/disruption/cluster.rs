@@ -47,6 +47,10 @@ pub struct ManagedNode {
     pub ready: bool,
     /// Being deleted already: not a candidate, counted against budgets.
     pub deleting: bool,
+    /// A recent provisioning round planned pending pods onto it (upstream's nominated
+    /// node): not a candidate of any method while the nomination lasts. Never set by
+    /// `kerf plan`, whose input has no rounds.
+    pub nominated: bool,
     /// The Node carries `karpenter.sh/do-not-disrupt: "true"`.
     pub do_not_disrupt: bool,
     /// The NodeClaim's `Drifted` condition, when true: its reason and transition time.

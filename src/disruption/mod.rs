@@ -25,6 +25,7 @@ mod simulate;
 pub mod testing;
 
 pub use budget::{BudgetError, UNLIMITED};
+pub use candidate::{NOMINATED, NOT_INITIALIZED};
 pub use cluster::{Cluster, ManagedNode, Options, Pdb};
 pub use consolidation::MIN_SPOT_TO_SPOT_TYPES;
 pub use methods::MAX_MULTI_NODE_CANDIDATES;

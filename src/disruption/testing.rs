@@ -273,6 +273,12 @@ impl NodeBuilder {
         self
     }
 
+    /// Planned onto by a recent provisioning round.
+    pub fn nominated(mut self) -> Self {
+        self.managed.nominated = true;
+        self
+    }
+
     pub fn do_not_disrupt(mut self) -> Self {
         self.managed.do_not_disrupt = true;
         self

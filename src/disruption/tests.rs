@@ -91,6 +91,31 @@ fn a_terminating_statefulset_pod_keeps_its_node_from_being_empty() {
 }
 
 #[test]
+fn a_node_a_round_just_planned_pods_onto_is_no_candidate_of_any_method() {
+    // Both nodes are empty, consolidatable and drifted: only the nominated one is left
+    // alone, by every voluntary method, with upstream's reason. (Expiration is no candidate
+    // method, as upstream's: it takes nominated nodes too.)
+    let node_of = |name: &str| node(name).size("small").drifted("AMIDrift", ago(60));
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(node_of("planned").nominated())
+        .node(node_of("idle")));
+    assert_eq!(reason_of(&report, "planned"), NOMINATED);
+    assert!(
+        report
+            .commands
+            .iter()
+            .all(|c| !c.nodes.contains(&"planned".to_owned())),
+        "{report:#?}"
+    );
+    assert_eq!(
+        report.commands.first().map(|c| c.nodes.clone()),
+        Some(names(&["idle"])),
+        "{report:#?}"
+    );
+}
+
+#[test]
 fn the_default_ten_percent_budget_allows_one_empty_node_per_pass() {
     let report = run(cluster().node(node("a")).node(node("b")).node(node("c")));
     assert_eq!(

@@ -127,6 +127,7 @@ fn managed(
         ready: is_ready(node),
         deleting: node.metadata.deletion_timestamp.is_some()
             || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
+        nominated: false,
         do_not_disrupt: node
             .metadata
             .annotations

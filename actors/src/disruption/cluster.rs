@@ -19,6 +19,7 @@ use kerf::disruption::Cluster;
 use kerf::plan::ControllerSettings;
 use kerf::plan::snapshot::{self, InstanceTypeSource};
 
+use crate::launcher::Nominated;
 use crate::orchestrator::InQueue;
 use crate::provisioner::MAX_INSTANCE_TYPES;
 use crate::provisioner::inventory;
@@ -31,6 +32,7 @@ pub fn build(
     types: &mut dyn InstanceTypeSource,
     controller: ControllerSettings,
     in_queue: &InQueue,
+    nominated: &Nominated,
 ) -> Result<Cluster, String> {
     // Held nodes are read before the store: a command releases its nodes only once the
     // store shows their NodeClaims deleting, so a node released after this read is seen
@@ -50,6 +52,7 @@ pub fn build(
         if held.contains(&node.name) || !claimed.contains(node.name.as_str()) {
             node.deleting = true;
         }
+        node.nominated = nominated.contains(&node.name, &node.node_claim);
     }
     Ok(cluster)
 }

@@ -7,16 +7,19 @@
 //!    bumps), no node's `consolidateAfter` has elapsed since, and [`NO_OP_MEMO_TTL`] has
 //!    not passed — upstream's "consolidated" memo, which keeps an idle large cluster from
 //!    being re-simulated every 10 s;
-//! 3. builds the decision's input from cluster state ([`cluster`]) and asks the pure core
+//! 3. ends the pass when no managed node may be a candidate ([`screen`]: every one is
+//!    booting, deleting or nominated for pending pods, as during a scale-up), without
+//!    copying the cluster;
+//! 4. builds the decision's input from cluster state ([`cluster`]) and asks the pure core
 //!    ([`kerf::disruption::controller::pass`]) for the first command of emptiness, drift,
 //!    multi-node and single-node consolidation, in that order, off the async runtime
 //!    (`spawn_blocking`: a pass over a thousand nodes is CPU for a good part of a second),
 //!    consolidation within upstream's time limits ([`Timeouts::UPSTREAM`]: a multi-node
 //!    search out of time keeps its best command, a single-node one gives up the pass);
-//! 4. a graceful command (everything but drift) waits the validation period
+//! 5. a graceful command (everything but drift) waits the validation period
 //!    ([`VALIDATION_PERIOD`], 15 s as upstream) and is re-checked on the cluster as it is
 //!    then; a command that no longer holds is dropped and counted;
-//! 5. hands the command to the [`Orchestrator`], which carries it out;
+//! 6. hands the command to the [`Orchestrator`], which carries it out;
 //!
 //! then runs again at once after a command, else after [`POLL_PERIOD`]. Metrics and events
 //! are upstream's ([`observe`]). Every write goes through the daemon's fenced client, so a
@@ -24,6 +27,7 @@
 
 mod cluster;
 mod observe;
+mod screen;
 pub mod stale;
 
 use std::collections::HashMap;
@@ -43,6 +47,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::events::EventRecorder;
+use crate::launcher::{CreatedClaims, NOMINATION_WINDOW, Nominated};
 use crate::offering_cache::OfferingCacheHandle;
 use crate::orchestrator::{Candidate, Command, Orchestrator};
 use crate::provisioner::InstanceTypeCache;
@@ -73,6 +78,10 @@ pub struct DisruptionConfig {
     pub clock: Clock,
     /// Upstream's consolidation time limits (1 minute multi-node, 3 single-node).
     pub timeouts: Timeouts,
+    /// How long a node stays nominated after a round planned pods onto it (or after its
+    /// Node was initialized, for one created for pending pods): upstream's window,
+    /// [`NOMINATION_WINDOW`]; tests that scale down right after scaling up shorten it.
+    pub nomination_window: Duration,
 }
 
 impl Default for DisruptionConfig {
@@ -83,6 +92,7 @@ impl Default for DisruptionConfig {
             memo_ttl: NO_OP_MEMO_TTL,
             clock: Arc::new(Timestamp::now),
             timeouts: Timeouts::UPSTREAM,
+            nomination_window: NOMINATION_WINDOW,
         }
     }
 }
@@ -94,6 +104,7 @@ impl std::fmt::Debug for DisruptionConfig {
             .field("validation_period", &self.validation_period)
             .field("memo_ttl", &self.memo_ttl)
             .field("timeouts", &self.timeouts)
+            .field("nomination_window", &self.nomination_window)
             .finish_non_exhaustive()
     }
 }
@@ -148,6 +159,9 @@ pub struct DisruptionDeps {
     pub controller: ControllerSettings,
     pub feature_gates: FeatureGates,
     pub orchestrator: Orchestrator,
+    /// The Launcher's record of what the Provisioner's rounds nominated: nominated nodes are
+    /// no candidates.
+    pub nominations: CreatedClaims,
     pub events: EventRecorder,
     pub leader: watch::Receiver<bool>,
     pub generation: Generation,
@@ -157,7 +171,8 @@ pub struct DisruptionDeps {
 /// What the loop last did, for observers (`kerf simulate`, tests).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Progress {
-    /// Passes that evaluated the methods (memoized passes are not counted).
+    /// Passes that evaluated the cluster, those the screen ended included (memoized passes
+    /// are not counted).
     pub passes: u64,
     /// Time those passes took, from reading the cluster state to the decision (the 15 s
     /// validation wait and the command's execution are not in it).
@@ -170,8 +185,8 @@ pub struct Progress {
     pub failed_validations: u64,
     /// Whether the last pass found nothing to do.
     pub idle: bool,
-    /// After an idle pass: when time alone (a node's `consolidateAfter`) next changes the
-    /// decision; `None` when only a cluster change can.
+    /// After an idle pass: when time alone (a node's `consolidateAfter`, a nomination's
+    /// window) next changes the decision; `None` when only a cluster change can.
     pub next_consolidatable: Option<Timestamp>,
 }
 
@@ -246,21 +261,36 @@ async fn pass(
         return deps.config.poll_period;
     }
     let started = Instant::now();
+    let nominated = deps
+        .nominations
+        .nominated_now(&deps.state, deps.config.nomination_window);
+    let lapse = lapse_time(deps, &nominated);
+    if let Some(none) = screen::no_candidate(&deps.state, &nominated, &in_queue.nodes()) {
+        observe::no_candidate(deps, &none);
+        progress.send_modify(|p| {
+            p.evaluated(started.elapsed());
+            p.idle = true;
+            p.next_consolidatable = lapse;
+        });
+        return deps.config.poll_period;
+    }
     let Some((seen, pass)) = decide(deps).await else {
         return deps.config.poll_period;
     };
     let evaluation = started.elapsed();
     observe::pass(deps, &seen.managed, &pass);
     let Some(planned) = pass.command else {
+        // A nomination lapsing changes the decision as a node's `consolidateAfter` does.
+        let until = earliest(pass.next_consolidatable, lapse);
         *memo = Some(Memo {
             generation,
             at: Instant::now(),
-            until: pass.next_consolidatable,
+            until,
         });
         progress.send_modify(|p| {
             p.evaluated(evaluation);
             p.idle = true;
-            p.next_consolidatable = pass.next_consolidatable;
+            p.next_consolidatable = until;
         });
         return deps.config.poll_period;
     };
@@ -299,6 +329,21 @@ async fn pass(
     }
     progress.send_modify(|p| p.commands.push((method, nodes)));
     Duration::ZERO
+}
+
+/// When time alone next ends a nomination, on the loop's clock.
+fn lapse_time(deps: &DisruptionDeps, nominated: &Nominated) -> Option<Timestamp> {
+    let left = nominated
+        .next_lapse()?
+        .saturating_duration_since(Instant::now());
+    (deps.config.clock)().checked_add(left).ok()
+}
+
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// What the loop reads of a snapshot once the pass has it: the managed nodes (events for
@@ -362,9 +407,18 @@ async fn snapshot(deps: &DisruptionDeps) -> Option<Cluster> {
         deps.controller,
         deps.orchestrator.in_queue().clone(),
     );
+    let (nominations, window) = (deps.nominations.clone(), deps.config.nomination_window);
     let built = tokio::task::spawn_blocking(move || {
         let mut source = types.round(&catalog, offerings.as_ref());
-        let cluster = cluster::build(&state, &catalog, &mut source, controller, &in_queue);
+        let nominated = nominations.nominated_now(&state, window);
+        let cluster = cluster::build(
+            &state,
+            &catalog,
+            &mut source,
+            controller,
+            &in_queue,
+            &nominated,
+        );
         types.finish_round();
         cluster
     })

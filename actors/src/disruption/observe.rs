@@ -1,17 +1,22 @@
 //! What a pass reports, under upstream's names: the eligible nodes per reason, each
 //! NodePool's allowed disruptions per reason, each method's evaluation time, decisions,
 //! failed validations and consolidation timeouts; and the events on the nodes left alone —
-//! `DisruptionBlocked` when a budget or a pod (a PodDisruptionBudget,
-//! `karpenter.sh/do-not-disrupt`) holds the node, `Unconsolidatable` when consolidation has
+//! `DisruptionBlocked` when a budget, a pod (a PodDisruptionBudget,
+//! `karpenter.sh/do-not-disrupt`) or a nomination for pending pods holds the node (also
+//! after a pass the screen ended), `Unconsolidatable` when consolidation has
 //! no move for it (policy, `consolidateAfter`, no cheaper replacement, pods that would not
 //! schedule, a move onto a node still initializing). Reason labels are lower-case, as
 //! upstream's disruption metrics carry them.
 
-use kerf::disruption::controller::{Pass, Planned};
-use kerf::disruption::{ManagedNode, Method};
+use std::collections::HashMap;
+
+use kerf::api::DisruptionReason;
+use kerf::disruption::controller::{Pass, Planned, reason_name};
+use kerf::disruption::{ManagedNode, Method, NOMINATED};
 use kerf::labels;
 
 use super::DisruptionDeps;
+use super::screen::NoCandidate;
 use crate::events::disruption::{self as events, Kind, Subject};
 use crate::metrics::{
     DISRUPTION_CONSOLIDATION_TIMEOUTS, DISRUPTION_DECISIONS, DISRUPTION_ELIGIBLE_NODES,
@@ -42,7 +47,7 @@ pub fn pass(deps: &DisruptionDeps, managed: &[ManagedNode], pass: &Pass) {
         metrics::gauge!(
             NODEPOOLS_ALLOWED_DISRUPTIONS,
             "nodepool" => budget.node_pool.clone(),
-            "reason" => kerf::disruption::controller::reason_name(budget.reason).to_lowercase()
+            "reason" => reason_name(budget.reason).to_lowercase()
         )
         .set(budget.allowed as f64);
     }
@@ -62,15 +67,31 @@ pub fn pass(deps: &DisruptionDeps, managed: &[ManagedNode], pass: &Pass) {
         )
         .increment(1);
     }
-    publish_blocks(deps, managed, pass);
+    publish_blocks(deps, managed, &pass.blocked);
 }
 
-fn publish_blocks(deps: &DisruptionDeps, nodes: &[ManagedNode], pass: &Pass) {
+/// Records a pass the screen ended ([`super::screen`]): no node eligible for any reason,
+/// and the events on the nodes left alone.
+pub fn no_candidate(deps: &DisruptionDeps, screened: &NoCandidate) {
+    for reason in [
+        DisruptionReason::Empty,
+        DisruptionReason::Drifted,
+        DisruptionReason::Underutilized,
+    ] {
+        metrics::gauge!(DISRUPTION_ELIGIBLE_NODES, "reason" => reason_name(reason).to_lowercase())
+            .set(0.0);
+    }
+    publish_blocks(deps, &screened.managed, &screened.blocked);
+}
+
+fn publish_blocks(deps: &DisruptionDeps, nodes: &[ManagedNode], blocked: &HashMap<String, String>) {
     for managed in nodes {
-        let Some(why) = pass.blocked.get(&managed.name) else {
+        let Some(why) = blocked.get(&managed.name) else {
             continue;
         };
-        let held = why.contains("budget") || why.contains(labels::DO_NOT_DISRUPT);
+        // Upstream's `DisruptionBlocked` for a node nominated for a pending pod too.
+        let held =
+            why.contains("budget") || why.contains(labels::DO_NOT_DISRUPT) || why == NOMINATED;
         let subjects = [
             deps.state
                 .nodes

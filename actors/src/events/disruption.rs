@@ -3,7 +3,8 @@
 //! `DisruptionWaitingReadiness` on a replacement NodeClaim, `DisruptionTerminating` on the
 //! candidate's Node and NodeClaim, `Unconsolidatable` on a node consolidation cannot take
 //! (de-duplicated for 15 minutes, as the condition rarely changes faster), and
-//! `DisruptionBlocked` on a node a budget or a blocking pod holds — except when the block is
+//! `DisruptionBlocked` on a node a budget, a blocking pod or a nomination for pending pods
+//! holds — except when the block is
 //! the `karpenter.sh/do-not-disrupt` annotation, an intentional user action upstream stays
 //! quiet about.
 

@@ -17,7 +17,7 @@
 //! ever showed the object). The Provisioner reads the ones its store lacks, and the
 //! nominations of those still in flight.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,6 +77,34 @@ pub struct CreatedClaims {
     claims: Arc<DashMap<String, (NodeClaim, Instant)>>,
     /// The pods each created NodeClaim was planned for.
     nominated: Arc<DashMap<String, Nomination>>,
+    /// When a round last placed pending pods on each existing node, by node name.
+    targeted: Arc<DashMap<String, Instant>>,
+}
+
+/// The NodeClaims and nodes nominated for pending pods at one moment
+/// ([`CreatedClaims::nominated_now`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Nominated {
+    claims: HashSet<String>,
+    nodes: HashSet<String>,
+    next_lapse: Option<Instant>,
+}
+
+impl Nominated {
+    /// Whether the node `node`, of NodeClaim `claim`, is nominated.
+    pub fn contains(&self, node: &str, claim: &str) -> bool {
+        self.claims.contains(claim) || self.nodes.contains(node)
+    }
+
+    /// When time alone next ends a nomination (others end with a change of the cluster: a
+    /// Node initialized, a pod tried).
+    pub fn next_lapse(&self) -> Option<Instant> {
+        self.next_lapse
+    }
+
+    fn lapses_at(&mut self, at: Instant) {
+        self.next_lapse = Some(self.next_lapse.map_or(at, |next| next.min(at)));
+    }
 }
 
 impl CreatedClaims {
@@ -106,34 +134,68 @@ impl CreatedClaims {
     pub fn nominations(&self, state: &ClusterState) -> HashMap<String, HeldPods> {
         let mut held = HashMap::new();
         self.nominated.retain(|name, nomination| {
-            let pods = match progress(state, name, nomination.created) {
-                Progress::Gone => return false,
-                Progress::InFlight => Arc::clone(&nomination.pods),
-                Progress::Initialized(at) => {
-                    let since = nomination
-                        .initialized
-                        .get_or_insert_with(Instant::now)
-                        .elapsed();
-                    if since >= NOMINATION_LIMIT {
-                        return false;
-                    }
-                    if since < NOMINATION_WINDOW {
-                        Arc::clone(&nomination.pods)
-                    } else {
-                        // Kept while it lasts: the lifecycle withdraws its pods' nominations
-                        // as the kube-scheduler refuses them.
-                        let waiting = untried(state, &nomination.pods, at);
-                        if waiting.is_empty() {
-                            return true;
-                        }
-                        Arc::new(waiting)
-                    }
+            let progress = progress(state, name, nomination.created);
+            if matches!(progress, Progress::Initialized(_)) {
+                nomination.initialized.get_or_insert_with(Instant::now);
+            }
+            match nomination.holds(state, progress, NOMINATION_WINDOW) {
+                Holds::Over => false,
+                // Kept while it lasts: the lifecycle withdraws its pods' nominations as the
+                // kube-scheduler refuses them.
+                Holds::Nothing => true,
+                Holds::Pods(pods) => {
+                    held.insert(name.clone(), pods);
+                    true
                 }
-            };
-            held.insert(name.clone(), pods);
-            true
+            }
         });
         held
+    }
+
+    /// What is nominated now with a nomination `window` (at most [`NOMINATION_WINDOW`]),
+    /// as the disruption loop asks (upstream leaves a nominated node alone): the NodeClaims
+    /// whose nominations hold pods ([`CreatedClaims::nominations`] with that window, read
+    /// without starting any), and the nodes a round placed pending pods on within it
+    /// ([`CreatedClaims::target`]).
+    pub fn nominated_now(&self, state: &ClusterState, window: Duration) -> Nominated {
+        let now = Instant::now();
+        let mut nominated = Nominated::default();
+        for entry in self.nominated.iter() {
+            let nomination = entry.value();
+            let progress = progress(state, entry.key(), nomination.created);
+            if !matches!(nomination.holds(state, progress, window), Holds::Pods(_)) {
+                continue;
+            }
+            nominated.claims.insert(entry.key().clone());
+            // One in flight lapses no sooner than its Node is initialized: a change.
+            if let Progress::Initialized(at) = progress {
+                let since = nomination.since_initialized(at);
+                let left = window
+                    .checked_sub(since)
+                    .unwrap_or_else(|| NOMINATION_LIMIT.saturating_sub(since));
+                nominated.lapses_at(now + left);
+            }
+        }
+        for entry in self.targeted.iter() {
+            let lapse = *entry.value() + window;
+            if lapse > now {
+                nominated.nodes.insert(entry.key().clone());
+                nominated.lapses_at(lapse);
+            }
+        }
+        nominated
+    }
+
+    /// Records that a round placed pending pods on the existing nodes `nodes` (by node
+    /// name): each is nominated for [`NOMINATION_WINDOW`] from now, as upstream nominates
+    /// every node a round plans pods onto, whoever created it.
+    pub fn target<'a>(&self, nodes: impl IntoIterator<Item = &'a str>) {
+        let now = Instant::now();
+        self.targeted
+            .retain(|_, at| now.duration_since(*at) < NOMINATION_WINDOW);
+        for node in nodes {
+            self.targeted.insert(node.to_owned(), now);
+        }
     }
 
     /// When the first nomination window or limit ends after `after`: a moment pods a
@@ -227,7 +289,55 @@ impl CreatedClaims {
     }
 }
 
+/// What a nomination holds now.
+enum Holds {
+    Pods(HeldPods),
+    /// No pod, for now: past the window, every pod it held was tried or bound.
+    Nothing,
+    /// Its NodeClaim is gone, or the limit has passed.
+    Over,
+}
+
+impl Nomination {
+    /// What it holds with its NodeClaim at `progress`: all its pods for `window` after its
+    /// Node was initialized ([`Nomination::since_initialized`]), then those not tried yet.
+    fn holds(&self, state: &ClusterState, progress: Progress, window: Duration) -> Holds {
+        let at = match progress {
+            Progress::Gone => return Holds::Over,
+            Progress::InFlight => return Holds::Pods(Arc::clone(&self.pods)),
+            Progress::Initialized(at) => at,
+        };
+        let since = self.since_initialized(at);
+        if since >= NOMINATION_LIMIT {
+            return Holds::Over;
+        }
+        if since < window {
+            return Holds::Pods(Arc::clone(&self.pods));
+        }
+        let waiting = untried(state, &self.pods, at);
+        if waiting.is_empty() {
+            Holds::Nothing
+        } else {
+            Holds::Pods(Arc::new(waiting))
+        }
+    }
+
+    /// How long ago its Node was initialized, as nominations count it: since a round first
+    /// saw it so (the rounds' clock), else since its NodeClaim's `Initialized` time `at` (a
+    /// reader between rounds: no round may come once every pod is bound); zero when
+    /// neither is known.
+    fn since_initialized(&self, at: Option<Timestamp>) -> Duration {
+        match self.initialized {
+            Some(seen) => seen.elapsed(),
+            None => at
+                .and_then(|at| Duration::try_from(Timestamp::now().duration_since(at)).ok())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 /// Where a created NodeClaim is on its way to an initialized Node.
+#[derive(Clone, Copy)]
 enum Progress {
     /// Deleted, deleting, or never delivered by the watch within the grace.
     Gone,
@@ -473,6 +583,69 @@ mod tests {
             ["launched", "registering"],
             "the window after initialization and the grace of an unseen NodeClaim end"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_is_nominated_now_is_read_without_starting_a_window() {
+        let (state, mut writers) = ClusterState::new();
+        let created = CreatedClaims::default();
+        created.insert(claim("booting"), pods(&["p1"]));
+        created.insert(claim("ready"), pods(&["p2"]));
+        created.insert(claim("long-ready"), pods(&["p3"]));
+        let key = |n: &str| ObjectKey::new(None, n);
+        writers.nodeclaims.apply(key("booting"), claim("booting"));
+        writers
+            .nodeclaims
+            .apply(key("ready"), on_node("ready", "node-b"));
+        writers.nodes.apply(key("node-b"), node("node-b", true));
+        let mut long_ready = on_node("long-ready", "node-c");
+        long_ready.status = Some(
+            serde_json::from_value(serde_json::json!({"nodeName": "node-c", "conditions": [{
+                "type": "Initialized", "status": "True", "reason": "Initialized",
+                "message": "", "lastTransitionTime": "2024-01-01T00:00:00Z"}]}))
+            .expect("valid status"),
+        );
+        writers.nodeclaims.apply(key("long-ready"), long_ready);
+        writers.nodes.apply(key("node-c"), node("node-c", true));
+        created.target(["node-x"]);
+        let nominated = created.nominated_now(&state, NOMINATION_WINDOW);
+        assert!(nominated.contains("", "booting"));
+        assert!(nominated.contains("node-b", "ready"));
+        assert!(
+            nominated.contains("node-x", "claim-x"),
+            "a targeted node, by its name"
+        );
+        assert!(!nominated.contains("node-y", "claim-y"));
+        assert_eq!(
+            nominated.next_lapse(),
+            Some(Instant::now() + NOMINATION_WINDOW),
+            "node-x's nomination and node-b's window end a window from now"
+        );
+        assert!(
+            !nominated.contains("node-c", "long-ready"),
+            "between rounds, the window counts from the NodeClaim's Initialized time"
+        );
+
+        tokio::time::advance(NOMINATION_WINDOW).await;
+        let nominated = created.nominated_now(&state, NOMINATION_WINDOW);
+        assert!(
+            nominated.contains("node-b", "ready"),
+            "reading started no window: no round has seen node-b initialized, and its \
+             NodeClaim does not say when it was"
+        );
+        assert!(
+            !nominated.contains("node-x", "claim-x"),
+            "a target lasts the window"
+        );
+
+        created.nominations(&state);
+        tokio::time::advance(NOMINATION_WINDOW).await;
+        let nominated = created.nominated_now(&state, NOMINATION_WINDOW);
+        assert!(
+            !nominated.contains("node-b", "ready"),
+            "a window after a round saw it initialized, with none of its pods pending"
+        );
+        assert!(nominated.contains("", "booting"), "in flight still");
     }
 
     #[tokio::test(start_paused = true)]

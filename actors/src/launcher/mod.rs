@@ -26,8 +26,8 @@ use crate::state::Lean;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
 pub use created::{
-    CreatedClaims, HeldPods, NOMINATION_LIMIT, NOMINATION_WINDOW, UNSEEN_NODECLAIM_GRACE,
-    last_refused, nomination_futile, tried_since,
+    CreatedClaims, HeldPods, NOMINATION_LIMIT, NOMINATION_WINDOW, Nominated,
+    UNSEEN_NODECLAIM_GRACE, last_refused, nomination_futile, tried_since,
 };
 
 /// Each message is answered after one API create (milliseconds), and the Provisioner waits

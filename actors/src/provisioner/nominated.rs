@@ -105,13 +105,20 @@ fn takes(room: &mut Resources, pod: &LeanPod) -> bool {
     true
 }
 
-/// Adds the pods a round placed on nodes in `holding` to what their NodeClaims hold;
-/// returns how many were added.
+/// Adds the pods a round placed on nodes in `holding` to what their NodeClaims hold, and
+/// nominates every node the round placed pods on ([`CreatedClaims::target`]); returns how
+/// many pods were added.
 pub fn assign(
     created: &CreatedClaims,
     holding: &HashMap<String, String>,
     placements: &[ExistingNodePlacement],
 ) -> usize {
+    created.target(
+        placements
+            .iter()
+            .filter(|placed| !placed.pods.is_empty())
+            .map(|placed| placed.name.as_str()),
+    );
     placements
         .iter()
         .filter_map(|placed| {

@@ -61,15 +61,19 @@ impl TestClock {
             clock: Arc::new(move || {
                 Timestamp::from_second(seconds.load(Ordering::SeqCst)).expect("a valid time")
             }),
+            nomination_window: Duration::ZERO,
             ..DisruptionConfig::default()
         }
     }
 }
 
+/// Disrupting quickly: polls often, and a node is nominated only while pods wait for it, so
+/// a test may scale down what it just scaled up.
 fn quick(validation: Duration) -> DisruptionConfig {
     DisruptionConfig {
         poll_period: Duration::from_millis(300),
         validation_period: validation,
+        nomination_window: Duration::ZERO,
         ..DisruptionConfig::default()
     }
 }
