@@ -11,11 +11,14 @@
 //! Whether a pod's nomination is futile ([`nomination_futile`]) is judged here too, for the
 //! lifecycle, which withdraws such nominations early; the pod stays held for the window
 //! (the room it lost on its Node may be waiting for it on a Node still booting).
-//! The Launcher is the only writer: it adds each NodeClaim before answering the Provisioner
-//! (so the next round sees it) and withdraws one it deletes because its launch was refused
-//! (so its pods are planned again at once, even if the deletion completes before the watch
-//! ever showed the object). The Provisioner reads the ones its store lacks, and the
-//! nominations of those still in flight.
+//! The Launcher is the only writer of NodeClaims: it adds each before answering the
+//! Provisioner (so the next round sees it) and withdraws one it deletes because its launch
+//! was refused (so its pods are planned again at once, even if the deletion completes before
+//! the watch ever showed the object). The Provisioner reads the ones its store lacks, and
+//! the nominations of those still in flight, and records every node a round places pending
+//! pods on ([`CreatedClaims::target`]). The disruption loop reads what all this nominates
+//! ([`CreatedClaims::nominated_now`]), without starting any window, and leaves those nodes
+//! alone, as upstream leaves a node nominated for a pending pod.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
