@@ -55,7 +55,7 @@ fn a_node_launched_for_pending_pods_is_left_alone_until_its_nomination_lapses() 
         assert!(
             blocked
                 .iter()
-                .any(|e| e["message"] == kerf::disruption::NOMINATED),
+                .any(|e| e["message"] == kerf::troubleshooting::documented("nominated-node")),
             "upstream's reason: {blocked:#?}"
         );
         assert!(stack.commands().is_empty(), "{:?}", stack.commands());
