@@ -87,6 +87,11 @@ pub enum DisruptionReason {
     Drifted,
 }
 
+impl DisruptionReason {
+    /// Every reason, in the order budgets and reports list them.
+    pub const ALL: [Self; 3] = [Self::Empty, Self::Drifted, Self::Underutilized];
+}
+
 /// Consolidation policy, delay and budgets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -102,12 +102,6 @@ pub const METHODS: [Method; 5] = [
     Method::SingleNodeConsolidation,
 ];
 
-const REASONS: [DisruptionReason; 3] = [
-    DisruptionReason::Empty,
-    DisruptionReason::Drifted,
-    DisruptionReason::Underutilized,
-];
-
 /// `cluster`'s scheduling input for a [`State`] to edit, its pods and nodes moved out rather
 /// than copied: a [`State`] reads those from its own input alone, and the rest of `cluster`
 /// (the NodePools' instance types, which the State borrows) is left in place.
@@ -255,7 +249,7 @@ impl<'c> State<'c> {
         let mut out = Budgets::new();
         for pool in &self.cluster.node_pools {
             let (count, disrupting) = nodes.get(pool.name()).copied().unwrap_or_default();
-            for reason in REASONS {
+            for reason in DisruptionReason::ALL {
                 let allowed = budget::allowed(pool, reason, count, disrupting, self.options.now)?;
                 out.insert((pool.name().to_string(), reason), allowed);
             }
@@ -421,7 +415,7 @@ impl<'c> State<'c> {
         let budgets = self.budgets()?;
         let mut out = Vec::new();
         for pool in &self.cluster.node_pools {
-            for reason in REASONS {
+            for reason in DisruptionReason::ALL {
                 out.push(BudgetReport {
                     node_pool: pool.name().to_string(),
                     reason,

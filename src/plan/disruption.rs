@@ -76,7 +76,6 @@ fn managed(
     pods: &[&LeanPod],
 ) -> ManagedNode {
     let name = node.metadata.name.clone().unwrap_or_default();
-    let node_labels = node.metadata.labels.clone().unwrap_or_default();
     let annotation = |key: &str| {
         claim
             .and_then(|c| c.metadata.annotations.as_ref())
@@ -84,9 +83,6 @@ fn managed(
             .and_then(|a| a.get(key))
             .cloned()
     };
-    let labelled_initialized = node_labels
-        .get(labels::INITIALIZED)
-        .is_some_and(|v| v == "true");
     let created = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
         meta.creation_timestamp.as_ref().map(|t| t.0)
     };
@@ -122,8 +118,7 @@ fn managed(
             .and_then(|c| created(&c.metadata))
             .or_else(|| created(&node.metadata)),
         last_pod_event,
-        initialized: labelled_initialized
-            || claim.is_some_and(|c| c.is_condition_true(types::INITIALIZED)),
+        initialized: is_initialized(node, claim),
         ready: is_ready(node),
         deleting: node.metadata.deletion_timestamp.is_some()
             || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
@@ -144,6 +139,18 @@ fn managed(
 }
 
 /// A Node without a `Ready` condition (as manifests often are) counts as Ready.
+/// Whether a managed node counts as initialized for disruption: its Node labelled
+/// `karpenter.sh/initialized`, or its NodeClaim `Initialized`.
+pub fn is_initialized(node: &Node, claim: Option<&NodeClaim>) -> bool {
+    let labelled = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::INITIALIZED))
+        .is_some_and(|v| v == "true");
+    labelled || claim.is_some_and(|c| c.is_condition_true(types::INITIALIZED))
+}
+
 fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()

@@ -261,9 +261,7 @@ async fn pass(
         return deps.config.poll_period;
     }
     let started = Instant::now();
-    let nominated = deps
-        .nominations
-        .nominated_now(&deps.state, deps.config.nomination_window);
+    let nominated = nominated_now(deps);
     let lapse = lapse_time(deps, &nominated);
     if let Some(none) = screen::no_candidate(&deps.state, &nominated, &in_queue.nodes()) {
         observe::no_candidate(deps, &none);
@@ -274,7 +272,7 @@ async fn pass(
         });
         return deps.config.poll_period;
     }
-    let Some((seen, pass)) = decide(deps).await else {
+    let Some((seen, pass)) = decide(deps, nominated).await else {
         return deps.config.poll_period;
     };
     let evaluation = started.elapsed();
@@ -331,6 +329,12 @@ async fn pass(
     Duration::ZERO
 }
 
+/// What is nominated now, with the loop's window.
+fn nominated_now(deps: &DisruptionDeps) -> Nominated {
+    deps.nominations
+        .nominated_now(&deps.state, deps.config.nomination_window)
+}
+
 /// When time alone next ends a nomination, on the loop's clock.
 fn lapse_time(deps: &DisruptionDeps, nominated: &Nominated) -> Option<Timestamp> {
     let left = nominated
@@ -372,8 +376,8 @@ impl Seen {
 }
 
 /// The core's pass over the cluster now, computed off the runtime.
-async fn decide(deps: &DisruptionDeps) -> Option<(Seen, Pass)> {
-    let cluster = snapshot(deps).await?;
+async fn decide(deps: &DisruptionDeps, nominated: Nominated) -> Option<(Seen, Pass)> {
+    let cluster = snapshot(deps, nominated).await?;
     let seen = Seen::of(&cluster);
     let options = options(deps);
     let started = std::time::Instant::now();
@@ -398,7 +402,9 @@ async fn decide(deps: &DisruptionDeps) -> Option<(Seen, Pass)> {
     }
 }
 
-async fn snapshot(deps: &DisruptionDeps) -> Option<Cluster> {
+/// The decision's input from cluster state now, with `nominated` (read by the caller, so a
+/// pass screens and decides on the same nominations).
+async fn snapshot(deps: &DisruptionDeps, nominated: Nominated) -> Option<Cluster> {
     let (state, catalog, offerings, types, controller, in_queue) = (
         Arc::clone(&deps.state),
         deps.catalog,
@@ -407,10 +413,8 @@ async fn snapshot(deps: &DisruptionDeps) -> Option<Cluster> {
         deps.controller,
         deps.orchestrator.in_queue().clone(),
     );
-    let (nominations, window) = (deps.nominations.clone(), deps.config.nomination_window);
     let built = tokio::task::spawn_blocking(move || {
         let mut source = types.round(&catalog, offerings.as_ref());
-        let nominated = nominations.nominated_now(&state, window);
         let cluster = cluster::build(
             &state,
             &catalog,
@@ -445,7 +449,8 @@ fn options(deps: &DisruptionDeps) -> Options {
 
 /// Upstream's validation of `planned` on the cluster as it is now.
 async fn revalidate(deps: &DisruptionDeps, planned: &Planned) -> Result<(), String> {
-    let cluster = snapshot(deps)
+    let nominated = nominated_now(deps);
+    let cluster = snapshot(deps, nominated)
         .await
         .ok_or_else(|| "the cluster could not be read".to_owned())?;
     let options = options(deps);

@@ -73,11 +73,7 @@ pub fn pass(deps: &DisruptionDeps, managed: &[ManagedNode], pass: &Pass) {
 /// Records a pass the screen ended ([`super::screen`]): no node eligible for any reason,
 /// and the events on the nodes left alone.
 pub fn no_candidate(deps: &DisruptionDeps, screened: &NoCandidate) {
-    for reason in [
-        DisruptionReason::Empty,
-        DisruptionReason::Drifted,
-        DisruptionReason::Underutilized,
-    ] {
+    for reason in DisruptionReason::ALL {
         metrics::gauge!(DISRUPTION_ELIGIBLE_NODES, "reason" => reason_name(reason).to_lowercase())
             .set(0.0);
     }

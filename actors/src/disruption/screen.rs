@@ -10,9 +10,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use kerf::api::condition::types;
 use kerf::disruption::{ManagedNode, NOMINATED, NOT_INITIALIZED};
 use kerf::labels;
+use kerf::plan::disruption::is_initialized;
 
 use crate::launcher::Nominated;
 use crate::state::ClusterState;
@@ -58,12 +58,7 @@ pub fn no_candidate(
         if deleting {
             continue;
         }
-        let initialized = labels
-            .and_then(|l| l.get(labels::INITIALIZED))
-            .map(String::as_str)
-            == Some("true")
-            || claim.is_condition_true(types::INITIALIZED);
-        let why = if !initialized {
+        let why = if !is_initialized(&node, Some(claim)) {
             NOT_INITIALIZED
         } else if nominated.contains(name, claim.name()) {
             NOMINATED
