@@ -29,7 +29,7 @@ use super::registry::{
 };
 use super::resources::Behavior;
 use super::schema::FieldValidation;
-use super::selectors::{FieldSelector, LabelSelector, SELECTABLE_FIELDS};
+use super::selectors::{FieldSelector, LabelSelector, selectable_fields};
 use super::stopped;
 use super::store::StoredObject;
 use super::table;
@@ -520,7 +520,7 @@ impl ResourceRequest<'_> {
                 .get("fieldSelector")
                 .map(String::as_str)
                 .unwrap_or_default(),
-            &SELECTABLE_FIELDS,
+            selectable_fields(&self.target.rt.group, &self.target.rt.plural),
         )?;
         let limit = match self.query.get("limit").map(String::as_str) {
             None | Some("") => 0,

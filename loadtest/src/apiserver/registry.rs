@@ -409,7 +409,7 @@ impl Registry {
             None => (self.store.current_rv(), None),
         };
         let matches = |o: &&Arc<StoredObject>| {
-            q.labels.matches(&o.attrs.labels) && q.fields.matches(|f| o.attrs.field(f))
+            q.labels.matches(&o.attrs.labels) && q.fields.matches_stored(&o.attrs, &o.bytes)
         };
         let mut iter = state
             .range(t.namespace.as_deref(), after.as_ref())

@@ -1,13 +1,15 @@
 //! Label and field selectors with the API server's grammar: `labelSelector` strings
 //! (`=`, `==`, `!=`, `in`, `notin`, `key`, `!key`, `>`, `<`), `metav1.LabelSelector` objects
 //! (`matchLabels` + `matchExpressions`, as in PDB and ReplicaSet specs) and `fieldSelector`
-//! strings over the few fields the server indexes.
+//! strings over the fields the server registers for each kind (events by their involved
+//! object, pods by node, phase or nomination, nodes by `spec.unschedulable`, …).
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
 use super::error::{ApiError, ApiResult};
+use super::store::Attrs;
 
 /// One label requirement.
 #[derive(Debug, Clone, PartialEq)]
@@ -216,13 +218,62 @@ fn valid_key(key: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
 }
 
-/// The fields a `fieldSelector` may name; unknown fields are rejected like the server does.
-pub const SELECTABLE_FIELDS: [&str; 4] = [
-    "metadata.name",
-    "metadata.namespace",
-    "spec.nodeName",
-    "status.phase",
-];
+/// The fields every kind's `fieldSelector` may name.
+pub const METADATA_FIELDS: [&str; 2] = ["metadata.name", "metadata.namespace"];
+
+/// The fields a built-in kind's `fieldSelector` may name besides [`METADATA_FIELDS`], as a
+/// 1.33 API server registers them for that resource (`group`, plural); unknown fields are
+/// rejected in the server's words.
+pub fn selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
+        ("", "pods") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "events") | ("events.k8s.io", "events") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        ("", "nodes") => &["spec.unschedulable"],
+        ("", "namespaces") => &["status.phase"],
+        ("", "secrets") => &["type"],
+        ("apps", "replicasets") => &["status.replicas"],
+        _ => &[],
+    }
+}
+
+/// The value a selectable field has in `object`, as the API server renders it for matching:
+/// strings as they are, booleans and numbers as text, a missing boolean as `false` and any
+/// other missing field as the empty string.
+pub fn field_value(object: &Value, field: &str) -> String {
+    let pointer = match field {
+        // Events are selected by the component that reported them.
+        "source" => "/source/component".to_owned(),
+        _ => format!("/{}", field.replace('.', "/")),
+    };
+    match object.pointer(&pointer) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Bool(b)) => b.to_string(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ if matches!(field, "spec.unschedulable" | "spec.hostNetwork") => "false".to_owned(),
+        _ => String::new(),
+    }
+}
 
 /// One `field=value` / `field!=value` term.
 #[derive(Debug, Clone, PartialEq)]
@@ -239,7 +290,8 @@ pub struct FieldSelector {
 }
 
 impl FieldSelector {
-    /// Parses `spec.nodeName=n1,status.phase!=Succeeded`; `allowed` names the selectable fields.
+    /// Parses `spec.nodeName=n1,status.phase!=Succeeded`; besides [`METADATA_FIELDS`],
+    /// `allowed` names the kind's selectable fields.
     pub fn parse(text: &str, allowed: &[&str]) -> ApiResult<Self> {
         let mut terms = Vec::new();
         for clause in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
@@ -254,7 +306,7 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            if !allowed.contains(&field) {
+            if !METADATA_FIELDS.contains(&field) && !allowed.contains(&field) {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {field}"
                 )));
@@ -269,10 +321,24 @@ impl FieldSelector {
     }
 
     /// Whether an object whose selectable fields are given by `lookup` satisfies every term.
-    pub fn matches(&self, lookup: impl Fn(&str) -> String) -> bool {
+    pub fn matches(&self, mut lookup: impl FnMut(&str) -> String) -> bool {
         self.terms
             .iter()
             .all(|t| (lookup(&t.field) == t.value) == t.equal)
+    }
+
+    /// Whether a stored object satisfies every term: the fields its attributes carry are
+    /// read from them (`attrs`, which may be an earlier version's), any other from the
+    /// object's JSON (`object`), parsed at most once and only when a term needs it.
+    pub fn matches_stored(&self, attrs: &Attrs, object: &[u8]) -> bool {
+        let mut parsed: Option<Value> = None;
+        self.matches(|field| match attrs.field(field) {
+            Some(value) => value,
+            None => field_value(
+                parsed.get_or_insert_with(|| serde_json::from_slice(object).unwrap_or(Value::Null)),
+                field,
+            ),
+        })
     }
 
     /// True when there are no terms.
@@ -365,11 +431,9 @@ mod tests {
 
     #[test]
     fn field_selectors() {
-        let sel = FieldSelector::parse(
-            "spec.nodeName=n1,status.phase!=Succeeded",
-            &SELECTABLE_FIELDS,
-        )
-        .expect("valid");
+        let pods = selectable_fields("", "pods");
+        let sel =
+            FieldSelector::parse("spec.nodeName=n1,status.phase!=Succeeded", pods).expect("valid");
         let pod = |node: &'static str, phase: &'static str| {
             move |f: &str| match f {
                 "spec.nodeName" => node.to_string(),
@@ -380,11 +444,91 @@ mod tests {
         assert!(sel.matches(pod("n1", "Running")));
         assert!(!sel.matches(pod("n1", "Succeeded")));
         assert!(!sel.matches(pod("n2", "Running")));
-        assert!(FieldSelector::parse("spec.bogus=1", &SELECTABLE_FIELDS).is_err());
         assert!(
-            FieldSelector::parse("spec.nodeName=", &SELECTABLE_FIELDS)
+            FieldSelector::parse("spec.nodeName=", pods)
                 .expect("empty value")
                 .matches(pod("", ""))
         );
+    }
+
+    #[test]
+    fn each_kind_takes_the_fields_its_server_registers_and_refuses_others_in_its_words() {
+        let events = selectable_fields("", "events");
+        for field in [
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+            "metadata.name",
+            "metadata.namespace",
+        ] {
+            assert!(
+                FieldSelector::parse(&format!("{field}=x"), events).is_ok(),
+                "{field}"
+            );
+        }
+        let pods = selectable_fields("", "pods");
+        for field in [
+            "spec.schedulerName",
+            "status.nominatedNodeName",
+            "status.podIP",
+        ] {
+            assert!(FieldSelector::parse(&format!("{field}=x"), pods).is_ok());
+        }
+        assert!(
+            FieldSelector::parse("spec.unschedulable=true", selectable_fields("", "nodes")).is_ok()
+        );
+        // Only metadata for a kind without fields of its own, as for custom resources.
+        let crd = selectable_fields("karpenter.sh", "nodepools");
+        assert!(FieldSelector::parse("metadata.name=default", crd).is_ok());
+        let refused =
+            FieldSelector::parse("spec.nodeName=n1", crd).expect_err("not a NodePool field");
+        assert_eq!(refused.message, "field label not supported: spec.nodeName");
+        assert!(FieldSelector::parse("involvedObject.name=x", pods).is_err());
+    }
+
+    #[test]
+    fn fields_beyond_the_attributes_are_read_from_the_object() {
+        let event = json!({
+            "metadata": {"name": "e1", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "name": "n1", "uid": "u1"},
+            "reason": "DisruptionBlocked",
+            "source": {"component": "karpenter"},
+            "type": "Normal",
+        });
+        let attrs = Attrs::of(&event);
+        let bytes = serde_json::to_vec(&event).expect("serialises");
+        let events = selectable_fields("", "events");
+        let select = |text: &str| {
+            FieldSelector::parse(text, events)
+                .expect("valid")
+                .matches_stored(&attrs, &bytes)
+        };
+        assert!(select(
+            "involvedObject.kind=Node,involvedObject.name=n1,involvedObject.uid=u1"
+        ));
+        assert!(select(
+            "source=karpenter,type=Normal,reason=DisruptionBlocked"
+        ));
+        assert!(select("metadata.name=e1,involvedObject.namespace="));
+        assert!(!select("involvedObject.name=n2"));
+        assert!(!select("involvedObject.kind=Node,type!=Normal"));
+
+        let node = json!({"metadata": {"name": "n1"}, "spec": {}});
+        let cordoned = json!({"metadata": {"name": "n1"}, "spec": {"unschedulable": true}});
+        let nodes = selectable_fields("", "nodes");
+        let unschedulable = FieldSelector::parse("spec.unschedulable=true", nodes).expect("valid");
+        let bytes = |v: &Value| serde_json::to_vec(v).expect("serialises");
+        assert!(!unschedulable.matches_stored(&Attrs::of(&node), &bytes(&node)));
+        assert!(unschedulable.matches_stored(&Attrs::of(&cordoned), &bytes(&cordoned)));
+        let schedulable = FieldSelector::parse("spec.unschedulable=false", nodes).expect("valid");
+        assert!(schedulable.matches_stored(&Attrs::of(&node), &bytes(&node)));
     }
 }

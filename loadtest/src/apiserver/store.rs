@@ -83,6 +83,8 @@ pub struct Attrs {
     pub api_version: String,
     /// A condition `Ready` with status `True` (a pod's, a node's).
     pub ready: bool,
+    /// `spec.unschedulable` (a cordoned node's).
+    pub unschedulable: bool,
 }
 
 fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
@@ -140,6 +142,10 @@ impl Attrs {
                     cs.iter()
                         .any(|c| c["type"] == "Ready" && c["status"] == "True")
                 }),
+            unschedulable: object
+                .pointer("/spec/unschedulable")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
         }
     }
 
@@ -166,15 +172,17 @@ impl Attrs {
         Arc::new(attrs)
     }
 
-    /// The value of a selectable field (see `selectors::SELECTABLE_FIELDS`).
-    pub fn field(&self, field: &str) -> String {
-        match field {
+    /// The value of a selectable field these attributes carry (see
+    /// `selectors::selectable_fields`); `None` for a field only the object has.
+    pub fn field(&self, field: &str) -> Option<String> {
+        Some(match field {
             "metadata.name" => self.name.clone(),
             "metadata.namespace" => self.namespace.clone(),
             "spec.nodeName" => self.node_name.clone(),
             "status.phase" => self.phase.clone(),
-            _ => String::new(),
-        }
+            "spec.unschedulable" => self.unschedulable.to_string(),
+            _ => return None,
+        })
     }
 
     /// The owner with `controller: true`, if any.

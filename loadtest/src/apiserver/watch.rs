@@ -80,18 +80,26 @@ struct Filter {
 }
 
 impl Filter {
-    fn matches(&self, attrs: &Attrs) -> bool {
+    /// Whether a version with `attrs` passes; a selected field the attributes do not carry
+    /// is read from `object`, the record's own version (the history keeps no earlier
+    /// object, so such a field's change is judged on its latest value: the fields in
+    /// question are an event's involved object and reporter, which do not change, and a
+    /// pod's IP, nomination and few fixed spec fields).
+    fn matches(&self, attrs: &Attrs, object: &[u8]) -> bool {
         self.namespace
             .as_deref()
             .is_none_or(|ns| ns == attrs.namespace)
             && self.labels.matches(&attrs.labels)
-            && self.fields.matches(|f| attrs.field(f))
+            && self.fields.matches_stored(attrs, object)
     }
 
     /// The event type this watcher sees for a record, if any.
     fn event_for(&self, record: &Record) -> Option<EventType> {
-        let now = self.matches(&record.attrs);
-        let before = record.prev.as_deref().map(|p| self.matches(p));
+        let now = self.matches(&record.attrs, &record.object);
+        let before = record
+            .prev
+            .as_deref()
+            .map(|p| self.matches(p, &record.object));
         match (record.kind, before, now) {
             (EventType::Added, _, true) => Some(EventType::Added),
             (EventType::Modified, Some(true), true) => Some(EventType::Modified),
@@ -265,7 +273,7 @@ impl Watch {
             Start::Snapshot => {
                 let state = read(&ts.state);
                 for obj in state.range(self.filter.namespace.as_deref(), None) {
-                    if self.filter.matches(&obj.attrs) {
+                    if self.filter.matches(&obj.attrs, &obj.bytes) {
                         encoder.event(&mut out, "ADDED", &obj.bytes);
                     }
                 }
