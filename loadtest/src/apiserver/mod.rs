@@ -33,6 +33,7 @@ pub mod resources;
 pub mod schema;
 pub mod selectors;
 pub mod store;
+mod strict;
 mod table;
 pub mod watch;
 
