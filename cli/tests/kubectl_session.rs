@@ -235,6 +235,8 @@ fn a_users_kubectl_session_reads_and_changes_the_simulated_cluster() {
     }
 
     describe(&s, &claims, &pods);
+    describe_shows_events(&s);
+    strict_apply_of_a_builtin_kind(&s);
     managers(
         &s,
         &format!("nodeclaim/{}", claims.rows[0]["NAME"]),
@@ -308,6 +310,110 @@ fn describe(s: &Session, claims: &Table, pods: &Table) {
         words.count() >= 3,
         "the node lists its cached images: {port}"
     );
+}
+
+/// The reasons in the `Events:` section of `kubectl describe` output (none for `<none>`).
+fn described_reasons(described: &str) -> Vec<String> {
+    let mut lines = described.lines().skip_while(|l| !l.starts_with("Events:"));
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    if header.contains("<none>") {
+        return Vec::new();
+    }
+    // The column titles, their underline, then one event a line.
+    lines
+        .skip(2)
+        .take_while(|l| l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        .collect()
+}
+
+/// `kubectl describe` finds an object's events with field selectors on the involved object
+/// (kind, name, namespace, uid): for a pod, a node and a NodeClaim that kerf published
+/// events about, the section lists them; a NodePool's (kerf publishes none on a healthy
+/// pool) lists an event posted about it.
+fn describe_shows_events(s: &Session) {
+    let mut subjects: Vec<(String, String, String)> = Vec::new();
+    s.eventually("events about a pod, a node and a NodeClaim", |s| {
+        let json: Value =
+            serde_json::from_str(&s.kubectl(&["get", "events", "-o", "json"])).expect("JSON");
+        subjects = ["Pod", "Node", "NodeClaim"]
+            .iter()
+            .filter_map(|kind| {
+                json["items"].as_array()?.iter().find_map(|e| {
+                    let object = &e["involvedObject"];
+                    (object["kind"] == *kind).then(|| {
+                        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+                        (
+                            text(&object["kind"]),
+                            text(&object["name"]),
+                            text(&e["reason"]),
+                        )
+                    })
+                })
+            })
+            .collect();
+        subjects.len() == 3
+    });
+    for (kind, name, reason) in &subjects {
+        let described = s.kubectl(&["describe", &kind.to_lowercase(), name]);
+        let reasons = described_reasons(&described);
+        assert!(
+            reasons.contains(reason),
+            "describe {kind} {name} lists {reasons:?}, not its {reason} event:\n{described}"
+        );
+    }
+    let pool_uid = s.kubectl(&[
+        "get",
+        "nodepool",
+        "default",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let event = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "default.pool-note", "namespace": "default"},
+        "involvedObject": {"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "name": "default", "uid": pool_uid},
+        "reason": "PoolNote",
+        "message": "posted by the kubectl session test",
+        "type": "Normal",
+        "source": {"component": "kubectl-session-test"},
+    });
+    let file = s.dir.join("pool-event.json");
+    std::fs::write(&file, event.to_string()).expect("event file");
+    s.kubectl(&["create", "-f", file.to_str().expect("utf-8 path")]);
+    let described = s.kubectl(&["describe", "nodepool", "default"]);
+    assert_eq!(described_reasons(&described), ["PoolNote"], "{described}");
+    let selected = s.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.kind=NodePool,source=kubectl-session-test",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(selected.trim(), "event/default.pool-note");
+}
+
+/// `kubectl apply` validates strictly on the server, as against a real one: a Deployment
+/// with a misspelled field is refused, naming it, and nothing is created.
+fn strict_apply_of_a_builtin_kind(s: &Session) {
+    let manifest = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: typo}\nspec:\n  \
+                    replicass: 2\n  selector: {matchLabels: {app: typo}}\n  template:\n    \
+                    metadata: {labels: {app: typo}}\n    spec: {containers: [{name: a, image: x}]}\n";
+    let file = s.dir.join("typo.yaml");
+    std::fs::write(&file, manifest).expect("manifest");
+    let (ok, stdout, stderr) = s.try_kubectl(&["apply", "-f", file.to_str().expect("utf-8")]);
+    assert!(!ok, "apply of an unknown field succeeded: {stdout}");
+    assert!(
+        stderr.contains(r#"strict decoding error: unknown field "spec.replicass""#),
+        "{stderr}"
+    );
+    let (found, _, _) = s.try_kubectl(&["get", "deployment", "typo"]);
+    assert!(!found, "the refused Deployment was not created");
 }
 
 /// The field managers in `object`'s managedFields include `expected` (who wrote it).
