@@ -4,6 +4,8 @@
 //! kind in version"; a person migrating needs to know what moved where, as upstream's v1
 //! migration guide says it. A v1beta1 object is then checked as the v1 object it would
 //! become by changing its `apiVersion`, so every remaining problem is reported at once.
+//! The same hints explain a v1 object's problems at a field still in its pre-v1 place
+//! ([`explain_v1_problems`]): the schema alone would only say "unknown field".
 
 use super::path::{FieldPath, Problem};
 use super::{KarpenterKind, validate_value};
@@ -47,6 +49,35 @@ pub fn pre_v1_problems(api_version: &str, kind: &str, value: &Value) -> Option<V
         }
     }
     Some(problems)
+}
+
+/// `problems` of a v1 object, with each one a migration hint covers (a field at its
+/// pre-v1 place or with its pre-v1 value, found by its path) said as the hint: a
+/// `spec.disruption.expireAfter` in a `karpenter.sh/v1` NodePool is told where it moved,
+/// not only that the schema does not know it. Hints for fields without a problem (a valid
+/// v1 object) are not added.
+pub fn explain_v1_problems(
+    kind: KarpenterKind,
+    value: &Value,
+    problems: Vec<Problem>,
+) -> Vec<Problem> {
+    let mut hints = match kind {
+        KarpenterKind::NodePool => nodepool_hints(value),
+        KarpenterKind::NodeClaim => Vec::new(),
+        KarpenterKind::EC2NodeClass => ec2nodeclass_hints(value),
+    };
+    hints.extend(provisioner_label_hints(value));
+    let covers = |hint: &Problem, problem: &Problem| {
+        problem.path == hint.path || problem.path.starts_with(&format!("{}.", hint.path))
+    };
+    hints.retain(|hint| problems.iter().any(|p| covers(hint, p)));
+    let mut explained: Vec<Problem> = problems
+        .into_iter()
+        .filter(|p| !hints.iter().any(|hint| covers(hint, p)))
+        .collect();
+    explained.extend(hints);
+    explained.sort_by(|a, b| a.path.cmp(&b.path));
+    explained
 }
 
 /// Problems an object of any kind has for using the v1alpha5 label (a Deployment selecting
@@ -283,6 +314,49 @@ mod tests {
         // The schema's own complaints about fields a hint already covers are not repeated.
         let kubelet = text.iter().filter(|t| t.contains("kubelet")).count();
         assert_eq!(kubelet, 1, "{text:#?}");
+    }
+
+    #[test]
+    fn a_v1_nodepool_with_fields_in_their_v1beta1_places_is_told_where_they_moved() {
+        let nodepool = json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized",
+                               "consolidateAfter": "1m", "expireAfter": "720h"},
+                "template": {"spec": {
+                    "kubelet": {"maxPods": 110},
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]
+                }}
+            }
+        });
+        let problems = validate_value(KarpenterKind::NodePool, &nodepool);
+        let text = messages(&explain_v1_problems(
+            KarpenterKind::NodePool,
+            &nodepool,
+            problems,
+        ));
+        assert_eq!(
+            text,
+            [
+                "spec.disruption.expireAfter: moved to spec.template.spec.expireAfter (default 720h)",
+                "spec.template.spec.kubelet: moved to the EC2NodeClass's spec.kubelet",
+            ],
+            "{text:#?}"
+        );
+        // A valid v1 NodePool gets no hint.
+        let mut valid = nodepool.clone();
+        valid["spec"]["disruption"]
+            .as_object_mut()
+            .expect("object")
+            .remove("expireAfter");
+        valid["spec"]["template"]["spec"]
+            .as_object_mut()
+            .expect("object")
+            .remove("kubelet");
+        let problems = validate_value(KarpenterKind::NodePool, &valid);
+        assert!(explain_v1_problems(KarpenterKind::NodePool, &valid, problems).is_empty());
     }
 
     #[test]

@@ -80,7 +80,8 @@ pub fn validate_object(object: &Object) -> Verdict {
             return Verdict::Invalid(problems);
         }
     };
-    let problems = validate_value(kind, &object.value);
+    let problems =
+        migration::explain_v1_problems(kind, &object.value, validate_value(kind, &object.value));
     if problems.is_empty() {
         Verdict::Valid(kind)
     } else {
