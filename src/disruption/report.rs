@@ -187,11 +187,10 @@ impl DisruptionReport {
             out.push('\n');
         }
         if !self.blocked.is_empty() {
-            let rows = self
-                .blocked
-                .iter()
-                .map(|b| vec![b.node.clone(), b.reason.clone()]);
-            out.push_str(&crate::plan::report::table(&["KEPT NODE", "REASON"], rows));
+            let rows = kept_by_reason(&self.blocked)
+                .into_iter()
+                .map(|(reason, nodes)| vec![reason.to_owned(), nodes.join(", ")]);
+            out.push_str(&crate::plan::report::table(&["KEPT FOR", "NODES"], rows));
             out.push('\n');
         }
         if !self.budgets.is_empty() {
@@ -226,7 +225,65 @@ impl DisruptionReport {
     }
 }
 
+/// The kept nodes grouped by their reason, reasons in the order they first appear: a pass
+/// that keeps a hundred nodes for one reason prints one row, not a hundred.
+fn kept_by_reason(blocked: &[BlockedNode]) -> Vec<(&str, Vec<&str>)> {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for b in blocked {
+        match groups.iter_mut().find(|(reason, _)| *reason == b.reason) {
+            Some((_, nodes)) => nodes.push(&b.node),
+            None => groups.push((&b.reason, vec![&b.node])),
+        }
+    }
+    groups
+}
+
 pub(super) fn round(price: f64) -> f64 {
     // `round_price` of -0.0 stays -0.0; add 0.0 so it prints as 0.
     round_price(price) + 0.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(node: &str, reason: &str) -> BlockedNode {
+        BlockedNode {
+            node: node.to_owned(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    #[test]
+    fn kept_nodes_print_one_row_per_reason_in_first_seen_order() {
+        let report = DisruptionReport {
+            blocked: vec![
+                kept("a", "pods would not schedule"),
+                kept("b", "pdb default/web allows no disruption"),
+                kept("c", "pods would not schedule"),
+            ],
+            commands: Vec::new(),
+            budgets: Vec::new(),
+            summary: DisruptionSummary {
+                nodes: 3,
+                nodes_after: 3,
+                hourly_cost: 1.0,
+                hourly_cost_after: 1.0,
+            },
+        };
+        let table = report.to_table();
+        let rows: Vec<&str> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("KEPT FOR"))
+            .take(3)
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                "KEPT FOR                              NODES",
+                "pods would not schedule               a, c",
+                "pdb default/web allows no disruption  b",
+            ]
+        );
+    }
 }
