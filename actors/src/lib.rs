@@ -39,6 +39,7 @@ pub mod orchestrator;
 pub mod pod_watcher;
 pub mod provisioner;
 pub mod requeue;
+pub mod retired;
 pub mod server;
 pub mod settings;
 pub mod shutdown;

@@ -80,7 +80,15 @@ pub async fn connect(
             tracing::info!(queue = name, url = queue.url(), "interruption queue found");
             Some(Arc::new(queue))
         }
-        None => None,
+        None => {
+            // Said once: a team running spot needs to know its nodes get no two-minute notice.
+            tracing::warn!(
+                "INTERRUPTION_QUEUE is not set: interruption handling is off (spot interruptions, \
+                 rebalance recommendations, scheduled maintenance and instance state changes are \
+                 not watched); set it to the SQS queue's name to turn it on"
+            );
+            None
+        }
     };
     let catalog = Catalog::embedded(&clients.region)
         .with_context(|| format!("no embedded EC2 catalog for region {}", clients.region))?;

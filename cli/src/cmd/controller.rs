@@ -30,6 +30,7 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     kerf_actors::logging::init(settings.log_level);
+    kerf_actors::retired::warn_retired_settings();
     let system = actix::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
