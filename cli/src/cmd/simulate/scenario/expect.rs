@@ -120,22 +120,34 @@ pub fn judge(expect: &Expect, end: &End<'_>) -> Vec<ExpectationResult> {
     results
 }
 
-/// The expectations table.
+/// The expectations table: each column as wide as its widest cell, so a long measurement
+/// (a refusal named, pods left out) pushes the columns after it instead of breaking them.
 pub fn table(results: &[ExpectationResult]) -> String {
+    let rows: Vec<[&str; 4]> = std::iter::once(["EXPECTATION", "WANTED", "MEASURED", "RESULT"])
+        .chain(results.iter().map(|r| {
+            [
+                r.name.as_str(),
+                r.wanted.as_str(),
+                r.measured.as_str(),
+                if r.held { "held" } else { "FAILED" },
+            ]
+        }))
+        .collect();
+    let width = |column: usize| {
+        rows.iter()
+            .map(|row| row[column].chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let widths = [width(0), width(1), width(2)];
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<17} {:<14} {:<24} RESULT",
-        "EXPECTATION", "WANTED", "MEASURED"
-    );
-    for r in results {
+    for [name, wanted, measured, result] in rows {
         let _ = writeln!(
             out,
-            "{:<17} {:<14} {:<24} {}",
-            r.name,
-            r.wanted,
-            r.measured,
-            if r.held { "held" } else { "FAILED" }
+            "{name:<w0$}  {wanted:<w1$}  {measured:<w2$}  {result}",
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
         );
     }
     out
@@ -156,6 +168,42 @@ mod tests {
             pdb_violations: Some(0),
             max_nodes: Some(3),
             max_hourly_cost: Some(1.0),
+        }
+    }
+
+    #[test]
+    fn the_table_keeps_its_columns_aligned_whatever_a_cell_holds() {
+        let result = |name: &str, wanted: &str, measured: &str, held| ExpectationResult {
+            name: name.to_owned(),
+            wanted: wanted.to_owned(),
+            measured: measured.to_owned(),
+            held,
+        };
+        let table = table(&[
+            result(
+                "allPodsBound",
+                "≤ 1m0s",
+                "41.2s (3 left out: default/a, default/b, …)",
+                true,
+            ),
+            result(
+                "chartRbac",
+                "0 refused",
+                "1 refused: list leases in API group",
+                false,
+            ),
+            result("maxHourlyCost", "≤ $200.00/h", "$12.34/h", true),
+        ]);
+        let lines: Vec<&str> = table.lines().collect();
+        let column = |line: &str, word: &str| line.find(word).map(|at| line[..at].chars().count());
+        let result_column = column(lines[0], "RESULT");
+        assert!(result_column.is_some(), "{table}");
+        for (line, word) in lines[1..].iter().zip(["held", "FAILED", "held"]) {
+            assert_eq!(column(line, word), result_column, "{table}");
+        }
+        let measured_column = column(lines[0], "MEASURED");
+        for (line, word) in lines[1..].iter().zip(["41.2s", "1 refused", "$12.34/h"]) {
+            assert_eq!(column(line, word), measured_column, "{table}");
         }
     }
 
@@ -213,7 +261,7 @@ mod tests {
         assert_eq!(results[0].measured, "12.0s");
         assert_eq!(results[1].measured, "1 (i-1)");
         assert!(
-            table(&results).contains("maxNodes          ≤ 3"),
+            table(&results).contains("maxNodes         ≤ 3"),
             "{}",
             table(&results)
         );
