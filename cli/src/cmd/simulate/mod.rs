@@ -88,8 +88,10 @@ pub struct Args {
     /// and write `report.json` and `report.html` into DIR.
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
-    /// Millisecond delays and short batching windows (for tests).
-    #[arg(long, hide = true)]
+    /// Millisecond delays and short batching windows instead of a real cluster's pace
+    /// (instances boot, kubelets report and batches close at once): quick checks and tests;
+    /// latencies it reports are not a real cluster's.
+    #[arg(long)]
     pub fast: bool,
     /// Run a scenario file: workload, controller replicas, scripted steps and faults, and
     /// expectations judged at the end (exit 1 naming each that failed).
