@@ -1,7 +1,8 @@
 //! The events the termination drainer publishes, with upstream's reasons: on pods,
 //! `Evicted` and `FailedEviction` (naming the PodDisruptionBudget that refused) and
-//! `Disrupted` when the termination timestamp forces a deletion; on Nodes,
-//! `AwaitingVolumeDetachment`; on NodeClaims, `TerminationGracePeriodExpiring`.
+//! `Disrupted` when the termination timestamp forces a deletion; on Nodes, `FailedDraining`
+//! while pods hold the drain and `AwaitingVolumeDetachment`; on NodeClaims,
+//! `TerminationGracePeriodExpiring`.
 
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kerf::api::NodeClaim;
@@ -15,6 +16,7 @@ pub const EVICTED: &str = "Evicted";
 pub const FAILED_EVICTION: &str = "FailedEviction";
 pub const DISRUPTED: &str = "Disrupted";
 pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
+pub const FAILED_DRAINING: &str = "FailedDraining";
 pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
 
 fn on_pod(pod: &LeanPod, type_: EventType, reason: &'static str, message: String) -> Event {
@@ -68,7 +70,7 @@ pub fn disrupted(pod: &LeanPod, grace: i64, deadline: &str) -> Event {
     )
 }
 
-pub fn awaiting_volume_detachment(node: &Node, attachments: usize) -> Event {
+fn on_node(node: &Node, reason: &'static str, message: String) -> Event {
     let name = node.metadata.name.clone().unwrap_or_default();
     Event {
         regarding: ObjectReference {
@@ -79,14 +81,32 @@ pub fn awaiting_volume_detachment(node: &Node, attachments: usize) -> Event {
             ..ObjectReference::default()
         },
         type_: EventType::Warning,
-        reason: AWAITING_VOLUME_DETACHMENT,
-        message: format!("Awaiting deletion of {attachments} VolumeAttachments bound to node"),
+        reason,
+        message,
         dedupe: Some(Dedupe {
             values: vec![name],
             timeout: DEFAULT_DEDUPE,
         }),
         throttle: None,
     }
+}
+
+pub fn awaiting_volume_detachment(node: &Node, attachments: usize) -> Event {
+    on_node(
+        node,
+        AWAITING_VOLUME_DETACHMENT,
+        format!("Awaiting deletion of {attachments} VolumeAttachments bound to node"),
+    )
+}
+
+/// Pods still hold the drain of `node` (upstream's words, so a user's alerts and searches
+/// on the message keep working).
+pub fn failed_draining(node: &Node, waiting: usize) -> Event {
+    on_node(
+        node,
+        FAILED_DRAINING,
+        format!("Failed to drain node, {waiting} pods are waiting to be evicted"),
+    )
 }
 
 pub fn termination_grace_period_expiring(claim: &NodeClaim, deadline: &str) -> Event {

@@ -87,6 +87,8 @@ pub async fn reconcile(t: &Terminator, name: &str) -> Result<Outcome, Terminatio
     let pods = t.state.pods.snapshot();
     let step = drain::plan(name, &pods, Timestamp::now(), deadline);
     if !step.is_done() {
+        t.events
+            .publish(events::failed_draining(&node, step.waiting));
         run_step(t, name, claim.as_deref(), step, deadline).await?;
         if let Some(claim) = &claim {
             set_conditions(t, claim, |set| {

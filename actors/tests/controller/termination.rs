@@ -177,6 +177,16 @@ fn a_disruption_budget_holds_the_drain_until_it_allows_the_eviction() {
                             && m.contains(kerf::troubleshooting::documented("pdb-eviction")))),
             "an event on the pod names the budget: {refusals:#?}"
         );
+        let draining = events_with_reason(&stack, "FailedDraining");
+        assert!(
+            draining
+                .iter()
+                .any(|e| e["involvedObject"]["kind"] == "Node"
+                    && e["involvedObject"]["name"] == node.as_str()
+                    && e["type"] == "Warning"
+                    && e["message"] == kerf::troubleshooting::documented("failed-draining")),
+            "the node says what holds its drain: {draining:#?}"
+        );
         let node_object = stack
             .cluster()
             .get("v1", "nodes", None, &node)
