@@ -174,10 +174,11 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         _ => None,
     };
     if let (Some(recorder), Some(dir)) = (recorder, &config.report) {
-        let report = recorder
-            .finish()
-            .await
-            .into_report("simulate", Vec::new(), Vec::new());
+        let report =
+            recorder
+                .finish()
+                .await
+                .into_report("simulate", Vec::new(), Vec::new(), Vec::new());
         report::write(dir, &report).context("--report")?;
         eprintln!("report: {}", dir.join("report.html").display());
     }

@@ -51,6 +51,14 @@ pub struct FaultWindow {
     pub to_seconds: Option<f64>,
 }
 
+/// A moment a scenario marked on the time axis: a controller killed or restarted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mark {
+    pub label: String,
+    pub at_seconds: f64,
+}
+
 /// One expectation of a scenario: what was wanted, what was measured, whether it held.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -70,6 +78,8 @@ pub struct Report {
     pub name: String,
     pub series: Vec<Sample>,
     pub fault_windows: Vec<FaultWindow>,
+    /// Controller kills and restarts, in order.
+    pub marks: Vec<Mark>,
     pub expectations: Vec<ExpectationResult>,
     /// Every bound pod's pending → bound time, in seconds.
     pub pending_to_bound_seconds: Vec<f64>,
@@ -106,6 +116,7 @@ impl Recording {
         self,
         name: &str,
         fault_windows: Vec<FaultWindow>,
+        marks: Vec<Mark>,
         expectations: Vec<ExpectationResult>,
     ) -> Report {
         Report {
@@ -113,6 +124,7 @@ impl Recording {
             pending_to_bound_percentiles: Percentiles::of(&self.pending_to_bound_seconds),
             series: self.series,
             fault_windows,
+            marks,
             expectations,
             pending_to_bound_seconds: self.pending_to_bound_seconds,
         }
@@ -209,6 +221,10 @@ mod tests {
                 from_seconds: 0.5,
                 to_seconds: None,
             }],
+            marks: vec![Mark {
+                label: "kill kerf-0".into(),
+                at_seconds: 0.8,
+            }],
             expectations: vec![ExpectationResult {
                 name: "leakedInstances".into(),
                 wanted: "0".into(),
@@ -232,6 +248,7 @@ mod tests {
             json["faultWindows"][0]["toSeconds"],
             serde_json::Value::Null
         );
+        assert_eq!(json["marks"][0]["label"], "kill kerf-0");
         assert_eq!(json["expectations"][0]["held"], true);
         assert_eq!(json["pendingToBoundPercentiles"]["p99"], 12.5);
         faults.end("ice c6a.*:us-east-1a:spot");

@@ -188,6 +188,7 @@ async fn execute(
         observer,
         started,
         last_displaced: Instant::now(),
+        marks: Vec::new(),
     };
     let mut failure = None;
     let mut interrupted = false;
@@ -224,6 +225,7 @@ async fn execute(
         injector,
         observer,
         last_displaced,
+        marks,
         ..
     } = runner;
     let measures = observer.finish().await;
@@ -239,11 +241,12 @@ async fn execute(
         },
     );
     expectations.push(expect::chart_rbac(&super::install::usage(&world.server)));
-    let report =
-        recorder
-            .finish()
-            .await
-            .into_report(&scenario.name, injector.windows(), expectations);
+    let report = recorder.finish().await.into_report(
+        &scenario.name,
+        injector.windows(),
+        marks,
+        expectations,
+    );
     injector.stop();
     replicas.stop().await;
     world.stop().await;

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::super::apply::apply;
+use super::super::report::Mark;
 use super::super::world::World;
 use super::check::{Planned, Resolved};
 use super::controllers::Replicas;
@@ -55,9 +56,18 @@ pub struct Runner<'w> {
     pub started: Instant,
     /// The end of the last step that added or displaced pods (the workload's start first).
     pub last_displaced: Instant,
+    /// Controller kills and restarts, for the report's time axis.
+    pub marks: Vec<Mark>,
 }
 
 impl Runner<'_> {
+    fn mark(&mut self, label: String) {
+        self.marks.push(Mark {
+            label,
+            at_seconds: self.started.elapsed().as_secs_f64(),
+        });
+    }
+
     fn say(&self, index: usize, text: &str) {
         let m = self.observer.now();
         eprintln!(
@@ -205,6 +215,7 @@ impl Runner<'_> {
     async fn controller(&mut self, index: usize, step: &ControllerStep) -> anyhow::Result<()> {
         if step.restart.is_some() {
             self.say(index, "restart every controller");
+            self.mark("restart".to_owned());
             self.replicas.restart(self.world).await?;
             return Ok(());
         }
@@ -236,10 +247,13 @@ impl Runner<'_> {
             format!(" after it launched {}", ids.join(", "))
         });
         match killed {
-            Some(identity) => self.say(
-                index,
-                &format!("killed controller {identity}{}", after.unwrap_or_default()),
-            ),
+            Some(identity) => {
+                self.mark(format!("kill {identity}"));
+                self.say(
+                    index,
+                    &format!("killed controller {identity}{}", after.unwrap_or_default()),
+                );
+            }
             None => self.say(index, "no controller to kill"),
         }
         Ok(())
