@@ -23,6 +23,14 @@ if ! command -v kubectl >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &&
     || echo "    kubectl not installed; its test will be skipped"
 fi
 
+# Headless Chromium renders a scenario's report page in the scenario tests (no console
+# message, a screenshot kept under target/tmp); optional like kubectl.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "==> installing chromium (Debian) for the report page test"
+  (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
+    || echo "    chromium not installed; the report page test will be skipped"
+fi
+
 echo "==> cargo fmt --check"
 cargo fmt --all --check
 echo "==> cargo clippy"

@@ -1,11 +1,13 @@
 //! The short built-in scenarios, run as a user runs them (`kerf simulate --scenario FILE`,
-//! with the hidden `--fast` pacing) against the simulated cluster: each must exit 0 with
+//! with `--fast` pacing) against the simulated cluster: each must exit 0 with
 //! every expectation held, as its report says. One impossible expectation must fail the run
 //! with exit 1 and be named, and a bad file must be refused before anything starts.
 
+#[path = "kerf_cli/browser.rs"]
+mod browser;
 mod kerf_cli;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use kerf_cli::{kerf, text};
 use serde_json::Value;
@@ -29,10 +31,14 @@ fn scenario_file(name: &str, yaml: &str) -> (PathBuf, PathBuf) {
 
 /// Runs `file` with `--fast -o json`; returns the exit code, the report and standard error.
 fn run(file: &str) -> (Option<i32>, Value, String) {
-    let output = kerf(
-        &["simulate", "--scenario", file, "--fast", "-o", "json"],
-        None,
-    );
+    run_with(file, &[])
+}
+
+/// [`run`] with more arguments.
+fn run_with(file: &str, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let mut args = vec!["simulate", "--scenario", file, "--fast", "-o", "json"];
+    args.extend_from_slice(extra);
+    let output = kerf(&args, None);
     let stderr = text(&output.stderr);
     let report = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("the report is JSON ({e}); stderr:\n{stderr}"));
@@ -53,7 +59,22 @@ fn measured(report: &Value, name: &str) -> String {
 /// report and standard error.
 fn passes(name: &str) -> (Value, String) {
     let file = scenarios().join(format!("{name}.yaml"));
-    let (code, report, stderr) = run(file.to_str().expect("utf-8 path"));
+    passed(name, run(file.to_str().expect("utf-8 path")))
+}
+
+/// [`passes`], writing `--report` into a fresh folder of its own, which it returns.
+fn passes_with_report(name: &str) -> (Value, String, PathBuf) {
+    let file = scenarios().join(format!("{name}.yaml"));
+    let dir = std::env::temp_dir().join(format!("kerf-report-{name}-{}", std::process::id()));
+    let ran = run_with(
+        file.to_str().expect("utf-8 path"),
+        &["--report", dir.to_str().expect("utf-8 path")],
+    );
+    let (report, stderr) = passed(name, ran);
+    (report, stderr, dir)
+}
+
+fn passed(name: &str, (code, report, stderr): (Option<i32>, Value, String)) -> (Value, String) {
     let expectations = report["expectations"].as_array().expect("expectations");
     assert!(expectations.len() >= 4, "{report:#}");
     for e in expectations {
@@ -80,7 +101,8 @@ fn ice_storm_binds_every_pod_around_refused_pools() {
 
 #[test]
 fn api_chaos_binds_every_pod_through_errors_drops_and_latency() {
-    let (report, _) = passes("api-chaos");
+    let (report, _, dir) = passes_with_report("api-chaos");
+    the_page_renders_in_a_browser(&dir, "api-chaos");
     let labels: Vec<&str> = report["faultWindows"]
         .as_array()
         .expect("windows")
@@ -101,8 +123,42 @@ fn api_chaos_binds_every_pod_through_errors_drops_and_latency() {
 
 #[test]
 fn leader_failover_finishes_the_work_without_a_second_launch() {
-    let (_, stderr) = passes("leader-failover");
+    let (report, stderr, dir) = passes_with_report("leader-failover");
     assert!(stderr.contains("killed controller kerf-1-"), "{stderr}");
+    // The kill is marked on the report's time axis.
+    let marks = report["marks"].as_array().expect("marks");
+    assert!(
+        marks.len() == 1
+            && marks[0]["label"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("kill kerf-1-")),
+        "{marks:?}"
+    );
+    let page = std::fs::read_to_string(dir.join("report.html")).expect("the page");
+    assert!(page.contains("controller killed or restarted"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The report page in `dir` renders in headless Chromium without a console message, with a
+/// plot per figure and its legend; the screenshot is kept under the target directory
+/// (`target/tmp/report-NAME.png`) for CI to keep.
+fn the_page_renders_in_a_browser(dir: &Path, name: &str) {
+    let Some(chromium) = browser::chromium() else {
+        eprintln!("note: chromium is not installed (scripts/test.sh installs it); skipping");
+        return;
+    };
+    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("report-{name}.png"));
+    let _ = std::fs::remove_file(&screenshot);
+    let rendered = browser::render(&chromium, &dir.join("report.html"), &screenshot);
+    assert!(rendered.console.is_empty(), "{:#?}", rendered.console);
+    assert_eq!(rendered.dom.matches("<svg").count(), 5, "{}", rendered.dom);
+    assert!(
+        rendered.dom.contains("fault: api-errors"),
+        "the legend names the faults"
+    );
+    let size = std::fs::metadata(&screenshot).map_or(0, |m| m.len());
+    assert!(size > 20_000, "a screenshot of the page: {size} bytes");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
