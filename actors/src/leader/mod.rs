@@ -7,10 +7,12 @@
 //! leader steps down at the send time of its last renewal plus the renew deadline, whatever
 //! its requests are doing then: a standby, timing the lease from the record's change, cannot
 //! take over before. Step-down is what every writer obeys: the [`fenced`] Kubernetes client
-//! refuses and abandons writes. An election that dies is a step-down and is restarted ([`supervise`]). On shutdown a leader releases the Lease so a
+//! and the [`FencedCloudProvider`] refuse and abandon writes. An election that dies is a
+//! step-down and is restarted ([`supervise`]). On shutdown a leader releases the Lease so a
 //! standby takes over at once. Every Lease write is an optimistic update on the
 //! resourceVersion it read, so two candidates can never both win.
 
+mod cloud;
 mod fence;
 mod record;
 #[cfg(test)]
@@ -26,6 +28,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics::LEADER;
+pub use cloud::FencedCloudProvider;
 pub use fence::{Fenced, fenced, is_fenced};
 use record::Observed;
 
@@ -68,6 +71,13 @@ pub enum LeaseError {
     Write(String, #[source] kube::Error),
     #[error("lease {0}: no answer before the renew deadline")]
     Timeout(String),
+}
+
+/// Resolves once this replica does not lead: `leader` reads `false`, or the election that
+/// published it is gone (a dead election is a step-down, see [`supervise`]). What the fences
+/// and the reconcilers select on to abandon work in flight.
+pub async fn stepped_down(mut leader: watch::Receiver<bool>) {
+    let _closed_is_stepped_down = leader.wait_for(|leading| !*leading).await;
 }
 
 /// How long a dead election waits before it is started again, so one that dies at once
