@@ -297,6 +297,11 @@ pub enum CloudProviderError {
     /// Any other failure of a cloud API call.
     #[error("{operation} failed: {message}")]
     Other { operation: String, message: String },
+    /// The controller's fence refused the write, or abandoned it in flight, because this
+    /// replica does not lead: what it would have written is the leader's to write. Not a
+    /// failure of the cloud: nothing is marked unavailable or recorded on the NodeClaim.
+    #[error("{operation} {}: this replica does not hold the leader lease", if *.in_flight { "abandoned in flight" } else { "refused" })]
+    NotLeader { operation: String, in_flight: bool },
 }
 
 impl CloudProviderError {
@@ -306,6 +311,11 @@ impl CloudProviderError {
 
     pub fn is_not_found(&self) -> bool {
         matches!(self, CloudProviderError::NodeClaimNotFound { .. })
+    }
+
+    /// Whether the write was refused or abandoned because this replica does not lead.
+    pub fn is_not_leader(&self) -> bool {
+        matches!(self, CloudProviderError::NotLeader { .. })
     }
 
     /// Whether retrying the same call later can succeed without anything else changing.
@@ -326,6 +336,7 @@ impl CloudProviderError {
             CloudProviderError::LaunchFailed { reason, .. } => reason,
             CloudProviderError::InvalidProviderId { .. } => "InvalidProviderID",
             CloudProviderError::Other { .. } => "LaunchFailed",
+            CloudProviderError::NotLeader { .. } => "NotLeader",
         }
     }
 }
@@ -486,6 +497,15 @@ mod tests {
         };
         assert!(!not_found.is_retryable());
         assert!(not_found.is_not_found());
+        let fenced = CloudProviderError::NotLeader {
+            operation: "Create".into(),
+            in_flight: true,
+        };
+        assert!(!fenced.is_retryable() && fenced.is_not_leader());
+        assert!(
+            fenced.to_string().contains("abandoned in flight"),
+            "{fenced}"
+        );
     }
 
     #[test]

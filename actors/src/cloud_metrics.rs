@@ -28,7 +28,8 @@ pub fn error_label(error: &CloudProviderError) -> &'static str {
         CloudProviderError::Throttled { .. }
         | CloudProviderError::LaunchFailed { .. }
         | CloudProviderError::InvalidProviderId { .. }
-        | CloudProviderError::Other { .. } => "",
+        | CloudProviderError::Other { .. }
+        | CloudProviderError::NotLeader { .. } => "",
     }
 }
 

@@ -271,6 +271,14 @@ impl Daemon {
         let (events, events_task) =
             events::spawn(client.clone(), reporting_instance, shutdown_rx.clone());
 
+        // Every cloud write goes through the fence as every Kubernetes write does.
+        let cloud = cloud.map(|cloud| Cloud {
+            provider: Arc::new(leader::FencedCloudProvider::new(
+                cloud.provider,
+                leader.clone(),
+            )),
+            ..cloud
+        });
         let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
         let (mut subscribers, cloud_tasks) =
             start_cloud_loops(&client, &state, provider.clone(), &leader, &shutdown_rx);

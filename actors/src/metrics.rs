@@ -102,8 +102,11 @@ pub const CLUSTER_STATE_SYNCED: &str = "karpenter_cluster_state_synced";
 /// 1 while this replica holds the leader Lease (label `name`: the Lease), under
 /// controller-runtime's name.
 pub const LEADER: &str = "leader_election_master_status";
-/// Mutating requests the fence refused or abandoned because this replica did not lead.
+/// Writes a fence refused or abandoned because this replica did not lead (label `client`:
+/// `kubernetes` or `cloud`).
 pub const FENCED_REQUESTS: &str = "kerf_leader_election_fenced_requests_total";
+/// Reconciles dropped mid-way because this replica stepped down (label `controller`).
+pub const RECONCILES_CANCELLED: &str = "kerf_leader_election_cancelled_reconciles_total";
 /// Actors restarted by their supervisor after a panic (label `actor`).
 pub const ACTOR_RESTARTS: &str = "kerf_actor_restarts_total";
 

@@ -5,7 +5,9 @@
 //! is bounded by the number of distinct targets — the NodeClaims and Nodes of the cluster —
 //! not by the number of changes. [`Reruns`] schedules a target again on the actor's own
 //! timers: after a delay the reconcile asked for, or after a failure with exponential
-//! backoff, keeping only the earliest rerun of each target.
+//! backoff, keeping only the earliest rerun of each target. A reconcile in flight when this
+//! replica steps down is cancelled at once (dropped mid-way, counted, not rerun): whatever
+//! it was about to write is the new leader's, which resyncs every target.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, SpawnHandle, WrapFuture};
 use futures::future::LocalBoxFuture;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 #[derive(Debug)]
@@ -155,9 +158,14 @@ impl<T: Clone + Eq + Hash + Unpin + 'static> Reruns<T> {
 }
 
 /// A reconcile error the runner can tell a routine optimistic-concurrency conflict from.
-pub(crate) trait Conflict: std::fmt::Display {
+pub(crate) trait Conflict: std::error::Error + Sized + 'static {
     /// A write refused because the object changed since it was read: retried quietly.
     fn is_conflict(&self) -> bool;
+
+    /// A write a fence refused because this replica does not lead: left to the leader.
+    fn is_fenced(&self) -> bool {
+        crate::leader::is_fenced(self)
+    }
 }
 
 /// An actor whose reconciles run off a [`WorkQueue`], rerun by [`Reruns`]: the NodeClaim
@@ -178,6 +186,8 @@ pub(crate) trait Reconciling: Actor<Context = Context<Self>> {
     fn reruns(&mut self) -> &mut Reruns<Self::Target>;
     /// Whether it may mutate now (leading, synced, not shutting down).
     fn can_reconcile(&self) -> bool;
+    /// This replica's leadership: reconciles in flight are cancelled when it is lost.
+    fn leader(&self) -> watch::Receiver<bool>;
     /// One reconcile of `target`, with its metrics.
     fn reconcile(
         &self,
@@ -194,9 +204,20 @@ pub(crate) fn pump<A: Reconciling>(act: &mut A, ctx: &mut Context<A>) {
     }
     while let Some(target) = act.queue().start_next(A::MAX_CONCURRENT) {
         let work = act.reconcile(target.clone());
+        let stepped_down = crate::leader::stepped_down(act.leader());
+        let cancellable = async move {
+            tokio::select! {
+                result = work => Some(result),
+                () = stepped_down => None,
+            }
+        };
         ctx.spawn(
-            work.into_actor(act)
-                .map(move |result, act, ctx| finished(act, target, result, ctx)),
+            cancellable
+                .into_actor(act)
+                .map(move |result, act, ctx| match result {
+                    Some(result) => finished(act, target, result, ctx),
+                    None => cancelled(act, target, ctx),
+                }),
         );
     }
     let waiting = act.queue().waiting();
@@ -221,6 +242,8 @@ fn finished<A: Reconciling>(
             let delay = act.reruns().failed(&target);
             if error.is_conflict() {
                 tracing::debug!(?target, %error, "conflict; retrying");
+            } else if error.is_fenced() {
+                tracing::info!(?target, %error, "{} reconcile fenced: not leading", A::NAME);
             } else {
                 tracing::warn!(?target, %error, retry_in = ?delay, "{} reconcile failed", A::NAME);
             }
@@ -228,6 +251,20 @@ fn finished<A: Reconciling>(
                 .schedule(target.clone(), delay, ctx, rerun::<A>);
         }
     }
+    act.queue().finish(&target);
+    pump(act, ctx);
+}
+
+/// `target`'s reconcile was dropped mid-way because this replica stepped down: counted and
+/// logged, not rerun (the next leader, or this replica when it leads again, resyncs).
+fn cancelled<A: Reconciling>(act: &mut A, target: A::Target, ctx: &mut Context<A>) {
+    metrics::counter!(crate::metrics::RECONCILES_CANCELLED, "controller" => A::CONTROLLER)
+        .increment(1);
+    tracing::info!(
+        ?target,
+        "{} reconcile cancelled: this replica stepped down",
+        A::NAME
+    );
     act.queue().finish(&target);
     pump(act, ctx);
 }

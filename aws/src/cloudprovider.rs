@@ -780,7 +780,8 @@ impl AwsCloudProvider {
     /// Background upkeep until dropped: refreshes instance types, offerings and prices at
     /// start and every `refresh_interval` (12 hours upstream), and, while `leader` is true,
     /// deletes launch templates unused for their TTL every minute (as upstream, only the
-    /// leader deletes: a standby launches nothing, so every template would look unused to it).
+    /// leader deletes: a standby launches nothing, so every template would look unused to it);
+    /// a deletion pass still running when leadership is lost is abandoned.
     pub async fn run_upkeep(
         self: Arc<Self>,
         refresh_interval: Duration,
@@ -795,8 +796,18 @@ impl AwsCloudProvider {
                 // Re-evaluates `leading`; a closed channel disables the branch.
                 Ok(()) = leader.changed() => {}
                 _ = evict.tick(), if leading => {
-                    if let Err(e) = self.launch_templates.evict_expired().await {
-                        tracing::warn!(error = %e, "deleting unused launch templates failed");
+                    // Fenced as the controller's writes are: abandoned once leadership is
+                    // lost (or its election is gone), the rest left to the next leader.
+                    let mut lost = leader.clone();
+                    tokio::select! {
+                        evicted = self.launch_templates.evict_expired() => {
+                            if let Err(e) = evicted {
+                                tracing::warn!(error = %e, "deleting unused launch templates failed");
+                            }
+                        }
+                        _ = lost.wait_for(|leading| !*leading) => tracing::warn!(
+                            "deleting unused launch templates abandoned: this replica lost the leader lease"
+                        ),
                     }
                 }
             }

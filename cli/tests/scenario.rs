@@ -168,6 +168,29 @@ fn crash_mid_launch_finds_the_launched_instance_instead_of_launching_again() {
 }
 
 #[test]
+fn leader_partition_hands_over_without_a_second_launch() {
+    let (report, stderr) = passes("leader-partition");
+    let labels: Vec<&str> = report["faultWindows"]
+        .as_array()
+        .expect("windows")
+        .iter()
+        .filter_map(|w| w["label"].as_str())
+        .collect();
+    assert!(
+        labels
+            .iter()
+            .any(|l| l.starts_with("lease-delay 12s kerf-1-")),
+        "{labels:?}"
+    );
+    // The delayed leader stepped down and the other replica led instead.
+    let took_over = stderr
+        .lines()
+        .find(|l| l.contains(" took over from kerf-1-"))
+        .unwrap_or_else(|| panic!("a handover: {stderr}"));
+    assert!(took_over.contains("controller kerf-1-"), "{took_over}");
+}
+
+#[test]
 fn an_impossible_expectation_fails_the_run_and_is_named() {
     // Its controller.env sets a setting --fast sets too: the file's value wins.
     let (dir, file) = scenario_file(

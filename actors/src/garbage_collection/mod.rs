@@ -94,14 +94,18 @@ pub async fn run(
     let mut passes = 0u32;
     loop {
         if *leader.borrow() {
-            let pass = collect(&client, &state, &*cloud);
-            match crate::metrics::reconcile(
+            let pass = crate::metrics::reconcile(
                 crate::metrics::controller::NODECLAIM_GARBAGE_COLLECTION,
-                pass,
-            )
-            .await
-            {
-                Ok(collected) => {
+                collect(&client, &state, &*cloud),
+            );
+            // A pass in flight at step-down is dropped: its deletions are the leader's.
+            let pass = tokio::select! {
+                result = pass => Some(result),
+                () = crate::leader::stepped_down(leader.clone()) => None,
+            };
+            match pass {
+                None => tracing::info!("garbage collection pass cancelled: stepped down"),
+                Some(Ok(collected)) => {
                     passes = passes.saturating_add(1);
                     if collected != Collected::default() {
                         tracing::info!(
@@ -111,7 +115,10 @@ pub async fn run(
                         );
                     }
                 }
-                Err(error) => tracing::warn!(%error, "garbage collection"),
+                Some(Err(error)) if crate::leader::is_fenced(&error) => {
+                    tracing::info!(%error, "garbage collection fenced: not leading");
+                }
+                Some(Err(error)) => tracing::warn!(%error, "garbage collection"),
             }
         }
         let period = if passes < EARLY_RUNS {

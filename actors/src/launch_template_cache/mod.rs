@@ -151,6 +151,10 @@ impl LaunchTemplateCache {
                 Ok(None) => {
                     actor.resolved.remove(&name);
                 }
+                // Stepped down: the leader resolves and deletes.
+                Err(error) if crate::leader::is_fenced(&error) => {
+                    tracing::info!(%error, "reconciling EC2NodeClass fenced: not leading");
+                }
                 Err(error) => tracing::warn!(%error, "reconciling EC2NodeClass"),
             }
             let next = if actor.again.remove(&name) {

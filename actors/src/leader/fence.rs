@@ -14,6 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use http::{Method, Request, Response};
+use kerf::cloudprovider::CloudProviderError;
 use kube::Client;
 use kube::client::Body;
 use tokio::sync::watch;
@@ -27,10 +28,15 @@ pub enum Fenced {
     LostLeadership(Method, String),
 }
 
-/// Whether `error` (or one it was caused by) is a request the fence refused or abandoned:
-/// this replica does not lead, so what it was writing is the next leader's to write.
+/// Whether `error` (or one it was caused by) is a write a fence refused or abandoned — this
+/// one or the cloud's ([`super::FencedCloudProvider`]): this replica does not lead, so what
+/// it was writing is the next leader's to write.
 pub fn is_fenced(error: &(dyn std::error::Error + 'static)) -> bool {
-    std::iter::successors(Some(error), |e| e.source()).any(|e| e.is::<Fenced>())
+    std::iter::successors(Some(error), |e| e.source()).any(|e| {
+        e.is::<Fenced>()
+            || e.downcast_ref::<CloudProviderError>()
+                .is_some_and(CloudProviderError::is_not_leader)
+    })
 }
 
 /// `client`, fenced by `leader` (true while this replica leads).
@@ -51,13 +57,14 @@ fn send(client: Client, mut leader: watch::Receiver<bool>, request: Request<Body
         }
         let (method, path) = (request.method().clone(), request.uri().path().to_owned());
         if !*leader.borrow_and_update() {
-            metrics::counter!(crate::metrics::FENCED_REQUESTS).increment(1);
+            metrics::counter!(crate::metrics::FENCED_REQUESTS, "client" => "kubernetes")
+                .increment(1);
             return Err(Fenced::NotLeader(method, path).into());
         }
         tokio::select! {
             response = client.send(request) => Ok(response?),
             _ = leader.wait_for(|leading| !*leading) => {
-                metrics::counter!(crate::metrics::FENCED_REQUESTS).increment(1);
+                metrics::counter!(crate::metrics::FENCED_REQUESTS, "client" => "kubernetes").increment(1);
                 Err(Fenced::LostLeadership(method, path).into())
             }
         }

@@ -3,14 +3,22 @@
 //! even respect each other's Lease. A candidate takes the Lease when it is free or when its
 //! record has not changed for a whole lease duration as timed by the candidate's own clock
 //! (never by comparing the holder's timestamps with ours, which would trust clock sync).
-//! The leader renews every retry period; when it cannot renew within the renew deadline it
-//! steps down. On shutdown a leader releases the Lease so a standby takes over at once.
-//! Every write is an optimistic update on the resourceVersion it read, so two candidates can
-//! never both win.
+//! The leader renews every retry period. A renewal counts from when it was sent, and the
+//! leader steps down at the send time of its last renewal plus the renew deadline, whatever
+//! its requests are doing then: a standby, timing the lease from the record's change, cannot
+//! take over before. Step-down is what every writer obeys: the [`fenced`] Kubernetes client
+//! and the [`FencedCloudProvider`] refuse and abandon writes. An election that dies is a
+//! step-down and is restarted ([`supervise`]). On shutdown a leader releases the Lease so a
+//! standby takes over at once. Every Lease write is an optimistic update on the
+//! resourceVersion it read, so two candidates can never both win.
 
+mod cloud;
 mod fence;
 mod record;
+#[cfg(test)]
+mod tests;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -20,6 +28,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics::LEADER;
+pub use cloud::FencedCloudProvider;
 pub use fence::{Fenced, fenced, is_fenced};
 use record::Observed;
 
@@ -32,16 +41,6 @@ pub struct Timing {
     pub renew_deadline: Duration,
     /// Interval between attempts to acquire or renew.
     pub retry_period: Duration,
-}
-
-impl Timing {
-    /// How long one acquire-or-renew attempt may take: below the renew deadline by a retry
-    /// period, so a leader whose requests stall learns it before it must step down.
-    pub fn attempt_timeout(&self) -> Duration {
-        self.renew_deadline
-            .saturating_sub(self.retry_period)
-            .max(self.retry_period)
-    }
 }
 
 impl Default for Timing {
@@ -70,12 +69,27 @@ pub enum LeaseError {
     Read(String, #[source] kube::Error),
     #[error("writing lease {0}: {1}")]
     Write(String, #[source] kube::Error),
-    #[error("lease {0}: no answer within the attempt timeout")]
+    #[error("lease {0}: no answer before the renew deadline")]
     Timeout(String),
 }
 
+/// Resolves once this replica does not lead: `leader` reads `false`, or the election that
+/// published it is gone (a dead election is a step-down, see [`supervise`]). What the fences
+/// and the reconcilers select on to abandon work in flight.
+pub async fn stepped_down(mut leader: watch::Receiver<bool>) {
+    let _closed_is_stepped_down = leader.wait_for(|leading| !*leading).await;
+}
+
+/// How long a dead election waits before it is started again, so one that dies at once
+/// logs once a second instead of spinning a core.
+pub const RESTART_DELAY: Duration = crate::supervisor::TASK_RESTART_DELAY;
+
+/// The name election's deaths are counted under in `kerf_actor_restarts_total{actor}`.
+pub const TASK_NAME: &str = "leader_election";
+
 /// Runs the election until `shutdown` turns true, publishing leadership on the returned
-/// receiver's channel. Releases the Lease on shutdown if it holds it.
+/// receiver's channel. Releases the Lease on shutdown if it holds it. Supervised: an
+/// election that dies steps this replica down at once, and starts again ([`supervise`]).
 pub fn spawn(
     client: Client,
     election: Election,
@@ -83,42 +97,126 @@ pub fn spawn(
 ) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
     let (leader_tx, leader_rx) = watch::channel(false);
     let api: Api<Lease> = Api::namespaced(client, &election.namespace);
-    let task = tokio::spawn(run(api, election, leader_tx, shutdown));
+    let watched = shutdown.clone();
+    let task = tokio::spawn(supervise(TASK_NAME, leader_tx, watched, move |leader| {
+        run(api.clone(), election.clone(), leader, shutdown.clone())
+    }));
     (leader_rx, task)
 }
 
+/// Publishes `false` when dropped: whatever ends an election (a panic unwinding through it,
+/// an abort), its replica no longer leads.
+struct StepDownOnDrop(Arc<watch::Sender<bool>>);
+
+impl Drop for StepDownOnDrop {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
+    }
+}
+
+/// Runs the election `make` builds until `shutdown`, as task `name`. An election that panics,
+/// or returns before the shutdown signal, is a step-down — its replica's watch reads `false`
+/// at once, never a stale `true` — logged, counted in `kerf_actor_restarts_total{actor}`,
+/// and built again after [`RESTART_DELAY`]. When this task itself ends (or is aborted) the
+/// watch reads `false` as well.
+pub async fn supervise<F, Fut>(
+    name: &'static str,
+    leader: watch::Sender<bool>,
+    mut shutdown: watch::Receiver<bool>,
+    mut make: F,
+) where
+    F: FnMut(Arc<watch::Sender<bool>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let leader = Arc::new(leader);
+    let _step_down = StepDownOnDrop(Arc::clone(&leader));
+    loop {
+        let running = tokio::spawn(make(Arc::clone(&leader)));
+        let abort = running.abort_handle();
+        let ended = AbortOnDrop(abort);
+        let outcome = running.await;
+        drop(ended);
+        if *shutdown.borrow() && outcome.is_ok() {
+            return;
+        }
+        leader.send_replace(false);
+        metrics::counter!(crate::metrics::ACTOR_RESTARTS, "actor" => name).increment(1);
+        match outcome {
+            Err(error) if error.is_panic() => {
+                tracing::error!(
+                    task = name,
+                    "leader election panicked; stepped down, restarting it"
+                );
+            }
+            _ => tracing::error!(
+                task = name,
+                "leader election ended before shutdown; stepped down, restarting it"
+            ),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RESTART_DELAY) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Aborts the running election when its supervisor is aborted.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The election loop. Timing rule: a renewal counts from when its first request was sent,
+/// never from when its answer came, so the leader's deadline — the send time of its last
+/// successful renewal plus the renew deadline — falls before any standby can see the Lease
+/// lapse (a standby times the lease duration from when it saw the record change, after the
+/// write). Each attempt is cut off at that deadline, and the loop wakes at it even between
+/// attempts, so the leader steps down at the deadline whatever its requests are doing.
 async fn run(
     api: Api<Lease>,
     election: Election,
-    leader: watch::Sender<bool>,
+    leader: Arc<watch::Sender<bool>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let _step_down = StepDownOnDrop(Arc::clone(&leader));
+    let timing = election.timing;
     let mut observed = Observed::default();
-    let mut last_renewal: Option<Instant> = None;
+    // When the renewal (or acquisition) that keeps this replica leading was sent.
+    let mut renewed_at: Option<Instant> = None;
     loop {
-        // Bounded below the renew deadline: a stalled API server cannot hold an attempt
-        // past the moment this replica must step down.
-        let attempt = tokio::time::timeout(
-            election.timing.attempt_timeout(),
+        if renewed_at.is_some_and(|at| Instant::now() >= at + timing.renew_deadline) {
+            renewed_at = None;
+            set_leader(&leader, false, &election);
+        }
+        let sent = Instant::now();
+        // Leading: what is left before the deadline. Not: an acquisition sent now would
+        // lead until `sent + renew_deadline`, so it may take no longer than that.
+        let deadline = renewed_at.unwrap_or(sent) + timing.renew_deadline;
+        let attempt = tokio::time::timeout_at(
+            deadline,
             try_acquire_or_renew(&api, &election, &mut observed),
         )
         .await
         .unwrap_or(Err(LeaseError::Timeout(election.name.clone())));
-        let now = Instant::now();
         match attempt {
-            Ok(true) => last_renewal = Some(now),
-            Ok(false) => last_renewal = None,
+            Ok(true) => renewed_at = Some(sent),
+            Ok(false) => renewed_at = None,
             Err(err) => tracing::warn!(lease = %election.name, error = %err, "leader election"),
         }
-        // A leader that could not renew stays leader until the renew deadline passes.
-        let leading = last_renewal
-            .is_some_and(|at| now.saturating_duration_since(at) < election.timing.renew_deadline);
-        if !leading {
-            last_renewal = None;
+        let now = Instant::now();
+        if renewed_at.is_some_and(|at| now >= at + timing.renew_deadline) {
+            renewed_at = None;
         }
-        set_leader(&leader, leading, &election);
+        set_leader(&leader, renewed_at.is_some(), &election);
+        // The next attempt after a retry period; a leader wakes at its deadline if sooner.
+        let next = renewed_at.map_or(now + timing.retry_period, |at| {
+            (now + timing.retry_period).min(at + timing.renew_deadline)
+        });
         tokio::select! {
-            () = tokio::time::sleep(election.timing.retry_period) => {}
+            () = tokio::time::sleep_until(next) => {}
             _ = shutdown.wait_for(|s| *s) => break,
         }
     }

@@ -241,6 +241,14 @@ pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Launched, Recon
                     refused(r, claim, &error).await?;
                     return Ok(Outcome::DONE.into());
                 }
+                // Fenced: this replica does not lead. No launch failed: nothing is marked
+                // unavailable or recorded; the leader launches the NodeClaim.
+                Err(error) if error.is_not_leader() => {
+                    return Err(ReconcileError::Launch {
+                        nodeclaim: claim.name().to_owned(),
+                        source: error,
+                    });
+                }
                 Err(error) => return Err(failed(r, claim, error).await),
             }
         }

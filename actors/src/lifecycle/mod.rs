@@ -244,6 +244,10 @@ impl Reconciling for NodeClaimLifecycle {
         NodeClaimLifecycle::can_reconcile(self)
     }
 
+    fn leader(&self) -> watch::Receiver<bool> {
+        self.leader.clone()
+    }
+
     fn reconcile(
         &self,
         target: Target,

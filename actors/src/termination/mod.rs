@@ -276,6 +276,10 @@ impl Reconciling for TerminationDrainer {
         TerminationDrainer::can_reconcile(self)
     }
 
+    fn leader(&self) -> watch::Receiver<bool> {
+        self.leader.clone()
+    }
+
     /// A NodeClaim's reconcile counts as the lifecycle controller's (upstream's
     /// `nodeclaim.lifecycle` finalizer), a Node's as `node.termination`.
     fn reconcile(

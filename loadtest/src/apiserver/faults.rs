@@ -4,10 +4,11 @@
 //! resuming a watch from an old resourceVersion gets 410 Gone. Discovery and `/version`
 //! are never failed, so clients can always connect. A client that names itself in the
 //! [`CLIENT_HEADER`] header can be partitioned away (its resource requests hang and are
-//! never applied, as if lost on the network) and its mutating requests are logged, so a
-//! test can tell which replica wrote what, and when.
+//! never applied, as if lost on the network), or its requests to Leases alone delayed (a
+//! leader whose renewals stall while its other writes go through), and its mutating requests
+//! are logged, so a test can tell which replica wrote what, and when.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -70,6 +71,8 @@ pub struct FaultState {
     drops: watch::Sender<u64>,
     injected: AtomicU64,
     partitioned: Mutex<HashSet<String>>,
+    /// Latency added to each named client's requests to Leases.
+    lease_delays: Mutex<HashMap<String, Duration>>,
     mutations: Mutex<Vec<(String, Mutation)>>,
 }
 
@@ -81,12 +84,18 @@ impl FaultState {
             drops,
             injected: AtomicU64::new(0),
             partitioned: Mutex::new(HashSet::new()),
+            lease_delays: Mutex::new(HashMap::new()),
             mutations: Mutex::new(Vec::new()),
         }
     }
 
     pub(crate) fn is_partitioned(&self, client: &str) -> bool {
         lock(&self.partitioned).contains(client)
+    }
+
+    /// The latency `client`'s requests to Leases get, if any.
+    pub(crate) fn lease_delay(&self, client: &str) -> Option<Duration> {
+        lock(&self.lease_delays).get(client).copied()
     }
 
     pub(crate) fn record_mutation(&self, client: &str, method: &Method, path: &str) {
@@ -198,6 +207,17 @@ impl Faults {
     /// Lets `client`'s new requests through again (the ones that hung stay lost).
     pub fn heal(&self, client: &str) {
         lock(&self.state.partitioned).remove(client);
+    }
+
+    /// Delays every request `client` makes to a Lease by `latency` (its other requests are
+    /// served as usual), until [`Self::undelay_leases`].
+    pub fn delay_leases(&self, client: &str, latency: Duration) {
+        lock(&self.state.lease_delays).insert(client.to_owned(), latency);
+    }
+
+    /// Ends [`Self::delay_leases`] for `client` (requests already waiting finish their wait).
+    pub fn undelay_leases(&self, client: &str) {
+        lock(&self.state.lease_delays).remove(client);
     }
 
     /// The mutating requests `client` made that reached the store, in order.

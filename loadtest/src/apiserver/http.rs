@@ -297,6 +297,11 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
         if app.faults.is_partitioned(client) {
             return std::future::pending().await;
         }
+        if resource.plural == "leases"
+            && let Some(delay) = app.faults.lease_delay(client)
+        {
+            tokio::time::sleep(delay).await;
+        }
         if req.method() != Method::GET {
             app.faults.record_mutation(client, req.method(), &path);
         }

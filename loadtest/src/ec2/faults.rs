@@ -1,5 +1,6 @@
-//! Injected faults: pools without capacity (ICE), a fraction of throttled calls, and the
-//! per-operation call counters reports read. Kept apart from the instance state so the
+//! Injected faults: pools without capacity (ICE), a fraction of throttled calls, the
+//! per-operation call counters reports read, and the log of writes by caller that tells
+//! which controller replica changed the region, and when. Kept apart from the instance state so the
 //! allocation logic and the fault bookkeeping each read as one idea.
 
 use super::error::Ec2ConfigError;
@@ -170,6 +171,17 @@ impl ApiCalls {
     pub fn total_throttled(&self) -> u64 {
         self.by_operation.values().map(|c| c.throttled).sum()
     }
+}
+
+/// One write call that changed the region (CreateFleet, TerminateInstances, CreateTags):
+/// when it was applied, who made it, and the instances it launched or touched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ec2Write {
+    pub at: tokio::time::Instant,
+    /// The caller's name ([`super::SimulatedEc2::as_caller`]); `None` for an unnamed handle.
+    pub caller: Option<String>,
+    pub operation: &'static str,
+    pub instance_ids: Vec<String>,
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ mod types;
 
 pub use error::{Ec2ConfigError, Ec2Error};
 pub use eventbridge::{forward_interruptions, to_eventbridge};
-pub use faults::{ApiCalls, CallCount};
+pub use faults::{ApiCalls, CallCount, Ec2Write};
 pub use hold::LaunchHold;
 pub use ids::is_instance_id;
 pub use network::{DISCOVERY_TAG, security_group_id, subnet_id};
@@ -96,6 +96,8 @@ impl Ec2Config {
 #[derive(Clone)]
 pub struct SimulatedEc2 {
     inner: Arc<Inner>,
+    /// Who calls through this handle, for the write log ([`SimulatedEc2::as_caller`]).
+    caller: Option<Arc<str>>,
 }
 
 struct Inner {
@@ -113,6 +115,7 @@ struct State {
     fleet_failures: FleetFailures,
     refusal: Option<Refusal>,
     calls: ApiCalls,
+    writes: Vec<Ec2Write>,
     launched: u32,
     interruptions: Vec<SpotInterruption>,
     hold: Option<hold::HeldLaunch>,
@@ -135,6 +138,16 @@ impl SimulatedEc2 {
                 state: Mutex::default(),
                 events,
             }),
+            caller: None,
+        }
+    }
+
+    /// The same region, called by `caller`: its writes are logged under that name
+    /// ([`Self::writes`]), as CloudTrail names the identity behind each call.
+    pub fn as_caller(&self, caller: &str) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            caller: Some(Arc::from(caller)),
         }
     }
 
@@ -200,6 +213,8 @@ impl SimulatedEc2 {
                     launch_template_name: chosen.launch_template_name,
                 });
             }
+            let ids = launched.iter().map(|i| i.instance_id.clone()).collect();
+            self.log_write(&mut state, ops::CREATE_FLEET, ids);
             let held = if launched.is_empty() {
                 None
             } else {
@@ -267,6 +282,7 @@ impl SimulatedEc2 {
             for id in instance_ids {
                 find(&state, ops::TERMINATE_INSTANCES, id)?;
             }
+            self.log_write(&mut state, ops::TERMINATE_INSTANCES, instance_ids.to_vec());
             let shutdown = self.inner.config.shutdown_duration;
             let mut changes = Vec::with_capacity(instance_ids.len());
             for id in instance_ids {
@@ -293,6 +309,7 @@ impl SimulatedEc2 {
         for id in instance_ids {
             find(&state, ops::CREATE_TAGS, id)?;
         }
+        self.log_write(&mut state, ops::CREATE_TAGS, instance_ids.to_vec());
         for id in instance_ids {
             if let Some(instance) = state.instances.get_mut(id) {
                 instance
@@ -429,6 +446,12 @@ impl SimulatedEc2 {
         self.lock().calls.clone()
     }
 
+    /// Every write applied so far (launches, terminations, tags), oldest first, with its
+    /// caller: the call log a test reads to tell which replica changed the region when.
+    pub fn writes(&self) -> Vec<Ec2Write> {
+        self.lock().writes.clone()
+    }
+
     // ---- internals ----
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -438,6 +461,15 @@ impl SimulatedEc2 {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn log_write(&self, state: &mut State, operation: &'static str, instance_ids: Vec<String>) {
+        state.writes.push(Ec2Write {
+            at: tokio::time::Instant::now(),
+            caller: self.caller.as_deref().map(str::to_owned),
+            operation,
+            instance_ids,
+        });
     }
 
     fn admit(&self, operation: &'static str) -> Result<(), Ec2Error> {

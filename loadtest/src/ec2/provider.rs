@@ -155,6 +155,13 @@ impl SimulatedCloudProvider {
         }
     }
 
+    /// The provider with its EC2 calls made as `caller` (a replica's identity), so the
+    /// region's write log ([`SimulatedEc2::writes`]) says which replica wrote what.
+    pub fn calling_as(mut self, caller: &str) -> Self {
+        self.ec2 = self.ec2.as_caller(caller);
+        self
+    }
+
     /// `overrides` without the offerings marked unavailable.
     fn available_overrides(
         &self,

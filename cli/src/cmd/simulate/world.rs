@@ -317,7 +317,12 @@ impl ReplicaStart {
             UNAVAILABLE_OFFERINGS_TTL,
             MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
         );
-        let provider = Arc::new(provider.for_replica(Arc::new(offerings.clone())));
+        // Its EC2 calls carry its identity, so the region's write log names the replica.
+        let provider = Arc::new(
+            provider
+                .for_replica(Arc::new(offerings.clone()))
+                .calling_as(&identity),
+        );
         let ec2 = provider.ec2().clone();
         let mut daemon = Daemon::start(
             settings,

@@ -117,6 +117,16 @@ fn check(file: format::File, base: &Path, problems: &mut Vec<Problem>) -> Option
             Err(problem) => problems.push(problem),
         }
     }
+    if file.controller.replicas < 2 {
+        for (index, planned) in steps.iter().enumerate() {
+            if matches!(planned.step.action, Action::Fault(Fault::LeaseDelay { .. })) {
+                problems.push(Problem::at(
+                    format!("steps[{index}].fault.kind"),
+                    "lease-delay needs leader election: controller.replicas of 2 or more",
+                ));
+            }
+        }
+    }
     check_expect(&file.expect, problems);
     let inputs = inputs::read(&Sources {
         pods: file.pods.unwrap_or(super::super::defaults::DEFAULT_PODS),
@@ -352,6 +362,11 @@ fn check_fault(
         }
         Fault::ApiLatency { .. } => {}
         Fault::SpotInterruption { fraction: f } => fraction("fraction", *f),
+        Fault::LeaseDelay { latency, .. } => {
+            if latency.as_std().is_zero() {
+                problem("fault.latency", "must be longer than zero".into());
+            }
+        }
     }
     Resolved::Nothing
 }
@@ -489,6 +504,35 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_delay_needs_two_replicas_and_a_latency() {
+        let lines = problems(
+            "name: t\nsteps:\n  - fault: {kind: lease-delay, replica: leader, latency: 0s}\n",
+        );
+        assert!(
+            lines.iter().any(|l| l.ends_with(
+                "s.yaml: steps[0].fault.kind: lease-delay needs leader election: controller.replicas of 2 or more"
+            )),
+            "{lines:#?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.ends_with("s.yaml: steps[0].fault.latency: must be longer than zero")),
+            "{lines:#?}"
+        );
+        let (dir, file) = scenario_file(
+            "name: t\ncontroller: {replicas: 2}\nsteps:\n  - fault: {kind: lease-delay, replica: leader, latency: 12s, for: 1m}\n",
+        );
+        let checked = read(&file);
+        std::fs::remove_dir_all(&dir).expect("cleaned up");
+        assert!(
+            checked.is_ok(),
+            "{:?}",
+            checked.err().map(|p| p.to_string())
+        );
+    }
+
+    #[test]
     fn a_bad_manifest_in_an_apply_step_is_named() {
         let (dir, file) = scenario_file("name: t\nsteps:\n  - apply: more.yaml\n");
         std::fs::write(
@@ -510,7 +554,7 @@ mod tests {
         );
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
-            lines[0].ends_with("s.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle, api-errors, watch-drop, api-latency, spot-interruption)"),
+            lines[0].ends_with("s.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle, api-errors, watch-drop, api-latency, spot-interruption, lease-delay)"),
             "{lines:?}"
         );
     }

@@ -65,14 +65,24 @@ impl Replicas {
         self.running.iter().map(|(id, _)| id.clone()).collect()
     }
 
+    /// The leader's index (or, with `leader` false, the newest replica's).
+    fn index_of(&self, leader: bool) -> Option<usize> {
+        if leader {
+            self.running.iter().position(|(_, d)| *d.leader.borrow())
+        } else {
+            self.running.len().checked_sub(1)
+        }
+    }
+
+    /// The identity of the leader (or, with `leader` false, of the newest replica).
+    pub fn choose(&self, leader: bool) -> Option<String> {
+        self.index_of(leader).map(|i| self.running[i].0.clone())
+    }
+
     /// Kills the leader (or, with `any`, the newest replica); returns its identity, or
     /// `None` when there was none to kill.
     pub fn kill(&mut self, world: &World, leader: bool) -> Option<String> {
-        let index = if leader {
-            self.running.iter().position(|(_, d)| *d.leader.borrow())?
-        } else {
-            self.running.len().checked_sub(1)?
-        };
+        let index = self.index_of(leader)?;
         let (identity, daemon) = self.running.remove(index);
         world.server.faults().partition(&identity);
         // Its tasks are cut off and end on the shutdown signal (or are aborted); nothing it

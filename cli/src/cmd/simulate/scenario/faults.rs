@@ -6,7 +6,8 @@
 //! two-minute notice, after which EC2 reclaims the instances. ICE faults may overlap: a pool
 //! refused by two of them has capacity again only when both ended. Other faults of one kind
 //! replace each other (the emulator and EC2 hold one error rate, one latency, one
-//! throttling fraction), and the first to end switches that kind off.
+//! throttling fraction), and the first to end switches that kind off. A `lease-delay` hits
+//! the replica the runner names (the leader at the time), by the name its requests carry.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -105,6 +106,7 @@ enum Undo {
     Errors(Faults),
     Latency(Faults),
     WatchDrops(JoinHandle<()>),
+    LeaseDelay(Faults, String),
     Nothing,
 }
 
@@ -118,6 +120,7 @@ impl Undo {
             Self::Errors(faults) => faults.stop_failing(),
             Self::Latency(faults) => faults.set_latency(Duration::ZERO),
             Self::WatchDrops(task) => task.abort(),
+            Self::LeaseDelay(faults, replica) => faults.undelay_leases(&replica),
             Self::Nothing => {}
         }
     }
@@ -141,12 +144,18 @@ impl Injector {
         self.capacity.clone()
     }
 
-    /// Switches `fault` on (`pools`: an ice fault's, resolved when checking); returns its
-    /// label.
-    pub fn inject(&mut self, world: &World, fault: &Fault, pools: &[OfferingKey]) -> String {
+    /// Switches `fault` on (`pools`: an ice fault's, resolved when checking; `replica`: the
+    /// identity a `lease-delay` hits, chosen by the runner); returns its label.
+    pub fn inject(
+        &mut self,
+        world: &World,
+        fault: &Fault,
+        pools: &[OfferingKey],
+        replica: Option<&str>,
+    ) -> String {
         let ec2 = world.provider.ec2().clone();
         let faults = world.server.faults().clone();
-        let label = label(fault);
+        let mut label = label(fault);
         let (undo, lasting) = match fault {
             Fault::Ice { lasting, .. } => {
                 self.ice_holds.refuse(&ec2, pools);
@@ -214,6 +223,22 @@ impl Injector {
                 }
                 let notice = ec2.config().interruption_notice;
                 (Undo::Nothing, Some(notice))
+            }
+            Fault::LeaseDelay {
+                latency, lasting, ..
+            } => {
+                let lasting = lasting.as_ref().map(kerf::api::duration::Duration::as_std);
+                match replica {
+                    Some(replica) => {
+                        faults.delay_leases(replica, latency.as_std());
+                        label = format!("{label} {replica}");
+                        (Undo::LeaseDelay(faults, replica.to_owned()), lasting)
+                    }
+                    None => {
+                        label = format!("{label}: no replica to delay");
+                        (Undo::Nothing, Some(Duration::ZERO))
+                    }
+                }
             }
         };
         let capacity = matches!(fault, Fault::Ice { .. } | Fault::SpotInterruption { .. });
@@ -290,6 +315,7 @@ fn label(fault: &Fault) -> String {
         Fault::WatchDrop { every, .. } => format!("watch-drop every {every}"),
         Fault::ApiLatency { latency, .. } => format!("api-latency {latency}"),
         Fault::SpotInterruption { fraction } => format!("spot-interruption {}", pct(*fraction)),
+        Fault::LeaseDelay { latency, .. } => format!("lease-delay {latency}"),
     }
 }
 

@@ -196,15 +196,24 @@ pub enum Fault {
     },
     /// Spot interruption warnings to a fraction of the running spot instances.
     SpotInterruption { fraction: f64 },
+    /// One replica's requests to its Lease delayed by `latency` (past its renew deadline, it
+    /// steps down while its other requests still go through).
+    LeaseDelay {
+        replica: Kill,
+        latency: Duration,
+        #[serde(rename = "for")]
+        lasting: Option<Duration>,
+    },
 }
 
-pub const FAULT_KINDS: [&str; 6] = [
+pub const FAULT_KINDS: [&str; 7] = [
     "ice",
     "ec2-throttle",
     "api-errors",
     "watch-drop",
     "api-latency",
     "spot-interruption",
+    "lease-delay",
 ];
 
 /// `controller`: `{kill: leader|any}` (optionally `when: after-launch`) or `{restart: all}`.
@@ -220,6 +229,7 @@ pub struct ControllerStep {
     pub timeout: Option<Duration>,
 }
 
+/// Which replica a kill or a `lease-delay` fault hits: the one leading then, or the newest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kill {
@@ -415,6 +425,37 @@ mod tests {
                 .starts_with("unknown fault \"icee\" (expected one of ice, ec2-throttle,"),
             "{p:?}"
         );
+    }
+
+    #[test]
+    fn a_lease_delay_names_its_replica_latency_and_length() {
+        let s = step(
+            2,
+            json!({"fault": {"kind": "lease-delay", "replica": "leader", "latency": "12s", "for": "1m"}}),
+        )
+        .expect("valid");
+        let Action::Fault(Fault::LeaseDelay {
+            replica,
+            latency,
+            lasting,
+        }) = s.action
+        else {
+            panic!("a lease-delay fault: {s:?}");
+        };
+        assert_eq!(replica, Kill::Leader);
+        assert_eq!(latency.as_std().as_secs(), 12);
+        assert_eq!(lasting.map(|d| d.as_std().as_secs()), Some(60));
+        let p = problem(
+            json!({"fault": {"kind": "lease-delay", "replica": "follower", "latency": "12s"}}),
+        );
+        assert_eq!(p.path, "steps[3].fault", "{p:?}");
+        assert!(
+            p.message
+                .contains("unknown variant `follower`, expected `leader` or `any`"),
+            "{p:?}"
+        );
+        let p = problem(json!({"fault": {"kind": "lease-delay", "replica": "leader"}}));
+        assert!(p.message.contains("missing field `latency`"), "{p:?}");
     }
 
     #[test]

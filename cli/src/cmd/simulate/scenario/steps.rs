@@ -126,8 +126,23 @@ impl Runner<'_> {
                     Resolved::Pools(pools) => pools.as_slice(),
                     _ => &[],
                 };
-                let label = self.injector.inject(self.world, fault, pools);
+                let replica = match fault {
+                    super::format::Fault::LeaseDelay { replica, .. } => {
+                        let leader = *replica == Kill::Leader;
+                        if leader {
+                            self.until_led().await;
+                        }
+                        self.replicas.choose(leader)
+                    }
+                    _ => None,
+                };
+                let label = self
+                    .injector
+                    .inject(self.world, fault, pools, replica.as_deref());
                 self.say(index, &format!("fault {label}"));
+                if let (super::format::Fault::LeaseDelay { .. }, Some(old)) = (fault, &replica) {
+                    self.handover(index, old).await;
+                }
                 matches!(fault, super::format::Fault::SpotInterruption { .. })
             }
             Action::Controller(step) => {
@@ -261,6 +276,27 @@ impl Runner<'_> {
 }
 
 impl Runner<'_> {
+    /// After `old`'s Lease requests were slowed: waits (at most [`LEADER_PATIENCE`]) for
+    /// another replica to lead, and says which did, or that none did.
+    async fn handover(&self, index: usize, old: &str) {
+        let deadline = Instant::now() + LEADER_PATIENCE;
+        loop {
+            let leader = self.replicas.choose(true);
+            if let Some(new) = leader.filter(|l| l != old) {
+                self.say(index, &format!("controller {new} took over from {old}"));
+                return;
+            }
+            if Instant::now() >= deadline {
+                self.say(
+                    index,
+                    &format!("no other controller took over from {old} within {LEADER_PATIENCE:?}"),
+                );
+                return;
+            }
+            tokio::time::sleep(TICK).await;
+        }
+    }
+
     /// Waits (at most [`LEADER_PATIENCE`]) for a replica to lead: between two Leases, or
     /// while a busy leader's renewal is late, none does.
     async fn until_led(&self) {
