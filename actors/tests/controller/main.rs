@@ -9,6 +9,7 @@ mod drift_support;
 mod events;
 mod expiration;
 mod failover;
+mod fallback;
 mod ice;
 mod inflight;
 mod interruption;
