@@ -24,6 +24,7 @@ mod malformed;
 mod mixed;
 mod node_repair;
 mod nodepool_status;
+mod policies;
 mod restart;
 mod schedulers;
 mod scrape;
