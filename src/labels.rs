@@ -31,6 +31,9 @@ pub const CAPACITY_TYPE_RESERVED: &str = "reserved";
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+/// On every NodeClaim a round creates: `"true"` when a `minValues` was lowered to launch it
+/// (`MIN_VALUES_POLICY=BestEffort`), `"false"` otherwise.
+pub const NODECLAIM_MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
 pub const NODECLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 
 // Taints and finalizers.

@@ -17,6 +17,7 @@ use kerf::cloudprovider::CloudProvider;
 use kerf::interruption::InterruptionQueue;
 use kerf::interruption::instance_status::InstanceStatusSource;
 use kerf::plan::ControllerSettings;
+use kerf::scheduling::SolvePolicies;
 use kube::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -217,8 +218,8 @@ impl Daemon {
             kube_client_qps: _kube_client_qps_applied_by_the_binary,
             kube_client_burst: _kube_client_burst_applied_by_the_binary,
             leader_election,
-            preference_policy: _preference_policy_for_scheduler,
-            min_values_policy: _min_values_policy_for_scheduler,
+            preference_policy,
+            min_values_policy,
         } = settings;
         let Environment {
             client,
@@ -352,6 +353,10 @@ impl Daemon {
                     reserved_enis,
                     vm_memory_overhead_percent,
                 },
+                policies: SolvePolicies {
+                    preference: preference_policy,
+                    min_values: min_values_policy,
+                },
                 events: events.clone(),
                 instance_types: InstanceTypeCache::default(),
             };
@@ -419,6 +424,7 @@ impl Daemon {
                     offerings: provisioning.offerings.clone(),
                     instance_types: provisioning.instance_types.clone(),
                     controller: provisioning.controller,
+                    policies: provisioning.policies,
                     feature_gates: disruption::core_gates(feature_gates),
                     orchestrator,
                     nominations: provisioning.created.clone(),

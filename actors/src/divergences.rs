@@ -3,7 +3,7 @@
 //! named in a start-up warning. A setting leaves this list the day kerf implements it
 //! (NodePool disruption settings left it when disruption and expiration landed).
 
-use crate::settings::{FeatureGates, MinValuesPolicy, PreferencePolicy, ValidSettings};
+use crate::settings::{FeatureGates, ValidSettings};
 
 /// One warning per accepted setting kerf does not act on yet.
 pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
@@ -29,18 +29,6 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
                 "FEATURE_GATES {gate}=true: kerf does not act on this gate yet"
             ));
         }
-    }
-    if settings.preference_policy == PreferencePolicy::Ignore {
-        ignored.push(
-            "PREFERENCE_POLICY=Ignore: kerf does not act on it yet and respects preferences"
-                .to_owned(),
-        );
-    }
-    if settings.min_values_policy == MinValuesPolicy::BestEffort {
-        ignored.push(
-            "MIN_VALUES_POLICY=BestEffort: kerf does not act on it yet and keeps minValues strict"
-                .to_owned(),
-        );
     }
     ignored
 }
@@ -94,8 +82,8 @@ mod tests {
             "acted on now: {warnings:?}"
         );
         assert!(!named("FEATURE_GATES ReservedCapacity"), "{warnings:?}");
-        assert!(named("PREFERENCE_POLICY=Ignore"), "{warnings:?}");
-        assert!(named("MIN_VALUES_POLICY=BestEffort"), "{warnings:?}");
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(!named("PREFERENCE_POLICY"), "acted on now: {warnings:?}");
+        assert!(!named("MIN_VALUES_POLICY"), "acted on now: {warnings:?}");
+        assert!(warnings.is_empty(), "{warnings:?}");
     }
 }

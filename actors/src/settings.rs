@@ -188,19 +188,8 @@ impl FeatureGates {
     }
 }
 
-/// Whether the scheduler honours preferences.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PreferencePolicy {
-    Respect,
-    Ignore,
-}
-
-/// Whether `minValues` may be relaxed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MinValuesPolicy {
-    Strict,
-    BestEffort,
-}
+/// The scheduler's own policies: the settings name them, every solve applies them.
+pub use kerf::scheduling::{MinValuesPolicy, PreferencePolicy};
 
 /// Settings checked and parsed; the daemon is wired from this.
 #[derive(Debug, Clone, PartialEq)]

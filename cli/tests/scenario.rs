@@ -58,7 +58,11 @@ fn measured(report: &Value, name: &str) -> String {
 /// The built-in scenario `name` passes with every expectation it declares held; returns its
 /// report and standard error.
 fn passes(name: &str) -> (Value, String) {
-    let file = scenarios().join(format!("{name}.yaml"));
+    passes_file(name, &scenarios().join(format!("{name}.yaml")))
+}
+
+/// The scenario in `file` passes with every expectation it declares held.
+fn passes_file(name: &str, file: &Path) -> (Value, String) {
     passed(name, run(file.to_str().expect("utf-8 path")))
 }
 
@@ -97,6 +101,30 @@ fn ice_storm_binds_every_pod_around_refused_pools() {
     let lasted = first["toSeconds"].as_f64().expect("ended")
         - first["fromSeconds"].as_f64().expect("started");
     assert!((30.0..31.0).contains(&lasted), "{first}");
+}
+
+#[test]
+fn weighted_fallback_binds_every_pod_on_the_on_demand_pool_while_spot_is_refused() {
+    // The built-in scenario at a CI size: its file with fewer pods, its NodePools beside it.
+    let yaml = std::fs::read_to_string(scenarios().join("weighted-fallback.yaml")).expect("read");
+    let smaller = yaml.replace("pods: 1000", "pods: 150");
+    assert_ne!(smaller, yaml, "the scenario scales the default workload");
+    let (dir, file) = scenario_file("weighted-fallback", &smaller);
+    std::fs::create_dir_all(dir.join("weighted-fallback")).expect("nodepools dir");
+    std::fs::copy(
+        scenarios().join("weighted-fallback/nodepools.yaml"),
+        dir.join("weighted-fallback/nodepools.yaml"),
+    )
+    .expect("nodepools copied");
+    let (report, _) = passes_file("weighted-fallback", &file);
+    let _ = std::fs::remove_dir_all(&dir);
+    let last = report["series"]
+        .as_array()
+        .and_then(|s| s.last())
+        .unwrap_or_else(|| panic!("sampled: {report:#}"));
+    assert_eq!(last["podsPending"], 0, "{last}");
+    assert_eq!(last["nodesSpot"], 0, "spot is refused everywhere: {last}");
+    assert!(last["nodesOnDemand"].as_u64().unwrap_or(0) > 0, "{last}");
 }
 
 #[test]

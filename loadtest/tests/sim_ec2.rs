@@ -501,3 +501,38 @@ async fn each_replica_launches_around_its_own_unavailable_offerings_in_the_same_
         "a new AMI is the region's"
     );
 }
+
+#[tokio::test]
+async fn a_launch_with_every_offering_marked_unavailable_is_insufficient_capacity() {
+    // A spot-only NodeClaim planned before its offerings were refused elsewhere: nothing is
+    // left to offer, so no fleet is sent (EC2 refuses one without overrides) and the answer
+    // is insufficient capacity naming no offering, which deletes the NodeClaim.
+    let region = cloud();
+    let marked = std::sync::Arc::new(Marked::default());
+    let provider = region.for_replica(marked.clone());
+    for zone in ["us-east-1a", "us-east-1b"] {
+        kerf::cloudprovider::UnavailableOfferings::mark_unavailable(
+            &*marked,
+            "m5.large",
+            zone,
+            "spot",
+            "InsufficientInstanceCapacity",
+        );
+    }
+    let spot_only = json!([
+        {"key": labels::INSTANCE_TYPE, "operator": "In", "values": ["m5.large"]},
+        {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["spot"]},
+        {"key": labels::ZONE, "operator": "In", "values": ["us-east-1a", "us-east-1b"]},
+    ]);
+    match provider
+        .create(&node_claim("spot-first-x", spot_only, json!({})))
+        .await
+    {
+        Err(CloudProviderError::InsufficientCapacity { offerings, .. }) => {
+            assert!(offerings.is_empty(), "{offerings:?}")
+        }
+        other => panic!("expected insufficient capacity, got {other:?}"),
+    }
+    assert_eq!(region.ec2().api_calls().calls(ops::CREATE_FLEET), 0);
+    assert!(region.ec2().instances().is_empty());
+}

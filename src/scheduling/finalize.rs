@@ -117,15 +117,30 @@ pub fn planned(
     for i in &ordered {
         kept.set(*i);
     }
-    if prep.options.min_values_policy == MinValuesPolicy::Strict {
-        let mut check = reqs.clone();
-        pool.check_min_values(&kept, &mut check, MinValuesPolicy::Strict, vocab).map_err(|e| {
-            format!(
-                "pod didn’t schedule because NodePool {:?} couldn’t meet minValues requirements, validating minValues, {e}",
-                pool.name
-            )
-        })?;
+    match prep.options.min_values_policy {
+        MinValuesPolicy::Strict => {
+            let mut check = reqs.clone();
+            pool.check_min_values(&kept, &mut check, MinValuesPolicy::Strict, vocab).map_err(|e| {
+                format!(
+                    "pod didn’t schedule because NodePool {:?} couldn’t meet minValues requirements, validating minValues, {e}",
+                    pool.name
+                )
+            })?;
+        }
+        // Truncation to the cheapest types may leave fewer values than the solve kept: lower
+        // minValues to what is left, as upstream relaxes them when it truncates.
+        MinValuesPolicy::BestEffort => {
+            pool.check_min_values(&kept, &mut reqs, MinValuesPolicy::BestEffort, vocab)?;
+        }
     }
+    let min_values_relaxed = reqs.0.iter().any(|(k, r)| {
+        let asked = pool.reqs.get(*k).and_then(|p| p.min_values);
+        matches!((r.min_values, asked), (Some(now), Some(asked)) if now < asked)
+    });
+    let instance_type_min_values = reqs
+        .get(vocab.instance_type)
+        .and_then(|r| r.min_values)
+        .map(i64::from);
     // The instance-type list lives in `instance_types`; `requirements` carries the rest.
     reqs.0.retain(|(k, _)| *k != vocab.instance_type);
     let mut cts = Vec::new();
@@ -146,11 +161,6 @@ pub fn planned(
     let mut requests = claim.requests.clone();
     resvec::add_assign(&mut requests, &pool.min_overhead(&kept, pool.stride));
     let launch = launch_choice(pool, &ordered, &table, &claim.reqs, vocab);
-    let instance_type_min_values = claim
-        .reqs
-        .get(vocab.instance_type)
-        .and_then(|r| r.min_values)
-        .map(i64::from);
     Ok(PlannedNodeClaim {
         node_pool: pool.name.clone(),
         instance_types: prices
@@ -169,6 +179,7 @@ pub fn planned(
             })
             .clone(),
         instance_type_min_values,
+        min_values_relaxed,
         requirements: reqs
             .0
             .iter()

@@ -321,7 +321,8 @@ fn container_host_ports(c: &Container) -> Vec<HostPort> {
 
 /// The pod's effective requests (upstream `RequestsForPods`): the larger of the regular
 /// containers plus sidecars and each init container plus the sidecars started before it,
-/// plus pod overhead, plus one `pods` slot. Limits stand in for missing requests.
+/// replaced by the pod-level requests where `spec.resources` sets them, plus pod overhead,
+/// plus one `pods` slot. Limits stand in for missing requests.
 pub fn pod_requests(pod: &impl PodLike, names: &mut ResNames) -> Result<Vec<(ResId, i64)>, String> {
     let mut total: Vec<(ResId, i64)> = Vec::with_capacity(4);
     if let Some(spec) = pod.spec() {
@@ -346,6 +347,9 @@ pub fn pod_requests(pod: &impl PodLike, names: &mut ResNames) -> Result<Vec<(Res
         }
         merge(&mut total, &sidecars, |a, b| a + b);
         merge(&mut total, &init_max, i64::max);
+        if let Some(pod_level) = &spec.resources {
+            pod_level_requests(pod_level, names, &mut total)?;
+        }
         if let Some(overhead) = &spec.overhead {
             let ov = names.k8s_vector(overhead)?;
             merge(&mut total, &ov, |a, b| a + b);
@@ -361,6 +365,42 @@ pub fn resource_requests(pod: &impl PodLike) -> Result<crate::resources::Resourc
     let mut names = ResNames::default();
     let sparse = pod_requests(pod, &mut names)?;
     Ok(names.to_resources(&super::resvec::dense(names.len(), &sparse)))
+}
+
+/// Whether pod-level resources (`PodLevelResources`, Kubernetes 1.32+) cover `name`: cpu,
+/// memory and hugepages, as the kube-scheduler's resource helper has it.
+pub fn is_pod_level_resource(name: &str) -> bool {
+    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
+}
+
+/// Replaces the containers' `acc` with the pod-level requests for the resources they name.
+/// A pod-level limit stands in for a missing pod-level request where no container asks for
+/// the resource, as the API server defaults it.
+fn pod_level_requests(
+    res: &ResourceRequirements,
+    names: &mut ResNames,
+    acc: &mut Vec<(ResId, i64)>,
+) -> Result<(), String> {
+    let requests = res.requests.as_ref();
+    for (name, q) in requests.into_iter().flatten() {
+        if !is_pod_level_resource(name) {
+            continue;
+        }
+        let milli = parse_milli(&q.0).ok_or_else(|| format!("{name}={}", q.0))?;
+        merge(acc, &[(names.id(name), milli)], |_, pod| pod);
+    }
+    for (name, q) in res.limits.iter().flatten() {
+        if !is_pod_level_resource(name) || requests.is_some_and(|r| r.contains_key(name)) {
+            continue;
+        }
+        let id = names.id(name);
+        if acc.iter().any(|(k, v)| *k == id && *v > 0) {
+            continue;
+        }
+        let milli = parse_milli(&q.0).ok_or_else(|| format!("{name}={}", q.0))?;
+        merge(acc, &[(id, milli)], |_, pod| pod);
+    }
+    Ok(())
 }
 
 /// Adds a container's requests (limits standing in for missing requests) into `acc`.
@@ -438,6 +478,53 @@ mod tests {
         // main = 1.5 + sidecar 0.1 = 1.6; init = 2 + 0.1 = 2.1
         assert_eq!(req[&super::super::resvec::CPU], 2100);
         assert_eq!(req[&super::super::resvec::PODS], 1000);
+    }
+
+    #[test]
+    fn pod_level_requests_replace_the_containers_for_cpu_and_memory() {
+        let list = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                    .collect(),
+            )
+        };
+        let pod = |resources: ResourceRequirements| Pod {
+            spec: Some(PodSpec {
+                containers: vec![container("500m", None), container("500m", None)],
+                resources: Some(resources),
+                overhead: list(&[("cpu", "100m")]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // Requests win where set; a resource pod-level resources do not cover stays the
+        // containers' sum.
+        let requests = resource_requests(&pod(ResourceRequirements {
+            requests: list(&[("cpu", "3"), ("memory", "2Gi"), ("example.com/dongle", "9")]),
+            ..Default::default()
+        }))
+        .expect("valid");
+        assert_eq!(
+            requests.cpu().milli_value(),
+            3100,
+            "pod level plus overhead"
+        );
+        assert_eq!(requests.memory().value(), 2 << 30);
+        assert_eq!(requests.get_or_zero("example.com/dongle").value(), 0);
+        // A limit stands in for a missing request only where no container asks for it.
+        let requests = resource_requests(&pod(ResourceRequirements {
+            limits: list(&[("cpu", "4"), ("memory", "1Gi")]),
+            ..Default::default()
+        }))
+        .expect("valid");
+        assert_eq!(
+            requests.cpu().milli_value(),
+            1100,
+            "the containers ask for cpu"
+        );
+        assert_eq!(requests.memory().value(), 1 << 30);
     }
 
     #[test]

@@ -117,6 +117,23 @@ pub enum MinValuesPolicy {
     BestEffort,
 }
 
+/// The solver settings an operator chooses (`PREFERENCE_POLICY`, `MIN_VALUES_POLICY`): a
+/// controller applies them to every solve it runs, provisioning rounds and disruption's
+/// simulations alike, as upstream's scheduler options do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SolvePolicies {
+    pub preference: PreferencePolicy,
+    pub min_values: MinValuesPolicy,
+}
+
+impl SolvePolicies {
+    /// Sets the policies on `options`, leaving its other knobs.
+    pub fn apply(self, options: &mut SchedulingOptions) {
+        options.preference_policy = self.preference;
+        options.min_values_policy = self.min_values;
+    }
+}
+
 /// Solver knobs.
 #[derive(Clone, Copy, Debug)]
 pub struct SchedulingOptions {
@@ -171,8 +188,13 @@ pub struct PlannedNodeClaim {
     pub node_pool: String,
     /// Instance types that fit every pod, cheapest first, at most `max_instance_types`.
     pub instance_types: InstanceTypeOptions,
-    /// `minValues` of the NodePool's instance-type requirement, if any.
+    /// `minValues` of the NodePool's instance-type requirement, if any (as relaxed under
+    /// [`MinValuesPolicy::BestEffort`]).
     pub instance_type_min_values: Option<i64>,
+    /// Whether a requirement's `minValues` was lowered below the NodePool's to launch it
+    /// ([`MinValuesPolicy::BestEffort`] only): upstream's
+    /// `karpenter.sh/nodeclaim-min-values-relaxed` annotation and `min_values_relaxed` label.
+    pub min_values_relaxed: bool,
     /// Requirements of the NodeClaim (pool requirements narrowed by its pods, and the
     /// capacity types its instance types offer), sorted by key, without the instance-type
     /// list: [`PlannedNodeClaim::node_claim_requirements`] adds it from `instance_types`.

@@ -42,6 +42,7 @@ use kerf::disruption::{Cluster, ManagedNode, Method, Options, Timeouts};
 use kerf::feature_gates::FeatureGates;
 use kerf::labels;
 use kerf::plan::ControllerSettings;
+use kerf::scheduling::SolvePolicies;
 use kube::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -157,6 +158,9 @@ pub struct DisruptionDeps {
     /// the Provisioner's, shared.
     pub instance_types: InstanceTypeCache,
     pub controller: ControllerSettings,
+    /// `PREFERENCE_POLICY` and `MIN_VALUES_POLICY`, which upstream's disruption simulations
+    /// schedule with as its provisioning does.
+    pub policies: SolvePolicies,
     pub feature_gates: FeatureGates,
     pub orchestrator: Orchestrator,
     /// The Launcher's record of what the Provisioner's rounds nominated: nominated nodes are
@@ -428,7 +432,10 @@ async fn snapshot(deps: &DisruptionDeps, nominated: Nominated) -> Option<Cluster
     })
     .await;
     match built {
-        Ok(Ok(cluster)) => Some(cluster),
+        Ok(Ok(mut cluster)) => {
+            deps.policies.apply(&mut cluster.scheduling.options);
+            Some(cluster)
+        }
         Ok(Err(error)) => {
             tracing::warn!(%error, "building the disruption snapshot");
             None

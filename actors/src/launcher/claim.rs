@@ -1,7 +1,7 @@
 //! The NodeClaim object the Launcher creates for a planned claim, following upstream's
 //! NodeClaim template: the NodePool's template labels and annotations, its `nodeClassRef`, taints, startup taints, `expireAfter` and
 //! `terminationGracePeriod`; the planned requirements and requests; the `nodepool` label,
-//! the NodePool's hash annotations, an ownerReference to the NodePool and the termination
+//! the NodePool's hash annotations, whether its `minValues` were relaxed, an ownerReference to the NodePool and the termination
 //! finalizer that holds the object until its machine is gone.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -25,6 +25,10 @@ pub fn node_claim(claim: &PlannedNodeClaim, pool: &NodePool) -> NodeClaim {
             annotations.insert(key.to_owned(), value.clone());
         }
     }
+    annotations.insert(
+        labels::NODECLAIM_MIN_VALUES_RELAXED.to_owned(),
+        claim.min_values_relaxed.to_string(),
+    );
     NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-", pool.name())),

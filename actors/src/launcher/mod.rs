@@ -125,7 +125,7 @@ impl Handler<Launch> for Launcher {
                 NODECLAIMS_CREATED,
                 "reason" => launch.reason,
                 "nodepool" => pool.clone(),
-                "min_values_relaxed" => "false"
+                "min_values_relaxed" => if launch.claim.min_values_relaxed { "true" } else { "false" }
             )
             .increment(1);
             tracing::info!(

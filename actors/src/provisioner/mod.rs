@@ -31,7 +31,7 @@ use kerf::catalog::Catalog;
 use kerf::plan::ControllerSettings;
 use kerf::plan::snapshot;
 use kerf::pods::PodLike;
-use kerf::scheduling::{Batch, PlannedNodeClaim, PodForms, SchedulingResult};
+use kerf::scheduling::{Batch, PlannedNodeClaim, PodForms, SchedulingResult, SolvePolicies};
 use tokio::sync::watch;
 
 use crate::batcher::BatchReady;
@@ -128,6 +128,8 @@ pub struct Provisioning {
     /// Instance types offered in the cluster's region.
     pub catalog: Catalog,
     pub controller: ControllerSettings,
+    /// `PREFERENCE_POLICY` and `MIN_VALUES_POLICY`, applied to every round's solve.
+    pub policies: SolvePolicies,
     /// Where pods the solve could not place are reported (`FailedScheduling`).
     pub events: EventRecorder,
     /// Each EC2NodeClass's resolved instance types, shared with the disruption snapshots.
@@ -304,6 +306,7 @@ impl Provisioner {
             problems.extend(snapshot.warnings);
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
+            provisioning.policies.apply(&mut input.options);
             let holding = nominated::hold(&mut input, &nominations);
             let opened = settling::last_opening(claims.iter().map(|c| &**c), &input.pods);
             round.withheld =

@@ -80,6 +80,7 @@ fn provisioning(
         offerings: None,
         catalog,
         controller: ControllerSettings::default(),
+        policies: kerf::scheduling::SolvePolicies::default(),
         events: crate::events::EventRecorder::disabled(),
         instance_types: InstanceTypeCache::default(),
     }

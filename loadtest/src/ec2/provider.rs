@@ -3,8 +3,9 @@
 //! catalog to the instance types compatible with the NodeClaim's requirements whose
 //! allocatable fits its requests (dropping exotic types and overpriced spot as upstream),
 //! keeps the 60 cheapest, picks spot when allowed and offered, and sends one `CreateFleet`
-//! whose overrides are those types × their compatible zones; an answer without instances
-//! becomes `InsufficientCapacity` listing the refused offerings. Get, List and Delete go
+//! whose overrides are those types × their compatible zones less the offerings marked
+//! unavailable; an answer without instances becomes `InsufficientCapacity` listing the
+//! refused offerings, and so does a launch with no offering left (naming none). Get, List and Delete go
 //! through `DescribeInstances` and `TerminateInstances`, so every call is counted and can
 //! be throttled. Create is idempotent per NodeClaim, as the AWS provider's: it first looks
 //! for a live instance tagged `karpenter.sh/nodeclaim` with the NodeClaim's name (a launch
@@ -257,6 +258,15 @@ impl SimulatedCloudProvider {
         {
             capacity_type = Ec2CapacityType::OnDemand;
             chosen = offered(capacity_type);
+        }
+        // Nothing left to offer EC2 (it would refuse a fleet without overrides): insufficient
+        // capacity naming no offering, as the AWS provider answers, so the NodeClaim is
+        // deleted and its pods go to the next NodePool.
+        if chosen.is_empty() {
+            return Err(CloudProviderError::InsufficientCapacity {
+                node_claim: name,
+                offerings: Vec::new(),
+            });
         }
         let request = CreateFleetRequest {
             launch_template_configs: vec![LaunchTemplateConfig {

@@ -8,7 +8,7 @@
 use super::amounts::Amounts;
 use super::selector::Selector;
 use k8s_openapi::api::core::v1::{
-    Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Toleration,
+    Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, ResourceRequirements, Toleration,
     TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
 use kerf::pods::Interner;
@@ -323,8 +323,11 @@ impl PodShape {
 
 /// The pod's effective requests as the scheduler counts them: the larger of the regular
 /// containers' sum (plus restartable init containers, which keep running) and any single
-/// init container, plus pod overhead, plus one `pods` slot. A request omitted where a
-/// limit is set defaults to the limit, as the API server defaults it.
+/// init container, replaced by the pod-level requests where `spec.resources` sets them,
+/// plus pod overhead, plus one `pods` slot. A request omitted where a limit is set defaults
+/// to the limit, as the API server defaults it. Pod-level resources count as with the
+/// `PodLevelResources` gate on (beta and on by default from 1.34): the API server keeps
+/// `spec.resources` only with the gate on, so a pod that has it runs where it is counted.
 pub(crate) fn pod_requests(spec: &PodSpec) -> Result<Resources, String> {
     let mut containers = Resources::new();
     for container in &spec.containers {
@@ -344,12 +347,38 @@ pub(crate) fn pod_requests(spec: &PodSpec) -> Result<Resources, String> {
         }
     }
     let mut total = containers.merged(&sidecars).max(&init_peak);
+    if let Some(pod_level) = &spec.resources {
+        total = with_pod_level(total, pod_level)?;
+    }
     for (name, quantity) in spec.overhead.iter().flatten() {
         total.add_assign(&Resources::new().with(name, parse_quantity(name, &quantity.0)?));
     }
     let one_pod = Quantity::new(1, Default::default());
     total.add_assign(&Resources::new().with(kerf::labels::RESOURCE_PODS, one_pod));
     Ok(total)
+}
+
+/// `containers` with the pod-level requests in place of theirs (cpu, memory, hugepages); a
+/// pod-level limit stands in for a request no container makes, as the API server defaults it.
+fn with_pod_level(
+    mut containers: Resources,
+    pod_level: &ResourceRequirements,
+) -> Result<Resources, String> {
+    let covered = |name: &str| name == "cpu" || name == "memory" || name.starts_with("hugepages-");
+    let requests = pod_level.requests.as_ref();
+    let in_pod = |e: String| format!("pod-level resources: {e}");
+    for (name, quantity) in requests.into_iter().flatten() {
+        if covered(name) {
+            containers.insert(name, parse_quantity(name, &quantity.0).map_err(in_pod)?);
+        }
+    }
+    for (name, quantity) in pod_level.limits.iter().flatten() {
+        let requested = requests.is_some_and(|r| r.contains_key(name));
+        if covered(name) && !requested && containers.get_or_zero(name).is_zero() {
+            containers.insert(name, parse_quantity(name, &quantity.0).map_err(in_pod)?);
+        }
+    }
+    Ok(containers)
 }
 
 fn container_requests(container: &Container) -> Result<Resources, String> {
@@ -550,7 +579,7 @@ fn fingerprint(spec: &PodSpec) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ContainerPort, ResourceRequirements};
+    use k8s_openapi::api::core::v1::ContainerPort;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
     fn container(name: &str, cpu: &str, memory: &str) -> Container {
@@ -619,6 +648,33 @@ mod tests {
         assert_eq!(requests.cpu(), q("2"));
         assert_eq!(requests.memory(), q("2Gi"));
         assert_eq!(requests.pods(), q("1"));
+    }
+
+    #[test]
+    fn pod_level_requests_replace_the_containers_as_kerf_counts_them() {
+        let spec = PodSpec {
+            containers: vec![container("a", "500m", "1Gi"), container("b", "250m", "1Gi")],
+            resources: Some(ResourceRequirements {
+                requests: Some([("cpu".to_string(), K8sQuantity("3".into()))].into()),
+                limits: Some([("memory".to_string(), K8sQuantity("8Gi".into()))].into()),
+                ..ResourceRequirements::default()
+            }),
+            ..PodSpec::default()
+        };
+        let requests = pod_requests(&spec).expect("valid");
+        assert_eq!(requests.cpu(), q("3"));
+        // The containers ask for memory: the pod-level limit is no request.
+        assert_eq!(requests.memory(), q("2Gi"));
+        // The controller's core counts the same pod the same way.
+        let pod = Pod {
+            spec: Some(spec),
+            ..Pod::default()
+        };
+        let core = kerf::scheduling::resource_requests(&pod).expect("valid");
+        assert_eq!(
+            (core.cpu(), core.memory()),
+            (requests.cpu(), requests.memory())
+        );
     }
 
     #[test]

@@ -298,6 +298,7 @@ fn min_values_keeps_enough_families_or_fails() {
         .map(|i| i.name.clone())
         .collect();
     assert!(families.len() >= 3);
+    assert!(!r.new_node_claims[0].min_values_relaxed);
     let err = r
         .errors
         .iter()
@@ -338,6 +339,43 @@ fn min_values_best_effort_relaxes() {
         .find(|r| r.key == INSTANCE_FAMILY)
         .expect("kept");
     assert_eq!(fam.min_values, Some(1));
+    assert!(r.new_node_claims[0].min_values_relaxed);
+}
+
+#[test]
+fn a_pool_with_no_available_offering_is_skipped_for_the_next_by_weight() {
+    // The shape of aws#8885: a spot pool over an on-demand fallback, every spot offering
+    // marked unavailable (refused by EC2 in an earlier round).
+    let mut refused = fake_instance_types(4);
+    for it in &mut refused {
+        for o in &mut it.offerings {
+            o.available = o.capacity_type != CapacityType::Spot;
+        }
+    }
+    let mut spot = node_pool("spot-first", refused.clone());
+    spot.weight = 100;
+    spot.requirements
+        .push(requirement(CAPACITY_TYPE, Operator::In, &["spot"]));
+    let mut on_demand = node_pool("on-demand", refused);
+    on_demand.weight = 10;
+    on_demand
+        .requirements
+        .push(requirement(CAPACITY_TYPE, Operator::In, &["on-demand"]));
+    let pods: Vec<_> = (0..3)
+        .map(|i| pod(&format!("p{i}")).cpu("1").build())
+        .collect();
+    let r = run(&SchedulingInput {
+        pods: shared(pods),
+        node_pools: vec![spot, on_demand],
+        ..Default::default()
+    });
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert!(!r.new_node_claims.is_empty());
+    for claim in &r.new_node_claims {
+        assert_eq!(claim.node_pool, "on-demand", "{claim:?}");
+        let launch = claim.launch.as_ref().expect("an available offering");
+        assert_eq!(launch.capacity_type, "on-demand");
+    }
 }
 
 #[test]
