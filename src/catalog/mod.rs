@@ -50,6 +50,7 @@ mod node_class;
 mod overhead;
 pub mod pricing;
 mod settings;
+mod snapshot;
 mod type_labels;
 
 pub use capacity::{eni_limited_pods, ephemeral_storage, memory, pods};
@@ -58,6 +59,7 @@ pub use info::{Accelerator, Gpu, InstanceStorage, InstanceTypeInfo, NeuronDevice
 pub use instance_type::{CapacityType, InstanceType, Offering};
 pub use node_class::NodeClassSettingsError;
 pub use overhead::{Overhead, kube_reserved};
+pub use snapshot::{CatalogFacts, CatalogSnapshot};
 pub use settings::{
     AllocatableSettings, BlockDeviceSize, DEFAULT_EBS_VOLUME_SIZE,
     DEFAULT_VM_MEMORY_OVERHEAD_PERCENT, EvictionValue, EvictionValueError, KubeletSettings,
