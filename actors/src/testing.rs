@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use kerf::api::{NodeClaim, NodePool};
-use kerf::catalog::InstanceType;
+use kerf::catalog::{CatalogSnapshot, InstanceType};
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
 };
@@ -63,6 +63,9 @@ impl CloudProvider for RefusingCloud {
         _: &'a NodePool,
     ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
         Box::pin(async { Ok(Vec::new()) })
+    }
+    fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
+        None
     }
     fn is_drifted<'a>(
         &'a self,
