@@ -417,7 +417,6 @@ async fn snapshot(deps: &DisruptionDeps, nominated: Nominated) -> Option<Cluster
         let mut source = types.round(&catalog, offerings.as_ref());
         let cluster = cluster::build(
             &state,
-            &catalog,
             &mut source,
             controller,
             &in_queue,

@@ -300,12 +300,7 @@ fn pools_take_their_instance_types_from_the_source_once_per_class() {
         catalog: &catalog,
         calls: Vec::new(),
     };
-    let snapshot = build_with(
-        &inventory,
-        &catalog,
-        ControllerSettings::default(),
-        &mut source,
-    )
+    let snapshot = build_with(&inventory, ControllerSettings::default(), &mut source)
     .expect("builds");
     assert_eq!(source.calls, vec![("missing".to_owned(), false)]);
     assert_eq!(snapshot.input.node_pools.len(), 2);
