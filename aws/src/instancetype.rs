@@ -20,8 +20,8 @@ use crate::selectors::filter;
 use crate::unavailable::UnavailableOfferings;
 use aws_sdk_ec2::types::LocationType;
 use kerf::catalog::{
-    Accelerator, AllocatableSettings, Catalog, CatalogFacts, CatalogSnapshot, Gpu,
-    InstanceStorage, InstanceType, InstanceTypeInfo, NeuronDevice, Offering,
+    Accelerator, AllocatableSettings, Catalog, CatalogFacts, CatalogSnapshot, Gpu, InstanceStorage,
+    InstanceType, InstanceTypeInfo, NeuronDevice, Offering,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};

@@ -59,12 +59,12 @@ pub use info::{Accelerator, Gpu, InstanceStorage, InstanceTypeInfo, NeuronDevice
 pub use instance_type::{CapacityType, InstanceType, Offering};
 pub use node_class::NodeClassSettingsError;
 pub use overhead::{Overhead, kube_reserved};
-pub use snapshot::{CatalogFacts, CatalogSnapshot};
 pub use settings::{
     AllocatableSettings, BlockDeviceSize, DEFAULT_EBS_VOLUME_SIZE,
     DEFAULT_VM_MEMORY_OVERHEAD_PERCENT, EvictionValue, EvictionValueError, KubeletSettings,
     MEMORY_AVAILABLE, NODEFS_AVAILABLE,
 };
+pub use snapshot::{CatalogFacts, CatalogSnapshot};
 pub use type_labels::{
     INSTANCE_TENANCY_VALUES, INSTANCE_TYPE_LABEL_KEYS, category_and_generation, family_and_size,
     instance_type_labels,

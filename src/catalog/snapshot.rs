@@ -64,7 +64,12 @@ impl CatalogSnapshot {
         self.facts
             .infos
             .iter()
-            .filter(|info| self.facts.offered.get(&info.name).is_some_and(|z| !z.is_empty()))
+            .filter(|info| {
+                self.facts
+                    .offered
+                    .get(&info.name)
+                    .is_some_and(|z| !z.is_empty())
+            })
             .count()
     }
 
@@ -215,10 +220,9 @@ mod tests {
             .clone();
         new_type.name = "m9z.large".to_owned();
         facts.infos.push(new_type);
-        facts.offered.insert(
-            "m9z.large".to_owned(),
-            zones(&["us-east-1a", "us-east-1c"]),
-        );
+        facts
+            .offered
+            .insert("m9z.large".to_owned(), zones(&["us-east-1a", "us-east-1c"]));
         facts.spot.insert(
             "m9z.large".to_owned(),
             [("us-east-1c".to_owned(), 0.02)].into_iter().collect(),
@@ -238,11 +242,21 @@ mod tests {
         assert_eq!(it.offerings[0].zone_id, "use1-az6");
         // m5.large: only the subnet zones are available; without subnets, every zone is.
         let types = snapshot.instance_types(&AllocatableSettings::default(), Some(&subnets));
-        let m5 = types.iter().find(|t| t.name == "m5.large").expect("m5.large");
+        let m5 = types
+            .iter()
+            .find(|t| t.name == "m5.large")
+            .expect("m5.large");
         assert!(m5.available_offerings().all(|o| subnets.contains(&o.zone)));
-        assert!(m5.offerings.iter().any(|o| o.zone == "us-east-1a" && !o.available));
+        assert!(
+            m5.offerings
+                .iter()
+                .any(|o| o.zone == "us-east-1a" && !o.available)
+        );
         let unrestricted = snapshot.instance_types(&AllocatableSettings::default(), None);
-        let m5 = unrestricted.iter().find(|t| t.name == "m5.large").expect("m5.large");
+        let m5 = unrestricted
+            .iter()
+            .find(|t| t.name == "m5.large")
+            .expect("m5.large");
         assert!(m5.offerings.iter().all(|o| o.available));
     }
 
@@ -253,7 +267,11 @@ mod tests {
         facts.offered.insert("m5.large".to_owned(), BTreeSet::new());
         let snapshot = CatalogSnapshot::new(facts, 1);
         let settings = AllocatableSettings::default();
-        assert!(snapshot.instance_type("m5.large", &settings, None).is_none());
+        assert!(
+            snapshot
+                .instance_type("m5.large", &settings, None)
+                .is_none()
+        );
         assert_eq!(
             snapshot.instance_types(&settings, None).len(),
             catalog.instance_types(&settings).len() - 1

@@ -51,7 +51,9 @@ async fn planning_follows_the_refreshed_zones_and_prices() {
         .set_instance_type_zones(REGION, REZONED, REZONED, &["us-east-1c"])
         .unwrap();
     for (zone, price) in [("us-east-1a", 0.03), ("us-east-1b", 0.04)] {
-        moto().set_spot_price(REGION, REPRICED, zone, price).unwrap();
+        moto()
+            .set_spot_price(REGION, REPRICED, zone, price)
+            .unwrap();
     }
     assert!(
         p.catalog().is_none(),
@@ -84,7 +86,10 @@ async fn planning_follows_the_refreshed_zones_and_prices() {
         cheapest_spot(&planned(&first, REPRICED)),
         ("us-east-1a".to_owned(), 0.03)
     );
-    let launched = p.create(&spot_claim("catalog-cheap-a", REPRICED)).await.unwrap();
+    let launched = p
+        .create(&spot_claim("catalog-cheap-a", REPRICED))
+        .await
+        .unwrap();
     assert_eq!(zone(&launched), "us-east-1a");
 
     moto()
@@ -102,7 +107,10 @@ async fn planning_follows_the_refreshed_zones_and_prices() {
         cheapest_spot(&planned(&second, REPRICED)),
         ("us-east-1b".to_owned(), 0.04)
     );
-    let launched = p.create(&spot_claim("catalog-cheap-b", REPRICED)).await.unwrap();
+    let launched = p
+        .create(&spot_claim("catalog-cheap-b", REPRICED))
+        .await
+        .unwrap();
     assert_eq!(zone(&launched), "us-east-1b");
 
     // Nothing changed: the catalog keeps its number, so caches keyed on it stay.

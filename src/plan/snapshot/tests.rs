@@ -300,8 +300,8 @@ fn pools_take_their_instance_types_from_the_source_once_per_class() {
         catalog: &catalog,
         calls: Vec::new(),
     };
-    let snapshot = build_with(&inventory, ControllerSettings::default(), &mut source)
-    .expect("builds");
+    let snapshot =
+        build_with(&inventory, ControllerSettings::default(), &mut source).expect("builds");
     assert_eq!(source.calls, vec![("missing".to_owned(), false)]);
     assert_eq!(snapshot.input.node_pools.len(), 2);
     let pools = &snapshot.input.node_pools;
@@ -412,7 +412,10 @@ fn a_node_claim_of_a_type_only_the_source_has_is_sized_from_it_once_per_class() 
     let inventory = inventory(&parse_all(&yaml, "in.yaml").expect("parses")).expect("valid");
     let snapshot =
         build_with(&inventory, ControllerSettings::default(), &mut source).expect("builds");
-    assert_eq!(source.calls, 1, "the pool and the claim share their class's list");
+    assert_eq!(
+        source.calls, 1,
+        "the pool and the claim share their class's list"
+    );
     let node = &snapshot.input.existing_nodes[0];
     assert_eq!(
         node.capacity.get("cpu").map(|q| q.to_string()).as_deref(),

@@ -260,8 +260,18 @@ fn rounds_plan_with_the_providers_catalog_once_it_has_one() {
     // No refresh yet: the embedded catalog, narrowed to the class's zone.
     let types = resolve();
     assert!(types.iter().all(|it| it.name != "m9z.large"));
-    assert!(available(&types, "m5.large", "us-east-1a", CapacityType::OnDemand));
-    assert!(!available(&types, "m5.large", "us-east-1b", CapacityType::OnDemand));
+    assert!(available(
+        &types,
+        "m5.large",
+        "us-east-1a",
+        CapacityType::OnDemand
+    ));
+    assert!(!available(
+        &types,
+        "m5.large",
+        "us-east-1b",
+        CapacityType::OnDemand
+    ));
 
     // The provider refreshed: a type the embedded catalog lacks, m5.large no longer
     // offered, c5.large's spot price in us-east-1a changed.
@@ -285,7 +295,12 @@ fn rounds_plan_with_the_providers_catalog_once_it_has_one() {
     cloud.set_catalog(CatalogSnapshot::new(facts.clone(), 1));
     let types = resolve();
     assert_eq!(cache.builds(), 2, "a new catalog: rebuilt");
-    assert!(available(&types, "m9z.large", "us-east-1a", CapacityType::OnDemand));
+    assert!(available(
+        &types,
+        "m9z.large",
+        "us-east-1a",
+        CapacityType::OnDemand
+    ));
     assert!(types.iter().all(|it| it.name != "m5.large"));
     let price = |types: &[InstanceType]| {
         types
