@@ -119,5 +119,5 @@ async fn planning_follows_the_refreshed_zones_and_prices() {
 }
 
 fn zone(claim: &kerf::api::NodeClaim) -> String {
-    claim.metadata.labels.as_ref().unwrap()["topology.kubernetes.io/zone"].clone()
+    claim.metadata.labels.as_ref().expect("launched labels")["topology.kubernetes.io/zone"].clone()
 }
