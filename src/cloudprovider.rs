@@ -7,11 +7,12 @@
 //! provider (EC2 CreateFleet) and the simulated one in `kerf-loadtest`. Capabilities only some
 //! providers have hang off it: [`NodeClassReconciler`] (EC2NodeClass status) and
 //! [`InstanceTagger`] (tags after registration). Beside it sits the [`UnavailableOfferings`]
-//! trait through which launch failures reach the instance types the next solves use. This
+//! trait through which launch failures reach the instance types the next solves use, and
+//! [`CloudProvider::catalog`], the provider's refreshed catalog the solves plan with. This
 //! module is pure: the traits, their data and the providerID format, no I/O.
 
 use crate::api::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodePool};
-use crate::catalog::InstanceType;
+use crate::catalog::{CatalogSnapshot, InstanceType};
 use crate::labels;
 use crate::requirements::Requirements;
 use std::collections::BTreeMap;
@@ -95,6 +96,14 @@ pub trait CloudProvider: Send + Sync {
         &'a self,
         node_pool: &'a NodePool,
     ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>>;
+
+    /// The instance types, zones and prices this provider last refreshed from its cloud,
+    /// which the controller's rounds and disruption passes plan with, so that planning and
+    /// launching see the same catalog; `None` before its first refresh, or for a provider
+    /// that never refreshes: the controller then plans with the embedded catalog of its
+    /// region. Cheap (a shared snapshot, no I/O). Required, so that a wrapping provider
+    /// cannot forget to forward it.
+    fn catalog(&self) -> Option<Arc<CatalogSnapshot>>;
 
     /// Whether the machine behind `node_claim` drifted from its provider configuration
     /// (e.g. a newer AMI was selected); `None` when it did not.

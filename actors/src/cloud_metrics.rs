@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kerf::api::{NodeClaim, NodePool};
-use kerf::catalog::InstanceType;
+use kerf::catalog::{CatalogSnapshot, InstanceType};
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
     NodeClassReconciler,
@@ -108,6 +108,10 @@ impl CloudProvider for MeteredCloudProvider {
         node_pool: &'a NodePool,
     ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
         Box::pin(self.observe("GetInstanceTypes", self.inner.get_instance_types(node_pool)))
+    }
+
+    fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
+        self.inner.catalog()
     }
 
     fn is_drifted<'a>(

@@ -98,7 +98,8 @@ pub struct Environment {
 #[derive(Clone)]
 pub struct Cloud {
     pub provider: Arc<dyn CloudProvider>,
-    /// The region's instance types, which the scheduler plans with.
+    /// The region's embedded catalog, which the scheduler plans with until `provider`'s
+    /// first refresh ([`CloudProvider::catalog`]).
     pub catalog: Catalog,
     /// The unavailable-offerings state to share with `provider` (start it with
     /// [`OfferingCache::start`] and hand the provider a clone); `None`: the daemon starts
@@ -358,7 +359,7 @@ impl Daemon {
                     min_values: min_values_policy,
                 },
                 events: events.clone(),
-                instance_types: InstanceTypeCache::default(),
+                instance_types: InstanceTypeCache::following(provider.clone()),
             };
             ((addr, (lifecycle, (termination, stats))), provisioning)
         });

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use kerf::api::{NodeClaim, NodePool};
-use kerf::catalog::InstanceType;
+use kerf::catalog::{CatalogSnapshot, InstanceType};
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
 };
@@ -14,10 +14,11 @@ use tokio::time::Instant;
 
 /// A provider whose launches, lookups and tags fail with the error `refusal` makes; the
 /// rest (deletes, lists, instance types, drift) succeed with nothing. It records when each
-/// tagging call came.
+/// tagging call came, and answers the catalog a test set ([`Self::set_catalog`]).
 pub struct RefusingCloud {
     refusal: fn() -> CloudProviderError,
     tag_calls: Mutex<Vec<Instant>>,
+    catalog: Mutex<Option<Arc<CatalogSnapshot>>>,
 }
 
 impl RefusingCloud {
@@ -25,7 +26,13 @@ impl RefusingCloud {
         Arc::new(Self {
             refusal,
             tag_calls: Mutex::new(Vec::new()),
+            catalog: Mutex::new(None),
         })
+    }
+
+    /// What [`CloudProvider::catalog`] answers from now on, as a refresh would publish it.
+    pub fn set_catalog(&self, catalog: CatalogSnapshot) {
+        *self.catalog.lock().expect("catalog lock") = Some(Arc::new(catalog));
     }
 
     /// When each `tag_registered` call came, in order.
@@ -63,6 +70,9 @@ impl CloudProvider for RefusingCloud {
         _: &'a NodePool,
     ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
         Box::pin(async { Ok(Vec::new()) })
+    }
+    fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
+        self.catalog.lock().expect("catalog lock").clone()
     }
     fn is_drifted<'a>(
         &'a self,

@@ -34,7 +34,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kerf::api::condition::types;
 use kerf::api::nodeclaim::{NodeClaimStatus, ResourceList};
 use kerf::api::{AmiFamily, EC2NodeClass, NodeClaim, NodePool};
-use kerf::catalog::{AllocatableSettings, CapacityType, InstanceType};
+use kerf::catalog::{AllocatableSettings, CapacityType, CatalogSnapshot, InstanceType};
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
     NodeClassReconciler, OfferingRef, aws_provider_id, launched_provider_id, parse_aws_provider_id,
@@ -44,6 +44,13 @@ use kerf::resources::{Quantity, Resources};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+/// How soon a catalog refresh with a failed part is tried again; doubled after each failure
+/// in a row, so an API that is down is not hammered while a blip costs seconds, not hours.
+pub const REFRESH_RETRY_BASE: Duration = Duration::from_secs(10);
+/// The longest wait between retries of a failing refresh (upstream's controllers back off
+/// to 1,000 s).
+pub const REFRESH_RETRY_MAX: Duration = Duration::from_secs(1000);
 
 /// Cluster facts and controller settings the provider needs.
 #[derive(Clone, Debug, PartialEq)]
@@ -778,7 +785,9 @@ impl AwsCloudProvider {
     }
 
     /// Background upkeep until dropped: refreshes instance types, offerings and prices at
-    /// start and every `refresh_interval` (12 hours upstream), and, while `leader` is true,
+    /// start and every `refresh_interval` (12 hours upstream) — after a refresh with a failed
+    /// part, again after [`REFRESH_RETRY_BASE`] doubling up to [`REFRESH_RETRY_MAX`], as
+    /// upstream's controllers requeue a failed reconcile — and, while `leader` is true,
     /// deletes launch templates unused for their TTL every minute (as upstream, only the
     /// leader deletes: a standby launches nothing, so every template would look unused to it);
     /// a deletion pass still running when leadership is lost is abandoned.
@@ -787,12 +796,24 @@ impl AwsCloudProvider {
         refresh_interval: Duration,
         mut leader: tokio::sync::watch::Receiver<bool>,
     ) {
-        let mut refresh = tokio::time::interval(refresh_interval);
+        let refresh = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(refresh);
+        let mut retry = REFRESH_RETRY_BASE;
         let mut evict = tokio::time::interval(crate::launchtemplate::LAUNCH_TEMPLATE_TTL);
         loop {
             let leading = *leader.borrow_and_update();
             tokio::select! {
-                _ = refresh.tick() => self.instance_types.refresh().await,
+                () = &mut refresh => {
+                    let wait = if self.instance_types.refresh().await {
+                        retry = REFRESH_RETRY_BASE;
+                        refresh_interval
+                    } else {
+                        let wait = retry.min(refresh_interval);
+                        retry = (retry * 2).min(REFRESH_RETRY_MAX);
+                        wait
+                    };
+                    refresh.as_mut().reset(tokio::time::Instant::now() + wait);
+                }
                 // Re-evaluates `leading`; a closed channel disables the branch.
                 Ok(()) = leader.changed() => {}
                 _ = evict.tick(), if leading => {
@@ -912,6 +933,10 @@ impl CloudProvider for AwsCloudProvider {
             }
             Ok(self.types_for(&nc)?.into_iter().map(Arc::new).collect())
         })
+    }
+
+    fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
+        self.instance_types.refreshed()
     }
 
     fn is_drifted<'a>(

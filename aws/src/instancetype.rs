@@ -1,10 +1,16 @@
-//! Instance types and their offerings as EC2 reports them now. DescribeInstanceTypes and
-//! DescribeInstanceTypeOfferings (refreshed at start-up and every 12 hours) replace the
-//! embedded catalog's facts and zones where they answer; the catalog still supplies what EC2
-//! does not report (network bandwidth, VPC limits) and stands in until the first refresh.
-//! Types are resolved per allocatable settings and subnet zones and cached for five
-//! minutes; every listing then marks offerings unavailable that have no price, no subnet in
-//! their zone, or a recent launch failure in the unavailable-offerings cache.
+//! Instance types and their offerings as EC2 reports them now: DescribeInstanceTypes,
+//! DescribeInstanceTypeOfferings and the [`PricingProvider`]'s prices, refreshed at start-up
+//! and every 12 hours (sooner after a failure, see [`AwsCloudProvider::run_upkeep`]), are
+//! folded after each refresh into one [`CatalogSnapshot`], numbered anew only when its
+//! content changed. The controller plans with that snapshot ([`Self::refreshed`]) and
+//! launches resolve the same one here, so both see the same types, zones and prices. The
+//! embedded catalog supplies what EC2 does not report (network bandwidth, VPC limits) and
+//! stands in until the first refresh; a failed or empty answer keeps the last good part,
+//! logged and counted in [`CATALOG_REFRESH_FAILURES`]. Resolved types are cached per
+//! settings and snapshot for five minutes; every listing then marks offerings unavailable
+//! outside the node class's subnet zones or after a recent launch failure.
+//!
+//! [`AwsCloudProvider::run_upkeep`]: crate::cloudprovider::AwsCloudProvider::run_upkeep
 
 use crate::cache::TtlCache;
 use crate::errors::ApiError;
@@ -14,30 +20,53 @@ use crate::selectors::filter;
 use crate::unavailable::UnavailableOfferings;
 use aws_sdk_ec2::types::LocationType;
 use kerf::catalog::{
-    Accelerator, AllocatableSettings, CapacityType, Catalog, Gpu, InstanceStorage, InstanceType,
-    InstanceTypeInfo, NeuronDevice, Offering,
+    Accelerator, AllocatableSettings, Catalog, CatalogFacts, CatalogSnapshot, Gpu, InstanceStorage,
+    InstanceType, InstanceTypeInfo, NeuronDevice, Offering,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use thiserror::Error;
 
 /// How long resolved instance types are reused for one configuration.
 pub const INSTANCE_TYPES_CACHE_TTL: Duration = Duration::from_secs(300);
-/// How often EC2's instance-type facts and offerings are refreshed.
+/// How often EC2's instance-type facts and offerings are refreshed (upstream's 12 hours).
 pub const INSTANCE_TYPES_REFRESH_INTERVAL: Duration = Duration::from_secs(12 * 3600);
+/// Failed parts of a catalog refresh, by `part` (`instance_types`, `offerings`,
+/// `on_demand_prices`, `spot_prices`).
+pub const CATALOG_REFRESH_FAILURES: &str = "kerf_cloudprovider_catalog_refresh_failures_total";
 
-/// Zone name → zone id.
-type Zones = BTreeMap<String, String>;
+/// Why one part of a refresh kept the previous answer.
+#[derive(Clone, Debug, Error, PartialEq)]
+pub enum RefreshError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// EC2 answered without any entry: taken as a failure, never as an empty catalog.
+    #[error("{0} answered nothing")]
+    Empty(&'static str),
+}
+
+/// What DescribeAvailabilityZones and DescribeInstanceTypeOfferings answered.
+#[derive(Clone, Debug, PartialEq)]
+struct LiveOfferings {
+    /// Zone name → zone id.
+    zones: BTreeMap<String, String>,
+    /// Type → zones offering it.
+    offered: BTreeMap<String, BTreeSet<String>>,
+}
 
 /// Resolves instance types with live EC2 facts, prices and availability.
 pub struct InstanceTypeProvider {
     ec2: aws_sdk_ec2::Client,
-    region: String,
     catalog: Option<Catalog>,
     pricing: Arc<PricingProvider>,
     unavailable: Arc<dyn UnavailableOfferings>,
     live_infos: RwLock<Option<Arc<Vec<InstanceTypeInfo>>>>,
-    live_zones: RwLock<Option<Arc<BTreeMap<String, Zones>>>>,
+    live_offerings: RwLock<Option<Arc<LiveOfferings>>>,
+    /// The catalog the refreshes made; `None` until one fetched anything.
+    refreshed: RwLock<Option<Arc<CatalogSnapshot>>>,
+    /// The embedded catalog (empty for a region it lacks), until then.
+    stand_in: Arc<CatalogSnapshot>,
     resolved: TtlCache<u64, Arc<Vec<InstanceType>>>,
 }
 
@@ -68,20 +97,48 @@ impl InstanceTypeProvider {
         pricing: Arc<PricingProvider>,
         unavailable: Arc<dyn UnavailableOfferings>,
     ) -> Self {
+        let catalog = Catalog::embedded(region).ok();
+        let stand_in = catalog.map_or_else(
+            || {
+                let facts = CatalogFacts {
+                    region: region.to_owned(),
+                    ..CatalogFacts::default()
+                };
+                CatalogSnapshot::new(facts, 0)
+            },
+            |c| c.snapshot(),
+        );
         Self {
             ec2,
-            region: region.to_owned(),
-            catalog: Catalog::embedded(region).ok(),
+            catalog,
             pricing,
             unavailable,
             live_infos: RwLock::new(None),
-            live_zones: RwLock::new(None),
+            live_offerings: RwLock::new(None),
+            refreshed: RwLock::new(None),
+            stand_in: Arc::new(stand_in),
             resolved: TtlCache::new(INSTANCE_TYPES_CACHE_TTL),
         }
     }
 
-    /// Refreshes instance-type facts from DescribeInstanceTypes; returns how many types.
-    pub async fn update_instance_types(&self) -> Result<usize, ApiError> {
+    /// The catalog the refreshes made, once one fetched anything: what the controller
+    /// plans with ([`kerf::cloudprovider::CloudProvider::catalog`]).
+    pub fn refreshed(&self) -> Option<Arc<CatalogSnapshot>> {
+        self.refreshed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The catalog launches resolve: the refreshed one, else the embedded stand-in.
+    pub fn current(&self) -> Arc<CatalogSnapshot> {
+        self.refreshed()
+            .unwrap_or_else(|| Arc::clone(&self.stand_in))
+    }
+
+    /// Fetches instance-type facts from DescribeInstanceTypes; returns how many types. The
+    /// next [`Self::publish`] folds them into the catalog.
+    pub async fn update_instance_types(&self) -> Result<usize, RefreshError> {
         let mut pages = self
             .ec2
             .describe_instance_types()
@@ -101,17 +158,20 @@ impl InstanceTypeProvider {
                     .filter_map(|t| self.info_from_ec2(t)),
             );
         }
+        if infos.is_empty() {
+            return Err(RefreshError::Empty("DescribeInstanceTypes"));
+        }
         infos.sort_by(|a, b| a.name.cmp(&b.name));
         let count = infos.len();
         *self.live_infos.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(infos));
-        self.resolved.clear();
-        tracing::debug!(count, "updated instance types from EC2");
+        tracing::debug!(count, "fetched instance types from EC2");
         Ok(count)
     }
 
-    /// Refreshes the zones offering each type from DescribeInstanceTypeOfferings.
-    pub async fn update_offerings(&self) -> Result<usize, ApiError> {
-        let zone_ids: BTreeMap<String, String> = self
+    /// Fetches the zones offering each type from DescribeInstanceTypeOfferings; returns how
+    /// many types are offered. The next [`Self::publish`] folds them into the catalog.
+    pub async fn update_offerings(&self) -> Result<usize, RefreshError> {
+        let zones: BTreeMap<String, String> = self
             .ec2
             .describe_availability_zones()
             .send()
@@ -132,53 +192,134 @@ impl InstanceTypeProvider {
             .location_type(LocationType::AvailabilityZone)
             .into_paginator()
             .send();
-        let mut zones: BTreeMap<String, Zones> = BTreeMap::new();
+        let mut offered: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| ApiError::from_sdk("DescribeInstanceTypeOfferings", e))?;
             for o in page.instance_type_offerings() {
                 let (Some(t), Some(zone)) = (o.instance_type(), o.location()) else {
                     continue;
                 };
-                let id = zone_ids.get(zone).cloned().unwrap_or_default();
-                zones
+                offered
                     .entry(t.as_str().to_owned())
                     .or_default()
-                    .insert(zone.to_owned(), id);
+                    .insert(zone.to_owned());
             }
         }
-        let count = zones.len();
-        *self.live_zones.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(zones));
-        self.resolved.clear();
+        if offered.is_empty() {
+            return Err(RefreshError::Empty("DescribeInstanceTypeOfferings"));
+        }
+        let count = offered.len();
+        *self
+            .live_offerings
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(LiveOfferings { zones, offered }));
+        tracing::debug!(count, "fetched instance type offerings from EC2");
         Ok(count)
     }
 
-    /// Refreshes facts, offerings and prices, logging (not failing on) each part's error
-    /// so one unreachable API does not stop the others.
-    pub async fn refresh(&self) {
+    /// Refreshes facts, offerings and prices, then publishes the catalog they make. A part
+    /// that fails keeps its previous answer, is logged and counted, and does not stop the
+    /// others; returns whether every part succeeded.
+    pub async fn refresh(&self) -> bool {
+        let mut failed = Vec::new();
         if let Err(e) = self.update_instance_types().await {
             tracing::error!(error = %e, "refreshing instance types failed; keeping the previous ones");
+            failed.push("instance_types");
         }
         if let Err(e) = self.update_offerings().await {
             tracing::error!(error = %e, "refreshing instance type offerings failed; keeping the previous ones");
+            failed.push("offerings");
         }
         if let Err(e) = self.pricing.update_on_demand().await {
             let age = self.pricing.on_demand_age();
             tracing::warn!("{}", crate::pricing::on_demand_failure_message(&e, age));
+            failed.push("on_demand_prices");
         }
         if let Err(e) = self.pricing.update_spot().await {
             tracing::warn!(error = %e, "refreshing spot prices failed; keeping the previous ones");
+            failed.push("spot_prices");
         }
+        for part in &failed {
+            metrics::counter!(CATALOG_REFRESH_FAILURES, "part" => *part).increment(1);
+        }
+        self.publish();
+        failed.is_empty()
+    }
+
+    /// Folds what was fetched into a catalog snapshot, numbered after the previous one when
+    /// its content differs; nothing is published before any part was fetched (the embedded
+    /// stand-in stays in use). Returns the catalog now published.
+    pub fn publish(&self) -> Option<Arc<CatalogSnapshot>> {
+        let infos = self
+            .live_infos
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let offerings = self
+            .live_offerings
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let (on_demand, spot) = self.pricing.live_counts();
+        let mut refreshed = self.refreshed.write().unwrap_or_else(|p| p.into_inner());
+        if infos.is_none() && offerings.is_none() && on_demand + spot == 0 {
+            return refreshed.clone();
+        }
+        let stand_in = self.stand_in.facts();
+        let mut facts = CatalogFacts {
+            region: stand_in.region.clone(),
+            infos: infos.map_or_else(|| stand_in.infos.clone(), |i| i.as_ref().clone()),
+            ..CatalogFacts::default()
+        };
+        match offerings {
+            Some(live) => {
+                facts.zones = live.zones.clone();
+                facts.offered = live.offered.clone();
+            }
+            None => {
+                facts.zones = stand_in.zones.clone();
+                facts.offered = stand_in.offered.clone();
+            }
+        }
+        for info in &facts.infos {
+            let name = &info.name;
+            if let Some(price) = self.pricing.on_demand_price(name) {
+                facts.on_demand.insert(name.clone(), price);
+            }
+            for zone in facts.offered.get(name).into_iter().flatten() {
+                if let Some(price) = self.pricing.spot_price(name, zone) {
+                    facts
+                        .spot
+                        .entry(name.clone())
+                        .or_default()
+                        .insert(zone.clone(), price);
+                }
+            }
+        }
+        let previous = refreshed.as_ref().map_or(0, |r| r.seq_num());
+        if refreshed.as_ref().is_some_and(|r| r.facts() == &facts) {
+            return refreshed.clone();
+        }
+        let snapshot = Arc::new(CatalogSnapshot::new(facts, previous + 1));
+        tracing::info!(
+            instance_types = snapshot.offered_types(),
+            seq_num = snapshot.seq_num(),
+            "refreshed the instance type catalog from EC2"
+        );
+        *refreshed = Some(Arc::clone(&snapshot));
         self.resolved.clear();
+        Some(snapshot)
     }
 
     /// Every instance type for `settings`, with offerings marked available only where they
     /// can be launched now within `scope`.
     pub fn list(&self, settings: &AllocatableSettings, scope: &LaunchScope) -> Vec<InstanceType> {
-        let key = fnv1a64(format!("{settings:?}").as_bytes());
+        let catalog = self.current();
+        let key = fnv1a64(format!("{}/{settings:?}", catalog.seq_num()).as_bytes());
         let resolved = match self.resolved.get(&key) {
             Some(hit) => hit,
             None => {
-                let fresh = Arc::new(self.resolve_all(settings));
+                let fresh = Arc::new(catalog.instance_types(settings, None));
                 self.resolved.insert(key, fresh.clone());
                 fresh
             }
@@ -202,71 +343,6 @@ impl InstanceTypeProvider {
         !self
             .unavailable
             .is_unavailable(name, &o.zone, o.capacity_type.as_str(), subnets)
-    }
-
-    fn resolve_all(&self, settings: &AllocatableSettings) -> Vec<InstanceType> {
-        let infos: Vec<InstanceTypeInfo> = match self
-            .live_infos
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
-            Some(live) => live.as_ref().clone(),
-            None => self
-                .catalog
-                .map(|c| c.infos().cloned().collect())
-                .unwrap_or_default(),
-        };
-        infos
-            .iter()
-            .filter_map(|info| {
-                InstanceType::resolve(info, &self.region, self.offerings(info), settings)
-            })
-            .collect()
-    }
-
-    fn zones_of(&self, name: &str) -> Zones {
-        if let Some(live) = self
-            .live_zones
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            return live.get(name).cloned().unwrap_or_default();
-        }
-        self.catalog
-            .map(|c| {
-                c.offerings(name)
-                    .into_iter()
-                    .map(|o| (o.zone, o.zone_id))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// On-demand and spot offerings per zone offering the type, priced; without a price an
-    /// offering is unavailable, as upstream.
-    fn offerings(&self, info: &InstanceTypeInfo) -> Vec<Offering> {
-        let mut offerings = Vec::new();
-        for (zone, zone_id) in self.zones_of(&info.name) {
-            for capacity_type in [CapacityType::OnDemand, CapacityType::Spot] {
-                if !info.supports_usage_class(capacity_type.as_str()) {
-                    continue;
-                }
-                let price = match capacity_type {
-                    CapacityType::Spot => self.pricing.spot_price(&info.name, &zone),
-                    _ => self.pricing.on_demand_price(&info.name),
-                };
-                offerings.push(Offering {
-                    zone: zone.clone(),
-                    zone_id: zone_id.clone(),
-                    capacity_type,
-                    price: price.unwrap_or(0.0),
-                    available: price.is_some(),
-                });
-            }
-        }
-        offerings
     }
 
     /// EC2's description of a type, completed with the catalog's bandwidth and VPC limits.
@@ -394,17 +470,12 @@ impl InstanceTypeProvider {
 
     /// The zones where any type is offered (for validating subnets).
     pub fn offered_zones(&self) -> BTreeSet<String> {
-        match self
-            .live_zones
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            Some(live) => live.values().flat_map(|z| z.keys().cloned()).collect(),
-            None => self
-                .catalog
-                .map(|c| c.zones().iter().map(|z| z.name.clone()).collect())
-                .unwrap_or_default(),
-        }
+        self.current()
+            .facts()
+            .offered
+            .values()
+            .flatten()
+            .cloned()
+            .collect()
     }
 }

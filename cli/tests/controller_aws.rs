@@ -7,7 +7,9 @@
 //! earlier run is terminated. An EC2 state-change message sent into the SQS interruption
 //! queue (moto's SQS, `INTERRUPTION_QUEUE`) deletes that NodeClaim and terminates its
 //! instance. An unreachable AWS endpoint, or a missing interruption queue, stops start-up
-//! with advice.
+//! with advice. A controller plans with the account's instance types once its provider
+//! refreshed them: a type AWS added is launched, a type offered only outside the cluster's
+//! zones is never planned.
 
 // Helpers of this test crate are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -135,11 +137,11 @@ fn tag_spec(resource: ResourceType, tags: &[(&str, &str)]) -> TagSpecification {
         .build()
 }
 
-/// The VPC objects and AMI an EC2NodeClass discovers by the `karpenter.sh/discovery` tag,
-/// the EKS AL2023 alias parameter for Kubernetes 1.33 (the emulator's version), the node
-/// role; returns the AMI id.
-async fn seed_aws(c: &AwsClients) -> String {
-    let discovery = [("karpenter.sh/discovery", CLUSTER)];
+/// The VPC objects of `cluster` an EC2NodeClass discovers by the `karpenter.sh/discovery`
+/// tag (subnets in us-east-1a and us-east-1b), and what every cluster of this binary shares
+/// ([`seed_shared`]); returns the AMI id.
+async fn seed_aws(c: &AwsClients, cluster: &str) -> String {
+    let discovery = [("karpenter.sh/discovery", cluster)];
     let vpc = c
         .ec2
         .create_vpc()
@@ -171,6 +173,17 @@ async fn seed_aws(c: &AwsClients) -> String {
         .send()
         .await
         .unwrap();
+    seed_shared(c).await
+}
+
+/// The AMI behind the EKS AL2023 alias parameter for Kubernetes 1.33 (the emulator's
+/// version) and the node role, seeded once per test binary; returns the AMI id.
+async fn seed_shared(c: &AwsClients) -> String {
+    static SHARED: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    SHARED.get_or_init(|| seed_image_and_role(c)).await.clone()
+}
+
+async fn seed_image_and_role(c: &AwsClients) -> String {
     let image = c
         .ec2
         .register_image()
@@ -258,8 +271,9 @@ async fn instance(c: &AwsClients, id: &str) -> Option<(String, BTreeMap<String, 
 }
 
 /// The cluster: CRDs, namespaces, the DNS Service and the `kubernetes` Service at EKS's
-/// default service range, one EC2NodeClass and one NodePool.
-async fn seed_cluster(cluster: &Cluster) {
+/// default service range, one EC2NodeClass discovering `discovery`'s subnets and group, and
+/// one NodePool with `requirements`.
+async fn seed_cluster(cluster: &Cluster, discovery: &str, requirements: Value) {
     let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
     for file in [
         "karpenter.sh_nodepools.yaml",
@@ -299,8 +313,8 @@ async fn seed_cluster(cluster: &Cluster) {
                 "spec": {
                     "role": "KerfNodeRole",
                     "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                    "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
-                    "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+                    "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": discovery}}],
+                    "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": discovery}}],
                     "tags": {"team": "platform"},
                 },
             }),
@@ -315,25 +329,37 @@ async fn seed_cluster(cluster: &Cluster) {
                 "metadata": {"name": "default"},
                 "spec": {"template": {"spec": {
                     "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                    "requirements": [
-                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]},
-                    ],
+                    "requirements": requirements,
                 }}},
             }),
         )
         .unwrap();
 }
 
+/// The NodePool of [`launches_on_aws_for_a_pending_pod_and_collects_a_leaked_instance`].
+fn m5_on_demand() -> Value {
+    json!([
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]},
+    ])
+}
+
 fn unschedulable_pod(cluster: &Cluster) {
+    pending_pod(cluster, "web", json!({}));
+}
+
+/// A pod `name` asking for 1 CPU and 1 GiB on a node with `node_selector`, reported
+/// unschedulable by the kube-scheduler.
+fn pending_pod(cluster: &Cluster, name: &str, node_selector: Value) {
     cluster
         .create(
             "v1",
             "pods",
             json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "web", "namespace": "default"},
-                "spec": {"containers": [{"name": "app", "image": "app",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeSelector": node_selector,
+                    "containers": [{"name": "app", "image": "app",
                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}),
         )
         .unwrap();
@@ -342,7 +368,7 @@ fn unschedulable_pod(cluster: &Cluster) {
             "v1",
             "pods",
             Some("default"),
-            "web",
+            name,
             PatchKind::Merge,
             &json!({"status": {"phase": "Pending", "conditions": [{
                 "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
@@ -361,11 +387,11 @@ fn is_true(object: &Value, type_: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn launches_on_aws_for_a_pending_pod_and_collects_a_leaked_instance() {
     let c = AwsClients::for_endpoint(moto().endpoint(), REGION).await;
-    let image = seed_aws(&c).await;
+    let image = seed_aws(&c, CLUSTER).await;
     let leaked = leaked_instance(&c, &image).await;
     let server = ApiServer::start(ServerConfig::default()).await.unwrap();
     let cluster = server.cluster();
-    seed_cluster(&cluster).await;
+    seed_cluster(&cluster, CLUSTER, m5_on_demand()).await;
     let kubeconfig = std::env::temp_dir().join(format!(
         "kerf-cli-controller-aws-{}.kubeconfig",
         std::process::id()
@@ -520,6 +546,128 @@ async fn launches_on_aws_for_a_pending_pod_and_collects_a_leaked_instance() {
         log.contains("initiating delete from interruption message"),
         "{log}"
     );
+    let _ = std::fs::remove_file(&kubeconfig);
+    server.shutdown().await;
+}
+
+/// A type AWS added after the embedded catalog was generated: moto is taught it (a copy of
+/// m5.large), the embedded catalog has no such name.
+const NEW_TYPE: &str = "m9z.large";
+/// A type the embedded catalog offers in the cluster's zones, which this account's EC2
+/// offers only in us-east-1c, where the cluster has no subnet.
+const ELSEWHERE: &str = "c6i.large";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_with_the_accounts_instance_types_once_refreshed() {
+    const CATALOG_CLUSTER: &str = "kerf-moto-catalog";
+    let embedded = kerf::catalog::Catalog::embedded(REGION).unwrap();
+    assert!(embedded.info(NEW_TYPE).is_none());
+    assert!(
+        embedded
+            .offerings(ELSEWHERE)
+            .iter()
+            .any(|o| o.zone == "us-east-1a" && o.available)
+    );
+    moto()
+        .set_instance_type_zones(REGION, NEW_TYPE, "m5.large", &["us-east-1a", "us-east-1b"])
+        .unwrap();
+    moto()
+        .set_instance_type_zones(REGION, ELSEWHERE, ELSEWHERE, &["us-east-1c"])
+        .unwrap();
+    let c = AwsClients::for_endpoint(moto().endpoint(), REGION).await;
+    seed_aws(&c, CATALOG_CLUSTER).await;
+    let server = ApiServer::start(ServerConfig::default()).await.unwrap();
+    let cluster = server.cluster();
+    seed_cluster(
+        &cluster,
+        CATALOG_CLUSTER,
+        json!([
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [NEW_TYPE, ELSEWHERE]},
+        ]),
+    )
+    .await;
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "kerf-cli-controller-aws-catalog-{}.kubeconfig",
+        std::process::id()
+    ));
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let controller = spawn_controller(&kubeconfig, &[("CLUSTER_NAME", CATALOG_CLUSTER)]);
+    // Before its first refresh the controller plans with the embedded catalog, which would
+    // place ELSEWHERE in us-east-1a: the pods come once the account's catalog is in.
+    eventually(&controller, "the catalog is refreshed from EC2", || async {
+        controller
+            .log()
+            .contains("refreshed the instance type catalog from EC2")
+    })
+    .await;
+    eventually(&controller, "the EC2NodeClass is Ready", || async {
+        cluster
+            .get("karpenter.k8s.aws/v1", "ec2nodeclasses", None, "default")
+            .is_ok_and(|nc| is_true(&nc, "Ready"))
+    })
+    .await;
+    let selector = |t: &str| json!({"node.kubernetes.io/instance-type": t});
+    pending_pod(&cluster, "new-type", selector(NEW_TYPE));
+    pending_pod(&cluster, "elsewhere", selector(ELSEWHERE));
+
+    // The type only the account's catalog has is planned and launched.
+    let launched_as = |t: &str| {
+        cluster
+            .list("karpenter.sh/v1", "nodeclaims", None, "")
+            .unwrap()
+            .into_iter()
+            .find(|c| {
+                is_true(c, "Launched")
+                    && c["metadata"]["labels"]["node.kubernetes.io/instance-type"] == t
+            })
+    };
+    eventually(
+        &controller,
+        "a NodeClaim is launched as the new type",
+        || async { launched_as(NEW_TYPE).is_some() },
+    )
+    .await;
+    let claim = launched_as(NEW_TYPE).unwrap();
+    let id = claim["status"]["providerID"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(instance(&c, &id).await.unwrap().0, "running");
+
+    // The type the account does not offer in the cluster's zones is never planned: the
+    // solve reports its pod unschedulable, and no NodeClaim asks for it.
+    eventually(
+        &controller,
+        "the other pod is reported unschedulable",
+        || async {
+            cluster
+                .list("v1", "events", Some("default"), "")
+                .unwrap()
+                .iter()
+                .any(|e| {
+                    e["involvedObject"]["name"] == "elsewhere" && e["reason"] == "FailedScheduling"
+                })
+        },
+    )
+    .await;
+    for claim in cluster
+        .list("karpenter.sh/v1", "nodeclaims", None, "")
+        .unwrap()
+    {
+        let requirements = &claim["spec"]["requirements"];
+        assert!(!requirements.to_string().contains(ELSEWHERE), "{claim}");
+    }
+    let log = controller.log();
+    assert!(
+        log.contains("planning with the cloud provider's refreshed instance type catalog"),
+        "{log}"
+    );
+    let exit = controller.stop().await;
+    assert!(exit.success(), "{exit:?}");
     let _ = std::fs::remove_file(&kubeconfig);
     server.shutdown().await;
 }

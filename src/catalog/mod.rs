@@ -50,6 +50,7 @@ mod node_class;
 mod overhead;
 pub mod pricing;
 mod settings;
+mod snapshot;
 mod type_labels;
 
 pub use capacity::{eni_limited_pods, ephemeral_storage, memory, pods};
@@ -63,6 +64,7 @@ pub use settings::{
     DEFAULT_VM_MEMORY_OVERHEAD_PERCENT, EvictionValue, EvictionValueError, KubeletSettings,
     MEMORY_AVAILABLE, NODEFS_AVAILABLE,
 };
+pub use snapshot::{CatalogFacts, CatalogSnapshot};
 pub use type_labels::{
     INSTANCE_TENANCY_VALUES, INSTANCE_TYPE_LABEL_KEYS, category_and_generation, family_and_size,
     instance_type_labels,

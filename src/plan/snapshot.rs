@@ -32,12 +32,14 @@ pub struct Snapshot {
 }
 
 /// Where a snapshot's NodePools get their instance types: `kerf plan` takes them straight
-/// from the catalog; the controller goes through a cache that also marks the offerings that
-/// recently failed to launch unavailable.
+/// from the embedded catalog; the controller goes through a cache that resolves them from
+/// the cloud provider's refreshed catalog and marks the offerings that recently failed to
+/// launch unavailable.
 pub trait InstanceTypeSource {
     /// The instance types of NodePools whose EC2NodeClass is `class_name` (`class`, when the
     /// inventory has it), resolved with its allocatable `settings`. Called once per class
-    /// per snapshot; the list is shared by the class's NodePools.
+    /// per snapshot; the list is shared by the class's NodePools and sizes its in-flight
+    /// NodeClaims.
     fn resolve(
         &mut self,
         class_name: &str,
@@ -63,14 +65,13 @@ pub fn build(
     catalog: &Catalog,
     controller: ControllerSettings,
 ) -> Result<Snapshot, PlanError> {
-    build_with(inventory, catalog, controller, &mut &*catalog)
+    build_with(inventory, controller, &mut &*catalog)
 }
 
-/// [`build`], with the NodePools' instance types from `source`; `catalog` still sizes
-/// in-flight NodeClaims that have no status yet.
+/// [`build`], with instance types from `source`: the NodePools' and those that size
+/// in-flight NodeClaims without a status yet.
 pub fn build_with(
     inventory: &Inventory,
-    catalog: &Catalog,
     controller: ControllerSettings,
     source: &mut dyn InstanceTypeSource,
 ) -> Result<Snapshot, PlanError> {
@@ -81,7 +82,7 @@ pub fn build_with(
         .filter(|pod| pods::is_bound(pod) || pods::wants_capacity(pod))
         .map(Arc::clone)
         .collect();
-    build_from(inventory, pods, used, catalog, controller, source)
+    build_from(inventory, pods, used, controller, source)
 }
 
 /// [`build`], moving the inventory's pods into the snapshot, for a caller that reads no pod
@@ -94,7 +95,7 @@ pub fn build_taking_pods(
 ) -> Result<Snapshot, PlanError> {
     let pods = std::mem::take(&mut inventory.pods);
     let used = namespaces_of(&pods);
-    build_from(inventory, pods, used, catalog, controller, &mut &*catalog)
+    build_from(inventory, pods, used, controller, &mut &*catalog)
 }
 
 /// The snapshot of `inventory` with `pods` (the inventory's, or those of them that are
@@ -103,11 +104,16 @@ fn build_from(
     inventory: &Inventory,
     pods: Vec<Arc<LeanPod>>,
     used: BTreeSet<String>,
-    catalog: &Catalog,
     controller: ControllerSettings,
     source: &mut dyn InstanceTypeSource,
 ) -> Result<Snapshot, PlanError> {
     let mut warnings = Vec::new();
+    let mut class_types = ClassTypes {
+        inventory,
+        controller,
+        source,
+        resolved: HashMap::new(),
+    };
     let (pending, bound) = split_pods(pods);
     let mut bound_by_node: HashMap<String, Vec<Arc<LeanPod>>> = HashMap::new();
     for pod in bound {
@@ -153,9 +159,7 @@ fn build_from(
         existing_nodes.push(in_flight_node(
             claim,
             pods,
-            inventory,
-            catalog,
-            controller,
+            &mut class_types,
             &mut warnings,
         )?);
     }
@@ -173,7 +177,7 @@ fn build_from(
             orphans.join(", ")
         ));
     }
-    let node_pools = node_pools(inventory, source, controller, &mut warnings)?;
+    let node_pools = node_pools(inventory, &mut class_types, &mut warnings)?;
     let input = SchedulingInput {
         namespaces: namespaces(inventory, used),
         pods: pending,
@@ -283,13 +287,11 @@ const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 /// A launched (or launching) NodeClaim without a Node: its labels are what its requirements
 /// pin to one value; its resources are its status, or, before the launch filled that in,
-/// what its instance types in the catalog guarantee (see [`unlaunched_resources`]).
+/// what its instance types guarantee (see [`unlaunched_resources`]).
 fn in_flight_node(
     claim: &NodeClaim,
     pods: Vec<Arc<LeanPod>>,
-    inventory: &Inventory,
-    catalog: &Catalog,
-    controller: ControllerSettings,
+    class_types: &mut ClassTypes<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<ExistingNode, PlanError> {
     let name = claim.name().to_string();
@@ -314,8 +316,7 @@ fn in_flight_node(
         .map_err(invalid)?
         .unwrap_or_default();
     if allocatable.is_empty() {
-        let instance_types = catalog_instance_types(claim, &labels, inventory, catalog, controller)
-            .map_err(invalid)?;
+        let instance_types = claim_instance_types(claim, &labels, class_types).map_err(invalid)?;
         match unlaunched_resources(&instance_types) {
             Some((guaranteed, largest)) => {
                 allocatable = guaranteed;
@@ -346,17 +347,15 @@ fn in_flight_node(
     })
 }
 
-/// The catalog's instance types a NodeClaim may launch as: the one its labels name, else
-/// those its instance-type requirement allows.
-fn catalog_instance_types(
+/// The instance types a NodeClaim may launch as, from its class's: the one its labels name,
+/// else those its instance-type requirement allows.
+fn claim_instance_types(
     claim: &NodeClaim,
     labels: &BTreeMap<String, String>,
-    inventory: &Inventory,
-    catalog: &Catalog,
-    controller: ControllerSettings,
+    class_types: &mut ClassTypes<'_>,
 ) -> Result<Vec<InstanceType>, FieldError> {
-    let names: Vec<&str> = match labels.get(labels::INSTANCE_TYPE) {
-        Some(name) => vec![name.as_str()],
+    let names: HashSet<&str> = match labels.get(labels::INSTANCE_TYPE) {
+        Some(name) => HashSet::from([name.as_str()]),
         None => claim
             .requirements()
             .iter()
@@ -367,11 +366,42 @@ fn catalog_instance_types(
     if names.is_empty() {
         return Ok(Vec::new());
     }
-    let settings = settings_for(&claim.node_class_ref().name, inventory, controller)?.0;
-    Ok(names
-        .into_iter()
-        .filter_map(|name| catalog.instance_type(name, &settings))
+    let (types, _) = class_types.of(&claim.node_class_ref().name)?;
+    Ok(types
+        .iter()
+        .filter(|it| names.contains(it.name.as_str()))
+        .cloned()
         .collect())
+}
+
+/// Each EC2NodeClass's instance types, resolved through the source once per snapshot and
+/// shared by its NodePools and in-flight NodeClaims.
+struct ClassTypes<'a> {
+    inventory: &'a Inventory,
+    controller: ControllerSettings,
+    source: &'a mut dyn InstanceTypeSource,
+    /// By class name: its types and whether the inventory has the class.
+    resolved: HashMap<String, (Arc<[InstanceType]>, bool)>,
+}
+
+impl ClassTypes<'_> {
+    /// The types of class `name`, and whether the inventory has it (else the default
+    /// settings resolved them).
+    fn of(&mut self, name: &str) -> Result<(Arc<[InstanceType]>, bool), FieldError> {
+        if let Some((types, found)) = self.resolved.get(name) {
+            return Ok((Arc::clone(types), *found));
+        }
+        let (settings, found) = settings_for(name, self.inventory, self.controller)?;
+        let class = self
+            .inventory
+            .node_classes
+            .iter()
+            .find(|c| c.name() == name);
+        let types = self.source.resolve(name, class, &settings);
+        self.resolved
+            .insert(name.to_owned(), (Arc::clone(&types), found));
+        Ok((types, found))
+    }
 }
 
 /// The resources of a NodeClaim whose launch has not reported yet: the allocatable every
@@ -407,33 +437,22 @@ fn settings_for(
 
 fn node_pools(
     inventory: &Inventory,
-    source: &mut dyn InstanceTypeSource,
-    controller: ControllerSettings,
+    class_types: &mut ClassTypes<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<NodePoolInput>, PlanError> {
-    let mut resolved: HashMap<String, Arc<[InstanceType]>> = HashMap::new();
+    let mut warned = HashSet::new();
     let mut pools = Vec::new();
     for pool in &inventory.node_pools {
-        let class_name = pool.node_class_ref().name.clone();
-        if !resolved.contains_key(&class_name) {
-            let (settings, found) = settings_for(&class_name, inventory, controller)
-                .map_err(|error| PlanError::node("EC2NodeClass", &class_name, error))?;
-            if !found {
-                warnings.push(format!(
-                    "NodePool {}: EC2NodeClass {class_name} is not in the input; using the default AL2023 settings",
-                    pool.name()
-                ));
-            }
-            let class = inventory
-                .node_classes
-                .iter()
-                .find(|c| c.name() == class_name);
-            let instance_types = source.resolve(&class_name, class, &settings);
-            resolved.insert(class_name.clone(), instance_types);
+        let class_name = &pool.node_class_ref().name;
+        let (instance_types, found) = class_types
+            .of(class_name)
+            .map_err(|error| PlanError::node("EC2NodeClass", class_name, error))?;
+        if !found && warned.insert(class_name.clone()) {
+            warnings.push(format!(
+                "NodePool {}: EC2NodeClass {class_name} is not in the input; using the default AL2023 settings",
+                pool.name()
+            ));
         }
-        let instance_types = resolved
-            .get(&class_name)
-            .map_or_else(|| Arc::from([]), Arc::clone);
         pools.push(node_pool(pool, instance_types)?);
     }
     Ok(pools)

@@ -14,7 +14,6 @@
 
 use std::collections::HashSet;
 
-use kerf::catalog::Catalog;
 use kerf::disruption::Cluster;
 use kerf::plan::ControllerSettings;
 use kerf::plan::snapshot::{self, InstanceTypeSource};
@@ -28,7 +27,6 @@ use crate::state::ClusterState;
 /// The cluster as the decision sees it now; `Err` names why a snapshot cannot be built.
 pub fn build(
     state: &ClusterState,
-    catalog: &Catalog,
     types: &mut dyn InstanceTypeSource,
     controller: ControllerSettings,
     in_queue: &InQueue,
@@ -40,7 +38,7 @@ pub fn build(
     let held = in_queue.nodes();
     let inventory = inventory::of(state, Vec::new());
     let snapshot =
-        snapshot::build_with(&inventory, catalog, controller, types).map_err(|e| e.to_string())?;
+        snapshot::build_with(&inventory, controller, types).map_err(|e| e.to_string())?;
     let mut cluster = kerf::plan::disruption::cluster(&inventory, snapshot);
     cluster.scheduling.options.max_instance_types = MAX_INSTANCE_TYPES;
     let claimed: HashSet<&str> = inventory

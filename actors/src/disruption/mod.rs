@@ -419,14 +419,7 @@ async fn snapshot(deps: &DisruptionDeps, nominated: Nominated) -> Option<Cluster
     );
     let built = tokio::task::spawn_blocking(move || {
         let mut source = types.round(&catalog, offerings.as_ref());
-        let cluster = cluster::build(
-            &state,
-            &catalog,
-            &mut source,
-            controller,
-            &in_queue,
-            &nominated,
-        );
+        let cluster = cluster::build(&state, &mut source, controller, &in_queue, &nominated);
         types.finish_round();
         cluster
     })

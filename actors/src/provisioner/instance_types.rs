@@ -1,31 +1,42 @@
-//! The instance types the Provisioner solves with: each EC2NodeClass's types resolved from
-//! the catalog with the class's allocatable settings, and every offering the OfferingCache
-//! holds marked unavailable, which the scheduler then neither plans on nor prices (a
-//! NodeClaim's capacity-type requirement narrows to what stays available). The list is
-//! kept per class — NodePools sharing a class share it — and rebuilt only when the class's
-//! settings or subnets change or the OfferingCache's generation moves (an offering marked
-//! or expired), so a quiet cluster re-resolves nothing between rounds. One cache serves the
+//! The instance types the Provisioner solves with: each EC2NodeClass's types resolved with
+//! the class's allocatable settings from the cloud provider's refreshed catalog
+//! ([`CloudProvider::catalog`]: the account's types, its subnets' zones, today's prices) —
+//! or, until the provider's first refresh, the embedded catalog (said once in the log) —
+//! with offerings outside the class's subnet zones and every offering the OfferingCache
+//! holds marked unavailable, which the scheduler then neither plans on nor prices. The list
+//! is kept per class — NodePools sharing a class share it — and rebuilt only when the
+//! class's settings or subnets change, the provider's catalog is renumbered (a refresh
+//! changed it) or the OfferingCache's generation moves (an offering marked or expired),
+//! so a quiet cluster re-resolves nothing between rounds. One cache serves the
 //! Provisioner's rounds and the disruption snapshots alike, and each shares the cached list
 //! itself: a list is six megabytes (1,235 types in us-east-1), and a copy per user would
 //! keep two of them for good. The cache is locked only while one class is looked up (or
 //! rebuilt), not while a snapshot is built around it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kerf::api::EC2NodeClass;
-use kerf::catalog::{AllocatableSettings, Catalog, InstanceType};
+use kerf::catalog::{AllocatableSettings, Catalog, CatalogSnapshot, InstanceType};
+use kerf::cloudprovider::CloudProvider;
 use kerf::plan::snapshot::InstanceTypeSource;
 
 use crate::offering_cache::{OfferingCacheHandle, Table};
 
 /// Resolved instance types by EC2NodeClass name; clones share the cache.
 #[derive(Clone, Default)]
-pub struct InstanceTypeCache(Arc<Mutex<Classes>>);
+pub struct InstanceTypeCache {
+    classes: Arc<Mutex<Classes>>,
+    /// Whose refreshed catalog rounds plan with; without one, the embedded catalog.
+    provider: Option<Arc<dyn CloudProvider>>,
+}
 
 #[derive(Default)]
 struct Classes {
     by_class: HashMap<String, Resolved>,
+    /// The provider catalog's number the latest round planned with (0: the embedded one),
+    /// so that a change of catalog is logged once.
+    planned_with: Option<u64>,
     /// Rounds started, by every user; classes no round has used since the one before the
     /// latest are dropped.
     round: u64,
@@ -36,6 +47,8 @@ struct Classes {
 struct Resolved {
     settings: AllocatableSettings,
     subnets: BTreeMap<String, Vec<String>>,
+    /// The provider catalog's number (0: the embedded catalog).
+    catalog: u64,
     generation: u64,
     types: Arc<[InstanceType]>,
     /// The latest round that used it.
@@ -47,31 +60,62 @@ pub struct Source<'a> {
     cache: &'a InstanceTypeCache,
     round: u64,
     catalog: &'a Catalog,
+    /// The provider's refreshed catalog, read once at the round's start.
+    refreshed: Option<Arc<CatalogSnapshot>>,
     offerings: Option<&'a OfferingCacheHandle>,
 }
 
 impl InstanceTypeCache {
-    fn lock(&self) -> MutexGuard<'_, Classes> {
-        // Every critical section leaves the map consistent.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    /// A cache planning with `provider`'s refreshed catalog once it has one (with `None`,
+    /// always with the embedded catalog).
+    pub fn following(provider: Option<Arc<dyn CloudProvider>>) -> Self {
+        Self {
+            classes: Arc::default(),
+            provider,
+        }
     }
 
-    /// Starts a round: the returned source resolves the round's classes; classes no round
-    /// asks for are dropped by [`Self::finish_round`].
+    fn lock(&self) -> MutexGuard<'_, Classes> {
+        // Every critical section leaves the map consistent.
+        self.classes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a round: the returned source resolves the round's classes from the provider's
+    /// refreshed catalog, else from `catalog` (the embedded one); classes no round asks for
+    /// are dropped by [`Self::finish_round`].
     pub fn round<'a>(
         &'a self,
         catalog: &'a Catalog,
         offerings: Option<&'a OfferingCacheHandle>,
     ) -> Source<'a> {
+        let refreshed = self.provider.as_ref().and_then(|p| p.catalog());
         let round = {
             let mut classes = self.lock();
             classes.round += 1;
+            let number = refreshed.as_ref().map_or(0, |c| c.seq_num());
+            if classes.planned_with != Some(number) {
+                match &refreshed {
+                    Some(c) => tracing::info!(
+                        seq_num = number,
+                        instance_types = c.offered_types(),
+                        "planning with the cloud provider's refreshed instance type catalog"
+                    ),
+                    None if self.provider.is_some() => tracing::info!(
+                        region = catalog.region(),
+                        "planning with the embedded instance type catalog until the cloud \
+                         provider's first refresh"
+                    ),
+                    None => {}
+                }
+                classes.planned_with = Some(number);
+            }
             classes.round
         };
         Source {
             cache: self,
             round,
             catalog,
+            refreshed,
             offerings,
         }
     }
@@ -114,10 +158,12 @@ impl InstanceTypeSource for Source<'_> {
         settings: &AllocatableSettings,
     ) -> Arc<[InstanceType]> {
         let subnets = subnets_by_zone(class);
+        let catalog = self.refreshed.as_ref().map_or(0, |c| c.seq_num());
         let generation = self.offerings.map_or(0, OfferingCacheHandle::generation);
         let mut classes = self.cache.lock();
         if let Some(resolved) = classes.by_class.get_mut(class_name)
             && resolved.generation == generation
+            && resolved.catalog == catalog
             && resolved.settings == *settings
             && resolved.subnets == subnets
         {
@@ -125,8 +171,22 @@ impl InstanceTypeSource for Source<'_> {
             return Arc::clone(&resolved.types);
         }
         // Built under the lock: the other user waits for this list rather than building a
-        // second one beside it.
-        let mut types = self.catalog.instance_types(settings);
+        // second one beside it. A class without resolved subnets is not narrowed by zone
+        // (the Provisioner leaves its NodePools out until the class is Ready).
+        let zones: Option<BTreeSet<String>> =
+            (!subnets.is_empty()).then(|| subnets.keys().cloned().collect());
+        let mut types = match &self.refreshed {
+            Some(refreshed) => refreshed.instance_types(settings, zones.as_ref()),
+            None => {
+                let mut types = self.catalog.instance_types(settings);
+                if let Some(zones) = &zones {
+                    for offering in types.iter_mut().flat_map(|t| &mut t.offerings) {
+                        offering.available &= zones.contains(&offering.zone);
+                    }
+                }
+                types
+            }
+        };
         // Read under the lock once, with the generation it had: a mark arriving meanwhile
         // moves the generation again, so the next round rebuilds.
         let generation = match self.offerings {
@@ -143,6 +203,7 @@ impl InstanceTypeSource for Source<'_> {
             Resolved {
                 settings: settings.clone(),
                 subnets,
+                catalog,
                 generation,
                 types: Arc::clone(&types),
                 round: self.round,

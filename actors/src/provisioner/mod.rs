@@ -125,7 +125,8 @@ pub struct Provisioning {
     pub created: CreatedClaims,
     /// Offerings that recently failed to launch; without it every offering is available.
     pub offerings: Option<OfferingCacheHandle>,
-    /// Instance types offered in the cluster's region.
+    /// The embedded catalog of the cluster's region: what rounds plan with until the cloud
+    /// provider's first refresh (see [`InstanceTypeCache`]).
     pub catalog: Catalog,
     pub controller: ControllerSettings,
     /// `PREFERENCE_POLICY` and `MIN_VALUES_POLICY`, applied to every round's solve.
@@ -290,12 +291,7 @@ impl Provisioner {
         let mut source = provisioning
             .instance_types
             .round(&provisioning.catalog, provisioning.offerings.as_ref());
-        let snapshot = snapshot::build_with(
-            &inventory,
-            &provisioning.catalog,
-            provisioning.controller,
-            &mut source,
-        );
+        let snapshot = snapshot::build_with(&inventory, provisioning.controller, &mut source);
         provisioning.instance_types.finish_round();
         let nominations = provisioning.created.nominations(&self.state);
         let claims = &inventory.node_claims;

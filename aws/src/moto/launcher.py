@@ -11,19 +11,45 @@
 #        {"op": "ec2_instance_launch_time", "account": "...", "region": "...",
 #         "instance_id": "...", "launch_time": "..."}
 #        backdates an instance (RFC 3339), e.g. to age a leaked instance past the
-#        garbage-collection grace period without waiting.
+#        garbage-collection grace period without waiting;
+#        {"op": "ec2_instance_type", "region": "...", "name": "...", "like": "...",
+#         "zones": [...]}
+#        makes `name` offered in exactly `zones` of the region (DescribeInstanceTypeOfferings),
+#        first adding it to DescribeInstanceTypes as a copy of type `like` when moto lacks
+#        it: how tests stand for a type AWS added or one the account's zones do not offer;
+#        {"op": "ec2_spot_price", "region": "...", "instance_type": "...", "zone": "...",
+#         "price": "..."}
+#        sets the price DescribeSpotPriceHistory answers for one offering (moto answers a
+#        placeholder 0.00001 for every offering; this launcher patches its handler to
+#        answer the seeded prices first).
 # End of input (the test process exited or closed the pipe) stops the server.
+import copy
 import json
+import os
 import sys
+
+# The protocol keeps the process's stdout to itself: moto prints notices (e.g. on a call to
+# a service it lacks, such as the Pricing API), which go to stderr instead of being read as
+# a command's answer.
+PROTOCOL = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+sys.stdout = sys.stderr
 
 try:
     from moto.server import ThreadedMotoServer
     from moto.core.utils import utcnow
     from moto.ec2.models import ec2_backends
+    from moto.ec2.models.instance_types import (
+        INSTANCE_TYPES,
+        INSTANCE_TYPE_OFFERINGS,
+        InstanceType,
+        InstanceTypeBackend,
+    )
+    from moto.ec2.responses.spot_instances import SpotInstances
+    from moto.core.responses import ActionResult
     from moto.ssm.models import Parameter, ssm_backends
     from datetime import datetime
 except Exception as err:  # moto missing or broken: say so on the protocol line
-    print(f"ERROR moto is not importable ({err}); install it with: pip install 'moto[server]'", flush=True)
+    print(f"ERROR moto is not importable ({err}); install it with: pip install 'moto[server]'", file=PROTOCOL, flush=True)
     sys.exit(1)
 
 
@@ -61,11 +87,56 @@ def ec2_instance_launch_time(cmd):
     instance.launch_time = datetime.fromisoformat(cmd["launch_time"].replace("Z", "+00:00"))
 
 
+def ec2_instance_type(cmd):
+    name, region = cmd["name"], cmd["region"]
+    if name not in INSTANCE_TYPES:
+        info = copy.deepcopy(INSTANCE_TYPES[cmd["like"]])
+        info["InstanceType"] = name
+        INSTANCE_TYPES[name] = info
+        InstanceTypeBackend.instance_types.append(InstanceType(name))
+        INSTANCE_TYPE_OFFERINGS["region"][region].append(
+            {"InstanceType": name, "Location": region, "LocationType": "region"}
+        )
+    offerings = INSTANCE_TYPE_OFFERINGS["availability-zone"][region]
+    offerings[:] = [o for o in offerings if o["InstanceType"] != name]
+    offerings.extend(
+        {"InstanceType": name, "Location": zone, "LocationType": "availability-zone"}
+        for zone in cmd["zones"]
+    )
+
+
+# (region, instance type, zone) -> the spot price DescribeSpotPriceHistory answers.
+SPOT_PRICES = {}
+
+
+def ec2_spot_price(cmd):
+    SPOT_PRICES[(cmd["region"], cmd["instance_type"], cmd["zone"])] = cmd["price"]
+
+
+def describe_spot_price_history(self):
+    """moto's handler, answering the seeded prices instead of its placeholder."""
+    offerings = self.ec2_backend.describe_spot_price_history(
+        self._get_param("InstanceTypes", []), self._filters_from_querystring()
+    )
+    history = [
+        {
+            "InstanceType": o["InstanceType"],
+            "ProductDescription": "Linux/UNIX (Amazon VPC)",
+            "SpotPrice": SPOT_PRICES.get((self.region, o["InstanceType"], o["Location"]), "0.00001"),
+            "AvailabilityZone": o["Location"],
+            "Timestamp": "2006-01-02T15:04:05.999999999Z",
+        }
+        for o in offerings
+    ]
+    return ActionResult({"SpotPriceHistory": history})
+
+
 def main():
+    SpotInstances.describe_spot_price_history = describe_spot_price_history
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
-    print(f"PORT {port}", flush=True)
+    print(f"PORT {port}", file=PROTOCOL, flush=True)
     for line in sys.stdin:
         line = line.strip()
         if not line:
@@ -78,11 +149,15 @@ def main():
                 ec2_image(cmd)
             elif cmd.get("op") == "ec2_instance_launch_time":
                 ec2_instance_launch_time(cmd)
+            elif cmd.get("op") == "ec2_instance_type":
+                ec2_instance_type(cmd)
+            elif cmd.get("op") == "ec2_spot_price":
+                ec2_spot_price(cmd)
             else:
                 raise ValueError(f"unknown op {cmd.get('op')!r}")
-            print("OK", flush=True)
+            print("OK", file=PROTOCOL, flush=True)
         except Exception as err:
-            print(f"ERROR {type(err).__name__}: {err}", flush=True)
+            print(f"ERROR {type(err).__name__}: {err}", file=PROTOCOL, flush=True)
     server.stop()
 
 

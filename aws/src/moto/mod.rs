@@ -1,7 +1,8 @@
 //! Starts and stops moto, the AWS API emulator the AWS provider is tested against. A small
 //! Python launcher (embedded here, run with `python3 -c`) starts moto's threaded server on a
 //! free 127.0.0.1 port and keeps a line protocol on its stdin/stdout, so tests can also seed
-//! backend state moto's API refuses to create (the EKS AMI parameters under `/aws/service/`).
+//! backend state moto's API refuses to create (the EKS AMI parameters under `/aws/service/`),
+//! or answers only with placeholders (instance types and their zones, spot prices).
 //! The server lives as long as the launcher's stdin is open: dropping [`MotoServer`] kills
 //! it, and a test process that exits closes the pipe, so no emulator outlives its tests.
 //! When moto is not installed, [`MotoServer::start`] fails with a message that says how to
@@ -145,6 +146,43 @@ impl MotoServer {
             "region": region,
             "instance_id": instance_id,
             "launch_time": launch_time,
+        }))
+    }
+
+    /// Makes `name` offered in exactly `zones` of `region`, first adding it to
+    /// DescribeInstanceTypes as a copy of `like` when moto does not know it (a type AWS
+    /// added since the embedded catalog was generated).
+    pub fn set_instance_type_zones(
+        &self,
+        region: &str,
+        name: &str,
+        like: &str,
+        zones: &[&str],
+    ) -> Result<(), MotoError> {
+        self.command(serde_json::json!({
+            "op": "ec2_instance_type",
+            "region": region,
+            "name": name,
+            "like": like,
+            "zones": zones,
+        }))
+    }
+
+    /// Sets the spot price DescribeSpotPriceHistory answers for `instance_type` in `zone`
+    /// (moto's own answer is a placeholder 0.00001 for every offering).
+    pub fn set_spot_price(
+        &self,
+        region: &str,
+        instance_type: &str,
+        zone: &str,
+        price: f64,
+    ) -> Result<(), MotoError> {
+        self.command(serde_json::json!({
+            "op": "ec2_spot_price",
+            "region": region,
+            "instance_type": instance_type,
+            "zone": zone,
+            "price": price.to_string(),
         }))
     }
 

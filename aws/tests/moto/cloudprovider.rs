@@ -13,14 +13,16 @@ use kerf_aws::userdata::mime;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-struct Fixture {
-    provider: AwsCloudProvider,
+/// A provider over a cluster's own VPC objects (subnets in us-east-1a and us-east-1b) and
+/// its Ready EC2NodeClass `default`.
+pub(crate) struct Fixture {
+    pub(crate) provider: AwsCloudProvider,
     store: Arc<InMemoryNodeClasses>,
     cluster: String,
-    node_class: EC2NodeClass,
+    pub(crate) node_class: EC2NodeClass,
 }
 
-async fn fixture() -> Fixture {
+pub(crate) async fn fixture() -> Fixture {
     let c = clients().await;
     let cluster = unique("cluster");
     let vpc = vpc().await;
@@ -84,7 +86,7 @@ async fn fixture() -> Fixture {
     }
 }
 
-fn node_claim(name: &str, requirements: serde_json::Value) -> NodeClaim {
+pub(crate) fn node_claim(name: &str, requirements: serde_json::Value) -> NodeClaim {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",

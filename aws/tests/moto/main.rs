@@ -4,6 +4,7 @@
 //! so tests run in parallel without seeing each other's resources.
 
 mod ami;
+mod catalog;
 mod cloudprovider;
 mod discovery;
 mod drift;

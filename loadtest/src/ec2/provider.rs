@@ -24,7 +24,8 @@ use kerf::api::{
     ResourceList,
 };
 use kerf::catalog::{
-    AllocatableSettings, CapacityType, Catalog, CatalogError, InstanceType, Offering,
+    AllocatableSettings, CapacityType, Catalog, CatalogError, CatalogSnapshot, InstanceType,
+    Offering,
 };
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
@@ -527,6 +528,13 @@ impl CloudProvider for SimulatedCloudProvider {
         _node_pool: &'a NodePool,
     ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
         Box::pin(async move { Ok(self.instance_types.clone()) })
+    }
+
+    /// Never refreshed: the simulated region sells the instance types it was built with
+    /// (the embedded catalog's, for [`Self::for_region`]), which is what the controller
+    /// plans with when a provider has no catalog of its own.
+    fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
+        None
     }
 
     fn is_drifted<'a>(

@@ -300,13 +300,8 @@ fn pools_take_their_instance_types_from_the_source_once_per_class() {
         catalog: &catalog,
         calls: Vec::new(),
     };
-    let snapshot = build_with(
-        &inventory,
-        &catalog,
-        ControllerSettings::default(),
-        &mut source,
-    )
-    .expect("builds");
+    let snapshot =
+        build_with(&inventory, ControllerSettings::default(), &mut source).expect("builds");
     assert_eq!(source.calls, vec![("missing".to_owned(), false)]);
     assert_eq!(snapshot.input.node_pools.len(), 2);
     let pools = &snapshot.input.node_pools;
@@ -379,4 +374,53 @@ fn taking_the_pods_builds_the_same_snapshot_without_a_copy() {
         "a finished pod's namespace counts"
     );
     assert_eq!(taken.warnings, copied.warnings);
+}
+
+#[test]
+fn a_node_claim_of_a_type_only_the_source_has_is_sized_from_it_once_per_class() {
+    /// The account's catalog: the embedded one and a type it lacks.
+    struct Account {
+        catalog: crate::catalog::CatalogSnapshot,
+        calls: usize,
+    }
+    impl InstanceTypeSource for Account {
+        fn resolve(
+            &mut self,
+            _class_name: &str,
+            _class: Option<&EC2NodeClass>,
+            settings: &AllocatableSettings,
+        ) -> std::sync::Arc<[InstanceType]> {
+            self.calls += 1;
+            self.catalog.instance_types(settings, None).into()
+        }
+    }
+    let embedded = Catalog::embedded("us-east-1").expect("catalog");
+    let mut facts = embedded.snapshot().facts().clone();
+    let mut added = embedded.info("m5.xlarge").expect("m5.xlarge").clone();
+    added.name = "m9z.xlarge".to_owned();
+    facts.infos.push(added);
+    facts
+        .offered
+        .insert("m9z.xlarge".to_owned(), ["us-east-1b".to_owned()].into());
+    facts.on_demand.insert("m9z.xlarge".to_owned(), 0.2);
+    let mut source = Account {
+        catalog: crate::catalog::CatalogSnapshot::new(facts, 1),
+        calls: 0,
+    };
+    let pool = POOL.replace("name: missing", "name: default");
+    let yaml = format!("{pool}---\n{}", CLAIM.replace("m5.large", "m9z.xlarge"));
+    let inventory = inventory(&parse_all(&yaml, "in.yaml").expect("parses")).expect("valid");
+    let snapshot =
+        build_with(&inventory, ControllerSettings::default(), &mut source).expect("builds");
+    assert_eq!(
+        source.calls, 1,
+        "the pool and the claim share their class's list"
+    );
+    let node = &snapshot.input.existing_nodes[0];
+    assert_eq!(
+        node.capacity.get("cpu").map(|q| q.to_string()).as_deref(),
+        Some("4"),
+        "sized as the account's m9z.xlarge"
+    );
+    assert!(!node.allocatable.is_empty());
 }

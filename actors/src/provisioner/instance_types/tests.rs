@@ -1,6 +1,8 @@
 //! The per-class cache against a running OfferingCache: refused offerings become
 //! unavailable in the next round's types, the list is rebuilt only when the generation,
-//! settings or subnets change, and expiry makes offerings available again.
+//! settings or subnets change, and expiry makes offerings available again; and against a
+//! provider's catalog: the embedded one until the provider has one, then the provider's,
+//! rebuilt when it is renumbered, narrowed to the class's subnet zones throughout.
 
 use kerf::catalog::CapacityType;
 use kerf::cloudprovider::{OfferingRef, UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
@@ -143,7 +145,7 @@ fn a_capacity_type_or_every_subnet_of_a_zone_makes_offerings_unavailable() {
         assert!(!available(
             &types,
             "c5.large",
-            "us-east-1c",
+            "us-east-1b",
             CapacityType::Spot
         ));
         assert!(
@@ -216,4 +218,108 @@ fn the_provisioner_and_the_disruption_snapshots_share_one_list() {
     );
     assert_eq!(cache.builds(), 1);
     assert_eq!(cache.classes(), ["default"]);
+}
+
+fn class_in(zones: &[&str]) -> EC2NodeClass {
+    let subnets: Vec<serde_json::Value> = zones
+        .iter()
+        .map(|zone| serde_json::json!({"id": format!("subnet-{zone}"), "zone": zone}))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "role": "r",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"team": "a"}}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}]
+        },
+        "status": {"subnets": subnets}
+    }))
+    .expect("a valid EC2NodeClass")
+}
+
+#[test]
+fn rounds_plan_with_the_providers_catalog_once_it_has_one() {
+    use kerf::cloudprovider::CloudProviderError;
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    let cloud = crate::testing::RefusingCloud::new(|| CloudProviderError::Other {
+        operation: "test".into(),
+        message: "refused".into(),
+    });
+    let cache = InstanceTypeCache::following(Some(cloud.clone()));
+    let class = class_in(&["us-east-1a"]);
+    let settings = AllocatableSettings::default();
+    let resolve = || {
+        let mut source = cache.round(&catalog, None);
+        let types = source.resolve("default", Some(&class), &settings);
+        cache.finish_round();
+        types
+    };
+
+    // No refresh yet: the embedded catalog, narrowed to the class's zone.
+    let types = resolve();
+    assert!(types.iter().all(|it| it.name != "m9z.large"));
+    assert!(available(
+        &types,
+        "m5.large",
+        "us-east-1a",
+        CapacityType::OnDemand
+    ));
+    assert!(!available(
+        &types,
+        "m5.large",
+        "us-east-1b",
+        CapacityType::OnDemand
+    ));
+
+    // The provider refreshed: a type the embedded catalog lacks, m5.large no longer
+    // offered, c5.large's spot price in us-east-1a changed.
+    let mut facts = catalog.snapshot().facts().clone();
+    let mut added = catalog.info("m5.large").expect("m5.large").clone();
+    added.name = "m9z.large".into();
+    facts.infos.push(added);
+    facts
+        .offered
+        .insert("m9z.large".into(), ["us-east-1a".to_owned()].into());
+    facts.on_demand.insert("m9z.large".into(), 0.2);
+    facts.offered.remove("m5.large");
+    let spot = |facts: &mut kerf::catalog::CatalogFacts, price: f64| {
+        facts
+            .spot
+            .entry("c5.large".into())
+            .or_default()
+            .insert("us-east-1a".into(), price);
+    };
+    spot(&mut facts, 0.011);
+    cloud.set_catalog(CatalogSnapshot::new(facts.clone(), 1));
+    let types = resolve();
+    assert_eq!(cache.builds(), 2, "a new catalog: rebuilt");
+    assert!(available(
+        &types,
+        "m9z.large",
+        "us-east-1a",
+        CapacityType::OnDemand
+    ));
+    assert!(types.iter().all(|it| it.name != "m5.large"));
+    let price = |types: &[InstanceType]| {
+        types
+            .iter()
+            .find(|it| it.name == "c5.large")
+            .and_then(|it| {
+                it.offerings
+                    .iter()
+                    .find(|o| o.zone == "us-east-1a" && o.capacity_type == CapacityType::Spot)
+            })
+            .map(|o| o.price)
+    };
+    assert_eq!(price(&types), Some(0.011));
+    resolve();
+    assert_eq!(cache.builds(), 2, "the same catalog: reused");
+
+    spot(&mut facts, 0.009);
+    cloud.set_catalog(CatalogSnapshot::new(facts, 2));
+    let types = resolve();
+    assert_eq!(cache.builds(), 3, "renumbered: rebuilt");
+    assert_eq!(price(&types), Some(0.009));
 }

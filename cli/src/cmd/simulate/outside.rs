@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex};
 
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
-use kerf::catalog::InstanceType;
+use kerf::catalog::{CatalogSnapshot, InstanceType};
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudResult, DriftReason, InstanceTagger, NodeClassReconciler,
     NodeClassResolution,
@@ -104,6 +104,10 @@ impl CloudProvider for Cloud {
             let source = outside(|| self.inner.get_instance_types(node_pool)).await?;
             Ok(self.own(source))
         })
+    }
+
+    fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
+        self.inner.catalog()
     }
 
     fn is_drifted<'a>(
