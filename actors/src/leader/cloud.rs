@@ -15,7 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
-use kerf::catalog::InstanceType;
+use kerf::catalog::{CatalogSnapshot, InstanceType};
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
     NodeClassReconciler, NodeClassResolution,
@@ -121,6 +121,10 @@ impl CloudProvider for FencedCloudProvider {
         node_pool: &'a NodePool,
     ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
         self.inner.get_instance_types(node_pool)
+    }
+
+    fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
+        self.inner.catalog()
     }
 
     fn is_drifted<'a>(
@@ -251,6 +255,9 @@ mod tests {
         ) -> BoxFuture<'a, CloudResult<Vec<Arc<InstanceType>>>> {
             self.called("get_instance_types");
             Box::pin(async { Ok(Vec::new()) })
+        }
+        fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
+            None
         }
         fn is_drifted<'a>(
             &'a self,
