@@ -291,7 +291,51 @@ impl<A: Actor<Context = Context<A>>> Supervised<A> {
 /// (and a backoff, messages waiting meanwhile in the next incarnation's mailbox) the one it
 /// builds next; a factory that answers `None` leaves the actor stopped (sends are then
 /// refused at once). `depth` is the actor's mailbox.
-pub fn start<A, F>(name: &'static str, depth: MailboxDepth, mut make: F) -> Supervised<A>
+pub fn start<A, F>(name: &'static str, depth: MailboxDepth, make: F) -> Supervised<A>
+where
+    A: Actor<Context = Context<A>>,
+    F: FnMut() -> Option<A> + Send + 'static,
+{
+    let (slot, supervise) = supervised(name, depth, make);
+    let arbiter = arbiter();
+    let spawned = arbiter.spawn_fn(move || {
+        actix::spawn(async move {
+            supervise().await;
+            Arbiter::current().stop();
+        });
+    });
+    if !spawned {
+        tracing::error!(
+            actor = name,
+            "actor arbiter stopped before the actor started"
+        );
+    }
+    slot
+}
+
+/// [`start`] on the calling arbiter's thread instead of a thread of its own, for an actor
+/// whose handlers only record (the OfferingCache): supervised alike, and on the caller's
+/// clock (tests on paused time).
+pub fn start_here<A, F>(name: &'static str, depth: MailboxDepth, make: F) -> Supervised<A>
+where
+    A: Actor<Context = Context<A>>,
+    F: FnMut() -> Option<A> + Send + 'static,
+{
+    let (slot, supervise) = supervised(name, depth, make);
+    actix::spawn(supervise());
+    slot
+}
+
+/// The actor's shared address, and what makes the future that runs and restarts it (on the
+/// thread that will run it: an actor need not be `Send`).
+fn supervised<A, F>(
+    name: &'static str,
+    depth: MailboxDepth,
+    mut make: F,
+) -> (
+    Supervised<A>,
+    impl FnOnce() -> Box<dyn Future<Output = ()> + Unpin> + Send + 'static,
+)
 where
     A: Actor<Context = Context<A>>,
     F: FnMut() -> Option<A> + Send + 'static,
@@ -303,10 +347,9 @@ where
         incarnation: watch::channel(Some(0)).0,
     });
     let weak = Arc::downgrade(&slot);
-    let arbiter = arbiter();
-    let spawned = arbiter.spawn_fn(move || {
-        let scope = supervision.clone();
-        actix::spawn(SCOPE.scope(scope, async move {
+    let scope = supervision.clone();
+    let supervise = move || -> Box<dyn Future<Output = ()> + Unpin> {
+        Box::new(Box::pin(SCOPE.scope(scope, async move {
             // However the supervision ends (even with its arbiter), senders stop waiting.
             let _stopped = StopOnDrop(weak.clone(), depth.clone());
             let mut receiver = receiver;
@@ -319,16 +362,9 @@ where
                     None => break,
                 }
             }
-            Arbiter::current().stop();
-        }));
-    });
-    if !spawned {
-        tracing::error!(
-            actor = name,
-            "actor arbiter stopped before the actor started"
-        );
-    }
-    Supervised { slot }
+        })))
+    };
+    (Supervised { slot }, supervise)
 }
 
 /// Marks the actor stopped for good when its supervision ends.
