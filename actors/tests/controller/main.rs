@@ -28,6 +28,7 @@ mod schedulers;
 mod scrape;
 mod shutdown;
 mod stack;
+mod supervision;
 mod state_sync;
 mod support;
 mod termination;
