@@ -104,7 +104,11 @@ pub const CLUSTER_STATE_SYNCED: &str = "karpenter_cluster_state_synced";
 pub const LEADER: &str = "leader_election_master_status";
 /// Mutating requests the fence refused or abandoned because this replica did not lead.
 pub const FENCED_REQUESTS: &str = "kerf_leader_election_fenced_requests_total";
-/// Actors restarted by their supervisor after a panic (label `actor`).
+/// Panics of an actor or supervised loop (label `actor`: the name it is supervised as, e.g.
+/// `lifecycle`, `launcher`, `pod_watcher`, `disruption`), each restarted after a backoff; also
+/// one-shot tasks whose panic is reported instead of restarted (`nomination`,
+/// `orchestrator_command`, `aws_batcher`). An actor restarted more than
+/// `supervisor::RESTART_BUDGET` times within `supervisor::RESTART_WINDOW` fails `/healthz`.
 pub const ACTOR_RESTARTS: &str = "kerf_actor_restarts_total";
 
 /// Disruption decisions the loop made (labels `decision`: `delete`/`replace`, `reason`,
