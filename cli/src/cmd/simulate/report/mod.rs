@@ -75,6 +75,9 @@ pub struct Report {
     pub pending_to_bound_seconds: Vec<f64>,
     /// Nearest-rank percentiles of `pending_to_bound_seconds`.
     pub pending_to_bound_percentiles: Percentiles,
+    /// Replicas that exhausted an actor's restart budget (`/healthz` failing; `kerf
+    /// controller` would have exited): `identity: actor restarted N times ...`.
+    pub unhealthy_replicas: Vec<String>,
 }
 
 /// Nearest-rank percentiles, in seconds (zeros when nothing was measured).
@@ -115,6 +118,7 @@ impl Recording {
             fault_windows,
             expectations,
             pending_to_bound_seconds: self.pending_to_bound_seconds,
+            unhealthy_replicas: Vec::new(),
         }
     }
 }

@@ -215,6 +215,9 @@ impl Injector {
                 let notice = ec2.config().interruption_notice;
                 (Undo::Nothing, Some(notice))
             }
+            // Armed in the leader by the runner ([`super::steps`]); one event, like a spot
+            // interruption, whose panics come as the actor takes its next messages.
+            Fault::ActorPanic { .. } => (Undo::Nothing, Some(Duration::ZERO)),
         };
         let capacity = matches!(fault, Fault::Ice { .. } | Fault::SpotInterruption { .. });
         self.open(&label, lasting, undo, capacity);
@@ -290,6 +293,7 @@ fn label(fault: &Fault) -> String {
         Fault::WatchDrop { every, .. } => format!("watch-drop every {every}"),
         Fault::ApiLatency { latency, .. } => format!("api-latency {latency}"),
         Fault::SpotInterruption { fraction } => format!("spot-interruption {}", pct(*fraction)),
+        Fault::ActorPanic { actor, count } => format!("actor-panic {actor} x{count}"),
     }
 }
 

@@ -196,15 +196,19 @@ pub enum Fault {
     },
     /// Spot interruption warnings to a fraction of the running spot instances.
     SpotInterruption { fraction: f64 },
+    /// The leader's `actor` (a folder under `actors/src`) panics on its next `count`
+    /// messages (or passes, for a loop).
+    ActorPanic { actor: String, count: u32 },
 }
 
-pub const FAULT_KINDS: [&str; 6] = [
+pub const FAULT_KINDS: [&str; 7] = [
     "ice",
     "ec2-throttle",
     "api-errors",
     "watch-drop",
     "api-latency",
     "spot-interruption",
+    "actor-panic",
 ];
 
 /// `controller`: `{kill: leader|any}` (optionally `when: after-launch`) or `{restart: all}`.

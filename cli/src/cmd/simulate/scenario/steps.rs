@@ -116,6 +116,9 @@ impl Runner<'_> {
                     Resolved::Pools(pools) => pools.as_slice(),
                     _ => &[],
                 };
+                if let super::format::Fault::ActorPanic { actor, count } = fault {
+                    self.replicas.arm_panics(actor, *count)?;
+                }
                 let label = self.injector.inject(self.world, fault, pools);
                 self.say(index, &format!("fault {label}"));
                 matches!(fault, super::format::Fault::SpotInterruption { .. })
