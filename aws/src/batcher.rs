@@ -163,7 +163,10 @@ where
             return sender.clone();
         }
         let (tx, rx) = mpsc::channel(MAILBOX);
-        spawn_reported(self.window.name, run(self.window, self.executor.clone(), rx));
+        spawn_reported(
+            self.window.name,
+            run(self.window, self.executor.clone(), rx),
+        );
         *slot = Some(tx.clone());
         tx
     }
@@ -351,7 +354,10 @@ mod tests {
             },
             executor,
         );
-        assert_eq!(b.add((), 0).await, Err(BatchError::NoResult("create_fleet")));
+        assert_eq!(
+            b.add((), 0).await,
+            Err(BatchError::NoResult("create_fleet"))
+        );
         assert_eq!(b.add((), 7).await, Ok(7));
     }
 
