@@ -221,6 +221,7 @@ mod tests {
             }],
             pending_to_bound_seconds: vec![12.5],
             pending_to_bound_percentiles: Percentiles::of(&[12.5]),
+            unhealthy_replicas: vec!["kerf-1-0: actor lifecycle restarted 6 times".into()],
         };
         write(&dir, &report).expect("writes");
         let page = std::fs::read_to_string(dir.join("report.html")).expect("the page");
