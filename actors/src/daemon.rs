@@ -54,7 +54,7 @@ use crate::requeue::{self, Trigger};
 use crate::settings::ValidSettings;
 use crate::shutdown::{GracefulShutdown, InFlight, SHUTDOWN_TIMEOUT};
 use crate::state::{ClusterState, Writers};
-use crate::supervisor::{self, Supervised};
+use crate::supervisor::{self, Exhausted, Supervised, Supervision};
 use crate::tagging::{self, TAGGER_MAILBOX_CAPACITY, Tagger};
 use crate::termination::{
     TERMINATION_MAILBOX_CAPACITY, TerminationConfig, TerminationDeps, TerminationDrainer,
@@ -141,6 +141,8 @@ pub struct Daemon {
     leader_task: Option<JoinHandle<()>>,
     /// Leadership of a replica without election, withdrawn on stop.
     lone_leader: Option<watch::Sender<bool>>,
+    /// Where this replica's actors and loops are supervised.
+    supervision: Supervision,
     actors: Actors,
     graceful: GracefulShutdown,
     /// The fenced client and the event recorder, for actors attached after start.
@@ -234,6 +236,9 @@ impl Daemon {
         tracing::info!(cluster = %cluster_name, identity = %identity, "starting controller");
         let (shutdown, shutdown_rx) = watch::channel(false);
         crate::metrics::handle();
+        // Every actor and loop below is supervised in the caller's scope (one per replica in
+        // `kerf simulate`, the process's in `kerf controller`).
+        let supervision = Supervision::current();
 
         let metrics_at = SocketAddr::from((bind, metrics_port));
         let (metrics_addr, metrics_task) =
@@ -241,10 +246,14 @@ impl Daemon {
                 .await
                 .map_err(|e| StartError::MetricsPort(metrics_at, e))?;
         let probes_at = SocketAddr::from((bind, health_probe_port));
-        let (probes_addr, probes_task) =
-            server::serve_probes(probes_at, state.clone(), shutdown_rx.clone())
-                .await
-                .map_err(|e| StartError::HealthProbePort(probes_at, e))?;
+        let (probes_addr, probes_task) = server::serve_probes(
+            probes_at,
+            state.clone(),
+            supervision.exhausted(),
+            shutdown_rx.clone(),
+        )
+        .await
+        .map_err(|e| StartError::HealthProbePort(probes_at, e))?;
 
         tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
         let reporting_instance = identity.clone();
@@ -320,7 +329,7 @@ impl Daemon {
             let lifecycle = supervisor::start(
                 "lifecycle",
                 lifecycle_depth.clone(),
-                supervisor::once(lifecycle),
+                supervisor::rebuilding(lifecycle, NodeClaimLifecycle::restarted),
             );
             let (termination, stats) = TerminationDrainer::new(
                 TerminationDeps {
@@ -338,12 +347,12 @@ impl Daemon {
             let termination = supervisor::start(
                 "termination",
                 termination_depth.clone(),
-                supervisor::once(termination),
+                supervisor::rebuilding(termination, TerminationDrainer::restarted),
             );
             let addr = supervisor::start(
                 "launcher",
                 launcher_depth.clone(),
-                supervisor::once(launcher),
+                supervisor::rebuilding(launcher, Launcher::restarted),
             );
             let provisioning = Provisioning {
                 launcher: Outbox::new(&addr, launcher_depth),
@@ -434,7 +443,10 @@ impl Daemon {
                     generation: generation.clone(),
                     config: timings.disruption.clone(),
                 };
-                let loop_task = tokio::spawn(disruption::run(deps, progress, shutdown_rx.clone()));
+                let shutdown = shutdown_rx.clone();
+                let loop_task = supervisor::task("disruption", move || {
+                    disruption::run(deps.clone(), progress.clone(), shutdown.clone())
+                });
                 (Some(handle), vec![orchestrator_task, loop_task])
             }
             None => (None, Vec::new()),
@@ -476,19 +488,27 @@ impl Daemon {
         let mut tasks = pod_watcher::spawn(&client, writers, subscribers, &shutdown_rx);
         tasks.extend(status_tasks);
         if let Some(provisioning) = &provisioning_for_disruption {
-            tasks.push(tokio::spawn(triggers::on_nomination_lapse(
+            let (created, retrigger, shutdown) = (
                 provisioning.created.clone(),
                 retrigger.clone(),
                 shutdown_rx.clone(),
-            )));
+            );
+            tasks.push(supervisor::task("nomination_lapse", move || {
+                triggers::on_nomination_lapse(created.clone(), retrigger.clone(), shutdown.clone())
+            }));
         }
-        tasks.push(tokio::spawn(triggers::retrigger(
-            state.clone(),
-            to_batcher,
-            retrigger,
-            leader.clone(),
-            shutdown_rx.clone(),
-        )));
+        {
+            let (state, leader, shutdown) = (state.clone(), leader.clone(), shutdown_rx.clone());
+            tasks.push(supervisor::task("retrigger", move || {
+                triggers::retrigger(
+                    state.clone(),
+                    to_batcher.clone(),
+                    retrigger.clone(),
+                    leader.clone(),
+                    shutdown.clone(),
+                )
+            }));
+        }
         tasks.extend(cloud_tasks);
         tasks.extend(disruption_tasks);
         tasks.push(metrics_task);
@@ -512,6 +532,7 @@ impl Daemon {
             tasks,
             leader_task,
             lone_leader,
+            supervision,
             actors: Actors {
                 batcher,
                 provisioner: provisioner.addr,
@@ -534,17 +555,32 @@ impl Daemon {
             events: self.events.clone(),
             offerings: self.offerings.clone(),
         });
-        self.tasks.extend(interruption::spawn(
-            queue,
-            handler,
-            self.leader.clone(),
-            self.shutdown.subscribe(),
-        ));
+        let tasks = self.supervision.sync_scope(|| {
+            interruption::spawn(
+                queue,
+                handler,
+                self.leader.clone(),
+                self.shutdown.subscribe(),
+            )
+        });
+        self.tasks.extend(tasks);
     }
 
     /// The recorder this daemon publishes Kubernetes Events through.
     pub fn events(&self) -> &events::EventRecorder {
         &self.events
+    }
+
+    /// This replica's supervision: its fault hooks (tests and `kerf simulate`) and whether
+    /// an actor exhausted its restart budget.
+    pub fn supervision(&self) -> &Supervision {
+        &self.supervision
+    }
+
+    /// Set once an actor or loop of this replica exhausted its restart budget (`/healthz`
+    /// fails from then on); `kerf controller` exits on it, `kerf simulate` reports it.
+    pub fn unhealthy(&self) -> watch::Receiver<Option<Exhausted>> {
+        self.supervision.exhausted()
     }
 
     /// Starts node repair (the binary does with `FEATURE_GATES` `NodeRepair=true`): it
@@ -554,15 +590,18 @@ impl Daemon {
         let (client, state) = (self.client.clone(), self.state.clone());
         let (leader, shutdown) = (self.leader.clone(), self.shutdown.subscribe());
         let events = self.events.clone();
-        self.tasks.push(supervisor::task("node_repair", move || {
-            crate::node_repair::run(
-                client.clone(),
-                state.clone(),
-                events.clone(),
-                leader.clone(),
-                shutdown.clone(),
-            )
-        }));
+        let task = self.supervision.sync_scope(|| {
+            supervisor::task("node_repair", move || {
+                crate::node_repair::run(
+                    client.clone(),
+                    state.clone(),
+                    events.clone(),
+                    leader.clone(),
+                    shutdown.clone(),
+                )
+            })
+        });
+        self.tasks.push(task);
     }
 
     /// Starts the instance-health poller on `source` every `period` (the binary hands in
@@ -580,10 +619,12 @@ impl Daemon {
             events: self.events.clone(),
         };
         let (leader, shutdown) = (self.leader.clone(), self.shutdown.subscribe());
-        self.tasks
-            .push(supervisor::task(instance_health::CONTROLLER, move || {
+        let task = self.supervision.sync_scope(|| {
+            supervisor::task(instance_health::CONTROLLER, move || {
                 instance_health::run(deps.clone(), period, leader.clone(), shutdown.clone())
-            }));
+            })
+        });
+        self.tasks.push(task);
     }
 
     /// Stops every task and actor: first provisioning drains (no new rounds; the current
@@ -620,16 +661,25 @@ impl Daemon {
 /// process's exit.
 pub const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Awaits `task`, aborting it (with a warning naming it) if it outlives [`TASK_STOP_TIMEOUT`].
+/// Awaits `task`, aborting it (with a warning naming it) if it outlives [`TASK_STOP_TIMEOUT`];
+/// a task that ended in a panic is logged with the panic's message.
 async fn stop_or_abort(what: &'static str, task: JoinHandle<()>) {
     let abort = task.abort_handle();
-    if tokio::time::timeout(TASK_STOP_TIMEOUT, task).await.is_err() {
-        abort.abort();
-        tracing::warn!(
-            task = what,
-            timeout_s = TASK_STOP_TIMEOUT.as_secs(),
-            "task did not stop after the shutdown signal; aborted"
-        );
+    match tokio::time::timeout(TASK_STOP_TIMEOUT, task).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) if error.is_panic() => {
+            let panic = supervisor::panic_message(&*error.into_panic());
+            tracing::error!(task = what, panic, "task had panicked when it was stopped");
+        }
+        Ok(Err(error)) => tracing::warn!(task = what, %error, "task was cancelled before stopping"),
+        Err(_) => {
+            abort.abort();
+            tracing::warn!(
+                task = what,
+                timeout_s = TASK_STOP_TIMEOUT.as_secs(),
+                "task did not stop after the shutdown signal; aborted"
+            );
+        }
     }
 }
 
@@ -671,29 +721,37 @@ fn start_status_loops(
             nodeclaim_disruption::CONTROLLER,
         )) as Arc<dyn CloudProvider>
     });
-    let controller = NodeClaimDisruption::new(client.clone(), state.clone(), metered, departures);
-    vec![
-        tokio::spawn(nodeclaim_disruption::run(
-            controller,
-            conditions,
-            leader.clone(),
-            shutdown.clone(),
-        )),
-        tokio::spawn(expiration::run(
-            client.clone(),
-            state.clone(),
-            expiry,
-            leader.clone(),
-            shutdown.clone(),
-        )),
-        tokio::spawn(nodepool_status::run(
-            client.clone(),
-            state.clone(),
-            status,
-            leader.clone(),
-            shutdown.clone(),
-        )),
-    ]
+    let (c, st, l, s) = (
+        client.clone(),
+        state.clone(),
+        leader.clone(),
+        shutdown.clone(),
+    );
+    // Rebuilt after a panic with an empty memory; the departures the pod hook feeds are kept.
+    let conditions_task = supervisor::task("nodeclaim_disruption", move || {
+        let controller =
+            NodeClaimDisruption::new(c.clone(), st.clone(), metered.clone(), departures.clone());
+        nodeclaim_disruption::run(controller, conditions.clone(), l.clone(), s.clone())
+    });
+    let (c, st, l, s) = (
+        client.clone(),
+        state.clone(),
+        leader.clone(),
+        shutdown.clone(),
+    );
+    let expiration_task = supervisor::task("expiration", move || {
+        expiration::run(c.clone(), st.clone(), expiry.clone(), l.clone(), s.clone())
+    });
+    let (c, st, l, s) = (
+        client.clone(),
+        state.clone(),
+        leader.clone(),
+        shutdown.clone(),
+    );
+    let status_task = supervisor::task("nodepool_status", move || {
+        nodepool_status::run(c.clone(), st.clone(), status.clone(), l.clone(), s.clone())
+    });
+    vec![conditions_task, expiration_task, status_task]
 }
 
 /// With a cloud provider: the LaunchTemplateCache and the Tagger (when the provider has
@@ -735,12 +793,10 @@ fn start_cloud_loops(
             })
         };
         let out = Outbox::new(&addr, depth);
-        tasks.push(tokio::spawn(launch_template_cache::sweep(
-            state.clone(),
-            out.clone(),
-            leader.clone(),
-            shutdown.clone(),
-        )));
+        let (st, o, l, s) = (state.clone(), out.clone(), leader.clone(), shutdown.clone());
+        tasks.push(supervisor::task("launch_template_cache_sweep", move || {
+            launch_template_cache::sweep(st.clone(), o.clone(), l.clone(), s.clone())
+        }));
         hooks
             .nodeclasses
             .push(Box::new(launch_template_cache::on_change(
@@ -769,23 +825,33 @@ fn start_cloud_loops(
             })
         };
         let out = Outbox::new(&addr, depth);
-        tasks.push(tokio::spawn(tagging::sweep(
-            state.clone(),
-            out.clone(),
-            shutdown.clone(),
-        )));
+        let (st, o, s) = (state.clone(), out.clone(), shutdown.clone());
+        tasks.push(supervisor::task("tagging_sweep", move || {
+            tagging::sweep(st.clone(), o.clone(), s.clone())
+        }));
         hooks
             .nodeclaims
             .push(Box::new(tagging::on_change(state.clone(), out)));
     }
-    let metered = MeteredCloudProvider::new(provider, garbage_collection::CONTROLLER);
-    tasks.push(tokio::spawn(garbage_collection::run(
+    let metered: Arc<dyn CloudProvider> = Arc::new(MeteredCloudProvider::new(
+        provider,
+        garbage_collection::CONTROLLER,
+    ));
+    let (c, st, l, s) = (
         client.clone(),
         state.clone(),
-        Arc::new(metered),
         leader.clone(),
         shutdown.clone(),
-    )));
+    );
+    tasks.push(supervisor::task("garbage_collection", move || {
+        garbage_collection::run(
+            c.clone(),
+            st.clone(),
+            Arc::clone(&metered),
+            l.clone(),
+            s.clone(),
+        )
+    }));
     (hooks, tasks)
 }
 
@@ -824,11 +890,17 @@ fn subscribe_generation(subscribers: &mut Subscribers, generation: &Generation) 
     subscribers.nodepools.push(Box::new(move |_, _| g.bump()));
 }
 
+/// A change an actor could not be told of: counted (`kerf_mailbox_dropped_total`) whether
+/// its mailbox was full or it had stopped; a stopped actor is also warned about, since only
+/// its restart (or the process's) repairs that.
 fn notify(lifecycle: &Outbox<Changed>, change: Changed) {
     match lifecycle.try_deliver(change) {
+        // Counted by the outbox; the actor's resync repairs the drop.
         Ok(()) | Err(DeliverError::Full(_)) => {}
         Err(err @ DeliverError::Closed(_)) => {
-            tracing::debug!(error = %err, "notifying of a change")
+            metrics::counter!(crate::metrics::MAILBOX_DROPPED, "mailbox" => lifecycle.depth().name().to_owned())
+                .increment(1);
+            tracing::warn!(error = %err, "notifying of a change");
         }
     }
 }

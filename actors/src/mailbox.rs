@@ -5,6 +5,12 @@
 //! tokio channel of the same capacity) therefore never holds more than `capacity` messages,
 //! whichever sender and however many clones of it send.
 //!
+//! A message is pushed while its sender holds the read side of the actor's address
+//! ([`Supervised`]), and a restart swaps the address under the write side: a push either
+//! lands in the running incarnation (taken by it, or counted dropped with its mailbox when
+//! it panics, [`MailboxDepth::reset`]) or is refused at once and its permit returned. No
+//! permit leaks across a restart or an actor's death, so senders never wedge on a dead actor.
+//!
 //! actix's own channel is not a bound: every `Addr`/`Recipient` clone gets a slot past
 //! capacity, the message is pushed even when the mailbox is full (only the sender is
 //! parked afterwards), and a parked `Recipient::send` retries through a fresh clone that is
@@ -25,7 +31,7 @@ use actix::prelude::*;
 use tokio::sync::Semaphore;
 
 use crate::metrics::{MAILBOX_DEPTH, MAILBOX_DROPPED};
-use crate::supervisor::Supervised;
+use crate::supervisor::{FaultPoint, Supervised};
 
 /// One mailbox's bound and its depth: shared by its senders and its receiving actor.
 #[derive(Clone, Debug)]
@@ -34,14 +40,18 @@ pub struct MailboxDepth {
     capacity: usize,
     permits: Arc<Semaphore>,
     count: Arc<AtomicI64>,
+    /// The fault-injection hook checked on every take ([`crate::supervisor::Faults`]).
+    fault: FaultPoint,
 }
 
 impl MailboxDepth {
     /// A mailbox named `name` (the metrics' `mailbox` label) holding at most `capacity`
     /// messages.
     pub fn new(name: impl Into<Arc<str>>, capacity: usize) -> Self {
+        let name = name.into();
         Self {
-            name: name.into(),
+            fault: FaultPoint::for_mailbox(&name),
+            name,
             capacity,
             permits: Arc::new(Semaphore::new(capacity)),
             count: Arc::new(AtomicI64::new(0)),
@@ -63,20 +73,32 @@ impl MailboxDepth {
 
     /// Waits for room, then counts one message in. The caller must enqueue it.
     pub async fn admit(&self) {
-        // Released by `taken`, when the actor takes the message. The semaphore is never
-        // closed, so the acquire only ends with a permit.
-        if let Ok(permit) = self.permits.acquire().await {
-            permit.forget();
-        }
+        self.reserve().await;
         self.queued();
     }
 
     /// Counts one message in if there is room; otherwise counts a drop and refuses.
     pub fn try_admit(&self) -> Result<(), DeliverError> {
+        self.try_reserve()?;
+        self.queued();
+        Ok(())
+    }
+
+    /// Waits for room without counting a message in yet ([`Self::queued`] once pushed, or
+    /// [`Self::refund`]).
+    async fn reserve(&self) {
+        // Released by `taken`, when the actor takes the message. The semaphore is never
+        // closed, so the acquire only ends with a permit.
+        if let Ok(permit) = self.permits.acquire().await {
+            permit.forget();
+        }
+    }
+
+    /// [`Self::reserve`] if there is room; otherwise counts a drop and refuses.
+    fn try_reserve(&self) -> Result<(), DeliverError> {
         match self.permits.try_acquire() {
             Ok(permit) => {
                 permit.forget();
-                self.queued();
                 Ok(())
             }
             Err(_) => {
@@ -86,14 +108,28 @@ impl MailboxDepth {
         }
     }
 
+    /// A reserved message was pushed into the mailbox.
     fn queued(&self) {
         self.publish(self.count.fetch_add(1, Ordering::Relaxed) + 1);
     }
 
+    /// A reserved message was refused by a closed mailbox: its room is given back at once.
+    fn refund(&self) {
+        self.permits.add_permits(1);
+    }
+
+    /// Room free now (tests check no permit leaked).
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+
     /// The receiving actor took one message out of its mailbox: its room is free again.
+    /// Panics here if a fault is armed for this actor (a test and simulation hook), after
+    /// the room is given back.
     pub fn taken(&self) {
         self.publish(self.count.fetch_sub(1, Ordering::Relaxed) - 1);
         self.permits.add_permits(1);
+        self.fault.check();
     }
 
     /// The mailbox was replaced by an empty one (its actor restarted after a panic): what
@@ -123,13 +159,118 @@ pub enum DeliverError {
     Closed(String),
 }
 
+/// The handler's answer to come; `Err` when it never comes (the actor stopped first).
+type Answer<R> = futures::future::BoxFuture<'static, Result<R, ()>>;
+
+/// How an outbox reaches its actor.
+trait Route<M: Message + Send>: Send + Sync
+where
+    M::Result: Send,
+{
+    /// Pushes `message` into the running incarnation's mailbox (counting it in on `depth`),
+    /// asking for an answer or not; the message back when that mailbox is closed.
+    fn push(
+        &self,
+        message: M,
+        answer: bool,
+        depth: &MailboxDepth,
+    ) -> Result<Option<Answer<M::Result>>, M>;
+
+    /// The incarnation a push goes to now (`None`: stopped for good, or not supervised).
+    fn incarnation(&self) -> Option<u64>;
+
+    /// Waits until the incarnation is no longer `seen`.
+    fn replaced(&self, seen: Option<u64>) -> futures::future::BoxFuture<'_, ()>;
+}
+
+impl<A, M> Route<M> for Supervised<A>
+where
+    A: Actor<Context = Context<A>> + Handler<M>,
+    M: Message + Send + 'static,
+    M::Result: Send,
+{
+    fn push(
+        &self,
+        message: M,
+        answer: bool,
+        depth: &MailboxDepth,
+    ) -> Result<Option<Answer<M::Result>>, M> {
+        // Counted in while the restart that would count it lost is held off.
+        self.with_sender(|sender| {
+            // A fresh clone is never parked (the queue behind the permit is unbounded).
+            let sender = sender.clone();
+            let pushed = if answer {
+                sender.send(message).map(|rx| {
+                    let answer: Answer<M::Result> =
+                        Box::pin(async move { rx.await.map_err(|_| ()) });
+                    Some(answer)
+                })
+            } else {
+                sender.try_send(message, false).map(|()| None)
+            };
+            if pushed.is_ok() {
+                depth.queued();
+            }
+            pushed.map_err(SendError::into_inner)
+        })
+    }
+
+    fn incarnation(&self) -> Option<u64> {
+        Supervised::incarnation(self)
+    }
+
+    fn replaced(&self, seen: Option<u64>) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(Supervised::replaced(self, seen))
+    }
+}
+
+/// A plain actix address (test doubles).
+struct Plain<A: Actor>(Addr<A>);
+
+impl<A, M> Route<M> for Plain<A>
+where
+    A: Actor + Handler<M>,
+    A::Context: ToEnvelope<A, M>,
+    M: Message + Send + 'static,
+    M::Result: Send,
+{
+    fn push(
+        &self,
+        message: M,
+        answer: bool,
+        depth: &MailboxDepth,
+    ) -> Result<Option<Answer<M::Result>>, M> {
+        if !self.0.connected() {
+            return Err(message);
+        }
+        depth.queued();
+        let recipient = self.0.clone().recipient();
+        if answer {
+            let request = recipient.send(message);
+            let answer: Answer<M::Result> = Box::pin(async move { request.await.map_err(|_| ()) });
+            Ok(Some(answer))
+        } else {
+            recipient.do_send(message);
+            Ok(None)
+        }
+    }
+
+    fn incarnation(&self) -> Option<u64> {
+        None
+    }
+
+    fn replaced(&self, _: Option<u64>) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
 /// A sender's handle on one actor's mailbox for one message type.
 pub struct Outbox<M>
 where
     M: Message + Send,
     M::Result: Send,
 {
-    recipient: Arc<dyn Fn() -> Recipient<M> + Send + Sync>,
+    route: Arc<dyn Route<M>>,
     depth: MailboxDepth,
 }
 
@@ -140,7 +281,7 @@ where
 {
     fn clone(&self) -> Self {
         Self {
-            recipient: Arc::clone(&self.recipient),
+            route: Arc::clone(&self.route),
             depth: self.depth.clone(),
         }
     }
@@ -157,25 +298,24 @@ where
     where
         A: Actor<Context = Context<A>> + Handler<M>,
     {
-        let actor = actor.clone();
         Self {
-            recipient: Arc::new(move || actor.addr().recipient()),
+            route: Arc::new(actor.clone()),
             depth,
         }
     }
 
     /// An outbox onto a plain actix address, for actors started without supervision (test
-    /// doubles, the OfferingCache). The actor's actix capacity does not matter: every send
-    /// goes through a fresh clone of the address, which actix never parks, so the permits
-    /// stay the only bound.
+    /// doubles). The actor's actix capacity does not matter: every send goes through a fresh
+    /// clone of the address, which actix never parks, so the permits stay the only bound. A
+    /// closed actor refuses at once; messages it held when it stopped keep their permits
+    /// (nothing restarts it to count them lost): supervise real actors.
     pub fn to_addr<A>(addr: &Addr<A>, depth: MailboxDepth) -> Self
     where
         A: Actor + Handler<M>,
         A::Context: ToEnvelope<A, M>,
     {
-        let addr = addr.clone();
         Self {
-            recipient: Arc::new(move || addr.clone().recipient()),
+            route: Arc::new(Plain(addr.clone())),
             depth,
         }
     }
@@ -185,36 +325,66 @@ where
         self.depth.capacity
     }
 
-    /// Enqueues without waiting; a full mailbox drops the message (counted).
+    /// The mailbox's depth and room.
+    pub fn depth(&self) -> &MailboxDepth {
+        &self.depth
+    }
+
+    fn closed(&self) -> DeliverError {
+        DeliverError::Closed(self.depth.name.to_string())
+    }
+
+    /// Enqueues without waiting; a full mailbox drops the message (counted), a closed or
+    /// restarting one refuses it.
     pub fn try_deliver(&self, message: M) -> Result<(), DeliverError> {
-        let recipient = (self.recipient)();
-        if !recipient.connected() {
-            return Err(DeliverError::Closed(self.depth.name.to_string()));
+        self.depth.try_reserve()?;
+        match self.route.push(message, false, &self.depth) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                self.depth.refund();
+                Err(self.closed())
+            }
         }
-        self.depth.try_admit()?;
-        // The actix queue behind the permit is unbounded: it never refuses for fullness.
-        recipient.do_send(message);
-        Ok(())
     }
 
-    /// Waits for room and enqueues, without waiting for the handler's answer.
+    /// Waits for room and enqueues into the incarnation running then, without waiting for
+    /// the handler's answer; a closed mailbox refuses at once.
     pub async fn enqueue(&self, message: M) -> Result<(), DeliverError> {
-        let recipient = (self.recipient)();
-        if !recipient.connected() {
-            return Err(DeliverError::Closed(self.depth.name.to_string()));
-        }
-        self.depth.admit().await;
-        recipient.do_send(message);
-        Ok(())
+        self.depth.reserve().await;
+        self.push(message, false).await.map(|_| ())
     }
 
-    /// Waits for room, enqueues, and waits for the handler's answer.
+    /// Waits for room, enqueues, and waits for the handler's answer. `Closed` when the
+    /// actor stopped for good, or ended (panicked) before answering.
     pub async fn deliver(&self, message: M) -> Result<M::Result, DeliverError> {
-        self.depth.admit().await;
-        // `send` pushes at once (the queue is unbounded); awaiting only waits for the answer.
-        let answer = (self.recipient)().send(message).await;
-        // A stopped actor's mailbox is gone with its room; nothing to give back.
-        answer.map_err(|_| DeliverError::Closed(self.depth.name.to_string()))
+        self.depth.reserve().await;
+        let Some(answer) = self.push(message, true).await? else {
+            return Err(self.closed());
+        };
+        answer.await.map_err(|()| self.closed())
+    }
+
+    /// Pushes a reserved message into the running incarnation; one that refuses it (it just
+    /// ended) is followed to the next, and a stopped actor gives the permit back at once.
+    async fn push(
+        &self,
+        mut message: M,
+        answer: bool,
+    ) -> Result<Option<Answer<M::Result>>, DeliverError> {
+        loop {
+            let seen = self.route.incarnation();
+            match self.route.push(message, answer, &self.depth) {
+                Ok(answer) => return Ok(answer),
+                Err(refused) if seen.is_some() => {
+                    message = refused;
+                    self.route.replaced(seen).await;
+                }
+                Err(_) => {
+                    self.depth.refund();
+                    return Err(self.closed());
+                }
+            }
+        }
     }
 }
 

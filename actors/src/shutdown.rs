@@ -85,7 +85,14 @@ pub fn gate(
         *leader.borrow() && !*draining.borrow()
     };
     let (tx, rx) = watch::channel(open(&leader, &draining));
-    let task = tokio::spawn(follow(leader, draining, shutdown, tx));
+    let task = crate::supervisor::task("shutdown_gate", move || {
+        follow(
+            leader.clone(),
+            draining.clone(),
+            shutdown.clone(),
+            tx.clone(),
+        )
+    });
     (rx, task)
 }
 

@@ -1,29 +1,246 @@
-//! Supervision: every actor runs on its own actix `Arbiter` (an OS thread with its own
-//! event loop), so a handler that computes for a while, or blocks, holds up only its own
-//! actor — never the watch streams, the lifecycle or the other actors. The arbiter runs the
-//! actor's context as a task and awaits it: a panic in a handler (or in a future the actor
-//! spawned) ends that task only, and the supervisor builds the actor again from its factory
-//! on a fresh mailbox, counts the restart in `kerf_actor_restarts_total{actor}` and logs the
-//! panic. Messages queued at the panic are lost with the old mailbox: they are counted as
-//! dropped and their room is given back ([`MailboxDepth::reset`]); a sender waiting for an
-//! answer gets [`DeliverError::Closed`](crate::mailbox::DeliverError::Closed).
+//! Supervision: every actor runs on its own actix `Arbiter` (an OS thread with its own event
+//! loop) and every long-running loop in a tokio task, each under a supervisor that awaits
+//! it. A panic ends that actor or loop only: the supervisor logs it with the panic's message,
+//! counts it in `kerf_actor_restarts_total{actor}`, waits a backoff and builds it again from
+//! its factory, which rebuilds the state from the stores (and from what the daemon shares
+//! across incarnations, e.g. the Launcher's `CreatedClaims`).
 //!
-//! Senders reach the actor through [`Supervised`], whose address the supervisor swaps on a
-//! restart, so an [`Outbox`](crate::mailbox::Outbox) made before a panic delivers to the
-//! restarted actor. The supervisor holds that address only weakly: when every sender is
-//! gone the actor stops as any actix actor does, and its arbiter thread ends with it.
+//! Senders reach an actor through [`Supervised`], whose address is swapped on a restart under
+//! a write lock while every push holds the read lock ([`crate::mailbox`]): a message reaches
+//! the running incarnation, waits in the next one's mailbox during the backoff, or is refused
+//! at once with its permit returned; what the dead incarnation had queued is counted dropped.
+//!
+//! Each controller replica has a [`Supervision`] (its restart log, restart budget and fault
+//! hooks), taken from the task-local scope the daemon starts in. An actor restarted more than
+//! [`RESTART_BUDGET`] times within [`RESTART_WINDOW`] marks it exhausted: `/healthz` fails.
 
-use std::sync::{Arc, RwLock, Weak};
+mod faults;
 
-use actix::dev::channel;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, RwLock, Weak};
+use std::time::Duration;
+
+use actix::dev::channel::{self, AddressSender};
 use actix::prelude::*;
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::mailbox::MailboxDepth;
 use crate::metrics::ACTOR_RESTARTS;
 
-/// A supervised actor's current address, shared by its senders.
+pub use faults::{FAULT_ACTORS, FaultPoint, Faults, UnknownActor, fault_point};
+
+/// An actor or loop that panics more often than this within [`RESTART_WINDOW`] is crash-looping
+/// on something a restart does not fix (a poisoned object in the cluster, a bug on a hot path):
+/// the process is marked unhealthy so Kubernetes restarts the pod and the failure shows in its
+/// restart count. Five leaves room for a burst of unrelated transient panics.
+pub const RESTART_BUDGET: usize = 5;
+
+/// The window [`RESTART_BUDGET`] counts restarts in: long enough that a crash loop with the
+/// largest backoff ([`MAX_RESTART_BACKOFF`]) still exceeds the budget within it.
+pub const RESTART_WINDOW: Duration = Duration::from_secs(10 * 60);
+
+/// The first restart's delay; each further restart within [`RESTART_WINDOW`] doubles it, so
+/// an actor that panics at once logs a few times instead of spinning a core.
+pub const TASK_RESTART_DELAY: Duration = Duration::from_secs(1);
+
+/// The longest delay between two restarts.
+pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Which actor exhausted the restart budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exhausted {
+    pub actor: &'static str,
+    /// Restarts within [`RESTART_WINDOW`] when the budget ran out.
+    pub restarts: usize,
+}
+
+impl std::fmt::Display for Exhausted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "actor {} restarted {} times within {}s (budget {RESTART_BUDGET})",
+            self.actor,
+            self.restarts,
+            RESTART_WINDOW.as_secs()
+        )
+    }
+}
+
+/// One controller replica's supervision: its restart log, whether the budget is exhausted,
+/// and its fault-injection hooks. Cheap to clone.
+#[derive(Clone)]
+pub struct Supervision {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    restarts: Mutex<HashMap<&'static str, VecDeque<Instant>>>,
+    exhausted: watch::Sender<Option<Exhausted>>,
+    backoff: Duration,
+    faults: Faults,
+}
+
+tokio::task_local! {
+    static SCOPE: Supervision;
+}
+
+/// The scope of whatever runs outside any replica's (the binary's single controller).
+static PROCESS: LazyLock<Supervision> = LazyLock::new(Supervision::new);
+
+impl Default for Supervision {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Supervision {
+    /// A fresh scope restarting after [`TASK_RESTART_DELAY`], doubling.
+    pub fn new() -> Self {
+        Self::with_backoff(TASK_RESTART_DELAY)
+    }
+
+    /// A fresh scope whose first restart waits `backoff` (tests shorten it).
+    pub fn with_backoff(backoff: Duration) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                restarts: Mutex::new(HashMap::new()),
+                exhausted: watch::channel(None).0,
+                backoff,
+                faults: Faults::default(),
+            }),
+        }
+    }
+
+    /// The scope of the running task, or the process's outside any.
+    pub fn current() -> Self {
+        SCOPE
+            .try_with(Clone::clone)
+            .unwrap_or_else(|_| PROCESS.clone())
+    }
+
+    /// Runs `future` with this scope: the actors and loops it starts are supervised here.
+    pub async fn scope<F: Future>(&self, future: F) -> F::Output {
+        SCOPE.scope(self.clone(), future).await
+    }
+
+    /// Runs `f` with this scope (for starts outside an async context).
+    pub fn sync_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        SCOPE.sync_scope(self.clone(), f)
+    }
+
+    /// Set once an actor exhausts the restart budget; never cleared.
+    pub fn exhausted(&self) -> watch::Receiver<Option<Exhausted>> {
+        self.inner.exhausted.subscribe()
+    }
+
+    /// The fault-injection hooks of this replica (tests and `kerf simulate` only).
+    pub fn faults(&self) -> &Faults {
+        &self.inner.faults
+    }
+
+    /// Records a panic of `actor`: logs it, counts it, and answers how long to wait before
+    /// building it again. Marks the scope exhausted past the budget.
+    fn panicked(&self, actor: &'static str, kind: &str, message: &str) -> Duration {
+        metrics::counter!(ACTOR_RESTARTS, "actor" => actor).increment(1);
+        let now = Instant::now();
+        let recent = {
+            let mut log = self
+                .inner
+                .restarts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let times = log.entry(actor).or_default();
+            while times
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > RESTART_WINDOW)
+            {
+                times.pop_front();
+            }
+            times.push_back(now);
+            times.len()
+        };
+        let exponent = u32::try_from(recent.saturating_sub(1))
+            .unwrap_or(u32::MAX)
+            .min(16);
+        let delay = self
+            .inner
+            .backoff
+            .saturating_mul(2u32.saturating_pow(exponent))
+            .min(MAX_RESTART_BACKOFF.max(self.inner.backoff));
+        tracing::error!(
+            actor,
+            kind,
+            panic = message,
+            restarts_in_window = recent,
+            backoff_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            "{kind} panicked; restarting it"
+        );
+        if recent > RESTART_BUDGET {
+            let exhausted = Exhausted {
+                actor,
+                restarts: recent,
+            };
+            let first = self.inner.exhausted.send_if_modified(|current| {
+                if current.is_some() {
+                    return false;
+                }
+                *current = Some(exhausted.clone());
+                true
+            });
+            if first {
+                tracing::error!(%exhausted, "restart budget exhausted; the process is unhealthy");
+            }
+        }
+        delay
+    }
+
+    /// Reports a panic of a one-shot task that is not rebuilt (its work is redone by a
+    /// reconcile): logged and counted like a restart.
+    pub fn report_panic(&self, actor: &'static str, payload: &(dyn std::any::Any + Send)) {
+        self.panicked(actor, "task", &panic_message(payload));
+    }
+}
+
+/// The message a panic carried (`panic!("...")` with or without arguments).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = payload.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "(a panic without a message)".to_owned()
+    }
+}
+
+/// A supervised actor's current mailbox, shared by its senders.
 pub struct Supervised<A: Actor> {
-    slot: Arc<RwLock<Addr<A>>>,
+    slot: Arc<Slot<A>>,
+}
+
+/// The running incarnation's sender, and which incarnation it is.
+struct Slot<A: Actor> {
+    sender: RwLock<AddressSender<A>>,
+    /// Counts incarnations; `None` once the actor stopped for good.
+    incarnation: watch::Sender<Option<u64>>,
+}
+
+impl<A: Actor> Slot<A> {
+    /// Swaps in `next` (or marks the actor stopped) while no push is in progress: what the
+    /// ended incarnation's mailbox held is all that is counted lost.
+    fn replace(&self, next: Option<AddressSender<A>>, depth: &MailboxDepth) {
+        let mut current = self.sender.write().unwrap_or_else(PoisonError::into_inner);
+        depth.reset();
+        let incarnation = match next {
+            Some(sender) => {
+                *current = sender;
+                self.incarnation.borrow().map(|n| n + 1)
+            }
+            None => None,
+        };
+        self.incarnation.send_replace(incarnation);
+    }
 }
 
 impl<A: Actor> Clone for Supervised<A> {
@@ -35,37 +252,55 @@ impl<A: Actor> Clone for Supervised<A> {
 }
 
 impl<A: Actor<Context = Context<A>>> Supervised<A> {
-    /// The address of the actor's current incarnation.
+    /// The address of the actor's current incarnation (sends through it bypass the permit).
     pub fn addr(&self) -> Addr<A> {
-        match self.slot.read() {
-            Ok(addr) => addr.clone(),
-            // The lock only guards a swap of the address; a poisoned one still holds one.
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        Addr::new(self.with_sender(AddressSender::clone))
+    }
+
+    /// Runs `push` with the current incarnation's sender, holding off a restart meanwhile:
+    /// what `push` enqueues is either taken by this incarnation or counted lost by the
+    /// restart, never both ([`crate::mailbox`]).
+    pub(crate) fn with_sender<R>(&self, push: impl FnOnce(&AddressSender<A>) -> R) -> R {
+        // The lock only guards a swap of the sender; a poisoned one still holds one.
+        push(
+            &self
+                .slot
+                .sender
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// The running incarnation (`None` once stopped for good).
+    pub(crate) fn incarnation(&self) -> Option<u64> {
+        *self.slot.incarnation.borrow()
+    }
+
+    /// Waits until the incarnation is no longer `seen`: the one that refused a push has
+    /// been replaced (or the actor stopped for good). The wait spans only the moment between
+    /// an incarnation's end and its supervisor noticing it.
+    pub(crate) async fn replaced(&self, seen: Option<u64>) {
+        let mut incarnation = self.slot.incarnation.subscribe();
+        let _ = incarnation
+            .wait_for(|now| *now != seen || now.is_none())
+            .await;
     }
 }
 
 /// Starts the actor `make()` builds on its own arbiter as actor `name`, and after a panic
-/// the one it builds next; a factory that answers `None` leaves a panicked actor stopped
-/// (still counted). `depth` is the actor's mailbox (reset on a restart).
-pub fn start<A, F>(name: &'static str, depth: MailboxDepth, mut make: F) -> Supervised<A>
+/// (and a backoff, messages waiting meanwhile in the next incarnation's mailbox) the one it
+/// builds next; a factory that answers `None` leaves the actor stopped (sends are then
+/// refused at once). `depth` is the actor's mailbox.
+pub fn start<A, F>(name: &'static str, depth: MailboxDepth, make: F) -> Supervised<A>
 where
     A: Actor<Context = Context<A>>,
     F: FnMut() -> Option<A> + Send + 'static,
 {
-    let (sender, receiver) = channel::channel(0);
-    let slot = Arc::new(RwLock::new(Addr::new(sender)));
-    let weak = Arc::downgrade(&slot);
+    let (slot, supervise) = supervised(name, depth, make);
     let arbiter = arbiter();
     let spawned = arbiter.spawn_fn(move || {
         actix::spawn(async move {
-            let mut receiver = receiver;
-            while let Some(actor) = make() {
-                match run(name, actor, receiver, &weak, &depth).await {
-                    Some(next) => receiver = next,
-                    None => break,
-                }
-            }
+            supervise().await;
             Arbiter::current().stop();
         });
     });
@@ -75,7 +310,74 @@ where
             "actor arbiter stopped before the actor started"
         );
     }
-    Supervised { slot }
+    slot
+}
+
+/// [`start`] on the calling arbiter's thread instead of a thread of its own, for an actor
+/// whose handlers only record (the OfferingCache): supervised alike, and on the caller's
+/// clock (tests on paused time).
+pub fn start_here<A, F>(name: &'static str, depth: MailboxDepth, make: F) -> Supervised<A>
+where
+    A: Actor<Context = Context<A>>,
+    F: FnMut() -> Option<A> + Send + 'static,
+{
+    let (slot, supervise) = supervised(name, depth, make);
+    actix::spawn(supervise());
+    slot
+}
+
+/// The actor's shared address, and what makes the future that runs and restarts it (on the
+/// thread that will run it: an actor need not be `Send`).
+fn supervised<A, F>(
+    name: &'static str,
+    depth: MailboxDepth,
+    mut make: F,
+) -> (
+    Supervised<A>,
+    impl FnOnce() -> Box<dyn Future<Output = ()> + Unpin> + Send + 'static,
+)
+where
+    A: Actor<Context = Context<A>>,
+    F: FnMut() -> Option<A> + Send + 'static,
+{
+    let supervision = Supervision::current();
+    let (sender, receiver) = channel::channel(0);
+    let slot = Arc::new(Slot {
+        sender: RwLock::new(sender),
+        incarnation: watch::channel(Some(0)).0,
+    });
+    let weak = Arc::downgrade(&slot);
+    let scope = supervision.clone();
+    let supervise = move || -> Box<dyn Future<Output = ()> + Unpin> {
+        Box::new(Box::pin(SCOPE.scope(scope, async move {
+            // However the supervision ends (even with its arbiter), senders stop waiting.
+            let _stopped = StopOnDrop(weak.clone(), depth.clone());
+            let mut receiver = receiver;
+            while let Some(actor) = make() {
+                match run(name, actor, receiver, &weak, &depth, &supervision).await {
+                    Some((next, delay)) => {
+                        receiver = next;
+                        tokio::time::sleep(delay).await;
+                    }
+                    None => break,
+                }
+            }
+        })))
+    };
+    (Supervised { slot }, supervise)
+}
+
+/// Marks the actor stopped for good when its supervision ends.
+struct StopOnDrop<A: Actor>(Weak<Slot<A>>, MailboxDepth);
+
+impl<A: Actor> Drop for StopOnDrop<A> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.upgrade() {
+            slot.replace(None, &self.1);
+        } else {
+            self.1.reset();
+        }
+    }
 }
 
 /// A new arbiter whose thread, and its runtime's blocking threads, allocate for the owner the
@@ -94,66 +396,80 @@ fn arbiter() -> Arbiter {
     .expect("an actor's arbiter thread and its runtime start")
 }
 
-/// Runs one incarnation; `Some(receiver)` of the next one after a panic, `None` when the
-/// actor stopped or nobody can send to it any more.
+/// Runs one incarnation; after a panic, the next one's receiver (already installed, so
+/// messages wait in it) and the backoff to wait; `None` when the actor stopped or nobody can
+/// send to it any more.
 async fn run<A>(
     name: &'static str,
     actor: A,
     receiver: channel::AddressReceiver<A>,
-    slot: &Weak<RwLock<Addr<A>>>,
+    slot: &Weak<Slot<A>>,
     depth: &MailboxDepth,
-) -> Option<channel::AddressReceiver<A>>
+    supervision: &Supervision,
+) -> Option<(channel::AddressReceiver<A>, Duration)>
 where
     A: Actor<Context = Context<A>>,
 {
     let context = Context::with_receiver(receiver);
-    let ended = actix::spawn(context.into_future(actor)).await;
-    let Err(error) = ended else { return None };
-    if !error.is_panic() {
-        return None;
-    }
-    metrics::counter!(ACTOR_RESTARTS, "actor" => name).increment(1);
-    tracing::error!(
-        actor = name,
-        "actor panicked; restarting it on a fresh mailbox"
-    );
+    // The context's task drops its receiver when it ends, panicking or not: from then on a
+    // push to this incarnation is refused, and waits for the next one ([`Supervised::replaced`]).
+    let ended = actix::spawn(SCOPE.scope(supervision.clone(), context.into_future(actor))).await;
+    let panic = match ended {
+        Err(error) if error.is_panic() => error.into_panic(),
+        // Stopped: `StopOnDrop` refuses what comes next.
+        _ => return None,
+    };
+    let delay = supervision.panicked(name, "actor", &panic_message(&*panic));
     let slot = slot.upgrade()?;
     let (sender, receiver) = channel::channel(0);
-    match slot.write() {
-        Ok(mut addr) => *addr = Addr::new(sender),
-        Err(poisoned) => *poisoned.into_inner() = Addr::new(sender),
-    }
-    depth.reset();
-    Some(receiver)
+    slot.replace(Some(sender), depth);
+    Some((receiver, delay))
 }
 
-/// How long a supervised task waits before it is built again after a panic, so a task that
-/// panics at once logs once a second instead of spinning a core.
-pub const TASK_RESTART_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Runs the tokio task `make()` builds as `name` (for tasks that are not actors: pollers
-/// and loops). After a panic the restart is counted in `kerf_actor_restarts_total{actor}`
-/// and logged, and the task `make()` builds next runs after [`TASK_RESTART_DELAY`]; a task
-/// that returns ends the supervision. Aborting the returned handle aborts the running task.
+/// Runs the tokio task `make()` builds as `name` (for loops that are not actors: pollers,
+/// watches, reconcile loops). After a panic it is logged with its message, counted in
+/// `kerf_actor_restarts_total{actor}`, and the task `make()` builds next runs after the
+/// backoff; a task that returns ends the supervision. Aborting the returned handle aborts
+/// the running task.
 pub fn task<F, Fut>(name: &'static str, mut make: F) -> tokio::task::JoinHandle<()>
 where
     F: FnMut() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
 {
+    let supervision = Supervision::current();
     tokio::spawn(async move {
         loop {
-            let running = tokio::spawn(make());
+            let next = supervision.sync_scope(&mut make);
+            let running = tokio::spawn(SCOPE.scope(supervision.clone(), next));
             let _abort = AbortOnDrop(running.abort_handle());
             match running.await {
                 Err(error) if error.is_panic() => {
-                    metrics::counter!(ACTOR_RESTARTS, "actor" => name).increment(1);
-                    tracing::error!(task = name, "task panicked; restarting it");
-                    tokio::time::sleep(TASK_RESTART_DELAY).await;
+                    let panic = error.into_panic();
+                    let delay = supervision.panicked(name, "task", &panic_message(&*panic));
+                    tokio::time::sleep(delay).await;
                 }
                 _ => return,
             }
         }
     })
+}
+
+/// Spawns a one-shot task on the current actor's thread (its `LocalSet`) whose panic is
+/// logged and counted as `name`'s instead of lost with a detached handle. It is not rebuilt:
+/// use it for work a reconcile redoes.
+pub fn spawn_local_reported<F>(name: &'static str, future: F)
+where
+    F: Future<Output = ()> + 'static,
+{
+    let supervision = Supervision::current();
+    let running = actix::spawn(SCOPE.scope(supervision.clone(), future));
+    actix::spawn(async move {
+        if let Err(error) = running.await
+            && error.is_panic()
+        {
+            supervision.report_panic(name, &*error.into_panic());
+        }
+    });
 }
 
 /// Aborts the supervised task when its supervisor is aborted.
@@ -179,11 +495,22 @@ pub fn system(workers: usize) -> std::io::Result<actix::SystemRunner> {
     Ok(actix::System::with_tokio_rt(move || runtime))
 }
 
-/// A factory for an actor that is built once and not restarted after a panic.
+/// A factory for an actor that is built once and not restarted after a panic (test doubles).
 pub fn once<A>(actor: A) -> impl FnMut() -> Option<A> + Send + 'static
 where
     A: Send + 'static,
 {
     let mut actor = Some(actor);
     move || actor.take()
+}
+
+/// A factory that starts `first`, then after each panic an actor `rebuild` makes from it
+/// (`rebuild` keeps what must survive a restart and rebuilds the rest from the stores).
+pub fn rebuilding<A>(first: A, rebuild: fn(&A) -> A) -> impl FnMut() -> Option<A> + Send + 'static
+where
+    A: Send + 'static,
+{
+    let template = rebuild(&first);
+    let mut first = Some(first);
+    move || Some(first.take().unwrap_or_else(|| rebuild(&template)))
 }

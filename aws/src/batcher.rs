@@ -3,14 +3,17 @@
 //! executed together, as upstream: a batch closes when no request joined it for the idle
 //! time (35 ms for CreateFleet, 100 ms for the others), when it is the maximum age (1 s) or
 //! when it is full. One background task per batcher owns the open batches and is fed over a
-//! bounded channel; callers await their own result. The task is spawned on the runtime of
-//! the first caller and respawned if that runtime went away.
+//! bounded channel; callers await their own result. Every batcher's task and the batches it
+//! executes (with their HTTP connections) run on one runtime of their own, on a dedicated
+//! thread started once ([`runtime`]), so no caller's runtime (an actor's arbiter, a test's)
+//! takes them down when it ends. A task that panicked is started again by the next request;
+//! a batch that panicked answers its callers with an error; both are logged and counted.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
@@ -18,6 +21,41 @@ use tokio::time::Instant;
 
 /// Mailbox size of a batcher's task; callers wait when it is full.
 const MAILBOX: usize = 1024;
+
+/// The name of the batchers' thread.
+pub const THREAD_NAME: &str = "kerf-aws-batcher";
+
+/// `kerf_actor_restarts_total{actor}`'s label for a batcher task or batch that panicked.
+const RESTART_LABEL: &str = "aws_batcher";
+
+/// The batchers' runtime: one worker thread, started on first use and never stopped. Its
+/// work is waiting on EC2, so one thread serves every batcher.
+pub fn runtime() -> &'static tokio::runtime::Handle {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name(THREAD_NAME)
+                .enable_all()
+                .build()
+                .expect("the AWS batchers' thread and runtime start")
+        })
+        .handle()
+}
+
+/// Spawns `task` on the batchers' runtime; a panic is logged and counted, not lost.
+fn spawn_reported(what: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+    let running = runtime().spawn(task);
+    runtime().spawn(async move {
+        if let Err(error) = running.await
+            && error.is_panic()
+        {
+            metrics::counter!("kerf_actor_restarts_total", "actor" => RESTART_LABEL).increment(1);
+            tracing::error!(batcher = what, "AWS request batcher panicked");
+        }
+    });
+}
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -125,7 +163,10 @@ where
             return sender.clone();
         }
         let (tx, rx) = mpsc::channel(MAILBOX);
-        tokio::spawn(run(self.window, self.executor.clone(), rx));
+        spawn_reported(
+            self.window.name,
+            run(self.window, self.executor.clone(), rx),
+        );
         *slot = Some(tx.clone());
         tx
     }
@@ -185,7 +226,7 @@ async fn run<K, Req, Resp>(
             .collect();
         for key in due {
             if let Some(batch) = open.remove(&key) {
-                tokio::spawn(execute(window, executor.clone(), key, batch));
+                spawn_reported(window.name, execute(window, executor.clone(), key, batch));
             }
         }
     }
@@ -267,6 +308,57 @@ mod tests {
         assert_eq!(b.add("k".into(), 3).await, Ok((1, 30)));
         assert_eq!(b.add("k".into(), 4).await, Ok((1, 40)));
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_batch_executes_on_its_own_thread_after_the_first_callers_runtime_is_gone() {
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&threads);
+        let executor: Executor<(), u32, u32> = Arc::new(move |_, requests: Vec<u32>| {
+            let name = std::thread::current().name().map(str::to_owned);
+            seen.lock().expect("not poisoned").push(name);
+            Box::pin(async move { requests.into_iter().map(|r| r + 1).collect() })
+        });
+        let b = Arc::new(Batcher::new(
+            BatchWindow {
+                idle: Duration::from_millis(1),
+                ..CREATE_FLEET_WINDOW
+            },
+            executor,
+        ));
+        let first = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        assert_eq!(first.block_on(b.add((), 1)), Ok(2));
+        drop(first);
+        let second = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        assert_eq!(second.block_on(b.add((), 2)), Ok(3));
+        let threads = threads.lock().expect("not poisoned").clone();
+        assert_eq!(threads, vec![Some(THREAD_NAME.to_owned()); 2]);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_batch_answers_with_an_error_and_the_next_one_runs() {
+        let executor: Executor<(), u32, u32> = Arc::new(|_, requests: Vec<u32>| {
+            assert!(!requests.contains(&0), "a bug in the executor");
+            Box::pin(async move { requests })
+        });
+        let b = Batcher::new(
+            BatchWindow {
+                idle: Duration::from_millis(1),
+                ..CREATE_FLEET_WINDOW
+            },
+            executor,
+        );
+        assert_eq!(
+            b.add((), 0).await,
+            Err(BatchError::NoResult("create_fleet"))
+        );
+        assert_eq!(b.add((), 7).await, Ok(7));
     }
 
     #[tokio::test]

@@ -358,3 +358,50 @@ fn ctrl_c_mid_scenario_judges_what_was_measured_and_exits_130() {
         "failed expectations are still named: {stderr}"
     );
 }
+
+#[test]
+fn actor_panics_restart_the_actors_and_the_work_goes_on() {
+    let (report, stderr) = passes("actor-panics");
+    for actor in [
+        "batcher",
+        "provisioner",
+        "launcher",
+        "lifecycle",
+        "termination",
+        "disruption",
+    ] {
+        assert!(
+            stderr.contains(&format!("injected fault: {actor} panics on this message")),
+            "{actor} never panicked:\n{stderr}"
+        );
+    }
+    assert_eq!(
+        report["unhealthyReplicas"],
+        serde_json::json!([]),
+        "within the restart budget"
+    );
+}
+
+#[test]
+fn an_actor_panic_naming_no_actor_is_refused() {
+    let (dir, file) = scenario_file(
+        "bad-actor",
+        "name: bad-actor\nsteps:\n  - fault: {kind: actor-panic, actor: lifecycles, count: 1}\n",
+    );
+    let output = kerf(
+        &[
+            "simulate",
+            "--scenario",
+            file.to_str().expect("utf-8"),
+            "--fast",
+        ],
+        None,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr.contains("bad-actor.yaml: steps[0].fault.actor: unknown actor \"lifecycles\""),
+        "{stderr}"
+    );
+}

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use super::Trigger;
 use crate::launcher::CreatedClaims;
 use crate::mailbox::{DeliverError, Outbox};
+use crate::metrics::MAILBOX_DROPPED;
 use crate::state::{Change, ClusterState, is_provisionable};
 
 /// How often every pending pod is triggered again: upstream's provisioner re-triggers
@@ -130,7 +131,8 @@ fn limits_rose(
 }
 
 /// Triggers every pending pod once cluster state has synced, then every
-/// [`RETRIGGER_PERIOD`], whenever this replica becomes leader, and on each request.
+/// [`RETRIGGER_PERIOD`], whenever this replica becomes leader, and on each request. A
+/// Batcher that refuses (stopped) is warned about and counted, and tried again next time.
 pub async fn retrigger(
     state: Arc<ClusterState>,
     batcher: Outbox<Trigger>,
@@ -149,8 +151,10 @@ pub async fn retrigger(
                 continue;
             };
             if let Err(err) = batcher.enqueue(Trigger { pod_uid: uid }).await {
+                metrics::counter!(MAILBOX_DROPPED, "mailbox" => batcher.depth().name().to_owned())
+                    .increment(1);
                 tracing::warn!(error = %err, "re-triggering pending pods");
-                return;
+                break;
             }
         }
         tokio::select! {

@@ -212,6 +212,7 @@ pub async fn run(
     let mut memo: Option<Memo> = None;
     loop {
         let next = if *deps.leader.borrow() && deps.state.synced() {
+            crate::supervisor::fault_point("disruption");
             pass(&deps, &progress, &mut memo, &mut shutdown).await
         } else {
             memo = None;

@@ -13,6 +13,7 @@ mod cache;
 pub mod disruption;
 pub mod upstream;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
@@ -156,16 +157,22 @@ pub fn spawn(
         series: Correlator::new(CORRELATION_WINDOW),
         nominations: TokenBucket::new(NOMINATION_QPS, NOMINATION_BURST, Instant::now()),
     };
-    let task = tokio::spawn(run(writer, rx, depth.clone(), shutdown));
+    // The writer's memory (dedupe, series, rate) and the queue outlive a panicking writer.
+    let carried = Arc::new(tokio::sync::Mutex::new((writer, rx)));
+    let mailbox = depth.clone();
+    let task = crate::supervisor::task("events", move || {
+        run(Arc::clone(&carried), mailbox.clone(), shutdown.clone())
+    });
     (EventRecorder { queue, depth }, task)
 }
 
 async fn run(
-    mut writer: Writer,
-    mut queue: mpsc::Receiver<Event>,
+    carried: Arc<tokio::sync::Mutex<(Writer, mpsc::Receiver<Event>)>>,
     depth: MailboxDepth,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut carried = carried.lock().await;
+    let (writer, queue) = &mut *carried;
     loop {
         let event = tokio::select! {
             event = queue.recv() => event,

@@ -98,10 +98,17 @@ fn spawn_with(
             )
         })
     };
-    vec![
-        poller,
-        tokio::spawn(handle_all(handler, inbox, depth, shutdown)),
-    ]
+    // The mailbox outlives a panicking handler loop; the next one goes on taking from it.
+    let inbox = Arc::new(tokio::sync::Mutex::new(inbox));
+    let handlers = supervisor::task(HANDLER, move || {
+        handle_all(
+            Arc::clone(&handler),
+            Arc::clone(&inbox),
+            depth.clone(),
+            shutdown.clone(),
+        )
+    });
+    vec![poller, handlers]
 }
 
 /// The poller's side of the mailbox: the permit bounds it, the channel carries it.
@@ -163,10 +170,11 @@ async fn poll(
 /// from the queue after its visibility timeout; the other handlers carry on.
 async fn handle_all(
     handler: Arc<Handler>,
-    inbox: mpsc::Receiver<QueueMessage>,
+    inbox: Arc<tokio::sync::Mutex<mpsc::Receiver<QueueMessage>>>,
     depth: MailboxDepth,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let inbox = inbox.lock_owned().await;
     let messages = futures::stream::unfold((inbox, depth), |(mut inbox, depth)| async move {
         let message = inbox.recv().await?;
         depth.taken();

@@ -93,6 +93,18 @@ impl Launcher {
             self
         })
     }
+
+    /// The incarnation its supervisor starts after a panic: the same [`CreatedClaims`], so
+    /// the NodeClaims created before the panic still count as in flight (and none is created
+    /// twice for one round). Creates in flight finish beside the actor and answer anyway.
+    pub fn restarted(&self) -> Self {
+        Self {
+            nodeclaims: self.nodeclaims.clone(),
+            depth: self.depth.clone(),
+            events: self.events.clone(),
+            created: self.created.clone(),
+        }
+    }
 }
 
 impl Actor for Launcher {

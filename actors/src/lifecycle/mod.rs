@@ -156,6 +156,22 @@ impl NodeClaimLifecycle {
         self.reconciler.launching.clone()
     }
 
+    /// The incarnation its supervisor starts after a panic: the same reconciler (its launch
+    /// memory, so a launch whose status was not written is recorded rather than made again;
+    /// its launches in flight; its on-demand fallbacks) and a fresh work queue, which the
+    /// start's resync refills from the stores. Reconciles cut short by the panic run again.
+    pub fn restarted(&self) -> Self {
+        let config = self.reconciler.config;
+        Self {
+            reconciler: Arc::clone(&self.reconciler),
+            leader: self.leader.clone(),
+            shutdown: self.shutdown.clone(),
+            depth: self.depth.clone(),
+            queue: WorkQueue::named(crate::metrics::controller::NODECLAIM_LIFECYCLE),
+            reruns: Reruns::new(config.backoff, config.max_backoff),
+        }
+    }
+
     /// Starts the actor with its bounded mailbox.
     pub fn start_bounded(self) -> Addr<Self> {
         Self::create(|ctx| {

@@ -211,7 +211,8 @@ async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, Reconcile
         // the reconcile, which goes on at once (they are bounded in time and write slots).
         if let Some(node) = launched.node {
             let (r, name) = (Arc::clone(r), name.to_owned());
-            actix::spawn(async move {
+            // A panic is logged and counted; registration nominates what this left undone.
+            crate::supervisor::spawn_local_reported("nomination", async move {
                 super::nominate::nominate(&r, Step::Launch, &name, &node).await;
             });
         }

@@ -205,3 +205,151 @@ fn permits_bound_a_mailbox_shared_by_concurrent_admits() {
         }
     });
 }
+
+/// A numbered message; the actor panics on the ones marked.
+#[derive(Message)]
+#[rtype(result = "usize")]
+struct Numbered {
+    n: usize,
+    panic: bool,
+}
+
+struct Flaky {
+    depth: MailboxDepth,
+    handled: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Actor for Flaky {
+    type Context = Context<Self>;
+}
+
+impl Handler<Numbered> for Flaky {
+    type Result = usize;
+
+    fn handle(&mut self, message: Numbered, _: &mut Context<Self>) -> usize {
+        self.depth.taken();
+        assert!(!message.panic, "message {} is a bug", message.n);
+        self.handled.lock().expect("not poisoned").push(message.n);
+        message.n
+    }
+}
+
+/// An actor that panics on the marked messages and, after `lives` incarnations, is not
+/// built again (it dies).
+fn flaky(
+    name: &'static str,
+    lives: usize,
+) -> (Supervised<Flaky>, MailboxDepth, Arc<Mutex<Vec<usize>>>) {
+    let depth = MailboxDepth::new(name, CAPACITY);
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let (mailbox, record) = (depth.clone(), Arc::clone(&handled));
+    let mut built = 0;
+    let actor = supervisor::start(name, depth.clone(), move || {
+        built += 1;
+        (built <= lives).then(|| Flaky {
+            depth: mailbox.clone(),
+            handled: Arc::clone(&record),
+        })
+    });
+    (actor, depth, handled)
+}
+
+fn in_scope(test: impl std::future::Future<Output = ()>) {
+    let scope = supervisor::Supervision::with_backoff(Duration::from_millis(5));
+    in_system(async move {
+        tokio::time::timeout(Duration::from_secs(30), scope.scope(test))
+            .await
+            .expect("no sender wedged");
+    });
+}
+
+#[test]
+fn a_thousand_sends_across_restarts_and_a_death_leak_no_permit() {
+    in_scope(async {
+        let (actor, depth, handled) = flaky("mailbox-test-restarts", 3);
+        let out = Outbox::new(&actor, depth.clone());
+        let sequence = Arc::new(AtomicUsize::new(0));
+        let senders: Vec<_> = (0..10)
+            .map(|_| {
+                let (out, sequence) = (out.clone(), Arc::clone(&sequence));
+                tokio::spawn(async move {
+                    let mut answers = Vec::new();
+                    for _ in 0..100 {
+                        let n = sequence.fetch_add(1, Ordering::SeqCst);
+                        // Three panics: two restarts, then the third incarnation dies for good.
+                        let panic = [250, 500, 750].contains(&n);
+                        answers.push((n, out.deliver(Numbered { n, panic }).await));
+                    }
+                    answers
+                })
+            })
+            .collect();
+        let mut delivered = Vec::new();
+        let mut refused = 0;
+        for sender in senders {
+            for (n, answer) in sender.await.expect("sender finished") {
+                match answer {
+                    Ok(m) => {
+                        assert_eq!(m, n);
+                        delivered.push(n);
+                    }
+                    Err(DeliverError::Closed(_)) => refused += 1,
+                    Err(other) => panic!("{n}: {other:?}"),
+                }
+            }
+        }
+        let mut handled = handled.lock().expect("not poisoned").clone();
+        handled.sort_unstable();
+        delivered.sort_unstable();
+        assert_eq!(delivered.len() + refused, 1000, "every send answered");
+        assert_eq!(handled, delivered, "delivered exactly what was handled");
+        assert!(refused >= 3, "the panicking messages are refused");
+        assert!(
+            refused > 3,
+            "the sends after the death are refused, not stuck: {refused}"
+        );
+        assert_eq!(depth.current(), 0);
+        assert_eq!(depth.available(), CAPACITY, "no permit leaked");
+        // Dead: refused at once, room given back.
+        let dead = out.deliver(Numbered { n: 0, panic: false }).await;
+        assert!(matches!(dead, Err(DeliverError::Closed(_))), "{dead:?}");
+        assert!(matches!(
+            out.try_deliver(Numbered { n: 0, panic: false }),
+            Err(DeliverError::Closed(_))
+        ));
+        assert_eq!(depth.available(), CAPACITY);
+    });
+}
+
+#[test]
+fn enqueued_messages_are_taken_or_counted_dropped_across_a_restart() {
+    in_scope(async {
+        crate::metrics::handle();
+        let name = "mailbox-test-enqueue-restart";
+        let (actor, depth, handled) = flaky(name, 2);
+        let out = Outbox::new(&actor, depth.clone());
+        let before = dropped(name);
+        let mut accepted = 0;
+        for n in 0..200 {
+            let sent = out.enqueue(Numbered { n, panic: n == 100 }).await;
+            accepted += usize::from(sent.is_ok());
+        }
+        // The panicking message itself was taken; what queued behind it was lost or taken
+        // by the next incarnation.
+        for _ in 0..500 {
+            if depth.current() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let handled = handled.lock().expect("not poisoned").len();
+        let lost = usize::try_from(dropped(name) - before).expect("small");
+        assert_eq!(accepted, 200, "a restarting actor's mailbox accepts");
+        assert_eq!(
+            handled + 1 + lost,
+            accepted,
+            "taken, panicked on or counted lost"
+        );
+        assert_eq!(depth.available(), CAPACITY, "no permit leaked");
+    });
+}

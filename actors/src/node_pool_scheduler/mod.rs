@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -23,6 +24,7 @@ use kerf::scheduling::{Batch, Part, PartOutcome, SchedulingResult};
 use tokio::sync::{oneshot, watch};
 
 use crate::mailbox::MailboxDepth;
+use crate::supervisor::Supervision;
 
 /// A NodePool is in exactly one part of a batch and the Provisioner waits for a round's
 /// parts before it starts the next round, so a scheduler receives its pool's part and,
@@ -68,6 +70,7 @@ impl NodePoolScheduler {
         let name = pool.to_owned();
         // The thread allocates for whoever starts it (the controller, in `kerf simulate`).
         let owner = kerf_heap::current();
+        let supervision = Supervision::current();
         let thread = std::thread::Builder::new()
             .name(format!("nodepool-{pool}"))
             .spawn(move || {
@@ -75,12 +78,25 @@ impl NodePoolScheduler {
                 // Ends when the last sender is dropped: the pool is gone or the Provisioner
                 // stopped.
                 while let Ok(SolvePart { batch, part, reply }) = inbox.recv() {
-                    depth.taken();
-                    let span =
-                        tracing::debug_span!("solve", nodepool = %name, pods = part.pod_count());
-                    let outcome = span.in_scope(|| batch.solve_part(&part));
-                    // The Provisioner may have given up on the round; nothing to do then.
-                    let _ = reply.send(outcome);
+                    // A panic costs the part (its pods are reported unsolved and planned
+                    // again next round), not the scheduler: it is logged, counted, and the
+                    // thread takes the next part, holding nothing from this one.
+                    let solved = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        depth.taken();
+                        let span = tracing::debug_span!(
+                            "solve",
+                            nodepool = %name,
+                            pods = part.pod_count()
+                        );
+                        span.in_scope(|| batch.solve_part(&part))
+                    }));
+                    match solved {
+                        // The Provisioner may have given up on the round; nothing to do then.
+                        Ok(outcome) => {
+                            let _ = reply.send(outcome);
+                        }
+                        Err(panic) => supervision.report_panic("node_pool_scheduler", &*panic),
+                    }
                 }
             })?;
         Ok(Self { mailbox, thread })

@@ -108,3 +108,28 @@ async fn a_stopped_scheduler_thread_ends() {
         .expect("joined")
         .expect("the thread ended without panicking");
 }
+
+#[tokio::test]
+async fn a_panicking_part_is_reported_unsolved_and_the_scheduler_solves_the_next() {
+    crate::metrics::handle();
+    let scope = Supervision::with_backoff(std::time::Duration::from_millis(1));
+    let mut schedulers = Schedulers::new(Arc::new(watch::channel(Vec::new()).0));
+    // Started in the scope: the scheduler's mailbox is hooked to its fault counter.
+    scope.sync_scope(|| schedulers.reconcile(["pool-a", "pool-b", "pool-c"]));
+    let before = crate::testing::restarts("node_pool_scheduler");
+    let mut input = input(3);
+    input.options.parallel = false;
+    let sequential = solve(&input).expect("valid input");
+    input.options.parallel = true;
+    let batch = Batch::prepare(&input).expect("valid input");
+    scope
+        .faults()
+        .arm("node_pool_scheduler", 1)
+        .expect("a known actor");
+    let hit = schedulers.solve(&batch).await;
+    assert_ne!(hit, sequential, "one part's pods reported unsolved");
+    assert!(hit.errors.len() > sequential.errors.len(), "{hit:?}");
+    assert_eq!(crate::testing::restarts("node_pool_scheduler") - before, 1);
+    assert_eq!(schedulers.names().len(), 3, "every scheduler still runs");
+    assert_eq!(schedulers.solve(&batch).await, sequential, "solved again");
+}

@@ -20,6 +20,7 @@ use kerf::cloudprovider::{OfferingRef, UnavailableOfferings};
 use tokio::time::Instant;
 
 use crate::mailbox::{DeliverError, MailboxDepth, Outbox};
+use crate::supervisor;
 pub use kerf::cloudprovider::UNAVAILABLE_OFFERINGS_TTL;
 pub use table::Table;
 
@@ -58,22 +59,22 @@ pub struct OfferingCache {
 }
 
 impl OfferingCache {
-    /// Starts the actor (inside an actix `System`) with entries living `ttl`; returns the
-    /// handle readers and writers share.
+    /// Starts the actor (inside an actix `System`), supervised on the calling arbiter, with
+    /// entries living `ttl`; returns the handle readers and writers share. The table lives
+    /// beside the actor, so a restarted incarnation keeps every entry marked before a panic.
     pub fn start(ttl: Duration, depth: MailboxDepth) -> OfferingCacheHandle {
         let table = Arc::new(RwLock::new(Table::default()));
-        let actor = Self {
-            table: Arc::clone(&table),
-            ttl,
-            depth: depth.clone(),
-        };
-        let addr = Self::create(|ctx| {
-            ctx.set_mailbox_capacity(OFFERING_CACHE_MAILBOX_CAPACITY);
-            actor
+        let (shared, mailbox) = (Arc::clone(&table), depth.clone());
+        let addr = supervisor::start_here("offering_cache", depth.clone(), move || {
+            Some(Self {
+                table: Arc::clone(&shared),
+                ttl,
+                depth: mailbox.clone(),
+            })
         });
         OfferingCacheHandle {
             table,
-            marks: Outbox::to_addr(&addr, depth),
+            marks: Outbox::new(&addr, depth),
         }
     }
 

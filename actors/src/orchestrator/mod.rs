@@ -278,8 +278,31 @@ pub fn spawn(
 ) -> (Orchestrator, JoinHandle<()>) {
     let (orchestrator, inbox) = Orchestrator::new();
     let in_queue = orchestrator.in_queue.clone();
-    let task = tokio::spawn(run(deps, inbox, in_queue, shutdown));
+    // The mailbox and the commands running outlive a panicking loop: the next one goes on
+    // taking commands, and no command in flight is abandoned half done.
+    let carried = Arc::new(tokio::sync::Mutex::new((inbox, JoinSet::new())));
+    let task = crate::supervisor::task("orchestrator", move || {
+        run(
+            deps.clone(),
+            Arc::clone(&carried),
+            in_queue.clone(),
+            shutdown.clone(),
+        )
+    });
     (orchestrator, task)
+}
+
+/// Gives a command's nodes back to the disruption loop however the command ends (done,
+/// rolled back, panicked or dropped).
+struct Release {
+    in_queue: InQueue,
+    command: Arc<Command>,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.in_queue.release(&self.command);
+    }
 }
 
 impl Orchestrator {
@@ -291,23 +314,35 @@ impl Orchestrator {
     }
 }
 
+type Carried = (mpsc::Receiver<Queued>, JoinSet<()>);
+
 async fn run(
     deps: OrchestratorDeps,
-    mut inbox: mpsc::Receiver<Queued>,
+    carried: Arc<tokio::sync::Mutex<Carried>>,
     in_queue: InQueue,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut running = JoinSet::new();
+    let mut carried = carried.lock().await;
+    let (inbox, running) = &mut *carried;
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|s| *s) => break,
-            Some(_) = running.join_next(), if !running.is_empty() => {}
+            Some(ended) = running.join_next(), if !running.is_empty() => {
+                if let Err(error) = ended
+                    && error.is_panic()
+                {
+                    crate::supervisor::Supervision::current()
+                        .report_panic("orchestrator_command", &*error.into_panic());
+                }
+            }
             queued = inbox.recv() => {
                 let Some((command, started)) = queued else { break };
-                let (deps, in_queue) = (deps.clone(), in_queue.clone());
+                let release = Release { in_queue: in_queue.clone(), command: Arc::new(command) };
+                crate::supervisor::fault_point("orchestrator");
+                let deps = deps.clone();
                 running.spawn(async move {
-                    execute(&deps, &command, started).await;
-                    in_queue.release(&command);
+                    execute(&deps, &release.command, started).await;
+                    drop(release);
                 });
             }
         }

@@ -24,8 +24,8 @@ fn key_of(object: &DynamicObject) -> ObjectKey {
 /// each change is stored.
 pub async fn watch_kind<K>(
     client: Client,
-    mut writer: StoreWriter<K>,
-    mut on_change: impl FnMut(&K::Form, Change),
+    writer: &mut StoreWriter<K>,
+    on_change: &mut impl FnMut(&K::Form, Change),
 ) where
     K: Resource<DynamicType = ()> + serde::de::DeserializeOwned + Clone + std::fmt::Debug + Stored,
 {

@@ -10,6 +10,8 @@
 
 mod kind;
 
+use std::sync::Arc;
+
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -21,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::state::{Change, Writers};
+use crate::supervisor;
 pub use kind::watch_kind;
 
 /// One subscriber to a kind's changes, called on the kind's watch task.
@@ -105,11 +108,19 @@ where
         + 'static,
 {
     let client = client.clone();
-    let mut shutdown = shutdown.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            () = watch_kind(client, writer, on_change) => {}
-            _ = shutdown.wait_for(|s| *s) => {}
+    let shutdown = shutdown.clone();
+    // The store and the hooks outlive a panicking watch; the next one relists into them.
+    let carried = Arc::new(tokio::sync::Mutex::new((writer, on_change)));
+    supervisor::task("pod_watcher", move || {
+        let (client, carried, mut shutdown) =
+            (client.clone(), Arc::clone(&carried), shutdown.clone());
+        async move {
+            let mut carried = carried.lock().await;
+            let (writer, on_change) = &mut *carried;
+            tokio::select! {
+                () = watch_kind(client, writer, on_change) => {}
+                _ = shutdown.wait_for(|s| *s) => {}
+            }
         }
     })
 }

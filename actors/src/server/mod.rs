@@ -1,7 +1,8 @@
 //! The controller's own HTTP endpoints, on the two ports upstream uses: `/metrics`
 //! (Prometheus text: the recorder's metrics, then those computed from cluster state) on
-//! `METRICS_PORT`, and `/healthz` (the process serves) and `/readyz`
-//! (cluster state has synced) on `HEALTH_PROBE_PORT`. Plain HTTP/1 over hyper.
+//! `METRICS_PORT`, and `/healthz` (the process serves and no actor exhausted its restart
+//! budget, [`crate::supervisor`]) and `/readyz` (cluster state has synced) on
+//! `HEALTH_PROBE_PORT`. Plain HTTP/1 over hyper; each accept loop is supervised.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -18,12 +19,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::state::ClusterState;
+use crate::supervisor::{self, Exhausted};
 
 /// Which endpoints a listener answers.
 #[derive(Clone)]
 enum Endpoints {
     Metrics(Arc<ClusterState>),
-    Probes(Arc<ClusterState>),
+    Probes(Arc<ClusterState>, watch::Receiver<Option<Exhausted>>),
 }
 
 /// Binds `addr` and serves `/metrics` until shutdown; returns the bound address.
@@ -32,43 +34,61 @@ pub async fn serve_metrics(
     state: Arc<ClusterState>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    serve(addr, Endpoints::Metrics(state), shutdown).await
+    serve("metrics_server", addr, Endpoints::Metrics(state), shutdown).await
 }
 
-/// Binds `addr` and serves `/healthz` and `/readyz` until shutdown.
+/// Binds `addr` and serves `/healthz` (failing once `health` names an actor past its
+/// restart budget) and `/readyz` until shutdown.
 pub async fn serve_probes(
     addr: SocketAddr,
     state: Arc<ClusterState>,
+    health: watch::Receiver<Option<Exhausted>>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    serve(addr, Endpoints::Probes(state), shutdown).await
+    serve(
+        "probe_server",
+        addr,
+        Endpoints::Probes(state, health),
+        shutdown,
+    )
+    .await
 }
 
 async fn serve(
+    name: &'static str,
     addr: SocketAddr,
     endpoints: Endpoints,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    let listener = TcpListener::bind(addr).await?;
+    let listener = Arc::new(TcpListener::bind(addr).await?);
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                _ = shutdown.wait_for(|s| *s) => return,
-            };
-            let Ok((stream, _)) = accepted else { continue };
-            let endpoints = endpoints.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req| answer(req, endpoints.clone()));
-                // A client hanging up mid-request is not our problem to report.
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
+    let task = supervisor::task(name, move || {
+        accept(Arc::clone(&listener), endpoints.clone(), shutdown.clone())
     });
     Ok((bound, task))
+}
+
+/// Serves each connection `listener` accepts until shutdown.
+async fn accept(
+    listener: Arc<TcpListener>,
+    endpoints: Endpoints,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let endpoints = endpoints.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| answer(req, endpoints.clone()));
+            // A client hanging up mid-request is not our problem to report.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
 
 async fn answer(
@@ -81,11 +101,17 @@ async fn answer(
             text.push_str(&crate::cluster_metrics::render(state));
             (StatusCode::OK, text)
         }
-        (Endpoints::Probes(_), "/healthz") => (StatusCode::OK, "ok".to_string()),
-        (Endpoints::Probes(state), "/readyz") if state.synced() => {
+        (Endpoints::Probes(_, health), "/healthz") => match &*health.borrow() {
+            None => (StatusCode::OK, "ok".to_string()),
+            Some(exhausted) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("restart budget exhausted: {exhausted}"),
+            ),
+        },
+        (Endpoints::Probes(state, _), "/readyz") if state.synced() => {
             (StatusCode::OK, "ok".to_string())
         }
-        (Endpoints::Probes(_), "/readyz") => (
+        (Endpoints::Probes(..), "/readyz") => (
             StatusCode::SERVICE_UNAVAILABLE,
             "cluster state not synced".to_string(),
         ),

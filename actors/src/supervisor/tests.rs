@@ -193,3 +193,105 @@ async fn a_supervised_task_is_rebuilt_after_a_panic_and_aborted_with_its_supervi
     }
     panic!("the running task outlived its aborted supervisor");
 }
+
+#[test]
+fn a_panics_message_is_extracted_from_its_payload() {
+    let literal: Box<dyn std::any::Any + Send> = Box::new("a literal");
+    let formatted: Box<dyn std::any::Any + Send> = Box::new(format!("formatted {}", 1));
+    let other: Box<dyn std::any::Any + Send> = Box::new(7_u8);
+    assert_eq!(panic_message(&*literal), "a literal");
+    assert_eq!(panic_message(&*formatted), "formatted 1");
+    assert_eq!(panic_message(&*other), "(a panic without a message)");
+}
+
+/// A counter in a scope of its own, restarting after `backoff`.
+fn scoped_counter(scope: &Supervision, name: &'static str) -> (Outbox<Ask>, Arc<AtomicUsize>) {
+    scope.sync_scope(|| counter(name))
+}
+
+#[test]
+fn an_armed_fault_panics_the_next_messages_then_the_actor_answers_again() {
+    in_system(async {
+        crate::metrics::handle();
+        let scope = Supervision::with_backoff(Duration::from_millis(5));
+        // A mailbox named as a fault actor is hooked; the fault is armed in this scope only.
+        let (batcher, handled) = scoped_counter(&scope, "batcher");
+        let before = restarts("batcher");
+        scope.faults().arm("batcher", 2).expect("a known actor");
+        assert!(scope.faults().arm("no-such-actor", 1).is_err());
+        // A send that lands in a dying mailbox is refused too; neither is lost silently.
+        let mut answer = batcher.deliver(Ask::Count).await;
+        for _ in 0..10 {
+            if answer.is_ok() {
+                break;
+            }
+            assert!(matches!(answer, Err(DeliverError::Closed(_))), "{answer:?}");
+            answer = batcher.deliver(Ask::Count).await;
+        }
+        assert_eq!(answer, Ok(3), "answered by the third incarnation");
+        assert_eq!(restarts("batcher") - before, 2);
+        assert_eq!(handled.load(Ordering::SeqCst), 1);
+        assert_eq!(scope.faults().remaining("batcher"), 0);
+        assert!(scope.exhausted().borrow().is_none(), "within the budget");
+    });
+}
+
+#[test]
+fn past_the_restart_budget_the_scope_is_exhausted_and_the_actor_still_restarts() {
+    in_system(async {
+        crate::metrics::handle();
+        let scope = Supervision::with_backoff(Duration::from_millis(1));
+        let (flaky, _) = scoped_counter(&scope, "supervisor-test-budget");
+        let before = restarts("supervisor-test-budget");
+        while restarts("supervisor-test-budget") - before <= RESTART_BUDGET as u64 {
+            assert!(
+                scope.exhausted().borrow().is_none(),
+                "exhausted within the budget"
+            );
+            let panicked = flaky.deliver(Ask::Panic).await;
+            assert!(matches!(panicked, Err(DeliverError::Closed(_))));
+            // The restart is counted once the supervisor has seen the panic.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let exhausted = scope.exhausted().borrow().clone().expect("exhausted");
+        assert_eq!(exhausted.actor, "supervisor-test-budget");
+        assert_eq!(exhausted.restarts, RESTART_BUDGET + 1);
+        // Another scope (another replica in `kerf simulate`) is unaffected.
+        assert!(Supervision::new().exhausted().borrow().is_none());
+        let mut answer = flaky.deliver(Ask::Count).await;
+        for _ in 0..10 {
+            if answer.is_ok() {
+                break;
+            }
+            answer = flaky.deliver(Ask::Count).await;
+        }
+        assert_eq!(
+            answer,
+            Ok(RESTART_BUDGET + 2),
+            "still restarted, after a longer backoff"
+        );
+    });
+}
+
+#[tokio::test]
+async fn a_reported_one_shot_panic_is_counted_without_rebuilding() {
+    crate::metrics::handle();
+    let scope = Supervision::with_backoff(Duration::from_millis(1));
+    let local = tokio::task::LocalSet::new();
+    let before = restarts("supervisor-test-one-shot");
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&ran);
+    local
+        .run_until(scope.scope(async move {
+            spawn_local_reported("supervisor-test-one-shot", async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                panic!("a bug in a detached task");
+            });
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+        }))
+        .await;
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "run once, not rebuilt");
+    assert_eq!(restarts("supervisor-test-one-shot") - before, 1);
+}

@@ -175,6 +175,21 @@ impl TerminationDrainer {
         (actor, stats)
     }
 
+    /// The incarnation its supervisor starts after a panic: the same terminator (its
+    /// eviction backoffs and totals) and a fresh work queue, which the start's resync refills
+    /// from the stores (every deleting NodeClaim and Node). Drains cut short run again.
+    pub fn restarted(&self) -> Self {
+        let config = self.terminator.config;
+        Self {
+            terminator: Arc::clone(&self.terminator),
+            leader: self.leader.clone(),
+            shutdown: self.shutdown.clone(),
+            depth: self.depth.clone(),
+            queue: WorkQueue::named(crate::metrics::controller::NODE_TERMINATION),
+            reruns: Reruns::new(config.backoff, config.max_backoff),
+        }
+    }
+
     fn can_reconcile(&self) -> bool {
         *self.leader.borrow() && self.terminator.state.synced() && !*self.shutdown.borrow()
     }

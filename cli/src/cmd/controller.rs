@@ -89,11 +89,29 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
         daemon.repair_nodes();
     }
     let upkeep = aws.start_upkeep(daemon.leader.clone());
-    terminated().await.context("waiting for a stop signal")?;
+    // An actor past its restart budget fails /healthz; the process also exits non-zero at
+    // once, so Kubernetes restarts the pod even without a liveness probe.
+    let mut unhealthy = daemon.unhealthy();
+    let exhausted = tokio::select! {
+        stopped = terminated() => {
+            stopped.context("waiting for a stop signal")?;
+            None
+        }
+        exhausted = async {
+            match unhealthy.wait_for(Option::is_some).await {
+                Ok(exhausted) => exhausted.clone(),
+                // The daemon holds the sender; without it there is nothing to wait for.
+                Err(_) => std::future::pending().await,
+            }
+        } => exhausted,
+    };
     tracing::info!("stopping controller");
     daemon.stop().await;
     upkeep.abort();
-    Ok(())
+    match exhausted {
+        Some(exhausted) => anyhow::bail!("restart budget exhausted: {exhausted}"),
+        None => Ok(()),
+    }
 }
 
 /// This replica's leader election identity: its pod (host) name, made unique per process.

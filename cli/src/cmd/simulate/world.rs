@@ -290,8 +290,15 @@ struct ReplicaStart {
 
 impl ReplicaStart {
     /// Builds the replica's clients and starts its daemon (on the controller's threads), then
-    /// waits until its cluster state has synced.
+    /// waits until its cluster state has synced. Each replica is supervised in a scope of its
+    /// own: its restart budget and armed faults are its own, as in separate processes.
     async fn run(self) -> Result<Daemon, StartError> {
+        kerf_actors::supervisor::Supervision::new()
+            .scope(self.start())
+            .await
+    }
+
+    async fn start(self) -> Result<Daemon, StartError> {
         let Self {
             settings,
             config,

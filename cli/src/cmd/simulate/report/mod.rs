@@ -85,6 +85,9 @@ pub struct Report {
     pub pending_to_bound_seconds: Vec<f64>,
     /// Nearest-rank percentiles of `pending_to_bound_seconds`.
     pub pending_to_bound_percentiles: Percentiles,
+    /// Replicas that exhausted an actor's restart budget (`/healthz` failing; `kerf
+    /// controller` would have exited): `identity: actor restarted N times ...`.
+    pub unhealthy_replicas: Vec<String>,
 }
 
 /// Nearest-rank percentiles, in seconds (zeros when nothing was measured).
@@ -127,6 +130,7 @@ impl Recording {
             marks,
             expectations,
             pending_to_bound_seconds: self.pending_to_bound_seconds,
+            unhealthy_replicas: Vec::new(),
         }
     }
 }
@@ -233,6 +237,7 @@ mod tests {
             }],
             pending_to_bound_seconds: vec![12.5],
             pending_to_bound_percentiles: Percentiles::of(&[12.5]),
+            unhealthy_replicas: vec!["kerf-1-0: actor lifecycle restarted 6 times".into()],
         };
         write(&dir, &report).expect("writes");
         let page = std::fs::read_to_string(dir.join("report.html")).expect("the page");

@@ -367,6 +367,20 @@ fn check_fault(
                 problem("fault.latency", "must be longer than zero".into());
             }
         }
+        Fault::ActorPanic { actor, count } => {
+            if !kerf_actors::supervisor::FAULT_ACTORS.contains(&actor.as_str()) {
+                problem(
+                    "fault.actor",
+                    format!(
+                        "unknown actor {actor:?} (expected one of {})",
+                        kerf_actors::supervisor::FAULT_ACTORS.join(", ")
+                    ),
+                );
+            }
+            if *count == 0 {
+                problem("fault.count", "must be at least 1".into());
+            }
+        }
     }
     Resolved::Nothing
 }

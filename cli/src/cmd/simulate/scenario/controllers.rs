@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::super::controller_threads::Controller;
 use super::super::world::{Replica, StartError, World};
+use kerf_actors::supervisor::UnknownActor;
 
 /// The running replicas, oldest first.
 pub struct Replicas {
@@ -58,6 +59,33 @@ impl Replicas {
             .iter()
             .map(|(_, d)| d)
             .find(|d| *d.leader.borrow())
+    }
+
+    /// Makes the leader's `actor` (every replica's while none leads) panic on its next
+    /// `count` messages.
+    pub fn arm_panics(&self, actor: &str, count: u32) -> Result<(), UnknownActor> {
+        let armed: Vec<&Controller> = match self.leader() {
+            Some(leader) => vec![leader],
+            None => self.running.iter().map(|(_, d)| d).collect(),
+        };
+        for controller in armed {
+            controller.supervision().faults().arm(actor, count)?;
+        }
+        Ok(())
+    }
+
+    /// Each running replica that exhausted an actor's restart budget, with the actor: an
+    /// installed kerf would fail `/healthz` and be restarted by Kubernetes.
+    pub fn unhealthy(&self) -> Vec<String> {
+        self.running
+            .iter()
+            .filter_map(|(id, d)| {
+                d.unhealthy()
+                    .borrow()
+                    .as_ref()
+                    .map(|e| format!("{id}: {e}"))
+            })
+            .collect()
     }
 
     /// Identities of the running replicas.

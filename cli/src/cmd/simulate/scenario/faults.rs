@@ -240,6 +240,9 @@ impl Injector {
                     }
                 }
             }
+            // Armed in the leader by the runner ([`super::steps`]); one event, like a spot
+            // interruption, whose panics come as the actor takes its next messages.
+            Fault::ActorPanic { .. } => (Undo::Nothing, Some(Duration::ZERO)),
         };
         let capacity = matches!(fault, Fault::Ice { .. } | Fault::SpotInterruption { .. });
         self.open(&label, lasting, undo, capacity);
@@ -316,6 +319,7 @@ fn label(fault: &Fault) -> String {
         Fault::ApiLatency { latency, .. } => format!("api-latency {latency}"),
         Fault::SpotInterruption { fraction } => format!("spot-interruption {}", pct(*fraction)),
         Fault::LeaseDelay { latency, .. } => format!("lease-delay {latency}"),
+        Fault::ActorPanic { actor, count } => format!("actor-panic {actor} x{count}"),
     }
 }
 

@@ -204,9 +204,12 @@ pub enum Fault {
         #[serde(rename = "for")]
         lasting: Option<Duration>,
     },
+    /// The leader's `actor` (a folder under `actors/src`) panics on its next `count`
+    /// messages (or passes, for a loop).
+    ActorPanic { actor: String, count: u32 },
 }
 
-pub const FAULT_KINDS: [&str; 7] = [
+pub const FAULT_KINDS: [&str; 8] = [
     "ice",
     "ec2-throttle",
     "api-errors",
@@ -214,6 +217,7 @@ pub const FAULT_KINDS: [&str; 7] = [
     "api-latency",
     "spot-interruption",
     "lease-delay",
+    "actor-panic",
 ];
 
 /// `controller`: `{kill: leader|any}` (optionally `when: after-launch`) or `{restart: all}`.

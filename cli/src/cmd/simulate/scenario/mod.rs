@@ -241,12 +241,18 @@ async fn execute(
         },
     );
     expectations.push(expect::chart_rbac(&super::install::usage(&world.server)));
-    let report = recorder.finish().await.into_report(
+    let mut report = recorder.finish().await.into_report(
         &scenario.name,
         injector.windows(),
         marks,
         expectations,
     );
+    // Reported, not fatal: the simulation embeds the controller, which `kerf controller`
+    // would have stopped (exit 1) for Kubernetes to restart.
+    report.unhealthy_replicas = replicas.unhealthy();
+    for unhealthy in &report.unhealthy_replicas {
+        eprintln!("scenario {}: unhealthy replica {unhealthy}", scenario.name);
+    }
     injector.stop();
     replicas.stop().await;
     world.stop().await;

@@ -136,6 +136,9 @@ impl Runner<'_> {
                     }
                     _ => None,
                 };
+                if let super::format::Fault::ActorPanic { actor, count } = fault {
+                    self.replicas.arm_panics(actor, *count)?;
+                }
                 let label = self
                     .injector
                     .inject(self.world, fault, pools, replica.as_deref());

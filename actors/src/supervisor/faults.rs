@@ -1,0 +1,130 @@
+//! Fault injection, a test and simulation hook: `kerf simulate`'s `actor-panic` scenario
+//! fault and the supervision tests arm an actor's counter, and the actor panics on each of
+//! its next that many messages (or passes, for loops). Each actor checks its counter where
+//! it takes a message ([`crate::mailbox::MailboxDepth::taken`] or [`fault_point`]): one
+//! relaxed atomic load while nothing is armed. Counters are per replica ([`Supervision`]).
+//!
+//! [`Supervision`]: super::Supervision
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The actors and loops a fault can be armed in, named as their folders under `actors/src`.
+pub const FAULT_ACTORS: &[&str] = &[
+    "batcher",
+    "provisioner",
+    "node_pool_scheduler",
+    "launcher",
+    "lifecycle",
+    "termination",
+    "offering_cache",
+    "launch_template_cache",
+    "tagging",
+    "disruption",
+    "orchestrator",
+    "events",
+    "interruption",
+];
+
+/// A name outside [`FAULT_ACTORS`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no actor named {0:?} can panic on purpose (known: {known})", known = FAULT_ACTORS.join(", "))]
+pub struct UnknownActor(pub String);
+
+/// One replica's armed faults, a counter per actor.
+#[derive(Debug)]
+pub struct Faults {
+    counters: Vec<(&'static str, FaultPoint)>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            counters: FAULT_ACTORS
+                .iter()
+                .map(|name| (*name, FaultPoint::armed_with(name)))
+                .collect(),
+        }
+    }
+}
+
+impl Faults {
+    /// Makes `actor` panic on each of its next `count` messages (in addition to any armed).
+    pub fn arm(&self, actor: &str, count: u32) -> Result<(), UnknownActor> {
+        let point = self
+            .point(actor)
+            .ok_or_else(|| UnknownActor(actor.to_owned()))?;
+        if let Some(counter) = &point.counter {
+            counter.fetch_add(count, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Panics still armed for `actor` (0 for an unknown name).
+    pub fn remaining(&self, actor: &str) -> u32 {
+        self.point(actor)
+            .and_then(|p| p.counter)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// The hook `actor` checks; `None` for a name outside [`FAULT_ACTORS`].
+    pub fn point(&self, actor: &str) -> Option<FaultPoint> {
+        self.counters
+            .iter()
+            .find(|(name, _)| *name == actor)
+            .map(|(_, point)| point.clone())
+    }
+}
+
+/// Where one actor checks for an armed fault. Cheap to clone; a disabled point never panics.
+#[derive(Debug, Clone, Default)]
+pub struct FaultPoint {
+    name: &'static str,
+    counter: Option<Arc<AtomicU32>>,
+}
+
+impl FaultPoint {
+    fn armed_with(name: &'static str) -> Self {
+        Self {
+            name,
+            counter: Some(Arc::new(AtomicU32::new(0))),
+        }
+    }
+
+    /// The point of mailbox `mailbox` in the current [`Supervision`](super::Supervision):
+    /// enabled when the mailbox is named as a fault actor (`tagger` is `tagging`'s,
+    /// `nodepool_scheduler/<pool>` the `node_pool_scheduler`'s).
+    pub fn for_mailbox(mailbox: &str) -> Self {
+        let actor = match mailbox {
+            "tagger" => "tagging",
+            m if m.starts_with("nodepool_scheduler/") => "node_pool_scheduler",
+            m => m,
+        };
+        super::Supervision::current()
+            .faults()
+            .point(actor)
+            .unwrap_or_default()
+    }
+
+    /// Panics if a fault is armed here, consuming it.
+    pub fn check(&self) {
+        let Some(counter) = &self.counter else { return };
+        if counter.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let consumed = counter
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if consumed {
+            panic!("injected fault: {} panics on this message", self.name);
+        }
+    }
+}
+
+/// Checks the fault armed for `actor` in the current task's supervision scope (loops that
+/// take no mailbox message call it once per pass or command).
+pub fn fault_point(actor: &'static str) {
+    if let Some(point) = super::Supervision::current().faults().point(actor) {
+        point.check();
+    }
+}

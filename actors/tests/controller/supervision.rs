@@ -1,0 +1,144 @@
+//! Actors panic in a running controller: pods still get nodes after the Launcher, the
+//! lifecycle, the Provisioner and the Batcher each panicked on their next messages, with no
+//! instance launched twice and `/healthz` still answering; an actor that panics past its
+//! restart budget fails `/healthz` over HTTP. Each daemon runs in a supervision scope of its
+//! own, so the faults armed here reach no other test's daemon.
+
+use std::time::Duration;
+
+use kerf_actors::Daemon;
+use kerf_actors::supervisor::{RESTART_BUDGET, Supervision};
+use kerf_loadtest::apiserver::PatchKind;
+use serde_json::json;
+
+use crate::support::*;
+
+/// Restarts a few milliseconds apart: the test is about what happens, not the backoff.
+const BACKOFF: Duration = Duration::from_millis(20);
+
+async fn pod_node(cluster: &kerf_loadtest::apiserver::Cluster, name: &str) -> Option<String> {
+    let pod = cluster.get("v1", "pods", Some("default"), name).ok()?;
+    pod["spec"]["nodeName"].as_str().map(str::to_owned)
+}
+
+fn nodeclaim_names(cluster: &kerf_loadtest::apiserver::Cluster) -> Vec<String> {
+    cluster
+        .list("karpenter.sh/v1", "nodeclaims", None, "")
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn pods_get_nodes_after_the_launcher_lifecycle_provisioner_and_batcher_panicked() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        create_nodepool(&cluster, nodepool_with("default", json!({})));
+        let (provider, cloud) = simulated_cloud();
+        let scope = Supervision::with_backoff(BACKOFF);
+        let daemon: Daemon = scope.scope(start_provisioner(&h, cloud)).await;
+        let _simulators = node_simulators(&h, provider.clone());
+        let faults = daemon.supervision().faults();
+        for (actor, count) in [
+            ("batcher", 1),
+            ("provisioner", 1),
+            ("launcher", 1),
+            ("lifecycle", 2),
+        ] {
+            faults.arm(actor, count).expect("a known actor");
+        }
+
+        create_pending_pods(&cluster, "web", 6, "1", "1Gi");
+        let names: Vec<String> = (0..6).map(|i| format!("web-{i}")).collect();
+        let deadline = tokio::time::Instant::now() + PATIENCE * 3;
+        loop {
+            let mut bound = 0;
+            for name in &names {
+                bound += usize::from(pod_node(&cluster, name).await.is_some());
+            }
+            if bound == names.len() {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{bound} of {} pods bound; faults left: batcher {}, provisioner {}, launcher {}, lifecycle {}",
+                names.len(),
+                faults.remaining("batcher"),
+                faults.remaining("provisioner"),
+                faults.remaining("launcher"),
+                faults.remaining("lifecycle"),
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for actor in ["batcher", "provisioner", "launcher", "lifecycle"] {
+            assert_eq!(faults.remaining(actor), 0, "{actor} panicked as armed");
+        }
+        // One instance per NodeClaim: a restarted lifecycle launched nothing twice.
+        let claims = nodeclaims(&h.client).await;
+        let instances = provider.ec2().instances();
+        assert!(!claims.is_empty());
+        assert_eq!(instances.len(), claims.len(), "{instances:#?}\n{claims:#?}");
+        let (status, body) = http_get(daemon.probes_addr, "/healthz").await;
+        assert_eq!((status, body.as_str()), (200, "ok"), "within the budget");
+        daemon.stop_within(STALLED_DRAIN).await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn an_actor_past_its_restart_budget_fails_healthz() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        create_nodepool(&cluster, nodepool_with("default", json!({})));
+        let (_provider, cloud) = simulated_cloud_with(stalled_launches());
+        let scope = Supervision::with_backoff(Duration::from_millis(1));
+        let daemon: Daemon = scope.scope(start_provisioner(&h, cloud)).await;
+        let (status, _) = http_get(daemon.probes_addr, "/healthz").await;
+        assert_eq!(status, 200);
+        let budget = u32::try_from(RESTART_BUDGET).expect("small");
+        daemon
+            .supervision()
+            .faults()
+            .arm("lifecycle", budget + 1)
+            .expect("a known actor");
+        create_pending_pods(&cluster, "web", 1, "1", "1Gi");
+        let mut claim = None;
+        eventually("a NodeClaim", || {
+            claim = nodeclaim_names(&cluster).into_iter().next();
+            claim.is_some()
+        })
+        .await;
+        let claim = claim.expect("a NodeClaim");
+        // Every change of the NodeClaim is a message to the lifecycle.
+        let mut unhealthy = daemon.unhealthy();
+        for i in 0.. {
+            if unhealthy.borrow().is_some() {
+                break;
+            }
+            assert!(i < 400, "the budget never ran out");
+            cluster
+                .patch(
+                    "karpenter.sh/v1",
+                    "nodeclaims",
+                    None,
+                    &claim,
+                    PatchKind::Merge,
+                    &json!({"metadata": {"annotations": {"test/change": i.to_string()}}}),
+                )
+                .expect("patched");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::timeout(PATIENCE, unhealthy.wait_for(Option::is_some))
+            .await
+            .expect("the budget ran out")
+            .expect("the daemon holds its supervision");
+        let (status, body) = http_get(daemon.probes_addr, "/healthz").await;
+        assert_eq!(status, 500, "{body}");
+        assert!(body.contains("actor lifecycle restarted 6 times"), "{body}");
+        daemon.stop_within(STALLED_DRAIN).await;
+        h.stop().await;
+    });
+}
