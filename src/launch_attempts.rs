@@ -47,14 +47,16 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 pub enum NextAttempt<R> {
     /// A request whose answer was lost: send it again, exactly, with its token.
     Resend { token: String, request: R },
-    /// Build the request afresh and send it with this token.
-    Fresh { token: String },
+    /// Build the request afresh and send it with this token. `repeats_launch`: the token
+    /// launched before, so EC2 answers with that instance, which the caller checks is
+    /// still live (and calls [`LaunchAttempts::answered_without_instance`] if not).
+    Fresh { token: String, repeats_launch: bool },
 }
 
 impl<R> NextAttempt<R> {
     pub fn token(&self) -> &str {
         match self {
-            Self::Resend { token, .. } | Self::Fresh { token } => token,
+            Self::Resend { token, .. } | Self::Fresh { token, .. } => token,
         }
     }
 }
@@ -62,6 +64,7 @@ impl<R> NextAttempt<R> {
 struct Attempt<R> {
     generation: u32,
     unanswered: Option<R>,
+    launched: bool,
     last: Instant,
 }
 
@@ -93,9 +96,11 @@ impl<R: Clone> LaunchAttempts<R> {
             },
             Some(attempt) => NextAttempt::Fresh {
                 token: client_token(key, attempt.generation),
+                repeats_launch: attempt.launched,
             },
             None => NextAttempt::Fresh {
                 token: client_token(key, 0),
+                repeats_launch: false,
             },
         }
     }
@@ -106,19 +111,23 @@ impl<R: Clone> LaunchAttempts<R> {
         self.update(key, |attempt| attempt.unanswered = Some(request));
     }
 
-    /// The answer said nothing was launched: the next attempt is a new request with a new
-    /// token.
+    /// The answer said nothing was launched (or what it launched has ended): the next
+    /// attempt is a new request with a new token.
     pub fn answered_without_instance(&self, key: &str) {
         self.update(key, |attempt| {
             attempt.generation += 1;
             attempt.unanswered = None;
+            attempt.launched = false;
         });
     }
 
     /// Launched: nothing is resent. The generation stays, so a later attempt (its status
     /// write lost) repeats the launching token and EC2 answers with the same instance.
     pub fn launched(&self, key: &str) {
-        self.update(key, |attempt| attempt.unanswered = None);
+        self.update(key, |attempt| {
+            attempt.unanswered = None;
+            attempt.launched = true;
+        });
     }
 
     /// The NodeClaims remembered.
@@ -137,6 +146,7 @@ impl<R: Clone> LaunchAttempts<R> {
         let attempt = map.entry(key.to_owned()).or_insert(Attempt {
             generation: 0,
             unanswered: None,
+            launched: false,
             last: now,
         });
         attempt.last = now;
@@ -176,7 +186,8 @@ mod tests {
         assert_eq!(
             first,
             NextAttempt::Fresh {
-                token: client_token(UID, 0)
+                token: client_token(UID, 0),
+                repeats_launch: false,
             }
         );
 
@@ -194,18 +205,24 @@ mod tests {
         assert_eq!(
             attempts.next(UID),
             NextAttempt::Fresh {
-                token: client_token(UID, 1)
+                token: client_token(UID, 1),
+                repeats_launch: false,
             }
         );
 
         attempts.unanswered(UID, "on-demand request");
         attempts.launched(UID);
         assert_eq!(
-            attempts.next(UID).token(),
-            client_token(UID, 1),
+            attempts.next(UID),
+            NextAttempt::Fresh {
+                token: client_token(UID, 1),
+                repeats_launch: true,
+            },
             "a launched NodeClaim asked again repeats its launching token"
         );
-        assert!(matches!(attempts.next(UID), NextAttempt::Fresh { .. }));
+        // What it launched ended: a new launch.
+        attempts.answered_without_instance(UID);
+        assert_eq!(attempts.next(UID).token(), client_token(UID, 2));
         assert_eq!(attempts.len(), 1);
     }
 }

@@ -250,6 +250,7 @@ async fn orphaned_launch(h: &Harness, provider: &SimulatedCloudProvider) -> (Nod
             (tags::EC2NODECLASS.to_owned(), "default".to_owned()),
         ]),
         context: None,
+        client_token: None,
     };
     let output = provider
         .ec2()
