@@ -414,8 +414,7 @@ impl AwsCloudProvider {
                 });
             };
             // The token launched before, and what it launched has ended since: a new launch.
-            if repeats_launch && !instance_replaced && self.has_ended(&instance.instance_id).await
-            {
+            if repeats_launch && !instance_replaced && self.has_ended(&instance.instance_id).await {
                 instance_replaced = true;
                 self.attempts.answered_without_instance(&key);
                 continue;

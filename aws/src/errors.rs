@@ -668,7 +668,10 @@ mod tests {
             message: "m".into(),
         };
         assert_eq!(launch_answer(&err(None)), LaunchAnswer::Lost);
-        assert_eq!(launch_answer(&err(Some("InternalError"))), LaunchAnswer::Lost);
+        assert_eq!(
+            launch_answer(&err(Some("InternalError"))),
+            LaunchAnswer::Lost
+        );
         assert_eq!(
             launch_answer(&err(Some("IdempotentParameterMismatch"))),
             LaunchAnswer::TokenReused

@@ -515,7 +515,13 @@ async fn a_repeated_client_token_gets_the_first_answer_and_launches_nothing() {
     // The first answer is lost after the launch; the retry under the same token gets it.
     ec2.lose_next_fleet_answers(1);
     let lost = ec2.create_fleet(&request).await.expect_err("answer lost");
-    assert!(matches!(lost, Ec2Error::Internal { after_launch: true, .. }));
+    assert!(matches!(
+        lost,
+        Ec2Error::Internal {
+            after_launch: true,
+            ..
+        }
+    ));
     let again = ec2.create_fleet(&request).await.expect("answered");
     let again_twice = ec2.create_fleet(&request).await.expect("answered");
     assert_eq!(again, again_twice);
@@ -529,7 +535,10 @@ async fn a_repeated_client_token_gets_the_first_answer_and_launches_nothing() {
         capacity_type: Some(CapacityType::Spot),
         ..request.clone()
     };
-    let mismatch = ec2.create_fleet(&other).await.expect_err("other parameters");
+    let mismatch = ec2
+        .create_fleet(&other)
+        .await
+        .expect_err("other parameters");
     assert_eq!(mismatch.code(), "IdempotentParameterMismatch");
     assert_eq!(ec2.instances().len(), 1);
 
@@ -556,20 +565,36 @@ async fn describe_searches_lag_behind_launches_and_create_tags_fails_on_demand()
         .expect("launches");
     let id = launched.instances[0].instance_ids[0].clone();
     let search = DescribeInstancesRequest::default();
-    assert!(ec2.describe_instances(&search).await.expect("searched").is_empty());
+    assert!(
+        ec2.describe_instances(&search)
+            .await
+            .expect("searched")
+            .is_empty()
+    );
     let by_id = DescribeInstancesRequest {
         instance_ids: vec![id.clone()],
         ..DescribeInstancesRequest::default()
     };
-    assert_eq!(ec2.describe_instances(&by_id).await.expect("by id").len(), 1);
+    assert_eq!(
+        ec2.describe_instances(&by_id).await.expect("by id").len(),
+        1
+    );
     ec2.set_describe_lag(std::time::Duration::ZERO);
-    assert_eq!(ec2.describe_instances(&search).await.expect("searched").len(), 1);
+    assert_eq!(
+        ec2.describe_instances(&search)
+            .await
+            .expect("searched")
+            .len(),
+        1
+    );
 
     ec2.fail_next_create_tags(1);
     let tags = std::collections::BTreeMap::from([("Name".to_owned(), "n".to_owned())]);
     let failed = ec2.create_tags(std::slice::from_ref(&id), &tags).await;
     assert_eq!(failed.expect_err("failed").code(), "InternalError");
     assert!(!ec2.instance(&id).expect("exists").tags.contains_key("Name"));
-    ec2.create_tags(std::slice::from_ref(&id), &tags).await.expect("tagged");
+    ec2.create_tags(std::slice::from_ref(&id), &tags)
+        .await
+        .expect("tagged");
     assert_eq!(ec2.instance(&id).expect("exists").tags["Name"], "n");
 }

@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use kerf::api::NodeClaim;
 use kerf::api::condition::types;
+use kerf::cloudprovider::CloudProvider;
 use kerf_actors::Daemon;
 use kerf_loadtest::apiserver::FaultTarget;
 use kerf_loadtest::ec2::{
     CapacityType, CreateFleetRequest, Ec2Config, FleetOverride, Instance, LaunchTemplateConfig,
     SimulatedCloudProvider, SimulatedCloudProviderConfig, ops, tags,
 };
-use kerf::cloudprovider::CloudProvider;
 use kerf_loadtest::kubelet;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -202,7 +202,10 @@ fn a_restart_while_describe_lags_gets_the_instance_by_its_token() {
         let launched = launched_claim(&h).await;
         assert_eq!(launched.name(), claim.name());
         assert_one_instance_for(&provider, &launched);
-        assert_eq!(live_instances(&provider)[0].instance_id, started[0].instance_id);
+        assert_eq!(
+            live_instances(&provider)[0].instance_id,
+            started[0].instance_id
+        );
         daemon.stop().await;
         h.stop().await;
     });
@@ -225,9 +228,10 @@ fn failing_create_tags_never_launch_twice() {
 
         let claim = launched_claim(&h).await;
         let ec2 = provider.ec2().clone();
-        eventually("the registered node's instance is tagged, and that fails", || {
-            ec2.api_calls().calls(ops::CREATE_TAGS) >= 1
-        })
+        eventually(
+            "the registered node's instance is tagged, and that fails",
+            || ec2.api_calls().calls(ops::CREATE_TAGS) >= 1,
+        )
         .await;
         // Long enough for a launch step run again to have launched a second instance.
         tokio::time::sleep(Duration::from_secs(2)).await;

@@ -423,6 +423,10 @@ async fn a_nodeclaim_whose_instance_ended_launches_anew_under_its_next_token() {
         })
         .map(|i| i.id)
         .collect();
-    assert_eq!(live.len(), 1, "one live instance for the NodeClaim: {live:?}");
+    assert_eq!(
+        live.len(),
+        1,
+        "one live instance for the NodeClaim: {live:?}"
+    );
     p.delete(&second).await.expect("terminating");
 }

@@ -328,7 +328,11 @@ async fn a_launch_repeated_under_its_client_token_launches_nothing_more() {
         .filter(|i| i.tags.get("karpenter.sh/nodeclaim").map(String::as_str) == Some("claim-t"))
         .map(|i| i.id)
         .collect();
-    assert_eq!(tagged, [first.instance_id.clone()], "one instance for the NodeClaim");
+    assert_eq!(
+        tagged,
+        [first.instance_id.clone()],
+        "one instance for the NodeClaim"
+    );
 
     match launch_with_token(&e, &instances, "claim-other", &token).await {
         Err(InstanceError::Api(err)) => {

@@ -38,7 +38,9 @@ pub enum Ec2Error {
         after_launch: bool,
     },
     /// A client token EC2 has answered, repeated with other parameters.
-    #[error("{operation}: IdempotentParameterMismatch: client token {client_token} was used with other parameters")]
+    #[error(
+        "{operation}: IdempotentParameterMismatch: client token {client_token} was used with other parameters"
+    )]
     IdempotentParameterMismatch {
         operation: &'static str,
         client_token: String,

@@ -269,7 +269,9 @@ impl SimulatedEc2 {
             state
                 .instances
                 .values()
-                .filter(|i| lag.is_zero() || now.duration_since(i.launch_time).unwrap_or_default() >= lag)
+                .filter(|i| {
+                    lag.is_zero() || now.duration_since(i.launch_time).unwrap_or_default() >= lag
+                })
                 .collect()
         } else {
             request
