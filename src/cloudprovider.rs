@@ -60,9 +60,11 @@ pub trait CloudProvider: Send + Sync {
     /// unavailable.
     ///
     /// Idempotent per NodeClaim: every machine is tagged `karpenter.sh/nodeclaim` with the
-    /// NodeClaim's name at launch, and Create first looks for a live one so tagged (left by
-    /// a launch whose answer or status write was lost, a restart, a failover) and returns it
-    /// hydrated instead of launching a second.
+    /// NodeClaim's name by the launch call itself, and Create first looks for a live one so
+    /// tagged (left by a launch whose answer or status write was lost, a restart, a
+    /// failover) and returns it hydrated instead of launching a second. Where that search
+    /// lags behind the launch, the launch call's client token, derived from the NodeClaim's
+    /// uid ([`crate::launch_attempts`]), makes the cloud answer with the first machine.
     fn create<'a>(&'a self, node_claim: &'a NodeClaim) -> BoxFuture<'a, CloudResult<NodeClaim>>;
 
     /// Terminates the machine of `node_claim` (found by `status.providerID`). Fails with

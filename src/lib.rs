@@ -12,6 +12,7 @@ pub mod feature_gates;
 pub mod finalizers;
 pub mod interruption;
 pub mod labels;
+pub mod launch_attempts;
 pub mod manifest;
 pub mod nodepool_hash;
 pub mod plan;

@@ -1,13 +1,14 @@
-//! Request batching for EC2 calls made once per NodeClaim (CreateFleet, TerminateInstances,
+//! Request batching for EC2 calls made once per NodeClaim (TerminateInstances,
 //! DescribeInstances). Requests with the same key that arrive within an idle window are
 //! executed together, as upstream: a batch closes when no request joined it for the idle
-//! time (35 ms for CreateFleet, 100 ms for the others), when it is the maximum age (1 s) or
-//! when it is full. One background task per batcher owns the open batches and is fed over a
-//! bounded channel; callers await their own result. Every batcher's task and the batches it
-//! executes (with their HTTP connections) run on one runtime of their own, on a dedicated
-//! thread started once ([`runtime`]), so no caller's runtime (an actor's arbiter, a test's)
-//! takes them down when it ends. A task that panicked is started again by the next request;
-//! a batch that panicked answers its callers with an error; both are logged and counted.
+//! time (100 ms), when it is the maximum age (1 s) or when it is full. CreateFleet is not
+//! batched: each launch carries its own NodeClaim tag and client token (see `fleet`). One
+//! background task per batcher owns the open batches and is fed over a bounded channel;
+//! callers await their own result. Every batcher's task and the batches it executes (with
+//! their HTTP connections) run on one runtime of their own, on a dedicated thread started
+//! once ([`runtime`]), so no caller's runtime (an actor's arbiter, a test's) takes them down
+//! when it ends. A task that panicked is started again by the next request; a batch that
+//! panicked answers its callers with an error; both are logged and counted.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -71,13 +72,6 @@ pub struct BatchWindow {
     pub max_wait: Duration,
     pub max_items: usize,
 }
-
-pub const CREATE_FLEET_WINDOW: BatchWindow = BatchWindow {
-    name: "create_fleet",
-    idle: Duration::from_millis(35),
-    max_wait: Duration::from_secs(1),
-    max_items: 1_000,
-};
 
 pub const TERMINATE_INSTANCES_WINDOW: BatchWindow = BatchWindow {
     name: "terminate_instances",
@@ -322,7 +316,7 @@ mod tests {
         let b = Arc::new(Batcher::new(
             BatchWindow {
                 idle: Duration::from_millis(1),
-                ..CREATE_FLEET_WINDOW
+                ..TERMINATE_INSTANCES_WINDOW
             },
             executor,
         ));
@@ -350,13 +344,13 @@ mod tests {
         let b = Batcher::new(
             BatchWindow {
                 idle: Duration::from_millis(1),
-                ..CREATE_FLEET_WINDOW
+                ..TERMINATE_INSTANCES_WINDOW
             },
             executor,
         );
         assert_eq!(
             b.add((), 0).await,
-            Err(BatchError::NoResult("create_fleet"))
+            Err(BatchError::NoResult("terminate_instances"))
         );
         assert_eq!(b.add((), 7).await, Ok(7));
     }
@@ -367,13 +361,13 @@ mod tests {
         let b = Batcher::new(
             BatchWindow {
                 idle: Duration::from_millis(1),
-                ..CREATE_FLEET_WINDOW
+                ..TERMINATE_INSTANCES_WINDOW
             },
             executor,
         );
         assert_eq!(
             b.add((), 1).await,
-            Err(BatchError::NoResult("create_fleet"))
+            Err(BatchError::NoResult("terminate_instances"))
         );
     }
 }

@@ -1,6 +1,8 @@
 //! The AWS implementation of kerf's [`CloudProvider`]: Create resolves the NodeClaim's
 //! EC2NodeClass, picks instance types and a capacity type, renders user data and ensures a
-//! launch template per (AMI, max pods) group, and launches through CreateFleet; Delete, Get
+//! launch template per (AMI, max pods) group, and launches through CreateFleet — after
+//! looking for an instance already tagged with the NodeClaim, under the NodeClaim's client
+//! token ([`kerf::launch_attempts`]), so no retry, restart or failover launches twice; Delete, Get
 //! and List work on the instances tagged for this cluster; GetInstanceTypes lists the
 //! NodePool's types with live offerings; IsDrifted compares an instance with its node
 //! class. The controller supplies EC2NodeClasses through [`NodeClassStore`] and owns the
@@ -9,7 +11,9 @@
 use crate::ami::AmiProvider;
 use crate::clients::AwsClients;
 use crate::drift::{self, DriftInputs};
-use crate::errors::{ApiError, FleetFailure, fleet_failure, launch_failure_reason};
+use crate::errors::{
+    ApiError, FleetFailure, LaunchAnswer, fleet_failure, launch_answer, launch_failure_reason,
+};
 use crate::fleet::{
     FleetRequest, LaunchCandidate, MAX_INSTANCE_TYPES, launch_configs, record_fleet_errors,
 };
@@ -40,6 +44,7 @@ use kerf::cloudprovider::{
     NodeClassReconciler, OfferingRef, aws_provider_id, launched_provider_id, parse_aws_provider_id,
 };
 use kerf::labels;
+use kerf::launch_attempts::{LaunchAttempts, NextAttempt};
 use kerf::resources::{Quantity, Resources};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -114,6 +119,9 @@ pub struct AwsCloudProvider {
     pub instance_types: Arc<InstanceTypeProvider>,
     pub launch_templates: Arc<LaunchTemplateProvider>,
     pub instances: Arc<InstanceProvider>,
+    /// Per NodeClaim uid: its launch generation (client token) and the request whose
+    /// answer was lost.
+    attempts: LaunchAttempts<FleetRequest>,
 }
 
 pub(crate) fn api_error(err: ApiError) -> CloudProviderError {
@@ -210,6 +218,7 @@ impl AwsCloudProvider {
             unavailable,
             settings,
             clients,
+            attempts: LaunchAttempts::default(),
         }
     }
 
@@ -280,8 +289,9 @@ impl AwsCloudProvider {
 
     async fn launch(&self, claim: &NodeClaim) -> CloudResult<NodeClaim> {
         let claim_name = claim.name().to_owned();
-        // Every instance is tagged with its NodeClaim at launch (or right after a batched
-        // one): one found here was started by a launch whose answer or status write was lost.
+        // Every instance is tagged with its NodeClaim at launch: one found here was started by
+        // a launch whose answer or status write was lost. One this search misses (EC2's
+        // eventual consistency) is answered by CreateFleet itself, under the same token.
         if let Some(instance) = self
             .instances
             .find_by_node_claim(&claim_name)
@@ -314,24 +324,52 @@ impl AwsCloudProvider {
             .take(MAX_INSTANCE_TYPES)
             .collect();
 
-        let mut attempt = 0;
+        let key = claim
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| claim_name.clone());
+        let (mut template_renewed, mut instance_replaced) = (false, false);
         loop {
-            attempt += 1;
-            let (request, reserved) = self
-                .fleet_request(&nc, claim, &chosen, capacity_type, &reqs)
-                .await?;
+            let next = self.attempts.next(&key);
+            let token = next.token().to_owned();
+            let repeats_launch = matches!(
+                next,
+                NextAttempt::Fresh {
+                    repeats_launch: true,
+                    ..
+                }
+            );
+            let (request, reserved) = match next {
+                NextAttempt::Resend { request, .. } => (request, Vec::new()),
+                NextAttempt::Fresh { .. } => {
+                    self.fleet_request(&nc, claim, &chosen, capacity_type, &reqs)
+                        .await?
+                }
+            };
             if request.configs.is_empty() {
                 return Err(insufficient(Vec::new()));
             }
-            let outcome = match self.instances.launch(request.clone(), &claim_name).await {
+            let capacity_type: CapacityType =
+                request.capacity_type.parse().unwrap_or(capacity_type);
+            let outcome = match self.instances.launch(&request, &claim_name, &token).await {
                 Ok(outcome) => outcome,
-                Err(InstanceError::Api(e)) if e.is_launch_template_not_found() && attempt == 1 => {
-                    for cfg in &request.configs {
-                        self.launch_templates.invalidate(&cfg.launch_template);
-                    }
-                    continue;
-                }
                 Err(InstanceError::Api(e)) => {
+                    match launch_answer(&e) {
+                        // It may have launched: sent again, exactly, under the same token.
+                        LaunchAnswer::Lost => self.attempts.unanswered(&key, request.clone()),
+                        // The token's first request may have launched: searched for again
+                        // by tag on the next attempt, never replaced by a new token.
+                        LaunchAnswer::TokenReused => {}
+                        LaunchAnswer::Refused => self.attempts.answered_without_instance(&key),
+                    }
+                    if e.is_launch_template_not_found() && !template_renewed {
+                        template_renewed = true;
+                        for cfg in &request.configs {
+                            self.launch_templates.invalidate(&cfg.launch_template);
+                        }
+                        continue;
+                    }
                     let why = launch_failure_reason(&e.code_and_message());
                     return Err(launch_failed(why.reason, format!("{}: {}", why.message, e)));
                 }
@@ -361,6 +399,7 @@ impl AwsCloudProvider {
                 }
             }
             let Some(instance) = outcome.instance else {
+                self.attempts.answered_without_instance(&key);
                 if spot_blocked {
                     return Err(launch_failed(
                         kerf::cloudprovider::SPOT_SLR_REASON,
@@ -381,11 +420,24 @@ impl AwsCloudProvider {
                     FleetFailure::Unrecoverable { code, message } => launch_failed(&code, message),
                 });
             };
-            let types_by_name: HashMap<&str, &InstanceType> =
-                chosen.iter().map(|t| (t.name.as_str(), *t)).collect();
-            let it = types_by_name.get(instance.instance_type.as_str()).copied();
+            // The token launched before, and what it launched has ended since: a new launch.
+            if repeats_launch && !instance_replaced && self.has_ended(&instance.instance_id).await {
+                instance_replaced = true;
+                self.attempts.answered_without_instance(&key);
+                continue;
+            }
+            self.attempts.launched(&key);
+            let it = types.iter().find(|t| t.name == instance.instance_type);
             return Ok(self.launched_claim(claim, &nc, it, &instance, capacity_type));
         }
+    }
+
+    /// Whether instance `id` is known to have ended (a failed lookup is not taken for it).
+    async fn has_ended(&self, id: &str) -> bool {
+        matches!(
+            self.instances.get(id).await,
+            Err(InstanceError::Ended { .. } | InstanceError::NotFound(_))
+        )
     }
 
     /// The CreateFleet request for a launch, and the addresses reserved per subnet.

@@ -31,6 +31,39 @@ pub mod codes {
     pub const UNSUPPORTED: &str = "Unsupported";
     pub const MAX_FLEET_COUNT_EXCEEDED: &str = "MaxFleetCountExceeded";
     pub const RESERVATION_CAPACITY_EXCEEDED: &str = "ReservationCapacityExceeded";
+    pub const IDEMPOTENT_PARAMETER_MISMATCH: &str = "IdempotentParameterMismatch";
+}
+
+/// Server-side failures after which a request may or may not have been carried out.
+const SERVER_FAILURE_CODES: &[&str] = &[
+    "InternalError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "Unavailable",
+    "RequestTimeout",
+    "RequestTimeoutException",
+];
+
+/// What a failed CreateFleet says about whether it launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaunchAnswer {
+    /// EC2 refused the request: nothing was launched.
+    Refused,
+    /// No answer (timeout, connection lost) or a server failure: it may have launched.
+    Lost,
+    /// The client token was used before with other parameters: that request may have
+    /// launched.
+    TokenReused,
+}
+
+/// Whether the failed CreateFleet `err` may have launched.
+pub fn launch_answer(err: &ApiError) -> LaunchAnswer {
+    match err.code.as_deref() {
+        None => LaunchAnswer::Lost,
+        Some(codes::IDEMPOTENT_PARAMETER_MISMATCH) => LaunchAnswer::TokenReused,
+        Some(code) if SERVER_FAILURE_CODES.contains(&code) => LaunchAnswer::Lost,
+        Some(_) => LaunchAnswer::Refused,
+    }
 }
 
 pub use kerf::cloudprovider::{SPOT_SLR_FIX, spot_service_linked_role_message};
@@ -624,6 +657,32 @@ mod tests {
         assert_eq!(
             combine_fleet_errors(&errors),
             "InsufficientInstanceCapacity: msg; VcpuLimitExceeded: msg"
+        );
+    }
+
+    #[test]
+    fn a_launch_may_have_happened_unless_ec2_refused_it() {
+        let err = |code: Option<&str>| ApiError {
+            operation: "CreateFleet",
+            code: code.map(str::to_owned),
+            message: "m".into(),
+        };
+        assert_eq!(launch_answer(&err(None)), LaunchAnswer::Lost);
+        assert_eq!(
+            launch_answer(&err(Some("InternalError"))),
+            LaunchAnswer::Lost
+        );
+        assert_eq!(
+            launch_answer(&err(Some("IdempotentParameterMismatch"))),
+            LaunchAnswer::TokenReused
+        );
+        assert_eq!(
+            launch_answer(&err(Some("RequestLimitExceeded"))),
+            LaunchAnswer::Refused
+        );
+        assert_eq!(
+            launch_answer(&err(Some("InvalidLaunchTemplateName.NotFoundException"))),
+            LaunchAnswer::Refused
         );
     }
 }

@@ -1,12 +1,13 @@
 //! CreateFleet launches. A launch asks for one instance with `type=instant`; its overrides are
 //! the offerings of the 60 cheapest compatible instance types, each in its zone's chosen
 //! subnet with the AMI its launch template was built for, priced for the allocation strategy
-//! (spot `price-capacity-optimized`, on-demand `lowest-price`). Identical requests from
-//! concurrent NodeClaims are batched into one call for N instances; the NodeClaim tag, which
-//! differs per request, is set at launch when a batch holds one request and right after the
-//! launch otherwise. The response's errors are classified into unavailable offerings.
+//! (spot `price-capacity-optimized`, on-demand `lowest-price`). One call per NodeClaim, never
+//! batched: the NodeClaim tag goes on the instance in the request's tag specifications, so
+//! no instance exists untagged for a retry to miss, and the request carries the NodeClaim's
+//! client token ([`kerf::launch_attempts`]), so a retry of a launch whose answer was lost gets
+//! the same instance back from EC2. The response's errors are classified into unavailable
+//! offerings.
 
-use crate::batcher::{BoxFuture, Executor};
 use crate::errors::{
     ApiError, FleetError, FleetErrorAction, classify_fleet_error, spot_service_linked_role_message,
 };
@@ -22,7 +23,6 @@ use aws_sdk_ec2::types::{
 };
 use kerf::labels::CAPACITY_TYPE_SPOT;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
 /// At most this many instance types go into one launch, as upstream.
 pub const MAX_INSTANCE_TYPES: usize = 60;
@@ -55,8 +55,7 @@ pub struct FleetLaunchConfig {
     pub overrides: Vec<FleetOverride>,
 }
 
-/// A launch request: everything but the NodeClaim's own tag, so identical requests of
-/// different NodeClaims batch together.
+/// A launch request: everything but the NodeClaim's own tag and client token.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FleetRequest {
     pub capacity_type: String,
@@ -133,17 +132,16 @@ pub fn launch_configs(
 }
 
 impl FleetRequest {
-    /// The CreateFleet call for `count` instances; `node_claim` adds the NodeClaim tag.
+    /// The CreateFleet call launching one instance for `node_claim`: tagged with it at
+    /// launch, under `client_token`.
     pub fn to_call(
         &self,
         ec2: &aws_sdk_ec2::Client,
-        count: i32,
-        node_claim: Option<&str>,
+        node_claim: &str,
+        client_token: &str,
     ) -> aws_sdk_ec2::operation::create_fleet::builders::CreateFleetFluentBuilder {
         let mut instance_tags = self.tags.clone();
-        if let Some(nc) = node_claim {
-            instance_tags.insert(tags::NODECLAIM.to_owned(), nc.to_owned());
-        }
+        instance_tags.insert(tags::NODECLAIM.to_owned(), node_claim.to_owned());
         let tag_specs = [
             ResourceType::Instance,
             ResourceType::Volume,
@@ -161,10 +159,11 @@ impl FleetRequest {
         let mut call = ec2
             .create_fleet()
             .r#type(FleetType::Instant)
+            .client_token(client_token)
             .set_context(self.context.clone())
             .target_capacity_specification(
                 TargetCapacitySpecificationRequest::builder()
-                    .total_target_capacity(count)
+                    .total_target_capacity(1)
                     .default_target_capacity_type(if spot {
                         DefaultTargetCapacityType::Spot
                     } else {
@@ -226,7 +225,7 @@ pub struct FleetInstance {
     pub image_id: Option<String>,
 }
 
-/// What one request of a batch got: its instance (if any) and the fleet's errors.
+/// What a launch got: its instance (if any) and the fleet's errors.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FleetOutcome {
     pub fleet_id: Option<String>,
@@ -234,39 +233,19 @@ pub struct FleetOutcome {
     pub errors: Vec<FleetError>,
 }
 
-/// A batch item: the request, and the NodeClaim it launches for.
-pub type FleetBatchItem = String;
-
-/// The batch executor: one CreateFleet call for all NodeClaims of identical requests.
-pub fn executor(
-    ec2: aws_sdk_ec2::Client,
-) -> Executor<FleetRequest, FleetBatchItem, Result<FleetOutcome, ApiError>> {
-    Arc::new(
-        move |request: FleetRequest,
-              node_claims: Vec<String>|
-              -> BoxFuture<Vec<Result<FleetOutcome, ApiError>>> {
-            let ec2 = ec2.clone();
-            Box::pin(async move { launch_batch(&ec2, &request, &node_claims).await })
-        },
-    )
-}
-
-async fn launch_batch(
+/// Launches one instance for `node_claim` with `request` under `client_token`.
+pub async fn launch(
     ec2: &aws_sdk_ec2::Client,
     request: &FleetRequest,
-    node_claims: &[String],
-) -> Vec<Result<FleetOutcome, ApiError>> {
-    let count = node_claims.len();
-    let single = (count == 1).then(|| node_claims[0].as_str());
-    let out = match request.to_call(ec2, count as i32, single).send().await {
-        Ok(out) => out,
-        Err(e) => {
-            let err = ApiError::from_sdk("CreateFleet", e);
-            return vec![Err(err); count];
-        }
-    };
+    node_claim: &str,
+    client_token: &str,
+) -> Result<FleetOutcome, ApiError> {
+    let out = request
+        .to_call(ec2, node_claim, client_token)
+        .send()
+        .await
+        .map_err(|e| ApiError::from_sdk("CreateFleet", e))?;
     let errors: Vec<FleetError> = out.errors().iter().map(FleetError::from).collect();
-    let fleet_id = out.fleet_id().map(str::to_owned);
     let mut instances: Vec<FleetInstance> = Vec::new();
     for launched in out.instances() {
         let overrides = launched
@@ -293,46 +272,18 @@ async fn launch_batch(
             });
         }
     }
-    if instances.len() > count {
+    if instances.len() > 1 {
         tracing::error!(
-            requested = count,
+            node_claim,
             received = instances.len(),
             "CreateFleet returned more instances than requested; ignoring the extra ones"
         );
     }
-    let mut results = Vec::with_capacity(count);
-    let mut launched = instances.into_iter();
-    for node_claim in node_claims {
-        let instance = launched.next();
-        if let (Some(inst), None) = (&instance, single) {
-            tag_node_claim(ec2, &inst.instance_id, node_claim).await;
-        }
-        results.push(Ok(FleetOutcome {
-            fleet_id: fleet_id.clone(),
-            instance,
-            errors: errors.clone(),
-        }));
-    }
-    results
-}
-
-/// Tags a batch-launched instance with its NodeClaim; failures only delay the tag, which
-/// the tagging step after registration sets again.
-async fn tag_node_claim(ec2: &aws_sdk_ec2::Client, instance_id: &str, node_claim: &str) {
-    let result = ec2
-        .create_tags()
-        .resources(instance_id)
-        .tags(
-            aws_sdk_ec2::types::Tag::builder()
-                .key(tags::NODECLAIM)
-                .value(node_claim)
-                .build(),
-        )
-        .send()
-        .await;
-    if let Err(e) = result {
-        tracing::warn!(instance_id, node_claim, error = %ApiError::from_sdk("CreateTags", e), "tagging a batch-launched instance with its nodeclaim failed");
-    }
+    Ok(FleetOutcome {
+        fleet_id: out.fleet_id().map(str::to_owned),
+        instance: instances.into_iter().next(),
+        errors,
+    })
 }
 
 /// Records a fleet's errors in the unavailable-offerings cache; returns the offerings
@@ -475,11 +426,12 @@ mod tests {
             tags: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
             context: None,
         };
-        let call = request.to_call(&ec2, 3, Some("default-x7k2p"));
+        let call = request.to_call(&ec2, "default-x7k2p", "kerf-uid-0");
         let input = call.as_input();
         assert_eq!(input.get_type(), &Some(FleetType::Instant));
+        assert_eq!(input.get_client_token().as_deref(), Some("kerf-uid-0"));
         let target = input.get_target_capacity_specification().as_ref().unwrap();
-        assert_eq!(target.total_target_capacity(), Some(3));
+        assert_eq!(target.total_target_capacity(), Some(1));
         assert_eq!(
             target.default_target_capacity_type(),
             Some(&DefaultTargetCapacityType::Spot)
@@ -502,7 +454,7 @@ mod tests {
             capacity_type: "on-demand".into(),
             ..request
         };
-        let input = on_demand.to_call(&ec2, 1, None);
+        let input = on_demand.to_call(&ec2, "default-x7k2p", "kerf-uid-1");
         assert_eq!(
             input
                 .as_input()

@@ -1,12 +1,12 @@
-//! EC2 instances launched for NodeClaims: launch through the CreateFleet batcher, describe
-//! and terminate through batchers of their own (so many NodeClaims' calls become one), list
+//! EC2 instances launched for NodeClaims: launch through CreateFleet (one NodeClaim per call,
+//! tagged at launch), describe and terminate through batchers (so many NodeClaims' calls
+//! become one), list
 //! by the cluster's tags, tag after registration, and garbage-collect instances whose
 //! NodeClaim no longer exists. Only live instances count: pending, running, stopping,
 //! stopped and shutting-down.
 
 use crate::batcher::{
-    Batcher, BoxFuture, CREATE_FLEET_WINDOW, DESCRIBE_INSTANCES_WINDOW, Executor,
-    TERMINATE_INSTANCES_WINDOW,
+    Batcher, BoxFuture, DESCRIBE_INSTANCES_WINDOW, Executor, TERMINATE_INSTANCES_WINDOW,
 };
 use crate::errors::ApiError;
 use crate::fleet::{self, FleetOutcome, FleetRequest};
@@ -68,7 +68,6 @@ type TerminateResult = Result<(), ApiError>;
 pub struct InstanceProvider {
     ec2: aws_sdk_ec2::Client,
     cluster_name: String,
-    fleet: Batcher<FleetRequest, String, Result<FleetOutcome, ApiError>>,
     describe: Batcher<(), String, DescribeResult>,
     terminate: Batcher<(), String, TerminateResult>,
 }
@@ -76,7 +75,6 @@ pub struct InstanceProvider {
 impl InstanceProvider {
     pub fn new(ec2: aws_sdk_ec2::Client, cluster_name: &str) -> Self {
         Self {
-            fleet: Batcher::new(CREATE_FLEET_WINDOW, fleet::executor(ec2.clone())),
             describe: Batcher::new(DESCRIBE_INSTANCES_WINDOW, describe_executor(ec2.clone())),
             terminate: Batcher::new(TERMINATE_INSTANCES_WINDOW, terminate_executor(ec2.clone())),
             cluster_name: cluster_name.to_owned(),
@@ -84,13 +82,14 @@ impl InstanceProvider {
         }
     }
 
-    /// Launches one instance for `node_claim` (batched with identical requests).
+    /// Launches one instance for `node_claim`, tagged with it, under `client_token`.
     pub async fn launch(
         &self,
-        request: FleetRequest,
+        request: &FleetRequest,
         node_claim: &str,
+        client_token: &str,
     ) -> Result<FleetOutcome, InstanceError> {
-        Ok(self.fleet.add(request, node_claim.to_owned()).await??)
+        Ok(fleet::launch(&self.ec2, request, node_claim, client_token).await?)
     }
 
     /// The live instance `id`; an ended one is [`InstanceError::Ended`] with EC2's reason,

@@ -114,6 +114,44 @@ fn the_default_workload_is_bound_on_launched_capacity() {
     assert!(latency["p95"].as_f64() <= latency["max"].as_f64());
     assert!(latency["max"].as_f64().expect("max") > 0.0);
     assert!(count(&summary["provisioning"]["rounds"]) >= 1);
+    // The client budget's bound beside the measured time: --fast's budget is well above 40
+    // pods' NodeClaims, so the bound is zero.
+    let largest = &summary["provisioning"]["largestRound"];
+    let bound = largest["clientBudgetBoundSeconds"]
+        .as_f64()
+        .expect("the budget's bound");
+    assert!(bound >= 0.0, "{largest:#}");
+    assert!(
+        largest["batchCloseToCreatedSeconds"]
+            .as_f64()
+            .expect("measured")
+            >= 0.0
+    );
+    // Writes per NodeClaim from the emulator's request log: one create each, a launch's
+    // three writes up to Launched where upstream takes four.
+    let writes = &summary["apiWritesPerNodeClaim"];
+    let node_claims = &writes["byKind"]["nodeclaims"];
+    assert_eq!(node_claims["creates"].as_f64(), Some(1.0), "{writes:#}");
+    assert!(
+        node_claims["patches"].as_f64().expect("patches") >= 1.0,
+        "{writes:#}"
+    );
+    assert!(
+        node_claims["statusWrites"].as_f64().expect("status") >= 1.0,
+        "{writes:#}"
+    );
+    assert_eq!(
+        writes["nodeClaimWritesToLaunched"].as_f64(),
+        Some(3.0),
+        "{writes:#}"
+    );
+    assert_eq!(writes["upstreamNodeClaimWritesToLaunched"], 4);
+    assert!(
+        writes["byKind"]["nodes"]["patches"]
+            .as_f64()
+            .expect("node patches")
+            > 0.0
+    );
     // The controller's heap is counted on its own threads: some, and well below the whole
     // process, which also holds the API emulator's objects, kubelets, scheduler and EC2.
     let memory = &summary["memory"];

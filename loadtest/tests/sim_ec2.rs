@@ -1,7 +1,9 @@
 //! The simulated EC2 and the simulated cloud provider on their own: launches through
 //! CreateFleet pick the cheapest offering and fall through injected insufficient capacity,
 //! all-ICE launches fail listing the refused offerings, providerIDs are well-formed, API
-//! calls are counted, throttling and spot interruptions are injected.
+//! calls are counted, throttling and spot interruptions are injected; a repeated client token
+//! is answered without a second launch, DescribeInstances searches lag behind launches, and
+//! CreateTags fails on demand.
 
 mod sim_support;
 
@@ -535,4 +537,99 @@ async fn a_launch_with_every_offering_marked_unavailable_is_insufficient_capacit
     }
     assert_eq!(region.ec2().api_calls().calls(ops::CREATE_FLEET), 0);
     assert!(region.ec2().instances().is_empty());
+}
+
+#[tokio::test]
+async fn a_repeated_client_token_gets_the_first_answer_and_launches_nothing() {
+    let cloud = cloud();
+    let ec2 = cloud.ec2();
+    let request = CreateFleetRequest {
+        client_token: Some("kerf-uid-a-0".into()),
+        ..fleet(&[("m5.large", ZONE_A)], CapacityType::OnDemand)
+    };
+    // The first answer is lost after the launch; the retry under the same token gets it.
+    ec2.lose_next_fleet_answers(1);
+    let lost = ec2.create_fleet(&request).await.expect_err("answer lost");
+    assert!(matches!(
+        lost,
+        Ec2Error::Internal {
+            after_launch: true,
+            ..
+        }
+    ));
+    let again = ec2.create_fleet(&request).await.expect("answered");
+    let again_twice = ec2.create_fleet(&request).await.expect("answered");
+    assert_eq!(again, again_twice);
+    assert_eq!(ec2.instances().len(), 1, "one launch for one token");
+    assert_eq!(
+        again.instances[0].instance_ids,
+        vec![ec2.instances()[0].instance_id.clone()]
+    );
+
+    let other = CreateFleetRequest {
+        capacity_type: Some(CapacityType::Spot),
+        ..request.clone()
+    };
+    let mismatch = ec2
+        .create_fleet(&other)
+        .await
+        .expect_err("other parameters");
+    assert_eq!(mismatch.code(), "IdempotentParameterMismatch");
+    assert_eq!(ec2.instances().len(), 1);
+
+    // A call refused before it ran records nothing: its token launches once retried.
+    let fresh = CreateFleetRequest {
+        client_token: Some("kerf-uid-b-0".into()),
+        ..request
+    };
+    ec2.fail_next_fleets(1);
+    ec2.create_fleet(&fresh).await.expect_err("refused");
+    assert_eq!(ec2.instances().len(), 1);
+    ec2.create_fleet(&fresh).await.expect("launched");
+    assert_eq!(ec2.instances().len(), 2);
+}
+
+#[tokio::test]
+async fn describe_searches_lag_behind_launches_and_create_tags_fails_on_demand() {
+    let cloud = cloud();
+    let ec2 = cloud.ec2();
+    ec2.set_describe_lag(std::time::Duration::from_secs(3600));
+    let launched = ec2
+        .create_fleet(&fleet(&[("m5.large", ZONE_A)], CapacityType::OnDemand))
+        .await
+        .expect("launches");
+    let id = launched.instances[0].instance_ids[0].clone();
+    let search = DescribeInstancesRequest::default();
+    assert!(
+        ec2.describe_instances(&search)
+            .await
+            .expect("searched")
+            .is_empty()
+    );
+    let by_id = DescribeInstancesRequest {
+        instance_ids: vec![id.clone()],
+        ..DescribeInstancesRequest::default()
+    };
+    assert_eq!(
+        ec2.describe_instances(&by_id).await.expect("by id").len(),
+        1
+    );
+    ec2.set_describe_lag(std::time::Duration::ZERO);
+    assert_eq!(
+        ec2.describe_instances(&search)
+            .await
+            .expect("searched")
+            .len(),
+        1
+    );
+
+    ec2.fail_next_create_tags(1);
+    let tags = std::collections::BTreeMap::from([("Name".to_owned(), "n".to_owned())]);
+    let failed = ec2.create_tags(std::slice::from_ref(&id), &tags).await;
+    assert_eq!(failed.expect_err("failed").code(), "InternalError");
+    assert!(!ec2.instance(&id).expect("exists").tags.contains_key("Name"));
+    ec2.create_tags(std::slice::from_ref(&id), &tags)
+        .await
+        .expect("tagged");
+    assert_eq!(ec2.instance(&id).expect("exists").tags["Name"], "n");
 }

@@ -2,7 +2,8 @@
 //! that is not `Launched` is launched by the lifecycle reconcile, whoever created it and
 //! whenever it is seen — after a failed attempt, a lost status write, a restart or a
 //! failover. The cloud provider's Create is idempotent per NodeClaim (it adopts an instance
-//! already tagged with the NodeClaim), and a launch whose status write failed is remembered
+//! already tagged with the NodeClaim, and launches under a client token derived from its
+//! uid, which EC2 answers with the first launch's instance), and a launch whose status write failed is remembered
 //! by uid for [`LAUNCHED_MEMORY`], as upstream's launch cache, so the retry writes what was
 //! launched without asking the cloud again. Once that write succeeded, a reconcile that
 //! still reads the NodeClaim as not `Launched` (its watch event is on the way) writes

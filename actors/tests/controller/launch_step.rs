@@ -1,21 +1,25 @@
 //! Launch as a reconciled, idempotent lifecycle step: a NodeClaim that is not `Launched` is
 //! launched by the lifecycle whatever went wrong before — a CreateFleet failing with a
-//! transient error, a CreateFleet whose answer was lost after it launched, a status write the
-//! API server refused, a controller restarted between launch and status write — and ends
-//! `Launched` with exactly one instance; a NodeClaim deleted while its launch is in flight
-//! leaves no instance behind.
+//! transient error, a CreateFleet whose answer was lost after it launched (also while
+//! DescribeInstances lags behind the launch, and across a restart), a CreateTags failing, a
+//! status write the API server refused, a controller restarted between launch and status
+//! write — and ends `Launched` with exactly one instance; a NodeClaim deleted while its
+//! launch is in flight leaves no instance behind. A launch writes its NodeClaim three
+//! times up to `Launched`: create (with the termination finalizer), labels, status.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kerf::api::NodeClaim;
 use kerf::api::condition::types;
+use kerf::cloudprovider::CloudProvider;
 use kerf_actors::Daemon;
 use kerf_loadtest::apiserver::FaultTarget;
 use kerf_loadtest::ec2::{
     CapacityType, CreateFleetRequest, Ec2Config, FleetOverride, Instance, LaunchTemplateConfig,
-    SimulatedCloudProvider, ops, tags,
+    SimulatedCloudProvider, SimulatedCloudProviderConfig, ops, tags,
 };
+use kerf_loadtest::kubelet;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
@@ -145,6 +149,101 @@ fn a_launch_whose_answer_was_lost_adopts_the_instance_it_started() {
     });
 }
 
+/// EC2's eventual consistency: the search by tag before the retry misses the instance the
+/// lost answer launched, and the retry's client token gets that instance back from EC2.
+#[test]
+fn a_lost_answer_while_describe_lags_gets_the_first_instance_back() {
+    run(|| async {
+        let h = start_cluster().await;
+        let (provider, cloud) = simulated_cloud();
+        provider.ec2().set_describe_lag(Duration::from_secs(3600));
+        provider.ec2().lose_next_fleet_answers(1);
+        let daemon = provision_one(&h, cloud).await;
+
+        let claim = launched_claim(&h).await;
+        assert_one_instance_for(&provider, &claim);
+        assert_eq!(
+            provider.ec2().api_calls().calls(ops::CREATE_FLEET),
+            2,
+            "the lost launch, then its repeat under the same token"
+        );
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+/// A controller whose launch answer was lost stops (a restart, a failover) while
+/// DescribeInstances does not show the instance yet: the next controller's launch derives
+/// the same client token from the NodeClaim's uid and gets that instance.
+#[test]
+fn a_restart_while_describe_lags_gets_the_instance_by_its_token() {
+    run(|| async {
+        let h = start_cluster().await;
+        create_nodepool(&h.cluster(), nodepool("default"));
+        let (provider, cloud) = simulated_cloud();
+        provider.ec2().set_describe_lag(Duration::from_secs(3600));
+        let claim = unlaunched_claim(&h).await;
+        // The first controller: its launch went through, its answer was lost, it stopped.
+        let catalog = kerf::catalog::Catalog::embedded(REGION).expect("embedded region");
+        let first_controller = SimulatedCloudProvider::new(
+            provider.ec2().clone(),
+            catalog.instance_types(&kerf::catalog::AllocatableSettings::default()),
+            SimulatedCloudProviderConfig::default(),
+        );
+        provider.ec2().lose_next_fleet_answers(1);
+        first_controller
+            .create(&claim)
+            .await
+            .expect_err("the answer was lost");
+        let started = live_instances(&provider);
+        assert_eq!(started.len(), 1);
+
+        let daemon = start_provisioner(&h, cloud).await;
+        let launched = launched_claim(&h).await;
+        assert_eq!(launched.name(), claim.name());
+        assert_one_instance_for(&provider, &launched);
+        assert_eq!(
+            live_instances(&provider)[0].instance_id,
+            started[0].instance_id
+        );
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+/// CreateTags plays no part in a launch: the NodeClaim tag is set by CreateFleet. With every
+/// CreateTags failing (the tagging after registration), the NodeClaim keeps its one instance.
+#[test]
+fn failing_create_tags_never_launch_twice() {
+    run(|| async {
+        let h = start_cluster().await;
+        let (provider, cloud) = simulated_cloud();
+        provider.ec2().fail_next_create_tags(u32::MAX);
+        let kubelets = kubelet::start(
+            h.client.clone(),
+            provider.clone(),
+            kubelet::KubeletConfig::fast(),
+        );
+        let daemon = provision_one(&h, cloud).await;
+
+        let claim = launched_claim(&h).await;
+        let ec2 = provider.ec2().clone();
+        eventually(
+            "the registered node's instance is tagged, and that fails",
+            || ec2.api_calls().calls(ops::CREATE_TAGS) >= 1,
+        )
+        .await;
+        // Long enough for a launch step run again to have launched a second instance.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_one_instance_for(&provider, &claim);
+        assert!(!live_instances(&provider)[0].tags.contains_key(tags::NAME));
+        assert_eq!(provider.ec2().api_calls().calls(ops::CREATE_FLEET), 1);
+        kubelets.stop();
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
 #[test]
 fn a_lost_status_write_does_not_launch_twice() {
     run(|| async {
@@ -170,10 +269,11 @@ fn a_lost_status_write_does_not_launch_twice() {
 }
 
 /// A reconcile that reads the NodeClaim before its `Launched=True` write shows (the labels
-/// write's watch event triggers one at once) must not launch and write again: at 20k pods
-/// the doubled writes halved the rate the shared client budget left for creates.
+/// write's watch event triggers one at once) must not launch and write again, and the
+/// termination finalizer comes with the create: a launch writes its NodeClaim three times
+/// (create, labels, status), where upstream writes it four (a separate finalizer patch).
 #[test]
-fn a_launch_writes_its_labels_and_status_once() {
+fn a_launch_writes_its_nodeclaim_three_times() {
     run(|| async {
         let h = start_cluster().await;
         let (provider, cloud) = simulated_cloud();
@@ -187,27 +287,46 @@ fn a_launch_writes_its_labels_and_status_once() {
         let claim = launched_claim(&h).await;
         // Long enough for any reconcile of a stale copy to have written.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let path = format!("/apis/karpenter.sh/v1/nodeclaims/{}", claim.name());
-        let writes: Vec<String> = h
+        let collection = "/apis/karpenter.sh/v1/nodeclaims";
+        let path = format!("{collection}/{}", claim.name());
+        let writes: Vec<(http::Method, String)> = h
             .server
             .faults()
             .mutations_from("controller")
             .into_iter()
-            .filter(|m| m.method == http::Method::PATCH && m.path.starts_with(&path))
-            .map(|m| m.path)
+            .filter(|m| m.path == collection || m.path.starts_with(&path))
+            .map(|m| (m.method, m.path))
             .collect();
-        assert_eq!(writes, vec![path.clone(), format!("{path}/status")]);
+        assert_eq!(
+            writes,
+            vec![
+                (http::Method::POST, collection.to_owned()),
+                (http::Method::PATCH, path.clone()),
+                (http::Method::PATCH, format!("{path}/status")),
+            ]
+        );
+        assert!(
+            kerf::finalizers::has_termination_finalizer(claim.metadata.finalizers.as_ref()),
+            "{claim:?}"
+        );
         assert_eq!(provider.ec2().api_calls().calls(ops::CREATE_FLEET), 1);
         daemon.stop().await;
         h.stop().await;
     });
 }
 
-/// A NodeClaim without status (made by a controller that stopped between CreateFleet and the
-/// status write), and the instance that controller launched for it.
-async fn orphaned_launch(h: &Harness, provider: &SimulatedCloudProvider) -> (NodeClaim, Instance) {
+/// NodeClaim `default-orphan` as a controller that stopped before launching it left it:
+/// pinned to one on-demand type, holding its finalizer, without status.
+async fn unlaunched_claim(h: &Harness) -> NodeClaim {
     let api: Api<NodeClaim> = Api::all(h.client.clone());
-    let wanted: NodeClaim = serde_json::from_value(json!({
+    api.create(&PostParams::default(), &pinned_claim(true))
+        .await
+        .expect("created")
+}
+
+/// NodeClaim `default-orphan`, pinned to one on-demand type, with or without its finalizer.
+fn pinned_claim(with_finalizer: bool) -> NodeClaim {
+    let mut claim: NodeClaim = serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "metadata": {
             "name": "default-orphan",
@@ -223,10 +342,58 @@ async fn orphaned_launch(h: &Harness, provider: &SimulatedCloudProvider) -> (Nod
         }
     }))
     .expect("a valid nodeclaim");
-    let claim = api
-        .create(&PostParams::default(), &wanted)
-        .await
-        .expect("created");
+    if !with_finalizer {
+        claim.metadata.finalizers = None;
+    }
+    claim
+}
+
+/// A NodeClaim created by someone else (kubectl) without the termination finalizer gets it,
+/// in one write of its own, before anything is launched for it.
+#[test]
+fn a_nodeclaim_created_without_the_finalizer_gets_it_once_before_its_launch() {
+    run(|| async {
+        let h = start_cluster().await;
+        create_nodepool(&h.cluster(), nodepool("default"));
+        let (provider, cloud) = simulated_cloud();
+        let client = named_client(&h, "controller").await;
+        let settings = quick_settings(&["--disable-leader-election", "true"]);
+        let daemon = start_daemon_on(client, settings, "solo", Some(cloud)).await;
+        let api: Api<NodeClaim> = Api::all(h.client.clone());
+        api.create(&PostParams::default(), &pinned_claim(false))
+            .await
+            .expect("created as kubectl would");
+
+        let claim = launched_claim(&h).await;
+        assert!(
+            kerf::finalizers::has_termination_finalizer(claim.metadata.finalizers.as_ref()),
+            "{claim:?}"
+        );
+        assert_one_instance_for(&provider, &claim);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let path = format!("/apis/karpenter.sh/v1/nodeclaims/{}", claim.name());
+        let writes: Vec<String> = h
+            .server
+            .faults()
+            .mutations_from("controller")
+            .into_iter()
+            .filter(|m| m.path.starts_with(&path))
+            .map(|m| m.path)
+            .collect();
+        assert_eq!(
+            writes,
+            vec![path.clone(), path.clone(), format!("{path}/status")],
+            "the finalizer, the labels, the status"
+        );
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+/// A NodeClaim without status (made by a controller that stopped between CreateFleet and the
+/// status write), and the instance that controller launched for it.
+async fn orphaned_launch(h: &Harness, provider: &SimulatedCloudProvider) -> (NodeClaim, Instance) {
+    let claim = unlaunched_claim(h).await;
     let request = CreateFleetRequest {
         launch_template_configs: vec![LaunchTemplateConfig {
             launch_template_name: "karpenter.k8s.aws/kerf-sim".to_owned(),
@@ -250,6 +417,7 @@ async fn orphaned_launch(h: &Harness, provider: &SimulatedCloudProvider) -> (Nod
             (tags::EC2NODECLASS.to_owned(), "default".to_owned()),
         ]),
         context: None,
+        client_token: None,
     };
     let output = provider
         .ec2()

@@ -23,10 +23,13 @@
 #        placeholder 0.00001 for every offering; this launcher patches its handler to
 #        answer the seeded prices first).
 # End of input (the test process exited or closed the pipe) stops the server.
+# moto 5.2 ignores CreateFleet's ClientToken (a repeat launches again); the server started
+# here answers a repeated token as EC2 does: see honour_create_fleet_client_token.
 import copy
 import json
 import os
 import sys
+import threading
 
 # The protocol keeps the process's stdout to itself: moto prints notices (e.g. on a call to
 # a service it lacks, such as the Pricing API), which go to stderr instead of being read as
@@ -47,6 +50,8 @@ try:
     from moto.ec2.responses.spot_instances import SpotInstances
     from moto.core.responses import ActionResult
     from moto.ssm.models import Parameter, ssm_backends
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses.fleets import Fleets
     from datetime import datetime
 except Exception as err:  # moto missing or broken: say so on the protocol line
     print(f"ERROR moto is not importable ({err}); install it with: pip install 'moto[server]'", file=PROTOCOL, flush=True)
@@ -131,8 +136,43 @@ def describe_spot_price_history(self):
     return ActionResult({"SpotPriceHistory": history})
 
 
+def honour_create_fleet_client_token():
+    # EC2 answers a CreateFleet whose ClientToken it has answered before with that answer,
+    # launching nothing, and refuses the token with other parameters; kerf's launches rely
+    # on it (a retry after a lost answer), so its tests' moto does the same.
+    original = Fleets.create_fleet
+    answered = {}
+    lock = threading.Lock()
+
+    def create_fleet(self):
+        token = self._get_param("ClientToken")
+        if not token:
+            return original(self)
+        params = sorted(
+            (key, json.dumps(value, sort_keys=True, default=str))
+            for key, value in self.querystring.items()
+            if key != "ClientToken"
+        )
+        key = (self.current_account, self.region, token)
+        with lock:
+            seen = answered.get(key)
+            if seen is not None:
+                if seen[0] != params:
+                    raise EC2ClientError(
+                        "IdempotentParameterMismatch",
+                        f"Client token {token} was used before with other parameters.",
+                    )
+                return seen[1]
+            result = original(self)
+            answered[key] = (params, result)
+            return result
+
+    Fleets.create_fleet = create_fleet
+
+
 def main():
     SpotInstances.describe_spot_price_history = describe_spot_price_history
+    honour_create_fleet_client_token()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()

@@ -393,3 +393,42 @@ async fn a_second_create_adopts_the_instance_tagged_with_the_nodeclaim() {
         "a terminated instance is not adopted"
     );
 }
+
+/// A NodeClaim's launches share its client token: one asked to launch again after its
+/// instance ended (terminated before its status was written) gets EC2's answer for the
+/// token, sees that instance has ended, and launches a new one under the next token.
+#[tokio::test]
+async fn a_nodeclaim_whose_instance_ended_launches_anew_under_its_next_token() {
+    let f = fixture().await;
+    let p = &f.provider;
+    let mut claim = node_claim(
+        "default-ended",
+        serde_json::json!([
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]},
+        ]),
+    );
+    claim.metadata.uid = Some(unique("uid"));
+    let first = p.create(&claim).await.expect("launched");
+    p.delete(&first).await.expect("terminating");
+    let second = p.create(&claim).await.expect("launched again");
+    assert_ne!(second.provider_id(), first.provider_id());
+    let live: Vec<String> = p
+        .instances
+        .list()
+        .await
+        .expect("listed")
+        .into_iter()
+        .filter(|i| i.state != "shutting-down")
+        .filter(|i| {
+            i.tags.get("karpenter.sh/nodeclaim").map(String::as_str) == Some("default-ended")
+        })
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(
+        live.len(),
+        1,
+        "one live instance for the NodeClaim: {live:?}"
+    );
+    p.delete(&second).await.expect("terminating");
+}

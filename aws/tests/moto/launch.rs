@@ -1,6 +1,9 @@
 //! Launch templates and CreateFleet launches against moto: creation, reuse and deletion of
-//! templates, the user data they carry, the tags and overrides of launched instances, and
-//! Get / List / terminate / garbage collection of instances.
+//! templates, the user data they carry, the tags and overrides of launched instances (the
+//! NodeClaim's among them, set by the launch itself), a repeated client token answered
+//! with the first launch's instance, and Get / List / terminate / garbage collection of
+//! instances. moto ignores CreateFleet's ClientToken; the tests' launcher makes it answer a
+//! repeated token as EC2 does (`aws/src/moto/launcher.py`).
 
 use crate::support::*;
 use base64::Engine;
@@ -155,6 +158,17 @@ async fn launch(
     instances: &InstanceProvider,
     node_claim: &str,
 ) -> kerf_aws::fleet::FleetOutcome {
+    launch_with_token(e, instances, node_claim, &unique("token"))
+        .await
+        .expect("CreateFleet succeeds")
+}
+
+async fn launch_with_token(
+    e: &Env,
+    instances: &InstanceProvider,
+    node_claim: &str,
+    token: &str,
+) -> Result<kerf_aws::fleet::FleetOutcome, InstanceError> {
     let lt = LaunchTemplateProvider::new(e.c.ec2.clone(), &e.cluster)
         .ensure(&template_config(e, "default"))
         .await
@@ -189,10 +203,7 @@ async fn launch(
     };
     // Cheapest first: moto launches the first override.
     assert_eq!(request.configs[0].overrides[0].instance_type, "c5.large");
-    instances
-        .launch(request, node_claim)
-        .await
-        .expect("CreateFleet succeeds")
+    instances.launch(&request, node_claim, token).await
 }
 
 #[tokio::test]
@@ -263,8 +274,11 @@ async fn create_fleet_launches_tagged_instances_that_get_list_and_terminate_find
     ));
 }
 
+/// Each launch tags its instance with its NodeClaim through CreateFleet's tag
+/// specifications: the instance is found by that tag from its first moment, with no
+/// CreateTags call to fail or lag behind.
 #[tokio::test]
-async fn concurrent_identical_launches_are_batched_and_tagged_per_node_claim() {
+async fn concurrent_launches_tag_each_instance_with_its_node_claim_at_launch() {
     let e = env().await;
     let instances = InstanceProvider::new(e.c.ec2.clone(), &e.cluster);
     let (a, b) = tokio::join!(
@@ -280,6 +294,52 @@ async fn concurrent_identical_launches_are_batched_and_tagged_per_node_claim() {
     let mut claims = vec![tag_of(a.instance_id).await, tag_of(b.instance_id).await];
     claims.sort();
     assert_eq!(claims, ["claim-a", "claim-b"]);
+    let found = instances
+        .find_by_node_claim("claim-a")
+        .await
+        .expect("searched")
+        .expect("found by its tag");
+    assert_eq!(found.tags["karpenter.sh/nodeclaim"], "claim-a");
+}
+
+/// A launch repeated under its client token (its answer lost) gets the first launch's
+/// instance back and launches nothing; the token with other parameters is refused.
+#[tokio::test]
+async fn a_launch_repeated_under_its_client_token_launches_nothing_more() {
+    let e = env().await;
+    let instances = InstanceProvider::new(e.c.ec2.clone(), &e.cluster);
+    let token = unique("kerf-uid");
+    let first = launch_with_token(&e, &instances, "claim-t", &token)
+        .await
+        .expect("CreateFleet succeeds")
+        .instance
+        .expect("launched");
+    let again = launch_with_token(&e, &instances, "claim-t", &token)
+        .await
+        .expect("CreateFleet succeeds")
+        .instance
+        .expect("answered");
+    assert_eq!(again.instance_id, first.instance_id);
+    let tagged: Vec<String> = instances
+        .list()
+        .await
+        .expect("listed")
+        .into_iter()
+        .filter(|i| i.tags.get("karpenter.sh/nodeclaim").map(String::as_str) == Some("claim-t"))
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(
+        tagged,
+        [first.instance_id.clone()],
+        "one instance for the NodeClaim"
+    );
+
+    match launch_with_token(&e, &instances, "claim-other", &token).await {
+        Err(InstanceError::Api(err)) => {
+            assert_eq!(err.code.as_deref(), Some("IdempotentParameterMismatch"));
+        }
+        other => panic!("a reused token with other parameters: {other:?}"),
+    }
 }
 
 #[tokio::test]

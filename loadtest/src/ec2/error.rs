@@ -37,6 +37,14 @@ pub enum Ec2Error {
         operation: &'static str,
         after_launch: bool,
     },
+    /// A client token EC2 has answered, repeated with other parameters.
+    #[error(
+        "{operation}: IdempotentParameterMismatch: client token {client_token} was used with other parameters"
+    )]
+    IdempotentParameterMismatch {
+        operation: &'static str,
+        client_token: String,
+    },
     /// Interruption requested for an instance that is not a running spot instance.
     #[error("cannot interrupt {instance_id}: {reason}")]
     NotInterruptible { instance_id: String, reason: String },
@@ -51,6 +59,7 @@ impl Ec2Error {
             Ec2Error::MalformedInstanceId { .. } => "InvalidInstanceID.Malformed",
             Ec2Error::InvalidParameter { .. } => "InvalidParameterValue",
             Ec2Error::Internal { .. } => "InternalError",
+            Ec2Error::IdempotentParameterMismatch { .. } => "IdempotentParameterMismatch",
             Ec2Error::NotInterruptible { .. } => "IncorrectInstanceState",
         }
     }

@@ -120,6 +120,12 @@ struct State {
     interruptions: Vec<SpotInterruption>,
     hold: Option<hold::HeldLaunch>,
     health: instance_status::Health,
+    /// Answered CreateFleet calls by client token: the request's fingerprint and the answer.
+    answered: HashMap<String, (u64, CreateFleetOutput)>,
+    /// How long after its launch an instance stays out of DescribeInstances searches.
+    describe_lag: Duration,
+    /// CreateTags calls still to fail.
+    create_tags_failures: u32,
 }
 
 /// Capacity of the event channel; a subscriber that lags further resynchronises from
@@ -165,6 +171,8 @@ impl SimulatedEc2 {
     /// `CreateFleet` (`Type=instant`): launches `total_target_capacity` instances in the
     /// cheapest pool with capacity, reporting the pools that failed before it. Nothing
     /// launchable is not an error of the call: `instances` is empty and `errors` says why.
+    /// A `client_token` EC2 answered before gets that answer again and launches nothing
+    /// (the same parameters) or `IdempotentParameterMismatch` (other parameters), as EC2.
     pub async fn create_fleet(
         &self,
         request: &CreateFleetRequest,
@@ -174,6 +182,18 @@ impl SimulatedEc2 {
         sleep(self.inner.config.launch_latency).await;
         let (output, launched, failure, held) = {
             let mut state = self.lock();
+            let fingerprint = fingerprint(request);
+            if let Some(token) = &request.client_token
+                && let Some((seen, output)) = state.answered.get(token)
+            {
+                if *seen != fingerprint {
+                    return Err(Ec2Error::IdempotentParameterMismatch {
+                        operation: ops::CREATE_FLEET,
+                        client_token: token.clone(),
+                    });
+                }
+                return Ok(output.clone());
+            }
             let failure = state.fleet_failures.next();
             if failure == Some(false) {
                 return Err(Ec2Error::Internal {
@@ -191,6 +211,7 @@ impl SimulatedEc2 {
                     instances: Vec::new(),
                     errors,
                 };
+                state.remember_answer(request, fingerprint, &output);
                 return Ok(output);
             }
             let allocation =
@@ -215,6 +236,7 @@ impl SimulatedEc2 {
             }
             let ids = launched.iter().map(|i| i.instance_id.clone()).collect();
             self.log_write(&mut state, ops::CREATE_FLEET, ids);
+            state.remember_answer(request, fingerprint, &output);
             let held = if launched.is_empty() {
                 None
             } else {
@@ -249,6 +271,7 @@ impl SimulatedEc2 {
     }
 
     /// `DescribeInstances`: the named instances (every id must exist) matching all filters.
+    /// A search (no ids) misses instances launched within the describe lag.
     pub async fn describe_instances(
         &self,
         request: &DescribeInstancesRequest,
@@ -256,7 +279,15 @@ impl SimulatedEc2 {
         self.admit(ops::DESCRIBE_INSTANCES)?;
         let state = self.lock();
         let selected: Vec<&Instance> = if request.instance_ids.is_empty() {
-            state.instances.values().collect()
+            let now = SystemTime::now();
+            let lag = state.describe_lag;
+            state
+                .instances
+                .values()
+                .filter(|i| {
+                    lag.is_zero() || now.duration_since(i.launch_time).unwrap_or_default() >= lag
+                })
+                .collect()
         } else {
             request
                 .instance_ids
@@ -306,6 +337,13 @@ impl SimulatedEc2 {
     ) -> Result<(), Ec2Error> {
         self.admit(ops::CREATE_TAGS)?;
         let mut state = self.lock();
+        if state.create_tags_failures > 0 {
+            state.create_tags_failures -= 1;
+            return Err(Ec2Error::Internal {
+                operation: ops::CREATE_TAGS,
+                after_launch: false,
+            });
+        }
         for id in instance_ids {
             find(&state, ops::CREATE_TAGS, id)?;
         }
@@ -360,6 +398,17 @@ impl SimulatedEc2 {
     /// then fails with `InternalError`, as a request that timed out after EC2 carried it out.
     pub fn lose_next_fleet_answers(&self, count: u32) {
         self.lock().fleet_failures.after_launch = count;
+    }
+
+    /// Makes DescribeInstances searches (by filter, not by id) miss instances for `lag`
+    /// after their launch, as EC2's eventual consistency does; zero shows them at once.
+    pub fn set_describe_lag(&self, lag: Duration) {
+        self.lock().describe_lag = lag;
+    }
+
+    /// Fails the next `count` CreateTags calls with `InternalError`, tagging nothing.
+    pub fn fail_next_create_tags(&self, count: u32) {
+        self.lock().create_tags_failures = count;
     }
 
     /// Restores capacity in every pool.
@@ -591,6 +640,33 @@ impl SimulatedEc2 {
             }
         });
     }
+}
+
+impl State {
+    /// Records the answer to a request with a client token, for the token's repeats.
+    fn remember_answer(
+        &mut self,
+        request: &CreateFleetRequest,
+        fingerprint: u64,
+        output: &CreateFleetOutput,
+    ) {
+        if let Some(token) = &request.client_token {
+            self.answered
+                .insert(token.clone(), (fingerprint, output.clone()));
+        }
+    }
+}
+
+/// What identifies a request's parameters for its client token (all but the token).
+fn fingerprint(request: &CreateFleetRequest) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let parameters = CreateFleetRequest {
+        client_token: None,
+        ..request.clone()
+    };
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    format!("{parameters:?}").hash(&mut hasher);
+    hasher.finish()
 }
 
 impl std::fmt::Debug for SimulatedEc2 {

@@ -7,9 +7,11 @@
 //! unavailable; an answer without instances becomes `InsufficientCapacity` listing the
 //! refused offerings, and so does a launch with no offering left (naming none). Get, List and Delete go
 //! through `DescribeInstances` and `TerminateInstances`, so every call is counted and can
-//! be throttled. Create is idempotent per NodeClaim, as the AWS provider's: it first looks
-//! for a live instance tagged `karpenter.sh/nodeclaim` with the NodeClaim's name (a launch
-//! whose answer was lost) and adopts it instead of launching a second.
+//! be throttled. Create is idempotent per NodeClaim, as the AWS provider's: the NodeClaim
+//! tag goes on the instance in the CreateFleet request itself, Create first looks for a live
+//! instance so tagged and adopts it, and the request carries a client token derived from the
+//! NodeClaim's uid ([`kerf::launch_attempts`]), so a retry the search misses (its answer
+//! lost, DescribeInstances lagging) gets the first launch's instance back from EC2.
 
 use super::types::{
     CapacityType as Ec2CapacityType, CreateFleetOutput, CreateFleetRequest,
@@ -33,6 +35,7 @@ use kerf::cloudprovider::{
     launched_provider_id, parse_aws_provider_id, spot_service_linked_role_message,
 };
 use kerf::labels;
+use kerf::launch_attempts::{LaunchAttempts, NextAttempt};
 use kerf::requirements::{AllowUndefined, Requirement, Requirements};
 use kerf::resources::{Quantity, Resources};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -89,6 +92,8 @@ pub struct SimulatedCloudProvider {
     /// Offerings the controller marked unavailable (interrupted, out of capacity), left out
     /// of launches as the AWS provider leaves them out of CreateFleet's overrides.
     unavailable: OnceLock<Arc<dyn UnavailableOfferings>>,
+    /// Per NodeClaim: its launch generation and the request whose answer was lost.
+    attempts: LaunchAttempts<CreateFleetRequest>,
 }
 
 /// The priced, available offerings of `instance_types`: the pools the simulated region sells.
@@ -132,6 +137,7 @@ impl SimulatedCloudProvider {
             launch_facts: Arc::new(launch_facts),
             by_name: Arc::new(by_name),
             unavailable: OnceLock::new(),
+            attempts: LaunchAttempts::default(),
         }
     }
 
@@ -154,6 +160,7 @@ impl SimulatedCloudProvider {
             launch_facts: Arc::clone(&self.launch_facts),
             by_name: Arc::clone(&self.by_name),
             unavailable: OnceLock::from(offerings),
+            attempts: LaunchAttempts::default(),
         }
     }
 
@@ -240,6 +247,70 @@ impl SimulatedCloudProvider {
         if let Some(instance) = self.tagged(&name).await? {
             return Ok(self.hydrate(node_claim, &instance));
         }
+        let key = node_claim
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| name.clone());
+        // At most twice: a token that launched an instance since ended is replaced once.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let instance = self.launch_once(node_claim, &key).await?;
+            if instance.state.is_live() || tries == 2 {
+                return Ok(self.hydrate(node_claim, &instance));
+            }
+            self.attempts.answered_without_instance(&key);
+        }
+    }
+
+    /// One CreateFleet for `node_claim` under its current client token; the instance EC2
+    /// answers with (launched now, or by an earlier request with the same token).
+    async fn launch_once(&self, node_claim: &NodeClaim, key: &str) -> CloudResult<Instance> {
+        let name = node_claim.name();
+        let request = match self.attempts.next(key) {
+            NextAttempt::Resend { request, .. } => request,
+            NextAttempt::Fresh { token, .. } => CreateFleetRequest {
+                client_token: Some(token),
+                ..self.fleet_request(node_claim)?
+            },
+        };
+        let output = match self.ec2.create_fleet(&request).await {
+            Ok(output) => output,
+            // It may have launched: the next attempt sends it again under the same token.
+            Err(error @ Ec2Error::Internal { .. }) => {
+                self.attempts.unanswered(key, request);
+                return Err(from_ec2(error));
+            }
+            // The token's first request may have launched: searched for again next time.
+            Err(error @ Ec2Error::IdempotentParameterMismatch { .. }) => {
+                return Err(from_ec2(error));
+            }
+            Err(error) => {
+                self.attempts.answered_without_instance(key);
+                return Err(from_ec2(error));
+            }
+        };
+        let instance_id = match launched_instance(name, &output) {
+            Ok(id) => id,
+            Err(error) => {
+                self.attempts.answered_without_instance(key);
+                return Err(error);
+            }
+        };
+        self.attempts.launched(key);
+        self.ec2
+            .instance(&instance_id)
+            .ok_or_else(|| CloudProviderError::Other {
+                operation: "CreateFleet".to_owned(),
+                message: format!("launched instance {instance_id} is unknown"),
+            })
+    }
+
+    /// The CreateFleet request for `node_claim` (without a client token): the cheapest
+    /// compatible offerings, spot when allowed, tagged with the NodeClaim.
+    fn fleet_request(&self, node_claim: &NodeClaim) -> CloudResult<CreateFleetRequest> {
+        let name = node_claim.name().to_owned();
         let reqs = claim_requirements(node_claim)?;
         let requests = claim_requests(node_claim)?;
         let candidates = self.candidates(&name, &reqs, &requests)?;
@@ -278,17 +349,9 @@ impl SimulatedCloudProvider {
             total_target_capacity: 1,
             tags: self.launch_tags(node_claim),
             context: None,
+            client_token: None,
         };
-        let output = self.ec2.create_fleet(&request).await.map_err(from_ec2)?;
-        let instance_id = launched_instance(&name, &output)?;
-        let instance =
-            self.ec2
-                .instance(&instance_id)
-                .ok_or_else(|| CloudProviderError::Other {
-                    operation: "CreateFleet".to_owned(),
-                    message: format!("launched instance {instance_id} is unknown"),
-                })?;
-        Ok(self.hydrate(node_claim, &instance))
+        Ok(request)
     }
 
     /// `node_claim` with what `instance` resolved: its labels under the NodeClaim's own, and

@@ -86,6 +86,9 @@ pub struct CreateFleetRequest {
     pub tags: BTreeMap<String, String>,
     /// `Context` (EC2NodeClass `spec.context`), recorded but not interpreted.
     pub context: Option<String>,
+    /// `ClientToken`: a request repeating a token EC2 has answered gets that answer again
+    /// (nothing is launched); with other parameters it is `IdempotentParameterMismatch`.
+    pub client_token: Option<String>,
 }
 
 /// One launch template with the overrides that may use it.

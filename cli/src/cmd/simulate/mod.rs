@@ -28,6 +28,7 @@ mod scale_down;
 mod scenario;
 mod summary;
 mod world;
+mod writes;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -26,7 +26,8 @@ use super::progress::Progress;
 use super::report::{self, ActiveFaults, Recorder};
 use super::scale_down;
 use super::summary::{
-    Endpoints, Facts, Memory, Nominations, Outcome, Provisioning, RoundFigures, Summary,
+    ClientBudget, Endpoints, Facts, Memory, Nominations, Outcome, Provisioning, RoundFigures,
+    Summary,
 };
 use super::world::{Pace, World};
 
@@ -104,7 +105,10 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     let expected = config.inputs.inventory.pods.len();
     let progress = Progress::new(expected, config.show_progress);
     let mut rounds = daemon.rounds.clone();
-    let mut log = RoundLog::default();
+    let mut log = RoundLog {
+        budget: world.client_budget()?,
+        ..RoundLog::default()
+    };
     let mut stop = config.stop.clone();
     let mut checked = Instant::now();
     let mut outcome = loop {
@@ -202,6 +206,13 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
         latencies: tally.latencies(),
         instances: &world.provider.ec2().instances(),
         api_calls: &world.provider.ec2().api_calls(),
+        api_writes: super::writes::per_node_claim(
+            &world
+                .server
+                .faults()
+                .mutations_from(&super::world::controller_identity()),
+            tally.counts().claims_created,
+        ),
         provisioning: log.provisioning(),
         memory,
         ice_pools: world.ice.len(),
@@ -242,6 +253,8 @@ struct RoundLog {
     unschedulable: BTreeMap<String, String>,
     rounds: u64,
     largest: Option<RoundFigures>,
+    /// The controller's client budget, which bounds how fast a round's creates can go.
+    budget: ClientBudget,
 }
 
 impl RoundLog {
@@ -254,6 +267,7 @@ impl RoundLog {
             node_claims: round.nodeclaims.len(),
             solve_seconds: round.timing.solve.as_secs_f64(),
             batch_close_to_created_seconds: round.timing.closed_to_created.as_secs_f64(),
+            client_budget_bound_seconds: self.budget.bound_seconds(round.nodeclaims.len()),
         };
         if self
             .largest

@@ -42,6 +42,8 @@ pub struct Summary {
     /// Sum of the hourly prices of the live instances.
     pub hourly_cost: f64,
     pub cloud_api_calls: CloudApiCalls,
+    /// The controller's API writes per NodeClaim created, from the emulator's request log.
+    pub api_writes_per_node_claim: super::writes::WritesPerNodeClaim,
     pub provisioning: Provisioning,
     pub memory: Memory,
     /// Pools injected with insufficient capacity, as `capacity/type/zone`.
@@ -182,6 +184,34 @@ pub struct RoundFigures {
     pub solve_seconds: f64,
     /// From the batch window closing to the last of the round's NodeClaims being created.
     pub batch_close_to_created_seconds: f64,
+    /// The least the client budget allows for the round's creates:
+    /// max(0, creates − KUBE_CLIENT_BURST) / KUBE_CLIENT_QPS, with the settings in effect.
+    pub client_budget_bound_seconds: f64,
+}
+
+/// The controller's client budget in effect (`KUBE_CLIENT_QPS`, `KUBE_CLIENT_BURST`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientBudget {
+    pub qps: u32,
+    pub burst: u32,
+}
+
+impl Default for ClientBudget {
+    /// The settings' defaults.
+    fn default() -> Self {
+        Self {
+            qps: 200,
+            burst: 300,
+        }
+    }
+}
+
+impl ClientBudget {
+    /// The least time `creates` requests of one kind take through a full bucket.
+    pub fn bound_seconds(&self, creates: usize) -> f64 {
+        let over = (creates as f64 - f64::from(self.burst)).max(0.0);
+        round3(over / f64::from(self.qps.max(1)))
+    }
 }
 
 /// What the summary is made of.
@@ -194,6 +224,7 @@ pub struct Facts<'a> {
     pub latencies: Vec<Duration>,
     pub instances: &'a [Instance],
     pub api_calls: &'a ApiCalls,
+    pub api_writes: super::writes::WritesPerNodeClaim,
     pub provisioning: Provisioning,
     pub memory: Memory,
     pub ice_pools: usize,
@@ -301,6 +332,7 @@ impl Summary {
                     .map(|(op, count)| ((*op).to_owned(), count.calls))
                     .collect(),
             },
+            api_writes_per_node_claim: facts.api_writes,
             provisioning: facts.provisioning,
             memory: facts.memory,
             insufficient_capacity_pools: facts.ice_pools,
@@ -370,11 +402,44 @@ impl Summary {
         if let Some(r) = &self.provisioning.largest_round {
             let _ = write!(
                 out,
-                "; largest: {} pending pods → {} NodeClaims, solve {:.3}s, batch close → all created {:.3}s",
-                r.pending_pods, r.node_claims, r.solve_seconds, r.batch_close_to_created_seconds
+                "; largest: {} pending pods → {} NodeClaims, solve {:.3}s, batch close → all created {:.3}s (client budget's bound {:.3}s)",
+                r.pending_pods,
+                r.node_claims,
+                r.solve_seconds,
+                r.batch_close_to_created_seconds,
+                r.client_budget_bound_seconds
             );
         }
         out.push('\n');
+        let w = &self.api_writes_per_node_claim;
+        if let Some(nc) = w.by_kind.get("nodeclaims") {
+            let _ = write!(
+                out,
+                "API writes      per NodeClaim: nodeclaims {} creates, {} patches, {} status writes",
+                nc.creates, nc.patches, nc.status_writes
+            );
+            if let Some(to_launched) = w.node_claim_writes_to_launched {
+                let _ = write!(
+                    out,
+                    "; {to_launched} up to Launched (upstream {})",
+                    w.upstream_node_claim_writes_to_launched
+                );
+            }
+            out.push('\n');
+        }
+        let others: Vec<String> = w
+            .by_kind
+            .iter()
+            .filter(|(kind, _)| *kind != "nodeclaims")
+            .map(|(kind, k)| format!("{kind} {}/{}/{}", k.creates, k.patches, k.status_writes))
+            .collect();
+        if !others.is_empty() {
+            let _ = writeln!(
+                out,
+                "                creates/patches/status writes: {}",
+                others.join(", ")
+            );
+        }
         let n = &self.provisioning.nominations;
         let _ = writeln!(
             out,
@@ -596,6 +661,7 @@ mod tests {
             latencies: vec![Duration::from_secs(1)],
             instances: &instances,
             api_calls: &ApiCalls::default(),
+            api_writes: super::super::writes::WritesPerNodeClaim::default(),
             provisioning: Provisioning::default(),
             memory: Memory {
                 controller_heap_peak_bytes: 3 << 20,
@@ -668,5 +734,16 @@ mod tests {
             table.contains("unschedulable   1 pod(s), e.g. default/big: too big"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn the_client_budget_bounds_a_rounds_creates_past_its_burst() {
+        let budget = ClientBudget {
+            qps: 200,
+            burst: 300,
+        };
+        assert_eq!(budget.bound_seconds(250), 0.0);
+        assert_eq!(budget.bound_seconds(1300), 5.0);
+        assert_eq!(ClientBudget { qps: 20, burst: 30 }.bound_seconds(31), 0.05);
     }
 }

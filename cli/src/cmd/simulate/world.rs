@@ -231,8 +231,17 @@ impl World {
     /// chart's ServiceAccount under the chart's RBAC ([`install`]); the simulated kubelets
     /// and scheduler stand for the rest of a cluster and are neither limited nor restricted.
     pub async fn start_controller(&self) -> Result<Controller, StartError> {
-        let identity = format!("kerf-simulate-{}", std::process::id());
-        self.start_replica(&Replica::alone(&identity)).await
+        self.start_replica(&Replica::alone(&controller_identity()))
+            .await
+    }
+
+    /// The client budget [`World::start_controller`]'s controller runs with.
+    pub fn client_budget(&self) -> Result<super::summary::ClientBudget, StartError> {
+        let settings = controller_settings(self.pace, &Replica::alone(&controller_identity()))?;
+        Ok(super::summary::ClientBudget {
+            qps: settings.kube_client_qps,
+            burst: settings.kube_client_burst,
+        })
     }
 
     /// [`World::start_controller`] for one replica of several: its requests name it to the
@@ -275,6 +284,12 @@ impl World {
         self.scheduler.stop();
         self.server.shutdown().await;
     }
+}
+
+/// The name [`World::start_controller`]'s controller gives the emulator: its writes are
+/// logged under it.
+pub fn controller_identity() -> String {
+    format!("kerf-simulate-{}", std::process::id())
 }
 
 /// What a replica starts from, moved onto its own threads.
