@@ -67,16 +67,24 @@ pub fn explain_v1_problems(
         KarpenterKind::EC2NodeClass => ec2nodeclass_hints(value),
     };
     hints.extend(provisioner_label_hints(value));
+    // A required field a v1 object lacks is just missing, not one v1beta1 let it leave out.
+    hints.retain(|hint| !hint.message.starts_with("Required value"));
     let covers = |hint: &Problem, problem: &Problem| {
         problem.path == hint.path || problem.path.starts_with(&format!("{}.", hint.path))
     };
-    hints.retain(|hint| problems.iter().any(|p| covers(hint, p)));
-    let mut explained: Vec<Problem> = problems
-        .into_iter()
-        .filter(|p| !hints.iter().any(|hint| covers(hint, p)))
-        .collect();
-    explained.extend(hints);
-    explained.sort_by(|a, b| a.path.cmp(&b.path));
+    // Each hint takes the place of the first problem it covers; the others it covers go.
+    let mut said = vec![false; hints.len()];
+    let mut explained = Vec::with_capacity(problems.len());
+    for problem in problems {
+        match hints.iter().position(|hint| covers(hint, &problem)) {
+            Some(index) if !said[index] => {
+                said[index] = true;
+                explained.push(hints[index].clone());
+            }
+            Some(_) => {}
+            None => explained.push(problem),
+        }
+    }
     explained
 }
 
