@@ -5,9 +5,8 @@
 
 use crate::settings::{FeatureGates, ValidSettings};
 
-/// One warning per accepted setting kerf does not act on yet.
-pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
-    let mut ignored = Vec::new();
+/// Gates kerf does not act on yet: (name, whether on, upstream's default).
+fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 4] {
     let FeatureGates {
         // Acted on: `node_repair`.
         node_repair: _,
@@ -17,26 +16,46 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
         static_capacity,
         capacity_buffer,
         nominate_pods: _acted_on_by_registration,
-    } = settings.feature_gates;
-    for (gate, on) in [
-        ("ReservedCapacity", reserved_capacity),
-        ("NodeOverlay", node_overlay),
-        ("StaticCapacity", static_capacity),
-        ("CapacityBuffer", capacity_buffer),
-    ] {
-        if on {
-            ignored.push(format!(
-                "FEATURE_GATES {gate}=true: kerf does not act on this gate yet"
-            ));
-        }
-    }
-    ignored
+    } = gates;
+    [
+        ("ReservedCapacity", reserved_capacity, true),
+        ("NodeOverlay", node_overlay, false),
+        ("StaticCapacity", static_capacity, false),
+        ("CapacityBuffer", capacity_buffer, false),
+    ]
 }
 
-/// Logs [`ignored_settings`] as warnings.
+/// One warning per accepted setting kerf does not act on yet that the user turned on: a gate
+/// at upstream's default (ReservedCapacity is on by default) is no warning of the user's
+/// setting, and is said once at info level instead ([`default_gate_notes`]).
+pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
+    unacted_gates(settings.feature_gates)
+        .into_iter()
+        .filter(|(_, on, default)| *on && !*default)
+        .map(|(gate, _, _)| {
+            format!("FEATURE_GATES {gate}=true: kerf does not act on this gate yet")
+        })
+        .collect()
+}
+
+/// What a gate left at an upstream default of on means here: kerf does not act on it yet.
+pub fn default_gate_notes(settings: &ValidSettings) -> Vec<String> {
+    unacted_gates(settings.feature_gates)
+        .into_iter()
+        .filter(|(_, on, default)| *on && *default)
+        .map(|(gate, _, _)| {
+            format!("FEATURE_GATES {gate} is on (upstream's default); kerf does not act on it yet")
+        })
+        .collect()
+}
+
+/// Logs [`ignored_settings`] as warnings and [`default_gate_notes`] as information.
 pub fn warn_ignored_settings(settings: &ValidSettings) {
     for warning in ignored_settings(settings) {
         tracing::warn!(setting = %warning, "setting accepted but not acted on");
+    }
+    for note in default_gate_notes(settings) {
+        tracing::info!(setting = %note, "default setting not acted on");
     }
 }
 
@@ -85,5 +104,27 @@ mod tests {
         assert!(!named("PREFERENCE_POLICY"), "acted on now: {warnings:?}");
         assert!(!named("MIN_VALUES_POLICY"), "acted on now: {warnings:?}");
         assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn a_gate_at_upstreams_default_is_a_note_not_a_warning() {
+        let defaults = settings(&[]);
+        assert!(
+            ignored_settings(&defaults).is_empty(),
+            "nothing the user set"
+        );
+        assert_eq!(
+            default_gate_notes(&defaults),
+            [
+                "FEATURE_GATES ReservedCapacity is on (upstream's default); kerf does not act on it yet"
+            ]
+        );
+        let turned_on = settings(&["--feature-gates", "NodeOverlay=true"]);
+        assert_eq!(
+            ignored_settings(&turned_on),
+            ["FEATURE_GATES NodeOverlay=true: kerf does not act on this gate yet"]
+        );
+        let off = settings(&["--feature-gates", "ReservedCapacity=false"]);
+        assert!(default_gate_notes(&off).is_empty());
     }
 }
