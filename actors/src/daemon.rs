@@ -309,6 +309,7 @@ impl Daemon {
             let created = launcher.created_claims();
             let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
             let metered: Arc<dyn CloudProvider> = Arc::new(metered);
+            let resolves_node_classes = metered.node_class_reconciler().is_some();
             let deps = LifecycleDeps {
                 state: state.clone(),
                 client: client.clone(),
@@ -369,6 +370,7 @@ impl Daemon {
                 },
                 events: events.clone(),
                 instance_types: InstanceTypeCache::following(provider.clone()),
+                resolves_node_classes,
             };
             ((addr, (lifecycle, (termination, stats))), provisioning)
         });
@@ -468,6 +470,9 @@ impl Daemon {
         subscribers
             .nodepools
             .push(Box::new(triggers::on_node_pool(retrigger.clone())));
+        subscribers
+            .nodeclasses
+            .push(Box::new(triggers::on_node_class(retrigger.clone())));
         subscribers
             .nodes
             .push(Box::new(triggers::on_node(retrigger.clone())));

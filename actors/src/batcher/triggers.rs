@@ -3,7 +3,8 @@
 //! triggered again every [`RETRIGGER_PERIOD`], when this replica becomes leader (a standby
 //! skips its batches, so a new leader starts from every pending pod), and at once when
 //! capacity may have been freed for them: a NodeClaim deleted (for example one whose launch
-//! was refused for insufficient capacity) or a NodePool's limits raised; when a Node
+//! was refused for insufficient capacity), a NodePool's limits raised or a node class
+//! becoming Ready (its pools were left out until then); when a Node
 //! starts deleting, whose pods then need replacement capacity; and when a NodeClaim's
 //! nomination window (or its limit) ends, releasing the pods it held. These are
 //! subscriptions to the watch streams' changes, wired by the daemon; nothing else needs a
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kerf::api::{NodeClaim, NodePool};
+use kerf::api::{Conditions, EC2NodeClass, NodeClaim, NodePool};
 use kerf::pods::{LeanPod, PodLike};
 use kerf::resources::Quantity;
 use tokio::sync::{Notify, watch};
@@ -106,6 +107,26 @@ pub fn on_node_pool(retrigger: Retrigger) -> impl FnMut(&NodePool, Change) + Sen
             Some(before) => limits_rose(before.as_ref(), limits.as_ref()),
         };
         if rose {
+            retrigger.request();
+        }
+    }
+}
+
+/// The node class subscription: a class that turns Ready opens the pools rounds left out
+/// while it was not, so the pods waiting for them are planned at once.
+pub fn on_node_class(retrigger: Retrigger) -> impl FnMut(&EC2NodeClass, Change) + Send + 'static {
+    let mut ready: HashMap<String, bool> = HashMap::new();
+    move |class, change| {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        if change == Change::Deleted {
+            ready.remove(&name);
+            return;
+        }
+        let now = class
+            .conditions()
+            .condition(kerf::api::condition::types::READY)
+            .is_some_and(|c| c.is_true());
+        if now && ready.insert(name, now) != Some(true) {
             retrigger.request();
         }
     }
@@ -240,5 +261,44 @@ mod tests {
         assert!(limits_rose(Some(&limits("10")), Some(&BTreeMap::new())));
         assert!(!limits_rose(None, Some(&limits("10"))));
         assert!(!limits_rose(None, None));
+    }
+
+    fn class(ready: Option<&str>) -> EC2NodeClass {
+        let conditions: Vec<serde_json::Value> = ready
+            .map(|status| {
+                serde_json::json!({"type": "Ready", "status": status, "reason": "R",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"})
+            })
+            .into_iter()
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "main"},
+            "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"id": "s"}], "securityGroupSelectorTerms": [{"id": "g"}]},
+            "status": {"conditions": conditions},
+        }))
+        .expect("a valid EC2NodeClass")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_class_turning_ready_requests_a_retrigger_once() {
+        let retrigger = Retrigger::default();
+        let mut on_change = on_node_class(retrigger.clone());
+        let requested = |r: &Retrigger| {
+            let r = r.clone();
+            async move {
+                tokio::time::timeout(Duration::from_millis(10), r.requested())
+                    .await
+                    .is_ok()
+            }
+        };
+        on_change(&class(None), Change::Applied);
+        on_change(&class(Some("False")), Change::Applied);
+        assert!(!requested(&retrigger).await, "not Ready yet");
+        on_change(&class(Some("True")), Change::Applied);
+        assert!(requested(&retrigger).await, "turned Ready");
+        on_change(&class(Some("True")), Change::Applied);
+        assert!(!requested(&retrigger).await, "still Ready: nothing new");
     }
 }

@@ -83,19 +83,27 @@ pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> 
     }
 }
 
-/// Leaves out of `inventory` the NodePools whose node class is known not to be Ready (as
-/// upstream's provisioner ignores NodePools that are not ready), and says why for each.
-pub fn skip_unready_pools(inventory: &mut Inventory, state: &ClusterState) -> Vec<String> {
+/// Leaves out of `inventory` the NodePools whose node class is not Ready (as upstream's
+/// provisioner ignores NodePools that are not ready; see
+/// [`crate::state::NodeClassReadiness::skip_reason`] for `resolving`), and says why for each.
+pub fn skip_unready_pools(
+    inventory: &mut Inventory,
+    state: &ClusterState,
+    resolving: bool,
+) -> Vec<String> {
     let mut skipped = Vec::new();
-    inventory.node_pools.retain(
-        |pool| match state.node_class_readiness(pool).skip_reason(pool) {
+    inventory.node_pools.retain(|pool| {
+        match state
+            .node_class_readiness(pool)
+            .skip_reason(pool, resolving)
+        {
             Some(reason) => {
                 skipped.push(reason);
                 false
             }
             None => true,
-        },
-    );
+        }
+    });
     skipped
 }
 

@@ -135,6 +135,9 @@ pub struct Provisioning {
     pub events: EventRecorder,
     /// Each EC2NodeClass's resolved instance types, shared with the disruption snapshots.
     pub instance_types: InstanceTypeCache,
+    /// This controller resolves node classes (its provider has a reconciler): a pool whose
+    /// class has not resolved yet waits for it instead of launching into a refusal.
+    pub resolves_node_classes: bool,
 }
 
 /// The actor.
@@ -279,7 +282,11 @@ impl Provisioner {
         let mut inventory = inventory::of(&self.state, provisioning.created.unseen(&self.state));
         heap.mark(Step::Inventory);
         problems.extend(inventory.warnings.iter().cloned());
-        let skipped = inventory::skip_unready_pools(&mut inventory, &self.state);
+        let skipped = inventory::skip_unready_pools(
+            &mut inventory,
+            &self.state,
+            provisioning.resolves_node_classes,
+        );
         problems.extend(skipped.iter().cloned());
         let pools: HashMap<String, Arc<NodePool>> = inventory
             .node_pools

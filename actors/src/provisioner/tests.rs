@@ -83,6 +83,7 @@ fn provisioning(
         policies: kerf::scheduling::SolvePolicies::default(),
         events: crate::events::EventRecorder::disabled(),
         instance_types: InstanceTypeCache::default(),
+        resolves_node_classes: false,
     }
 }
 

@@ -22,23 +22,31 @@ pub struct NodeClassReadiness {
 }
 
 impl NodeClassReadiness {
-    /// Why the provisioner leaves `pool` out, when its class is in the cluster and known not
-    /// to be usable. A class whose readiness is still Unknown (its controller has not
-    /// reported yet) is used; so is a class missing from the cluster, which the solve plans
-    /// with the defaults (saying so in the round's problems) and the launch then refuses.
-    pub fn skip_reason(&self, pool: &NodePool) -> Option<String> {
-        let known_unusable =
-            self.status == ConditionStatus::False && self.reason != NODE_CLASS_NOT_FOUND;
-        known_unusable.then(|| {
-            format!(
-                "nodepool {:?} skipped: {} {:?}: NodeClassReady=False, {}: {}",
-                pool.name(),
-                pool.node_class_ref().kind,
-                pool.node_class_ref().name,
-                self.reason,
-                self.message
-            )
-        })
+    /// Why the provisioner leaves `pool` out: its class is in the cluster and known not to be
+    /// usable, or (where this controller resolves classes, `resolving`) its readiness is still
+    /// Unknown, as upstream skips a NodePool that is not Ready yet: a NodeClaim launched
+    /// before the class resolved would only fail with `NodeClassNotReady` and be retried.
+    /// Without a resolver nothing would ever make such a class Ready, so it is used. A class
+    /// missing from the cluster is used too: the solve plans with the defaults (saying so in
+    /// the round's problems) and the launch then refuses.
+    pub fn skip_reason(&self, pool: &NodePool, resolving: bool) -> Option<String> {
+        let class = format!(
+            "nodepool {:?} skipped: {} {:?}",
+            pool.name(),
+            pool.node_class_ref().kind,
+            pool.node_class_ref().name
+        );
+        match self.status {
+            ConditionStatus::False if self.reason != NODE_CLASS_NOT_FOUND => Some(format!(
+                "{class}: NodeClassReady=False, {}: {}",
+                self.reason, self.message
+            )),
+            ConditionStatus::Unknown if resolving => Some(format!(
+                "{class}: NodeClassReady=Unknown, its subnets, security groups and AMIs are not \
+                 resolved yet"
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -79,5 +87,57 @@ impl ClusterState {
                 ),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> NodePool {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "main"},
+                "requirements": []}}},
+        }))
+        .expect("a valid NodePool")
+    }
+
+    fn readiness(status: ConditionStatus, reason: &'static str) -> NodeClassReadiness {
+        NodeClassReadiness {
+            status,
+            reason,
+            message: "SubnetsNotFound".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_class_not_resolved_yet_holds_its_pool_only_where_this_controller_resolves_classes() {
+        let unresolved = readiness(ConditionStatus::Unknown, NODE_CLASS_NOT_READY);
+        assert_eq!(
+            unresolved.skip_reason(&pool(), true).as_deref(),
+            Some(
+                r#"nodepool "default" skipped: EC2NodeClass "main": NodeClassReady=Unknown, its subnets, security groups and AMIs are not resolved yet"#
+            )
+        );
+        assert_eq!(
+            unresolved.skip_reason(&pool(), false),
+            None,
+            "nothing would resolve it"
+        );
+        let not_ready = readiness(ConditionStatus::False, NODE_CLASS_NOT_READY);
+        for resolving in [true, false] {
+            assert!(
+                not_ready
+                    .skip_reason(&pool(), resolving)
+                    .is_some_and(|r| r.contains("NodeClassReady=False, NodeClassNotReady")),
+            );
+        }
+        let missing = readiness(ConditionStatus::False, NODE_CLASS_NOT_FOUND);
+        assert_eq!(missing.skip_reason(&pool(), true), None);
+        let ready = readiness(ConditionStatus::True, types::NODE_CLASS_READY);
+        assert_eq!(ready.skip_reason(&pool(), true), None);
     }
 }
