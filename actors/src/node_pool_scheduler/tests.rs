@@ -128,7 +128,11 @@ async fn a_panicking_part_is_reported_unsolved_and_the_scheduler_solves_the_next
         .expect("a known actor");
     let hit = schedulers.solve(&batch).await;
     assert_ne!(hit, sequential, "one part's pods reported unsolved");
-    assert!(hit.errors.len() > sequential.errors.len(), "{hit:?}");
+    // Whichever part took the armed message: its pods are reported as not solved.
+    assert!(
+        hit.errors.values().any(|e| e.contains("did not complete")),
+        "{hit:?}"
+    );
     assert_eq!(crate::testing::restarts("node_pool_scheduler") - before, 1);
     assert_eq!(schedulers.names().len(), 3, "every scheduler still runs");
     assert_eq!(schedulers.solve(&batch).await, sequential, "solved again");

@@ -380,10 +380,17 @@ fn a_nodeclaim_created_without_the_finalizer_gets_it_once_before_its_launch() {
             .filter(|m| m.path.starts_with(&path))
             .map(|m| m.path)
             .collect();
+        // The finalizer, the labels, the status. Under load a reconcile may run again before
+        // the watch delivers the finalizer it wrote, and write it again (an idempotent merge
+        // patch): at most one such repeat, never a launch before the finalizer is there.
+        let status = format!("{path}/status");
+        assert_eq!(writes.last(), Some(&status), "{writes:?}");
+        let before_status = writes.iter().filter(|w| **w == path).count();
+        assert!((2..=3).contains(&before_status), "{writes:?}");
         assert_eq!(
-            writes,
-            vec![path.clone(), path.clone(), format!("{path}/status")],
-            "the finalizer, the labels, the status"
+            writes.iter().filter(|w| **w == status).count(),
+            1,
+            "{writes:?}"
         );
         daemon.stop().await;
         h.stop().await;

@@ -568,7 +568,7 @@ mod tests {
         );
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
-            lines[0].ends_with("s.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle, api-errors, watch-drop, api-latency, spot-interruption, lease-delay)"),
+            lines[0].ends_with("s.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle, api-errors, watch-drop, api-latency, spot-interruption, lease-delay, actor-panic)"),
             "{lines:?}"
         );
     }
