@@ -244,10 +244,21 @@ fn an_impossible_expectation_fails_the_run_and_is_named() {
 
 #[test]
 fn a_bad_scenario_is_refused_before_anything_runs() {
-    let (dir, file) = scenario_file(
+    let stderr = refused(
         "bad",
         "name: bad\nsteps:\n  - wait: {podsBound: all, timeout: 1m}\n  - fault: {kind: icee, for: 1m}\n",
     );
+    assert!(
+        stderr.contains("bad.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle,"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("synced"), "nothing started: {stderr}");
+}
+
+/// Runs the scenario `yaml` (written as `NAME.yaml`), which must be refused before anything
+/// runs: exit 1, nothing on standard output; returns standard error.
+fn refused(name: &str, yaml: &str) -> String {
+    let (dir, file) = scenario_file(name, yaml);
     let output = kerf(
         &[
             "simulate",
@@ -259,13 +270,9 @@ fn a_bad_scenario_is_refused_before_anything_runs() {
     );
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr.contains("bad.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle,"),
-        "{stderr}"
-    );
-    assert!(!stderr.contains("synced"), "nothing started: {stderr}");
-    assert!(output.stdout.is_empty());
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(output.stdout.is_empty(), "{stderr}");
+    stderr
 }
 
 #[test]
@@ -384,22 +391,10 @@ fn actor_panics_restart_the_actors_and_the_work_goes_on() {
 
 #[test]
 fn an_actor_panic_naming_no_actor_is_refused() {
-    let (dir, file) = scenario_file(
+    let stderr = refused(
         "bad-actor",
         "name: bad-actor\nsteps:\n  - fault: {kind: actor-panic, actor: lifecycles, count: 1}\n",
     );
-    let output = kerf(
-        &[
-            "simulate",
-            "--scenario",
-            file.to_str().expect("utf-8"),
-            "--fast",
-        ],
-        None,
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1));
     assert!(
         stderr.contains("bad-actor.yaml: steps[0].fault.actor: unknown actor \"lifecycles\""),
         "{stderr}"
