@@ -330,7 +330,7 @@ async fn a_launch_repeated_under_its_client_token_launches_nothing_more() {
         .collect();
     assert_eq!(
         tagged,
-        [first.instance_id.clone()],
+        std::slice::from_ref(&first.instance_id),
         "one instance for the NodeClaim"
     );
 
