@@ -7,7 +7,7 @@
 //! that the round trip lost is one the type does not declare. Maps with free keys (labels,
 //! resource lists, selectors) survive the round trip whole, so only real fields are named.
 //! Only writes that ask for strict validation pay for the round trip; an object the type
-//! cannot decode at all is left to the rest of the write path, which stores it as before.
+//! cannot decode at all is not judged here: the rest of the write path takes it.
 
 use k8s_openapi::api::{apps, coordination, core, events, policy, rbac, storage};
 use serde::Serialize;
