@@ -16,7 +16,7 @@
 
 mod faults;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use crate::mailbox::MailboxDepth;
 use crate::metrics::ACTOR_RESTARTS;
 
-pub use faults::{FAULT_ACTORS, FaultPoint, Faults, UnknownActor, fault_point};
+pub use faults::{FAULT_ACTORS, FaultPoint, Faults, LOOP_FAULTS, UnknownActor, fault_point};
 
 /// An actor or loop that panics more often than this within [`RESTART_WINDOW`] is crash-looping
 /// on something a restart does not fix (a poisoned object in the cluster, a bug on a hot path):
@@ -77,6 +77,8 @@ pub struct Supervision {
 
 struct Inner {
     restarts: Mutex<HashMap<&'static str, VecDeque<Instant>>>,
+    /// How many times each supervised loop ([`task`]) was built: 1 until it panics.
+    loops: Mutex<BTreeMap<&'static str, u32>>,
     exhausted: watch::Sender<Option<Exhausted>>,
     backoff: Duration,
     faults: Faults,
@@ -106,6 +108,7 @@ impl Supervision {
         Self {
             inner: Arc::new(Inner {
                 restarts: Mutex::new(HashMap::new()),
+                loops: Mutex::new(BTreeMap::new()),
                 exhausted: watch::channel(None).0,
                 backoff,
                 faults: Faults::default(),
@@ -133,6 +136,25 @@ impl Supervision {
     /// Set once an actor exhausts the restart budget; never cleared.
     pub fn exhausted(&self) -> watch::Receiver<Option<Exhausted>> {
         self.inner.exhausted.subscribe()
+    }
+
+    /// Every loop started under this scope with [`task`], and how many times each was built
+    /// (1, plus one per restart).
+    pub fn loops(&self) -> BTreeMap<&'static str, u32> {
+        self.inner
+            .loops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn built(&self, name: &'static str) {
+        let mut loops = self
+            .inner
+            .loops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *loops.entry(name).or_default() += 1;
     }
 
     /// The fault-injection hooks of this replica (tests and `kerf simulate` only).
@@ -430,7 +452,7 @@ where
 /// watches, reconcile loops). After a panic it is logged with its message, counted in
 /// `kerf_actor_restarts_total{actor}`, and the task `make()` builds next runs after the
 /// backoff; a task that returns ends the supervision. Aborting the returned handle aborts
-/// the running task.
+/// the running task. A fault armed for `name` ([`LOOP_FAULTS`]) panics it where it waits.
 pub fn task<F, Fut>(name: &'static str, mut make: F) -> tokio::task::JoinHandle<()>
 where
     F: FnMut() -> Fut + Send + 'static,
@@ -440,7 +462,17 @@ where
     tokio::spawn(async move {
         loop {
             let next = supervision.sync_scope(&mut make);
-            let running = tokio::spawn(SCOPE.scope(supervision.clone(), next));
+            supervision.built(name);
+            let scope = supervision.clone();
+            let guarded = async move {
+                tokio::select! {
+                    () = next => {}
+                    () = scope.faults().interrupted(name) => {
+                        panic!("injected fault: {name} panics where it waits")
+                    }
+                }
+            };
+            let running = tokio::spawn(SCOPE.scope(supervision.clone(), guarded));
             let _abort = AbortOnDrop(running.abort_handle());
             match running.await {
                 Err(error) if error.is_panic() => {

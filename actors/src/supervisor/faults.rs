@@ -2,12 +2,17 @@
 //! fault and the supervision tests arm an actor's counter, and the actor panics on each of
 //! its next that many messages (or passes, for loops). Each actor checks its counter where
 //! it takes a message ([`crate::mailbox::MailboxDepth::taken`] or [`fault_point`]): one
-//! relaxed atomic load while nothing is armed. Counters are per replica ([`Supervision`]).
+//! relaxed atomic load while nothing is armed. The other supervised loops ([`LOOP_FAULTS`])
+//! take no message: their supervisor panics them wherever they wait as soon as a fault is
+//! armed ([`Faults::interrupted`]), woken by a watch channel rather than by polling.
+//! Counters are per replica ([`Supervision`]).
 //!
 //! [`Supervision`]: super::Supervision
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use tokio::sync::watch;
 
 /// The actors and loops a fault can be armed in, named as their folders under `actors/src`.
 pub const FAULT_ACTORS: &[&str] = &[
@@ -26,15 +31,37 @@ pub const FAULT_ACTORS: &[&str] = &[
     "interruption",
 ];
 
+/// The supervised loops that check no fault of their own (named as their
+/// [`super::task`]): an armed fault panics them wherever they wait, mid-pass or idle.
+pub const LOOP_FAULTS: &[&str] = &[
+    "pod_watcher",
+    "retrigger",
+    "nomination_lapse",
+    "nodeclaim_disruption",
+    "expiration",
+    "nodepool_status",
+    "garbage_collection",
+    "node_repair",
+    "launch_template_cache_sweep",
+    "tagging_sweep",
+    "shutdown_gate",
+    "interruption_poller",
+    "interruption.instancestatus",
+    "probe_server",
+    "metrics_server",
+];
+
 /// A name outside [`FAULT_ACTORS`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("no actor named {0:?} can panic on purpose (known: {known})", known = FAULT_ACTORS.join(", "))]
 pub struct UnknownActor(pub String);
 
-/// One replica's armed faults, a counter per actor.
+/// One replica's armed faults, a counter per actor and loop.
 #[derive(Debug)]
 pub struct Faults {
     counters: Vec<(&'static str, FaultPoint)>,
+    /// Bumped by every [`Faults::arm`]: wakes the loops waiting in [`Faults::interrupted`].
+    armed: watch::Sender<u64>,
 }
 
 impl Default for Faults {
@@ -42,8 +69,10 @@ impl Default for Faults {
         Self {
             counters: FAULT_ACTORS
                 .iter()
+                .chain(LOOP_FAULTS)
                 .map(|name| (*name, FaultPoint::armed_with(name)))
                 .collect(),
+            armed: watch::channel(0).0,
         }
     }
 }
@@ -57,7 +86,27 @@ impl Faults {
         if let Some(counter) = &point.counter {
             counter.fetch_add(count, Ordering::Relaxed);
         }
+        self.armed
+            .send_modify(|armed| *armed = armed.wrapping_add(1));
         Ok(())
+    }
+
+    /// Resolves when a fault armed for the loop `name` is consumed here; pending for ever
+    /// for a name outside [`LOOP_FAULTS`] (those check their own points).
+    pub async fn interrupted(&self, name: &str) {
+        let point = LOOP_FAULTS
+            .contains(&name)
+            .then(|| self.point(name))
+            .flatten();
+        let Some(point) = point else {
+            return std::future::pending().await;
+        };
+        let mut armed = self.armed.subscribe();
+        while !point.consume() {
+            if armed.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Panics still armed for `actor` (0 for an unknown name).
@@ -108,16 +157,20 @@ impl FaultPoint {
 
     /// Panics if a fault is armed here, consuming it.
     pub fn check(&self) {
-        let Some(counter) = &self.counter else { return };
-        if counter.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let consumed = counter
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok();
-        if consumed {
+        if self.consume() {
             panic!("injected fault: {} panics on this message", self.name);
         }
+    }
+
+    /// Consumes one armed fault; whether there was one.
+    fn consume(&self) -> bool {
+        let Some(counter) = &self.counter else {
+            return false;
+        };
+        counter.load(Ordering::Relaxed) > 0
+            && counter
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
     }
 }
 

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use kerf_actors::Daemon;
-use kerf_actors::supervisor::{RESTART_BUDGET, Supervision};
+use kerf_actors::supervisor::{FAULT_ACTORS, LOOP_FAULTS, RESTART_BUDGET, Supervision};
 use kerf_loadtest::apiserver::PatchKind;
 use serde_json::json;
 
@@ -138,6 +138,82 @@ fn an_actor_past_its_restart_budget_fails_healthz() {
         let (status, body) = http_get(daemon.probes_addr, "/healthz").await;
         assert_eq!(status, 500, "{body}");
         assert!(body.contains("actor lifecycle restarted 6 times"), "{body}");
+        daemon.stop_within(STALLED_DRAIN).await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn every_loop_panicked_where_it_waits_is_built_again_and_pods_still_get_nodes() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        create_nodepool(&cluster, nodepool_with("default", json!({})));
+        let (provider, cloud) = simulated_cloud();
+        let scope = Supervision::with_backoff(BACKOFF);
+        let mut daemon: Daemon = scope.scope(start_provisioner(&h, cloud)).await;
+        daemon.repair_nodes();
+        let _simulators = node_simulators(&h, provider.clone());
+        let supervision = daemon.supervision().clone();
+        // Loops register as their supervisor first builds them, on their own task.
+        eventually("node repair started", || {
+            supervision.loops().contains_key("node_repair")
+        })
+        .await;
+        let started = supervision.loops();
+        // Every supervised loop can be panicked on purpose: by its own fault point, or where
+        // it waits. A loop outside both lists would have no row in the supervision table.
+        for name in started.keys() {
+            assert!(
+                LOOP_FAULTS.contains(name) || FAULT_ACTORS.contains(name),
+                "loop {name} cannot be faulted"
+            );
+        }
+        let waiting: Vec<&str> = LOOP_FAULTS
+            .iter()
+            .copied()
+            .filter(|name| started.contains_key(name))
+            .collect();
+        for name in [
+            "pod_watcher",
+            "retrigger",
+            "garbage_collection",
+            "node_repair",
+        ] {
+            assert!(waiting.contains(&name), "{name} runs: {started:?}");
+        }
+        for name in &waiting {
+            supervision.faults().arm(name, 1).expect("a loop fault");
+        }
+        // A name can run several loops (a pod watcher per kind): one of them panics.
+        eventually("every loop built again", || {
+            let loops = supervision.loops();
+            waiting
+                .iter()
+                .all(|name| loops.get(name) == started.get(name).map(|n| n + 1).as_ref())
+        })
+        .await;
+
+        // The rebuilt pod watcher, re-trigger and the rest still bring pods to nodes.
+        create_pending_pods(&cluster, "web", 3, "1", "1Gi");
+        for i in 0..3 {
+            let name = format!("web-{i}");
+            let mut bound = false;
+            for _ in 0..(PATIENCE.as_millis() / 100) {
+                if pod_node(&cluster, &name).await.is_some() {
+                    bound = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(bound, "{name} bound after the loops restarted");
+        }
+        let (status, body) = http_get(daemon.probes_addr, "/healthz").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (200, "ok"),
+            "one restart each is within the budget"
+        );
         daemon.stop_within(STALLED_DRAIN).await;
         h.stop().await;
     });
