@@ -291,6 +291,9 @@ async fn add_finalizer(r: &Reconciler, claim: &NodeClaim) -> Result<(), Reconcil
             nodeclaim: claim.name().to_owned(),
             source,
         })?;
+    // A reconcile that reads `claim` again before the write's watch event leaves it, rather
+    // than writing the finalizer a second time.
+    r.superseded.record(claim);
     Ok(())
 }
 
