@@ -5,18 +5,41 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
 
 use super::resources::ResourceType;
 
-/// The Kubernetes version the emulator reports.
-pub fn version() -> Value {
-    json!({
-        "major": "1", "minor": "33", "gitVersion": "v1.33.0", "gitCommit": "kerf-emulator",
-        "gitTreeState": "clean", "buildDate": "2025-04-23T00:00:00Z", "goVersion": "go1.24.2",
-        "compiler": "gc", "platform": "linux/amd64",
-    })
+/// The Kubernetes minor version (`1.<minor>`) the emulator reports unless changed.
+pub const DEFAULT_MINOR: u32 = 33;
+
+/// The Kubernetes version the emulator reports, which a test can change as a control-plane
+/// upgrade would ([`super::RunningServer::set_kubernetes_minor`]). Clones share it.
+#[derive(Debug, Clone)]
+pub struct ServedVersion(Arc<AtomicU32>);
+
+impl Default for ServedVersion {
+    fn default() -> Self {
+        Self(Arc::new(AtomicU32::new(DEFAULT_MINOR)))
+    }
+}
+
+impl ServedVersion {
+    pub fn set_minor(&self, minor: u32) {
+        self.0.store(minor, Ordering::Relaxed);
+    }
+
+    /// `/version`
+    pub fn document(&self) -> Value {
+        let minor = self.0.load(Ordering::Relaxed);
+        json!({
+            "major": "1", "minor": minor.to_string(), "gitVersion": format!("v1.{minor}.0"),
+            "gitCommit": "kerf-emulator", "gitTreeState": "clean",
+            "buildDate": "2025-04-23T00:00:00Z", "goVersion": "go1.24.2", "compiler": "gc",
+            "platform": "linux/amd64",
+        })
+    }
 }
 
 /// `/api`

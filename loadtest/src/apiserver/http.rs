@@ -89,6 +89,8 @@ pub struct App {
     /// Every request received, counted before routing (as the real server's
     /// `apiserver_request_total`, failed and fault-injected ones included).
     pub requests: super::RequestCount,
+    /// What `/version` answers.
+    pub version: super::discovery::ServedVersion,
     /// Authentication and RBAC.
     pub access: Arc<super::rbac::Access>,
 }
@@ -252,7 +254,7 @@ async fn route(app: &App, req: Request<Incoming>) -> ApiResult<Response<ApiBody>
     let user = app.access.authenticate(authorization)?;
     let get = req.method() == Method::GET;
     match segments.as_slice() {
-        ["version"] if get => return Ok(value_response(200, &discovery::version())),
+        ["version"] if get => return Ok(value_response(200, &app.version.document())),
         ["healthz" | "readyz" | "livez"] if get => {
             return Ok(json_response(200, Bytes::from_static(b"ok")));
         }

@@ -151,6 +151,7 @@ impl ApiServer {
         let access = Arc::new(rbac::Access::default());
         let (shutdown_tx, shutdown_rx) = signal::channel(false);
         let requests = RequestCount::default();
+        let version = discovery::ServedVersion::default();
         let app = Arc::new(http::App {
             registry: registry.clone(),
             faults: fault_state.clone(),
@@ -158,6 +159,7 @@ impl ApiServer {
             bookmark_every: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
             requests: requests.clone(),
+            version: version.clone(),
             access: access.clone(),
         });
         let mut tasks = controllers::spawn_all(&registry, &shutdown_rx);
@@ -167,6 +169,7 @@ impl ApiServer {
         )));
         Ok(RunningServer {
             addr,
+            version,
             access,
             registry: registry.clone(),
             faults: Faults::new(fault_state, registry),
@@ -181,6 +184,7 @@ impl ApiServer {
 #[derive(Debug)]
 pub struct RunningServer {
     addr: SocketAddr,
+    version: discovery::ServedVersion,
     access: Arc<rbac::Access>,
     registry: Arc<Registry>,
     faults: Faults,
@@ -229,6 +233,11 @@ impl RunningServer {
     /// Fault injection.
     pub fn faults(&self) -> &Faults {
         &self.faults
+    }
+
+    /// Reports Kubernetes `1.<minor>` from now on, as after a control-plane upgrade.
+    pub fn set_kubernetes_minor(&self, minor: u32) {
+        self.version.set_minor(minor);
     }
 
     /// Authentication and RBAC (off until [`rbac::Access::enforce`]).
