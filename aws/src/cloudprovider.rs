@@ -32,6 +32,7 @@ use crate::subnet::{SubnetInfo, SubnetProvider};
 use crate::tags;
 use crate::unavailable::UnavailableOfferings;
 use crate::userdata::{self, BootstrapOptions, KubeletArgs, UserDataFormat};
+use crate::version::KubernetesVersion;
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -67,8 +68,8 @@ pub struct AwsSettings {
     pub cluster_cidr: Option<String>,
     /// The cluster DNS service IP (kube-dns), unless the node class's kubelet sets one.
     pub kube_dns_ip: Option<String>,
-    /// `1.31`-style version of the control plane, for AMI aliases.
-    pub kubernetes_version: String,
+    /// `1.31`-style version of the control plane, for AMI aliases; re-read while running.
+    pub kubernetes_version: KubernetesVersion,
     pub isolated_vpc: bool,
     pub reserved_enis: u32,
     pub vm_memory_overhead_percent: f64,

@@ -31,3 +31,4 @@ pub mod subnet;
 pub mod tags;
 pub mod unavailable;
 pub mod userdata;
+pub mod version;

@@ -11,6 +11,7 @@ use crate::securitygroup::SecurityGroupProvider;
 use crate::selectors::SelectorTerm;
 use crate::subnet::SubnetProvider;
 use crate::tags;
+use crate::version::KubernetesVersion;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kerf::api::condition::types;
 use kerf::api::ec2nodeclass::{Ami, SecurityGroup, Subnet};
@@ -111,7 +112,7 @@ pub struct NodeClassResolver {
     pub amis: Arc<AmiProvider>,
     pub instance_profiles: Arc<InstanceProfileProvider>,
     /// The cluster's Kubernetes version (`1.31`), for alias resolution.
-    pub kubernetes_version: String,
+    pub kubernetes_version: KubernetesVersion,
 }
 
 impl NodeClassResolver {
@@ -187,7 +188,7 @@ impl NodeClassResolver {
     }
 
     async fn resolve_amis(&self, nc: &EC2NodeClass, status: &mut EC2NodeClassStatus) -> Outcome {
-        match self.amis.list(&ami_terms(nc), &self.kubernetes_version).await {
+        match self.amis.list(&ami_terms(nc), &self.kubernetes_version.get()).await {
             Ok(found) if found.is_empty() => Outcome::failed(
                 types::AMIS_READY,
                 "AMINotFound",

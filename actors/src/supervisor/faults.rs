@@ -49,6 +49,8 @@ pub const LOOP_FAULTS: &[&str] = &[
     "interruption.instancestatus",
     "probe_server",
     "metrics_server",
+    "aws_upkeep",
+    "kubernetes_version",
 ];
 
 /// A name outside [`FAULT_ACTORS`].

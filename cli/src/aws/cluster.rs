@@ -9,7 +9,7 @@
 
 use std::net::IpAddr;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Service;
 use kube::Client;
@@ -39,16 +39,7 @@ pub async fn discover(
     client: &Client,
     configured: &Configured<'_>,
 ) -> anyhow::Result<ClusterFacts> {
-    let version = client
-        .apiserver_version()
-        .await
-        .context("reading the Kubernetes API server's version")?;
-    let kubernetes_version = major_minor(&version.major, &version.minor).with_context(|| {
-        format!(
-            "the API server reports version major={:?} minor={:?}",
-            version.major, version.minor
-        )
-    })?;
+    let kubernetes_version = super::version::read(client).await?;
     let cluster_endpoint = match configured.cluster_endpoint {
         Some(endpoint) => endpoint.to_owned(),
         None => endpoint_from_client(configured.kube_config)?,
@@ -70,18 +61,6 @@ pub async fn discover(
         kube_dns_ip,
         cluster_cidr,
     })
-}
-
-/// `1.33` from the API server's `major` and `minor` (EKS reports minors like `33+`).
-pub fn major_minor(major: &str, minor: &str) -> Option<String> {
-    let digits = |s: &str| -> Option<u32> {
-        s.chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse()
-            .ok()
-    };
-    Some(format!("{}.{}", digits(major)?, digits(minor)?))
 }
 
 /// The client's API server URL, which nodes can use unless it is the in-cluster Service
@@ -208,13 +187,6 @@ pub fn eks_default_cidr(kubernetes_service_ip: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn versions_drop_provider_suffixes() {
-        assert_eq!(major_minor("1", "33").as_deref(), Some("1.33"));
-        assert_eq!(major_minor("1", "31+").as_deref(), Some("1.31"));
-        assert_eq!(major_minor("", "31"), None);
-    }
 
     #[test]
     fn cidrs_follow_the_dns_family_then_eks_defaults() {

@@ -7,10 +7,12 @@
 //! state. Its instance types, offerings and prices are refreshed in the background (at start
 //! and every 12 hours); the embedded catalog of the region stands in until the first refresh.
 //! Launch templates of the cluster found at start are remembered, so the leader deletes those
-//! that stay unused. With `INTERRUPTION_QUEUE`, the SQS queue is opened at start (a missing
-//! queue or permission stops start-up, naming both) for the Interruption actor.
+//! that stay unused; the Kubernetes version is re-read every 15 minutes ([`version`]). With
+//! `INTERRUPTION_QUEUE`, the SQS queue is opened at start (a missing queue or permission
+//! stops start-up, naming both) for the Interruption actor.
 
 pub mod cluster;
+pub mod version;
 
 use std::sync::Arc;
 
@@ -22,6 +24,7 @@ use kerf_actors::offering_cache::{
     OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, UNAVAILABLE_OFFERINGS_TTL,
 };
 use kerf_actors::state::{ClusterState, ObjectKey};
+use kerf_actors::supervisor;
 use kerf_actors::{Cloud, ValidSettings};
 use kerf_aws::clients::AwsClients;
 use kerf_aws::cloudprovider::{AwsCloudProvider, AwsSettings, NodeClassStore};
@@ -116,7 +119,7 @@ pub async fn connect(
         ca_bundle: facts.ca_bundle,
         cluster_cidr: facts.cluster_cidr,
         kube_dns_ip: facts.kube_dns_ip,
-        kubernetes_version: facts.kubernetes_version,
+        kubernetes_version: facts.kubernetes_version.into(),
         isolated_vpc: settings.isolated_vpc,
         reserved_enis: settings.reserved_enis,
         vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
@@ -151,10 +154,27 @@ pub async fn connect(
 }
 
 impl AwsCloud {
-    /// Starts the provider's upkeep (instance types, offerings and prices refreshed at once
-    /// and every 12 hours; unused launch templates deleted while `leader` holds); abort the
-    /// task on shutdown.
-    pub fn start_upkeep(&self, leader: watch::Receiver<bool>) -> JoinHandle<()> {
-        tokio::spawn(Arc::clone(&self.provider).run_upkeep(INSTANCE_TYPES_REFRESH_INTERVAL, leader))
+    /// Starts the provider's upkeep, supervised: instance types, offerings and prices
+    /// refreshed at once and every 12 hours, unused launch templates deleted while `leader`
+    /// holds, and the cluster's Kubernetes version re-read every
+    /// [`version::KUBERNETES_VERSION_REFRESH`]. Abort the tasks on shutdown.
+    pub fn start_upkeep(
+        &self,
+        client: kube::Client,
+        leader: watch::Receiver<bool>,
+    ) -> Vec<JoinHandle<()>> {
+        let provider = Arc::clone(&self.provider);
+        let refresh = supervisor::task("aws_upkeep", move || {
+            Arc::clone(&provider).run_upkeep(INSTANCE_TYPES_REFRESH_INTERVAL, leader.clone())
+        });
+        let kubernetes = self.provider.settings.kubernetes_version.clone();
+        let follow = supervisor::task("kubernetes_version", move || {
+            version::follow(
+                client.clone(),
+                kubernetes.clone(),
+                version::KUBERNETES_VERSION_REFRESH,
+            )
+        });
+        vec![refresh, follow]
     }
 }

@@ -66,6 +66,7 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
     let node_repair = settings.feature_gates.node_repair;
     let (state, writers) = ClusterState::new();
     let aws = crate::aws::connect(&settings, &client, &config, state.clone()).await?;
+    let version_client = client.clone();
     let mut daemon = Daemon::start_with_state(
         settings,
         Environment {
@@ -88,7 +89,7 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
     if node_repair {
         daemon.repair_nodes();
     }
-    let upkeep = aws.start_upkeep(daemon.leader.clone());
+    let upkeep = aws.start_upkeep(version_client, daemon.leader.clone());
     // An actor past its restart budget fails /healthz; the process also exits non-zero at
     // once, so Kubernetes restarts the pod even without a liveness probe.
     let mut unhealthy = daemon.unhealthy();
@@ -107,7 +108,7 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
     };
     tracing::info!("stopping controller");
     daemon.stop().await;
-    upkeep.abort();
+    upkeep.iter().for_each(tokio::task::JoinHandle::abort);
     match exhausted {
         Some(exhausted) => anyhow::bail!("restart budget exhausted: {exhausted}"),
         None => Ok(()),

@@ -1,0 +1,111 @@
+//! The control plane's Kubernetes version, read at start and again every
+//! [`KUBERNETES_VERSION_REFRESH`] as upstream re-reads it, into the provider's
+//! [`KubernetesVersion`]: after an EKS upgrade the next EC2NodeClass resolution picks the
+//! new version's AMIs, and the nodes on the old ones drift and are replaced — no restart.
+//! A failed read keeps the version known and is logged; the next tick tries again.
+
+use std::time::Duration;
+
+use kerf_aws::version::KubernetesVersion;
+use kube::Client;
+
+/// How often the version is re-read: upstream's version provider caches it 15 minutes.
+pub const KUBERNETES_VERSION_REFRESH: Duration = Duration::from_secs(15 * 60);
+
+/// Why the version could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum VersionError {
+    #[error("reading the Kubernetes API server's version")]
+    Read(#[source] kube::Error),
+    #[error("the API server reports version major={major:?} minor={minor:?}")]
+    Unparseable { major: String, minor: String },
+}
+
+/// The API server's `major.minor` (`1.33`; EKS's `33+` minors lose their suffix).
+pub async fn read(client: &Client) -> Result<String, VersionError> {
+    let info = client
+        .apiserver_version()
+        .await
+        .map_err(VersionError::Read)?;
+    major_minor(&info.major, &info.minor).ok_or(VersionError::Unparseable {
+        major: info.major,
+        minor: info.minor,
+    })
+}
+
+/// `1.33` from the API server's `major` and `minor`.
+pub fn major_minor(major: &str, minor: &str) -> Option<String> {
+    let digits = |s: &str| -> Option<u32> {
+        s.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .ok()
+    };
+    Some(format!("{}.{}", digits(major)?, digits(minor)?))
+}
+
+/// Re-reads the version into `version` every `every` (the first read after one period: the
+/// start-up read is fresh), for ever.
+pub async fn follow(client: Client, version: KubernetesVersion, every: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match read(&client).await {
+            Ok(now) => {
+                if let Some(before) = version.set(&now) {
+                    tracing::info!(
+                        from = before,
+                        to = now,
+                        "kubernetes version changed; node classes resolve their AMIs for it next"
+                    );
+                }
+            }
+            Err(error) => tracing::warn!(
+                error = %error,
+                error.source = ?std::error::Error::source(&error).map(ToString::to_string),
+                kept = version.get(),
+                "re-reading the kubernetes version failed; keeping the one known"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kerf_loadtest::apiserver::{ApiServer, ServerConfig};
+
+    #[tokio::test]
+    async fn an_upgraded_control_plane_reaches_the_providers_version_at_the_next_read() {
+        let server = ApiServer::start(ServerConfig::default())
+            .await
+            .expect("emulator");
+        let url = server.url().parse().expect("a url");
+        let client = Client::try_from(kube::Config::new(url)).expect("client");
+        let version = KubernetesVersion::new(read(&client).await.expect("read at start"));
+        assert_eq!(version.get(), "1.33");
+        let following = tokio::spawn(follow(client, version.clone(), Duration::from_millis(20)));
+
+        server.set_kubernetes_minor(34);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while version.get() != "1.34" {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "still {}",
+                version.get()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        following.abort();
+        server.shutdown().await;
+    }
+
+    #[test]
+    fn versions_drop_provider_suffixes() {
+        assert_eq!(major_minor("1", "33").as_deref(), Some("1.33"));
+        assert_eq!(major_minor("1", "31+").as_deref(), Some("1.31"));
+        assert_eq!(major_minor("", "31"), None);
+    }
+}
