@@ -608,6 +608,11 @@ mod tests {
             r("InsufficientFreeAddressesInSubnet: none"),
             "InsufficientFreeAddressesInSubnet"
         );
+        assert!(
+            launch_failure_reason("InsufficientFreeAddressesInSubnet: none")
+                .message
+                .contains(kerf::troubleshooting::documented("subnet-full"))
+        );
         assert_eq!(r("something else"), "LaunchFailed");
     }
 

@@ -347,6 +347,7 @@ mod tests {
              embedded catalog's prices; if this VPC cannot reach the Pricing API \
              (api.pricing.us-east-1.amazonaws.com), set ISOLATED_VPC=true"
         );
+        assert!(embedded.contains(kerf::troubleshooting::documented("pricing-unreachable")));
         let fetched = on_demand_failure_message(&error, Some(Duration::from_secs(3 * 3600)));
         assert!(
             fetched.contains("keeping prices fetched 180 min ago"),

@@ -96,12 +96,85 @@ fn in_tree_ebs_volumes_are_warned_about() {
     assert_produced(documented("in-tree-ebs"), &warnings);
 }
 
+#[test]
+fn a_long_role_and_a_max_pods_above_the_eni_limit_are_warned_about() {
+    let input = nodepool("")
+        + "---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole-a-cluster-name-long-enough-to-take-the-role-past-the-limit
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+  kubelet: {maxPods: 250}
+" + &pod("web", "{cpu: '1'}", "");
+    let (_, warnings) = plan(&input, &[]);
+    assert_produced(documented("role-too-long"), &warnings);
+    assert_produced(documented("max-pods-eni"), &warnings);
+}
+
+#[test]
+fn a_spread_over_more_zones_than_the_pool_allows_is_named() {
+    let zones = "        - {key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a, us-east-1b]}\n";
+    let input = nodepool("").replace(
+        "      requirements:\n",
+        &format!("      requirements:\n{zones}"),
+    );
+    let spread = "  topologySpreadConstraints:
+    - {maxSkew: 1, minDomains: 3, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}
+";
+    let pods: String = (0..3)
+        .map(|i| {
+            pod(&format!("web-{i}"), "{cpu: '1'}", spread).replace(
+                "namespace: default}",
+                "namespace: default, labels: {app: web}}",
+            )
+        })
+        .collect();
+    let (table, _) = plan(&(input + &pods), &[]);
+    assert_produced(documented("spread-zones"), &table);
+}
+
+/// `kerf validate` on `input`: it fails, and what it says.
+fn validate_refused(input: &str) -> String {
+    let output = kerf(&["validate", "-f", "-"], Some(input.as_bytes()));
+    assert!(!output.status.success(), "{}", text(&output.stdout));
+    text(&output.stdout) + &text(&output.stderr)
+}
+
+#[test]
+fn pre_v1beta1_kinds_and_unknown_fields_are_named() {
+    let provisioner = "apiVersion: karpenter.sh/v1alpha5
+kind: Provisioner
+metadata: {name: default}
+spec: {ttlSecondsAfterEmpty: 30}
+";
+    assert_produced(
+        documented("v1alpha5-provisioner"),
+        &validate_refused(provisioner),
+    );
+    let typo = nodepool("").replace(
+        "      nodeClassRef:",
+        "      expireAftr: 720h\n      nodeClassRef:",
+    );
+    assert_produced(documented("unknown-field"), &validate_refused(&typo));
+}
+
 /// Every message is produced by some test: here, or one that names it with `documented`.
 #[test]
 fn every_documented_message_is_produced_by_a_test() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut sources = String::new();
-    for dir in ["cli/tests", "actors/tests", "aws/tests", "src"] {
+    for dir in [
+        "cli/tests",
+        "actors/tests",
+        "actors/src",
+        "aws/tests",
+        "aws/src",
+        "src",
+    ] {
         for file in rust_files(&root.join(dir)) {
             sources.push_str(&std::fs::read_to_string(&file).expect("readable source"));
         }

@@ -508,6 +508,8 @@ fn pods_that_fit_nowhere_keep_their_node() {
     ));
     assert!(report.commands.is_empty());
     assert!(reason_of(&report, "special").contains("default/picky would not schedule"));
+    let documented = crate::troubleshooting::documented("consolidation-constraints");
+    assert!(reason_of(&report, "special").contains(documented));
 }
 
 #[test]

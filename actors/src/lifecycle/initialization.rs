@@ -186,6 +186,8 @@ mod tests {
                 message: "Resource \"nvidia.com/gpu\" was requested but not registered".to_owned()
             })
         );
+        let message = unregistered.map_err(|a| a.message).unwrap_err();
+        assert!(message.contains(kerf::troubleshooting::documented("not-initialized")));
         assert_eq!(
             reason(check(&c, &node("True", json!([]), json!({"cpu": "2"})))),
             "ResourceNotRegistered"

@@ -189,7 +189,10 @@ async fn a_control_plane_upgrade_drifts_instances_to_the_new_versions_image() {
     .expect("a valid EC2NodeClass");
     node_class.status = Some(p.node_class_resolver().resolve(&node_class).await);
     store.put(node_class.clone());
-    let launched = p.create(&claim(&unique("upgrade-a"))).await.expect("launch");
+    let launched = p
+        .create(&claim(&unique("upgrade-a")))
+        .await
+        .expect("launch");
     let image_of = |claim: &NodeClaim| claim.status.as_ref().and_then(|s| s.image_id.clone());
     assert_eq!(image_of(&launched), Some(on_1_33.clone()));
 
@@ -216,7 +219,10 @@ async fn a_control_plane_upgrade_drifts_instances_to_the_new_versions_image() {
             .map(|r| r.0),
         Some("AMIDrift".to_owned())
     );
-    let replacement = p.create(&claim(&unique("upgrade-b"))).await.expect("launch");
+    let replacement = p
+        .create(&claim(&unique("upgrade-b")))
+        .await
+        .expect("launch");
     assert_eq!(image_of(&replacement), Some(on_1_34));
     assert_eq!(p.is_drifted(&replacement).await.expect("drift check"), None);
     p.delete(&launched).await.expect("delete");
