@@ -219,6 +219,9 @@ impl NodeClassResolver {
                 .check_exists(profile)
                 .await
                 .map(|()| profile.to_owned()),
+            (None, Some(_)) if let Some(problem) = nc.role_name_problem() => {
+                return Outcome::failed(types::INSTANCE_PROFILE_READY, "RoleNameTooLong", problem);
+            }
             (None, Some(role)) => self.instance_profiles.ensure(nc.name(), role).await,
             (None, None) => {
                 return Outcome::failed(

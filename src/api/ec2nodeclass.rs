@@ -19,6 +19,9 @@ use std::str::FromStr;
 /// Tag key → value; a `*` value matches any value of that key.
 pub type Tags = BTreeMap<String, String>;
 
+/// IAM's limit on a role name.
+pub const MAX_ROLE_NAME: usize = 64;
+
 /// How nodes of this class are launched on EC2.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -609,6 +612,17 @@ impl EC2NodeClass {
 
     pub fn role(&self) -> Option<&str> {
         self.spec.role.as_deref()
+    }
+
+    /// What is wrong with `spec.role` that the schema lets through: a name longer than IAM
+    /// allows, which no role can have (the instance profile for it can never be made).
+    pub fn role_name_problem(&self) -> Option<String> {
+        let length = self.role()?.chars().count();
+        (length > MAX_ROLE_NAME).then(|| {
+            format!(
+                "spec.role is {length} characters; IAM role names are at most {MAX_ROLE_NAME}, so no such role can exist (a long cluster name in KarpenterNodeRole-${{CLUSTER_NAME}} is the usual cause): create the role with a shorter name"
+            )
+        })
     }
 
     pub fn instance_profile(&self) -> Option<&str> {

@@ -17,9 +17,6 @@ use crate::scheduling::{NodePoolInput, SchedulingInput, resource_requests};
 /// The in-tree EBS provisioner upstream cannot read volume limits from.
 const IN_TREE_EBS: &str = "kubernetes.io/aws-ebs";
 
-/// IAM's limit on a role name.
-const MAX_ROLE_NAME: usize = 64;
-
 /// What the warnings need to know of the input's pods, read before the snapshot takes them
 /// (see `snapshot::build_taking_pods`).
 #[derive(Debug, Default)]
@@ -124,14 +121,11 @@ fn long_role_names(classes: &[EC2NodeClass]) -> Vec<String> {
     classes
         .iter()
         .filter_map(|class| {
-            let role = class.spec.role.as_deref()?;
-            (role.chars().count() > MAX_ROLE_NAME).then(|| {
-                format!(
-                    "EC2NodeClass/{}: spec.role is {} characters; IAM role names are at most {MAX_ROLE_NAME}, so no such role can exist (a long cluster name in KarpenterNodeRole-${{CLUSTER_NAME}} is the usual cause): create the role with a shorter name",
-                    name(&class.metadata.name),
-                    role.chars().count()
-                )
-            })
+            let problem = class.role_name_problem()?;
+            Some(format!(
+                "EC2NodeClass/{}: {problem}",
+                name(&class.metadata.name)
+            ))
         })
         .collect()
 }

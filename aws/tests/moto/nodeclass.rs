@@ -191,3 +191,35 @@ async fn unmatched_selectors_say_what_to_fix() {
         status.subnets.is_empty() && status.amis.is_empty() && status.instance_profile.is_none()
     );
 }
+
+/// A role name longer than IAM allows is said as such, before any IAM call: no instance
+/// profile is made, and the class is not Ready.
+#[tokio::test]
+async fn a_role_name_longer_than_iam_allows_is_named_on_the_node_class() {
+    let c = clients().await;
+    let cluster = unique("cluster");
+    let nc = node_class(
+        "long-role",
+        serde_json::json!({
+            "role": format!("KarpenterNodeRole-{}", "a-very-long-cluster-name-".repeat(3)),
+            "subnetSelectorTerms": [{"tags": {"discovery": cluster}}],
+            "securityGroupSelectorTerms": [{"tags": {"discovery": cluster}}],
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+        }),
+    );
+    let status = resolver(&c, &cluster).resolve(&nc).await;
+    let profile = condition(&status, "InstanceProfileReady");
+    assert_eq!(
+        (profile.status, profile.reason.as_str()),
+        (ConditionStatus::False, "RoleNameTooLong")
+    );
+    assert!(
+        profile
+            .message
+            .contains(kerf::troubleshooting::documented("role-too-long")),
+        "{}",
+        profile.message
+    );
+    assert!(status.instance_profile.is_none());
+    assert_eq!(condition(&status, "Ready").status, ConditionStatus::False);
+}
