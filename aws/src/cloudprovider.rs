@@ -519,7 +519,7 @@ impl AwsCloudProvider {
             capacity_type: capacity_type.as_str().to_owned(),
             configs: launch_configs(&candidates, &zonal, MAX_INSTANCE_TYPES),
             tags,
-            context: nc.spec.context.clone(),
+            context: fleet_context(nc, claim),
         };
         Ok((request, reserved))
     }
@@ -1008,6 +1008,23 @@ impl CloudProvider for AwsCloudProvider {
     }
 }
 
+/// The EC2NodeClass's `context` for CreateFleet, except for a NodeClaim whose minValues were
+/// relaxed: as upstream, its launch goes without the context, whose reserved capacity was
+/// sized for the NodePool's full flexibility.
+fn fleet_context(nc: &EC2NodeClass, claim: &NodeClaim) -> Option<String> {
+    let relaxed = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(kerf::labels::NODECLAIM_MIN_VALUES_RELAXED))
+        .is_some_and(|v| v == "true");
+    if relaxed {
+        None
+    } else {
+        nc.spec.context.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1032,5 +1049,37 @@ mod tests {
         });
         assert!(matches!(err, CloudProviderError::Throttled { .. }));
         assert!(err.is_retryable());
+    }
+
+    #[test]
+    fn a_nodeclaim_with_relaxed_min_values_launches_without_the_fleet_context() {
+        let nc: EC2NodeClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {"role": "r", "context": "ctx-1234", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                     "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}]},
+        }))
+        .expect("a node class");
+        let claim = |annotations: serde_json::Value| -> NodeClaim {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "c", "annotations": annotations},
+                "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+            }))
+            .expect("a nodeclaim")
+        };
+        let relaxed = kerf::labels::NODECLAIM_MIN_VALUES_RELAXED;
+        assert_eq!(
+            fleet_context(&nc, &claim(serde_json::json!({}))).as_deref(),
+            Some("ctx-1234")
+        );
+        assert_eq!(
+            fleet_context(&nc, &claim(serde_json::json!({relaxed: "false"}))).as_deref(),
+            Some("ctx-1234")
+        );
+        assert_eq!(
+            fleet_context(&nc, &claim(serde_json::json!({relaxed: "true"}))),
+            None
+        );
     }
 }
