@@ -137,6 +137,21 @@ fn a_spread_over_more_zones_than_the_pool_allows_is_named() {
     assert_produced(documented("spread-zones"), &table);
 }
 
+#[test]
+fn the_controllers_own_pods_are_never_planned_on_its_nodes() {
+    // The chart's node affinity for the controller's pods.
+    let affinity = "  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchExpressions:
+              - {key: karpenter.sh/nodepool, operator: DoesNotExist}
+";
+    let input = nodepool("") + &pod("kerf-controller", "{cpu: '1'}", affinity);
+    let (table, _) = plan(&input, &[]);
+    assert_produced(documented("controller-self"), &table);
+}
+
 /// `kerf validate` on `input`: it fails, and what it says.
 fn validate_refused(input: &str) -> String {
     let output = kerf(&["validate", "-f", "-"], Some(input.as_bytes()));
