@@ -54,6 +54,7 @@ use crate::requeue::{self, Trigger};
 use crate::settings::ValidSettings;
 use crate::shutdown::{GracefulShutdown, InFlight, SHUTDOWN_TIMEOUT};
 use crate::state::{ClusterState, Writers};
+use crate::storage_advice;
 use crate::supervisor::{self, Exhausted, Supervised, Supervision};
 use crate::tagging::{self, TAGGER_MAILBOX_CAPACITY, Tagger};
 use crate::termination::{
@@ -500,6 +501,18 @@ impl Daemon {
             );
             tasks.push(supervisor::task("nomination_lapse", move || {
                 triggers::on_nomination_lapse(created.clone(), retrigger.clone(), shutdown.clone())
+            }));
+        }
+        {
+            let (state, events) = (state.clone(), events.clone());
+            let (leader, shutdown) = (leader.clone(), shutdown_rx.clone());
+            tasks.push(supervisor::task("storage_advice", move || {
+                storage_advice::run(
+                    state.clone(),
+                    events.clone(),
+                    leader.clone(),
+                    shutdown.clone(),
+                )
             }));
         }
         {

@@ -44,6 +44,7 @@ pub mod server;
 pub mod settings;
 pub mod shutdown;
 pub mod state;
+pub mod storage_advice;
 pub mod supervisor;
 pub mod tagging;
 pub mod termination;

@@ -13,6 +13,8 @@ use crate::api::requirement::Operator;
 use crate::catalog::{Catalog, eni_limited_pods};
 use crate::labels;
 use crate::scheduling::{NodePoolInput, SchedulingInput, resource_requests};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::StorageClass;
 
 /// The in-tree EBS provisioner upstream cannot read volume limits from.
 const IN_TREE_EBS: &str = "kubernetes.io/aws-ebs";
@@ -81,21 +83,17 @@ pub fn warnings(
 fn in_tree_storage(inventory: &Inventory, facts: &PodFacts) -> Vec<String> {
     let mut found = Vec::new();
     for class in &inventory.storage_classes {
-        if class.provisioner == IN_TREE_EBS {
+        if let Some(problem) = in_tree_storage_class(class) {
             found.push(format!(
-                "StorageClass/{}: .spec.provisioner {IN_TREE_EBS} is an in-tree storage plugin, unsupported by Karpenter and deprecated by Kubernetes: scale-ups may fail because volume limits cannot be discovered; create a StorageClass with the CSI driver's provisioner ebs.csi.aws.com",
+                "StorageClass/{}: {problem}",
                 name(&class.metadata.name)
             ));
         }
     }
     for volume in &inventory.volumes {
-        if volume
-            .spec
-            .as_ref()
-            .is_some_and(|s| s.aws_elastic_block_store.is_some())
-        {
+        if let Some(problem) = in_tree_volume(volume) {
             found.push(format!(
-                "PersistentVolume/{}: source AWSElasticBlockStore is an in-tree storage plugin, unsupported by Karpenter and deprecated by Kubernetes: scale-ups may fail because volume limits cannot be discovered; use a PersistentVolume with the CSI volume source",
+                "PersistentVolume/{}: {problem}",
                 name(&volume.metadata.name)
             ));
         }
@@ -111,7 +109,28 @@ fn in_tree_storage(inventory: &Inventory, facts: &PodFacts) -> Vec<String> {
     found
 }
 
-fn uses_in_tree_ebs(pod: &LeanPod) -> bool {
+/// What is wrong with a StorageClass on the in-tree EBS plugin (the running controller warns
+/// with the same words).
+pub fn in_tree_storage_class(class: &StorageClass) -> Option<String> {
+    (class.provisioner == IN_TREE_EBS).then(|| format!(
+        ".spec.provisioner {IN_TREE_EBS} is an in-tree storage plugin, unsupported by Karpenter and deprecated by Kubernetes: scale-ups may fail because volume limits cannot be discovered; create a StorageClass with the CSI driver's provisioner ebs.csi.aws.com"
+    ))
+}
+
+/// What is wrong with a PersistentVolume on the in-tree EBS source.
+pub fn in_tree_volume(volume: &PersistentVolume) -> Option<String> {
+    volume
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.aws_elastic_block_store.is_some())
+        .then(|| "source AWSElasticBlockStore is an in-tree storage plugin, unsupported by Karpenter and deprecated by Kubernetes: scale-ups may fail because volume limits cannot be discovered; use a PersistentVolume with the CSI volume source".to_owned())
+}
+
+/// What a pod mounting an in-tree EBS volume is told.
+pub const IN_TREE_POD_VOLUME: &str = "its volumes mount an awsElasticBlockStore volume (in-tree, unsupported by Karpenter): use a PersistentVolumeClaim on the EBS CSI driver";
+
+/// Whether `pod` mounts an in-tree EBS volume directly.
+pub fn uses_in_tree_ebs(pod: &LeanPod) -> bool {
     pod.spec()
         .and_then(|s| s.volumes.as_ref())
         .is_some_and(|v| v.iter().any(|v| v.aws_elastic_block_store.is_some()))

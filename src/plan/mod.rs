@@ -4,7 +4,7 @@
 //! would check them, and every problem is reported with the object and field at fault.
 
 mod adoption;
-mod advice;
+pub mod advice;
 mod checks;
 mod decode;
 pub mod disruption;

@@ -49,6 +49,7 @@ pub const LOOP_FAULTS: &[&str] = &[
     "interruption.instancestatus",
     "probe_server",
     "metrics_server",
+    "storage_advice",
     "aws_upkeep",
     "kubernetes_version",
 ];

@@ -251,3 +251,58 @@ fn the_recorder_counts_identical_events_and_drops_deduplicated_ones() {
         h.stop().await;
     });
 }
+
+/// In-tree EBS storage, which `kerf plan` warns about, is told by the running controller too:
+/// a Warning on the StorageClass and on the pending pod mounting such a volume.
+#[test]
+fn in_tree_storage_is_warned_about_on_the_objects() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        create_nodepool(&cluster, nodepool_with("default", json!({})));
+        cluster
+            .create(
+                "storage.k8s.io/v1",
+                "storageclasses",
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                    "metadata": {"name": "gp2"}, "provisioner": "kubernetes.io/aws-ebs"}),
+            )
+            .expect("storage class");
+        cluster
+            .create(
+                "v1",
+                "pods",
+                json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "legacy", "namespace": "default"},
+                    "spec": {"containers": [{"name": "app", "image": "app"}],
+                        "volumes": [{"name": "d", "awsElasticBlockStore": {"volumeID": "vol-1"}}]}}),
+            )
+            .expect("pod");
+        let (_provider, cloud) = simulated_cloud();
+        let daemon = start_provisioner(&h, cloud).await;
+        let reason = kerf_actors::storage_advice::IN_TREE_STORAGE;
+        let about = |name: &str| -> Vec<Value> {
+            cluster
+                .list("v1", "events", None, "")
+                .expect("events list")
+                .into_iter()
+                .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
+                .collect()
+        };
+        eventually("warnings on the class and the pod", || {
+            !about("gp2").is_empty() && !about("legacy").is_empty()
+        })
+        .await;
+        let on_pod = &about("legacy")[0];
+        assert_eq!(on_pod["type"], "Warning");
+        assert!(
+            on_pod["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(kerf::troubleshooting::documented("in-tree-ebs"))),
+            "{on_pod}"
+        );
+        assert_eq!(about("gp2")[0]["involvedObject"]["kind"], "StorageClass");
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
