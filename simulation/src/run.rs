@@ -29,7 +29,7 @@ use super::summary::{
     ClientBudget, Endpoints, Facts, Memory, Nominations, Outcome, Provisioning, RoundFigures,
     Summary,
 };
-use super::world::{Pace, World};
+use super::world::{Pace, StartupReads, World};
 
 /// Longest the loop sleeps without news; progress and the deadline are checked this often.
 const TICK: Duration = Duration::from_millis(100);
@@ -44,6 +44,8 @@ pub struct Config {
     pub duration: Duration,
     pub kubeconfig_out: Option<PathBuf>,
     pub pace: Pace,
+    /// `kerf controller`'s start-up reads, made by the controller before it starts.
+    pub startup_reads: StartupReads,
     pub show_progress: bool,
     /// Run the `--drift` AMI rollout after the scale-out.
     pub drift: bool,
@@ -71,7 +73,7 @@ impl Finished {
 pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     let started = Instant::now();
     let deadline = started + config.duration;
-    let world = World::start(config.pace, &config.ice).await?;
+    let world = World::start(config.pace, &config.ice, config.startup_reads).await?;
     let cluster = world.cluster();
     let recorder = match config.report {
         Some(_) => Some(Recorder::start(&world, ActiveFaults::default(), started)?),

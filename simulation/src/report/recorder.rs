@@ -25,10 +25,10 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::{ActiveFaults, Sample};
-use crate::cmd::simulate::memory;
-use crate::cmd::simulate::observe::{NotServed, Tally};
-use crate::cmd::simulate::summary;
-use crate::cmd::simulate::world::World;
+use crate::memory;
+use crate::observe::{NotServed, Tally};
+use crate::summary;
+use crate::world::World;
 
 /// How often a sample is taken (the report's time resolution).
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
@@ -263,7 +263,7 @@ mod tests {
                 .await
                 .expect("emulator");
             let cluster = server.cluster();
-            crate::cmd::simulate::world::install_crds(&cluster).expect("CRDs");
+            crate::world::install_crds(&cluster).expect("CRDs");
             let sources = Sources {
                 cluster: cluster.clone(),
                 ec2: SimulatedEc2::new(Ec2Config::instant("us-east-1"), []),

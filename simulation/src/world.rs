@@ -5,7 +5,9 @@
 //! launching into that EC2 and reading that queue — started in dependency order and stopped in
 //! reverse. Must run inside an actix `System` on a multi-threaded tokio runtime.
 
+use std::future::Future;
 use std::net::Ipv4Addr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,11 +35,10 @@ use super::ice::{self, IceTarget};
 use super::install;
 use super::outside;
 
-pub const NODEPOOL_CRD: &str = include_str!("../../../../deploy/crds/karpenter.sh_nodepools.yaml");
-pub const NODECLAIM_CRD: &str =
-    include_str!("../../../../deploy/crds/karpenter.sh_nodeclaims.yaml");
+pub const NODEPOOL_CRD: &str = include_str!("../../deploy/crds/karpenter.sh_nodepools.yaml");
+pub const NODECLAIM_CRD: &str = include_str!("../../deploy/crds/karpenter.sh_nodeclaims.yaml");
 pub const NODECLASS_CRD: &str =
-    include_str!("../../../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
+    include_str!("../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
 
 /// Most changes the emulator keeps per resource for watches to resume from (besides its
 /// 75 s window). Watchers here keep up within milliseconds, so a tenth of the emulator's
@@ -47,6 +48,14 @@ const HISTORY_CAPACITY: usize = 20_000;
 
 /// The simulated region's interruption queue (`INTERRUPTION_QUEUE`).
 const INTERRUPTION_QUEUE: &str = "kerf-simulate-interruptions";
+
+/// `kerf controller`'s start-up reads (the facts new nodes need: the API server's version,
+/// the `kube-dns` and `kubernetes` Services, the `kubernetes` ServiceCIDR), made by each
+/// replica with its own client and configuration before its daemon starts, so a simulation
+/// makes the requests an installed controller makes under the chart's RBAC. The binary that
+/// embeds the simulation passes the controller's own; the error says what could not be read.
+pub type StartupReads =
+    fn(Client, kube::Config) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 /// How fast the simulated machines and nodes move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,12 +184,18 @@ pub struct World {
     kubelets: KubeletHandle,
     scheduler: SchedulerHandle,
     pace: Pace,
+    startup_reads: StartupReads,
 }
 
 impl World {
     /// Starts the emulator with kerf's CRDs, the simulated EC2 (with `ice` applied), the
-    /// kubelets and the scheduler.
-    pub async fn start(pace: Pace, ice: &[IceTarget]) -> Result<Self, StartError> {
+    /// kubelets and the scheduler; each controller replica started in it makes
+    /// `startup_reads` first.
+    pub async fn start(
+        pace: Pace,
+        ice: &[IceTarget],
+        startup_reads: StartupReads,
+    ) -> Result<Self, StartError> {
         let catalog = Catalog::embedded(REGION)?;
         let offerings = catalog_offerings(&catalog.instance_types(&AllocatableSettings::default()));
         let ice = ice::pools(ice, &offerings)?;
@@ -218,6 +233,7 @@ impl World {
             kubelets,
             scheduler,
             pace,
+            startup_reads,
         })
     }
 
@@ -265,6 +281,7 @@ impl World {
             provider: Arc::clone(&self.provider),
             catalog: self.catalog,
             interruptions: Arc::clone(&self.interruptions),
+            startup_reads: self.startup_reads,
         };
         let threads = ControllerThreads::start().map_err(StartError::Threads)?;
         match threads.run(move || start.run()).await {
@@ -301,6 +318,7 @@ struct ReplicaStart {
     provider: Arc<SimulatedCloudProvider>,
     catalog: Catalog,
     interruptions: Arc<MemoryQueue>,
+    startup_reads: StartupReads,
 }
 
 impl ReplicaStart {
@@ -322,6 +340,7 @@ impl ReplicaStart {
             provider,
             catalog,
             interruptions,
+            startup_reads,
         } = self;
         let leader_client = kube::Client::try_from(config.clone())
             .map_err(|e| StartError::Client(e.to_string()))?;
@@ -331,7 +350,9 @@ impl ReplicaStart {
             settings.kube_client_burst,
         )
         .map_err(|e| StartError::Client(e.to_string()))?;
-        install::discover(&client, &config).await?;
+        startup_reads(client.clone(), config.clone())
+            .await
+            .map_err(StartError::Discovery)?;
         // One unavailable-offerings state for the replica and its launches, as the AWS
         // provider shares it: interrupted and refused offerings are left out of launches.
         // Each replica has its own, as each upstream replica has its own cache.
