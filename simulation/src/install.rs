@@ -18,8 +18,6 @@ use kerf_loadtest::apiserver::{Cluster, RunningServer};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::world::StartError;
-
 /// The chart's RBAC objects (ClusterRoles, Roles and their bindings) for release
 /// `karpenter` in [`NAMESPACE`].
 pub const CHART_RBAC: &str = include_str!("../../deploy/chart-rbac.json");
@@ -116,9 +114,8 @@ fn create(
 }
 
 /// Makes `config`'s requests the chart's ServiceAccount's.
-pub fn authenticate(config: &mut kube::Config) -> Result<(), StartError> {
-    let bearer = http::HeaderValue::from_str(&format!("Bearer {CONTROLLER_TOKEN}"))
-        .map_err(|e| StartError::Client(e.to_string()))?;
+pub fn authenticate(config: &mut kube::Config) -> Result<(), http::header::InvalidHeaderValue> {
+    let bearer = http::HeaderValue::from_str(&format!("Bearer {CONTROLLER_TOKEN}"))?;
     config.headers.push((http::header::AUTHORIZATION, bearer));
     Ok(())
 }

@@ -16,6 +16,7 @@ mod controller_threads;
 pub mod defaults;
 mod drift;
 mod exposition;
+pub mod figures;
 pub mod ice;
 pub mod inputs;
 mod install;

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use kerf_heap::Owner;
 
-use super::summary::HeapPart;
+use super::figures::HeapPart;
 
 /// The simulated cluster's parts, by the name the summary gives them, and their owner tag.
 const SIMULATED_PARTS: [(&str, Owner); 6] = [

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::apply::apply;
 use super::controller_threads::Controller;
 use super::exposition;
+use super::figures::ClientBudget;
 use super::ice::IceTarget;
 use super::inputs::Inputs;
 use super::interrupt;
@@ -26,8 +27,7 @@ use super::progress::Progress;
 use super::report::{self, ActiveFaults, Recorder};
 use super::scale_down;
 use super::summary::{
-    ClientBudget, Endpoints, Facts, Memory, Nominations, Outcome, Provisioning, RoundFigures,
-    Summary,
+    Endpoints, Facts, Memory, Nominations, Outcome, Provisioning, RoundFigures, Summary,
 };
 use super::world::{Pace, StartupReads, World};
 

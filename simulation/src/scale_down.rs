@@ -24,8 +24,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::exposition;
+use super::figures::{mib, round3};
 use super::observe::Tally;
-use super::summary::{mib, round3};
 use super::world::World;
 
 /// How often the settle conditions and budgets are sampled.

@@ -31,6 +31,7 @@ use kube::Client;
 
 use super::controller_threads::{Controller, ControllerThreads};
 use super::defaults::{CLUSTER_NAME, REGION};
+use super::figures::ClientBudget;
 use super::ice::{self, IceTarget};
 use super::install;
 use super::outside;
@@ -252,9 +253,9 @@ impl World {
     }
 
     /// The client budget [`World::start_controller`]'s controller runs with.
-    pub fn client_budget(&self) -> Result<super::summary::ClientBudget, StartError> {
+    pub fn client_budget(&self) -> Result<ClientBudget, StartError> {
         let settings = controller_settings(self.pace, &Replica::alone(&controller_identity()))?;
-        Ok(super::summary::ClientBudget {
+        Ok(ClientBudget {
             qps: settings.kube_client_qps,
             burst: settings.kube_client_burst,
         })
@@ -267,7 +268,7 @@ impl World {
     pub async fn start_replica(&self, replica: &Replica) -> Result<Controller, StartError> {
         let settings = controller_settings(self.pace, replica)?;
         let mut config = kube_config(&self.server).await?;
-        install::authenticate(&mut config)?;
+        install::authenticate(&mut config).map_err(|e| StartError::Client(e.to_string()))?;
         let name = http::HeaderValue::from_str(&replica.identity)
             .map_err(|e| StartError::Client(format!("identity {:?}: {e}", replica.identity)))?;
         config

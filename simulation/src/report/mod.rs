@@ -103,7 +103,7 @@ impl Percentiles {
     pub fn of(samples: &[f64]) -> Self {
         let mut sorted = samples.to_vec();
         sorted.sort_by(f64::total_cmp);
-        let rank = |p| super::summary::nearest_rank(&sorted, p);
+        let rank = |p| crate::figures::nearest_rank(&sorted, p);
         Self {
             p50: rank(0.50),
             p90: rank(0.90),

@@ -25,9 +25,9 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::{ActiveFaults, Sample};
+use crate::figures;
 use crate::memory;
 use crate::observe::{NotServed, Tally};
-use crate::summary;
 use crate::world::World;
 
 /// How often a sample is taken (the report's time resolution).
@@ -182,7 +182,7 @@ impl Sampler {
             nodes_on_demand: on_demand,
             nodes_spot: spot,
             nodeclaims_by_phase: self.claims.as_deref().map(by_phase).unwrap_or_default(),
-            hourly_cost: summary::hourly_cost(&instances),
+            hourly_cost: figures::hourly_cost(&instances),
             controller_memory_bytes: Some(memory::controller_heap().live_bytes),
             api_requests: self.sources.requests.get(),
             cloud_calls: self.sources.ec2.api_calls().total_calls(),
