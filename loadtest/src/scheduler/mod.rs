@@ -23,6 +23,7 @@ mod cluster;
 mod dispatcher;
 mod nodeinfo;
 mod podinfo;
+mod reason;
 mod score;
 mod selector;
 mod topology;
