@@ -98,7 +98,10 @@ pub enum Deleted {
 }
 
 impl Registry {
-    /// DELETE with grace periods, finalizers and propagation.
+    /// DELETE with grace periods, finalizers and propagation. The preconditions are checked
+    /// twice: first on the object as read, so a request that fails them orphans nothing,
+    /// then against the object under the type's write lock (`delete_locked`),
+    /// so a write in between is seen and answered 409 rather than deleted over.
     pub fn delete(
         self: &Arc<Self>,
         t: &Target,
@@ -106,42 +109,30 @@ impl Registry {
         opts: &DeleteOptions,
     ) -> ApiResult<Deleted> {
         let current = self.get(t, name)?;
-        let (group, plural) = t.gr();
-        if let Some(uid) = &opts.precondition_uid
-            && uid != &current.attrs.uid
-        {
-            return Err(ApiError::conflict(
-                group,
-                plural,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    current.attrs.uid
-                ),
-            ));
-        }
-        if let Some(rv) = &opts.precondition_rv
-            && rv != &current.rv.to_string()
-        {
-            return Err(ApiError::conflict(
-                group,
-                plural,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    current.rv
-                ),
-            ));
-        }
+        check_preconditions(t, name, opts, &current)?;
         if opts.dry_run {
             return Ok(Deleted::Pending(current));
         }
         if opts.propagation == Propagation::Orphan {
             self.orphan_dependents(&current.attrs.uid);
         }
-        let grace = self.grace_period(t, &current.value(), opts);
         let foreground = opts.propagation == Propagation::Foreground
             && !self.store.dependents(&current.attrs.uid).is_empty();
+        #[cfg(test)]
+        tests::between_read_and_lock();
+        self.delete_locked(t, name, opts, foreground)
+    }
+
+    /// The step of [`Registry::delete`] under the type's write lock: the preconditions
+    /// against the object as stored now, then its removal, or its deletionTimestamp while
+    /// finalizers (with `foregroundDeletion` when `foreground`) or a grace period are pending.
+    fn delete_locked(
+        self: &Arc<Self>,
+        t: &Target,
+        name: &str,
+        opts: &DeleteOptions,
+        foreground: bool,
+    ) -> ApiResult<Deleted> {
         let key = t.key(name);
         let mut state = write(&t.ts.state);
         let current = state
@@ -149,7 +140,9 @@ impl Registry {
             .get(&key)
             .cloned()
             .ok_or_else(|| t.not_found(name))?;
+        check_preconditions(t, name, opts, &current)?;
         let mut object = current.value();
+        let grace = self.grace_period(t, &object, opts);
         let was_deleting = is_deleting(&object);
         let mut pending_finalizers = finalizers(&object);
         if foreground && !pending_finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
@@ -361,6 +354,43 @@ impl Registry {
     }
 }
 
+/// 409 Conflict when `opts` names a uid or resourceVersion that `current` does not have.
+fn check_preconditions(
+    t: &Target,
+    name: &str,
+    opts: &DeleteOptions,
+    current: &StoredObject,
+) -> ApiResult<()> {
+    let (group, plural) = t.gr();
+    if let Some(uid) = &opts.precondition_uid
+        && uid != &current.attrs.uid
+    {
+        return Err(ApiError::conflict(
+            group,
+            plural,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                current.attrs.uid
+            ),
+        ));
+    }
+    if let Some(rv) = &opts.precondition_rv
+        && rv != &current.rv.to_string()
+    {
+        return Err(ApiError::conflict(
+            group,
+            plural,
+            name,
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                current.rv
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The namespace's `spec.finalizers` (the namespace controller's `kubernetes`).
 fn namespace_finalizers(object: &Value) -> Vec<Value> {
     object
@@ -381,4 +411,126 @@ pub(super) fn grace_elapsed(object: &Value) -> bool {
         .and_then(Value::as_i64)
         .unwrap_or(0)
         == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::apiserver::clock::ManualClock;
+    use crate::apiserver::registry::{PatchKind, RegistryConfig};
+
+    thread_local! {
+        /// A write made between [`Registry::delete`]'s first read and its lock: where a
+        /// concurrent request's write can land in a running server, made deterministic.
+        static BETWEEN_READ_AND_LOCK: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    pub(super) fn between_read_and_lock() {
+        if let Some(write) = BETWEEN_READ_AND_LOCK.with(|hook| hook.borrow_mut().take()) {
+            write();
+        }
+    }
+
+    fn race(write: impl FnOnce() + 'static) {
+        BETWEEN_READ_AND_LOCK.with(|hook| *hook.borrow_mut() = Some(Box::new(write)));
+    }
+
+    /// A registry with a ConfigMap `default/c`, and its target.
+    fn with_config_map() -> (tokio::runtime::Runtime, Arc<Registry>, Target) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let registry = Registry::new(
+            Arc::new(ManualClock::default()),
+            RegistryConfig::default(),
+            runtime.handle().clone(),
+        );
+        let t = registry
+            .target("", "v1", "configmaps", Some("default"))
+            .expect("configmaps are served");
+        registry
+            .create(
+                &t,
+                json!({"metadata": {"name": "c"}, "data": {"v": "1"}}),
+                &WriteOptions::default(),
+            )
+            .expect("created");
+        (runtime, registry, t)
+    }
+
+    #[test]
+    fn a_resource_version_precondition_sees_an_update_that_raced_the_delete() {
+        let (_runtime, registry, t) = with_config_map();
+        let read_rv = registry.get(&t, "c").expect("present").rv.to_string();
+        let (racing, target) = (Arc::clone(&registry), t.clone());
+        race(move || {
+            racing
+                .patch(
+                    &target,
+                    "c",
+                    Sub::Main,
+                    PatchKind::Merge,
+                    &json!({"data": {"v": "2"}}),
+                    &WriteOptions::default(),
+                )
+                .expect("the racing update");
+        });
+        let stale = DeleteOptions {
+            precondition_rv: Some(read_rv.clone()),
+            ..DeleteOptions::default()
+        };
+        let refused = registry
+            .delete(&t, "c", &stale)
+            .expect_err("the precondition names the version the update replaced");
+        assert_eq!(refused.reason, Reason::Conflict, "{refused}");
+        let kept = registry
+            .get(&t, "c")
+            .expect("the updated object is not deleted");
+        assert_eq!(kept.value()["data"]["v"], "2");
+        let current = DeleteOptions {
+            precondition_rv: Some(kept.rv.to_string()),
+            ..DeleteOptions::default()
+        };
+        assert!(matches!(
+            registry.delete(&t, "c", &current),
+            Ok(Deleted::Removed(_))
+        ));
+        assert!(registry.find(&t, "c").is_none());
+    }
+
+    #[test]
+    fn a_uid_precondition_sees_a_recreation_that_raced_the_delete() {
+        let (_runtime, registry, t) = with_config_map();
+        let read_uid = registry.get(&t, "c").expect("present").attrs.uid.clone();
+        let (racing, target) = (Arc::clone(&registry), t.clone());
+        race(move || {
+            racing
+                .delete(&target, "c", &DeleteOptions::default())
+                .expect("the racing delete");
+            racing
+                .create(
+                    &target,
+                    json!({"metadata": {"name": "c"}, "data": {"v": "new"}}),
+                    &WriteOptions::default(),
+                )
+                .expect("the racing create");
+        });
+        let of_the_old = DeleteOptions {
+            precondition_uid: Some(read_uid.clone()),
+            ..DeleteOptions::default()
+        };
+        let refused = registry
+            .delete(&t, "c", &of_the_old)
+            .expect_err("the precondition names the object that is gone");
+        assert_eq!(refused.reason, Reason::Conflict, "{refused}");
+        let recreated = registry
+            .get(&t, "c")
+            .expect("the new object is not deleted");
+        assert_ne!(recreated.attrs.uid, read_uid);
+        assert_eq!(recreated.value()["data"]["v"], "new");
+    }
 }
