@@ -4,8 +4,8 @@
 //! for release `karpenter` in namespace `karpenter` (`deploy/chart-rbac.json`, kept equal to
 //! the chart by `cli/tests/chart.rs`), is stored in the emulator and enforced; the controller
 //! authenticates as the chart's ServiceAccount. The rest of the simulated cluster (kubelets,
-//! scheduler, kubectl through `--kubeconfig-out`) sends no token and stays an administrator,
-//! as the emulator's clients were before. Like `kerf controller`, the simulated controller
+//! scheduler, kubectl through `--kubeconfig-out`) sends no token and stays an administrator.
+//! Like `kerf controller`, the simulated controller
 //! first reads the facts new nodes need ([`StartupReads`](crate::world::StartupReads)), from
 //! Services shaped like EKS's; the simulated EC2 does not use them, but the reads are the
 //! start-up's. At the end, [`usage`] names the requests RBAC refused and the granted rules no

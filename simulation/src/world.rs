@@ -43,8 +43,8 @@ pub const NODECLASS_CRD: &str =
 
 /// Most changes the emulator keeps per resource for watches to resume from (besides its
 /// 75 s window). Watchers here keep up within milliseconds, so a tenth of the emulator's
-/// default is plenty, and at 10k pods the default's retained history would dwarf everything
-/// else in the process.
+/// default is plenty, and the default's retained history would dwarf everything else in a
+/// large run's process.
 const HISTORY_CAPACITY: usize = 20_000;
 
 /// The simulated region's interruption queue (`INTERRUPTION_QUEUE`).
@@ -129,8 +129,8 @@ impl Pace {
     /// Controller flags the pace implies, as flag-value pairs (the environment may set the
     /// rest). The fast pace's batching window is half upstream's: wide enough that a
     /// workload's Deployments, whose pods the emulator's controllers create one ReplicaSet
-    /// after another, still land in one batch on a busy 2-core machine (at 100 ms, a CI run
-    /// split 300 pods over two rounds and launched 18 NodeClaims where one batch needs 15).
+    /// after another, still land in one batch on a busy 2-core machine, where a narrower
+    /// window splits them over two rounds that launch more NodeClaims than one batch needs.
     fn controller_flags(self) -> &'static [&'static str] {
         match self {
             Self::Brisk => &[],

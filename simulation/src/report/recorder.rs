@@ -137,7 +137,7 @@ impl Sampler {
     async fn run(mut self, mut stop: oneshot::Receiver<()>) -> Recording {
         let mut samples = tokio::time::interval(SAMPLE_EVERY);
         // On a busy machine a tick is often late: stay on the one-second grid rather than
-        // let lateness add up (Delay lost two samples a minute at 1,000 pods on 2 cores).
+        // let lateness add up and lose samples.
         samples.set_missed_tick_behavior(MissedTickBehavior::Skip);
         let mut tally_tick = tokio::time::interval(TALLY_TICK);
         tally_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
