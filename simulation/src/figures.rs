@@ -1,7 +1,7 @@
 //! The figures a run's parts measure and the summary and report print: pod latency
 //! percentiles, one part of the simulated heap, the controller's client budget, the cost of
 //! the live instances, and the rounding they share. Below the summary and the phases that
-//! fill it ([`crate::interrupt`], [`crate::scale_down`], [`crate::memory`], [`crate::world`]),
+//! fill it ([`crate::interrupt`], [`crate::scale_down`], `memory`, [`crate::world`]),
 //! so each depends on these small types rather than on the summary that gathers them.
 
 use std::time::Duration;

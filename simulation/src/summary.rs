@@ -204,7 +204,7 @@ pub struct Facts<'a> {
 }
 
 /// The controller's memory, the simulated cluster's parts' and the whole process's, in bytes
-/// (see [`super::memory`]).
+/// (see the `memory` module).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Memory {

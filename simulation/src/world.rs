@@ -245,7 +245,7 @@ impl World {
     /// Starts the controller against the emulator over HTTP, launching into the simulated
     /// EC2, and waits until its cluster state has synced. It gets its own client, limited to
     /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST` as `kerf controller`'s is, authenticated as the
-    /// chart's ServiceAccount under the chart's RBAC ([`install`]); the simulated kubelets
+    /// chart's ServiceAccount under the chart's RBAC (`install`); the simulated kubelets
     /// and scheduler stand for the rest of a cluster and are neither limited nor restricted.
     pub async fn start_controller(&self) -> Result<Controller, StartError> {
         self.start_replica(&Replica::alone(&controller_identity()))
@@ -264,7 +264,7 @@ impl World {
     /// [`World::start_controller`] for one replica of several: its requests name it to the
     /// emulator (so a scenario can cut it off as a crash would), and with leader election on
     /// it leads only while it holds the Lease. Each replica runs on threads of its own
-    /// ([`ControllerThreads`]), whose allocations count as the controller's.
+    /// (`ControllerThreads`), whose allocations count as the controller's.
     pub async fn start_replica(&self, replica: &Replica) -> Result<Controller, StartError> {
         let settings = controller_settings(self.pace, replica)?;
         let mut config = kube_config(&self.server).await?;

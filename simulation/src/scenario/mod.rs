@@ -1,10 +1,10 @@
 //! `kerf simulate --scenario FILE`: a scripted run against the simulated cluster. The file
-//! ([`format`]) names a workload, NodePools, the controller's replicas and settings, steps
+//! (`format`) names a workload, NodePools, the controller's replicas and settings, steps
 //! (waits, scaling, manifests, deletions, faults, controller kills and restarts, an AMI
 //! release) and expectations. It is checked whole before anything starts ([`read`]); then
 //! [`execute`] starts the world, the controllers sync, the workload is applied and the steps
-//! run in order ([`steps`]) while [`invariants`] watches the world; at the end the
-//! expectations are judged ([`expect`]) into the [`Report`]. A stop (Ctrl-C or SIGTERM in the
+//! run in order (`steps`) while `invariants` watches the world; at the end the
+//! expectations are judged (`expect`) into the [`Report`]. A stop (Ctrl-C or SIGTERM in the
 //! binary) ends the step under way and the run at once, and the expectations are judged on
 //! what was measured until then (leaks without waiting for the garbage collector's grace).
 
