@@ -1,12 +1,12 @@
 //! The simulated kube-scheduler. It watches nodes and pods through the API server like the
 //! real one and every `interval` runs one cycle over the pending pods: each is filtered and
-//! scored against the nodes ([`cluster`]), then bound, or marked `PodScheduled=False,
+//! scored against the nodes (`cluster`), then bound, or marked `PodScheduled=False,
 //! reason=Unschedulable` with kube-scheduler's "0/N nodes are available: ..." message — the
 //! signal kerf provisions for. As in kube-scheduler's queues, unschedulable pods are retried
 //! with backoff once nodes or pods change (a withdrawn or moved nomination counts, as an
 //! `AssignedPodDelete` does upstream), and a cycle with nothing else to do tries the pods still
 //! backing off, so many waiting pods do not cost a full pass each cycle. Bindings and
-//! `Unschedulable` reports are sent beside the cycles ([`dispatcher`]), as kube-scheduler's
+//! `Unschedulable` reports are sent beside the cycles (`dispatcher`), as kube-scheduler's
 //! binding cycles and API dispatcher run apart from its scheduling cycle: the next cycle
 //! counts a pod whose binding is on its way as placed, and considers it again if it failed.
 

@@ -1,9 +1,9 @@
 //! API semantics on top of the store, shared by the HTTP routes, the built-in controllers
-//! and the in-process handle, one file per verb: [`read`] (get, list with selectors and
-//! pagination), [`create`] (generateName, uid, timestamps, namespace checks, defaulting),
-//! [`update`] (optimistic concurrency, the status subresource split, the four patch formats,
-//! server-side apply), [`delete`] (preconditions, finalizers, graceful pod termination,
-//! propagation policies) and [`pods`] (binding and eviction); [`validate`] applies CRD
+//! and the in-process handle, one file per verb: `read` (get, list with selectors and
+//! pagination), `create` (generateName, uid, timestamps, namespace checks, defaulting),
+//! `update` (optimistic concurrency, the status subresource split, the four patch formats,
+//! server-side apply), `delete` (preconditions, finalizers, graceful pod termination,
+//! propagation policies) and `pods` (binding and eviction); `validate` applies CRD
 //! schemas and strict decoding for create and update alike. This module holds what they
 //! share: the request target, write options and the [`Registry`] itself.
 
