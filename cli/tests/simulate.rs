@@ -192,9 +192,8 @@ fn the_default_workload_is_bound_on_launched_capacity() {
 
 /// The kube-scheduler spreads replicas (its default topology spread) and breaks ties among
 /// empty nodes its own way, so without nominations pods planned for one new node land on
-/// another and leave the ones planned there pending, and the next round launches again
-/// (1.87x `kerf plan`'s NodeClaims at 300 pods). Registration's nominations keep each
-/// node's room for the pods it was launched for.
+/// another and leave the ones planned there pending, and the next round launches again.
+/// Registration's nominations keep each node's room for the pods it was launched for.
 #[test]
 fn the_pods_go_where_they_were_planned_and_no_second_wave_launches() {
     let (out, summary) = simulate(&["--pods", "300"]);

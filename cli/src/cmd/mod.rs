@@ -7,7 +7,7 @@ pub mod simulate;
 pub mod validate;
 
 use kerf::manifest::{self, Limits, ManifestError, Object};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Streams every object behind one `-f` argument to `sink`: a file, a directory's
 /// manifests, or standard input for `-`. Read and parse errors are returned, all of them, so
@@ -21,24 +21,4 @@ pub fn read_each(
         return manifest::stream::read(std::io::stdin(), "-", limits, sink).map_err(|e| vec![e]);
     }
     manifest::read_path_objects(path, limits, sink)
-}
-
-/// Every object of every path, or every read and parse error.
-pub fn read_objects(paths: &[PathBuf]) -> Result<Vec<Object>, Vec<String>> {
-    let mut objects = Vec::new();
-    let mut errors = Vec::new();
-    for path in paths {
-        let read = read_each(path, Limits::default(), &mut |object| match object {
-            Ok(object) => objects.push(object),
-            Err(error) => errors.push(error.to_string()),
-        });
-        if let Err(failures) = read {
-            errors.extend(failures.iter().map(ToString::to_string));
-        }
-    }
-    if errors.is_empty() {
-        Ok(objects)
-    } else {
-        Err(errors)
-    }
 }

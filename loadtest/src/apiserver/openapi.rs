@@ -1,23 +1,16 @@
 //! OpenAPI v3 as kubectl reads it: `/openapi/v3` lists one document per served
 //! group-version, and `/openapi/v3/api/v1` or `/openapi/v3/apis/<group>/<version>` is that
-//! document, built from the resources served at the moment of the request (a CRD shows up
-//! as soon as it is created).
+//! document, built from the resources served at the request (a new CRD shows at once).
 //!
-//! kubectl (1.27 and later) validates `apply`/`create` input by asking the v3 document
-//! whether the kind's PATCH operation takes the `fieldValidation` query parameter; when it
-//! does, kubectl leaves validation to the server (which refuses unknown fields naming
-//! them, see [`super::schema`]) instead of downloading the v2 protobuf schema. So every
-//! path carries its operations with `x-kubernetes-group-version-kind`, and writes list
-//! `fieldValidation`.
+//! kubectl validates `apply`/`create` input by asking whether the kind's PATCH takes the
+//! `fieldValidation` parameter; when it does, kubectl leaves validation to the server
+//! ([`super::schema`]). So every path carries its operations with
+//! `x-kubernetes-group-version-kind`, and writes list `fieldValidation`.
 //!
-//! Component schemas: a custom resource's is its CRD's `openAPIV3Schema` (so
-//! `kubectl explain` describes NodePools and EC2NodeClasses field by field); a built-in
-//! kind's is an open object, because the emulator carries no field schemas for built-ins.
-//! For the same reason a built-in's PATCH does not advertise strategic merge: kubectl
-//! would compute the patch from the open schema (lists replaced instead of merged by key)
-//! rather than from its compiled-in types, which it uses when the document does not offer
-//! strategic merge. `/openapi/v2` (protobuf) is not served; kubectl only falls back to it
-//! when v3 is missing.
+//! A custom resource's schema is its CRD's `openAPIV3Schema` (`kubectl explain` works on
+//! NodePools); a built-in kind's is an open object, as the emulator has no built-in field
+//! schemas, and for that reason its PATCH does not advertise strategic merge, so kubectl
+//! computes such patches from its compiled-in types. `/openapi/v2` is not served.
 
 use std::sync::Arc;
 

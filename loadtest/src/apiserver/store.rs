@@ -1,21 +1,15 @@
-//! Object storage: one [`TypeStore`] per resource (objects in a `BTreeMap` by
-//! namespace/name behind a `RwLock`), one global resourceVersion counter, and per type a
-//! bounded history of change [`Record`]s that watches read from. The history is kept as
-//! kube-apiserver's watch cache keeps it ([`Retention`]): the changes of the last 75 s, never
-//! fewer than the last 100, never more than a capacity; a watch resuming from an older
-//! resourceVersion gets 410 Gone and lists again. Every record older than the newest version
-//! of its object holds a copy of the object that only a lagging watcher could still want, so
-//! an unbounded window would keep every version of every pod of a run.
+//! Object storage: one [`TypeStore`] per resource (objects by namespace/name behind a
+//! `RwLock`), one global resourceVersion counter, and per type a bounded history of change
+//! [`Record`]s that watches read from, kept as kube-apiserver's watch cache keeps it
+//! ([`Retention`]): the last 75 s, at least 100 changes, at most a capacity; a watch resuming
+//! from older gets 410 Gone and lists again. Old records hold copies of objects only a lagging
+//! watcher could want, so the history is bounded rather than kept for the whole run.
 //!
-//! Each write serialises the object once; the bytes are shared by GET, LIST and every
-//! watcher, and are the only copy kept: the few readers that need the object's tree
-//! ([`StoredObject::value`]) parse it again, and what selectors, indexes and the workload
-//! controllers read on every pass is extracted once per write ([`Attrs`]) and shared with the
-//! version before where it is unchanged (a status write moves none of it). A parsed tree is
-//! several times the size of its JSON, so keeping one per object besides the bytes would
-//! double the store. The store also keeps the uid and ownerReference indexes that garbage
-//! collection and the workload controllers need. It knows nothing of API semantics (that is
-//! `registry`).
+//! Each write serialises the object once; the bytes are shared by GET, LIST and every watcher
+//! and are the only copy kept (a parsed tree is several times their size). The fields that
+//! selectors, indexes and controllers read are extracted once per write ([`Attrs`]) and shared
+//! with the previous version where unchanged. The store also keeps the uid and ownerReference
+//! indexes for garbage collection; API semantics live in `registry`.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

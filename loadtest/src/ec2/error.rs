@@ -1,5 +1,5 @@
 //! Errors the simulated EC2 API returns, named after the real EC2 error codes so callers
-//! (the simulated cloud provider now, retry logic later) branch on them as they would on AWS.
+//! (the simulated cloud provider) branch on them as they would on AWS's.
 
 use thiserror::Error;
 

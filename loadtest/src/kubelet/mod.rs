@@ -1,21 +1,17 @@
-//! Simulated kubelets (plus the node-side controllers of a real cluster: daemonset
-//! controller, pod garbage collector, cloud node lifecycle). One task plays every node:
-//! it watches NodeClaims, Nodes, Pods and DaemonSets through the API server with kube-rs,
-//! and the simulated EC2's instances, and drives each launched machine through its life:
+//! Simulated kubelets, with the node-side controllers of a real cluster (daemonset controller,
+//! pod garbage collector, cloud node lifecycle). One task plays every node: it watches
+//! NodeClaims, Nodes, Pods and DaemonSets through the API server with kube-rs, and the
+//! simulated EC2's instances, and drives each machine through its life:
+//! 1. a NodeClaim gets `status.providerID` → after `boot_delay` its Node registers with the
+//!    instance type's labels, taints (`karpenter.sh/unregistered`, startup taints), capacity;
+//! 2. after `ready_delay` it turns Ready, and `startup_taint_delay` later loses its startup
+//!    taints, as the agents that own them would remove them;
+//! 3. pods of the DaemonSets that select and tolerate it are created on it; pods bound to it
+//!    run after `pod_start_delay`; pods deleted on it are removed at once;
+//! 4. when its instance terminates the Node goes NotReady, is deleted after `shutdown_delay`,
+//!    and the pods still bound to it are deleted.
 //!
-//! 1. a NodeClaim gets `status.providerID` → after `boot_delay` the Node registers with the
-//!    providerID, labels, taints (incl. `karpenter.sh/unregistered:NoExecute` and the
-//!    startup taints), capacity and allocatable of its instance type;
-//! 2. after `ready_delay` it turns Ready; after `startup_taint_delay` more, its startup
-//!    taints are removed (as the agents that own them would);
-//! 3. daemonset pods are created on it for every DaemonSet whose template tolerates and
-//!    selects it; pods bound to it start Running after `pod_start_delay`; pods deleted on
-//!    it are removed at once (their containers "stop" instantly);
-//! 4. when its instance is terminated the Node goes NotReady, is deleted after
-//!    `shutdown_delay`, and the pods still bound to it are deleted once it is gone.
-//!
-//! Beside them runs the attach/detach controller ([`volumes`]): VolumeAttachments for the
-//! PersistentVolumes pods mount, detached `detach_delay` after the last pod using one left.
+//! The attach/detach controller ([`volumes`]) runs beside it.
 
 mod node;
 mod pods;
@@ -311,7 +307,7 @@ enum Action {
     },
     /// The pod's running status is made as the write goes out, not with the action: a
     /// reconcile after thousands of bindings has thousands of pods to start, `concurrency` at
-    /// a time, and their patches made up front took 37 MB at once at 20,000 pods.
+    /// a time, and patches made up front would all be held at once.
     StartPod {
         pod: Arc<KubeletPod>,
         host_ip: String,

@@ -2,12 +2,9 @@
 //! scheduling cycle reads (identity, whether the pod is ours to schedule, its binding,
 //! nomination, priority and creation time, and its `PodScheduled` condition while unbound)
 //! plus the pod compiled for scheduling ([`PodInfo`]), made once per pod version as the
-//! watch delivers it, its shape shared with the other pods of its workload.
-//!
-//! The cache used to hold each pod as `Pod` trimmed to those fields next to a separate map
-//! of compiled `PodInfo`s: a typed `Pod` keeps room for every field it could have, so even
-//! trimmed it took several times what the cycle reads, for every pod of the run. The
-//! projection holds the compiled pod instead, so each version is compiled exactly once.
+//! watch delivers it, its shape shared with the other pods of its workload. A typed `Pod`
+//! keeps room for every field it could have, so the cache holds this projection instead and
+//! each version is compiled exactly once.
 
 use super::DEFAULT_SCHEDULER_NAME;
 use super::podinfo::{PodInfo, Shapes};

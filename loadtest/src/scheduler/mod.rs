@@ -1,21 +1,14 @@
 //! The simulated kube-scheduler. It watches nodes and pods through the API server like the
-//! real one, and every `interval` (100 ms by default) runs one cycle over all pending pods:
-//! each is filtered and scored against the nodes (see [`cluster`]), bound through the
-//! `binding` subresource, or marked `PodScheduled=False, reason=Unschedulable` with
-//! kube-scheduler's "0/N nodes are available: ..." message — the signal kerf provisions
-//! for. Unschedulable pods are retried with backoff once nodes or pods changed, as the real
-//! scheduler's unschedulable queue does, so 10k waiting pods do not cost a full pass each
-//! cycle; and, as kube-scheduler since 1.33 pops its backoff queue whenever nothing else
-//! waits, a cycle tries the pods still backing off after those due. A pending pod's
-//! nomination withdrawn or moved (or the nominated pod deleted) counts as such a change for
-//! the pods of equal or lower priority, as kube-scheduler's event handlers treat it (an
-//! `AssignedPodDelete` for them): the room it held on its nominated node is free, and the
-//! pods waiting for room must not wait for the 5-minute flush to see it. The
-//! `Unschedulable` reports are written beside the cycles, not in them (see [`dispatcher`]),
-//! as kube-scheduler's API dispatcher writes them: bindings never wait for them. Bindings
-//! are sent beside the cycles too, as kube-scheduler's binding cycles run apart from its
-//! scheduling cycle: the next cycle counts a pod whose binding is on its way as placed, and
-//! considers it again if the binding failed.
+//! real one and every `interval` runs one cycle over the pending pods: each is filtered and
+//! scored against the nodes (`cluster`), then bound, or marked `PodScheduled=False,
+//! reason=Unschedulable` with kube-scheduler's "0/N nodes are available: ..." message — the
+//! signal kerf provisions for. As in kube-scheduler's queues, unschedulable pods are retried
+//! with backoff once nodes or pods change (a withdrawn or moved nomination counts, as an
+//! `AssignedPodDelete` does upstream), and a cycle with nothing else to do tries the pods still
+//! backing off, so many waiting pods do not cost a full pass each cycle. Bindings and
+//! `Unschedulable` reports are sent beside the cycles (`dispatcher`), as kube-scheduler's
+//! binding cycles and API dispatcher run apart from its scheduling cycle: the next cycle
+//! counts a pod whose binding is on its way as placed, and considers it again if it failed.
 
 mod amounts;
 mod cached;
@@ -23,6 +16,7 @@ mod cluster;
 mod dispatcher;
 mod nodeinfo;
 mod podinfo;
+mod reason;
 mod score;
 mod selector;
 mod topology;
@@ -480,7 +474,7 @@ impl Scheduler {
                 let _slot = slots.acquire_owned().await.ok();
                 // Boxed, so a task waiting for its slot holds the binding, not room for the
                 // request in flight: a cycle that places thousands of pods leaves thousands
-                // waiting (10 MB of them at 20,000 pods, unboxed).
+                // waiting.
                 Box::pin(apply(client, stats, bind)).await
             }));
         }

@@ -172,8 +172,8 @@ impl PodShape {
 }
 
 /// The shapes of the pods in the scheduler's cache, so the pods of one workload share one
-/// instead of each holding a copy (at 20,000 pods the copies were most of the cache). It
-/// holds them weakly: a shape goes with the last pod version that has it.
+/// instead of each holding a copy, which would be most of the cache. It holds them weakly:
+/// a shape goes with the last pod version that has it.
 pub(crate) type Shapes = Interner<PodShape>;
 
 impl PodInfo {

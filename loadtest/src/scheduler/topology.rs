@@ -3,9 +3,9 @@
 //! topology key) are numbered once per cycle and counts are kept per domain index, so
 //! checking a node is a couple of array reads rather than string hashing.
 
-use super::cluster::Reason;
 use super::nodeinfo::NodeInfo;
 use super::podinfo::{PodInfo, PodSelector};
+use super::reason::Reason;
 
 /// The domains of one topology key: which domain each node is in.
 pub(crate) struct Domains {

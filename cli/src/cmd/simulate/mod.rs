@@ -5,40 +5,26 @@
 //! and ends with a summary of what happened. Exits 0 when every pod that can fit is bound
 //! (pods the controller reports it cannot place do not count), 1 when `--duration` runs out
 //! first or the input is bad, 130 after Ctrl-C or SIGTERM, which end the run at once with a
-//! summary of what happened until then.
+//! summary of what happened until then. The harness is the `kerf-simulation` crate; this
+//! module parses the arguments, owns the process (runtime, signals, exit codes) and prints.
 
-mod api_only;
-mod apply;
-mod controller_threads;
-mod defaults;
-mod drift;
-mod exposition;
-mod ice;
-mod inputs;
-mod install;
-mod interrupt;
-mod memory;
-mod observe;
-mod outside;
-mod planned;
-mod progress;
-mod report;
-mod run;
-mod scale_down;
 mod scenario;
-mod summary;
-mod world;
-mod writes;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context as _;
+use kerf_simulation::ice::IceTarget;
+use kerf_simulation::summary::{self, Outcome};
+use kerf_simulation::world::Pace;
+use kerf_simulation::{api_only, defaults, inputs, interrupt, run, scale_down};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::plan::Format;
-use ice::IceTarget;
-use summary::Outcome;
+use crate::aws::cluster;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -100,12 +86,8 @@ pub struct Args {
     pub scenario: Option<PathBuf>,
 }
 
-fn pace(fast: bool) -> world::Pace {
-    if fast {
-        world::Pace::Instant
-    } else {
-        world::Pace::Brisk
-    }
+fn pace(fast: bool) -> Pace {
+    if fast { Pace::Instant } else { Pace::Brisk }
 }
 
 fn go_duration(text: &str) -> Result<Duration, String> {
@@ -157,6 +139,7 @@ pub fn run(args: Args) -> ExitCode {
         duration: args.duration,
         kubeconfig_out: args.kubeconfig_out,
         pace: pace(args.fast),
+        startup_reads,
         show_progress: output == Format::Table,
         drift: args.drift,
         report: args.report,
@@ -234,13 +217,45 @@ fn serve_api_only(args: &Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(api_only::serve(&path)) {
+    let served = runtime.block_on(async {
+        // Installed before the emulator starts: a signal sent as soon as its ready line is
+        // read must stop it, not kill the process.
+        let stop = StopSignal::install().context("installing the signal handlers")?;
+        api_only::serve(&path, stop.wait()).await
+    });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("kerf simulate: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// `kerf controller`'s start-up reads ([`cluster::discover`]), made by each simulated
+/// controller replica with its own client; what they find is logged, as `kerf controller`
+/// logs it.
+fn startup_reads(
+    client: kube::Client,
+    config: kube::Config,
+) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    Box::pin(async move {
+        let configured = cluster::Configured {
+            cluster_endpoint: None,
+            ca_bundle: None,
+            kube_config: &config,
+        };
+        let facts = cluster::discover(&client, &configured)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        tracing::info!(
+            kubernetes_version = facts.kubernetes_version,
+            kube_dns_ip = facts.kube_dns_ip.as_deref().unwrap_or("unknown"),
+            cluster_cidr = facts.cluster_cidr.as_deref().unwrap_or("unknown"),
+            "discovered cluster"
+        );
+        Ok(())
+    })
 }
 
 /// Ctrl-C or SIGTERM, caught from the moment it is installed.

@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::summary::{Latency, latency};
+use super::figures::{Latency, latency};
 
 /// How often the phase looks at the cluster: the resolution of its timings.
 const POLL: Duration = Duration::from_millis(250);

@@ -20,7 +20,7 @@ use super::super::defaults::{CLUSTER_NAME, REGION};
 use super::super::inputs::{self, Inputs, Sources};
 use super::super::world::Flags;
 use super::format::{self, Action, ControllerStep, Expect, Fault, Problem, Step, Wait};
-use crate::cmd::read_objects;
+use crate::inputs::read_objects;
 
 /// A checked scenario.
 pub struct Scenario {

@@ -1,19 +1,15 @@
-//! Running the steps, in order: a step with `at` first waits until that much time has passed
-//! since the start (at once if it already has), any other follows the previous one. Waits
-//! that time out are reported and the run goes on — the expectations judge the outcome — but
-//! a step that cannot be carried out (a Deployment that does not exist, a kill waiting for a
-//! launch that never comes) ends the run as a failure.
+//! Running the steps, in order: a step with `at` waits until that much time has passed since
+//! the start, any other follows the previous one. Waits that time out are reported and the run
+//! goes on — the expectations judge the outcome — but a step that cannot be carried out (a
+//! Deployment that does not exist, a kill waiting for a launch that never comes) ends the run
+//! as a failure.
 //!
 //! `podsBound: all` and `settled` do not wait for pods the controller reported it cannot
-//! place, unless a capacity fault may be why ([`super::invariants`]); a wait that ends
-//! without them says how many it left out.
-//!
-//! `settled` is read from what the leading controller exposes: no workload pod pending that
-//! the controller could place, every
-//! NodeClaim Initialized and none being deleted, the disruption loop's last pass idle with
-//! nothing about to become consolidatable (no `consolidateAfter` running) and no command in
-//! the orchestration queue — held for longer than the loop's polling period, so a change
-//! the loop has not looked at yet would have shown.
+//! place, unless a capacity fault may be why ([`super::invariants`]). `settled` is read from
+//! what the leading controller exposes: no placeable workload pod pending, every NodeClaim
+//! Initialized and none being deleted, the disruption loop idle with no `consolidateAfter`
+//! running and no command queued — held for longer than the loop's polling period, so a
+//! change the loop has not looked at yet would have shown.
 
 use std::time::Duration;
 

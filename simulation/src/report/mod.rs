@@ -2,7 +2,7 @@
 //! simulated world once a second while the run goes (so a spike that is gone by the end is
 //! still seen); a scenario adds the windows its faults were active in and its expectations
 //! with what was measured. Written as `report.json` (this module's types, camelCase) and
-//! `report.html` (plots, [`html`]), both by [`write`]. The types here are the contract between the recorder, the
+//! `report.html` (plots, `html`), both by [`write()`]. The types here are the contract between the recorder, the
 //! scenario runner and the writers; keep them plain data.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -103,7 +103,7 @@ impl Percentiles {
     pub fn of(samples: &[f64]) -> Self {
         let mut sorted = samples.to_vec();
         sorted.sort_by(f64::total_cmp);
-        let rank = |p| super::summary::nearest_rank(&sorted, p);
+        let rank = |p| crate::figures::nearest_rank(&sorted, p);
         Self {
             p50: rank(0.50),
             p90: rank(0.90),

@@ -25,10 +25,10 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::{ActiveFaults, Sample};
-use crate::cmd::simulate::memory;
-use crate::cmd::simulate::observe::{NotServed, Tally};
-use crate::cmd::simulate::summary;
-use crate::cmd::simulate::world::World;
+use crate::figures;
+use crate::memory;
+use crate::observe::{NotServed, Tally};
+use crate::world::World;
 
 /// How often a sample is taken (the report's time resolution).
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
@@ -137,7 +137,7 @@ impl Sampler {
     async fn run(mut self, mut stop: oneshot::Receiver<()>) -> Recording {
         let mut samples = tokio::time::interval(SAMPLE_EVERY);
         // On a busy machine a tick is often late: stay on the one-second grid rather than
-        // let lateness add up (Delay lost two samples a minute at 1,000 pods on 2 cores).
+        // let lateness add up and lose samples.
         samples.set_missed_tick_behavior(MissedTickBehavior::Skip);
         let mut tally_tick = tokio::time::interval(TALLY_TICK);
         tally_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -182,7 +182,7 @@ impl Sampler {
             nodes_on_demand: on_demand,
             nodes_spot: spot,
             nodeclaims_by_phase: self.claims.as_deref().map(by_phase).unwrap_or_default(),
-            hourly_cost: summary::hourly_cost(&instances),
+            hourly_cost: figures::hourly_cost(&instances),
             controller_memory_bytes: Some(memory::controller_heap().live_bytes),
             api_requests: self.sources.requests.get(),
             cloud_calls: self.sources.ec2.api_calls().total_calls(),
@@ -263,7 +263,7 @@ mod tests {
                 .await
                 .expect("emulator");
             let cluster = server.cluster();
-            crate::cmd::simulate::world::install_crds(&cluster).expect("CRDs");
+            crate::world::install_crds(&cluster).expect("CRDs");
             let sources = Sources {
                 cluster: cluster.clone(),
                 ec2: SimulatedEc2::new(Ec2Config::instant("us-east-1"), []),

@@ -7,11 +7,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use kerf::manifest::{self, Object};
+use kerf::manifest::{self, Limits, Object};
 use kerf::plan::inventory::{self, Inventory};
 
 use super::defaults;
-use crate::cmd::read_objects;
 
 /// The objects to apply, split by when they are applied.
 #[derive(Debug)]
@@ -121,6 +120,33 @@ fn defaults_of(texts: &[(String, &str)]) -> Vec<Object> {
             manifest::parse_all(text, source).expect("the built-in manifests parse")
         })
         .collect()
+}
+
+/// Every object behind every path (a file, a directory's manifests, or standard input for
+/// `-`), or every read and parse error, so that one run shows everything to fix.
+pub fn read_objects(paths: &[PathBuf]) -> Result<Vec<Object>, Vec<String>> {
+    let mut objects = Vec::new();
+    let mut errors = Vec::new();
+    for path in paths {
+        let mut sink = |object: Result<Object, manifest::ManifestError>| match object {
+            Ok(object) => objects.push(object),
+            Err(error) => errors.push(error.to_string()),
+        };
+        let read = if path.as_os_str() == "-" {
+            manifest::stream::read(std::io::stdin(), "-", Limits::default(), &mut sink)
+                .map_err(|e| vec![e])
+        } else {
+            manifest::read_path_objects(path, Limits::default(), &mut sink)
+        };
+        if let Err(failures) = read {
+            errors.extend(failures.iter().map(ToString::to_string));
+        }
+    }
+    if errors.is_empty() {
+        Ok(objects)
+    } else {
+        Err(errors)
+    }
 }
 
 fn collect(read: Result<Vec<Object>, Vec<String>>, errors: &mut Vec<String>) -> Vec<Object> {

@@ -1,19 +1,14 @@
-//! What a scenario's expectations are judged on, watched throughout the run (every
-//! [`TICK`]) rather than read at the end, so a spike that is gone by then still counts:
-//! - pods: workload pods and how many are bound (from the emulator's change history, see
-//!   [`Tally`]); which pending pods the controller has reported it cannot place (its latest
-//!   event about the pod is `FailedScheduling`, not a later `Nominated`), which nothing
-//!   waits for — except while a capacity fault is under way or its unavailable offerings
-//!   may still stand ([`CapacityFaults`]), when such a report may be the fault's doing and
-//!   every pod is waited for; and the last moment the cluster went from some placeable
-//!   pods pending to none;
-//! - nodes and cost: the live (pending or running) instances of the simulated EC2 — the
-//!   capacity being paid for, registered as a Node or not — and their summed hourly price,
-//!   both as maxima;
-//! - budgets: how many times a PodDisruptionBudget that met its minimum fell below it
-//!   because its healthy pods dropped (not because it came to want more). The emulator
-//!   refuses evictions past a budget as a real API server does, so such a drop means pods
-//!   went some other way: a node terminated before it was drained, or reclaimed.
+//! What a scenario's expectations are judged on, watched every [`TICK`] through the run rather
+//! than read at the end, so a spike that is gone by then still counts:
+//! - pods: workload pods and how many are bound ([`Tally`]); the pending pods the controller
+//!   reported it cannot place (latest event `FailedScheduling`), which nothing waits for
+//!   unless a capacity fault may be why ([`CapacityFaults`]); the last moment the cluster went
+//!   from some placeable pods pending to none;
+//! - nodes and cost: the live instances of the simulated EC2 (paid for, registered or not) and
+//!   their summed hourly price, as maxima;
+//! - budgets: how often a PodDisruptionBudget that met its minimum fell below it as healthy
+//!   pods dropped. The emulator refuses evictions past a budget, so such a drop means pods went
+//!   another way (a node terminated before it was drained, or reclaimed).
 //!
 //! Leaks and double launches are read at the end from every instance EC2 ever launched.
 

@@ -5,7 +5,9 @@
 //! launching into that EC2 and reading that queue — started in dependency order and stopped in
 //! reverse. Must run inside an actix `System` on a multi-threaded tokio runtime.
 
+use std::future::Future;
 use std::net::Ipv4Addr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,24 +31,32 @@ use kube::Client;
 
 use super::controller_threads::{Controller, ControllerThreads};
 use super::defaults::{CLUSTER_NAME, REGION};
+use super::figures::ClientBudget;
 use super::ice::{self, IceTarget};
 use super::install;
 use super::outside;
 
-pub const NODEPOOL_CRD: &str = include_str!("../../../../deploy/crds/karpenter.sh_nodepools.yaml");
-pub const NODECLAIM_CRD: &str =
-    include_str!("../../../../deploy/crds/karpenter.sh_nodeclaims.yaml");
+pub const NODEPOOL_CRD: &str = include_str!("../../deploy/crds/karpenter.sh_nodepools.yaml");
+pub const NODECLAIM_CRD: &str = include_str!("../../deploy/crds/karpenter.sh_nodeclaims.yaml");
 pub const NODECLASS_CRD: &str =
-    include_str!("../../../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
+    include_str!("../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
 
 /// Most changes the emulator keeps per resource for watches to resume from (besides its
 /// 75 s window). Watchers here keep up within milliseconds, so a tenth of the emulator's
-/// default is plenty, and at 10k pods the default's retained history would dwarf everything
-/// else in the process.
+/// default is plenty, and the default's retained history would dwarf everything else in a
+/// large run's process.
 const HISTORY_CAPACITY: usize = 20_000;
 
 /// The simulated region's interruption queue (`INTERRUPTION_QUEUE`).
 const INTERRUPTION_QUEUE: &str = "kerf-simulate-interruptions";
+
+/// `kerf controller`'s start-up reads (the facts new nodes need: the API server's version,
+/// the `kube-dns` and `kubernetes` Services, the `kubernetes` ServiceCIDR), made by each
+/// replica with its own client and configuration before its daemon starts, so a simulation
+/// makes the requests an installed controller makes under the chart's RBAC. The binary that
+/// embeds the simulation passes the controller's own; the error says what could not be read.
+pub type StartupReads =
+    fn(Client, kube::Config) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 /// How fast the simulated machines and nodes move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,8 +129,8 @@ impl Pace {
     /// Controller flags the pace implies, as flag-value pairs (the environment may set the
     /// rest). The fast pace's batching window is half upstream's: wide enough that a
     /// workload's Deployments, whose pods the emulator's controllers create one ReplicaSet
-    /// after another, still land in one batch on a busy 2-core machine (at 100 ms, a CI run
-    /// split 300 pods over two rounds and launched 18 NodeClaims where one batch needs 15).
+    /// after another, still land in one batch on a busy 2-core machine, where a narrower
+    /// window splits them over two rounds that launch more NodeClaims than one batch needs.
     fn controller_flags(self) -> &'static [&'static str] {
         match self {
             Self::Brisk => &[],
@@ -175,12 +185,18 @@ pub struct World {
     kubelets: KubeletHandle,
     scheduler: SchedulerHandle,
     pace: Pace,
+    startup_reads: StartupReads,
 }
 
 impl World {
     /// Starts the emulator with kerf's CRDs, the simulated EC2 (with `ice` applied), the
-    /// kubelets and the scheduler.
-    pub async fn start(pace: Pace, ice: &[IceTarget]) -> Result<Self, StartError> {
+    /// kubelets and the scheduler; each controller replica started in it makes
+    /// `startup_reads` first.
+    pub async fn start(
+        pace: Pace,
+        ice: &[IceTarget],
+        startup_reads: StartupReads,
+    ) -> Result<Self, StartError> {
         let catalog = Catalog::embedded(REGION)?;
         let offerings = catalog_offerings(&catalog.instance_types(&AllocatableSettings::default()));
         let ice = ice::pools(ice, &offerings)?;
@@ -218,6 +234,7 @@ impl World {
             kubelets,
             scheduler,
             pace,
+            startup_reads,
         })
     }
 
@@ -228,7 +245,7 @@ impl World {
     /// Starts the controller against the emulator over HTTP, launching into the simulated
     /// EC2, and waits until its cluster state has synced. It gets its own client, limited to
     /// `KUBE_CLIENT_QPS`/`KUBE_CLIENT_BURST` as `kerf controller`'s is, authenticated as the
-    /// chart's ServiceAccount under the chart's RBAC ([`install`]); the simulated kubelets
+    /// chart's ServiceAccount under the chart's RBAC (`install`); the simulated kubelets
     /// and scheduler stand for the rest of a cluster and are neither limited nor restricted.
     pub async fn start_controller(&self) -> Result<Controller, StartError> {
         self.start_replica(&Replica::alone(&controller_identity()))
@@ -236,9 +253,9 @@ impl World {
     }
 
     /// The client budget [`World::start_controller`]'s controller runs with.
-    pub fn client_budget(&self) -> Result<super::summary::ClientBudget, StartError> {
+    pub fn client_budget(&self) -> Result<ClientBudget, StartError> {
         let settings = controller_settings(self.pace, &Replica::alone(&controller_identity()))?;
-        Ok(super::summary::ClientBudget {
+        Ok(ClientBudget {
             qps: settings.kube_client_qps,
             burst: settings.kube_client_burst,
         })
@@ -247,11 +264,11 @@ impl World {
     /// [`World::start_controller`] for one replica of several: its requests name it to the
     /// emulator (so a scenario can cut it off as a crash would), and with leader election on
     /// it leads only while it holds the Lease. Each replica runs on threads of its own
-    /// ([`ControllerThreads`]), whose allocations count as the controller's.
+    /// (`ControllerThreads`), whose allocations count as the controller's.
     pub async fn start_replica(&self, replica: &Replica) -> Result<Controller, StartError> {
         let settings = controller_settings(self.pace, replica)?;
         let mut config = kube_config(&self.server).await?;
-        install::authenticate(&mut config)?;
+        install::authenticate(&mut config).map_err(|e| StartError::Client(e.to_string()))?;
         let name = http::HeaderValue::from_str(&replica.identity)
             .map_err(|e| StartError::Client(format!("identity {:?}: {e}", replica.identity)))?;
         config
@@ -265,6 +282,7 @@ impl World {
             provider: Arc::clone(&self.provider),
             catalog: self.catalog,
             interruptions: Arc::clone(&self.interruptions),
+            startup_reads: self.startup_reads,
         };
         let threads = ControllerThreads::start().map_err(StartError::Threads)?;
         match threads.run(move || start.run()).await {
@@ -301,6 +319,7 @@ struct ReplicaStart {
     provider: Arc<SimulatedCloudProvider>,
     catalog: Catalog,
     interruptions: Arc<MemoryQueue>,
+    startup_reads: StartupReads,
 }
 
 impl ReplicaStart {
@@ -322,6 +341,7 @@ impl ReplicaStart {
             provider,
             catalog,
             interruptions,
+            startup_reads,
         } = self;
         let leader_client = kube::Client::try_from(config.clone())
             .map_err(|e| StartError::Client(e.to_string()))?;
@@ -331,7 +351,9 @@ impl ReplicaStart {
             settings.kube_client_burst,
         )
         .map_err(|e| StartError::Client(e.to_string()))?;
-        install::discover(&client, &config).await?;
+        startup_reads(client.clone(), config.clone())
+            .await
+            .map_err(StartError::Discovery)?;
         // One unavailable-offerings state for the replica and its launches, as the AWS
         // provider shares it: interrupted and refused offerings are left out of launches.
         // Each replica has its own, as each upstream replica has its own cache.

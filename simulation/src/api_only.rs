@@ -3,6 +3,7 @@
 //! cluster an external `kerf controller` runs against, e.g. with moto as its AWS (README's
 //! developer recipe), where an in-process controller would launch for the same pods.
 
+use std::future::Future;
 use std::path::Path;
 
 use anyhow::Context as _;
@@ -10,15 +11,14 @@ use kerf_loadtest::apiserver::{ApiServer, ServerConfig};
 
 use super::world::install_crds;
 
-/// Serves the emulator, with its kubeconfig at `kubeconfig_out`, until a stop signal.
-pub async fn serve(kubeconfig_out: &Path) -> anyhow::Result<()> {
+/// Serves the emulator, with its kubeconfig at `kubeconfig_out`, until `stop` completes.
+/// The caller installs the stop signal before calling, so a signal sent as soon as the ready
+/// line is read stops the emulator rather than killing the process.
+pub async fn serve(kubeconfig_out: &Path, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
     let server = ApiServer::start(ServerConfig::default())
         .await
         .context("starting the API emulator")?;
     install_crds(&server.cluster())?;
-    // Installed before the ready line: a signal sent as soon as it is read must stop the
-    // emulator, not kill the process.
-    let stop = super::StopSignal::install().context("installing the signal handlers")?;
     server
         .write_kubeconfig(kubeconfig_out)
         .with_context(|| format!("--kubeconfig-out {}", kubeconfig_out.display()))?;
@@ -27,7 +27,7 @@ pub async fn serve(kubeconfig_out: &Path) -> anyhow::Result<()> {
         server.url(),
         kubeconfig_out.display()
     );
-    stop.wait().await;
+    stop.await;
     server.shutdown().await;
     Ok(())
 }

@@ -24,8 +24,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::exposition;
+use super::figures::{mib, round3};
 use super::observe::Tally;
-use super::summary::{mib, round3};
 use super::world::World;
 
 /// How often the settle conditions and budgets are sampled.
@@ -79,7 +79,7 @@ pub struct Disruption {
     pub mean_pass_seconds: f64,
     /// The longest such pass of the whole run.
     pub longest_pass_seconds: f64,
-    /// The controller's heap at its most from the scale-down on ([`super::memory::start_phase`]).
+    /// The controller's heap at its most from the scale-down on (`memory::start_phase`).
     pub controller_heap_peak_bytes: u64,
 }
 

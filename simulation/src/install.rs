@@ -4,10 +4,9 @@
 //! for release `karpenter` in namespace `karpenter` (`deploy/chart-rbac.json`, kept equal to
 //! the chart by `cli/tests/chart.rs`), is stored in the emulator and enforced; the controller
 //! authenticates as the chart's ServiceAccount. The rest of the simulated cluster (kubelets,
-//! scheduler, kubectl through `--kubeconfig-out`) sends no token and stays an administrator,
-//! as the emulator's clients were before. Like `kerf controller`, the simulated controller
-//! first reads the facts new nodes need ([`crate::aws::cluster::discover`]: the API server's
-//! version, the `kube-dns` and `kubernetes` Services, the `kubernetes` ServiceCIDR), from
+//! scheduler, kubectl through `--kubeconfig-out`) sends no token and stays an administrator.
+//! Like `kerf controller`, the simulated controller
+//! first reads the facts new nodes need ([`StartupReads`](crate::world::StartupReads)), from
 //! Services shaped like EKS's; the simulated EC2 does not use them, but the reads are the
 //! start-up's. At the end, [`usage`] names the requests RBAC refused and the granted rules no
 //! request needed.
@@ -19,12 +18,9 @@ use kerf_loadtest::apiserver::{Cluster, RunningServer};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::world::StartError;
-use crate::aws::cluster;
-
 /// The chart's RBAC objects (ClusterRoles, Roles and their bindings) for release
 /// `karpenter` in [`NAMESPACE`].
-pub const CHART_RBAC: &str = include_str!("../../../../deploy/chart-rbac.json");
+pub const CHART_RBAC: &str = include_str!("../../deploy/chart-rbac.json");
 
 /// The namespace the chart is installed in: the controller's Lease lives there.
 pub const NAMESPACE: &str = "karpenter";
@@ -118,30 +114,9 @@ fn create(
 }
 
 /// Makes `config`'s requests the chart's ServiceAccount's.
-pub fn authenticate(config: &mut kube::Config) -> Result<(), StartError> {
-    let bearer = http::HeaderValue::from_str(&format!("Bearer {CONTROLLER_TOKEN}"))
-        .map_err(|e| StartError::Client(e.to_string()))?;
+pub fn authenticate(config: &mut kube::Config) -> Result<(), http::header::InvalidHeaderValue> {
+    let bearer = http::HeaderValue::from_str(&format!("Bearer {CONTROLLER_TOKEN}"))?;
     config.headers.push((http::header::AUTHORIZATION, bearer));
-    Ok(())
-}
-
-/// `kerf controller`'s start-up reads, with the controller's client; what they find is
-/// logged, as `kerf controller` logs it.
-pub async fn discover(client: &kube::Client, config: &kube::Config) -> Result<(), StartError> {
-    let configured = cluster::Configured {
-        cluster_endpoint: None,
-        ca_bundle: None,
-        kube_config: config,
-    };
-    let facts = cluster::discover(client, &configured)
-        .await
-        .map_err(|e| StartError::Discovery(format!("{e:#}")))?;
-    tracing::info!(
-        kubernetes_version = facts.kubernetes_version,
-        kube_dns_ip = facts.kube_dns_ip.as_deref().unwrap_or("unknown"),
-        cluster_cidr = facts.cluster_cidr.as_deref().unwrap_or("unknown"),
-        "discovered cluster"
-    );
     Ok(())
 }
 

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::apply::apply;
 use super::controller_threads::Controller;
 use super::exposition;
+use super::figures::ClientBudget;
 use super::ice::IceTarget;
 use super::inputs::Inputs;
 use super::interrupt;
@@ -26,10 +27,9 @@ use super::progress::Progress;
 use super::report::{self, ActiveFaults, Recorder};
 use super::scale_down;
 use super::summary::{
-    ClientBudget, Endpoints, Facts, Memory, Nominations, Outcome, Provisioning, RoundFigures,
-    Summary,
+    Endpoints, Facts, Memory, Nominations, Outcome, Provisioning, RoundFigures, Summary,
 };
-use super::world::{Pace, World};
+use super::world::{Pace, StartupReads, World};
 
 /// Longest the loop sleeps without news; progress and the deadline are checked this often.
 const TICK: Duration = Duration::from_millis(100);
@@ -44,6 +44,8 @@ pub struct Config {
     pub duration: Duration,
     pub kubeconfig_out: Option<PathBuf>,
     pub pace: Pace,
+    /// `kerf controller`'s start-up reads, made by the controller before it starts.
+    pub startup_reads: StartupReads,
     pub show_progress: bool,
     /// Run the `--drift` AMI rollout after the scale-out.
     pub drift: bool,
@@ -71,7 +73,7 @@ impl Finished {
 pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     let started = Instant::now();
     let deadline = started + config.duration;
-    let world = World::start(config.pace, &config.ice).await?;
+    let world = World::start(config.pace, &config.ice, config.startup_reads).await?;
     let cluster = world.cluster();
     let recorder = match config.report {
         Some(_) => Some(Recorder::start(&world, ActiveFaults::default(), started)?),

@@ -1,20 +1,15 @@
 //! The controller's own threads in `kerf simulate`. Each replica runs as `kerf controller`
-//! runs it — an actix `System` on a multi-threaded tokio runtime — but on threads of its own
-//! (`kerf-controller-N`, its workers `kerf-controller-N-worker`), apart from the API emulator,
-//! kubelets, scheduler and simulated EC2 on the main runtime. Those threads, their blocking
-//! pool, and every thread the controller starts from them (actor arbiters, NodePool
-//! schedulers, solving threads) allocate as [`Owner::CONTROLLER`], so the accounting allocator
-//! can tell the controller's heap from the simulated cluster's ([`super::memory`]).
+//! does — an actix `System` on a multi-threaded tokio runtime — but on threads of its own
+//! (`kerf-controller-N`, workers `kerf-controller-N-worker`), apart from the simulated cluster
+//! on the main runtime. Those threads, their blocking pool and every thread started from them
+//! allocate as [`Owner::CONTROLLER`], so the controller's heap is told apart from the
+//! simulated cluster's ([`super::memory`]).
 //!
-//! The daemon is started (and stopped) by a job sent to its System thread, where actix needs
-//! it; once started it is an ordinary value the run reads (`rounds`, `state`, ...) from the
-//! main runtime.
-//!
-//! To profile the controller's heap over a run, the first replica also starts a sampler: a
-//! thread of nobody's (its own allocations are not counted) that, while debug logs are on
-//! (`--log-level debug`), logs the controller's live heap and peak every
-//! [`HEAP_SAMPLE_PERIOD`] under the target [`HEAP_SAMPLES`]; the Provisioner's round log
-//! names the step of a round that raised the peak.
+//! The daemon is started and stopped by a job sent to its System thread, where actix needs
+//! it; once started it is a value the run reads from the main runtime. With debug logs on,
+//! the first replica also starts a sampler (a thread whose allocations count to nobody) that
+//! logs the controller's live heap and peak every [`HEAP_SAMPLE_PERIOD`] under the target
+//! [`HEAP_SAMPLES`].
 
 use std::future::Future;
 use std::ops::Deref;
@@ -37,7 +32,8 @@ type Job = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>> + Send>;
 static STARTED: AtomicUsize = AtomicUsize::new(0);
 
 /// How often the sampler reads the controller's heap: short enough to see a round's steps
-/// (each takes hundreds of milliseconds at 10k pods), long enough to log little.
+/// (each takes hundreds of milliseconds in the `scale-out-10k` scenario), long enough to
+/// log little.
 pub const HEAP_SAMPLE_PERIOD: Duration = Duration::from_millis(100);
 
 /// The log target of the heap samples.

@@ -1,28 +1,21 @@
-//! Memory figures of a `kerf simulate` run. The controller runs inside the `kerf simulate`
-//! process together with the API emulator, kubelets, scheduler and EC2 simulator, so the
-//! process's peak resident memory (`VmHWM` in `/proc/self/status`, the kernel's high-water
-//! mark of the resident set) is all of them together. The controller's own figure is its heap:
-//! bytes its threads allocated and had not freed, counted by the accounting allocator
-//! (`kerf_heap`) on the threads the controller runs on ([`super::controller_threads`]) — live
-//! heap, not resident memory, so the allocator's overhead and fragmentation are not in it.
+//! Memory figures of a `kerf simulate` run, where the controller shares the process with the
+//! API emulator, kubelets, scheduler and EC2 simulator. The process's peak resident memory
+//! (`VmHWM` in `/proc/self/status`) is all of them together; the controller's own figure is
+//! its live heap, counted by the accounting allocator (`kerf_heap`) on the threads it runs on
+//! ([`super::controller_threads`]), so allocator overhead and fragmentation are not in it.
 //!
 //! The simulated cluster's parts are counted the same way, each as its own owner
-//! ([`simulated_heap`]): the tasks of the API emulator, the kubelets, the scheduler and the
-//! EC2 region's deferred steps are spawned as their owner's, and every task they spawn in
-//! turn inherits it; the controller's calls into the simulated EC2 run as EC2's
-//! ([`super::outside`]); the observers' tallies as theirs; and the rest of this process's
-//! own threads (the run's driver, the kube clients' connection tasks) as `simulate`. A block
-//! counts to the part whose code allocated it until it is freed, wherever it travels (a
-//! watch event the emulator serialised stays the emulator's while a kubelet's connection
-//! buffers it). Each part's peak is its own, reached at its own moment, so the peaks do not
-//! add up to the process's; the live figures at the end, with the controller's, are the
-//! process's live heap, less the little allocated before `kerf simulate` tagged its threads.
+//! ([`simulated_heap`]): the emulator's, kubelets', scheduler's and EC2's tasks (and the tasks
+//! they spawn), the controller's calls into EC2 ([`super::outside`]), the observers, and the
+//! rest of the process as `simulate`. A block counts to the part that allocated it until it is
+//! freed, wherever it travels. Each part's peak is reached at its own moment, so peaks do not
+//! add up to the process's; the live figures at the end do.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kerf_heap::Owner;
 
-use super::summary::HeapPart;
+use super::figures::HeapPart;
 
 /// The simulated cluster's parts, by the name the summary gives them, and their owner tag.
 const SIMULATED_PARTS: [(&str, Owner); 6] = [

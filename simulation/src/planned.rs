@@ -23,7 +23,7 @@ pub fn node_claims(inventory: &Inventory) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::simulate::inputs::{Sources, read};
+    use crate::inputs::{Sources, read};
 
     #[test]
     fn the_default_workload_plans_as_kerf_plan_does() {

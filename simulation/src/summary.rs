@@ -13,6 +13,7 @@ use std::time::Duration;
 use kerf_loadtest::ec2::{ApiCalls, Instance};
 use serde::Serialize;
 
+use super::figures::{HeapPart, Latency, hourly_cost, latency, mib, round3};
 use super::interrupt::Interruptions;
 use super::observe::Counts;
 use super::scale_down::Disruption;
@@ -106,13 +107,6 @@ pub struct UnschedulablePod {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Latency {
-    pub p50: f64,
-    pub p95: f64,
-    pub max: f64,
-}
-
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeClaims {
@@ -189,31 +183,6 @@ pub struct RoundFigures {
     pub client_budget_bound_seconds: f64,
 }
 
-/// The controller's client budget in effect (`KUBE_CLIENT_QPS`, `KUBE_CLIENT_BURST`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientBudget {
-    pub qps: u32,
-    pub burst: u32,
-}
-
-impl Default for ClientBudget {
-    /// The settings' defaults.
-    fn default() -> Self {
-        Self {
-            qps: 200,
-            burst: 300,
-        }
-    }
-}
-
-impl ClientBudget {
-    /// The least time `creates` requests of one kind take through a full bucket.
-    pub fn bound_seconds(&self, creates: usize) -> f64 {
-        let over = (creates as f64 - f64::from(self.burst)).max(0.0);
-        round3(over / f64::from(self.qps.max(1)))
-    }
-}
-
 /// What the summary is made of.
 pub struct Facts<'a> {
     pub outcome: Outcome,
@@ -235,7 +204,7 @@ pub struct Facts<'a> {
 }
 
 /// The controller's memory, the simulated cluster's parts' and the whole process's, in bytes
-/// (see [`super::memory`]).
+/// (see the `memory` module).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Memory {
@@ -249,19 +218,6 @@ pub struct Memory {
     /// Peak resident memory of the whole `kerf simulate` process (controller and simulated
     /// cluster together), read before the plan count is computed.
     pub process_peak_rss_bytes: Option<u64>,
-}
-
-/// One part of the simulated cluster's heap.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HeapPart {
-    /// `emulator`, `kubelets`, `scheduler`, `ec2`, `observers` or `simulate` (the rest of the
-    /// process's own threads).
-    pub part: &'static str,
-    /// The most heap the part held at once (its own moment; peaks do not add up).
-    pub peak_bytes: u64,
-    /// The part's heap at the end of the run.
-    pub live_bytes: u64,
 }
 
 /// Stuck pods listed by name at most.
@@ -557,47 +513,6 @@ fn tally(items: impl Iterator<Item = String>) -> BTreeMap<String, usize> {
     counts
 }
 
-pub(super) fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
-}
-
-pub(super) fn round3(seconds: f64) -> f64 {
-    (seconds * 1000.0).round() / 1000.0
-}
-
-/// What the live (pending or running) instances cost per hour, to four decimals.
-pub fn hourly_cost(instances: &[Instance]) -> f64 {
-    let sum: f64 = instances
-        .iter()
-        .filter(|i| i.state.is_live())
-        .map(|i| i.price)
-        .sum();
-    (sum * 10_000.0).round() / 10_000.0
-}
-
-/// Nearest-rank percentiles of `samples`; zeros when there are none.
-pub fn latency(mut samples: Vec<Duration>) -> Latency {
-    if samples.is_empty() {
-        return Latency::default();
-    }
-    samples.sort();
-    let seconds: Vec<f64> = samples.iter().map(Duration::as_secs_f64).collect();
-    Latency {
-        p50: nearest_rank(&seconds, 0.50),
-        p95: nearest_rank(&seconds, 0.95),
-        max: round3(seconds[seconds.len() - 1]),
-    }
-}
-
-/// The nearest-rank `p` percentile (0 < p ≤ 1) of `sorted`, to milliseconds; 0 when empty.
-pub fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let index = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
-    round3(sorted[index])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -621,21 +536,6 @@ mod tests {
             tags: BTreeMap::new(),
             interruption: None,
         }
-    }
-
-    #[test]
-    fn percentiles_are_nearest_rank() {
-        let samples: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(
-            latency(samples),
-            Latency {
-                p50: 0.05,
-                p95: 0.095,
-                max: 0.1
-            }
-        );
-        assert_eq!(latency(Vec::new()), Latency::default());
-        assert_eq!(latency(vec![Duration::from_secs(2)]).p50, 2.0);
     }
 
     #[test]
@@ -734,16 +634,5 @@ mod tests {
             table.contains("unschedulable   1 pod(s), e.g. default/big: too big"),
             "{table}"
         );
-    }
-
-    #[test]
-    fn the_client_budget_bounds_a_rounds_creates_past_its_burst() {
-        let budget = ClientBudget {
-            qps: 200,
-            burst: 300,
-        };
-        assert_eq!(budget.bound_seconds(250), 0.0);
-        assert_eq!(budget.bound_seconds(1300), 5.0);
-        assert_eq!(ClientBudget { qps: 20, burst: 30 }.bound_seconds(31), 0.05);
     }
 }
