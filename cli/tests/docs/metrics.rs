@@ -149,7 +149,12 @@ fn constants() -> (HashMap<String, String>, HashMap<String, String>) {
                 .lines()
                 .map(|l| l.trim().trim_start_matches("///").trim())
                 .collect();
-            names.insert(found[2].to_owned(), found[3].to_owned());
+            let earlier = names.insert(found[2].to_owned(), found[3].to_owned());
+            assert!(
+                earlier.is_none_or(|e| e == found[3]),
+                "two metric constants are named {}: the docs cannot tell which a call means",
+                &found[2]
+            );
             let doc = doc.join(" ").replace("[`", "`").replace("`]", "`");
             docs.insert(found[3].to_owned(), first_sentence(&doc));
         }
