@@ -4,7 +4,7 @@
 #   docker push ghcr.io/kerf/kerf:0.1.0
 #
 # Multi-arch: docker buildx build --platform linux/amd64,linux/arm64 -t IMAGE --push .
-# (README, "Container image").
+# (docs/install.md, "Build the image").
 
 # Build stage: the workspace's toolchain (rust-version 1.94) and a locked release build.
 FROM rust:1.94-bookworm AS build

@@ -31,6 +31,8 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
     || echo "    chromium not installed; the report page test will be skipped"
 fi
 
+echo "==> commit messages"
+bash scripts/check-commits.sh
 echo "==> cargo fmt --check"
 cargo fmt --all --check
 echo "==> cargo clippy"

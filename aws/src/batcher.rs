@@ -29,6 +29,11 @@ pub const THREAD_NAME: &str = "kerf-aws-batcher";
 /// `kerf_actor_restarts_total{actor}`'s label for a batcher task or batch that panicked.
 const RESTART_LABEL: &str = "aws_batcher";
 
+/// Requests per executed batch (label `batcher`: the batched call).
+pub const BATCHER_BATCH_SIZE: &str = "karpenter_cloudprovider_batcher_batch_size";
+/// Time from a batch's first request until it was executed (label `batcher`).
+pub const BATCHER_BATCH_TIME: &str = "karpenter_cloudprovider_batcher_batch_time_seconds";
+
 /// The batchers' runtime: one worker thread, started on first use and never stopped. Its
 /// work is waiting on EC2, so one thread serves every batcher.
 pub fn runtime() -> &'static tokio::runtime::Handle {
@@ -233,9 +238,8 @@ async fn execute<K, Req, Resp>(
     batch: Open<Req, Resp>,
 ) {
     let size = batch.items.len();
-    metrics::histogram!("karpenter_cloudprovider_batcher_batch_size", "batcher" => window.name)
-        .record(size as f64);
-    metrics::histogram!("karpenter_cloudprovider_batcher_batch_time_seconds", "batcher" => window.name)
+    metrics::histogram!(BATCHER_BATCH_SIZE, "batcher" => window.name).record(size as f64);
+    metrics::histogram!(BATCHER_BATCH_TIME, "batcher" => window.name)
         .record(batch.first.elapsed().as_secs_f64());
     let (requests, replies): (Vec<Req>, Vec<oneshot::Sender<Resp>>) =
         batch.items.into_iter().unzip();

@@ -2,10 +2,10 @@
 //! EC2NodeClass, picks instance types and a capacity type, renders user data and ensures a
 //! launch template per (AMI, max pods) group, and launches through CreateFleet — after
 //! looking for an instance already tagged with the NodeClaim, under the NodeClaim's client
-//! token ([`kerf::launch_attempts`]), so no retry, restart or failover launches twice; Delete, Get
-//! and List work on the instances tagged for this cluster; GetInstanceTypes lists the
-//! NodePool's types with live offerings; IsDrifted compares an instance with its node
-//! class. The controller supplies EC2NodeClasses through [`NodeClassStore`] and owns the
+//! token ([`kerf::launch_attempts`]), so no retry, restart or failover launches twice;
+//! Delete, Get and List work on the instances tagged for this cluster; GetInstanceTypes
+//! lists the NodePool's types with live offerings; IsDrifted compares an instance with its
+//! node class. The controller supplies EC2NodeClasses through [`NodeClassStore`] and owns the
 //! unavailable-offerings state through [`UnavailableOfferings`].
 
 use crate::ami::AmiProvider;

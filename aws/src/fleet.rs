@@ -27,6 +27,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// At most this many instance types go into one launch, as upstream.
 pub const MAX_INSTANCE_TYPES: usize = 60;
 
+/// Offerings CreateFleet refused, one per error (labels `zone`, `capacity_type`, `reason`).
+pub const LAUNCH_FAILURES: &str = "karpenter_cloudprovider_instance_launch_failures_total";
+
 /// An offering a launch may use, and the launch template that fits its instance type.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaunchCandidate {
@@ -298,7 +301,7 @@ pub fn record_fleet_errors(
     let mut spot_blocked = false;
     for err in errors {
         metrics::counter!(
-            "karpenter_cloudprovider_instance_launch_failures_total",
+            LAUNCH_FAILURES,
             "zone" => err.zone.clone().unwrap_or_default(),
             "capacity_type" => capacity_type.to_owned(),
             "reason" => crate::errors::launch_failure_reason(&format!("{}: {}", err.code, err.message)).reason

@@ -1,9 +1,11 @@
-//! kerf's AWS cloud provider: discovers an EC2NodeClass's subnets, security groups and AMIs
-//! (EC2, SSM), renders user data per AMI family, keeps launch templates, launches capacity
-//! with CreateFleet and classifies its errors into unavailable offerings, lists and
-//! terminates instances, prices offerings (Pricing API, spot price history), detects
-//! drift and reads the interruption queue (SQS). All AWS SDK code of kerf lives in this crate so the core and most tests never
-//! compile the SDK; its tests run against moto, a real AWS API emulator ([`moto`]).
+//! kerf's AWS cloud provider: the [`cloudprovider::AwsCloudProvider`] the controller
+//! (`kerf-actors`) drives through the core's `CloudProvider` trait. It discovers an
+//! EC2NodeClass's subnets, security groups and AMIs (EC2, SSM), renders user data per AMI
+//! family, keeps launch templates, launches with CreateFleet and turns its errors into
+//! unavailable offerings, lists and terminates instances, prices offerings (Pricing API,
+//! spot price history), detects drift and reads the interruption queue (SQS). All of kerf's
+//! AWS SDK code lives in this crate, so the core and most tests never compile the SDK; its
+//! tests run against moto, a real AWS API emulator ([`moto`]).
 
 pub mod ami;
 pub mod batcher;

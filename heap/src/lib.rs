@@ -1,34 +1,18 @@
-//! Heap accounting by owner, so one process can say how much of its heap belongs to one part
-//! of it. `kerf simulate` runs the controller in the same process as the simulated cluster
-//! (the API emulator, kubelets, scheduler and EC2), and needs the controller's own figure.
+//! Heap accounting by owner: how much of one process's heap belongs to one part of it.
+//! `kerf simulate` runs the controller beside the simulated cluster (API emulator, kubelets,
+//! scheduler, EC2) and reports the controller's heap apart; nothing else tags a thread.
 //!
-//! A thread carries an owner tag ([`set_current`]). With the [`Accounting`] global allocator
-//! installed (feature `allocator`), every allocation made on a tagged thread goes to a mimalloc
-//! heap of that owner's, and its size is added to the owner's live bytes; freeing it, on any
-//! thread, subtracts it again (the block's heap names its owner), so a buffer the controller
-//! allocated and the emulator freed (or the reverse) lands on the right side. A `realloc` is
-//! an allocation by the thread that makes it. Each thread gathers what it adds and subtracts
-//! per owner and moves it into the owner's shared figures (live bytes and their peak,
-//! [`usage`]) once it reaches [`FLUSH_BYTES`] either way: an atomic update of one shared
-//! counter on every allocation made the whole of `kerf simulate` a fifth slower, all its
-//! threads contending for one cache line. So a figure read from one thread is exact for what
-//! that thread did and within [`FLUSH_BYTES`] per other thread (and owner) of the sum, and a
-//! peak is missed by at most as much; a thread hands its share on as it ends. Nothing takes
-//! a lock on the allocation path.
-//!
-//! The figure is live heap bytes as the program asked for them, not resident memory: the
-//! allocator's own overhead (size classes, fragmentation, freed pages it keeps) is
-//! not in it.
-//!
-//! Threads do not inherit a tag. Code that starts threads or runtimes for an owner passes it
-//! on: read [`current`] where the thread is spawned and [`set_current`] it first thing in the
-//! new thread (tokio's `on_thread_start`, an arbiter's runtime factory, a scoped thread).
-//! [`Scoped`] runs one future's polls under another owner (or none), for calls the controller
-//! makes into code that stands for the outside world.
-//!
-//! Untagged threads allocate through mimalloc as usual, and while no thread was ever tagged a
-//! free goes straight to mimalloc: `kerf controller`, which tags nothing, pays one
-//! thread-local read per allocation and one relaxed load per free.
+//! A thread carries an owner tag ([`set_current`]); threads do not inherit it, so whoever
+//! spawns a thread or runtime for an owner passes [`current`] on, and [`Scoped`] runs one
+//! future's polls as another owner. With the [`Accounting`] allocator (feature `allocator`),
+//! a tagged thread allocates from a mimalloc heap of its owner's, and a free on any thread
+//! is counted off the owner whose heap holds the block, so memory crossing between parts
+//! lands on the right side. Each thread batches its counts and moves them into the shared
+//! figures ([`usage`]) every [`FLUSH_BYTES`]: no lock and no shared cache line on the
+//! allocation path, at the price of figures exact within [`FLUSH_BYTES`] per thread.
+//! The figure is live heap bytes as requested, not resident memory. Untagged threads, as
+//! in `kerf controller`, allocate through mimalloc as usual, for one thread-local read per
+//! allocation.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -116,15 +100,11 @@ fn flush_thread() {
 }
 
 /// Trades some allocator speed for a smaller resident set: mimalloc returns free pages to the
-/// OS at once rather than a second later, and collects each thread's freed blocks and empty
-/// pages every 100 allocations rather than 10,000; and the process uses no transparent huge
-/// pages. `kerf simulate` sets it: its simulated cluster and controller allocate and free in
-/// waves across many threads, and between waves mimalloc otherwise keeps the freed pages
-/// resident (measured on `kerf simulate --pods 1000`, debug: peak resident 385 MiB by
-/// default, 331 MiB purging at once, 319 MiB collecting often and retaining no empty page);
-/// where the kernel gives huge pages to memory advised for them, mimalloc's arena took 84 MiB
-/// of them at 20,000 pods, and the run's peak resident set was 30–125 MB higher. Nothing
-/// without the allocator.
+/// OS at once and collects each thread's freed blocks and empty pages often, and the process
+/// uses no transparent huge pages. `kerf simulate` sets it: its simulated cluster and
+/// controller allocate and free in waves across many threads, and between waves mimalloc
+/// would otherwise keep the freed pages resident. The peak resident memory `kerf simulate`
+/// reports shows the effect. Nothing without the allocator.
 pub fn prefer_footprint() {
     #[cfg(feature = "allocator")]
     allocator::prefer_footprint();
