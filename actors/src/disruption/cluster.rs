@@ -18,7 +18,7 @@ use kerf::disruption::Cluster;
 use kerf::plan::ControllerSettings;
 use kerf::plan::snapshot::{self, InstanceTypeSource};
 
-use crate::launcher::Nominated;
+use crate::created_claims::Nominated;
 use crate::orchestrator::InQueue;
 use crate::provisioner::MAX_INSTANCE_TYPES;
 use crate::provisioner::inventory;

@@ -47,11 +47,11 @@ use kube::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::created_claims::{CreatedClaims, NOMINATION_WINDOW, Nominated};
 use crate::events::EventRecorder;
-use crate::launcher::{CreatedClaims, NOMINATION_WINDOW, Nominated};
+use crate::instance_types::InstanceTypeCache;
 use crate::offering_cache::OfferingCacheHandle;
 use crate::orchestrator::{Candidate, Command, Orchestrator};
-use crate::provisioner::InstanceTypeCache;
 use crate::state::ClusterState;
 
 /// Upstream's polling period between passes that found nothing.

@@ -14,7 +14,7 @@ use kerf::disruption::{ManagedNode, NOMINATED, NOT_INITIALIZED};
 use kerf::labels;
 use kerf::plan::disruption::is_initialized;
 
-use crate::launcher::Nominated;
+use crate::created_claims::Nominated;
 use crate::state::ClusterState;
 
 /// The managed nodes a pass would look at, none of which may be a candidate now, with why.
@@ -82,7 +82,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::launcher::CreatedClaims;
+    use crate::created_claims::CreatedClaims;
     use crate::state::{ClusterState, ObjectKey, StoreWriter};
 
     fn node(name: &str, initialized: bool) -> Node {
@@ -141,7 +141,7 @@ mod tests {
 
         let screened = no_candidate(
             &state,
-            &created.nominated_now(&state, crate::launcher::NOMINATION_WINDOW),
+            &created.nominated_now(&state, crate::created_claims::NOMINATION_WINDOW),
             &held,
         )
         .expect("no node may be a candidate");
@@ -161,17 +161,17 @@ mod tests {
         assert_eq!(
             no_candidate(
                 &state,
-                &created.nominated_now(&state, crate::launcher::NOMINATION_WINDOW),
+                &created.nominated_now(&state, crate::created_claims::NOMINATION_WINDOW),
                 &released
             ),
             None,
             "a node no command holds any more may be a candidate"
         );
-        tokio::time::advance(crate::launcher::NOMINATION_WINDOW).await;
+        tokio::time::advance(crate::created_claims::NOMINATION_WINDOW).await;
         assert_eq!(
             no_candidate(
                 &state,
-                &created.nominated_now(&state, crate::launcher::NOMINATION_WINDOW),
+                &created.nominated_now(&state, crate::created_claims::NOMINATION_WINDOW),
                 &held
             ),
             None,

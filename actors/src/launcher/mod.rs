@@ -9,7 +9,6 @@
 //! attempt, a restart or a failover.
 
 mod claim;
-mod created;
 
 use std::sync::Arc;
 
@@ -19,16 +18,13 @@ use kerf::scheduling::PlannedNodeClaim;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 
+use crate::created_claims::CreatedClaims;
 use crate::events::{EventRecorder, upstream as events};
 use crate::mailbox::MailboxDepth;
 use crate::metrics::NODECLAIMS_CREATED;
 use crate::state::Lean;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
-pub use created::{
-    CreatedClaims, HeldPods, NOMINATION_LIMIT, NOMINATION_WINDOW, Nominated,
-    UNSEEN_NODECLAIM_GRACE, last_refused, nomination_futile, tried_since,
-};
 
 /// Each message is answered after one API create (milliseconds), and the Provisioner waits
 /// for every answer before its next round, so a short queue covers one round's claims being

@@ -43,7 +43,7 @@
 //! room on that node for a pod that will not go there, and the pod would wait for a place
 //! kerf cannot see is taken. A pod the kube-scheduler reports unschedulable after the Node was
 //! initialized had its nominated node tried first and did not fit
-//! ([`crate::launcher::nomination_futile`]): its nomination is withdrawn within
+//! ([`crate::created_claims::nomination_futile`]): its nomination is withdrawn within
 //! [`FUTILITY_CHECK_PERIOD`], without waiting for the window, so the room it reserved goes
 //! to pods that can use it.
 
@@ -63,7 +63,7 @@ use tokio::time::Instant;
 
 use super::nomination_slots::{Class, Step};
 use super::reconciler::{Reconciler, is_status};
-use crate::launcher::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile, tried_since};
+use crate::created_claims::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile, tried_since};
 
 /// How long registration waits for unconstrained pods' nominations once the constrained
 /// ones are written: a node of a small scale-up gets them all, a large one's node opens.
@@ -330,7 +330,7 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>>
 /// request, its body and its response) is made, boxed by [`patch_status`], once the slot is
 /// held, and a write waiting for its slot holds a few hundred bytes (at most
 /// `WAITING_WRITE_MAX_BYTES`, tested) and borrows its pod from the NodeClaim's list
-/// ([`crate::launcher::HeldPods`]) instead of a copy of its names.
+/// ([`crate::created_claims::HeldPods`]) instead of a copy of its names.
 async fn write(
     r: &Reconciler,
     pod: &PodRef,
@@ -494,7 +494,7 @@ pub(super) mod tests {
         let launch = super::super::LaunchDeps {
             events: crate::events::EventRecorder::disabled(),
             offerings: None,
-            created: crate::launcher::CreatedClaims::default(),
+            created: crate::created_claims::CreatedClaims::default(),
             nominate_pods: true,
         };
         let config = super::super::LifecycleConfig::default();

@@ -14,7 +14,6 @@
 //! published on a watch channel for observers (`kerf simulate`'s report, tests).
 
 mod heap;
-pub(crate) mod instance_types;
 pub(crate) mod inventory;
 mod nominated;
 mod settling;
@@ -35,8 +34,10 @@ use kerf::scheduling::{Batch, PlannedNodeClaim, PodForms, SchedulingResult, Solv
 use tokio::sync::watch;
 
 use crate::batcher::BatchReady;
+use crate::created_claims::CreatedClaims;
 use crate::events::{EventRecorder, upstream as events};
-use crate::launcher::{CreatedClaims, Launch};
+pub use crate::instance_types::InstanceTypeCache;
+use crate::launcher::Launch;
 use crate::mailbox::{MailboxDepth, Outbox};
 use crate::metrics::SCHEDULING_DURATION;
 use crate::node_pool_scheduler::Schedulers;
@@ -44,9 +45,6 @@ use crate::offering_cache::OfferingCacheHandle;
 use crate::state::ClusterState;
 use crate::supervisor::{self, Supervised};
 use heap::{RoundHeap, Step};
-pub use instance_types::InstanceTypeCache;
-
-pub use crate::launcher::UNSEEN_NODECLAIM_GRACE;
 
 /// One solve runs at a time and each reads the latest cluster state, so a single queued
 /// batch is enough: the Batcher hands over one batch at a time (`deliver`, waiting) and

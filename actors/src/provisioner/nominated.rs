@@ -6,11 +6,11 @@
 //! create capacity the cluster already has on the way. Upstream's cluster state remembers
 //! nominations and its scheduler sees an in-flight NodeClaim's remaining capacity; here each
 //! still-pending pod nominated to a NodeClaim that is in flight (the Launcher's record, see
-//! [`crate::launcher::CreatedClaims::nominations`]) is moved from the round's pending pods
+//! [`crate::created_claims::CreatedClaims::nominations`]) is moved from the round's pending pods
 //! onto that NodeClaim, or onto its Node, so the solve places only the others, on what
 //! remains. A nomination lapses a window after the Node is initialized, time the
 //! kube-scheduler has to bind the pods there: a pod it refused is planned afresh (one it
-//! has not tried yet stays held for longer, see [`crate::launcher::NOMINATION_LIMIT`]).
+//! has not tried yet stays held for longer, see [`crate::created_claims::NOMINATION_LIMIT`]).
 //! The pods a round places in the room left on such a NodeClaim are added to the ones it
 //! holds ([`assign`]): held from the next round on like the others (and nominated when its
 //! Node registers), instead of being solved again from scratch every round among the pods
@@ -19,7 +19,7 @@
 //! kube-scheduler binds whichever pending pods come first, so the room planned for a held
 //! pod may be gone, and the scheduler's refusal may leave no trace a round can read (its
 //! report is rewritten only when its message changes, in whole seconds), so waiting for it
-//! would hold the pod for the whole [`crate::launcher::NOMINATION_LIMIT`].
+//! would hold the pod for the whole [`crate::created_claims::NOMINATION_LIMIT`].
 
 use std::collections::HashMap;
 
@@ -27,7 +27,7 @@ use kerf::pods::{LeanPod, PodLike};
 use kerf::resources::Resources;
 use kerf::scheduling::{ExistingNode, ExistingNodePlacement, SchedulingInput, resource_requests};
 
-use crate::launcher::{CreatedClaims, HeldPods};
+use crate::created_claims::{CreatedClaims, HeldPods};
 
 /// Moves the pending pods of `input` nominated to one of its existing nodes (by NodeClaim)
 /// onto that node, on an initialized node only those that fit beside its bound pods (the

@@ -29,7 +29,7 @@ use kerf::api::condition::{Conditions, types};
 use kerf::pods::{LeanPod, NOMINATION_CONDITION, PodLike};
 use kerf::scheduling::SchedulingInput;
 
-use crate::launcher::last_refused;
+use crate::created_claims::last_refused;
 
 /// How long a pod is left to the kube-scheduler: its longest backoff between tries of an
 /// unschedulable pod (kube-scheduler's `podMaxBackoffSeconds`, 10 by default).
