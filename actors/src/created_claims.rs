@@ -1,4 +1,4 @@
-//! NodeClaims the Launcher created, kept until the watch has surely delivered them, so a
+//! NodeClaims the NodeClaimCreator created, kept until the watch has surely delivered them, so a
 //! round right after a launch counts them as in-flight capacity instead of planning their
 //! pods again; and the pods each was created for (its nominations), kept while it is in
 //! flight and for a nomination window after its Node is initialized, so later rounds hold
@@ -11,7 +11,7 @@
 //! Whether a pod's nomination is futile ([`nomination_futile`]) is judged here too, for the
 //! lifecycle, which withdraws such nominations early; the pod stays held for the window
 //! (the room it lost on its Node may be waiting for it on a Node still booting).
-//! The Launcher is the only writer of NodeClaims: it adds each before answering the
+//! The NodeClaimCreator is the only writer of NodeClaims: it adds each before answering the
 //! Provisioner (so the next round sees it) and withdraws one it deletes because its launch
 //! was refused (so its pods are planned again at once, even if the deletion completes before
 //! the watch ever showed the object). The Provisioner reads the ones its store lacks, and
@@ -129,7 +129,7 @@ impl CreatedClaims {
             .collect()
     }
 
-    /// The pods nominated to each NodeClaim, by NodeClaim name: one this Launcher created
+    /// The pods nominated to each NodeClaim, by NodeClaim name: one this NodeClaimCreator created
     /// that is not being deleted, until [`NOMINATION_WINDOW`] after its Node is initialized
     /// (the kube-scheduler binds them meanwhile; the pods it did not take are then planned
     /// afresh), and past it, until [`NOMINATION_LIMIT`], the pending ones it has not tried
@@ -279,7 +279,7 @@ impl CreatedClaims {
         self.claims.insert(name, (claim, now));
     }
 
-    /// Records `claim`, created for `pods`, as the Launcher does after its create.
+    /// Records `claim`, created for `pods`, as the NodeClaimCreator does after its create.
     #[cfg(test)]
     pub(crate) fn record(&self, claim: NodeClaim, pods: Vec<PodRef>) {
         self.insert(claim, pods);

@@ -1,7 +1,7 @@
 //! Wiring: starts every actor and task of the controller against one Kubernetes client —
 //! metrics and probe endpoints, leader election, the event recorder, the PodWatcher's watch
 //! streams, the Batcher, the Provisioner with its NodePoolSchedulers and (with a cloud
-//! provider) the OfferingCache, the Launcher, the NodeClaim lifecycle and the
+//! provider) the OfferingCache, the NodeClaimCreator, the NodeClaim lifecycle and the
 //! TerminationDrainer — and stops them in
 //! reverse order, letting provisioning finish first ([`crate::shutdown`]). Must be called inside
 //! an actix `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`):
@@ -32,7 +32,6 @@ use crate::garbage_collection;
 use crate::launch_template_cache::{
     self, LAUNCH_TEMPLATE_CACHE_MAILBOX_CAPACITY, LaunchTemplateCache,
 };
-use crate::launcher::{LAUNCHER_MAILBOX_CAPACITY, Launcher};
 use crate::leader::{self, Election, Timing};
 use crate::lifecycle::Changed;
 use crate::lifecycle::{
@@ -40,6 +39,7 @@ use crate::lifecycle::{
 };
 use crate::mailbox::DeliverError;
 use crate::mailbox::{MailboxDepth, Outbox};
+use crate::nodeclaim_creator::{NODECLAIM_CREATOR_MAILBOX_CAPACITY, NodeClaimCreator};
 use crate::nodeclaim_disruption::{self, Departures, NodeClaimDisruption, podevents};
 use crate::nodepool_status;
 use crate::offering_cache::{
@@ -103,7 +103,7 @@ pub struct Cloud {
     pub catalog: Catalog,
     /// The unavailable-offerings state to share with `provider` (start it with
     /// [`OfferingCache::start`] and hand the provider a clone); `None`: the daemon starts
-    /// its own, which only the Launcher writes.
+    /// its own, which only the NodeClaimCreator writes.
     pub offerings: Option<OfferingCacheHandle>,
 }
 
@@ -166,7 +166,7 @@ pub struct DisruptionHandle {
 struct Actors {
     batcher: Supervised<Batcher>,
     provisioner: Supervised<Provisioner>,
-    launcher: Option<Supervised<Launcher>>,
+    creator: Option<Supervised<NodeClaimCreator>>,
     lifecycle: Option<Supervised<NodeClaimLifecycle>>,
     termination: Option<Supervised<TerminationDrainer>>,
 }
@@ -295,18 +295,19 @@ impl Daemon {
             start_cloud_loops(&client, &state, provider.clone(), &leader, &shutdown_rx);
         let lifecycle_depth = MailboxDepth::new("lifecycle", LIFECYCLE_MAILBOX_CAPACITY);
         let termination_depth = MailboxDepth::new("termination", TERMINATION_MAILBOX_CAPACITY);
-        let launcher_depth = MailboxDepth::new("launcher", LAUNCHER_MAILBOX_CAPACITY);
+        let creator_depth =
+            MailboxDepth::new("nodeclaim_creator", NODECLAIM_CREATOR_MAILBOX_CAPACITY);
         let mut launches = InFlight::default();
-        let launcher = cloud.map(|cloud| {
+        let creator = cloud.map(|cloud| {
             let offerings = cloud.offerings.unwrap_or_else(|| {
                 OfferingCache::start(
                     UNAVAILABLE_OFFERINGS_TTL,
                     MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
                 )
             });
-            let launcher =
-                Launcher::new(client.clone(), launcher_depth.clone()).with_events(events.clone());
-            let created = launcher.created_claims();
+            let creator = NodeClaimCreator::new(client.clone(), creator_depth.clone())
+                .with_events(events.clone());
+            let created = creator.created_claims();
             let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
             let metered: Arc<dyn CloudProvider> = Arc::new(metered);
             let resolves_node_classes = metered.node_class_reconciler().is_some();
@@ -351,12 +352,12 @@ impl Daemon {
                 supervisor::rebuilding(termination, TerminationDrainer::restarted),
             );
             let addr = supervisor::start(
-                "launcher",
-                launcher_depth.clone(),
-                supervisor::rebuilding(launcher, Launcher::restarted),
+                "nodeclaim_creator",
+                creator_depth.clone(),
+                supervisor::rebuilding(creator, NodeClaimCreator::restarted),
             );
             let provisioning = Provisioning {
-                launcher: Outbox::new(&addr, launcher_depth),
+                creator: Outbox::new(&addr, creator_depth),
                 created,
                 offerings: Some(offerings),
                 catalog: cloud.catalog,
@@ -374,8 +375,8 @@ impl Daemon {
             };
             ((addr, (lifecycle, (termination, stats))), provisioning)
         });
-        let (launcher, provisioning) = launcher.unzip();
-        let (launcher, lifecycle) = launcher.unzip();
+        let (creator, provisioning) = creator.unzip();
+        let (creator, lifecycle) = creator.unzip();
         let (lifecycle, termination) = lifecycle.unzip();
         let (termination, termination_stats) = termination.unzip();
         let created = provisioning.as_ref().map(|p| shutdown::Created {
@@ -418,7 +419,7 @@ impl Daemon {
                     OrchestratorDeps {
                         client: client.clone(),
                         state: state.clone(),
-                        launcher: provisioning.launcher.clone(),
+                        creator: provisioning.creator.clone(),
                         events: events.clone(),
                         config: timings.orchestrator,
                     },
@@ -541,7 +542,7 @@ impl Daemon {
             actors: Actors {
                 batcher,
                 provisioner: provisioner.addr,
-                launcher,
+                creator,
                 lifecycle,
                 termination,
             },

@@ -3,7 +3,7 @@
 //! it. A panic ends that actor or loop only: the supervisor logs it with the panic's message,
 //! counts it in `kerf_actor_restarts_total{actor}`, waits a backoff and builds it again from
 //! its factory, which rebuilds the state from the stores (and from what the daemon shares
-//! across incarnations, e.g. the Launcher's `CreatedClaims`).
+//! across incarnations, e.g. the NodeClaimCreator's `CreatedClaims`).
 //!
 //! Senders reach an actor through [`Supervised`], whose address is swapped on a restart under
 //! a write lock while every push holds the read lock ([`crate::mailbox`]): a message reaches

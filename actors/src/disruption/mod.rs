@@ -163,7 +163,7 @@ pub struct DisruptionDeps {
     pub policies: SolvePolicies,
     pub feature_gates: FeatureGates,
     pub orchestrator: Orchestrator,
-    /// The Launcher's record of what the Provisioner's rounds nominated: nominated nodes are
+    /// The NodeClaimCreator's record of what the Provisioner's rounds nominated: nominated nodes are
     /// no candidates.
     pub nominations: CreatedClaims,
     pub events: EventRecorder,

@@ -1,4 +1,4 @@
-//! Nomination: the pods the Launcher created a NodeClaim for get `status.nominatedNodeName`
+//! Nomination: the pods the NodeClaimCreator created a NodeClaim for get `status.nominatedNodeName`
 //! set to that NodeClaim's Node, as KEP-5278 lets an autoscaler say where it expects a pod
 //! to go — even before the Node exists. The kube-scheduler tries a pod's nominated node
 //! first and, while filtering any node, counts the pods nominated to it (of equal or higher
@@ -501,7 +501,7 @@ pub(super) mod tests {
         Reconciler::new(state, client, Arc::new(cloud), config, launch)
     }
 
-    /// Records NodeClaim `a` as created by `r`'s Launcher for the pods named `pods` (in
+    /// Records NodeClaim `a` as created by `r`'s NodeClaimCreator for the pods named `pods` (in
     /// `default`, each with its name as uid).
     pub(in crate::lifecycle) fn created_for(r: &Reconciler, pods: &[&str]) {
         let claim = serde_json::from_value(serde_json::json!({

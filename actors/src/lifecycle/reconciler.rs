@@ -28,7 +28,7 @@ pub struct LaunchDeps {
     pub events: EventRecorder,
     /// Where refused offerings are marked; `None` marks nothing (tests without a cache).
     pub offerings: Option<OfferingCacheHandle>,
-    /// The Launcher's registry of created NodeClaims, withdrawn from when one is refused,
+    /// The NodeClaimCreator's registry of created NodeClaims, withdrawn from when one is refused,
     /// and read for the pods each was created for when its Node registers.
     pub created: CreatedClaims,
     /// Whether registration nominates those pods to the Node (`FEATURE_GATES`' `NominatePods`).

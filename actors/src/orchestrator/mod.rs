@@ -1,7 +1,7 @@
 //! The Orchestrator (upstream's orchestration queue): executes the disruption loop's
 //! commands. For each command it taints the candidates' Nodes `karpenter.sh/disrupted:NoSchedule`
 //! and sets `DisruptionReason` on their NodeClaims, creates the replacement NodeClaims
-//! through the Launcher (the path the Provisioner's NodeClaims take, counted in
+//! through the NodeClaimCreator (the path the Provisioner's NodeClaims take, counted in
 //! `karpenter_nodeclaims_created_total` under the disruption's reason), waits until every
 //! replacement is `Initialized` (at most [`REPLACEMENT_TIMEOUT`], as upstream), then deletes
 //! the candidates' NodeClaims — termination takes over from their deletion timestamp — and
@@ -48,9 +48,9 @@ use tokio::time::Instant;
 
 use crate::events::EventRecorder;
 use crate::events::disruption::{self as events, Kind, Subject};
-use crate::launcher::Launch;
 use crate::mailbox::Outbox;
 use crate::metrics::{DISRUPTION_QUEUE_FAILURES, nodeclaim_disrupted};
+use crate::nodeclaim_creator::CreateNodeClaim;
 use crate::state::{ClusterState, ObjectKey};
 
 /// The disruption loop sends one command per pass and waits until it has started, so it
@@ -219,8 +219,8 @@ impl Default for OrchestratorConfig {
 pub struct OrchestratorDeps {
     pub client: Client,
     pub state: Arc<ClusterState>,
-    /// Where replacements are created: the Launcher, as for the Provisioner's NodeClaims.
-    pub launcher: Outbox<Launch>,
+    /// Where replacements are created: the NodeClaimCreator, as for the Provisioner's NodeClaims.
+    pub creator: Outbox<CreateNodeClaim>,
     pub events: EventRecorder,
     pub config: OrchestratorConfig,
 }
@@ -421,8 +421,8 @@ async fn start(
             .get(&ObjectKey::new(None, &claim.node_pool))
             .ok_or_else(|| Failure::NodePoolGone(claim.node_pool.clone()))?;
         let created = deps
-            .launcher
-            .deliver(Launch {
+            .creator
+            .deliver(CreateNodeClaim {
                 claim: claim.clone(),
                 pool,
                 reason: command.reason_label(),

@@ -5,7 +5,7 @@
 //! order of first fit), so some no longer fit the NodeClaims made for them and later rounds
 //! create capacity the cluster already has on the way. Upstream's cluster state remembers
 //! nominations and its scheduler sees an in-flight NodeClaim's remaining capacity; here each
-//! still-pending pod nominated to a NodeClaim that is in flight (the Launcher's record, see
+//! still-pending pod nominated to a NodeClaim that is in flight (the NodeClaimCreator's record, see
 //! [`crate::created_claims::CreatedClaims::nominations`]) is moved from the round's pending pods
 //! onto that NodeClaim, or onto its Node, so the solve places only the others, on what
 //! remains. A nomination lapses a window after the Node is initialized, time the

@@ -14,7 +14,7 @@ pub const FAULT_ACTORS: &[&str] = &[
     "batcher",
     "provisioner",
     "node_pool_scheduler",
-    "launcher",
+    "nodeclaim_creator",
     "lifecycle",
     "termination",
     "offering_cache",
