@@ -1,10 +1,11 @@
 //! Fault injection, a test and simulation hook: `kerf simulate`'s `actor-panic` scenario
 //! fault and the supervision tests arm an actor's counter, and the actor panics on each of
 //! its next that many messages (or passes, for loops). Each actor checks its counter where
-//! it takes a message ([`crate::mailbox::MailboxDepth::taken`] or [`fault_point`]): one
+//! it takes a message ([`crate::mailbox::MailboxDepth::taken`] or
+//! [`super::supervision::fault_point`]): one
 //! relaxed atomic load while nothing is armed. Counters are per replica ([`Supervision`]).
 //!
-//! [`Supervision`]: super::Supervision
+//! [`Supervision`]: super::supervision::Supervision
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -67,6 +68,17 @@ impl Faults {
             .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
+    /// The point of mailbox `mailbox`: enabled when the mailbox is named as a fault actor
+    /// (`tagger` is `tagging`'s, `nodepool_scheduler/<pool>` the `node_pool_scheduler`'s).
+    pub fn for_mailbox(&self, mailbox: &str) -> FaultPoint {
+        let actor = match mailbox {
+            "tagger" => "tagging",
+            m if m.starts_with("nodepool_scheduler/") => "node_pool_scheduler",
+            m => m,
+        };
+        self.point(actor).unwrap_or_default()
+    }
+
     /// The hook `actor` checks; `None` for a name outside [`FAULT_ACTORS`].
     pub fn point(&self, actor: &str) -> Option<FaultPoint> {
         self.counters
@@ -91,21 +103,6 @@ impl FaultPoint {
         }
     }
 
-    /// The point of mailbox `mailbox` in the current [`Supervision`](super::Supervision):
-    /// enabled when the mailbox is named as a fault actor (`tagger` is `tagging`'s,
-    /// `nodepool_scheduler/<pool>` the `node_pool_scheduler`'s).
-    pub fn for_mailbox(mailbox: &str) -> Self {
-        let actor = match mailbox {
-            "tagger" => "tagging",
-            m if m.starts_with("nodepool_scheduler/") => "node_pool_scheduler",
-            m => m,
-        };
-        super::Supervision::current()
-            .faults()
-            .point(actor)
-            .unwrap_or_default()
-    }
-
     /// Panics if a fault is armed here, consuming it.
     pub fn check(&self) {
         let Some(counter) = &self.counter else { return };
@@ -118,13 +115,5 @@ impl FaultPoint {
         if consumed {
             panic!("injected fault: {} panics on this message", self.name);
         }
-    }
-}
-
-/// Checks the fault armed for `actor` in the current task's supervision scope (loops that
-/// take no mailbox message call it once per pass or command).
-pub fn fault_point(actor: &'static str) {
-    if let Some(point) = super::Supervision::current().faults().point(actor) {
-        point.check();
     }
 }
