@@ -17,6 +17,7 @@ pub mod manifest;
 pub mod nodepool_hash;
 pub mod plan;
 pub mod pods;
+pub mod report;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;

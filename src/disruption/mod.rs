@@ -20,6 +20,7 @@ mod pods;
 pub mod report;
 mod run;
 mod simulate;
+mod state;
 
 #[cfg(any(test, feature = "fixtures"))]
 pub mod testing;
@@ -33,11 +34,11 @@ pub use report::{
     BlockedNode, BudgetReport, CommandReport, Decision, DisruptionReport, DisruptionSummary,
     Method, Reason, ReplacementReport,
 };
-pub use run::{Deadline, Timeouts};
+pub use state::{Deadline, Timeouts};
 
 use candidate::Blocks;
 use report::round;
-use run::State;
+use state::State;
 
 /// Input the decision cannot work with.
 #[derive(Debug, thiserror::Error)]

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use super::candidate::Candidate;
 use super::pods;
-use super::run::State;
+use super::state::State;
 use crate::resources::Quantity;
 use crate::scheduling::{self, ExistingNode, PlannedNodeClaim, SchedulingError, SchedulingResult};
 
