@@ -7,6 +7,7 @@
 pub mod api;
 pub mod catalog;
 pub mod cloudprovider;
+pub mod cluster;
 pub mod disruption;
 pub mod feature_gates;
 pub mod finalizers;

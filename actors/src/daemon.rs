@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use kerf::catalog::Catalog;
 use kerf::cloudprovider::CloudProvider;
+use kerf::cluster::ControllerSettings;
 use kerf::interruption::InterruptionQueue;
 use kerf::interruption::instance_status::InstanceStatusSource;
-use kerf::plan::ControllerSettings;
 use kerf::scheduling::SolvePolicies;
 use kube::Client;
 use tokio::sync::watch;

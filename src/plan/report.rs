@@ -153,7 +153,7 @@ impl PlanReport {
             unschedulable.iter().map(|u| u.pod.clone()).collect();
         accounted.extend(node_claims.iter().flat_map(|c| c.pods.iter().cloned()));
         accounted.extend(existing_nodes.iter().flat_map(|n| n.pods.iter().cloned()));
-        for pod in pending.iter().map(super::snapshot::pod_key) {
+        for pod in pending.iter().map(crate::cluster::snapshot::pod_key) {
             if !accounted.contains(&pod) {
                 unschedulable.push(UnschedulablePod {
                     pod,

@@ -37,11 +37,11 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kerf::catalog::Catalog;
+use kerf::cluster::ControllerSettings;
 use kerf::disruption::controller::{self, Pass, Planned};
 use kerf::disruption::{Cluster, ManagedNode, Method, Options, Timeouts};
 use kerf::feature_gates::FeatureGates;
 use kerf::labels;
-use kerf::plan::ControllerSettings;
 use kerf::scheduling::SolvePolicies;
 use kube::Client;
 use tokio::sync::watch;

@@ -10,9 +10,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use kerf::cluster::disruption::is_initialized;
 use kerf::disruption::{ManagedNode, NOMINATED, NOT_INITIALIZED};
 use kerf::labels;
-use kerf::plan::disruption::is_initialized;
 
 use crate::created_claims::Nominated;
 use crate::state::ClusterState;

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kerf::plan::snapshot;
+use kerf::cluster::snapshot;
 use kerf::scheduling::{SchedulingInput, solve};
 use serde_json::json;
 
