@@ -1,8 +1,10 @@
 //! kerf's pure core: the Karpenter v1 API types and their validation, the scheduling
 //! requirements algebra, Kubernetes resource quantities, the embedded EC2 instance-type
-//! catalog with allocatable computation, and the scheduler. Nothing in this crate performs
-//! I/O or holds a client: the controller, the simulated cluster and the CLI feed it data
-//! and act on what it returns, which keeps it unit-testable and benchmarkable alone.
+//! catalog with allocatable computation, and the scheduler. Nothing in this crate holds a
+//! client, touches the network or runs a runtime; its one edge to the file system is
+//! [`manifest::files`], which reads manifest files for the CLI. The controller, the
+//! simulated cluster and the CLI feed it data and act on what it returns, which keeps it
+//! unit-testable and benchmarkable alone.
 
 pub mod api;
 pub mod catalog;
