@@ -53,16 +53,16 @@ pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 /// the window for their first try, while the room planned for them is still there. Upstream
 /// keeps such a pod nominated as long as each round places it on the same node; planned
 /// afresh instead, it is packed among the room other pods took meanwhile, and the pods that
-/// no longer fit get new NodeClaims (5–35% more at 20,000 pods). A pod tried and refused is
-/// released at the window's end, as before, even one whose fit depends on its peers: held
+/// no longer fit get new NodeClaims (the `scale-out-10k` scenario exercises this). A pod
+/// tried and refused is released at the window's end, even one whose fit depends on its peers: held
 /// longer, the ones whose room was really gone (a peer bound there) waited for the limit
 /// and then for new capacity. The limit bounds the wait for a try that leaves no trace (a
 /// refusal whose report is unchanged is not written again).
 pub const NOMINATION_LIMIT: Duration = Duration::from_secs(60);
 
 /// The pods one NodeClaim was created for, shared with each reader: a round reads every
-/// NodeClaim's, and each nomination write borrows its pod from the list, so at 20,000 pods
-/// a copy per reader would be megabytes (a change copies the list only while it is read).
+/// NodeClaim's, and each nomination write borrows its pod from the list, so a copy per
+/// reader would grow with every pending pod (a change copies the list only while it is read).
 pub type HeldPods = Arc<Vec<PodRef>>;
 
 /// The pods one NodeClaim was created for.

@@ -108,8 +108,8 @@ struct ExistingPod {
 
 /// What placement reads of an existing pod, alike for every pod whose spec and template
 /// metadata are the same shared values (a workload's replicas, see
-/// [`crate::pods::LeanPod`]): at 20,000 pods a round built it once per workload instead of
-/// once per pod (each a clone of the pod's labels, affinity and tolerations).
+/// [`crate::pods::LeanPod`]): a round builds it once per workload instead of once per pod
+/// (each a clone of the pod's labels, affinity and tolerations).
 struct ExistingShape {
     ns: Sym,
     labels: Vec<(Sym, Sym)>,

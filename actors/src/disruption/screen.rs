@@ -2,8 +2,8 @@
 //! A snapshot is every pod and node of the cluster, copied and prepared for the
 //! rescheduling simulations; during a scale-up every managed node is still booting or
 //! nominated for the pods being placed, so no method may take any of them, and a pass on
-//! each change would copy the cluster for nothing beside the Provisioner's rounds (at
-//! 20,000 pods, ten megabytes and more, every poll). As upstream, a node is a candidate
+//! each change would copy the cluster for nothing beside the Provisioner's rounds. As
+//! upstream, a node is a candidate
 //! only once initialized, and neither deleting, held by a command in flight, nor nominated;
 //! the screen reports those it finds not initialized or nominated with the reasons the
 //! full pass gives, and leaves the rest to it.

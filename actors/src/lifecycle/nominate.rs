@@ -1,51 +1,19 @@
-//! Nomination: the pods the NodeClaimCreator created a NodeClaim for get `status.nominatedNodeName`
-//! set to that NodeClaim's Node, as KEP-5278 lets an autoscaler say where it expects a pod
-//! to go — even before the Node exists. The kube-scheduler tries a pod's nominated node
-//! first and, while filtering any node, counts the pods nominated to it (of equal or higher
-//! priority) as already there — so pods planned elsewhere no longer take the room kerf
-//! launched for these pods, which otherwise leaves them pending and makes the next round
-//! launch again.
-//! The writes start as soon as the machine is launched, when the provider knows the name
-//! its Node will register under ([`kerf::cloudprovider::expected_node_name`]; EKS names a
-//! Node by its instance's private DNS name), so they run while it boots. Registration
-//! nominates again, before it lifts `karpenter.sh/unregistered` off the Node: it writes what
-//! the launch did not (the provider did not know the name, its forecast was wrong, the
-//! writes ran out of time, the controller restarted) and skips the pods already nominated
-//! to that Node.
-//! Each nomination is a write, and a large scale-up has thousands: they are kerf's addition
-//! to upstream's API traffic, pod writes spending the pods kind's client budget
-//! (`KUBE_CLIENT_QPS`, as every kind has its own: see [`crate::client`]), so they do not slow
-//! the creates, launches and registrations the NodeClaim and Node kinds' budgets pay for.
-//! The pods the scheduler can place on few nodes ([`kerf::pods::is_placement_constrained`])
-//! go first: room planned for one of them is lost for good once another pod takes it, and
-//! registration waits for their nominations. The others (whose planned room matters less:
-//! they fit wherever room is left, big ones excepted) use a smaller share of the write
-//! slots and are waited for only briefly. The writes made at launch (for Nodes still
-//! booting) also hold a small share ([`LAUNCH_NOMINATION_SLOTS`]): a large scale-up queues
-//! thousands of them, and the registering Node's writes, which hold it back, go ahead of
-//! them. Except the writes of
-//! pods that take a node of their own ([`kerf::pods::is_one_per_node`]: a hostname
-//! anti-affinity, a host port): one left unnominated when its Node registers costs a whole
-//! new node once a peer takes the node planned for it, and there is at most one per node,
-//! so they are written as the machines launch, ahead of the registrations to come. (At
-//! 20,000 pods, queued behind the other launch writes, a thousand cache replicas were
-//! still unwritten when their Nodes registered, and 5–25% more NodeClaims followed.)
-//! Beside the field kerf writes its own condition ([`kerf::pods::NOMINATION_CONDITION`]),
-//! so kerf keeps provisioning for a pod whose nomination is its own (upstream provisions for
-//! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
-//! counted, never fail the launch or the registration, and each step is bounded in time.
-//! A nomination lasts as long as the Provisioner holds the pods on the NodeClaim: until
-//! [`NOMINATION_WINDOW`] after the Node is initialized, and for a pod the kube-scheduler has
-//! not tried since, until it does or [`NOMINATION_LIMIT`] passes (a thousand Nodes
-//! initializing at once leave it a backlog longer than the window). A pod still pending
-//! then did not fit (or lost its room); its nomination is withdrawn, or the kube-scheduler
-//! (which since Kubernetes 1.34 leaves `nominatedNodeName` to whoever wrote it) would keep
-//! room on that node for a pod that will not go there, and the pod would wait for a place
-//! kerf cannot see is taken. A pod the kube-scheduler reports unschedulable after the Node was
-//! initialized had its nominated node tried first and did not fit
-//! ([`crate::created_claims::nomination_futile`]): its nomination is withdrawn within
-//! [`FUTILITY_CHECK_PERIOD`], without waiting for the window, so the room it reserved goes
-//! to pods that can use it.
+//! Nomination: the pods a NodeClaim was created for get `status.nominatedNodeName` set to
+//! its Node (KEP-5278), so the kube-scheduler tries that node first and counts them as
+//! already there, and pods planned elsewhere do not take the room launched for them.
+//! Writes start at launch, when the provider knows the Node's name
+//! ([`kerf::cloudprovider::expected_node_name`]); registration writes what the launch did
+//! not before it lifts `karpenter.sh/unregistered`, skipping pods already nominated there.
+//! Each nomination is a pod write on the pods kind's client budget ([`crate::client`]), so
+//! it never slows the NodeClaim and Node writes; the write slots
+//! ([`super::nomination_slots`]) put one-per-node and placement-constrained pods, and
+//! registering Nodes, first. Beside the field kerf writes its own condition
+//! ([`kerf::pods::NOMINATION_CONDITION`]), so it keeps provisioning for a pod whose
+//! nomination is its own. A nomination lasts while the Provisioner holds the pod
+//! ([`NOMINATION_WINDOW`], [`NOMINATION_LIMIT`]) and is withdrawn then, or within
+//! [`FUTILITY_CHECK_PERIOD`] once the pod could not use it ([`nomination_futile`]). It is an
+//! optimisation: failures are logged and counted, never fail a launch or a registration,
+//! and each step is bounded in time ([`NOMINATION_BUDGET`]).
 
 use std::pin::pin;
 use std::sync::Arc;

@@ -137,8 +137,8 @@ impl Lean for Pod {
             if bound {
                 // A bound pod's nomination is history: every reader of it (nomination
                 // writes and withdrawals, preemption) looks at pending pods only, and the
-                // kube-scheduler leaves it on the pod for good: 270 bytes of a lean pod's
-                // 1,330 (measured), five megabytes at 20,000 once they run.
+                // kube-scheduler leaves it on the pod for good: about a fifth of a lean
+                // pod, kept for every running pod.
                 status.nominated_node_name = None;
                 if let Some(conditions) = status.conditions.as_mut() {
                     conditions.retain(|c| c.type_ != kerf::pods::NOMINATION_CONDITION);
@@ -169,7 +169,7 @@ impl Lean for Pod {
                 conditions.retain(|c| READ_POD_CONDITIONS.contains(&c.type_.as_str()));
                 // Only kerf's nomination is read for its message (it names the node). The
                 // kube-scheduler's `0/1005 nodes are available: …` on every pending pod
-                // is read by nothing, and is megabytes at 20,000 pending pods.
+                // is read by nothing, and is held for every pending pod.
                 conditions
                     .iter_mut()
                     .filter(|c| c.type_ != kerf::pods::NOMINATION_CONDITION)
