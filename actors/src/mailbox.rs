@@ -1,27 +1,18 @@
-//! Bounded delivery between actors. Every actor's mailbox has a fixed capacity (a named
-//! constant beside the actor), enforced by a permit: a sender takes one of `capacity`
-//! permits before it enqueues, and the receiving actor gives it back when it takes the
-//! message ([`MailboxDepth::taken`]). The transport behind the permit (actix's channel, or a
-//! tokio channel of the same capacity) therefore never holds more than `capacity` messages,
-//! whichever sender and however many clones of it send.
+//! Bounded delivery between actors. Every mailbox has a fixed capacity (a named constant
+//! beside its actor) enforced by a permit ([`MailboxDepth`]): a sender takes one of
+//! `capacity` permits before it enqueues and the actor gives it back when it takes the
+//! message, so the transport behind it never holds more than `capacity` messages whichever
+//! sender, and however many clones of it, send. actix's own channel is not a bound (each
+//! clone gets a slot past capacity, and a parked `Recipient::send` retries through a fresh
+//! clone never refused, actix#329), so actix queues are left unbounded and the permit is
+//! the only bound.
 //!
-//! A message is pushed while its sender holds the read side of the actor's address
-//! ([`Supervised`]), and a restart swaps the address under the write side: a push either
-//! lands in the running incarnation (taken by it, or counted dropped with its mailbox when
-//! it panics, [`MailboxDepth::reset`]) or is refused at once and its permit returned. No
-//! permit leaks across a restart or an actor's death, so senders never wedge on a dead actor.
-//!
-//! actix's own channel is not a bound: every `Addr`/`Recipient` clone gets a slot past
-//! capacity, the message is pushed even when the mailbox is full (only the sender is
-//! parked afterwards), and a parked `Recipient::send` retries through a fresh clone that is
-//! never refused (actix#329). So actors' actix queues are left unbounded (see
-//! [`crate::supervisor`], which starts every actor) and the permit is the only bound.
-//!
-//! Every sender states how it behaves at capacity: [`Outbox::deliver`] waits for a permit
-//! (nothing is lost), [`Outbox::try_deliver`] drops the message and counts it
-//! (`kerf_mailbox_dropped_total`) — used only where a later message or a periodic
-//! reconcile repairs the drop. `kerf_mailbox_depth` is the number of permits held: the
-//! messages waiting in the mailbox, never more than its capacity.
+//! A push holds the read side of a supervised actor's address ([`Supervised`]) and a
+//! restart swaps it under the write side: a message lands in the running incarnation or is
+//! refused at once with its permit returned, so no permit leaks across a restart. Every
+//! sender states its behaviour at capacity: [`Outbox::deliver`] waits (nothing is lost),
+//! [`Outbox::try_deliver`] drops and counts (`kerf_mailbox_dropped_total`), used only where
+//! a later message or a periodic reconcile repairs the drop.
 
 use std::sync::Arc;
 
