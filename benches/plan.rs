@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
+use kerf::cluster::inventory::{Builder, Inventory};
 use kerf::manifest::{Limits, stream};
 use kerf::plan::fixtures::{self, DumpFormat, DumpShape};
-use kerf::plan::inventory::{Builder, Inventory};
 use kerf::plan::{PlanOptions, plan_inventory};
 
 const SIZES: [usize; 2] = [2_000, 20_000];

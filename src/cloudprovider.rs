@@ -33,7 +33,7 @@ pub type CloudResult<T> = Result<T, CloudProviderError>;
 /// Launches and tracks the machines behind NodeClaims.
 ///
 /// Implementations must be cheap to share (`Send + Sync`, held in an `Arc`) and safe to
-/// call concurrently: the launcher creates many NodeClaims at once, the disruption and
+/// call concurrently: the NodeClaim lifecycle launches many NodeClaims at once, the disruption and
 /// garbage-collection loops list and get while launches are in flight.
 ///
 /// Every machine a provider launches for kerf is identified by its providerID (AWS:
@@ -221,7 +221,7 @@ pub const UNAVAILABLE_OFFERINGS_TTL: Duration = Duration::from_secs(180);
 /// Records and answers which offerings may not be launched right now: offerings
 /// (capacity type × instance type × zone), whole capacity types and subnets that recently
 /// failed to launch. Writers are the launch paths (the AWS provider on fleet errors, the
-/// controller's Launcher on [`CloudProviderError::InsufficientCapacity`]); readers are
+/// controller's NodeClaim lifecycle on [`CloudProviderError::InsufficientCapacity`]); readers are
 /// whoever lists instance types for a solve. Implementations are shared (`Arc<dyn ..>`) and
 /// called concurrently, so every method takes `&self`.
 pub trait UnavailableOfferings: Send + Sync {

@@ -1,12 +1,15 @@
 //! kerf's pure core: the Karpenter v1 API types and their validation, the scheduling
 //! requirements algebra, Kubernetes resource quantities, the embedded EC2 instance-type
-//! catalog with allocatable computation, and the scheduler. Nothing in this crate performs
-//! I/O or holds a client: the controller, the simulated cluster and the CLI feed it data
-//! and act on what it returns, which keeps it unit-testable and benchmarkable alone.
+//! catalog with allocatable computation, and the scheduler. Nothing in this crate holds a
+//! client, touches the network or runs a runtime; its one edge to the file system is
+//! [`manifest::files`], which reads manifest files for the CLI. The controller, the
+//! simulated cluster and the CLI feed it data and act on what it returns, which keeps it
+//! unit-testable and benchmarkable alone.
 
 pub mod api;
 pub mod catalog;
 pub mod cloudprovider;
+pub mod cluster;
 pub mod disruption;
 pub mod feature_gates;
 pub mod finalizers;
@@ -17,6 +20,7 @@ pub mod manifest;
 pub mod nodepool_hash;
 pub mod plan;
 pub mod pods;
+pub mod report;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;

@@ -5,9 +5,9 @@
 
 use std::io::Write;
 
+use kerf::cluster::inventory::Builder;
 use kerf::manifest::{self, Limits, ManifestError, Object, stream};
 use kerf::plan::fixtures::{self, DumpFormat, DumpShape};
-use kerf::plan::inventory::Builder;
 use kerf::plan::{self, PlanOptions};
 
 const OBJECTS: usize = 100_000;

@@ -1,7 +1,7 @@
 //! Wiring: starts every actor and task of the controller against one Kubernetes client —
 //! metrics and probe endpoints, leader election, the event recorder, the PodWatcher's watch
 //! streams, the Batcher, the Provisioner with its NodePoolSchedulers and (with a cloud
-//! provider) the OfferingCache, the Launcher, the NodeClaim lifecycle and the
+//! provider) the OfferingCache, the NodeClaimCreator, the NodeClaim lifecycle and the
 //! TerminationDrainer — and stops them in
 //! reverse order, letting provisioning finish first ([`crate::shutdown`]). Must be called inside
 //! an actix `System` running on a multi-threaded tokio runtime (`System::with_tokio_rt`):
@@ -14,25 +14,25 @@ use std::time::Duration;
 
 use kerf::catalog::Catalog;
 use kerf::cloudprovider::CloudProvider;
+use kerf::cluster::ControllerSettings;
 use kerf::interruption::InterruptionQueue;
 use kerf::interruption::instance_status::InstanceStatusSource;
-use kerf::plan::ControllerSettings;
 use kerf::scheduling::SolvePolicies;
 use kube::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batcher::triggers::{self, Retrigger};
-use crate::batcher::{BATCHER_MAILBOX_CAPACITY, BatchLimits, Batcher};
+use crate::batcher::{self, BATCHER_MAILBOX_CAPACITY, BatchLimits, Batcher};
 use crate::cloud_metrics::MeteredCloudProvider;
 use crate::cluster_metrics::StartupTracker;
+use crate::created_claims::CreatedClaims;
 use crate::disruption::{self, DisruptionConfig, DisruptionDeps, Generation, Progress};
 use crate::expiration;
 use crate::garbage_collection;
 use crate::launch_template_cache::{
     self, LAUNCH_TEMPLATE_CACHE_MAILBOX_CAPACITY, LaunchTemplateCache,
 };
-use crate::launcher::{LAUNCHER_MAILBOX_CAPACITY, Launcher};
 use crate::leader::{self, Election, Timing};
 use crate::lifecycle::Changed;
 use crate::lifecycle::{
@@ -40,6 +40,7 @@ use crate::lifecycle::{
 };
 use crate::mailbox::DeliverError;
 use crate::mailbox::{MailboxDepth, Outbox};
+use crate::nodeclaim_creator::{NODECLAIM_CREATOR_MAILBOX_CAPACITY, NodeClaimCreator};
 use crate::nodeclaim_disruption::{self, Departures, NodeClaimDisruption, podevents};
 use crate::nodepool_status;
 use crate::offering_cache::{
@@ -48,10 +49,10 @@ use crate::offering_cache::{
 use crate::orchestrator::{self, InQueue, OrchestratorConfig, OrchestratorDeps};
 use crate::pod_watcher::Subscribers;
 use crate::provisioner::{
-    InstanceTypeCache, PROVISIONER_MAILBOX_CAPACITY, Provisioner, Provisioning, Round,
+    self, InstanceTypeCache, PROVISIONER_MAILBOX_CAPACITY, Provisioner, Provisioning, Round,
 };
 use crate::requeue::{self, Trigger};
-use crate::settings::ValidSettings;
+use crate::settings::{FeatureGates, ValidSettings};
 use crate::shutdown::{GracefulShutdown, InFlight, SHUTDOWN_TIMEOUT};
 use crate::state::{ClusterState, Writers};
 use crate::storage_advice;
@@ -104,7 +105,7 @@ pub struct Cloud {
     pub catalog: Catalog,
     /// The unavailable-offerings state to share with `provider` (start it with
     /// [`OfferingCache::start`] and hand the provider a clone); `None`: the daemon starts
-    /// its own, which only the Launcher writes.
+    /// its own, which only the NodeClaimCreator writes.
     pub offerings: Option<OfferingCacheHandle>,
 }
 
@@ -167,7 +168,7 @@ pub struct DisruptionHandle {
 struct Actors {
     batcher: Supervised<Batcher>,
     provisioner: Supervised<Provisioner>,
-    launcher: Option<Supervised<Launcher>>,
+    creator: Option<Supervised<NodeClaimCreator>>,
     lifecycle: Option<Supervised<NodeClaimLifecycle>>,
     termination: Option<Supervised<TerminationDrainer>>,
 }
@@ -240,325 +241,137 @@ impl Daemon {
         // Every actor and loop below is supervised in the caller's scope (one per replica in
         // `kerf simulate`, the process's in `kerf controller`).
         let supervision = Supervision::current();
-
-        let metrics_at = SocketAddr::from((bind, metrics_port));
-        let (metrics_addr, metrics_task) =
-            server::serve_metrics(metrics_at, state.clone(), shutdown_rx.clone())
-                .await
-                .map_err(|e| StartError::MetricsPort(metrics_at, e))?;
-        let probes_at = SocketAddr::from((bind, health_probe_port));
-        let (probes_addr, probes_task) = server::serve_probes(
-            probes_at,
-            state.clone(),
-            supervision.exhausted(),
-            shutdown_rx.clone(),
-        )
-        .await
-        .map_err(|e| StartError::HealthProbePort(probes_at, e))?;
-
-        tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
-        let reporting_instance = identity.clone();
-        let (leader, leader_task, lone_leader) = match leader_election {
-            Some(lease) => {
-                let election = Election {
-                    namespace: lease.namespace.unwrap_or(namespace),
-                    name: lease.name,
-                    identity,
-                    timing: leader_timing,
-                };
-                let (rx, task) = leader::spawn(leader_client, election, shutdown_rx.clone());
-                (rx, Some(task), None)
-            }
-            // A lone replica leads from the start until it stops.
-            None => {
-                let (lone, rx) = watch::channel(true);
-                (rx, None, Some(lone))
-            }
-        };
-        // Every actor and task mutates through this client: none can write once this
-        // replica stops leading ([`leader::fenced`]).
-        let client = leader::fenced(client, leader.clone());
-        // Events spend a budget of their own (the client's is per kind), as upstream's event
-        // recorder writes through a clientset of its own.
-        let (events, events_task) =
-            events::spawn(client.clone(), reporting_instance, shutdown_rx.clone());
-
-        // Every cloud write goes through the fence as every Kubernetes write does.
-        let cloud = cloud.map(|cloud| Cloud {
-            provider: Arc::new(leader::FencedCloudProvider::new(
-                cloud.provider,
-                leader.clone(),
-            )),
-            ..cloud
+        let ports = (metrics_port, health_probe_port);
+        let endpoints = Endpoints::serve(bind, ports, &state, &supervision, &shutdown_rx).await?;
+        let election = leader_election.map(|lease| Election {
+            namespace: lease.namespace.unwrap_or(namespace),
+            name: lease.name,
+            identity: identity.clone(),
+            timing: leader_timing,
         });
-        let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
-        let (mut subscribers, cloud_tasks) =
-            start_cloud_loops(&client, &state, provider.clone(), &leader, &shutdown_rx);
-        let lifecycle_depth = MailboxDepth::new("lifecycle", LIFECYCLE_MAILBOX_CAPACITY);
-        let termination_depth = MailboxDepth::new("termination", TERMINATION_MAILBOX_CAPACITY);
-        let launcher_depth = MailboxDepth::new("launcher", LAUNCHER_MAILBOX_CAPACITY);
-        let mut launches = InFlight::default();
-        let launcher = cloud.map(|cloud| {
-            let offerings = cloud.offerings.unwrap_or_else(|| {
-                OfferingCache::start(
-                    UNAVAILABLE_OFFERINGS_TTL,
-                    MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
-                )
-            });
-            let launcher =
-                Launcher::new(client.clone(), launcher_depth.clone()).with_events(events.clone());
-            let created = launcher.created_claims();
-            let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
-            let metered: Arc<dyn CloudProvider> = Arc::new(metered);
-            let resolves_node_classes = metered.node_class_reconciler().is_some();
-            let deps = LifecycleDeps {
-                state: state.clone(),
-                client: client.clone(),
-                cloud: Arc::clone(&metered),
-                leader: leader.clone(),
-                shutdown: shutdown_rx.clone(),
-                depth: lifecycle_depth.clone(),
-                launch: LaunchDeps {
-                    events: events.clone(),
-                    offerings: Some(offerings.clone()),
-                    created: created.clone(),
-                    nominate_pods: feature_gates.nominate_pods,
-                },
-            };
-            let lifecycle = NodeClaimLifecycle::new(deps, timings.lifecycle);
-            launches = lifecycle.launches();
-            let launching = lifecycle.launching();
-            let lifecycle = supervisor::start(
-                "lifecycle",
-                lifecycle_depth.clone(),
-                supervisor::rebuilding(lifecycle, NodeClaimLifecycle::restarted),
-            );
-            let (termination, stats) = TerminationDrainer::new(
-                TerminationDeps {
-                    state: state.clone(),
-                    client: client.clone(),
-                    cloud: metered,
-                    events: events.clone(),
-                    launching,
-                    leader: leader.clone(),
-                    shutdown: shutdown_rx.clone(),
-                    depth: termination_depth.clone(),
-                },
-                timings.termination,
-            );
-            let termination = supervisor::start(
-                "termination",
-                termination_depth.clone(),
-                supervisor::rebuilding(termination, TerminationDrainer::restarted),
-            );
-            let addr = supervisor::start(
-                "launcher",
-                launcher_depth.clone(),
-                supervisor::rebuilding(launcher, Launcher::restarted),
-            );
-            let provisioning = Provisioning {
-                launcher: Outbox::new(&addr, launcher_depth),
-                created,
-                offerings: Some(offerings),
-                catalog: cloud.catalog,
-                controller: ControllerSettings {
-                    reserved_enis,
-                    vm_memory_overhead_percent,
-                },
-                policies: SolvePolicies {
-                    preference: preference_policy,
-                    min_values: min_values_policy,
-                },
-                events: events.clone(),
-                instance_types: InstanceTypeCache::following(provider.clone()),
-                resolves_node_classes,
-            };
-            ((addr, (lifecycle, (termination, stats))), provisioning)
-        });
-        let (launcher, provisioning) = launcher.unzip();
-        let (launcher, lifecycle) = launcher.unzip();
-        let (lifecycle, termination) = lifecycle.unzip();
-        let (termination, termination_stats) = termination.unzip();
-        let created = provisioning.as_ref().map(|p| shutdown::Created {
-            claims: p.created.clone(),
-            state: state.clone(),
-        });
-        let (graceful, draining) = GracefulShutdown::new(launches, created);
-        // The Provisioner runs rounds only while this replica leads and is not stopping.
-        let (may_provision, gate_task) =
-            shutdown::gate(leader.clone(), draining, shutdown_rx.clone());
-        let provisioner_depth = MailboxDepth::new("provisioner", PROVISIONER_MAILBOX_CAPACITY);
-        let offerings = provisioning.as_ref().and_then(|p| p.offerings.clone());
-        let provisioning_for_disruption = provisioning.clone();
-        let instance_types = provisioning.as_ref().map(|p| p.instance_types.clone());
-        let provisioner = Provisioner::start(
-            state.clone(),
-            may_provision,
-            provisioner_depth.clone(),
-            provisioning,
+        let leadership = Leadership::start(leader_client, election, &shutdown_rx);
+        let (wiring, events_task) = Wiring::new(
+            client,
+            state,
+            leadership.leader.clone(),
+            identity,
+            shutdown_rx,
         );
-        let batcher_depth = MailboxDepth::new("batcher", BATCHER_MAILBOX_CAPACITY);
+        let cloud = cloud.map(|cloud| wiring.fence(cloud));
+        let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
+        let (mut subscribers, cloud_tasks) = start_cloud_loops(
+            &wiring.client,
+            &wiring.state,
+            provider.clone(),
+            &wiring.leader,
+            &wiring.shutdown,
+        );
+        let solving = Solving {
+            controller: ControllerSettings {
+                reserved_enis,
+                vm_memory_overhead_percent,
+            },
+            policies: SolvePolicies {
+                preference: preference_policy,
+                min_values: min_values_policy,
+            },
+            nominate_pods: feature_gates.nominate_pods,
+        };
+        let launching = cloud.map(|cloud| {
+            LaunchingActors::start(&wiring, cloud, provider.clone(), &timings, solving)
+        });
+        let provisioning = launching.as_ref().map(|l| l.provisioning.clone());
         let limits = BatchLimits {
             idle: batch_idle_duration,
             max: batch_max_duration,
         };
-        let to_provisioner = Outbox::new(&provisioner.addr, provisioner_depth);
-        let mailbox = batcher_depth.clone();
-        let batcher = supervisor::start("batcher", batcher_depth.clone(), move || {
-            Some(Batcher::new(
-                limits,
-                to_provisioner.clone(),
-                mailbox.clone(),
-            ))
-        });
-
+        let launches = launching.as_ref().map(|l| l.launches.clone());
+        let provisioners =
+            ProvisioningActors::start(&wiring, provisioning.clone(), launches, limits);
         let generation = Generation::default();
-        let (disruption, disruption_tasks) = match &provisioning_for_disruption {
-            Some(provisioning) => {
-                let (orchestrator, orchestrator_task) = orchestrator::spawn(
-                    OrchestratorDeps {
-                        client: client.clone(),
-                        state: state.clone(),
-                        launcher: provisioning.launcher.clone(),
-                        events: events.clone(),
-                        config: timings.orchestrator,
-                    },
-                    shutdown_rx.clone(),
-                );
-                let (progress, progress_rx) = watch::channel(Progress::default());
-                let handle = DisruptionHandle {
-                    progress: progress_rx,
-                    in_queue: orchestrator.in_queue().clone(),
-                };
-                let deps = DisruptionDeps {
-                    client: client.clone(),
-                    state: state.clone(),
-                    catalog: provisioning.catalog,
-                    offerings: provisioning.offerings.clone(),
-                    instance_types: provisioning.instance_types.clone(),
-                    controller: provisioning.controller,
-                    policies: provisioning.policies,
-                    feature_gates: disruption::core_gates(feature_gates),
-                    orchestrator,
-                    nominations: provisioning.created.clone(),
-                    events: events.clone(),
-                    leader: leader.clone(),
-                    generation: generation.clone(),
-                    config: timings.disruption.clone(),
-                };
-                let shutdown = shutdown_rx.clone();
-                let loop_task = supervisor::task("disruption", move || {
-                    disruption::run(deps.clone(), progress.clone(), shutdown.clone())
-                });
-                (Some(handle), vec![orchestrator_task, loop_task])
-            }
+        let disruption = provisioning.as_ref().map(|provisioning| {
+            start_disruption(&wiring, provisioning, &timings, feature_gates, &generation)
+        });
+        let (disruption, disruption_tasks) = match disruption {
+            Some((handle, tasks)) => (Some(handle), tasks),
             None => (None, Vec::new()),
         };
         subscribe_generation(&mut subscribers, &generation);
-        let to_batcher = Outbox::new(&batcher, batcher_depth);
         let retrigger = Retrigger::default();
-        let mut startup = StartupTracker::default();
-        subscribers.pods.push(Box::new(move |pod, change| {
-            startup.observe(pod, change);
-        }));
-        subscribers.pods.push(Box::new(triggers::on_pod(
-            state.clone(),
-            to_batcher.clone(),
-        )));
-        subscribers
-            .nodeclaims
-            .push(Box::new(triggers::on_node_claim(retrigger.clone())));
-        subscribers
-            .nodepools
-            .push(Box::new(triggers::on_node_pool(retrigger.clone())));
-        subscribers
-            .nodeclasses
-            .push(Box::new(triggers::on_node_class(retrigger.clone())));
-        subscribers
-            .nodes
-            .push(Box::new(triggers::on_node(retrigger.clone())));
-        if let Some(addr) = &lifecycle {
-            subscribe_changes(&mut subscribers, &Outbox::new(addr, lifecycle_depth));
-        }
-        if let Some(addr) = &termination {
-            subscribe_changes(&mut subscribers, &Outbox::new(addr, termination_depth));
+        subscribe_triggers(
+            &mut subscribers,
+            &wiring,
+            &provisioners.to_batcher,
+            &retrigger,
+        );
+        if let Some(launching) = &launching {
+            launching.subscribe(&mut subscribers);
         }
         let status_tasks = start_status_loops(
-            &client,
-            &state,
+            &wiring.client,
+            &wiring.state,
             provider,
             &mut subscribers,
-            &leader,
-            &shutdown_rx,
+            &wiring.leader,
+            &wiring.shutdown,
         );
-        let mut tasks = pod_watcher::spawn(&client, writers, subscribers, &shutdown_rx);
+        let mut tasks = pod_watcher::spawn(&wiring.client, writers, subscribers, &wiring.shutdown);
         tasks.extend(status_tasks);
-        if let Some(provisioning) = &provisioning_for_disruption {
-            let (created, retrigger, shutdown) = (
-                provisioning.created.clone(),
-                retrigger.clone(),
-                shutdown_rx.clone(),
-            );
-            tasks.push(supervisor::task("nomination_lapse", move || {
-                triggers::on_nomination_lapse(created.clone(), retrigger.clone(), shutdown.clone())
-            }));
-        }
-        {
-            let (state, events) = (state.clone(), events.clone());
-            let (leader, shutdown) = (leader.clone(), shutdown_rx.clone());
-            tasks.push(supervisor::task("storage_advice", move || {
-                storage_advice::run(
-                    state.clone(),
-                    events.clone(),
-                    leader.clone(),
-                    shutdown.clone(),
-                )
-            }));
-        }
-        {
-            let (state, leader, shutdown) = (state.clone(), leader.clone(), shutdown_rx.clone());
-            tasks.push(supervisor::task("retrigger", move || {
-                triggers::retrigger(
-                    state.clone(),
-                    to_batcher.clone(),
-                    retrigger.clone(),
-                    leader.clone(),
-                    shutdown.clone(),
-                )
-            }));
-        }
+        let created = provisioning.as_ref().map(|p| p.created.clone());
+        tasks.extend(start_trigger_loops(
+            &wiring,
+            created,
+            retrigger,
+            provisioners.to_batcher.clone(),
+        ));
+        tasks.push(start_storage_advice(&wiring));
         tasks.extend(cloud_tasks);
         tasks.extend(disruption_tasks);
-        tasks.push(metrics_task);
-        tasks.push(probes_task);
+        tasks.extend(endpoints.tasks);
         tasks.push(events_task);
-        tasks.push(gate_task);
+        tasks.push(provisioners.gate_task);
+        let (creator, lifecycle, termination, termination_stats) = match launching {
+            Some(l) => (
+                Some(l.creator),
+                Some(l.lifecycle),
+                Some(l.termination),
+                Some(l.termination_stats),
+            ),
+            None => (None, None, None, None),
+        };
+        let Wiring {
+            client,
+            state,
+            leader,
+            events,
+            ..
+        } = wiring;
         Ok(Self {
             client,
             events,
             state,
             leader,
-            rounds: provisioner.rounds,
-            node_pool_schedulers: provisioner.node_pool_schedulers,
-            offerings,
+            rounds: provisioners.provisioner.rounds,
+            node_pool_schedulers: provisioners.provisioner.node_pool_schedulers,
+            offerings: provisioning.as_ref().and_then(|p| p.offerings.clone()),
             termination_stats,
             disruption,
-            instance_types,
-            metrics_addr,
-            probes_addr,
+            instance_types: provisioning.as_ref().map(|p| p.instance_types.clone()),
+            metrics_addr: endpoints.metrics_addr,
+            probes_addr: endpoints.probes_addr,
             shutdown,
             tasks,
-            leader_task,
-            lone_leader,
+            leader_task: leadership.task,
+            lone_leader: leadership.lone,
             supervision,
             actors: Actors {
-                batcher,
-                provisioner: provisioner.addr,
-                launcher,
+                batcher: provisioners.batcher,
+                provisioner: provisioners.provisioner.addr,
+                creator,
                 lifecycle,
                 termination,
             },
-            graceful,
+            graceful: provisioners.graceful,
         })
     }
 
@@ -678,6 +491,415 @@ impl Daemon {
 /// so a task still running after this is stuck, and is aborted rather than left to hang the
 /// process's exit.
 pub const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The metrics and probe endpoints, bound.
+struct Endpoints {
+    metrics_addr: SocketAddr,
+    probes_addr: SocketAddr,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Endpoints {
+    /// Binds `/metrics` and the probes on `bind` at `(metrics, probes)` ports.
+    async fn serve(
+        bind: Ipv4Addr,
+        (metrics_port, health_probe_port): (u16, u16),
+        state: &Arc<ClusterState>,
+        supervision: &Supervision,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Result<Self, StartError> {
+        let metrics_at = SocketAddr::from((bind, metrics_port));
+        let (metrics_addr, metrics_task) =
+            server::serve_metrics(metrics_at, state.clone(), shutdown.clone())
+                .await
+                .map_err(|e| StartError::MetricsPort(metrics_at, e))?;
+        let probes_at = SocketAddr::from((bind, health_probe_port));
+        let (probes_addr, probes_task) = server::serve_probes(
+            probes_at,
+            state.clone(),
+            supervision.exhausted(),
+            shutdown.clone(),
+        )
+        .await
+        .map_err(|e| StartError::HealthProbePort(probes_at, e))?;
+        tracing::info!(metrics = %metrics_addr, probes = %probes_addr, "serving endpoints");
+        Ok(Self {
+            metrics_addr,
+            probes_addr,
+            tasks: vec![metrics_task, probes_task],
+        })
+    }
+}
+
+/// Whether this replica leads: elected through a Lease, or alone from the start.
+struct Leadership {
+    leader: watch::Receiver<bool>,
+    task: Option<JoinHandle<()>>,
+    /// A lone replica's leadership, withdrawn on stop.
+    lone: Option<watch::Sender<bool>>,
+}
+
+impl Leadership {
+    fn start(client: Client, election: Option<Election>, shutdown: &watch::Receiver<bool>) -> Self {
+        match election {
+            Some(election) => {
+                let (leader, task) = leader::spawn(client, election, shutdown.clone());
+                Self {
+                    leader,
+                    task: Some(task),
+                    lone: None,
+                }
+            }
+            // A lone replica leads from the start until it stops.
+            None => {
+                let (lone, leader) = watch::channel(true);
+                Self {
+                    leader,
+                    task: None,
+                    lone: Some(lone),
+                }
+            }
+        }
+    }
+}
+
+/// What every actor and loop is started with.
+struct Wiring {
+    /// Fenced: no write goes through once this replica stops leading ([`leader::fenced`]).
+    client: Client,
+    state: Arc<ClusterState>,
+    leader: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
+    events: events::EventRecorder,
+}
+
+impl Wiring {
+    fn new(
+        client: Client,
+        state: Arc<ClusterState>,
+        leader: watch::Receiver<bool>,
+        reporting_instance: String,
+        shutdown: watch::Receiver<bool>,
+    ) -> (Self, JoinHandle<()>) {
+        let client = leader::fenced(client, leader.clone());
+        // Events spend a budget of their own (the client's is per kind), as upstream's event
+        // recorder writes through a clientset of its own.
+        let (events, events_task) =
+            events::spawn(client.clone(), reporting_instance, shutdown.clone());
+        let wiring = Self {
+            client,
+            state,
+            leader,
+            shutdown,
+            events,
+        };
+        (wiring, events_task)
+    }
+
+    /// `cloud` with every write going through the fence, as every Kubernetes write does.
+    fn fence(&self, cloud: Cloud) -> Cloud {
+        Cloud {
+            provider: Arc::new(leader::FencedCloudProvider::new(
+                cloud.provider,
+                self.leader.clone(),
+            )),
+            ..cloud
+        }
+    }
+}
+
+/// The settings a solve and a launch are made with.
+#[derive(Clone, Copy)]
+struct Solving {
+    controller: ControllerSettings,
+    policies: SolvePolicies,
+    nominate_pods: bool,
+}
+
+/// The actors that exist only with a cloud: the NodeClaimCreator, the NodeClaim lifecycle
+/// and the TerminationDrainer, and what the Provisioner launches through.
+struct LaunchingActors {
+    creator: Supervised<NodeClaimCreator>,
+    lifecycle: Supervised<NodeClaimLifecycle>,
+    lifecycle_depth: MailboxDepth,
+    termination: Supervised<TerminationDrainer>,
+    termination_depth: MailboxDepth,
+    termination_stats: Arc<TerminationStats>,
+    provisioning: Provisioning,
+    /// The lifecycle's launches in flight, which a stopping daemon waits for.
+    launches: InFlight,
+}
+
+impl LaunchingActors {
+    fn start(
+        w: &Wiring,
+        cloud: Cloud,
+        provider: Option<Arc<dyn CloudProvider>>,
+        timings: &Timings,
+        solving: Solving,
+    ) -> Self {
+        let lifecycle_depth = MailboxDepth::new("lifecycle", LIFECYCLE_MAILBOX_CAPACITY);
+        let termination_depth = MailboxDepth::new("termination", TERMINATION_MAILBOX_CAPACITY);
+        let creator_depth =
+            MailboxDepth::new("nodeclaim_creator", NODECLAIM_CREATOR_MAILBOX_CAPACITY);
+        let offerings = cloud.offerings.unwrap_or_else(|| {
+            OfferingCache::start(
+                UNAVAILABLE_OFFERINGS_TTL,
+                MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
+            )
+        });
+        let creator = NodeClaimCreator::new(w.client.clone(), creator_depth.clone())
+            .with_events(w.events.clone());
+        let created = creator.created_claims();
+        let metered = MeteredCloudProvider::new(cloud.provider, LAUNCH_CONTROLLER);
+        let metered: Arc<dyn CloudProvider> = Arc::new(metered);
+        let resolves_node_classes = metered.node_class_reconciler().is_some();
+        let deps = LifecycleDeps {
+            state: w.state.clone(),
+            client: w.client.clone(),
+            cloud: Arc::clone(&metered),
+            leader: w.leader.clone(),
+            shutdown: w.shutdown.clone(),
+            depth: lifecycle_depth.clone(),
+            launch: LaunchDeps {
+                events: w.events.clone(),
+                offerings: Some(offerings.clone()),
+                created: created.clone(),
+                nominate_pods: solving.nominate_pods,
+            },
+        };
+        let lifecycle = NodeClaimLifecycle::new(deps, timings.lifecycle);
+        let launches = lifecycle.launches();
+        let launching = lifecycle.launching();
+        let lifecycle = supervisor::start(
+            "lifecycle",
+            lifecycle_depth.clone(),
+            supervisor::rebuilding(lifecycle, NodeClaimLifecycle::restarted),
+        );
+        let (termination, termination_stats) = TerminationDrainer::new(
+            TerminationDeps {
+                state: w.state.clone(),
+                client: w.client.clone(),
+                cloud: metered,
+                events: w.events.clone(),
+                launching,
+                leader: w.leader.clone(),
+                shutdown: w.shutdown.clone(),
+                depth: termination_depth.clone(),
+            },
+            timings.termination,
+        );
+        let termination = supervisor::start(
+            "termination",
+            termination_depth.clone(),
+            supervisor::rebuilding(termination, TerminationDrainer::restarted),
+        );
+        let creator = supervisor::start(
+            "nodeclaim_creator",
+            creator_depth.clone(),
+            supervisor::rebuilding(creator, NodeClaimCreator::restarted),
+        );
+        let provisioning = Provisioning {
+            creator: Outbox::new(&creator, creator_depth),
+            created,
+            offerings: Some(offerings),
+            catalog: cloud.catalog,
+            controller: solving.controller,
+            policies: solving.policies,
+            events: w.events.clone(),
+            instance_types: InstanceTypeCache::following(provider),
+            resolves_node_classes,
+        };
+        Self {
+            creator,
+            lifecycle,
+            lifecycle_depth,
+            termination,
+            termination_depth,
+            termination_stats,
+            provisioning,
+            launches,
+        }
+    }
+
+    /// Tells the lifecycle and the TerminationDrainer what changed.
+    fn subscribe(&self, subscribers: &mut Subscribers) {
+        let lifecycle = Outbox::new(&self.lifecycle, self.lifecycle_depth.clone());
+        subscribe_changes(subscribers, &lifecycle);
+        let termination = Outbox::new(&self.termination, self.termination_depth.clone());
+        subscribe_changes(subscribers, &termination);
+    }
+}
+
+/// The Batcher and the Provisioner, gated on leadership and shutdown.
+struct ProvisioningActors {
+    provisioner: provisioner::Started,
+    batcher: Supervised<Batcher>,
+    to_batcher: Outbox<batcher::Trigger>,
+    graceful: GracefulShutdown,
+    gate_task: JoinHandle<()>,
+}
+
+impl ProvisioningActors {
+    fn start(
+        w: &Wiring,
+        provisioning: Option<Provisioning>,
+        launches: Option<InFlight>,
+        limits: BatchLimits,
+    ) -> Self {
+        let created = provisioning.as_ref().map(|p| shutdown::Created {
+            claims: p.created.clone(),
+            state: w.state.clone(),
+        });
+        let (graceful, draining) = GracefulShutdown::new(launches.unwrap_or_default(), created);
+        // The Provisioner runs rounds only while this replica leads and is not stopping.
+        let (may_provision, gate_task) =
+            shutdown::gate(w.leader.clone(), draining, w.shutdown.clone());
+        let provisioner_depth = MailboxDepth::new("provisioner", PROVISIONER_MAILBOX_CAPACITY);
+        let provisioner = Provisioner::start(
+            w.state.clone(),
+            may_provision,
+            provisioner_depth.clone(),
+            provisioning,
+        );
+        let batcher_depth = MailboxDepth::new("batcher", BATCHER_MAILBOX_CAPACITY);
+        let to_provisioner = Outbox::new(&provisioner.addr, provisioner_depth);
+        let mailbox = batcher_depth.clone();
+        let batcher = supervisor::start("batcher", batcher_depth.clone(), move || {
+            Some(Batcher::new(
+                limits,
+                to_provisioner.clone(),
+                mailbox.clone(),
+            ))
+        });
+        let to_batcher = Outbox::new(&batcher, batcher_depth);
+        Self {
+            provisioner,
+            batcher,
+            to_batcher,
+            graceful,
+            gate_task,
+        }
+    }
+}
+
+/// The Orchestrator and the disruption loop over the Provisioner's solving parts.
+fn start_disruption(
+    w: &Wiring,
+    provisioning: &Provisioning,
+    timings: &Timings,
+    feature_gates: FeatureGates,
+    generation: &Generation,
+) -> (DisruptionHandle, Vec<JoinHandle<()>>) {
+    let (orchestrator, orchestrator_task) = orchestrator::spawn(
+        OrchestratorDeps {
+            client: w.client.clone(),
+            state: w.state.clone(),
+            creator: provisioning.creator.clone(),
+            events: w.events.clone(),
+            config: timings.orchestrator,
+        },
+        w.shutdown.clone(),
+    );
+    let (progress, progress_rx) = watch::channel(Progress::default());
+    let handle = DisruptionHandle {
+        progress: progress_rx,
+        in_queue: orchestrator.in_queue().clone(),
+    };
+    let deps = DisruptionDeps {
+        client: w.client.clone(),
+        state: w.state.clone(),
+        catalog: provisioning.catalog,
+        offerings: provisioning.offerings.clone(),
+        instance_types: provisioning.instance_types.clone(),
+        controller: provisioning.controller,
+        policies: provisioning.policies,
+        feature_gates: disruption::core_gates(feature_gates),
+        orchestrator,
+        nominations: provisioning.created.clone(),
+        events: w.events.clone(),
+        leader: w.leader.clone(),
+        generation: generation.clone(),
+        config: timings.disruption.clone(),
+    };
+    let shutdown = w.shutdown.clone();
+    let loop_task = supervisor::task("disruption", move || {
+        disruption::run(deps.clone(), progress.clone(), shutdown.clone())
+    });
+    (handle, vec![orchestrator_task, loop_task])
+}
+
+/// The watch hooks that start a batch: pods to place, and changes that may let pods the
+/// last round left pending fit now ([`Retrigger`]); and the startup-time tracker.
+fn subscribe_triggers(
+    subscribers: &mut Subscribers,
+    w: &Wiring,
+    to_batcher: &Outbox<batcher::Trigger>,
+    retrigger: &Retrigger,
+) {
+    let mut startup = StartupTracker::default();
+    subscribers.pods.push(Box::new(move |pod, change| {
+        startup.observe(pod, change);
+    }));
+    subscribers.pods.push(Box::new(triggers::on_pod(
+        w.state.clone(),
+        to_batcher.clone(),
+    )));
+    subscribers
+        .nodeclaims
+        .push(Box::new(triggers::on_node_claim(retrigger.clone())));
+    subscribers
+        .nodepools
+        .push(Box::new(triggers::on_node_pool(retrigger.clone())));
+    subscribers
+        .nodeclasses
+        .push(Box::new(triggers::on_node_class(retrigger.clone())));
+    subscribers
+        .nodes
+        .push(Box::new(triggers::on_node(retrigger.clone())));
+}
+
+/// The loops that start a batch without a watch event: a nomination lapsing (with a cloud)
+/// and the retrigger of pods left pending.
+fn start_trigger_loops(
+    w: &Wiring,
+    created: Option<CreatedClaims>,
+    retrigger: Retrigger,
+    to_batcher: Outbox<batcher::Trigger>,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if let Some(created) = created {
+        let (retrigger, shutdown) = (retrigger.clone(), w.shutdown.clone());
+        tasks.push(supervisor::task("nomination_lapse", move || {
+            triggers::on_nomination_lapse(created.clone(), retrigger.clone(), shutdown.clone())
+        }));
+    }
+    let (state, leader, shutdown) = (w.state.clone(), w.leader.clone(), w.shutdown.clone());
+    tasks.push(supervisor::task("retrigger", move || {
+        triggers::retrigger(
+            state.clone(),
+            to_batcher.clone(),
+            retrigger.clone(),
+            leader.clone(),
+            shutdown.clone(),
+        )
+    }));
+    tasks
+}
+
+/// The in-tree storage warnings ([`storage_advice`]), published while leading.
+fn start_storage_advice(w: &Wiring) -> JoinHandle<()> {
+    let (state, events) = (w.state.clone(), w.events.clone());
+    let (leader, shutdown) = (w.leader.clone(), w.shutdown.clone());
+    supervisor::task("storage_advice", move || {
+        storage_advice::run(
+            state.clone(),
+            events.clone(),
+            leader.clone(),
+            shutdown.clone(),
+        )
+    })
+}
 
 /// Awaits `task`, aborting it (with a warning naming it) if it outlives [`TASK_STOP_TIMEOUT`];
 /// a task that ended in a panic is logged with the panic's message.

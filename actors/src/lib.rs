@@ -1,6 +1,6 @@
 //! The kerf controller: actors over bounded mailboxes that watch the cluster and provision
 //! capacity, as upstream Karpenter's controllers do. One module per actor (`pod_watcher`,
-//! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `launcher`,
+//! `batcher`, `provisioner`, `node_pool_scheduler`, `offering_cache`, `nodeclaim_creator`,
 //! `lifecycle`, `leader`, `launch_template_cache` for EC2NodeClass status, `tagging`,
 //! `interruption` for the SQS interruption queue) and loops (`garbage_collection`,
 //! `node_repair` behind the `NodeRepair` gate), the
@@ -15,6 +15,7 @@ pub mod batcher;
 pub mod client;
 pub mod cloud_metrics;
 pub mod cluster_metrics;
+pub mod created_claims;
 pub mod daemon;
 pub mod disruption;
 pub mod divergences;
@@ -22,9 +23,9 @@ pub mod events;
 pub mod expiration;
 pub mod garbage_collection;
 pub mod instance_health;
+pub mod instance_types;
 pub mod interruption;
 pub mod launch_template_cache;
-pub mod launcher;
 pub mod leader;
 pub mod lifecycle;
 pub mod logging;
@@ -32,6 +33,7 @@ pub mod mailbox;
 pub mod metrics;
 pub mod node_pool_scheduler;
 pub mod node_repair;
+pub mod nodeclaim_creator;
 pub mod nodeclaim_disruption;
 pub mod nodepool_status;
 pub mod offering_cache;

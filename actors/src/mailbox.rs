@@ -1,163 +1,28 @@
-//! Bounded delivery between actors. Every actor's mailbox has a fixed capacity (a named
-//! constant beside the actor), enforced by a permit: a sender takes one of `capacity`
-//! permits before it enqueues, and the receiving actor gives it back when it takes the
-//! message ([`MailboxDepth::taken`]). The transport behind the permit (actix's channel, or a
-//! tokio channel of the same capacity) therefore never holds more than `capacity` messages,
-//! whichever sender and however many clones of it send.
+//! Bounded delivery between actors. Every mailbox has a fixed capacity (a named constant
+//! beside its actor) enforced by a permit ([`MailboxDepth`]): a sender takes one of
+//! `capacity` permits before it enqueues and the actor gives it back when it takes the
+//! message, so the transport behind it never holds more than `capacity` messages whichever
+//! sender, and however many clones of it, send. actix's own channel is not a bound (each
+//! clone gets a slot past capacity, and a parked `Recipient::send` retries through a fresh
+//! clone never refused, actix#329), so actix queues are left unbounded and the permit is
+//! the only bound.
 //!
-//! A message is pushed while its sender holds the read side of the actor's address
-//! ([`Supervised`]), and a restart swaps the address under the write side: a push either
-//! lands in the running incarnation (taken by it, or counted dropped with its mailbox when
-//! it panics, [`MailboxDepth::reset`]) or is refused at once and its permit returned. No
-//! permit leaks across a restart or an actor's death, so senders never wedge on a dead actor.
-//!
-//! actix's own channel is not a bound: every `Addr`/`Recipient` clone gets a slot past
-//! capacity, the message is pushed even when the mailbox is full (only the sender is
-//! parked afterwards), and a parked `Recipient::send` retries through a fresh clone that is
-//! never refused (actix#329). So actors' actix queues are left unbounded (see
-//! [`crate::supervisor`], which starts every actor) and the permit is the only bound.
-//!
-//! Every sender states how it behaves at capacity: [`Outbox::deliver`] waits for a permit
-//! (nothing is lost), [`Outbox::try_deliver`] drops the message and counts it
-//! (`kerf_mailbox_dropped_total`) — used only where a later message or a periodic
-//! reconcile repairs the drop. `kerf_mailbox_depth` is the number of permits held: the
-//! messages waiting in the mailbox, never more than its capacity.
+//! A push holds the read side of a supervised actor's address ([`Supervised`]) and a
+//! restart swaps it under the write side: a message lands in the running incarnation or is
+//! refused at once with its permit returned, so no permit leaks across a restart. Every
+//! sender states its behaviour at capacity: [`Outbox::deliver`] waits (nothing is lost),
+//! [`Outbox::try_deliver`] drops and counts (`kerf_mailbox_dropped_total`), used only where
+//! a later message or a periodic reconcile repairs the drop.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
+use crate::supervisor::Supervised;
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
-use tokio::sync::Semaphore;
 
-use crate::metrics::{MAILBOX_DEPTH, MAILBOX_DROPPED};
-use crate::supervisor::{FaultPoint, Supervised};
+pub(crate) mod depth;
 
-/// One mailbox's bound and its depth: shared by its senders and its receiving actor.
-#[derive(Clone, Debug)]
-pub struct MailboxDepth {
-    name: Arc<str>,
-    capacity: usize,
-    permits: Arc<Semaphore>,
-    count: Arc<AtomicI64>,
-    /// The fault-injection hook checked on every take ([`crate::supervisor::Faults`]).
-    fault: FaultPoint,
-}
-
-impl MailboxDepth {
-    /// A mailbox named `name` (the metrics' `mailbox` label) holding at most `capacity`
-    /// messages.
-    pub fn new(name: impl Into<Arc<str>>, capacity: usize) -> Self {
-        let name = name.into();
-        Self {
-            fault: FaultPoint::for_mailbox(&name),
-            name,
-            capacity,
-            permits: Arc::new(Semaphore::new(capacity)),
-            count: Arc::new(AtomicI64::new(0)),
-        }
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Messages currently queued.
-    pub fn current(&self) -> i64 {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    /// Waits for room, then counts one message in. The caller must enqueue it.
-    pub async fn admit(&self) {
-        self.reserve().await;
-        self.queued();
-    }
-
-    /// Counts one message in if there is room; otherwise counts a drop and refuses.
-    pub fn try_admit(&self) -> Result<(), DeliverError> {
-        self.try_reserve()?;
-        self.queued();
-        Ok(())
-    }
-
-    /// Waits for room without counting a message in yet ([`Self::queued`] once pushed, or
-    /// [`Self::refund`]).
-    async fn reserve(&self) {
-        // Released by `taken`, when the actor takes the message. The semaphore is never
-        // closed, so the acquire only ends with a permit.
-        if let Ok(permit) = self.permits.acquire().await {
-            permit.forget();
-        }
-    }
-
-    /// [`Self::reserve`] if there is room; otherwise counts a drop and refuses.
-    fn try_reserve(&self) -> Result<(), DeliverError> {
-        match self.permits.try_acquire() {
-            Ok(permit) => {
-                permit.forget();
-                Ok(())
-            }
-            Err(_) => {
-                metrics::counter!(MAILBOX_DROPPED, "mailbox" => self.name.to_string()).increment(1);
-                Err(DeliverError::Full(self.name.to_string()))
-            }
-        }
-    }
-
-    /// A reserved message was pushed into the mailbox.
-    fn queued(&self) {
-        self.publish(self.count.fetch_add(1, Ordering::Relaxed) + 1);
-    }
-
-    /// A reserved message was refused by a closed mailbox: its room is given back at once.
-    fn refund(&self) {
-        self.permits.add_permits(1);
-    }
-
-    /// Room free now (tests check no permit leaked).
-    pub fn available(&self) -> usize {
-        self.permits.available_permits()
-    }
-
-    /// The receiving actor took one message out of its mailbox: its room is free again.
-    /// Panics here if a fault is armed for this actor (a test and simulation hook), after
-    /// the room is given back.
-    pub fn taken(&self) {
-        self.publish(self.count.fetch_sub(1, Ordering::Relaxed) - 1);
-        self.permits.add_permits(1);
-        self.fault.check();
-    }
-
-    /// The mailbox was replaced by an empty one (its actor restarted after a panic): what
-    /// was queued is lost, counted as dropped, and its room given back.
-    pub fn reset(&self) {
-        let lost = self.count.swap(0, Ordering::Relaxed).max(0);
-        self.publish(0);
-        #[allow(clippy::cast_sign_loss, reason = "clamped at zero above")]
-        let lost = lost as u64;
-        metrics::counter!(MAILBOX_DROPPED, "mailbox" => self.name.to_string()).increment(lost);
-        #[allow(clippy::cast_possible_truncation, reason = "at most the capacity")]
-        self.permits.add_permits(lost as usize);
-    }
-
-    fn publish(&self, depth: i64) {
-        #[allow(clippy::cast_precision_loss, reason = "mailbox depths are small")]
-        metrics::gauge!(MAILBOX_DEPTH, "mailbox" => self.name.to_string()).set(depth as f64);
-    }
-}
-
-/// Why a message was not delivered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DeliverError {
-    #[error("mailbox {0} is full; message dropped")]
-    Full(String),
-    #[error("actor behind mailbox {0} has stopped")]
-    Closed(String),
-}
+pub use depth::{DeliverError, MailboxDepth};
 
 /// The handler's answer to come; `Err` when it never comes (the actor stopped first).
 type Answer<R> = futures::future::BoxFuture<'static, Result<R, ()>>;
@@ -322,7 +187,7 @@ where
 
     /// How many messages the mailbox holds at most.
     pub fn capacity(&self) -> usize {
-        self.depth.capacity
+        self.depth.capacity()
     }
 
     /// The mailbox's depth and room.
@@ -331,7 +196,7 @@ where
     }
 
     fn closed(&self) -> DeliverError {
-        DeliverError::Closed(self.depth.name.to_string())
+        DeliverError::Closed(self.depth.name().to_string())
     }
 
     /// Enqueues without waiting; a full mailbox drops the message (counted), a closed or

@@ -108,7 +108,7 @@ pub const FENCED_REQUESTS: &str = "kerf_leader_election_fenced_requests_total";
 /// Reconciles dropped mid-way because this replica stepped down (label `controller`).
 pub const RECONCILES_CANCELLED: &str = "kerf_leader_election_cancelled_reconciles_total";
 /// Panics of an actor or supervised loop (label `actor`: the name it is supervised as, e.g.
-/// `lifecycle`, `launcher`, `pod_watcher`, `disruption`, `leader_election`), each restarted
+/// `lifecycle`, `nodeclaim_creator`, `pod_watcher`, `disruption`, `leader_election`), each restarted
 /// after a backoff; also one-shot tasks whose panic is reported instead of restarted
 /// (`nomination`, `orchestrator_command`, `aws_batcher`). An actor restarted more than
 /// `supervisor::RESTART_BUDGET` times within `supervisor::RESTART_WINDOW` fails `/healthz`.

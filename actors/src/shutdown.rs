@@ -16,7 +16,7 @@ use actix::prelude::*;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::launcher::CreatedClaims;
+use crate::created_claims::CreatedClaims;
 use crate::provisioner::Provisioner;
 use crate::state::ClusterState;
 use crate::supervisor::Supervised;

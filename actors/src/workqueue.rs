@@ -18,6 +18,25 @@ use futures::future::LocalBoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// What a reconcile asks of the actor besides being run again on the next change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Run again after this long even if nothing changes (a TTL).
+    pub requeue_after: Option<Duration>,
+}
+
+impl Outcome {
+    pub const DONE: Outcome = Outcome {
+        requeue_after: None,
+    };
+
+    pub fn after(delay: Duration) -> Self {
+        Self {
+            requeue_after: Some(delay),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct WorkQueue<T> {
     /// The controller name its `workqueue_queue_duration_seconds` is labelled with.
@@ -192,7 +211,7 @@ pub(crate) trait Reconciling: Actor<Context = Context<Self>> {
     fn reconcile(
         &self,
         target: Self::Target,
-    ) -> LocalBoxFuture<'static, Result<crate::lifecycle::Outcome, Self::Error>>;
+    ) -> LocalBoxFuture<'static, Result<Outcome, Self::Error>>;
 }
 
 /// Starts queued reconciles up to the concurrency limit.
@@ -227,7 +246,7 @@ pub(crate) fn pump<A: Reconciling>(act: &mut A, ctx: &mut Context<A>) {
 fn finished<A: Reconciling>(
     act: &mut A,
     target: A::Target,
-    result: Result<crate::lifecycle::Outcome, A::Error>,
+    result: Result<Outcome, A::Error>,
     ctx: &mut Context<A>,
 ) {
     match result {

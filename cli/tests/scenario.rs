@@ -372,7 +372,7 @@ fn actor_panics_restart_the_actors_and_the_work_goes_on() {
     for actor in [
         "batcher",
         "provisioner",
-        "launcher",
+        "nodeclaim_creator",
         "lifecycle",
         "termination",
         "disruption",

@@ -9,8 +9,8 @@
 
 use std::collections::BTreeSet;
 
+use kerf::cluster::inventory::Inventory;
 use kerf::manifest::Object;
-use kerf::plan::inventory::Inventory;
 use kerf::pods::PodLike;
 use kerf_loadtest::apiserver::{ApiError, Cluster, Reason};
 use serde_json::{Value, json};

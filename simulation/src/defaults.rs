@@ -240,8 +240,8 @@ spec:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kerf::cluster::inventory::inventory;
     use kerf::manifest;
-    use kerf::plan::inventory::inventory;
 
     #[test]
     fn replicas_add_up_to_the_total() {

@@ -16,8 +16,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use kerf::disruption::Reason;
-use kerf_actors::launcher::CREATED_REASON_PROVISIONING;
 use kerf_actors::metrics::NODECLAIMS_CREATED;
+use kerf_actors::nodeclaim_creator::CREATED_REASON_PROVISIONING;
 use kerf_actors::orchestrator::reason_label;
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
 use serde::Serialize;

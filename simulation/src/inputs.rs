@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use kerf::cluster::inventory::{self, Inventory};
 use kerf::manifest::{self, Limits, Object};
-use kerf::plan::inventory::{self, Inventory};
 
 use super::defaults;
 

@@ -5,8 +5,8 @@
 //! reports both and their ratio.
 
 use kerf::catalog::Catalog;
-use kerf::plan::inventory::Inventory;
-use kerf::plan::{ControllerSettings, snapshot};
+use kerf::cluster::inventory::Inventory;
+use kerf::cluster::{ControllerSettings, snapshot};
 use kerf::scheduling;
 
 use super::defaults::REGION;

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::cluster::ManagedNode;
 use super::pods;
-use super::run::State;
+use super::state::{State, offering_price};
 use crate::api::ConsolidationPolicy;
 use crate::catalog::InstanceType;
 use crate::labels;
@@ -193,33 +193,6 @@ fn candidate(
     })
 }
 
-/// The price of the offering a node runs on; the cheapest of its type if its labels do not
-/// say which.
-pub fn offering_price(
-    instance_type: &InstanceType,
-    zone: &str,
-    capacity_type: &str,
-) -> Option<f64> {
-    let exact = instance_type
-        .offerings
-        .iter()
-        .filter(|o| o.zone == zone && o.capacity_type.as_str() == capacity_type)
-        .map(|o| o.price)
-        .reduce(f64::min);
-    exact.or_else(|| {
-        (zone.is_empty())
-            .then(|| {
-                instance_type
-                    .offerings
-                    .iter()
-                    .filter(|o| o.capacity_type.as_str() == capacity_type)
-                    .map(|o| o.price)
-                    .reduce(f64::min)
-            })
-            .flatten()
-    })
-}
-
 /// Share of `expireAfter` still ahead, in [0, 1]; 1 without expiry.
 fn lifetime_remaining(managed: &ManagedNode, now: Timestamp) -> f64 {
     match (managed.expire_after, managed.created) {
@@ -278,7 +251,7 @@ fn drift(
     instance_type: &InstanceType,
     zone: &str,
     capacity_type: &str,
-    pool: &super::run::PoolInfo,
+    pool: &super::state::PoolInfo,
 ) -> Option<(String, Option<Timestamp>)> {
     let since = managed.drifted.as_ref().and_then(|(_, t)| *t);
     let pool_hash = pool.pool.metadata.annotations.as_ref().and_then(|a| {

@@ -8,15 +8,11 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
-use super::pods;
+use super::pods::Pdb;
 use crate::api::NodePool;
 use crate::feature_gates::FeatureGates;
-use crate::pods::PodLike;
 use crate::scheduling::SchedulingInput;
 
 /// The cluster as a disruption decision sees it.
@@ -63,101 +59,9 @@ pub struct ManagedNode {
     pub termination_grace_period: Option<Duration>,
 }
 
-/// A PodDisruptionBudget reduced to what an eviction check needs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Pdb {
-    /// `namespace/name`.
-    pub key: String,
-    pub namespace: String,
-    pub selector: LabelSelector,
-    /// Evictions the budget allows now (`status.disruptionsAllowed`).
-    pub disruptions_allowed: i32,
-}
-
-impl Pdb {
-    /// From the API object: `status.disruptionsAllowed` when the status is given, else what
-    /// the disruption controller would compute with every selected running pod healthy and
-    /// expected (`pods` are all pods of the input).
-    pub fn from_api(pdb: &PodDisruptionBudget, pods: impl Iterator<Item = impl PodLike>) -> Pdb {
-        let namespace = pdb
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let name = pdb.metadata.name.clone().unwrap_or_default();
-        let spec = pdb.spec.clone().unwrap_or_default();
-        let selector = spec.selector.clone().unwrap_or_default();
-        let allowed = match pdb.status.as_ref() {
-            Some(status) => status.disruptions_allowed,
-            None => {
-                let selected = pods
-                    .filter(|p| p.meta().namespace.unwrap_or("default") == namespace)
-                    .filter(|p| crate::pods::is_active(p) && pods::selects(&selector, p))
-                    .count() as i32;
-                computed_allowance(
-                    spec.min_available.as_ref(),
-                    spec.max_unavailable.as_ref(),
-                    selected,
-                )
-            }
-        };
-        Pdb {
-            key: format!("{namespace}/{name}"),
-            namespace,
-            selector,
-            disruptions_allowed: allowed,
-        }
-    }
-}
-
-/// The disruption controller's arithmetic with `healthy == expected == selected`.
-fn computed_allowance(
-    min_available: Option<&IntOrString>,
-    max_unavailable: Option<&IntOrString>,
-    selected: i32,
-) -> i32 {
-    let scaled = |value: &IntOrString, round_up: bool| match value {
-        IntOrString::Int(n) => *n,
-        IntOrString::String(text) => {
-            let percent: f64 = text.trim_end_matches('%').parse().unwrap_or(0.0);
-            let exact = percent * f64::from(selected) / 100.0;
-            (if round_up {
-                exact.ceil()
-            } else {
-                exact.floor()
-            }) as i32
-        }
-    };
-    let allowed = match (max_unavailable, min_available) {
-        (Some(max), _) => scaled(max, true),
-        (None, Some(min)) => selected - scaled(min, true),
-        // Neither: the API server defaults minAvailable to 1.
-        (None, None) => selected - 1,
-    };
-    allowed.max(0)
-}
-
 /// What a decision depends on besides the cluster.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Options {
     pub now: Timestamp,
     pub feature_gates: FeatureGates,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn computed_allowance_follows_the_disruption_controller() {
-        let int = IntOrString::Int;
-        let pct = |s: &str| IntOrString::String(s.into());
-        assert_eq!(computed_allowance(Some(&int(2)), None, 3), 1);
-        assert_eq!(computed_allowance(Some(&int(3)), None, 3), 0);
-        assert_eq!(computed_allowance(None, Some(&int(1)), 3), 1);
-        // (minAvailable, maxUnavailable, selected pods)
-        assert_eq!(computed_allowance(Some(&pct("50%")), None, 3), 1);
-        assert_eq!(computed_allowance(None, Some(&pct("50%")), 3), 2);
-        assert_eq!(computed_allowance(None, None, 1), 0);
-    }
 }

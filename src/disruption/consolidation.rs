@@ -12,11 +12,13 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::candidate::Candidate;
-use super::run::State;
+use super::report::ReplacementReport;
 use super::simulate::{Simulation, simulate};
+use super::state::State;
 use crate::api::{ConsolidationPolicy, Operator};
 use crate::catalog::{InstanceType, Offering};
 use crate::labels;
+use crate::report::{Launch, RequirementReport};
 use crate::requirements::Requirements;
 use crate::scheduling::{InstanceTypeOption, InstanceTypeOptions, LaunchChoice, PlannedNodeClaim};
 
@@ -360,4 +362,35 @@ pub fn balanced(
         }
     }
     Ok(())
+}
+
+impl From<&Replacement> for ReplacementReport {
+    fn from(r: &Replacement) -> Self {
+        ReplacementReport {
+            node_pool: r.claim.node_pool.clone(),
+            instance_types: r
+                .claim
+                .instance_types
+                .iter()
+                .map(|o| o.name.clone())
+                .collect(),
+            requirements: r
+                .claim
+                .node_claim_requirements()
+                .iter()
+                .map(|q| RequirementReport {
+                    key: q.key.clone(),
+                    operator: q.operator.as_str().to_string(),
+                    values: q.values.clone(),
+                    min_values: q.min_values,
+                })
+                .collect(),
+            launch: Launch {
+                instance_type: r.launch.instance_type.clone(),
+                zone: r.launch.zone.clone(),
+                capacity_type: r.launch.capacity_type.clone(),
+                price: r.launch.price,
+            },
+        }
+    }
 }

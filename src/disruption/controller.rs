@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::candidate::{Blocks, Candidate, candidates, consolidates_underutilized};
 use super::report::{BudgetReport, CommandReport, Decision, Method, Reason};
-use super::run::{State, take_input};
 use super::simulate::simulate;
+use super::state::{State, take_input};
 use super::{Cluster, DisruptionError, Options, Timeouts, report_command};
 use crate::api::DisruptionReason;
 use crate::scheduling::PlannedNodeClaim;

@@ -14,8 +14,8 @@ use super::budget::UNLIMITED;
 use super::candidate::{self, Blocks, Candidate};
 use super::consolidation::{self, PoolTotals, Proposal, Replacement};
 use super::report::{Method, Reason};
-use super::run::State;
 use super::simulate::{Simulation, simulate};
+use super::state::State;
 use crate::api::DisruptionReason;
 
 /// Upstream considers at most this many candidates in one multi-node consolidation.

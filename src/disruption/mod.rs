@@ -20,24 +20,26 @@ mod pods;
 pub mod report;
 mod run;
 mod simulate;
+mod state;
 
 #[cfg(any(test, feature = "fixtures"))]
 pub mod testing;
 
 pub use budget::{BudgetError, UNLIMITED};
 pub use candidate::{NOMINATED, NOT_INITIALIZED};
-pub use cluster::{Cluster, ManagedNode, Options, Pdb};
+pub use cluster::{Cluster, ManagedNode, Options};
 pub use consolidation::MIN_SPOT_TO_SPOT_TYPES;
 pub use methods::MAX_MULTI_NODE_CANDIDATES;
+pub use pods::Pdb;
 pub use report::{
     BlockedNode, BudgetReport, CommandReport, Decision, DisruptionReport, DisruptionSummary,
     Method, Reason, ReplacementReport,
 };
-pub use run::{Deadline, Timeouts};
+pub use state::{Deadline, Timeouts};
 
 use candidate::Blocks;
 use report::round;
-use run::State;
+use state::State;
 
 /// Input the decision cannot work with.
 #[derive(Debug, thiserror::Error)]

@@ -7,9 +7,8 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::consolidation::Replacement;
 use crate::api::DisruptionReason;
-use crate::plan::report::{Launch, RequirementReport, round_price};
+use crate::report::{Launch, RequirementReport, round_price, table};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Method {
@@ -69,37 +68,6 @@ pub struct ReplacementReport {
     pub instance_types: Vec<String>,
     pub requirements: Vec<RequirementReport>,
     pub launch: Launch,
-}
-
-impl From<&Replacement> for ReplacementReport {
-    fn from(r: &Replacement) -> Self {
-        ReplacementReport {
-            node_pool: r.claim.node_pool.clone(),
-            instance_types: r
-                .claim
-                .instance_types
-                .iter()
-                .map(|o| o.name.clone())
-                .collect(),
-            requirements: r
-                .claim
-                .node_claim_requirements()
-                .iter()
-                .map(|q| RequirementReport {
-                    key: q.key.clone(),
-                    operator: q.operator.as_str().to_string(),
-                    values: q.values.clone(),
-                    min_values: q.min_values,
-                })
-                .collect(),
-            launch: Launch {
-                instance_type: r.launch.instance_type.clone(),
-                zone: r.launch.zone.clone(),
-                capacity_type: r.launch.capacity_type.clone(),
-                price: r.launch.price,
-            },
-        }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,7 +140,7 @@ impl DisruptionReport {
                     c.nodes.join(", "),
                 ]
             });
-            out.push_str(&crate::plan::report::table(
+            out.push_str(&table(
                 &[
                     "#",
                     "METHOD",
@@ -190,7 +158,7 @@ impl DisruptionReport {
             let rows = kept_by_reason(&self.blocked)
                 .into_iter()
                 .map(|(reason, nodes)| vec![reason.to_owned(), nodes.join(", ")]);
-            out.push_str(&crate::plan::report::table(&["KEPT FOR", "NODES"], rows));
+            out.push_str(&table(&["KEPT FOR", "NODES"], rows));
             out.push('\n');
         }
         if !self.budgets.is_empty() {
@@ -205,10 +173,7 @@ impl DisruptionReport {
                     },
                 ]
             });
-            out.push_str(&crate::plan::report::table(
-                &["NODEPOOL", "BUDGET REASON", "ALLOWED"],
-                rows,
-            ));
+            out.push_str(&table(&["NODEPOOL", "BUDGET REASON", "ALLOWED"], rows));
             out.push('\n');
         }
         let s = &self.summary;

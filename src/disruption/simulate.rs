@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use super::candidate::Candidate;
 use super::pods;
-use super::run::State;
+use super::state::State;
 use crate::resources::Quantity;
 use crate::scheduling::{self, ExistingNode, PlannedNodeClaim, SchedulingError, SchedulingResult};
 
@@ -107,10 +107,10 @@ pub fn simulate(
 /// simulation and lets them, unlike a candidate's, land on a node still initializing (the
 /// replacement their own command launched, the NodeClaim the Provisioner launched for
 /// them); placing them first keeps that room theirs whatever the solver's pod order, so a
-/// second drifted node's pods never count on the first one's booting replacement (which
-/// made drift wait for each replacement in turn and then put two nodes' pods on one), and
-/// a node they will fill is no longer empty. Pods that find no existing node, or a solve
-/// that fails, stay pending for every simulation to count, as before.
+/// second drifted node's pods never count on the first one's booting replacement (drift
+/// would wait for each replacement in turn, then put two nodes' pods on one), and a node
+/// they will fill is not empty. Pods that find no existing node, or a solve that fails,
+/// stay pending for every simulation to count.
 pub fn place_waiting(state: &mut State) {
     let deleting: HashSet<&str> = state
         .managed

@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::cluster::{Cluster, ManagedNode, Options, Pdb};
+use super::cluster::{Cluster, ManagedNode, Options};
+use super::pods::Pdb;
 use crate::api::duration::NillableDuration;
 use crate::api::{Budget, ConsolidationPolicy, NodePool, NodeSelectorRequirementWithMinValues};
 use crate::catalog::InstanceType;

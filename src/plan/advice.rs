@@ -6,11 +6,11 @@
 use crate::pods::{LeanPod, PodLike};
 use std::sync::Arc;
 
-use super::inventory::Inventory;
-use super::snapshot::pod_key;
 use crate::api::EC2NodeClass;
 use crate::api::requirement::Operator;
 use crate::catalog::{Catalog, eni_limited_pods};
+use crate::cluster::inventory::Inventory;
+use crate::cluster::snapshot::pod_key;
 use crate::labels;
 use crate::scheduling::{NodePoolInput, SchedulingInput, resource_requests};
 use k8s_openapi::api::core::v1::PersistentVolume;

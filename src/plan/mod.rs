@@ -1,30 +1,21 @@
-//! `kerf plan`'s core: from parsed Kubernetes manifests to the scheduling snapshot the
-//! scheduler solves, and from its result to the report users read. Workload controllers
-//! are expanded into the pods they would create, inputs are checked the way the API server
-//! would check them, and every problem is reported with the object and field at fault.
+//! `kerf plan`'s core: from parsed Kubernetes manifests, read into the cluster's inventory
+//! and snapshot ([`crate::cluster`]), to the scheduler's solve (one round or several,
+//! [`rounds`]), the advice about the input, and the report users read ([`report`]), with the
+//! disruption loop's decisions when asked.
 
-mod adoption;
 pub mod advice;
-mod checks;
-mod decode;
-pub mod disruption;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
-pub mod inventory;
-pub mod nodeclass;
-mod quantity;
 pub mod report;
 mod rounds;
-pub mod snapshot;
-pub mod workloads;
-
-use std::fmt;
 
 use crate::catalog::{Catalog, CatalogError};
+use crate::cluster::{
+    ControllerSettings, ObjectProblem, SnapshotError, disruption, inventory, snapshot,
+};
 use crate::manifest::Object;
 use crate::scheduling::SchedulingError;
 
-pub use nodeclass::ControllerSettings;
 pub use report::PlanReport;
 
 /// What a plan depends on besides the manifests.
@@ -66,28 +57,14 @@ pub enum PlanError {
     #[error("{}", lines(.0))]
     InvalidInput(Vec<ObjectProblem>),
     /// A field the inventory's checks let through but the snapshot could not use.
-    #[error("{kind}/{name}: {error}")]
-    InvalidObject {
-        kind: &'static str,
-        name: String,
-        error: FieldError,
-    },
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
     #[error("--region: {0}")]
     Region(#[source] CatalogError),
     #[error("scheduling: {0}")]
     Scheduling(#[from] SchedulingError),
     #[error("disruption: {0}")]
     Disruption(#[from] crate::disruption::DisruptionError),
-}
-
-impl PlanError {
-    pub(crate) fn node(kind: &'static str, name: &str, error: FieldError) -> Self {
-        Self::InvalidObject {
-            kind,
-            name: name.to_string(),
-            error,
-        }
-    }
 }
 
 fn lines(problems: &[ObjectProblem]) -> String {
@@ -146,52 +123,4 @@ pub fn plan_inventory(
         ignored,
         warnings,
     })
-}
-
-/// A problem with one field of one object: `path` is the dotted field path
-/// (`spec.template.spec.containers[0].resources.requests.cpu`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    pub path: String,
-    pub message: String,
-}
-
-impl FieldError {
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-
-    pub fn required(path: impl Into<String>) -> Self {
-        Self::new(path, "required field is missing")
-    }
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
-
-/// A problem with one input object, located as `FILE: KIND/NAME: field.path: what is wrong`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectProblem {
-    pub file: String,
-    /// `KIND/NAME`.
-    pub object: String,
-    /// Dotted field path; empty when the problem is with the object as a whole.
-    pub path: String,
-    pub message: String,
-}
-
-impl fmt::Display for ObjectProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}: ", self.file, self.object)?;
-        if !self.path.is_empty() {
-            write!(f, "{}: ", self.path)?;
-        }
-        f.write_str(&self.message)
-    }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::report::{Launch, RequirementReport, round_price, table};
 use crate::scheduling::{self, PodRef, SchedulingResult};
 
 /// Upstream Karpenter sends at most this many instance types to CreateFleet per NodeClaim.
@@ -41,27 +42,6 @@ pub struct PlannedNodeClaim {
     /// `namespace/name` of each pod placed on it.
     pub pods: Vec<String>,
     pub launch: Launch,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RequirementReport {
-    pub key: String,
-    pub operator: String,
-    pub values: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_values: Option<i64>,
-}
-
-/// The offering a launch would pick: the cheapest one the NodeClaim's requirements allow.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Launch {
-    pub instance_type: String,
-    pub zone: String,
-    pub capacity_type: String,
-    /// US dollars per hour.
-    pub price: f64,
 }
 
 /// An existing node, or an in-flight NodeClaim by name, that receives pending pods.
@@ -121,12 +101,6 @@ impl Summary {
     }
 }
 
-/// Prices are quoted to six decimals; rounding the sum keeps float noise
-/// (0.057800000000000004) out of the report.
-pub fn round_price(price: f64) -> f64 {
-    (price * 1e6).round() / 1e6
-}
-
 impl PlanReport {
     pub fn new(
         node_claims: Vec<PlannedNodeClaim>,
@@ -179,7 +153,7 @@ impl PlanReport {
             unschedulable.iter().map(|u| u.pod.clone()).collect();
         accounted.extend(node_claims.iter().flat_map(|c| c.pods.iter().cloned()));
         accounted.extend(existing_nodes.iter().flat_map(|n| n.pods.iter().cloned()));
-        for pod in pending.iter().map(super::snapshot::pod_key) {
+        for pod in pending.iter().map(crate::cluster::snapshot::pod_key) {
             if !accounted.contains(&pod) {
                 unschedulable.push(UnschedulablePod {
                     pod,
@@ -342,35 +316,6 @@ fn pod_list(pods: &[String]) -> String {
         let _ = write!(list, ", +{} more", pods.len() - SHOWN);
     }
     list
-}
-
-/// Left-aligned columns separated by two spaces; the last column is not padded.
-pub(crate) fn table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
-    let rows: Vec<Vec<String>> = std::iter::once(headers.iter().map(|h| h.to_string()).collect())
-        .chain(rows)
-        .collect();
-    let widths: Vec<usize> = (0..headers.len())
-        .map(|column| {
-            rows.iter()
-                .map(|row| row[column].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let last = row.len() - 1;
-        for (column, cell) in row.iter().enumerate() {
-            if column == last {
-                out.push_str(cell);
-            } else {
-                let _ = write!(out, "{cell:<width$}  ", width = widths[column]);
-            }
-        }
-        out.truncate(out.trim_end().len());
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]

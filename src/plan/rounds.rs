@@ -10,7 +10,7 @@ use crate::pods::LeanPod;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::snapshot::pod_key;
+use crate::cluster::snapshot::pod_key;
 use crate::pods::bound_to;
 use crate::scheduling::{
     self, ExistingNodePlacement, InstanceType, PodRef, SchedulingError, SchedulingInput,

@@ -1,27 +1,16 @@
-//! The pod form decisions carry: [`LeanPod`]. A k8s-openapi `Pod` holds its spec and
-//! metadata inline, and most of both is what every replica of one Deployment holds alike: a
-//! spec is mostly room for fields a pod leaves unset (each `Container` is about 2 KB before
-//! it holds anything), and the metadata's namespace, labels, annotations and owner come from
-//! the same template (a two-entry label map alone is a 640-byte B-tree leaf). So ten
-//! thousand replicas cost ten thousand copies of both. A lean pod keeps what names this one
-//! pod and what happens to it, and shares the rest with every pod that has it equal:
-//!
-//! - its own: name, uid, resourceVersion, creation and deletion times, the deletion grace
-//!   period, finalizers, the node it is bound to, its status, and the time of the
-//!   kube-scheduler's last status write (all a decision reads of `managedFields`);
-//! - shared, through a [`PodInterner`]: its spec (without the node name), and
-//!   [`SharedMeta`] — namespace, generateName, labels, annotations and owner references.
-//!
-//! (A StatefulSet pod's spec also names it, in `hostname`, so those replicas share no spec;
-//! the spec is kept whole so that [`LeanPod::to_pod`] gives back what was read. Fields of the
-//! API metadata no decision reads — `generation`, `selfLink`, the other `managedFields`
-//! entries — are not kept.)
+//! The pod form decisions carry: [`LeanPod`]. Most of a `Pod`'s spec and metadata is what
+//! every replica of one workload holds alike (a spec is mostly room for unset fields; the
+//! namespace, labels, annotations and owner come from one template), so a lean pod keeps
+//! what names this pod and what happens to it — name, uid, resourceVersion, creation and
+//! deletion times, grace period, finalizers, node, status, and the time of the
+//! kube-scheduler's last status write — and shares the rest, through a [`PodInterner`], with
+//! every pod that has it equal: its spec (without the node name) and [`SharedMeta`]. The
+//! spec is kept whole, so [`LeanPod::to_pod`] gives back what was read; metadata no decision
+//! reads (`generation`, `selfLink`, the other `managedFields`) is not kept.
 //!
 //! Readers go through [`PodLike`], which the API's `Pod` implements too, so a check written
 //! once reads either form: [`PodLike::meta`] gives the metadata as borrowed fields
-//! ([`PodMeta`], named as `ObjectMeta`'s are) wherever they are kept, and
-//! [`PodLike::node_name`] is the one place to read the node (the spec a lean pod gives has
-//! none).
+//! ([`PodMeta`]) and [`PodLike::node_name`] is the one place to read the node.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

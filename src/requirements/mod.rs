@@ -7,6 +7,7 @@
 
 mod convert;
 mod error;
+mod incompatible;
 mod key;
 mod operator;
 mod requirement;
@@ -20,7 +21,8 @@ pub use convert::{
     NodeSelectorRequirementWithMinValues, PodRequirementScope, has_preferred_node_affinity,
     heaviest_preferred_term,
 };
-pub use error::{Incompatible, KeyConflict, RequirementError};
+pub use error::RequirementError;
+pub use incompatible::{Incompatible, KeyConflict};
 pub use operator::{Operator, UnknownOperator};
 pub use requirement::Requirement;
 pub use set::{AllowUndefined, Requirements};

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::NodeSelectorRequirementWithMinValues;
-use super::error::{Incompatible, KeyConflict};
+use super::incompatible::{Incompatible, KeyConflict};
 use super::key::hash_name;
 use super::operator::Operator;
 use super::requirement::Requirement;

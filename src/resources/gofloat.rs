@@ -3,7 +3,8 @@
 //! shortest precision) and switches to exponent notation when the decimal exponent is below
 //! -4 or at least 6 (`2147483648` prints `2.147483648e+09`), which then parses as a
 //! `DecimalExponent` quantity. Rust's `{:e}` produces the same shortest digits, so the value
-//! is exact and the format matches.
+//! is exact and the format matches. [`Quantity::percentage`], Karpenter's percentage
+//! threshold, is computed here through it.
 
 use super::parse::QuantityError;
 use super::quantity::{Format, Quantity};
@@ -29,4 +30,14 @@ pub fn quantity_from_go_float(value: f64) -> Option<Quantity> {
     } else {
         Format::DecimalSI
     }))
+}
+
+impl Quantity {
+    /// `ceil(self / 100 × percent)` computed in `f64` exactly as Karpenter computes percentage
+    /// eviction thresholds (`math.Ceil(q.AsApproximateFloat64() / 100 * p)`), and printed as
+    /// Go's `resource.MustParse(fmt.Sprint(x))` would print it.
+    pub fn percentage(self, percent: f64) -> Quantity {
+        let value = (self.as_approximate_f64() / 100.0 * percent).ceil();
+        quantity_from_go_float(value).unwrap_or(Quantity::ZERO)
+    }
 }

@@ -186,14 +186,6 @@ impl Quantity {
         }
     }
 
-    /// `ceil(self / 100 × percent)` computed in `f64` exactly as Karpenter computes percentage
-    /// eviction thresholds (`math.Ceil(q.AsApproximateFloat64() / 100 * p)`), and printed as
-    /// Go's `resource.MustParse(fmt.Sprint(x))` would print it.
-    pub fn percentage(self, percent: f64) -> Quantity {
-        let value = (self.as_approximate_f64() / 100.0 * percent).ceil();
-        super::gofloat::quantity_from_go_float(value).unwrap_or(Quantity::ZERO)
-    }
-
     fn result_format(self, other: Quantity) -> Format {
         if self.nanos == 0 {
             other.format

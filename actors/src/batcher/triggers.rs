@@ -26,7 +26,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::Trigger;
-use crate::launcher::CreatedClaims;
+use crate::created_claims::CreatedClaims;
 use crate::mailbox::{DeliverError, Outbox};
 use crate::metrics::MAILBOX_DROPPED;
 use crate::state::{Change, ClusterState, is_provisionable};

@@ -1,24 +1,17 @@
 //! The controller's Kubernetes client, rate-limited on the client side as client-go limits
 //! upstream Karpenter's: `KUBE_CLIENT_QPS` requests per second with bursts of up to
-//! `KUBE_CLIENT_BURST`, so a scale-up of thousands of pods cannot flood the API server (which
-//! would answer with 429s and starve every other controller). As upstream's, the budget is
-//! per kind: Karpenter sets the QPS and burst on its client config (not a shared limiter,
-//! since it keeps leader election off the budget), and controller-runtime's client builds a
-//! REST client per kind, each with a token bucket of its own. So here every request, watches
-//! included, takes one token from its kind's [`TokenBucket`] ([`resource::budget_key`]),
-//! shared by all clones of the client, waiting for it when the bucket is empty: a scale-up's
-//! Node writes do not slow its NodeClaim writes. Throttled requests are retried with kube's
-//! backoff, evictions excepted ([`retry`]).
+//! `KUBE_CLIENT_BURST`, per kind as controller-runtime builds a REST client per kind, so a
+//! scale-up cannot flood the API server and its Node writes do not slow its NodeClaim
+//! writes. Every request, watches included, takes one token from its kind's [`TokenBucket`]
+//! ([`resource::budget_key`]), shared by every clone of the client, waiting when it is
+//! empty; throttled requests are retried with kube's backoff, evictions excepted
+//! ([`retry`]). Leader election uses a client of its own, off the budget.
 //!
-//! One divergence in order, not in rate: NodeClaim creates go ahead of the other NodeClaim
-//! requests waiting for a token. client-go serves waiting requests in the order they asked,
-//! so upstream's creates of a large round queue behind the launch, registration and status
-//! writes of the NodeClaims created just before them, and a 1,000-NodeClaim round takes
-//! several times the budget's own pace to create. Here creates travel in a lane of their
-//! own (kube's client serves each lane's requests in order, one waiting at a time), which
-//! reserves its tokens as client-go does, while the other lane takes a token only once
-//! every reserved one is paid for. The budget is the same bucket: the API server sees no
-//! more requests per second than upstream would send.
+//! One divergence in order, not in rate: NodeClaim creates travel in a lane of their own
+//! that reserves its tokens, ahead of the kind's other waiting requests, so a large round's
+//! creates do not queue behind the launch and status writes of the NodeClaims created just
+//! before them. The bucket is the same: the API server sees no more requests per second
+//! than upstream would send.
 
 mod bucket;
 mod resource;

@@ -1,6 +1,6 @@
 //! The disruption decision's input from cluster state, built by the code `kerf plan
-//! --disruption` uses (the Provisioner's inventory of the store, `kerf::plan::snapshot`,
-//! `kerf::plan::disruption::cluster`), so the controller decides on what the plan would
+//! --disruption` uses (the Provisioner's inventory of the store, `kerf::cluster::snapshot`,
+//! `kerf::cluster::disruption::cluster`), so the controller decides on what the plan would
 //! print for the same objects. Nodes held by commands in flight count as deleting: they are
 //! no candidates, and they count against their NodePools' budgets, as upstream's
 //! `MarkedForDeletion` nodes do. So does a Node no NodeClaim names (`status.nodeName`):
@@ -14,11 +14,11 @@
 
 use std::collections::HashSet;
 
+use kerf::cluster::ControllerSettings;
+use kerf::cluster::snapshot::{self, InstanceTypeSource};
 use kerf::disruption::Cluster;
-use kerf::plan::ControllerSettings;
-use kerf::plan::snapshot::{self, InstanceTypeSource};
 
-use crate::launcher::Nominated;
+use crate::created_claims::Nominated;
 use crate::orchestrator::InQueue;
 use crate::provisioner::MAX_INSTANCE_TYPES;
 use crate::provisioner::inventory;
@@ -39,7 +39,7 @@ pub fn build(
     let inventory = inventory::of(state, Vec::new());
     let snapshot =
         snapshot::build_with(&inventory, controller, types).map_err(|e| e.to_string())?;
-    let mut cluster = kerf::plan::disruption::cluster(&inventory, snapshot);
+    let mut cluster = kerf::cluster::disruption::cluster(&inventory, snapshot);
     cluster.scheduling.options.max_instance_types = MAX_INSTANCE_TYPES;
     let claimed: HashSet<&str> = inventory
         .node_claims

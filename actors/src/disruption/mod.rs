@@ -37,21 +37,21 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kerf::catalog::Catalog;
+use kerf::cluster::ControllerSettings;
 use kerf::disruption::controller::{self, Pass, Planned};
 use kerf::disruption::{Cluster, ManagedNode, Method, Options, Timeouts};
 use kerf::feature_gates::FeatureGates;
 use kerf::labels;
-use kerf::plan::ControllerSettings;
 use kerf::scheduling::SolvePolicies;
 use kube::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::created_claims::{CreatedClaims, NOMINATION_WINDOW, Nominated};
 use crate::events::EventRecorder;
-use crate::launcher::{CreatedClaims, NOMINATION_WINDOW, Nominated};
+use crate::instance_types::InstanceTypeCache;
 use crate::offering_cache::OfferingCacheHandle;
 use crate::orchestrator::{Candidate, Command, Orchestrator};
-use crate::provisioner::InstanceTypeCache;
 use crate::state::ClusterState;
 
 /// Upstream's polling period between passes that found nothing.
@@ -163,7 +163,7 @@ pub struct DisruptionDeps {
     pub policies: SolvePolicies,
     pub feature_gates: FeatureGates,
     pub orchestrator: Orchestrator,
-    /// The Launcher's record of what the Provisioner's rounds nominated: nominated nodes are
+    /// The NodeClaimCreator's record of what the Provisioner's rounds nominated: nominated nodes are
     /// no candidates.
     pub nominations: CreatedClaims,
     pub events: EventRecorder,

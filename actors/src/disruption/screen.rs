@@ -2,19 +2,19 @@
 //! A snapshot is every pod and node of the cluster, copied and prepared for the
 //! rescheduling simulations; during a scale-up every managed node is still booting or
 //! nominated for the pods being placed, so no method may take any of them, and a pass on
-//! each change would copy the cluster for nothing beside the Provisioner's rounds (at
-//! 20,000 pods, ten megabytes and more, every poll). As upstream, a node is a candidate
+//! each change would copy the cluster for nothing beside the Provisioner's rounds. As
+//! upstream, a node is a candidate
 //! only once initialized, and neither deleting, held by a command in flight, nor nominated;
 //! the screen reports those it finds not initialized or nominated with the reasons the
 //! full pass gives, and leaves the rest to it.
 
 use std::collections::{HashMap, HashSet};
 
+use kerf::cluster::disruption::is_initialized;
 use kerf::disruption::{ManagedNode, NOMINATED, NOT_INITIALIZED};
 use kerf::labels;
-use kerf::plan::disruption::is_initialized;
 
-use crate::launcher::Nominated;
+use crate::created_claims::Nominated;
 use crate::state::ClusterState;
 
 /// The managed nodes a pass would look at, none of which may be a candidate now, with why.
@@ -82,7 +82,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::launcher::CreatedClaims;
+    use crate::created_claims::CreatedClaims;
     use crate::state::{ClusterState, ObjectKey, StoreWriter};
 
     fn node(name: &str, initialized: bool) -> Node {
@@ -141,7 +141,7 @@ mod tests {
 
         let screened = no_candidate(
             &state,
-            &created.nominated_now(&state, crate::launcher::NOMINATION_WINDOW),
+            &created.nominated_now(&state, crate::created_claims::NOMINATION_WINDOW),
             &held,
         )
         .expect("no node may be a candidate");
@@ -161,17 +161,17 @@ mod tests {
         assert_eq!(
             no_candidate(
                 &state,
-                &created.nominated_now(&state, crate::launcher::NOMINATION_WINDOW),
+                &created.nominated_now(&state, crate::created_claims::NOMINATION_WINDOW),
                 &released
             ),
             None,
             "a node no command holds any more may be a candidate"
         );
-        tokio::time::advance(crate::launcher::NOMINATION_WINDOW).await;
+        tokio::time::advance(crate::created_claims::NOMINATION_WINDOW).await;
         assert_eq!(
             no_candidate(
                 &state,
-                &created.nominated_now(&state, crate::launcher::NOMINATION_WINDOW),
+                &created.nominated_now(&state, crate::created_claims::NOMINATION_WINDOW),
                 &held
             ),
             None,

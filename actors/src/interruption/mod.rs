@@ -1,27 +1,17 @@
 //! The Interruption actor: reads EC2 interruption messages (spot interruption warnings,
-//! rebalance recommendations, AWS Health scheduled changes, instance state changes,
-//! capacity reservation interruptions) from the `INTERRUPTION_QUEUE` and acts on the
-//! NodeClaims they name, as upstream's AWS interruption controller does: it deletes the
-//! NodeClaim of an instance that is going away, so the termination flow cordons and drains
-//! its Node while the provisioner launches replacements for the displaced pods, and it
-//! marks an interrupted spot offering unavailable so the next solve avoids it.
+//! rebalance recommendations, scheduled changes, instance state changes, capacity
+//! reservation interruptions) from the `INTERRUPTION_QUEUE` and, as upstream's AWS
+//! interruption controller, deletes the NodeClaim of an instance that is going away (the
+//! termination flow drains its Node while the Provisioner replaces its pods) and marks an
+//! interrupted spot offering unavailable.
 //!
-//! Two tasks and a bounded mailbox between them. The *poller* long-polls the queue
-//! ([`kerf::interruption::InterruptionQueue`]: up to 10 messages, 20 s wait) while this
-//! replica leads, and hands each message to the mailbox, waiting when it is full — so a
-//! slow API server slows the polling instead of piling messages up in memory; messages not
-//! yet received stay in the queue. The *handler* takes messages from the mailbox and
-//! handles up to [`HANDLER_PARALLELISM`] at once ([`handler`]). A message is deleted from
-//! the queue once handled, or at once when it cannot be parsed (logged and counted); a
-//! message whose handling failed is left in the queue, which delivers it again after its
-//! visibility timeout. Handling is idempotent — an instance without a NodeClaim, or whose
-//! NodeClaim is already deleting, is left alone — so duplicate and late messages are
-//! harmless.
-//!
-//! Both run supervised: a panicking poller is built again ([`supervisor::task`]) and a
-//! panicking handler is caught around its one message, counted in
-//! `kerf_actor_restarts_total` ([`POLLER`], [`HANDLER`]); the messages they held were not
-//! deleted, so the queue delivers them again.
+//! Two tasks and a bounded mailbox between them: the *poller* long-polls the queue
+//! ([`kerf::interruption::InterruptionQueue`]) while this replica leads and waits when the
+//! mailbox is full, so a slow API server slows the polling instead of piling messages up;
+//! the *handler* handles up to [`HANDLER_PARALLELISM`] at once ([`handler`]). A message is
+//! deleted once handled (or unparsable, logged and counted) and left to be redelivered when
+//! handling failed; handling is idempotent, so duplicates are harmless. Both are supervised
+//! ([`POLLER`], [`HANDLER`]): a panic is counted and the messages held are redelivered.
 
 pub(crate) mod events;
 mod handler;

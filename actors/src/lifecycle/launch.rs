@@ -22,14 +22,12 @@
 //! is launched again at once, on-demand only (see [`OnDemandFallback`]). Upstream deletes the
 //! NodeClaim and lets the next rounds walk the spot offerings one refusal at a time.
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
+use kerf::api::NodeClaim;
 use kerf::api::condition::types;
-use kerf::api::{NodeClaim, NodeSelectorRequirementWithMinValues, Operator};
 use kerf::cloudprovider::{
     CloudProviderError, OfferingRef, SPOT_SLR_REASON, expected_node_name, offerings_allowed,
 };
@@ -37,21 +35,15 @@ use kerf::labels;
 use kerf::requirements::Requirements;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use tokio::time::Instant;
 
 use super::conditions::ConditionSet;
 use super::initialization::Awaiting;
-use super::reconcile::{Outcome, ReconcileError, Reconciler, is_status, label};
-use crate::events::{EventRecorder, upstream as events};
-use crate::launcher::CreatedClaims;
+use super::launch_memory::Memory;
+use super::reconciler::{ReconcileError, Reconciler, is_status, label};
+use crate::events::upstream as events;
 use crate::metrics::NODECLAIMS_LAUNCHED;
-use crate::offering_cache::OfferingCacheHandle;
 use crate::state::ObjectKey;
-
-/// How long a launch is remembered after its status write failed (upstream's launch cache
-/// keeps entries a minute): long enough for the retries with backoff, after which the
-/// provider's adoption by tag covers the same case.
-pub const LAUNCHED_MEMORY: Duration = Duration::from_secs(60);
+use crate::workqueue::Outcome;
 
 /// The longest `Launched=False` message, as upstream truncates it.
 const MAX_CONDITION_MESSAGE: usize = 300;
@@ -59,126 +51,6 @@ const MAX_CONDITION_MESSAGE: usize = 300;
 /// The reason recorded with offerings a launch was refused for (the provider's error does
 /// not carry EC2's code).
 pub const INSUFFICIENT_CAPACITY_REASON: &str = "InsufficientCapacity";
-
-/// What the launch and registration steps need besides the reconciler's clients.
-#[derive(Clone)]
-pub struct LaunchDeps {
-    pub events: EventRecorder,
-    /// Where refused offerings are marked; `None` marks nothing (tests without a cache).
-    pub offerings: Option<OfferingCacheHandle>,
-    /// The Launcher's registry of created NodeClaims, withdrawn from when one is refused,
-    /// and read for the pods each was created for when its Node registers.
-    pub created: CreatedClaims,
-    /// Whether registration nominates those pods to the Node (`FEATURE_GATES`' `NominatePods`).
-    pub nominate_pods: bool,
-}
-
-/// Launches by NodeClaim uid: what was launched until its record is written, then that it was.
-#[derive(Default)]
-pub struct LaunchedMemory {
-    by_uid: Mutex<HashMap<String, Remembered>>,
-}
-
-struct Remembered {
-    /// What was launched, until it is recorded: then only that it was is kept (a thousand
-    /// launches' NodeClaims are megabytes held a minute).
-    launched: Option<Arc<NodeClaim>>,
-    at: Instant,
-}
-
-/// What the memory holds of a launch.
-enum Memory {
-    /// Launched, its status not yet written.
-    Unrecorded(Arc<NodeClaim>),
-    /// The labels and `Launched=True` status were written: a reconcile that still finds
-    /// the NodeClaim not `Launched` read it before that write's watch event arrived.
-    Recorded,
-}
-
-impl LaunchedMemory {
-    fn get(&self, uid: &str) -> Option<Memory> {
-        let map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
-        let remembered = map.get(uid).filter(|r| r.at.elapsed() < LAUNCHED_MEMORY)?;
-        Some(match &remembered.launched {
-            Some(launched) => Memory::Unrecorded(Arc::clone(launched)),
-            None => Memory::Recorded,
-        })
-    }
-
-    /// Remembers what the launch resolved (labels, annotations, status), all that recording
-    /// it reads: the spec, instance types and all, is the NodeClaim's own.
-    fn remember(&self, uid: &str, mut launched: NodeClaim) -> Arc<NodeClaim> {
-        launched.spec.requirements = Vec::new();
-        launched.spec.resources = None;
-        let launched = Arc::new(launched);
-        let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
-        map.retain(|_, r| r.at.elapsed() < LAUNCHED_MEMORY);
-        let remembered = Remembered {
-            launched: Some(Arc::clone(&launched)),
-            at: Instant::now(),
-        };
-        map.insert(uid.to_owned(), remembered);
-        launched
-    }
-
-    fn recorded(&self, uid: &str) {
-        let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(remembered) = map.get_mut(uid) {
-            remembered.launched = None;
-        }
-    }
-}
-
-/// How long a NodeClaim whose spot was refused keeps launching on-demand: past its launch
-/// TTL it is deleted anyway, and by then the refused spot offerings are available again.
-pub const ON_DEMAND_FALLBACK_MEMORY: Duration = Duration::from_secs(5 * 60);
-
-/// NodeClaims whose spot offerings were refused, by uid: their next attempts ask the
-/// provider for on-demand only. Kept in memory: after a restart the first attempt is spot
-/// again, its offerings are still marked unavailable, and the fallback is taken again.
-#[derive(Default)]
-pub struct OnDemandFallback {
-    by_uid: Mutex<HashMap<String, Instant>>,
-}
-
-impl OnDemandFallback {
-    fn contains(&self, uid: &str) -> bool {
-        let map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(uid)
-            .is_some_and(|at| at.elapsed() < ON_DEMAND_FALLBACK_MEMORY)
-    }
-
-    fn insert(&self, uid: &str) {
-        let mut map = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
-        map.retain(|_, at| at.elapsed() < ON_DEMAND_FALLBACK_MEMORY);
-        map.insert(uid.to_owned(), Instant::now());
-    }
-
-    /// What to ask the provider for: `claim` itself, or, once its spot was refused, `claim`
-    /// narrowed to on-demand (in memory only: the NodeClaim's spec is never rewritten).
-    fn attempt<'c>(&self, claim: &'c NodeClaim) -> Cow<'c, NodeClaim> {
-        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        if self.contains(uid) {
-            Cow::Owned(on_demand_only(claim))
-        } else {
-            Cow::Borrowed(claim)
-        }
-    }
-}
-
-/// `claim` with its capacity type narrowed to on-demand.
-fn on_demand_only(claim: &NodeClaim) -> NodeClaim {
-    let mut narrowed = claim.clone();
-    let requirements = &mut narrowed.spec.requirements;
-    requirements.retain(|r| r.key != labels::CAPACITY_TYPE);
-    requirements.push(NodeSelectorRequirementWithMinValues {
-        key: labels::CAPACITY_TYPE.to_owned(),
-        operator: Operator::In,
-        values: vec![labels::CAPACITY_TYPE_ON_DEMAND.to_owned()],
-        min_values: None,
-    });
-    narrowed
-}
 
 /// Whether `claim` may fall back to on-demand after `error`: it allows both capacity types,
 /// and EC2 refused only spot (every named offering), or refused spot for want of its
@@ -462,45 +334,4 @@ async fn failed(r: &Reconciler, claim: &NodeClaim, error: CloudProviderError) ->
 
 fn now() -> Timestamp {
     Timestamp::now()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn launched(name: &str) -> NodeClaim {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": name, "uid": format!("uid-{name}")},
-            "spec": {
-                "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
-                    "values": ["m5.large", "m5.xlarge"]}],
-                "resources": {"requests": {"cpu": "1"}},
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
-            },
-            "status": {"providerID": "aws:///us-east-1a/i-1"}
-        }))
-        .expect("valid NodeClaim")
-    }
-
-    #[test]
-    fn a_launch_is_remembered_without_its_spec_and_only_until_it_is_recorded() {
-        let memory = LaunchedMemory::default();
-        assert!(memory.get("uid-a").is_none());
-        memory.remember("uid-a", launched("a"));
-        let Some(Memory::Unrecorded(claim)) = memory.get("uid-a") else {
-            panic!("an unrecorded launch is remembered with what was launched");
-        };
-        assert_eq!(claim.provider_id(), Some("aws:///us-east-1a/i-1"));
-        assert!(
-            claim.spec.requirements.is_empty(),
-            "the NodeClaim's own spec is not kept"
-        );
-        assert!(claim.spec.resources.is_none());
-
-        memory.recorded("uid-a");
-        assert!(matches!(memory.get("uid-a"), Some(Memory::Recorded)));
-        let map = memory.by_uid.lock().expect("not poisoned");
-        assert!(map["uid-a"].launched.is_none(), "the NodeClaim is dropped");
-    }
 }

@@ -17,11 +17,14 @@
 pub(crate) mod conditions;
 pub(crate) mod initialization;
 mod launch;
+mod launch_memory;
 mod launching;
 mod liveness;
 mod nominate;
+mod nomination_slots;
 pub(crate) mod patch;
 mod reconcile;
+mod reconciler;
 pub(crate) mod registration;
 mod superseded;
 
@@ -37,18 +40,19 @@ use tokio::sync::watch;
 use crate::mailbox::MailboxDepth;
 use crate::shutdown::InFlight;
 use crate::state::ClusterState;
-use crate::workqueue::{Reconciling, Reruns, WorkQueue, pump};
-pub(crate) use reconcile::Outcome;
-use reconcile::{ReconcileError, Reconciler};
+use crate::workqueue::{Outcome, Reconciling, Reruns, WorkQueue, pump};
+use reconciler::{ReconcileError, Reconciler};
 
 pub use conditions::ConditionSet;
-pub use launch::{INSUFFICIENT_CAPACITY_REASON, LAUNCHED_MEMORY, LaunchDeps};
+pub use launch::INSUFFICIENT_CAPACITY_REASON;
+pub use launch_memory::LAUNCHED_MEMORY;
 pub use launching::Launching;
 pub use liveness::{LAUNCH_TIMEOUT_REASON, REGISTRATION_TIMEOUT_REASON};
 pub use nominate::{
     FUTILITY_CHECK_PERIOD, LEFT_UNNOMINATED, PODS_NOMINATED, REGISTERED_BEFORE_NOMINATED,
 };
 pub use reconcile::is_managed;
+pub use reconciler::LaunchDeps;
 
 /// Each message only names an object and is handled in microseconds (queued, deduplicated),
 /// so the mailbox fills only in bursts such as a relist of every Node; 1024 absorbs a large

@@ -1,51 +1,19 @@
-//! Nomination: the pods the Launcher created a NodeClaim for get `status.nominatedNodeName`
-//! set to that NodeClaim's Node, as KEP-5278 lets an autoscaler say where it expects a pod
-//! to go — even before the Node exists. The kube-scheduler tries a pod's nominated node
-//! first and, while filtering any node, counts the pods nominated to it (of equal or higher
-//! priority) as already there — so pods planned elsewhere no longer take the room kerf
-//! launched for these pods, which otherwise leaves them pending and makes the next round
-//! launch again.
-//! The writes start as soon as the machine is launched, when the provider knows the name
-//! its Node will register under ([`kerf::cloudprovider::expected_node_name`]; EKS names a
-//! Node by its instance's private DNS name), so they run while it boots. Registration
-//! nominates again, before it lifts `karpenter.sh/unregistered` off the Node: it writes what
-//! the launch did not (the provider did not know the name, its forecast was wrong, the
-//! writes ran out of time, the controller restarted) and skips the pods already nominated
-//! to that Node.
-//! Each nomination is a write, and a large scale-up has thousands: they are kerf's addition
-//! to upstream's API traffic, pod writes spending the pods kind's client budget
-//! (`KUBE_CLIENT_QPS`, as every kind has its own: see [`crate::client`]), so they do not slow
-//! the creates, launches and registrations the NodeClaim and Node kinds' budgets pay for.
-//! The pods the scheduler can place on few nodes ([`kerf::pods::is_placement_constrained`])
-//! go first: room planned for one of them is lost for good once another pod takes it, and
-//! registration waits for their nominations. The others (whose planned room matters less:
-//! they fit wherever room is left, big ones excepted) use a smaller share of the write
-//! slots and are waited for only briefly. The writes made at launch (for Nodes still
-//! booting) also hold a small share ([`LAUNCH_NOMINATION_SLOTS`]): a large scale-up queues
-//! thousands of them, and the registering Node's writes, which hold it back, go ahead of
-//! them. Except the writes of
-//! pods that take a node of their own ([`kerf::pods::is_one_per_node`]: a hostname
-//! anti-affinity, a host port): one left unnominated when its Node registers costs a whole
-//! new node once a peer takes the node planned for it, and there is at most one per node,
-//! so they are written as the machines launch, ahead of the registrations to come. (At
-//! 20,000 pods, queued behind the other launch writes, a thousand cache replicas were
-//! still unwritten when their Nodes registered, and 5–25% more NodeClaims followed.)
-//! Beside the field kerf writes its own condition ([`kerf::pods::NOMINATION_CONDITION`]),
-//! so kerf keeps provisioning for a pod whose nomination is its own (upstream provisions for
-//! no pod nominated by a preemption). Nomination is an optimisation: failures are logged and
-//! counted, never fail the launch or the registration, and each step is bounded in time.
-//! A nomination lasts as long as the Provisioner holds the pods on the NodeClaim: until
-//! [`NOMINATION_WINDOW`] after the Node is initialized, and for a pod the kube-scheduler has
-//! not tried since, until it does or [`NOMINATION_LIMIT`] passes (a thousand Nodes
-//! initializing at once leave it a backlog longer than the window). A pod still pending
-//! then did not fit (or lost its room); its nomination is withdrawn, or the kube-scheduler
-//! (which since Kubernetes 1.34 leaves `nominatedNodeName` to whoever wrote it) would keep
-//! room on that node for a pod that will not go there, and the pod would wait for a place
-//! kerf cannot see is taken. A pod the kube-scheduler reports unschedulable after the Node was
-//! initialized had its nominated node tried first and did not fit
-//! ([`crate::launcher::nomination_futile`]): its nomination is withdrawn within
-//! [`FUTILITY_CHECK_PERIOD`], without waiting for the window, so the room it reserved goes
-//! to pods that can use it.
+//! Nomination: the pods a NodeClaim was created for get `status.nominatedNodeName` set to
+//! its Node (KEP-5278), so the kube-scheduler tries that node first and counts them as
+//! already there, and pods planned elsewhere do not take the room launched for them.
+//! Writes start at launch, when the provider knows the Node's name
+//! ([`kerf::cloudprovider::expected_node_name`]); registration writes what the launch did
+//! not before it lifts `karpenter.sh/unregistered`, skipping pods already nominated there.
+//! Each nomination is a pod write on the pods kind's client budget ([`crate::client`]), so
+//! it never slows the NodeClaim and Node writes; the write slots
+//! ([`super::nomination_slots`]) put one-per-node and placement-constrained pods, and
+//! registering Nodes, first. Beside the field kerf writes its own condition
+//! ([`kerf::pods::NOMINATION_CONDITION`]), so it keeps provisioning for a pod whose
+//! nomination is its own. A nomination lasts while the Provisioner holds the pod
+//! ([`NOMINATION_WINDOW`], [`NOMINATION_LIMIT`]) and is withdrawn then, or within
+//! [`FUTILITY_CHECK_PERIOD`] once the pod could not use it ([`nomination_futile`]). It is an
+//! optimisation: failures are logged and counted, never fail a launch or a registration,
+//! and each step is bounded in time ([`NOMINATION_BUDGET`]).
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -59,107 +27,15 @@ use kerf::pods::{LeanPod, PodLike};
 use kerf::scheduling::PodRef;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-use super::reconcile::{Reconciler, is_status};
-use crate::launcher::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile, tried_since};
-
-/// Nomination writes in flight at once, across every launched and registering Node: at the
-/// pods kind's default budget (200 writes per second), enough to keep it busy at a few
-/// milliseconds per write.
-pub const NOMINATION_CONCURRENCY: usize = 16;
-
-/// Of [`NOMINATION_CONCURRENCY`], the slots unconstrained pods' nominations may hold at
-/// once: when both wait, three quarters of the writes go to placement-constrained pods.
-pub const UNCONSTRAINED_NOMINATION_SLOTS: usize = 4;
-
-/// Of [`NOMINATION_CONCURRENCY`], the slots nominations written at launch may hold at once:
-/// they are for Nodes still booting, and a registration's writes (for a Node about to take
-/// pods) must not queue behind thousands of them. Registrations and withdrawals have the
-/// rest. One-per-node pods' writes are not held to it (see the module doc).
-pub const LAUNCH_NOMINATION_SLOTS: usize = 4;
+use super::nomination_slots::{Class, Step};
+use super::reconciler::{Reconciler, is_status};
+use crate::created_claims::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile, tried_since};
 
 /// How long registration waits for unconstrained pods' nominations once the constrained
 /// ones are written: a node of a small scale-up gets them all, a large one's node opens.
 const UNCONSTRAINED_GRACE: Duration = Duration::from_secs(1);
-
-/// The lifecycle step that nominates: at launch nothing waits for the writes (registration
-/// writes what they left); at registration the Node's taint does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    Launch,
-    Registration,
-}
-
-/// Which share of the write slots a nomination waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
-    /// A placement-constrained pod that takes a node of its own: not held to
-    /// [`LAUNCH_NOMINATION_SLOTS`] at launch.
-    OnePerNode,
-    Constrained,
-    /// Limited to [`UNCONSTRAINED_NOMINATION_SLOTS`] of the slots.
-    Unconstrained,
-}
-
-impl Class {
-    fn of(pod: &LeanPod) -> Self {
-        if pods::is_one_per_node(pod) {
-            Self::OnePerNode
-        } else if pods::is_placement_constrained(pod) {
-            Self::Constrained
-        } else {
-            Self::Unconstrained
-        }
-    }
-}
-
-/// The write slots every launch's and registration's nominations (and withdrawals) share.
-pub struct Slots {
-    all: Semaphore,
-    unconstrained: Semaphore,
-    launch: Semaphore,
-}
-
-/// A held write slot.
-pub struct Slot<'a> {
-    _launch: Option<SemaphorePermit<'a>>,
-    _unconstrained: Option<SemaphorePermit<'a>>,
-    _slot: SemaphorePermit<'a>,
-}
-
-impl Default for Slots {
-    fn default() -> Self {
-        Self {
-            all: Semaphore::new(NOMINATION_CONCURRENCY),
-            unconstrained: Semaphore::new(UNCONSTRAINED_NOMINATION_SLOTS),
-            launch: Semaphore::new(LAUNCH_NOMINATION_SLOTS),
-        }
-    }
-}
-
-impl Slots {
-    /// Waits for a slot a write of `class` at `step` may hold (in the order asked, within
-    /// its share).
-    pub async fn acquire(&self, class: Class, step: Step) -> Option<Slot<'_>> {
-        // Always in this order (launch, unconstrained, all), so no two writes each hold what
-        // the other waits for.
-        let launch = match (step, class) {
-            (Step::Registration, _) | (Step::Launch, Class::OnePerNode) => None,
-            (Step::Launch, _) => Some(self.launch.acquire().await.ok()?),
-        };
-        let unconstrained = match class {
-            Class::OnePerNode | Class::Constrained => None,
-            Class::Unconstrained => Some(self.unconstrained.acquire().await.ok()?),
-        };
-        Some(Slot {
-            _launch: launch,
-            _unconstrained: unconstrained,
-            _slot: self.all.acquire().await.ok()?,
-        })
-    }
-}
 
 /// The longest registration waits for its nominations: the pods still unwritten then are
 /// left unnominated (they are scheduled as without it) rather than hold the Node back. A
@@ -422,7 +298,7 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>>
 /// request, its body and its response) is made, boxed by [`patch_status`], once the slot is
 /// held, and a write waiting for its slot holds a few hundred bytes (at most
 /// `WAITING_WRITE_MAX_BYTES`, tested) and borrows its pod from the NodeClaim's list
-/// ([`crate::launcher::HeldPods`]) instead of a copy of its names.
+/// ([`crate::created_claims::HeldPods`]) instead of a copy of its names.
 async fn write(
     r: &Reconciler,
     pod: &PodRef,
@@ -499,77 +375,6 @@ fn patch_status<'a>(
 pub(super) mod tests {
     use super::*;
     use crate::state::ObjectKey;
-
-    /// Tries to take a slot of `class` without waiting (a zero-time poll of `acquire`).
-    fn try_take(slots: &Slots, class: Class) -> Option<Slot<'_>> {
-        try_take_at(slots, class, Step::Registration)
-    }
-
-    fn try_take_at(slots: &Slots, class: Class, step: Step) -> Option<Slot<'_>> {
-        futures::FutureExt::now_or_never(slots.acquire(class, step)).flatten()
-    }
-
-    /// Takes every slot `class` may at `step`, without waiting.
-    fn take_all(slots: &Slots, class: Class, step: Step) -> Vec<Slot<'_>> {
-        std::iter::from_fn(|| try_take_at(slots, class, step))
-            .take(NOMINATION_CONCURRENCY + 1)
-            .collect()
-    }
-
-    #[test]
-    fn unconstrained_writes_hold_at_most_their_share_and_constrained_ones_the_rest() {
-        let slots = Slots::default();
-        let unconstrained = take_all(&slots, Class::Unconstrained, Step::Registration);
-        assert_eq!(unconstrained.len(), UNCONSTRAINED_NOMINATION_SLOTS);
-        let constrained = take_all(&slots, Class::Constrained, Step::Registration);
-        assert_eq!(
-            constrained.len(),
-            NOMINATION_CONCURRENCY - UNCONSTRAINED_NOMINATION_SLOTS
-        );
-        assert!(try_take(&slots, Class::Constrained).is_none(), "bounded");
-        drop(unconstrained);
-        assert!(try_take(&slots, Class::Constrained).is_some());
-    }
-
-    #[test]
-    fn constrained_writes_may_hold_every_slot() {
-        for class in [Class::Constrained, Class::OnePerNode] {
-            let slots = Slots::default();
-            let held = take_all(&slots, class, Step::Registration);
-            assert_eq!(held.len(), NOMINATION_CONCURRENCY, "{class:?}");
-            assert!(try_take(&slots, Class::Unconstrained).is_none());
-        }
-    }
-
-    #[test]
-    fn writes_for_nodes_still_booting_leave_registrations_the_rest_of_the_slots() {
-        let slots = Slots::default();
-        let launching = take_all(&slots, Class::Constrained, Step::Launch);
-        assert_eq!(launching.len(), LAUNCH_NOMINATION_SLOTS);
-        let registering = take_all(&slots, Class::Constrained, Step::Registration);
-        assert_eq!(
-            registering.len(),
-            NOMINATION_CONCURRENCY - LAUNCH_NOMINATION_SLOTS
-        );
-        drop(registering);
-        assert!(
-            try_take_at(&slots, Class::Unconstrained, Step::Launch).is_none(),
-            "launch writes hold their share at most"
-        );
-    }
-
-    #[test]
-    fn one_per_node_writes_at_launch_are_not_held_to_the_launch_share() {
-        let slots = Slots::default();
-        let others = take_all(&slots, Class::Constrained, Step::Launch);
-        assert_eq!(others.len(), LAUNCH_NOMINATION_SLOTS);
-        let one_per_node = take_all(&slots, Class::OnePerNode, Step::Launch);
-        assert_eq!(
-            one_per_node.len(),
-            NOMINATION_CONCURRENCY - LAUNCH_NOMINATION_SLOTS,
-            "every slot the other launch writes left"
-        );
-    }
 
     /// The most a nomination write (or withdrawal) waiting for its slot may hold, in bytes:
     /// a large scale-up queues one per planned pod. Made in full, a queued write held the
@@ -657,14 +462,14 @@ pub(super) mod tests {
         let launch = super::super::LaunchDeps {
             events: crate::events::EventRecorder::disabled(),
             offerings: None,
-            created: crate::launcher::CreatedClaims::default(),
+            created: crate::created_claims::CreatedClaims::default(),
             nominate_pods: true,
         };
         let config = super::super::LifecycleConfig::default();
         Reconciler::new(state, client, Arc::new(cloud), config, launch)
     }
 
-    /// Records NodeClaim `a` as created by `r`'s Launcher for the pods named `pods` (in
+    /// Records NodeClaim `a` as created by `r`'s NodeClaimCreator for the pods named `pods` (in
     /// `default`, each with its name as uid).
     pub(in crate::lifecycle) fn created_for(r: &Reconciler, pods: &[&str]) {
         let claim = serde_json::from_value(serde_json::json!({

@@ -13,154 +13,23 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::condition::{Conditions, types};
 use kerf::api::{NodeClaim, NodeClaimStatus};
-use kerf::cloudprovider::{CloudProvider, CloudProviderError};
 use kerf::labels;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::conditions::ConditionSet;
 use super::initialization::{self, Awaiting};
-use super::launch::{self, LaunchDeps, LaunchedMemory, OnDemandFallback};
+use super::launch;
 use super::liveness::{self, Verdict};
-use super::nominate::Step;
+use super::nomination_slots::Step;
+use super::patch;
+use super::reconciler::{ReconcileError, Reconciler, is_status, label};
 use super::registration::{has_unregistered_taint, lacks_unregistered_taint, registered_node};
-use super::{LifecycleConfig, patch};
 use crate::events::upstream as events;
 use crate::metrics::{NODECLAIMS_INITIALIZED, NODECLAIMS_REGISTERED, NODES_CREATED};
-use crate::shutdown::InFlight;
-use crate::state::ClusterState;
+use crate::workqueue::Outcome;
 use kerf::finalizers::has_termination_finalizer;
-
-/// What a reconcile asks of the actor besides being run again on the next change.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Outcome {
-    /// Run again after this long even if nothing changes (a TTL).
-    pub requeue_after: Option<Duration>,
-}
-
-impl Outcome {
-    pub const DONE: Outcome = Outcome {
-        requeue_after: None,
-    };
-
-    pub fn after(delay: Duration) -> Self {
-        Self {
-            requeue_after: Some(delay),
-        }
-    }
-}
-
-/// Why a reconcile failed; it is retried with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    #[error("patching node {node}: {source}")]
-    PatchNode {
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("patching nodeclaim {nodeclaim}: {source}")]
-    PatchNodeClaim {
-        nodeclaim: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("writing the status of nodeclaim {nodeclaim}: {source}")]
-    PatchNodeClaimStatus {
-        nodeclaim: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("deleting nodeclaim {nodeclaim}: {source}")]
-    DeleteNodeClaim {
-        nodeclaim: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("launching nodeclaim {nodeclaim}: {source}")]
-    Launch {
-        nodeclaim: String,
-        #[source]
-        source: CloudProviderError,
-    },
-}
-
-impl crate::workqueue::Conflict for ReconcileError {
-    fn is_conflict(&self) -> bool {
-        ReconcileError::is_conflict(self)
-    }
-}
-
-impl ReconcileError {
-    /// A write refused because the object changed since it was read: routine, retried.
-    pub fn is_conflict(&self) -> bool {
-        let source = match self {
-            Self::PatchNode { source, .. }
-            | Self::PatchNodeClaim { source, .. }
-            | Self::PatchNodeClaimStatus { source, .. }
-            | Self::DeleteNodeClaim { source, .. } => source,
-            Self::Launch { .. } => return false,
-        };
-        is_status(source, 409)
-    }
-}
-
-pub fn is_status(error: &kube::Error, code: u16) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == code)
-}
-
-/// What every reconcile works with.
-pub struct Reconciler {
-    pub state: Arc<ClusterState>,
-    pub nodes: Api<Node>,
-    pub nodeclaims: Api<NodeClaim>,
-    /// For the pod nominations: pod writes, which spend the pods kind's budget.
-    pub client: Client,
-    /// Nomination writes in flight, shared by every registration.
-    pub nomination_slots: super::nominate::Slots,
-    /// Nodes whose expired nominations this process has withdrawn.
-    pub nominations_withdrawn: dashmap::DashSet<String>,
-    pub cloud: Arc<dyn CloudProvider>,
-    pub config: LifecycleConfig,
-    pub launch: LaunchDeps,
-    pub launched: LaunchedMemory,
-    /// NodeClaims whose spot was refused, launching on-demand.
-    pub fallback: OnDemandFallback,
-    /// Launches running, which a stopping daemon waits for.
-    pub launches: InFlight,
-    /// The NodeClaims whose launch is running.
-    pub launching: super::Launching,
-    /// The NodeClaim versions its status writes replaced.
-    pub superseded: super::superseded::Superseded,
-}
-
-impl Reconciler {
-    pub fn new(
-        state: Arc<ClusterState>,
-        client: Client,
-        cloud: Arc<dyn CloudProvider>,
-        config: LifecycleConfig,
-        launch: LaunchDeps,
-    ) -> Self {
-        Self {
-            state,
-            nodes: Api::all(client.clone()),
-            nodeclaims: Api::all(client.clone()),
-            client,
-            nomination_slots: super::nominate::Slots::default(),
-            nominations_withdrawn: dashmap::DashSet::new(),
-            cloud,
-            config,
-            launch,
-            launched: LaunchedMemory::default(),
-            fallback: OnDemandFallback::default(),
-            launches: InFlight::default(),
-            launching: super::Launching::default(),
-            superseded: super::superseded::Superseded::default(),
-        }
-    }
-}
 
 /// Reconciles one NodeClaim.
 pub async fn run(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, ReconcileError> {
@@ -462,16 +331,6 @@ fn count_transitions(claim: &NodeClaim, after: &NodeClaimStatus) {
     }
 }
 
-pub fn label(claim: &NodeClaim, key: &str) -> String {
-    claim
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .cloned()
-        .unwrap_or_default()
-}
-
 async fn delete_for_timeout(
     r: &Reconciler,
     claim: &NodeClaim,
@@ -517,6 +376,7 @@ async fn delete_for_timeout(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::ClusterState;
 
     /// The most a reconcile's own future may hold. Up to `MAX_CONCURRENT_RECONCILES` wait at
     /// once in a large scale-up (launching, registering while nominations are written), so

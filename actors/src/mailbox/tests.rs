@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use super::*;
+use crate::metrics::MAILBOX_DROPPED;
 use crate::supervisor;
 
 const CAPACITY: usize = 4;

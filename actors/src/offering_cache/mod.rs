@@ -1,7 +1,7 @@
 //! The OfferingCache: the single writer of the unavailable-offerings state — offerings
 //! (capacity type × instance type × zone), whole capacity types and subnets whose launch
 //! recently failed — so the next solves plan around them, as upstream's
-//! `UnavailableOfferings` cache does. Writers (the Launcher on an insufficient-capacity
+//! `UnavailableOfferings` cache does. Writers (the NodeClaim lifecycle on an insufficient-capacity
 //! error, the AWS provider on fleet errors) send marks through a bounded mailbox; readers
 //! (the Provisioner building instance types, the AWS provider filtering launch overrides)
 //! read a shared [`Table`] under a read lock without messaging. Entries expire

@@ -1,28 +1,18 @@
-//! The Orchestrator (upstream's orchestration queue): executes the disruption loop's
-//! commands. For each command it taints the candidates' Nodes `karpenter.sh/disrupted:NoSchedule`
-//! and sets `DisruptionReason` on their NodeClaims, creates the replacement NodeClaims
-//! through the Launcher (the path the Provisioner's NodeClaims take, counted in
-//! `karpenter_nodeclaims_created_total` under the disruption's reason), waits until every
-//! replacement is `Initialized` (at most [`REPLACEMENT_TIMEOUT`], as upstream), then deletes
-//! the candidates' NodeClaims — termination takes over from their deletion timestamp — and
-//! counts `karpenter_nodeclaims_disrupted_total`. A replacement that is deleted (its launch
-//! found no capacity) or times out rolls the command back: the marks come off, the
-//! replacements left are deleted, and `karpenter_voluntary_disruption_queue_failures_total`
-//! counts it.
+//! The Orchestrator (upstream's orchestration queue) executes the disruption loop's
+//! commands: it taints the candidates' Nodes `karpenter.sh/disrupted:NoSchedule`, sets
+//! `DisruptionReason` on their NodeClaims, creates the replacements through the
+//! NodeClaimCreator (counted in `karpenter_nodeclaims_created_total` under the
+//! disruption's reason), waits until each is `Initialized` (at most
+//! [`REPLACEMENT_TIMEOUT`]), then deletes the candidates' NodeClaims and counts
+//! `karpenter_nodeclaims_disrupted_total`. A replacement deleted or timed out rolls the
+//! command back (marks off, replacements deleted, counted in
+//! `karpenter_voluntary_disruption_queue_failures_total`).
 //!
-//! A command is started before its sender goes on: [`Orchestrator::submit`] returns once the
-//! candidates are marked and the replacements exist in cluster state (or the command was
-//! rolled back), as upstream's queue starts a command by creating its replacements before
-//! the disruption loop's next pass. A pass that saw a candidate held but not yet its
-//! replacement would plan that candidate's pods again, onto a replacement of its own.
-//!
-//! The mailbox is a bounded channel the actor task reads; each command then runs as its own
-//! task, so a command waiting ten minutes for a replacement holds up no other. The nodes of
-//! every command in flight are in the shared [`InQueue`] from before the command is sent
-//! until the store shows their NodeClaims deleting (or the rollback is done), so the
-//! disruption loop neither picks them again nor takes their taint for a stale one.
-//! Commands live in memory only, as upstream's: after a restart or a failover the new
-//! leader's disruption loop removes the marks they left.
+//! [`Orchestrator::submit`] returns once the candidates are marked and the replacements
+//! exist in cluster state, so the loop's next pass never plans a held candidate's pods
+//! again. Each command runs as its own task behind a bounded mailbox; the nodes of every
+//! command in flight are in the shared [`InQueue`] until their NodeClaims are deleting.
+//! Commands live in memory only, as upstream's: a new leader removes the marks they left.
 
 mod marks;
 
@@ -48,9 +38,9 @@ use tokio::time::Instant;
 
 use crate::events::EventRecorder;
 use crate::events::disruption::{self as events, Kind, Subject};
-use crate::launcher::Launch;
 use crate::mailbox::Outbox;
 use crate::metrics::{DISRUPTION_QUEUE_FAILURES, nodeclaim_disrupted};
+use crate::nodeclaim_creator::CreateNodeClaim;
 use crate::state::{ClusterState, ObjectKey};
 
 /// The disruption loop sends one command per pass and waits until it has started, so it
@@ -219,8 +209,8 @@ impl Default for OrchestratorConfig {
 pub struct OrchestratorDeps {
     pub client: Client,
     pub state: Arc<ClusterState>,
-    /// Where replacements are created: the Launcher, as for the Provisioner's NodeClaims.
-    pub launcher: Outbox<Launch>,
+    /// Where replacements are created: the NodeClaimCreator, as for the Provisioner's NodeClaims.
+    pub creator: Outbox<CreateNodeClaim>,
     pub events: EventRecorder,
     pub config: OrchestratorConfig,
 }
@@ -421,8 +411,8 @@ async fn start(
             .get(&ObjectKey::new(None, &claim.node_pool))
             .ok_or_else(|| Failure::NodePoolGone(claim.node_pool.clone()))?;
         let created = deps
-            .launcher
-            .deliver(Launch {
+            .creator
+            .deliver(CreateNodeClaim {
                 claim: claim.clone(),
                 pool,
                 reason: command.reason_label(),

@@ -1,5 +1,5 @@
 //! Cluster state as the plan's [`Inventory`], so the controller's snapshot is built by the
-//! same code as `kerf plan`'s (`kerf::plan::snapshot`). Only pods the kube-scheduler gave up
+//! same code as `kerf plan`'s (`kerf::cluster::snapshot`). Only pods the kube-scheduler gave up
 //! on count as pending (upstream provisions nothing else), plus the pods of terminating
 //! Nodes, which are taken off their Node so the solve places them anew (pre-provisioning
 //! their replacement capacity while the drain runs); other bound pods count as used
@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 use kerf::api::NodeClaim;
-use kerf::plan::inventory::Inventory;
-use kerf::plan::workloads::daemon_pod;
+use kerf::cluster::inventory::Inventory;
+use kerf::cluster::workloads::daemon_pod;
 use kerf::pods::{LeanPod, is_bound};
 
 use crate::state::{ClusterState, ObjectKey, is_provisionable, is_rescheduled};

@@ -8,13 +8,12 @@
 //! from the snapshot (the code `kerf plan` uses) with instance types whose recently refused
 //! offerings are unavailable (the OfferingCache), prepares the solve once and fans its
 //! independent parts out to the NodePoolSchedulers — one thread per NodePool — then hands
-//! each planned NodeClaim to the Launcher — at most the Launcher's mailbox capacity at once —
+//! each planned NodeClaim to the NodeClaimCreator — at most the NodeClaimCreator's mailbox capacity at once —
 //! waiting until every one is created before the next round starts, so no round plans for
 //! pods an earlier round already covered. Each round is
 //! published on a watch channel for observers (`kerf simulate`'s report, tests).
 
 mod heap;
-pub(crate) mod instance_types;
 pub(crate) mod inventory;
 mod nominated;
 mod settling;
@@ -28,25 +27,24 @@ use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodePool;
 use kerf::catalog::Catalog;
-use kerf::plan::ControllerSettings;
-use kerf::plan::snapshot;
+use kerf::cluster::ControllerSettings;
+use kerf::cluster::snapshot;
 use kerf::pods::PodLike;
 use kerf::scheduling::{Batch, PlannedNodeClaim, PodForms, SchedulingResult, SolvePolicies};
 use tokio::sync::watch;
 
 use crate::batcher::BatchReady;
+use crate::created_claims::CreatedClaims;
 use crate::events::{EventRecorder, upstream as events};
-use crate::launcher::{CreatedClaims, Launch};
+pub use crate::instance_types::InstanceTypeCache;
 use crate::mailbox::{MailboxDepth, Outbox};
 use crate::metrics::SCHEDULING_DURATION;
 use crate::node_pool_scheduler::Schedulers;
+use crate::nodeclaim_creator::CreateNodeClaim;
 use crate::offering_cache::OfferingCacheHandle;
 use crate::state::ClusterState;
 use crate::supervisor::{self, Supervised};
 use heap::{RoundHeap, Step};
-pub use instance_types::InstanceTypeCache;
-
-pub use crate::launcher::UNSEEN_NODECLAIM_GRACE;
 
 /// One solve runs at a time and each reads the latest cluster state, so a single queued
 /// batch is enough: the Batcher hands over one batch at a time (`deliver`, waiting) and
@@ -120,8 +118,8 @@ pub enum Skipped {
 /// What the Provisioner solves with when it launches capacity.
 #[derive(Clone)]
 pub struct Provisioning {
-    pub launcher: Outbox<Launch>,
-    /// The NodeClaims the Launcher created, counted as in-flight until the watch has them.
+    pub creator: Outbox<CreateNodeClaim>,
+    /// The NodeClaims the NodeClaimCreator created, counted as in-flight until the watch has them.
     pub created: CreatedClaims,
     /// Offerings that recently failed to launch; without it every offering is available.
     pub offerings: Option<OfferingCacheHandle>,
@@ -368,7 +366,7 @@ fn launches(
     result: SchedulingResult,
     pools: &HashMap<String, Arc<NodePool>>,
     unplaced: Unplaced<'_>,
-) -> Vec<Launch> {
+) -> Vec<CreateNodeClaim> {
     for (pod, reason) in &result.errors {
         let reason = std::iter::once(reason.as_str())
             .chain(unplaced.skipped.iter().map(String::as_str))
@@ -386,10 +384,10 @@ fn launches(
         .into_iter()
         .filter_map(|claim: PlannedNodeClaim| {
             let pool = pools.get(&claim.node_pool)?.clone();
-            Some(Launch {
+            Some(CreateNodeClaim {
                 claim,
                 pool,
-                reason: crate::launcher::CREATED_REASON_PROVISIONING,
+                reason: crate::nodeclaim_creator::CREATED_REASON_PROVISIONING,
             })
         })
         .collect()
@@ -431,7 +429,7 @@ impl Handler<BatchReady> for Provisioner {
             let solved = self.schedulers.solve(&p.batch);
             (solved, p.pools, p.skipped, p.holding)
         });
-        let launcher = self.provisioning.as_ref().map(|p| p.launcher.clone());
+        let creator = self.provisioning.as_ref().map(|p| p.creator.clone());
         let created_claims = self.provisioning.as_ref().map(|p| p.created.clone());
         let recorder = self.provisioning.as_ref().map(|p| p.events.clone());
         let created = async move {
@@ -456,16 +454,16 @@ impl Handler<BatchReady> for Provisioner {
                 recorder: recorder.as_ref(),
             };
             let launches = launches(result, &pools, unplaced);
-            // Overlapped, at most a Launcher mailbox's worth at a time: each answer is one
+            // Overlapped, at most a NodeClaimCreator mailbox's worth at a time: each answer is one
             // API create, so a large round's creates overlap instead of paying one round
-            // trip after another, yet never queue more than the Launcher's bound. Answers
+            // trip after another, yet never queue more than the NodeClaimCreator's bound. Answers
             // keep the planned order. Only each one's name is kept: the created objects of a
             // thousand-NodeClaim round are megabytes, and the store has them anyway.
-            let outcomes = match launcher {
-                Some(launcher) => {
-                    let concurrency = launcher.capacity().max(1);
+            let outcomes = match creator {
+                Some(creator) => {
+                    let concurrency = creator.capacity().max(1);
                     futures::stream::iter(launches)
-                        .map(|l| launcher.deliver(l))
+                        .map(|l| creator.deliver(l))
                         .buffered(concurrency)
                         .map(|outcome| match outcome {
                             Ok(Ok(claim)) => Ok(claim.metadata.name.unwrap_or_default()),
@@ -480,7 +478,7 @@ impl Handler<BatchReady> for Provisioner {
             heap.mark(Step::Created);
             (round, outcomes, heap)
         };
-        // Atomic: the next batch waits until this round's NodeClaims exist (the Launcher
+        // Atomic: the next batch waits until this round's NodeClaims exist (the NodeClaimCreator
         // records each before answering), so its snapshot counts them.
         AtomicResponse::new(Box::pin(created.into_actor(self).map(
             move |(mut round, outcomes, heap), act, _ctx| {

@@ -1,25 +1,14 @@
-//! Pods nominated to in-flight NodeClaims keep their place across rounds. A round solves
-//! every pending pod, and a NodeClaim created by an earlier round is in flight for seconds
-//! to minutes while its pods stay pending. Solving those pods again from scratch packs them
-//! differently (spread constraints, pod order and the pods that arrived since all change the
-//! order of first fit), so some no longer fit the NodeClaims made for them and later rounds
-//! create capacity the cluster already has on the way. Upstream's cluster state remembers
-//! nominations and its scheduler sees an in-flight NodeClaim's remaining capacity; here each
-//! still-pending pod nominated to a NodeClaim that is in flight (the Launcher's record, see
-//! [`crate::launcher::CreatedClaims::nominations`]) is moved from the round's pending pods
-//! onto that NodeClaim, or onto its Node, so the solve places only the others, on what
-//! remains. A nomination lapses a window after the Node is initialized, time the
-//! kube-scheduler has to bind the pods there: a pod it refused is planned afresh (one it
-//! has not tried yet stays held for longer, see [`crate::launcher::NOMINATION_LIMIT`]).
-//! The pods a round places in the room left on such a NodeClaim are added to the ones it
-//! holds ([`assign`]): held from the next round on like the others (and nominated when its
-//! Node registers), instead of being solved again from scratch every round among the pods
-//! that arrived since, where a different packing spills some onto new NodeClaims.
-//! A pod is held on an initialized Node only while it fits beside the pods bound there: the
-//! kube-scheduler binds whichever pending pods come first, so the room planned for a held
-//! pod may be gone, and the scheduler's refusal may leave no trace a round can read (its
-//! report is rewritten only when its message changes, in whole seconds), so waiting for it
-//! would hold the pod for the whole [`crate::launcher::NOMINATION_LIMIT`].
+//! Pods nominated to in-flight NodeClaims keep their place across rounds. Solved again from
+//! scratch, the pods of a NodeClaim still booting pack differently (spread constraints, pod
+//! order and newly arrived pods change the order of first fit), some no longer fit it, and
+//! later rounds create capacity already on the way. As upstream's cluster state remembers
+//! nominations, each still-pending pod nominated to an in-flight NodeClaim
+//! ([`crate::created_claims::CreatedClaims::nominations`]) is moved from the round's pending
+//! pods onto that NodeClaim, or its Node, so the solve places only the others on what
+//! remains; pods a round places in the room left on it are added ([`assign`]). A pod is held
+//! until its nomination lapses ([`crate::created_claims::NOMINATION_LIMIT`] at most), and on
+//! an initialized Node only while it fits beside the pods bound there: the kube-scheduler
+//! binds whichever pods come first, and its refusal may leave no trace a round can read.
 
 use std::collections::HashMap;
 
@@ -27,7 +16,7 @@ use kerf::pods::{LeanPod, PodLike};
 use kerf::resources::Resources;
 use kerf::scheduling::{ExistingNode, ExistingNodePlacement, SchedulingInput, resource_requests};
 
-use crate::launcher::{CreatedClaims, HeldPods};
+use crate::created_claims::{CreatedClaims, HeldPods};
 
 /// Moves the pending pods of `input` nominated to one of its existing nodes (by NodeClaim)
 /// onto that node, on an initialized node only those that fit beside its bound pods (the

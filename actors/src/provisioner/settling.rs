@@ -1,23 +1,17 @@
 //! Pods the kube-scheduler has not tried since capacity opened are left to it for a moment
 //! before a round plans capacity for them. Through a large scale-up Nodes initialize one
-//! after another over tens of seconds while the kube-scheduler works through a backlog of
-//! thousands of pods, binding whichever come first: a pod whose planned room another pod took
-//! (see [`super::nominated`]) is solved again, and a round solving it before the
-//! kube-scheduler has tried it against the Nodes opened since sees only the room the round's
-//! own packing leaves — so it plans a new NodeClaim for a pod that the kube-scheduler binds
-//! moments later on room that was there all along (at 20,000 pods, one round created 220
-//! NodeClaims, each for one cache replica, 2 s before every pod was bound on the 1,005 Nodes
-//! planned first; none of the 220 was needed). Upstream plans every pod the kube-scheduler
-//! has marked unschedulable, whenever it was marked; kerf leaves out of a round a pod whose
-//! latest `Unschedulable` report is no later than the last time room opened — the newest
-//! NodeClaim initialization, or the newest withdrawal of a nomination its pod could not use
-//! (the kube-scheduler kept that room for the pod, refusing others, until then) — while that
-//! is within [`SETTLE_PERIOD`]: the kube-scheduler retries unschedulable pods when a Node
-//! changes, within its backoff, and its next report (rewritten as the count of Nodes in its
-//! message changes) brings the pod back to a round. Each pod is left out for at most
-//! [`SETTLE_PERIOD`] in all, so Nodes initializing without pause cannot hold back a pod that
-//! needs new capacity, and one refused since (or never refused: a pod of a terminating
-//! Node) is planned as before.
+//! after another while the kube-scheduler works through a backlog, binding whichever pods
+//! come first: a round that solves a pod before the kube-scheduler has tried it against the
+//! Nodes opened since sees only the room its own packing leaves, and plans a NodeClaim for a
+//! pod that is bound moments later on room that was there all along. Upstream plans every pod
+//! marked unschedulable, whenever it was marked; kerf leaves out of a round a pod whose latest
+//! `Unschedulable` report is no later than the last time room opened (the newest NodeClaim
+//! initialization, or the newest withdrawal of a nomination its pod could not use), while
+//! that is within [`SETTLE_PERIOD`]. The kube-scheduler retries unschedulable pods when a
+//! Node changes, and its next report brings the pod back to a round. Each pod is left out
+//! for at most [`SETTLE_PERIOD`] in all, so Nodes initializing without pause cannot hold
+//! back a pod that needs new capacity; one refused since, or never refused, is planned at
+//! once. The `scale-out-10k` scenario exercises this.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,7 +23,7 @@ use kerf::api::condition::{Conditions, types};
 use kerf::pods::{LeanPod, NOMINATION_CONDITION, PodLike};
 use kerf::scheduling::SchedulingInput;
 
-use crate::launcher::last_refused;
+use crate::created_claims::last_refused;
 
 /// How long a pod is left to the kube-scheduler: its longest backoff between tries of an
 /// unschedulable pod (kube-scheduler's `podMaxBackoffSeconds`, 10 by default).

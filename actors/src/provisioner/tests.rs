@@ -4,16 +4,16 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kerf::plan::snapshot;
+use kerf::cluster::snapshot;
 use kerf::scheduling::{SchedulingInput, solve};
 use serde_json::json;
 
 use super::*;
-use crate::launcher::{LaunchError, node_claim};
+use crate::nodeclaim_creator::{CreateError, node_claim};
 use crate::state::{ObjectKey, Writers};
 
-/// Stands in for the Launcher: records what it is asked to launch, answers a few
-/// milliseconds later (as a create would) with the NodeClaim the Launcher would create, and
+/// Stands in for the NodeClaimCreator: records what it is asked to launch, answers a few
+/// milliseconds later (as a create would) with the NodeClaim the NodeClaimCreator would create, and
 /// records how many launches it had in flight at once.
 struct Recorder {
     recorded: Arc<Mutex<Vec<PlannedNodeClaim>>>,
@@ -26,10 +26,10 @@ impl Actor for Recorder {
     type Context = Context<Self>;
 }
 
-impl Handler<Launch> for Recorder {
-    type Result = ResponseFuture<Result<kerf::api::NodeClaim, LaunchError>>;
+impl Handler<CreateNodeClaim> for Recorder {
+    type Result = ResponseFuture<Result<kerf::api::NodeClaim, CreateError>>;
 
-    fn handle(&mut self, launch: Launch, _ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, launch: CreateNodeClaim, _ctx: &mut Context<Self>) -> Self::Result {
         self.depth.taken();
         let mut recorded = self.recorded.lock().expect("not poisoned");
         let mut claim = node_claim(&launch.claim, &launch.pool);
@@ -47,16 +47,16 @@ impl Handler<Launch> for Recorder {
 }
 
 /// At most this many launches at once: fewer than the round plans.
-const LAUNCHER_TEST_CAPACITY: usize = 2;
+const CREATOR_TEST_CAPACITY: usize = 2;
 
-/// A started [`Recorder`] behind a mailbox of [`LAUNCHER_TEST_CAPACITY`].
+/// A started [`Recorder`] behind a mailbox of [`CREATOR_TEST_CAPACITY`].
 fn recorder(
     recorded: &Arc<Mutex<Vec<PlannedNodeClaim>>>,
     most_in_flight: &Arc<AtomicUsize>,
-) -> Outbox<Launch> {
-    let depth = MailboxDepth::new("launcher-test", LAUNCHER_TEST_CAPACITY);
+) -> Outbox<CreateNodeClaim> {
+    let depth = MailboxDepth::new("nodeclaim-creator-test", CREATOR_TEST_CAPACITY);
     let recorder = crate::supervisor::start(
-        "launcher-test",
+        "nodeclaim-creator-test",
         depth.clone(),
         crate::supervisor::once(Recorder {
             recorded: Arc::clone(recorded),
@@ -68,14 +68,14 @@ fn recorder(
     Outbox::new(&recorder, depth)
 }
 
-/// Provisioning through `launcher`, counting what `created` holds as in flight.
+/// Provisioning through `creator`, counting what `created` holds as in flight.
 fn provisioning(
-    launcher: Outbox<Launch>,
+    creator: Outbox<CreateNodeClaim>,
     created: CreatedClaims,
     catalog: Catalog,
 ) -> Provisioning {
     Provisioning {
-        launcher,
+        creator,
         created,
         offerings: None,
         catalog,
@@ -217,11 +217,11 @@ fn a_round_solved_by_the_node_pool_schedulers_equals_the_sequential_solve() {
         let planned = recorded.lock().expect("not poisoned").clone();
         assert_eq!(planned, expected.new_node_claims);
         assert_eq!(round.nodeclaims.len(), planned.len());
-        assert!(planned.len() > LAUNCHER_TEST_CAPACITY, "{planned:?}");
+        assert!(planned.len() > CREATOR_TEST_CAPACITY, "{planned:?}");
         assert_eq!(
             most_in_flight.load(Ordering::SeqCst),
-            LAUNCHER_TEST_CAPACITY,
-            "launches overlap, never beyond the Launcher's mailbox"
+            CREATOR_TEST_CAPACITY,
+            "launches overlap, never beyond the NodeClaimCreator's mailbox"
         );
         assert!(
             round
@@ -290,9 +290,9 @@ fn a_later_round_reuses_the_prepared_forms_of_the_pods_unchanged_since() {
     run(|| async {
         let (state, mut writers) = pool_a_with_pods(3);
         let recorded = Arc::new(Mutex::new(Vec::new()));
-        let launcher = recorder(&recorded, &Arc::new(AtomicUsize::new(0)));
+        let creator = recorder(&recorded, &Arc::new(AtomicUsize::new(0)));
         let catalog = Catalog::embedded("us-east-1").expect("catalog");
-        let provisioning = provisioning(launcher, CreatedClaims::default(), catalog);
+        let provisioning = provisioning(creator, CreatedClaims::default(), catalog);
         let (_leader_tx, leader) = watch::channel(true);
         let depth = MailboxDepth::new("provisioner-test", PROVISIONER_MAILBOX_CAPACITY);
         let Started {
@@ -361,14 +361,14 @@ fn a_round_whose_pods_are_all_held_on_nodeclaims_in_flight_solves_nothing() {
             held.insert(name.clone(), name);
         }
 
-        let launcher = recorder(&Arc::default(), &Arc::default());
+        let creator = recorder(&Arc::default(), &Arc::default());
         let mut provisioner = Provisioner::new(
             Arc::clone(&state),
             watch::channel(true).1,
             Arc::new(watch::channel(None).0),
             Arc::new(watch::channel(Vec::new()).0),
             MailboxDepth::new("provisioner-test", PROVISIONER_MAILBOX_CAPACITY),
-            Some(provisioning(launcher, created, catalog)),
+            Some(provisioning(creator, created, catalog)),
         );
 
         let mut round = empty_round();

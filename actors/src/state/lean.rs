@@ -1,29 +1,18 @@
 //! What the stores keep of an object: the fields some decision reads, not the bookkeeping
-//! around them. A watched object is mostly what no controller decision looks at — the API
-//! server's `managedFields` (larger than the rest of a NodeClaim), a pod's container command
-//! lines, environment, probes and mounts, its configMap and projected token volumes, each
-//! container's status, and a Node's image list — and every store copy, inventory and
-//! snapshot built from a store pays for them again. So each object is trimmed once, when the
-//! watch delivers it, before it is stored ([`Lean::lean`]); every kind but pods keeps the
-//! API's type, so its readers keep reading the fields they always did.
+//! around them. Most of a watched object is what no decision looks at (`managedFields`, a
+//! pod's command lines, environment, probes and mounts, container statuses, a Node's image
+//! list), and every store copy, inventory and snapshot would pay for it again, so each
+//! object is trimmed once, when the watch delivers it ([`Lean::lean`]). Every kind but pods
+//! keeps the API's type, so its readers read the fields they always did.
 //!
-//! Pods are stored as [`LeanPod`]s ([`Stored`]): of the metadata, each pod keeps its name,
-//! uid, resourceVersion, creation and deletion times, grace period, finalizers and, of
-//! `managedFields`, only the time of the kube-scheduler's last status write; its namespace,
-//! generateName, labels, annotations (less kubectl's last-applied copy) and owner
-//! references are shared with every pod that has them equal, as its spec is, through the
-//! store writer's [`PodInterner`] (see [`kerf::pods`]'s `lean` module). The spec is kept
-//! as [`keep_what_placement_reads`] leaves it (containers' requirements and the volumes
-//! that tie a pod to storage), and the status but for trimmed container statuses, the
-//! conditions nothing reads ([`READ_POD_CONDITIONS`]) and the messages of the others but
-//! kerf's nomination (which a bound pod loses too, with its `nominatedNodeName`). Only a
-//! finished pod keeps its container statuses (its last event is its containers' finish
-//! time), each with its name, readiness, restart count and state; a running or pending pod
-//! keeps none, nor its IP addresses, its node's addresses or its QoS class — at ten
-//! thousand pods those are eight megabytes nothing reads. Nodes lose their image list,
-//! attached volume lists and system info; every kind loses `managedFields` and the
-//! last-applied annotation. Nothing the controller writes is built from a stored object's
-//! trimmed parts: its writes are merge patches of the fields it sets.
+//! Pods are stored as [`LeanPod`]s ([`Stored`]), their spec and shared metadata interned
+//! through the store writer's [`PodInterner`] (see [`kerf::pods`]'s `lean` module); the spec
+//! as [`keep_what_placement_reads`] leaves it, the status without the conditions nothing
+//! reads ([`READ_POD_CONDITIONS`]), and container statuses only on finished pods (their
+//! last event is their containers' finish). Nodes lose their image list, attached volumes
+//! and system info; every kind loses `managedFields` and the last-applied annotation.
+//! Nothing the controller writes is built from a trimmed part: its writes are merge patches
+//! of the fields it sets.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
@@ -137,8 +126,8 @@ impl Lean for Pod {
             if bound {
                 // A bound pod's nomination is history: every reader of it (nomination
                 // writes and withdrawals, preemption) looks at pending pods only, and the
-                // kube-scheduler leaves it on the pod for good: 270 bytes of a lean pod's
-                // 1,330 (measured), five megabytes at 20,000 once they run.
+                // kube-scheduler leaves it on the pod for good: about a fifth of a lean
+                // pod, kept for every running pod.
                 status.nominated_node_name = None;
                 if let Some(conditions) = status.conditions.as_mut() {
                     conditions.retain(|c| c.type_ != kerf::pods::NOMINATION_CONDITION);
@@ -169,7 +158,7 @@ impl Lean for Pod {
                 conditions.retain(|c| READ_POD_CONDITIONS.contains(&c.type_.as_str()));
                 // Only kerf's nomination is read for its message (it names the node). The
                 // kube-scheduler's `0/1005 nodes are available: …` on every pending pod
-                // is read by nothing, and is megabytes at 20,000 pending pods.
+                // is read by nothing, and is held for every pending pod.
                 conditions
                     .iter_mut()
                     .filter(|c| c.type_ != kerf::pods::NOMINATION_CONDITION)

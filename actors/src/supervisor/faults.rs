@@ -1,13 +1,13 @@
 //! Fault injection, a test and simulation hook: `kerf simulate`'s `actor-panic` scenario
 //! fault and the supervision tests arm an actor's counter, and the actor panics on each of
 //! its next that many messages (or passes, for loops). Each actor checks its counter where
-//! it takes a message ([`crate::mailbox::MailboxDepth::taken`] or [`fault_point`]): one
-//! relaxed atomic load while nothing is armed. The other supervised loops ([`LOOP_FAULTS`])
-//! take no message: their supervisor panics them wherever they wait as soon as a fault is
-//! armed ([`Faults::interrupted`]), woken by a watch channel rather than by polling.
-//! Counters are per replica ([`Supervision`]).
+//! it takes a message ([`crate::mailbox::MailboxDepth::taken`] or
+//! [`super::supervision::fault_point`]): one relaxed atomic load while nothing is armed. The
+//! other supervised loops ([`LOOP_FAULTS`]) take no message: their supervisor panics them
+//! wherever they wait as soon as a fault is armed ([`Faults::interrupted`]), woken by a watch
+//! channel rather than by polling. Counters are per replica ([`Supervision`]).
 //!
-//! [`Supervision`]: super::Supervision
+//! [`Supervision`]: super::supervision::Supervision
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,7 +19,7 @@ pub const FAULT_ACTORS: &[&str] = &[
     "batcher",
     "provisioner",
     "node_pool_scheduler",
-    "launcher",
+    "nodeclaim_creator",
     "lifecycle",
     "termination",
     "offering_cache",
@@ -119,8 +119,25 @@ impl Faults {
             .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
-    /// The hook `actor` checks; `None` for a name outside [`FAULT_ACTORS`].
+    /// The point of mailbox `mailbox`: enabled when the mailbox is named as a fault actor
+    /// (`tagger` is `tagging`'s, `nodepool_scheduler/<pool>` the `node_pool_scheduler`'s).
+    pub fn for_mailbox(&self, mailbox: &str) -> FaultPoint {
+        let actor = match mailbox {
+            "tagger" => "tagging",
+            m if m.starts_with("nodepool_scheduler/") => "node_pool_scheduler",
+            m => m,
+        };
+        self.point(actor).unwrap_or_default()
+    }
+
+    /// The hook `actor` checks; `None` for a name outside [`FAULT_ACTORS`] and
+    /// [`LOOP_FAULTS`]. Scenario files written before the NodeClaim creator had its name may
+    /// still call it `launcher`.
     pub fn point(&self, actor: &str) -> Option<FaultPoint> {
+        let actor = match actor {
+            "launcher" => "nodeclaim_creator",
+            name => name,
+        };
         self.counters
             .iter()
             .find(|(name, _)| *name == actor)
@@ -143,21 +160,6 @@ impl FaultPoint {
         }
     }
 
-    /// The point of mailbox `mailbox` in the current [`Supervision`](super::Supervision):
-    /// enabled when the mailbox is named as a fault actor (`tagger` is `tagging`'s,
-    /// `nodepool_scheduler/<pool>` the `node_pool_scheduler`'s).
-    pub fn for_mailbox(mailbox: &str) -> Self {
-        let actor = match mailbox {
-            "tagger" => "tagging",
-            m if m.starts_with("nodepool_scheduler/") => "node_pool_scheduler",
-            m => m,
-        };
-        super::Supervision::current()
-            .faults()
-            .point(actor)
-            .unwrap_or_default()
-    }
-
     /// Panics if a fault is armed here, consuming it.
     pub fn check(&self) {
         if self.consume() {
@@ -174,13 +176,5 @@ impl FaultPoint {
             && counter
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
                 .is_ok()
-    }
-}
-
-/// Checks the fault armed for `actor` in the current task's supervision scope (loops that
-/// take no mailbox message call it once per pass or command).
-pub fn fault_point(actor: &'static str) {
-    if let Some(point) = super::Supervision::current().faults().point(actor) {
-        point.check();
     }
 }

@@ -23,7 +23,7 @@ use crate::events::EventRecorder;
 use crate::lifecycle::conditions::ConditionSet;
 use crate::state::ClusterState;
 
-pub(crate) use crate::lifecycle::Outcome;
+pub(crate) use crate::workqueue::Outcome;
 
 pub struct Terminator {
     pub state: Arc<ClusterState>,

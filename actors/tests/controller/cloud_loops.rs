@@ -58,7 +58,7 @@ fn get(cluster: &Cluster, (api_version, plural): (&str, &str), name: &str) -> Op
     cluster.get(api_version, plural, None, name).ok()
 }
 
-/// A NodeClaim as the launcher would have written it, not yet in the API.
+/// A NodeClaim as the NodeClaimCreator would have written it, not yet in the API.
 fn claim(name: &str) -> NodeClaim {
     serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",

@@ -1,4 +1,4 @@
-//! From unschedulable pods to running capacity: the Provisioner solves, the Launcher creates
+//! From unschedulable pods to running capacity: the Provisioner solves, the NodeClaimCreator creates
 //! NodeClaims and launches them in the simulated EC2, and the simulated kubelets register a
 //! Node for each launched machine.
 

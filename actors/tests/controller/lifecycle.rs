@@ -11,7 +11,7 @@ use kerf::labels;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use kerf_actors::launcher::{NOMINATION_LIMIT, NOMINATION_WINDOW};
+use kerf_actors::created_claims::{NOMINATION_LIMIT, NOMINATION_WINDOW};
 use kerf_actors::lifecycle::FUTILITY_CHECK_PERIOD;
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
 

@@ -1,4 +1,4 @@
-//! Actors panic in a running controller: pods still get nodes after the Launcher, the
+//! Actors panic in a running controller: pods still get nodes after the NodeClaimCreator, the
 //! lifecycle, the Provisioner and the Batcher each panicked on their next messages, with no
 //! instance launched twice and `/healthz` still answering; an actor that panics past its
 //! restart budget fails `/healthz` over HTTP. Each daemon runs in a supervision scope of its
@@ -31,7 +31,7 @@ fn nodeclaim_names(cluster: &kerf_loadtest::apiserver::Cluster) -> Vec<String> {
 }
 
 #[test]
-fn pods_get_nodes_after_the_launcher_lifecycle_provisioner_and_batcher_panicked() {
+fn pods_get_nodes_after_the_nodeclaim_creator_lifecycle_provisioner_and_batcher_panicked() {
     run(|| async {
         let h = start_cluster().await;
         let cluster = h.cluster();
@@ -44,7 +44,7 @@ fn pods_get_nodes_after_the_launcher_lifecycle_provisioner_and_batcher_panicked(
         for (actor, count) in [
             ("batcher", 1),
             ("provisioner", 1),
-            ("launcher", 1),
+            ("nodeclaim_creator", 1),
             ("lifecycle", 2),
         ] {
             faults.arm(actor, count).expect("a known actor");
@@ -63,16 +63,16 @@ fn pods_get_nodes_after_the_launcher_lifecycle_provisioner_and_batcher_panicked(
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "{bound} of {} pods bound; faults left: batcher {}, provisioner {}, launcher {}, lifecycle {}",
+                "{bound} of {} pods bound; faults left: batcher {}, provisioner {}, nodeclaim_creator {}, lifecycle {}",
                 names.len(),
                 faults.remaining("batcher"),
                 faults.remaining("provisioner"),
-                faults.remaining("launcher"),
+                faults.remaining("nodeclaim_creator"),
                 faults.remaining("lifecycle"),
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        for actor in ["batcher", "provisioner", "launcher", "lifecycle"] {
+        for actor in ["batcher", "provisioner", "nodeclaim_creator", "lifecycle"] {
             assert_eq!(faults.remaining(actor), 0, "{actor} panicked as armed");
         }
         // One instance per NodeClaim: a restarted lifecycle launched nothing twice.

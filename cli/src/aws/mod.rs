@@ -125,7 +125,7 @@ pub async fn connect(
         vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
     };
     // One unavailable-offerings state: the OfferingCache actor, which the provider marks
-    // from fleet errors and the Launcher and schedulers read.
+    // from fleet errors and the NodeClaim lifecycle and schedulers read.
     let offerings = OfferingCache::start(
         UNAVAILABLE_OFFERINGS_TTL,
         MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),

@@ -12,10 +12,11 @@ use std::process::ExitCode;
 
 use k8s_openapi::jiff::Timestamp;
 use kerf::catalog::DEFAULT_VM_MEMORY_OVERHEAD_PERCENT;
+use kerf::cluster::ControllerSettings;
+use kerf::cluster::inventory::{Builder, Inventory};
 use kerf::feature_gates::{DEFAULT_FEATURE_GATES, FeatureGates};
 use kerf::manifest::{DEFAULT_MAX_YAML_NODES, Limits};
-use kerf::plan::inventory::{Builder, Inventory};
-use kerf::plan::{self, ControllerSettings, PlanOptions};
+use kerf::plan::{self, PlanOptions};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -116,7 +117,7 @@ pub fn run(args: Args) -> ExitCode {
 /// controller reads them; unknown gates are warned about, as upstream ignores them.
 fn disruption_options(now: Option<&str>, gates: &str) -> Result<kerf::disruption::Options, String> {
     let now = match now {
-        Some(text) => plan::disruption::parse_now(text)?,
+        Some(text) => kerf::cluster::disruption::parse_now(text)?,
         None => {
             let since_epoch = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser as _;
 use kerf::catalog::{AllocatableSettings, Catalog};
+use kerf::cluster::inventory::{self, Inventory};
 use kerf::manifest::Object;
-use kerf::plan::inventory::{self, Inventory};
 use kerf::wildcard;
 use kerf_loadtest::ec2::{CapacityType, OfferingKey, PricedOffering, catalog_offerings};
 use serde_json::Value;

@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::plan::workloads::Expansion;
+use crate::cluster::workloads::Expansion;
 use crate::pods::keep_what_placement_reads;
 
 /// Drops what no plan decision reads from `pod`'s spec.

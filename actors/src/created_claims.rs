@@ -1,24 +1,16 @@
-//! NodeClaims the Launcher created, kept until the watch has surely delivered them, so a
-//! round right after a launch counts them as in-flight capacity instead of planning their
-//! pods again; and the pods each was created for (its nominations), kept while it is in
-//! flight and for a nomination window after its Node is initialized, so later rounds hold
-//! those pods on it instead of re-packing every pending pod
-//! from scratch (which spreads them differently and leaves some over for new NodeClaims).
-//! A later round that places pods in the room left on such a NodeClaim adds them to its
-//! pods ([`CreatedClaims::assign`]), so they are held and nominated like the first ones.
-//! Past the window, the pods the kube-scheduler has not tried since the Node was initialized
-//! stay held until it does or [`NOMINATION_LIMIT`] passes.
-//! Whether a pod's nomination is futile ([`nomination_futile`]) is judged here too, for the
-//! lifecycle, which withdraws such nominations early; the pod stays held for the window
-//! (the room it lost on its Node may be waiting for it on a Node still booting).
-//! The Launcher is the only writer of NodeClaims: it adds each before answering the
-//! Provisioner (so the next round sees it) and withdraws one it deletes because its launch
-//! was refused (so its pods are planned again at once, even if the deletion completes before
-//! the watch ever showed the object). The Provisioner reads the ones its store lacks, and
-//! the nominations of those still in flight, and records every node a round places pending
-//! pods on ([`CreatedClaims::target`]). The disruption loop reads what all this nominates
-//! ([`CreatedClaims::nominated_now`]), without starting any window, and leaves those nodes
-//! alone, as upstream leaves a node nominated for a pending pod.
+//! The registry of NodeClaims the NodeClaimCreator created and the pods each was created for
+//! (its nominations), shared by the actors that read them. A created NodeClaim is kept
+//! until the watch has surely delivered it, so the next round counts it as in-flight
+//! capacity; its pods are held on it while it is in flight and for [`NOMINATION_WINDOW`]
+//! after its Node is initialized (longer, up to [`NOMINATION_LIMIT`], for a pod the
+//! kube-scheduler has not tried since), so later rounds do not re-pack them from scratch.
+//! Writers: the NodeClaimCreator adds each before answering the Provisioner and the
+//! lifecycle withdraws one whose launch was refused; a round adds the pods it places in the
+//! room left on one ([`CreatedClaims::assign`]) and records the nodes it places pods on
+//! ([`CreatedClaims::target`]). Readers: the Provisioner (in-flight claims and held pods),
+//! the Batcher (a lapsing nomination starts a batch), the lifecycle (whom to nominate; [`nomination_futile`] for early
+//! withdrawal), the disruption loop ([`CreatedClaims::nominated_now`]: nominated nodes are
+//! left alone, as upstream) and shutdown (claims still to launch).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -53,16 +45,16 @@ pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 /// the window for their first try, while the room planned for them is still there. Upstream
 /// keeps such a pod nominated as long as each round places it on the same node; planned
 /// afresh instead, it is packed among the room other pods took meanwhile, and the pods that
-/// no longer fit get new NodeClaims (5–35% more at 20,000 pods). A pod tried and refused is
-/// released at the window's end, as before, even one whose fit depends on its peers: held
+/// no longer fit get new NodeClaims (the `scale-out-10k` scenario exercises this). A pod
+/// tried and refused is released at the window's end, even one whose fit depends on its peers: held
 /// longer, the ones whose room was really gone (a peer bound there) waited for the limit
 /// and then for new capacity. The limit bounds the wait for a try that leaves no trace (a
 /// refusal whose report is unchanged is not written again).
 pub const NOMINATION_LIMIT: Duration = Duration::from_secs(60);
 
 /// The pods one NodeClaim was created for, shared with each reader: a round reads every
-/// NodeClaim's, and each nomination write borrows its pod from the list, so at 20,000 pods
-/// a copy per reader would be megabytes (a change copies the list only while it is read).
+/// NodeClaim's, and each nomination write borrows its pod from the list, so a copy per
+/// reader would grow with every pending pod (a change copies the list only while it is read).
 pub type HeldPods = Arc<Vec<PodRef>>;
 
 /// The pods one NodeClaim was created for.
@@ -129,7 +121,7 @@ impl CreatedClaims {
             .collect()
     }
 
-    /// The pods nominated to each NodeClaim, by NodeClaim name: one this Launcher created
+    /// The pods nominated to each NodeClaim, by NodeClaim name: one this NodeClaimCreator created
     /// that is not being deleted, until [`NOMINATION_WINDOW`] after its Node is initialized
     /// (the kube-scheduler binds them meanwhile; the pods it did not take are then planned
     /// afresh), and past it, until [`NOMINATION_LIMIT`], the pending ones it has not tried
@@ -279,7 +271,7 @@ impl CreatedClaims {
         self.claims.insert(name, (claim, now));
     }
 
-    /// Records `claim`, created for `pods`, as the Launcher does after its create.
+    /// Records `claim`, created for `pods`, as the NodeClaimCreator does after its create.
     #[cfg(test)]
     pub(crate) fn record(&self, claim: NodeClaim, pods: Vec<PodRef>) {
         self.insert(claim, pods);

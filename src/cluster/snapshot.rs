@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KubeQuantity;
 use super::inventory::Inventory;
 use super::nodeclass::{self, ControllerSettings};
 use super::workloads::DEFAULT_NAMESPACE;
-use super::{FieldError, PlanError};
+use super::{FieldError, SnapshotError};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool, Operator};
 use crate::catalog::{AllocatableSettings, Catalog, InstanceType};
 use crate::labels;
@@ -64,7 +64,7 @@ pub fn build(
     inventory: &Inventory,
     catalog: &Catalog,
     controller: ControllerSettings,
-) -> Result<Snapshot, PlanError> {
+) -> Result<Snapshot, SnapshotError> {
     build_with(inventory, controller, &mut &*catalog)
 }
 
@@ -74,7 +74,7 @@ pub fn build_with(
     inventory: &Inventory,
     controller: ControllerSettings,
     source: &mut dyn InstanceTypeSource,
-) -> Result<Snapshot, PlanError> {
+) -> Result<Snapshot, SnapshotError> {
     let used = namespaces_of(&inventory.pods);
     let pods = inventory
         .pods
@@ -92,7 +92,7 @@ pub fn build_taking_pods(
     inventory: &mut Inventory,
     catalog: &Catalog,
     controller: ControllerSettings,
-) -> Result<Snapshot, PlanError> {
+) -> Result<Snapshot, SnapshotError> {
     let pods = std::mem::take(&mut inventory.pods);
     let used = namespaces_of(&pods);
     build_from(inventory, pods, used, controller, &mut &*catalog)
@@ -106,7 +106,7 @@ fn build_from(
     used: BTreeSet<String>,
     controller: ControllerSettings,
     source: &mut dyn InstanceTypeSource,
-) -> Result<Snapshot, PlanError> {
+) -> Result<Snapshot, SnapshotError> {
     let mut warnings = Vec::new();
     let mut class_types = ClassTypes {
         inventory,
@@ -240,9 +240,9 @@ fn existing_node(
     node: &Node,
     claim: Option<&str>,
     pods: Vec<Arc<LeanPod>>,
-) -> Result<ExistingNode, PlanError> {
+) -> Result<ExistingNode, SnapshotError> {
     let name = node.metadata.name.clone().unwrap_or_default();
-    let invalid = |error: FieldError| PlanError::node("Node", &name, error);
+    let invalid = |error: FieldError| SnapshotError::node("Node", &name, error);
     let mut labels = node.metadata.labels.clone().unwrap_or_default();
     labels
         .entry(labels::HOSTNAME.to_string())
@@ -293,9 +293,9 @@ fn in_flight_node(
     pods: Vec<Arc<LeanPod>>,
     class_types: &mut ClassTypes<'_>,
     warnings: &mut Vec<String>,
-) -> Result<ExistingNode, PlanError> {
+) -> Result<ExistingNode, SnapshotError> {
     let name = claim.name().to_string();
-    let invalid = |error: FieldError| PlanError::node("NodeClaim", &name, error);
+    let invalid = |error: FieldError| SnapshotError::node("NodeClaim", &name, error);
     let mut labels = claim.metadata.labels.clone().unwrap_or_default();
     for requirement in claim.requirements() {
         if requirement.operator == Operator::In && requirement.values.len() == 1 {
@@ -439,14 +439,14 @@ fn node_pools(
     inventory: &Inventory,
     class_types: &mut ClassTypes<'_>,
     warnings: &mut Vec<String>,
-) -> Result<Vec<NodePoolInput>, PlanError> {
+) -> Result<Vec<NodePoolInput>, SnapshotError> {
     let mut warned = HashSet::new();
     let mut pools = Vec::new();
     for pool in &inventory.node_pools {
         let class_name = &pool.node_class_ref().name;
         let (instance_types, found) = class_types
             .of(class_name)
-            .map_err(|error| PlanError::node("EC2NodeClass", class_name, error))?;
+            .map_err(|error| SnapshotError::node("EC2NodeClass", class_name, error))?;
         if !found && warned.insert(class_name.clone()) {
             warnings.push(format!(
                 "NodePool {}: EC2NodeClass {class_name} is not in the input; using the default AL2023 settings",
@@ -461,8 +461,8 @@ fn node_pools(
 fn node_pool(
     pool: &NodePool,
     instance_types: Arc<[InstanceType]>,
-) -> Result<NodePoolInput, PlanError> {
-    let invalid = |error: FieldError| PlanError::node("NodePool", pool.name(), error);
+) -> Result<NodePoolInput, SnapshotError> {
+    let invalid = |error: FieldError| SnapshotError::node("NodePool", pool.name(), error);
     let limits = pool
         .limits()
         .map(|limits| resources(Some(limits), "spec.limits"))

@@ -1,5 +1,5 @@
 use super::*;
-use crate::plan::decode::decode;
+use crate::cluster::decode::decode;
 use serde_json::{Value, json};
 
 fn template(labels: Value) -> Value {

@@ -1,4 +1,4 @@
-//! The NodeClaim object the Launcher creates for a planned claim, following upstream's
+//! The NodeClaim object the NodeClaimCreator creates for a planned claim, following upstream's
 //! NodeClaim template: the NodePool's template labels and annotations, its `nodeClassRef`, taints, startup taints, `expireAfter` and
 //! `terminationGracePeriod`; the planned requirements and requests; the `nodepool` label,
 //! the NodePool's hash annotations, whether its `minValues` were relaxed, an ownerReference to the NodePool and the termination

@@ -1,4 +1,4 @@
-//! The Launcher: turns each NodeClaim the Provisioner planned into a NodeClaim object, as
+//! The NodeClaimCreator: turns each NodeClaim the Provisioner planned into a NodeClaim object, as
 //! upstream Karpenter's provisioner does. It creates the object (named `<nodepool>-` plus a
 //! server-generated suffix, owned by its NodePool, holding the termination finalizer),
 //! records it in [`CreatedClaims`] and answers the Provisioner with it at once, so the next
@@ -9,7 +9,6 @@
 //! attempt, a restart or a failover.
 
 mod claim;
-mod created;
 
 use std::sync::Arc;
 
@@ -19,26 +18,23 @@ use kerf::scheduling::PlannedNodeClaim;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 
+use crate::created_claims::CreatedClaims;
 use crate::events::{EventRecorder, upstream as events};
 use crate::mailbox::MailboxDepth;
 use crate::metrics::NODECLAIMS_CREATED;
 use crate::state::Lean;
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
-pub use created::{
-    CreatedClaims, HeldPods, NOMINATION_LIMIT, NOMINATION_WINDOW, Nominated,
-    UNSEEN_NODECLAIM_GRACE, last_refused, nomination_futile, tried_since,
-};
 
 /// Each message is answered after one API create (milliseconds), and the Provisioner waits
 /// for every answer before its next round, so a short queue covers one round's claims being
-/// created back to back without making the Provisioner wait on an idle Launcher.
-pub const LAUNCHER_MAILBOX_CAPACITY: usize = 64;
+/// created back to back without making the Provisioner wait on an idle NodeClaimCreator.
+pub const NODECLAIM_CREATOR_MAILBOX_CAPACITY: usize = 64;
 
 /// Create a NodeClaim for `claim` in `pool`; answered with the created object.
 #[derive(Message)]
-#[rtype(result = "Result<NodeClaim, LaunchError>")]
-pub struct Launch {
+#[rtype(result = "Result<NodeClaim, CreateError>")]
+pub struct CreateNodeClaim {
     pub claim: PlannedNodeClaim,
     pub pool: Arc<NodePool>,
     /// Why it is created: the `reason` label of `karpenter_nodeclaims_created_total`
@@ -48,7 +44,7 @@ pub struct Launch {
 
 /// Why a NodeClaim was not created.
 #[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
+pub enum CreateError {
     #[error("creating a NodeClaim for NodePool {pool}: {source}")]
     CreateNodeClaim {
         pool: String,
@@ -58,14 +54,14 @@ pub enum LaunchError {
 }
 
 /// The actor.
-pub struct Launcher {
+pub struct NodeClaimCreator {
     nodeclaims: Api<NodeClaim>,
     depth: MailboxDepth,
     events: EventRecorder,
     created: CreatedClaims,
 }
 
-impl Launcher {
+impl NodeClaimCreator {
     pub fn new(client: Client, depth: MailboxDepth) -> Self {
         Self {
             nodeclaims: Api::all(client),
@@ -81,7 +77,7 @@ impl Launcher {
         self
     }
 
-    /// The NodeClaims this Launcher created, for the Provisioner to count as in-flight.
+    /// The NodeClaims this NodeClaimCreator created, for the Provisioner to count as in-flight.
     pub fn created_claims(&self) -> CreatedClaims {
         self.created.clone()
     }
@@ -89,7 +85,7 @@ impl Launcher {
     /// Starts the actor with its bounded mailbox.
     pub fn start_bounded(self) -> Addr<Self> {
         Self::create(|ctx| {
-            ctx.set_mailbox_capacity(LAUNCHER_MAILBOX_CAPACITY);
+            ctx.set_mailbox_capacity(NODECLAIM_CREATOR_MAILBOX_CAPACITY);
             self
         })
     }
@@ -107,14 +103,14 @@ impl Launcher {
     }
 }
 
-impl Actor for Launcher {
+impl Actor for NodeClaimCreator {
     type Context = Context<Self>;
 }
 
-impl Handler<Launch> for Launcher {
-    type Result = ResponseFuture<Result<NodeClaim, LaunchError>>;
+impl Handler<CreateNodeClaim> for NodeClaimCreator {
+    type Result = ResponseFuture<Result<NodeClaim, CreateError>>;
 
-    fn handle(&mut self, launch: Launch, _ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, launch: CreateNodeClaim, _ctx: &mut Context<Self>) -> Self::Result {
         self.depth.taken();
         let api = self.nodeclaims.clone();
         let recorder = self.events.clone();
@@ -125,7 +121,7 @@ impl Handler<Launch> for Launcher {
             let mut created =
                 api.create(&PostParams::default(), &wanted)
                     .await
-                    .map_err(|source| LaunchError::CreateNodeClaim {
+                    .map_err(|source| CreateError::CreateNodeClaim {
                         pool: pool.clone(),
                         source,
                     })?;

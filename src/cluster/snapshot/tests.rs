@@ -1,7 +1,7 @@
 use super::*;
 use crate::catalog::CapacityType;
+use crate::cluster::inventory::inventory;
 use crate::manifest::parse_all;
-use crate::plan::inventory::inventory;
 use crate::pods::LeanPod;
 
 fn snapshot(yaml: &str) -> Snapshot {

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use kerf::api::EC2NodeClass;
 use kerf::catalog::{AllocatableSettings, Catalog, CatalogSnapshot, InstanceType};
 use kerf::cloudprovider::CloudProvider;
-use kerf::plan::snapshot::InstanceTypeSource;
+use kerf::cluster::snapshot::InstanceTypeSource;
 
 use crate::offering_cache::{OfferingCacheHandle, Table};
 
