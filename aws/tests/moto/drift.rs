@@ -25,6 +25,35 @@ async fn point(c: &kerf_aws::clients::AwsClients, parameter: &str, image: &str) 
         .expect("PutParameter");
 }
 
+fn provider(
+    c: &kerf_aws::clients::AwsClients,
+    settings: kerf_aws::cloudprovider::AwsSettings,
+    store: &Arc<InMemoryNodeClasses>,
+) -> AwsCloudProvider {
+    AwsCloudProvider::new(
+        c.clone(),
+        settings,
+        store.clone(),
+        Arc::new(UnavailableOfferingsCache::default()),
+    )
+}
+
+/// EC2NodeClass `default`: AL2023, the cluster's subnets and security groups, `ami_term`.
+fn al2023_class(role: &str, cluster: &str, ami_term: serde_json::Value) -> EC2NodeClass {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "role": role,
+            "amiFamily": "AL2023",
+            "subnetSelectorTerms": [{"tags": {"discovery": cluster}}],
+            "securityGroupSelectorTerms": [{"tags": {"discovery": cluster}}],
+            "amiSelectorTerms": [ami_term],
+        },
+    }))
+    .expect("a valid EC2NodeClass")
+}
+
 fn claim(name: &str) -> NodeClaim {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
@@ -54,25 +83,12 @@ async fn a_new_image_behind_the_ssm_parameter_drifts_launched_instances() {
     point(&setup_clients().await, &parameter, &old).await;
     let role = node_role().await;
     let store = Arc::new(InMemoryNodeClasses::default());
-    let settings = provider_settings(&cluster);
-    let p = AwsCloudProvider::new(
-        c.clone(),
-        settings,
-        store.clone(),
-        Arc::new(UnavailableOfferingsCache::default()),
+    let p = provider(&c, provider_settings(&cluster), &store);
+    let mut node_class = al2023_class(
+        &role,
+        &cluster,
+        serde_json::json!({"ssmParameter": parameter}),
     );
-    let mut node_class: EC2NodeClass = serde_json::from_value(serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-        "metadata": {"name": "default"},
-        "spec": {
-            "role": role,
-            "amiFamily": "AL2023",
-            "subnetSelectorTerms": [{"tags": {"discovery": cluster}}],
-            "securityGroupSelectorTerms": [{"tags": {"discovery": cluster}}],
-            "amiSelectorTerms": [{"ssmParameter": parameter}],
-        },
-    }))
-    .expect("a valid EC2NodeClass");
     node_class.status = Some(p.node_class_resolver().resolve(&node_class).await);
     assert!(
         node_class.is_condition_true("Ready"),
@@ -169,24 +185,12 @@ async fn a_control_plane_upgrade_drifts_instances_to_the_new_versions_image() {
     // What the controller's version re-read holds: the provider resolves with it. (Claims get
     // names of their own: the client token of a claim without uid derives from its name.)
     let control_plane = settings.kubernetes_version.clone();
-    let p = AwsCloudProvider::new(
-        c.clone(),
-        settings,
-        store.clone(),
-        Arc::new(UnavailableOfferingsCache::default()),
+    let p = provider(&c, settings, &store);
+    let mut node_class = al2023_class(
+        &role,
+        &cluster,
+        serde_json::json!({"alias": "al2023@latest"}),
     );
-    let mut node_class: EC2NodeClass = serde_json::from_value(serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-        "metadata": {"name": "default"},
-        "spec": {
-            "role": role,
-            "amiFamily": "AL2023",
-            "subnetSelectorTerms": [{"tags": {"discovery": cluster}}],
-            "securityGroupSelectorTerms": [{"tags": {"discovery": cluster}}],
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-        },
-    }))
-    .expect("a valid EC2NodeClass");
     node_class.status = Some(p.node_class_resolver().resolve(&node_class).await);
     store.put(node_class.clone());
     let launched = p
