@@ -178,3 +178,18 @@ impl FaultPoint {
                 .is_ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nodeclaim_creator_is_still_armed_by_its_former_name() {
+        let faults = Faults::default();
+        faults
+            .arm("launcher", 2)
+            .expect("the former name is accepted");
+        assert_eq!(faults.remaining("nodeclaim_creator"), 2);
+        assert!(faults.arm("no_such_actor", 1).is_err());
+    }
+}
