@@ -497,10 +497,12 @@ fn single_node_consolidation_replaces_with_a_cheaper_node_before_deleting() {
 impl Stack {
     /// A large node running Deployment `big` (6 CPUs) and `small` (500m, its pods annotated
     /// with `annotations`): scaling `big` to zero leaves it under-used. Returns the node's
-    /// NodeClaim.
+    /// NodeClaim. `small` is created once `big` runs, so the kube-scheduler puts it beside
+    /// `big` whatever the batching window does.
     async fn one_large_node(&self, annotations: Value) -> NodeClaim {
         let cluster = self.cluster();
         create_deployment(&cluster, "big", 1, pod_spec("6", "1Gi", json!({})));
+        self.running("big", 1).await;
         cluster
             .create(
                 "apps/v1",
@@ -514,7 +516,6 @@ impl Stack {
             )
             .expect("deployment created");
         self.running("small", 1).await;
-        self.running("big", 1).await;
         let mut claims = self.live_claims();
         assert_eq!(claims.len(), 1, "both pods on one node");
         assert_eq!(instance_type(&claims[0]), LARGE);
@@ -547,14 +548,15 @@ fn multi_node_consolidation_merges_two_underused_nodes() {
                 1,
                 pod_spec("3", "1Gi", json!({})),
             );
-            // Too large to share a medium node with the other filler.
+            first_nodes.extend(stack.running(&format!("fill{i}"), 1).await);
+            // Created once its filler runs, so the kube-scheduler puts it beside that filler
+            // whatever the batching window does; too large to share a node with the other.
             create_deployment(
                 &cluster,
                 &format!("keep{i}"),
                 1,
                 pod_spec("600m", "256Mi", json!({})),
             );
-            first_nodes.extend(stack.running(&format!("fill{i}"), 1).await);
             stack.running(&format!("keep{i}"), 1).await;
         }
         assert_eq!(first_nodes.len(), 2, "one medium node per filler");
