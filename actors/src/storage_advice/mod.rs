@@ -71,8 +71,8 @@ impl Warned {
                 found.push(pod_warning(&pod));
             }
         }
-        self.0
-            .retain(|seen| found.iter().any(|(uid, _, _)| uid == seen));
+        let present: HashSet<&String> = found.iter().map(|(uid, _, _)| uid).collect();
+        self.0.retain(|seen| present.contains(seen));
         found
             .into_iter()
             .filter(|(uid, _, _)| self.0.insert(uid.clone()))
