@@ -102,6 +102,22 @@ mod tests {
         server.shutdown().await;
     }
 
+    #[tokio::test]
+    async fn a_failed_read_keeps_the_version_known() {
+        // Nothing listens on port 1: every read fails.
+        let url = "http://127.0.0.1:1".parse().expect("a url");
+        let client = Client::try_from(kube::Config::new(url)).expect("client");
+        let version = KubernetesVersion::new("1.33");
+        let following = tokio::spawn(follow(client, version.clone(), Duration::from_millis(10)));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !following.is_finished(),
+            "the loop goes on after failed reads"
+        );
+        assert_eq!(version.get(), "1.33");
+        following.abort();
+    }
+
     #[test]
     fn versions_drop_provider_suffixes() {
         assert_eq!(major_minor("1", "33").as_deref(), Some("1.33"));
