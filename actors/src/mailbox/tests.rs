@@ -336,15 +336,22 @@ fn enqueued_messages_are_taken_or_counted_dropped_across_a_restart() {
             accepted += usize::from(sent.is_ok());
         }
         // The panicking message itself was taken; what queued behind it was lost or taken
-        // by the next incarnation.
-        for _ in 0..500 {
-            if depth.current() == 0 {
+        // by the next incarnation. The actor's thread counts a take before it records the
+        // message, and a restart empties the depth before it counts the loss: wait for the
+        // records, not the depth.
+        let settled = || {
+            let handled = handled.lock().expect("not poisoned").len();
+            let lost = usize::try_from(dropped(name) - before).expect("small");
+            (handled, lost)
+        };
+        for _ in 0..2500 {
+            let (handled, lost) = settled();
+            if depth.current() == 0 && handled + 1 + lost >= accepted {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let handled = handled.lock().expect("not poisoned").len();
-        let lost = usize::try_from(dropped(name) - before).expect("small");
+        let (handled, lost) = settled();
         assert_eq!(accepted, 200, "a restarting actor's mailbox accepts");
         assert_eq!(
             handled + 1 + lost,
