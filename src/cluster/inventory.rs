@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -47,6 +47,8 @@ pub struct Inventory {
     pub claims: Vec<PersistentVolumeClaim>,
     pub volumes: Vec<PersistentVolume>,
     pub storage_classes: Vec<StorageClass>,
+    /// Each Node's CSI drivers and their volume attach limits (a kubelet writes them).
+    pub csi_nodes: Vec<CSINode>,
     pub namespaces: Vec<Namespace>,
     /// `FILE: KIND/NAME` of each object of a kind a plan does not read.
     pub ignored: Vec<String>,
@@ -112,6 +114,7 @@ pub struct Builder {
     claims: Keyed<PersistentVolumeClaim>,
     volumes: Keyed<PersistentVolume>,
     storage_classes: Keyed<StorageClass>,
+    csi_nodes: Keyed<CSINode>,
     namespaces: Keyed<Namespace>,
     /// Workload expansions, placed once every given pod is known (see [`adoption`]).
     deferred: Vec<Deferred>,
@@ -305,6 +308,12 @@ impl Builder {
                 let replaced = self.storage_classes.put("", &name, class);
                 self.note_replacement(replaced, &origin);
             }
+            ("storage.k8s.io", "CSINode") => {
+                let node: CSINode = named(object.value).map_err(single)?;
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let replaced = self.csi_nodes.put("", &name, node);
+                self.note_replacement(replaced, &origin);
+            }
             ("policy", "PodDisruptionBudget") => {
                 let budget: PodDisruptionBudget = namespaced(object.value).map_err(single)?;
                 let (namespace, name) = namespaced_name(&budget.metadata);
@@ -462,6 +471,7 @@ impl Builder {
             claims: self.claims.items,
             volumes: self.volumes.items,
             storage_classes: self.storage_classes.items,
+            csi_nodes: self.csi_nodes.items,
             namespaces: self.namespaces.items,
             ignored: self.ignored,
             warnings: self.warnings,

@@ -129,6 +129,7 @@ fn build_from(
             claim_of_node.entry(node).or_insert(claim.name());
         }
     }
+    let limits = volume_limits(inventory);
     let mut existing_nodes = Vec::new();
     for node in inventory
         .nodes
@@ -138,7 +139,9 @@ fn build_from(
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let pods = bound_by_node.remove(name).unwrap_or_default();
         let claim = claim_of_node.get(name).copied();
-        existing_nodes.push(existing_node(node, claim, pods)?);
+        let mut existing = existing_node(node, claim, pods)?;
+        existing.volume_limits = limits.get(name).cloned().unwrap_or_default();
+        existing_nodes.push(existing);
     }
     let node_names: HashSet<&str> = inventory
         .nodes
@@ -280,7 +283,29 @@ fn existing_node(
         initialized,
         node_pool,
         node_claim: claim.map(str::to_owned),
+        volume_limits: BTreeMap::new(),
     })
+}
+
+/// Each node's volume attach limits by CSI driver, from its CSINode (named as the Node). A
+/// driver that states no count is unlimited.
+fn volume_limits(inventory: &Inventory) -> HashMap<&str, BTreeMap<String, i64>> {
+    inventory
+        .csi_nodes
+        .iter()
+        .map(|csi| {
+            let limits = csi
+                .spec
+                .drivers
+                .iter()
+                .filter_map(|driver| {
+                    let count = driver.allocatable.as_ref()?.count?;
+                    Some((driver.name.clone(), i64::from(count)))
+                })
+                .collect();
+            (csi.metadata.name.as_deref().unwrap_or_default(), limits)
+        })
+        .collect()
 }
 
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
@@ -344,6 +369,9 @@ fn in_flight_node(
         initialized: false,
         node_pool,
         node_claim: Some(name),
+        // A node's CSI drivers report their limits once it runs; until then, as upstream,
+        // nothing limits what is planned onto it.
+        volume_limits: BTreeMap::new(),
     })
 }
 

@@ -10,6 +10,7 @@ use super::pod::{ConstraintSpec, HostPort};
 use super::req::{ReqSet, Vocab};
 use super::topology::GroupId;
 use super::types::{Operator, PreferencePolicy};
+use super::volumes::Attached;
 
 /// Index of a class.
 pub type ClassId = u32;
@@ -29,6 +30,8 @@ pub struct Class {
     pub ports: Vec<HostPort>,
     /// Alternative topology requirements from the pod's volumes (empty: unconstrained).
     pub volumes: Vec<ReqSet>,
+    /// The volumes its pods attach, by CSI driver (counted against a node's attach limits).
+    pub attaches: Attached,
     /// Groups from the class's own spreads and (anti-)affinity terms.
     pub owned: Vec<GroupId>,
     /// Inverse anti-affinity groups from its required anti-affinity terms.

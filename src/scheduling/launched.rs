@@ -52,6 +52,7 @@ impl PlannedNodeClaim {
             initialized,
             node_pool: Some(self.node_pool.clone()),
             node_claim: Some(name.to_string()),
+            volume_limits: Default::default(),
         }
     }
 }

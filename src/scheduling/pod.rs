@@ -13,6 +13,27 @@ use k8s_openapi::api::core::v1::{
 use super::intern::FxHasher;
 use super::resvec::{ResId, ResNames, parse_milli};
 
+/// The PersistentVolumeClaims `pod` mounts, by name: those it names, and the one each
+/// generic ephemeral volume creates (`<pod>-<volume>`).
+pub fn claim_names(pod: &impl PodLike) -> Vec<String> {
+    let Some(volumes) = pod.spec().and_then(|s| s.volumes.as_ref()) else {
+        return Vec::new();
+    };
+    volumes
+        .iter()
+        .filter_map(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.clone())
+                .or_else(|| {
+                    v.ephemeral
+                        .as_ref()
+                        .map(|_| format!("{}-{}", pod.meta().name.unwrap_or(""), v.name))
+                })
+        })
+        .collect()
+}
+
 /// A host port a pod binds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HostPort {
@@ -83,24 +104,7 @@ impl<'a> SpecView<'a> {
                 .and_then(|s| s.topology_spread_constraints.as_deref())
                 .unwrap_or_default(),
             host_ports,
-            claims: spec
-                .and_then(|s| s.volumes.as_ref())
-                .map(|vs| {
-                    vs.iter()
-                        .filter_map(|v| {
-                            v.persistent_volume_claim
-                                .as_ref()
-                                .map(|c| c.claim_name.clone())
-                                .or_else(|| {
-                                    // Generic ephemeral volumes create a PVC named <pod>-<volume>.
-                                    v.ephemeral.as_ref().map(|_| {
-                                        format!("{}-{}", pod.meta().name.unwrap_or(""), v.name)
-                                    })
-                                })
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
+            claims: claim_names(pod),
         }
     }
 

@@ -16,14 +16,14 @@ use super::SchedulingError;
 use super::class::{Class, ClassId, required_term_alternatives, spec_requirements};
 use super::forms::{PodForm, PodForms, pod_ref};
 use super::intern::{Bits, FxHashMap, Sym};
-use super::pod::{ConstraintSpec, HostPort, pod_requests};
+use super::pod::{ConstraintSpec, HostPort, claim_names, pod_requests};
 use super::pool::{DaemonGroup, ItInfo, Offer, Pool};
 use super::req::{Req, ReqSet, Vocab};
 use super::resvec::{self, CPU, MEMORY, ResId, ResNames};
 use super::topology::{DomainUniverse, Topology};
 use super::types::InstanceType;
 use super::types::{SchedulingInput, SchedulingOptions};
-use super::volumes::VolumeIndex;
+use super::volumes::{Attached, VolumeIndex};
 use crate::labels;
 use crate::pods::{LeanPod, PodLike};
 use crate::taints::{self, PreferNoSchedule};
@@ -49,6 +49,10 @@ pub struct NodeState {
     pub ports: Vec<HostPort>,
     pub initialized: bool,
     pub placed: Vec<u32>,
+    /// Attachable volumes per CSI driver; empty when the node states no limit.
+    pub attach_limits: Vec<(Sym, i64)>,
+    /// Volumes attached by its pods, kept only where there are limits to count against.
+    pub attached: Attached,
 }
 
 /// Everything a solve works on.
@@ -139,6 +143,8 @@ struct SparseNode {
     allocatable: Vec<(ResId, i64)>,
     pods: Vec<ExistingPod>,
     initialized: bool,
+    attach_limits: Vec<(Sym, i64)>,
+    attached: Attached,
 }
 
 /// Builds the prepared state.
@@ -171,10 +177,13 @@ pub fn prepare_with(
         })?;
         daemons.push(d);
     }
+    let volumes = VolumeIndex::new(&input.volumes);
     let mut sparse_nodes = Vec::new();
     let mut shapes = Shapes::default();
     for n in &input.existing_nodes {
-        sparse_nodes.push(sparse_node(n, &mut vocab, &mut names, &mut shapes)?);
+        let mut node = sparse_node(n, &mut vocab, &mut names, &mut shapes)?;
+        (node.attach_limits, node.attached) = attachments(n, &volumes, &mut vocab);
+        sparse_nodes.push(node);
     }
     let mut pending = Vec::new();
     for p in &input.pods {
@@ -221,7 +230,7 @@ pub fn prepare_with(
         universe,
         nodes: &sparse_nodes,
         pools: &pools,
-        volumes: VolumeIndex::new(&input.volumes),
+        volumes,
         namespaces: &input.namespaces,
         topology: Topology::default(),
         classes: Vec::new(),
@@ -482,6 +491,8 @@ fn sparse_node(
         allocatable: names.vector(&n.allocatable),
         pods,
         initialized: n.initialized,
+        attach_limits: Vec::new(),
+        attached: Attached::new(),
     })
 }
 
@@ -675,7 +686,36 @@ fn node_state(n: &SparseNode, daemons: &[Daemon], stride: usize, vocab: &Vocab) 
         ports,
         initialized: n.initialized,
         placed: Vec::new(),
+        attach_limits: n.attach_limits.clone(),
+        attached: n.attached.clone(),
     }
+}
+
+/// A node's volume attach limits, interned, and the volumes its counted pods attach (only
+/// where a limit makes them matter: most nodes state none).
+fn attachments(
+    n: &super::types::ExistingNode,
+    volumes: &VolumeIndex<'_>,
+    vocab: &mut Vocab,
+) -> (Vec<(Sym, i64)>, Attached) {
+    if n.volume_limits.is_empty() {
+        return (Vec::new(), Attached::new());
+    }
+    let limits = n
+        .volume_limits
+        .iter()
+        .map(|(driver, limit)| (vocab.intern(driver), *limit))
+        .collect();
+    let mut attached = Attached::new();
+    for pod in n.pods.iter().filter(|p| crate::pods::is_active(&***p)) {
+        let namespace = pod.meta().namespace.unwrap_or("default");
+        for volume in volumes.attachments(namespace, &claim_names(&**pod), vocab) {
+            if !attached.contains(&volume) {
+                attached.push(volume);
+            }
+        }
+    }
+    (limits, attached)
 }
 
 /// Domains `key` can take: every value the pools' instance types offer (for zones: every

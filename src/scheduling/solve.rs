@@ -21,6 +21,7 @@ use super::req::{Conflict, Op, Req, ReqSet, Vocab, negative};
 use super::resvec;
 use super::topology::GroupId;
 use super::topology::Topology;
+use super::volumes;
 
 /// A NodeClaim planned in this solve.
 #[derive(Clone, Debug)]
@@ -500,6 +501,12 @@ impl<'a> Solver<'a> {
         if ports_conflict(&class.ports, &node.ports).is_some() {
             return Err(Fail::new(true, false, String::new));
         }
+        // A node only gains volumes during a solve: past its limit, it is past it for good.
+        if !class.attaches.is_empty()
+            && volumes::exceeds_limits(&node.attach_limits, &node.attached, &class.attaches)
+        {
+            return Err(Fail::new(true, false, String::new));
+        }
         if !resvec::fits(&pod.requests, &node.avail) {
             return Err(Fail::new(false, false, String::new));
         }
@@ -557,6 +564,13 @@ impl<'a> Solver<'a> {
             node.reqs.set(k, r);
         }
         node.ports.extend(class.ports.iter().cloned());
+        if !node.attach_limits.is_empty() {
+            for volume in &class.attaches {
+                if !node.attached.contains(volume) {
+                    node.attached.push(*volume);
+                }
+            }
+        }
         node.placed.push(p);
         record(
             &mut self.topology,

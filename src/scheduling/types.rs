@@ -62,6 +62,9 @@ pub struct ExistingNode {
     pub node_pool: Option<String>,
     /// Name of the NodeClaim backing this node, when there is one.
     pub node_claim: Option<String>,
+    /// How many volumes each CSI driver can attach here, by driver name (the node's CSINode
+    /// `spec.drivers[].allocatable.count`); a driver not listed is unlimited, as upstream.
+    pub volume_limits: BTreeMap<String, i64>,
 }
 
 /// One NodePool as the scheduler sees it: its template constraints and its instance types.

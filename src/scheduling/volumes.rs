@@ -1,6 +1,7 @@
 //! Volume topology: where a pod's PersistentVolumeClaims let it run. A bound claim follows its
 //! PersistentVolume's node affinity; an unbound one its StorageClass's allowed topologies.
 //! Each OR'd term is an alternative; several volumes combine as the compatible cross product.
+//! The CSI driver behind each claim is what a node's volume attach limit counts against.
 
 use std::collections::BTreeMap;
 
@@ -8,8 +9,29 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::class::add_expressions;
+use super::intern::Sym;
 use super::req::{Req, ReqSet, Vocab};
 use super::types::VolumeTopology;
+
+/// Volumes attached (or to attach) through a driver: (driver, `namespace/claim`) pairs.
+pub type Attached = Vec<(Sym, Sym)>;
+
+/// Whether adding `more` to the volumes `attached` on a node would take some driver past its
+/// `limits` (a driver without a limit is unlimited). A volume already attached (a claim
+/// shared by two pods) counts once.
+pub fn exceeds_limits(limits: &[(Sym, i64)], attached: &Attached, more: &Attached) -> bool {
+    limits.iter().any(|&(driver, limit)| {
+        let new = more
+            .iter()
+            .filter(|&&(d, claim)| d == driver && !attached.contains(&(d, claim)))
+            .count();
+        if new == 0 {
+            return false;
+        }
+        let held = attached.iter().filter(|&&(d, _)| d == driver).count();
+        i64::try_from(held + new).unwrap_or(i64::MAX) > limit
+    })
+}
 
 /// Volume objects indexed by name.
 pub struct VolumeIndex<'a> {
@@ -67,6 +89,37 @@ impl<'a> VolumeIndex<'a> {
             };
         }
         Ok(alternatives)
+    }
+
+    /// The CSI driver a claim's volume attaches through: its bound PersistentVolume's CSI
+    /// driver, else its StorageClass's provisioner (as upstream resolves it). `None` when
+    /// neither is known: such a volume counts against no limit.
+    pub fn driver(&self, namespace: &str, claim: &str) -> Option<&'a str> {
+        let spec = self.pvcs.get(&(namespace, claim))?.spec.as_ref()?;
+        let from_volume = spec
+            .volume_name
+            .as_deref()
+            .and_then(|name| self.pvs.get(name))
+            .and_then(|pv| pv.spec.as_ref()?.csi.as_ref())
+            .map(|csi| csi.driver.as_str());
+        from_volume.or_else(|| {
+            let class = spec.storage_class_name.as_deref()?;
+            Some(self.classes.get(class)?.provisioner.as_str())
+        })
+    }
+
+    /// The (driver, `namespace/claim`) pairs of `claims` that attach through a known driver.
+    pub fn attachments(&self, namespace: &str, claims: &[String], vocab: &mut Vocab) -> Attached {
+        claims
+            .iter()
+            .filter_map(|claim| {
+                let driver = self.driver(namespace, claim)?;
+                Some((
+                    vocab.intern(driver),
+                    vocab.intern(&format!("{namespace}/{claim}")),
+                ))
+            })
+            .collect()
     }
 
     fn claim_alternatives(

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use kerf::pods::LeanPod;
 use kube::Client;
@@ -57,6 +57,7 @@ pub fn spawn(
         persistent_volumes,
         persistent_volume_claims,
         storage_classes,
+        csi_nodes,
     } = writers;
     let Subscribers {
         pods: on_pod,
@@ -76,6 +77,7 @@ pub fn spawn(
         spawn_kind::<PersistentVolume>(client, persistent_volumes, ignore, shutdown),
         spawn_kind::<PersistentVolumeClaim>(client, persistent_volume_claims, ignore, shutdown),
         spawn_kind::<StorageClass>(client, storage_classes, ignore, shutdown),
+        spawn_kind::<CSINode>(client, csi_nodes, ignore, shutdown),
     ]
 }
 

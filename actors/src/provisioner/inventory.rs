@@ -77,6 +77,7 @@ pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> 
         claims: owned(state.persistent_volume_claims.snapshot()),
         volumes: owned(state.persistent_volumes.snapshot()),
         storage_classes: owned(state.storage_classes.snapshot()),
+        csi_nodes: owned(state.csi_nodes.snapshot()),
         namespaces: Vec::new(),
         ignored: Vec::new(),
         warnings,

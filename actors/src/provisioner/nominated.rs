@@ -148,6 +148,7 @@ mod tests {
             initialized,
             node_pool: Some("default".to_owned()),
             node_claim: claim.map(str::to_owned),
+            ..Default::default()
         }
     }
 

@@ -139,6 +139,7 @@ fn synced(writers: &mut Writers) {
     writers.persistent_volumes.finish_relist();
     writers.persistent_volume_claims.finish_relist();
     writers.storage_classes.finish_relist();
+    writers.csi_nodes.finish_relist();
 }
 
 /// The core's sequential solve of the snapshot the Provisioner builds from `state`.

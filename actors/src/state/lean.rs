@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
     ContainerStatus, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodStatus,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use kerf::pods::{LeanPod, PodInterner, keep_what_placement_reads};
@@ -110,7 +110,8 @@ metadata_only!(
     PodDisruptionBudget,
     PersistentVolume,
     PersistentVolumeClaim,
-    StorageClass
+    StorageClass,
+    CSINode
 );
 
 impl Lean for Pod {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
 use kerf::pods::{LeanPod, PodLike};
 use kerf::scheduling::PodRef;
@@ -65,6 +65,8 @@ pub struct ClusterState {
     pub persistent_volumes: Store<PersistentVolume>,
     pub persistent_volume_claims: Store<PersistentVolumeClaim>,
     pub storage_classes: Store<StorageClass>,
+    /// Each Node's CSI drivers and their volume attach limits.
+    pub csi_nodes: Store<CSINode>,
     synced: watch::Sender<bool>,
 }
 
@@ -81,6 +83,7 @@ pub struct Writers {
     pub persistent_volumes: StoreWriter<PersistentVolume>,
     pub persistent_volume_claims: StoreWriter<PersistentVolumeClaim>,
     pub storage_classes: StoreWriter<StorageClass>,
+    pub csi_nodes: StoreWriter<CSINode>,
 }
 
 impl ClusterState {
@@ -100,6 +103,7 @@ impl ClusterState {
             persistent_volumes: Store::new("PersistentVolume"),
             persistent_volume_claims: Store::new("PersistentVolumeClaim"),
             storage_classes: Store::new("StorageClass"),
+            csi_nodes: Store::new("CSINode"),
             synced,
         });
         let writers = Writers {
@@ -113,6 +117,7 @@ impl ClusterState {
             persistent_volumes: StoreWriter::new(&state, |s| &s.persistent_volumes),
             persistent_volume_claims: StoreWriter::new(&state, |s| &s.persistent_volume_claims),
             storage_classes: StoreWriter::new(&state, |s| &s.storage_classes),
+            csi_nodes: StoreWriter::new(&state, |s| &s.csi_nodes),
         };
         (state, writers)
     }
@@ -129,6 +134,7 @@ impl ClusterState {
             self.persistent_volumes.is_synced(),
             self.persistent_volume_claims.is_synced(),
             self.storage_classes.is_synced(),
+            self.csi_nodes.is_synced(),
         ]
         .into_iter()
         .all(|s| s)

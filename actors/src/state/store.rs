@@ -317,6 +317,7 @@ mod tests {
             mut persistent_volumes,
             mut persistent_volume_claims,
             mut storage_classes,
+            mut csi_nodes,
         } = w;
         pods.finish_relist();
         nodes.finish_relist();
@@ -327,8 +328,9 @@ mod tests {
         pdbs.finish_relist();
         persistent_volumes.finish_relist();
         persistent_volume_claims.finish_relist();
-        assert!(!state.synced());
         storage_classes.finish_relist();
+        assert!(!state.synced());
+        csi_nodes.finish_relist();
         assert!(state.synced());
     }
 

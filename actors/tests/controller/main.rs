@@ -35,4 +35,5 @@ mod state_sync;
 mod supervision;
 mod support;
 mod termination;
+mod volume_limits;
 mod weights;

@@ -81,6 +81,19 @@ fn nodes_carry_labels_taints_and_resources() {
     );
 }
 
+#[test]
+fn a_nodes_csinode_gives_its_volume_attach_limits() {
+    let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '2'}}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n2}\nstatus: {allocatable: {cpu: '2'}}\n---\napiVersion: storage.k8s.io/v1\nkind: CSINode\nmetadata: {name: n1}\nspec:\n  drivers:\n    - {name: ebs.csi.aws.com, nodeID: i-1, allocatable: {count: 25}}\n    - {name: efs.csi.aws.com, nodeID: i-1}\n";
+    let snapshot = snapshot(yaml);
+    let nodes = &snapshot.input.existing_nodes;
+    assert_eq!(
+        nodes[0].volume_limits,
+        [("ebs.csi.aws.com".to_string(), 25)].into(),
+        "a driver without a count is unlimited"
+    );
+    assert!(nodes[1].volume_limits.is_empty(), "no CSINode, no limit");
+}
+
 const CLAIM: &str = "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: claim-1\n  labels: {karpenter.sh/nodepool: default}\nspec:\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n  taints: [{key: team, value: a, effect: NoSchedule}]\n  requirements:\n    - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}\n    - {key: topology.kubernetes.io/zone, operator: In, values: [us-east-1b]}\n    - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}\n";
 
 #[test]

@@ -98,6 +98,9 @@ impl ClassBuilder<'_> {
                 error.get_or_insert(e);
                 Vec::new()
             });
+        let attaches = self
+            .volumes
+            .attachments(&spec.namespace, &spec.claims, self.vocab);
         let pool_taint = self
             .pools
             .iter()
@@ -115,6 +118,7 @@ impl ClassBuilder<'_> {
             tolerations: spec.tolerations.clone(),
             ports: spec.host_ports.clone(),
             volumes,
+            attaches,
             owned: Vec::new(),
             inverse_owned: Vec::new(),
             selected_by: Vec::new(),

@@ -231,3 +231,101 @@ fn invalid_daemonsets_are_input_errors() {
         "{err}"
     );
 }
+
+/// Claims `data-0` (bound to an EBS CSI volume) and `data-1`, `data-2` (unbound, EBS CSI
+/// storage class), and `scratch` (a storage class of another driver).
+fn attachable_volumes() -> VolumeTopology {
+    let pv = PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some("pv-0".into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            csi: Some(k8s_openapi::api::core::v1::CSIPersistentVolumeSource {
+                driver: "ebs.csi.aws.com".into(),
+                volume_handle: "vol-0".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let class = |name: &str, provisioner: &str| StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        provisioner: provisioner.into(),
+        volume_binding_mode: Some("WaitForFirstConsumer".into()),
+        ..Default::default()
+    };
+    VolumeTopology {
+        pvcs: vec![
+            pvc("data-0", Some("pv-0"), None),
+            pvc("data-1", None, Some("gp3")),
+            pvc("data-2", None, Some("gp3")),
+            pvc("scratch", None, Some("local")),
+        ],
+        pvs: vec![pv],
+        storage_classes: vec![
+            class("gp3", "ebs.csi.aws.com"),
+            class("local", "local.csi.example.com"),
+        ],
+    }
+}
+
+/// A roomy node whose CSINode lets the EBS driver attach `limit` volumes, already holding a
+/// pod with `data-0`.
+fn node_attaching(limit: i64) -> ExistingNode {
+    let mut n = node("n", "8", true);
+    n.pods = vec![pod("db-0").cpu("1").pvc("data-0").lean()];
+    n.volume_limits = [("ebs.csi.aws.com".to_string(), limit)].into();
+    n
+}
+
+#[test]
+fn a_node_at_its_volume_attach_limit_takes_no_pod_with_another_volume() {
+    let pending = || {
+        vec![
+            pod("db-1").cpu("1").pvc("data-1").build(),
+            pod("db-2").cpu("1").pvc("data-2").build(),
+        ]
+    };
+    let placed_on_node = |limit: i64| {
+        let r = run(&SchedulingInput {
+            volumes: attachable_volumes(),
+            ..input_with(pending(), vec![node_attaching(limit)])
+        });
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        let on_node: Vec<String> = r
+            .existing_nodes
+            .iter()
+            .flat_map(|n| n.pods.iter().map(|p| p.name.clone()))
+            .collect();
+        let launched: usize = r.new_node_claims.iter().map(|c| c.pods.len()).sum();
+        assert_eq!(on_node.len() + launched, 2, "every pod placed");
+        on_node
+    };
+    // The node's one attachment is taken by data-0: both pods need new capacity.
+    assert!(placed_on_node(1).is_empty());
+    // Room for one more volume: the first pod takes it, the second launches.
+    assert_eq!(placed_on_node(2).len(), 1);
+    assert_eq!(placed_on_node(3).len(), 2);
+}
+
+#[test]
+fn a_shared_volume_or_another_drivers_volume_does_not_count_against_the_limit() {
+    let pods = vec![
+        // data-0 is attached already: a second pod mounting it adds no attachment.
+        pod("reader").cpu("1").pvc("data-0").build(),
+        // Another driver, with no limit stated on the node.
+        pod("cache").cpu("1").pvc("scratch").build(),
+    ];
+    let r = run(&SchedulingInput {
+        volumes: attachable_volumes(),
+        ..input_with(pods, vec![node_attaching(1)])
+    });
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert!(r.new_node_claims.is_empty(), "{:?}", r.new_node_claims);
+    assert_eq!(r.existing_nodes[0].pods.len(), 2);
+}
