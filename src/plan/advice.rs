@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use crate::api::EC2NodeClass;
 use crate::api::requirement::Operator;
-use crate::catalog::{Catalog, eni_limited_pods};
+use crate::catalog::{Catalog, InstanceType, eni_limited_pods};
 use crate::cluster::inventory::Inventory;
 use crate::cluster::snapshot::pod_key;
 use crate::labels;
+use crate::requirements::Requirements;
 use crate::scheduling::{NodePoolInput, SchedulingInput, resource_requests};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -67,12 +68,11 @@ pub fn warnings(
     }
     warnings.extend(in_tree_storage(inventory, pods));
     warnings.extend(long_role_names(&inventory.node_classes));
-    warnings.extend(
-        input
-            .node_pools
-            .iter()
-            .filter_map(|pool| max_pods_above_eni_limit(pool, inventory, catalog, reserved_enis)),
-    );
+    warnings.extend(input.node_pools.iter().filter_map(|pool| {
+        let class = node_class_of(&pool.name, inventory)?;
+        let problem = max_pods_above_eni_limit(pool, class, catalog, reserved_enis)?;
+        Some(format!("NodePool/{}: {problem}", pool.name))
+    }));
     warnings.extend(zones_outside_region(pods, input, catalog));
     warnings.extend(unfit_daemonsets(input));
     warnings
@@ -149,17 +149,27 @@ fn long_role_names(classes: &[EC2NodeClass]) -> Vec<String> {
         .collect()
 }
 
-/// A `kubelet.maxPods` above the VPC CNI's IP limit of some of the pool's instance types.
-fn max_pods_above_eni_limit(
+/// A `kubelet.maxPods` set by `class` above the VPC CNI's IP limit of some of `pool`'s
+/// instance types (the running controller warns with the same words).
+pub fn max_pods_above_eni_limit(
     pool: &NodePoolInput,
-    inventory: &Inventory,
+    class: &EC2NodeClass,
     catalog: &Catalog,
     reserved_enis: u32,
 ) -> Option<String> {
-    let class = node_class_of(&pool.name, inventory)?;
     let max_pods = i64::from(class.spec.kubelet.as_ref()?.max_pods?);
-    let limited: Vec<(&str, i64)> = pool
+    // The pool's own types: those its requirements allow.
+    let allowed = Requirements::from_requirements_with_min_values(&pool.requirements).ok()?;
+    let types: Vec<&InstanceType> = pool
         .instance_types
+        .iter()
+        .filter(|it| {
+            allowed
+                .intersects(&Requirements::from_labels(&it.labels))
+                .is_ok()
+        })
+        .collect();
+    let limited: Vec<(&str, i64)> = types
         .iter()
         .filter_map(|it| {
             let info = catalog.info(&it.name)?;
@@ -169,11 +179,10 @@ fn max_pods_above_eni_limit(
         .collect();
     let (smallest, limit) = limited.iter().min_by_key(|(_, limit)| *limit)?;
     Some(format!(
-        "NodePool/{}: EC2NodeClass/{} sets kubelet maxPods={max_pods}, above the VPC CNI's IP limit of {} of its {} instance types (e.g. {smallest}: {limit}): pods past the limit stay ContainerCreating (failed to assign an IP address); enable prefix delegation, lower maxPods or remove it (with security groups for pods, set RESERVED_ENIS=1)",
-        pool.name,
+        "EC2NodeClass/{} sets kubelet maxPods={max_pods}, above the VPC CNI's IP limit of {} of its {} instance types (e.g. {smallest}: {limit}): pods past the limit stay ContainerCreating (failed to assign an IP address); enable prefix delegation, lower maxPods or remove it (with security groups for pods, set RESERVED_ENIS=1)",
         name(&class.metadata.name),
         limited.len(),
-        pool.instance_types.len()
+        types.len()
     ))
 }
 
@@ -259,4 +268,51 @@ fn unfit_daemonsets(input: &SchedulingInput) -> Vec<String> {
 
 fn name(name: &Option<String>) -> &str {
     name.as_deref().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::requirement::NodeSelectorRequirementWithMinValues;
+    use crate::catalog::AllocatableSettings;
+
+    fn pool_of(instance_type: &str, catalog: &Catalog) -> NodePoolInput {
+        NodePoolInput {
+            name: "default".into(),
+            requirements: vec![NodeSelectorRequirementWithMinValues {
+                key: labels::INSTANCE_TYPE.into(),
+                operator: Operator::In,
+                values: vec![instance_type.into()],
+                min_values: None,
+            }],
+            instance_types: catalog
+                .instance_types(&AllocatableSettings::default())
+                .into(),
+            ..NodePoolInput::default()
+        }
+    }
+
+    #[test]
+    fn max_pods_is_checked_against_the_types_the_pool_allows_only() {
+        let catalog = Catalog::embedded("us-east-1").expect("catalog");
+        let class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {"role": "R", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"id": "subnet-1"}],
+                "securityGroupSelectorTerms": [{"id": "sg-1"}],
+                "kubelet": {"maxPods": 110}}
+        }))
+        .expect("class");
+        let small = max_pods_above_eni_limit(&pool_of("t3.medium", &catalog), &class, &catalog, 0);
+        assert!(
+            small.as_deref().is_some_and(
+                |m| m.contains("1 of its 1 instance types") && m.contains("t3.medium: 17")
+            ),
+            "{small:?}"
+        );
+        let large =
+            max_pods_above_eni_limit(&pool_of("m5.24xlarge", &catalog), &class, &catalog, 0);
+        assert_eq!(large, None, "m5.24xlarge's ENIs address 737 pods");
+    }
 }

@@ -13,6 +13,7 @@
 //! pods an earlier round already covered. Each round is
 //! published on a watch channel for observers (`kerf simulate`'s report, tests).
 
+mod advice;
 mod heap;
 pub(crate) mod inventory;
 mod nominated;
@@ -305,6 +306,15 @@ impl Provisioner {
         let batch = snapshot.map_err(|e| e.to_string()).and_then(|snapshot| {
             heap.mark(Step::Snapshot);
             problems.extend(snapshot.warnings);
+            let reserved_enis = provisioning.controller.reserved_enis;
+            for event in advice::max_pods(
+                &snapshot.input.node_pools,
+                &inventory,
+                &provisioning.catalog,
+                reserved_enis,
+            ) {
+                provisioning.events.publish(event);
+            }
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
             provisioning.policies.apply(&mut input.options);

@@ -306,3 +306,59 @@ fn in_tree_storage_is_warned_about_on_the_objects() {
         h.stop().await;
     });
 }
+
+/// A kubelet `maxPods` above the ENI limit of the pool's instance types, which `kerf plan`
+/// warns about, is told by the running controller as a Warning on the NodePool.
+#[test]
+fn max_pods_above_the_eni_limit_is_warned_about_on_the_nodepool() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        let mut class = crate::drift_support::ec2nodeclass("default");
+        class["spec"]["kubelet"] = json!({"maxPods": 110});
+        cluster
+            .create("karpenter.k8s.aws/v1", "ec2nodeclasses", class)
+            .expect("node class created");
+        // t3.medium's ENIs address 17 pods.
+        create_nodepool(
+            &cluster,
+            nodepool_with(
+                "small",
+                json!({"spec": {"template": {"spec": {"requirements": [{
+                    "key": "node.kubernetes.io/instance-type", "operator": "In",
+                    "values": ["t3.medium"]}]}}}}),
+            ),
+        );
+        let (_provider, cloud) = simulated_cloud();
+        let daemon = start_provisioner(&h, cloud).await;
+        create_unschedulable_pod(&cluster, "web-1");
+        let reason = "MaxPodsAboveENILimit";
+        eventually("a warning on the NodePool", || {
+            !events_about_any_namespace(&cluster, "small", reason).is_empty()
+        })
+        .await;
+        let warnings = events_about_any_namespace(&cluster, "small", reason);
+        let event = &warnings[0];
+        assert_eq!(event["type"], "Warning");
+        assert_eq!(event["involvedObject"]["kind"], "NodePool");
+        let message = event["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(kerf::troubleshooting::documented("max-pods-eni"))
+                && message.contains("maxPods=110")
+                && message.contains("t3.medium: 17"),
+            "{message}"
+        );
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+/// Events in any namespace about the object `name` with `reason`.
+fn events_about_any_namespace(cluster: &Cluster, name: &str, reason: &str) -> Vec<Value> {
+    cluster
+        .list("v1", "events", None, "")
+        .expect("events list")
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
+        .collect()
+}
