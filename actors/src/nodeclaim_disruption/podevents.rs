@@ -1,15 +1,16 @@
 //! The last pod event of each node, which `status.lastPodEventTime` records as upstream's
 //! `nodeclaim.podevents` controller does: a non-DaemonSet pod scheduled to the node (its
-//! `PodScheduled` transition time), a pod on it turning terminating (its deletion timestamp)
-//! or terminal (its containers' last finish), or leaving it (the moment its deletion was
-//! seen: the watch hook records it in [`Departures`], since the pod is gone from state by
-//! the next pass). The time only moves forward.
+//! `PodScheduled` transition time), a pod on it turning terminating (when its deletion was
+//! asked for: the deletion timestamp less the grace period) or terminal (its containers'
+//! last finish), or leaving it (the moment its deletion was seen: the watch hook records it
+//! in [`Departures`], since the pod is gone from state by the next pass). The time only
+//! moves forward, and never past now.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kerf::pods::{LeanPod, PodLike};
 
 use crate::requeue::Trigger;
@@ -56,8 +57,15 @@ pub fn on_pod(departures: Departures, trigger: Trigger) -> impl FnMut(&LeanPod, 
 
 /// The latest event `pod` gives its node, if any.
 fn event_time(pod: &LeanPod) -> Option<Timestamp> {
-    if let Some(deleting) = pod.meta().deletion_timestamp {
-        return Some(deleting.0);
+    if let Some(deadline) = pod.meta().deletion_timestamp {
+        // The deletion timestamp is when the pod must be gone, its grace period after the
+        // deletion was asked for: the event is the asking (upstream stamps the moment it sees
+        // the pod terminating), never a time still to come.
+        let grace = pod.meta().deletion_grace_period_seconds.unwrap_or(0);
+        return deadline
+            .0
+            .checked_sub(SignedDuration::from_secs(grace))
+            .ok();
     }
     let status = pod.status.as_ref()?;
     if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
@@ -141,7 +149,8 @@ mod tests {
             pod("a", scheduled("2026-01-01T10:02:00Z")),
             pod(
                 "b",
-                serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T10:03:00Z"}}),
+                serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T10:03:30Z",
+                    "deletionGracePeriodSeconds": 30}}),
             ),
             pod(
                 "c",
@@ -158,7 +167,11 @@ mod tests {
         ];
         let last = last_events(&pods, &departures);
         assert_eq!(last.get("a"), Some(&t("2026-01-01T10:02:00Z")));
-        assert_eq!(last.get("b"), Some(&t("2026-01-01T10:03:00Z")));
+        assert_eq!(
+            last.get("b"),
+            Some(&t("2026-01-01T10:03:00Z")),
+            "when the deletion was asked for, not the grace period's end"
+        );
         assert_eq!(last.get("c"), Some(&t("2026-01-01T10:04:00Z")));
         assert_eq!(last.get("gone"), Some(&t("2026-01-01T10:05:00Z")));
         assert_eq!(last.get("d"), None, "DaemonSet pods are no pod events");
