@@ -7,8 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -16,96 +15,18 @@ use serde_json::Value;
 
 #[path = "kerf_cli/serving.rs"]
 mod serving;
+#[path = "kerf_cli/kubectl.rs"]
+mod session;
 
-/// Longest any one change (a scale-up, the drained pods running again, a replacement) may
-/// take with `--fast` delays before the test fails.
-const PATIENCE: Duration = Duration::from_secs(90);
+use session::{PATIENCE, Session, kubectl_binary};
 
 const WORKLOAD_PODS: usize = 12;
 
-fn kubectl_binary() -> Option<String> {
-    let path = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".to_owned());
-    let found = Command::new(&path)
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    found.then_some(path)
-}
-
-/// A running `kerf simulate` whose cluster stays up, and kubectl pointed at it.
-struct Session {
-    child: Child,
-    dir: PathBuf,
-    kubeconfig: PathBuf,
-    kubectl: String,
-}
-
-impl Session {
-    fn start(kubectl: String) -> Self {
-        let dir = std::env::temp_dir().join(format!("kerf-kubectl-session-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let kubeconfig = dir.join("kubeconfig");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
-            .args(["simulate", "--fast", "-o", "json"])
-            .args(["--pods", &WORKLOAD_PODS.to_string()])
-            .arg("--kubeconfig-out")
-            .arg(&kubeconfig)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kerf starts");
-        serving::until_serving(&mut child);
-        Self {
-            child,
-            dir,
-            kubeconfig,
-            kubectl,
-        }
-    }
-
-    fn try_kubectl(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(&self.kubectl)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .output()
-            .expect("kubectl runs");
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (out.status.success(), text(&out.stdout), text(&out.stderr))
-    }
-
-    fn kubectl(&self, args: &[&str]) -> String {
-        let (ok, stdout, stderr) = self.try_kubectl(args);
-        assert!(ok, "kubectl {args:?} failed: {stderr}{stdout}");
-        stdout
-    }
-
-    /// `kubectl get ARGS` read as a table.
-    fn table(&self, args: &[&str]) -> Table {
-        let mut full = vec!["get"];
-        full.extend_from_slice(args);
-        Table::parse(&self.kubectl(&full))
-    }
-
-    /// Polls `check` until it holds, or fails the test naming `what` after [`PATIENCE`].
-    fn eventually(&self, what: &str, mut check: impl FnMut(&Self) -> bool) {
-        let deadline = Instant::now() + PATIENCE;
-        while !check(self) {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// `kubectl get ARGS` read as a table.
+fn table(s: &Session, args: &[&str]) -> Table {
+    let mut full = vec!["get"];
+    full.extend_from_slice(args);
+    Table::parse(&s.kubectl(&full))
 }
 
 /// kubectl's printed table: the header's columns, and each row's cells by column.
@@ -158,15 +79,15 @@ fn a_users_kubectl_session_reads_and_changes_the_simulated_cluster() {
         eprintln!("note: kubectl is not installed (scripts/test.sh installs it); skipping");
         return;
     };
-    let s = Session::start(kubectl);
+    let s = Session::start(kubectl, "kubectl-session", WORKLOAD_PODS, &[]);
 
-    let claims = s.table(&["nodeclaims"]);
+    let claims = table(&s, &["nodeclaims"]);
     assert_eq!(
         claims.headers,
         ["NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE"]
     );
     assert!(!claims.rows.is_empty());
-    let nodes = s.table(&["nodes", "-o", "wide"]);
+    let nodes = table(&s, &["nodes", "-o", "wide"]);
     let node_names: BTreeSet<&str> = nodes.column("NAME").into_iter().collect();
     for claim in &claims.rows {
         assert!(claim["TYPE"].contains('.'), "{claim:?}");
@@ -176,7 +97,7 @@ fn a_users_kubectl_session_reads_and_changes_the_simulated_cluster() {
         assert_eq!(claim["READY"], "True");
     }
 
-    let pools = s.table(&["nodepools"]);
+    let pools = table(&s, &["nodepools"]);
     assert_eq!(
         pools.headers,
         ["NAME", "NODECLASS", "NODES", "READY", "AGE"]
@@ -184,9 +105,9 @@ fn a_users_kubectl_session_reads_and_changes_the_simulated_cluster() {
     assert_eq!(pools.rows[0]["NAME"], "default");
     assert_eq!(pools.rows[0]["READY"], "True");
     // The NodePool's status counts its nodes on the controller's next status pass.
-    let claims_now = || s.table(&["nodeclaims"]).rows.len().to_string();
+    let claims_now = || table(&s, &["nodeclaims"]).rows.len().to_string();
     s.eventually("the NodePool counting its nodes", |s| {
-        s.table(&["nodepools"]).rows[0]["NODES"] == claims_now()
+        table(s, &["nodepools"]).rows[0]["NODES"] == claims_now()
     });
 
     assert_eq!(
@@ -207,14 +128,14 @@ fn a_users_kubectl_session_reads_and_changes_the_simulated_cluster() {
         assert!(node["VERSION"].starts_with("v1."), "{node:?}");
         assert!(node["INTERNAL-IP"].starts_with("10."), "{node:?}");
     }
-    let plain_nodes = s.table(&["nodes"]);
+    let plain_nodes = table(&s, &["nodes"]);
     assert_eq!(
         plain_nodes.headers,
         ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
         "the address columns are -o wide only"
     );
 
-    let pods = s.table(&["pods", "-o", "wide"]);
+    let pods = table(&s, &["pods", "-o", "wide"]);
     assert_eq!(
         pods.headers[..7],
         ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
@@ -434,7 +355,7 @@ fn managers(s: &Session, object: &str, expected: &[&str]) {
 /// `--sort-by=.lastTimestamp` prints the events oldest first: their NAME (a wide column)
 /// read back from the JSON gives the timestamps.
 fn events_sorted_by_last_timestamp(s: &Session) {
-    let events = s.table(&["events", "--sort-by=.lastTimestamp"]);
+    let events = table(s, &["events", "--sort-by=.lastTimestamp"]);
     assert_eq!(
         events.headers,
         ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
@@ -446,7 +367,7 @@ fn events_sorted_by_last_timestamp(s: &Session) {
             .any(|e| e["REASON"] == "Nominated" && e["OBJECT"].starts_with("pod/")),
         "{events:?}"
     );
-    let wide = s.table(&["events", "--sort-by=.lastTimestamp", "-o", "wide"]);
+    let wide = table(s, &["events", "--sort-by=.lastTimestamp", "-o", "wide"]);
     let json: Value =
         serde_json::from_str(&s.kubectl(&["get", "events", "-o", "json"])).expect("JSON");
     let stamp: HashMap<&str, &str> = json["items"]
@@ -472,14 +393,14 @@ fn events_sorted_by_last_timestamp(s: &Session) {
 fn scale_cordon_and_drain(s: &Session) {
     s.kubectl(&["scale", "deployment/web", "--replicas=8"]);
     s.eventually("web scaled to 8 ready", |s| {
-        let web = s.table(&["deployment", "web"]);
+        let web = table(s, &["deployment", "web"]);
         web.rows[0]["READY"] == "8/8" && web.rows[0]["AVAILABLE"] == "8"
     });
-    let pods = s.table(&["pods", "-o", "wide"]);
+    let pods = table(s, &["pods", "-o", "wide"]);
     let total = pods.rows.len();
     let node = pods.rows[0]["NODE"].clone();
     s.kubectl(&["cordon", &node]);
-    let cordoned = s.table(&["node", &node]);
+    let cordoned = table(s, &["node", &node]);
     assert_eq!(cordoned.rows[0]["STATUS"], "Ready,SchedulingDisabled");
     let drained = s.kubectl(&[
         "drain",
@@ -494,7 +415,7 @@ fn scale_cordon_and_drain(s: &Session) {
         "{drained}"
     );
     s.eventually("the drained pods running elsewhere", |s| {
-        let pods = s.table(&["pods", "-o", "wide"]);
+        let pods = table(s, &["pods", "-o", "wide"]);
         pods.rows.len() == total
             && pods
                 .rows
@@ -504,13 +425,12 @@ fn scale_cordon_and_drain(s: &Session) {
 }
 
 fn replacement_of_a_deleted_nodeclaim(s: &Session) {
-    let before: BTreeSet<String> = s
-        .table(&["nodeclaims"])
+    let before: BTreeSet<String> = table(s, &["nodeclaims"])
         .rows
         .iter()
         .map(|r| r["NAME"].clone())
         .collect();
-    let mut watch = Command::new(&s.kubectl)
+    let mut watch = Command::new(&s.binary)
         .arg("--kubeconfig")
         .arg(&s.kubeconfig)
         .args(["get", "nodeclaims", "--watch-only"])
@@ -528,8 +448,8 @@ fn replacement_of_a_deleted_nodeclaim(s: &Session) {
         }
     });
     // The busiest NodeClaim: deleting it leaves pods that need a new one.
-    let pods = s.table(&["pods", "-o", "wide"]);
-    let claims = s.table(&["nodeclaims"]);
+    let pods = table(s, &["pods", "-o", "wide"]);
+    let claims = table(s, &["nodeclaims"]);
     let busiest = claims
         .rows
         .iter()
@@ -573,7 +493,7 @@ fn replacement_of_a_deleted_nodeclaim(s: &Session) {
     s.eventually(
         "the replacement Ready and the deleted NodeClaim gone",
         |s| {
-            let claims = s.table(&["nodeclaims"]);
+            let claims = table(s, &["nodeclaims"]);
             let names = claims.column("NAME");
             !names.contains(&busiest.as_str())
                 && claims
@@ -583,7 +503,7 @@ fn replacement_of_a_deleted_nodeclaim(s: &Session) {
         },
     );
     s.eventually("every pod running again", |s| {
-        s.table(&["pods"])
+        table(s, &["pods"])
             .rows
             .iter()
             .all(|p| p["STATUS"] == "Running")

@@ -412,6 +412,10 @@ fn table_output_shows_commands_kept_nodes_budgets_and_the_summary() {
         table.contains("disruption: 2 commands; managed nodes 3 -> 1"),
         "{table}"
     );
+    assert!(
+        table.contains(kerf::disruption::report::CONTROLLER_STATE_NOTE),
+        "the plan says what only the controller holds: {table}"
+    );
 }
 
 #[test]

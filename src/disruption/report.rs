@@ -186,9 +186,17 @@ impl DisruptionReport {
             s.hourly_cost,
             s.hourly_cost_after
         );
+        if !self.commands.is_empty() {
+            out.push_str(CONTROLLER_STATE_NOTE);
+            out.push('\n');
+        }
         out
     }
 }
+
+/// What the plan cannot see that the running controller weighs: where it applies, the
+/// controller may decide otherwise.
+pub const CONTROLLER_STATE_NOTE: &str = "note: decided on the input alone; the running controller also weighs offerings EC2 refused in the last 3 minutes, pods nominated to NodeClaims in flight and a command it is validating (15 s), and may differ where those apply";
 
 /// The kept nodes grouped by their reason, reasons in the order they first appear: a pass
 /// that keeps a hundred nodes for one reason prints one row, not a hundred.
