@@ -2,7 +2,9 @@
 //! diverse pod mix and the preference pods) at several sizes, against a first-fit-decreasing
 //! lower bound that packs the same pods onto the same instance types with no constraints.
 //! Also a round of a large scale-up in flight (`held/…`): 20 replicas of four workloads
-//! held on each of 1,000 existing nodes, and the pods still pending placed around them.
+//! held on each of 1,000 existing nodes, and the 1,000 pods still pending placed around
+//! them; and a later round of a settled cluster (`round/…`): the same 20,000 placed pods and
+//! 1 % new ones, the round every few seconds of a large cluster's steady state.
 //! Run with `cargo bench --bench scheduling`; a summary line per size follows criterion's
 //! output (pods/s, NodeClaims, time relative to the lower bound).
 
@@ -105,8 +107,8 @@ fn first_fit_decreasing(pods: &[Arc<LeanPod>], its: &[InstanceType]) -> usize {
 
 /// `nodes` existing nodes over three zones, each holding 20 of the replicas of four
 /// workloads (as a round sees a scale-up whose pods wait on the nodes launched for them), and
-/// 1,000 replicas still pending.
-fn held(nodes: usize) -> SchedulingInput {
+/// `pending` replicas still pending.
+fn held(nodes: usize, pending: usize) -> SchedulingInput {
     let workloads = [
         ("web", "250m"),
         ("api", "500m"),
@@ -128,7 +130,7 @@ fn held(nodes: usize) -> SchedulingInput {
         pod("pending")
             .cpu("500m")
             .labels(&[("app", "pending")])
-            .replicas("pending", 1000),
+            .replicas("pending", pending),
     );
     let mut pods = kerf::scheduling::testing::shared(pods);
     let pending = pods.split_off(nodes * 20);
@@ -175,18 +177,14 @@ fn bench(c: &mut Criterion) {
     }
     let pref = input(preference_pods(4000, 42), true);
     group.bench_function("preferences/4000", |b| b.iter(|| solve(black_box(&pref))));
-    let scale_up = held(1000);
-    let placed = solve(&scale_up).expect("benchmark input is valid");
-    assert!(placed.errors.is_empty(), "{:?}", placed.errors);
-    assert_eq!(
-        placed
-            .existing_nodes
-            .iter()
-            .map(|n| n.pods.len())
-            .sum::<usize>(),
-        1000
-    );
-    group.bench_function("held/20000", |b| b.iter(|| solve(black_box(&scale_up))));
+    for (name, pending) in [("held/20000", 1000), ("round/20000", 200)] {
+        let round = held(1000, pending);
+        let placed = solve(&round).expect("benchmark input is valid");
+        assert!(placed.errors.is_empty(), "{:?}", placed.errors);
+        let on_nodes: usize = placed.existing_nodes.iter().map(|n| n.pods.len()).sum();
+        assert_eq!(on_nodes, pending, "the new pods fit around the placed ones");
+        group.bench_function(name, |b| b.iter(|| solve(black_box(&round))));
+    }
     group.finish();
 }
 
