@@ -178,6 +178,8 @@ pub struct Progress {
     /// Passes that evaluated the cluster, those the screen ended included (memoized passes
     /// are not counted).
     pub passes: u64,
+    /// Of those, the passes the screen ended: they read no instance types.
+    pub screened: u64,
     /// Time those passes took, from reading the cluster state to the decision (the 15 s
     /// validation wait and the command's execution are not in it).
     pub evaluating: Duration,
@@ -272,6 +274,7 @@ async fn pass(
         observe::no_candidate(deps, &none);
         progress.send_modify(|p| {
             p.evaluated(started.elapsed());
+            p.screened += 1;
             p.idle = true;
             p.next_consolidatable = lapse;
         });
