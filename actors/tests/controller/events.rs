@@ -281,14 +281,7 @@ fn in_tree_storage_is_warned_about_on_the_objects() {
         let (_provider, cloud) = simulated_cloud();
         let daemon = start_provisioner(&h, cloud).await;
         let reason = kerf_actors::storage_advice::IN_TREE_STORAGE;
-        let about = |name: &str| -> Vec<Value> {
-            cluster
-                .list("v1", "events", None, "")
-                .expect("events list")
-                .into_iter()
-                .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
-                .collect()
-        };
+        let about = |name: &str| events_about(&cluster, name, reason);
         eventually("warnings on the class and the pod", || {
             !about("gp2").is_empty() && !about("legacy").is_empty()
         })
@@ -334,10 +327,10 @@ fn max_pods_above_the_eni_limit_is_warned_about_on_the_nodepool() {
         create_unschedulable_pod(&cluster, "web-1");
         let reason = "MaxPodsAboveENILimit";
         eventually("a warning on the NodePool", || {
-            !events_about_any_namespace(&cluster, "small", reason).is_empty()
+            !events_about(&cluster, "small", reason).is_empty()
         })
         .await;
-        let warnings = events_about_any_namespace(&cluster, "small", reason);
+        let warnings = events_about(&cluster, "small", reason);
         let event = &warnings[0];
         assert_eq!(event["type"], "Warning");
         assert_eq!(event["involvedObject"]["kind"], "NodePool");
@@ -351,14 +344,4 @@ fn max_pods_above_the_eni_limit_is_warned_about_on_the_nodepool() {
         daemon.stop().await;
         h.stop().await;
     });
-}
-
-/// Events in any namespace about the object `name` with `reason`.
-fn events_about_any_namespace(cluster: &Cluster, name: &str, reason: &str) -> Vec<Value> {
-    cluster
-        .list("v1", "events", None, "")
-        .expect("events list")
-        .into_iter()
-        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
-        .collect()
 }

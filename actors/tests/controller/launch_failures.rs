@@ -14,7 +14,6 @@ use kerf::labels;
 use kerf::troubleshooting::documented;
 use kerf_actors::garbage_collection;
 use kerf_actors::state::ObjectKey;
-use kerf_loadtest::apiserver::Cluster;
 use kerf_loadtest::ec2::CapacityType;
 use kube::api::{Api, WatchEvent, WatchParams};
 use serde_json::Value;
@@ -37,16 +36,6 @@ async fn claim_where(h: &Harness, what: &str, check: impl Fn(&NodeClaim) -> bool
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-}
-
-/// Events about the object `name` with `reason`, in any namespace.
-fn events_about(cluster: &Cluster, name: &str, reason: &str) -> Vec<Value> {
-    cluster
-        .list("v1", "events", None, "")
-        .expect("events list")
-        .into_iter()
-        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
-        .collect()
 }
 
 #[test]

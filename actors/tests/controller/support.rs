@@ -775,3 +775,13 @@ pub fn real_problems(round: &Round) -> Vec<&String> {
         .filter(|p| !p.contains("EC2NodeClass default is not in the input"))
         .collect()
 }
+
+/// Events about the object `name` with `reason`, in any namespace.
+pub fn events_about(cluster: &Cluster, name: &str, reason: &str) -> Vec<Value> {
+    cluster
+        .list("v1", "events", None, "")
+        .expect("events list")
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
+        .collect()
+}
