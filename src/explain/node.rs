@@ -15,6 +15,9 @@ use crate::labels;
 use crate::pods::PodLike;
 use crate::troubleshooting::{self, Entry};
 
+/// The troubleshooting entry of a drain PodDisruptionBudgets hold.
+const PDB_ENTRY: &str = "pdb-eviction";
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeExplanation {
@@ -139,7 +142,7 @@ pub fn explain_node(live: &Live, name: &str) -> Result<NodeExplanation, ExplainE
         drain
             .as_ref()
             .filter(|d| !d.blocked_by.is_empty())
-            .and_then(|_| troubleshooting::entry("pdb-eviction"))
+            .and_then(|_| troubleshooting::entry(PDB_ENTRY))
     });
     Ok(NodeExplanation {
         node: if node.is_some() {

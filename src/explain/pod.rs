@@ -14,6 +14,9 @@ use crate::pods::{self, PodLike};
 use crate::report::table;
 use crate::troubleshooting::{self, Entry};
 
+/// The troubleshooting entry of offerings refused for insufficient capacity.
+const ICE_ENTRY: &str = "spot-ice";
+
 /// Candidate types a verdict names, cheapest first.
 const NAMED_TYPES: usize = 5;
 
@@ -195,9 +198,19 @@ pub fn explain_pod(
             _ => None,
         })
         .chain(explanation.scheduler_message.clone());
-    explanation.troubleshooting = texts
-        .into_iter()
-        .find_map(|t| troubleshooting::entry_for(&t));
+    // Offerings the cache holds are the more specific cause: other reasons follow from them.
+    let cached = explanation.node_pools.iter().any(|v| match &v.verdict {
+        Verdict::Launch { avoided, .. } => !avoided.is_empty(),
+        Verdict::Cannot { unavailable, .. } => !unavailable.is_empty(),
+        Verdict::Existing { .. } => false,
+    });
+    explanation.troubleshooting = if cached {
+        troubleshooting::entry(ICE_ENTRY)
+    } else {
+        texts
+            .into_iter()
+            .find_map(|t| troubleshooting::entry_for(&t))
+    };
     Ok(explanation)
 }
 
