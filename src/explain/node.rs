@@ -36,6 +36,10 @@ pub struct NodeExplanation {
     pub expires: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<Drain>,
+    /// The NodeClaim's lifecycle conditions that are not True yet (`Launched`,
+    /// `Registered`, `Initialized`): what its launch still waits for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<Waiting>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub troubleshooting: Option<Entry>,
     pub controller: Reach,
@@ -60,6 +64,16 @@ pub enum NodeVerdict {
     Unmanaged,
     /// A NodeClaim whose Node has not registered yet.
     InFlight,
+}
+
+/// A lifecycle condition not True yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Waiting {
+    pub condition: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,10 +148,16 @@ pub fn explain_node(live: &Live, name: &str) -> Result<NodeExplanation, ExplainE
             .ok()
     });
     let drain = deleting.then(|| drain(live, &node_name, claim.map(|c| &**c)));
+    let waiting = claim.map(|c| waiting(c)).unwrap_or_default();
     let troubleshooting = match &verdict {
         NodeVerdict::Blocked { reason } => troubleshooting::entry_for(reason),
         _ => None,
     }
+    .or_else(|| {
+        waiting
+            .iter()
+            .find_map(|w| troubleshooting::entry_for(&format!("{}: {}", w.reason, w.message)))
+    })
     .or_else(|| {
         drain
             .as_ref()
@@ -156,9 +176,33 @@ pub fn explain_node(live: &Live, name: &str) -> Result<NodeExplanation, ExplainE
         drift,
         expires,
         drain,
+        waiting,
         troubleshooting,
         controller: live.controller.clone(),
     })
+}
+
+/// The lifecycle conditions of `claim` that are not True, in the order a launch passes them.
+fn waiting(claim: &NodeClaim) -> Vec<Waiting> {
+    if claim.is_condition_true(types::INITIALIZED) {
+        return Vec::new();
+    }
+    [types::LAUNCHED, types::REGISTERED, types::INITIALIZED]
+        .into_iter()
+        .filter_map(|kind| {
+            let condition = claim.conditions().condition(kind);
+            if condition.is_some_and(|c| c.is_true()) {
+                return None;
+            }
+            Some(Waiting {
+                condition: kind.to_owned(),
+                status: condition
+                    .map_or_else(|| "Unknown".to_owned(), |c| format!("{:?}", c.status)),
+                reason: condition.map(|c| c.reason.clone()).unwrap_or_default(),
+                message: condition.map(|c| c.message.clone()).unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 /// The disruption decision about `node`: its command, else why it stays.
@@ -383,6 +427,12 @@ impl NodeExplanation {
             self.expires
                 .map_or_else(|| "never".to_owned(), |t| t.to_string()),
         ));
+        for w in &self.waiting {
+            rows.push((
+                "WAITING",
+                format!("{}={} {}: {}", w.condition, w.status, w.reason, w.message),
+            ));
+        }
         if let Some(drain) = &self.drain {
             let mut text = format!("{} pods left", drain.pods_left.len());
             if !drain.pods_left.is_empty() {

@@ -355,3 +355,58 @@ fn budget_windows_say_until_when_they_are_open_and_when_they_open() {
     assert_eq!(explanation.remaining["cpu"], "8");
     assert_eq!(go_duration(8 * 3600), "8h0m0s");
 }
+
+#[test]
+fn a_node_not_initialized_says_what_it_waits_for_and_a_pinned_pod_keeps_its_node() {
+    let consolidate_now = json!({"disruption": {"consolidateAfter": "0s"}});
+    let mut waiting = claim("default-w", "n3", "default", json!({}), json!({}));
+    waiting["status"]["conditions"] = json!([
+        {"type": "Launched", "status": "True", "reason": "Launched", "message": "", "lastTransitionTime": YESTERDAY},
+        {"type": "Registered", "status": "True", "reason": "Registered", "message": "", "lastTransitionTime": YESTERDAY},
+        {"type": "Initialized", "status": "Unknown", "reason": "ResourceNotRegistered",
+            "message": "Resource \"nvidia.com/gpu\" was requested but not registered", "lastTransitionTime": YESTERDAY}
+    ]);
+    let mut n3 = managed_node("n3", "default", json!({}));
+    n3["metadata"]["labels"]
+        .as_object_mut()
+        .expect("labels")
+        .remove("karpenter.sh/initialized");
+    let pinned = {
+        let mut pod = pod(
+            "pinned",
+            "100m",
+            json!({"nodeName": "n1",
+            "nodeSelector": {"kubernetes.io/hostname": "n1"}}),
+        );
+        pod["status"] = json!({"phase": "Running"});
+        pod
+    };
+    let objects = [
+        pool("default", "default", consolidate_now, json!({})),
+        managed_node("n1", "default", json!({})),
+        claim("default-a", "n1", "default", json!({}), json!({})),
+        pinned,
+        n3,
+        waiting,
+    ];
+    let live = live(&objects, None);
+    let booting = explain_node(&live, "n3").expect("explained");
+    assert_eq!(booting.waiting.len(), 1, "{booting:?}");
+    assert_eq!(booting.waiting[0].condition, "Initialized");
+    assert_eq!(
+        booting.troubleshooting.as_ref().map(|e| e.id.as_str()),
+        Some("not-initialized")
+    );
+    let kept = explain_node(&live, "n1").expect("explained");
+    let NodeVerdict::Blocked { reason } = &kept.verdict else {
+        panic!("{kept:?}");
+    };
+    assert!(
+        reason.contains(documented("consolidation-constraints")),
+        "{reason}"
+    );
+    assert_eq!(
+        kept.troubleshooting.as_ref().map(|e| e.id.as_str()),
+        Some("consolidation-constraints")
+    );
+}
