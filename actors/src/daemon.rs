@@ -287,7 +287,7 @@ impl Daemon {
         if let Some(provisioning) = &provisioning {
             let _ = explain.nominations.set(provisioning.created.clone());
             if let Some(offerings) = &provisioning.offerings {
-                let _ = explain.offerings.set(offerings.clone());
+                let _ = explain.offerings.set(offerings.view());
             }
         }
         let limits = BatchLimits {

@@ -99,9 +99,14 @@ impl Table {
         out
     }
 
-    /// Unavailable capacity types and subnets, each with its expiry, sorted.
-    pub fn capacity_types_and_subnets(&self) -> (Vec<(&str, Instant)>, Vec<(&str, Instant)>) {
-        (sorted(&self.capacity_types), sorted(&self.subnets))
+    /// Unavailable capacity types, each with its expiry, sorted.
+    pub fn capacity_types(&self) -> Vec<(&str, Instant)> {
+        sorted(&self.capacity_types)
+    }
+
+    /// Subnets out of addresses, each with its expiry, sorted.
+    pub fn subnets(&self) -> Vec<(&str, Instant)> {
+        sorted(&self.subnets)
     }
 
     /// Marks an offering unavailable until `until` (a repeated mark extends it).

@@ -16,14 +16,14 @@ use tokio::time::Instant;
 
 use crate::created_claims::{CreatedClaims, NOMINATION_WINDOW};
 use crate::disruption::Progress;
-use crate::offering_cache::OfferingCacheHandle;
+use crate::offering_cache::TableView;
 use crate::state::ClusterState;
 
 /// The handles the answer reads, set by the daemon as it starts each part.
 #[derive(Default)]
 pub struct ExplainSources {
     pub leader: OnceLock<watch::Receiver<bool>>,
-    pub offerings: OnceLock<OfferingCacheHandle>,
+    pub offerings: OnceLock<TableView>,
     pub nominations: OnceLock<CreatedClaims>,
     pub disruption: OnceLock<watch::Receiver<Progress>>,
 }
@@ -57,7 +57,6 @@ impl ExplainSources {
                         },
                     )
                     .collect();
-                let (types, subnets) = table.capacity_types_and_subnets();
                 let unavailable = |list: Vec<(&str, Instant)>| {
                     list.into_iter()
                         .map(|(name, until)| Unavailable {
@@ -66,8 +65,8 @@ impl ExplainSources {
                         })
                         .collect()
                 };
-                answer.unavailable_capacity_types = unavailable(types);
-                answer.unavailable_subnets = unavailable(subnets);
+                answer.unavailable_capacity_types = unavailable(table.capacity_types());
+                answer.unavailable_subnets = unavailable(table.subnets());
             });
         }
         if let Some(created) = self.nominations.get() {
