@@ -17,6 +17,9 @@ use crate::troubleshooting::{self, Entry};
 /// The troubleshooting entry of offerings refused for insufficient capacity.
 const ICE_ENTRY: &str = "spot-ice";
 
+/// Cached offerings a table line names (the JSON has them all).
+const NAMED_OFFERINGS: usize = 3;
+
 /// Candidate types a verdict names, cheapest first.
 const NAMED_TYPES: usize = 5;
 
@@ -504,9 +507,12 @@ impl Verdict {
     }
 }
 
-/// `type/zone/capacity until TIME`, comma-separated.
+/// `TYPE ZONE CAPACITY unavailable until TIME`, comma-separated, the first few (the JSON
+/// has every one).
 fn offerings(list: &[UnavailableOffering]) -> String {
-    list.iter()
+    let mut text = list
+        .iter()
+        .take(NAMED_OFFERINGS)
         .map(|o| {
             format!(
                 "{} {} {} unavailable until {}",
@@ -514,5 +520,9 @@ fn offerings(list: &[UnavailableOffering]) -> String {
             )
         })
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    if list.len() > NAMED_OFFERINGS {
+        text.push_str(&format!(" and {} more", list.len() - NAMED_OFFERINGS));
+    }
+    text
 }

@@ -33,10 +33,13 @@ impl ExplainSources {
     pub fn state(&self, cluster: &ClusterState) -> ControllerState {
         let now = Instant::now();
         let wall = Timestamp::now();
+        // Whole seconds, as the API writes times.
         let at = |until: Instant| {
             let left = until.saturating_duration_since(now);
-            wall.checked_add(SignedDuration::try_from(left).unwrap_or(SignedDuration::MAX))
-                .unwrap_or(wall)
+            let exact = wall
+                .checked_add(SignedDuration::try_from(left).unwrap_or(SignedDuration::MAX))
+                .unwrap_or(wall);
+            Timestamp::from_second(exact.as_second()).unwrap_or(exact)
         };
         let mut answer = ControllerState {
             leader: self.leader.get().is_some_and(|l| *l.borrow()),
