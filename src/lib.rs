@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod cloudprovider;
 pub mod cluster;
 pub mod disruption;
+pub mod explain;
 pub mod feature_gates;
 pub mod finalizers;
 pub mod interruption;
@@ -25,7 +26,6 @@ pub mod requirements;
 pub mod resources;
 pub mod scheduling;
 pub mod taints;
-#[cfg(any(test, feature = "fixtures"))]
 pub mod troubleshooting;
 pub mod validation;
 pub mod wildcard;

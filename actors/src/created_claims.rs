@@ -97,6 +97,15 @@ impl Nominated {
         self.next_lapse
     }
 
+    /// The nominated NodeClaims (by name) and existing nodes (by node name), sorted.
+    pub fn names(&self) -> (Vec<&str>, Vec<&str>) {
+        let mut claims: Vec<&str> = self.claims.iter().map(String::as_str).collect();
+        let mut nodes: Vec<&str> = self.nodes.iter().map(String::as_str).collect();
+        claims.sort_unstable();
+        nodes.sort_unstable();
+        (claims, nodes)
+    }
+
     fn lapses_at(&mut self, at: Instant) {
         self.next_lapse = Some(self.next_lapse.map_or(at, |next| next.min(at)));
     }

@@ -242,7 +242,9 @@ impl Daemon {
         // `kerf simulate`, the process's in `kerf controller`).
         let supervision = Supervision::current();
         let ports = (metrics_port, health_probe_port);
-        let endpoints = Endpoints::serve(bind, ports, &state, &supervision, &shutdown_rx).await?;
+        let explain = Arc::new(server::ExplainSources::default());
+        let endpoints =
+            Endpoints::serve(bind, ports, &state, &explain, &supervision, &shutdown_rx).await?;
         let election = leader_election.map(|lease| Election {
             namespace: lease.namespace.unwrap_or(namespace),
             name: lease.name,
@@ -250,6 +252,7 @@ impl Daemon {
             timing: leader_timing,
         });
         let leadership = Leadership::start(leader_client, election, &shutdown_rx);
+        let _ = explain.leader.set(leadership.leader.clone());
         let (wiring, events_task) = Wiring::new(
             client,
             state,
@@ -281,6 +284,12 @@ impl Daemon {
             LaunchingActors::start(&wiring, cloud, provider.clone(), &timings, solving)
         });
         let provisioning = launching.as_ref().map(|l| l.provisioning.clone());
+        if let Some(provisioning) = &provisioning {
+            let _ = explain.nominations.set(provisioning.created.clone());
+            if let Some(offerings) = &provisioning.offerings {
+                let _ = explain.offerings.set(offerings.view());
+            }
+        }
         let limits = BatchLimits {
             idle: batch_idle_duration,
             max: batch_max_duration,
@@ -293,7 +302,10 @@ impl Daemon {
             start_disruption(&wiring, provisioning, &timings, feature_gates, &generation)
         });
         let (disruption, disruption_tasks) = match disruption {
-            Some((handle, tasks)) => (Some(handle), tasks),
+            Some((handle, tasks)) => {
+                let _ = explain.disruption.set(handle.progress.clone());
+                (Some(handle), tasks)
+            }
             None => (None, Vec::new()),
         };
         subscribe_generation(&mut subscribers, &generation);
@@ -505,12 +517,13 @@ impl Endpoints {
         bind: Ipv4Addr,
         (metrics_port, health_probe_port): (u16, u16),
         state: &Arc<ClusterState>,
+        explain: &Arc<server::ExplainSources>,
         supervision: &Supervision,
         shutdown: &watch::Receiver<bool>,
     ) -> Result<Self, StartError> {
         let metrics_at = SocketAddr::from((bind, metrics_port));
         let (metrics_addr, metrics_task) =
-            server::serve_metrics(metrics_at, state.clone(), shutdown.clone())
+            server::serve_metrics(metrics_at, state.clone(), explain.clone(), shutdown.clone())
                 .await
                 .map_err(|e| StartError::MetricsPort(metrics_at, e))?;
         let probes_at = SocketAddr::from((bind, health_probe_port));

@@ -28,6 +28,9 @@ enum Command {
     Catalog(cmd::catalog::Args),
     /// Offline what-if: the NodeClaims kerf would create for the pending pods in manifests.
     Plan(cmd::plan::Args),
+    /// Live why: why a pod is pending, why a node stays, what a NodePool allows, on the cluster
+    /// in the kubeconfig.
+    Explain(Box<cmd::explain::Args>),
     /// Run the controller daemon against the cluster in the kubeconfig (or in-cluster).
     Controller(Box<cmd::controller::Args>),
     /// Run the controller against a simulated cluster and EC2, in this process, and report.
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Catalog(args) => cmd::catalog::run(args),
         Command::Plan(args) => cmd::plan::run(args),
+        Command::Explain(args) => cmd::explain::run(*args),
         Command::Controller(args) => cmd::controller::run(*args),
         Command::Simulate(args) => cmd::simulate::run(*args),
     }

@@ -12,6 +12,7 @@ pub mod disruption;
 pub mod inventory;
 pub mod nodeclass;
 mod quantity;
+pub mod readiness;
 pub mod snapshot;
 pub mod workloads;
 

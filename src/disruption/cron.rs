@@ -111,20 +111,18 @@ impl Schedule {
 
     /// Whether the schedule fired in `(now - window, now]`.
     pub fn fired_within(&self, now: Timestamp, window_secs: i64) -> bool {
+        self.last_fire_within(now, window_secs).is_some()
+    }
+
+    /// The latest minute in `(now - window, now]` the schedule fired at.
+    pub fn last_fire_within(&self, now: Timestamp, window_secs: i64) -> Option<Timestamp> {
         let first = (now.as_second() - window_secs).div_euclid(60) * 60 + 60;
         let mut t = now.as_second().div_euclid(60) * 60;
         while t >= first {
-            let Some(at) = Timestamp::from_second(t).ok() else {
-                return false;
-            };
+            let at = Timestamp::from_second(t).ok()?;
             let civil = Offset::UTC.to_datetime(at);
-            let day_ok = self.day_matches(
-                civil.day() as u32,
-                civil.month() as u32,
-                civil.weekday().to_sunday_zero_offset() as u32,
-            );
             let minute_of_day = i64::from(civil.hour()) * 60 + i64::from(civil.minute());
-            if !day_ok {
+            if !self.day_ok(civil) {
                 // Jump to 23:59 of the previous day.
                 t -= (minute_of_day + 1) * 60;
                 continue;
@@ -134,11 +132,45 @@ impl Schedule {
                 continue;
             }
             if bit(self.minute, civil.minute() as u32) {
-                return true;
+                return Some(at);
             }
             t -= 60;
         }
-        false
+        None
+    }
+
+    /// The first minute after `now`, at most `horizon_secs` later, the schedule fires at:
+    /// when a budget's window next opens. Walks forwards as [`Self::last_fire_within`] walks
+    /// back, skipping days and hours that cannot match.
+    pub fn next_fire_after(&self, now: Timestamp, horizon_secs: i64) -> Option<Timestamp> {
+        let last = now.as_second() + horizon_secs;
+        let mut t = now.as_second().div_euclid(60) * 60 + 60;
+        while t <= last {
+            let at = Timestamp::from_second(t).ok()?;
+            let civil = Offset::UTC.to_datetime(at);
+            let minute_of_day = i64::from(civil.hour()) * 60 + i64::from(civil.minute());
+            if !self.day_ok(civil) {
+                t += (24 * 60 - minute_of_day) * 60;
+                continue;
+            }
+            if !bit(self.hour, civil.hour() as u32) {
+                t += (60 - i64::from(civil.minute())) * 60;
+                continue;
+            }
+            if bit(self.minute, civil.minute() as u32) {
+                return Some(at);
+            }
+            t += 60;
+        }
+        None
+    }
+
+    fn day_ok(&self, civil: k8s_openapi::jiff::civil::DateTime) -> bool {
+        self.day_matches(
+            civil.day() as u32,
+            civil.month() as u32,
+            civil.weekday().to_sunday_zero_offset() as u32,
+        )
     }
 
     fn day_matches(&self, dom: u32, month: u32, dow: u32) -> bool {
@@ -231,6 +263,28 @@ mod tests {
         assert!(active("@daily", "2026-11-25T00:59:59Z", 3600));
         assert!(!active("@daily", "2026-11-25T01:00:00Z", 3600));
         assert!(!active("@daily", "2026-11-24T23:59:59Z", 3600));
+    }
+
+    #[test]
+    fn the_next_window_opens_at_the_next_fire_and_the_open_one_at_its_last() {
+        let schedule = Schedule::parse("0 9 * * mon-fri").expect("valid");
+        // Wednesday 17:00: Thursday 09:00 next; Friday 20:00: Monday 09:00.
+        assert_eq!(
+            schedule.next_fire_after(at("2026-11-25T17:00:00Z"), 7 * 86400),
+            Some(at("2026-11-26T09:00:00Z"))
+        );
+        assert_eq!(
+            schedule.next_fire_after(at("2026-11-27T20:00:00Z"), 7 * 86400),
+            Some(at("2026-11-30T09:00:00Z"))
+        );
+        assert_eq!(
+            schedule.next_fire_after(at("2026-11-27T20:00:00Z"), 86400),
+            None
+        );
+        assert_eq!(
+            schedule.last_fire_within(at("2026-11-25T12:34:56Z"), 8 * 3600),
+            Some(at("2026-11-25T09:00:00Z"))
+        );
     }
 
     #[test]

@@ -86,15 +86,85 @@ pub fn plan(objects: &[Object], options: &PlanOptions) -> Result<PlanOutcome, Pl
 /// Plans an inventory already read (see [`inventory::Builder`], which reads a manifest
 /// stream without holding it).
 pub fn plan_inventory(
+    inventory: inventory::Inventory,
+    options: &PlanOptions,
+) -> Result<PlanOutcome, PlanError> {
+    plan_live(inventory, options, &Controller::default())
+}
+
+/// What only a running controller knows and a plan of a live cluster takes into account
+/// (`kerf explain` reads it from the controller's `/explain` endpoint).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Controller {
+    /// Offerings whose launch recently failed (the unavailable-offerings cache): planned
+    /// around, as the controller's rounds do.
+    pub unavailable: Vec<crate::cloudprovider::OfferingRef>,
+    /// Whole capacity types marked unavailable (spot without its service-linked role).
+    pub unavailable_capacity_types: std::collections::BTreeSet<String>,
+    /// Nodes (or their NodeClaims) a recent round nominated for pending pods: no
+    /// disruption candidates while the nomination lasts.
+    pub nominated: std::collections::BTreeSet<String>,
+}
+
+/// The catalog with the offerings `controller` knows unavailable marked so.
+struct WithUnavailable<'a> {
+    catalog: &'a Catalog,
+    controller: &'a Controller,
+}
+
+impl Controller {
+    fn marks_any(&self) -> bool {
+        !self.unavailable.is_empty() || !self.unavailable_capacity_types.is_empty()
+    }
+}
+
+impl snapshot::InstanceTypeSource for WithUnavailable<'_> {
+    fn resolve(
+        &mut self,
+        _class_name: &str,
+        _class: Option<&crate::api::EC2NodeClass>,
+        settings: &crate::catalog::AllocatableSettings,
+    ) -> std::sync::Arc<[crate::catalog::InstanceType]> {
+        let mut types = self.catalog.instance_types(settings);
+        if self.controller.marks_any() {
+            for it in &mut types {
+                for offering in &mut it.offerings {
+                    let capacity_type = offering.capacity_type.as_str();
+                    if self
+                        .controller
+                        .unavailable_capacity_types
+                        .contains(capacity_type)
+                        || self.controller.unavailable.iter().any(|u| {
+                            u.instance_type == it.name
+                                && u.zone == offering.zone
+                                && u.capacity_type == capacity_type
+                        })
+                    {
+                        offering.available = false;
+                    }
+                }
+            }
+        }
+        types.into()
+    }
+}
+
+/// [`plan_inventory`] of a live cluster, with what its `controller` knows.
+pub fn plan_live(
     mut inventory: inventory::Inventory,
     options: &PlanOptions,
+    controller: &Controller,
 ) -> Result<PlanOutcome, PlanError> {
     let catalog = Catalog::embedded(&options.region).map_err(PlanError::Region)?;
     let pod_facts = advice::PodFacts::of(&inventory.pods);
     // The pods are most of a plan's memory: the snapshot takes them unless disruption reads
     // them from the inventory too.
-    let mut snapshot = if options.disruption.is_some() {
-        snapshot::build(&inventory, &catalog, options.controller)?
+    let mut source = WithUnavailable {
+        catalog: &catalog,
+        controller,
+    };
+    let mut snapshot = if options.disruption.is_some() || controller.marks_any() {
+        snapshot::build_with(&inventory, options.controller, &mut source)?
     } else {
         snapshot::build_taking_pods(&mut inventory, &catalog, options.controller)?
     };
@@ -115,7 +185,11 @@ pub fn plan_inventory(
     let mut report = PlanReport::from_result(&result, &snapshot.input.pods);
     report.summary.rounds = rounds;
     if let Some((disruption_options, inventory)) = disruption_input {
-        let cluster = disruption::cluster(&inventory, snapshot);
+        let mut cluster = disruption::cluster(&inventory, snapshot);
+        for node in &mut cluster.nodes {
+            node.nominated = controller.nominated.contains(&node.name)
+                || controller.nominated.contains(&node.node_claim);
+        }
         report.disruption = Some(crate::disruption::decide(&cluster, disruption_options)?);
     }
     Ok(PlanOutcome {

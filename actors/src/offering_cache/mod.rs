@@ -166,6 +166,12 @@ impl OfferingCacheHandle {
         f(&self.table.read().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// A read-only view of the table, for readers that must not mark (and must not keep the
+    /// actor's mailbox open).
+    pub fn view(&self) -> TableView {
+        TableView(Arc::clone(&self.table))
+    }
+
     /// Changes whenever anything is added or expires: the key of caches that depend on the
     /// whole table.
     pub fn generation(&self) -> u64 {
@@ -181,6 +187,17 @@ impl OfferingCacheHandle {
                 tracing::warn!(%error, "marking an offering unavailable");
             }
         }
+    }
+}
+
+/// The table, read-only ([`OfferingCacheHandle::view`]).
+#[derive(Clone)]
+pub struct TableView(Arc<RwLock<Table>>);
+
+impl TableView {
+    /// Reads the current table.
+    pub fn read<T>(&self, f: impl FnOnce(&Table) -> T) -> T {
+        f(&self.0.read().unwrap_or_else(PoisonError::into_inner))
     }
 }
 

@@ -79,6 +79,36 @@ impl Table {
         self.len() == 0
     }
 
+    /// Every unavailable offering: (instance type, zone, capacity type, until), sorted.
+    pub fn offerings(&self) -> Vec<(&str, &str, &str, Instant)> {
+        let mut out: Vec<_> = self
+            .offerings
+            .iter()
+            .flat_map(|(it, entries)| {
+                entries.iter().map(move |e| {
+                    (
+                        it.as_str(),
+                        e.zone.as_str(),
+                        e.capacity_type.as_str(),
+                        e.until,
+                    )
+                })
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Unavailable capacity types, each with its expiry, sorted.
+    pub fn capacity_types(&self) -> Vec<(&str, Instant)> {
+        sorted(&self.capacity_types)
+    }
+
+    /// Subnets out of addresses, each with its expiry, sorted.
+    pub fn subnets(&self) -> Vec<(&str, Instant)> {
+        sorted(&self.subnets)
+    }
+
     /// Marks an offering unavailable until `until` (a repeated mark extends it).
     pub fn mark_offering(
         &mut self,
@@ -145,6 +175,12 @@ impl Table {
         }
         expired
     }
+}
+
+fn sorted(map: &HashMap<String, Instant>) -> Vec<(&str, Instant)> {
+    let mut out: Vec<_> = map.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    out.sort();
+    out
 }
 
 fn extend(entries: &mut HashMap<String, Instant>, key: &str, until: Instant) {

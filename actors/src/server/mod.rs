@@ -2,7 +2,9 @@
 //! (Prometheus text: the recorder's metrics, then those computed from cluster state) on
 //! `METRICS_PORT`, and `/healthz` (the process serves and no actor exhausted its restart
 //! budget, [`crate::supervisor`]) and `/readyz` (cluster state has synced) on
-//! `HEALTH_PROBE_PORT`. Plain HTTP/1 over hyper; each accept loop is supervised.
+//! `HEALTH_PROBE_PORT`; beside `/metrics`, `/explain` (JSON, read-only: what only this
+//! replica knows, for `kerf explain`, [`explain`]). Plain HTTP/1 over hyper; each accept loop
+//! is supervised.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -21,20 +23,32 @@ use tokio::task::JoinHandle;
 use crate::state::ClusterState;
 use crate::supervisor::{self, Exhausted};
 
+pub mod explain;
+
+pub use explain::ExplainSources;
+
 /// Which endpoints a listener answers.
 #[derive(Clone)]
 enum Endpoints {
-    Metrics(Arc<ClusterState>),
+    Metrics(Arc<ClusterState>, Arc<ExplainSources>),
     Probes(Arc<ClusterState>, watch::Receiver<Option<Exhausted>>),
 }
 
-/// Binds `addr` and serves `/metrics` until shutdown; returns the bound address.
+/// Binds `addr` and serves `/metrics` and `/explain` until shutdown; returns the bound
+/// address.
 pub async fn serve_metrics(
     addr: SocketAddr,
     state: Arc<ClusterState>,
+    explain: Arc<ExplainSources>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    serve("metrics_server", addr, Endpoints::Metrics(state), shutdown).await
+    serve(
+        "metrics_server",
+        addr,
+        Endpoints::Metrics(state, explain),
+        shutdown,
+    )
+    .await
 }
 
 /// Binds `addr` and serves `/healthz` (failing once `health` names an actor past its
@@ -95,11 +109,21 @@ async fn answer(
     req: Request<Incoming>,
     endpoints: Endpoints,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (status, body) = match (&endpoints, req.uri().path()) {
-        (Endpoints::Metrics(state), "/metrics") => {
+    let path = req.uri().path();
+    let (status, body) = match (&endpoints, path) {
+        (Endpoints::Metrics(state, _), "/metrics") => {
             let mut text = crate::metrics::render();
             text.push_str(&crate::cluster_metrics::render(state));
             (StatusCode::OK, text)
+        }
+        (Endpoints::Metrics(state, explain), kerf::explain::controller::PATH) => {
+            match serde_json::to_string(&explain.state(state)) {
+                Ok(json) => (StatusCode::OK, json),
+                Err(error) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("encoding the answer: {error}"),
+                ),
+            }
         }
         (Endpoints::Probes(_, health), "/healthz") => match &*health.borrow() {
             None => (StatusCode::OK, "ok".to_string()),
@@ -117,10 +141,12 @@ async fn answer(
         ),
         _ => (StatusCode::NOT_FOUND, "not found".to_string()),
     };
-    let content_type = if matches!(endpoints, Endpoints::Metrics(_)) {
-        "text/plain; version=0.0.4"
-    } else {
-        "text/plain"
+    let content_type = match (&endpoints, status) {
+        (Endpoints::Metrics(..), StatusCode::OK) if path == kerf::explain::controller::PATH => {
+            "application/json"
+        }
+        (Endpoints::Metrics(..), _) => "text/plain; version=0.0.4",
+        _ => "text/plain",
     };
     let response = Response::builder()
         .status(status)

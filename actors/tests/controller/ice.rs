@@ -147,6 +147,28 @@ fn refused_spot_is_marked_and_the_same_nodeclaim_launches_on_demand_at_once() {
         for zone in ZONES {
             assert!(!offerings.is_unavailable(INSTANCE_TYPE, zone, "on-demand", &[]));
         }
+        // `/explain` serves the marks with when each expires, for `kerf explain`.
+        let (status, body) = http_get(daemon.metrics_addr, "/explain").await;
+        assert_eq!(status, 200, "{body}");
+        let served: kerf::explain::ControllerState =
+            serde_json::from_str(&body).expect("the controller state");
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let ttl = kerf::cloudprovider::UNAVAILABLE_OFFERINGS_TTL;
+        let latest = now
+            .checked_add(k8s_openapi::jiff::SignedDuration::try_from(ttl).expect("a TTL"))
+            .expect("in range");
+        let spot: Vec<_> = served
+            .unavailable_offerings
+            .iter()
+            .filter(|o| o.instance_type == INSTANCE_TYPE && o.capacity_type == "spot")
+            .collect();
+        assert_eq!(spot.len(), ZONES.len(), "{body}");
+        for offering in spot {
+            assert!(
+                offering.expires > now && offering.expires <= latest,
+                "{body}"
+            );
+        }
         assert_eq!(
             capacity_types(&launched),
             ["on-demand", "spot"],

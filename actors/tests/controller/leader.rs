@@ -73,6 +73,15 @@ fn leader_releases_on_shutdown_and_only_the_leader_provisions() {
             .await
             .expect("second syncs");
         assert!(!*second.leader.borrow());
+        // `/explain` is served off the leader path: the standby answers, saying it follows.
+        for (daemon, leads) in [(&first, true), (&second, false)] {
+            let (status, body) = http_get(daemon.metrics_addr, "/explain").await;
+            assert_eq!(status, 200, "{body}");
+            let state: kerf::explain::ControllerState =
+                serde_json::from_str(&body).expect("the controller state");
+            assert_eq!(state.leader, leads, "{body}");
+            assert!(state.synced, "{body}");
+        }
 
         create_unschedulable_pod(&h.cluster(), "p");
         let mut rounds = first.rounds.clone();

@@ -2,6 +2,7 @@
 
 pub mod catalog;
 pub mod controller;
+pub mod explain;
 pub mod plan;
 pub mod simulate;
 pub mod validate;
