@@ -24,11 +24,6 @@ use std::time::Duration;
 /// How long one selection's answer is reused: upstream polls reservations every minute.
 pub const RESERVATION_CACHE_TTL: Duration = Duration::from_secs(60);
 
-/// How long before a Capacity Block's end its reservation counts as `expiring` (upstream:
-/// EC2 reclaims the instances 30 minutes before the end, Karpenter drains them 10 minutes
-/// before that), after which nothing launches into it and its nodes are replaced.
-pub const CAPACITY_BLOCK_EXPIRATION_WINDOW: Duration = Duration::from_secs(40 * 60);
-
 /// A reservation as EC2 described it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReservationInfo {
@@ -128,9 +123,9 @@ impl CapacityReservationProvider {
         Ok(found.into_values().collect())
     }
 
-    /// Instances that may still launch into `id` as last known (0 when unknown).
-    pub fn available(&self, id: &str) -> u32 {
-        self.lock().get(id).copied().unwrap_or(0)
+    /// Instances that may still launch into `id` as last known; `None` when unknown.
+    pub fn available(&self, id: &str) -> Option<u32> {
+        self.lock().get(id).copied()
     }
 
     /// Every known reservation's available count.
@@ -183,17 +178,14 @@ pub fn query_filters(term: &CapacityReservationSelectorTerm) -> Vec<Filter> {
     filters
 }
 
-/// `expiring` for a Capacity Block within [`CAPACITY_BLOCK_EXPIRATION_WINDOW`] of its end.
+/// `expiring` for a Capacity Block within [`kerf::catalog::CAPACITY_BLOCK_EXPIRATION_WINDOW`]
+/// of its end.
 pub fn state_at(reservation: &CapacityReservation, now: Timestamp) -> CapacityReservationState {
-    let expiring = reservation.reservation_type == CapacityReservationType::CapacityBlock
-        && reservation.end_time.as_ref().is_some_and(|end| {
-            end.0.as_second() - now.as_second() <= CAPACITY_BLOCK_EXPIRATION_WINDOW.as_secs() as i64
-        });
-    if expiring {
-        CapacityReservationState::Expiring
-    } else {
-        CapacityReservationState::Active
-    }
+    kerf::catalog::reservation_state(
+        reservation.reservation_type,
+        reservation.end_time.as_ref().map(|end| end.0.as_second()),
+        now.as_second(),
+    )
 }
 
 fn reservation_info(

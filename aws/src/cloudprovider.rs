@@ -1002,6 +1002,10 @@ impl CloudProvider for AwsCloudProvider {
         self.instance_types.refreshed()
     }
 
+    fn reservation_capacity(&self, id: &str) -> Option<u32> {
+        self.capacity_reservations.available(id)
+    }
+
     fn is_drifted<'a>(
         &'a self,
         node_claim: &'a NodeClaim,

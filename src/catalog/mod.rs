@@ -33,7 +33,10 @@ pub use info::{Accelerator, Gpu, InstanceStorage, InstanceTypeInfo, NeuronDevice
 pub use instance_type::{CapacityType, InstanceType, Offering, ReservedCapacity};
 pub use node_class::NodeClassSettingsError;
 pub use overhead::{Overhead, kube_reserved};
-pub use reservations::{RESERVED_PRICE_DIVISOR, add_reserved_offerings};
+pub use reservations::{
+    CAPACITY_BLOCK_EXPIRATION_WINDOW, RESERVED_PRICE_DIVISOR, add_reserved_offerings,
+    reservation_state,
+};
 pub use settings::{
     AllocatableSettings, BlockDeviceSize, DEFAULT_EBS_VOLUME_SIZE,
     DEFAULT_VM_MEMORY_OVERHEAD_PERCENT, EvictionValue, EvictionValueError, KubeletSettings,

@@ -15,6 +15,29 @@ use crate::api::ec2nodeclass::{
 /// What a reserved offering's price is the on-demand price divided by (upstream's).
 pub const RESERVED_PRICE_DIVISOR: f64 = 10_000_000.0;
 
+/// How long before a Capacity Block's end its reservation counts as `expiring` (upstream:
+/// EC2 reclaims the instances 30 minutes before the end, Karpenter drains them 10 minutes
+/// before that), after which nothing launches into it and its nodes are replaced.
+pub const CAPACITY_BLOCK_EXPIRATION_WINDOW: std::time::Duration =
+    std::time::Duration::from_secs(40 * 60);
+
+/// The state of a reservation of `reservation_type` ending at `end` (seconds since the
+/// epoch), at `now`: `expiring` for a Capacity Block inside its expiration window.
+pub fn reservation_state(
+    reservation_type: CapacityReservationType,
+    end: Option<i64>,
+    now: i64,
+) -> CapacityReservationState {
+    let window = CAPACITY_BLOCK_EXPIRATION_WINDOW.as_secs() as i64;
+    if reservation_type == CapacityReservationType::CapacityBlock
+        && end.is_some_and(|end| end - now <= window)
+    {
+        CapacityReservationState::Expiring
+    } else {
+        CapacityReservationState::Active
+    }
+}
+
 /// Appends one `reserved` offering per reservation of a type in `types`, with
 /// `available(id)` instances of room (`None`: unknown, taken as none).
 pub fn add_reserved_offerings(
