@@ -955,7 +955,7 @@ fn start_status_loops(
         .push(requeue::on_change(&[&conditions, &status]));
     hooks
         .nodeclasses
-        .push(requeue::on_change(&[&conditions, &status]));
+        .push(requeue::on_change(&[&conditions, &expiry, &status]));
     hooks
         .nodes
         .push(requeue::on_change(&[&conditions, &status]));

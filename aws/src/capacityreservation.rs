@@ -3,9 +3,8 @@
 //! DescribeCapacityReservations query (by id, or by owner, tags and match criteria; always
 //! `state=active`), answers are cached per term set for [`RESERVATION_CACHE_TTL`], and the
 //! union becomes `status.capacityReservations`. EC2's available instance count is kept here
-//! per reservation, as upstream keeps it out of the status: a fresh answer replaces it, a
-//! launch into the reservation takes one and a termination gives one back, so solves between
-//! two refreshes do not plan more instances into a reservation than it holds.
+//! per reservation, as upstream keeps it out of the status (the CRD has no field for it);
+//! each fresh answer replaces it.
 
 use crate::cache::TtlCache;
 use crate::errors::ApiError;
@@ -126,34 +125,6 @@ impl CapacityReservationProvider {
     /// Instances that may still launch into `id` as last known; `None` when unknown.
     pub fn available(&self, id: &str) -> Option<u32> {
         self.lock().get(id).copied()
-    }
-
-    /// Every known reservation's available count.
-    pub fn availability(&self) -> BTreeMap<String, u32> {
-        self.lock().iter().map(|(id, n)| (id.clone(), *n)).collect()
-    }
-
-    /// An instance launched into `id`.
-    pub fn mark_launched(&self, id: &str) {
-        if let Some(n) = self.lock().get_mut(id) {
-            *n = n.saturating_sub(1);
-        }
-    }
-
-    /// EC2 refused a launch into `id` for want of room: nothing is left until the next
-    /// refresh says otherwise.
-    pub fn mark_exhausted(&self, id: &str) {
-        if let Some(n) = self.lock().get_mut(id) {
-            *n = 0;
-        }
-    }
-
-    /// An instance of `id` was terminated. Overestimating until the next refresh is the
-    /// lesser harm: a launch refused for want of room falls back to another offering.
-    pub fn mark_terminated(&self, id: &str) {
-        if let Some(n) = self.lock().get_mut(id) {
-            *n += 1;
-        }
     }
 }
 

@@ -1002,8 +1002,12 @@ impl CloudProvider for AwsCloudProvider {
         self.instance_types.refreshed()
     }
 
-    fn reservation_capacity(&self, id: &str) -> Option<u32> {
-        self.capacity_reservations.available(id)
+    /// No room is advertised: this provider resolves reservations into the node class
+    /// status (and counts them) but does not yet launch into them (CreateFleet with a
+    /// launch template targeting the reservation), so the solves must not plan reserved
+    /// launches, nor consolidation price moves into reservations, that would land on-demand.
+    fn reservation_capacity(&self, _id: &str) -> Option<u32> {
+        None
     }
 
     fn is_drifted<'a>(
