@@ -107,6 +107,12 @@ pub trait CloudProvider: Send + Sync {
     /// cannot forget to forward it.
     fn catalog(&self) -> Option<Arc<CatalogSnapshot>>;
 
+    /// Instances that may still launch into the capacity reservation `id`, as the provider
+    /// last learnt it (EC2's count, less its launches since); `None` for a reservation it
+    /// does not know, which the solves then treat as full. Cheap (no I/O). Required, like
+    /// [`Self::catalog`], so that a wrapping provider forwards it.
+    fn reservation_capacity(&self, id: &str) -> Option<u32>;
+
     /// Whether the machine behind `node_claim` drifted from its provider configuration
     /// (e.g. a newer AMI was selected); `None` when it did not.
     fn is_drifted<'a>(

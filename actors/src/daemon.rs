@@ -279,6 +279,7 @@ impl Daemon {
                 min_values: min_values_policy,
             },
             nominate_pods: feature_gates.nominate_pods,
+            reserved_capacity: feature_gates.reserved_capacity,
         };
         let launching = cloud.map(|cloud| {
             LaunchingActors::start(&wiring, cloud, provider.clone(), &timings, solving)
@@ -627,6 +628,8 @@ struct Solving {
     controller: ControllerSettings,
     policies: SolvePolicies,
     nominate_pods: bool,
+    /// The `ReservedCapacity` gate: plan with the node classes' capacity reservations.
+    reserved_capacity: bool,
 }
 
 /// The actors that exist only with a cloud: the NodeClaimCreator, the NodeClaim lifecycle
@@ -720,7 +723,8 @@ impl LaunchingActors {
             controller: solving.controller,
             policies: solving.policies,
             events: w.events.clone(),
-            instance_types: InstanceTypeCache::following(provider),
+            instance_types: InstanceTypeCache::following(provider)
+                .with_reserved_capacity(solving.reserved_capacity),
             resolves_node_classes,
         };
         Self {
@@ -964,7 +968,7 @@ fn start_status_loops(
         .push(requeue::on_change(&[&conditions, &status]));
     hooks
         .nodeclasses
-        .push(requeue::on_change(&[&conditions, &status]));
+        .push(requeue::on_change(&[&conditions, &expiry, &status]));
     hooks
         .nodes
         .push(requeue::on_change(&[&conditions, &status]));

@@ -38,13 +38,22 @@ pub fn ignored_settings(settings: &ValidSettings) -> Vec<String> {
         .collect()
 }
 
-/// What a gate left at an upstream default of on means here: kerf does not act on it yet.
+/// What a gate left at an upstream default of on means here: kerf does not (fully) act on
+/// it yet, and what it does do.
 pub fn default_gate_notes(settings: &ValidSettings) -> Vec<String> {
     unacted_gates(settings.feature_gates)
         .into_iter()
         .filter(|(_, on, default)| *on && *default)
-        .map(|(gate, _, _)| {
-            format!("FEATURE_GATES {gate} is on (upstream's default); kerf does not act on it yet")
+        .map(|(gate, _, _)| match gate {
+            "ReservedCapacity" => format!(
+                "FEATURE_GATES {gate} is on (upstream's default); kerf resolves \
+                 capacityReservationSelectorTerms into the EC2NodeClass status and drains \
+                 Capacity Blocks ahead of their end, but does not launch into reservations \
+                 on AWS yet"
+            ),
+            _ => format!(
+                "FEATURE_GATES {gate} is on (upstream's default); kerf does not act on it yet"
+            ),
         })
         .collect()
 }
@@ -116,7 +125,10 @@ mod tests {
         assert_eq!(
             default_gate_notes(&defaults),
             [
-                "FEATURE_GATES ReservedCapacity is on (upstream's default); kerf does not act on it yet"
+                "FEATURE_GATES ReservedCapacity is on (upstream's default); kerf resolves \
+                 capacityReservationSelectorTerms into the EC2NodeClass status and drains \
+                 Capacity Blocks ahead of their end, but does not launch into reservations on \
+                 AWS yet"
             ]
         );
         let turned_on = settings(&["--feature-gates", "NodeOverlay=true"]);

@@ -19,6 +19,7 @@ pub struct RefusingCloud {
     refusal: fn() -> CloudProviderError,
     tag_calls: Mutex<Vec<Instant>>,
     catalog: Mutex<Option<Arc<CatalogSnapshot>>>,
+    reservations: Mutex<std::collections::HashMap<String, u32>>,
 }
 
 impl RefusingCloud {
@@ -27,7 +28,16 @@ impl RefusingCloud {
             refusal,
             tag_calls: Mutex::new(Vec::new()),
             catalog: Mutex::new(None),
+            reservations: Mutex::default(),
         })
+    }
+
+    /// What [`CloudProvider::reservation_capacity`] answers for `id` from now on.
+    pub fn set_reservation_capacity(&self, id: &str, room: u32) {
+        self.reservations
+            .lock()
+            .expect("reservations lock")
+            .insert(id.to_owned(), room);
     }
 
     /// What [`CloudProvider::catalog`] answers from now on, as a refresh would publish it.
@@ -73,6 +83,13 @@ impl CloudProvider for RefusingCloud {
     }
     fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
         self.catalog.lock().expect("catalog lock").clone()
+    }
+    fn reservation_capacity(&self, id: &str) -> Option<u32> {
+        self.reservations
+            .lock()
+            .expect("reservations lock")
+            .get(id)
+            .copied()
     }
     fn is_drifted<'a>(
         &'a self,

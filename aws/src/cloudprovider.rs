@@ -9,6 +9,7 @@
 //! unavailable-offerings state through [`UnavailableOfferings`].
 
 use crate::ami::AmiProvider;
+use crate::capacityreservation::CapacityReservationProvider;
 use crate::clients::AwsClients;
 use crate::drift::{self, DriftInputs};
 use crate::errors::{
@@ -73,6 +74,9 @@ pub struct AwsSettings {
     pub isolated_vpc: bool,
     pub reserved_enis: u32,
     pub vm_memory_overhead_percent: f64,
+    /// The `ReservedCapacity` feature gate: resolve `capacityReservationSelectorTerms` and
+    /// launch into the reservations they select.
+    pub reserved_capacity: bool,
 }
 
 /// Where the provider reads EC2NodeClasses (the controller's informer cache).
@@ -120,6 +124,7 @@ pub struct AwsCloudProvider {
     pub instance_types: Arc<InstanceTypeProvider>,
     pub launch_templates: Arc<LaunchTemplateProvider>,
     pub instances: Arc<InstanceProvider>,
+    pub capacity_reservations: Arc<CapacityReservationProvider>,
     /// Per NodeClaim uid: its launch generation (client token) and the request whose
     /// answer was lost.
     attempts: LaunchAttempts<FleetRequest>,
@@ -192,6 +197,7 @@ impl AwsCloudProvider {
         ));
         Self {
             subnets: Arc::new(SubnetProvider::new(clients.ec2.clone())),
+            capacity_reservations: Arc::new(CapacityReservationProvider::new(clients.ec2.clone())),
             security_groups: Arc::new(SecurityGroupProvider::new(clients.ec2.clone())),
             amis: Arc::new(AmiProvider::new(clients.ec2.clone(), ssm.clone())),
             instance_profiles: Arc::new(InstanceProfileProvider::new(
@@ -230,6 +236,10 @@ impl AwsCloudProvider {
             security_groups: self.security_groups.clone(),
             amis: self.amis.clone(),
             instance_profiles: self.instance_profiles.clone(),
+            capacity_reservations: self
+                .settings
+                .reserved_capacity
+                .then(|| self.capacity_reservations.clone()),
             kubernetes_version: self.settings.kubernetes_version.clone(),
         }
     }
@@ -990,6 +1000,14 @@ impl CloudProvider for AwsCloudProvider {
 
     fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
         self.instance_types.refreshed()
+    }
+
+    /// No room is advertised: this provider resolves reservations into the node class
+    /// status (and counts them) but does not yet launch into them (CreateFleet with a
+    /// launch template targeting the reservation), so the solves must not plan reserved
+    /// launches, nor consolidation price moves into reservations, that would land on-demand.
+    fn reservation_capacity(&self, _id: &str) -> Option<u32> {
+        None
     }
 
     fn is_drifted<'a>(

@@ -10,6 +10,7 @@
 pub mod ami;
 pub mod batcher;
 pub mod cache;
+pub mod capacityreservation;
 pub mod clients;
 pub mod cloudprovider;
 pub mod drift;

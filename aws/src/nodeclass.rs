@@ -6,6 +6,7 @@
 //! a transient outage is not reported as a misconfiguration.
 
 use crate::ami::{AmiError, AmiProvider, AmiTerm, ResolvedAmi};
+use crate::capacityreservation::CapacityReservationProvider;
 use crate::instanceprofile::InstanceProfileProvider;
 use crate::securitygroup::SecurityGroupProvider;
 use crate::selectors::SelectorTerm;
@@ -111,6 +112,8 @@ pub struct NodeClassResolver {
     pub security_groups: Arc<SecurityGroupProvider>,
     pub amis: Arc<AmiProvider>,
     pub instance_profiles: Arc<InstanceProfileProvider>,
+    /// `None` with the `ReservedCapacity` gate off: reservations are then not resolved.
+    pub capacity_reservations: Option<Arc<CapacityReservationProvider>>,
     /// The cluster's Kubernetes version (`1.31`), for alias resolution.
     pub kubernetes_version: KubernetesVersion,
 }
@@ -168,6 +171,7 @@ impl NodeClassResolver {
             )),
         }
 
+        let reservations = self.resolve_capacity_reservations(nc, &mut status).await;
         outcomes.push(self.resolve_amis(nc, &mut status).await);
         outcomes.push(self.resolve_instance_profile(nc, &mut status).await);
         outcomes.push(validate(nc));
@@ -183,8 +187,39 @@ impl NodeClassResolver {
             .map(|o| condition(o, previous, generation))
             .collect();
         conditions.push(condition(&ready(&outcomes), previous, generation));
+        // Reported, but not part of Ready (upstream never holds a class back for its
+        // reservations): a class whose reservations ended still launches on-demand or spot.
+        if let Some(reservations) = reservations {
+            conditions.push(condition(&reservations, previous, generation));
+        }
         status.conditions = conditions;
         status
+    }
+
+    /// `status.capacityReservations` from the selector terms; `None` with the gate off.
+    async fn resolve_capacity_reservations(
+        &self,
+        nc: &EC2NodeClass,
+        status: &mut EC2NodeClassStatus,
+    ) -> Option<Outcome> {
+        let provider = self.capacity_reservations.as_ref()?;
+        let terms = &nc.spec.capacity_reservation_selector_terms;
+        let now = k8s_openapi::jiff::Timestamp::now();
+        Some(match provider.list(terms, now).await {
+            Ok(found) if found.is_empty() && !terms.is_empty() => Outcome::failed(
+                types::CAPACITY_RESERVATIONS_READY,
+                "CapacityReservationsNotFound",
+                "CapacityReservationSelector did not match any active capacity reservations; \
+                 check spec.capacityReservationSelectorTerms (ids, tags, ownerID, \
+                 instanceMatchCriteria) against the account's reservations"
+                    .to_owned(),
+            ),
+            Ok(found) => {
+                status.capacity_reservations = found.into_iter().map(|r| r.reservation).collect();
+                Outcome::ok(types::CAPACITY_RESERVATIONS_READY)
+            }
+            Err(e) => Outcome::unknown(types::CAPACITY_RESERVATIONS_READY, e.to_string()),
+        })
     }
 
     async fn resolve_amis(&self, nc: &EC2NodeClass, status: &mut EC2NodeClassStatus) -> Outcome {

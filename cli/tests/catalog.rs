@@ -223,3 +223,53 @@ fn bad_input_is_reported_with_file_and_field() {
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/nodeclass.yaml"));
 }
+
+#[test]
+fn a_nodeclass_s_reservations_are_reserved_offerings() {
+    let manifest = write_manifest(
+        "reserved",
+        r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: reserved
+spec:
+  role: KarpenterNodeRole
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
+  amiSelectorTerms: [{alias: al2023@latest}]
+  capacityReservationSelectorTerms: [{id: cr-0123456789abcdef0}]
+status:
+  capacityReservations:
+    - id: cr-0123456789abcdef0
+      instanceType: m5.large
+      availabilityZone: us-east-1a
+      instanceMatchCriteria: targeted
+      ownerID: "123456789012"
+"#,
+    );
+    let nodeclass = manifest.to_str().expect("utf-8 path");
+    let args = ["--nodeclass", nodeclass, "--instance-type", "m5.large"];
+    let types = json(&kerf(&[&["-o", "json"][..], &args[..]].concat(), &[]));
+    let offerings = types[0]["offerings"].as_array().expect("offerings");
+    let reserved: Vec<&Value> = offerings
+        .iter()
+        .filter(|o| o["capacityType"] == "reserved")
+        .collect();
+    assert_eq!(reserved.len(), 1, "{offerings:?}");
+    assert_eq!(reserved[0]["zone"], "us-east-1a");
+    assert_eq!(reserved[0]["capacityReservationId"], "cr-0123456789abcdef0");
+    assert_eq!(reserved[0]["available"], true);
+    let on_demand = offerings
+        .iter()
+        .find(|o| o["capacityType"] == "on-demand")
+        .and_then(|o| o["price"].as_f64())
+        .expect("on-demand price");
+    let price = reserved[0]["price"].as_f64().expect("price");
+    assert!(price > 0.0 && price < on_demand / 1_000_000.0, "{price}");
+
+    let table = kerf(&args, &[]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.lines().next().expect("header").contains("RESERVED"));
+    assert!(text.contains("cr-0123456789abcdef0@us-east-1a"), "{text}");
+}

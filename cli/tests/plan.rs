@@ -1410,3 +1410,83 @@ fn one_round_is_said_plainly_and_rounds_plan_what_the_controller_would_place_lat
         text(&refused.stderr)
     );
 }
+
+#[test]
+fn reservations_in_the_node_class_status_are_launched_into_first() {
+    let input = format!(
+        r#"---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: default
+spec:
+  template:
+    spec:
+      requirements:
+        - key: karpenter.sh/capacity-type
+          operator: In
+          values: ["reserved", "on-demand"]
+        - key: node.kubernetes.io/instance-type
+          operator: In
+          values: ["m5.xlarge", "m5.2xlarge"]
+      nodeClassRef:
+        group: karpenter.k8s.aws
+        kind: EC2NodeClass
+        name: default
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: default
+spec:
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  role: KarpenterNodeRole
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]
+  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]
+  capacityReservationSelectorTerms: [{{id: cr-0123456789abcdef0}}]
+status:
+  capacityReservations:
+    - id: cr-0123456789abcdef0
+      instanceType: m5.2xlarge
+      availabilityZone: us-east-1b
+      instanceMatchCriteria: targeted
+      ownerID: "123456789012"
+{}"#,
+        deployment("train", 2, "6", "8Gi", "")
+    );
+    let report = plan_json(&["-f", "-"], Some(&input));
+    check_contract(&report);
+    let launches: Vec<(String, String, String)> = claims(&report)
+        .iter()
+        .map(|claim| {
+            let launch = &claim["launch"];
+            (
+                launch["capacityType"]
+                    .as_str()
+                    .expect("capacity type")
+                    .to_owned(),
+                launch["instanceType"].as_str().expect("type").to_owned(),
+                launch["zone"].as_str().expect("zone").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(launches.len(), 2, "{report}");
+    for launch in &launches {
+        assert_eq!(
+            launch,
+            &(
+                "reserved".to_owned(),
+                "m5.2xlarge".to_owned(),
+                "us-east-1b".to_owned()
+            ),
+            "{report}"
+        );
+    }
+    // The status has no instance counts: the plan says what it assumed.
+    let output = kerf(&["plan", "-f", "-", "-o", "json"], Some(&input));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cr-0123456789abcdef0") && stderr.contains("assumes room"),
+        "{stderr}"
+    );
+}

@@ -296,7 +296,9 @@ fn a_lone_oversized_node_is_replaced_by_a_cheaper_spot_node() {
     let price = replacement["launch"]["price"].as_f64().expect("price");
     assert!(price < 0.768, "{price}");
     let types = replacement["instanceTypes"].as_array().expect("types");
-    assert!(!types.contains(&json!("m5.4xlarge")));
+    // Upstream's WorstLaunchPrice prices each option as the capacity type that would launch
+    // (spot), so even m5.4xlarge's spot offering undercuts the on-demand m5.4xlarge.
+    assert!(types.contains(&json!("m5.4xlarge")), "{types:?}");
     let capacity = replacement["requirements"]
         .as_array()
         .expect("requirements")

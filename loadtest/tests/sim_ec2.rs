@@ -36,6 +36,7 @@ fn fleet(pools: &[(&str, &str)], capacity_type: CapacityType) -> CreateFleetRequ
             overrides: pools
                 .iter()
                 .map(|(t, z)| FleetOverride {
+                    capacity_reservation_id: None,
                     instance_type: (*t).into(),
                     zone: (*z).into(),
                     ..FleetOverride::default()

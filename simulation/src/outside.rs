@@ -110,6 +110,10 @@ impl CloudProvider for Cloud {
         self.inner.catalog()
     }
 
+    fn reservation_capacity(&self, id: &str) -> Option<u32> {
+        self.inner.reservation_capacity(id)
+    }
+
     fn is_drifted<'a>(
         &'a self,
         node_claim: &'a NodeClaim,

@@ -535,6 +535,7 @@ mod tests {
             price,
             tags: BTreeMap::new(),
             interruption: None,
+            capacity_reservation_id: None,
         }
     }
 

@@ -216,6 +216,7 @@ impl Catalog {
                     capacity_type,
                     price: price.unwrap_or(0.0),
                     available: price.is_some(),
+                    reservation: None,
                 });
             }
         }

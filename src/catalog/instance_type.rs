@@ -41,6 +41,23 @@ pub struct Offering {
     /// False when the offering cannot be launched (no known price, or, later, an
     /// insufficient-capacity error).
     pub available: bool,
+    /// The capacity reservation a `reserved` offering launches into; `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservedCapacity>,
+}
+
+/// The reservation behind a `reserved` offering.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservedCapacity {
+    /// `karpenter.k8s.aws/capacity-reservation-id`.
+    pub id: String,
+    /// `karpenter.k8s.aws/capacity-reservation-type`: `default` or `capacity-block`.
+    pub reservation_type: String,
+    /// `karpenter.k8s.aws/capacity-reservation-interruptible`.
+    pub interruptible: bool,
+    /// Instances that may still launch into it.
+    pub capacity: u32,
 }
 
 /// `karpenter.sh/capacity-type` values.

@@ -11,8 +11,9 @@
 //! `scripts/gen-catalog.py` from moto's data and the vendored price, ENI and bandwidth
 //! tables); every derivation is Rust, so live EC2 answers go through the same code. Prices
 //! outside us-east-1 on-demand come from [`pricing`]'s rules. A type without a price is
-//! listed with every offering unavailable, so the scheduler never launches it. Not modelled:
-//! capacity reservations, memory learnt from launched nodes, CEL in kubelet settings.
+//! listed with every offering unavailable, so the scheduler never launches it. Capacity
+//! reservations become `reserved` offerings ([`add_reserved_offerings`]). Not modelled:
+//! memory learnt from launched nodes, CEL in kubelet settings.
 
 mod capacity;
 mod embedded;
@@ -21,6 +22,7 @@ mod instance_type;
 mod node_class;
 mod overhead;
 pub mod pricing;
+mod reservations;
 mod settings;
 mod snapshot;
 mod type_labels;
@@ -28,9 +30,13 @@ mod type_labels;
 pub use capacity::{eni_limited_pods, ephemeral_storage, memory, pods};
 pub use embedded::{Catalog, CatalogError, Zone};
 pub use info::{Accelerator, Gpu, InstanceStorage, InstanceTypeInfo, NeuronDevice, VpcLimits};
-pub use instance_type::{CapacityType, InstanceType, Offering};
+pub use instance_type::{CapacityType, InstanceType, Offering, ReservedCapacity};
 pub use node_class::NodeClassSettingsError;
 pub use overhead::{Overhead, kube_reserved};
+pub use reservations::{
+    CAPACITY_BLOCK_EXPIRATION_WINDOW, RESERVED_PRICE_DIVISOR, add_reserved_offerings,
+    reservation_state,
+};
 pub use settings::{
     AllocatableSettings, BlockDeviceSize, DEFAULT_EBS_VOLUME_SIZE,
     DEFAULT_VM_MEMORY_OVERHEAD_PERCENT, EvictionValue, EvictionValueError, KubeletSettings,

@@ -138,6 +138,7 @@ impl CatalogSnapshot {
                     capacity_type,
                     price: price.unwrap_or(0.0),
                     available: price.is_some() && in_subnets,
+                    reservation: None,
                 });
             }
         }

@@ -17,6 +17,7 @@ use super::nodeclass::{self, ControllerSettings};
 use super::workloads::DEFAULT_NAMESPACE;
 use super::{FieldError, SnapshotError};
 use crate::api::{EC2NodeClass, NodeClaim, NodePool, Operator};
+use crate::catalog::add_reserved_offerings;
 use crate::catalog::{AllocatableSettings, Catalog, InstanceType};
 use crate::labels;
 use crate::pods;
@@ -32,7 +33,9 @@ pub struct Snapshot {
 }
 
 /// Where a snapshot's NodePools get their instance types: `kerf plan` takes them straight
-/// from the embedded catalog; the controller goes through a cache that resolves them from
+/// from the embedded catalog, plus a `reserved` offering per capacity reservation in the
+/// class's status (whose available count the status does not carry: `kerf plan` assumes
+/// room for every launch, and says so); the controller goes through a cache that resolves them from
 /// the cloud provider's refreshed catalog and marks the offerings that recently failed to
 /// launch unavailable.
 pub trait InstanceTypeSource {
@@ -52,11 +55,36 @@ impl InstanceTypeSource for &Catalog {
     fn resolve(
         &mut self,
         _class_name: &str,
-        _class: Option<&EC2NodeClass>,
+        class: Option<&EC2NodeClass>,
         settings: &AllocatableSettings,
     ) -> Arc<[InstanceType]> {
-        self.instance_types(settings).into()
+        let mut types = self.instance_types(settings);
+        if let Some(status) = class.and_then(|c| c.status.as_ref()) {
+            add_reserved_offerings(&mut types, &status.capacity_reservations, |_| {
+                Some(u32::MAX)
+            });
+        }
+        types.into()
     }
+}
+
+/// The warning for a class whose status lists reservations, which `kerf plan` plans with
+/// as if each had room for every launch.
+pub fn reservation_count_warning(class: &EC2NodeClass) -> Option<String> {
+    let reservations = &class.status.as_ref()?.capacity_reservations;
+    (!reservations.is_empty()).then(|| {
+        format!(
+            "EC2NodeClass {}: status.capacityReservations does not carry how many instances \
+             each reservation still takes (EC2 keeps that count); the plan assumes room for \
+             every launch into {}",
+            class.name(),
+            reservations
+                .iter()
+                .map(|r| r.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
 }
 
 /// Builds the scheduling snapshot for `inventory` with instance types from `catalog`.

@@ -274,8 +274,9 @@ fn drift(
     {
         return Some(("RequirementsDrifted".into(), since));
     }
+    // A reservation is full with this node in it: its offering stays the node's own.
     let offered = instance_type.offerings.iter().any(|o| {
-        o.available
+        (o.available || o.reservation.is_some())
             && (zone.is_empty() || o.zone == zone)
             && o.capacity_type.as_str() == capacity_type
     });

@@ -1,9 +1,11 @@
 //! Consolidation's core test, shared by the multi-node and single-node methods: remove the
 //! candidates, reschedule their pods, and accept the result when every pod finds a place and
 //! at most one new node is needed, strictly cheaper than the candidates together at its
-//! worst-case allowed launch price. An on-demand node replaced by a node that may be spot or
-//! on-demand is pinned to spot (the price filter assumed spot may launch, so on-demand must
-//! not); spot replacing spot needs the `SpotToSpotConsolidation` gate and, for one node, at
+//! worst launch price — upstream's `WorstLaunchPrice`: the dearest allowed offering of the
+//! capacity type that would launch, by precedence reserved, spot, on-demand. A replacement
+//! priced by its reserved offerings is pinned to `reserved` (it moves into a free
+//! reservation); an on-demand node replaced by a node that may be spot or on-demand is
+//! pinned to spot (the price filter assumed spot may launch, so on-demand must not); spot replacing spot needs the `SpotToSpotConsolidation` gate and, for one node, at
 //! least 15 cheaper types, of which only the 15 cheapest (more if `minValues` needs more)
 //! are launched, so the next pass does not replace the replacement again. The Balanced
 //! policy further requires the move's share of the pool's savings to be at least half its
@@ -16,7 +18,7 @@ use super::report::ReplacementReport;
 use super::simulate::{Simulation, simulate};
 use super::state::State;
 use crate::api::{ConsolidationPolicy, Operator};
-use crate::catalog::{InstanceType, Offering};
+use crate::catalog::{CapacityType, InstanceType, Offering};
 use crate::labels;
 use crate::report::{Launch, RequirementReport};
 use crate::requirements::Requirements;
@@ -135,6 +137,17 @@ fn cheaper_replacement(
     if options.is_empty() || !min_values_met(&claim, &options) {
         return Err(NO_CHEAPER.into());
     }
+    let reserved: Vec<&InstanceType> = options
+        .iter()
+        .copied()
+        .filter(|it| launch_capacity_type(it, &reqs) == Some(CapacityType::Reserved))
+        .collect();
+    if !reserved.is_empty() && min_values_met(&claim, &reserved) {
+        // Priced as a move into a reservation: it launches there or not at all.
+        pin(&mut claim, labels::CAPACITY_TYPE_RESERVED);
+        let reqs = requirements(&claim)?;
+        return finish(claim, reserved, &reqs);
+    }
     if allows(labels::CAPACITY_TYPE_SPOT) && allows(labels::CAPACITY_TYPE_ON_DEMAND) {
         pin_spot(&mut claim);
     }
@@ -207,6 +220,10 @@ fn requirements(claim: &PlannedNodeClaim) -> Result<Requirements, String> {
 }
 
 fn pin_spot(claim: &mut PlannedNodeClaim) {
+    pin(claim, labels::CAPACITY_TYPE_SPOT);
+}
+
+fn pin(claim: &mut PlannedNodeClaim, capacity_type: &str) {
     claim
         .requirements
         .retain(|r| r.key != labels::CAPACITY_TYPE);
@@ -215,7 +232,7 @@ fn pin_spot(claim: &mut PlannedNodeClaim) {
         .push(crate::api::NodeSelectorRequirementWithMinValues {
             key: labels::CAPACITY_TYPE.to_string(),
             operator: Operator::In,
-            values: vec![labels::CAPACITY_TYPE_SPOT.to_string()],
+            values: vec![capacity_type.to_string()],
             min_values: None,
         });
     claim.requirements.sort_by(|a, b| a.key.cmp(&b.key));
@@ -235,9 +252,27 @@ fn allowed_offerings<'a>(
     })
 }
 
-/// The highest price a launch of `it` under `reqs` could cost.
+/// Capacity types in launch precedence (upstream's `WorstLaunchPrice` order).
+const LAUNCH_PRECEDENCE: [CapacityType; 3] = [
+    CapacityType::Reserved,
+    CapacityType::Spot,
+    CapacityType::OnDemand,
+];
+
+/// The capacity type a launch of `it` under `reqs` would use: the first in precedence with
+/// an allowed offering.
+fn launch_capacity_type(it: &InstanceType, reqs: &Requirements) -> Option<CapacityType> {
+    LAUNCH_PRECEDENCE
+        .into_iter()
+        .find(|ct| allowed_offerings(it, reqs).any(|o| o.capacity_type == *ct))
+}
+
+/// Upstream's `WorstLaunchPrice`: the highest price among the allowed offerings of the
+/// capacity type a launch of `it` under `reqs` would use.
 fn worst_price(it: &InstanceType, reqs: &Requirements) -> Option<f64> {
+    let ct = launch_capacity_type(it, reqs)?;
     allowed_offerings(it, reqs)
+        .filter(|o| o.capacity_type == ct)
         .map(|o| o.price)
         .reduce(f64::max)
 }

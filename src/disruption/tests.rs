@@ -279,8 +279,11 @@ fn a_second_drifted_node_does_not_count_on_the_first_ones_booting_replacement() 
 
 #[test]
 fn an_empty_node_a_waiting_pod_will_fill_is_not_deleted() {
+    // On-demand only: with spot allowed, the on-demand node would be replaced by cheaper
+    // spot capacity (upstream's launch-price rule), which is not what this test is about.
+    let on_demand = st::requirement(labels::CAPACITY_TYPE, Operator::In, &["on-demand"]);
     let waiting = cluster()
-        .pool(unlimited())
+        .pool(unlimited().requirement(on_demand))
         .node(node("leaving").size("small").deleting())
         .pending(big_pod("leaving-big"))
         .node(node("spare").size("small"));
@@ -394,7 +397,9 @@ fn single_node_consolidation_replaces_on_demand_with_cheaper_spot() {
     assert_eq!(command.decision, Decision::Replace);
     let replacement = &command.replacements[0];
     assert_eq!(replacement.instance_types[0], "small");
-    assert!(!replacement.instance_types.contains(&"xlarge".to_string()));
+    // Upstream's WorstLaunchPrice judges each option by the capacity type that would launch
+    // (spot here), so even xlarge's spot offering undercuts the on-demand xlarge.
+    assert!(replacement.instance_types.contains(&"xlarge".to_string()));
     assert_eq!(replacement.launch.capacity_type, "spot");
     let capacity = replacement
         .requirements
@@ -725,4 +730,99 @@ fn eviction_cost_follows_deletion_cost_and_priority() {
     let mut critical = st::pod("r").build();
     critical.spec.as_mut().expect("spec").priority = Some(2_000_000_000);
     assert_eq!(pods::eviction_cost(&critical), 10.0);
+}
+
+/// The fixture types plus a reservation of `room` `medium` instances in the first zone.
+fn with_reservation(room: u32) -> Vec<crate::catalog::InstanceType> {
+    let mut types = instance_types();
+    let medium = types
+        .iter_mut()
+        .find(|t| t.name == "medium")
+        .expect("medium");
+    let on_demand = medium
+        .offerings
+        .iter()
+        .find(|o| o.capacity_type == crate::catalog::CapacityType::OnDemand)
+        .expect("on-demand")
+        .clone();
+    medium.offerings.push(crate::catalog::Offering {
+        zone: st::ZONES[0].into(),
+        capacity_type: crate::catalog::CapacityType::Reserved,
+        price: on_demand.price / crate::catalog::RESERVED_PRICE_DIVISOR,
+        available: room > 0,
+        reservation: Some(crate::catalog::ReservedCapacity {
+            id: "cr-1".into(),
+            reservation_type: "default".into(),
+            interruptible: false,
+            capacity: room,
+        }),
+        ..on_demand
+    });
+    types
+}
+
+#[test]
+fn consolidation_moves_an_on_demand_node_into_a_free_reservation() {
+    let capacity_types = st::requirement(
+        labels::CAPACITY_TYPE,
+        Operator::In,
+        &["reserved", "on-demand"],
+    );
+    let pool = || {
+        unlimited()
+            .requirement(capacity_types.clone())
+            .instance_types(with_reservation(1))
+    };
+    // A large on-demand node whose pods fit a medium: the reserved medium costs next to
+    // nothing, so it replaces the node, pinned to `reserved`.
+    let report = run(cluster()
+        .pool(pool())
+        .node(node("big").size("large").pods(4)));
+    let command = &report.commands[0];
+    assert_eq!(command.decision, Decision::Replace, "{report:#?}");
+    let replacement = &command.replacements[0];
+    assert_eq!(replacement.launch.capacity_type, "reserved");
+    assert_eq!(replacement.launch.instance_type, "medium");
+    let capacity = replacement
+        .requirements
+        .iter()
+        .find(|r| r.key == labels::CAPACITY_TYPE)
+        .expect("capacity type requirement");
+    assert_eq!(capacity.values, ["reserved"]);
+
+    // A full reservation prices nothing: the on-demand medium is the replacement.
+    let report = run(cluster()
+        .pool(
+            unlimited()
+                .requirement(capacity_types.clone())
+                .instance_types(with_reservation(0)),
+        )
+        .node(node("big").size("large").pods(4)));
+    let replacement = &report.commands[0].replacements[0];
+    assert_eq!(replacement.launch.capacity_type, "on-demand", "{report:#?}");
+}
+
+#[test]
+fn a_reserved_node_is_priced_as_reserved_and_not_replaced_by_on_demand() {
+    let capacity_types = st::requirement(
+        labels::CAPACITY_TYPE,
+        Operator::In,
+        &["reserved", "on-demand"],
+    );
+    let report = run(cluster()
+        .pool(
+            unlimited()
+                .requirement(capacity_types)
+                .instance_types(with_reservation(0)),
+        )
+        .node(
+            node("reserved")
+                .size("medium")
+                .label(labels::CAPACITY_TYPE, "reserved")
+                .pods(2),
+        ));
+    assert!(
+        report.commands.is_empty(),
+        "nothing undercuts reserved capacity: {report:#?}"
+    );
 }

@@ -171,6 +171,12 @@ pub fn plan_live(
     let ignored = std::mem::take(&mut inventory.ignored);
     let mut warnings = std::mem::take(&mut inventory.warnings);
     warnings.append(&mut snapshot.warnings);
+    warnings.extend(
+        inventory
+            .node_classes
+            .iter()
+            .filter_map(snapshot::reservation_count_warning),
+    );
     warnings.extend(advice::warnings(
         &inventory,
         &pod_facts,

@@ -14,6 +14,7 @@ use super::finalize;
 use super::forms::PodForms;
 use super::pool::Pool;
 use super::prepare::{self, Prepared};
+use super::reservations::Reservations;
 use super::solve::{Outcome, Solver};
 use super::types::{ExistingNodePlacement, SchedulingInput, SchedulingResult};
 use crate::taints::PreferNoSchedule;
@@ -24,6 +25,8 @@ use crate::taints::PreferNoSchedule;
 pub struct Batch {
     prep: Arc<Prepared>,
     parts: Arc<[Part]>,
+    /// The pools offering reserved capacity, whose reservations bound the result.
+    reserved: Reservations,
 }
 
 impl std::fmt::Debug for Batch {
@@ -121,6 +124,7 @@ impl Batch {
         Ok(Batch {
             prep: Arc::new(prep),
             parts,
+            reserved: Reservations::of(input),
         })
     }
 
@@ -161,6 +165,7 @@ impl Batch {
                 );
             }
         }
+        self.reserved.bound(&mut result);
         result
     }
 }

@@ -20,6 +20,7 @@ mod pod;
 mod pool;
 mod prepare;
 mod req;
+mod reservations;
 mod resvec;
 mod shortfall;
 mod solve;

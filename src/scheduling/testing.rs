@@ -391,6 +391,7 @@ pub fn instance_type(name: &str, cpu: u32, mem_gib: u32, pods: u32) -> InstanceT
             capacity_type: CapacityType::Spot,
             price: price * 0.7,
             available: true,
+            reservation: None,
         });
         offerings.push(Offering {
             zone: zone.to_string(),
@@ -398,6 +399,7 @@ pub fn instance_type(name: &str, cpu: u32, mem_gib: u32, pods: u32) -> InstanceT
             capacity_type: CapacityType::OnDemand,
             price,
             available: true,
+            reservation: None,
         });
     }
     InstanceType {

@@ -5,6 +5,11 @@
 //! `karpenter_nodeclaims_disrupted_total{reason="expired"}` (upstream's `ExpiredReason`); like
 //! upstream, no Event is published here (the drainer's `DisruptionTerminating` follows).
 //!
+//! A NodeClaim in a Capacity Block is deleted the same way once the block enters its
+//! expiration window ([`kerf::catalog::CAPACITY_BLOCK_EXPIRATION_WINDOW`], from its end
+//! time in the EC2NodeClass's status), as upstream drains such nodes ten minutes before EC2
+//! reclaims them; its pods move while there is time, instead of with the instance.
+//!
 //! The pass sleeps until the next NodeClaim expires, so an expiry is acted on within
 //! [`crate::requeue::MIN_GAP`] of its time, and only the leader deletes.
 
@@ -12,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kerf::api::{NillableDuration, NodeClaim};
+use kerf::api::ec2nodeclass::CapacityReservationType;
+use kerf::api::{EC2NodeClass, NillableDuration, NodeClaim};
 use kerf::labels;
 use kube::api::{Api, DeleteParams};
 use kube::{Client, ResourceExt};
@@ -64,9 +70,65 @@ pub fn due(claims: &[Arc<NodeClaim>], now: Timestamp) -> (Vec<Arc<NodeClaim>>, O
     (due, next)
 }
 
-/// Deletes every expired NodeClaim; a failed delete is retried by the next pass.
+/// NodeClaims in a Capacity Block whose class's status says it ends within the expiration
+/// window at `now`, and the wait until the next block enters its window.
+pub fn in_ending_blocks(
+    claims: &[Arc<NodeClaim>],
+    classes: &[Arc<EC2NodeClass>],
+    now: Timestamp,
+) -> (Vec<Arc<NodeClaim>>, Option<Duration>) {
+    let window = kerf::catalog::CAPACITY_BLOCK_EXPIRATION_WINDOW;
+    let mut drain_at = std::collections::HashMap::new();
+    for reservation in classes
+        .iter()
+        .filter_map(|c| c.status.as_ref())
+        .flat_map(|s| &s.capacity_reservations)
+        .filter(|r| r.reservation_type == CapacityReservationType::CapacityBlock)
+    {
+        let Some(end) = &reservation.end_time else {
+            continue;
+        };
+        let Ok(window) = k8s_openapi::jiff::SignedDuration::try_from(window) else {
+            continue;
+        };
+        if let Ok(at) = end.0.checked_sub(window) {
+            drain_at.insert(reservation.id.as_str(), at);
+        }
+    }
+    let mut due = Vec::new();
+    let mut next: Option<Duration> = None;
+    for claim in claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+    {
+        let Some(at) = claim
+            .labels()
+            .get(labels::CAPACITY_RESERVATION_ID)
+            .and_then(|id| drain_at.get(id.as_str()))
+        else {
+            continue;
+        };
+        if *at <= now {
+            due.push(Arc::clone(claim));
+        } else {
+            let wait = Duration::try_from(at.duration_since(now)).unwrap_or(MAX_SLEEP);
+            next = Some(next.map_or(wait, |n| n.min(wait)));
+        }
+    }
+    (due, next)
+}
+
+/// Deletes every expired NodeClaim and every one in an ending Capacity Block; a failed
+/// delete is retried by the next pass.
 pub async fn expire(client: &Client, state: &ClusterState) -> Result<Pass, kube::Error> {
-    let (due, next) = due(&state.nodeclaims.snapshot(), Timestamp::now());
+    let now = Timestamp::now();
+    let claims = state.nodeclaims.snapshot();
+    let (due, next) = due(&claims, now);
+    let (ending, next_block) = in_ending_blocks(&claims, &state.nodeclasses.snapshot(), now);
+    let next = match (next, next_block) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let api: Api<NodeClaim> = Api::all(client.clone());
     let mut pass = Pass {
         next,
@@ -88,6 +150,26 @@ pub async fn expire(client: &Client, state: &ClusterState) -> Result<Pass, kube:
             &label(labels::CAPACITY_TYPE),
         );
         tracing::info!(nodeclaim = claim.name_any(), "deleting expired nodeclaim");
+        pass.expired.push(claim.name_any());
+    }
+    let ending: Vec<Arc<NodeClaim>> = ending
+        .into_iter()
+        .filter(|c| !pass.expired.contains(&c.name_any()))
+        .collect();
+    for claim in ending {
+        match api
+            .delete(&claim.name_any(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => return Err(e),
+        }
+        tracing::info!(
+            nodeclaim = claim.name_any(),
+            capacity_reservation = claim.labels().get(labels::CAPACITY_RESERVATION_ID),
+            "deleting nodeclaim ahead of its capacity block's end"
+        );
         pass.expired.push(claim.name_any());
     }
     Ok(pass)
@@ -147,5 +229,57 @@ mod tests {
         let names: Vec<_> = due.iter().map(|c| c.name_any()).collect();
         assert_eq!(names, ["old", "exact"]);
         assert_eq!(next, Some(Duration::from_secs(30 * 60)));
+    }
+
+    #[test]
+    fn nodeclaims_in_a_capacity_block_are_due_forty_minutes_before_its_end() {
+        let class: Arc<EC2NodeClass> = Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+                "metadata": {"name": "default"},
+                "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                         "subnetSelectorTerms": [{"id": "s"}],
+                         "securityGroupSelectorTerms": [{"id": "g"}]},
+                "status": {"capacityReservations": [
+                    {"id": "cr-block", "instanceType": "p5.48xlarge",
+                     "availabilityZone": "us-east-1a", "instanceMatchCriteria": "targeted",
+                     "ownerID": "123456789012", "reservationType": "capacity-block",
+                     "endTime": "2026-01-01T12:00:00Z"},
+                    {"id": "cr-odcr", "instanceType": "m5.large",
+                     "availabilityZone": "us-east-1a", "instanceMatchCriteria": "targeted",
+                     "ownerID": "123456789012", "endTime": "2026-01-01T11:00:00Z"}
+                ]}
+            }))
+            .expect("a valid EC2NodeClass"),
+        );
+        let in_reservation = |name: &str, id: &str| {
+            let mut claim = claim(name, "2026-01-01T00:00:00Z", "Never");
+            Arc::make_mut(&mut claim)
+                .metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(labels::CAPACITY_RESERVATION_ID.into(), id.into());
+            claim
+        };
+        let claims = vec![
+            in_reservation("block", "cr-block"),
+            in_reservation("odcr", "cr-odcr"),
+            claim("plain", "2026-01-01T00:00:00Z", "Never"),
+        ];
+        let at = |t: &str| t.parse::<Timestamp>().expect("timestamp");
+        let (due, next) = in_ending_blocks(
+            &claims,
+            std::slice::from_ref(&class),
+            at("2026-01-01T11:10:00Z"),
+        );
+        assert!(due.is_empty());
+        assert_eq!(next, Some(Duration::from_secs(10 * 60)));
+        let (due, _) = in_ending_blocks(&claims, &[class], at("2026-01-01T11:20:00Z"));
+        let names: Vec<String> = due.iter().map(|c| c.name_any()).collect();
+        assert_eq!(
+            names,
+            ["block"],
+            "only the Capacity Block's NodeClaim, not the ODCR's"
+        );
     }
 }

@@ -10,14 +10,19 @@
 //! so a quiet cluster re-resolves nothing between rounds. One cache serves the
 //! Provisioner's rounds and the disruption snapshots alike, and each shares the cached list
 //! itself: a list is six megabytes (1,235 types in us-east-1), and a copy per user would
-//! keep two of them for good. The cache is locked only while one class is looked up (or
+//! keep two of them for good. With the `ReservedCapacity` gate, the class's
+//! `status.capacityReservations` become `reserved` offerings with the room the provider
+//! knows ([`CloudProvider::reservation_capacity`]); a change of room rebuilds the list. The cache is locked only while one class is looked up (or
 //! rebuilt), not while a snapshot is built around it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kerf::api::EC2NodeClass;
-use kerf::catalog::{AllocatableSettings, Catalog, CatalogSnapshot, InstanceType};
+use kerf::api::ec2nodeclass::CapacityReservation;
+use kerf::catalog::{
+    AllocatableSettings, Catalog, CatalogSnapshot, InstanceType, add_reserved_offerings,
+};
 use kerf::cloudprovider::CloudProvider;
 use kerf::cluster::snapshot::InstanceTypeSource;
 
@@ -29,6 +34,8 @@ pub struct InstanceTypeCache {
     classes: Arc<Mutex<Classes>>,
     /// Whose refreshed catalog rounds plan with; without one, the embedded catalog.
     provider: Option<Arc<dyn CloudProvider>>,
+    /// The `ReservedCapacity` gate.
+    reserved_capacity: bool,
 }
 
 #[derive(Default)]
@@ -50,6 +57,8 @@ struct Resolved {
     /// The provider catalog's number (0: the embedded catalog).
     catalog: u64,
     generation: u64,
+    /// The class's reservations with the room each had when the list was built.
+    reserved: Vec<(CapacityReservation, Option<u32>)>,
     types: Arc<[InstanceType]>,
     /// The latest round that used it.
     round: u64,
@@ -72,7 +81,37 @@ impl InstanceTypeCache {
         Self {
             classes: Arc::default(),
             provider,
+            reserved_capacity: true,
         }
+    }
+
+    /// The cache with the `ReservedCapacity` gate set to `on`.
+    pub fn with_reserved_capacity(mut self, on: bool) -> Self {
+        self.reserved_capacity = on;
+        self
+    }
+
+    /// The class's reservations and their room now (none with the gate off).
+    fn reservations(
+        &self,
+        class: Option<&EC2NodeClass>,
+    ) -> Vec<(CapacityReservation, Option<u32>)> {
+        if !self.reserved_capacity {
+            return Vec::new();
+        }
+        class
+            .and_then(|c| c.status.as_ref())
+            .map(|s| s.capacity_reservations.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|r| {
+                let room = self
+                    .provider
+                    .as_ref()
+                    .and_then(|p| p.reservation_capacity(&r.id));
+                (r.clone(), room)
+            })
+            .collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, Classes> {
@@ -158,6 +197,7 @@ impl InstanceTypeSource for Source<'_> {
         settings: &AllocatableSettings,
     ) -> Arc<[InstanceType]> {
         let subnets = subnets_by_zone(class);
+        let reserved = self.cache.reservations(class);
         let catalog = self.refreshed.as_ref().map_or(0, |c| c.seq_num());
         let generation = self.offerings.map_or(0, OfferingCacheHandle::generation);
         let mut classes = self.cache.lock();
@@ -166,6 +206,7 @@ impl InstanceTypeSource for Source<'_> {
             && resolved.catalog == catalog
             && resolved.settings == *settings
             && resolved.subnets == subnets
+            && resolved.reserved == reserved
         {
             resolved.round = resolved.round.max(self.round);
             return Arc::clone(&resolved.types);
@@ -187,6 +228,16 @@ impl InstanceTypeSource for Source<'_> {
                 types
             }
         };
+        if !reserved.is_empty() {
+            let reservations: Vec<CapacityReservation> =
+                reserved.iter().map(|(r, _)| r.clone()).collect();
+            add_reserved_offerings(&mut types, &reservations, |id| {
+                reserved
+                    .iter()
+                    .find(|(r, _)| r.id == id)
+                    .and_then(|(_, room)| *room)
+            });
+        }
         // Read under the lock once, with the generation it had: a mark arriving meanwhile
         // moves the generation again, so the next round rebuilds.
         let generation = match self.offerings {
@@ -205,6 +256,7 @@ impl InstanceTypeSource for Source<'_> {
                 subnets,
                 catalog,
                 generation,
+                reserved,
                 types: Arc::clone(&types),
                 round: self.round,
             },

@@ -323,3 +323,55 @@ fn rounds_plan_with_the_providers_catalog_once_it_has_one() {
     assert_eq!(cache.builds(), 3, "renumbered: rebuilt");
     assert_eq!(price(&types), Some(0.009));
 }
+
+#[test]
+fn a_class_s_reservations_are_reserved_offerings_rebuilt_when_their_room_changes() {
+    use kerf::cloudprovider::CloudProviderError;
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    let cloud = crate::testing::RefusingCloud::new(|| CloudProviderError::Other {
+        operation: "test".into(),
+        message: "refused".into(),
+    });
+    let mut class = class_in(&["us-east-1a"]);
+    class.status.as_mut().expect("status").capacity_reservations = vec![
+        serde_json::from_value(serde_json::json!({
+            "id": "cr-1", "instanceType": "m5.large", "availabilityZone": "us-east-1a",
+            "instanceMatchCriteria": "targeted", "ownerID": "123456789012",
+        }))
+        .expect("a reservation"),
+    ];
+    cloud.set_reservation_capacity("cr-1", 2);
+    let settings = AllocatableSettings::default();
+    let resolve = |cache: &InstanceTypeCache| {
+        let mut source = cache.round(&catalog, None);
+        let types = source.resolve("default", Some(&class), &settings);
+        cache.finish_round();
+        types
+    };
+    let room = |types: &[InstanceType]| {
+        types
+            .iter()
+            .find(|it| it.name == "m5.large")
+            .and_then(|it| {
+                it.offerings
+                    .iter()
+                    .find(|o| o.capacity_type == CapacityType::Reserved)
+            })
+            .map(|o| (o.available, o.reservation.as_ref().map(|r| r.capacity)))
+    };
+
+    let cache = InstanceTypeCache::following(Some(cloud.clone()));
+    assert_eq!(room(&resolve(&cache)), Some((true, Some(2))));
+    assert_eq!(room(&resolve(&cache)), Some((true, Some(2))));
+    assert_eq!(cache.builds(), 1, "nothing changed: not rebuilt");
+    cloud.set_reservation_capacity("cr-1", 0);
+    assert_eq!(room(&resolve(&cache)), Some((false, Some(0))));
+    assert_eq!(cache.builds(), 2, "the room changed: rebuilt");
+
+    let gated = InstanceTypeCache::following(Some(cloud.clone())).with_reserved_capacity(false);
+    assert_eq!(
+        room(&resolve(&gated)),
+        None,
+        "the gate off: no reserved offering"
+    );
+}

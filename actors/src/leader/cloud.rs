@@ -127,6 +127,10 @@ impl CloudProvider for FencedCloudProvider {
         self.inner.catalog()
     }
 
+    fn reservation_capacity(&self, id: &str) -> Option<u32> {
+        self.inner.reservation_capacity(id)
+    }
+
     fn is_drifted<'a>(
         &'a self,
         node_claim: &'a NodeClaim,
@@ -257,6 +261,9 @@ mod tests {
             Box::pin(async { Ok(Vec::new()) })
         }
         fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
+            None
+        }
+        fn reservation_capacity(&self, _: &str) -> Option<u32> {
             None
         }
         fn is_drifted<'a>(

@@ -411,6 +411,7 @@ async fn orphaned_launch(h: &Harness, provider: &SimulatedCloudProvider) -> (Nod
         launch_template_configs: vec![LaunchTemplateConfig {
             launch_template_name: "karpenter.k8s.aws/kerf-sim".to_owned(),
             overrides: vec![FleetOverride {
+                capacity_reservation_id: None,
                 instance_type: "m5.large".to_owned(),
                 zone: "us-east-1a".to_owned(),
                 subnet_id: None,

@@ -21,7 +21,13 @@
 #         "price": "..."}
 #        sets the price DescribeSpotPriceHistory answers for one offering (moto answers a
 #        placeholder 0.00001 for every offering; this launcher patches its handler to
-#        answer the seeded prices first).
+#        answer the seeded prices first);
+#        {"op": "ec2_capacity_reservation", "account": "...", "region": "...", "id": "cr-...",
+#         "instance_type": "...", "zone": "...", "available": n, "total": n, ...}
+#        seeds (or replaces) a capacity reservation: moto 5.2 has no capacity-reservation
+#        API, so this launcher adds DescribeCapacityReservations answering the seeded ones
+#        (optional keys: "match_criteria", "reservation_type", "interruptible", "end_date",
+#        "state", "owner_id", "tags").
 # End of input (the test process exited or closed the pipe) stops the server.
 # moto 5.2 ignores CreateFleet's ClientToken (a repeat launches again); the server started
 # here answers a repeated token as EC2 does: see honour_create_fleet_client_token.
@@ -52,6 +58,7 @@ try:
     from moto.ssm.models import Parameter, ssm_backends
     from moto.ec2.exceptions import EC2ClientError
     from moto.ec2.responses.fleets import Fleets
+    from moto.ec2.responses import EC2Response
     from datetime import datetime
 except Exception as err:  # moto missing or broken: say so on the protocol line
     print(f"ERROR moto is not importable ({err}); install it with: pip install 'moto[server]'", file=PROTOCOL, flush=True)
@@ -136,6 +143,67 @@ def describe_spot_price_history(self):
     return ActionResult({"SpotPriceHistory": history})
 
 
+# (account, region) -> {reservation id -> reservation as DescribeCapacityReservations
+# answers it}.
+CAPACITY_RESERVATIONS = {}
+
+
+def ec2_capacity_reservation(cmd):
+    reservation = {
+        "CapacityReservationId": cmd["id"],
+        "OwnerId": cmd.get("owner_id", cmd["account"]),
+        "InstanceType": cmd["instance_type"],
+        "AvailabilityZone": cmd["zone"],
+        "AvailableInstanceCount": int(cmd["available"]),
+        "TotalInstanceCount": int(cmd["total"]),
+        "State": cmd.get("state", "active"),
+        "InstanceMatchCriteria": cmd.get("match_criteria", "targeted"),
+        "ReservationType": cmd.get("reservation_type", "default"),
+        "Interruptible": bool(cmd.get("interruptible", False)),
+        "Tenancy": "default",
+        "InstancePlatform": "Linux/UNIX",
+        "Tags": [{"Key": k, "Value": v} for k, v in sorted(cmd.get("tags", {}).items())],
+    }
+    if cmd.get("end_date"):
+        reservation["EndDate"] = cmd["end_date"]
+    CAPACITY_RESERVATIONS.setdefault((cmd["account"], cmd["region"]), {})[cmd["id"]] = reservation
+
+
+def reservation_matches(reservation, name, values):
+    if name == "state":
+        return reservation["State"] in values
+    if name == "owner-id":
+        return reservation["OwnerId"] in values
+    if name == "instance-match-criteria":
+        return reservation["InstanceMatchCriteria"] in values
+    if name == "instance-type":
+        return reservation["InstanceType"] in values
+    if name == "availability-zone":
+        return reservation["AvailabilityZone"] in values
+    tags = {t["Key"]: t["Value"] for t in reservation["Tags"]}
+    if name == "tag-key":
+        return any(v in tags for v in values)
+    if name.startswith("tag:"):
+        return tags.get(name[len("tag:"):]) in values
+    raise EC2ClientError("InvalidParameterValue", f"The filter '{name}' is invalid")
+
+
+def describe_capacity_reservations(self):
+    """DescribeCapacityReservations over the seeded reservations (ids, then filters)."""
+    seeded = CAPACITY_RESERVATIONS.get((self.current_account, self.region), {})
+    ids = self._get_param("CapacityReservationIds", [])
+    for wanted in ids:
+        if wanted not in seeded:
+            raise EC2ClientError(
+                "InvalidCapacityReservationId.NotFound",
+                f"The capacity reservation ID '{wanted}' does not exist",
+            )
+    found = [seeded[i] for i in ids] if ids else [seeded[i] for i in sorted(seeded)]
+    for name, values in self._filters_from_querystring().items():
+        found = [r for r in found if reservation_matches(r, name, values)]
+    return ActionResult({"CapacityReservations": found})
+
+
 def honour_create_fleet_client_token():
     # EC2 answers a CreateFleet whose ClientToken it has answered before with that answer,
     # launching nothing, and refuses the token with other parameters; kerf's launches rely
@@ -173,6 +241,7 @@ def honour_create_fleet_client_token():
 def main():
     SpotInstances.describe_spot_price_history = describe_spot_price_history
     honour_create_fleet_client_token()
+    EC2Response.describe_capacity_reservations = describe_capacity_reservations
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
@@ -193,6 +262,8 @@ def main():
                 ec2_instance_type(cmd)
             elif cmd.get("op") == "ec2_spot_price":
                 ec2_spot_price(cmd)
+            elif cmd.get("op") == "ec2_capacity_reservation":
+                ec2_capacity_reservation(cmd)
             else:
                 raise ValueError(f"unknown op {cmd.get('op')!r}")
             print("OK", file=PROTOCOL, flush=True)

@@ -186,6 +186,31 @@ impl MotoServer {
         }))
     }
 
+    /// Seeds (or replaces) a capacity reservation that DescribeCapacityReservations answers
+    /// in `region` of moto's account: moto has no capacity-reservation API of its own.
+    pub fn seed_capacity_reservation(
+        &self,
+        region: &str,
+        reservation: &SeededReservation,
+    ) -> Result<(), MotoError> {
+        self.command(serde_json::json!({
+            "op": "ec2_capacity_reservation",
+            "account": MOTO_ACCOUNT_ID,
+            "region": region,
+            "id": reservation.id,
+            "instance_type": reservation.instance_type,
+            "zone": reservation.zone,
+            "available": reservation.available,
+            "total": reservation.total,
+            "match_criteria": reservation.match_criteria,
+            "reservation_type": reservation.reservation_type,
+            "interruptible": reservation.interruptible,
+            "end_date": reservation.end_date,
+            "state": reservation.state,
+            "tags": reservation.tags,
+        }))
+    }
+
     fn command(&self, command: serde_json::Value) -> Result<(), MotoError> {
         let mut control = self
             .control
@@ -203,6 +228,45 @@ impl MotoServer {
                 command: command.to_string(),
                 message: other.to_owned(),
             }),
+        }
+    }
+}
+
+/// A capacity reservation as [`MotoServer::seed_capacity_reservation`] seeds it.
+#[derive(Clone, Debug)]
+pub struct SeededReservation {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub available: u32,
+    pub total: u32,
+    /// `open` or `targeted`.
+    pub match_criteria: String,
+    /// `default` or `capacity-block`.
+    pub reservation_type: String,
+    pub interruptible: bool,
+    /// RFC 3339, or none for an open-ended reservation.
+    pub end_date: Option<String>,
+    /// `active`, `expired`, `cancelled`, ...
+    pub state: String,
+    pub tags: std::collections::BTreeMap<String, String>,
+}
+
+impl SeededReservation {
+    /// An active, targeted, open-ended `default` reservation with nothing launched into it.
+    pub fn new(id: &str, instance_type: &str, zone: &str, count: u32) -> Self {
+        Self {
+            id: id.to_owned(),
+            instance_type: instance_type.to_owned(),
+            zone: zone.to_owned(),
+            available: count,
+            total: count,
+            match_criteria: "targeted".to_owned(),
+            reservation_type: "default".to_owned(),
+            interruptible: false,
+            end_date: None,
+            state: "active".to_owned(),
+            tags: std::collections::BTreeMap::new(),
         }
     }
 }

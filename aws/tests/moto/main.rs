@@ -15,4 +15,5 @@ mod interruption;
 mod launch;
 mod nodeclass;
 mod pricing;
+mod reservations;
 mod support;

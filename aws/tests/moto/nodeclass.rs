@@ -12,7 +12,7 @@ use kerf_aws::ssm::SsmProvider;
 use kerf_aws::subnet::SubnetProvider;
 use std::sync::Arc;
 
-fn resolver(c: &AwsClients, cluster: &str) -> NodeClassResolver {
+pub fn resolver(c: &AwsClients, cluster: &str) -> NodeClassResolver {
     NodeClassResolver {
         subnets: Arc::new(SubnetProvider::new(c.ec2.clone())),
         security_groups: Arc::new(SecurityGroupProvider::new(c.ec2.clone())),
@@ -21,11 +21,12 @@ fn resolver(c: &AwsClients, cluster: &str) -> NodeClassResolver {
             Arc::new(SsmProvider::new(c.ssm.clone())),
         )),
         instance_profiles: Arc::new(InstanceProfileProvider::new(c.iam.clone(), cluster, REGION)),
+        capacity_reservations: None,
         kubernetes_version: "1.31".into(),
     }
 }
 
-fn node_class(name: &str, spec: serde_json::Value) -> EC2NodeClass {
+pub fn node_class(name: &str, spec: serde_json::Value) -> EC2NodeClass {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.k8s.aws/v1",
         "kind": "EC2NodeClass",
@@ -35,7 +36,7 @@ fn node_class(name: &str, spec: serde_json::Value) -> EC2NodeClass {
     .expect("a valid EC2NodeClass")
 }
 
-fn condition<'a>(status: &'a EC2NodeClassStatus, type_: &str) -> &'a kerf::api::Condition {
+pub fn condition<'a>(status: &'a EC2NodeClassStatus, type_: &str) -> &'a kerf::api::Condition {
     status
         .conditions
         .iter()

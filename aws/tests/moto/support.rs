@@ -176,5 +176,6 @@ pub fn provider_settings(cluster: &str) -> kerf_aws::cloudprovider::AwsSettings 
         isolated_vpc: false,
         reserved_enis: 0,
         vm_memory_overhead_percent: 0.075,
+        reserved_capacity: true,
     }
 }

@@ -123,6 +123,7 @@ pub async fn connect(
         isolated_vpc: settings.isolated_vpc,
         reserved_enis: settings.reserved_enis,
         vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
+        reserved_capacity: settings.feature_gates.reserved_capacity,
     };
     // One unavailable-offerings state: the OfferingCache actor, which the provider marks
     // from fleet errors and the NodeClaim lifecycle and schedulers read.

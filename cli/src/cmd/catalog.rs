@@ -6,6 +6,7 @@ mod nodeclass;
 
 use kerf::catalog::{
     AllocatableSettings, CapacityType, Catalog, DEFAULT_VM_MEMORY_OVERHEAD_PERCENT, InstanceType,
+    add_reserved_offerings,
 };
 use kerf::labels::{ARCH, RESOURCE_CPU, RESOURCE_MEMORY, RESOURCE_PODS};
 use kerf::resources::Resources;
@@ -65,18 +66,35 @@ fn list(args: &Args) -> Result<Vec<InstanceType>, String> {
             args.vm_memory_overhead_percent
         )));
     }
-    let settings = match &args.nodeclass {
-        Some(file) => nodeclass::read(file, args.reserved_enis, args.vm_memory_overhead_percent)
-            .map_err(|e| e.to_string())?,
-        None => AllocatableSettings {
-            reserved_enis: args.reserved_enis,
-            vm_memory_overhead_percent: args.vm_memory_overhead_percent,
-            ..AllocatableSettings::default()
-        },
+    let (settings, node_class) = match &args.nodeclass {
+        Some(file) => {
+            let (settings, node_class) =
+                nodeclass::read(file, args.reserved_enis, args.vm_memory_overhead_percent)
+                    .map_err(|e| e.to_string())?;
+            (settings, Some(node_class))
+        }
+        None => (
+            AllocatableSettings {
+                reserved_enis: args.reserved_enis,
+                vm_memory_overhead_percent: args.vm_memory_overhead_percent,
+                ..AllocatableSettings::default()
+            },
+            None,
+        ),
     };
     let catalog = Catalog::embedded(&args.region).map_err(|e| failed(e.to_string()))?;
+    // The class's reservations (from its status) as reserved offerings; the status does not
+    // say how much room each has, so they are listed as available.
+    let reserve = |mut types: Vec<InstanceType>| {
+        if let Some(status) = node_class.as_ref().and_then(|c| c.status.as_ref()) {
+            add_reserved_offerings(&mut types, &status.capacity_reservations, |_| {
+                Some(u32::MAX)
+            });
+        }
+        types
+    };
     if args.instance_types.is_empty() {
-        return Ok(catalog.instance_types(&settings));
+        return Ok(reserve(catalog.instance_types(&settings)));
     }
     args.instance_types
         .iter()
@@ -88,7 +106,8 @@ fn list(args: &Args) -> Result<Vec<InstanceType>, String> {
                 ))
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .map(reserve)
 }
 
 /// One instance type as `-o json` prints it.
@@ -109,6 +128,8 @@ struct JsonOffering<'a> {
     capacity_type: CapacityType,
     price: f64,
     available: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capacity_reservation_id: Option<&'a str>,
 }
 
 fn write_output(types: &[InstanceType], output: Output) -> ExitCode {
@@ -146,6 +167,7 @@ fn write_json(out: &mut impl Write, types: &[InstanceType]) -> io::Result<()> {
                     capacity_type: o.capacity_type,
                     price: o.price,
                     available: o.available,
+                    capacity_reservation_id: o.reservation.as_ref().map(|r| r.id.as_str()),
                 })
                 .collect(),
         })
@@ -166,9 +188,10 @@ fn write_table(out: &mut impl Write, types: &[InstanceType]) -> io::Result<()> {
         "ALLOC PODS",
         "ON-DEMAND",
         "SPOT FROM",
+        "RESERVED",
         "ZONES",
     ];
-    let rows: Vec<[String; 11]> = types.iter().map(table_row).collect();
+    let rows: Vec<[String; 12]> = types.iter().map(table_row).collect();
     let mut widths = header.map(str::len);
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -187,7 +210,20 @@ fn write_table(out: &mut impl Write, types: &[InstanceType]) -> io::Result<()> {
     Ok(())
 }
 
-fn table_row(it: &InstanceType) -> [String; 11] {
+/// The class's available reservations of the type, as `id@zone`; `-` when none.
+fn reserved(it: &InstanceType) -> String {
+    let ids: Vec<String> = it
+        .available_offerings()
+        .filter_map(|o| Some(format!("{}@{}", o.reservation.as_ref()?.id, o.zone)))
+        .collect();
+    if ids.is_empty() {
+        "-".to_owned()
+    } else {
+        ids.join(",")
+    }
+}
+
+fn table_row(it: &InstanceType) -> [String; 12] {
     let allocatable = it.allocatable();
     let quantity = |resources: &Resources, name: &str| {
         resources
@@ -214,6 +250,7 @@ fn table_row(it: &InstanceType) -> [String; 11] {
         quantity(&allocatable, RESOURCE_PODS),
         cheapest(CapacityType::OnDemand),
         cheapest(CapacityType::Spot),
+        reserved(it),
         zones.join(","),
     ]
 }

@@ -6,6 +6,7 @@
 //! unavailable-offerings cache learns from.
 
 use super::faults::IceSet;
+use super::reservations::RESERVATION_CAPACITY_EXCEEDED;
 use super::types::{
     CapacityType, CreateFleetRequest, FleetError, FleetOverride, INSUFFICIENT_INSTANCE_CAPACITY,
     OfferingKey, UNSUPPORTED,
@@ -21,6 +22,7 @@ pub(crate) struct Chosen {
     pub(crate) launch_template_name: String,
     pub(crate) image_id: Option<String>,
     pub(crate) subnet_id: Option<String>,
+    pub(crate) reservation: Option<String>,
 }
 
 /// The outcome of allocation: the pool (if any) and the errors to report.
@@ -39,12 +41,14 @@ struct Candidate<'a> {
     over: &'a FleetOverride,
 }
 
-/// Picks the cheapest launchable pool among the request's overrides.
+/// Picks the cheapest launchable pool among the request's overrides; an override into a
+/// reservation needs room in it (`room`) and costs the reserved price.
 pub(crate) fn allocate(
     request: &CreateFleetRequest,
     capacity_type: CapacityType,
     prices: &HashMap<OfferingKey, f64>,
     ice: &IceSet,
+    room: &HashMap<String, u32>,
 ) -> Allocation {
     let mut allocation = Allocation::default();
     let mut candidates = Vec::new();
@@ -55,6 +59,27 @@ pub(crate) fn allocate(
     });
     for (order, (lt_name, over)) in overrides.enumerate() {
         let key = OfferingKey::new(&over.instance_type, &over.zone, capacity_type);
+        if let Some(id) = &over.capacity_reservation_id {
+            match (prices.get(&key), room.get(id)) {
+                (Some(&price), Some(&n)) if n > 0 && capacity_type == CapacityType::OnDemand => {
+                    candidates.push(Candidate {
+                        key,
+                        price: price / kerf::catalog::RESERVED_PRICE_DIVISOR,
+                        priority: over.priority.unwrap_or(f64::INFINITY),
+                        order,
+                        launch_template_name: lt_name,
+                        over,
+                    })
+                }
+                _ => allocation.errors.push(fleet_error(
+                    &key,
+                    lt_name,
+                    RESERVATION_CAPACITY_EXCEEDED,
+                    format!("Insufficient capacity in capacity reservation {id}."),
+                )),
+            }
+            continue;
+        }
         match prices.get(&key) {
             Some(&price) => candidates.push(Candidate {
                 key,
@@ -81,6 +106,7 @@ pub(crate) fn allocate(
             launch_template_name: candidate.launch_template_name.to_owned(),
             image_id: candidate.over.image_id.clone(),
             subnet_id: candidate.over.subnet_id.clone(),
+            reservation: candidate.over.capacity_reservation_id.clone(),
         });
         break;
     }
@@ -167,7 +193,13 @@ mod tests {
     #[test]
     fn picks_the_cheapest_pool() {
         let req = request(&[("m5.large", "a"), ("m5.large", "b"), ("c5.large", "a")]);
-        let out = allocate(&req, CapacityType::Spot, &prices(), &IceSet::default());
+        let out = allocate(
+            &req,
+            CapacityType::Spot,
+            &prices(),
+            &IceSet::default(),
+            &HashMap::new(),
+        );
         let chosen = out.chosen.expect("a pool has capacity");
         assert_eq!(chosen.key.instance_type, "c5.large");
         assert!(out.errors.is_empty());
@@ -178,7 +210,7 @@ mod tests {
         let req = request(&[("m5.large", "a"), ("m5.large", "b"), ("c5.large", "a")]);
         let mut ice = IceSet::default();
         ice.set(OfferingKey::new("c5.large", "a", CapacityType::Spot), true);
-        let out = allocate(&req, CapacityType::Spot, &prices(), &ice);
+        let out = allocate(&req, CapacityType::Spot, &prices(), &ice, &HashMap::new());
         assert_eq!(out.chosen.expect("m5.large/b has capacity").key.zone, "b");
         assert_eq!(out.errors.len(), 1);
         assert_eq!(out.errors[0].error_code, INSUFFICIENT_INSTANCE_CAPACITY);
@@ -188,7 +220,13 @@ mod tests {
     #[test]
     fn unknown_pools_are_unsupported() {
         let req = request(&[("x9.huge", "a")]);
-        let out = allocate(&req, CapacityType::Spot, &prices(), &IceSet::default());
+        let out = allocate(
+            &req,
+            CapacityType::Spot,
+            &prices(),
+            &IceSet::default(),
+            &HashMap::new(),
+        );
         assert!(out.chosen.is_none());
         assert_eq!(out.errors[0].error_code, UNSUPPORTED);
         assert!(out.errors[0].is_unfulfillable_capacity());

@@ -177,6 +177,7 @@ mod tests {
             launch_template_configs: vec![LaunchTemplateConfig {
                 launch_template_name: "lt".into(),
                 overrides: vec![FleetOverride {
+                    capacity_reservation_id: None,
                     instance_type: key.instance_type,
                     zone: key.zone,
                     ..FleetOverride::default()

@@ -18,6 +18,7 @@ mod network;
 mod nodeclass;
 mod provider;
 mod queue;
+mod reservations;
 mod types;
 
 pub use error::{Ec2ConfigError, Ec2Error};
@@ -31,6 +32,9 @@ pub use provider::{
     instance_type_requirements, resource_list, tags,
 };
 pub use queue::{DEFAULT_VISIBILITY_TIMEOUT, MemoryQueue};
+pub use reservations::{
+    CapacityReservation, RESERVATION_CAPACITY_EXCEEDED, ReservationType, ReservationView,
+};
 pub use types::{
     CapacityType, CreateFleetOutput, CreateFleetRequest, DescribeInstancesRequest, Ec2Event,
     Filter, FleetError, FleetInstance, FleetOverride, INSUFFICIENT_INSTANCE_CAPACITY, Instance,
@@ -126,6 +130,22 @@ struct State {
     describe_lag: Duration,
     /// CreateTags calls still to fail.
     create_tags_failures: u32,
+    /// Capacity reservations by id.
+    reservations: BTreeMap<String, CapacityReservation>,
+}
+
+impl State {
+    fn reservation_room(&self) -> HashMap<String, u32> {
+        let mut live: HashMap<&str, u32> = HashMap::new();
+        for instance in self.instances.values().filter(|i| i.state.is_live()) {
+            if let Some(id) = &instance.capacity_reservation_id {
+                *live.entry(id.as_str()).or_default() += 1;
+            }
+        }
+        reservations::room(self.reservations.values(), |id| {
+            live.get(id).copied().unwrap_or(0)
+        })
+    }
 }
 
 /// Capacity of the event channel; a subscriber that lags further resynchronises from
@@ -214,8 +234,14 @@ impl SimulatedEc2 {
                 state.remember_answer(request, fingerprint, &output);
                 return Ok(output);
             }
-            let allocation =
-                fleet::allocate(request, capacity_type, &self.inner.prices, &state.ice);
+            let room = state.reservation_room();
+            let allocation = fleet::allocate(
+                request,
+                capacity_type,
+                &self.inner.prices,
+                &state.ice,
+                &room,
+            );
             let mut output = CreateFleetOutput {
                 fleet_id: ids::fleet_id(&mut rand::rng()),
                 instances: Vec::new(),
@@ -470,6 +496,61 @@ impl SimulatedEc2 {
         Ok(())
     }
 
+    /// Adds (or replaces) a capacity reservation of the region.
+    pub fn add_capacity_reservation(&self, reservation: CapacityReservation) {
+        self.lock()
+            .reservations
+            .insert(reservation.id.clone(), reservation);
+    }
+
+    /// `DescribeCapacityReservations`: every active reservation, by id, with its room.
+    pub fn describe_capacity_reservations(&self) -> Vec<ReservationView> {
+        let state = self.lock();
+        let room = state.reservation_room();
+        state
+            .reservations
+            .values()
+            .map(|r| ReservationView {
+                available: room.get(&r.id).copied().unwrap_or(0),
+                reservation: r.clone(),
+            })
+            .collect()
+    }
+
+    /// Ends a reservation (a Capacity Block's end, a cancelled ODCR): EC2 removes it and
+    /// terminates the instances still running in it. Returns those instances' ids.
+    pub fn end_capacity_reservation(&self, id: &str) -> Vec<String> {
+        let ids: Vec<String> = {
+            let mut state = self.lock();
+            state.reservations.remove(id);
+            state
+                .instances
+                .values()
+                .filter(|i| i.state.is_live() && i.capacity_reservation_id.as_deref() == Some(id))
+                .map(|i| i.instance_id.clone())
+                .collect()
+        };
+        for instance_id in &ids {
+            self.transition(instance_id, InstanceState::ShuttingDown);
+            self.schedule_state(
+                instance_id,
+                InstanceState::Terminated,
+                self.inner.config.shutdown_duration,
+            );
+        }
+        ids
+    }
+
+    /// The live instances in reservation `id`.
+    pub fn instances_in_reservation(&self, id: &str) -> Vec<String> {
+        self.lock()
+            .instances
+            .values()
+            .filter(|i| i.state.is_live() && i.capacity_reservation_id.as_deref() == Some(id))
+            .map(|i| i.instance_id.clone())
+            .collect()
+    }
+
     /// Every spot interruption warning issued so far, oldest first.
     pub fn spot_interruptions(&self) -> Vec<SpotInterruption> {
         self.lock().interruptions.clone()
@@ -563,6 +644,7 @@ impl SimulatedEc2 {
             price: chosen.price,
             tags: tags.clone(),
             interruption: None,
+            capacity_reservation_id: chosen.reservation.clone(),
         };
         state.instances.insert(instance_id, instance.clone());
         instance

@@ -7,14 +7,16 @@
 //! own images) and SSM parameters outside EKS's public paths select nothing, so the class
 //! is not Ready with upstream's `AMINotFound`, as in an account without such an image.
 //! Instance profiles are not simulated: `spec.instanceProfile` is taken as given and
-//! `spec.role` gets the name the AWS provider would manage.
+//! `spec.role` gets the name the AWS provider would manage. Capacity reservations are
+//! selected from the region's by id or tags (a tag value `*` matches any), as
+//! DescribeCapacityReservations filters them, and remembered for the class's launches.
 
 use super::network::Network;
 use super::provider::{SimulatedCloudProvider, tags};
 use super::{Ec2Error, Filter};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kerf::api::condition::types;
-use kerf::api::ec2nodeclass::{Ami, AmiSelectorTerm};
+use kerf::api::ec2nodeclass::{Ami, AmiSelectorTerm, CapacityReservation, InstanceMatchCriteria};
 use kerf::api::nodeclass_hash::{fnv1a64, hash_annotations};
 use kerf::api::{Condition, ConditionStatus, EC2NodeClass, EC2NodeClassStatus, NodeClaim};
 use kerf::cloudprovider::{
@@ -52,6 +54,57 @@ impl SimulatedCloudProvider {
         if selected { vec![image] } else { Vec::new() }
     }
 
+    /// The region's reservations the class's terms select, sorted by id, remembered for
+    /// its NodeClaims' launches.
+    fn capacity_reservations(&self, node_class: &EC2NodeClass) -> Vec<CapacityReservation> {
+        let terms = &node_class.spec.capacity_reservation_selector_terms;
+        let now = super::provider::system_time(std::time::SystemTime::now());
+        let selected: Vec<CapacityReservation> = self
+            .ec2()
+            .describe_capacity_reservations()
+            .into_iter()
+            .map(|v| v.reservation)
+            .filter(|r| {
+                terms.iter().any(|t| match &t.id {
+                    Some(id) => *id == r.id,
+                    None => {
+                        !t.tags.is_empty()
+                            && t.tags.iter().all(|(k, v)| {
+                                r.tags.get(k).is_some_and(|have| v == "*" || have == v)
+                            })
+                    }
+                })
+            })
+            .map(|r| {
+                let reservation_type = super::provider::reservation_type(&r);
+                let end_time = r.end_time.map(|t| Time(super::provider::system_time(t)));
+                CapacityReservation {
+                    state: kerf::catalog::reservation_state(
+                        reservation_type,
+                        end_time.as_ref().map(|t| t.0.as_second()),
+                        now.as_second(),
+                    ),
+                    availability_zone: r.zone,
+                    end_time,
+                    id: r.id,
+                    instance_match_criteria: InstanceMatchCriteria::Targeted,
+                    instance_type: r.instance_type,
+                    interruptible: Some(r.interruptible),
+                    owner_id: "123456789012".to_owned(),
+                    reservation_type,
+                }
+            })
+            .collect();
+        self.selected_reservations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                node_class.name().to_owned(),
+                selected.iter().map(|r| r.id.clone()).collect(),
+            );
+        selected
+    }
+
     fn resolve_status(&self, node_class: &EC2NodeClass) -> EC2NodeClassStatus {
         let network = Network::new(self.cluster_name(), self.zones());
         let subnets = network.subnets(&node_class.spec.subnet_selector_terms);
@@ -59,6 +112,7 @@ impl SimulatedCloudProvider {
             network.security_groups(&node_class.spec.security_group_selector_terms);
         let instance_profile = self.instance_profile(node_class);
         let amis = self.amis(node_class);
+        let reservations = self.capacity_reservations(node_class);
         let generation = node_class.metadata.generation;
         let condition = |type_: &str, problem: Option<(&str, &str)>| {
             let (status, reason, message) = match problem {
@@ -103,6 +157,19 @@ impl SimulatedCloudProvider {
             ),
             condition(types::VALIDATION_SUCCEEDED, None),
         ];
+        let reservations_condition = (!node_class
+            .spec
+            .capacity_reservation_selector_terms
+            .is_empty())
+        .then(|| {
+            condition(
+                types::CAPACITY_RESERVATIONS_READY,
+                reservations.is_empty().then_some((
+                    "CapacityReservationsNotFound",
+                    "CapacityReservationSelector did not match any active capacity reservations",
+                )),
+            )
+        });
         let unhealthy: Vec<String> = conditions
             .iter()
             .filter(|c| !c.is_true())
@@ -113,10 +180,11 @@ impl SimulatedCloudProvider {
             types::READY,
             (!unhealthy.is_empty()).then_some(("UnhealthyDependents", message.as_str())),
         ));
+        conditions.extend(reservations_condition);
         EC2NodeClassStatus {
             subnets,
             security_groups,
-            capacity_reservations: Vec::new(),
+            capacity_reservations: reservations,
             amis,
             instance_profile,
             conditions,

@@ -18,7 +18,7 @@ use super::types::{
     DescribeInstancesRequest, Filter, FleetOverride, Instance, InstanceState, LaunchTemplateConfig,
     OfferingKey, PricedOffering,
 };
-use super::{Ec2Config, Ec2Error, SimulatedEc2};
+use super::{CapacityReservation, Ec2Config, Ec2Error, ReservationType, SimulatedEc2};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kerf::api::nodeclaim::DEFAULT_EXPIRE_AFTER;
 use kerf::api::{
@@ -94,6 +94,9 @@ pub struct SimulatedCloudProvider {
     unavailable: OnceLock<Arc<dyn UnavailableOfferings>>,
     /// Per NodeClaim: its launch generation and the request whose answer was lost.
     attempts: LaunchAttempts<CreateFleetRequest>,
+    /// Per EC2NodeClass: the reservations its status selected (kept by node class
+    /// resolution), which its NodeClaims may launch into.
+    pub(crate) selected_reservations: Arc<Mutex<HashMap<String, Vec<String>>>>,
 }
 
 /// The priced, available offerings of `instance_types`: the pools the simulated region sells.
@@ -138,6 +141,7 @@ impl SimulatedCloudProvider {
             by_name: Arc::new(by_name),
             unavailable: OnceLock::new(),
             attempts: LaunchAttempts::default(),
+            selected_reservations: Arc::default(),
         }
     }
 
@@ -161,6 +165,7 @@ impl SimulatedCloudProvider {
             by_name: Arc::clone(&self.by_name),
             unavailable: OnceLock::from(offerings),
             attempts: LaunchAttempts::default(),
+            selected_reservations: Arc::clone(&self.selected_reservations),
         }
     }
 
@@ -313,6 +318,31 @@ impl SimulatedCloudProvider {
         let name = node_claim.name().to_owned();
         let reqs = claim_requirements(node_claim)?;
         let requests = claim_requests(node_claim)?;
+        // Reserved capacity first, as upstream: an on-demand fleet targeting the selected
+        // reservations with room; a NodeClaim that allows only reserved and finds none is
+        // refused like any launch without offerings.
+        let reserved = self.reserved_overrides(node_claim, &reqs, &requests);
+        if !reserved.is_empty() {
+            return Ok(CreateFleetRequest {
+                launch_template_configs: vec![LaunchTemplateConfig {
+                    launch_template_name: format!("karpenter.k8s.aws/{}", self.cluster_name),
+                    overrides: reserved,
+                }],
+                capacity_type: Some(Ec2CapacityType::OnDemand),
+                total_target_capacity: 1,
+                tags: self.launch_tags(node_claim),
+                context: None,
+                client_token: None,
+            });
+        }
+        if !allows_capacity_type(&reqs, CapacityType::OnDemand)
+            && !allows_capacity_type(&reqs, CapacityType::Spot)
+        {
+            return Err(CloudProviderError::InsufficientCapacity {
+                node_claim: name,
+                offerings: Vec::new(),
+            });
+        }
         let candidates = self.candidates(&name, &reqs, &requests)?;
         let mut capacity_type = choose_capacity_type(&reqs, &candidates);
         let image_id = self.image_id();
@@ -354,12 +384,97 @@ impl SimulatedCloudProvider {
         Ok(request)
     }
 
+    /// Overrides into the reservations `node_claim`'s class selected that have room, are
+    /// active, not marked unavailable, and whose type and zone its requirements allow and
+    /// whose type fits its requests; empty when it does not allow `reserved`.
+    fn reserved_overrides(
+        &self,
+        node_claim: &NodeClaim,
+        reqs: &Requirements,
+        requests: &Resources,
+    ) -> Vec<FleetOverride> {
+        if !allows_capacity_type(reqs, CapacityType::Reserved) {
+            return Vec::new();
+        }
+        let selected = self
+            .selected_reservations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&node_claim.node_class_ref().name)
+            .cloned()
+            .unwrap_or_default();
+        if selected.is_empty() {
+            return Vec::new();
+        }
+        let now = system_time(std::time::SystemTime::now()).as_second();
+        let image_id = self.image_id();
+        let mut overrides: Vec<(f64, FleetOverride)> = Vec::new();
+        for view in self.ec2.describe_capacity_reservations() {
+            let r = &view.reservation;
+            let end = r.end_time.map(|t| system_time(t).as_second());
+            let fits = self
+                .instance_types
+                .iter()
+                .zip(self.launch_facts.iter())
+                .find(|(it, _)| it.name == r.instance_type)
+                .filter(|(_, (it_reqs, allocatable))| {
+                    reqs.is_compatible(it_reqs, AllowUndefined::WellKnownLabels)
+                        && requests.fits(allocatable)
+                });
+            let Some((it, _)) = fits else { continue };
+            let zone_id = it
+                .offerings
+                .iter()
+                .find(|o| o.zone == r.zone)
+                .map(|o| o.zone_id.clone())
+                .unwrap_or_default();
+            let allowed = selected.contains(&r.id)
+                && view.available > 0
+                && kerf::catalog::reservation_state(reservation_type(r), end, now)
+                    == kerf::api::ec2nodeclass::CapacityReservationState::Active
+                && reqs.get(labels::ZONE).is_none_or(|z| z.has(&r.zone))
+                && !self.unavailable.get().is_some_and(|u| {
+                    u.is_unavailable(
+                        &r.instance_type,
+                        &r.zone,
+                        labels::CAPACITY_TYPE_RESERVED,
+                        &[],
+                    )
+                });
+            if !allowed {
+                continue;
+            }
+            let price = it
+                .offerings
+                .iter()
+                .find(|o| o.capacity_type == CapacityType::OnDemand)
+                .map_or(0.0, |o| o.price);
+            overrides.push((
+                price,
+                FleetOverride {
+                    instance_type: r.instance_type.clone(),
+                    zone: r.zone.clone(),
+                    subnet_id: Some(format!("subnet-{zone_id}")),
+                    image_id: Some(image_id.clone()),
+                    priority: None,
+                    capacity_reservation_id: Some(r.id.clone()),
+                },
+            ));
+        }
+        overrides.sort_by(|a, b| a.0.total_cmp(&b.0));
+        overrides.into_iter().map(|(_, o)| o).collect()
+    }
+
     /// `node_claim` with what `instance` resolved: its labels under the NodeClaim's own, and
     /// the status a launch reports, with the name its Node will register under.
     fn hydrate(&self, node_claim: &NodeClaim, instance: &Instance) -> NodeClaim {
         let mut launched = self.to_node_claim(instance);
         launched.metadata = node_claim.metadata.clone();
-        let mut merged = launched_labels(&self.instance_type(&instance.instance_type), instance);
+        let mut merged = launched_labels(
+            &self.instance_type(&instance.instance_type),
+            instance,
+            self.reservation_of(instance).as_ref(),
+        );
         merged.extend(node_claim.metadata.labels.clone().unwrap_or_default());
         launched.metadata.labels = Some(merged);
         launched.spec = node_claim.spec.clone();
@@ -433,6 +548,16 @@ impl SimulatedCloudProvider {
         Ok(types)
     }
 
+    /// The reservation `instance` runs in, while the region still holds it.
+    fn reservation_of(&self, instance: &Instance) -> Option<CapacityReservation> {
+        let id = instance.capacity_reservation_id.as_deref()?;
+        self.ec2
+            .describe_capacity_reservations()
+            .into_iter()
+            .map(|v| v.reservation)
+            .find(|r| r.id == id)
+    }
+
     fn launch_tags(&self, node_claim: &NodeClaim) -> BTreeMap<String, String> {
         let mut tags = BTreeMap::new();
         tags.insert(tags::NODECLAIM.to_owned(), node_claim.name().to_owned());
@@ -454,7 +579,11 @@ impl SimulatedCloudProvider {
     /// The NodeClaim a live instance stands for (as upstream's `instanceToNodeClaim`).
     fn to_node_claim(&self, instance: &Instance) -> NodeClaim {
         let instance_type = self.instance_type(&instance.instance_type);
-        let mut labels = launched_labels(&instance_type, instance);
+        let mut labels = launched_labels(
+            &instance_type,
+            instance,
+            self.reservation_of(instance).as_ref(),
+        );
         if let Some(pool) = instance.tags.get(tags::NODEPOOL) {
             labels.insert(labels::NODEPOOL.to_owned(), pool.clone());
         }
@@ -598,6 +727,14 @@ impl CloudProvider for SimulatedCloudProvider {
     /// plans with when a provider has no catalog of its own.
     fn catalog(&self) -> Option<Arc<CatalogSnapshot>> {
         None
+    }
+
+    fn reservation_capacity(&self, id: &str) -> Option<u32> {
+        self.ec2
+            .describe_capacity_reservations()
+            .into_iter()
+            .find(|v| v.reservation.id == id)
+            .map(|v| v.available)
     }
 
     fn is_drifted<'a>(
@@ -889,6 +1026,7 @@ fn overrides(
             o.capacity_type.as_str() == capacity_type.as_str() && offering_allowed(reqs, o)
         })
         .map(|(it, o)| FleetOverride {
+            capacity_reservation_id: None,
             instance_type: it.name.clone(),
             zone: o.zone.clone(),
             subnet_id: Some(format!("subnet-{}", o.zone_id)),
@@ -902,6 +1040,7 @@ fn overrides(
 fn launched_labels(
     instance_type: &Option<Arc<InstanceType>>,
     instance: &Instance,
+    reservation: Option<&CapacityReservation>,
 ) -> BTreeMap<String, String> {
     let mut labels: BTreeMap<String, String> = instance_type
         .as_ref()
@@ -916,6 +1055,24 @@ fn launched_labels(
         labels::CAPACITY_TYPE.to_owned(),
         instance.capacity_type.as_str().to_owned(),
     );
+    if let Some(reservation) = reservation {
+        labels.insert(
+            labels::CAPACITY_TYPE.to_owned(),
+            labels::CAPACITY_TYPE_RESERVED.to_owned(),
+        );
+        labels.insert(
+            labels::CAPACITY_RESERVATION_ID.to_owned(),
+            reservation.id.clone(),
+        );
+        labels.insert(
+            labels::CAPACITY_RESERVATION_TYPE.to_owned(),
+            reservation.reservation_type.as_str().to_owned(),
+        );
+        labels.insert(
+            labels::CAPACITY_RESERVATION_INTERRUPTIBLE.to_owned(),
+            reservation.interruptible.to_string(),
+        );
+    }
     let zone_id = instance_type
         .as_ref()
         .and_then(|it| it.offerings.iter().find(|o| o.zone == instance.zone))
@@ -931,7 +1088,19 @@ pub fn resource_list(resources: &Resources) -> ResourceList {
     resources.to_api()
 }
 
-fn system_time(time: std::time::SystemTime) -> k8s_openapi::jiff::Timestamp {
+/// The API's reservation type of a simulated reservation.
+pub(crate) fn reservation_type(
+    r: &CapacityReservation,
+) -> kerf::api::ec2nodeclass::CapacityReservationType {
+    match r.reservation_type {
+        ReservationType::Default => kerf::api::ec2nodeclass::CapacityReservationType::Default,
+        ReservationType::CapacityBlock => {
+            kerf::api::ec2nodeclass::CapacityReservationType::CapacityBlock
+        }
+    }
+}
+
+pub(crate) fn system_time(time: std::time::SystemTime) -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::try_from(time)
         .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now())
 }

@@ -107,6 +107,9 @@ pub struct FleetOverride {
     pub image_id: Option<String>,
     /// Lower is preferred among equally priced pools (the `prioritized` strategies' field).
     pub priority: Option<f64>,
+    /// The capacity reservation to launch into (on a real fleet, the launch template's
+    /// `CapacityReservationSpecification.CapacityReservationTarget`).
+    pub capacity_reservation_id: Option<String>,
 }
 
 /// What `CreateFleet` answers: the launched instances and one error per pool that failed.
@@ -217,6 +220,8 @@ pub struct Instance {
     pub tags: BTreeMap<String, String>,
     /// Set once a spot interruption warning was issued for the instance.
     pub interruption: Option<SpotInterruption>,
+    /// The capacity reservation it runs in.
+    pub capacity_reservation_id: Option<String>,
 }
 
 impl Instance {

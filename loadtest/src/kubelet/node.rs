@@ -319,6 +319,7 @@ mod tests {
             price: 0.1,
             tags: BTreeMap::new(),
             interruption: None,
+            capacity_reservation_id: None,
         }
     }
 

@@ -59,4 +59,5 @@ mod existing;
 mod nodepools;
 mod parallel;
 mod req_xcheck;
+mod reservations;
 mod topology;

@@ -34,7 +34,7 @@ pub fn read(
     path: &Path,
     reserved_enis: u32,
     vm_memory_overhead_percent: f64,
-) -> Result<AllocatableSettings, NodeClassFileError> {
+) -> Result<(AllocatableSettings, EC2NodeClass), NodeClassFileError> {
     let object = the_node_class(path)?;
     let file = &object.source.file;
     let name = object.display_name();
@@ -57,12 +57,14 @@ pub fn read(
         }
     }
     let node_class: EC2NodeClass = object.to_typed()?;
-    AllocatableSettings::for_node_class(&node_class, reserved_enis, vm_memory_overhead_percent)
-        .map_err(|source| NodeClassFileError::MapSettings {
-            file: file.clone(),
-            object: name,
-            source,
-        })
+    let settings =
+        AllocatableSettings::for_node_class(&node_class, reserved_enis, vm_memory_overhead_percent)
+            .map_err(|source| NodeClassFileError::MapSettings {
+                file: file.clone(),
+                object: name,
+                source,
+            })?;
+    Ok((settings, node_class))
 }
 
 /// The only object of kind EC2NodeClass among the manifests at `path`; other kinds are
