@@ -26,6 +26,7 @@ mod observe;
 mod outside;
 mod planned;
 mod progress;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod scale_down;
