@@ -3,6 +3,7 @@
 pub mod catalog;
 pub mod controller;
 pub mod plan;
+pub mod record;
 pub mod simulate;
 pub mod validate;
 
