@@ -89,7 +89,7 @@ pub struct Args {
     /// (Deployments created, scaled and deleted, Jobs run), with the log's NodePools when it
     /// has them (else --nodepools or the default), and report its cost, node-hours,
     /// pending→bound times and NodeClaims over the whole log.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["scenario", "workload", "ice", "interrupt_spot", "scale_down", "drift", "api_only", "kubeconfig_out"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["scenario", "workload", "pods", "ice", "interrupt_spot", "scale_down", "drift", "api_only", "kubeconfig_out"])]
     pub replay: Option<PathBuf>,
     /// Replay seconds per wall second (60: an hour of the log in a minute).
     #[arg(long, value_name = "N", default_value = "60", requires = "replay", value_parser = replay::speed)]

@@ -62,6 +62,12 @@ fn setups(args: &Args, log: &ReplayLog) -> Result<Setups, Vec<String>> {
     };
     let fallback = inputs::read(&sources)?.setup;
     let recorded = !log.extensions.node_pools.is_empty();
+    if recorded && !args.nodepools.is_empty() {
+        eprintln!(
+            "kerf simulate: the log carries its NodePools, which the replay uses; --nodepools {} is not (use --compare to replay with them)",
+            names(&args.nodepools)
+        );
+    }
     let label_a = if recorded {
         "the log's NodePools".to_owned()
     } else if args.nodepools.is_empty() {
