@@ -368,3 +368,37 @@ fn write_the_generated_day() {
     let log = generate::day(&Diurnal::default(), start);
     std::fs::write(&out, log.to_string()).expect("written");
 }
+
+#[test]
+fn ctrl_c_ends_the_replay_with_a_report_of_what_was_replayed_and_exits_130() {
+    let fixture = fixtures().join("kubereplay.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["simulate", "--replay", path(&fixture)])
+        .args(["--speed", "1", "--fast", "-o", "json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kerf starts");
+    // The world starts in a few seconds; the log's second create is 10.5 s in.
+    std::thread::sleep(Duration::from_secs(6));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let out = child.wait_with_output().expect("kerf ends");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(report["interrupted"], true);
+    assert_eq!(report["spanSeconds"], 600.0);
+    assert_eq!(
+        report["events"]["applied"], 1,
+        "only the first create was due"
+    );
+    assert!(
+        stderr.contains("stopped by a signal before the replay reached the log's end"),
+        "{stderr}"
+    );
+}
