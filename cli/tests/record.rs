@@ -1,6 +1,6 @@
 //! `kerf record` end to end: the binary watches the project's API emulator (kube-rs over
 //! HTTP, read-only, through a kubeconfig as for a real cluster) while the test scales
-//! Deployments, adds one, deletes one and changes the NodePool; Ctrl-C ends the recording,
+//! Deployments, adds one and a Job, deletes one and changes the NodePool; Ctrl-C ends the recording,
 //! which must be written; then `kerf simulate --replay` on the recording must reproduce the
 //! workload's curve — the pods requested, and the pods that exist in the simulated cluster,
 //! over time — within a tolerance around each change.
@@ -148,7 +148,25 @@ fn a_recording_replays_the_workload_curve_it_saw() {
         },
         5 + 3 + 4,
     );
-    act(&|| scale(&cluster, "api", 0), 5 + 4);
+    act(
+        &|| {
+            cluster
+                .create(
+                    "batch/v1",
+                    "jobs",
+                    json!({"apiVersion": "batch/v1", "kind": "Job",
+                        "metadata": {"name": "report", "namespace": "default"},
+                        "spec": {"parallelism": 2, "completions": 2,
+                            "template": {"spec": {"restartPolicy": "Never",
+                                "containers": [{"name": "c", "image": "reports:1",
+                                    "command": ["run-report"],
+                                    "resources": {"requests": {"cpu": "250m"}}}]}}}}),
+                )
+                .expect("job");
+        },
+        5 + 3 + 4 + 2,
+    );
+    act(&|| scale(&cluster, "api", 0), 5 + 4 + 2);
     act(
         &|| {
             cluster
@@ -161,7 +179,7 @@ fn a_recording_replays_the_workload_curve_it_saw() {
                 )
                 .expect("deleted");
         },
-        4,
+        4 + 2,
     );
     act(
         &|| {
@@ -176,7 +194,7 @@ fn a_recording_replays_the_workload_curve_it_saw() {
                 )
                 .expect("limited");
         },
-        4,
+        4 + 2,
     );
     interrupt(&recording);
     let done = recording.wait_with_output().expect("kerf record ends");
@@ -205,6 +223,7 @@ fn a_recording_replays_the_workload_curve_it_saw() {
             "create Deployment default/web",
             "scale Deployment default/web",
             "create Deployment default/batch",
+            "create Job default/report",
             "scale Deployment default/api",
             "delete Deployment default/web",
         ]
