@@ -35,6 +35,8 @@ enum Command {
     Controller(Box<cmd::controller::Args>),
     /// Run the controller against a simulated cluster and EC2, in this process, and report.
     Simulate(Box<cmd::simulate::Args>),
+    /// Watch a live cluster read-only and write its history as a replay log for `kerf simulate --replay`.
+    Record(cmd::record::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,5 +48,6 @@ fn main() -> ExitCode {
         Command::Explain(args) => cmd::explain::run(*args),
         Command::Controller(args) => cmd::controller::run(*args),
         Command::Simulate(args) => cmd::simulate::run(*args),
+        Command::Record(args) => cmd::record::run(args),
     }
 }

@@ -3,9 +3,10 @@
 //! (`kerf-loadtest`) and runs the real controller (`kerf-actors`) against them over HTTP
 //! ([`world`]), then either follows one run from scale-out to summary ([`run`], [`summary`],
 //! with the `--interrupt-spot`, `--scale-down` and `--drift` phases) or plays a scenario file
-//! with its steps, faults and expectations ([`scenario`]); [`report`] records either as JSON
-//! and HTML. The `kerf` binary is a thin layer over this crate: it parses the arguments,
-//! owns the process (runtime, signals, exit codes) and prints what comes back.
+//! with its steps, faults and expectations ([`scenario`]), or replays a cluster's history
+//! ([`replay`], recorded by [`record`]); [`report`] records them as JSON and HTML. The
+//! `kerf` binary is a thin layer over this crate: it parses the arguments, owns the process
+//! (runtime, signals, exit codes) and prints what comes back.
 //!
 //! A library rather than the binary's module, so the harness is built and unit-tested as
 //! one piece next to the scenarios it runs (`loadtest/scenarios/`).
@@ -26,6 +27,8 @@ mod observe;
 mod outside;
 mod planned;
 mod progress;
+pub mod record;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod scale_down;

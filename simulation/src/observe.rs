@@ -169,6 +169,17 @@ impl Tally {
         pending
     }
 
+    /// When each bound pod was created and how long it waited to be bound.
+    pub fn bindings(&self) -> Vec<(Instant, Duration)> {
+        self.pod_tracks
+            .values()
+            .filter_map(|p| {
+                p.bound
+                    .map(|bound| (p.created, bound.saturating_duration_since(p.created)))
+            })
+            .collect()
+    }
+
     /// Time from creation to binding of every bound pod.
     pub fn latencies(&self) -> Vec<Duration> {
         self.pod_tracks

@@ -484,6 +484,28 @@ pub struct Flags {
     pub settings: Settings,
 }
 
+/// The settings flag for the environment variable `name` set to `value` (`BATCH_IDLE_DURATION`
+/// and `2s` give `--batch-idle-duration=2s`), checked by the controller's own parser and
+/// validation; the error says why it is refused.
+pub fn setting_flag(name: &str, value: &str) -> Result<String, String> {
+    use clap::CommandFactory as _;
+    let command = Flags::command();
+    let long = command.get_arguments().find_map(|arg| {
+        (arg.get_env().and_then(|e| e.to_str()) == Some(name))
+            .then(|| arg.get_long())
+            .flatten()
+    });
+    let Some(long) = long else {
+        return Err("not a setting the controller reads".to_owned());
+    };
+    let flag = format!("--{long}={value}");
+    Flags::try_parse_from(["kerf", "--cluster-name", CLUSTER_NAME, flag.as_str()])
+        .map_err(|e| e.kind().to_string())
+        .and_then(|f| f.settings.validate().map(|_| ()).map_err(|e| e.to_string()))
+        .map_err(|error| format!("{value:?}: {error}"))?;
+    Ok(flag)
+}
+
 /// The controller's settings: its defaults and environment (`BATCH_IDLE_DURATION`, ...),
 /// the pace's flags, then the replica's, endpoints on free ports.
 fn controller_settings(

@@ -4,6 +4,7 @@ pub mod catalog;
 pub mod controller;
 pub mod explain;
 pub mod plan;
+pub mod record;
 pub mod simulate;
 pub mod validate;
 

@@ -268,6 +268,9 @@ pub fn builtin_types() -> Vec<ResourceType> {
         ResourceType::builtin("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"])
             .with_status()
             .in_all(),
+        // Stored only: nothing in the emulator runs a Job (`kerf simulate` makes a Job's pods
+        // itself); served so a client that lists and watches them (`kerf record`) can.
+        ResourceType::builtin("batch", "v1", "jobs", "Job", true, &[]).with_status(),
         ResourceType::builtin(
             "policy",
             "v1",

@@ -8,7 +8,6 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use clap::Parser as _;
 use kerf::catalog::{AllocatableSettings, Catalog};
 use kerf::cluster::inventory::{self, Inventory};
 use kerf::manifest::Object;
@@ -16,9 +15,9 @@ use kerf::wildcard;
 use kerf_loadtest::ec2::{CapacityType, OfferingKey, PricedOffering, catalog_offerings};
 use serde_json::Value;
 
-use super::super::defaults::{CLUSTER_NAME, REGION};
+use super::super::defaults::REGION;
 use super::super::inputs::{self, Inputs, Sources};
-use super::super::world::Flags;
+use super::super::world::setting_flag;
 use super::format::{self, Action, ControllerStep, Expect, Fault, Problem, Step, Wait};
 use crate::inputs::read_objects;
 
@@ -170,8 +169,6 @@ fn env_flags(
     env: &std::collections::BTreeMap<String, Value>,
     problems: &mut Vec<Problem>,
 ) -> Vec<String> {
-    use clap::CommandFactory as _;
-    let command = Flags::command();
     let mut flags = Vec::new();
     for (name, value) in env {
         let path = format!("controller.env.{name}");
@@ -187,23 +184,9 @@ fn env_flags(
                 continue;
             }
         };
-        let long = command.get_arguments().find_map(|arg| {
-            (arg.get_env().and_then(|e| e.to_str()) == Some(name.as_str()))
-                .then(|| arg.get_long())
-                .flatten()
-        });
-        let Some(long) = long else {
-            problems.push(Problem::at(path, "not a setting the controller reads"));
-            continue;
-        };
-        let flag = format!("--{long}={text}");
-        let parsed = Flags::try_parse_from(["kerf", "--cluster-name", CLUSTER_NAME, flag.as_str()]);
-        match parsed
-            .map_err(|e| e.kind().to_string())
-            .and_then(|f| f.settings.validate().map(|_| ()).map_err(|e| e.to_string()))
-        {
-            Ok(()) => flags.push(flag),
-            Err(error) => problems.push(Problem::at(path, format!("{text:?}: {error}"))),
+        match setting_flag(name, &text) {
+            Ok(flag) => flags.push(flag),
+            Err(error) => problems.push(Problem::at(path, error)),
         }
     }
     flags

@@ -8,6 +8,7 @@
 //! summary of what happened until then. The harness is the `kerf-simulation` crate; this
 //! module parses the arguments, owns the process (runtime, signals, exit codes) and prints.
 
+mod replay;
 mod scenario;
 
 use std::future::Future;
@@ -84,6 +85,23 @@ pub struct Args {
     /// expectations judged at the end (exit 1 naming each that failed).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["workload", "nodepools", "ice", "interrupt_spot", "scale_down", "drift", "api_only"])]
     pub scenario: Option<PathBuf>,
+    /// Replay a cluster's history: a replay log from `kerf record` or upstream kubereplay
+    /// (Deployments created, scaled and deleted, Jobs run), with the log's NodePools when it
+    /// has them (else --nodepools or the default), and report its cost, node-hours,
+    /// pending→bound times and NodeClaims over the whole log.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["scenario", "workload", "pods", "ice", "interrupt_spot", "scale_down", "drift", "api_only", "kubeconfig_out"])]
+    pub replay: Option<PathBuf>,
+    /// Replay seconds per wall second (60: an hour of the log in a minute).
+    #[arg(long, value_name = "N", default_value = "60", requires = "replay", value_parser = replay::speed)]
+    pub speed: f64,
+    /// Replay the log a second time with these NodePools (and EC2NodeClasses) and report
+    /// both and their difference; repeatable.
+    #[arg(long, value_name = "FILE", requires = "replay")]
+    pub compare: Vec<PathBuf>,
+    /// Replay the log a second time with this controller setting (an environment variable
+    /// `kerf controller` reads, e.g. BATCH_MAX_DURATION=30s); repeatable.
+    #[arg(long, value_name = "KEY=VALUE", requires = "replay", value_parser = replay::key_value)]
+    pub compare_env: Vec<String>,
 }
 
 fn pace(fast: bool) -> Pace {
@@ -99,6 +117,21 @@ fn go_duration(text: &str) -> Result<Duration, String> {
 pub fn run(args: Args) -> ExitCode {
     if args.api_only {
         return serve_api_only(&args);
+    }
+    if let Some(file) = &args.replay {
+        if let Some(level) = &args.log_level {
+            init_logging(level);
+        }
+        return replay::run(&replay::Args {
+            file: file.clone(),
+            speed: args.speed,
+            nodepools: args.nodepools.clone(),
+            compare: args.compare.clone(),
+            compare_env: args.compare_env.clone(),
+            pace: pace(args.fast),
+            output: args.output,
+            report: args.report.clone(),
+        });
     }
     if let Some(file) = &args.scenario {
         if let Some(level) = &args.log_level {
@@ -259,21 +292,21 @@ fn startup_reads(
 }
 
 /// Ctrl-C or SIGTERM, caught from the moment it is installed.
-struct StopSignal {
+pub struct StopSignal {
     terminate: Signal,
     interrupt: Signal,
 }
 
 impl StopSignal {
     /// Takes over SIGTERM and SIGINT from their default action (ending the process).
-    fn install() -> std::io::Result<Self> {
+    pub fn install() -> std::io::Result<Self> {
         Ok(Self {
             terminate: signal(SignalKind::terminate())?,
             interrupt: signal(SignalKind::interrupt())?,
         })
     }
 
-    async fn wait(mut self) {
+    pub async fn wait(mut self) {
         tokio::select! {
             _ = self.terminate.recv() => {}
             _ = self.interrupt.recv() => {}
