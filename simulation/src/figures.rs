@@ -72,7 +72,8 @@ pub fn hourly_cost(instances: &[Instance]) -> f64 {
         .filter(|i| i.state.is_live())
         .map(|i| i.price)
         .sum();
-    (sum * 10_000.0).round() / 10_000.0
+    // An empty sum of floats is -0.0, which prints as "-0": adding 0.0 makes it 0.0.
+    (sum * 10_000.0).round() / 10_000.0 + 0.0
 }
 
 /// Nearest-rank percentiles of `samples`; zeros when there are none.
@@ -101,6 +102,13 @@ pub fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_instances_cost_a_positive_zero() {
+        let cost = hourly_cost(&[]);
+        assert!(cost == 0.0 && cost.is_sign_positive(), "{cost}");
+        assert_eq!(format!("{cost:.3}"), "0.000");
+    }
 
     #[test]
     fn percentiles_are_nearest_rank() {
