@@ -6,8 +6,7 @@
 //! asserts that `kerf explain` names the cause and the entry (`documented("ID")`). The checks
 //! run in one test, in sequence, since they share the cluster.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kerf::troubleshooting::{documented, entry};
@@ -15,63 +14,37 @@ use serde_json::Value;
 
 #[path = "kerf_cli/serving.rs"]
 mod serving;
+#[path = "kerf_cli/kubectl.rs"]
+mod session;
 
-/// Longest one change (a launch, a drain starting, a cache entry) may take with `--fast`.
-const PATIENCE: Duration = Duration::from_secs(90);
+use session::{PATIENCE, Session, kubectl_binary};
 
-fn kubectl_binary() -> Option<String> {
-    let path = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".to_owned());
-    let found = Command::new(&path)
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    found.then_some(path)
-}
-
-/// The simulated cluster, its controller's metrics address and kubectl.
+/// The simulated cluster and its controller's metrics address.
 struct Cluster {
-    child: Child,
-    dir: PathBuf,
-    kubeconfig: PathBuf,
+    session: Session,
     controller: String,
-    kubectl: String,
 }
 
 impl Cluster {
     fn start(kubectl: String) -> Self {
-        let dir = std::env::temp_dir().join(format!("kerf-explain-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let kubeconfig = dir.join("kubeconfig");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
-            .args(["simulate", "--fast", "-o", "json", "--pods", "6"])
-            .args(["--ice", "*:*:spot"])
-            .arg("--kubeconfig-out")
-            .arg(&kubeconfig)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kerf starts");
-        let lines = serving::until_serving(&mut child);
-        let controller = lines
+        let session = Session::start(kubectl, "explain", 6, &["--ice", "*:*:spot"]);
+        let controller = session
+            .started
             .iter()
             .find_map(|l| l.strip_prefix("controller metrics: "))
             .and_then(|url| url.strip_suffix("/metrics"))
-            .unwrap_or_else(|| panic!("no metrics address in {lines:?}"))
+            .unwrap_or_else(|| panic!("no metrics address in {:?}", session.started))
             .to_owned();
         Self {
-            child,
-            dir,
-            kubeconfig,
+            session,
             controller,
-            kubectl,
         }
     }
 
     fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let mut child = Command::new(&self.kubectl)
+        let mut child = Command::new(&self.session.binary)
             .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+            .arg(&self.session.kubeconfig)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -108,7 +81,7 @@ impl Cluster {
             .arg("explain")
             .args(args)
             .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+            .arg(&self.session.kubeconfig)
             .args(["--controller", controller])
             .stdin(Stdio::null())
             .output()
@@ -141,16 +114,6 @@ impl Cluster {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
             std::thread::sleep(Duration::from_millis(500));
         }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

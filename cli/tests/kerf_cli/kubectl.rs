@@ -3,6 +3,8 @@
 //! kubectl is Debian's kubernetes-client, installed by `scripts/test.sh`; tests skip with a
 //! note where it is missing.
 
+#![allow(dead_code, reason = "each test file that includes it uses part of it")]
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,6 +32,8 @@ pub struct Session {
     pub kubeconfig: PathBuf,
     /// The kubectl binary.
     pub binary: String,
+    /// What kerf printed on standard error up to its cluster being up.
+    pub started: Vec<String>,
 }
 
 impl Session {
@@ -50,12 +54,13 @@ impl Session {
             .stderr(Stdio::piped())
             .spawn()
             .expect("kerf starts");
-        serving::until_serving(&mut child);
+        let started = serving::until_serving(&mut child);
         Self {
             child,
             dir,
             kubeconfig,
             binary: kubectl,
+            started,
         }
     }
 
