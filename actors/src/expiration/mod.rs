@@ -135,13 +135,8 @@ pub async fn expire(client: &Client, state: &ClusterState) -> Result<Pass, kube:
         ..Pass::default()
     };
     for claim in due {
-        match api
-            .delete(&claim.name_any(), &DeleteParams::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            Err(e) => return Err(e),
+        if !delete(&api, &claim).await? {
+            continue;
         }
         let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
         crate::metrics::nodeclaim_disrupted(
@@ -157,13 +152,8 @@ pub async fn expire(client: &Client, state: &ClusterState) -> Result<Pass, kube:
         .filter(|c| !pass.expired.contains(&c.name_any()))
         .collect();
     for claim in ending {
-        match api
-            .delete(&claim.name_any(), &DeleteParams::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            Err(e) => return Err(e),
+        if !delete(&api, &claim).await? {
+            continue;
         }
         tracing::info!(
             nodeclaim = claim.name_any(),
@@ -173,6 +163,18 @@ pub async fn expire(client: &Client, state: &ClusterState) -> Result<Pass, kube:
         pass.expired.push(claim.name_any());
     }
     Ok(pass)
+}
+
+/// Deletes `claim`; `false` when it is already gone.
+async fn delete(api: &Api<NodeClaim>, claim: &NodeClaim) -> Result<bool, kube::Error> {
+    match api
+        .delete(&claim.name_any(), &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Runs expiration passes until `shutdown`.
