@@ -16,6 +16,11 @@ use std::time::Duration;
 use kerf_simulation::replay::generate::{self, Diurnal};
 use serde_json::Value;
 
+#[path = "kerf_cli/temp_dir.rs"]
+mod temp_dir;
+
+use temp_dir::TempDir;
+
 fn kerf(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kerf"))
         .arg("simulate")
@@ -49,29 +54,6 @@ fn replay(file: &Path, args: &[&str]) -> (Value, String) {
 
 fn path(p: &Path) -> &str {
     p.to_str().expect("UTF-8 path")
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("kerf-replay-test-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Self(dir)
-    }
-
-    fn file(&self, name: &str, content: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, content).expect("written");
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn fixtures() -> PathBuf {
@@ -111,7 +93,7 @@ fn nodes(sample: &Value) -> f64 {
 
 #[test]
 fn a_generated_day_replayed_fast_costs_and_grows_with_its_load() {
-    let dir = TempDir::new("day");
+    let dir = TempDir::new("replay-test", "day");
     let file = day_file(&dir, &Diurnal::default());
     // A day in 54 s of wall time. The controller's disruption runs at its own pace (a
     // 10 s poll is 4.4 h of this log), so only the way up is asserted for nodes; see the
@@ -194,7 +176,7 @@ fn a_generated_day_replayed_fast_costs_and_grows_with_its_load() {
 #[test]
 fn a_kubereplay_log_is_read_unchanged_and_its_bad_events_are_named() {
     let fixture = fixtures().join("kubereplay.json");
-    let dir = TempDir::new("kubereplay");
+    let dir = TempDir::new("replay-test", "kubereplay");
     let pages = dir.0.join("report");
     let (report, stderr) = replay(&fixture, &["--speed", "60", "--report", path(&pages)]);
     let written: Value = serde_json::from_str(
@@ -261,7 +243,7 @@ fn a_kubereplay_log_is_read_unchanged_and_its_bad_events_are_named() {
 
 #[test]
 fn two_nodepool_settings_side_by_side_differ_in_cost() {
-    let dir = TempDir::new("compare");
+    let dir = TempDir::new("replay-test", "compare");
     let shape = Diurnal {
         deployments: 8,
         jobs: 20,
@@ -340,7 +322,7 @@ spec:
 
 #[test]
 fn a_file_that_is_not_a_log_is_refused_before_anything_runs() {
-    let dir = TempDir::new("bad");
+    let dir = TempDir::new("replay-test", "bad");
     let file = dir.file("bad.json", "{\"events\": 7}");
     let out = kerf(&["--replay", path(&file)]);
     assert_eq!(out.status.code(), Some(1));

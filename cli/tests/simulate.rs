@@ -2,10 +2,15 @@
 //! in one process (with `--fast` millisecond delays) and its JSON summary is checked — pods
 //! bound, NodeClaims, nodes, cost, API calls — as are its refusals of bad flags and files.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
+
+#[path = "kerf_cli/temp_dir.rs"]
+mod temp_dir;
+
+use temp_dir::TempDir;
 
 #[path = "kerf_cli/serving.rs"]
 mod serving;
@@ -42,28 +47,6 @@ fn simulate(args: &[&str]) -> (Output, Value) {
 
 fn count(value: &Value) -> u64 {
     value.as_u64().expect("a count")
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("kerf-sim-test-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Self(dir)
-    }
-
-    fn file(&self, name: &str, content: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, content).expect("written");
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn path(p: &Path) -> &str {
@@ -206,7 +189,7 @@ fn the_pods_go_where_they_were_planned_and_no_second_wave_launches() {
 
 #[test]
 fn a_pod_that_cannot_fit_is_reported_and_does_not_fail_the_run() {
-    let dir = TempDir::new("too-big");
+    let dir = TempDir::new("sim-test", "too-big");
     let workload = dir.file(
         "workload.yaml",
         "apiVersion: v1
@@ -250,7 +233,7 @@ spec:
 #[test]
 fn insufficient_capacity_is_injected_into_the_named_pools() {
     // Every on-demand and spot pool of every type in us-east-1a is dry: nothing lands there.
-    let dir = TempDir::new("ice");
+    let dir = TempDir::new("sim-test", "ice");
     let workload = dir.file(
         "workload.yaml",
         "apiVersion: apps/v1
@@ -336,7 +319,7 @@ fn an_interrupt_spot_fraction_outside_zero_to_one_is_refused() {
 
 #[test]
 fn a_nodepools_file_replaces_the_default_pool() {
-    let dir = TempDir::new("pools");
+    let dir = TempDir::new("sim-test", "pools");
     let pools = dir.file(
         "pools.yaml",
         "apiVersion: karpenter.sh/v1
@@ -393,7 +376,7 @@ fn http_get(server: &str, path: &str) -> String {
 
 #[test]
 fn kubeconfig_out_keeps_the_cluster_up_until_sigterm() {
-    let dir = TempDir::new("kubeconfig");
+    let dir = TempDir::new("sim-test", "kubeconfig");
     let kubeconfig = dir.0.join("kubeconfig");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
         .args(["simulate", "--fast", "--pods", "6", "-o", "json"])
@@ -454,7 +437,7 @@ fn an_unknown_instance_type_in_ice_names_the_flag_and_the_type() {
 
 #[test]
 fn a_bad_workload_file_is_named_and_nothing_runs() {
-    let dir = TempDir::new("bad-workload");
+    let dir = TempDir::new("sim-test", "bad-workload");
     let broken = dir.file(
         "broken.yaml",
         "apiVersion: apps/v1
@@ -499,7 +482,7 @@ fn pods_and_a_workload_file_do_not_mix() {
 #[test]
 fn api_only_serves_the_crds_and_nothing_launches() {
     use std::io::{BufRead, BufReader};
-    let dir = TempDir::new("api-only");
+    let dir = TempDir::new("sim-test", "api-only");
     let kubeconfig = dir.0.join("kubeconfig");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
         .args([
@@ -559,7 +542,7 @@ fn api_only_needs_a_kubeconfig_path() {
 
 #[test]
 fn report_writes_a_sample_a_second_and_a_page_of_plots() {
-    let dir = TempDir::new("report");
+    let dir = TempDir::new("sim-test", "report");
     let report_dir = dir.0.join("out");
     let (out, summary) = simulate(&["--pods", "12", "--report", path(&report_dir)]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
