@@ -3,13 +3,13 @@
 //! which NodePools' taints it tolerates) is computed once per class; a pod is its requests
 //! plus a chain of classes, one per preference-relaxation step.
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement as K8sReq, Toleration};
+use k8s_openapi::api::core::v1::Toleration;
 
 use super::intern::Sym;
 use super::pod::{ConstraintSpec, HostPort};
-use super::req::{ReqSet, Vocab};
+use super::req::{ReqSet, Vocab, add_expressions};
 use super::topology::GroupId;
-use super::types::{Operator, PreferencePolicy};
+use super::types::PreferencePolicy;
 use super::volumes::Attached;
 
 /// Index of a class.
@@ -116,33 +116,6 @@ pub fn required_term_alternatives(
             Ok(set)
         })
         .collect()
-}
-
-pub fn add_expressions<'a>(
-    reqs: &mut ReqSet,
-    exprs: impl Iterator<Item = &'a K8sReq>,
-    vocab: &mut Vocab,
-) -> Result<(), String> {
-    for e in exprs {
-        let op: Operator = e.operator.parse().map_err(|_| {
-            format!(
-                "node selector requirement {:?} has unknown operator {:?}",
-                e.key, e.operator
-            )
-        })?;
-        // Deprecated aliases mean the well-known label, as upstream's NewRequirement reads them.
-        let key = vocab.intern(crate::labels::normalize_label_key(&e.key));
-        let values: Vec<Sym> = e.values.iter().flatten().map(|v| vocab.intern(v)).collect();
-        let req =
-            super::req::Req::from_operator(op, &values, &vocab.interner).ok_or_else(|| {
-                format!(
-                    "node selector requirement {:?} {} needs a single integer value",
-                    e.key, e.operator
-                )
-            })?;
-        reqs.add(key, req, &vocab.interner);
-    }
-    Ok(())
 }
 
 /// Whether a policy keeps preferred terms and ScheduleAnyway spreads.

@@ -6,6 +6,8 @@
 
 use std::fmt::Write as _;
 
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+
 use super::intern::{Interner, Sym};
 use super::types::{NodeSelectorRequirementWithMinValues, Operator};
 use crate::labels;
@@ -462,6 +464,33 @@ impl ReqSet {
         parts.sort();
         parts.join(", ")
     }
+}
+
+/// Adds node selector expressions to `reqs`, naming the expression an error comes from.
+pub fn add_expressions<'a>(
+    reqs: &mut ReqSet,
+    exprs: impl Iterator<Item = &'a NodeSelectorRequirement>,
+    vocab: &mut Vocab,
+) -> Result<(), String> {
+    for e in exprs {
+        let op: Operator = e.operator.parse().map_err(|_| {
+            format!(
+                "node selector requirement {:?} has unknown operator {:?}",
+                e.key, e.operator
+            )
+        })?;
+        // Deprecated aliases mean the well-known label, as upstream's NewRequirement reads them.
+        let key = vocab.intern(labels::normalize_label_key(&e.key));
+        let values: Vec<Sym> = e.values.iter().flatten().map(|v| vocab.intern(v)).collect();
+        let req = Req::from_operator(op, &values, &vocab.interner).ok_or_else(|| {
+            format!(
+                "node selector requirement {:?} {} needs a single integer value",
+                e.key, e.operator
+            )
+        })?;
+        reqs.add(key, req, &vocab.interner);
+    }
+    Ok(())
 }
 
 /// NotIn or DoesNotExist: requirements that never need the other side to define the key.

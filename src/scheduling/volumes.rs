@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::class::add_expressions;
 use super::intern::Sym;
-use super::req::{Req, ReqSet, Vocab};
+use super::req::{Req, ReqSet, Vocab, add_expressions};
 use super::types::VolumeTopology;
 
 /// Volumes attached (or to attach) through a driver: (driver, `namespace/claim`) pairs.
