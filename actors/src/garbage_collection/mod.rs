@@ -1,7 +1,10 @@
 //! Garbage collection between the cloud and the cluster, generic over [`CloudProvider`]:
-//! - machines this cluster launched that no NodeClaim accounts for (by providerID) and that
-//!   are older than [`MIN_MACHINE_AGE`] are deleted, with their Node if one registered — a
-//!   launch whose NodeClaim was lost, as upstream's AWS garbage collection controller does;
+//! - machines this cluster launched that no NodeClaim accounts for and that are older than
+//!   [`MIN_MACHINE_AGE`] are deleted, with their Node if one registered — a launch whose
+//!   NodeClaim was lost, as upstream's AWS garbage collection controller does. A NodeClaim
+//!   accounts for a machine by its providerID, or, while it has none, by the name in the
+//!   machine's NodeClaim tag: a launch whose answer was not recorded (a leader that stepped
+//!   down mid-launch) is adopted by the next launch step, not collected and launched again;
 //! - launched NodeClaims whose machine is gone (the cloud lists it no more and Get says
 //!   not found) and whose Node is not Ready are deleted, as upstream's core garbage
 //!   collection controller does, so their pods get capacity elsewhere. One that never
@@ -142,9 +145,9 @@ pub async fn collect(
     let listed = cloud.list().await.map_err(CollectError::List)?;
     let now = SystemTime::now();
     let claims = state.nodeclaims.snapshot();
-    let known: HashSet<&str> = claims.iter().filter_map(|c| c.provider_id()).collect();
+    let owners = Owners::of(&claims);
     let mut collected = Collected::default();
-    for machine in listed.iter().filter(|m| is_leaked(m, &known, now)) {
+    for machine in listed.iter().filter(|m| is_leaked(m, &owners, now)) {
         let provider_id = machine.provider_id().unwrap_or_default().to_owned();
         match cloud.delete(machine).await {
             Ok(()) => {}
@@ -201,8 +204,35 @@ pub async fn collect(
     Ok(collected)
 }
 
+/// What the cluster's NodeClaims account for: the machines they recorded, and the names of
+/// those still launching (no providerID yet, not being deleted), which own the machine
+/// tagged with their name.
+struct Owners<'a> {
+    recorded: HashSet<&'a str>,
+    launching: HashSet<&'a str>,
+}
+
+impl<'a> Owners<'a> {
+    fn of(claims: &'a [Arc<NodeClaim>]) -> Self {
+        let recorded = claims.iter().filter_map(|c| c.provider_id()).collect();
+        let launching = claims
+            .iter()
+            .filter(|c| c.provider_id().is_none() && c.metadata.deletion_timestamp.is_none())
+            .map(|c| c.name())
+            .collect();
+        Self {
+            recorded,
+            launching,
+        }
+    }
+
+    fn own(&self, machine: &NodeClaim, provider_id: &str) -> bool {
+        self.recorded.contains(provider_id) || self.launching.contains(machine.name())
+    }
+}
+
 /// A live machine no NodeClaim accounts for, old enough to be sure none will.
-fn is_leaked(machine: &NodeClaim, known: &HashSet<&str>, now: SystemTime) -> bool {
+fn is_leaked(machine: &NodeClaim, owners: &Owners<'_>, now: SystemTime) -> bool {
     let Some(provider_id) = machine.provider_id() else {
         return false;
     };
@@ -212,7 +242,7 @@ fn is_leaked(machine: &NodeClaim, known: &HashSet<&str>, now: SystemTime) -> boo
         .as_ref()
         .and_then(|t| now.duration_since(SystemTime::from(t.0)).ok())
         .is_some_and(|age| age >= MIN_MACHINE_AGE);
-    machine.metadata.deletion_timestamp.is_none() && !known.contains(provider_id) && old_enough
+    machine.metadata.deletion_timestamp.is_none() && !owners.own(machine, provider_id) && old_enough
 }
 
 /// A launched (or registered, which implies it), live NodeClaim whose machine the cloud no
@@ -320,7 +350,11 @@ mod tests {
     use serde_json::json;
 
     fn machine(provider_id: &str, created: &str, deleting: bool) -> NodeClaim {
-        let mut meta = json!({"name": "x", "creationTimestamp": created});
+        claim("x", Some(provider_id), created, deleting)
+    }
+
+    fn claim(name: &str, provider_id: Option<&str>, created: &str, deleting: bool) -> NodeClaim {
+        let mut meta = json!({"name": name, "creationTimestamp": created});
         if deleting {
             meta["deletionTimestamp"] = json!(created);
         }
@@ -341,28 +375,50 @@ mod tests {
     #[test]
     fn only_old_unknown_live_machines_are_leaked() {
         let now = at("2024-01-01T00:01:00Z");
-        let known = HashSet::from(["aws:///a/i-known"]);
+        let claims = [Arc::new(machine(
+            "aws:///a/i-known",
+            "2024-01-01T00:00:00Z",
+            false,
+        ))];
+        let owners = Owners::of(&claims);
         assert!(is_leaked(
             &machine("aws:///a/i-1", "2024-01-01T00:00:00Z", false),
-            &known,
+            &owners,
             now
         ));
         // Launched 10 s ago: its NodeClaim may not have recorded it yet.
         assert!(!is_leaked(
             &machine("aws:///a/i-1", "2024-01-01T00:00:50Z", false),
-            &known,
+            &owners,
             now
         ));
         assert!(!is_leaked(
             &machine("aws:///a/i-known", "2024-01-01T00:00:00Z", false),
-            &known,
+            &owners,
             now
         ));
         assert!(!is_leaked(
             &machine("aws:///a/i-1", "2024-01-01T00:00:00Z", true),
-            &known,
+            &owners,
             now
         ));
+    }
+
+    #[test]
+    fn a_machine_tagged_for_a_claim_still_launching_is_its_claims() {
+        let now = at("2024-01-01T00:05:00Z");
+        let old = "2024-01-01T00:00:00Z";
+        // Launched by a leader that stepped down before recording it: the claim has no
+        // providerID, and the next leader's launch step adopts the machine by its tag.
+        let launching = [Arc::new(claim("web-abc", None, old, false))];
+        let unrecorded = claim("web-abc", Some("aws:///a/i-1"), old, false);
+        assert!(!is_leaked(&unrecorded, &Owners::of(&launching), now));
+        // A claim being deleted owns nothing more: its machine is collected.
+        let deleting = [Arc::new(claim("web-abc", None, old, true))];
+        assert!(is_leaked(&unrecorded, &Owners::of(&deleting), now));
+        // A claim that recorded another machine does not own this one by name.
+        let recorded = [Arc::new(claim("web-abc", Some("aws:///a/i-2"), old, false))];
+        assert!(is_leaked(&unrecorded, &Owners::of(&recorded), now));
     }
 
     #[test]
