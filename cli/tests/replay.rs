@@ -95,9 +95,9 @@ fn nodes(sample: &Value) -> f64 {
 fn a_generated_day_replayed_fast_costs_and_grows_with_its_load() {
     let dir = TempDir::new("replay-test", "day");
     let file = day_file(&dir, &Diurnal::default());
-    // A day in 54 s of wall time. The controller's disruption runs at its own pace (a
-    // 10 s poll is 4.4 h of this log), so only the way up is asserted for nodes; see the
-    // docs' figures at 500× for the way down.
+    // A day in 54 s of wall time. Launches keep their own pace, so at this speed pods wait
+    // for capacity through much of the log's time and consolidation places them first:
+    // only the way up is asserted for nodes (docs/replay.md, **Time**).
     let (report, stderr) = replay(&file, &["--speed", "1600"]);
     assert_eq!(report["interrupted"], false, "{stderr}");
     let events = &report["events"];

@@ -18,7 +18,7 @@ use kerf_actors::mailbox::MailboxDepth;
 use kerf_actors::offering_cache::{
     OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, UNAVAILABLE_OFFERINGS_TTL,
 };
-use kerf_actors::{Cloud, Daemon, Environment, Settings};
+use kerf_actors::{Cloud, Daemon, Environment, Settings, Timings};
 use kerf_loadtest::apiserver::faults::CLIENT_HEADER;
 use kerf_loadtest::apiserver::{ApiServer, Cluster, RunningServer, ServerConfig};
 use kerf_loadtest::ec2::{
@@ -279,6 +279,7 @@ impl World {
             config,
             identity: replica.identity.clone(),
             leader_timing: self.pace.leader_timing(),
+            timings: replica.timings.clone(),
             provider: Arc::clone(&self.provider),
             catalog: self.catalog,
             interruptions: Arc::clone(&self.interruptions),
@@ -316,6 +317,7 @@ struct ReplicaStart {
     config: kube::Config,
     identity: String,
     leader_timing: Timing,
+    timings: Timings,
     provider: Arc<SimulatedCloudProvider>,
     catalog: Catalog,
     interruptions: Arc<MemoryQueue>,
@@ -338,6 +340,7 @@ impl ReplicaStart {
             config,
             identity,
             leader_timing,
+            timings,
             provider,
             catalog,
             interruptions,
@@ -368,7 +371,7 @@ impl ReplicaStart {
                 .calling_as(&identity),
         );
         let ec2 = provider.ec2().clone();
-        let mut daemon = Daemon::start(
+        let mut daemon = Daemon::start_with_timings(
             settings,
             Environment {
                 client,
@@ -383,6 +386,7 @@ impl ReplicaStart {
                     offerings: Some(offerings),
                 }),
             },
+            timings,
         )
         .await?;
         daemon.watch_interruptions(Arc::new(outside::Queue(interruptions)));
@@ -464,6 +468,8 @@ pub struct Replica {
     /// Settings flags on top of the pace's (a scenario's `controller.env`, as flags).
     pub flags: Vec<String>,
     pub leader_election: bool,
+    /// The reconcilers' timings (a replay paces disruption to its speed).
+    pub timings: Timings,
 }
 
 impl Replica {
@@ -473,6 +479,7 @@ impl Replica {
             identity: identity.to_owned(),
             flags: Vec::new(),
             leader_election: false,
+            timings: Timings::default(),
         }
     }
 }

@@ -64,6 +64,7 @@ pub async fn replay(log: &ReplayLog, config: Config) -> anyhow::Result<ReplayRep
     let mut tally = Tally::new(&cluster)?;
     let replica = Replica {
         flags: config.flags.clone(),
+        timings: setup::controller_timings(config.speed),
         ..Replica::alone(&controller_identity())
     };
     let daemon = world.start_replica(&replica).await?;

@@ -6,12 +6,17 @@
 //! selectors other than an alias) are pointed at the simulated VPC, which knows only its own
 //! discovery tag. A NodePool's durations (`consolidateAfter`, `expireAfter`,
 //! `terminationGracePeriod`) are divided by the replay's speed, so they last as long in the
-//! log's time as they did in the cluster (the controller itself runs at its own pace).
+//! log's time as they did in the cluster; so are the disruption loop's own waits
+//! ([`controller_timings`]), down to a floor the controller can keep up with.
+
+use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::jiff::Timestamp;
 use kerf::cluster::inventory;
 use kerf::manifest::{self, Object};
+use kerf_actors::Timings;
+use kerf_actors::disruption::DisruptionConfig;
 use kerf_loadtest::apiserver::{Cluster, PatchKind, Reason};
 use serde_json::{Value, json};
 
@@ -118,6 +123,30 @@ fn compress_all(objects: Vec<Object>, speed: f64) -> Result<Vec<Object>, Vec<Str
             o
         })
         .collect())
+}
+
+/// The shortest wall-time poll and validation wait a paced disruption loop is given: a pass
+/// over a replayed cluster's few dozen nodes takes milliseconds, and a shorter wait would
+/// spend the controller's threads on passes that find the cluster unchanged.
+const MIN_DISRUPTION_WAIT: Duration = Duration::from_millis(250);
+
+/// The controller's timings for a replay at `speed`: the disruption loop's poll, validation
+/// wait, nomination window and no-op memo divided by the speed (not below
+/// [`MIN_DISRUPTION_WAIT`]), so scale-down follows the log's time as a NodePool's
+/// `consolidateAfter` does. Batching, launches and kubelets keep their own pace.
+pub fn controller_timings(speed: f64) -> Timings {
+    let paced = |wait: Duration| wait.div_f64(speed.max(1.0)).max(MIN_DISRUPTION_WAIT);
+    let upstream = DisruptionConfig::default();
+    Timings {
+        disruption: DisruptionConfig {
+            poll_period: paced(upstream.poll_period),
+            validation_period: paced(upstream.validation_period),
+            nomination_window: paced(upstream.nomination_window),
+            memo_ttl: paced(upstream.memo_ttl),
+            ..upstream
+        },
+        ..Timings::default()
+    }
 }
 
 /// A recorded NodePool or EC2NodeClass as the simulated cluster takes it.
@@ -261,5 +290,24 @@ mod tests {
         );
         assert_eq!(pool["spec"]["disruption"]["consolidateAfter"], "5s");
         assert_eq!(pool["spec"]["template"]["spec"]["expireAfter"], "Never");
+    }
+
+    #[test]
+    fn the_disruption_loop_keeps_the_logs_time_down_to_its_floor() {
+        let upstream = DisruptionConfig::default();
+        let at_10 = controller_timings(10.0).disruption;
+        assert_eq!(at_10.poll_period, upstream.poll_period / 10);
+        assert_eq!(at_10.validation_period, upstream.validation_period / 10);
+        assert_eq!(at_10.nomination_window, upstream.nomination_window / 10);
+        assert_eq!(at_10.memo_ttl, upstream.memo_ttl / 10);
+        let at_500 = controller_timings(500.0).disruption;
+        assert_eq!(at_500.poll_period, MIN_DISRUPTION_WAIT);
+        assert_eq!(at_500.validation_period, MIN_DISRUPTION_WAIT);
+        assert_eq!(at_500.memo_ttl, upstream.memo_ttl / 500);
+        // Slower than real time is real time: nothing waits longer than upstream's.
+        assert_eq!(
+            controller_timings(0.5).disruption.poll_period,
+            upstream.poll_period
+        );
     }
 }

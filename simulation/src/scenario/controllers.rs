@@ -46,6 +46,7 @@ impl Replicas {
                     identity: identity.clone(),
                     flags: self.flags.clone(),
                     leader_election: self.count > 1,
+                    ..Replica::alone(&identity)
                 })
                 .await?;
             self.running.push((identity, daemon));
