@@ -321,6 +321,53 @@ spec:
 }
 
 #[test]
+fn a_setting_compared_with_compare_env_reaches_only_the_second_replay() {
+    let dir = TempDir::new("replay-test", "compare-env");
+    // The c category has fewer than 50 instance families: under upstream's default
+    // MIN_VALUES_POLICY (Strict) nothing launches, under BestEffort the minimum is relaxed.
+    let pool = dir.file(
+        "min-values.yaml",
+        "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: min-values
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c]}
+        - {key: karpenter.k8s.aws/instance-family, operator: Exists, minValues: 50}
+",
+    );
+    let (report, stderr) = replay(
+        &fixtures().join("kubereplay.json"),
+        &[
+            "--speed",
+            "60",
+            "--nodepools",
+            path(&pool),
+            "--compare-env",
+            "MIN_VALUES_POLICY=BestEffort",
+        ],
+    );
+    let (a, b) = (&report["a"], &report["b"]);
+    assert_eq!(
+        b["label"],
+        format!("{}, MIN_VALUES_POLICY=BestEffort", path(&pool)),
+        "{stderr}"
+    );
+    let launched = |r: &Value| r["nodeclaimsLaunchedByReason"]["provisioning"].as_u64();
+    assert_eq!(launched(a).unwrap_or(0), 0, "Strict launches nothing: {a}");
+    assert!(
+        launched(b) > Some(0),
+        "BestEffort relaxes and launches: {b}"
+    );
+    assert!(f64_of(&b["cost"]["total"]["dollars"]) > 0.0, "{b}");
+    assert!(f64_of(&report["difference"]["dollars"]) > 0.0, "{report}");
+}
+
+#[test]
 fn a_file_that_is_not_a_log_is_refused_before_anything_runs() {
     let dir = TempDir::new("replay-test", "bad");
     let file = dir.file("bad.json", "{\"events\": 7}");
