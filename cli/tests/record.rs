@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, ServerConfig};
+use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
 use serde_json::{Value, json};
 
 fn deployment(name: &str, replicas: u32) -> Value {
@@ -37,6 +37,36 @@ fn scale(cluster: &Cluster, name: &str, replicas: u32) {
 
 fn yaml(text: &str) -> Value {
     serde_saphyr::from_str(text).expect("the built-in manifests parse")
+}
+
+/// The emulator with kerf's CRDs and the default EC2NodeClass and NodePool, on a runtime
+/// the caller keeps alive while it records.
+fn emulator() -> (tokio::runtime::Runtime, RunningServer) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let server = runtime
+        .block_on(ApiServer::start(ServerConfig::default()))
+        .expect("the emulator starts");
+    let cluster = server.cluster();
+    kerf_simulation::world::install_crds(&cluster).expect("CRDs");
+    cluster
+        .create(
+            "karpenter.k8s.aws/v1",
+            "ec2nodeclasses",
+            yaml(&kerf_simulation::defaults::nodeclass()),
+        )
+        .expect("node class");
+    cluster
+        .create(
+            "karpenter.sh/v1",
+            "nodepools",
+            yaml(&kerf_simulation::defaults::nodepool()),
+        )
+        .expect("node pool");
+    (runtime, server)
 }
 
 fn interrupt(child: &Child) {
@@ -69,30 +99,8 @@ fn expected(start_pods: u64, changes: &[(f64, u64)], t: f64, settle: f64) -> Opt
 
 #[test]
 fn a_recording_replays_the_workload_curve_it_saw() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let server = runtime
-        .block_on(ApiServer::start(ServerConfig::default()))
-        .expect("the emulator starts");
+    let (runtime, server) = emulator();
     let cluster = server.cluster();
-    kerf_simulation::world::install_crds(&cluster).expect("CRDs");
-    cluster
-        .create(
-            "karpenter.k8s.aws/v1",
-            "ec2nodeclasses",
-            yaml(&kerf_simulation::defaults::nodeclass()),
-        )
-        .expect("node class");
-    cluster
-        .create(
-            "karpenter.sh/v1",
-            "nodepools",
-            yaml(&kerf_simulation::defaults::nodepool()),
-        )
-        .expect("node pool");
     for (name, instance_type, capacity) in [
         ("ip-10-0-0-1", "m5.xlarge", "on-demand"),
         ("ip-10-0-0-2", "c5.2xlarge", "spot"),
@@ -290,4 +298,65 @@ fn a_recording_replays_the_workload_curve_it_saw() {
     );
     let _ = std::fs::remove_dir_all(&dir);
     runtime.block_on(server.shutdown());
+}
+
+#[test]
+fn a_recording_for_a_duration_ends_by_itself_and_is_written() {
+    let (_runtime, server) = emulator();
+    let cluster = server.cluster();
+    cluster
+        .create("apps/v1", "deployments", deployment("web", 2))
+        .expect("web");
+    let dir = std::env::temp_dir().join(format!("kerf-record-for-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kubeconfig = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let out = dir.join("history.json");
+    let mut recording = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["record", "--for", "4s", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kerf record starts");
+    std::thread::sleep(Duration::from_millis(2_000));
+    scale(&cluster, "web", 3);
+    // No signal: `--for` ends it. A generous bound for a loaded machine, not a timing.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = recording.try_wait().expect("kerf record waits") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = recording.kill();
+            panic!("kerf record --for 4s still ran after two minutes");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let done = recording.wait_with_output().expect("kerf record output");
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(status.success(), "{stderr}");
+    let log: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("the log is written"))
+            .expect("JSON");
+    let _ = std::fs::remove_dir_all(&dir);
+    let events: Vec<(&str, &str, Option<u64>)> = log["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or_default(),
+                e["key"].as_str().unwrap_or_default(),
+                e["replicas"].as_u64(),
+            )
+        })
+        .collect();
+    assert!(
+        events.contains(&("scale", "default/web", Some(3))),
+        "the scale during the recording: {events:?}"
+    );
 }
