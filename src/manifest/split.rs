@@ -1,23 +1,17 @@
-//! Cutting YAML text, line by line, into pieces small enough to parse from a `&str`: one
-//! piece per document and, inside a `kind: List`, one per item of its `items:` block
-//! sequence. serde-saphyr decodes a `&str` several times faster than a reader (which it
-//! walks one character at a time), and a piece is a single pod, so a dump of any size is
-//! parsed fast while only one item's text is held.
+//! Cutting YAML text, line by line, into pieces small enough to parse from a `&str` (which
+//! serde-saphyr decodes several times faster than a reader): one piece per document and,
+//! inside a `kind: List`, one per item of its `items:` block sequence. The cuts rest on
+//! what YAML lets a line show without parsing:
+//! - `---` or `...` at the start of a line (then a blank or the line's end) is a document
+//!   marker and nothing else: the spec forbids it inside any content;
+//! - after `items:` alone on a line at column 0, a block sequence whose first item is `- `
+//!   at indent `k` has every content line of an item indented deeper than `k` (block and
+//!   multi-line scalars included): an item ends at the next `- ` at indent `k`, the
+//!   sequence at the first content line indented `k` or less that is not one.
 //!
-//! The cuts rest on what YAML lets a line show without parsing:
-//! - a `---` or `...` at the start of a line (followed by a blank or the line's end) is a
-//!   document marker and nothing else: the spec forbids it inside any content;
-//! - in a document whose top-level mapping has `items:` alone on a line at column 0, a block
-//!   sequence follows when its first content line is `- ` at some indent `k`; every content
-//!   line of an item is indented deeper than `k` (block scalars and multi-line plain,
-//!   quoted and flow scalars included), so an item ends at the next `- ` at indent `k`, and
-//!   the sequence at the first content line indented `k` or less that is not one.
-//!
-//! Everything else — a document that is not a `List`, `items:` in flow style, quoted or
-//! indented — stays one piece, parsed whole. Comments and blank lines go with the piece
-//! they sit in. Each piece keeps the number of its first line, so every line the parser
-//! reports maps back to the input's own; a document's text with its items cut out maps its
-//! lines through [`Document::line`].
+//! Anything else (a document that is not a `List`, `items:` in flow style, quoted or
+//! indented) stays one piece. Each piece keeps its first line's number, so every line the
+//! parser reports maps back to the input ([`Document::line`]).
 
 use std::io::BufRead;
 

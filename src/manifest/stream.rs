@@ -1,28 +1,18 @@
-//! Reading a manifest stream one object at a time. A real cluster dump is one `kind: List`
-//! of 100,000 objects or a stream of as many documents, hundreds of megabytes of text;
-//! neither the whole text nor a whole document's tree is ever held. The parser's events are
-//! decoded straight into pruned objects (see `prune`), a `List`'s items each on its own, and
-//! every object is handed to the caller as soon as it is read.
+//! Reading a manifest stream one object at a time. A cluster dump is one `kind: List` of
+//! 100,000 objects or a stream of as many documents, hundreds of megabytes; neither the whole
+//! text nor a whole document's tree is ever held: parser events decode straight into pruned
+//! objects (`prune`), each handed to the caller as soon as it is read.
 //!
-//! YAML is first cut into pieces at line boundaries (see `split`): each document, and each
-//! item of a block-style `List`, is parsed from its own text — by the fast reader for
-//! `kubectl`'s block YAML (`fast`) where it can, by serde-saphyr where it cannot. So the
-//! text held at once is a few dozen items, or one document that is not such a `List` (a
-//! document is parsed whole, as the API server does). JSON is cut the same way by a byte
-//! scanner (`json`) and each piece decoded from its slice.
+//! YAML is cut at line boundaries (`split`) into documents and the items of a block-style
+//! `List`, each parsed from its own text by the fast reader (`fast`) where it can, else by
+//! serde-saphyr; JSON is cut by a byte scanner (`json`). One thread cuts, a pool parses
+//! (`ordered`), the caller takes objects in input order, and a failure ends the stream where
+//! a one-threaded reader would.
 //!
-//! Three stages run at once: one thread cuts, a pool of threads parses the items (one per
-//! core, see `ordered`), and the caller's thread takes the objects. Objects still reach the
-//! caller in input order, and a failure ends the stream exactly where the one-threaded
-//! reader ended it: the items cut before a document, a cutting error or the input's end are
-//! all handed over (or fail) first.
-//!
-//! The YAML parser's budget guards against hostile input. Alias bombs keep serde-saphyr's
-//! alias and anchor caps; the per-document node count, which a single `List` dump reaches
-//! legitimately, is sized for real dumps ([`DEFAULT_MAX_YAML_NODES`]) and raised with
-//! `--max-yaml-nodes`; its breach is reported in kerf's words. Counts that a streamed dump
-//! does not hold in memory (total scalar bytes, input size, number of documents) are not
-//! limited.
+//! The YAML budget guards against hostile input: serde-saphyr's alias and anchor caps stay,
+//! and the per-document node count, which one `List` dump reaches legitimately, is sized
+//! for real dumps ([`DEFAULT_MAX_YAML_NODES`], `--max-yaml-nodes`) and reported in kerf's
+//! words. Totals a streamed dump never holds (bytes, documents) are not limited.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;

@@ -128,7 +128,7 @@ fn compress_all(objects: Vec<Object>, speed: f64) -> Result<Vec<Object>, Vec<Str
 /// The shortest wall-time poll and validation wait a paced disruption loop is given: a pass
 /// over a replayed cluster's few dozen nodes takes milliseconds, and a shorter wait would
 /// spend the controller's threads on passes that find the cluster unchanged.
-const MIN_DISRUPTION_WAIT: Duration = Duration::from_millis(250);
+pub const MIN_DISRUPTION_WAIT: Duration = Duration::from_millis(250);
 
 /// The controller's timings for a replay at `speed`: the disruption loop's poll, validation
 /// wait, nomination window and no-op memo divided by the speed (not below
