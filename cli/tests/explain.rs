@@ -203,6 +203,7 @@ fn kerf_explain_names_the_cause_and_the_entry_of_each_live_symptom() {
     spot_offerings_in_the_controllers_cache(&cluster);
     a_drain_held_by_a_pod_disruption_budget(&cluster);
     a_budget_window_and_the_pools_limits(&cluster);
+    a_node_nominated_then_kept_for_a_pod_pinned_to_it(&cluster);
 }
 
 fn an_unreachable_controller_is_named_with_its_address(cluster: &Cluster) {
@@ -451,4 +452,79 @@ fn a_budget_window_and_the_pools_limits(cluster: &Cluster) {
     assert!(pool["nodes"].as_u64().expect("a count") >= 1, "{pool}");
     assert_eq!(pool["nodeClass"]["ready"], "True", "{pool}");
     assert!(!pool["disruption"].as_array().expect("its nodes").is_empty());
+}
+
+/// The blocking reason and troubleshooting entry `kerf explain node NAME` gives, once it
+/// gives a block.
+fn blocked(cluster: &Cluster, name: &str) -> Option<(String, String)> {
+    let json = cluster.explain_json(&["node", name]);
+    (json["verdict"]["verdict"] == "blocked").then(|| {
+        (
+            json["verdict"]["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            json["troubleshooting"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    })
+}
+
+fn a_node_nominated_then_kept_for_a_pod_pinned_to_it(cluster: &Cluster) {
+    let consolidating = "  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 0s
+";
+    cluster.apply(&nodepool("pinned", "default", consolidating));
+    cluster.apply(&pod("seed", "{cpu: '1'}", &in_pool("pinned")));
+    // From its Node's initialization, the node launched for the seed stays nominated for
+    // it (20 s): no disruption method takes it.
+    let claim = cluster.eventually("the seed's NodeClaim", |c| {
+        let names = c.kubectl(
+            &[
+                "get",
+                "nodeclaims",
+                "-l",
+                "karpenter.sh/nodepool=pinned",
+                "-o",
+                "name",
+            ],
+            None,
+        );
+        names
+            .lines()
+            .next()
+            .map(|n| n.trim_start_matches("nodeclaim.karpenter.sh/").to_owned())
+    });
+    let nominated = cluster.eventually("the seed's node nominated", |c| {
+        let found = blocked(c, &claim);
+        eprintln!("kerf explain node {claim}: {found:?}");
+        found.filter(|(reason, _)| reason == documented("nominated-node"))
+    });
+    assert_eq!(nominated.1, "nominated-node");
+    let node = cluster.explain_json(&["node", &claim])["node"]
+        .as_str()
+        .expect("its Node")
+        .to_owned();
+    // A pod pinned to that node by its hostname, and the seed gone: emptying the node
+    // would leave the pinned pod nowhere to go, and a replacement has another hostname.
+    let pinned = format!(
+        "{}  nodeSelector: {{kubernetes.io/hostname: {node}}}
+  tolerations: [{{key: pool, operator: Equal, value: pinned, effect: NoSchedule}}]
+",
+        pod("pinned", "{cpu: 100m}", "")
+    );
+    cluster.apply(&pinned);
+    cluster.kubectl(&["delete", "pod", "seed", "--wait=false"], None);
+    let (reason, entry) = cluster.eventually("the node kept for its pinned pod", |c| {
+        blocked(c, &node)
+            .filter(|(reason, _)| reason.contains(documented("consolidation-constraints")))
+    });
+    assert_eq!(entry, "consolidation-constraints", "{reason}");
+    assert!(
+        reason.contains("default/pinned"),
+        "the pod is named: {reason}"
+    );
 }
