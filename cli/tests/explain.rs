@@ -204,6 +204,7 @@ fn kerf_explain_names_the_cause_and_the_entry_of_each_live_symptom() {
     a_drain_held_by_a_pod_disruption_budget(&cluster);
     a_budget_window_and_the_pools_limits(&cluster);
     a_node_nominated_then_kept_for_a_pod_pinned_to_it(&cluster);
+    a_spread_over_more_zones_than_the_pool_allows(&cluster);
 }
 
 fn an_unreachable_controller_is_named_with_its_address(cluster: &Cluster) {
@@ -527,4 +528,32 @@ fn a_node_nominated_then_kept_for_a_pod_pinned_to_it(cluster: &Cluster) {
         reason.contains("default/pinned"),
         "the pod is named: {reason}"
     );
+}
+
+fn a_spread_over_more_zones_than_the_pool_allows(cluster: &Cluster) {
+    let two_zones = nodepool("twozones", "default", "").replace(
+        "      requirements:\n",
+        "      requirements:\n        - {key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a, us-east-1b]}\n",
+    );
+    let spread = format!(
+        "{}  topologySpreadConstraints:
+    - {{maxSkew: 1, minDomains: 3, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: spread}}}}}}
+",
+        in_pool("twozones")
+    );
+    let pods: String = (0..3)
+        .map(|i| pod(&format!("spread-{i}"), "{cpu: '1'}", &spread))
+        .collect::<String>()
+        .replace("labels: {app: spread-", "labels: {app: spread, index: i");
+    cluster.apply(&(two_zones + &pods));
+    // Two zones hold one pod each; whichever of the three is left waits for a third zone.
+    let table = cluster.eventually("a spread pod refused for its zones", |c| {
+        (0..3).find_map(|i| {
+            let table = c.explain(&["pod", &format!("default/spread-{i}")]);
+            verdict(&table, "twozones")
+                .contains(documented("spread-zones"))
+                .then_some(table)
+        })
+    });
+    names_entry(&table, "spread-zones");
 }

@@ -113,6 +113,16 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// How directly a refusal for this cause says why the pod waits (0: most): a pool the
+    /// pod's taints or requirements rule out says nothing about the pool it meant.
+    fn relevance(self) -> u8 {
+        match self {
+            Self::Taint | Self::Requirements => 2,
+            Self::NodeClassNotReady => 1,
+            Self::Limits | Self::Resources | Self::Unavailable | Self::Topology | Self::Other => 0,
+        }
+    }
+
     fn of(reason: &str) -> Self {
         if reason.contains("did not tolerate") {
             Self::Taint
@@ -189,13 +199,21 @@ pub fn explain_pod(
             verdict: pool_verdict(live, pool, key)?,
         });
     }
-    let texts = explanation
+    // The entry follows the refusal that is the pod's own problem: a pool whose class is
+    // not Ready matters less than one that would take the pod but for its constraints, and
+    // a pool whose taints or requirements the pod does not match at all matters least.
+    let mut refusals: Vec<(u8, String)> = explanation
         .node_pools
         .iter()
         .filter_map(|v| match &v.verdict {
-            Verdict::Cannot { reason, .. } => Some(reason.clone()),
+            Verdict::Cannot { cause, reason, .. } => Some((cause.relevance(), reason.clone())),
             _ => None,
         })
+        .collect();
+    refusals.sort_by_key(|(relevance, _)| *relevance);
+    let texts = refusals
+        .into_iter()
+        .map(|(_, reason)| reason)
         .chain(match &explanation.state {
             PodState::Pending { plan } => Some(plan.clone()),
             _ => None,

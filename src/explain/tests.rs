@@ -138,6 +138,51 @@ fn each_nodepool_says_what_it_would_launch_or_its_own_first_refusal() {
 }
 
 #[test]
+fn the_entry_follows_the_pool_the_pod_meant_not_the_first_refusal() {
+    // "aaa" sorts first and its class is not Ready; the pod is meant for "zones", which
+    // refuses it for its spread. The entry is the spread's.
+    let zones = json!({"requirements": [
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]}
+    ]});
+    let spread = json!({
+        "nodeSelector": {"karpenter.sh/nodepool": "zones"},
+        "topologySpreadConstraints": [{"maxSkew": 1, "minDomains": 3,
+            "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "spread"}}}]
+    });
+    let mut first = pod("spread-0", "1", spread.clone());
+    let mut second = pod("spread-1", "1", spread);
+    for p in [&mut first, &mut second] {
+        p["metadata"]["labels"]["app"] = json!("spread");
+    }
+    let objects = [
+        pool("aaa", "broken", json!({}), json!({})),
+        class_not_ready("broken"),
+        pool("zones", "default", json!({}), zones),
+        first,
+        second,
+    ];
+    let live = live(&objects, None);
+    let refused = ["default/spread-0", "default/spread-1"]
+        .into_iter()
+        .map(|key| explain_pod(&live, key, None).expect("explained"))
+        .find(|e| matches!(verdict(e, "zones"), Verdict::Cannot { .. }))
+        .expect("one spread pod waits for a second zone");
+    assert!(matches!(
+        verdict(&refused, "aaa"),
+        Verdict::Cannot {
+            cause: pod::Cause::NodeClassNotReady,
+            ..
+        }
+    ));
+    assert_eq!(
+        refused.troubleshooting.as_ref().map(|e| e.id.as_str()),
+        Some("spread-zones"),
+        "{refused:?}"
+    );
+}
+
+#[test]
 fn the_controllers_cache_moves_the_launch_and_is_named_with_its_expiry() {
     let objects = [
         pool("default", "default", json!({}), json!({})),
