@@ -25,6 +25,7 @@ pub mod report;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;
+pub mod static_pools;
 pub mod taints;
 pub mod troubleshooting;
 pub mod validation;

@@ -55,6 +55,7 @@ use crate::requeue::{self, Trigger};
 use crate::settings::{FeatureGates, ValidSettings};
 use crate::shutdown::{GracefulShutdown, InFlight, SHUTDOWN_TIMEOUT};
 use crate::state::{ClusterState, Writers};
+use crate::static_capacity::{self, StaticCapacityDeps};
 use crate::storage_advice;
 use crate::supervisor::{self, Exhausted, Supervised, Supervision};
 use crate::tagging::{self, TAGGER_MAILBOX_CAPACITY, Tagger};
@@ -309,6 +310,13 @@ impl Daemon {
             }
             None => (None, Vec::new()),
         };
+        let static_task = provisioning
+            .as_ref()
+            .filter(|_| feature_gates.static_capacity)
+            .map(|provisioning| start_static_capacity(&wiring, provisioning, &mut subscribers));
+        if !feature_gates.static_capacity {
+            subscribers.nodepools.push(static_capacity::warn_gate_off());
+        }
         subscribe_generation(&mut subscribers, &generation);
         let retrigger = Retrigger::default();
         subscribe_triggers(
@@ -330,6 +338,7 @@ impl Daemon {
         );
         let mut tasks = pod_watcher::spawn(&wiring.client, writers, subscribers, &wiring.shutdown);
         tasks.extend(status_tasks);
+        tasks.extend(static_task);
         let created = provisioning.as_ref().map(|p| p.created.clone());
         tasks.extend(start_trigger_loops(
             &wiring,
@@ -938,6 +947,39 @@ async fn stop_or_abort(what: &'static str, task: JoinHandle<()>) {
             );
         }
     }
+}
+
+/// The loop holding static NodePools at their replicas (`StaticCapacity`), woken by
+/// NodePool and NodeClaim changes.
+fn start_static_capacity(
+    w: &Wiring,
+    provisioning: &Provisioning,
+    hooks: &mut Subscribers,
+) -> JoinHandle<()> {
+    let trigger = Trigger::default();
+    hooks.nodepools.push(requeue::on_change(&[&trigger]));
+    hooks.nodeclaims.push(requeue::on_change(&[&trigger]));
+    hooks.nodeclasses.push(requeue::on_change(&[&trigger]));
+    let deps = StaticCapacityDeps {
+        client: w.client.clone(),
+        state: w.state.clone(),
+        creator: provisioning.creator.clone(),
+        created: provisioning.created.clone(),
+        catalog: provisioning.catalog,
+        offerings: provisioning.offerings.clone(),
+        instance_types: provisioning.instance_types.clone(),
+        controller: provisioning.controller,
+        deleted: static_capacity::Deleted::default(),
+    };
+    let (leader, shutdown) = (w.leader.clone(), w.shutdown.clone());
+    supervisor::task("static_capacity", move || {
+        static_capacity::run(
+            deps.clone(),
+            trigger.clone(),
+            leader.clone(),
+            shutdown.clone(),
+        )
+    })
 }
 
 /// The state-driven status reconcilers: NodeClaim disruption conditions and

@@ -6,21 +6,20 @@
 use crate::settings::{FeatureGates, ValidSettings};
 
 /// Gates kerf does not act on yet: (name, whether on, upstream's default).
-fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 4] {
+fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 3] {
     let FeatureGates {
         // Acted on: `node_repair`.
         node_repair: _,
         reserved_capacity,
         spot_to_spot_consolidation: _acted_on_by_disruption,
         node_overlay,
-        static_capacity,
+        static_capacity: _acted_on_by_static_capacity,
         capacity_buffer,
         nominate_pods: _acted_on_by_registration,
     } = gates;
     [
         ("ReservedCapacity", reserved_capacity, true),
         ("NodeOverlay", node_overlay, false),
-        ("StaticCapacity", static_capacity, false),
         ("CapacityBuffer", capacity_buffer, false),
     ]
 }
@@ -138,5 +137,7 @@ mod tests {
         );
         let off = settings(&["--feature-gates", "ReservedCapacity=false"]);
         assert!(default_gate_notes(&off).is_empty());
+        let acted_on = settings(&["--feature-gates", "StaticCapacity=true"]);
+        assert!(ignored_settings(&acted_on).is_empty(), "acted on now");
     }
 }

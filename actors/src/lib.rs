@@ -46,6 +46,7 @@ pub mod server;
 pub mod settings;
 pub mod shutdown;
 pub mod state;
+pub mod static_capacity;
 pub mod storage_advice;
 pub mod supervisor;
 pub mod tagging;

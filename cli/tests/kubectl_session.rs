@@ -73,6 +73,71 @@ impl Table {
     }
 }
 
+/// A static NodePool (`StaticCapacity` on) applied with kubectl and scaled with `kubectl
+/// scale nodepool`, through the NodePool CRD's scale subresource: its NodeClaims follow the
+/// replicas, `kubectl get --subresource scale` reads them back, and a dynamic pool refuses to
+/// be scaled (static and dynamic do not turn into each other).
+#[test]
+fn kubectl_scale_nodepool_sizes_a_static_pool() {
+    let Some(kubectl) = kubectl_binary() else {
+        eprintln!("note: kubectl is not installed (scripts/test.sh installs it); skipping");
+        return;
+    };
+    let s = Session::start_with_env(
+        kubectl,
+        "kubectl-scale",
+        4,
+        &[],
+        &[("FEATURE_GATES", "StaticCapacity=true")],
+    );
+    let pool = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: fixed}\nspec:\n  \
+                replicas: 2\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, \
+                kind: EC2NodeClass, name: default}\n      requirements: [{key: kubernetes.io/arch, \
+                operator: In, values: [amd64]}]\n";
+    let file = s.dir.join("fixed.yaml");
+    std::fs::write(&file, pool).expect("manifest");
+    s.kubectl(&["apply", "-f", file.to_str().expect("utf-8")]);
+    let fixed = |s: &Session| {
+        let listed = s.kubectl(&[
+            "get",
+            "nodeclaims",
+            "-l",
+            "karpenter.sh/nodepool=fixed",
+            "-o",
+            "json",
+        ]);
+        let list: Value = serde_json::from_str(&listed).expect("JSON");
+        list["items"].as_array().map_or(0, |items| {
+            items
+                .iter()
+                .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
+                .count()
+        })
+    };
+    s.eventually("two NodeClaims of the static pool", |s| fixed(s) == 2);
+    let out = s.kubectl(&["scale", "nodepool", "fixed", "--replicas", "3"]);
+    assert!(out.contains("nodepool.karpenter.sh/fixed scaled"), "{out}");
+    s.eventually("three NodeClaims after scaling up", |s| fixed(s) == 3);
+    let read = s.kubectl(&[
+        "get",
+        "nodepool",
+        "fixed",
+        "--subresource",
+        "scale",
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ]);
+    assert_eq!(read.trim(), "3");
+    s.kubectl(&["scale", "nodepool", "fixed", "--replicas", "1"]);
+    s.eventually("one NodeClaim after scaling down", |s| fixed(s) == 1);
+    let (ok, stdout, stderr) = s.try_kubectl(&["scale", "nodepool", "default", "--replicas", "2"]);
+    assert!(!ok, "a dynamic pool was scaled: {stdout}");
+    assert!(
+        stderr.contains("Cannot transition NodePool between static"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_users_kubectl_session_reads_and_changes_the_simulated_cluster() {
     let Some(kubectl) = kubectl_binary() else {

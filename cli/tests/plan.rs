@@ -217,7 +217,10 @@ fn check_contract(report: &Value) {
         let types = strings(&claim["instanceTypes"]);
         assert!(!types.is_empty() && types.len() <= 600, "{claim}");
         let pods = strings(&claim["pods"]);
-        assert!(!pods.is_empty(), "a NodeClaim is created for pods: {claim}");
+        assert!(
+            !pods.is_empty() || claim["replica"] == true,
+            "a NodeClaim is created for pods, or for a static pool's replicas: {claim}"
+        );
         placed += pods.len();
         for requirement in claim["requirements"].as_array().expect("requirements") {
             assert!(
@@ -236,12 +239,15 @@ fn check_contract(report: &Value) {
             types.iter().all(|t| type_requirement.contains(t)),
             "{claim}"
         );
-        let requested_pods = claim["requests"]["pods"].as_str().expect("pods request");
-        assert!(
-            requested_pods.parse::<usize>().expect("integer") >= pods.len(),
-            "{claim}"
-        );
-        assert!(claim["requests"]["cpu"].is_string(), "{claim}");
+        // A static pool's replica requests what lands on it (DaemonSets, pods), maybe nothing.
+        if claim["replica"] != true || !pods.is_empty() {
+            let requested_pods = claim["requests"]["pods"].as_str().expect("pods request");
+            assert!(
+                requested_pods.parse::<usize>().expect("integer") >= pods.len(),
+                "{claim}"
+            );
+            assert!(claim["requests"]["cpu"].is_string(), "{claim}");
+        }
         let launch = &claim["launch"];
         let launched = launch["instanceType"]
             .as_str()
@@ -1488,5 +1494,83 @@ status:
     assert!(
         stderr.contains("cr-0123456789abcdef0") && stderr.contains("assumes room"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn a_static_pool_is_planned_to_its_replicas_under_the_gate_and_pods_use_its_nodes() {
+    let pools = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: fixed
+spec:
+  replicas: 3
+  limits:
+    nodes: "2"
+  template:
+    spec:
+      requirements:
+        - key: node.kubernetes.io/instance-type
+          operator: In
+          values: ["m5.xlarge"]
+      nodeClassRef:
+        group: karpenter.k8s.aws
+        kind: EC2NodeClass
+        name: default
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: default
+spec:
+  template:
+    spec:
+      requirements: []
+      nodeClassRef:
+        group: karpenter.k8s.aws
+        kind: EC2NodeClass
+        name: default
+"#;
+    let input = format!("{pools}{}", deployment("web", 2, "1", "1Gi", ""));
+    let report = plan_json(
+        &["-f", "-", "--feature-gates", "StaticCapacity=true"],
+        Some(&input),
+    );
+    let fixed: Vec<&Value> = claims(&report)
+        .iter()
+        .filter(|c| c["nodePool"] == "fixed")
+        .collect();
+    assert_eq!(fixed.len(), 2, "replicas 3, but limits.nodes 2: {report:#}");
+    assert!(fixed.iter().all(|c| c["replica"] == true), "{report:#}");
+    assert!(
+        fixed
+            .iter()
+            .all(|c| strings(&c["instanceTypes"]) == ["m5.xlarge"]),
+        "{report:#}"
+    );
+    assert_eq!(
+        claims(&report)
+            .iter()
+            .filter(|c| c["nodePool"] == "default")
+            .count(),
+        0,
+        "the pods fit on the static nodes: {report:#}"
+    );
+    assert_eq!(report["summary"]["scheduled"], 2, "{report:#}");
+
+    let output = kerf(&["plan", "-o", "json", "-f", "-"], Some(&input));
+    assert!(output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(
+            "NodePool fixed: spec.replicas is ignored with the StaticCapacity feature gate off"
+        ),
+        "{stderr}"
+    );
+    let off: Value = serde_json::from_str(&text(&output.stdout)).expect("JSON");
+    assert!(
+        claims(&off).iter().all(|c| c["nodePool"] == "default"),
+        "no NodeClaim of the static pool without the gate: {off:#}"
     );
 }

@@ -653,3 +653,68 @@ fn ctrl_c_mid_run_prints_what_happened_so_far_and_exits_130() {
         "{summary:#}"
     );
 }
+
+#[test]
+fn a_workload_may_carry_a_static_pool_held_at_its_replicas() {
+    // The workload brings its own NodePools: a static one, held at its three replicas
+    // whatever the pods ask for, and a dynamic one for the pods. Whether the first round
+    // plans the pods onto replicas already in flight or onto a node of its own races the
+    // replicas' creation (as upstream's controllers race), so only the replicas are counted.
+    let dir = TempDir::new("sim-test", "static");
+    let workload = dir.file(
+        "workload.yaml",
+        "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: fixed}
+spec:
+  replicas: 3
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: spare}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements: []
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers:
+        - name: api
+          image: i
+          resources: {requests: {cpu: '1', memory: 1Gi}}
+",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["simulate", "--fast", "-o", "json", "--duration", "60s"])
+        .args(["--workload", path(&workload)])
+        .env("FEATURE_GATES", "StaticCapacity=true")
+        .stdin(Stdio::null())
+        .output()
+        .expect("kerf runs");
+    let summary: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("summary is JSON ({e}); stderr: {}", text(&out.stderr)));
+    assert!(
+        out.status.success(),
+        "stderr: {}\n{summary:#}",
+        text(&out.stderr)
+    );
+    assert_eq!(count(&summary["pods"]["bound"]), 2, "{summary:#}");
+    let types = summary["nodes"]["byInstanceType"]
+        .as_object()
+        .expect("by type");
+    assert_eq!(types.get("m5.large").map(count), Some(3), "{summary:#}");
+}

@@ -97,6 +97,34 @@ fn reports_every_problem_with_file_object_and_field() {
 }
 
 #[test]
+fn a_static_pool_may_limit_only_its_nodes_and_has_no_weight() {
+    let valid = NODEPOOL.replace(
+        "spec:\n  template:",
+        "spec:\n  replicas: 3\n  limits: {nodes: \"5\"}\n  template:",
+    );
+    let file = temp_file("static", "np.yaml", &valid);
+    let output = kerf().args(["validate", "-f"]).arg(&file).output().unwrap();
+    assert!(output.status.success(), "{:?}", stdout(&output));
+    let invalid = NODEPOOL.replace(
+        "spec:\n  template:",
+        "spec:\n  replicas: 3\n  weight: 10\n  limits: {nodes: \"5\", cpu: \"8\"}\n  template:",
+    );
+    let file = temp_file("static-invalid", "np.yaml", &invalid);
+    let output = kerf().args(["validate", "-f"]).arg(&file).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let f = file.display();
+    assert_eq!(
+        stdout(&output),
+        [
+            format!(
+                "{f}: NodePool/default: spec: only 'limits.nodes' is supported on static NodePools"
+            ),
+            format!("{f}: NodePool/default: spec: 'weight' is not supported on static NodePools"),
+        ]
+    );
+}
+
+#[test]
 fn syntax_errors_name_file_and_line_and_other_files_still_run() {
     let bad = temp_file(
         "syntax",

@@ -14,8 +14,19 @@ use super::defaults::REGION;
 /// How many NodeClaims `kerf plan` would create for `inventory`, or why it cannot say.
 pub fn node_claims(inventory: &Inventory) -> Result<usize, String> {
     let catalog = Catalog::embedded(REGION).map_err(|e| e.to_string())?;
-    let snapshot = snapshot::build(inventory, &catalog, ControllerSettings::default())
+    let mut snapshot = snapshot::build(inventory, &catalog, ControllerSettings::default())
         .map_err(|e| e.to_string())?;
+    // A static pool's NodeClaims are its replicas, never planned for pods.
+    let statics: Vec<&str> = inventory
+        .node_pools
+        .iter()
+        .filter(|p| p.is_static())
+        .map(|p| p.name())
+        .collect();
+    snapshot
+        .input
+        .node_pools
+        .retain(|p| !statics.contains(&p.name.as_str()));
     let result = scheduling::solve(&snapshot.input).map_err(|e| e.to_string())?;
     Ok(result.new_node_claims.len())
 }

@@ -124,6 +124,9 @@ fn default_budgets() -> Vec<Budget> {
 
 pub const DEFAULT_BUDGET_NODES: &str = "10%";
 
+/// The `spec.limits` key that caps a NodePool's node count (upstream's `resources.Node`).
+pub const NODES_LIMIT: &str = "nodes";
+
 fn default_budget_nodes() -> String {
     DEFAULT_BUDGET_NODES.to_owned()
 }
@@ -262,6 +265,19 @@ impl NodePool {
         self.spec.replicas.is_some()
     }
 
+    /// `spec.replicas` of a static NodePool (negative values, refused by the CRD, read as 0).
+    pub fn replicas(&self) -> Option<u64> {
+        self.spec.replicas.map(|r| u64::try_from(r).unwrap_or(0))
+    }
+
+    /// `spec.limits.nodes`: the most nodes the pool may have at once, surge included.
+    /// `None` when unset or unreadable (a quantity validation refuses).
+    pub fn node_limit(&self) -> Option<u64> {
+        let text = &self.limits()?.get(NODES_LIMIT)?.0;
+        let quantity = crate::resources::Quantity::parse(text).ok()?;
+        Some(u64::try_from(quantity.value()).unwrap_or(0))
+    }
+
     pub fn conditions(&self) -> &[Condition] {
         self.status
             .as_ref()
@@ -327,5 +343,21 @@ mod tests {
         assert!(budget.applies_to(DisruptionReason::Drifted));
         assert!(!budget.applies_to(DisruptionReason::Empty));
         assert!(np.template_labels().is_empty());
+    }
+
+    #[test]
+    fn replicas_and_the_node_limit_read_the_spec() {
+        let np = nodepool(serde_json::json!({
+            "template": template(), "replicas": 3, "limits": {"nodes": "5"}
+        }));
+        assert!(np.is_static());
+        assert_eq!(np.replicas(), Some(3));
+        assert_eq!(np.node_limit(), Some(5));
+        let dynamic =
+            nodepool(serde_json::json!({"template": template(), "limits": {"cpu": "10"}}));
+        assert_eq!(dynamic.replicas(), None);
+        assert_eq!(dynamic.node_limit(), None);
+        let negative = nodepool(serde_json::json!({"template": template(), "replicas": -1}));
+        assert_eq!(negative.replicas(), Some(0));
     }
 }

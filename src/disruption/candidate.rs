@@ -188,7 +188,11 @@ fn candidate(
         disruption_cost: all_costs * lifetime_remaining(managed, now),
         graceful_block,
         drift,
-        consolidatable: consolidatable(managed, pool.pool, now),
+        consolidatable: if pool.pool.is_static() {
+            Err(static_block(pool.pool.name()))
+        } else {
+            consolidatable(managed, pool.pool, now)
+        },
         termination_grace_period: managed.termination_grace_period.is_some(),
     })
 }
@@ -229,6 +233,11 @@ pub fn consolidatable(
         }
     }
     Ok(())
+}
+
+/// Why emptiness and consolidation leave a static pool's node alone.
+pub fn static_block(pool: &str) -> String {
+    format!("NodePool {pool} is static (spec.replicas): its nodes are never consolidated")
 }
 
 /// Whether the pool's policy lets consolidation remove a node that still runs pods.

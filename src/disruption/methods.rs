@@ -122,9 +122,12 @@ pub fn drift(
     budgets: &Budgets,
     blocks: &mut Blocks,
 ) -> Option<Command> {
-    let mut drifted: Vec<&Candidate> = candidates
+    let (statics, dynamics): (Vec<&Candidate>, Vec<&Candidate>) = candidates
         .iter()
         .filter(|c| c.drift.is_some())
+        .partition(|c| state.pool(&c.pool).is_some_and(|p| p.pool.is_static()));
+    let mut drifted: Vec<&Candidate> = dynamics
+        .into_iter()
         .filter(|c| c.termination_grace_period || graceful(c, blocks))
         .collect();
     drifted.sort_by(|a, b| {
@@ -195,8 +198,95 @@ pub fn drift(
             simulation: Some(simulation),
         });
     }
+    static_drift(state, statics, budgets, blocks)
+}
+
+/// Drift of static pools' nodes (upstream's `StaticDrift`, under `StaticCapacity`): the
+/// earliest drifted node the `Drifted` budget allows is replaced one for one by a NodeClaim
+/// of the pool's template, its pods left to reschedule as the drain evicts them. Not while
+/// the pool is scaling down, and not when `limits.nodes` leaves no room to stage the
+/// replacement. Without the gate a static pool's nodes are not drift-disrupted at all.
+fn static_drift(
+    state: &State,
+    mut drifted: Vec<&Candidate>,
+    budgets: &Budgets,
+    blocks: &mut Blocks,
+) -> Option<Command> {
+    if !state.options.feature_gates.static_capacity {
+        return None;
+    }
+    drifted.retain(|c| c.termination_grace_period || graceful(c, blocks));
+    drifted.sort_by_key(|c| {
+        let since = c
+            .drift
+            .as_ref()
+            .and_then(|(_, t)| *t)
+            .map(|t| t.as_second());
+        (since, c.name.clone())
+    });
+    for c in drifted {
+        let Some(pool) = state.pool(&c.pool).map(|p| p.pool) else {
+            continue;
+        };
+        if budget_left(budgets, &c.pool, DisruptionReason::Drifted) == 0 {
+            blocks.note(&c.name, || budget_block(&c.pool, DisruptionReason::Drifted));
+            continue;
+        }
+        let members = state.managed.iter().filter(|m| m.node_pool == c.pool);
+        let (live, total) = members.fold((0u64, 0u64), |(live, total), m| {
+            (live + u64::from(!m.deleting), total + 1)
+        });
+        if live > pool.replicas().unwrap_or(0) {
+            blocks.note(&c.name, || {
+                format!("static NodePool {} is scaling down", c.pool)
+            });
+            continue;
+        }
+        if pool.node_limit().is_some_and(|limit| total >= limit) {
+            blocks.note(&c.name, || STATIC_AT_LIMIT.to_string());
+            continue;
+        }
+        let template = state
+            .cluster
+            .scheduling
+            .node_pools
+            .iter()
+            .find(|p| p.name == c.pool)
+            .and_then(|p| {
+                let max = state.input.options.max_instance_types;
+                crate::static_pools::template_claim(p, &state.input.daemonsets, max)
+                    .ok()
+                    .flatten()
+            });
+        let Some(replacement) = template.and_then(|claim| {
+            Some(Replacement {
+                launch: claim.launch.clone()?,
+                claim,
+            })
+        }) else {
+            blocks.note(&c.name, || {
+                format!(
+                    "drifted ({}), but no offering of its NodePool can launch a replacement",
+                    drift_reason(c)
+                )
+            });
+            continue;
+        };
+        return Some(Command {
+            method: Method::Drift,
+            reason: Reason::Drifted,
+            nodes: vec![c.name.clone()],
+            savings: c.price.unwrap_or(0.0) - replacement.launch.price,
+            replacements: vec![replacement],
+            simulation: None,
+        });
+    }
     None
 }
+
+/// Upstream's event message when a static pool's drift cannot stage a replacement.
+pub const STATIC_AT_LIMIT: &str =
+    "static NodePool is at its node limit and cannot stage a replacement";
 
 fn drift_reason(c: &Candidate) -> &str {
     c.drift.as_ref().map_or("", |(r, _)| r.as_str())

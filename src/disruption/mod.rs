@@ -30,7 +30,7 @@ pub use candidate::{NOMINATED, NOT_INITIALIZED};
 pub use cluster::{Cluster, ManagedNode, Options};
 pub use consolidation::MIN_SPOT_TO_SPOT_TYPES;
 pub use methods::MAX_MULTI_NODE_CANDIDATES;
-pub use pods::{Pdb, PdbIndex, is_reschedulable};
+pub use pods::{Pdb, PdbIndex, blocks_disruption, eviction_cost, is_reschedulable};
 pub use report::{
     BlockedNode, BudgetReport, CommandReport, Decision, DisruptionReport, DisruptionSummary,
     Method, Reason, ReplacementReport,

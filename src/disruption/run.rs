@@ -153,7 +153,9 @@ impl<'c> State<'c> {
                     self.add_replacement(replacement, &mut moved);
                 }
             }
-            None if command.method == Method::Expiration => {
+            // Expiration, and a static pool's drift: the pods are evicted to pending (an
+            // empty node has none to move) and a static replacement joins empty.
+            None => {
                 for pods in removed {
                     self.input.pods.extend(
                         pods.iter()
@@ -161,8 +163,11 @@ impl<'c> State<'c> {
                             .map(|p| bound_to_none(p)),
                     );
                 }
+                let mut none = HashMap::new();
+                for replacement in &command.replacements {
+                    self.add_replacement(replacement, &mut none);
+                }
             }
-            None => {}
         }
         self.reindex();
     }

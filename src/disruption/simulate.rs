@@ -23,6 +23,7 @@ use std::sync::Arc;
 use super::candidate::Candidate;
 use super::pods;
 use super::state::State;
+use crate::api::nodepool::NODES_LIMIT;
 use crate::resources::Quantity;
 use crate::scheduling::{self, ExistingNode, PlannedNodeClaim, SchedulingError, SchedulingResult};
 
@@ -62,7 +63,9 @@ pub fn simulate(
         .filter(pods::is_reschedulable)
         .map(|p| unbound(p))
         .collect();
+    let limits = hold_node_limits(state, removed.iter().map(|(_, n)| n));
     let (result, uninitialized) = solve_with(state, &moved);
+    restore_node_limits(state, limits);
     for (index, node) in removed {
         state.input.existing_nodes.insert(index, node);
     }
@@ -98,6 +101,45 @@ pub fn simulate(
         new_claims,
         moved,
     })
+}
+
+/// Lowers the `limits.nodes` of each pool by its nodes among `removed`, and returns what to
+/// restore: a candidate still exists until its replacements are up, so the solve may plan
+/// replacements only in the room the pool has beside it (no surge past the limit, upstream's
+/// hard node limit), not in the room its leaving would make.
+fn hold_node_limits<'n>(
+    state: &mut State,
+    removed: impl Iterator<Item = &'n ExistingNode>,
+) -> Vec<(usize, Quantity)> {
+    let mut held = Vec::new();
+    for node in removed {
+        let Some(pool) = node.node_pool.as_deref() else {
+            continue;
+        };
+        let Some(index) = state.input.node_pools.iter().position(|p| p.name == pool) else {
+            continue;
+        };
+        let Some(limits) = state.input.node_pools[index].limits.as_mut() else {
+            continue;
+        };
+        let Some(limit) = limits.get(NODES_LIMIT) else {
+            continue;
+        };
+        if !held.iter().any(|(i, _)| *i == index) {
+            held.push((index, limit));
+        }
+        let lower = Quantity::new(limit.value() - 1, limit.format());
+        limits.insert(NODES_LIMIT, lower);
+    }
+    held
+}
+
+fn restore_node_limits(state: &mut State, held: Vec<(usize, Quantity)>) {
+    for (index, limit) in held {
+        if let Some(limits) = state.input.node_pools[index].limits.as_mut() {
+            limits.insert(NODES_LIMIT, limit);
+        }
+    }
 }
 
 /// Places the pods already waiting for a place — pending pods, which in the controller

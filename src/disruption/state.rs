@@ -102,9 +102,19 @@ pub fn take_input(cluster: &mut Cluster) -> SchedulingInput {
 impl<'c> State<'c> {
     pub(super) fn unplaced(
         cluster: &'c Cluster,
-        input: SchedulingInput,
+        mut input: SchedulingInput,
         options: Options,
     ) -> Result<State<'c>, DisruptionError> {
+        // Rescheduling never plans a NodeClaim of a static pool: its size is its replicas.
+        let statics: Vec<&str> = cluster
+            .node_pools
+            .iter()
+            .filter(|p| p.is_static())
+            .map(|p| p.name())
+            .collect();
+        input
+            .node_pools
+            .retain(|p| !statics.contains(&p.name.as_str()));
         let mut pools = HashMap::new();
         for pool in &cluster.node_pools {
             let requirements = Requirements::from_requirements_with_min_values(pool.requirements())

@@ -55,6 +55,7 @@ pub fn instance_types() -> Vec<InstanceType> {
 pub struct PoolBuilder {
     pool: NodePool,
     instance_types: Vec<InstanceType>,
+    node_limit: Option<i64>,
 }
 
 pub fn node_pool(name: &str) -> PoolBuilder {
@@ -69,6 +70,7 @@ pub fn node_pool(name: &str) -> PoolBuilder {
     PoolBuilder {
         pool,
         instance_types: instance_types(),
+        node_limit: None,
     }
 }
 
@@ -115,6 +117,26 @@ impl PoolBuilder {
 
     pub fn instance_types(mut self, types: Vec<InstanceType>) -> Self {
         self.instance_types = types;
+        self
+    }
+
+    /// A static pool of `replicas` nodes.
+    pub fn replicas(mut self, replicas: i64) -> Self {
+        self.pool.spec.replicas = Some(replicas);
+        self
+    }
+
+    /// `limits.nodes`.
+    pub fn node_limit(mut self, nodes: i64) -> Self {
+        self.pool
+            .spec
+            .limits
+            .get_or_insert_with(BTreeMap::new)
+            .insert(
+                crate::api::nodepool::NODES_LIMIT.into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(nodes.to_string()),
+            );
+        self.node_limit = Some(nodes);
         self
     }
 }
@@ -365,6 +387,12 @@ impl ClusterBuilder {
                 name: p.pool.name().into(),
                 requirements: p.pool.requirements().to_vec(),
                 instance_types: p.instance_types.clone().into(),
+                limits: p.node_limit.map(|n| {
+                    crate::resources::Resources::new().with(
+                        crate::api::nodepool::NODES_LIMIT,
+                        crate::resources::Quantity::new(n, crate::resources::Format::DecimalSI),
+                    )
+                }),
                 ..Default::default()
             })
             .collect();

@@ -826,3 +826,102 @@ fn a_reserved_node_is_priced_as_reserved_and_not_replaced_by_on_demand() {
         "nothing undercuts reserved capacity: {report:#?}"
     );
 }
+
+// Static NodePools and `limits.nodes`.
+
+fn static_gate() -> Options {
+    Options {
+        feature_gates: FeatureGates {
+            static_capacity: true,
+            ..FeatureGates::default()
+        },
+        ..options()
+    }
+}
+
+#[test]
+fn a_static_pools_nodes_are_never_emptied_or_consolidated() {
+    let report = run_with(
+        cluster()
+            .pool(unlimited().replicas(3))
+            .node(node("a"))
+            .node(node("b").size("xlarge").pods(1)),
+        static_gate(),
+    );
+    assert!(report.commands.is_empty(), "{report:#?}");
+    assert_eq!(
+        reason_of(&report, "a"),
+        "NodePool default is static (spec.replicas): its nodes are never consolidated"
+    );
+}
+
+#[test]
+fn a_drifted_static_node_is_replaced_one_for_one_from_the_template_under_the_gate() {
+    let pool = || unlimited().replicas(2).consolidate_after("Never");
+    let nodes = |c: ClusterBuilder| {
+        c.node(node("drifted").pods(3).drifted("AMIDrift", ago(60)))
+            .node(node("fine"))
+    };
+    let report = run_with(nodes(cluster().pool(pool())), static_gate());
+    let command = &report.commands[0];
+    assert_eq!(
+        (command.method, command.decision),
+        (Method::Drift, Decision::Replace)
+    );
+    assert_eq!(command.nodes, names(&["drifted"]));
+    assert_eq!(command.replacements.len(), 1);
+    assert_eq!(command.replacements[0].node_pool, "default");
+    assert_eq!(
+        command.replacements[0].instance_types.len(),
+        4,
+        "every type the template allows"
+    );
+    assert_eq!(report.summary.nodes_after, 2, "replicas kept");
+    let off = run(nodes(cluster().pool(pool())));
+    assert!(
+        off.commands.is_empty(),
+        "without StaticCapacity a static node is not drift-disrupted: {off:#?}"
+    );
+}
+
+#[test]
+fn a_static_pool_at_its_node_limit_cannot_stage_a_drift_replacement() {
+    let report = run_with(
+        cluster()
+            .pool(unlimited().replicas(2).node_limit(2))
+            .node(node("drifted").pods(1).drifted("AMIDrift", ago(60)))
+            .node(node("fine")),
+        static_gate(),
+    );
+    assert!(report.commands.is_empty(), "{report:#?}");
+    assert_eq!(reason_of(&report, "drifted"), methods::STATIC_AT_LIMIT);
+}
+
+#[test]
+fn drift_of_a_dynamic_pool_never_surges_past_its_node_limit() {
+    // One drifted node whose pods need a new node: at `nodes: 2` with two nodes (the other
+    // full), the replacement would be a third node while the drifted one drains.
+    let full = || {
+        node("full")
+            .size("small")
+            .pods_of(1, |i| big_pod(&format!("full-{i}")))
+    };
+    let drifted = || {
+        node("drifted")
+            .size("small")
+            .pods_of(1, |i| big_pod(&format!("d-{i}")))
+            .drifted("AMIDrift", ago(60))
+    };
+    let pool = |limit| unlimited().consolidate_after("Never").node_limit(limit);
+    let at_limit = run(cluster().pool(pool(2)).node(full()).node(drifted()));
+    assert!(at_limit.commands.is_empty(), "{at_limit:#?}");
+    assert!(
+        reason_of(&at_limit, "drifted").contains("node limits have been exhausted"),
+        "{at_limit:#?}"
+    );
+    let room = run(cluster().pool(pool(3)).node(full()).node(drifted()));
+    assert_eq!(
+        methods(&room),
+        vec![(Method::Drift, Decision::Replace, names(&["drifted"]))]
+    );
+}

@@ -90,6 +90,7 @@ impl Live {
             controller: self.settings,
             disruption: disruption.then_some(self.disruption),
             rounds: 1,
+            feature_gates: self.disruption.feature_gates,
         }
     }
 

@@ -9,12 +9,16 @@ pub mod fixtures;
 pub mod report;
 mod rounds;
 
+use crate::api::NodePool;
 use crate::catalog::{Catalog, CatalogError};
 use crate::cluster::{
     ControllerSettings, ObjectProblem, SnapshotError, disruption, inventory, snapshot,
 };
+use crate::feature_gates::FeatureGates;
 use crate::manifest::Object;
-use crate::scheduling::SchedulingError;
+use crate::scheduling::{
+    ExistingNodePlacement, PlannedNodeClaim, SchedulingError, SchedulingInput, SchedulingResult,
+};
 
 pub use report::PlanReport;
 
@@ -28,6 +32,8 @@ pub struct PlanOptions {
     pub disruption: Option<crate::disruption::Options>,
     /// Provisioning rounds to run at most (`--rounds`; see [`rounds`]); 1 is one solve.
     pub rounds: usize,
+    /// `FEATURE_GATES` as the controller reads them (`StaticCapacity` plans static pools).
+    pub feature_gates: FeatureGates,
 }
 
 impl Default for PlanOptions {
@@ -37,6 +43,7 @@ impl Default for PlanOptions {
             controller: ControllerSettings::default(),
             disruption: None,
             rounds: 1,
+            feature_gates: FeatureGates::default(),
         }
     }
 }
@@ -186,9 +193,25 @@ pub fn plan_live(
     ));
     // The snapshot holds what the solve reads: unless disruption reads the inventory too, the
     // inputs' memory goes before the solve runs.
+    let statics: Vec<String> = inventory
+        .node_pools
+        .iter()
+        .filter(|p| p.is_static())
+        .map(|p| p.name().to_owned())
+        .collect();
+    let held = StaticPlan::hold(
+        &mut snapshot.input,
+        &inventory.node_pools,
+        options.feature_gates,
+        &mut warnings,
+    )?;
     let disruption_input = options.disruption.map(|o| (o, inventory));
-    let (result, rounds) = rounds::solve(&snapshot.input, options.rounds)?;
+    let solved = rounds::solve(&snapshot.input, options.rounds);
+    let (result, rounds) = held.release(&mut snapshot.input, solved)?;
     let mut report = PlanReport::from_result(&result, &snapshot.input.pods);
+    for claim in &mut report.node_claims {
+        claim.replica = statics.contains(&claim.node_pool);
+    }
     report.summary.rounds = rounds;
     if let Some((disruption_options, inventory)) = disruption_input {
         let mut cluster = disruption::cluster(&inventory, snapshot);
@@ -203,4 +226,156 @@ pub fn plan_live(
         ignored,
         warnings,
     })
+}
+
+/// Static NodePools in a plan. They leave the solve (their size is their replicas, as in the
+/// controller); under `StaticCapacity` each is planned up to its replicas (`limits.nodes`
+/// permitting) with NodeClaims of its template, which join the solve as launched nodes the
+/// pending pods may use and appear in the report with the pods placed on them. Without the
+/// gate upstream neither provisions nor scales a static pool, and the plan says so.
+struct StaticPlan {
+    /// The static pools' inputs, taken out of the solve's.
+    pools: Vec<crate::scheduling::NodePoolInput>,
+    /// Existing nodes before the planned replicas were added.
+    existing: usize,
+    /// Each planned replica: its node's name in the solve and its NodeClaim.
+    replicas: Vec<(String, PlannedNodeClaim)>,
+}
+
+impl StaticPlan {
+    fn hold(
+        input: &mut SchedulingInput,
+        pools: &[NodePool],
+        gates: FeatureGates,
+        warnings: &mut Vec<String>,
+    ) -> Result<Self, PlanError> {
+        let is_static = |name: &str| pools.iter().any(|p| p.name() == name && p.is_static());
+        let (statics, dynamic) = std::mem::take(&mut input.node_pools)
+            .into_iter()
+            .partition(|p| is_static(&p.name));
+        input.node_pools = dynamic;
+        let mut plan = StaticPlan {
+            pools: statics,
+            existing: input.existing_nodes.len(),
+            replicas: Vec::new(),
+        };
+        for pool_input in &plan.pools {
+            let Some(pool) = pools.iter().find(|p| p.name() == pool_input.name) else {
+                continue;
+            };
+            if !gates.static_capacity {
+                warnings.push(format!(
+                    "NodePool {}: spec.replicas is ignored with the StaticCapacity feature gate off, as upstream ignores it (--feature-gates StaticCapacity=true)",
+                    pool.name()
+                ));
+                continue;
+            }
+            let have = input
+                .existing_nodes
+                .iter()
+                .filter(|n| n.node_pool.as_deref() == Some(pool.name()))
+                .count() as u64;
+            let replicas = pool.replicas().unwrap_or(0);
+            let count = crate::static_pools::to_create(replicas, have, 0, pool.node_limit());
+            if count < replicas.saturating_sub(have) {
+                warnings.push(format!(
+                    "NodePool {}: limits.nodes holds it at {} of its {replicas} replicas",
+                    pool.name(),
+                    have + count
+                ));
+            }
+            if count == 0 {
+                continue;
+            }
+            let max = input.options.max_instance_types;
+            let template = crate::static_pools::template_claim(pool_input, &input.daemonsets, max)?;
+            let launched = template.and_then(|claim| {
+                let launch = claim.launch.clone()?;
+                let it = pool_input
+                    .instance_types
+                    .iter()
+                    .find(|it| it.name == launch.instance_type)?
+                    .clone();
+                Some((claim, launch, it))
+            });
+            let Some((claim, launch, it)) = launched else {
+                warnings.push(format!(
+                    "NodePool {}: no instance type can launch its replicas",
+                    pool.name()
+                ));
+                continue;
+            };
+            for i in 0..count {
+                let name = format!("{}-replica-{}", pool.name(), have + i + 1);
+                input.existing_nodes.push(claim.launched_node(
+                    &name,
+                    &launch,
+                    &it,
+                    Vec::new(),
+                    true,
+                ));
+                plan.replicas.push((name, claim.clone()));
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Puts the input back as it was and the planned replicas into `solved`'s NodeClaims,
+    /// each with the pods the solve placed on it.
+    fn release(
+        self,
+        input: &mut SchedulingInput,
+        solved: Result<(SchedulingResult, usize), SchedulingError>,
+    ) -> Result<(SchedulingResult, usize), PlanError> {
+        input.existing_nodes.truncate(self.existing);
+        input.node_pools.extend(self.pools);
+        let (mut result, rounds) = solved?;
+        if self.replicas.is_empty() {
+            return Ok((result, rounds));
+        }
+        let mut on_replicas: Vec<ExistingNodePlacement> = Vec::new();
+        result.existing_nodes.retain(|p| {
+            let replica = self.replicas.iter().any(|(name, _)| *name == p.name);
+            if replica {
+                on_replicas.push(p.clone());
+            }
+            !replica
+        });
+        let mut replicas = Vec::new();
+        for (name, mut claim) in self.replicas {
+            if let Some(placed) = on_replicas.iter().find(|p| p.name == name) {
+                claim.pods = placed.pods.clone();
+                add_requests(&mut claim, &input.pods);
+            }
+            replicas.push(claim);
+        }
+        replicas.append(&mut result.new_node_claims);
+        result.new_node_claims = replicas;
+        Ok((result, rounds))
+    }
+}
+
+/// Adds the requests of `claim`'s pods (found among `pods`), one pod slot each, to its
+/// requests, which held the DaemonSets' alone.
+fn add_requests(claim: &mut PlannedNodeClaim, pods: &[std::sync::Arc<crate::pods::LeanPod>]) {
+    use crate::pods::PodLike;
+    for placed in &claim.pods {
+        let pod = pods.iter().find(|p| {
+            let meta = p.meta();
+            meta.namespace == Some(placed.namespace.as_str())
+                && meta.name == Some(placed.name.as_str())
+        });
+        if let Some(Ok(requests)) = pod.map(|p| crate::scheduling::resource_requests(&**p)) {
+            claim.requests.add_assign(&requests);
+        }
+    }
+    let slots = crate::resources::Quantity::new(
+        claim.pods.len() as i64,
+        crate::resources::Format::DecimalSI,
+    );
+    let pods = claim
+        .requests
+        .get("pods")
+        .unwrap_or(crate::resources::Quantity::ZERO);
+    claim.requests.insert("pods", pods.saturating_add(slots));
 }

@@ -42,6 +42,10 @@ pub struct PlannedNodeClaim {
     /// `namespace/name` of each pod placed on it.
     pub pods: Vec<String>,
     pub launch: Launch,
+    /// One of a static NodePool's replicas (`spec.replicas`): created for the pool's size,
+    /// with or without pods.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replica: bool,
 }
 
 /// An existing node, or an in-flight NodeClaim by name, that receives pending pods.
@@ -261,6 +265,7 @@ fn planned_node_claim(claim: &scheduling::PlannedNodeClaim) -> Option<PlannedNod
             capacity_type: launch.capacity_type.clone(),
             price: launch.price,
         },
+        replica: false,
     })
 }
 
@@ -344,6 +349,7 @@ mod tests {
                 capacity_type: "spot".into(),
                 price,
             },
+            replica: false,
         }
     }
 

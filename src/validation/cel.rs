@@ -17,13 +17,19 @@ pub enum Locus {
 }
 
 type Check = Box<dyn Fn(&Value) -> Vec<Locus> + Send + Sync>;
+type TransitionCheck = Box<dyn Fn(&Value, &Value) -> bool + Send + Sync>;
 
-/// How a rule is enforced on a newly applied object.
+/// How a rule is enforced.
 pub enum Rule {
     /// Evaluated against the object; returns where it failed (empty: passed).
     Check(Check),
-    /// Compares with the stored object (`oldSelf`): only meaningful on update.
-    Transition,
+    /// Compares with the stored object (`self`, `oldSelf`): only meaningful on update, and
+    /// only where the old object has the node.
+    Transition(TransitionCheck),
+}
+
+fn transition(f: impl Fn(&Value, &Value) -> bool + Send + Sync + 'static) -> Option<Rule> {
+    Some(Rule::Transition(Box::new(f)))
 }
 
 fn check(f: impl Fn(&Value) -> Vec<Locus> + Send + Sync + 'static) -> Option<Rule> {
@@ -158,10 +164,16 @@ fn nodepool_rule(message: &str) -> Option<Rule> {
         "'weight' is not supported on static NodePools" => {
             holds(|spec| !has(spec, "replicas") || !has(spec, "weight"))
         }
-        "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes"
-        | "nodeClassRef.group is immutable"
-        | "nodeClassRef.kind is immutable"
-        | "spec is immutable" => Some(Rule::Transition),
+        "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes" => {
+            transition(|new, old| has(new, "replicas") == has(old, "replicas"))
+        }
+        "nodeClassRef.group is immutable" => {
+            transition(|new, old| new.get("group") == old.get("group"))
+        }
+        "nodeClassRef.kind is immutable" => {
+            transition(|new, old| new.get("kind") == old.get("kind"))
+        }
+        "spec is immutable" => transition(|new, old| new == old),
         _ => None,
     }
 }
@@ -413,8 +425,55 @@ mod tests {
     fn run(message: &str, v: Value) -> Vec<Locus> {
         match rule_for(message).expect("rule exists") {
             Rule::Check(f) => f(&v),
-            Rule::Transition => panic!("transition rule"),
+            Rule::Transition(_) => panic!("transition rule"),
         }
+    }
+
+    fn transits(message: &str, new: Value, old: Value) -> bool {
+        match rule_for(message).expect("rule exists") {
+            Rule::Transition(f) => f(&new, &old),
+            Rule::Check(_) => panic!("not a transition rule"),
+        }
+    }
+
+    #[test]
+    fn static_and_dynamic_pools_do_not_turn_into_each_other() {
+        let rule = "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes";
+        assert!(transits(
+            rule,
+            json!({"replicas": 3}),
+            json!({"replicas": 1})
+        ));
+        assert!(transits(rule, json!({}), json!({"weight": 2})));
+        assert!(!transits(rule, json!({"replicas": 3}), json!({})));
+        assert!(!transits(rule, json!({}), json!({"replicas": 0})));
+        assert!(!transits(
+            "spec is immutable",
+            json!({"a": 1}),
+            json!({"a": 2})
+        ));
+        assert!(transits(
+            "nodeClassRef.kind is immutable",
+            json!({"kind": "K", "name": "b"}),
+            json!({"kind": "K", "name": "a"})
+        ));
+        let limits = "only 'limits.nodes' is supported on static NodePools";
+        assert!(run(limits, json!({"replicas": 1, "limits": {"nodes": "3"}})).is_empty());
+        assert_eq!(
+            run(
+                limits,
+                json!({"replicas": 1, "limits": {"nodes": "3", "cpu": "1"}})
+            ),
+            [Locus::Whole]
+        );
+        assert!(run(limits, json!({"limits": {"nodes": "3", "cpu": "1"}})).is_empty());
+        assert_eq!(
+            run(
+                "'weight' is not supported on static NodePools",
+                json!({"replicas": 1, "weight": 5})
+            ),
+            [Locus::Whole]
+        );
     }
 
     #[test]

@@ -109,6 +109,83 @@ impl Schemas {
     }
 }
 
+impl Schemas {
+    /// Every CEL rule of `schema` (a Karpenter CRD's openAPIV3Schema, as installed) that
+    /// `object` breaks, transition rules compared with `old` (the stored object, on update)
+    /// where it has the node. Rules kerf has no implementation of are skipped: this serves a
+    /// server that must not refuse what it cannot judge (the API emulator).
+    pub fn rule_violations(
+        &self,
+        schema: &Value,
+        object: &Value,
+        old: Option<&Value>,
+    ) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        self.walk_rules(schema, object, old, &FieldPath::root(), &mut problems);
+        problems
+    }
+
+    fn walk_rules(
+        &self,
+        schema: &Value,
+        value: &Value,
+        old: Option<&Value>,
+        path: &FieldPath,
+        problems: &mut Vec<Problem>,
+    ) {
+        for message in rule_messages(schema) {
+            match self.rules.get(message) {
+                Some(Rule::Check(rule)) => {
+                    for locus in rule(value) {
+                        let at = match locus {
+                            Locus::Whole => path.clone(),
+                            Locus::Index(i) => path.index(i),
+                            Locus::Key(k) => path.key(&k),
+                        };
+                        problems.push(Problem::new(&at, message));
+                    }
+                }
+                Some(Rule::Transition(rule)) => {
+                    if let Some(old) = old
+                        && !rule(value, old)
+                    {
+                        problems.push(Problem::new(path, message));
+                    }
+                }
+                None => {}
+            }
+        }
+        match value {
+            Value::Object(map) => {
+                if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                    for (name, child) in map {
+                        if let Some(sub) = props.get(name) {
+                            let old = old.and_then(|o| o.get(name));
+                            self.walk_rules(sub, child, old, &path.child(name), problems);
+                        }
+                    }
+                } else if let Some(sub) =
+                    schema.get("additionalProperties").filter(|s| s.is_object())
+                {
+                    for (key, child) in map {
+                        let old = old.and_then(|o| o.get(key));
+                        self.walk_rules(sub, child, old, &path.key(key), problems);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                if let Some(sub) = schema.get("items") {
+                    // List items are not correlated with the old list (atomic lists).
+                    for (i, item) in items.iter().enumerate() {
+                        self.walk_rules(sub, item, None, &path.index(i), problems);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 fn rule_messages(schema: &Value) -> impl Iterator<Item = &str> {
     schema
         .get("x-kubernetes-validations")
@@ -459,7 +536,7 @@ impl Checker<'_> {
                         self.report(&at, message);
                     }
                 }
-                Some(Rule::Transition) => {}
+                Some(Rule::Transition(_)) => {}
                 None => self.report(path, format!("kerf cannot evaluate the rule {message:?}")),
             }
         }

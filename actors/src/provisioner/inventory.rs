@@ -87,6 +87,9 @@ pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> 
 /// Leaves out of `inventory` the NodePools whose node class is not Ready (as upstream's
 /// provisioner ignores NodePools that are not ready; see
 /// [`crate::state::NodeClassReadiness::skip_reason`] for `resolving`), and says why for each.
+/// Static NodePools (`spec.replicas`) are left out silently, gate on or off, as upstream's
+/// provisioner leaves them: their size is their replicas, not the pods' (their nodes stay
+/// in the inventory, where pending pods may use them).
 pub fn skip_unready_pools(
     inventory: &mut Inventory,
     state: &ClusterState,
@@ -94,6 +97,9 @@ pub fn skip_unready_pools(
 ) -> Vec<String> {
     let mut skipped = Vec::new();
     inventory.node_pools.retain(|pool| {
+        if pool.is_static() {
+            return false;
+        }
         match state
             .node_class_readiness(pool)
             .skip_reason(pool, resolving)

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kerf_actors::Daemon;
+use kerf_actors::{Daemon, Timings};
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
 use kerf_loadtest::ec2::SimulatedCloudProvider;
 use kerf_loadtest::kubelet::{self, KubeletHandle};
@@ -56,6 +56,19 @@ impl Stack {
     }
 
     async fn start_as(pool_overrides: Value, name: Option<&str>) -> Self {
+        Self::start_tuned(pool_overrides, name, None).await
+    }
+
+    /// [`Stack::start`] with `extra` settings and the reconcilers' `timings`.
+    pub async fn start_with(pool_overrides: Value, extra: &[&str], timings: Timings) -> Self {
+        Self::start_tuned(pool_overrides, None, Some((extra, timings))).await
+    }
+
+    async fn start_tuned(
+        pool_overrides: Value,
+        name: Option<&str>,
+        tuned: Option<(&[&str], Timings)>,
+    ) -> Self {
         let harness = start_cluster().await;
         let cluster = harness.cluster();
         cluster
@@ -63,9 +76,14 @@ impl Stack {
             .expect("node class created");
         create_nodepool(&cluster, nodepool_with("default", pool_overrides));
         let (provider, cloud) = simulated_cloud();
-        let daemon = match name {
-            None => start_provisioner(&harness, cloud).await,
-            Some(name) => start_provisioner_on(named_client(&harness, name).await, cloud).await,
+        let daemon = match (name, tuned) {
+            (_, Some((extra, timings))) => {
+                start_provisioner_with(harness.controller.clone(), cloud, extra, timings).await
+            }
+            (None, None) => start_provisioner(&harness, cloud).await,
+            (Some(name), None) => {
+                start_provisioner_on(named_client(&harness, name).await, cloud).await
+            }
         };
         let kubelets = kubelet::start(
             harness.client.clone(),

@@ -32,6 +32,7 @@ mod scrape;
 mod shutdown;
 mod stack;
 mod state_sync;
+mod static_capacity;
 mod supervision;
 mod support;
 mod termination;

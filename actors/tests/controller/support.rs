@@ -530,6 +530,37 @@ pub async fn start_provisioner_on(client: Client, cloud: Cloud) -> Daemon {
     daemon
 }
 
+/// [`start_provisioner_on`] with `extra` settings (feature gates, say) and the reconcilers'
+/// `timings`.
+pub async fn start_provisioner_with(
+    client: Client,
+    cloud: Cloud,
+    extra: &[&str],
+    timings: Timings,
+) -> Daemon {
+    let mut argv = vec!["--disable-leader-election", "true"];
+    argv.extend_from_slice(extra);
+    let daemon = Daemon::start_with_timings(
+        quick_settings(&argv),
+        Environment {
+            client: client.clone(),
+            leader_client: client,
+            namespace: CONTROLLER_NAMESPACE.into(),
+            identity: "solo".into(),
+            leader_timing: FAST_LEASE,
+            bind: Ipv4Addr::LOCALHOST,
+            cloud: Some(cloud),
+        },
+        timings,
+    )
+    .await
+    .expect("daemon starts");
+    tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
+        .await
+        .expect("cluster state syncs");
+    daemon
+}
+
 /// `base` with `overrides` applied as a JSON merge patch (RFC 7386): objects merge key by
 /// key, `null` removes a key, anything else (arrays included) replaces.
 pub fn merged(mut base: Value, overrides: Value) -> Value {

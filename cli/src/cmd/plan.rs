@@ -41,7 +41,8 @@ pub struct Args {
     /// The time disruption decides at (RFC 3339, e.g. 2026-01-01T00:00:00Z); default now.
     #[arg(long, value_name = "RFC3339", requires = "disruption")]
     pub now: Option<String>,
-    /// Feature gates as the controller reads them (`SpotToSpotConsolidation=true,...`).
+    /// Feature gates as the controller reads them (`StaticCapacity=true` plans static
+    /// NodePools to their replicas; `SpotToSpotConsolidation=true` with --disruption).
     #[arg(long, env = "FEATURE_GATES", default_value = DEFAULT_FEATURE_GATES)]
     pub feature_gates: String,
     /// YAML nodes (mappings, sequences, scalars) one document may hold; a guard against
@@ -67,6 +68,10 @@ pub fn run(args: Args) -> ExitCode {
             args.vm_memory_overhead_percent
         )]);
     }
+    let feature_gates = match FeatureGates::parse(&args.feature_gates) {
+        Ok(parsed) => parsed.gates,
+        Err(e) => return fail(&[format!("--feature-gates (FEATURE_GATES): {e}")]),
+    };
     let disruption = if args.disruption {
         match disruption_options(args.now.as_deref(), &args.feature_gates) {
             Ok(options) => Some(options),
@@ -92,6 +97,7 @@ pub fn run(args: Args) -> ExitCode {
         },
         disruption,
         rounds: usize::from(args.rounds),
+        feature_gates,
     };
     let outcome = match plan::plan_inventory(inventory, &options) {
         Ok(outcome) => outcome,

@@ -40,6 +40,18 @@ impl Session {
     /// `kerf simulate --fast -o json --pods PODS --kubeconfig-out …` plus `extra`, in a
     /// temporary directory named for `name`, once its cluster is up.
     pub fn start(kubectl: String, name: &str, pods: usize, extra: &[&str]) -> Self {
+        Self::start_with_env(kubectl, name, pods, extra, &[])
+    }
+
+    /// [`Session::start`] with `env` set for kerf (controller settings such as
+    /// `FEATURE_GATES`, which the simulated controller reads from its environment).
+    pub fn start_with_env(
+        kubectl: String,
+        name: &str,
+        pods: usize,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = std::env::temp_dir().join(format!("kerf-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let kubeconfig = dir.join("kubeconfig");
@@ -47,6 +59,7 @@ impl Session {
             .args(["simulate", "--fast", "-o", "json"])
             .args(["--pods", &pods.to_string()])
             .args(extra)
+            .envs(env.iter().copied())
             .arg("--kubeconfig-out")
             .arg(&kubeconfig)
             .stdin(Stdio::null())

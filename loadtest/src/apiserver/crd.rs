@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::error::{ApiError, ApiResult};
-use super::resources::{Behavior, ResourceType, Subresources};
+use super::resources::{Behavior, ResourceType, ScalePaths, Subresources};
 use super::schema::Schema;
 
 const CRD_GROUP: &str = "apiextensions.k8s.io";
@@ -81,6 +81,7 @@ pub fn resource_type_of(crd: &Value) -> ApiResult<ResourceType> {
     let mut schemas = HashMap::new();
     let mut printer_columns = HashMap::new();
     let mut subresources = Subresources::default();
+    let mut scale_paths = ScalePaths::default();
     for version in &versions {
         let vname = text(version, "/name").to_string();
         if version.get("served").and_then(Value::as_bool) != Some(true) {
@@ -96,7 +97,22 @@ pub fn resource_type_of(crd: &Value) -> ApiResult<ResourceType> {
             printer_columns.insert(vname.clone(), columns.clone());
         }
         subresources.status |= version.pointer("/subresources/status").is_some();
-        subresources.scale |= version.pointer("/subresources/scale").is_some();
+        if let Some(scale) = version.pointer("/subresources/scale") {
+            subresources.scale = true;
+            let path = |field: &str| {
+                scale
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .map(ScalePaths::pointer)
+            };
+            scale_paths = ScalePaths {
+                spec_replicas: path("specReplicasPath")
+                    .unwrap_or_else(|| ScalePaths::default().spec_replicas),
+                status_replicas: path("statusReplicasPath")
+                    .unwrap_or_else(|| ScalePaths::default().status_replicas),
+                label_selector: path("labelSelectorPath"),
+            };
+        }
         if version.get("storage").and_then(Value::as_bool) == Some(true) {
             served.insert(0, vname);
         } else {
@@ -127,6 +143,7 @@ pub fn resource_type_of(crd: &Value) -> ApiResult<ResourceType> {
         short_names: strings("/spec/names/shortNames"),
         categories: strings("/spec/names/categories"),
         subresources,
+        scale_paths,
         behavior: Behavior::Generic,
         strategic_merge: false,
         schemas,

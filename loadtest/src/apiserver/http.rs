@@ -808,13 +808,18 @@ impl ResourceRequest<'_> {
 
     fn scale(&self, method: &Method, name: &str) -> ApiResult<Response<ApiBody>> {
         let object = self.registry().get(&self.target, name)?;
+        let paths = &self.target.rt.scale_paths;
         let scale_of = |obj: &Value| {
+            let mut status = json!({"replicas": obj.pointer(&paths.status_replicas).cloned().unwrap_or(json!(0))});
+            if let Some(selector) = paths.label_selector.as_deref().and_then(|p| obj.pointer(p)) {
+                status["selector"] = selector.clone();
+            }
             json!({
                 "kind": "Scale", "apiVersion": "autoscaling/v1",
                 "metadata": {"name": name, "namespace": obj.pointer("/metadata/namespace"), "uid": obj.pointer("/metadata/uid"),
                     "resourceVersion": obj.pointer("/metadata/resourceVersion"), "creationTimestamp": obj.pointer("/metadata/creationTimestamp")},
-                "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
-                "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0))},
+                "spec": {"replicas": obj.pointer(&paths.spec_replicas).cloned().unwrap_or(json!(0))},
+                "status": status,
             })
         };
         if *method == Method::GET {
@@ -843,7 +848,7 @@ impl ResourceRequest<'_> {
             &WriteOptions::default(),
             |current| {
                 let mut next = current.clone();
-                next["spec"]["replicas"] = json!(replicas);
+                set_pointer(&mut next, &paths.spec_replicas, json!(replicas));
                 if !rv.is_empty() {
                     next["metadata"]["resourceVersion"] = json!(rv);
                 }
@@ -852,6 +857,18 @@ impl ResourceRequest<'_> {
         )?;
         Ok(value_response(200, &scale_of(&written.object.value())))
     }
+}
+
+/// Sets the value at a JSON `pointer`, creating the objects on the way.
+fn set_pointer(target: &mut Value, pointer: &str, value: Value) {
+    let mut node = target;
+    for segment in pointer.split('/').filter(|s| !s.is_empty()) {
+        if !node.is_object() {
+            *node = json!({});
+        }
+        node = &mut node[segment];
+    }
+    *node = value;
 }
 
 #[cfg(test)]

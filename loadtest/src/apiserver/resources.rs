@@ -42,6 +42,33 @@ pub struct Subresources {
     pub scale: bool,
 }
 
+/// Where `/scale` reads and writes: JSON pointers to the replicas in the spec and the status
+/// and to the status's label selector (a CRD's `subresources.scale` paths; a Deployment's
+/// and ReplicaSet's `.spec.replicas` and `.status.replicas`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    pub label_selector: Option<String>,
+}
+
+impl Default for ScalePaths {
+    fn default() -> Self {
+        Self {
+            spec_replicas: "/spec/replicas".into(),
+            status_replicas: "/status/replicas".into(),
+            label_selector: None,
+        }
+    }
+}
+
+impl ScalePaths {
+    /// A CRD's `.a.b` JSON path as the pointer `/a/b`.
+    pub fn pointer(json_path: &str) -> String {
+        json_path.replace('.', "/")
+    }
+}
+
 /// Special behaviour some kinds get on the write path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behavior {
@@ -76,6 +103,8 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     /// Subresources served.
     pub subresources: Subresources,
+    /// Where `/scale` reads and writes, when `subresources.scale` is served.
+    pub scale_paths: ScalePaths,
     /// Write-path specials.
     pub behavior: Behavior,
     /// Built-in kinds accept strategic merge patches; custom resources do not.
@@ -105,6 +134,7 @@ impl ResourceType {
             short_names: short.iter().map(|s| s.to_string()).collect(),
             categories: Vec::new(),
             subresources: Subresources::default(),
+            scale_paths: ScalePaths::default(),
             behavior: Behavior::Generic,
             strategic_merge: true,
             schemas: HashMap::new(),

@@ -219,3 +219,116 @@ async fn every_upstream_example_is_accepted() {
     assert!(applied >= 10, "applied {applied} example objects");
     h.stop().await;
 }
+
+/// The NodePool CRD's scale subresource reads and writes where the CRD says
+/// (`.spec.replicas`, `.status.nodes`), and the CRD's CEL rules hold on every write: a
+/// static pool may not have a weight or limits other than `nodes`, and no pool turns from
+/// static to dynamic or back, by a patch or through `/scale`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodepool_scale_subresource_and_cel_rules() {
+    let h = start().await;
+    install_karpenter_crds(&h.client).await;
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+    let pools = api_for(&h.client, &gvk, "nodepools");
+    let pool = |name: &str, extra: Value| {
+        let mut spec = json!({"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": []}}});
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": name}, "spec": spec}))
+        .expect("a NodePool");
+        object
+    };
+    pools
+        .create(
+            &PostParams::default(),
+            &pool("fixed", json!({"replicas": 2})),
+        )
+        .await
+        .expect("a static pool");
+    pools
+        .create(&PostParams::default(), &pool("dynamic", json!({})))
+        .await
+        .expect("a dynamic pool");
+    let refused = pools
+        .create(
+            &PostParams::default(),
+            &pool("weighted", json!({"replicas": 1, "weight": 5})),
+        )
+        .await
+        .expect_err("weight on a static pool");
+    assert_eq!(code(&refused), 422, "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("'weight' is not supported on static NodePools")
+    );
+    let refused = pools
+        .create(
+            &PostParams::default(),
+            &pool(
+                "cpu",
+                json!({"replicas": 1, "limits": {"cpu": "4", "nodes": "3"}}),
+            ),
+        )
+        .await
+        .expect_err("cpu limits on a static pool");
+    assert!(
+        refused
+            .to_string()
+            .contains("only 'limits.nodes' is supported")
+    );
+
+    // Status nodes count: what `/scale` reports as status.replicas.
+    pools
+        .patch_status(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"nodes": 2}})),
+        )
+        .await
+        .expect("status written");
+    let scale = pools.get_scale("fixed").await.expect("scale read");
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
+    assert_eq!(scale.status.map(|s| s.replicas), Some(2));
+    let scaled = pools
+        .patch_scale(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .expect("scaled");
+    assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(5));
+    let read = pools.get("fixed").await.expect("read");
+    assert_eq!(read.data["spec"]["replicas"], 5);
+
+    let to_static = pools
+        .patch_scale(
+            "dynamic",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .expect_err("a dynamic pool is not scaled");
+    assert_eq!(code(&to_static), 422, "{to_static}");
+    assert!(to_static.to_string().contains("Cannot transition NodePool"));
+    let to_dynamic = pools
+        .patch(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": null}})),
+        )
+        .await
+        .expect_err("a static pool stays static");
+    assert!(
+        to_dynamic
+            .to_string()
+            .contains("Cannot transition NodePool")
+    );
+    h.stop().await;
+}

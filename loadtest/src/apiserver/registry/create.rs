@@ -68,7 +68,7 @@ impl Registry {
         }
         set_type_meta(&t.rt, &mut body);
         self.prepare_create(t, &mut body, &now)?;
-        let warnings = self.validate(t, &mut body, opts)?;
+        let warnings = self.validate(t, &mut body, None, opts)?;
         let key = (
             namespace.unwrap_or_default(),
             meta_str(&body, "name").to_string(),

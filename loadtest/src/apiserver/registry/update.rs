@@ -296,7 +296,7 @@ impl Registry {
         {
             new["spec"] = spec.clone();
         }
-        let warnings = self.validate(t, new, opts)?;
+        let warnings = self.validate(t, new, Some(current), opts)?;
         if spec_part(new) != spec_part(current) {
             let generation = current
                 .pointer("/metadata/generation")

@@ -1,5 +1,6 @@
 //! The schema step of create and update: a custom resource's OpenAPI schema (defaults,
-//! pruning or refusing unknown fields per `fieldValidation`, value checks), or a built-in
+//! pruning or refusing unknown fields per `fieldValidation`, value checks, and the CEL rules
+//! kerf implements for the Karpenter CRDs, transition rules against the stored object), or a built-in
 //! kind decoded strictly when the client asks for it, with errors shaped as the API server
 //! shapes them (400 strict decoding, 422 Invalid with causes).
 
@@ -11,6 +12,7 @@ use crate::apiserver::meta::meta_str;
 use crate::apiserver::resources::ResourceType;
 use crate::apiserver::schema::{FieldProblem, FieldValidation};
 use crate::apiserver::strict;
+use kerf::validation::schema::SCHEMAS;
 
 impl Registry {
     fn field_validation(&self, opts: &WriteOptions) -> FieldValidation {
@@ -26,19 +28,33 @@ impl Registry {
         &self,
         t: &Target,
         body: &mut Value,
+        old: Option<&Value>,
         opts: &WriteOptions,
     ) -> ApiResult<Vec<String>> {
         let Some(schema) = t.rt.schemas.get(&t.version) else {
             return validate_builtin(t, body, opts.field_validation);
         };
-        match schema.apply(body, self.field_validation(opts)) {
-            Ok(pass) => Ok(pass
-                .pruned
+        let pass = schema
+            .apply(body, self.field_validation(opts))
+            .map_err(|problems| schema_error(&t.rt, meta_str(body, "name"), &problems))?;
+        let broken = SCHEMAS.rule_violations(schema.root(), body, old);
+        if !broken.is_empty() {
+            let problems: Vec<FieldProblem> = broken
                 .into_iter()
-                .map(|f| format!("unknown field \"{f}\""))
-                .collect()),
-            Err(problems) => Err(schema_error(&t.rt, meta_str(body, "name"), &problems)),
+                .map(|p| {
+                    FieldProblem::Invalid(
+                        p.path,
+                        format!("Invalid value: \"object\": {}", p.message),
+                    )
+                })
+                .collect();
+            return Err(schema_error(&t.rt, meta_str(body, "name"), &problems));
         }
+        Ok(pass
+            .pruned
+            .into_iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect())
     }
 }
 
