@@ -6,22 +6,20 @@
 use crate::settings::{FeatureGates, ValidSettings};
 
 /// Gates kerf does not act on yet: (name, whether on, upstream's default).
-fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 4] {
+fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 2] {
     let FeatureGates {
         // Acted on: `node_repair`.
         node_repair: _,
         reserved_capacity,
         spot_to_spot_consolidation: _acted_on_by_disruption,
-        node_overlay,
+        node_overlay: _acted_on_by_every_snapshot,
         static_capacity,
-        capacity_buffer,
+        capacity_buffer: _acted_on_by_the_buffer_controller,
         nominate_pods: _acted_on_by_registration,
     } = gates;
     [
         ("ReservedCapacity", reserved_capacity, true),
-        ("NodeOverlay", node_overlay, false),
         ("StaticCapacity", static_capacity, false),
-        ("CapacityBuffer", capacity_buffer, false),
     ]
 }
 
@@ -131,11 +129,13 @@ mod tests {
                  AWS yet"
             ]
         );
-        let turned_on = settings(&["--feature-gates", "NodeOverlay=true"]);
+        let turned_on = settings(&["--feature-gates", "StaticCapacity=true"]);
         assert_eq!(
             ignored_settings(&turned_on),
-            ["FEATURE_GATES NodeOverlay=true: kerf does not act on this gate yet"]
+            ["FEATURE_GATES StaticCapacity=true: kerf does not act on this gate yet"]
         );
+        let acted_on = settings(&["--feature-gates", "NodeOverlay=true,CapacityBuffer=true"]);
+        assert!(ignored_settings(&acted_on).is_empty(), "acted on now");
         let off = settings(&["--feature-gates", "ReservedCapacity=false"]);
         assert!(default_gate_notes(&off).is_empty());
     }
