@@ -282,13 +282,14 @@ fn offering_requirements(offering: &Offering) -> Requirements {
     requirements
 }
 
-/// The offerings of `it` the overlay selects (none: it does not apply to the type).
+/// The offerings of `it` (whose requirements are `requirements`) the overlay selects (none:
+/// it does not apply to the type).
 fn selected<'t>(
     parsed: &Parsed<'_>,
-    pool: &PoolTypes<'_>,
+    requirements: &Requirements,
     it: &'t InstanceType,
 ) -> Vec<&'t Offering> {
-    if !type_requirements(pool, it).is_compatible(&parsed.requirements, AllowUndefined::Nothing) {
+    if !requirements.is_compatible(&parsed.requirements, AllowUndefined::Nothing) {
         return Vec::new();
     }
     it.offerings
@@ -310,6 +311,16 @@ pub fn evaluate(overlays: &[NodeOverlay], pools: &[PoolTypes<'_>]) -> Overlays {
     }
     let mut ordered: Vec<&NodeOverlay> = overlays.iter().collect();
     order(&mut ordered);
+    // Each type's requirements once, not once per overlay.
+    let requirements: Vec<Vec<Requirements>> = pools
+        .iter()
+        .map(|pool| {
+            pool.types
+                .iter()
+                .map(|it| type_requirements(pool, it))
+                .collect()
+        })
+        .collect();
     for overlay in ordered {
         let parsed = match parse(overlay) {
             Ok(parsed) => parsed,
@@ -321,15 +332,18 @@ pub fn evaluate(overlays: &[NodeOverlay], pools: &[PoolTypes<'_>]) -> Overlays {
             }
         };
         // All or nothing: every pool is checked before any is changed.
-        let conflict = pools.iter().any(|pool| result.conflicts(&parsed, pool));
+        let conflict = pools
+            .iter()
+            .zip(&requirements)
+            .any(|(pool, reqs)| result.conflicts(&parsed, pool, reqs));
         if conflict {
             result
                 .verdicts
                 .insert(overlay.name().to_owned(), Verdict::Conflict);
             continue;
         }
-        for pool in pools {
-            result.store(&parsed, pool);
+        for (pool, reqs) in pools.iter().zip(&requirements) {
+            result.store(&parsed, pool, reqs);
         }
         result
             .verdicts
@@ -339,16 +353,21 @@ pub fn evaluate(overlays: &[NodeOverlay], pools: &[PoolTypes<'_>]) -> Overlays {
 }
 
 impl Overlays {
-    fn conflicts(&self, parsed: &Parsed<'_>, pool: &PoolTypes<'_>) -> bool {
+    fn conflicts(
+        &self,
+        parsed: &Parsed<'_>,
+        pool: &PoolTypes<'_>,
+        requirements: &[Requirements],
+    ) -> bool {
         let Some(types) = self.updates.get(pool.name) else {
             return false;
         };
         let weight = parsed.overlay.weight();
-        pool.types.iter().any(|it| {
+        pool.types.iter().zip(requirements).any(|(it, reqs)| {
             let Some(update) = types.get(&it.name) else {
                 return false;
             };
-            let offerings = selected(parsed, pool, it);
+            let offerings = selected(parsed, reqs, it);
             if offerings.is_empty() {
                 return false;
             }
@@ -372,10 +391,10 @@ impl Overlays {
         })
     }
 
-    fn store(&mut self, parsed: &Parsed<'_>, pool: &PoolTypes<'_>) {
+    fn store(&mut self, parsed: &Parsed<'_>, pool: &PoolTypes<'_>, requirements: &[Requirements]) {
         let weight = parsed.overlay.weight();
-        for it in pool.types {
-            let offerings = selected(parsed, pool, it);
+        for (it, reqs) in pool.types.iter().zip(requirements) {
+            let offerings = selected(parsed, reqs, it);
             if offerings.is_empty() {
                 continue;
             }
