@@ -175,3 +175,45 @@ fn a_buffer_keeps_room_for_its_placeholder_pods_and_refills_it() {
         h.stop().await;
     });
 }
+
+#[test]
+fn a_scalable_ref_buffer_takes_a_percentage_of_its_workload() {
+    run(|| async {
+        let h = start_cluster_with(&ALL_CRDS).await;
+        let cluster = h.cluster();
+        create_nodepool(&cluster, nodepool("default"));
+        create_deployment(&cluster, "web", 5, pod_spec("1", "1Gi", json!({})));
+        cluster
+            .create(
+                "autoscaling.x-k8s.io/v1beta1",
+                "capacitybuffers",
+                json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+                    "metadata": {"name": "web-headroom", "namespace": "default"},
+                    "spec": {"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "web"},
+                        "percentage": 50}}),
+            )
+            .expect("buffer created");
+        let (_provider, cloud) = simulated_cloud();
+        let daemon = start_gated_provisioner(&h, cloud, "CapacityBuffer=true").await;
+        // ceil(5 × 50%) = 3 placeholder pods shaped like the Deployment's.
+        eventually("the buffer sized from its Deployment", || {
+            cluster
+                .get(
+                    "autoscaling.x-k8s.io/v1beta1",
+                    "capacitybuffers",
+                    Some("default"),
+                    "web-headroom",
+                )
+                .is_ok_and(|b| {
+                    b["status"]["replicas"] == 3 && b["status"]["podTemplateRef"].is_null()
+                })
+        })
+        .await;
+        eventually("three placeholder pods in cluster state", || {
+            daemon.state.buffer_pods().len() == 3
+        })
+        .await;
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
