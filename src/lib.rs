@@ -7,6 +7,7 @@
 //! unit-testable and benchmarkable alone.
 
 pub mod api;
+pub mod buffer;
 pub mod catalog;
 pub mod cloudprovider;
 pub mod cluster;
@@ -19,6 +20,7 @@ pub mod labels;
 pub mod launch_attempts;
 pub mod manifest;
 pub mod nodepool_hash;
+pub mod overlay;
 pub mod plan;
 pub mod pods;
 pub mod report;

@@ -8,7 +8,7 @@
 
 mod common;
 
-use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
+use kerf::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use kube::CustomResourceExt;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -104,6 +104,8 @@ fn generated(kind: &str) -> Value {
         "NodePool" => NodePool::crd(),
         "NodeClaim" => NodeClaim::crd(),
         "EC2NodeClass" => EC2NodeClass::crd(),
+        "NodeOverlay" => NodeOverlay::crd(),
+        "CapacityBuffer" => CapacityBuffer::crd(),
         other => panic!("no Rust type for CRD kind {other}"),
     };
     serde_json::to_value(crd).expect("CRD serialises")
@@ -117,6 +119,8 @@ fn root_fields(kind: &str) -> BTreeSet<String> {
         "NodePool" => serde_json::to_value(NodePool::new("x", sample_spec(kind))),
         "NodeClaim" => serde_json::to_value(NodeClaim::new("x", sample_spec(kind))),
         "EC2NodeClass" => serde_json::to_value(EC2NodeClass::new("x", sample_spec(kind))),
+        "NodeOverlay" => serde_json::to_value(NodeOverlay::new("x", sample_spec(kind))),
+        "CapacityBuffer" => serde_json::to_value(CapacityBuffer::new("x", sample_spec(kind))),
         other => panic!("no Rust type for CRD kind {other}"),
     }
     .expect("object serialises");
@@ -138,6 +142,8 @@ fn sample_spec<T: serde::de::DeserializeOwned>(kind: &str) -> T {
             serde_json::json!({"template": {"spec": {"requirements": [], "nodeClassRef": node_class_ref}}})
         }
         "NodeClaim" => serde_json::json!({"requirements": [], "nodeClassRef": node_class_ref}),
+        "NodeOverlay" => serde_json::json!({"requirements": []}),
+        "CapacityBuffer" => serde_json::json!({}),
         _ => {
             serde_json::json!({"amiSelectorTerms": [], "subnetSelectorTerms": [], "securityGroupSelectorTerms": []})
         }
@@ -162,7 +168,11 @@ fn assert_same_paths(
 #[test]
 fn rust_types_cover_every_property_of_the_installed_crds() {
     let crds = crds_in(&workspace_root().join("deploy/crds"));
-    assert_eq!(crds.len(), 3, "deploy/crds holds the three Karpenter CRDs");
+    assert_eq!(
+        crds.len(),
+        5,
+        "deploy/crds holds the three Karpenter CRDs, NodeOverlay and CapacityBuffer"
+    );
     for (kind, crd) in &crds {
         let expected = property_paths(schema_of_crd(crd));
         let mut actual = property_paths(schema_of_crd(&generated(kind)));
@@ -209,7 +219,10 @@ fn generated_crds_carry_upstream_names_and_scope() {
                 "{kind}: names.{field}"
             );
         }
-        assert_eq!(ours["spec"]["versions"][0]["name"], "v1");
+        assert_eq!(
+            ours["spec"]["versions"][0]["name"], crd["spec"]["versions"][0]["name"],
+            "{kind}: served version"
+        );
     }
 }
 

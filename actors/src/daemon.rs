@@ -63,7 +63,10 @@ use crate::termination::{
     TERMINATION_MAILBOX_CAPACITY, TerminationConfig, TerminationDeps, TerminationDrainer,
     TerminationStats,
 };
-use crate::{divergences, events, instance_health, interruption, pod_watcher, server, shutdown};
+use crate::{
+    capacity_buffer, divergences, events, instance_health, interruption, node_overlay, pod_watcher,
+    server, shutdown,
+};
 
 /// Upstream's name for the controller that launches NodeClaims: the `controller` label of
 /// the NodeClaim lifecycle's cloud provider metrics (launch, termination, lookups).
@@ -336,7 +339,25 @@ impl Daemon {
             &wiring.leader,
             &wiring.shutdown,
         );
-        let mut tasks = pod_watcher::spawn(&wiring.client, writers, subscribers, &wiring.shutdown);
+        let alpha_tasks = start_alpha_loops(
+            &wiring,
+            provisioning.as_ref(),
+            feature_gates,
+            &retrigger,
+            &mut subscribers,
+        );
+        let alpha = pod_watcher::AlphaKinds {
+            node_overlays: feature_gates.node_overlay,
+            capacity_buffers: feature_gates.capacity_buffer,
+        };
+        let mut tasks = pod_watcher::spawn(
+            &wiring.client,
+            writers,
+            subscribers,
+            alpha,
+            &wiring.shutdown,
+        );
+        tasks.extend(alpha_tasks);
         tasks.extend(status_tasks);
         tasks.extend(static_task);
         let created = provisioning.as_ref().map(|p| p.created.clone());
@@ -855,6 +876,66 @@ fn start_disruption(
     (handle, vec![orchestrator_task, loop_task])
 }
 
+/// With their gates: the NodeOverlay status loop (over the Provisioner's instance types, so
+/// only with a cloud provider) and the CapacityBuffer controller, each woken by its kind's
+/// changes (overlays also by NodePools and node classes, whose types they select).
+fn start_alpha_loops(
+    w: &Wiring,
+    provisioning: Option<&Provisioning>,
+    gates: FeatureGates,
+    retrigger: &Retrigger,
+    hooks: &mut Subscribers,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if gates.node_overlay
+        && let Some(provisioning) = provisioning
+    {
+        let trigger = Trigger::default();
+        hooks.node_overlays.push(requeue::on_change(&[&trigger]));
+        hooks.nodepools.push(requeue::on_change(&[&trigger]));
+        hooks.nodeclasses.push(requeue::on_change(&[&trigger]));
+        // A changed overlay may re-price what pending pods wait for.
+        let again = retrigger.clone();
+        hooks
+            .node_overlays
+            .push(Box::new(move |_, _| again.request()));
+        let deps = node_overlay::Deps {
+            client: w.client.clone(),
+            state: w.state.clone(),
+            catalog: provisioning.catalog,
+            offerings: provisioning.offerings.clone(),
+            instance_types: provisioning.instance_types.clone(),
+            controller: provisioning.controller,
+        };
+        let (leader, shutdown) = (w.leader.clone(), w.shutdown.clone());
+        tasks.push(supervisor::task("nodeoverlay", move || {
+            node_overlay::run(
+                deps.clone(),
+                trigger.clone(),
+                leader.clone(),
+                shutdown.clone(),
+            )
+        }));
+    }
+    if gates.capacity_buffer {
+        let trigger = Trigger::default();
+        hooks.capacity_buffers.push(requeue::on_change(&[&trigger]));
+        let (client, state, retrigger) = (w.client.clone(), w.state.clone(), retrigger.clone());
+        let (leader, shutdown) = (w.leader.clone(), w.shutdown.clone());
+        tasks.push(supervisor::task("capacitybuffer", move || {
+            capacity_buffer::run(
+                client.clone(),
+                state.clone(),
+                trigger.clone(),
+                retrigger.clone(),
+                leader.clone(),
+                shutdown.clone(),
+            )
+        }));
+    }
+    tasks
+}
+
 /// The watch hooks that start a batch: pods to place, and changes that may let pods the
 /// last round left pending fit now ([`Retrigger`]); and the startup-time tracker.
 fn subscribe_triggers(
@@ -1187,6 +1268,16 @@ fn subscribe_generation(subscribers: &mut Subscribers, generation: &Generation) 
     subscribers.nodeclaims.push(Box::new(move |_, _| g.bump()));
     let g = generation.clone();
     subscribers.nodepools.push(Box::new(move |_, _| g.bump()));
+    // An overlay re-prices what consolidation compares (upstream marks cluster state
+    // unconsolidated after each overlay evaluation); a buffer changes the room it must keep.
+    let g = generation.clone();
+    subscribers
+        .node_overlays
+        .push(Box::new(move |_, _| g.bump()));
+    let g = generation.clone();
+    subscribers
+        .capacity_buffers
+        .push(Box::new(move |_, _| g.bump()));
 }
 
 /// A change an actor could not be told of: counted (`kerf_mailbox_dropped_total`) whether

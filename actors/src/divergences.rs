@@ -6,22 +6,18 @@
 use crate::settings::{FeatureGates, ValidSettings};
 
 /// Gates kerf does not act on yet: (name, whether on, upstream's default).
-fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 3] {
+fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 1] {
     let FeatureGates {
         // Acted on: `node_repair`.
         node_repair: _,
         reserved_capacity,
         spot_to_spot_consolidation: _acted_on_by_disruption,
-        node_overlay,
+        node_overlay: _acted_on_by_every_snapshot,
         static_capacity: _acted_on_by_static_capacity,
-        capacity_buffer,
+        capacity_buffer: _acted_on_by_the_buffer_controller,
         nominate_pods: _acted_on_by_registration,
     } = gates;
-    [
-        ("ReservedCapacity", reserved_capacity, true),
-        ("NodeOverlay", node_overlay, false),
-        ("CapacityBuffer", capacity_buffer, false),
-    ]
+    [("ReservedCapacity", reserved_capacity, true)]
 }
 
 /// One warning per accepted setting kerf does not act on yet that the user turned on: a gate
@@ -130,14 +126,12 @@ mod tests {
                  AWS yet"
             ]
         );
-        let turned_on = settings(&["--feature-gates", "NodeOverlay=true"]);
-        assert_eq!(
-            ignored_settings(&turned_on),
-            ["FEATURE_GATES NodeOverlay=true: kerf does not act on this gate yet"]
-        );
+        let acted_on = settings(&[
+            "--feature-gates",
+            "NodeOverlay=true,CapacityBuffer=true,StaticCapacity=true",
+        ]);
+        assert!(ignored_settings(&acted_on).is_empty(), "acted on now");
         let off = settings(&["--feature-gates", "ReservedCapacity=false"]);
         assert!(default_gate_notes(&off).is_empty());
-        let acted_on = settings(&["--feature-gates", "StaticCapacity=true"]);
-        assert!(ignored_settings(&acted_on).is_empty(), "acted on now");
     }
 }

@@ -12,6 +12,7 @@
 //! the pure core crate `kerf`; this crate does the I/O.
 
 pub mod batcher;
+pub mod capacity_buffer;
 pub mod client;
 pub mod cloud_metrics;
 pub mod cluster_metrics;
@@ -31,6 +32,7 @@ pub mod lifecycle;
 pub mod logging;
 pub mod mailbox;
 pub mod metrics;
+pub mod node_overlay;
 pub mod node_pool_scheduler;
 pub mod node_repair;
 pub mod nodeclaim_creator;

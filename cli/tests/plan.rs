@@ -1574,3 +1574,92 @@ spec:
         "no NodeClaim of the static pool without the gate: {off:#}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// NodeOverlays and CapacityBuffers as input
+
+const OVERLAY_M5_LARGE: &str = r#"---
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata:
+  name: savings-plan
+spec:
+  weight: 10
+  requirements:
+    - key: node.kubernetes.io/instance-type
+      operator: In
+      values: ["m5.large"]
+  price: "0.001"
+"#;
+
+#[test]
+fn an_overlay_in_the_input_reprices_the_launch() {
+    let plain = format!("{NODEPOOL_ALL}{}", deployment("inflate", 1, "1", "1Gi", ""));
+    let before = plan_json(&["-f", "-"], Some(&plain));
+    let launched = |report: &Value| {
+        let launch = &claims(report)[0]["launch"];
+        (
+            launch["instanceType"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            launch["price"].as_f64().unwrap_or_default(),
+        )
+    };
+    assert_ne!(launched(&before).0, "m5.large", "{before}");
+    let overlaid = format!("{plain}{OVERLAY_M5_LARGE}");
+    let after = plan_json(&["-f", "-"], Some(&overlaid));
+    assert_eq!(launched(&after), ("m5.large".to_owned(), 0.001), "{after}");
+    assert_eq!(
+        strings(&claims(&after)[0]["instanceTypes"])[0],
+        "m5.large",
+        "cheapest first, at the overlay's price"
+    );
+}
+
+#[test]
+fn a_capacity_buffer_in_the_input_reserves_room() {
+    let buffer = r#"---
+apiVersion: v1
+kind: PodTemplate
+metadata:
+  name: slot
+  namespace: default
+template:
+  metadata:
+    labels:
+      app: slot
+  spec:
+    containers:
+      - name: app
+        image: pause
+        resources:
+          requests:
+            cpu: "2"
+            memory: 2Gi
+---
+apiVersion: autoscaling.x-k8s.io/v1beta1
+kind: CapacityBuffer
+metadata:
+  name: headroom
+  namespace: default
+spec:
+  podTemplateRef:
+    name: slot
+  replicas: 3
+"#;
+    let input = format!("{NODEPOOL_ALL}{buffer}");
+    let report = plan_json(&["-f", "-"], Some(&input));
+    let placed: Vec<String> = claims(&report)
+        .iter()
+        .flat_map(|c| strings(&c["pods"]))
+        .collect();
+    assert_eq!(
+        placed
+            .iter()
+            .filter(|p| p.starts_with("default/capacity-buffer-headroom-"))
+            .count(),
+        3,
+        "room for three 2-CPU placeholder pods: {report}"
+    );
+}

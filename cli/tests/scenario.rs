@@ -400,3 +400,64 @@ fn an_actor_panic_naming_no_actor_is_refused() {
         "{stderr}"
     );
 }
+
+/// `headroom` at a CI size, at the simulation's own pace (not `--fast`: the point is the
+/// wait for a node to launch and boot): the burst binds into the buffer's room within the
+/// scenario's 5 s; the same run without the CapacityBuffer misses it, its burst waiting for
+/// new nodes.
+#[test]
+fn headroom_binds_the_burst_into_the_buffers_room_and_not_without_it() {
+    let yaml = std::fs::read_to_string(scenarios().join("headroom.yaml")).expect("read");
+    let workload =
+        std::fs::read_to_string(scenarios().join("headroom/workload.yaml")).expect("read");
+    // At CI size, and without the final wait for the refill to settle (the controller test
+    // `buffers` holds kerf to the refill): two runs at the simulation's pace.
+    let smaller = yaml.replace("replicas: 20}", "replicas: 6}").replace(
+        "  - wait: {podsBound: all, timeout: 3m}\n  - wait: {settled: true, timeout: 3m}\n",
+        "  - wait: {podsBound: all, timeout: 3m}\n",
+    );
+    assert!(
+        smaller.contains("replicas: 6}") && smaller.matches("settled").count() == 1,
+        "the scenario scales the burst and waits once for the buffer to settle: {smaller}"
+    );
+    let run_at_pace = |name: &str, workload: &str| {
+        let (dir, file) = scenario_file(name, &smaller);
+        std::fs::create_dir_all(dir.join("headroom")).expect("workload dir");
+        std::fs::write(dir.join("headroom/workload.yaml"), workload).expect("workload written");
+        let args = [
+            "simulate",
+            "--scenario",
+            file.to_str().expect("utf-8"),
+            "-o",
+            "json",
+        ];
+        let output = kerf(&args, None);
+        let _ = std::fs::remove_dir_all(&dir);
+        let stderr = text(&output.stderr);
+        let report: Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("the report is JSON ({e}); stderr:\n{stderr}"));
+        (output.status.code(), report, stderr)
+    };
+    let buffered = workload.replace("replicas: 20", "replicas: 6");
+    assert_ne!(buffered, workload, "the buffer is sized to the burst");
+    passed("headroom", run_at_pace("headroom", &buffered));
+
+    let without: String = buffered
+        .split("\n---\n")
+        .filter(|doc| !doc.contains("kind: CapacityBuffer"))
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    assert!(!without.contains("CapacityBuffer"));
+    let (code, report, stderr) = run_at_pace("headroom-unbuffered", &without);
+    let bound = report["expectations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "allPodsBound")
+        .unwrap_or_else(|| panic!("judged: {report:#}"));
+    assert_eq!(
+        bound["held"], false,
+        "without room the burst waits for nodes: {bound}; stderr:\n{stderr}"
+    );
+    assert_eq!(code, Some(1));
+}

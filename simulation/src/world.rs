@@ -40,6 +40,9 @@ pub const NODEPOOL_CRD: &str = include_str!("../../deploy/crds/karpenter.sh_node
 pub const NODECLAIM_CRD: &str = include_str!("../../deploy/crds/karpenter.sh_nodeclaims.yaml");
 pub const NODECLASS_CRD: &str =
     include_str!("../../deploy/crds/karpenter.k8s.aws_ec2nodeclasses.yaml");
+pub const NODEOVERLAY_CRD: &str = include_str!("../../deploy/crds/karpenter.sh_nodeoverlays.yaml");
+pub const CAPACITYBUFFER_CRD: &str =
+    include_str!("../../deploy/crds/autoscaling.x-k8s.io_capacitybuffers.yaml");
 
 /// Most changes the emulator keeps per resource for watches to resume from (besides its
 /// 75 s window). Watchers here keep up within milliseconds, so a tenth of the emulator's
@@ -405,6 +408,8 @@ pub fn install_crds(cluster: &Cluster) -> Result<(), StartError> {
         ("NodePool", NODEPOOL_CRD),
         ("NodeClaim", NODECLAIM_CRD),
         ("EC2NodeClass", NODECLASS_CRD),
+        ("NodeOverlay", NODEOVERLAY_CRD),
+        ("CapacityBuffer", CAPACITYBUFFER_CRD),
     ] {
         cluster
             .apply_crd_yaml(yaml)

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate, PodTemplateSpec,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::de::DeserializeOwned;
@@ -21,7 +23,7 @@ use super::decode::decode;
 use super::nodeclass::{self, ControllerSettings};
 use super::workloads::{self, DEFAULT_NAMESPACE, Expansion};
 use super::{FieldError, ObjectProblem, checks};
-use crate::api::{EC2NodeClass, NodeClaim, NodePool};
+use crate::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::manifest::Object;
 use crate::pods::{LeanPod, PodInterner};
 use crate::validation::{self, Verdict};
@@ -50,6 +52,11 @@ pub struct Inventory {
     /// Each Node's CSI drivers and their volume attach limits (a kubelet writes them).
     pub csi_nodes: Vec<CSINode>,
     pub namespaces: Vec<Namespace>,
+    /// NodeOverlays (alpha): applied to each NodePool's instance types by the snapshot.
+    pub node_overlays: Vec<NodeOverlay>,
+    /// CapacityBuffers' virtual pods (alpha), pending in every snapshot and never written
+    /// anywhere (see `crate::buffer`).
+    pub buffer_pods: Vec<Arc<LeanPod>>,
     /// `FILE: KIND/NAME` of each object of a kind a plan does not read.
     pub ignored: Vec<String>,
     /// Things worth telling the user that do not make the input invalid.
@@ -116,6 +123,9 @@ pub struct Builder {
     storage_classes: Keyed<StorageClass>,
     csi_nodes: Keyed<CSINode>,
     namespaces: Keyed<Namespace>,
+    node_overlays: Keyed<NodeOverlay>,
+    capacity_buffers: Keyed<CapacityBuffer>,
+    pod_templates: Keyed<PodTemplate>,
     /// Workload expansions, placed once every given pod is known (see [`adoption`]).
     deferred: Vec<Deferred>,
     ignored: Vec<String>,
@@ -143,6 +153,16 @@ enum Source {
 }
 
 impl Source {
+    /// The workload's namespace and name.
+    fn source_name(&self) -> (String, String) {
+        namespaced_name(match self {
+            Self::Deployment(d) => &d.metadata,
+            Self::ReplicaSet(r) => &r.metadata,
+            Self::StatefulSet(s) => &s.metadata,
+            Self::Job(j) => &j.metadata,
+        })
+    }
+
     fn expand(&self) -> Result<Expansion, FieldError> {
         match self {
             Self::Deployment(deployment) => workloads::expand_deployment(deployment),
@@ -198,9 +218,12 @@ impl Builder {
 
     /// The inventory, or every problem found in every object.
     pub fn finish(mut self) -> Result<Inventory, Vec<ObjectProblem>> {
+        let buffer_pods = self.buffer_pods();
         self.expand_deferred();
         if self.problems.is_empty() {
-            Ok(self.into_inventory())
+            let mut inventory = self.into_inventory();
+            inventory.buffer_pods = buffer_pods;
+            Ok(inventory)
         } else {
             Err(self.problems)
         }
@@ -284,6 +307,12 @@ impl Builder {
                 let replaced = self.nodes.put("", &name, node);
                 self.note_replacement(replaced, &origin);
             }
+            ("", "PodTemplate") => {
+                let template: PodTemplate = namespaced(object.value).map_err(single)?;
+                let (namespace, name) = namespaced_name(&template.metadata);
+                let replaced = self.pod_templates.put(&namespace, &name, template);
+                self.note_replacement(replaced, &origin);
+            }
             ("", "Namespace") => {
                 let namespace: Namespace = named(object.value).map_err(single)?;
                 let name = namespace.metadata.name.clone().unwrap_or_default();
@@ -354,6 +383,15 @@ impl Builder {
                 node_claim_resources(&claim).map_err(convert)?;
                 self.node_claims.put("", &name, claim)
             }
+            Verdict::Valid(validation::KarpenterKind::NodeOverlay) => {
+                self.node_overlays
+                    .put("", &name, decode(object.value.clone()).map_err(convert)?)
+            }
+            Verdict::Valid(validation::KarpenterKind::CapacityBuffer) => {
+                let buffer: CapacityBuffer = decode(object.value.clone()).map_err(convert)?;
+                let namespace = buffer.namespace().to_owned();
+                self.capacity_buffers.put(&namespace, &name, buffer)
+            }
             Verdict::Valid(validation::KarpenterKind::EC2NodeClass) => {
                 let class: EC2NodeClass = decode(object.value.clone()).map_err(convert)?;
                 // Its sizing settings are needed for every pool that uses it: refuse it here,
@@ -397,6 +435,56 @@ impl Builder {
             source,
         });
         Ok(())
+    }
+
+    /// The CapacityBuffers' virtual pods, each buffer's shape read from the input's
+    /// PodTemplate or workload (`scalableRef`) as the buffer controller reads the API's; a
+    /// buffer whose reference is not in the input is warned about and left out.
+    fn buffer_pods(&mut self) -> Vec<Arc<LeanPod>> {
+        let mut pods = Vec::new();
+        for buffer in &self.capacity_buffers.items {
+            let namespace = buffer.namespace().to_owned();
+            let resolved = match (&buffer.spec.pod_template_ref, &buffer.spec.scalable_ref) {
+                (Some(reference), _) => self
+                    .pod_templates
+                    .index
+                    .get(&(namespace.clone(), reference.name.clone()))
+                    .map(|&i| {
+                        let template = &self.pod_templates.items[i];
+                        (template.template.clone().unwrap_or_default(), None)
+                    }),
+                (None, Some(reference)) => self.deferred.iter().find_map(|d| {
+                    let (template, replicas) = workload_template(&d.source, &reference.kind)?;
+                    let (ns, name) = d.source.source_name();
+                    (ns == namespace && name == reference.name)
+                        .then_some((template, Some(replicas)))
+                }),
+                (None, None) => None,
+            };
+            let Some((template, workload_replicas)) = resolved else {
+                self.warnings.push(format!(
+                    "CapacityBuffer {namespace}/{}: its podTemplateRef or scalableRef is not in the input; it reserves nothing",
+                    buffer.name()
+                ));
+                continue;
+            };
+            let requests = template_requests(&template);
+            let count = crate::buffer::replicas(&buffer.spec, &requests, workload_replicas);
+            let uid = buffer
+                .metadata
+                .uid
+                .clone()
+                .unwrap_or_else(|| format!("{namespace}/{}", buffer.name()));
+            let reference = crate::buffer::BufferRef {
+                namespace: &namespace,
+                name: buffer.name(),
+                uid: &uid,
+            };
+            for pod in crate::buffer::virtual_pods(&reference, &template, count) {
+                pods.push(Arc::new(LeanPod::new(pod, &mut self.interner)));
+            }
+        }
+        pods
     }
 
     /// Workloads create their missing pods once every given pod is known.
@@ -473,10 +561,40 @@ impl Builder {
             storage_classes: self.storage_classes.items,
             csi_nodes: self.csi_nodes.items,
             namespaces: self.namespaces.items,
+            node_overlays: self.node_overlays.items,
+            buffer_pods: Vec::new(),
             ignored: self.ignored,
             warnings: self.warnings,
         }
     }
+}
+
+/// A workload's pod template and replicas, if it is of `kind`.
+fn workload_template(source: &Source, kind: &str) -> Option<(PodTemplateSpec, i32)> {
+    match (source, kind) {
+        (Source::Deployment(d), "Deployment") => {
+            let spec = d.spec.as_ref()?;
+            Some((spec.template.clone(), spec.replicas.unwrap_or(1)))
+        }
+        (Source::StatefulSet(s), "StatefulSet") => {
+            let spec = s.spec.as_ref()?;
+            Some((spec.template.clone(), spec.replicas.unwrap_or(1)))
+        }
+        (Source::ReplicaSet(r), "ReplicaSet") => {
+            let spec = r.spec.as_ref()?;
+            Some((spec.template.clone()?, spec.replicas.unwrap_or(1)))
+        }
+        _ => None,
+    }
+}
+
+/// One pod of `template`'s requests, as the scheduler counts them.
+fn template_requests(template: &PodTemplateSpec) -> crate::resources::Resources {
+    let pod = Pod {
+        spec: template.spec.clone(),
+        ..Pod::default()
+    };
+    crate::scheduling::resource_requests(&pod).unwrap_or_default()
 }
 
 fn namespaced_name(

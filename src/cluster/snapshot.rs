@@ -20,6 +20,7 @@ use crate::api::{EC2NodeClass, NodeClaim, NodePool, Operator};
 use crate::catalog::add_reserved_offerings;
 use crate::catalog::{AllocatableSettings, Catalog, InstanceType};
 use crate::labels;
+use crate::overlay;
 use crate::pods;
 use crate::resources::{Quantity, Resources};
 use crate::scheduling::{ExistingNode, NodePoolInput, SchedulingInput, VolumeTopology};
@@ -30,6 +31,8 @@ pub struct Snapshot {
     pub input: SchedulingInput,
     /// Things worth telling the user that do not make the input invalid.
     pub warnings: Vec<String>,
+    /// What became of each NodeOverlay of the inventory, by name.
+    pub overlays: BTreeMap<String, overlay::Verdict>,
 }
 
 /// Where a snapshot's NodePools get their instance types: `kerf plan` takes them straight
@@ -142,7 +145,8 @@ fn build_from(
         source,
         resolved: HashMap::new(),
     };
-    let (pending, bound) = split_pods(pods);
+    let (mut pending, bound) = split_pods(pods);
+    pending.extend(inventory.buffer_pods.iter().cloned());
     let mut bound_by_node: HashMap<String, Vec<Arc<LeanPod>>> = HashMap::new();
     for pod in bound {
         let node = pod.node_name().unwrap_or_default().to_string();
@@ -208,7 +212,13 @@ fn build_from(
             orphans.join(", ")
         ));
     }
-    let node_pools = node_pools(inventory, &mut class_types, &mut warnings)?;
+    let (node_pools, overlays) = node_pools(inventory, &mut class_types, &mut warnings)?;
+    let mut used = used;
+    for pod in &inventory.buffer_pods {
+        if let Some(namespace) = pod.meta().namespace {
+            used.insert(namespace.to_owned());
+        }
+    }
     let input = SchedulingInput {
         namespaces: namespaces(inventory, used),
         pods: pending,
@@ -222,7 +232,11 @@ fn build_from(
         },
         options: Default::default(),
     };
-    Ok(Snapshot { input, warnings })
+    Ok(Snapshot {
+        input,
+        warnings,
+        overlays,
+    })
 }
 
 /// `namespace/name`, as the report names pods.
@@ -491,13 +505,15 @@ fn settings_for(
     }
 }
 
+/// Each NodePool with its class's instance types, the inventory's NodeOverlays applied to
+/// them (a pool no overlay touches shares its class's list), and each overlay's verdict.
 fn node_pools(
     inventory: &Inventory,
     class_types: &mut ClassTypes<'_>,
     warnings: &mut Vec<String>,
-) -> Result<Vec<NodePoolInput>, SnapshotError> {
+) -> Result<(Vec<NodePoolInput>, BTreeMap<String, overlay::Verdict>), SnapshotError> {
     let mut warned = HashSet::new();
-    let mut pools = Vec::new();
+    let mut resolved = Vec::new();
     for pool in &inventory.node_pools {
         let class_name = &pool.node_class_ref().name;
         let (instance_types, found) = class_types
@@ -509,9 +525,48 @@ fn node_pools(
                 pool.name()
             ));
         }
-        pools.push(node_pool(pool, instance_types)?);
+        resolved.push((pool, instance_types));
     }
-    Ok(pools)
+    if inventory.node_overlays.is_empty() {
+        let pools = resolved
+            .into_iter()
+            .map(|(pool, types)| node_pool(pool, types))
+            .collect::<Result<_, _>>()?;
+        return Ok((pools, BTreeMap::new()));
+    }
+    let evaluated = {
+        let pools: Vec<overlay::PoolTypes<'_>> = resolved
+            .iter()
+            .map(|(pool, types)| overlay::PoolTypes {
+                name: pool.name(),
+                labels: pool.template_labels(),
+                types,
+                zones: class_zones(inventory, &pool.node_class_ref().name),
+            })
+            .collect();
+        overlay::evaluate(&inventory.node_overlays, &pools)
+    };
+    let pools = resolved
+        .into_iter()
+        .map(|(pool, types)| node_pool(pool, evaluated.apply(pool.name(), &types)))
+        .collect::<Result<_, _>>()?;
+    Ok((pools, evaluated.verdicts))
+}
+
+/// The zones of the class's resolved subnets; `None` while it has none.
+fn class_zones(inventory: &Inventory, class_name: &str) -> Option<BTreeSet<String>> {
+    let class = inventory
+        .node_classes
+        .iter()
+        .find(|c| c.name() == class_name)?;
+    let zones: BTreeSet<String> = class
+        .status
+        .as_ref()?
+        .subnets
+        .iter()
+        .map(|s| s.zone.clone())
+        .collect();
+    (!zones.is_empty()).then_some(zones)
 }
 
 fn node_pool(

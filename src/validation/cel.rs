@@ -103,11 +103,40 @@ fn alias_family(alias: &str) -> &str {
 /// The implementation of the CRD rule with this message, if kerf has one.
 pub fn rule_for(message: &str) -> Option<Rule> {
     requirement_rule(message)
+        .or_else(|| alpha_rule(message))
         .or_else(|| nodepool_rule(message))
         .or_else(|| ami_rule(message))
         .or_else(|| ec2nodeclass_rule(message))
         .or_else(|| selector_rule(message))
         .or_else(|| tag_rule(message))
+}
+
+/// NodeOverlay's and CapacityBuffer's own rules.
+fn alpha_rule(message: &str) -> Option<Rule> {
+    match message {
+        "requirements with operator 'NotIn' must have a value defined" => {
+            each_item(|x| text(x, "operator") != "NotIn" || !items(&x["values"]).is_empty())
+        }
+        "requirements operator 'Gt', 'Lt', 'Gte' or 'Lte' must have a single positive integer value" => {
+            each_item(|x| {
+                !matches!(text(x, "operator"), "Gt" | "Lt" | "Gte" | "Lte")
+                    || matches!(items(&x["values"]), [v] if v.as_str().and_then(cel_int).is_some_and(|n| n >= 0))
+            })
+        }
+        "cannot set both 'price' and 'priceAdjustment'" => {
+            holds(|v| !(has(v, "price") && has(v, "priceAdjustment")))
+        }
+        "invalid resource restricted" => {
+            each_key(|k| !crate::overlay::RESTRICTED_RESOURCES.contains(&k))
+        }
+        "If podTemplateRef is set, replicas or limits must also be set" => {
+            holds(|v| !has(v, "podTemplateRef") || has(v, "replicas") || has(v, "limits"))
+        }
+        "You must define either PodTemplateRef or ScalableRef, but not both" => {
+            holds(|v| !(has(v, "podTemplateRef") && has(v, "scalableRef")))
+        }
+        _ => None,
+    }
 }
 
 fn requirement_rule(message: &str) -> Option<Rule> {

@@ -63,7 +63,9 @@ pub fn explain_v1_problems(
 ) -> Vec<Problem> {
     let mut hints = match kind {
         KarpenterKind::NodePool => nodepool_hints(value),
-        KarpenterKind::NodeClaim => Vec::new(),
+        KarpenterKind::NodeClaim | KarpenterKind::NodeOverlay | KarpenterKind::CapacityBuffer => {
+            Vec::new()
+        }
         KarpenterKind::EC2NodeClass => ec2nodeclass_hints(value),
     };
     hints.extend(provisioner_label_hints(value));

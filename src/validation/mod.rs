@@ -28,7 +28,14 @@ pub enum KarpenterKind {
     NodePool,
     NodeClaim,
     EC2NodeClass,
+    /// Alpha, `karpenter.sh/v1alpha1`.
+    NodeOverlay,
+    /// Cluster-autoscaler's `autoscaling.x-k8s.io/v1beta1`, which Karpenter serves too.
+    CapacityBuffer,
 }
+
+/// CapacityBuffer's API group.
+pub const AUTOSCALING_GROUP: &str = "autoscaling.x-k8s.io";
 
 impl KarpenterKind {
     pub fn as_str(self) -> &'static str {
@@ -36,6 +43,8 @@ impl KarpenterKind {
             Self::NodePool => "NodePool",
             Self::NodeClaim => "NodeClaim",
             Self::EC2NodeClass => "EC2NodeClass",
+            Self::NodeOverlay => "NodeOverlay",
+            Self::CapacityBuffer => "CapacityBuffer",
         }
     }
 
@@ -43,13 +52,21 @@ impl KarpenterKind {
         match self {
             Self::NodePool | Self::NodeClaim => "karpenter.sh/v1",
             Self::EC2NodeClass => "karpenter.k8s.aws/v1",
+            Self::NodeOverlay => "karpenter.sh/v1alpha1",
+            Self::CapacityBuffer => "autoscaling.x-k8s.io/v1beta1",
         }
     }
 
+    const ALL: [Self; 5] = [
+        Self::NodePool,
+        Self::NodeClaim,
+        Self::EC2NodeClass,
+        Self::NodeOverlay,
+        Self::CapacityBuffer,
+    ];
+
     fn from_kind(kind: &str) -> Option<Self> {
-        [Self::NodePool, Self::NodeClaim, Self::EC2NodeClass]
-            .into_iter()
-            .find(|k| k.as_str() == kind)
+        Self::ALL.into_iter().find(|k| k.as_str() == kind)
     }
 }
 
@@ -68,7 +85,7 @@ const CONTROLLER_NOTE: &str = " (rejected by the controller: ValidationSucceeded
 /// Validates one manifest object.
 pub fn validate_object(object: &Object) -> Verdict {
     let group = object.group();
-    if group != labels::GROUP && group != labels::AWS_GROUP {
+    if group != labels::GROUP && group != labels::AWS_GROUP && group != AUTOSCALING_GROUP {
         return Verdict::Ignored;
     }
     let kind = match KarpenterKind::from_kind(&object.kind) {
@@ -90,15 +107,11 @@ pub fn validate_object(object: &Object) -> Verdict {
 }
 
 fn unsupported_type(object: &Object) -> Problem {
-    let served = [
-        KarpenterKind::NodePool,
-        KarpenterKind::NodeClaim,
-        KarpenterKind::EC2NodeClass,
-    ]
-    .iter()
-    .map(|k| format!("{} {}", k.api_version(), k.as_str()))
-    .collect::<Vec<_>>()
-    .join(", ");
+    let served = KarpenterKind::ALL
+        .iter()
+        .map(|k| format!("{} {}", k.api_version(), k.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
     Problem {
         path: String::new(),
         message: format!(
@@ -120,6 +133,8 @@ pub fn validate_value(kind: KarpenterKind, value: &Value) -> Vec<Problem> {
         KarpenterKind::NodePool => runtime::validate_nodepool(&object),
         KarpenterKind::NodeClaim => runtime::validate_nodeclaim(&object),
         KarpenterKind::EC2NodeClass => ec2nodeclass_controller_checks(&object),
+        KarpenterKind::NodeOverlay => nodeoverlay_controller_checks(&object),
+        KarpenterKind::CapacityBuffer => Vec::new(),
     };
     for problem in controller {
         // A field the schema already rejected needs no second opinion.
@@ -134,6 +149,21 @@ pub fn validate_value(kind: KarpenterKind, value: &Value) -> Vec<Problem> {
         problems.extend(typed_conversion_problem(kind, object));
     }
     problems
+}
+
+/// Upstream's `RuntimeValidate` of a NodeOverlay (`ValidationSucceeded=False`,
+/// `RuntimeValidation`), on the whole spec.
+fn nodeoverlay_controller_checks(object: &Value) -> Vec<Problem> {
+    let Ok(overlay) = serde_json::from_value::<crate::api::NodeOverlay>(object.clone()) else {
+        return Vec::new();
+    };
+    match crate::overlay::validate(&overlay) {
+        Ok(()) => Vec::new(),
+        Err(message) => vec![Problem {
+            path: FieldPath::root().child("spec").to_string(),
+            message,
+        }],
+    }
 }
 
 fn ec2nodeclass_controller_checks(object: &Value) -> Vec<Problem> {
@@ -151,6 +181,12 @@ fn typed_conversion_problem(kind: KarpenterKind, object: Value) -> Option<Proble
         KarpenterKind::NodePool => serde_json::from_value::<NodePool>(object).map(drop),
         KarpenterKind::NodeClaim => serde_json::from_value::<NodeClaim>(object).map(drop),
         KarpenterKind::EC2NodeClass => serde_json::from_value::<EC2NodeClass>(object).map(drop),
+        KarpenterKind::NodeOverlay => {
+            serde_json::from_value::<crate::api::NodeOverlay>(object).map(drop)
+        }
+        KarpenterKind::CapacityBuffer => {
+            serde_json::from_value::<crate::api::CapacityBuffer>(object).map(drop)
+        }
     };
     result.err().map(|e| Problem {
         path: String::new(),
@@ -190,6 +226,48 @@ mod tests {
             panic!("v1beta1 is not served")
         };
         assert_eq!(problems[0].path, "apiVersion", "{problems:?}");
+    }
+
+    #[test]
+    fn knows_nodeoverlays_and_capacitybuffers_with_upstreams_rules() {
+        let overlay = "apiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {name: o}\nspec:\n  requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}]\n  price: \"0.1\"\n";
+        assert_eq!(verdict(overlay), Verdict::Valid(KarpenterKind::NodeOverlay));
+        let both = format!("{overlay}  priceAdjustment: \"-10%\"\n");
+        let Verdict::Invalid(problems) = verdict(&both) else {
+            panic!("price and priceAdjustment together")
+        };
+        assert!(
+            problems.iter().any(|p| p
+                .message
+                .contains("cannot set both 'price' and 'priceAdjustment'")),
+            "{problems:?}"
+        );
+        let cpu = "apiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {name: o}\nspec:\n  requirements: []\n  capacity: {cpu: \"4\"}\n";
+        let Verdict::Invalid(problems) = verdict(cpu) else {
+            panic!("cpu is restricted")
+        };
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.message.contains("invalid resource restricted"))
+        );
+        let buffer = "apiVersion: autoscaling.x-k8s.io/v1beta1\nkind: CapacityBuffer\nmetadata: {name: b, namespace: default}\nspec:\n  podTemplateRef: {name: t}\n  replicas: 2\n";
+        assert_eq!(
+            verdict(buffer),
+            Verdict::Valid(KarpenterKind::CapacityBuffer)
+        );
+        let two_refs = format!("{buffer}  scalableRef: {{kind: Deployment, name: web}}\n");
+        let Verdict::Invalid(problems) = verdict(&two_refs) else {
+            panic!("two references")
+        };
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.message.contains("either PodTemplateRef or ScalableRef")),
+            "{problems:?}"
+        );
+        let without_size = "apiVersion: autoscaling.x-k8s.io/v1beta1\nkind: CapacityBuffer\nmetadata: {name: b}\nspec:\n  podTemplateRef: {name: t}\n";
+        assert!(matches!(verdict(without_size), Verdict::Invalid(_)));
     }
 
     #[test]

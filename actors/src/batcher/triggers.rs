@@ -167,7 +167,12 @@ pub async fn retrigger(
     }
     let mut leading = *leader.borrow_and_update();
     loop {
-        for pod in state.provisionable_pods() {
+        // CapacityBuffers' virtual pods are pending for good: their round keeps the room.
+        for pod in state
+            .provisionable_pods()
+            .into_iter()
+            .chain(state.buffer_pods())
+        {
             let Some(uid) = pod.meta().uid.map(str::to_owned) else {
                 continue;
             };

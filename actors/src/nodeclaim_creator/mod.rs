@@ -10,6 +10,7 @@
 
 mod claim;
 
+use kerf::buffer::is_virtual_uid;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -144,7 +145,8 @@ impl Handler<CreateNodeClaim> for NodeClaimCreator {
                 instance_types = %instance_type_list(&launch.claim),
                 "created nodeclaim"
             );
-            for pod in &launch.claim.pods {
+            // A CapacityBuffer's virtual pods exist nowhere to carry an event.
+            for pod in launch.claim.pods.iter().filter(|p| !is_virtual_uid(&p.uid)) {
                 recorder.publish(events::nominate_pod(pod, &created.name_any()));
             }
             // Recorded before the answer, so the Provisioner's next round counts it.

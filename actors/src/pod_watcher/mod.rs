@@ -1,5 +1,6 @@
 //! The PodWatcher: one kube watch stream per kind the controller decides on (pods, nodes,
-//! NodeClaims, NodePools, EC2NodeClasses, daemonsets, PDBs, volumes and storage classes),
+//! NodeClaims, NodePools, EC2NodeClasses, daemonsets, PDBs, volumes and storage classes, and
+//! with their gates NodeOverlays and CapacityBuffers),
 //! each the single writer of its cluster-state store. Streams run as tokio tasks on the
 //! runtime's worker threads, not on an actor's thread. Objects are watched untyped and read
 //! into their kind one by one, so a malformed object (a NodePool with a field of the wrong
@@ -16,7 +17,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
+use kerf::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use kerf::pods::LeanPod;
 use kube::Client;
 use tokio::sync::watch;
@@ -37,13 +38,24 @@ pub struct Subscribers {
     pub nodeclaims: Vec<Subscriber<NodeClaim>>,
     pub nodepools: Vec<Subscriber<NodePool>>,
     pub nodeclasses: Vec<Subscriber<EC2NodeClass>>,
+    pub node_overlays: Vec<Subscriber<NodeOverlay>>,
+    pub capacity_buffers: Vec<Subscriber<CapacityBuffer>>,
 }
 
-/// Starts one watch task per kind; they end when `shutdown` turns true.
+/// The alpha kinds watched only with their gate on (their CRDs may not be installed).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlphaKinds {
+    pub node_overlays: bool,
+    pub capacity_buffers: bool,
+}
+
+/// Starts one watch task per kind; they end when `shutdown` turns true. An alpha kind whose
+/// gate is off is not watched: its store is marked synced, empty.
 pub fn spawn(
     client: &Client,
     writers: Writers,
     subscribers: Subscribers,
+    alpha: AlphaKinds,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let Writers {
@@ -58,6 +70,8 @@ pub fn spawn(
         persistent_volume_claims,
         storage_classes,
         csi_nodes,
+        mut node_overlays,
+        mut capacity_buffers,
     } = writers;
     let Subscribers {
         pods: on_pod,
@@ -65,8 +79,33 @@ pub fn spawn(
         nodeclaims: on_nodeclaim,
         nodepools: on_nodepool,
         nodeclasses: on_nodeclass,
+        node_overlays: on_overlay,
+        capacity_buffers: on_buffer,
     } = subscribers;
-    vec![
+    let mut tasks = Vec::new();
+    if alpha.node_overlays {
+        tasks.push(spawn_kind(
+            client,
+            node_overlays,
+            publish(on_overlay),
+            shutdown,
+        ));
+    } else {
+        node_overlays.begin_relist();
+        node_overlays.finish_relist();
+    }
+    if alpha.capacity_buffers {
+        tasks.push(spawn_kind(
+            client,
+            capacity_buffers,
+            publish(on_buffer),
+            shutdown,
+        ));
+    } else {
+        capacity_buffers.begin_relist();
+        capacity_buffers.finish_relist();
+    }
+    tasks.extend([
         spawn_kind(client, pods, publish(on_pod), shutdown),
         spawn_kind(client, nodes, publish(on_node), shutdown),
         spawn_kind(client, nodeclaims, publish(on_nodeclaim), shutdown),
@@ -78,7 +117,8 @@ pub fn spawn(
         spawn_kind::<PersistentVolumeClaim>(client, persistent_volume_claims, ignore, shutdown),
         spawn_kind::<StorageClass>(client, storage_classes, ignore, shutdown),
         spawn_kind::<CSINode>(client, csi_nodes, ignore, shutdown),
-    ]
+    ]);
+    tasks
 }
 
 /// Calls every subscriber, in order.

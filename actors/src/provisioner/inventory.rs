@@ -79,6 +79,8 @@ pub fn of(state: &ClusterState, unseen: impl IntoIterator<Item = NodeClaim>) -> 
         storage_classes: owned(state.storage_classes.snapshot()),
         csi_nodes: owned(state.csi_nodes.snapshot()),
         namespaces: Vec::new(),
+        node_overlays: owned(state.node_overlays.snapshot()),
+        buffer_pods: state.buffer_pods(),
         ignored: Vec::new(),
         warnings,
     }

@@ -377,7 +377,16 @@ fn launches(
     pools: &HashMap<String, Arc<NodePool>>,
     unplaced: Unplaced<'_>,
 ) -> Vec<CreateNodeClaim> {
+    // A CapacityBuffer's virtual pods that find no room are the buffer's matter, not an
+    // event on a pod that does not exist; they are counted with the round's problems.
     for (pod, reason) in &result.errors {
+        if kerf::buffer::is_virtual_uid(&pod.uid) {
+            unplaced.problems.push(format!(
+                "{}/{} (capacity buffer): {reason}",
+                pod.namespace, pod.name
+            ));
+            continue;
+        }
         let reason = std::iter::once(reason.as_str())
             .chain(unplaced.skipped.iter().map(String::as_str))
             .collect::<Vec<_>>()
@@ -442,6 +451,7 @@ impl Handler<BatchReady> for Provisioner {
         let creator = self.provisioning.as_ref().map(|p| p.creator.clone());
         let created_claims = self.provisioning.as_ref().map(|p| p.created.clone());
         let recorder = self.provisioning.as_ref().map(|p| p.events.clone());
+        let state = Arc::clone(&self.state);
         let created = async move {
             let mut round = round;
             let Some((result, pools, skipped, holding)) = solving else {
@@ -452,6 +462,7 @@ impl Handler<BatchReady> for Provisioner {
             };
             let result = result.await;
             heap.mark(Step::Solved);
+            state.record_buffer_placements(kerf::buffer::placements(&result));
             if let Some(created) = &created_claims {
                 nominated::assign(created, &holding, &result.existing_nodes);
             }

@@ -102,10 +102,17 @@ pub fn assign(
     holding: &HashMap<String, String>,
     placements: &[ExistingNodePlacement],
 ) -> usize {
+    // Only real pods nominate a node: a CapacityBuffer's virtual pods come back every round,
+    // and a node they kept nominated would never be disrupted (upstream leaves them out too).
     created.target(
         placements
             .iter()
-            .filter(|placed| !placed.pods.is_empty())
+            .filter(|placed| {
+                placed
+                    .pods
+                    .iter()
+                    .any(|p| !kerf::buffer::is_virtual_uid(&p.uid))
+            })
             .map(|placed| placed.name.as_str()),
     );
     placements

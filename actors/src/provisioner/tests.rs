@@ -140,6 +140,8 @@ fn synced(writers: &mut Writers) {
     writers.persistent_volume_claims.finish_relist();
     writers.storage_classes.finish_relist();
     writers.csi_nodes.finish_relist();
+    writers.node_overlays.finish_relist();
+    writers.capacity_buffers.finish_relist();
 }
 
 /// The core's sequential solve of the snapshot the Provisioner builds from `state`.

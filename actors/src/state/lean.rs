@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
+use kerf::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use kerf::pods::{LeanPod, PodInterner, keep_what_placement_reads};
 
 /// kubectl's copy of the last applied manifest: the whole object again, read by nobody here.
@@ -111,7 +111,9 @@ metadata_only!(
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
-    CSINode
+    CSINode,
+    NodeOverlay,
+    CapacityBuffer
 );
 
 impl Lean for Pod {

@@ -12,13 +12,14 @@ mod node_class;
 mod pods;
 mod store;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use kerf::api::{EC2NodeClass, NodeClaim, NodePool};
+use kerf::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use kerf::pods::{LeanPod, PodLike};
 use kerf::scheduling::PodRef;
 use tokio::sync::watch;
@@ -67,6 +68,15 @@ pub struct ClusterState {
     pub storage_classes: Store<StorageClass>,
     /// Each Node's CSI drivers and their volume attach limits.
     pub csi_nodes: Store<CSINode>,
+    /// NodeOverlays and CapacityBuffers: watched with their gates on, else empty and synced.
+    pub node_overlays: Store<NodeOverlay>,
+    pub capacity_buffers: Store<CapacityBuffer>,
+    /// The CapacityBuffers' virtual pods, written by the buffer controller alone
+    /// (`crate::capacity_buffer`) and read by every snapshot.
+    buffer_pods: std::sync::RwLock<Arc<[Arc<LeanPod>]>>,
+    /// Where the latest provisioning round placed each buffer's virtual pods, written by the
+    /// Provisioner and read by the buffer controller (its `Provisioning` condition).
+    buffer_placements: std::sync::RwLock<BTreeMap<String, kerf::buffer::Placed>>,
     synced: watch::Sender<bool>,
 }
 
@@ -84,6 +94,8 @@ pub struct Writers {
     pub persistent_volume_claims: StoreWriter<PersistentVolumeClaim>,
     pub storage_classes: StoreWriter<StorageClass>,
     pub csi_nodes: StoreWriter<CSINode>,
+    pub node_overlays: StoreWriter<NodeOverlay>,
+    pub capacity_buffers: StoreWriter<CapacityBuffer>,
 }
 
 impl ClusterState {
@@ -104,6 +116,10 @@ impl ClusterState {
             persistent_volume_claims: Store::new("PersistentVolumeClaim"),
             storage_classes: Store::new("StorageClass"),
             csi_nodes: Store::new("CSINode"),
+            node_overlays: Store::new("NodeOverlay"),
+            capacity_buffers: Store::new("CapacityBuffer"),
+            buffer_pods: std::sync::RwLock::new(Arc::from(Vec::new())),
+            buffer_placements: std::sync::RwLock::default(),
             synced,
         });
         let writers = Writers {
@@ -118,6 +134,8 @@ impl ClusterState {
             persistent_volume_claims: StoreWriter::new(&state, |s| &s.persistent_volume_claims),
             storage_classes: StoreWriter::new(&state, |s| &s.storage_classes),
             csi_nodes: StoreWriter::new(&state, |s| &s.csi_nodes),
+            node_overlays: StoreWriter::new(&state, |s| &s.node_overlays),
+            capacity_buffers: StoreWriter::new(&state, |s| &s.capacity_buffers),
         };
         (state, writers)
     }
@@ -135,6 +153,8 @@ impl ClusterState {
             self.persistent_volume_claims.is_synced(),
             self.storage_classes.is_synced(),
             self.csi_nodes.is_synced(),
+            self.node_overlays.is_synced(),
+            self.capacity_buffers.is_synced(),
         ]
         .into_iter()
         .all(|s| s)
@@ -159,6 +179,47 @@ impl ClusterState {
         let mut rx = self.synced.subscribe();
         // The sender lives in `self`, so the channel cannot close while we borrow it.
         let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// The CapacityBuffers' virtual pods, as the buffer controller last computed them.
+    pub fn buffer_pods(&self) -> Vec<Arc<LeanPod>> {
+        // Every write replaces the whole list: a poisoned lock still holds a whole one.
+        let pods = self
+            .buffer_pods
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        pods.to_vec()
+    }
+
+    /// Replaces the virtual pods; only the buffer controller calls it.
+    pub fn set_buffer_pods(&self, pods: Vec<Arc<LeanPod>>) {
+        let mut current = self
+            .buffer_pods
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *current = pods.into();
+    }
+
+    /// Records where a round placed the buffers' virtual pods (a round that placed none of
+    /// a buffer's leaves what an earlier one said of it).
+    pub fn record_buffer_placements(&self, placed: BTreeMap<String, kerf::buffer::Placed>) {
+        if placed.is_empty() {
+            return;
+        }
+        let mut current = self
+            .buffer_placements
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        current.extend(placed);
+    }
+
+    /// Where the latest round that placed buffer `key`'s pods (`namespace/name`) put them.
+    pub fn buffer_placement(&self, key: &str) -> Option<kerf::buffer::Placed> {
+        self.buffer_placements
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .copied()
     }
 
     /// The NodeClaim launched as EC2 instance `instance_id`, if cluster state holds one.

@@ -318,7 +318,11 @@ mod tests {
             mut persistent_volume_claims,
             mut storage_classes,
             mut csi_nodes,
+            mut node_overlays,
+            mut capacity_buffers,
         } = w;
+        node_overlays.finish_relist();
+        capacity_buffers.finish_relist();
         pods.finish_relist();
         nodes.finish_relist();
         nodeclaims.finish_relist();

@@ -29,6 +29,7 @@ mod drift_rollout;
 mod events;
 mod failover;
 mod offerings;
+mod overlays;
 
 const ZONE: &str = "us-east-1a";
 const SMALL: &str = "m5.large";
@@ -103,6 +104,29 @@ impl Stack {
         let (provider, cloud) = simulated_cloud();
         let daemon = start_tuned(&harness, cloud, disruption).await;
         let (kubelets, scheduler) = node_simulators_with(&harness, provider.clone(), kubelets);
+        Self {
+            harness,
+            daemon,
+            provider,
+            _kubelets: kubelets,
+            _scheduler: scheduler,
+        }
+    }
+
+    /// A stack with every CRD installed and `FEATURE_GATES` `gates`.
+    async fn start_gated(pool: Value, disruption: DisruptionConfig, gates: &str) -> Self {
+        let harness = start_cluster_with(&ALL_CRDS).await;
+        create_nodepool(&harness.cluster(), pool);
+        let (provider, cloud) = simulated_cloud();
+        let settings = quick_settings(&[
+            "--disable-leader-election",
+            "true",
+            "--feature-gates",
+            gates,
+        ]);
+        let daemon = start_replica(&harness, cloud, disruption, settings, "solo").await;
+        let (kubelets, scheduler) =
+            node_simulators_with(&harness, provider.clone(), KubeletConfig::fast());
         Self {
             harness,
             daemon,

@@ -2,6 +2,7 @@
 //! kube-rs, exactly as they would against EKS.
 
 mod batching;
+mod buffers;
 mod cloud_loops;
 mod disruption;
 mod drift;
@@ -25,6 +26,7 @@ mod malformed;
 mod mixed;
 mod node_repair;
 mod nodepool_status;
+mod overlays;
 mod policies;
 mod restart;
 mod schedulers;

@@ -118,6 +118,30 @@ pub async fn start_cluster() -> Harness {
     .await
 }
 
+/// Every CRD in `deploy/crds`: Karpenter's, NodeOverlay and CapacityBuffer.
+pub const ALL_CRDS: [&str; 5] = [
+    "karpenter.sh_nodepools.yaml",
+    "karpenter.sh_nodeclaims.yaml",
+    "karpenter.k8s.aws_ec2nodeclasses.yaml",
+    "karpenter.sh_nodeoverlays.yaml",
+    "autoscaling.x-k8s.io_capacitybuffers.yaml",
+];
+
+/// A lone provisioning daemon with `FEATURE_GATES` `gates`, once its state synced.
+pub async fn start_gated_provisioner(harness: &Harness, cloud: Cloud, gates: &str) -> Daemon {
+    let settings = quick_settings(&[
+        "--disable-leader-election",
+        "true",
+        "--feature-gates",
+        gates,
+    ]);
+    let daemon = start_daemon_on(harness.controller.clone(), settings, "solo", Some(cloud)).await;
+    tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
+        .await
+        .expect("cluster state syncs");
+    daemon
+}
+
 /// An emulator with only the named CRD files installed (tests add their own).
 pub async fn start_cluster_with(crd_files: &[&str]) -> Harness {
     let server = ApiServer::start(ServerConfig {

@@ -285,6 +285,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
         )
         .with_status(),
         core("configmaps", "ConfigMap", true, &["cm"]),
+        core("podtemplates", "PodTemplate", true, &[]),
         core("secrets", "Secret", true, &[]),
         core("serviceaccounts", "ServiceAccount", true, &["sa"]),
         core("services", "Service", true, &["svc"])

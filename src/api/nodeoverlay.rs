@@ -1,0 +1,79 @@
+//! `karpenter.sh/v1alpha1` NodeOverlay (alpha, behind the `NodeOverlay` gate): a change to the
+//! instance types the scheduling simulation sees — a price (`price`, or `priceAdjustment`
+//! absolute or in percent), extended resources (`capacity`) — for the types and offerings its
+//! `requirements` select, ordered by `weight`. The transform itself is `crate::overlay`.
+
+use super::condition::Condition;
+use super::nodeclaim::ResourceList;
+use super::requirement::Operator;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The `ValidationSucceeded` condition: the overlay's requirements are valid and it conflicts
+/// with no other overlay of the same weight.
+pub const CONDITION_VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+/// The `Ready` condition, the root of the overlay's conditions.
+pub const CONDITION_READY: &str = "Ready";
+
+/// Which instance types and offerings an overlay changes, and how.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "karpenter.sh",
+    version = "v1alpha1",
+    kind = "NodeOverlay",
+    status = "NodeOverlayStatus",
+    category = "karpenter",
+    shortname = "overlays",
+    derive = "PartialEq"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeOverlaySpec {
+    pub requirements: Vec<OverlayRequirement>,
+    /// `+0.5`, `-0.1`, `+10%`, `-15%`: a change of the offering's price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_adjustment: Option<String>,
+    /// The offering's price, replacing the cloud provider's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<String>,
+    /// Extended resources added to the instance type's capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<ResourceList>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+}
+
+/// A node selector requirement (no `minValues`, unlike NodePool's).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct OverlayRequirement {
+    pub key: String,
+    pub operator: Operator,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+/// What the controller observed of an overlay.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeOverlayStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl NodeOverlay {
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// The weight, 0 when unset.
+    pub fn weight(&self) -> i32 {
+        self.spec.weight.unwrap_or(0)
+    }
+
+    /// The price change, `price` first: upstream's `price ?? priceAdjustment`.
+    pub fn price_change(&self) -> Option<&str> {
+        self.spec
+            .price
+            .as_deref()
+            .or(self.spec.price_adjustment.as_deref())
+    }
+}
