@@ -12,6 +12,7 @@
 //! the pure core crate `kerf`; this crate does the I/O.
 
 pub mod batcher;
+pub mod capacity_type;
 pub mod client;
 pub mod cloud_metrics;
 pub mod cluster_metrics;

@@ -192,3 +192,45 @@ async fn a_capacity_block_expires_ahead_of_its_end_and_its_end_takes_the_instanc
     assert_ne!(instance.state, InstanceState::Running);
     assert!(!instance.state.is_live());
 }
+
+#[tokio::test]
+async fn an_odcr_that_ends_leaves_its_instances_running_on_demand() {
+    let cloud = cloud();
+    cloud
+        .ec2()
+        .add_capacity_reservation(CapacityReservation::new(
+            "cr-0000000000000000e",
+            "m5.large",
+            ZONE_A,
+            1,
+        ));
+    cloud
+        .node_class_reconciler()
+        .expect("resolves node classes")
+        .resolve(&node_class(json!([{"id": "cr-0000000000000000e"}])))
+        .await
+        .expect("resolves");
+    let claim = node_claim("o0", requirements(&["reserved"]), json!({}));
+    let launched = cloud.create(&claim).await.expect("launches");
+    assert_eq!(label(&launched, labels::CAPACITY_TYPE), "reserved");
+    let ended = cloud.ec2().end_capacity_reservation("cr-0000000000000000e");
+    assert_eq!(ended.len(), 1);
+    let instance = cloud.ec2().instance(&ended[0]).expect("instance");
+    assert_eq!(instance.state, InstanceState::Running);
+    // Listed as a plain on-demand machine now.
+    let provider_id = launched
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.clone())
+        .expect("provider id");
+    let listed = cloud.get(&provider_id).await.expect("still there");
+    assert_eq!(label(&listed, labels::CAPACITY_TYPE), "on-demand");
+    assert!(
+        !listed
+            .metadata
+            .labels
+            .as_ref()
+            .expect("labels")
+            .contains_key(labels::CAPACITY_RESERVATION_ID)
+    );
+}

@@ -26,6 +26,7 @@ mod mixed;
 mod node_repair;
 mod nodepool_status;
 mod policies;
+mod reservations;
 mod restart;
 mod schedulers;
 mod scrape;
