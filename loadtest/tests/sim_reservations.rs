@@ -234,3 +234,55 @@ async fn an_odcr_that_ends_leaves_its_instances_running_on_demand() {
             .contains_key(labels::CAPACITY_RESERVATION_ID)
     );
 }
+
+#[tokio::test]
+async fn an_interruptible_reservation_reclaimed_warns_each_instance_through_eventbridge() {
+    let cloud = cloud();
+    cloud.ec2().add_capacity_reservation(CapacityReservation {
+        interruptible: true,
+        ..CapacityReservation::new("cr-0000000000000000f", "m5.large", ZONE_A, 2)
+    });
+    cloud
+        .node_class_reconciler()
+        .expect("resolves node classes")
+        .resolve(&node_class(json!([{"id": "cr-0000000000000000f"}])))
+        .await
+        .expect("resolves");
+    let launched = cloud
+        .create(&node_claim("i0", requirements(&["reserved"]), json!({})))
+        .await
+        .expect("launches");
+    assert_eq!(
+        label(&launched, labels::CAPACITY_RESERVATION_INTERRUPTIBLE),
+        "true"
+    );
+    let mut events = cloud.ec2().subscribe();
+    let interrupted = cloud
+        .ec2()
+        .interrupt_reservation("cr-0000000000000000f")
+        .expect("interruptible");
+    assert_eq!(interrupted.len(), 1);
+    let event = events.recv().await.expect("a warning");
+    let body = kerf_loadtest::ec2::to_eventbridge(&event, "m1", "us-east-1").expect("forwarded");
+    let parsed = kerf::interruption::parse(&body).expect("parses");
+    assert_eq!(
+        parsed.kind(),
+        kerf::interruption::Kind::CapacityReservationInterrupted
+    );
+    assert_eq!(parsed.instance_ids(), [interrupted[0].as_str()]);
+    // A reservation that is not interruptible is refused.
+    cloud
+        .ec2()
+        .add_capacity_reservation(CapacityReservation::new(
+            "cr-00000000000000010",
+            "m5.large",
+            ZONE_A,
+            1,
+        ));
+    assert!(
+        cloud
+            .ec2()
+            .interrupt_reservation("cr-00000000000000010")
+            .is_err()
+    );
+}
