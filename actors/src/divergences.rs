@@ -6,11 +6,11 @@
 use crate::settings::{FeatureGates, ValidSettings};
 
 /// Gates kerf does not act on yet: (name, whether on, upstream's default).
-fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 4] {
+fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 3] {
     let FeatureGates {
-        // Acted on: `node_repair`.
+        // Acted on: `node_repair`, `reserved_capacity`.
         node_repair: _,
-        reserved_capacity,
+        reserved_capacity: _,
         spot_to_spot_consolidation: _acted_on_by_disruption,
         node_overlay,
         static_capacity,
@@ -18,7 +18,6 @@ fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 4] {
         nominate_pods: _acted_on_by_registration,
     } = gates;
     [
-        ("ReservedCapacity", reserved_capacity, true),
         ("NodeOverlay", node_overlay, false),
         ("StaticCapacity", static_capacity, false),
         ("CapacityBuffer", capacity_buffer, false),
@@ -44,16 +43,8 @@ pub fn default_gate_notes(settings: &ValidSettings) -> Vec<String> {
     unacted_gates(settings.feature_gates)
         .into_iter()
         .filter(|(_, on, default)| *on && *default)
-        .map(|(gate, _, _)| match gate {
-            "ReservedCapacity" => format!(
-                "FEATURE_GATES {gate} is on (upstream's default); kerf resolves \
-                 capacityReservationSelectorTerms into the EC2NodeClass status and drains \
-                 Capacity Blocks ahead of their end, but does not launch into reservations \
-                 on AWS yet"
-            ),
-            _ => format!(
-                "FEATURE_GATES {gate} is on (upstream's default); kerf does not act on it yet"
-            ),
+        .map(|(gate, _, _)| {
+            format!("FEATURE_GATES {gate} is on (upstream's default); kerf does not act on it yet")
         })
         .collect()
 }
@@ -122,21 +113,12 @@ mod tests {
             ignored_settings(&defaults).is_empty(),
             "nothing the user set"
         );
-        assert_eq!(
-            default_gate_notes(&defaults),
-            [
-                "FEATURE_GATES ReservedCapacity is on (upstream's default); kerf resolves \
-                 capacityReservationSelectorTerms into the EC2NodeClass status and drains \
-                 Capacity Blocks ahead of their end, but does not launch into reservations on \
-                 AWS yet"
-            ]
-        );
+        // ReservedCapacity, on by default, is acted on: no note.
+        assert!(default_gate_notes(&defaults).is_empty());
         let turned_on = settings(&["--feature-gates", "NodeOverlay=true"]);
         assert_eq!(
             ignored_settings(&turned_on),
             ["FEATURE_GATES NodeOverlay=true: kerf does not act on this gate yet"]
         );
-        let off = settings(&["--feature-gates", "ReservedCapacity=false"]);
-        assert!(default_gate_notes(&off).is_empty());
     }
 }
