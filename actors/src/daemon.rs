@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use crate::batcher::triggers::{self, Retrigger};
 use crate::batcher::{self, BATCHER_MAILBOX_CAPACITY, BatchLimits, Batcher};
+use crate::capacity_type;
 use crate::cloud_metrics::MeteredCloudProvider;
 use crate::cluster_metrics::StartupTracker;
 use crate::created_claims::CreatedClaims;
@@ -1214,7 +1215,7 @@ fn start_cloud_loops(
             .push(Box::new(tagging::on_change(state.clone(), out)));
     }
     let metered: Arc<dyn CloudProvider> = Arc::new(MeteredCloudProvider::new(
-        provider,
+        Arc::clone(&provider),
         garbage_collection::CONTROLLER,
     ));
     let (c, st, l, s) = (
@@ -1225,6 +1226,25 @@ fn start_cloud_loops(
     );
     tasks.push(supervisor::task("garbage_collection", move || {
         garbage_collection::run(
+            c.clone(),
+            st.clone(),
+            Arc::clone(&metered),
+            l.clone(),
+            s.clone(),
+        )
+    }));
+    let metered: Arc<dyn CloudProvider> = Arc::new(MeteredCloudProvider::new(
+        provider,
+        capacity_type::CONTROLLER,
+    ));
+    let (c, st, l, s) = (
+        client.clone(),
+        state.clone(),
+        leader.clone(),
+        shutdown.clone(),
+    );
+    tasks.push(supervisor::task("capacity_type", move || {
+        capacity_type::run(
             c.clone(),
             st.clone(),
             Arc::clone(&metered),

@@ -5,19 +5,20 @@
 
 use crate::settings::{FeatureGates, ValidSettings};
 
-/// Gates kerf does not act on yet: (name, whether on, upstream's default).
-fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 1] {
+/// Gates kerf does not act on yet: (name, whether on, upstream's default). Every gate
+/// upstream's v1.14 defines is acted on; the destructuring makes a gate added to
+/// [`FeatureGates`] say here whether it is.
+fn unacted_gates(gates: FeatureGates) -> [(&'static str, bool, bool); 0] {
     let FeatureGates {
-        // Acted on: `node_repair`.
-        node_repair: _,
-        reserved_capacity,
+        node_repair: _acted_on_by_node_repair,
+        reserved_capacity: _acted_on_by_offerings_and_launches,
         spot_to_spot_consolidation: _acted_on_by_disruption,
         node_overlay: _acted_on_by_every_snapshot,
         static_capacity: _acted_on_by_static_capacity,
         capacity_buffer: _acted_on_by_the_buffer_controller,
         nominate_pods: _acted_on_by_registration,
     } = gates;
-    [("ReservedCapacity", reserved_capacity, true)]
+    []
 }
 
 /// One warning per accepted setting kerf does not act on yet that the user turned on: a gate
@@ -39,16 +40,8 @@ pub fn default_gate_notes(settings: &ValidSettings) -> Vec<String> {
     unacted_gates(settings.feature_gates)
         .into_iter()
         .filter(|(_, on, default)| *on && *default)
-        .map(|(gate, _, _)| match gate {
-            "ReservedCapacity" => format!(
-                "FEATURE_GATES {gate} is on (upstream's default); kerf resolves \
-                 capacityReservationSelectorTerms into the EC2NodeClass status and drains \
-                 Capacity Blocks ahead of their end, but does not launch into reservations \
-                 on AWS yet"
-            ),
-            _ => format!(
-                "FEATURE_GATES {gate} is on (upstream's default); kerf does not act on it yet"
-            ),
+        .map(|(gate, _, _)| {
+            format!("FEATURE_GATES {gate} is on (upstream's default); kerf does not act on it yet")
         })
         .collect()
 }
@@ -111,27 +104,16 @@ mod tests {
     }
 
     #[test]
-    fn a_gate_at_upstreams_default_is_a_note_not_a_warning() {
+    fn every_gate_is_acted_on_so_none_is_noted_or_warned() {
         let defaults = settings(&[]);
-        assert!(
-            ignored_settings(&defaults).is_empty(),
-            "nothing the user set"
-        );
-        assert_eq!(
-            default_gate_notes(&defaults),
-            [
-                "FEATURE_GATES ReservedCapacity is on (upstream's default); kerf resolves \
-                 capacityReservationSelectorTerms into the EC2NodeClass status and drains \
-                 Capacity Blocks ahead of their end, but does not launch into reservations on \
-                 AWS yet"
-            ]
-        );
-        let acted_on = settings(&[
+        assert!(ignored_settings(&defaults).is_empty());
+        assert!(default_gate_notes(&defaults).is_empty());
+        let all_on = settings(&[
             "--feature-gates",
-            "NodeOverlay=true,CapacityBuffer=true,StaticCapacity=true",
+            "NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true,\
+             NodeOverlay=true,StaticCapacity=true,CapacityBuffer=true",
         ]);
-        assert!(ignored_settings(&acted_on).is_empty(), "acted on now");
-        let off = settings(&["--feature-gates", "ReservedCapacity=false"]);
-        assert!(default_gate_notes(&off).is_empty());
+        assert!(ignored_settings(&all_on).is_empty());
+        assert!(default_gate_notes(&all_on).is_empty());
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod batcher;
 pub mod capacity_buffer;
+pub mod capacity_type;
 pub mod client;
 pub mod cloud_metrics;
 pub mod cluster_metrics;

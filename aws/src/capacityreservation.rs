@@ -3,8 +3,9 @@
 //! DescribeCapacityReservations query (by id, or by owner, tags and match criteria; always
 //! `state=active`), answers are cached per term set for [`RESERVATION_CACHE_TTL`], and the
 //! union becomes `status.capacityReservations`. EC2's available instance count is kept here
-//! per reservation, as upstream keeps it out of the status (the CRD has no field for it);
-//! each fresh answer replaces it.
+//! per reservation, as upstream keeps it out of the status (the CRD has no field for it):
+//! each fresh answer replaces it, a launch into a reservation takes one, a termination gives
+//! one back, and EC2 refusing a launch for lack of room empties it until the next answer.
 
 use crate::cache::TtlCache;
 use crate::errors::ApiError;
@@ -125,6 +126,29 @@ impl CapacityReservationProvider {
     /// Instances that may still launch into `id` as last known; `None` when unknown.
     pub fn available(&self, id: &str) -> Option<u32> {
         self.lock().get(id).copied()
+    }
+
+    /// An instance launched into `id`: one less until EC2's next answer.
+    pub fn mark_launched(&self, id: &str) {
+        if let Some(n) = self.lock().get_mut(id) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// An instance of `id` was terminated: one more until EC2's next answer.
+    pub fn mark_terminated(&self, id: &str) {
+        if let Some(n) = self.lock().get_mut(id) {
+            *n += 1;
+        }
+    }
+
+    /// EC2 refused a launch into `id` for lack of room: none until EC2's next answer.
+    pub fn mark_unavailable(&self, id: &str) {
+        tracing::info!(
+            capacity_reservation = id,
+            "marking capacity reservation unavailable"
+        );
+        self.lock().insert(id.to_owned(), 0);
     }
 }
 

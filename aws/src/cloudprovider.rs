@@ -16,18 +16,22 @@ use crate::errors::{
     ApiError, FleetFailure, LaunchAnswer, fleet_failure, launch_answer, launch_failure_reason,
 };
 use crate::fleet::{
-    FleetRequest, LaunchCandidate, MAX_INSTANCE_TYPES, launch_configs, record_fleet_errors,
+    FleetRequest, FleetReservation, LaunchCandidate, MAX_INSTANCE_TYPES, launch_configs,
+    record_fleet_errors,
 };
 use crate::instance::{Instance, InstanceError, InstanceProvider};
 use crate::instanceprofile::InstanceProfileProvider;
 use crate::instancetype::{InstanceTypeProvider, LaunchScope};
 use crate::launchtemplate::{
     BlockDeviceSpec, LaunchTemplateConfig, LaunchTemplateProvider, MetadataSpec,
+    ReservationTargeting,
 };
 use crate::nodeclass::NodeClassResolver;
 use crate::pricing::PricingProvider;
 use crate::securitygroup::SecurityGroupProvider;
-use crate::selection::{claim_requests, claim_requirements, offering_allowed, select};
+use crate::selection::{
+    claim_requests, claim_requirements, offering_allowed, reserved_offerings, select,
+};
 use crate::ssm::SsmProvider;
 use crate::subnet::{SubnetInfo, SubnetProvider};
 use crate::tags;
@@ -40,7 +44,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kerf::api::condition::types;
 use kerf::api::nodeclaim::{NodeClaimStatus, ResourceList};
 use kerf::api::{AmiFamily, EC2NodeClass, NodeClaim, NodePool};
-use kerf::catalog::{AllocatableSettings, CapacityType, CatalogSnapshot, InstanceType};
+use kerf::catalog::{AllocatableSettings, CapacityType, CatalogSnapshot, InstanceType, Offering};
 use kerf::cloudprovider::{
     BoxFuture, CloudProvider, CloudProviderError, CloudResult, DriftReason, InstanceTagger,
     NodeClassReconciler, OfferingRef, aws_provider_id, launched_provider_id, parse_aws_provider_id,
@@ -322,7 +326,17 @@ impl AwsCloudProvider {
             .map_err(|e| launch_failed("InvalidRequirements", e.to_string()))?;
         let requests = claim_requests(claim)
             .map_err(|e| launch_failed("InvalidResourceRequests", e.to_string()))?;
-        let types = self.types_for(&nc)?;
+        let mut types = self.types_for(&nc)?;
+        if self.settings.reserved_capacity {
+            let reservations = nc
+                .status
+                .as_ref()
+                .map(|s| s.capacity_reservations.as_slice())
+                .unwrap_or_default();
+            kerf::catalog::add_reserved_offerings(&mut types, reservations, |id| {
+                self.capacity_reservations.available(id)
+            });
+        }
         let insufficient = |offerings: Vec<OfferingRef>| CloudProviderError::InsufficientCapacity {
             node_claim: claim_name.clone(),
             offerings,
@@ -334,6 +348,22 @@ impl AwsCloudProvider {
             .into_iter()
             .take(MAX_INSTANCE_TYPES)
             .collect();
+        let (reservation, offerings) = if capacity_type == CapacityType::Reserved {
+            let (kind, offerings) =
+                reserved_offerings(&chosen, &reqs).ok_or_else(|| insufficient(Vec::new()))?;
+            (Some(kind), offerings)
+        } else {
+            let offerings = chosen
+                .iter()
+                .flat_map(|it| {
+                    it.offerings
+                        .iter()
+                        .filter(|o| o.capacity_type == capacity_type && offering_allowed(&reqs, o))
+                        .map(move |o| (*it, o))
+                })
+                .collect();
+            (None, offerings)
+        };
 
         let key = claim
             .metadata
@@ -354,8 +384,15 @@ impl AwsCloudProvider {
             let (request, reserved) = match next {
                 NextAttempt::Resend { request, .. } => (request, Vec::new()),
                 NextAttempt::Fresh { .. } => {
-                    self.fleet_request(&nc, claim, &chosen, capacity_type, &reqs)
-                        .await?
+                    self.fleet_request(
+                        &nc,
+                        claim,
+                        &chosen,
+                        &offerings,
+                        capacity_type,
+                        reservation.clone(),
+                    )
+                    .await?
                 }
             };
             if request.configs.is_empty() {
@@ -392,6 +429,11 @@ impl AwsCloudProvider {
                 &claim_name,
                 &*self.unavailable,
             );
+            for (instance_type, zone) in &marked {
+                if let Some(id) = request.reservation_of(instance_type, zone) {
+                    self.capacity_reservations.mark_unavailable(id);
+                }
+            }
             for (subnet, ips) in &reserved {
                 let used = outcome
                     .instance
@@ -439,7 +481,18 @@ impl AwsCloudProvider {
             }
             self.attempts.launched(&key);
             let it = types.iter().find(|t| t.name == instance.instance_type);
-            return Ok(self.launched_claim(claim, &nc, it, &instance, capacity_type));
+            let reserved_in = request
+                .reservation_of(&instance.instance_type, &instance.zone)
+                .zip(request.reservation.as_ref());
+            if let Some((id, _)) = reserved_in {
+                self.capacity_reservations.mark_launched(id);
+            }
+            let mut launched = self.launched_claim(claim, &nc, it, &instance, capacity_type);
+            if let Some((id, kind)) = reserved_in {
+                let labels = launched.metadata.labels.get_or_insert_with(BTreeMap::new);
+                labels.extend(reservation_labels(id, kind));
+            }
+            return Ok(launched);
         }
     }
 
@@ -457,8 +510,9 @@ impl AwsCloudProvider {
         nc: &EC2NodeClass,
         claim: &NodeClaim,
         chosen: &[&InstanceType],
+        offerings: &[(&InstanceType, &Offering)],
         capacity_type: CapacityType,
-        reqs: &kerf::requirements::Requirements,
+        reservation: Option<FleetReservation>,
     ) -> CloudResult<(FleetRequest, Vec<(String, i32)>)> {
         let status = nc.status.clone().unwrap_or_default();
         let node_pool = claim.nodepool_name().unwrap_or_default().to_owned();
@@ -469,16 +523,27 @@ impl AwsCloudProvider {
             &nc.spec.tags,
         );
         let mut candidates = Vec::new();
-        let mut templates: HashMap<(String, i64), String> = HashMap::new();
-        for it in chosen {
+        let mut templates: HashMap<(String, i64, Option<String>), String> = HashMap::new();
+        for (it, o) in offerings {
             let Some(ami) = drift::ami_for(&status.amis, &it.labels) else {
                 continue;
             };
             let max_pods = it.capacity.pods().value();
-            let key = (ami.id.clone(), max_pods);
+            let reservation_id = o.reservation.as_ref().map(|r| r.id.clone());
+            let key = (ami.id.clone(), max_pods, reservation_id.clone());
             if !templates.contains_key(&key) {
-                let config =
+                let targeting = match &o.reservation {
+                    Some(r) => ReservationTargeting::Target {
+                        id: r.id.clone(),
+                        reservation_type: r.reservation_type.clone(),
+                        interruptible: r.interruptible,
+                    },
+                    None if self.settings.reserved_capacity => ReservationTargeting::Excluded,
+                    None => ReservationTargeting::Open,
+                };
+                let mut config =
                     self.template_config(nc, claim, &ami.id, max_pods, capacity_type, &tags)?;
+                config.reservation = targeting;
                 let lt = self.launch_templates.ensure(&config).await.map_err(|e| {
                     let why = launch_failure_reason(&e.code_and_message());
                     CloudProviderError::LaunchFailed {
@@ -489,19 +554,14 @@ impl AwsCloudProvider {
                 })?;
                 templates.insert(key.clone(), lt.name);
             }
-            for o in it
-                .offerings
-                .iter()
-                .filter(|o| o.capacity_type == capacity_type && offering_allowed(reqs, o))
-            {
-                candidates.push(LaunchCandidate {
-                    instance_type: it.name.clone(),
-                    zone: o.zone.clone(),
-                    price: o.price,
-                    launch_template: templates[&key].clone(),
-                    image_id: ami.id.clone(),
-                });
-            }
+            candidates.push(LaunchCandidate {
+                instance_type: it.name.clone(),
+                zone: o.zone.clone(),
+                price: o.price,
+                launch_template: templates[&key].clone(),
+                image_id: ami.id.clone(),
+                reservation_id,
+            });
         }
         let subnet_candidates: Vec<SubnetInfo> = status
             .subnets
@@ -530,6 +590,7 @@ impl AwsCloudProvider {
             configs: launch_configs(&candidates, &zonal, MAX_INSTANCE_TYPES),
             tags,
             context: fleet_context(nc, claim),
+            reservation,
         };
         Ok((request, reserved))
     }
@@ -587,6 +648,7 @@ impl AwsCloudProvider {
             associate_public_ip_address: nc.spec.associate_public_ip_address,
             ipv6: opts.is_ipv6(),
             capacity_type: capacity_type.as_str().to_owned(),
+            reservation: ReservationTargeting::Open,
             tags: tags.clone(),
         })
     }
@@ -754,6 +816,19 @@ impl AwsCloudProvider {
             labels::CAPACITY_TYPE.to_owned(),
             instance.capacity_type.clone(),
         );
+        // As upstream, reserved only under the gate: an instance kerf launched into a
+        // reservation that has since left it (an ODCR that ended) reads as on-demand.
+        if let Some(r) = instance
+            .reservation
+            .as_ref()
+            .filter(|_| self.settings.reserved_capacity)
+        {
+            let kind = FleetReservation {
+                reservation_type: r.reservation_type.clone(),
+                interruptible: r.interruptible,
+            };
+            node_labels.extend(reservation_labels(&r.id, &kind));
+        }
         if let Some(zone_id) = &instance.zone_id {
             node_labels.insert(labels::ZONE_ID.to_owned(), zone_id.clone());
         }
@@ -942,7 +1017,18 @@ impl CloudProvider for AwsCloudProvider {
             self.instances
                 .terminate(id.instance_id)
                 .await
-                .map_err(|e| instance_error(provider_id, e))
+                .map_err(|e| instance_error(provider_id, e))?;
+            let labels = node_claim.metadata.labels.as_ref();
+            let reserved = labels
+                .and_then(|l| l.get(labels::CAPACITY_TYPE))
+                .is_some_and(|c| c == labels::CAPACITY_TYPE_RESERVED);
+            if let Some(reservation) = labels
+                .and_then(|l| l.get(labels::CAPACITY_RESERVATION_ID))
+                .filter(|_| reserved)
+            {
+                self.capacity_reservations.mark_terminated(reservation);
+            }
+            Ok(())
         })
     }
 
@@ -1002,12 +1088,13 @@ impl CloudProvider for AwsCloudProvider {
         self.instance_types.refreshed()
     }
 
-    /// No room is advertised: this provider resolves reservations into the node class
-    /// status (and counts them) but does not yet launch into them (CreateFleet with a
-    /// launch template targeting the reservation), so the solves must not plan reserved
-    /// launches, nor consolidation price moves into reservations, that would land on-demand.
-    fn reservation_capacity(&self, _id: &str) -> Option<u32> {
-        None
+    /// EC2's last count for the reservation, less launches into it since and plus
+    /// terminations; none with the `ReservedCapacity` gate off.
+    fn reservation_capacity(&self, id: &str) -> Option<u32> {
+        if !self.settings.reserved_capacity {
+            return None;
+        }
+        self.capacity_reservations.available(id)
     }
 
     fn is_drifted<'a>(
@@ -1024,6 +1111,25 @@ impl CloudProvider for AwsCloudProvider {
     fn instance_tagger(&self) -> Option<&dyn InstanceTagger> {
         Some(self)
     }
+}
+
+/// The labels of an instance in reservation `id` of `kind`.
+fn reservation_labels(id: &str, kind: &FleetReservation) -> [(String, String); 4] {
+    [
+        (
+            labels::CAPACITY_TYPE.to_owned(),
+            labels::CAPACITY_TYPE_RESERVED.to_owned(),
+        ),
+        (labels::CAPACITY_RESERVATION_ID.to_owned(), id.to_owned()),
+        (
+            labels::CAPACITY_RESERVATION_TYPE.to_owned(),
+            kind.reservation_type.clone(),
+        ),
+        (
+            labels::CAPACITY_RESERVATION_INTERRUPTIBLE.to_owned(),
+            kind.interruptible.to_string(),
+        ),
+    ]
 }
 
 /// The EC2NodeClass's `context` for CreateFleet, except for a NodeClaim whose minValues were

@@ -6,7 +6,9 @@
 //! no instance exists untagged for a retry to miss, and the request carries the NodeClaim's
 //! client token ([`kerf::launch_attempts`]), so a retry of a launch whose answer was lost gets
 //! the same instance back from EC2. The response's errors are classified into unavailable
-//! offerings.
+//! offerings. A reserved launch targets its reservations through the launch templates (one
+//! per reservation) and asks for the capacity type EC2 names for it: `capacity-block` for a
+//! Capacity Block, `reserved-capacity` for an interruptible reservation, else `on-demand`.
 
 use crate::errors::{
     ApiError, FleetError, FleetErrorAction, classify_fleet_error, spot_service_linked_role_message,
@@ -17,11 +19,11 @@ use crate::unavailable::UnavailableOfferings;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
-    FleetOnDemandAllocationStrategy, FleetType, InstanceType, OnDemandOptionsRequest, ResourceType,
-    SpotAllocationStrategy, SpotOptionsRequest, TagSpecification,
-    TargetCapacitySpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetReservationType, FleetType, InstanceType,
+    OnDemandOptionsRequest, ReservedCapacityOptionsRequest, ResourceType, SpotAllocationStrategy,
+    SpotOptionsRequest, TagSpecification, TargetCapacitySpecificationRequest,
 };
-use kerf::labels::CAPACITY_TYPE_SPOT;
+use kerf::labels::{CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// At most this many instance types go into one launch, as upstream.
@@ -38,6 +40,9 @@ pub struct LaunchCandidate {
     pub price: f64,
     pub launch_template: String,
     pub image_id: String,
+    /// The capacity reservation a reserved offering launches into (its launch template
+    /// targets it).
+    pub reservation_id: Option<String>,
 }
 
 /// One override of a CreateFleet request.
@@ -49,6 +54,8 @@ pub struct FleetOverride {
     pub image_id: String,
     /// The offering's price in millionths of a dollar (hashable, unlike a float).
     pub price_micros: u64,
+    /// The reservation this override's launch template targets.
+    pub reservation_id: Option<String>,
 }
 
 /// The overrides that use one launch template.
@@ -65,6 +72,23 @@ pub struct FleetRequest {
     pub configs: Vec<FleetLaunchConfig>,
     pub tags: BTreeMap<String, String>,
     pub context: Option<String>,
+    /// What kind of reservation a `reserved` launch targets; `None` otherwise.
+    pub reservation: Option<FleetReservation>,
+}
+
+/// The kind of the reservations a reserved launch targets: one kind per launch, as
+/// CreateFleet takes one default target capacity type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FleetReservation {
+    /// `default` or `capacity-block`.
+    pub reservation_type: String,
+    pub interruptible: bool,
+}
+
+impl FleetReservation {
+    fn is_capacity_block(&self) -> bool {
+        self.reservation_type == kerf::catalog::CAPACITY_BLOCK
+    }
 }
 
 /// The names of the `max` cheapest instance types among `candidates` (by their cheapest
@@ -119,6 +143,7 @@ pub fn launch_configs(
             subnet_id: subnet.id.clone(),
             image_id: c.image_id.clone(),
             price_micros: (c.price * 1e6).round().max(0.0) as u64,
+            reservation_id: c.reservation_id.clone(),
         };
         match configs
             .iter_mut()
@@ -135,6 +160,15 @@ pub fn launch_configs(
 }
 
 impl FleetRequest {
+    /// The reservation the override for `instance_type` in `zone` launches into, if any.
+    pub fn reservation_of(&self, instance_type: &str, zone: &str) -> Option<&str> {
+        self.configs
+            .iter()
+            .flat_map(|c| &c.overrides)
+            .find(|o| o.instance_type == instance_type && o.zone == zone)
+            .and_then(|o| o.reservation_id.as_deref())
+    }
+
     /// The CreateFleet call launching one instance for `node_claim`: tagged with it at
     /// launch, under `client_token`.
     pub fn to_call(
@@ -159,6 +193,12 @@ impl FleetRequest {
         })
         .collect();
         let spot = self.capacity_type == CAPACITY_TYPE_SPOT;
+        let target_type = match &self.reservation {
+            _ if spot => DefaultTargetCapacityType::Spot,
+            Some(r) if r.is_capacity_block() => DefaultTargetCapacityType::CapacityBlock,
+            Some(r) if r.interruptible => DefaultTargetCapacityType::ReservedCapacity,
+            _ => DefaultTargetCapacityType::OnDemand,
+        };
         let mut call = ec2
             .create_fleet()
             .r#type(FleetType::Instant)
@@ -167,27 +207,29 @@ impl FleetRequest {
             .target_capacity_specification(
                 TargetCapacitySpecificationRequest::builder()
                     .total_target_capacity(1)
-                    .default_target_capacity_type(if spot {
-                        DefaultTargetCapacityType::Spot
-                    } else {
-                        DefaultTargetCapacityType::OnDemand
-                    })
+                    .default_target_capacity_type(target_type.clone())
                     .build(),
             )
             .set_launch_template_configs(Some(self.configs.iter().map(config_request).collect()))
             .set_tag_specifications(Some(tag_specs));
-        call = if spot {
-            call.spot_options(
+        call = match target_type {
+            DefaultTargetCapacityType::Spot => call.spot_options(
                 SpotOptionsRequest::builder()
                     .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
                     .build(),
-            )
-        } else {
-            call.on_demand_options(
+            ),
+            DefaultTargetCapacityType::ReservedCapacity => call.reserved_capacity_options(
+                ReservedCapacityOptionsRequest::builder()
+                    .reservation_types(FleetReservationType::InterruptibleCapacityReservation)
+                    .build(),
+            ),
+            // A Capacity Block takes no allocation options.
+            DefaultTargetCapacityType::CapacityBlock => call,
+            _ => call.on_demand_options(
                 OnDemandOptionsRequest::builder()
                     .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
                     .build(),
-            )
+            ),
         };
         call
     }
@@ -315,7 +357,16 @@ pub fn record_fleet_errors(
                     capacity_type,
                     reason,
                 } => {
-                    unavailable.mark_unavailable(&instance_type, &zone, &capacity_type, &reason);
+                    // A reservation out of room is that reservation's state (the caller
+                    // empties it), not the pool's: other reservations and markets stay open.
+                    if capacity_type != CAPACITY_TYPE_RESERVED {
+                        unavailable.mark_unavailable(
+                            &instance_type,
+                            &zone,
+                            &capacity_type,
+                            &reason,
+                        );
+                    }
                     marked.push((instance_type, zone));
                 }
                 FleetErrorAction::MarkSubnetUnavailable { subnet_id } => {
@@ -346,6 +397,7 @@ mod tests {
             price,
             launch_template: lt.into(),
             image_id: format!("ami-{lt}"),
+            reservation_id: None,
         }
     }
 
@@ -428,6 +480,7 @@ mod tests {
             ),
             tags: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
             context: None,
+            reservation: None,
         };
         let call = request.to_call(&ec2, "default-x7k2p", "kerf-uid-0");
         let input = call.as_input();
@@ -466,6 +519,72 @@ mod tests {
                 .unwrap()
                 .allocation_strategy(),
             Some(&FleetOnDemandAllocationStrategy::LowestPrice)
+        );
+    }
+
+    #[test]
+    fn reserved_launches_ask_for_their_reservation_kind() {
+        let conf = aws_sdk_ec2::Config::builder()
+            .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+            .build();
+        let ec2 = aws_sdk_ec2::Client::from_conf(conf);
+        let request = |reservation_type: &str, interruptible: bool| FleetRequest {
+            capacity_type: "reserved".into(),
+            configs: launch_configs(
+                &[LaunchCandidate {
+                    reservation_id: Some("cr-1".into()),
+                    ..cand("m5.large", "us-east-1a", 0.0, "lt")
+                }],
+                &subnets(&["us-east-1a"]),
+                60,
+            ),
+            tags: BTreeMap::new(),
+            context: None,
+            reservation: Some(FleetReservation {
+                reservation_type: reservation_type.into(),
+                interruptible,
+            }),
+        };
+        let odcr = request("default", false);
+        assert_eq!(odcr.reservation_of("m5.large", "us-east-1a"), Some("cr-1"));
+        assert_eq!(odcr.reservation_of("m5.large", "us-east-1b"), None);
+        let call = odcr.to_call(&ec2, "nc", "t");
+        let input = call.as_input();
+        assert_eq!(
+            input
+                .get_target_capacity_specification()
+                .as_ref()
+                .and_then(|t| t.default_target_capacity_type()),
+            Some(&DefaultTargetCapacityType::OnDemand)
+        );
+        assert!(input.get_on_demand_options().is_some());
+
+        let block = request("capacity-block", false).to_call(&ec2, "nc", "t");
+        assert_eq!(
+            block
+                .as_input()
+                .get_target_capacity_specification()
+                .as_ref()
+                .and_then(|t| t.default_target_capacity_type()),
+            Some(&DefaultTargetCapacityType::CapacityBlock)
+        );
+        assert!(block.as_input().get_on_demand_options().is_none());
+
+        let interruptible = request("default", true).to_call(&ec2, "nc", "t");
+        let input = interruptible.as_input();
+        assert_eq!(
+            input
+                .get_target_capacity_specification()
+                .as_ref()
+                .and_then(|t| t.default_target_capacity_type()),
+            Some(&DefaultTargetCapacityType::ReservedCapacity)
+        );
+        assert_eq!(
+            input
+                .get_reserved_capacity_options()
+                .as_ref()
+                .map(|o| o.reservation_types().to_vec()),
+            Some(vec![FleetReservationType::InterruptibleCapacityReservation])
         );
     }
 

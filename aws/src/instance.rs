@@ -37,10 +37,23 @@ pub struct Instance {
     pub subnet_id: Option<String>,
     pub security_group_ids: Vec<String>,
     pub capacity_type: String,
+    /// The reservation the instance runs in when it was launched into one only
+    /// (`capacity-reservations-only`, as kerf launches reserved capacity); an instance that
+    /// merely fell into an open reservation is not counted as reserved, as upstream.
+    pub reservation: Option<InstanceReservation>,
     pub tags: BTreeMap<String, String>,
     pub launch_time: Option<SystemTime>,
     /// EC2's `StateReason` (`code: message`), e.g. why an instance ended.
     pub state_reason: Option<String>,
+}
+
+/// The capacity reservation an instance runs in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstanceReservation {
+    pub id: String,
+    /// `default`, or `capacity-block` for an instance of a Capacity Block.
+    pub reservation_type: String,
+    pub interruptible: bool,
 }
 
 /// Why an instance call failed.
@@ -383,7 +396,28 @@ fn instance_of(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
         } else {
             CAPACITY_TYPE_ON_DEMAND.to_owned()
         },
+        reservation: instance_reservation(i),
         tags: tags::from_ec2(i.tags()),
         launch_time: i.launch_time().and_then(|t| SystemTime::try_from(*t).ok()),
+    })
+}
+
+fn instance_reservation(i: &aws_sdk_ec2::types::Instance) -> Option<InstanceReservation> {
+    use aws_sdk_ec2::types::{CapacityReservationPreference, InstanceLifecycleType};
+    let only = i
+        .capacity_reservation_specification()
+        .and_then(|s| s.capacity_reservation_preference())
+        == Some(&CapacityReservationPreference::CapacityReservationsOnly);
+    let id = i.capacity_reservation_id().filter(|_| only)?;
+    let lifecycle = i.instance_lifecycle();
+    Some(InstanceReservation {
+        id: id.to_owned(),
+        reservation_type: if lifecycle == Some(&InstanceLifecycleType::CapacityBlock) {
+            kerf::catalog::CAPACITY_BLOCK
+        } else {
+            kerf::catalog::RESERVATION_TYPE_DEFAULT
+        }
+        .to_owned(),
+        interruptible: lifecycle == Some(&InstanceLifecycleType::InterruptibleCapacityReservation),
     })
 }

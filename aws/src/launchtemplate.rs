@@ -1,6 +1,6 @@
 //! Launch templates: one per distinct launch configuration (AMI, user data, security groups,
 //! instance profile, block devices, IMDS options, monitoring, public IP, capacity type,
-//! tags), named `karpenter.k8s.aws/<hash of the configuration>` so equal configurations share
+//! reservation targeting, tags), named `karpenter.k8s.aws/<hash of the configuration>` so equal configurations share
 //! a template across launches and restarts. Templates are created on first use (one creation
 //! at a time, so concurrent launches of a new configuration create it once), remembered for
 //! a minute after their last use, deleted from EC2 when they expire unused or when their
@@ -11,12 +11,15 @@ use crate::errors::{ApiError, codes};
 use crate::selectors::filter;
 use crate::tags;
 use aws_sdk_ec2::types::{
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceMetadataTagsState,
+    CapacityReservationPreference, CapacityReservationTarget,
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateCapacityReservationSpecificationRequest,
+    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
+    LaunchTemplateInstanceMetadataTagsState,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
-    LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest,
+    LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest, MarketType,
     RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
 };
 use base64::Engine;
@@ -65,6 +68,25 @@ impl Default for MetadataSpec {
     }
 }
 
+/// Which capacity reservations a template's instances may use.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum ReservationTargeting {
+    /// EC2's default (the `ReservedCapacity` gate off): any open reservation that matches.
+    #[default]
+    Open,
+    /// None (the gate on, an on-demand or spot launch), as upstream: reservations are
+    /// launched into only when planned, so an unplanned launch does not use up their room.
+    Excluded,
+    /// Only this reservation (a reserved launch).
+    Target {
+        id: String,
+        /// `default` or `capacity-block` (launched on the `capacity-block` market).
+        reservation_type: String,
+        /// Launched on the `interruptible-capacity-reservation` market.
+        interruptible: bool,
+    },
+}
+
 /// Everything that distinguishes one launch template from another.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct LaunchTemplateConfig {
@@ -81,6 +103,7 @@ pub struct LaunchTemplateConfig {
     /// The cluster's pod network is IPv6 (instances get a primary IPv6 address).
     pub ipv6: bool,
     pub capacity_type: String,
+    pub reservation: ReservationTargeting,
     pub tags: BTreeMap<String, String>,
 }
 
@@ -354,6 +377,48 @@ pub fn launch_template_data(config: &LaunchTemplateConfig) -> RequestLaunchTempl
     } else {
         data = data.set_security_group_ids(Some(config.security_group_ids.clone()));
     }
+    match &config.reservation {
+        ReservationTargeting::Open => {}
+        ReservationTargeting::Excluded => {
+            data = data.capacity_reservation_specification(
+                LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                    .capacity_reservation_preference(CapacityReservationPreference::None)
+                    .build(),
+            );
+        }
+        ReservationTargeting::Target {
+            id,
+            reservation_type,
+            interruptible,
+        } => {
+            data = data.capacity_reservation_specification(
+                LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                    .capacity_reservation_preference(
+                        CapacityReservationPreference::CapacityReservationsOnly,
+                    )
+                    .capacity_reservation_target(
+                        CapacityReservationTarget::builder()
+                            .capacity_reservation_id(id)
+                            .build(),
+                    )
+                    .build(),
+            );
+            let market = if reservation_type == kerf::catalog::CAPACITY_BLOCK {
+                Some(MarketType::CapacityBlock)
+            } else if *interruptible {
+                Some(MarketType::InterruptibleCapacityReservation)
+            } else {
+                None
+            };
+            if let Some(market) = market {
+                data = data.instance_market_options(
+                    LaunchTemplateInstanceMarketOptionsRequest::builder()
+                        .market_type(market)
+                        .build(),
+                );
+            }
+        }
+    }
     data.build()
 }
 
@@ -478,5 +543,60 @@ mod tests {
         let eni = &data.network_interfaces()[0];
         assert_eq!(eni.groups(), ["sg-2", "sg-1"]);
         assert_eq!(eni.associate_public_ip_address(), Some(false));
+    }
+
+    #[test]
+    fn reservation_targeting_sets_the_preference_target_and_market() {
+        let mut c = config();
+        assert!(
+            launch_template_data(&c)
+                .capacity_reservation_specification()
+                .is_none()
+        );
+        c.reservation = ReservationTargeting::Excluded;
+        let open_name = config().name();
+        assert_ne!(c.name(), open_name);
+        let data = launch_template_data(&c);
+        let spec = data.capacity_reservation_specification().unwrap();
+        assert_eq!(
+            spec.capacity_reservation_preference(),
+            Some(&CapacityReservationPreference::None)
+        );
+        assert!(spec.capacity_reservation_target().is_none());
+        assert!(data.instance_market_options().is_none());
+
+        let target = |reservation_type: &str, interruptible: bool| ReservationTargeting::Target {
+            id: "cr-1".into(),
+            reservation_type: reservation_type.into(),
+            interruptible,
+        };
+        for (targeting, market) in [
+            (target("default", false), None),
+            (
+                target("capacity-block", false),
+                Some(MarketType::CapacityBlock),
+            ),
+            (
+                target("default", true),
+                Some(MarketType::InterruptibleCapacityReservation),
+            ),
+        ] {
+            c.reservation = targeting;
+            let data = launch_template_data(&c);
+            let spec = data.capacity_reservation_specification().unwrap();
+            assert_eq!(
+                spec.capacity_reservation_preference(),
+                Some(&CapacityReservationPreference::CapacityReservationsOnly)
+            );
+            assert_eq!(
+                spec.capacity_reservation_target()
+                    .and_then(|t| t.capacity_reservation_id()),
+                Some("cr-1")
+            );
+            assert_eq!(
+                data.instance_market_options().and_then(|m| m.market_type()),
+                market.as_ref()
+            );
+        }
     }
 }

@@ -1,10 +1,13 @@
 //! Which instance types and offerings a NodeClaim may launch on, as upstream's launch-time
 //! filters: types whose labels satisfy the NodeClaim's requirements and whose allocatable
 //! holds its requests, with an available offering the requirements allow (zone, zone id,
-//! capacity type); metal and accelerator types only when nothing else fits; spot when the
-//! requirements allow it and a candidate offers it, otherwise on-demand; with both allowed,
-//! types whose cheapest offering costs more than the cheapest on-demand one are dropped.
+//! capacity type, reservation); metal and accelerator types only when nothing else fits;
+//! reserved, then spot, then on-demand, the first the requirements allow and a candidate
+//! offers; with spot and on-demand allowed, types whose cheapest offering costs more than the
+//! cheapest on-demand one are dropped. A reserved launch targets one kind of reservation
+//! ([`reserved_offerings`]), as CreateFleet takes one target capacity type.
 
+use crate::fleet::FleetReservation;
 use kerf::api::NodeClaim;
 use kerf::catalog::{CapacityType, INSTANCE_TYPE_LABEL_KEYS, InstanceType, Offering};
 use kerf::labels;
@@ -79,6 +82,54 @@ pub fn offering_allowed(reqs: &Requirements, o: &Offering) -> bool {
         && allows(labels::ZONE, &o.zone)
         && allows(labels::ZONE_ID, &o.zone_id)
         && allows(labels::CAPACITY_TYPE, o.capacity_type.as_str())
+        && o.reservation
+            .as_ref()
+            .is_none_or(|r| allows(labels::CAPACITY_RESERVATION_ID, &r.id))
+}
+
+/// The reserved offerings a reserved launch of `types` uses: those of the first kind of
+/// reservation offered, in upstream's order (On-Demand Capacity Reservations, Capacity
+/// Blocks, interruptible reservations), and per instance type and zone only the
+/// reservation with the most room, so a launched instance names its reservation.
+pub fn reserved_offerings<'a>(
+    types: &[&'a InstanceType],
+    reqs: &Requirements,
+) -> Option<(FleetReservation, Vec<(&'a InstanceType, &'a Offering)>)> {
+    let kind_rank = |r: &kerf::catalog::ReservedCapacity| match (
+        r.reservation_type.as_str(),
+        r.interruptible,
+    ) {
+        (_, true) => 2,
+        (kerf::catalog::CAPACITY_BLOCK, false) => 1,
+        _ => 0,
+    };
+    let allowed = || {
+        types.iter().flat_map(|it| {
+            it.offerings
+                .iter()
+                .filter(|o| o.capacity_type == CapacityType::Reserved && offering_allowed(reqs, o))
+                .filter_map(move |o| o.reservation.as_ref().map(|r| (*it, o, r)))
+        })
+    };
+    let (_, _, first) = allowed().min_by_key(|(_, _, r)| kind_rank(r))?;
+    let kind = FleetReservation {
+        reservation_type: first.reservation_type.clone(),
+        interruptible: first.interruptible,
+    };
+    let rank = kind_rank(first);
+    let mut chosen: Vec<(&InstanceType, &Offering)> = Vec::new();
+    for (it, o, r) in allowed().filter(|(_, _, r)| kind_rank(r) == rank) {
+        let same_place = chosen
+            .iter()
+            .position(|(t, c)| t.name == it.name && c.zone == o.zone);
+        let room = |c: &Offering| c.reservation.as_ref().map_or(0, |r| r.capacity);
+        match same_place {
+            Some(i) if room(chosen[i].1) < r.capacity => chosen[i] = (it, o),
+            Some(_) => {}
+            None => chosen.push((it, o)),
+        }
+    }
+    Some((kind, chosen))
 }
 
 fn cheapest(it: &InstanceType, reqs: &Requirements, only: Option<CapacityType>) -> Option<f64> {
@@ -145,7 +196,9 @@ pub fn select<'a>(
                 .iter()
                 .any(|(_, it)| cheapest(it, reqs, Some(c)).is_some())
     };
-    let capacity_type = if offered(CapacityType::Spot, &compatible) {
+    let capacity_type = if offered(CapacityType::Reserved, &compatible) {
+        CapacityType::Reserved
+    } else if offered(CapacityType::Spot, &compatible) {
         CapacityType::Spot
     } else {
         CapacityType::OnDemand
@@ -238,5 +291,67 @@ mod tests {
         );
         let nowhere = reqs(&[Requirement::in_values(labels::ZONE, ["mars-1a"])]);
         assert!(select(&all, &nowhere, &Resources::new()).is_none());
+    }
+
+    #[test]
+    fn reserved_first_one_kind_and_the_roomiest_reservation_per_type_and_zone() {
+        use kerf::api::ec2nodeclass::{
+            CapacityReservation, CapacityReservationState, CapacityReservationType,
+            InstanceMatchCriteria,
+        };
+        let reservation = |id: &str, zone: &str, block: bool| CapacityReservation {
+            availability_zone: zone.into(),
+            end_time: None,
+            id: id.into(),
+            instance_match_criteria: InstanceMatchCriteria::Targeted,
+            instance_type: "m5.large".into(),
+            interruptible: None,
+            owner_id: "123456789012".into(),
+            reservation_type: if block {
+                CapacityReservationType::CapacityBlock
+            } else {
+                CapacityReservationType::Default
+            },
+            state: CapacityReservationState::Active,
+        };
+        let mut all = types();
+        kerf::catalog::add_reserved_offerings(
+            &mut all,
+            &[
+                reservation("cr-small", "us-east-1a", false),
+                reservation("cr-big", "us-east-1a", false),
+                reservation("cr-block", "us-east-1b", true),
+            ],
+            |id| Some(if id == "cr-big" { 5 } else { 1 }),
+        );
+        let s = select(&all, &Requirements::new(), &Resources::new()).unwrap();
+        assert_eq!(s.capacity_type, CapacityType::Reserved);
+        let (kind, offerings) =
+            reserved_offerings(&s.instance_types, &Requirements::new()).unwrap();
+        assert_eq!(kind.reservation_type, "default");
+        let ids: Vec<&str> = offerings
+            .iter()
+            .filter_map(|(_, o)| o.reservation.as_ref().map(|r| r.id.as_str()))
+            .collect();
+        assert_eq!(ids, ["cr-big"]);
+        // Pinned to the block: only it.
+        let pinned = reqs(&[Requirement::in_values(
+            labels::CAPACITY_RESERVATION_ID,
+            ["cr-block"],
+        )]);
+        let (kind, offerings) = reserved_offerings(&s.instance_types, &pinned).unwrap();
+        assert_eq!(kind.reservation_type, "capacity-block");
+        assert_eq!(offerings.len(), 1);
+        // Not allowed reserved: spot as before.
+        let no_reserved = reqs(&[Requirement::in_values(
+            labels::CAPACITY_TYPE,
+            ["spot", "on-demand"],
+        )]);
+        assert_eq!(
+            select(&all, &no_reserved, &Resources::new())
+                .unwrap()
+                .capacity_type,
+            CapacityType::Spot
+        );
     }
 }

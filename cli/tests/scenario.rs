@@ -104,6 +104,34 @@ fn ice_storm_binds_every_pod_around_refused_pools() {
 }
 
 #[test]
+fn reservations_are_used_first_and_on_demand_takes_over_from_the_ending_block() {
+    let (report, _) = passes("reservations");
+    let series = report["series"].as_array().expect("series");
+    let count = |s: &Value, key: &str| s[key].as_u64().expect(key);
+    // Scaled out beyond the six reserved instances: all six in use, the rest on-demand.
+    let peak = series
+        .iter()
+        .map(|s| count(s, "nodesReserved"))
+        .max()
+        .expect("samples");
+    assert_eq!(peak, 6, "{series:#?}");
+    // After the block: the ODCR's four, and on-demand for the block's two.
+    let last = series.last().expect("samples");
+    assert_eq!(count(last, "nodesReserved"), 4, "{last}");
+    assert_eq!(count(last, "nodesOnDemand"), 4, "{last}");
+    // EC2 ended the block (kerf drains its nodes once its window opens; how far the drain
+    // got by then depends on the machine, so the count is not asserted here: the controller
+    // suite's `reservations` test holds the drain to the block's end).
+    let windows = report["faultWindows"].as_array().expect("windows");
+    assert!(
+        windows[0]["label"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("reservation-end cr-0000000000000b10c: ")),
+        "{report:#}"
+    );
+}
+
+#[test]
 fn weighted_fallback_binds_every_pod_on_the_on_demand_pool_while_spot_is_refused() {
     // The built-in scenario at a CI size: its file with fewer pods, its NodePools beside it.
     let yaml = std::fs::read_to_string(scenarios().join("weighted-fallback.yaml")).expect("read");

@@ -192,3 +192,97 @@ async fn a_capacity_block_expires_ahead_of_its_end_and_its_end_takes_the_instanc
     assert_ne!(instance.state, InstanceState::Running);
     assert!(!instance.state.is_live());
 }
+
+#[tokio::test]
+async fn an_odcr_that_ends_leaves_its_instances_running_on_demand() {
+    let cloud = cloud();
+    cloud
+        .ec2()
+        .add_capacity_reservation(CapacityReservation::new(
+            "cr-0000000000000000e",
+            "m5.large",
+            ZONE_A,
+            1,
+        ));
+    cloud
+        .node_class_reconciler()
+        .expect("resolves node classes")
+        .resolve(&node_class(json!([{"id": "cr-0000000000000000e"}])))
+        .await
+        .expect("resolves");
+    let claim = node_claim("o0", requirements(&["reserved"]), json!({}));
+    let launched = cloud.create(&claim).await.expect("launches");
+    assert_eq!(label(&launched, labels::CAPACITY_TYPE), "reserved");
+    let ended = cloud.ec2().end_capacity_reservation("cr-0000000000000000e");
+    assert_eq!(ended.len(), 1);
+    let instance = cloud.ec2().instance(&ended[0]).expect("instance");
+    assert_eq!(instance.state, InstanceState::Running);
+    // Listed as a plain on-demand machine now.
+    let provider_id = launched
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.clone())
+        .expect("provider id");
+    let listed = cloud.get(&provider_id).await.expect("still there");
+    assert_eq!(label(&listed, labels::CAPACITY_TYPE), "on-demand");
+    assert!(
+        !listed
+            .metadata
+            .labels
+            .as_ref()
+            .expect("labels")
+            .contains_key(labels::CAPACITY_RESERVATION_ID)
+    );
+}
+
+#[tokio::test]
+async fn an_interruptible_reservation_reclaimed_warns_each_instance_through_eventbridge() {
+    let cloud = cloud();
+    cloud.ec2().add_capacity_reservation(CapacityReservation {
+        interruptible: true,
+        ..CapacityReservation::new("cr-0000000000000000f", "m5.large", ZONE_A, 2)
+    });
+    cloud
+        .node_class_reconciler()
+        .expect("resolves node classes")
+        .resolve(&node_class(json!([{"id": "cr-0000000000000000f"}])))
+        .await
+        .expect("resolves");
+    let launched = cloud
+        .create(&node_claim("i0", requirements(&["reserved"]), json!({})))
+        .await
+        .expect("launches");
+    assert_eq!(
+        label(&launched, labels::CAPACITY_RESERVATION_INTERRUPTIBLE),
+        "true"
+    );
+    let mut events = cloud.ec2().subscribe();
+    let interrupted = cloud
+        .ec2()
+        .interrupt_reservation("cr-0000000000000000f")
+        .expect("interruptible");
+    assert_eq!(interrupted.len(), 1);
+    let event = events.recv().await.expect("a warning");
+    let body = kerf_loadtest::ec2::to_eventbridge(&event, "m1", "us-east-1").expect("forwarded");
+    let parsed = kerf::interruption::parse(&body).expect("parses");
+    assert_eq!(
+        parsed.kind(),
+        kerf::interruption::Kind::CapacityReservationInterrupted
+    );
+    assert_eq!(parsed.instance_ids(), [interrupted[0].as_str()]);
+    // A reservation that is not interruptible is refused.
+    cloud
+        .ec2()
+        .add_capacity_reservation(CapacityReservation::new(
+            "cr-00000000000000010",
+            "m5.large",
+            ZONE_A,
+            1,
+        ));
+    assert!(
+        cloud
+            .ec2()
+            .interrupt_reservation("cr-00000000000000010")
+            .is_err()
+    );
+}

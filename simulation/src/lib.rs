@@ -30,6 +30,7 @@ mod progress;
 pub mod record;
 pub mod replay;
 pub mod report;
+pub mod reservations;
 pub mod run;
 pub mod scale_down;
 pub mod scenario;

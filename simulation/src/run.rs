@@ -39,6 +39,8 @@ pub struct Config {
     pub ice: Vec<IceTarget>,
     /// `--interrupt-spot`: the fraction of spot nodes to interrupt once scale-out settled.
     pub interrupt_spot: Option<f64>,
+    /// `--reservations`: the capacity reservations the simulated region holds.
+    pub reservations: Vec<super::reservations::ReservationSpec>,
     /// `--scale-down`: the fraction to scale Deployments down by after the scale-out.
     pub scale_down: Option<f64>,
     pub duration: Duration,
@@ -74,6 +76,11 @@ pub async fn simulate(config: Config) -> anyhow::Result<Finished> {
     let started = Instant::now();
     let deadline = started + config.duration;
     let world = World::start(config.pace, &config.ice, config.startup_reads).await?;
+    super::reservations::seed(
+        world.provider.ec2(),
+        &config.reservations,
+        std::time::SystemTime::now(),
+    );
     let cluster = world.cluster();
     let recorder = match config.report {
         Some(_) => Some(Recorder::start(&world, ActiveFaults::default(), started)?),

@@ -349,6 +349,8 @@ impl ReplicaStart {
             interruptions,
             startup_reads,
         } = self;
+        // The region follows the controller's gate, as the AWS provider does.
+        provider.set_reserved_capacity(settings.feature_gates.reserved_capacity);
         let leader_client = kube::Client::try_from(config.clone())
             .map_err(|e| StartError::Client(e.to_string()))?;
         let client = kerf_actors::client::build(

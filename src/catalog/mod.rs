@@ -34,8 +34,8 @@ pub use instance_type::{CapacityType, InstanceType, Offering, ReservedCapacity};
 pub use node_class::NodeClassSettingsError;
 pub use overhead::{Overhead, kube_reserved};
 pub use reservations::{
-    CAPACITY_BLOCK_EXPIRATION_WINDOW, RESERVED_PRICE_DIVISOR, add_reserved_offerings,
-    reservation_state,
+    CAPACITY_BLOCK, CAPACITY_BLOCK_EXPIRATION_WINDOW, RESERVATION_TYPE_DEFAULT,
+    RESERVED_PRICE_DIVISOR, add_reserved_offerings, reservation_state,
 };
 pub use settings::{
     AllocatableSettings, BlockDeviceSize, DEFAULT_EBS_VOLUME_SIZE,

@@ -12,6 +12,11 @@ use crate::api::ec2nodeclass::{
     CapacityReservation, CapacityReservationState, CapacityReservationType,
 };
 
+/// `karpenter.k8s.aws/capacity-reservation-type` of an On-Demand Capacity Reservation.
+pub const RESERVATION_TYPE_DEFAULT: &str = "default";
+/// `karpenter.k8s.aws/capacity-reservation-type` of a Capacity Block.
+pub const CAPACITY_BLOCK: &str = "capacity-block";
+
 /// What a reserved offering's price is the on-demand price divided by (upstream's).
 pub const RESERVED_PRICE_DIVISOR: f64 = 10_000_000.0;
 
@@ -75,8 +80,8 @@ pub fn add_reserved_offerings(
             reservation: Some(ReservedCapacity {
                 id: reservation.id.clone(),
                 reservation_type: match reservation.reservation_type {
-                    CapacityReservationType::Default => "default",
-                    CapacityReservationType::CapacityBlock => "capacity-block",
+                    CapacityReservationType::Default => RESERVATION_TYPE_DEFAULT,
+                    CapacityReservationType::CapacityBlock => CAPACITY_BLOCK,
                 }
                 .to_owned(),
                 interruptible: reservation.interruptible.unwrap_or(false),

@@ -4,8 +4,12 @@
 //! hands each reserved launch one instance of room (the chosen offering's reservation, else
 //! another reserved offering the NodeClaim allows); a NodeClaim for which none is left falls
 //! back as upstream's does, to spot, then on-demand, when its requirements allow them, and
-//! to no launch otherwise. Only pools that offer reserved capacity are kept (their instance
-//! types shared, not copied), so a solve without reservations pays nothing.
+//! to no launch otherwise. A NodeClaim that keeps a reserved launch is pinned to it, as
+//! upstream pins one: `karpenter.sh/capacity-type In [reserved]` and
+//! `karpenter.k8s.aws/capacity-reservation-id In [its reservation]`, so the provider
+//! launches it into the room counted for it and nowhere else. Only pools that offer reserved
+//! capacity are kept (their instance types shared, not copied), so a solve without
+//! reservations pays nothing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -64,23 +68,52 @@ impl Reservations {
             {
                 continue;
             }
-            claim.launch = relaunch(claim, types, &mut room);
+            let (launch, reservation) = match relaunch(claim, types, &mut room) {
+                Some((launch, reservation)) => (Some(launch), reservation),
+                None => (None, None),
+            };
+            claim.launch = launch;
+            if let Some(id) = reservation {
+                pin(claim, &id);
+            }
         }
     }
+}
+
+/// Narrows `claim` to reserved capacity in reservation `id`.
+fn pin(claim: &mut PlannedNodeClaim, id: &str) {
+    claim
+        .requirements
+        .retain(|r| r.key != labels::CAPACITY_TYPE && r.key != labels::CAPACITY_RESERVATION_ID);
+    for (key, value) in [
+        (labels::CAPACITY_TYPE, labels::CAPACITY_TYPE_RESERVED),
+        (labels::CAPACITY_RESERVATION_ID, id),
+    ] {
+        claim
+            .requirements
+            .push(NodeSelectorRequirementWithMinValues {
+                key: key.to_owned(),
+                operator: Operator::In,
+                values: vec![value.to_owned()],
+                min_values: None,
+            });
+    }
+    claim.requirements.sort_by(|a, b| a.key.cmp(&b.key));
 }
 
 fn reservation_key(pool: &str, id: &str) -> String {
     format!("{pool}/{id}")
 }
 
-/// The launch `claim` gets with the room left: its chosen reserved offering when its
-/// reservation has room, else the cheapest allowed reserved offering with room, else the
-/// cheapest allowed spot, else on-demand offering among its instance types.
+/// The launch `claim` gets with the room left, and the reservation it takes room in: its
+/// chosen reserved offering when its reservation has room, else the cheapest allowed
+/// reserved offering with room, else the cheapest allowed spot, else on-demand offering
+/// among its instance types.
 fn relaunch(
     claim: &PlannedNodeClaim,
     types: &[InstanceType],
     room: &mut HashMap<String, u32>,
-) -> Option<LaunchChoice> {
+) -> Option<(LaunchChoice, Option<String>)> {
     let by_name: HashMap<&str, &InstanceType> =
         types.iter().map(|t| (t.name.as_str(), t)).collect();
     let chosen = claim.launch.as_ref()?;
@@ -129,12 +162,15 @@ fn relaunch(
     {
         *n -= 1;
     }
-    Some(LaunchChoice {
-        instance_type: it.name.clone(),
-        zone: o.zone.clone(),
-        capacity_type: o.capacity_type.as_str().to_owned(),
-        price: o.price,
-    })
+    Some((
+        LaunchChoice {
+            instance_type: it.name.clone(),
+            zone: o.zone.clone(),
+            capacity_type: o.capacity_type.as_str().to_owned(),
+            price: o.price,
+        },
+        o.reservation.as_ref().map(|r| r.id.clone()),
+    ))
 }
 
 /// Whether `requirements` allow `value` for `key` (a key they do not name allows anything).

@@ -13,7 +13,7 @@ pub const REBALANCE_RECOMMENDATION: &str = "SpotRebalanceRecommendation";
 pub const INSTANCE_STOPPING: &str = "InstanceStopping";
 pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
 pub const INSTANCE_UNHEALTHY: &str = "InstanceUnhealthy";
-pub const CAPACITY_RESERVATION_INTERRUPTED: &str = "CapacityReservationInterrupted";
+pub const CAPACITY_RESERVATION_INTERRUPTED: &str = "CapacityReservationInstanceInterrupted";
 pub const TERMINATING_ON_INTERRUPTION: &str = "TerminatingOnInterruption";
 
 /// What the message says about the instance, before anything is done.
@@ -47,7 +47,7 @@ pub fn notify(recorder: &EventRecorder, message: &Message, claim: &NodeClaim, no
         Interruption::CapacityReservationInterruption { .. } => (
             EventType::Warning,
             CAPACITY_RESERVATION_INTERRUPTED,
-            "Capacity reservation interruption warning was triggered",
+            "Capacity Reservation interruption warning was triggered",
         ),
         Interruption::NoOp { .. } => return,
     };

@@ -41,6 +41,7 @@ pub const LOOP_FAULTS: &[&str] = &[
     "expiration",
     "nodepool_status",
     "garbage_collection",
+    "capacity_type",
     "node_repair",
     "launch_template_cache_sweep",
     "tagging_sweep",

@@ -217,6 +217,7 @@ fn each_message_kind_acts_on_the_nodeclaim_of_the_instance_it_names() {
             (&stopping, "InstanceStopping"),
             (&terminated, "InstanceTerminating"),
             (&scheduled, "InstanceUnhealthy"),
+            (&reservation, "CapacityReservationInstanceInterrupted"),
             (&stopping, "TerminatingOnInterruption"),
         ] {
             let name = name_of(claim);

@@ -28,6 +28,7 @@ mod node_repair;
 mod nodepool_status;
 mod overlays;
 mod policies;
+mod reservations;
 mod restart;
 mod schedulers;
 mod scrape;

@@ -27,7 +27,16 @@
 #        seeds (or replaces) a capacity reservation: moto 5.2 has no capacity-reservation
 #        API, so this launcher adds DescribeCapacityReservations answering the seeded ones
 #        (optional keys: "match_criteria", "reservation_type", "interruptible", "end_date",
-#        "state", "owner_id", "tags").
+#        "state", "owner_id", "tags"). CreateFleet honours them as EC2 does (see
+#        launch_into_reservations): a launch template targeting a seeded reservation
+#        launches into it while it has room and answers ReservationCapacityExceeded once
+#        it has none;
+#        {"op": "ec2_capacity_reservation_end", "account": "...", "region": "...", "id": "cr-..."}
+#        ends an On-Demand Capacity Reservation as EC2 does: it expires, and its instances
+#        keep running as plain on-demand ones (no reservation id, preference open);
+#        {"op": "ec2_fleet_requests"}
+#        answers "OK <json>": every CreateFleet request received so far (its parameters as
+#        moto parsed them, oldest first), for tests to check what kerf sent.
 # End of input (the test process exited or closed the pipe) stops the server.
 # moto 5.2 ignores CreateFleet's ClientToken (a repeat launches again); the server started
 # here answers a repeated token as EC2 does: see honour_create_fleet_client_token.
@@ -169,6 +178,14 @@ def ec2_capacity_reservation(cmd):
     CAPACITY_RESERVATIONS.setdefault((cmd["account"], cmd["region"]), {})[cmd["id"]] = reservation
 
 
+def ec2_capacity_reservation_end(cmd):
+    CAPACITY_RESERVATIONS[(cmd["account"], cmd["region"])][cmd["id"]]["State"] = "expired"
+    for instance in ec2_backends[cmd["account"]][cmd["region"]].all_instances():
+        if getattr(instance, "capacity_reservation_id", None) == cmd["id"]:
+            instance.capacity_reservation_id = None
+            instance.capacity_reservation_specification = {"CapacityReservationPreference": "open"}
+
+
 def reservation_matches(reservation, name, values):
     if name == "state":
         return reservation["State"] in values
@@ -202,6 +219,94 @@ def describe_capacity_reservations(self):
     for name, values in self._filters_from_querystring().items():
         found = [r for r in found if reservation_matches(r, name, values)]
     return ActionResult({"CapacityReservations": found})
+
+
+def launch_into_reservations():
+    # EC2 launches a fleet whose launch template targets a capacity reservation
+    # (CapacityReservationSpecification.CapacityReservationTarget) into that reservation:
+    # one instance less of room per launch, the instance carrying the reservation's id,
+    # preference and lifecycle (capacity-block, interruptible-capacity-reservation), and a
+    # full reservation refused with ReservationCapacityExceeded. moto knows none of it, nor
+    # the capacity-block / reserved-capacity target capacity types (it launches nothing for
+    # them): this wrapper launches such a fleet as on-demand and then applies the rest.
+    original = Fleets.create_fleet
+
+    def target_of(backend, config):
+        spec = config.get("LaunchTemplateSpecification", {})
+        try:
+            if "LaunchTemplateId" in spec:
+                template = backend.get_launch_template(template_id=spec["LaunchTemplateId"])
+            else:
+                template = backend.get_launch_template_by_name(name=spec.get("LaunchTemplateName"))
+        except Exception:
+            return None
+        data = template.get_version(template.latest_version_number).data or {}
+        target = (data.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
+        return target.get("CapacityReservationId")
+
+    def create_fleet(self):
+        configs = self._get_param("LaunchTemplateConfigs", [])
+        if not configs:
+            return original(self)
+        # moto launches the first override of the first config.
+        first = configs[0]
+        reservation_id = target_of(self.ec2_backend, first)
+        if reservation_id is None:
+            return original(self)
+        seeded = CAPACITY_RESERVATIONS.get((self.current_account, self.region), {})
+        reservation = seeded.get(reservation_id)
+        override = (first.get("Overrides") or [{}])[0]
+        if reservation is None or reservation["AvailableInstanceCount"] <= 0:
+            return ActionResult(
+                {
+                    "FleetId": "fleet-reservation-refused",
+                    "Instances": [],
+                    "Errors": [
+                        {
+                            "LaunchTemplateAndOverrides": {
+                                "LaunchTemplateSpecification": first.get("LaunchTemplateSpecification", {}),
+                                "Overrides": override,
+                            },
+                            "Lifecycle": "on-demand",
+                            "ErrorCode": "ReservationCapacityExceeded",
+                            "ErrorMessage": f"Insufficient capacity in capacity reservation {reservation_id}.",
+                        }
+                    ],
+                }
+            )
+        target = self.params.get("TargetCapacitySpecification", {})
+        target["DefaultTargetCapacityType"] = "on-demand"
+        result = original(self)
+        for launched in result.result.get("Instances") or []:
+            for instance_id in launched.get("InstanceIds", []):
+                instance = self.ec2_backend.get_instance(instance_id)
+                instance.capacity_reservation_id = reservation_id
+                instance.capacity_reservation_specification = {
+                    "CapacityReservationPreference": "capacity-reservations-only",
+                    "CapacityReservationTarget": {"CapacityReservationId": reservation_id},
+                }
+                if reservation["ReservationType"] == "capacity-block":
+                    instance.instance_lifecycle = "capacity-block"
+                elif reservation["Interruptible"]:
+                    instance.instance_lifecycle = "interruptible-capacity-reservation"
+                reservation["AvailableInstanceCount"] -= 1
+        return result
+
+    Fleets.create_fleet = create_fleet
+
+
+# Every CreateFleet request's parameters, oldest first.
+FLEET_REQUESTS = []
+
+
+def record_fleet_requests():
+    original = Fleets.create_fleet
+
+    def create_fleet(self):
+        FLEET_REQUESTS.append(json.loads(json.dumps(self.params, default=str)))
+        return original(self)
+
+    Fleets.create_fleet = create_fleet
 
 
 def honour_create_fleet_client_token():
@@ -240,7 +345,9 @@ def honour_create_fleet_client_token():
 
 def main():
     SpotInstances.describe_spot_price_history = describe_spot_price_history
+    launch_into_reservations()
     honour_create_fleet_client_token()
+    record_fleet_requests()
     EC2Response.describe_capacity_reservations = describe_capacity_reservations
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -264,6 +371,11 @@ def main():
                 ec2_spot_price(cmd)
             elif cmd.get("op") == "ec2_capacity_reservation":
                 ec2_capacity_reservation(cmd)
+            elif cmd.get("op") == "ec2_capacity_reservation_end":
+                ec2_capacity_reservation_end(cmd)
+            elif cmd.get("op") == "ec2_fleet_requests":
+                print(f"OK {json.dumps(FLEET_REQUESTS)}", file=PROTOCOL, flush=True)
+                continue
             else:
                 raise ValueError(f"unknown op {cmd.get('op')!r}")
             print("OK", file=PROTOCOL, flush=True)

@@ -211,7 +211,31 @@ impl MotoServer {
         }))
     }
 
+    /// Ends On-Demand Capacity Reservation `id` as EC2 does: it expires and its instances
+    /// run on as plain on-demand ones.
+    pub fn end_capacity_reservation(&self, region: &str, id: &str) -> Result<(), MotoError> {
+        self.command(serde_json::json!({
+            "op": "ec2_capacity_reservation_end",
+            "account": MOTO_ACCOUNT_ID,
+            "region": region,
+            "id": id,
+        }))
+    }
+
+    /// Every CreateFleet request moto received so far, oldest first, as moto parsed its
+    /// parameters (`LaunchTemplateConfigs`, `TargetCapacitySpecification`, `OnDemandOptions`,
+    /// `ReservedCapacityOptions`, ...): what a test checks a launch sent.
+    pub fn fleet_requests(&self) -> Result<Vec<serde_json::Value>, MotoError> {
+        let answer = self.query(serde_json::json!({"op": "ec2_fleet_requests"}))?;
+        serde_json::from_str(&answer).map_err(|e| MotoError::Protocol(e.to_string()))
+    }
+
     fn command(&self, command: serde_json::Value) -> Result<(), MotoError> {
+        self.query(command).map(drop)
+    }
+
+    /// Sends `command`; its answer's payload (what follows `OK `).
+    fn query(&self, command: serde_json::Value) -> Result<String, MotoError> {
         let mut control = self
             .control
             .lock()
@@ -223,7 +247,8 @@ impl MotoServer {
             .map_err(|e| MotoError::Protocol(e.to_string()))?;
         let answer = control.read_line().map_err(MotoError::Protocol)?;
         match answer.as_str() {
-            "OK" => Ok(()),
+            "OK" => Ok(String::new()),
+            ok if ok.starts_with("OK ") => Ok(ok["OK ".len()..].to_owned()),
             other => Err(MotoError::CommandRejected {
                 command: command.to_string(),
                 message: other.to_owned(),

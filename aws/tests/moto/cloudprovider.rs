@@ -23,6 +23,11 @@ pub(crate) struct Fixture {
 }
 
 pub(crate) async fn fixture() -> Fixture {
+    fixture_with(serde_json::json!({})).await
+}
+
+/// [`fixture`] with `spec` merged into the EC2NodeClass's spec.
+pub(crate) async fn fixture_with(spec: serde_json::Value) -> Fixture {
     let c = clients().await;
     let cluster = unique("cluster");
     let vpc = vpc().await;
@@ -52,7 +57,7 @@ pub(crate) async fn fixture() -> Fixture {
         store.clone(),
         Arc::new(UnavailableOfferingsCache::default()),
     );
-    let mut node_class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+    let mut manifest = serde_json::json!({
         "apiVersion": "karpenter.k8s.aws/v1",
         "kind": "EC2NodeClass",
         "metadata": {"name": "default"},
@@ -64,8 +69,12 @@ pub(crate) async fn fixture() -> Fixture {
             "amiSelectorTerms": [{"tags": {"discovery": cluster}}],
             "tags": {"team": "data"},
         },
-    }))
-    .expect("a valid EC2NodeClass");
+    });
+    if let (Some(base), Some(extra)) = (manifest["spec"].as_object_mut(), spec.as_object()) {
+        base.extend(extra.clone());
+    }
+    let mut node_class: EC2NodeClass =
+        serde_json::from_value(manifest).expect("a valid EC2NodeClass");
     let hash = node_class_hash(&node_class, provider.settings.ca_bundle.as_deref());
     node_class.metadata.annotations = Some(BTreeMap::from([
         ("karpenter.k8s.aws/ec2nodeclass-hash".to_owned(), hash),

@@ -187,6 +187,7 @@ async fn launch_with_token(
             price: *price,
             launch_template: lt.name.clone(),
             image_id: e.ami.clone(),
+            reservation_id: None,
         })
     })
     .collect();
@@ -200,6 +201,7 @@ async fn launch_with_token(
             &BTreeMap::from([("team".into(), "data".into())]),
         ),
         context: None,
+        reservation: None,
     };
     // Cheapest first: moto launches the first override.
     assert_eq!(request.configs[0].overrides[0].instance_type, "c5.large");

@@ -1,6 +1,8 @@
 //! The simulated region's EventBridge rules: what an EKS cluster's interruption queue
 //! receives from EC2, written as the same JSON and sent into an in-memory queue — a spot
-//! interruption warning when [`SimulatedEc2::interrupt_spot`] issues one, and a state-change
+//! interruption warning when [`SimulatedEc2::interrupt_spot`] issues one, a capacity
+//! reservation interruption per instance when [`SimulatedEc2::interrupt_reservation`]
+//! reclaims an interruptible reservation, and a state-change
 //! notification when an instance starts shutting down or terminates (whoever terminated
 //! it, as the real rule forwards them all).
 
@@ -61,6 +63,19 @@ pub fn to_eventbridge(event: &Ec2Event, id: &str, region: &str) -> Option<String
             instance_id,
             state.as_str(),
         )),
+        Ec2Event::ReservationInterruptionWarning {
+            instance_id,
+            issued_at,
+            ..
+        } => {
+            let time = Timestamp::try_from(*issued_at).unwrap_or_else(|_| Timestamp::now());
+            Some(messages::capacity_reservation_interruption(
+                id,
+                region,
+                time,
+                instance_id,
+            ))
+        }
         Ec2Event::StateChanged { .. } | Ec2Event::Launched { .. } => None,
     }
 }

@@ -517,19 +517,34 @@ impl SimulatedEc2 {
             .collect()
     }
 
-    /// Ends a reservation (a Capacity Block's end, a cancelled ODCR): EC2 removes it and
-    /// terminates the instances still running in it. Returns those instances' ids.
+    /// Ends a reservation as EC2 does: it is removed; a Capacity Block's instances are
+    /// terminated, an ODCR's keep running as plain on-demand instances (no reservation).
+    /// Returns the ids of the instances that were in it.
     pub fn end_capacity_reservation(&self, id: &str) -> Vec<String> {
-        let ids: Vec<String> = {
+        let (ids, block) = {
             let mut state = self.lock();
-            state.reservations.remove(id);
-            state
+            let block = state
+                .reservations
+                .remove(id)
+                .is_some_and(|r| r.reservation_type == ReservationType::CapacityBlock);
+            let ids: Vec<String> = state
                 .instances
                 .values()
                 .filter(|i| i.state.is_live() && i.capacity_reservation_id.as_deref() == Some(id))
                 .map(|i| i.instance_id.clone())
-                .collect()
+                .collect();
+            if !block {
+                for instance_id in &ids {
+                    if let Some(instance) = state.instances.get_mut(instance_id) {
+                        instance.capacity_reservation_id = None;
+                    }
+                }
+            }
+            (ids, block)
         };
+        if !block {
+            return ids;
+        }
         for instance_id in &ids {
             self.transition(instance_id, InstanceState::ShuttingDown);
             self.schedule_state(
@@ -539,6 +554,43 @@ impl SimulatedEc2 {
             );
         }
         ids
+    }
+
+    /// The owner of interruptible reservation `id` reclaims it: the reservation goes, each
+    /// of its live instances gets a capacity reservation interruption warning, and EC2
+    /// reclaims them when the notice (`interruption_notice`) runs out. Returns their ids.
+    pub fn interrupt_reservation(&self, id: &str) -> Result<Vec<String>, Ec2Error> {
+        let notice = self.inner.config.interruption_notice;
+        let ids: Vec<String> = {
+            let mut state = self.lock();
+            let interruptible = state.reservations.get(id).map(|r| r.interruptible);
+            if interruptible != Some(true) {
+                return Err(Ec2Error::NotInterruptible {
+                    instance_id: id.to_owned(),
+                    reason: match interruptible {
+                        None => "no such capacity reservation".to_owned(),
+                        Some(_) => "not an interruptible capacity reservation".to_owned(),
+                    },
+                });
+            }
+            state.reservations.remove(id);
+            state
+                .instances
+                .values()
+                .filter(|i| i.state.is_live() && i.capacity_reservation_id.as_deref() == Some(id))
+                .map(|i| i.instance_id.clone())
+                .collect()
+        };
+        let issued_at = SystemTime::now();
+        for instance_id in &ids {
+            self.emit(Ec2Event::ReservationInterruptionWarning {
+                instance_id: instance_id.clone(),
+                reservation_id: id.to_owned(),
+                issued_at,
+            });
+            self.schedule_reclaim(instance_id, notice);
+        }
+        Ok(ids)
     }
 
     /// The live instances in reservation `id`.

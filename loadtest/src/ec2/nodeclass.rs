@@ -157,10 +157,11 @@ impl SimulatedCloudProvider {
             ),
             condition(types::VALIDATION_SUCCEEDED, None),
         ];
-        let reservations_condition = (!node_class
-            .spec
-            .capacity_reservation_selector_terms
-            .is_empty())
+        let reservations_condition = (self.reserved_capacity()
+            && !node_class
+                .spec
+                .capacity_reservation_selector_terms
+                .is_empty())
         .then(|| {
             condition(
                 types::CAPACITY_RESERVATIONS_READY,

@@ -39,6 +39,7 @@ use kerf::launch_attempts::{LaunchAttempts, NextAttempt};
 use kerf::requirements::{AllowUndefined, Requirement, Requirements};
 use kerf::resources::{Quantity, Resources};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// The AWS provider's cap on the instance types one launch offers to CreateFleet (upstream's
@@ -97,6 +98,9 @@ pub struct SimulatedCloudProvider {
     /// Per EC2NodeClass: the reservations its status selected (kept by node class
     /// resolution), which its NodeClaims may launch into.
     pub(crate) selected_reservations: Arc<Mutex<HashMap<String, Vec<String>>>>,
+    /// The controller's `ReservedCapacity` gate, shared by every replica's view: off, no
+    /// reservation is resolved or launched into, as the AWS provider does.
+    reserved_capacity: Arc<AtomicBool>,
 }
 
 /// The priced, available offerings of `instance_types`: the pools the simulated region sells.
@@ -142,6 +146,7 @@ impl SimulatedCloudProvider {
             unavailable: OnceLock::new(),
             attempts: LaunchAttempts::default(),
             selected_reservations: Arc::default(),
+            reserved_capacity: Arc::new(AtomicBool::new(true)),
         }
     }
 
@@ -166,7 +171,18 @@ impl SimulatedCloudProvider {
             unavailable: OnceLock::from(offerings),
             attempts: LaunchAttempts::default(),
             selected_reservations: Arc::clone(&self.selected_reservations),
+            reserved_capacity: Arc::clone(&self.reserved_capacity),
         }
+    }
+
+    /// Follows the controller's `ReservedCapacity` gate (on unless set).
+    pub fn set_reserved_capacity(&self, on: bool) {
+        self.reserved_capacity.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the `ReservedCapacity` gate is on.
+    pub fn reserved_capacity(&self) -> bool {
+        self.reserved_capacity.load(Ordering::Relaxed)
     }
 
     /// The provider with its EC2 calls made as `caller` (a replica's identity), so the
@@ -393,7 +409,7 @@ impl SimulatedCloudProvider {
         reqs: &Requirements,
         requests: &Resources,
     ) -> Vec<FleetOverride> {
-        if !allows_capacity_type(reqs, CapacityType::Reserved) {
+        if !allows_capacity_type(reqs, CapacityType::Reserved) || !self.reserved_capacity() {
             return Vec::new();
         }
         let selected = self
@@ -433,6 +449,9 @@ impl SimulatedCloudProvider {
                 && kerf::catalog::reservation_state(reservation_type(r), end, now)
                     == kerf::api::ec2nodeclass::CapacityReservationState::Active
                 && reqs.get(labels::ZONE).is_none_or(|z| z.has(&r.zone))
+                && reqs
+                    .get(labels::CAPACITY_RESERVATION_ID)
+                    .is_none_or(|id| id.has(&r.id))
                 && !self.unavailable.get().is_some_and(|u| {
                     u.is_unavailable(
                         &r.instance_type,
@@ -730,6 +749,9 @@ impl CloudProvider for SimulatedCloudProvider {
     }
 
     fn reservation_capacity(&self, id: &str) -> Option<u32> {
+        if !self.reserved_capacity() {
+            return None;
+        }
         self.ec2
             .describe_capacity_reservations()
             .into_iter()

@@ -284,4 +284,11 @@ pub enum Ec2Event {
         state: InstanceState,
     },
     SpotInterruptionWarning(SpotInterruption),
+    /// The owner of an interruptible capacity reservation reclaims it: EC2 warns each of
+    /// its instances, then reclaims them after the notice.
+    ReservationInterruptionWarning {
+        instance_id: String,
+        reservation_id: String,
+        issued_at: SystemTime,
+    },
 }

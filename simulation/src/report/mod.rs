@@ -24,11 +24,14 @@ pub struct Sample {
     pub at_seconds: f64,
     pub pods_pending: u64,
     pub pods_bound: u64,
+    /// On-demand instances outside any capacity reservation.
     pub nodes_on_demand: u64,
     pub nodes_spot: u64,
+    /// Instances in a capacity reservation.
+    pub nodes_reserved: u64,
     /// NodeClaims by phase (`Launching`, `Registered`, `Initialized`, `Deleting`, ...).
     pub nodeclaims_by_phase: BTreeMap<String, u64>,
-    /// On-demand and spot prices of the running instances, in $/hour.
+    /// Prices of the running instances (a reserved one at upstream's near-zero), in $/hour.
     pub hourly_cost: f64,
     /// The controller's live heap: bytes its threads allocated and had not yet freed
     /// (allocator overhead not included); `None` where it is not measured.

@@ -171,9 +171,12 @@ impl Sampler {
         let counts = self.tally.counts();
         let instances = self.sources.ec2.instances();
         let live = instances.iter().filter(|i| i.state.is_live());
-        let (spot, on_demand) = live.fold((0, 0), |(spot, on_demand), i| match i.capacity_type {
-            CapacityType::Spot => (spot + 1, on_demand),
-            CapacityType::OnDemand => (spot, on_demand + 1),
+        let (spot, on_demand, reserved) = live.fold((0, 0, 0), |(spot, on_demand, reserved), i| {
+            match (i.capacity_type, &i.capacity_reservation_id) {
+                (CapacityType::Spot, _) => (spot + 1, on_demand, reserved),
+                (CapacityType::OnDemand, Some(_)) => (spot, on_demand, reserved + 1),
+                (CapacityType::OnDemand, None) => (spot, on_demand + 1, reserved),
+            }
         });
         self.series.push(Sample {
             at_seconds: (self.origin.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
@@ -181,6 +184,7 @@ impl Sampler {
             pods_bound: counts.bound as u64,
             nodes_on_demand: on_demand,
             nodes_spot: spot,
+            nodes_reserved: reserved,
             nodeclaims_by_phase: self.claims.as_deref().map(by_phase).unwrap_or_default(),
             hourly_cost: figures::hourly_cost(&instances),
             controller_memory_bytes: Some(memory::controller_heap().live_bytes),

@@ -28,6 +28,8 @@ pub struct Scenario {
     pub replicas: usize,
     /// `controller.env` as the settings flags the same parser reads.
     pub flags: Vec<String>,
+    /// The capacity reservations the region holds (`reservations:`).
+    pub reservations: Vec<super::super::reservations::ReservationSpec>,
     pub steps: Vec<Planned>,
     pub expect: Expect,
 }
@@ -100,6 +102,13 @@ fn check(file: format::File, base: &Path, problems: &mut Vec<Problem>) -> Option
     }
     let workload = existing(&file.workload, base, "workload", problems);
     let nodepools = existing(&file.nodepools, base, "nodepools", problems);
+    let reservations = match &file.reservations {
+        None => Vec::new(),
+        Some(path) => super::super::reservations::read(&base.join(path)).unwrap_or_else(|e| {
+            problems.push(Problem::at("reservations", e));
+            Vec::new()
+        }),
+    };
     if file.controller.replicas == 0 {
         problems.push(Problem::at("controller.replicas", "must be at least 1"));
     }
@@ -141,6 +150,7 @@ fn check(file: format::File, base: &Path, problems: &mut Vec<Problem>) -> Option
         inputs,
         replicas: file.controller.replicas,
         flags,
+        reservations,
         steps,
         expect: file.expect,
     })
@@ -350,6 +360,14 @@ fn check_fault(
                 problem("fault.latency", "must be longer than zero".into());
             }
         }
+        Fault::ReservationEnd { id } | Fault::ReservationInterruption { id } => {
+            if !id.starts_with("cr-") {
+                problem(
+                    "fault.id",
+                    format!("{id:?} is not a capacity reservation id"),
+                );
+            }
+        }
         Fault::ActorPanic { actor, count } => {
             if !kerf_actors::supervisor::FAULT_ACTORS.contains(&actor.as_str()) {
                 problem(
@@ -551,7 +569,7 @@ mod tests {
         );
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
-            lines[0].ends_with("s.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle, api-errors, watch-drop, api-latency, spot-interruption, lease-delay, actor-panic)"),
+            lines[0].ends_with("s.yaml: steps[1].fault.kind: unknown fault \"icee\" (expected one of ice, ec2-throttle, api-errors, watch-drop, api-latency, spot-interruption, lease-delay, actor-panic, reservation-end, reservation-interruption)"),
             "{lines:?}"
         );
     }

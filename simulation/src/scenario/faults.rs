@@ -243,8 +243,30 @@ impl Injector {
             // Armed in the leader by the runner ([`super::steps`]); one event, like a spot
             // interruption, whose panics come as the actor takes its next messages.
             Fault::ActorPanic { .. } => (Undo::Nothing, Some(Duration::ZERO)),
+            Fault::ReservationEnd { id } => {
+                let ended = ec2.end_capacity_reservation(id);
+                label = format!("{label}: {} instances", ended.len());
+                (Undo::Nothing, Some(Duration::ZERO))
+            }
+            Fault::ReservationInterruption { id } => match ec2.interrupt_reservation(id) {
+                Ok(interrupted) => {
+                    label = format!("{label}: {} instances", interrupted.len());
+                    (Undo::Nothing, Some(ec2.config().interruption_notice))
+                }
+                Err(error) => {
+                    eprintln!("kerf simulate: interrupting reservation {id}: {error}");
+                    label = format!("{label}: {error}");
+                    (Undo::Nothing, Some(Duration::ZERO))
+                }
+            },
         };
-        let capacity = matches!(fault, Fault::Ice { .. } | Fault::SpotInterruption { .. });
+        let capacity = matches!(
+            fault,
+            Fault::Ice { .. }
+                | Fault::SpotInterruption { .. }
+                | Fault::ReservationEnd { .. }
+                | Fault::ReservationInterruption { .. }
+        );
         self.open(&label, lasting, undo, capacity);
         label
     }
@@ -320,6 +342,8 @@ fn label(fault: &Fault) -> String {
         Fault::SpotInterruption { fraction } => format!("spot-interruption {}", pct(*fraction)),
         Fault::LeaseDelay { latency, .. } => format!("lease-delay {latency}"),
         Fault::ActorPanic { actor, count } => format!("actor-panic {actor} x{count}"),
+        Fault::ReservationEnd { id } => format!("reservation-end {id}"),
+        Fault::ReservationInterruption { id } => format!("reservation-interruption {id}"),
     }
 }
 

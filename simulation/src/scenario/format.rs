@@ -25,6 +25,9 @@ pub struct File {
     /// NodePools (and EC2NodeClasses) instead of the default NodePool.
     #[serde(default, deserialize_with = "one_or_many")]
     pub nodepools: Vec<String>,
+    /// Capacity reservations the simulated region holds (as `--reservations`), relative to
+    /// the scenario file.
+    pub reservations: Option<String>,
     #[serde(default)]
     pub controller: Controller,
     /// Decoded one by one by [`step`].
@@ -207,9 +210,15 @@ pub enum Fault {
     /// The leader's `actor` (a folder under `actors/src`) panics on its next `count`
     /// messages (or passes, for a loop).
     ActorPanic { actor: String, count: u32 },
+    /// Capacity reservation `id` ends as EC2 ends one: a Capacity Block's instances are
+    /// reclaimed, an ODCR's run on as on-demand instances.
+    ReservationEnd { id: String },
+    /// The owner of interruptible reservation `id` reclaims it: each of its instances gets
+    /// the interruption warning and is reclaimed after the two-minute notice.
+    ReservationInterruption { id: String },
 }
 
-pub const FAULT_KINDS: [&str; 8] = [
+pub const FAULT_KINDS: [&str; 10] = [
     "ice",
     "ec2-throttle",
     "api-errors",
@@ -218,6 +227,8 @@ pub const FAULT_KINDS: [&str; 8] = [
     "spot-interruption",
     "lease-delay",
     "actor-panic",
+    "reservation-end",
+    "reservation-interruption",
 ];
 
 /// `controller`: `{kill: leader|any}` (optionally `when: after-launch`) or `{restart: all}`.

@@ -62,6 +62,11 @@ pub async fn execute(
     let mut stop = pin!(stop);
     let started = Instant::now();
     let world = World::start(pace, &[], startup_reads).await?;
+    super::reservations::seed(
+        world.provider.ec2(),
+        &scenario.reservations,
+        std::time::SystemTime::now(),
+    );
     let cluster = world.cluster();
     let inventory = &scenario.inputs.inventory;
     let mut notes = apply(&cluster, &scenario.inputs.setup, inventory)?;

@@ -76,7 +76,23 @@ fn reserved_capacity_is_used_first_and_only_up_to_its_room() {
     assert_eq!(l.iter().filter(|x| **x == reserved).count(), 2, "{l:?}");
     let third = l.iter().find(|x| **x != reserved).expect("a third launch");
     assert_eq!(third.0, "on-demand", "{l:?}");
-    assert!(req_values(&r.new_node_claims[0], CAPACITY_TYPE).contains(&"reserved".to_owned()));
+    // Reserved launches are pinned to their reservation; the fallback is not.
+    for claim in &r.new_node_claims {
+        let reserved = claim
+            .launch
+            .as_ref()
+            .is_some_and(|l| l.capacity_type == "reserved");
+        if reserved {
+            assert_eq!(req_values(claim, CAPACITY_TYPE), ["reserved"]);
+            assert_eq!(
+                req_values(claim, crate::labels::CAPACITY_RESERVATION_ID),
+                ["cr-1"]
+            );
+        } else {
+            assert!(req_values(claim, crate::labels::CAPACITY_RESERVATION_ID).is_empty());
+            assert!(req_values(claim, CAPACITY_TYPE).contains(&"on-demand".to_owned()));
+        }
+    }
 }
 
 #[test]

@@ -21,7 +21,7 @@ use anyhow::Context as _;
 use kerf_simulation::ice::IceTarget;
 use kerf_simulation::summary::{self, Outcome};
 use kerf_simulation::world::Pace;
-use kerf_simulation::{api_only, defaults, inputs, interrupt, run, scale_down};
+use kerf_simulation::{api_only, defaults, inputs, interrupt, reservations, run, scale_down};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::plan::Format;
@@ -39,6 +39,11 @@ pub struct Args {
     /// Jobs, DaemonSets, PDBs, ...); a file or directory, repeatable.
     #[arg(long = "workload", value_name = "FILE")]
     pub workload: Vec<PathBuf>,
+    /// Capacity reservations the simulated region holds: a YAML list of {id, instanceType,
+    /// zone, count, type: default|capacity-block, interruptible, endsIn, tags}, selected by
+    /// the EC2NodeClass's capacityReservationSelectorTerms.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["scenario", "replay"])]
+    pub reservations: Option<PathBuf>,
     /// Make a capacity pool answer InsufficientInstanceCapacity: TYPE:ZONE[:spot|on-demand],
     /// `*` for any type or zone; repeatable.
     #[arg(long = "ice", value_name = "TYPE:ZONE")]
@@ -158,6 +163,14 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let reservations = match args.reservations.as_deref().map(reservations::read) {
+        None => Vec::new(),
+        Some(Ok(reservations)) => reservations,
+        Some(Err(error)) => {
+            eprintln!("--reservations {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     if let Some(level) = &args.log_level {
         init_logging(level);
     }
@@ -168,6 +181,7 @@ pub fn run(args: Args) -> ExitCode {
         inputs,
         ice: args.ice,
         interrupt_spot: args.interrupt_spot,
+        reservations,
         scale_down: args.scale_down,
         duration: args.duration,
         kubeconfig_out: args.kubeconfig_out,
