@@ -35,7 +35,7 @@ use crate::state::ClusterState;
 /// own and the instance types'.
 pub fn render(
     state: &ClusterState,
-    instance_types: &[Arc<[InstanceType]>],
+    instance_types: &[(String, Arc<[InstanceType]>)],
     observability: bool,
 ) -> String {
     let mut out = String::new();

@@ -180,12 +180,12 @@ impl InstanceTypeCache {
         self.lock().builds
     }
 
-    /// Every class's list as last resolved, for the instance type metrics.
-    pub fn resolved(&self) -> Vec<Arc<[InstanceType]>> {
+    /// Every class's list as last resolved, by class name, for the instance type metrics.
+    pub fn resolved(&self) -> Vec<(String, Arc<[InstanceType]>)> {
         self.lock()
             .by_class
-            .values()
-            .map(|r| Arc::clone(&r.types))
+            .iter()
+            .map(|(class, r)| (class.clone(), Arc::clone(&r.types)))
             .collect()
     }
 
