@@ -279,6 +279,15 @@ pub async fn reconcile<T, E>(
         .increment(1);
     // Touched at zero, as controller-runtime initialises it for every controller.
     metrics::counter!(RECONCILE_PANICS, "controller" => controller).increment(0);
+    // Touched, not set: a controller without a queue of its own (a singleton pass) still
+    // has its series, at 0, as controller-runtime's; a queue's own depth is left as set.
+    metrics::gauge!(
+        WORKQUEUE_DEPTH,
+        "name" => controller,
+        "controller" => controller,
+        "priority" => "0"
+    )
+    .increment(0.0);
     let running = Running::start(controller);
     let outcome = std::panic::AssertUnwindSafe(work).catch_unwind().await;
     let elapsed = running.finish();
@@ -454,9 +463,20 @@ pub fn handle() -> &'static PrometheusHandle {
     HANDLE.get_or_init(install)
 }
 
+/// How long a summary's quantiles remember an observation: client_golang's default window
+/// (`MaxAge` ten minutes in five age buckets), which upstream's summaries use, so a
+/// dashboard's quantile panel still shows a termination minutes after it happened.
+const SUMMARY_BUCKET: std::time::Duration = std::time::Duration::from_secs(120);
+const SUMMARY_BUCKETS: std::num::NonZeroU32 = std::num::NonZeroU32::MIN.saturating_add(4);
+
 fn install() -> PrometheusHandle {
     let recorder = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full(SCHEDULING_DURATION.into()), DURATION_BUCKETS)
+        .set_bucket_count(SUMMARY_BUCKETS)
+        .set_bucket_duration(SUMMARY_BUCKET)
+        .and_then(|b| b.set_quantiles(&[0.0, 0.5, 0.9, 0.99, 1.0]))
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(SCHEDULING_DURATION.into()), DURATION_BUCKETS)
+        })
         .and_then(|b| {
             b.set_buckets_for_metric(Matcher::Full(BATCH_WINDOW_DURATION.into()), WINDOW_BUCKETS)
         })
