@@ -26,7 +26,7 @@ use crate::batcher::triggers::{self, Retrigger};
 use crate::batcher::{self, BATCHER_MAILBOX_CAPACITY, BatchLimits, Batcher};
 use crate::capacity_type;
 use crate::cloud_metrics::MeteredCloudProvider;
-use crate::cluster_metrics::StartupTracker;
+use crate::cluster_metrics::{ConditionTracker, StartupTracker};
 use crate::created_claims::CreatedClaims;
 use crate::disruption::{self, DisruptionConfig, DisruptionDeps, Generation, Progress};
 use crate::expiration;
@@ -230,6 +230,7 @@ impl Daemon {
             leader_election,
             preference_policy,
             min_values_policy,
+            cluster_state_observability,
         } = settings;
         let Environment {
             client,
@@ -248,8 +249,14 @@ impl Daemon {
         let supervision = Supervision::current();
         let ports = (metrics_port, health_probe_port);
         let explain = Arc::new(server::ExplainSources::default());
-        let endpoints =
-            Endpoints::serve(bind, ports, &state, &explain, &supervision, &shutdown_rx).await?;
+        let instance_types = Arc::new(std::sync::OnceLock::new());
+        let served = server::Served {
+            state: state.clone(),
+            explain: explain.clone(),
+            observability: cluster_state_observability,
+            instance_types: instance_types.clone(),
+        };
+        let endpoints = Endpoints::serve(bind, ports, served, &supervision, &shutdown_rx).await?;
         let election = leader_election.map(|lease| Election {
             namespace: lease.namespace.unwrap_or(namespace),
             name: lease.name,
@@ -291,6 +298,7 @@ impl Daemon {
         });
         let provisioning = launching.as_ref().map(|l| l.provisioning.clone());
         if let Some(provisioning) = &provisioning {
+            let _ = instance_types.set(provisioning.instance_types.clone());
             let _ = explain.nominations.set(provisioning.created.clone());
             if let Some(offerings) = &provisioning.offerings {
                 let _ = explain.offerings.set(offerings.view());
@@ -322,6 +330,9 @@ impl Daemon {
             subscribers.nodepools.push(static_capacity::warn_gate_off());
         }
         subscribe_generation(&mut subscribers, &generation);
+        if cluster_state_observability {
+            subscribe_observability(&mut subscribers, &wiring.state);
+        }
         let retrigger = Retrigger::default();
         subscribe_triggers(
             &mut subscribers,
@@ -548,14 +559,14 @@ impl Endpoints {
     async fn serve(
         bind: Ipv4Addr,
         (metrics_port, health_probe_port): (u16, u16),
-        state: &Arc<ClusterState>,
-        explain: &Arc<server::ExplainSources>,
+        served: server::Served,
         supervision: &Supervision,
         shutdown: &watch::Receiver<bool>,
     ) -> Result<Self, StartError> {
         let metrics_at = SocketAddr::from((bind, metrics_port));
+        let state = served.state.clone();
         let (metrics_addr, metrics_task) =
-            server::serve_metrics(metrics_at, state.clone(), explain.clone(), shutdown.clone())
+            server::serve_metrics(metrics_at, served, shutdown.clone())
                 .await
                 .map_err(|e| StartError::MetricsPort(metrics_at, e))?;
         let probes_at = SocketAddr::from((bind, health_probe_port));
@@ -937,6 +948,31 @@ fn start_alpha_loops(
     tasks
 }
 
+/// The trackers behind the metrics that need to see objects change: pod startup and binding
+/// durations, and each kind's condition transitions and termination durations.
+fn subscribe_observability(subscribers: &mut Subscribers, state: &Arc<ClusterState>) {
+    let mut startup = StartupTracker::reading(state.clone());
+    subscribers.pods.push(Box::new(move |pod, change| {
+        startup.observe(pod, change);
+    }));
+    let mut nodes = ConditionTracker::default();
+    subscribers
+        .nodes
+        .push(Box::new(move |node, change| nodes.observe(node, change)));
+    let mut nodeclaims = ConditionTracker::default();
+    subscribers.nodeclaims.push(Box::new(move |claim, change| {
+        nodeclaims.observe(claim, change)
+    }));
+    let mut nodepools = ConditionTracker::default();
+    subscribers.nodepools.push(Box::new(move |pool, change| {
+        nodepools.observe(pool, change)
+    }));
+    let mut nodeclasses = ConditionTracker::default();
+    subscribers.nodeclasses.push(Box::new(move |class, change| {
+        nodeclasses.observe(class, change)
+    }));
+}
+
 /// The watch hooks that start a batch: pods to place, and changes that may let pods the
 /// last round left pending fit now ([`Retrigger`]); and the startup-time tracker.
 fn subscribe_triggers(
@@ -945,10 +981,6 @@ fn subscribe_triggers(
     to_batcher: &Outbox<batcher::Trigger>,
     retrigger: &Retrigger,
 ) {
-    let mut startup = StartupTracker::default();
-    subscribers.pods.push(Box::new(move |pod, change| {
-        startup.observe(pod, change);
-    }));
     subscribers.pods.push(Box::new(triggers::on_pod(
         w.state.clone(),
         to_batcher.clone(),

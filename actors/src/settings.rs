@@ -75,6 +75,10 @@ pub struct Settings {
     /// Whether `minValues` may be relaxed: `Strict` or `BestEffort`.
     #[arg(long, env = "MIN_VALUES_POLICY", default_value = "Strict")]
     pub min_values_policy: String,
+    /// Disable cluster state metrics: pod, node and NodePool gauges, pod latencies and
+    /// status-condition metrics.
+    #[arg(long, env = "DISABLE_CLUSTER_STATE_OBSERVABILITY", default_value_t = false, action = clap::ArgAction::Set)]
+    pub disable_cluster_state_observability: bool,
 }
 
 /// Upstream's feature gate defaults.
@@ -212,6 +216,8 @@ pub struct ValidSettings {
     pub leader_election: Option<LeaderElectionSettings>,
     pub preference_policy: PreferencePolicy,
     pub min_values_policy: MinValuesPolicy,
+    /// Whether the metrics computed from cluster state (and the trackers behind them) run.
+    pub cluster_state_observability: bool,
 }
 
 /// Where the leader election Lease lives.
@@ -251,6 +257,7 @@ impl Settings {
             leader_election_namespace,
             preference_policy,
             min_values_policy,
+            disable_cluster_state_observability,
         } = self;
         if cluster_name.is_empty() {
             return Err(SettingsError::MissingClusterName);
@@ -307,6 +314,7 @@ impl Settings {
                 "BestEffort" => MinValuesPolicy::BestEffort,
                 _ => return Err(SettingsError::MinValuesPolicy(min_values_policy)),
             },
+            cluster_state_observability: !disable_cluster_state_observability,
         })
     }
 }

@@ -216,6 +216,7 @@ pub(crate) trait Reconciling: Actor<Context = Context<Self>> {
 
 /// Starts queued reconciles up to the concurrency limit.
 pub(crate) fn pump<A: Reconciling>(act: &mut A, ctx: &mut Context<A>) {
+    crate::metrics::declare_max_concurrent_reconciles(A::CONTROLLER, A::MAX_CONCURRENT);
     if !act.can_reconcile() {
         // A new leader resyncs everything; nothing queued now is worth keeping.
         act.queue().clear_waiting();

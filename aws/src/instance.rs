@@ -19,6 +19,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use thiserror::Error;
 
+/// TerminateInstances calls that failed, by the instance's zone (labels `zone`, `zone_id`).
+pub const TERMINATION_FAILURES: &str =
+    "karpenter_cloudprovider_instance_termination_failures_total";
+
 /// Instances younger than this are never garbage-collected: their NodeClaim may not have
 /// been written yet.
 pub const GARBAGE_COLLECTION_MIN_AGE: Duration = Duration::from_secs(30);
@@ -166,8 +170,19 @@ impl InstanceProvider {
         if instance.state == "shutting-down" {
             return Ok(());
         }
-        self.terminate.add((), id.to_owned()).await??;
-        Ok(())
+        let terminated = match self.terminate.add((), id.to_owned()).await {
+            Ok(result) => result.map_err(InstanceError::from),
+            Err(error) => Err(InstanceError::from(error)),
+        };
+        if terminated.is_err() {
+            metrics::counter!(
+                TERMINATION_FAILURES,
+                "zone" => instance.zone.clone(),
+                "zone_id" => instance.zone_id.clone().unwrap_or_default()
+            )
+            .increment(1);
+        }
+        terminated
     }
 
     /// Adds those of `wanted` whose keys the instance does not carry yet; a key it has

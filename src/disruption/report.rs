@@ -84,6 +84,10 @@ pub struct BudgetReport {
     pub reason: DisruptionReason,
     /// Nodes the reason may disrupt now; 2147483647 when no budget limits it.
     pub allowed: usize,
+    /// The pool's nodes disrupting now (deleting or not ready), which the budget counts
+    /// against; for the controller's metrics, not the report.
+    #[serde(skip)]
+    pub disrupting: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -69,14 +69,7 @@ impl<'c> State<'c> {
 
     /// Allowed disruptions per NodePool and reason now.
     pub fn budgets(&self) -> Result<Budgets, BudgetError> {
-        let mut nodes: HashMap<&str, (usize, usize)> = HashMap::new();
-        for m in self.managed.iter().filter(|m| m.initialized) {
-            let entry = nodes.entry(m.node_pool.as_str()).or_default();
-            entry.0 += 1;
-            if m.deleting || !m.ready {
-                entry.1 += 1;
-            }
-        }
+        let nodes = self.budget_counts();
         let mut out = Budgets::new();
         for pool in &self.cluster.node_pools {
             let (count, disrupting) = nodes.get(pool.name()).copied().unwrap_or_default();
@@ -86,6 +79,20 @@ impl<'c> State<'c> {
             }
         }
         Ok(out)
+    }
+
+    /// Per NodePool, its initialized nodes and how many of them are disrupting (deleting or
+    /// not ready): what its budgets count.
+    fn budget_counts(&self) -> HashMap<&str, (usize, usize)> {
+        let mut nodes: HashMap<&str, (usize, usize)> = HashMap::new();
+        for m in self.managed.iter().filter(|m| m.initialized) {
+            let entry = nodes.entry(m.node_pool.as_str()).or_default();
+            entry.0 += 1;
+            if m.deleting || !m.ready {
+                entry.1 += 1;
+            }
+        }
+        nodes
     }
 
     /// One pass: the first command the methods find, in upstream's order, if any.
@@ -226,13 +233,16 @@ impl<'c> State<'c> {
     /// Budgets of every NodePool and reason, in pool order, for the report.
     pub fn budget_report(&self) -> Result<Vec<BudgetReport>, BudgetError> {
         let budgets = self.budgets()?;
+        let counts = self.budget_counts();
         let mut out = Vec::new();
         for pool in &self.cluster.node_pools {
+            let disrupting = counts.get(pool.name()).map_or(0, |c| c.1);
             for reason in DisruptionReason::ALL {
                 out.push(BudgetReport {
                     node_pool: pool.name().to_string(),
                     reason,
                     allowed: budgets[&(pool.name().to_string(), reason)],
+                    disrupting,
                 });
             }
         }

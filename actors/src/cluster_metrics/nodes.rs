@@ -1,19 +1,28 @@
-//! Node metrics as upstream's: per node and resource, `karpenter_nodes_allocatable`, the
-//! requests of the non-DaemonSet pods bound to it (`karpenter_nodes_total_pod_requests`)
-//! and of its DaemonSet pods (`karpenter_nodes_total_daemon_requests`), each labelled with
-//! the node's name, phase and well-known labels (upstream's `nodepool`, `zone`, `arch`,
-//! `capacity_type`, `instance_type`, … with the AWS provider's), which its capacity
-//! dashboard groups by. Finished pods hold no resources and are left out.
+//! Node metrics as upstream's: per node and resource, `karpenter_nodes_allocatable`, its
+//! capacity less allocatable (`karpenter_nodes_system_overhead`), the requests and limits of
+//! every pod bound to it (`karpenter_nodes_total_pod_requests`/`_limits`) and of its
+//! DaemonSet pods alone (`karpenter_nodes_total_daemon_requests`/`_limits`), each labelled
+//! with the node's name, phase, whether Karpenter manages it and its well-known labels
+//! (upstream's `nodepool`, `zone`, `arch`, `capacity_type`, `instance_type`, … with the AWS
+//! provider's), which its capacity dashboard groups by; per node its age
+//! (`karpenter_nodes_current_lifetime_seconds`); and over all nodes the requests over
+//! allocatable (`karpenter_cluster_utilization_percent`). Finished pods hold no resources
+//! and are left out.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Container, Node};
+use k8s_openapi::jiff::Timestamp;
 use kerf::labels;
 use kerf::pods::{LeanPod, PodLike};
 use kerf::resources::{Quantity, Resources};
 
 use super::exposition::{Family, quantity_value, resource_type};
-use crate::metrics::{NODES_ALLOCATABLE, NODES_TOTAL_DAEMON_REQUESTS, NODES_TOTAL_POD_REQUESTS};
+use crate::metrics::{
+    CLUSTER_UTILIZATION, NODES_ALLOCATABLE, NODES_CURRENT_LIFETIME, NODES_SYSTEM_OVERHEAD,
+    NODES_TOTAL_DAEMON_LIMITS, NODES_TOTAL_DAEMON_REQUESTS, NODES_TOTAL_POD_LIMITS,
+    NODES_TOTAL_POD_REQUESTS,
+};
 use crate::state::ClusterState;
 
 /// Node labels upstream (core and the AWS provider) copies onto node metrics, with their
@@ -54,51 +63,126 @@ const WELL_KNOWN: &[(&str, &str)] = &[
     (labels::INSTANCE_GPU_MEMORY, "instance_gpu_memory"),
 ];
 
-/// Requests on one node, split as upstream splits them.
+/// Requests and limits on one node: of every pod, and of its DaemonSet pods alone.
 #[derive(Default)]
 struct Requests {
     pods: Resources,
     daemons: Resources,
+    pod_limits: Resources,
+    daemon_limits: Resources,
 }
 
-/// The allocatable, pod request and daemon request families of every node in `state`.
-pub fn families(state: &ClusterState) -> [Family; 3] {
+/// Every node family of `state`: allocatable, system overhead, pod and daemon requests and
+/// limits, current lifetime, and the cluster's utilization.
+pub fn families(state: &ClusterState) -> [Family; 8] {
     let mut allocatable = Family::new(
         NODES_ALLOCATABLE,
         "Node allocatable are the resources allocatable by nodes.",
     );
+    let mut overhead = Family::new(
+        NODES_SYSTEM_OVERHEAD,
+        "Node system daemon overhead are the resources reserved for system overhead, the \
+         difference between the node's capacity and allocatable values are reported by the status.",
+    );
     let mut pod_requests = Family::new(
         NODES_TOTAL_POD_REQUESTS,
-        "Node total pod requests are the resources requested by non-DaemonSet pods bound to nodes.",
+        "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
+    );
+    let mut pod_limits = Family::new(
+        NODES_TOTAL_POD_LIMITS,
+        "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods.",
     );
     let mut daemon_requests = Family::new(
         NODES_TOTAL_DAEMON_REQUESTS,
         "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
     );
+    let mut daemon_limits = Family::new(
+        NODES_TOTAL_DAEMON_LIMITS,
+        "Node total daemon limits are the resources specified by DaemonSet pod limits.",
+    );
+    let mut lifetime = Family::new(NODES_CURRENT_LIFETIME, "Node age in seconds");
+    let mut utilization = Family::new(
+        CLUSTER_UTILIZATION,
+        "Utilization of allocatable resources by pod requests",
+    );
     let requests = requests_by_node(state);
     let mut nodes = state.nodes.snapshot();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let now = Timestamp::now();
+    let (mut total_allocatable, mut total_requested) = (Resources::new(), Resources::new());
     for node in nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
         let base = node_labels(&node);
-        let list: Vec<(String, f64)> = node
-            .status
-            .as_ref()
-            .and_then(|s| s.allocatable.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|(r, q)| Some((r.clone(), quantity_value(r, Quantity::parse(&q.0).ok()?))))
-            .collect();
-        push(&mut allocatable, &base, list);
+        let status = node.status.as_ref();
+        let node_allocatable = parse(status.and_then(|s| s.allocatable.as_ref()));
+        let capacity = parse(status.and_then(|s| s.capacity.as_ref()));
+        push(&mut allocatable, &base, values(Some(&node_allocatable)));
+        push(
+            &mut overhead,
+            &base,
+            values(Some(&capacity.subtract(&node_allocatable))),
+        );
         let on_node = requests.get(&name);
         push(&mut pod_requests, &base, values(on_node.map(|r| &r.pods)));
+        push(
+            &mut pod_limits,
+            &base,
+            values(on_node.map(|r| &r.pod_limits)),
+        );
         push(
             &mut daemon_requests,
             &base,
             values(on_node.map(|r| &r.daemons)),
         );
+        push(
+            &mut daemon_limits,
+            &base,
+            values(on_node.map(|r| &r.daemon_limits)),
+        );
+        if let Some(created) = &node.metadata.creation_timestamp {
+            let age = now.duration_since(created.0).as_secs_f64().max(0.0);
+            lifetime.push(base.clone(), age);
+        }
+        total_allocatable.add_assign(&node_allocatable);
+        if let Some(on_node) = on_node {
+            total_requested.add_assign(&on_node.pods);
+        }
     }
-    [allocatable, pod_requests, daemon_requests]
+    for (resource, quantity) in total_allocatable.iter() {
+        if quantity.milli_value() == 0 {
+            continue;
+        }
+        let used = total_requested.get_or_zero(resource);
+        #[allow(
+            clippy::cast_precision_loss,
+            reason = "resource amounts are far below 2^52"
+        )]
+        let percent = 100.0 * used.milli_value() as f64 / quantity.milli_value() as f64;
+        utilization.push(vec![("resource_type", resource_type(resource))], percent);
+    }
+    [
+        allocatable,
+        overhead,
+        pod_requests,
+        pod_limits,
+        daemon_requests,
+        daemon_limits,
+        lifetime,
+        utilization,
+    ]
+}
+
+/// A resource list of the API as [`Resources`], leaving out quantities that do not parse.
+fn parse(
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> Resources {
+    let mut out = Resources::new();
+    for (name, quantity) in list.into_iter().flatten() {
+        if let Ok(q) = Quantity::parse(&quantity.0) {
+            out.insert(name, q);
+        }
+    }
+    out
 }
 
 fn push(family: &mut Family, base: &[(&'static str, String)], list: Vec<(String, f64)>) {
@@ -127,6 +211,7 @@ fn node_labels(node: &Node) -> Vec<(&'static str, String)> {
                 .and_then(|s| s.phase.clone())
                 .unwrap_or_default(),
         ),
+        ("managed", labels.contains_key(labels::NODEPOOL).to_string()),
     ];
     for (key, label) in WELL_KNOWN {
         out.push((*label, labels.get(*key).cloned().unwrap_or_default()));
@@ -148,14 +233,42 @@ fn requests_by_node(state: &ClusterState) -> HashMap<String, Requests> {
         let Ok(requests) = kerf::scheduling::resource_requests(&pod) else {
             continue;
         };
+        let limits = pod_limits(&pod);
         let entry = by_node.entry(node).or_default();
+        entry.pods.add_assign(&requests);
+        entry.pod_limits.add_assign(&limits);
         if is_daemon(&pod) {
             entry.daemons.add_assign(&requests);
-        } else {
-            entry.pods.add_assign(&requests);
+            entry.daemon_limits.add_assign(&limits);
         }
     }
     by_node
+}
+
+/// A pod's limits as the API computes its effective requests: its containers' and
+/// sidecars' summed, or the largest regular init container's where that is more.
+fn pod_limits(pod: &LeanPod) -> Resources {
+    let Some(spec) = pod.spec() else {
+        return Resources::new();
+    };
+    let limits = |c: &Container| parse(c.resources.as_ref().and_then(|r| r.limits.as_ref()));
+    let mut running = Resources::new();
+    for container in &spec.containers {
+        running.add_assign(&limits(container));
+    }
+    let mut init = Resources::new();
+    let mut sidecars = Resources::new();
+    for container in spec.init_containers.iter().flatten() {
+        if container.restart_policy.as_deref() == Some("Always") {
+            sidecars.add_assign(&limits(container));
+        } else {
+            let mut during = sidecars.clone();
+            during.add_assign(&limits(container));
+            init = init.max(&during);
+        }
+    }
+    running.add_assign(&sidecars);
+    running.max(&init)
 }
 
 fn is_finished(pod: &LeanPod) -> bool {
@@ -184,7 +297,8 @@ mod tests {
             "metadata": {"name": name, "namespace": "default", "ownerReferences": [
                 {"apiVersion": "apps/v1", "kind": owner, "name": "o", "uid": "u"}]},
             "spec": {"nodeName": node, "containers": [
-                {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+                {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"},
+                    "limits": {"memory": "2Gi"}}}]},
             "status": {"phase": phase}
         }))
         .expect("valid pod")
@@ -197,12 +311,14 @@ mod tests {
     }
 
     #[test]
-    fn nodes_report_allocatable_and_requests_split_by_daemonsets() {
+    fn nodes_report_allocatable_overhead_requests_and_limits() {
         let (state, mut w) = ClusterState::new();
         let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": "n1", "labels": {"karpenter.sh/nodepool": "default",
+            "metadata": {"name": "n1", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"karpenter.sh/nodepool": "default",
                 "topology.kubernetes.io/zone": "us-east-1a", "karpenter.sh/capacity-type": "spot"}},
-            "status": {"allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58"}}
+            "status": {"allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58"},
+                "capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"}}
         }))
         .expect("valid node");
         w.nodes.apply(ObjectKey::new(None, "n1"), node);
@@ -222,7 +338,44 @@ mod tests {
             ObjectKey::new(Some("default"), "f"),
             pod("f", "n1", "8", "Job", "Succeeded"),
         );
-        let [allocatable, pods, daemons] = families(&state);
+        let [
+            allocatable,
+            overhead,
+            pods,
+            pod_limits,
+            daemons,
+            daemon_limits,
+            lifetime,
+            utilization,
+        ] = families(&state);
+        let overhead = series(&overhead);
+        assert!(
+            overhead.contains(r#"resource_type="cpu"} 0.08"#),
+            "{overhead}"
+        );
+        assert!(
+            overhead.contains(r#"resource_type="pods"} 0"#),
+            "{overhead}"
+        );
+        let pod_limits = series(&pod_limits);
+        assert!(
+            pod_limits.contains(r#"resource_type="memory"} 6442450944"#),
+            "three running pods' 2Gi: {pod_limits}"
+        );
+        let daemon_limits = series(&daemon_limits);
+        assert!(
+            daemon_limits.contains(r#"resource_type="memory"} 2147483648"#),
+            "{daemon_limits}"
+        );
+        let lifetime = series(&lifetime);
+        assert!(lifetime.contains(r#"managed="true""#), "{lifetime}");
+        assert!(!lifetime.contains("resource_type"), "{lifetime}");
+        let utilization = series(&utilization);
+        assert!(
+            utilization
+                .contains(r#"karpenter_cluster_utilization_percent{resource_type="pods"} 5.17"#),
+            "three pods of 58: {utilization}"
+        );
         let allocatable = series(&allocatable);
         assert!(allocatable.contains(r#"node_name="n1""#), "{allocatable}");
         assert!(
@@ -246,10 +399,13 @@ mod tests {
             "{allocatable}"
         );
         let pods = series(&pods);
-        assert!(pods.contains(r#"resource_type="cpu"} 1.5"#), "{pods}");
-        assert!(pods.contains(r#"resource_type="pods"} 2"#), "{pods}");
         assert!(
-            pods.contains(r#"resource_type="memory"} 2147483648"#),
+            pods.contains(r#"resource_type="cpu"} 1.6"#),
+            "DaemonSet pods included: {pods}"
+        );
+        assert!(pods.contains(r#"resource_type="pods"} 3"#), "{pods}");
+        assert!(
+            pods.contains(r#"resource_type="memory"} 3221225472"#),
             "{pods}"
         );
         let daemons = series(&daemons);

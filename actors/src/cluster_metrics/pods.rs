@@ -1,18 +1,108 @@
 //! Pod metrics as upstream's pod metrics controller keeps them: `karpenter_pods_state`, one
 //! series of value 1 per pod labelled with where it runs (its node's well-known labels) and
-//! how it is doing (phase, scheduled, ready), and `karpenter_pods_startup_duration_seconds`,
-//! the time from a pod's creation until it became ready, observed for pods seen pending.
+//! how it is doing (phase, scheduled, ready); per pod not bound or not started yet, how long
+//! since its creation (`karpenter_pods_unbound_time_seconds`, `…_unstarted_…`) and since a
+//! provisioning round took it up or placed it (`karpenter_pods_provisioning_…`, from
+//! [`crate::state::PodSchedulingTimes`]); and, observed by the [`StartupTracker`] as pods
+//! turn bound and ready, the time from creation (and from placement) until then.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PodCondition};
+use k8s_openapi::jiff::Timestamp;
 use kerf::labels;
 use kerf::pods::{LeanPod, PodLike};
 
 use super::exposition::Family;
-use crate::metrics::{PODS_STARTUP_DURATION, PODS_STATE};
+use crate::metrics::{
+    PODS_BOUND_DURATION, PODS_PROVISIONING_BOUND_DURATION, PODS_PROVISIONING_STARTUP_DURATION,
+    PODS_PROVISIONING_UNBOUND_TIME, PODS_PROVISIONING_UNDECIDED_TIME,
+    PODS_PROVISIONING_UNSTARTED_TIME, PODS_STARTUP_DURATION, PODS_STATE, PODS_UNBOUND_TIME,
+    PODS_UNSTARTED_TIME,
+};
 use crate::state::Change;
 use crate::state::{ClusterState, ObjectKey};
+
+/// Per pod not bound or not started yet: how long since its creation, since a round took it
+/// up without deciding yet, and since a round placed it.
+pub fn latency_families(state: &ClusterState) -> [Family; 5] {
+    let mut unbound = Family::new(
+        PODS_UNBOUND_TIME,
+        "The time from pod creation until the pod is bound.",
+    );
+    let mut unstarted = Family::new(
+        PODS_UNSTARTED_TIME,
+        "The time from pod creation until the pod is running.",
+    );
+    let mut undecided = Family::new(
+        PODS_PROVISIONING_UNDECIDED_TIME,
+        "The time from when Karpenter has seen a pod without making a scheduling decision for the pod.",
+    );
+    let mut provisioning_unbound = Family::new(
+        PODS_PROVISIONING_UNBOUND_TIME,
+        "The time from when Karpenter first thinks the pod can schedule until it binds.",
+    );
+    let mut provisioning_unstarted = Family::new(
+        PODS_PROVISIONING_UNSTARTED_TIME,
+        "The time from when Karpenter first thinks the pod can schedule until the pod is running.",
+    );
+    let now = Timestamp::now();
+    let since = |t: Timestamp| now.duration_since(t).as_secs_f64().max(0.0);
+    let mut pods = state.pods.snapshot();
+    pods.sort_by(|a, b| {
+        let (a, b) = (a.meta(), b.meta());
+        (a.namespace, a.name).cmp(&(b.namespace, b.name))
+    });
+    for pod in pods {
+        let meta = pod.meta();
+        let (namespace, name) = (
+            meta.namespace.unwrap_or_default(),
+            meta.name.unwrap_or_default(),
+        );
+        let labels = || {
+            vec![
+                ("name", name.to_owned()),
+                ("namespace", namespace.to_owned()),
+            ]
+        };
+        let bound = pod.node_name().is_some();
+        let pending = phase(&pod) == Some("Pending");
+        if let Some(created) = meta.creation_timestamp {
+            if !bound {
+                unbound.push(labels(), since(created.0));
+            }
+            if pending {
+                unstarted.push(labels(), since(created.0));
+            }
+        }
+        let Some(times) = state.scheduling.get(&ObjectKey::new(Some(namespace), name)) else {
+            continue;
+        };
+        if times.decided.is_none() && !bound {
+            undecided.push(labels(), since(times.acked));
+        }
+        if let Some(scheduled) = times.scheduled {
+            if !bound {
+                provisioning_unbound.push(labels(), since(scheduled));
+            }
+            if pending {
+                provisioning_unstarted.push(labels(), since(scheduled));
+            }
+        }
+    }
+    [
+        unbound,
+        unstarted,
+        undecided,
+        provisioning_unbound,
+        provisioning_unstarted,
+    ]
+}
+
+fn phase(pod: &LeanPod) -> Option<&str> {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref())
+}
 
 /// One `karpenter_pods_state` series per pod in `state`.
 pub fn state_family(state: &ClusterState) -> Family {
@@ -99,22 +189,43 @@ fn condition<'a>(pod: &'a LeanPod, type_: &str) -> Option<&'a PodCondition> {
         .find(|c| c.type_ == type_)
 }
 
-/// Observes startup durations from pod changes: a pod seen `Pending` that turns ready is
-/// recorded once, with the time from its creation to its `Ready` transition.
+/// Observes startup and binding durations from pod changes: a pod seen `Pending` that turns
+/// ready is recorded once, with the time from its creation to its `Ready` transition; a pod
+/// seen unbound that is bound, with the time to its `PodScheduled` transition. With cluster
+/// state to read, each is also recorded from when a provisioning round placed the pod, whose
+/// times are forgotten once it runs, finishes or is gone.
 #[derive(Debug, Default)]
 pub struct StartupTracker {
     pending: HashSet<ObjectKey>,
+    unbound: HashSet<ObjectKey>,
+    state: Option<Arc<ClusterState>>,
 }
 
 impl StartupTracker {
-    /// Updates the tracker with one change; returns the duration it observed, if any.
+    /// A tracker that also records the durations from the placement times in `state`.
+    pub fn reading(state: Arc<ClusterState>) -> Self {
+        Self {
+            state: Some(state),
+            ..Self::default()
+        }
+    }
+
+    /// Updates the tracker with one change; returns the startup duration it observed, if any.
     pub fn observe(&mut self, pod: &LeanPod, change: Change) -> Option<f64> {
         let key = ObjectKey::new(pod.meta().namespace, pod.meta().name.unwrap_or_default());
+        let placed = self
+            .state
+            .as_ref()
+            .and_then(|s| s.scheduling.get(&key))
+            .and_then(|t| t.scheduled);
         if change == Change::Deleted {
             self.pending.remove(&key);
+            self.unbound.remove(&key);
+            self.forget(&key);
             return None;
         }
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        self.observe_binding(pod, &key, placed);
+        let phase = phase(pod);
         if phase == Some("Pending") {
             self.pending.insert(key);
             return None;
@@ -124,8 +235,13 @@ impl StartupTracker {
         }
         if let Some(ready) = condition(pod, "Ready").filter(|c| c.status == "True") {
             self.pending.remove(&key);
+            self.forget(&key);
             let created = pod.meta().creation_timestamp?;
             let became_ready = ready.last_transition_time.as_ref()?;
+            if let Some(placed) = placed {
+                let seconds = became_ready.0.duration_since(placed).as_secs_f64().max(0.0);
+                metrics::histogram!(PODS_PROVISIONING_STARTUP_DURATION).record(seconds);
+            }
             let seconds = became_ready.0.duration_since(created.0).as_secs_f64();
             metrics::histogram!(PODS_STARTUP_DURATION).record(seconds);
             return Some(seconds);
@@ -133,8 +249,40 @@ impl StartupTracker {
         if matches!(phase, Some("Succeeded" | "Failed")) {
             // A pod that finished without ever being ready has no startup time.
             self.pending.remove(&key);
+            self.forget(&key);
         }
         None
+    }
+
+    /// Records the binding of a pod seen unbound.
+    fn observe_binding(&mut self, pod: &LeanPod, key: &ObjectKey, placed: Option<Timestamp>) {
+        if pod.node_name().is_none() {
+            self.unbound.insert(key.clone());
+            return;
+        }
+        if !self.unbound.remove(key) {
+            return;
+        }
+        let Some(bound) = condition(pod, "PodScheduled")
+            .filter(|c| c.status == "True")
+            .and_then(|c| c.last_transition_time.as_ref())
+        else {
+            return;
+        };
+        if let Some(created) = pod.meta().creation_timestamp {
+            let seconds = bound.0.duration_since(created.0).as_secs_f64().max(0.0);
+            metrics::histogram!(PODS_BOUND_DURATION).record(seconds);
+        }
+        if let Some(placed) = placed {
+            let seconds = bound.0.duration_since(placed).as_secs_f64().max(0.0);
+            metrics::histogram!(PODS_PROVISIONING_BOUND_DURATION).record(seconds);
+        }
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        if let Some(state) = &self.state {
+            state.scheduling.forget(key);
+        }
     }
 }
 
@@ -186,6 +334,60 @@ mod tests {
             tracker.observe(&ready, Change::Applied),
             None,
             "deleted pods are forgotten"
+        );
+    }
+
+    #[test]
+    fn binding_is_observed_for_a_pod_seen_unbound_and_placement_times_forgotten() {
+        crate::metrics::handle();
+        let (state, mut writers) = ClusterState::new();
+        let key = ObjectKey::new(Some("default"), "bound-1");
+        state.scheduling.decided(key.clone(), true);
+        let mut tracker = StartupTracker::reading(state.clone());
+        let unbound: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "bound-1", "namespace": "default",
+                "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"containers": []}, "status": {"phase": "Pending"}
+        }))
+        .expect("valid pod");
+        writers.pods.apply(key.clone(), unbound.clone());
+        tracker.observe(&unbound.into(), Change::Applied);
+        let mut text = String::new();
+        for family in latency_families(&state) {
+            family.render_into(&mut text);
+        }
+        assert!(
+            text.contains(
+                "karpenter_pods_unbound_time_seconds{name=\"bound-1\",namespace=\"default\"}"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("karpenter_pods_provisioning_unbound_time_seconds{name=\"bound-1\""),
+            "{text}"
+        );
+        let before = crate::metrics::render();
+        let count = |text: &str| {
+            text.lines()
+                .find(|l| l.starts_with("karpenter_pods_bound_duration_seconds_count"))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let bound: LeanPod = serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(json!({
+            "metadata": {"name": "bound-1", "namespace": "default",
+                "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"containers": [], "nodeName": "node-a"},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2024-01-01T00:00:20Z"},
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:40Z"}]}
+        }))
+        .expect("valid pod")
+        .into();
+        assert_eq!(tracker.observe(&bound, Change::Applied), Some(40.0));
+        assert!(count(&crate::metrics::render()) > count(&before));
+        assert!(
+            state.scheduling.get(&key).is_none(),
+            "forgotten once running"
         );
     }
 

@@ -205,6 +205,10 @@ impl Progress {
     }
 }
 
+/// The controller name a pass is reconciled as in controller-runtime's metrics (upstream's
+/// disruption controller's name).
+pub const CONTROLLER: &str = "disruption";
+
 /// Runs the loop until `shutdown`; publishes its progress on `progress`.
 pub async fn run(
     deps: DisruptionDeps,
@@ -212,10 +216,27 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut memo: Option<Memo> = None;
+    // Touched at zero, as upstream initialises them: a dashboard charts a rate from 0.
+    for consolidation_type in ["multi", "single"] {
+        metrics::counter!(
+            crate::metrics::DISRUPTION_CONSOLIDATION_TIMEOUTS,
+            "consolidation_type" => consolidation_type
+        )
+        .increment(0);
+    }
     loop {
         let next = if *deps.leader.borrow() && deps.state.synced() {
             crate::supervisor::fault_point("disruption");
-            pass(&deps, &progress, &mut memo, &mut shutdown).await
+            // A pass handles its own failures (logged, retried after the poll period).
+            let passed = crate::metrics::reconcile(CONTROLLER, async {
+                Ok::<_, std::convert::Infallible>(
+                    pass(&deps, &progress, &mut memo, &mut shutdown).await,
+                )
+            });
+            match passed.await {
+                Ok(next) => next,
+                Err(never) => match never {},
+            }
         } else {
             memo = None;
             IDLE_PERIOD

@@ -19,8 +19,9 @@ use super::DisruptionDeps;
 use super::screen::NoCandidate;
 use crate::events::disruption::{self as events, Kind, Subject};
 use crate::metrics::{
-    DISRUPTION_CONSOLIDATION_TIMEOUTS, DISRUPTION_DECISIONS, DISRUPTION_ELIGIBLE_NODES,
-    DISRUPTION_EVALUATION_DURATION, DISRUPTION_FAILED_VALIDATIONS, NODEPOOLS_ALLOWED_DISRUPTIONS,
+    DISRUPTION_CONSOLIDATION_TIMEOUTS, DISRUPTION_DECISIONS, DISRUPTION_DECISIONS_BY_NODEPOOL,
+    DISRUPTION_ELIGIBLE_NODES, DISRUPTION_EVALUATION_DURATION, DISRUPTION_FAILED_VALIDATIONS,
+    NODEPOOLS_ALLOWED_DISRUPTIONS, NODEPOOLS_NODES_CONSUMING_BUDGETS,
 };
 use crate::orchestrator::{Command, consolidation_type, decision_label, reason_label};
 use crate::state::ObjectKey;
@@ -50,6 +51,13 @@ pub fn pass(deps: &DisruptionDeps, managed: &[ManagedNode], pass: &Pass) {
             "reason" => reason_name(budget.reason).to_lowercase()
         )
         .set(budget.allowed as f64);
+        #[allow(clippy::cast_precision_loss, reason = "node counts are far below 2^52")]
+        metrics::gauge!(
+            NODEPOOLS_NODES_CONSUMING_BUDGETS,
+            "nodepool" => budget.node_pool.clone(),
+            "reason" => reason_name(budget.reason).to_lowercase()
+        )
+        .set(budget.disrupting as f64);
     }
     for (method, took) in &pass.timings {
         metrics::histogram!(
@@ -125,6 +133,21 @@ pub fn decision(command: &Command) {
         "consolidation_type" => consolidation_type(command.method)
     )
     .increment(1);
+    let pools: std::collections::BTreeSet<&str> = command
+        .candidates
+        .iter()
+        .map(|c| c.node_pool.as_str())
+        .collect();
+    for pool in pools {
+        metrics::counter!(
+            DISRUPTION_DECISIONS_BY_NODEPOOL,
+            "nodepool" => pool.to_owned(),
+            "decision" => decision_label(command.decision),
+            "reason" => reason_label(command.reason),
+            "consolidation_type" => consolidation_type(command.method)
+        )
+        .increment(1);
+    }
 }
 
 /// Counts a graceful command dropped after its validation period.

@@ -180,6 +180,15 @@ impl InstanceTypeCache {
         self.lock().builds
     }
 
+    /// Every class's list as last resolved, by class name, for the instance type metrics.
+    pub fn resolved(&self) -> Vec<(String, Arc<[InstanceType]>)> {
+        self.lock()
+            .by_class
+            .iter()
+            .map(|(class, r)| (class.clone(), Arc::clone(&r.types)))
+            .collect()
+    }
+
     /// The classes cached, sorted.
     #[cfg(test)]
     pub fn classes(&self) -> Vec<String> {

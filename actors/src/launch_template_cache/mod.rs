@@ -133,6 +133,10 @@ impl LaunchTemplateCache {
             .and_then(|nc| nc.metadata.generation);
         self.in_flight.insert(name.clone(), generation);
         crate::metrics::workqueue_depth(crate::metrics::controller::NODECLASS, self.waiting.len());
+        crate::metrics::declare_max_concurrent_reconciles(
+            crate::metrics::controller::NODECLASS,
+            MAX_CONCURRENT_RESOLUTIONS,
+        );
         let work = crate::metrics::reconcile(
             crate::metrics::controller::NODECLASS,
             reconcile(

@@ -164,7 +164,8 @@ async fn delete_forcefully(
         NODECLAIMS_UNHEALTHY_DISRUPTED,
         "condition" => snake_case(violated.condition),
         "nodepool" => pool,
-        "capacity_type" => capacity_type
+        "capacity_type" => capacity_type,
+        "image_id" => claim.status.as_ref().and_then(|s| s.image_id.clone()).unwrap_or_default()
     )
     .increment(1);
     Ok(())

@@ -16,6 +16,7 @@
 mod advice;
 mod heap;
 pub(crate) mod inventory;
+mod metered;
 mod nominated;
 mod settling;
 
@@ -151,6 +152,8 @@ pub struct Provisioner {
     settling: settling::Settling,
     /// The pending pods' prepared forms, from round to round.
     pod_forms: PodForms,
+    /// Every zone a round's unplaced pods were counted under, zeroed when a round has none.
+    pending_zones: std::collections::HashSet<String>,
 }
 
 /// A started Provisioner and what it publishes.
@@ -225,6 +228,7 @@ impl Provisioner {
             schedulers: Schedulers::new(names),
             settling: settling::Settling::default(),
             pod_forms: PodForms::default(),
+            pending_zones: std::collections::HashSet::new(),
         }
     }
 
@@ -444,7 +448,10 @@ impl Handler<BatchReady> for Provisioner {
                 return AtomicResponse::new(Box::pin(fut::ready(())));
             }
         };
+        metered::taken_up(&self.state, &round.pending, round.withheld);
+        let state = Arc::clone(&self.state);
         let solving = planned.map(|p| {
+            state.scheduling.solve_started(round.number);
             let solved = self.schedulers.solve(&p.batch);
             (solved, p.pools, p.skipped, p.holding)
         });
@@ -458,11 +465,13 @@ impl Handler<BatchReady> for Provisioner {
                 round.timing.solve = started.elapsed();
                 metrics::histogram!(SCHEDULING_DURATION, "controller" => SCHEDULING_CONTROLLER)
                     .record(started.elapsed().as_secs_f64());
-                return (round, Vec::new(), heap);
+                return (round, Vec::new(), heap, None);
             };
             let result = result.await;
             heap.mark(Step::Solved);
             state.record_buffer_placements(kerf::buffer::placements(&result));
+            state.scheduling.solve_ended();
+            let by_zone = metered::solved(&state, &result);
             if let Some(created) = &created_claims {
                 nominated::assign(created, &holding, &result.existing_nodes);
             }
@@ -497,12 +506,15 @@ impl Handler<BatchReady> for Provisioner {
                 None => Vec::new(),
             };
             heap.mark(Step::Created);
-            (round, outcomes, heap)
+            (round, outcomes, heap, Some(by_zone))
         };
         // Atomic: the next batch waits until this round's NodeClaims exist (the NodeClaimCreator
         // records each before answering), so its snapshot counts them.
         AtomicResponse::new(Box::pin(created.into_actor(self).map(
-            move |(mut round, outcomes, heap), act, _ctx| {
+            move |(mut round, outcomes, heap, by_zone), act, _ctx| {
+                if let Some(by_zone) = by_zone {
+                    metered::pending_by_zone(&by_zone, &mut act.pending_zones);
+                }
                 for outcome in outcomes {
                     match outcome {
                         Ok(name) => round.nodeclaims.push(name),

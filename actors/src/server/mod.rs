@@ -27,10 +27,22 @@ pub mod explain;
 
 pub use explain::ExplainSources;
 
+/// What the metrics port serves from.
+#[derive(Clone)]
+pub struct Served {
+    pub state: Arc<ClusterState>,
+    pub explain: Arc<ExplainSources>,
+    /// Whether the metrics computed from cluster state are served
+    /// (`DISABLE_CLUSTER_STATE_OBSERVABILITY` unset).
+    pub observability: bool,
+    /// The instance types rounds plan with, once the launching actors start.
+    pub instance_types: Arc<std::sync::OnceLock<crate::instance_types::InstanceTypeCache>>,
+}
+
 /// Which endpoints a listener answers.
 #[derive(Clone)]
 enum Endpoints {
-    Metrics(Arc<ClusterState>, Arc<ExplainSources>),
+    Metrics(Served),
     Probes(Arc<ClusterState>, watch::Receiver<Option<Exhausted>>),
 }
 
@@ -38,17 +50,10 @@ enum Endpoints {
 /// address.
 pub async fn serve_metrics(
     addr: SocketAddr,
-    state: Arc<ClusterState>,
-    explain: Arc<ExplainSources>,
+    served: Served,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    serve(
-        "metrics_server",
-        addr,
-        Endpoints::Metrics(state, explain),
-        shutdown,
-    )
-    .await
+    serve("metrics_server", addr, Endpoints::Metrics(served), shutdown).await
 }
 
 /// Binds `addr` and serves `/healthz` (failing once `health` names an actor past its
@@ -111,13 +116,22 @@ async fn answer(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path();
     let (status, body) = match (&endpoints, path) {
-        (Endpoints::Metrics(state, _), "/metrics") => {
+        (Endpoints::Metrics(served), "/metrics") => {
             let mut text = crate::metrics::render();
-            text.push_str(&crate::cluster_metrics::render(state));
+            let instance_types = served
+                .instance_types
+                .get()
+                .map(crate::instance_types::InstanceTypeCache::resolved)
+                .unwrap_or_default();
+            text.push_str(&crate::cluster_metrics::render(
+                &served.state,
+                &instance_types,
+                served.observability,
+            ));
             (StatusCode::OK, text)
         }
-        (Endpoints::Metrics(state, explain), kerf::explain::controller::PATH) => {
-            match serde_json::to_string(&explain.state(state)) {
+        (Endpoints::Metrics(served), kerf::explain::controller::PATH) => {
+            match serde_json::to_string(&served.explain.state(&served.state)) {
                 Ok(json) => (StatusCode::OK, json),
                 Err(error) => (
                     StatusCode::INTERNAL_SERVER_ERROR,

@@ -10,6 +10,7 @@
 mod lean;
 mod node_class;
 mod pods;
+mod scheduling_times;
 mod store;
 
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ use tokio::sync::watch;
 pub use lean::{Lean, Stored};
 pub use node_class::NodeClassReadiness;
 pub use pods::{is_provisionable, is_rescheduled, is_terminating_node};
+pub use scheduling_times::{PodSchedulingTimes, Times as PodTimes};
 
 /// The EC2 instance id of an `aws:///<zone>/<instance-id>` providerID.
 pub fn instance_id(provider_id: &str) -> Option<String> {
@@ -77,7 +79,11 @@ pub struct ClusterState {
     /// Where the latest provisioning round placed each buffer's virtual pods, written by the
     /// Provisioner and read by the buffer controller (its `Provisioning` condition).
     buffer_placements: std::sync::RwLock<BTreeMap<String, kerf::buffer::Placed>>,
+    /// When the provisioner took up, decided on and placed each pending pod.
+    pub scheduling: PodSchedulingTimes,
     synced: watch::Sender<bool>,
+    /// When this state was made: how long it has been unsynced, until it syncs.
+    created: std::time::Instant,
 }
 
 /// The single writer of each store.
@@ -120,7 +126,9 @@ impl ClusterState {
             capacity_buffers: Store::new("CapacityBuffer"),
             buffer_pods: std::sync::RwLock::new(Arc::from(Vec::new())),
             buffer_placements: std::sync::RwLock::default(),
+            scheduling: PodSchedulingTimes::default(),
             synced,
+            created: std::time::Instant::now(),
         });
         let writers = Writers {
             pods: StoreWriter::new(&state, |s| &s.pods),
@@ -172,6 +180,15 @@ impl ClusterState {
     /// Whether every store has completed its initial list.
     pub fn synced(&self) -> bool {
         *self.synced.borrow()
+    }
+
+    /// How long this state has waited for its initial lists (zero once synced).
+    pub fn unsynced_for(&self) -> std::time::Duration {
+        if self.synced() {
+            std::time::Duration::ZERO
+        } else {
+            self.created.elapsed()
+        }
     }
 
     /// Completes once every store has completed its initial list.

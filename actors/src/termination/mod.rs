@@ -163,6 +163,7 @@ impl TerminationDrainer {
             events: deps.events,
             launching: deps.launching,
             backoffs: Default::default(),
+            terminating_since: Default::default(),
         };
         let actor = Self {
             terminator: Arc::new(terminator),

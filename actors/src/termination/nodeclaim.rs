@@ -77,16 +77,23 @@ pub async fn reconcile(t: &Terminator, name: &str) -> Result<Outcome, Terminatio
         if !terminate_instance(t, launched).await? {
             return Ok(Outcome::after(t.config.instance_requeue));
         }
-        if let Some(since) = claim
+        let asked = t
+            .terminating_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(claim.name());
+        let since = claim
             .conditions()
             .iter()
             .find(|c| c.type_ == types::INSTANCE_TERMINATING)
-        {
+            .map(|c| c.last_transition_time.clone())
+            .or_else(|| asked.map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time));
+        if let Some(since) = since {
             metrics::histogram!(
                 NODECLAIMS_INSTANCE_TERMINATION_DURATION,
                 "nodepool" => claim.nodepool_name().unwrap_or_default().to_owned()
             )
-            .record(seconds_since(Some(&since.last_transition_time)));
+            .record(seconds_since(Some(&since)));
         }
     }
     release(t, &claim).await?;

@@ -37,6 +37,11 @@ pub struct Terminator {
     pub events: EventRecorder,
     pub launching: crate::lifecycle::Launching,
     pub backoffs: Mutex<Backoffs>,
+    /// When this replica first asked the provider to terminate each NodeClaim's instance (by
+    /// NodeClaim name), until the instance is gone: the instance termination duration's
+    /// start when the `InstanceTerminating` condition's write lost a race or has not reached
+    /// cluster state yet. One entry per NodeClaim whose instance is shutting down.
+    pub terminating_since: Mutex<std::collections::HashMap<String, Timestamp>>,
 }
 
 impl Terminator {
@@ -54,6 +59,11 @@ pub async fn terminate_instance(
 ) -> Result<bool, TerminationError> {
     match t.cloud.delete(claim).await {
         Ok(()) => {
+            t.terminating_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(claim.name().to_owned())
+                .or_insert_with(Timestamp::now);
             // Best effort: the condition only informs, and the next call asks again anyway.
             let marked = set_conditions(t, claim, |set| set.set_true(types::INSTANCE_TERMINATING));
             if let Err(error) = marked.await {

@@ -37,6 +37,11 @@ pub fn page() -> String {
                 Some(literal) => literal.trim_end_matches('"').to_owned(),
                 None => {
                     let ident = first.rsplit("::").next().unwrap();
+                    if !is_const_name(ident) {
+                        // A name chosen at run time (one call for several kinds' metrics):
+                        // documented from what the trackers record, below.
+                        continue;
+                    }
                     consts
                         .get(ident)
                         .unwrap_or_else(|| panic!("no const {ident}"))
@@ -51,8 +56,15 @@ pub fn page() -> String {
             metric.help = docs.get(&name).cloned().unwrap_or_default();
         }
     }
-    let types = exported_types(&metrics);
+    let mut types = exported_types(&metrics);
     let well_known = well_known_labels();
+    for (name, (kind, labels)) in tracked_metrics() {
+        let metric = metrics.entry(name.clone()).or_default();
+        metric.kind = kind.clone();
+        metric.labels = labels;
+        metric.help = docs.get(&name).cloned().unwrap_or_default();
+        types.insert(name, kind);
+    }
     for (name, labels) in scrape_time_gauges(&consts) {
         let metric = metrics.entry(name.clone()).or_default();
         metric.kind = "gauge".to_owned();
@@ -101,6 +113,72 @@ pub fn page() -> String {
         )
         .unwrap();
     }
+    out.push_str(&coverage(&metrics));
+    out
+}
+
+/// The section on upstream v1.14's reference: how many of its names kerf records, and each
+/// divergence with its reason (deploy/metrics/, checked against a run by
+/// cli/tests/dashboards.rs).
+fn coverage(metrics: &BTreeMap<String, Metric>) -> String {
+    let root = repo();
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
+    let entries = |text: &str| -> Vec<(String, String)> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| {
+                let (name, rest) = l.split_once('|').unwrap_or((l, ""));
+                (name.trim().to_owned(), rest.trim().to_owned())
+            })
+            .collect()
+    };
+    let upstream = entries(&read("deploy/metrics/upstream-v1.14.txt"));
+    let divergences = entries(&read("deploy/metrics/divergences.txt"));
+    let recorded = upstream
+        .iter()
+        .filter(|(name, _)| metrics.contains_key(name))
+        .count();
+    let count = |prefix: &str| {
+        let all = upstream
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix))
+            .count();
+        let kerf = upstream
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix) && metrics.contains_key(n))
+            .count();
+        format!("| `{prefix}*` | {all} | {kerf} |\n")
+    };
+    let mut out = format!(
+        "\n## Coverage of upstream v1.14\n\n\
+         Upstream's v1.14 metrics reference names {} metrics (vendored with their types, \
+         labels and buckets in `deploy/metrics/upstream-v1.14.txt`); kerf records {recorded} \
+         of them. A `kerf simulate --scale-down` run exports each with upstream's type and \
+         labels except where listed below (`deploy/metrics/divergences.txt`; \
+         `cli/tests/dashboards.rs` fails if a listed metric or label is exported after all).\n\n\
+         | prefix | upstream | kerf |\n|---|---|---|\n",
+        upstream.len()
+    );
+    for prefix in [
+        "karpenter_",
+        "operator_",
+        "controller_runtime_",
+        "workqueue_",
+        "leader_election_",
+        "client_go_",
+        "aws_sdk_go_",
+    ] {
+        out.push_str(&count(prefix));
+    }
+    out.push_str("\n| metric | divergence | why |\n|---|---|---|\n");
+    for (name, reason) in divergences {
+        let (name, what) = match name.strip_prefix('~') {
+            Some(event) => (event.to_owned(), "exported once it happens"),
+            None if name.contains('{') => (name.clone(), "label not exported"),
+            None => (name.clone(), "not exported"),
+        };
+        writeln!(out, "| `{name}` | {what} | {} |", cell(&reason)).unwrap();
+    }
     out
 }
 
@@ -138,7 +216,7 @@ fn controller_sources() -> Vec<String> {
 /// metric name → the first sentence of the constant's doc comment.
 fn constants() -> (HashMap<String, String>, HashMap<String, String>) {
     let decl = Regex::new(
-        r#"((?:[ \t]*///[^\n]*\n)*)[ \t]*pub(?:\([a-z]+\))? const ([A-Z0-9_]+): &str =\s*"((?:karpenter|kerf|controller_runtime|workqueue|leader_election)_[a-z_]+)";"#,
+        r#"((?:[ \t]*///[^\n]*\n)*)[ \t]*pub(?:\([a-z]+\))? const ([A-Z0-9_]+): &str =\s*"((?:karpenter|kerf|controller_runtime|workqueue|leader_election|operator)_[a-z0-9_]+)";"#,
     )
     .unwrap();
     let mut names = HashMap::new();
@@ -160,6 +238,114 @@ fn constants() -> (HashMap<String, String>, HashMap<String, String>) {
         }
     }
     (names, docs)
+}
+
+/// Whether `ident` is written as a constant (`NODES_CREATED`), not a variable or a field.
+fn is_const_name(ident: &str) -> bool {
+    !ident.is_empty()
+        && ident
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// The metrics the watch trackers record (condition transitions, termination durations):
+/// name → (type, label names), from feeding each tracker an object that changes and goes.
+fn tracked_metrics() -> BTreeMap<String, (String, BTreeSet<String>)> {
+    use kerf_actors::cluster_metrics::ConditionTracker;
+    use kerf_actors::state::Change;
+    kerf_actors::metrics::handle();
+    let meta = |deleting: bool| {
+        let mut meta = serde_json::json!({"name": "docs-tracked", "labels": {
+            "karpenter.sh/nodepool": "docs", "karpenter.k8s.aws/ec2nodeclass": "docs",
+            "karpenter.sh/initialized": "true"}});
+        if deleting {
+            meta["deletionTimestamp"] = serde_json::json!("2026-01-01T00:01:00Z");
+        }
+        meta
+    };
+    let condition = |status: &str, at: &str| {
+        serde_json::json!([{"type": "Ready", "status": status, "reason": status,
+            "message": "", "lastTransitionTime": at}])
+    };
+    let versions = [
+        (false, "Unknown", "2026-01-01T00:00:00Z"),
+        (false, "True", "2026-01-01T00:00:30Z"),
+        (true, "True", "2026-01-01T00:00:30Z"),
+    ];
+    let mut claims = ConditionTracker::<kerf::api::NodeClaim>::default();
+    let mut pools = ConditionTracker::<kerf::api::NodePool>::default();
+    let mut nodes = ConditionTracker::<Node>::default();
+    let mut classes = ConditionTracker::<kerf::api::EC2NodeClass>::default();
+    for (deleting, status, at) in versions {
+        let claim: kerf::api::NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": meta(deleting),
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                "name": "docs"}, "requirements": []},
+            "status": {"conditions": condition(status, at)}
+        }))
+        .unwrap();
+        claims.observe(&claim, Change::Applied);
+        let pool: kerf::api::NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": meta(deleting),
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws",
+                "kind": "EC2NodeClass", "name": "docs"}, "requirements": []}}},
+            "status": {"conditions": condition(status, at)}
+        }))
+        .unwrap();
+        pools.observe(&pool, Change::Applied);
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": meta(deleting), "status": {"conditions": condition(status, at)}
+        }))
+        .unwrap();
+        nodes.observe(&node, Change::Applied);
+        let class: kerf::api::EC2NodeClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": meta(deleting),
+            "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "docs",
+                "subnetSelectorTerms": [{"tags": {"a": "b"}}],
+                "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]},
+            "status": {"conditions": condition(status, at)}
+        }))
+        .unwrap();
+        classes.observe(&class, Change::Applied);
+        if deleting {
+            claims.observe(&claim, Change::Deleted);
+            pools.observe(&pool, Change::Deleted);
+            nodes.observe(&node, Change::Deleted);
+            classes.observe(&class, Change::Deleted);
+        }
+    }
+    let text = kerf_actors::metrics::render();
+    let types: HashMap<String, String> = Regex::new(r"(?m)^# TYPE (operator_\S+) (\S+)$")
+        .unwrap()
+        .captures_iter(&text)
+        .map(|c| (c[1].to_owned(), c[2].to_owned()))
+        .collect();
+    let series = Regex::new(r"(?m)^(operator_[a-z0-9_]+)\{([^}]*)\}").unwrap();
+    let key = Regex::new(r#"([a-z0-9_]+)="#).unwrap();
+    let mut out: BTreeMap<String, (String, BTreeSet<String>)> = BTreeMap::new();
+    for found in series.captures_iter(&text) {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| found[1].strip_suffix(s).filter(|f| types.contains_key(*f)))
+            .unwrap_or(&found[1])
+            .to_owned();
+        let Some(kind) = types.get(&family) else {
+            continue;
+        };
+        let entry = out
+            .entry(family)
+            .or_insert_with(|| (kind.clone(), BTreeSet::new()));
+        entry.1.extend(
+            key.captures_iter(&found[2])
+                .map(|k| k[1].to_owned())
+                .filter(|k| k != "le"),
+        );
+    }
+    assert!(
+        out.len() >= 15,
+        "the trackers recorded too few metrics: {out:#?}"
+    );
+    out
 }
 
 /// Up to the first full stop followed by a capital letter (not "e.g. `x`").
@@ -199,7 +385,10 @@ fn exported_types(metrics: &BTreeMap<String, Metric>) -> HashMap<String, String>
 fn scrape_time_gauges(consts: &HashMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
     let (state, mut writers) = ClusterState::new();
     let pool = serde_json::from_value(serde_json::json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "default", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
+            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
         "spec": {"limits": {"cpu": "100"}, "template": {"spec": {
             "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
             "requirements": []}}}
@@ -209,15 +398,19 @@ fn scrape_time_gauges(consts: &HashMap<String, String>) -> BTreeMap<String, BTre
         .nodepools
         .apply(ObjectKey::new(None, "default"), pool);
     let node: Node = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "node-a", "labels": {"karpenter.sh/nodepool": "default"}},
-        "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}}
+        "metadata": {"name": "node-a", "labels": {"karpenter.sh/nodepool": "default"},
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"},
+            "conditions": [{"type": "Ready", "status": "True",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
     }))
     .unwrap();
     writers.nodes.apply(ObjectKey::new(None, "node-a"), node);
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "web", "namespace": "default"},
         "spec": {"nodeName": "node-a", "containers": [{"name": "web",
-            "resources": {"requests": {"cpu": "1"}}}]}
+            "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}]}
     }))
     .unwrap();
     writers
@@ -228,19 +421,67 @@ fn scrape_time_gauges(consts: &HashMap<String, String>) -> BTreeMap<String, BTre
             "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "1",
             "controller": true}]},
         "spec": {"nodeName": "node-a", "containers": [{"name": "agent",
-            "resources": {"requests": {"cpu": "100m"}}}]}
+            "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "200m"}}}]}
     }))
     .unwrap();
     writers
         .pods
         .apply(ObjectKey::new(Some("default"), "agent"), daemon);
-    let text = kerf_actors::cluster_metrics::render(&state);
-    let series = Regex::new(r"(?m)^([a-z_]+)\{([^}]*)\}").unwrap();
-    let key = Regex::new(r#"([a-z_]+)="#).unwrap();
+    let claim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "claim-a", "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+            "name": "default"}, "requirements": []},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    }))
+    .unwrap();
+    writers
+        .nodeclaims
+        .apply(ObjectKey::new(None, "claim-a"), claim);
+    for (name, placed) in [("pending-a", None), ("pending-b", Some(true))] {
+        let pending: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default",
+                "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"containers": [{"name": "web"}]}, "status": {"phase": "Pending"}
+        }))
+        .unwrap();
+        writers
+            .pods
+            .apply(ObjectKey::new(Some("default"), name), pending);
+        let key = ObjectKey::new(Some("default"), name);
+        state.scheduling.ack(key.clone());
+        if let Some(placed) = placed {
+            state.scheduling.decided(key, placed);
+        }
+    }
+    let class = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "docs",
+            "subnetSelectorTerms": [{"tags": {"a": "b"}}],
+            "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
+            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    }))
+    .unwrap();
+    writers
+        .nodeclasses
+        .apply(ObjectKey::new(None, "default"), class);
+    state.scheduling.solve_started(1);
+    let catalog = kerf::catalog::Catalog::embedded("us-east-1").unwrap();
+    let types = catalog.instance_types(&kerf::catalog::AllocatableSettings::default());
+    let types: std::sync::Arc<[kerf::catalog::InstanceType]> = types.into();
+    let text = kerf_actors::cluster_metrics::render(&state, &[("default".to_owned(), types)], true);
+    let series = Regex::new(r"(?m)^([a-z_0-9]+)(?:\{([^}]*)\})? ").unwrap();
+    let key = Regex::new(r#"([a-z0-9_]+)="#).unwrap();
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for found in series.captures_iter(&text) {
         let labels = out.entry(found[1].to_owned()).or_default();
-        labels.extend(key.captures_iter(&found[2]).map(|k| k[1].to_owned()));
+        if let Some(set) = found.get(2) {
+            labels.extend(key.captures_iter(set.as_str()).map(|k| k[1].to_owned()));
+        }
     }
     let family = Regex::new(r"Family::new\(\s*([A-Z0-9_]+),").unwrap();
     for text in controller_sources() {

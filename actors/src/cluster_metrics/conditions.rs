@@ -1,0 +1,599 @@
+//! Status-condition and termination metrics as upstream's operatorpkg status controllers emit
+//! them for NodeClaims, NodePools, Nodes and EC2NodeClasses (`operator_<kind>_…`, plus the
+//! deprecated kind-less `operator_status_condition_…` / `operator_termination_…` names,
+//! labelled `group` and `kind`, for the three kinds upstream still emits them for). The
+//! gauges (one series per object and condition, how long each has held, how long a deleted
+//! object has been terminating) are computed from cluster state at scrape time; the
+//! transitions and termination durations need to see objects change, so the PodWatcher feeds
+//! a [`ConditionTracker`] per kind, which records them through the `metrics` recorder. Like
+//! upstream's, the tracker counts every condition of an object the first time it sees it.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kerf::api::{ConditionStatus, EC2NodeClass, NodeClaim, NodePool};
+
+use super::exposition::Family;
+use crate::state::{Change, ClusterState, ObjectKey};
+
+/// Conditions per NodeClaim, by type, status and reason (labels `namespace`, `name`,
+/// `type`, `status`, `reason`, `karpenter_k8s_aws_ec2nodeclass`, `karpenter_sh_nodepool`).
+pub const NODECLAIM_CONDITION_COUNT: &str = "operator_nodeclaim_status_condition_count";
+/// Seconds each NodeClaim condition has held its status (labels as the count's).
+pub const NODECLAIM_CONDITION_SECONDS: &str =
+    "operator_nodeclaim_status_condition_current_status_seconds";
+/// NodeClaim condition transitions (labels `type`, `status`, `reason`, the NodeClass and
+/// NodePool labels).
+pub const NODECLAIM_TRANSITIONS: &str = "operator_nodeclaim_status_condition_transitions_total";
+/// How long a NodeClaim condition held its previous status when it changed (labels `type`,
+/// `status`: the previous one, the NodeClass and NodePool labels).
+pub const NODECLAIM_TRANSITION_SECONDS: &str =
+    "operator_nodeclaim_status_condition_transition_seconds";
+/// Seconds a deleted NodeClaim has been terminating (labels `namespace`, `name`, the
+/// NodeClass and NodePool labels).
+pub const NODECLAIM_TERMINATING_SECONDS: &str =
+    "operator_nodeclaim_termination_current_time_seconds";
+/// Time from a NodeClaim's deletion until it was gone (labels: the NodeClass and NodePool).
+pub const NODECLAIM_TERMINATION_SECONDS: &str = "operator_nodeclaim_termination_duration_seconds";
+
+/// Conditions per NodePool (labels `namespace`, `name`, `type`, `status`, `reason`).
+pub const NODEPOOL_CONDITION_COUNT: &str = "operator_nodepool_status_condition_count";
+/// Seconds each NodePool condition has held its status.
+pub const NODEPOOL_CONDITION_SECONDS: &str =
+    "operator_nodepool_status_condition_current_status_seconds";
+/// NodePool condition transitions (labels `type`, `status`, `reason`).
+pub const NODEPOOL_TRANSITIONS: &str = "operator_nodepool_status_condition_transitions_total";
+/// How long a NodePool condition held its previous status when it changed.
+pub const NODEPOOL_TRANSITION_SECONDS: &str =
+    "operator_nodepool_status_condition_transition_seconds";
+/// Seconds a deleted NodePool has been terminating (labels `namespace`, `name`).
+pub const NODEPOOL_TERMINATING_SECONDS: &str = "operator_nodepool_termination_current_time_seconds";
+/// Time from a NodePool's deletion until it was gone.
+pub const NODEPOOL_TERMINATION_SECONDS: &str = "operator_nodepool_termination_duration_seconds";
+
+/// Conditions per Node (labels `namespace`, `name`, `type`, `status`, `reason`,
+/// `karpenter_k8s_aws_ec2nodeclass`, `karpenter_sh_nodepool`, `karpenter_sh_initialized`).
+pub const NODE_CONDITION_COUNT: &str = "operator_node_status_condition_count";
+/// Seconds each Node condition has held its status.
+pub const NODE_CONDITION_SECONDS: &str = "operator_node_status_condition_current_status_seconds";
+/// Node condition transitions (labels `type`, `status`, `reason` and the Node's labels as
+/// the count's).
+pub const NODE_TRANSITIONS: &str = "operator_node_status_condition_transitions_total";
+/// How long a Node condition held its previous status when it changed.
+pub const NODE_TRANSITION_SECONDS: &str = "operator_node_status_condition_transition_seconds";
+/// Seconds a deleted Node has been terminating.
+pub const NODE_TERMINATING_SECONDS: &str = "operator_node_termination_current_time_seconds";
+/// Time from a Node's deletion until it was gone.
+pub const NODE_TERMINATION_SECONDS: &str = "operator_node_termination_duration_seconds";
+
+/// Conditions per EC2NodeClass (labels `namespace`, `name`, `type`, `status`, `reason`).
+pub const EC2NODECLASS_CONDITION_COUNT: &str = "operator_ec2nodeclass_status_condition_count";
+/// Seconds each EC2NodeClass condition has held its status.
+pub const EC2NODECLASS_CONDITION_SECONDS: &str =
+    "operator_ec2nodeclass_status_condition_current_status_seconds";
+/// EC2NodeClass condition transitions (labels `type`, `status`, `reason`).
+pub const EC2NODECLASS_TRANSITIONS: &str =
+    "operator_ec2nodeclass_status_condition_transitions_total";
+/// How long an EC2NodeClass condition held its previous status when it changed.
+pub const EC2NODECLASS_TRANSITION_SECONDS: &str =
+    "operator_ec2nodeclass_status_condition_transition_seconds";
+/// Seconds a deleted EC2NodeClass has been terminating.
+pub const EC2NODECLASS_TERMINATING_SECONDS: &str =
+    "operator_ec2nodeclass_termination_current_time_seconds";
+/// Time from an EC2NodeClass's deletion until it was gone.
+pub const EC2NODECLASS_TERMINATION_SECONDS: &str =
+    "operator_ec2nodeclass_termination_duration_seconds";
+
+/// operatorpkg's deprecated condition count of NodeClaims, NodePools and EC2NodeClasses
+/// together (labels as the per-kind ones without theirs, plus `group` and `kind`).
+pub const CONDITION_COUNT: &str = "operator_status_condition_count";
+/// The deprecated per-condition status age (labels as [`CONDITION_COUNT`]'s).
+pub const CONDITION_SECONDS: &str = "operator_status_condition_current_status_seconds";
+/// The deprecated transition counter (labels `type`, `status`, `reason`, `group`, `kind`).
+pub const TRANSITIONS: &str = "operator_status_condition_transitions_total";
+/// The deprecated transition histogram (labels `type`, `status`, `group`, `kind`).
+pub const TRANSITION_SECONDS: &str = "operator_status_condition_transition_seconds";
+/// The deprecated terminating-time gauge (labels `namespace`, `name`, `group`, `kind`).
+pub const TERMINATING_SECONDS: &str = "operator_termination_current_time_seconds";
+/// The deprecated termination histogram (labels `group`, `kind`).
+pub const TERMINATION_SECONDS: &str = "operator_termination_duration_seconds";
+
+/// Karpenter's buckets for the status histograms: 0.5 s doubling to 8,192 s.
+const KARPENTER_BUCKETS: &[f64] = &[
+    0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
+];
+/// Prometheus's default buckets, which operatorpkg uses where karpenter sets none (the AWS
+/// provider's EC2NodeClass controller, and the deprecated names).
+const DEFAULT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Every histogram of this module with its buckets, for the recorder.
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
+    (NODECLAIM_TRANSITION_SECONDS, KARPENTER_BUCKETS),
+    (NODECLAIM_TERMINATION_SECONDS, KARPENTER_BUCKETS),
+    (NODEPOOL_TRANSITION_SECONDS, KARPENTER_BUCKETS),
+    (NODEPOOL_TERMINATION_SECONDS, KARPENTER_BUCKETS),
+    (NODE_TRANSITION_SECONDS, KARPENTER_BUCKETS),
+    (NODE_TERMINATION_SECONDS, KARPENTER_BUCKETS),
+    (EC2NODECLASS_TRANSITION_SECONDS, DEFAULT_BUCKETS),
+    (EC2NODECLASS_TERMINATION_SECONDS, DEFAULT_BUCKETS),
+    (TRANSITION_SECONDS, DEFAULT_BUCKETS),
+    (TERMINATION_SECONDS, DEFAULT_BUCKETS),
+];
+
+/// One kind's metric names and the object labels upstream copies onto them.
+#[derive(Debug)]
+pub struct Kind {
+    group: &'static str,
+    kind: &'static str,
+    count: &'static str,
+    seconds: &'static str,
+    transitions: &'static str,
+    transition_seconds: &'static str,
+    terminating: &'static str,
+    termination: &'static str,
+    /// Object labels copied as metric labels (`karpenter.sh/nodepool` → `karpenter_sh_nodepool`).
+    labels: &'static [(&'static str, &'static str)],
+    /// Whether upstream also emits the deprecated kind-less names for this kind.
+    deprecated: bool,
+}
+
+const NODECLASS_LABEL: (&str, &str) = (
+    "karpenter.k8s.aws/ec2nodeclass",
+    "karpenter_k8s_aws_ec2nodeclass",
+);
+const NODEPOOL_LABEL: (&str, &str) = (kerf::labels::NODEPOOL, "karpenter_sh_nodepool");
+const INITIALIZED_LABEL: (&str, &str) = ("karpenter.sh/initialized", "karpenter_sh_initialized");
+
+pub const NODECLAIM: Kind = Kind {
+    group: "karpenter.sh",
+    kind: "NodeClaim",
+    count: NODECLAIM_CONDITION_COUNT,
+    seconds: NODECLAIM_CONDITION_SECONDS,
+    transitions: NODECLAIM_TRANSITIONS,
+    transition_seconds: NODECLAIM_TRANSITION_SECONDS,
+    terminating: NODECLAIM_TERMINATING_SECONDS,
+    termination: NODECLAIM_TERMINATION_SECONDS,
+    labels: &[NODECLASS_LABEL, NODEPOOL_LABEL],
+    deprecated: true,
+};
+pub const NODEPOOL: Kind = Kind {
+    group: "karpenter.sh",
+    kind: "NodePool",
+    count: NODEPOOL_CONDITION_COUNT,
+    seconds: NODEPOOL_CONDITION_SECONDS,
+    transitions: NODEPOOL_TRANSITIONS,
+    transition_seconds: NODEPOOL_TRANSITION_SECONDS,
+    terminating: NODEPOOL_TERMINATING_SECONDS,
+    termination: NODEPOOL_TERMINATION_SECONDS,
+    labels: &[],
+    deprecated: true,
+};
+pub const NODE: Kind = Kind {
+    group: "",
+    kind: "Node",
+    count: NODE_CONDITION_COUNT,
+    seconds: NODE_CONDITION_SECONDS,
+    transitions: NODE_TRANSITIONS,
+    transition_seconds: NODE_TRANSITION_SECONDS,
+    terminating: NODE_TERMINATING_SECONDS,
+    termination: NODE_TERMINATION_SECONDS,
+    labels: &[NODECLASS_LABEL, NODEPOOL_LABEL, INITIALIZED_LABEL],
+    deprecated: false,
+};
+pub const EC2NODECLASS: Kind = Kind {
+    group: "karpenter.k8s.aws",
+    kind: "EC2NodeClass",
+    count: EC2NODECLASS_CONDITION_COUNT,
+    seconds: EC2NODECLASS_CONDITION_SECONDS,
+    transitions: EC2NODECLASS_TRANSITIONS,
+    transition_seconds: EC2NODECLASS_TRANSITION_SECONDS,
+    terminating: EC2NODECLASS_TERMINATING_SECONDS,
+    termination: EC2NODECLASS_TERMINATION_SECONDS,
+    labels: &[],
+    deprecated: true,
+};
+
+/// One condition as the metrics read it.
+#[derive(Debug, Clone, PartialEq)]
+struct Observed {
+    type_: String,
+    status: String,
+    reason: String,
+    since: Option<Timestamp>,
+}
+
+/// An object whose conditions and termination upstream's status controller meters.
+pub trait Observable {
+    const KIND: &'static Kind;
+    fn metadata(&self) -> &ObjectMeta;
+    fn observed(&self) -> Vec<ObservedCondition>;
+}
+
+/// A condition's type, status, reason and last transition, whatever the object's type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedCondition(Observed);
+
+fn karpenter_conditions(list: &[kerf::api::Condition]) -> Vec<ObservedCondition> {
+    list.iter()
+        .map(|c| {
+            ObservedCondition(Observed {
+                type_: c.type_.clone(),
+                status: status_text(c.status).to_owned(),
+                reason: c.reason.clone(),
+                since: Some(c.last_transition_time.0),
+            })
+        })
+        .collect()
+}
+
+fn status_text(status: ConditionStatus) -> &'static str {
+    match status {
+        ConditionStatus::True => "True",
+        ConditionStatus::False => "False",
+        ConditionStatus::Unknown => "Unknown",
+    }
+}
+
+impl Observable for NodeClaim {
+    const KIND: &'static Kind = &NODECLAIM;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn observed(&self) -> Vec<ObservedCondition> {
+        karpenter_conditions(self.conditions())
+    }
+}
+
+impl Observable for NodePool {
+    const KIND: &'static Kind = &NODEPOOL;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn observed(&self) -> Vec<ObservedCondition> {
+        karpenter_conditions(self.conditions())
+    }
+}
+
+impl Observable for EC2NodeClass {
+    const KIND: &'static Kind = &EC2NODECLASS;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn observed(&self) -> Vec<ObservedCondition> {
+        karpenter_conditions(self.conditions())
+    }
+}
+
+impl Observable for Node {
+    const KIND: &'static Kind = &NODE;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn observed(&self) -> Vec<ObservedCondition> {
+        let list = self.status.as_ref().and_then(|s| s.conditions.as_ref());
+        list.into_iter()
+            .flatten()
+            .map(|c| {
+                ObservedCondition(Observed {
+                    type_: c.type_.clone(),
+                    status: c.status.clone(),
+                    reason: c.reason.clone().unwrap_or_default(),
+                    since: c.last_transition_time.as_ref().map(|t| t.0),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The object labels `kind` copies onto its metrics, empty where the object has none.
+fn object_labels(kind: &Kind, meta: &ObjectMeta) -> Vec<(&'static str, String)> {
+    kind.labels
+        .iter()
+        .map(|(key, label)| {
+            let value = meta.labels.as_ref().and_then(|l| l.get(*key));
+            (*label, value.cloned().unwrap_or_default())
+        })
+        .collect()
+}
+
+fn seconds_since(now: Timestamp, then: Timestamp) -> f64 {
+    now.duration_since(then).as_secs_f64().max(0.0)
+}
+
+/// The scrape-time gauge families of one kind: per object and condition its count and age,
+/// and per deleted object its time terminating; `deprecated` collects the kind-less names.
+fn kind_families<K: Observable>(
+    objects: &[std::sync::Arc<K>],
+    now: Timestamp,
+    deprecated: &mut [Family; 3],
+) -> [Family; 3] {
+    let kind = K::KIND;
+    let mut count = Family::new(
+        kind.count,
+        "The number of a condition for a given object, type and status.",
+    );
+    let mut seconds = Family::new(
+        kind.seconds,
+        "The current amount of time in seconds that a status condition has been in a specific state.",
+    );
+    let mut terminating = Family::new(
+        kind.terminating,
+        "The current amount of time in seconds that an object has been in terminating state.",
+    );
+    let mut sorted: Vec<&std::sync::Arc<K>> = objects.iter().collect();
+    sorted.sort_by(|a, b| a.metadata().name.cmp(&b.metadata().name));
+    for object in sorted {
+        let meta = object.metadata();
+        let id = vec![
+            ("namespace", meta.namespace.clone().unwrap_or_default()),
+            ("name", meta.name.clone().unwrap_or_default()),
+        ];
+        let extra = object_labels(kind, meta);
+        for ObservedCondition(c) in object.observed() {
+            let mut labels = id.clone();
+            labels.extend([
+                ("type", c.type_.clone()),
+                ("status", c.status.clone()),
+                ("reason", c.reason.clone()),
+            ]);
+            let age = c.since.map_or(0.0, |since| seconds_since(now, since));
+            if kind.deprecated {
+                let mut old = labels.clone();
+                old.extend([
+                    ("group", kind.group.to_owned()),
+                    ("kind", kind.kind.to_owned()),
+                ]);
+                deprecated[0].push(old.clone(), 1.0);
+                deprecated[1].push(old, age);
+            }
+            labels.extend(extra.iter().cloned());
+            count.push(labels.clone(), 1.0);
+            seconds.push(labels, age);
+        }
+        if let Some(deleted) = &meta.deletion_timestamp {
+            let age = seconds_since(now, deleted.0);
+            if kind.deprecated {
+                let mut old = id.clone();
+                old.extend([
+                    ("group", kind.group.to_owned()),
+                    ("kind", kind.kind.to_owned()),
+                ]);
+                deprecated[2].push(old, age);
+            }
+            let mut labels = id;
+            labels.extend(extra);
+            terminating.push(labels, age);
+        }
+    }
+    [count, seconds, terminating]
+}
+
+/// Every status-condition and termination gauge family of `state`.
+pub fn families(state: &ClusterState) -> Vec<Family> {
+    let now = Timestamp::now();
+    let mut deprecated = [
+        Family::new(
+            CONDITION_COUNT,
+            "The number of a condition for a given object, type and status.",
+        ),
+        Family::new(
+            CONDITION_SECONDS,
+            "The current amount of time in seconds that a status condition has been in a specific state.",
+        ),
+        Family::new(
+            TERMINATING_SECONDS,
+            "The current amount of time in seconds that an object has been in terminating state.",
+        ),
+    ];
+    let mut out = Vec::new();
+    out.extend(kind_families(
+        &state.nodeclaims.snapshot(),
+        now,
+        &mut deprecated,
+    ));
+    out.extend(kind_families(
+        &state.nodepools.snapshot(),
+        now,
+        &mut deprecated,
+    ));
+    out.extend(kind_families(&state.nodes.snapshot(), now, &mut deprecated));
+    out.extend(kind_families(
+        &state.nodeclasses.snapshot(),
+        now,
+        &mut deprecated,
+    ));
+    out.extend(deprecated);
+    out
+}
+
+/// What the tracker remembers of an object: its conditions and labels when last seen, and
+/// when it was deleted, if it was.
+#[derive(Debug)]
+struct Seen {
+    conditions: Vec<Observed>,
+    labels: Vec<(&'static str, String)>,
+    deleted_at: Option<Timestamp>,
+}
+
+/// Records one kind's condition transitions and termination durations from its watch
+/// changes, as upstream's status controller does from its reconciles: a condition counts a
+/// transition when its status differs from the one last seen (or it is new), with how long
+/// the previous status held; an object seen deleting and then gone records how long it
+/// terminated. Holds one entry per object of the kind.
+#[derive(Debug)]
+pub struct ConditionTracker<K> {
+    seen: HashMap<ObjectKey, Seen>,
+    kind: std::marker::PhantomData<fn(&K)>,
+}
+
+impl<K> Default for ConditionTracker<K> {
+    fn default() -> Self {
+        Self {
+            seen: HashMap::new(),
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K: Observable> ConditionTracker<K> {
+    /// Records what `change` of `object` shows.
+    pub fn observe(&mut self, object: &K, change: Change) {
+        let kind = K::KIND;
+        let meta = object.metadata();
+        let key = ObjectKey::new(
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
+        if change == Change::Deleted {
+            if let Some(Seen {
+                labels,
+                deleted_at: Some(deleted),
+                ..
+            }) = self.seen.remove(&key)
+            {
+                let seconds = seconds_since(Timestamp::now(), deleted);
+                metrics::histogram!(kind.termination, metric_labels(&labels)).record(seconds);
+                if kind.deprecated {
+                    metrics::histogram!(TERMINATION_SECONDS, kind_labels(kind, Vec::new()))
+                        .record(seconds);
+                }
+            }
+            return;
+        }
+        let labels = object_labels(kind, meta);
+        let current: Vec<Observed> = object.observed().into_iter().map(|c| c.0).collect();
+        let previous = self.seen.get(&key).map(|s| s.conditions.as_slice());
+        for condition in &current {
+            let before = previous.and_then(|p| p.iter().find(|o| o.type_ == condition.type_));
+            if before.is_some_and(|b| b.status == condition.status) {
+                continue;
+            }
+            let mut counted = vec![
+                ("type", condition.type_.clone()),
+                ("status", condition.status.clone()),
+                ("reason", condition.reason.clone()),
+            ];
+            if kind.deprecated {
+                metrics::counter!(TRANSITIONS, kind_labels(kind, counted.clone())).increment(1);
+            }
+            counted.extend(labels.iter().cloned());
+            metrics::counter!(kind.transitions, metric_labels(&counted)).increment(1);
+            let Some(before) = before else { continue };
+            let (Some(from), Some(to)) = (before.since, condition.since) else {
+                continue;
+            };
+            let held = to.duration_since(from).as_secs_f64().max(0.0);
+            let mut timed = vec![
+                ("type", before.type_.clone()),
+                ("status", before.status.clone()),
+            ];
+            if kind.deprecated {
+                metrics::histogram!(TRANSITION_SECONDS, kind_labels(kind, timed.clone()))
+                    .record(held);
+            }
+            timed.extend(labels.iter().cloned());
+            metrics::histogram!(kind.transition_seconds, metric_labels(&timed)).record(held);
+        }
+        let deleted_at = meta.deletion_timestamp.as_ref().map(|t: &Time| t.0);
+        self.seen.insert(
+            key,
+            Seen {
+                conditions: current,
+                labels,
+                deleted_at,
+            },
+        );
+    }
+}
+
+fn metric_labels(labels: &[(&'static str, String)]) -> Vec<metrics::Label> {
+    labels
+        .iter()
+        .map(|(k, v)| metrics::Label::new(*k, v.clone()))
+        .collect()
+}
+
+/// `labels` plus the deprecated names' `group` and `kind`.
+fn kind_labels(kind: &Kind, mut labels: Vec<(&'static str, String)>) -> Vec<metrics::Label> {
+    labels.extend([
+        ("group", kind.group.to_owned()),
+        ("kind", kind.kind.to_owned()),
+    ]);
+    metric_labels(&labels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn claim(name: &str, ready: &str, at: &str, deleting: bool) -> NodeClaim {
+        let mut meta = json!({"name": name, "labels": {
+            "karpenter.sh/nodepool": "pool-c", "karpenter.k8s.aws/ec2nodeclass": "default"}});
+        if deleting {
+            meta["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": meta,
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                "name": "default"}, "requirements": []},
+            "status": {"conditions": [{"type": "Ready", "status": ready, "reason": ready,
+                "lastTransitionTime": at}]}
+        }))
+        .expect("valid NodeClaim")
+    }
+
+    #[test]
+    fn transitions_are_counted_once_per_status_change_with_the_time_held() {
+        crate::metrics::handle();
+        let mut tracker = ConditionTracker::<NodeClaim>::default();
+        let unknown = claim("tracked-a", "Unknown", "2026-01-01T00:00:00Z", false);
+        tracker.observe(&unknown, Change::Applied);
+        tracker.observe(&unknown, Change::Applied);
+        let ready = claim("tracked-a", "True", "2026-01-01T00:00:30Z", false);
+        tracker.observe(&ready, Change::Applied);
+        let deleting = claim("tracked-a", "True", "2026-01-01T00:00:30Z", true);
+        tracker.observe(&deleting, Change::Applied);
+        tracker.observe(&deleting, Change::Deleted);
+        let text = crate::metrics::render();
+        for line in [
+            "operator_nodeclaim_status_condition_transitions_total{type=\"Ready\",status=\"Unknown\",reason=\"Unknown\",karpenter_k8s_aws_ec2nodeclass=\"default\",karpenter_sh_nodepool=\"pool-c\"} 1",
+            "operator_nodeclaim_status_condition_transitions_total{type=\"Ready\",status=\"True\",reason=\"True\",karpenter_k8s_aws_ec2nodeclass=\"default\",karpenter_sh_nodepool=\"pool-c\"} 1",
+            "operator_nodeclaim_status_condition_transition_seconds_bucket{type=\"Ready\",status=\"Unknown\",karpenter_k8s_aws_ec2nodeclass=\"default\",karpenter_sh_nodepool=\"pool-c\",le=\"32\"} 1",
+            "operator_nodeclaim_status_condition_transition_seconds_bucket{type=\"Ready\",status=\"Unknown\",karpenter_k8s_aws_ec2nodeclass=\"default\",karpenter_sh_nodepool=\"pool-c\",le=\"16\"} 0",
+            "operator_nodeclaim_termination_duration_seconds_count{karpenter_k8s_aws_ec2nodeclass=\"default\",karpenter_sh_nodepool=\"pool-c\"} 1",
+            "operator_status_condition_transitions_total{type=\"Ready\",status=\"True\",reason=\"True\",group=\"karpenter.sh\",kind=\"NodeClaim\"}",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn gauges_follow_the_objects_in_state() {
+        let (state, mut writers) = ClusterState::new();
+        writers.nodeclaims.apply(
+            ObjectKey::new(None, "gauged-a"),
+            claim("gauged-a", "True", "2026-01-01T00:00:00Z", true),
+        );
+        let mut text = String::new();
+        for family in families(&state) {
+            family.render_into(&mut text);
+        }
+        assert!(
+            text.contains("operator_nodeclaim_status_condition_count{namespace=\"\",name=\"gauged-a\",type=\"Ready\",status=\"True\",reason=\"True\",karpenter_k8s_aws_ec2nodeclass=\"default\",karpenter_sh_nodepool=\"pool-c\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("operator_nodeclaim_termination_current_time_seconds{namespace=\"\",name=\"gauged-a\""), "{text}");
+        assert!(text.contains("operator_status_condition_count{namespace=\"\",name=\"gauged-a\",type=\"Ready\",status=\"True\",reason=\"True\",group=\"karpenter.sh\",kind=\"NodeClaim\"} 1"), "{text}");
+        writers.nodeclaims.delete(&ObjectKey::new(None, "gauged-a"));
+        let mut after = String::new();
+        for family in families(&state) {
+            family.render_into(&mut after);
+        }
+        assert!(!after.contains("gauged-a"), "{after}");
+    }
+}
