@@ -417,6 +417,67 @@ pub fn workqueue_queue_duration(controller: &'static str, waited: std::time::Dur
         .record(waited.as_secs_f64());
 }
 
+/// How long a NodeClaim condition held its previous status when it changed (labels `type`,
+/// `status`: the previous one, the NodeClass and NodePool labels).
+pub const NODECLAIM_TRANSITION_SECONDS: &str =
+    "operator_nodeclaim_status_condition_transition_seconds";
+
+/// Time from a NodeClaim's deletion until it was gone (labels: the NodeClass and NodePool).
+pub const NODECLAIM_TERMINATION_SECONDS: &str = "operator_nodeclaim_termination_duration_seconds";
+
+/// How long a NodePool condition held its previous status when it changed.
+pub const NODEPOOL_TRANSITION_SECONDS: &str =
+    "operator_nodepool_status_condition_transition_seconds";
+
+/// Time from a NodePool's deletion until it was gone.
+pub const NODEPOOL_TERMINATION_SECONDS: &str = "operator_nodepool_termination_duration_seconds";
+
+/// How long a Node condition held its previous status when it changed.
+pub const NODE_TRANSITION_SECONDS: &str = "operator_node_status_condition_transition_seconds";
+
+/// Time from a Node's deletion until it was gone.
+pub const NODE_TERMINATION_SECONDS: &str = "operator_node_termination_duration_seconds";
+
+/// How long an EC2NodeClass condition held its previous status when it changed.
+pub const EC2NODECLASS_TRANSITION_SECONDS: &str =
+    "operator_ec2nodeclass_status_condition_transition_seconds";
+
+/// Time from an EC2NodeClass's deletion until it was gone.
+pub const EC2NODECLASS_TERMINATION_SECONDS: &str =
+    "operator_ec2nodeclass_termination_duration_seconds";
+
+/// The deprecated transition histogram (labels `type`, `status`, `group`, `kind`).
+pub const TRANSITION_SECONDS: &str = "operator_status_condition_transition_seconds";
+
+/// The deprecated termination histogram (labels `group`, `kind`).
+pub const TERMINATION_SECONDS: &str = "operator_termination_duration_seconds";
+
+/// Karpenter's buckets for the status histograms: 0.5 s doubling to 8,192 s.
+const KARPENTER_BUCKETS: &[f64] = &[
+    0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
+];
+
+/// Prometheus's default buckets, which operatorpkg uses where karpenter sets none (the AWS
+/// provider's EC2NodeClass controller, and the deprecated names).
+const DEFAULT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// operatorpkg's status-condition and termination histograms with their buckets
+/// ([`crate::cluster_metrics::conditions`] records them).
+const OPERATOR_HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
+    (NODECLAIM_TRANSITION_SECONDS, KARPENTER_BUCKETS),
+    (NODECLAIM_TERMINATION_SECONDS, KARPENTER_BUCKETS),
+    (NODEPOOL_TRANSITION_SECONDS, KARPENTER_BUCKETS),
+    (NODEPOOL_TERMINATION_SECONDS, KARPENTER_BUCKETS),
+    (NODE_TRANSITION_SECONDS, KARPENTER_BUCKETS),
+    (NODE_TERMINATION_SECONDS, KARPENTER_BUCKETS),
+    (EC2NODECLASS_TRANSITION_SECONDS, DEFAULT_BUCKETS),
+    (EC2NODECLASS_TERMINATION_SECONDS, DEFAULT_BUCKETS),
+    (TRANSITION_SECONDS, DEFAULT_BUCKETS),
+    (TERMINATION_SECONDS, DEFAULT_BUCKETS),
+];
+
 /// Upstream's duration buckets (karpenter's `DurationBuckets`): controller-runtime's, plus
 /// longer ones for singleton controllers (seconds).
 const DURATION_BUCKETS: &[f64] = &[
@@ -534,7 +595,7 @@ fn install() -> PrometheusHandle {
         })
         .and_then(|b| {
             // operatorpkg's status-condition and termination histograms.
-            crate::cluster_metrics::conditions::HISTOGRAM_BUCKETS
+            OPERATOR_HISTOGRAM_BUCKETS
                 .iter()
                 .try_fold(b, |b, (name, buckets)| {
                     b.set_buckets_for_metric(Matcher::Full((*name).into()), buckets)

@@ -16,6 +16,12 @@ use k8s_openapi::jiff::Timestamp;
 use kerf::api::{ConditionStatus, EC2NodeClass, NodeClaim, NodePool};
 
 use super::exposition::Family;
+use crate::metrics::{
+    EC2NODECLASS_TERMINATION_SECONDS, EC2NODECLASS_TRANSITION_SECONDS, NODE_TERMINATION_SECONDS,
+    NODE_TRANSITION_SECONDS, NODECLAIM_TERMINATION_SECONDS, NODECLAIM_TRANSITION_SECONDS,
+    NODEPOOL_TERMINATION_SECONDS, NODEPOOL_TRANSITION_SECONDS, TERMINATION_SECONDS,
+    TRANSITION_SECONDS,
+};
 use crate::state::{Change, ClusterState, ObjectKey};
 
 /// Conditions per NodeClaim, by type, status and reason (labels `namespace`, `name`,
@@ -27,16 +33,10 @@ pub const NODECLAIM_CONDITION_SECONDS: &str =
 /// NodeClaim condition transitions (labels `type`, `status`, `reason`, the NodeClass and
 /// NodePool labels).
 pub const NODECLAIM_TRANSITIONS: &str = "operator_nodeclaim_status_condition_transitions_total";
-/// How long a NodeClaim condition held its previous status when it changed (labels `type`,
-/// `status`: the previous one, the NodeClass and NodePool labels).
-pub const NODECLAIM_TRANSITION_SECONDS: &str =
-    "operator_nodeclaim_status_condition_transition_seconds";
 /// Seconds a deleted NodeClaim has been terminating (labels `namespace`, `name`, the
 /// NodeClass and NodePool labels).
 pub const NODECLAIM_TERMINATING_SECONDS: &str =
     "operator_nodeclaim_termination_current_time_seconds";
-/// Time from a NodeClaim's deletion until it was gone (labels: the NodeClass and NodePool).
-pub const NODECLAIM_TERMINATION_SECONDS: &str = "operator_nodeclaim_termination_duration_seconds";
 
 /// Conditions per NodePool (labels `namespace`, `name`, `type`, `status`, `reason`).
 pub const NODEPOOL_CONDITION_COUNT: &str = "operator_nodepool_status_condition_count";
@@ -45,13 +45,8 @@ pub const NODEPOOL_CONDITION_SECONDS: &str =
     "operator_nodepool_status_condition_current_status_seconds";
 /// NodePool condition transitions (labels `type`, `status`, `reason`).
 pub const NODEPOOL_TRANSITIONS: &str = "operator_nodepool_status_condition_transitions_total";
-/// How long a NodePool condition held its previous status when it changed.
-pub const NODEPOOL_TRANSITION_SECONDS: &str =
-    "operator_nodepool_status_condition_transition_seconds";
 /// Seconds a deleted NodePool has been terminating (labels `namespace`, `name`).
 pub const NODEPOOL_TERMINATING_SECONDS: &str = "operator_nodepool_termination_current_time_seconds";
-/// Time from a NodePool's deletion until it was gone.
-pub const NODEPOOL_TERMINATION_SECONDS: &str = "operator_nodepool_termination_duration_seconds";
 
 /// Conditions per Node (labels `namespace`, `name`, `type`, `status`, `reason`,
 /// `karpenter_k8s_aws_ec2nodeclass`, `karpenter_sh_nodepool`, `karpenter_sh_initialized`).
@@ -61,12 +56,8 @@ pub const NODE_CONDITION_SECONDS: &str = "operator_node_status_condition_current
 /// Node condition transitions (labels `type`, `status`, `reason` and the Node's labels as
 /// the count's).
 pub const NODE_TRANSITIONS: &str = "operator_node_status_condition_transitions_total";
-/// How long a Node condition held its previous status when it changed.
-pub const NODE_TRANSITION_SECONDS: &str = "operator_node_status_condition_transition_seconds";
 /// Seconds a deleted Node has been terminating.
 pub const NODE_TERMINATING_SECONDS: &str = "operator_node_termination_current_time_seconds";
-/// Time from a Node's deletion until it was gone.
-pub const NODE_TERMINATION_SECONDS: &str = "operator_node_termination_duration_seconds";
 
 /// Conditions per EC2NodeClass (labels `namespace`, `name`, `type`, `status`, `reason`).
 pub const EC2NODECLASS_CONDITION_COUNT: &str = "operator_ec2nodeclass_status_condition_count";
@@ -76,15 +67,9 @@ pub const EC2NODECLASS_CONDITION_SECONDS: &str =
 /// EC2NodeClass condition transitions (labels `type`, `status`, `reason`).
 pub const EC2NODECLASS_TRANSITIONS: &str =
     "operator_ec2nodeclass_status_condition_transitions_total";
-/// How long an EC2NodeClass condition held its previous status when it changed.
-pub const EC2NODECLASS_TRANSITION_SECONDS: &str =
-    "operator_ec2nodeclass_status_condition_transition_seconds";
 /// Seconds a deleted EC2NodeClass has been terminating.
 pub const EC2NODECLASS_TERMINATING_SECONDS: &str =
     "operator_ec2nodeclass_termination_current_time_seconds";
-/// Time from an EC2NodeClass's deletion until it was gone.
-pub const EC2NODECLASS_TERMINATION_SECONDS: &str =
-    "operator_ec2nodeclass_termination_duration_seconds";
 
 /// operatorpkg's deprecated condition count of NodeClaims, NodePools and EC2NodeClasses
 /// together (labels as the per-kind ones without theirs, plus `group` and `kind`).
@@ -93,36 +78,8 @@ pub const CONDITION_COUNT: &str = "operator_status_condition_count";
 pub const CONDITION_SECONDS: &str = "operator_status_condition_current_status_seconds";
 /// The deprecated transition counter (labels `type`, `status`, `reason`, `group`, `kind`).
 pub const TRANSITIONS: &str = "operator_status_condition_transitions_total";
-/// The deprecated transition histogram (labels `type`, `status`, `group`, `kind`).
-pub const TRANSITION_SECONDS: &str = "operator_status_condition_transition_seconds";
 /// The deprecated terminating-time gauge (labels `namespace`, `name`, `group`, `kind`).
 pub const TERMINATING_SECONDS: &str = "operator_termination_current_time_seconds";
-/// The deprecated termination histogram (labels `group`, `kind`).
-pub const TERMINATION_SECONDS: &str = "operator_termination_duration_seconds";
-
-/// Karpenter's buckets for the status histograms: 0.5 s doubling to 8,192 s.
-const KARPENTER_BUCKETS: &[f64] = &[
-    0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
-];
-/// Prometheus's default buckets, which operatorpkg uses where karpenter sets none (the AWS
-/// provider's EC2NodeClass controller, and the deprecated names).
-const DEFAULT_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// Every histogram of this module with its buckets, for the recorder.
-pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
-    (NODECLAIM_TRANSITION_SECONDS, KARPENTER_BUCKETS),
-    (NODECLAIM_TERMINATION_SECONDS, KARPENTER_BUCKETS),
-    (NODEPOOL_TRANSITION_SECONDS, KARPENTER_BUCKETS),
-    (NODEPOOL_TERMINATION_SECONDS, KARPENTER_BUCKETS),
-    (NODE_TRANSITION_SECONDS, KARPENTER_BUCKETS),
-    (NODE_TERMINATION_SECONDS, KARPENTER_BUCKETS),
-    (EC2NODECLASS_TRANSITION_SECONDS, DEFAULT_BUCKETS),
-    (EC2NODECLASS_TERMINATION_SECONDS, DEFAULT_BUCKETS),
-    (TRANSITION_SECONDS, DEFAULT_BUCKETS),
-    (TERMINATION_SECONDS, DEFAULT_BUCKETS),
-];
 
 /// One kind's metric names and the object labels upstream copies onto them.
 #[derive(Debug)]
