@@ -431,8 +431,8 @@ fn an_actor_panic_naming_no_actor_is_refused() {
 
 /// `headroom` at a CI size, at the simulation's own pace (not `--fast`: the point is the
 /// wait for a node to launch and boot): the burst binds into the buffer's room within the
-/// scenario's 5 s; the same run without the CapacityBuffer misses it, its burst waiting for
-/// new nodes.
+/// scenario's 5 s. The same run without the CapacityBuffer has no node when the burst comes,
+/// so its pods wait for one to launch (how long that takes is the machine's, not asserted).
 #[test]
 fn headroom_binds_the_burst_into_the_buffers_room_and_not_without_it() {
     let yaml = std::fs::read_to_string(scenarios().join("headroom.yaml")).expect("read");
@@ -468,7 +468,8 @@ fn headroom_binds_the_burst_into_the_buffers_room_and_not_without_it() {
     };
     let buffered = workload.replace("replicas: 20", "replicas: 6");
     assert_ne!(buffered, workload, "the buffer is sized to the burst");
-    passed("headroom", run_at_pace("headroom", &buffered));
+    let (_, stderr) = passed("headroom", run_at_pace("headroom", &buffered));
+    assert!(nodes_at_the_burst(&stderr) >= 1, "room kept: {stderr}");
 
     let without: String = buffered
         .split("\n---\n")
@@ -476,16 +477,29 @@ fn headroom_binds_the_burst_into_the_buffers_room_and_not_without_it() {
         .collect::<Vec<_>>()
         .join("\n---\n");
     assert!(!without.contains("CapacityBuffer"));
-    let (code, report, stderr) = run_at_pace("headroom-unbuffered", &without);
-    let bound = report["expectations"]
+    let (_, report, stderr) = run_at_pace("headroom-unbuffered", &without);
+    assert_eq!(nodes_at_the_burst(&stderr), 0, "no room kept: {stderr}");
+    let last = report["series"]
         .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e["name"] == "allPodsBound")
-        .unwrap_or_else(|| panic!("judged: {report:#}"));
-    assert_eq!(
-        bound["held"], false,
-        "without room the burst waits for nodes: {bound}; stderr:\n{stderr}"
+        .and_then(|s| s.last())
+        .unwrap_or_else(|| panic!("sampled: {report:#}"));
+    let nodes = |key: &str| last[key].as_u64().unwrap_or(0);
+    assert!(
+        nodes("nodesOnDemand") + nodes("nodesSpot") >= 1,
+        "the burst got a node launched for it: {last}"
     );
-    assert_eq!(code, Some(1));
+    assert_eq!(last["podsPending"], 0, "{last}");
+}
+
+/// The nodes the progress line of the burst's scale step counts.
+fn nodes_at_the_burst(stderr: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("scale default/burst to 6"))
+        .unwrap_or_else(|| panic!("a scale step in: {stderr}"));
+    line.rsplit(", ")
+        .next()
+        .and_then(|tail| tail.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a node count in {line:?}"))
 }
