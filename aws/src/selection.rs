@@ -342,7 +342,7 @@ mod tests {
         let (kind, offerings) = reserved_offerings(&s.instance_types, &pinned).unwrap();
         assert_eq!(kind.reservation_type, "capacity-block");
         assert_eq!(offerings.len(), 1);
-        // Not allowed reserved: spot as before.
+        // Requirements that do not allow reserved launch spot, as without reservations.
         let no_reserved = reqs(&[Requirement::in_values(
             labels::CAPACITY_TYPE,
             ["spot", "on-demand"],

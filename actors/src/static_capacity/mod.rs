@@ -72,7 +72,8 @@ impl Deleted {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The names still unseen, forgetting those `claims` shows deleting or no longer holds.
+    /// Its deletions the stores do not show yet: a name is dropped once `claims` shows that
+    /// NodeClaim deleting or gone.
     fn unseen(&self, claims: &[Arc<NodeClaim>]) -> HashSet<String> {
         let mut names = self.lock();
         names.retain(|name| {

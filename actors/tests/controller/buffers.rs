@@ -160,7 +160,7 @@ fn a_buffer_keeps_room_for_its_placeholder_pods_and_refills_it() {
             pods.len() == 2 && pods.iter().all(|p| p["spec"]["nodeName"] == node.as_str())
         })
         .await;
-        // The buffer is refilled: one node more for the placeholder pods that no longer fit.
+        // The buffer is refilled: one node more for the placeholder pods the burst displaced.
         eventually("the buffer refilled", || {
             cluster
                 .list("v1", "nodes", None, "")
