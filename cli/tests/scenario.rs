@@ -431,25 +431,28 @@ fn an_actor_panic_naming_no_actor_is_refused() {
 
 /// `headroom` at a CI size, at the simulation's own pace (not `--fast`: the point is the
 /// wait for a node to launch and boot): the burst binds into the buffer's room within the
-/// scenario's 5 s. The same run without the CapacityBuffer has no node when the burst comes,
-/// so its pods wait for one to launch (how long that takes is the machine's, not asserted).
+/// scenario's 5 s, and the static pool, scaled to 3 and back to 2, ends with 2 nodes. The same
+/// run without the CapacityBuffer (and without the static pool's steps) has no node when the
+/// burst comes, so its pods wait for one to launch (how long that takes is the machine's, not
+/// asserted).
 #[test]
 fn headroom_binds_the_burst_into_the_buffers_room_and_not_without_it() {
     let yaml = std::fs::read_to_string(scenarios().join("headroom.yaml")).expect("read");
     let workload =
         std::fs::read_to_string(scenarios().join("headroom/workload.yaml")).expect("read");
-    // At CI size, and without the final wait for the refill to settle (the controller test
-    // `buffers` holds kerf to the refill): two runs at the simulation's pace.
+    // At CI size, and without the wait for the buffer's refill to settle (the controller test
+    // `buffers` holds kerf to the refill).
+    let burst_bound = "  - wait: {podsBound: all, timeout: 3m}\n";
     let smaller = yaml.replace("replicas: 20}", "replicas: 6}").replace(
-        "  - wait: {podsBound: all, timeout: 3m}\n  - wait: {settled: true, timeout: 3m}\n",
-        "  - wait: {podsBound: all, timeout: 3m}\n",
+        &format!("{burst_bound}  - wait: {{settled: true, timeout: 3m}}\n"),
+        burst_bound,
     );
     assert!(
-        smaller.contains("replicas: 6}") && smaller.matches("settled").count() == 1,
-        "the scenario scales the burst and waits once for the buffer to settle: {smaller}"
+        smaller.contains("replicas: 6}") && smaller.matches("settled").count() == 3,
+        "the scenario scales the burst, then the static pool twice, each time settling: {smaller}"
     );
-    let run_at_pace = |name: &str, workload: &str| {
-        let (dir, file) = scenario_file(name, &smaller);
+    let run_at_pace = |name: &str, scenario: &str, workload: &str| {
+        let (dir, file) = scenario_file(name, scenario);
         std::fs::create_dir_all(dir.join("headroom")).expect("workload dir");
         std::fs::write(dir.join("headroom/workload.yaml"), workload).expect("workload written");
         let args = [
@@ -468,8 +471,14 @@ fn headroom_binds_the_burst_into_the_buffers_room_and_not_without_it() {
     };
     let buffered = workload.replace("replicas: 20", "replicas: 6");
     assert_ne!(buffered, workload, "the buffer is sized to the burst");
-    let (_, stderr) = passed("headroom", run_at_pace("headroom", &buffered));
+    let (report, stderr) = passed("headroom", run_at_pace("headroom", &smaller, &buffered));
     assert!(nodes_at_the_burst(&stderr) >= 1, "room kept: {stderr}");
+    assert_eq!(measured(&report, "nodePoolNodes.fixed"), "2");
+    assert!(
+        stderr.contains("scale nodepool fixed to 3")
+            && stderr.contains("scale nodepool fixed to 2"),
+        "{stderr}"
+    );
 
     let without: String = buffered
         .split("\n---\n")
@@ -477,7 +486,11 @@ fn headroom_binds_the_burst_into_the_buffers_room_and_not_without_it() {
         .collect::<Vec<_>>()
         .join("\n---\n");
     assert!(!without.contains("CapacityBuffer"));
-    let (_, report, stderr) = run_at_pace("headroom-unbuffered", &without);
+    let burst_only = smaller
+        [..smaller.find(burst_bound).expect("the burst's wait") + burst_bound.len()]
+        .to_owned()
+        + "expect:\n  allPodsBound: {within: 5s}\n";
+    let (_, report, stderr) = run_at_pace("headroom-unbuffered", &burst_only, &without);
     assert_eq!(nodes_at_the_burst(&stderr), 0, "no room kept: {stderr}");
     let last = report["series"]
         .as_array()

@@ -235,16 +235,25 @@ fn check_step(
                 "give exactly one of `podsBound` and `settled`".into(),
             ),
         },
-        Action::Scale(scale) => {
-            if scale.deployment.split('/').any(str::is_empty)
-                || scale.deployment.matches('/').count() > 1
-            {
-                problem(
-                    "scale.deployment",
-                    format!("{:?} is not NAME or NAMESPACE/NAME", scale.deployment),
-                );
+        Action::Scale(scale) => match (&scale.deployment, &scale.nodepool) {
+            (Some(deployment), None) => {
+                if deployment.split('/').any(str::is_empty) || deployment.matches('/').count() > 1 {
+                    problem(
+                        "scale.deployment",
+                        format!("{deployment:?} is not NAME or NAMESPACE/NAME"),
+                    );
+                }
             }
-        }
+            (None, Some(pool)) => {
+                if pool.is_empty() || pool.contains('/') {
+                    problem("scale.nodepool", format!("{pool:?} is not a NodePool name"));
+                }
+            }
+            _ => problem(
+                "scale",
+                "give exactly one of `deployment` and `nodepool`".into(),
+            ),
+        },
         Action::Apply(file) => {
             let full = base.join(file);
             if !full.exists() {
@@ -395,6 +404,14 @@ fn check_expect(expect: &Expect, problems: &mut Vec<Problem>) {
             format!("{cost} is not a price in $/hour"),
         ));
     }
+    for pool in expect.node_pool_nodes.iter().flat_map(|pools| pools.keys()) {
+        if pool.is_empty() || pool.contains('/') {
+            problems.push(Problem::at(
+                "expect.nodePoolNodes",
+                format!("{pool:?} is not a NodePool name"),
+            ));
+        }
+    }
 }
 
 /// `TYPE:ZONE[:CAPACITY]` where TYPE and ZONE may hold AWS wildcards (`c6a.*`, `?`), and
@@ -494,7 +511,9 @@ mod tests {
             "name: t\nworkload: [missing.yaml]\ncontroller: {env: {BATCH_IDLE_DURATON: 1s, BATCH_MAX_DURATION: soon}}\n\
              steps:\n  - fault: {kind: ec2-throttle, rate: 1.5}\n  - fault: {kind: spot-interruption, fraction: 0}\n\
              \x20 - fault: {kind: ice, offerings: [\"m9.*:us-east-1a\", \"bad\"]}\n  - apply: nope.yaml\n\
-             \x20 - controller: {kill: leader, restart: all}\n  - wait: {timeout: 1m}\n",
+             \x20 - controller: {kill: leader, restart: all}\n  - wait: {timeout: 1m}\n\
+             \x20 - scale: {deployment: web, nodepool: fixed, replicas: 2}\n  - scale: {nodepool: a/b, replicas: 1}\n\
+             expect: {nodePoolNodes: {\"\": 1}}\n",
         );
         let expected = [
             "workload[0]: no such file",
@@ -507,6 +526,9 @@ mod tests {
             "steps[3].apply: no such file",
             "steps[4].controller: give exactly one of",
             "steps[5].wait: give exactly one of",
+            "steps[6].scale: give exactly one of `deployment` and `nodepool`",
+            "steps[7].scale.nodepool: \"a/b\" is not a NodePool name",
+            "expect.nodePoolNodes: \"\" is not a NodePool name",
         ];
         for want in expected {
             assert!(

@@ -5,6 +5,7 @@
 //! the end. Pods the controller reported it cannot place are left out of both, and the
 //! measured value says how many.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ pub struct End<'a> {
     pub last_displaced: Instant,
     pub leaked: &'a [String],
     pub double_launched: &'a [String],
+    /// Nodes not being deleted, by their `karpenter.sh/nodepool` label.
+    pub pool_nodes: &'a BTreeMap<String, u64>,
 }
 
 /// Judged in every scenario: the chart's RBAC refused none of the controller's requests (a
@@ -117,6 +120,15 @@ pub fn judge(expect: &Expect, end: &End<'_>) -> Vec<ExpectationResult> {
             m.max_hourly_cost <= wanted,
         );
     }
+    for (pool, &wanted) in expect.node_pool_nodes.iter().flatten() {
+        let found = end.pool_nodes.get(pool).copied().unwrap_or(0);
+        push(
+            &format!("nodePoolNodes.{pool}"),
+            wanted.to_string(),
+            found.to_string(),
+            found == wanted,
+        );
+    }
     results
 }
 
@@ -168,6 +180,7 @@ mod tests {
             pdb_violations: Some(0),
             max_nodes: Some(3),
             max_hourly_cost: Some(1.0),
+            node_pool_nodes: Some(BTreeMap::from([("fixed".to_owned(), 2)])),
         }
     }
 
@@ -237,6 +250,7 @@ mod tests {
             ..Measures::default()
         };
         let leaked = ["i-1".to_owned()];
+        let pool_nodes = BTreeMap::from([("fixed".to_owned(), 3), ("other".to_owned(), 2)]);
         let results = judge(
             &expect_all(),
             &End {
@@ -244,6 +258,7 @@ mod tests {
                 last_displaced: now,
                 leaked: &leaked,
                 double_launched: &[],
+                pool_nodes: &pool_nodes,
             },
         );
         let held: Vec<(&str, bool)> = results.iter().map(|r| (r.name.as_str(), r.held)).collect();
@@ -256,12 +271,17 @@ mod tests {
                 ("pdbViolations", true),
                 ("maxNodes", false),
                 ("maxHourlyCost", true),
+                ("nodePoolNodes.fixed", false),
             ]
         );
         assert_eq!(results[0].measured, "12.0s");
         assert_eq!(results[1].measured, "1 (i-1)");
+        assert_eq!(
+            results[6].measured, "3",
+            "a pool's nodes are counted exactly"
+        );
         assert!(
-            table(&results).contains("maxNodes         ≤ 3"),
+            table(&results).contains("maxNodes             ≤ 3"),
             "{}",
             table(&results)
         );
@@ -281,6 +301,7 @@ mod tests {
                 last_displaced: Instant::now(),
                 leaked: &[],
                 double_launched: &[],
+                pool_nodes: &BTreeMap::new(),
             },
         );
         assert!(!results[0].held);
@@ -302,6 +323,7 @@ mod tests {
             last_displaced: now,
             leaked: &[],
             double_launched: &[],
+            pool_nodes: &BTreeMap::new(),
         };
         let results = judge(&expect_all(), &end);
         assert!(results[0].held);

@@ -71,6 +71,8 @@ pub struct Expect {
     pub pdb_violations: Option<u64>,
     pub max_nodes: Option<u64>,
     pub max_hourly_cost: Option<f64>,
+    /// The Nodes each named NodePool has at the end (`{fixed: 2}`), none being deleted.
+    pub node_pool_nodes: Option<BTreeMap<String, u64>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -140,12 +142,26 @@ impl<'de> Deserialize<'de> for PodsBound {
     }
 }
 
+/// `scale`: a Deployment's replicas, or a static NodePool's (as `kubectl scale nodepool`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scale {
     /// `namespace/name`, or `name` in `default`.
-    pub deployment: String,
+    pub deployment: Option<String>,
+    /// A static NodePool's name.
+    pub nodepool: Option<String>,
     pub replicas: u32,
+}
+
+impl Scale {
+    /// What is scaled, for progress lines: `default/web` or `nodepool fixed`.
+    pub fn target(&self) -> String {
+        match (&self.deployment, &self.nodepool) {
+            (Some(deployment), _) => deployment.clone(),
+            (None, Some(pool)) => format!("nodepool {pool}"),
+            (None, None) => String::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

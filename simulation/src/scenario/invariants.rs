@@ -246,6 +246,21 @@ pub fn double_launches(instances: &[Instance]) -> Vec<String> {
 
 /// Live instances no NodeClaim accounts for: neither by its providerID nor by the name in
 /// the instance's tag (a NodeClaim whose launch is not recorded yet still owns it).
+/// The Nodes not being deleted, counted by their `karpenter.sh/nodepool` label.
+pub fn pool_nodes(cluster: &Cluster) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    let nodes = cluster.list("v1", "nodes", None, "").unwrap_or_default();
+    for node in nodes
+        .iter()
+        .filter(|n| n["metadata"]["deletionTimestamp"].is_null())
+    {
+        if let Some(pool) = node["metadata"]["labels"][kerf::labels::NODEPOOL].as_str() {
+            *counts.entry(pool.to_owned()).or_default() += 1;
+        }
+    }
+    counts
+}
+
 pub fn leaked_instances(instances: &[Instance], cluster: &Cluster) -> Vec<String> {
     let claims = cluster
         .list("karpenter.sh/v1", "nodeclaims", None, "")

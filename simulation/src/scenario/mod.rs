@@ -138,6 +138,7 @@ pub async fn execute(
         ..
     } = runner;
     let measures = observer.finish().await;
+    let pool_nodes = invariants::pool_nodes(&cluster);
     let instances = world.provider.ec2().instances();
     let double_launched = invariants::double_launches(&instances);
     let mut expectations = expect::judge(
@@ -147,6 +148,7 @@ pub async fn execute(
             last_displaced,
             leaked: &leaked,
             double_launched: &double_launched,
+            pool_nodes: &pool_nodes,
         },
     );
     expectations.push(expect::chart_rbac(&super::install::usage(&world.server)));

@@ -89,10 +89,11 @@ impl Runner<'_> {
             Action::Scale(scale) => {
                 self.say(
                     index,
-                    &format!("scale {} to {}", scale.deployment, scale.replicas),
+                    &format!("scale {} to {}", scale.target(), scale.replicas),
                 );
-                scale_deployment(&cluster, scale)?;
-                true
+                apply_scale(&cluster, scale)?;
+                // A static pool's nodes hold no workload pod of their own.
+                scale.deployment.is_some()
             }
             Action::Apply(file) => {
                 self.say(index, &format!("apply {file}"));
@@ -223,7 +224,15 @@ impl Runner<'_> {
         let in_flight = claims.iter().any(|c| {
             c["metadata"]["deletionTimestamp"].is_string() || !has_condition(c, "Initialized")
         });
-        self.observer.now().waiting() == 0 && !in_flight && disruption_idle
+        let pools = self
+            .world
+            .cluster()
+            .list("karpenter.sh/v1", "nodepools", None, "")
+            .unwrap_or_default();
+        self.observer.now().waiting() == 0
+            && !in_flight
+            && disruption_idle
+            && static_pools_held(&pools, &claims)
     }
 
     async fn controller(&mut self, index: usize, step: &ControllerStep) -> anyhow::Result<()> {
@@ -329,6 +338,27 @@ fn workloads_made(cluster: &Cluster) -> bool {
     })
 }
 
+/// Whether every static NodePool has as many NodeClaims as its `spec.replicas` (at most its
+/// `limits.nodes`): one short or over still has work for the controller.
+fn static_pools_held(pools: &[Value], claims: &[Value]) -> bool {
+    pools.iter().all(|pool| {
+        let Some(replicas) = pool["spec"]["replicas"].as_u64() else {
+            return true;
+        };
+        let limit = pool["spec"]["limits"]["nodes"]
+            .as_str()
+            .and_then(|n| n.parse::<u64>().ok())
+            .or_else(|| pool["spec"]["limits"]["nodes"].as_u64())
+            .unwrap_or(u64::MAX);
+        let name = pool["metadata"]["name"].as_str();
+        let members = claims
+            .iter()
+            .filter(|c| c["metadata"]["labels"][kerf::labels::NODEPOOL].as_str() == name)
+            .count() as u64;
+        members == replicas.min(limit)
+    })
+}
+
 fn has_condition(object: &Value, name: &str) -> bool {
     object["status"]["conditions"].as_array().is_some_and(|cs| {
         cs.iter()
@@ -336,11 +366,27 @@ fn has_condition(object: &Value, name: &str) -> bool {
     })
 }
 
-fn scale_deployment(cluster: &Cluster, scale: &Scale) -> anyhow::Result<()> {
-    let (namespace, name) = scale
-        .deployment
+/// Sets a Deployment's or a static NodePool's `spec.replicas`, the field `kubectl scale`
+/// writes through the scale subresource.
+fn apply_scale(cluster: &Cluster, scale: &Scale) -> anyhow::Result<()> {
+    let replicas = json!({"spec": {"replicas": scale.replicas}});
+    if let Some(pool) = &scale.nodepool {
+        return cluster
+            .patch(
+                "karpenter.sh/v1",
+                "nodepools",
+                None,
+                pool,
+                PatchKind::Merge,
+                &replicas,
+            )
+            .map(|_| ())
+            .map_err(|e| anyhow::anyhow!("scaling NodePool {pool}: {e}"));
+    }
+    let deployment = scale.deployment.as_deref().unwrap_or_default();
+    let (namespace, name) = deployment
         .split_once('/')
-        .unwrap_or(("default", scale.deployment.as_str()));
+        .unwrap_or(("default", deployment));
     cluster
         .patch(
             "apps/v1",
@@ -348,7 +394,7 @@ fn scale_deployment(cluster: &Cluster, scale: &Scale) -> anyhow::Result<()> {
             Some(namespace),
             name,
             PatchKind::Merge,
-            &json!({"spec": {"replicas": scale.replicas}}),
+            &replicas,
         )
         .map(|_| ())
         .map_err(|e| anyhow::anyhow!("scaling Deployment {namespace}/{name}: {e}"))
@@ -421,4 +467,44 @@ fn delete_some(cluster: &Cluster, delete: &Delete) -> anyhow::Result<Vec<String>
         names.push(qualified(object));
     }
     Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims_of(pool: &str, n: usize) -> Vec<Value> {
+        (0..n)
+            .map(|i| {
+                json!({"metadata": {"name": format!("{pool}-{i}"),
+                    "labels": {"karpenter.sh/nodepool": pool}}})
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_static_pool_is_held_only_at_its_replicas_within_its_node_limit() {
+        let fixed = |spec: Value| json!({"metadata": {"name": "fixed"}, "spec": spec});
+        let dynamic = json!({"metadata": {"name": "default"}, "spec": {}});
+        let mut claims = claims_of("fixed", 2);
+        claims.extend(claims_of("default", 5));
+        let pools = |spec: Value| [fixed(spec), dynamic.clone()];
+        assert!(static_pools_held(&pools(json!({"replicas": 2})), &claims));
+        assert!(
+            !static_pools_held(&pools(json!({"replicas": 3})), &claims),
+            "short"
+        );
+        assert!(
+            !static_pools_held(&pools(json!({"replicas": 1})), &claims),
+            "over"
+        );
+        assert!(static_pools_held(
+            &pools(json!({"replicas": 5, "limits": {"nodes": "2"}})),
+            &claims
+        ));
+        assert!(
+            static_pools_held(&[dynamic], &claims),
+            "dynamic pools scale with pods"
+        );
+    }
 }
