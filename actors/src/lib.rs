@@ -41,6 +41,7 @@ pub mod nodeclaim_disruption;
 pub mod nodepool_status;
 pub mod offering_cache;
 pub mod orchestrator;
+pub mod periodic;
 pub mod pod_watcher;
 pub mod provisioner;
 pub mod requeue;

@@ -20,6 +20,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use tokio::sync::watch;
 
+use crate::periodic::Pass;
 use crate::state::ClusterState;
 
 /// Upstream's controller name (reconcile metrics).
@@ -134,44 +135,41 @@ pub async fn demote(
     Ok(demoted)
 }
 
-/// Runs the passes until `shutdown`; only the leader relabels.
+/// Runs the passes while leading until `shutdown` ([`crate::periodic`]).
 pub async fn run(
     client: Client,
     state: Arc<ClusterState>,
     cloud: Arc<dyn CloudProvider>,
     leader: watch::Receiver<bool>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    tokio::select! {
-        () = state.wait_synced() => {}
-        _ = shutdown.wait_for(|s| *s) => return,
-    }
-    loop {
-        if *leader.borrow() {
-            let pass = crate::metrics::reconcile(CONTROLLER, demote(&client, &state, &*cloud));
-            let pass = tokio::select! {
-                result = pass => Some(result),
-                () = crate::leader::stepped_down(leader.clone()) => None,
-            };
-            match pass {
-                None => tracing::info!("capacity type pass cancelled: stepped down"),
-                Some(Ok(demoted)) if demoted != Demoted::default() => tracing::info!(
-                    nodeclaims = demoted.node_claims.join(", "),
-                    nodes = demoted.nodes.join(", "),
-                    "relabelled on-demand: their capacity reservation ended"
-                ),
-                Some(Ok(_)) => {}
-                Some(Err(error)) if crate::leader::is_fenced(&error) => {
-                    tracing::info!(%error, "capacity type pass fenced: not leading");
+    let pass = Pass {
+        controller: CONTROLLER,
+        what: "capacity type",
+    };
+    let st = Arc::clone(&state);
+    crate::periodic::run(
+        pass,
+        state,
+        leader,
+        shutdown,
+        |_| PERIOD,
+        || {
+            let (client, state, cloud) = (client.clone(), Arc::clone(&st), Arc::clone(&cloud));
+            async move {
+                let demoted = demote(&client, &state, &*cloud).await?;
+                if demoted != Demoted::default() {
+                    tracing::info!(
+                        nodeclaims = demoted.node_claims.join(", "),
+                        nodes = demoted.nodes.join(", "),
+                        "relabelled on-demand: their capacity reservation ended"
+                    );
                 }
-                Some(Err(error)) => tracing::warn!(%error, "capacity type pass"),
+                Ok::<(), DemoteError>(())
             }
-        }
-        tokio::select! {
-            () = tokio::time::sleep(PERIOD) => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
-    }
+        },
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -28,9 +28,10 @@ use kerf::cloudprovider::{CloudProvider, CloudProviderError};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
-use crate::lifecycle::conditions::ConditionSet;
 use tokio::sync::watch;
 
+use crate::lifecycle::conditions::ConditionSet;
+use crate::periodic::Pass;
 use crate::state::ClusterState;
 
 /// Upstream's controller name: the `controller` label of the cloud provider metrics of
@@ -82,58 +83,41 @@ pub enum CollectError {
     },
 }
 
-/// Runs the passes until `shutdown`.
+/// Runs the passes while leading until `shutdown` ([`crate::periodic`]).
 pub async fn run(
     client: Client,
     state: Arc<ClusterState>,
     cloud: Arc<dyn CloudProvider>,
     leader: watch::Receiver<bool>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    tokio::select! {
-        () = state.wait_synced() => {}
-        _ = shutdown.wait_for(|s| *s) => return,
-    }
-    let mut passes = 0u32;
-    loop {
-        if *leader.borrow() {
-            let pass = crate::metrics::reconcile(
-                crate::metrics::controller::NODECLAIM_GARBAGE_COLLECTION,
-                collect(&client, &state, &*cloud),
-            );
-            // A pass in flight at step-down is dropped: its deletions are the leader's.
-            let pass = tokio::select! {
-                result = pass => Some(result),
-                () = crate::leader::stepped_down(leader.clone()) => None,
-            };
-            match pass {
-                None => tracing::info!("garbage collection pass cancelled: stepped down"),
-                Some(Ok(collected)) => {
-                    passes = passes.saturating_add(1);
-                    if collected != Collected::default() {
-                        tracing::info!(
-                            machines = collected.machines.join(", "),
-                            nodeclaims = collected.node_claims.join(", "),
-                            "garbage collected"
-                        );
-                    }
-                }
-                Some(Err(error)) if crate::leader::is_fenced(&error) => {
-                    tracing::info!(%error, "garbage collection fenced: not leading");
-                }
-                Some(Err(error)) => tracing::warn!(%error, "garbage collection"),
-            }
-        }
-        let period = if passes < EARLY_RUNS {
+    let pass = Pass {
+        controller: crate::metrics::controller::NODECLAIM_GARBAGE_COLLECTION,
+        what: "garbage collection",
+    };
+    let period = |completed| {
+        if completed < EARLY_RUNS {
             EARLY_PERIOD
         } else {
             PERIOD
-        };
-        tokio::select! {
-            () = tokio::time::sleep(period) => {}
-            _ = shutdown.wait_for(|s| *s) => return,
         }
-    }
+    };
+    let st = Arc::clone(&state);
+    crate::periodic::run(pass, state, leader, shutdown, period, || {
+        let (client, state, cloud) = (client.clone(), Arc::clone(&st), Arc::clone(&cloud));
+        async move {
+            let collected = collect(&client, &state, &*cloud).await?;
+            if collected != Collected::default() {
+                tracing::info!(
+                    machines = collected.machines.join(", "),
+                    nodeclaims = collected.node_claims.join(", "),
+                    "garbage collected"
+                );
+            }
+            Ok::<(), CollectError>(())
+        }
+    })
+    .await;
 }
 
 /// One pass.

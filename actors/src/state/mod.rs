@@ -104,6 +104,26 @@ pub struct Writers {
     pub capacity_buffers: StoreWriter<CapacityBuffer>,
 }
 
+#[cfg(test)]
+impl Writers {
+    /// Completes every store's initial list: an empty, synced state for tests.
+    pub fn mark_all_synced(&mut self) {
+        self.pods.finish_relist();
+        self.nodes.finish_relist();
+        self.nodeclaims.finish_relist();
+        self.nodepools.finish_relist();
+        self.nodeclasses.finish_relist();
+        self.daemonsets.finish_relist();
+        self.pdbs.finish_relist();
+        self.persistent_volumes.finish_relist();
+        self.persistent_volume_claims.finish_relist();
+        self.storage_classes.finish_relist();
+        self.csi_nodes.finish_relist();
+        self.node_overlays.finish_relist();
+        self.capacity_buffers.finish_relist();
+    }
+}
+
 impl ClusterState {
     /// Empty, unsynced state and the writers that fill it.
     pub fn new() -> (Arc<Self>, Writers) {
