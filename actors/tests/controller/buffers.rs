@@ -26,12 +26,7 @@ fn pods_named(cluster: &kerf_loadtest::apiserver::Cluster, prefix: &str) -> Vec<
 }
 
 fn live_claims(cluster: &kerf_loadtest::apiserver::Cluster) -> usize {
-    cluster
-        .list("karpenter.sh/v1", "nodeclaims", None, "")
-        .expect("nodeclaims")
-        .iter()
-        .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
-        .count()
+    live_nodeclaims(cluster).len()
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use kerf::api::{NodeClaim, Operator};
+use kerf::api::NodeClaim;
 use kerf::catalog::Catalog;
 use kerf::cloudprovider::UnavailableOfferings;
 use kerf::labels;
@@ -53,12 +53,7 @@ async fn round(rounds: &mut watch::Receiver<Option<Round>>, number: u64) -> Roun
 }
 
 fn capacity_types(claim: &NodeClaim) -> Vec<String> {
-    claim
-        .requirements()
-        .iter()
-        .filter(|r| r.key == labels::CAPACITY_TYPE && r.operator == Operator::In)
-        .flat_map(|r| r.values.clone())
-        .collect()
+    requirement_values(claim, labels::CAPACITY_TYPE)
 }
 
 async fn start(h: &Harness, provider: Arc<SimulatedCloudProvider>) -> Daemon {

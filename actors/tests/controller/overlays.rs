@@ -22,12 +22,7 @@ fn create_overlay(cluster: &kerf_loadtest::apiserver::Cluster, name: &str, spec:
 }
 
 fn types_of(claim: &NodeClaim) -> Vec<String> {
-    claim
-        .requirements()
-        .iter()
-        .find(|r| r.key == labels::INSTANCE_TYPE)
-        .map(|r| r.values.clone())
-        .unwrap_or_default()
+    requirement_values(claim, labels::INSTANCE_TYPE)
 }
 
 /// `ValidationSucceeded` of overlay `name`: (status, reason), once written.

@@ -4,32 +4,10 @@
 //! lowered and annotated as upstream (and counted under `min_values_relaxed`), and a pod's
 //! pod-level `spec.resources` size its node.
 
-use kerf::api::{NodeClaim, Operator};
 use kerf::labels;
-use kerf_actors::Daemon;
 use serde_json::json;
 
 use crate::support::*;
-
-/// A lone daemon with `flags` over the quick settings, launching into `cloud`.
-async fn start_with_flags(h: &Harness, cloud: kerf_actors::Cloud, flags: &[&str]) -> Daemon {
-    let mut argv = vec!["--disable-leader-election", "true"];
-    argv.extend_from_slice(flags);
-    let daemon = start_daemon_with(h, quick_settings(&argv), "solo", Some(cloud)).await;
-    tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
-        .await
-        .expect("cluster state syncs");
-    daemon
-}
-
-fn values(claim: &NodeClaim, key: &str) -> Vec<String> {
-    claim
-        .requirements()
-        .iter()
-        .filter(|r| r.key == key && r.operator == Operator::In)
-        .flat_map(|r| r.values.clone())
-        .collect()
-}
 
 #[test]
 fn preference_policy_ignore_plans_without_a_preferred_zone() {
@@ -71,13 +49,13 @@ fn preference_policy_ignore_plans_without_a_preferred_zone() {
             ["us-east-1b"]
         );
 
-        let daemon = start_with_flags(&h, cloud, &["--preference-policy", "Ignore"]).await;
+        let daemon = start_flagged_provisioner(&h, cloud, &["--preference-policy", "Ignore"]).await;
         let mut rounds = daemon.rounds.clone();
         let round = round_where(&mut rounds, "the pod", |r| !r.nodeclaims.is_empty()).await;
         let claims = nodeclaims(&h.client).await;
         assert_eq!(claims.len(), 1, "{round:?}");
         assert_eq!(
-            values(&claims[0], labels::ZONE),
+            requirement_values(&claims[0], labels::ZONE),
             ["us-east-1a", "us-east-1b"],
             "the preference is ignored: {:?}",
             claims[0].requirements()
@@ -109,7 +87,8 @@ fn min_values_best_effort_launches_relaxed_and_says_so() {
         assert!(strict.new_node_claims.is_empty(), "{strict:?}");
         assert_eq!(strict.errors.len(), 1, "{strict:?}");
 
-        let daemon = start_with_flags(&h, cloud, &["--min-values-policy", "BestEffort"]).await;
+        let daemon =
+            start_flagged_provisioner(&h, cloud, &["--min-values-policy", "BestEffort"]).await;
         let mut rounds = daemon.rounds.clone();
         round_where(&mut rounds, "the pod", |r| !r.nodeclaims.is_empty()).await;
         let claims = nodeclaims(&h.client).await;

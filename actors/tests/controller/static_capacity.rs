@@ -43,11 +43,7 @@ fn static_pool(replicas: i64) -> Value {
 
 /// NodeClaims not being deleted.
 fn live(stack: &Stack) -> Vec<Value> {
-    stack
-        .nodeclaims()
-        .into_iter()
-        .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
-        .collect()
+    live_nodeclaims(&stack.cluster())
 }
 
 fn live_names(stack: &Stack) -> BTreeSet<String> {

@@ -129,12 +129,14 @@ pub const ALL_CRDS: [&str; 5] = [
 
 /// A lone provisioning daemon with `FEATURE_GATES` `gates`, once its state synced.
 pub async fn start_gated_provisioner(harness: &Harness, cloud: Cloud, gates: &str) -> Daemon {
-    let settings = quick_settings(&[
-        "--disable-leader-election",
-        "true",
-        "--feature-gates",
-        gates,
-    ]);
+    start_flagged_provisioner(harness, cloud, &["--feature-gates", gates]).await
+}
+
+/// A lone provisioning daemon with `flags` over the quick settings, once its state synced.
+pub async fn start_flagged_provisioner(harness: &Harness, cloud: Cloud, flags: &[&str]) -> Daemon {
+    let mut argv = vec!["--disable-leader-election", "true"];
+    argv.extend_from_slice(flags);
+    let settings = quick_settings(&argv);
     let daemon = start_daemon_on(harness.controller.clone(), settings, "solo", Some(cloud)).await;
     tokio::time::timeout(PATIENCE, daemon.state.wait_synced())
         .await
@@ -583,6 +585,26 @@ pub async fn start_provisioner_with(
         .await
         .expect("cluster state syncs");
     daemon
+}
+
+/// The values a NodeClaim's `In` requirement on `key` allows.
+pub fn requirement_values(claim: &NodeClaim, key: &str) -> Vec<String> {
+    claim
+        .requirements()
+        .iter()
+        .filter(|r| r.key == key && r.operator == kerf::api::Operator::In)
+        .flat_map(|r| r.values.clone())
+        .collect()
+}
+
+/// The NodeClaims not being deleted.
+pub fn live_nodeclaims(cluster: &Cluster) -> Vec<Value> {
+    cluster
+        .list("karpenter.sh/v1", "nodeclaims", None, "")
+        .expect("nodeclaims")
+        .into_iter()
+        .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
+        .collect()
 }
 
 /// `base` with `overrides` applied as a JSON merge patch (RFC 7386): objects merge key by
