@@ -108,7 +108,17 @@ impl Live {
 
     /// The plan of the whole cluster, with the disruption decision.
     fn plan(&self) -> Result<PlanReport, ExplainError> {
-        self.plan_of(self.inventory.clone(), &self.plan_controller(), true)
+        Ok(self.plan_with_warnings()?.0)
+    }
+
+    /// [`Live::plan`], and what `kerf plan` would warn about the cluster's objects.
+    fn plan_with_warnings(&self) -> Result<(PlanReport, Vec<String>), ExplainError> {
+        let outcome = crate::plan::plan_live(
+            self.inventory.clone(),
+            &self.options(true),
+            &self.plan_controller(),
+        )?;
+        Ok((outcome.report, outcome.warnings))
     }
 
     fn now(&self) -> k8s_openapi::jiff::Timestamp {

@@ -37,6 +37,10 @@ pub struct NodePoolExplanation {
     pub windows: Vec<BudgetWindow>,
     /// Each of its nodes and its disruption verdict.
     pub disruption: Vec<NodeStanding>,
+    /// What `kerf plan` warns about this NodePool or its EC2NodeClass (the running controller
+    /// publishes the same as Warning events on the NodePool, e.g. `MaxPodsAboveENILimit`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     pub controller: Reach,
 }
 
@@ -129,7 +133,11 @@ pub fn explain_nodepool(live: &Live, name: &str) -> Result<NodePoolExplanation, 
             remaining.insert(resource.clone(), left.to_string());
         }
     }
-    let report = live.plan()?;
+    let (report, warnings) = live.plan_with_warnings()?;
+    let warnings = warnings
+        .into_iter()
+        .filter(|w| names(w, "NodePool", name) || names(w, "EC2NodeClass", class_name))
+        .collect();
     let disruption = report
         .disruption
         .unwrap_or_else(|| crate::disruption::DisruptionReport {
@@ -212,7 +220,25 @@ pub fn explain_nodepool(live: &Live, name: &str) -> Result<NodePoolExplanation, 
         allowed,
         windows: windows(pool, live.now()),
         disruption: standing,
+        warnings,
         controller: live.controller.clone(),
+    })
+}
+
+/// Whether `warning` names object `KIND/NAME` (not merely one whose name starts alike): the
+/// name ends at a `:`, `,`, `)`, a space or the end.
+fn names(warning: &str, kind: &str, name: &str) -> bool {
+    let object = format!("{kind}/{name}");
+    warning.match_indices(&object).any(|(at, _)| {
+        let starts = warning[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || c == '(' || c == ',');
+        let ends = warning[at + object.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| c.is_whitespace() || matches!(c, ':' | ',' | ')'));
+        starts && ends
     })
 }
 
@@ -323,6 +349,9 @@ impl NodePoolExplanation {
                     w.index, w.nodes, w.schedule, w.duration
                 ),
             ));
+        }
+        for warning in &self.warnings {
+            rows.push(("WARNING", warning.clone()));
         }
         rows.push(("CONTROLLER", self.controller.line()));
         let mut out = fields(&rows);

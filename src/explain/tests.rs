@@ -455,3 +455,40 @@ fn a_node_not_initialized_says_what_it_waits_for_and_a_pinned_pod_keeps_its_node
         Some("consolidation-constraints")
     );
 }
+
+#[test]
+fn a_nodepool_carries_the_warnings_about_it_and_its_class_only() {
+    let mut dense = class_not_ready("dense");
+    dense["spec"]["kubelet"] = json!({"maxPods": 500});
+    let mut plain = class_not_ready("plain");
+    plain["spec"]["kubelet"] = json!({"maxPods": 300});
+    let objects = [
+        dense,
+        plain,
+        pool("dense", "dense", json!({}), json!({})),
+        pool("dense-b", "plain", json!({}), json!({})),
+    ];
+    let live = live(&objects, None);
+    let warned = explain_nodepool(&live, "dense").expect("explained");
+    assert_eq!(warned.warnings.len(), 1, "{:?}", warned.warnings);
+    assert!(
+        warned.warnings[0]
+            .starts_with("NodePool/dense: EC2NodeClass/dense sets kubelet maxPods=500"),
+        "{:?}",
+        warned.warnings
+    );
+    assert!(
+        warned.to_table().contains("WARNING "),
+        "{}",
+        warned.to_table()
+    );
+    // Named alike, warned about on its own: neither pool gets the other's warning.
+    let other = explain_nodepool(&live, "dense-b").expect("explained");
+    assert_eq!(other.warnings.len(), 1, "{:?}", other.warnings);
+    assert!(
+        other.warnings[0]
+            .starts_with("NodePool/dense-b: EC2NodeClass/plain sets kubelet maxPods=300"),
+        "{:?}",
+        other.warnings
+    );
+}
