@@ -379,43 +379,62 @@ pub(super) fn start_cloud_loops(
             .nodeclaims
             .push(Box::new(tagging::on_change(state.clone(), out)));
     }
-    let metered: Arc<dyn CloudProvider> = Arc::new(MeteredCloudProvider::new(
-        Arc::clone(&provider),
+    tasks.push(cloud_pass(
+        "garbage_collection",
         garbage_collection::CONTROLLER,
+        garbage_collection::run,
+        (client, state, &provider, leader, shutdown),
     ));
-    let (c, st, l, s) = (
-        client.clone(),
-        state.clone(),
-        leader.clone(),
-        shutdown.clone(),
-    );
-    tasks.push(supervisor::task("garbage_collection", move || {
-        garbage_collection::run(
-            c.clone(),
-            st.clone(),
-            Arc::clone(&metered),
-            l.clone(),
-            s.clone(),
-        )
-    }));
-    let metered: Arc<dyn CloudProvider> = Arc::new(MeteredCloudProvider::new(
-        provider,
+    tasks.push(cloud_pass(
+        "capacity_type",
         capacity_type::CONTROLLER,
+        capacity_type::run,
+        (client, state, &provider, leader, shutdown),
     ));
-    let (c, st, l, s) = (
-        client.clone(),
-        state.clone(),
-        leader.clone(),
-        shutdown.clone(),
-    );
-    tasks.push(supervisor::task("capacity_type", move || {
-        capacity_type::run(
-            c.clone(),
-            st.clone(),
-            Arc::clone(&metered),
-            l.clone(),
-            s.clone(),
-        )
-    }));
     (hooks, tasks)
+}
+
+/// What a leader-only pass over the cloud runs with: the client, cluster state, provider,
+/// leadership and shutdown.
+type CloudPassArgs<'a> = (
+    &'a Client,
+    &'a Arc<ClusterState>,
+    &'a Arc<dyn CloudProvider>,
+    &'a watch::Receiver<bool>,
+    &'a watch::Receiver<bool>,
+);
+
+/// Supervises `run` (a pass on [`crate::periodic`]'s loop) as task `name`, its cloud calls
+/// metered under its upstream `controller` name.
+fn cloud_pass<F, Fut>(
+    name: &'static str,
+    controller: &'static str,
+    run: F,
+    (client, state, provider, leader, shutdown): CloudPassArgs<'_>,
+) -> JoinHandle<()>
+where
+    F: Fn(
+            Client,
+            Arc<ClusterState>,
+            Arc<dyn CloudProvider>,
+            watch::Receiver<bool>,
+            watch::Receiver<bool>,
+        ) -> Fut
+        + Send
+        + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let metered: Arc<dyn CloudProvider> =
+        Arc::new(MeteredCloudProvider::new(Arc::clone(provider), controller));
+    let (client, state) = (client.clone(), state.clone());
+    let (leader, shutdown) = (leader.clone(), shutdown.clone());
+    supervisor::task(name, move || {
+        run(
+            client.clone(),
+            state.clone(),
+            Arc::clone(&metered),
+            leader.clone(),
+            shutdown.clone(),
+        )
+    })
 }
