@@ -505,6 +505,24 @@ mod tests {
             && p.capacity_type == CapacityType::Spot));
     }
 
+    /// The scenarios shipped in `loadtest/scenarios` all pass the checks a run starts with.
+    #[test]
+    fn every_built_in_scenario_is_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../loadtest/scenarios");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .expect("the scenarios folder")
+            .map(|entry| entry.expect("an entry").path())
+            .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        files.sort();
+        assert!(files.len() >= 10, "{files:?}");
+        for file in files {
+            if let Err(problems) = read(&file) {
+                panic!("{}:\n{problems}", file.display());
+            }
+        }
+    }
+
     #[test]
     fn every_problem_is_reported_with_file_and_path() {
         let lines = problems(
