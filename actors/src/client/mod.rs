@@ -12,8 +12,12 @@
 //! creates do not queue behind the launch and status writes of the NodeClaims created just
 //! before them. The bucket is the same: the API server sees no more requests per second
 //! than upstream would send.
+//!
+//! Every request runs on the process's I/O runtime ([`io`]), never on the calling actor's
+//! thread, so no actor's thread owns a connection another actor's request may borrow.
 
 mod bucket;
+pub mod io;
 mod resource;
 mod retry;
 
@@ -33,13 +37,29 @@ pub use bucket::TokenBucket;
 
 pub use retry::except_evictions;
 
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("building the Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    #[error("starting the I/O runtime for the Kubernetes client: {0}")]
+    IoRuntime(#[from] std::io::Error),
+}
+
 /// A client for `config` that sends at most `qps` requests per second, `burst` at once, of
 /// each kind, NodeClaim creates first, and retries throttled requests except evictions
-/// ([`retry`]).
-pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, kube::Error> {
+/// ([`retry`]); every request, its retries and its wait for a token run on the I/O runtime
+/// ([`io`]).
+pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, BuildError> {
     config.default_retry = false;
+    let io = io::handle()?;
+    // Built inside the I/O runtime: the buffers each layer spawns a task for run there too.
+    let _on_io = io.enter();
     let unlimited = ClientBuilder::try_from(config)?.build();
-    Ok(except_evictions(per_kind(unlimited, qps, burst)))
+    Ok(io::on(
+        io.clone(),
+        except_evictions(per_kind(unlimited, qps, burst)),
+    ))
 }
 
 /// `unlimited` behind a budget of `qps` and `burst` per kind, NodeClaim creates first.

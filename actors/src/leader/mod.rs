@@ -80,6 +80,19 @@ pub async fn stepped_down(mut leader: watch::Receiver<bool>) {
     let _closed_is_stepped_down = leader.wait_for(|leading| !*leading).await;
 }
 
+/// Each change of leadership `leader` has not seen yet, once, with the new value: what an
+/// actor that resyncs on a change watches; the stream ends with the election. It owns its
+/// receiver, so what it yielded is seen. (A fresh clone per wait would inherit the unseen
+/// version of a receiver nobody marks, and answer at once, every time: a loop that never
+/// gives its thread back.)
+pub fn changes(leader: watch::Receiver<bool>) -> impl futures::Stream<Item = bool> {
+    futures::stream::unfold(leader, |mut leader| async move {
+        leader.changed().await.ok()?;
+        let leading = *leader.borrow_and_update();
+        Some((leading, leader))
+    })
+}
+
 /// How long a dead election waits before it is started again, so one that dies at once
 /// logs once a second instead of spinning a core.
 pub const RESTART_DELAY: Duration = crate::supervisor::TASK_RESTART_DELAY;

@@ -4,7 +4,8 @@
 //! restarted. The lease endpoint is a fake at the HTTP boundary (the kube client is real):
 //! the project's API emulator serves real sockets, whose timing paused time cannot control,
 //! and these tests need each answer's time exact. The emulator tests the same election over
-//! HTTP in `actors/tests/controller/leader.rs`.
+//! HTTP in `actors/tests/controller/leader.rs`. Last, [`changes`], which the actors that
+//! resync on a leadership change watch.
 
 use std::sync::Mutex;
 
@@ -301,4 +302,93 @@ async fn an_aborted_election_reads_false() {
     task.abort();
     let _ = task.await;
     assert!(!*leader.borrow(), "the watch does not keep reading true");
+}
+
+#[tokio::test(start_paused = true)]
+async fn changes_yields_each_change_once_and_ends_with_the_election() {
+    use futures::StreamExt;
+    let (leader, watched) = watch::channel(false);
+    let mut changes = Box::pin(changes(watched));
+    leader.send_replace(true);
+    assert_eq!(changes.next().await, Some(true));
+    // Seen: nothing more until the next change, however long.
+    let idle = tokio::time::timeout(Duration::from_secs(3600), changes.next()).await;
+    assert!(idle.is_err(), "a seen change came again: {idle:?}");
+    leader.send_replace(false);
+    assert_eq!(changes.next().await, Some(false));
+    drop(leader);
+    assert_eq!(changes.next().await, None);
+}
+
+/// An actor that resyncs on each change of leadership, as the NodeClaim lifecycle and the
+/// TerminationDrainer do, counting its resyncs.
+struct Resyncing {
+    leader: watch::Receiver<bool>,
+    resyncs: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl actix::Actor for Resyncing {
+    type Context = actix::Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        use actix::{ActorStreamExt, AsyncContext, WrapStream};
+        let resyncs = Arc::clone(&self.resyncs);
+        ctx.spawn(
+            changes(self.leader.clone())
+                .into_actor(self)
+                .map(move |_leading, _act, _ctx| {
+                    resyncs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                })
+                .finish(),
+        );
+    }
+}
+
+/// The resyncs counted once there are at least `least` and the actor has run on for a while:
+/// long enough for a resync loop to count far more than one (it counted 155,342 in 300 ms).
+async fn settled(resyncs: &std::sync::atomic::AtomicUsize, least: usize) -> usize {
+    use std::sync::atomic::Ordering;
+    let reached = async {
+        while resyncs.load(Ordering::Relaxed) < least {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), reached)
+        .await
+        .expect("the actor resyncs after a change");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    resyncs.load(Ordering::Relaxed)
+}
+
+/// The actor holds the election's receiver as the daemon hands it over: never marked seen.
+/// Each change must cost one resync; an actor that waited on a fresh clone per change would
+/// resync without end on its thread, starving everything that thread drives (the HTTP
+/// connections it opened among them).
+#[test]
+fn an_actor_resyncs_once_per_leadership_change() {
+    use std::sync::atomic::AtomicUsize;
+    crate::supervisor::system(2)
+        .expect("runtime builds")
+        .block_on(async {
+            let (leader, watched) = watch::channel(false);
+            let resyncs = Arc::new(AtomicUsize::new(0));
+            let arbiter = actix::Arbiter::new();
+            let counted = Arc::clone(&resyncs);
+            let _actor =
+                <Resyncing as actix::Actor>::start_in_arbiter(&arbiter.handle(), |_| Resyncing {
+                    leader: watched,
+                    resyncs: counted,
+                });
+            // One change, then another; each counted once the actor took it and ran on.
+            leader.send_replace(true);
+            let after_one = settled(&resyncs, 1).await;
+            leader.send_replace(false);
+            let after_two = settled(&resyncs, 2).await;
+            arbiter.stop();
+            assert_eq!(
+                (after_one, after_two),
+                (1, 2),
+                "resyncs after one and two changes"
+            );
+        });
 }

@@ -231,17 +231,15 @@ impl NodeClaimLifecycle {
         }
     }
 
+    /// Resyncs once per change of leadership (the stream ends with the election).
     fn watch_leadership(&self, ctx: &mut Context<Self>) {
-        let mut leader = self.leader.clone();
-        let changed = async move { leader.changed().await.is_ok() };
-        ctx.spawn(changed.into_actor(self).map(|open, act, ctx| {
-            if !open {
-                // Without an election the value never changes again.
-                return;
-            }
-            act.resync(ctx);
-            act.watch_leadership(ctx);
-        }));
+        let changes = crate::leader::changes(self.leader.clone());
+        ctx.spawn(
+            changes
+                .into_actor(self)
+                .map(|_leading, act, ctx| act.resync(ctx))
+                .finish(),
+        );
     }
 }
 

@@ -32,6 +32,7 @@ mod reservations;
 mod restart;
 mod schedulers;
 mod scrape;
+mod shared_client;
 mod shutdown;
 mod stack;
 mod state_sync;
