@@ -369,6 +369,8 @@ impl AwsCloudProvider {
                 .collect();
             (None, offerings)
         };
+        // Resolved once per launch, so the template and the NodeClaim's labels agree.
+        let group = self.placement_group(&nc).await?;
 
         let key = claim
             .metadata
@@ -396,6 +398,7 @@ impl AwsCloudProvider {
                         &offerings,
                         capacity_type,
                         reservation.clone(),
+                        group.as_ref(),
                     )
                     .await?
                 }
@@ -497,8 +500,8 @@ impl AwsCloudProvider {
             if let Some((id, kind)) = reserved_in {
                 labels.extend(reservation_labels(id, kind));
             }
-            if let Ok(Some(group)) = self.placement_group(&nc).await {
-                labels.extend(placement_labels(&group, claim));
+            if let Some(group) = &group {
+                labels.extend(placement_labels(group, claim));
             }
             return Ok(launched);
         }
@@ -513,6 +516,7 @@ impl AwsCloudProvider {
     }
 
     /// The CreateFleet request for a launch, and the addresses reserved per subnet.
+    #[allow(clippy::too_many_arguments)] // one launch's parts, each already resolved once
     async fn fleet_request(
         &self,
         nc: &EC2NodeClass,
@@ -521,6 +525,7 @@ impl AwsCloudProvider {
         offerings: &[(&InstanceType, &Offering)],
         capacity_type: CapacityType,
         reservation: Option<FleetReservation>,
+        group: Option<&PlacementGroup>,
     ) -> CloudResult<(FleetRequest, Vec<(String, i32)>)> {
         let status = nc.status.clone().unwrap_or_default();
         let node_pool = claim.nodepool_name().unwrap_or_default().to_owned();
@@ -530,10 +535,7 @@ impl AwsCloudProvider {
             nc.name(),
             &nc.spec.tags,
         );
-        let placement = self
-            .placement_group(nc)
-            .await?
-            .map(|group| placement_spec(&group, claim));
+        let placement = group.map(|group| placement_spec(group, claim));
         let efa_requested = claim
             .resource_requests()
             .is_some_and(|r| r.contains_key(labels::RESOURCE_EFA));
