@@ -319,7 +319,16 @@ impl AwsCloudProvider {
             .map_err(|e| instance_error("", e))?
         {
             tracing::info!(nodeclaim = %claim_name, instance_id = %instance.id, "adopting instance launched for nodeclaim");
-            return Ok(self.adopted_claim(claim, &instance));
+            let mut adopted = self.adopted_claim(claim, &instance);
+            // The launch that was lost labelled its NodeClaim with the group; without the
+            // label the node would read as PlacementGroupDrift.
+            if let Some(nc) = self.node_classes.get(&claim.node_class_ref().name)
+                && let Some(group) = self.placement_group(&nc).await?
+            {
+                let labels = adopted.metadata.labels.get_or_insert_with(BTreeMap::new);
+                labels.extend(placement_labels(&group, claim));
+            }
+            return Ok(adopted);
         }
         let nc = self.ready_node_class(&claim.node_class_ref().name)?;
         let launch_failed = |reason: &str, message: String| CloudProviderError::LaunchFailed {

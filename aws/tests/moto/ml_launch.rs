@@ -159,6 +159,18 @@ async fn launches_go_into_the_group_and_partition_and_drift_when_the_group_chang
         Some("2")
     );
     assert_eq!(p.is_drifted(&launched).await.expect("drift check"), None);
+    // A Create whose answer was lost adopts the instance, labelled as the launch was.
+    let adopted = p.create(&claim).await.expect("the instance adopted");
+    assert_eq!(adopted.provider_id(), launched.provider_id());
+    assert_eq!(
+        label(&adopted, "karpenter.k8s.aws/placement-group-id"),
+        Some(group.id.as_str())
+    );
+    assert_eq!(
+        label(&adopted, "karpenter.k8s.aws/placement-group-partition"),
+        Some("2")
+    );
+    assert_eq!(p.is_drifted(&adopted).await.expect("drift check"), None);
 
     // The class now selects another group (by name): the node drifts, dynamically.
     let other = placement_group("cluster", None);
