@@ -23,10 +23,11 @@ use crate::instance::{Instance, InstanceError, InstanceProvider};
 use crate::instanceprofile::InstanceProfileProvider;
 use crate::instancetype::{InstanceTypeProvider, LaunchScope};
 use crate::launchtemplate::{
-    BlockDeviceSpec, LaunchTemplateConfig, LaunchTemplateProvider, MetadataSpec,
-    ReservationTargeting,
+    BlockDeviceSpec, InterfaceSpec, LaunchTemplateConfig, LaunchTemplateProvider, MetadataSpec,
+    PlacementSpec, ReservationTargeting,
 };
 use crate::nodeclass::NodeClassResolver;
+use crate::placementgroup::{PlacementGroup, PlacementGroupProvider, partition_for};
 use crate::pricing::PricingProvider;
 use crate::securitygroup::SecurityGroupProvider;
 use crate::selection::{
@@ -43,6 +44,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kerf::api::condition::types;
 use kerf::api::nodeclaim::{NodeClaimStatus, ResourceList};
+use kerf::api::requirement::Operator;
 use kerf::api::{AmiFamily, EC2NodeClass, NodeClaim, NodePool};
 use kerf::catalog::{AllocatableSettings, CapacityType, CatalogSnapshot, InstanceType, Offering};
 use kerf::cloudprovider::{
@@ -129,6 +131,7 @@ pub struct AwsCloudProvider {
     pub launch_templates: Arc<LaunchTemplateProvider>,
     pub instances: Arc<InstanceProvider>,
     pub capacity_reservations: Arc<CapacityReservationProvider>,
+    pub placement_groups: Arc<PlacementGroupProvider>,
     /// Per NodeClaim uid: its launch generation (client token) and the request whose
     /// answer was lost.
     attempts: LaunchAttempts<FleetRequest>,
@@ -202,6 +205,7 @@ impl AwsCloudProvider {
         Self {
             subnets: Arc::new(SubnetProvider::new(clients.ec2.clone())),
             capacity_reservations: Arc::new(CapacityReservationProvider::new(clients.ec2.clone())),
+            placement_groups: Arc::new(PlacementGroupProvider::new(clients.ec2.clone())),
             security_groups: Arc::new(SecurityGroupProvider::new(clients.ec2.clone())),
             amis: Arc::new(AmiProvider::new(clients.ec2.clone(), ssm.clone())),
             instance_profiles: Arc::new(InstanceProfileProvider::new(
@@ -244,6 +248,7 @@ impl AwsCloudProvider {
                 .settings
                 .reserved_capacity
                 .then(|| self.capacity_reservations.clone()),
+            placement_groups: self.placement_groups.clone(),
             kubernetes_version: self.settings.kubernetes_version.clone(),
         }
     }
@@ -314,7 +319,16 @@ impl AwsCloudProvider {
             .map_err(|e| instance_error("", e))?
         {
             tracing::info!(nodeclaim = %claim_name, instance_id = %instance.id, "adopting instance launched for nodeclaim");
-            return Ok(self.adopted_claim(claim, &instance));
+            let mut adopted = self.adopted_claim(claim, &instance);
+            // The launch that was lost labelled its NodeClaim with the group; without the
+            // label the node would read as PlacementGroupDrift.
+            if let Some(nc) = self.node_classes.get(&claim.node_class_ref().name)
+                && let Some(group) = self.placement_group(&nc).await?
+            {
+                let labels = adopted.metadata.labels.get_or_insert_with(BTreeMap::new);
+                labels.extend(placement_labels(&group, claim));
+            }
+            return Ok(adopted);
         }
         let nc = self.ready_node_class(&claim.node_class_ref().name)?;
         let launch_failed = |reason: &str, message: String| CloudProviderError::LaunchFailed {
@@ -364,6 +378,8 @@ impl AwsCloudProvider {
                 .collect();
             (None, offerings)
         };
+        // Resolved once per launch, so the template and the NodeClaim's labels agree.
+        let group = self.placement_group(&nc).await?;
 
         let key = claim
             .metadata
@@ -391,6 +407,7 @@ impl AwsCloudProvider {
                         &offerings,
                         capacity_type,
                         reservation.clone(),
+                        group.as_ref(),
                     )
                     .await?
                 }
@@ -488,9 +505,12 @@ impl AwsCloudProvider {
                 self.capacity_reservations.mark_launched(id);
             }
             let mut launched = self.launched_claim(claim, &nc, it, &instance, capacity_type);
+            let labels = launched.metadata.labels.get_or_insert_with(BTreeMap::new);
             if let Some((id, kind)) = reserved_in {
-                let labels = launched.metadata.labels.get_or_insert_with(BTreeMap::new);
                 labels.extend(reservation_labels(id, kind));
+            }
+            if let Some(group) = &group {
+                labels.extend(placement_labels(group, claim));
             }
             return Ok(launched);
         }
@@ -505,6 +525,7 @@ impl AwsCloudProvider {
     }
 
     /// The CreateFleet request for a launch, and the addresses reserved per subnet.
+    #[allow(clippy::too_many_arguments)] // one launch's parts, each already resolved once
     async fn fleet_request(
         &self,
         nc: &EC2NodeClass,
@@ -513,6 +534,7 @@ impl AwsCloudProvider {
         offerings: &[(&InstanceType, &Offering)],
         capacity_type: CapacityType,
         reservation: Option<FleetReservation>,
+        group: Option<&PlacementGroup>,
     ) -> CloudResult<(FleetRequest, Vec<(String, i32)>)> {
         let status = nc.status.clone().unwrap_or_default();
         let node_pool = claim.nodepool_name().unwrap_or_default().to_owned();
@@ -522,15 +544,26 @@ impl AwsCloudProvider {
             nc.name(),
             &nc.spec.tags,
         );
+        let placement = group.map(|group| placement_spec(group, claim));
+        let efa_requested = claim
+            .resource_requests()
+            .is_some_and(|r| r.contains_key(labels::RESOURCE_EFA));
         let mut candidates = Vec::new();
-        let mut templates: HashMap<(String, i64, Option<String>), String> = HashMap::new();
+        let mut templates: HashMap<(String, i64, Option<String>, i32), String> = HashMap::new();
         for (it, o) in offerings {
             let Some(ami) = drift::ami_for(&status.amis, &it.labels) else {
                 continue;
             };
             let max_pods = it.capacity.pods().value();
             let reservation_id = o.reservation.as_ref().map(|r| r.id.clone());
-            let key = (ami.id.clone(), max_pods, reservation_id.clone());
+            // As upstream, one template per EFA count: a launch requesting EFA attaches
+            // every EFA interface its type has, unless the class lists its own interfaces.
+            let efa_count = if efa_requested && nc.spec.network_interfaces.is_empty() {
+                i32::try_from(it.capacity.get_or_zero(labels::RESOURCE_EFA).value()).unwrap_or(0)
+            } else {
+                0
+            };
+            let key = (ami.id.clone(), max_pods, reservation_id.clone(), efa_count);
             if !templates.contains_key(&key) {
                 let targeting = match &o.reservation {
                     Some(r) => ReservationTargeting::Target {
@@ -544,6 +577,8 @@ impl AwsCloudProvider {
                 let mut config =
                     self.template_config(nc, claim, &ami.id, max_pods, capacity_type, &tags)?;
                 config.reservation = targeting;
+                config.placement = placement.clone();
+                config.efa_count = efa_count;
                 let lt = self.launch_templates.ensure(&config).await.map_err(|e| {
                     let why = launch_failure_reason(&e.code_and_message());
                     CloudProviderError::LaunchFailed {
@@ -649,8 +684,30 @@ impl AwsCloudProvider {
             ipv6: opts.is_ipv6(),
             capacity_type: capacity_type.as_str().to_owned(),
             reservation: ReservationTargeting::Open,
+            placement: None,
+            network_interfaces: nc
+                .spec
+                .network_interfaces
+                .iter()
+                .map(|nic| InterfaceSpec {
+                    network_card_index: nic.network_card_index,
+                    device_index: nic.device_index,
+                    interface_type: nic.interface_type.as_str().to_owned(),
+                })
+                .collect(),
+            efa_count: 0,
+            ip_prefix_count: nc.spec.ip_prefix_count,
             tags: tags.clone(),
         })
+    }
+
+    /// The placement group the class selects, through the provider's cache. A class whose
+    /// selector names no group is not Ready, so it does not launch.
+    async fn placement_group(&self, nc: &EC2NodeClass) -> CloudResult<Option<PlacementGroup>> {
+        self.placement_groups
+            .get(nc.spec.placement_group_selector.as_ref())
+            .await
+            .map_err(api_error)
     }
 
     fn bootstrap_options(
@@ -768,8 +825,19 @@ impl AwsCloudProvider {
         status.provider_id = Some(aws_provider_id(&instance.zone, &instance.instance_id));
         status.image_id = instance.image_id.clone();
         if let Some(t) = it {
-            status.capacity = resource_list(&t.capacity);
-            status.allocatable = resource_list(&t.allocatable());
+            // As upstream, EFA is advertised only when the launch attached EFA interfaces:
+            // the NodeClaim requested it, or the class lists its own interfaces.
+            let efa_attached = !nc.spec.network_interfaces.is_empty()
+                || claim
+                    .resource_requests()
+                    .is_some_and(|r| r.contains_key(labels::RESOURCE_EFA));
+            let (mut capacity, mut allocatable) = (t.capacity.clone(), t.allocatable());
+            if !efa_attached {
+                capacity.remove(labels::RESOURCE_EFA);
+                allocatable.remove(labels::RESOURCE_EFA);
+            }
+            status.capacity = resource_list(&capacity);
+            status.allocatable = resource_list(&allocatable);
         }
         launched.status = Some(status);
         launched
@@ -908,6 +976,7 @@ impl AwsCloudProvider {
             .as_ref()
             .and_then(|s| s.image_id.clone())
             .or(instance.image_id.clone());
+        let placement = self.placement_group(&nc).await?;
         let inputs = DriftInputs {
             node_class_annotations: nc.metadata.annotations.as_ref().unwrap_or(&empty),
             node_claim_annotations: claim.metadata.annotations.as_ref().unwrap_or(&empty),
@@ -918,6 +987,13 @@ impl AwsCloudProvider {
             status_subnet_ids: &subnet_ids,
             security_group_ids: &instance.security_group_ids,
             status_security_group_ids: &group_ids,
+            placement_group_id: claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::PLACEMENT_GROUP_ID))
+                .map(String::as_str),
+            resolved_placement_group_id: placement.as_ref().map(|g| g.id.as_str()),
         };
         Ok(drift::drift_reason(&inputs).map(DriftReason::new))
     }
@@ -1114,6 +1190,37 @@ impl CloudProvider for AwsCloudProvider {
 }
 
 /// The labels of an instance in reservation `id` of `kind`.
+/// The partition values the NodeClaim allows (`karpenter.k8s.aws/placement-group-partition In`).
+fn allowed_partitions(claim: &NodeClaim) -> Vec<String> {
+    claim
+        .requirements()
+        .iter()
+        .filter(|r| r.key == labels::PLACEMENT_GROUP_PARTITION && r.operator == Operator::In)
+        .flat_map(|r| r.values.clone())
+        .collect()
+}
+
+/// Where a launch for `claim` goes in `group`.
+fn placement_spec(group: &PlacementGroup, claim: &NodeClaim) -> PlacementSpec {
+    PlacementSpec {
+        group_id: group.id.clone(),
+        partition_number: partition_for(group, &allowed_partitions(claim)),
+    }
+}
+
+/// `karpenter.k8s.aws/placement-group-id`, and the partition a partition-group launch
+/// targeted, as upstream labels the NodeClaim.
+fn placement_labels(group: &PlacementGroup, claim: &NodeClaim) -> Vec<(String, String)> {
+    let mut found = vec![(labels::PLACEMENT_GROUP_ID.to_owned(), group.id.clone())];
+    if let Some(partition) = placement_spec(group, claim).partition_number {
+        found.push((
+            labels::PLACEMENT_GROUP_PARTITION.to_owned(),
+            partition.to_string(),
+        ));
+    }
+    found
+}
+
 fn reservation_labels(id: &str, kind: &FleetReservation) -> [(String, String); 4] {
     [
         (

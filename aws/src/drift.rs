@@ -3,8 +3,10 @@
 //! carries the hash of its current spec, a NodeClaim the hash it was launched with, both at
 //! the same hash version); dynamic ones through the node class's resolved status: the
 //! instance's AMI must be the one the status maps its instance type to, its subnet one of
-//! the status subnets, and its security groups exactly the status security groups. The
-//! checks are pure; the cloud provider gathers their inputs.
+//! the status subnets, its security groups exactly the status security groups, and its
+//! NodeClaim's `karpenter.k8s.aws/placement-group-id` label the group the class resolves to
+//! now (absent on both sides without a selector). The checks are pure; the cloud provider
+//! gathers their inputs.
 
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use kerf::api::ec2nodeclass::Ami;
@@ -68,6 +70,9 @@ pub const SUBNET_DRIFT: &str = "SubnetDrift";
 /// The instance's security groups differ from the selected ones.
 pub const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
 
+/// The NodeClaim's placement group is not the one the class selects now.
+pub const PLACEMENT_GROUP_DRIFT: &str = "PlacementGroupDrift";
+
 /// What drift detection compares.
 #[derive(Clone, Debug)]
 pub struct DriftInputs<'a> {
@@ -80,6 +85,10 @@ pub struct DriftInputs<'a> {
     pub status_subnet_ids: &'a [String],
     pub security_group_ids: &'a [String],
     pub status_security_group_ids: &'a [String],
+    /// The NodeClaim's `karpenter.k8s.aws/placement-group-id` label.
+    pub placement_group_id: Option<&'a str>,
+    /// The id of the group the class's selector resolves to now.
+    pub resolved_placement_group_id: Option<&'a str>,
 }
 
 /// The drift reason of a running instance, static fields first, as upstream.
@@ -103,6 +112,11 @@ pub fn drift_reason(inputs: &DriftInputs<'_>) -> Option<&'static str> {
         && !inputs.status_subnet_ids.iter().any(|s| s == subnet)
     {
         return Some(SUBNET_DRIFT);
+    }
+    if inputs.placement_group_id.unwrap_or_default()
+        != inputs.resolved_placement_group_id.unwrap_or_default()
+    {
+        return Some(PLACEMENT_GROUP_DRIFT);
     }
     None
 }
@@ -186,8 +200,32 @@ mod tests {
             status_subnet_ids: &subnets,
             security_group_ids: &groups,
             status_security_group_ids: &groups,
+            placement_group_id: Some("pg-1"),
+            resolved_placement_group_id: Some("pg-1"),
         };
         assert_eq!(drift_reason(&base), None);
+        for (claim, class) in [
+            (Some("pg-1"), Some("pg-2")),
+            (Some("pg-1"), None),
+            (None, Some("pg-1")),
+        ] {
+            let moved = DriftInputs {
+                placement_group_id: claim,
+                resolved_placement_group_id: class,
+                ..base.clone()
+            };
+            assert_eq!(
+                drift_reason(&moved),
+                Some("PlacementGroupDrift"),
+                "{claim:?} → {class:?}"
+            );
+        }
+        let never_placed = DriftInputs {
+            placement_group_id: None,
+            resolved_placement_group_id: None,
+            ..base.clone()
+        };
+        assert_eq!(drift_reason(&never_placed), None);
         let reason = |i: &DriftInputs<'_>| drift_reason(i).map(str::to_owned);
         assert_eq!(
             reason(&DriftInputs {

@@ -1,6 +1,7 @@
 //! Launch templates: one per distinct launch configuration (AMI, user data, security groups,
 //! instance profile, block devices, IMDS options, monitoring, public IP, capacity type,
-//! reservation targeting, tags), named `karpenter.k8s.aws/<hash of the configuration>` so equal configurations share
+//! reservation targeting, placement group, network interfaces and EFA count, IPv4 prefixes,
+//! tags), named `karpenter.k8s.aws/<hash of the configuration>` so equal configurations share
 //! a template across launches and restarts. Templates are created on first use (one creation
 //! at a time, so concurrent launches of a new configuration create it once), remembered for
 //! a minute after their last use, deleted from EC2 when they expire unused or when their
@@ -18,7 +19,7 @@ use aws_sdk_ec2::types::{
     LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
     LaunchTemplateInstanceMetadataTagsState,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
     LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest, MarketType,
     RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
 };
@@ -87,6 +88,28 @@ pub enum ReservationTargeting {
     },
 }
 
+/// The placement group instances launch into (`spec.placementGroupSelector`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PlacementSpec {
+    pub group_id: String,
+    /// The partition of a partition group, when the NodeClaim asks for one.
+    pub partition_number: Option<i32>,
+}
+
+/// One explicit interface (`spec.networkInterfaces`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InterfaceSpec {
+    pub network_card_index: i32,
+    pub device_index: i32,
+    /// `interface` or `efa-only`.
+    pub interface_type: String,
+}
+
+/// EC2's interface type of an EFA-only interface, which carries no IP traffic.
+pub const INTERFACE_TYPE_EFA_ONLY: &str = "efa-only";
+/// EC2's interface type of an EFA interface that also carries IP traffic.
+pub const INTERFACE_TYPE_EFA: &str = "efa";
+
 /// Everything that distinguishes one launch template from another.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct LaunchTemplateConfig {
@@ -104,7 +127,26 @@ pub struct LaunchTemplateConfig {
     pub ipv6: bool,
     pub capacity_type: String,
     pub reservation: ReservationTargeting,
+    /// Fields below are left out of the name while unset, so templates of launches that
+    /// use none of them keep their names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementSpec>,
+    /// `spec.networkInterfaces`: when listed, exactly these interfaces are attached.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_interfaces: Vec<InterfaceSpec>,
+    /// EFA interfaces to attach, one per network card, when the NodeClaim requests
+    /// `vpc.amazonaws.com/efa` and the class lists no interfaces (upstream's EFA count).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub efa_count: i32,
+    /// `spec.ipPrefixCount`: prefixes assigned to each IP-carrying interface (IPv6 prefixes
+    /// on an IPv6 cluster).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_prefix_count: Option<i32>,
     pub tags: BTreeMap<String, String>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 impl LaunchTemplateConfig {
@@ -364,18 +406,19 @@ pub fn launch_template_data(config: &LaunchTemplateConfig) -> RequestLaunchTempl
                 .build(),
         );
     }
-    // A public-IP choice or IPv6 needs an explicit interface, which then carries the groups.
-    if config.associate_public_ip_address.is_some() || config.ipv6 {
-        let mut eni = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-            .device_index(0)
-            .set_groups(Some(config.security_group_ids.clone()))
-            .set_associate_public_ip_address(config.associate_public_ip_address);
-        if config.ipv6 {
-            eni = eni.primary_ipv6(true).ipv6_address_count(1);
-        }
-        data = data.network_interfaces(eni.build());
-    } else {
+    let interfaces = network_interfaces(config);
+    if interfaces.is_empty() {
         data = data.set_security_group_ids(Some(config.security_group_ids.clone()));
+    } else {
+        data = data.set_network_interfaces(Some(interfaces));
+    }
+    if let Some(placement) = &config.placement {
+        data = data.placement(
+            LaunchTemplatePlacementRequest::builder()
+                .group_id(&placement.group_id)
+                .set_partition_number(placement.partition_number)
+                .build(),
+        );
     }
     match &config.reservation {
         ReservationTargeting::Open => {}
@@ -420,6 +463,73 @@ pub fn launch_template_data(config: &LaunchTemplateConfig) -> RequestLaunchTempl
         }
     }
     data.build()
+}
+
+/// The template's interfaces, built as upstream builds them: the class's own list when it
+/// has one (EFA-only interfaces get no addresses, prefixes or public IP); else one EFA
+/// interface per network card for an EFA launch (the first the primary, device 0, the others
+/// device 1); else one primary interface when a public-IP choice, IPv6 or prefixes need it.
+/// Empty: the security groups go on the template itself and EC2 makes the interface.
+pub fn network_interfaces(
+    config: &LaunchTemplateConfig,
+) -> Vec<LaunchTemplateInstanceNetworkInterfaceSpecificationRequest> {
+    let addressed = |eni: aws_sdk_ec2::types::builders::LaunchTemplateInstanceNetworkInterfaceSpecificationRequestBuilder| {
+        let eni = eni.set_associate_public_ip_address(config.associate_public_ip_address);
+        if config.ipv6 {
+            eni.primary_ipv6(true)
+                .ipv6_address_count(1)
+                .set_ipv6_prefix_count(config.ip_prefix_count)
+        } else {
+            eni.set_ipv4_prefix_count(config.ip_prefix_count)
+        }
+    };
+    let groups = Some(config.security_group_ids.clone());
+    if !config.network_interfaces.is_empty() {
+        return config
+            .network_interfaces
+            .iter()
+            .map(|nic| {
+                let eni = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                    .network_card_index(nic.network_card_index)
+                    .device_index(nic.device_index)
+                    .interface_type(&nic.interface_type)
+                    .set_groups(groups.clone());
+                if nic.interface_type == INTERFACE_TYPE_EFA_ONLY {
+                    eni.build()
+                } else {
+                    addressed(eni).build()
+                }
+            })
+            .collect();
+    }
+    if config.efa_count > 0 {
+        return (0..config.efa_count)
+            .map(|card| {
+                addressed(
+                    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                        .network_card_index(card)
+                        .device_index(if card == 0 { 0 } else { 1 })
+                        .interface_type(INTERFACE_TYPE_EFA)
+                        .set_groups(groups.clone()),
+                )
+                .build()
+            })
+            .collect();
+    }
+    if config.associate_public_ip_address.is_some()
+        || config.ipv6
+        || config.ip_prefix_count.is_some()
+    {
+        return vec![
+            addressed(
+                LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                    .device_index(0)
+                    .set_groups(groups),
+            )
+            .build(),
+        ];
+    }
+    Vec::new()
 }
 
 fn resource_tags(
@@ -597,6 +707,87 @@ mod tests {
                 data.instance_market_options().and_then(|m| m.market_type()),
                 market.as_ref()
             );
+        }
+    }
+
+    #[test]
+    fn interfaces_follow_the_class_list_the_efa_count_or_the_prefixes() {
+        let mut c = config();
+        c.ip_prefix_count = Some(2);
+        c.placement = Some(PlacementSpec {
+            group_id: "pg-1".into(),
+            partition_number: Some(2),
+        });
+        let data = launch_template_data(&c);
+        assert!(data.security_group_ids().is_empty());
+        let [primary] = data.network_interfaces() else {
+            panic!("one primary interface: {:?}", data.network_interfaces())
+        };
+        assert_eq!(primary.device_index(), Some(0));
+        assert_eq!(primary.ipv4_prefix_count(), Some(2));
+        assert_eq!(primary.groups(), ["sg-2", "sg-1"]);
+        let placement = data.placement().expect("placement");
+        assert_eq!(placement.group_id(), Some("pg-1"));
+        assert_eq!(placement.partition_number(), Some(2));
+
+        c.efa_count = 3;
+        let efa = network_interfaces(&c);
+        let shape: Vec<_> = efa
+            .iter()
+            .map(|n| {
+                (
+                    n.network_card_index(),
+                    n.device_index(),
+                    n.interface_type(),
+                    n.ipv4_prefix_count(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (Some(0), Some(0), Some("efa"), Some(2)),
+                (Some(1), Some(1), Some("efa"), Some(2)),
+                (Some(2), Some(1), Some("efa"), Some(2)),
+            ]
+        );
+
+        c.associate_public_ip_address = Some(true);
+        c.network_interfaces = vec![
+            InterfaceSpec {
+                network_card_index: 0,
+                device_index: 0,
+                interface_type: "interface".into(),
+            },
+            InterfaceSpec {
+                network_card_index: 1,
+                device_index: 0,
+                interface_type: INTERFACE_TYPE_EFA_ONLY.into(),
+            },
+        ];
+        let listed = network_interfaces(&c);
+        assert_eq!(listed.len(), 2, "the class's list replaces the EFA count");
+        assert_eq!(listed[0].interface_type(), Some("interface"));
+        assert_eq!(listed[0].ipv4_prefix_count(), Some(2));
+        assert_eq!(listed[0].associate_public_ip_address(), Some(true));
+        assert_eq!(listed[1].network_card_index(), Some(1));
+        assert_eq!(listed[1].interface_type(), Some("efa-only"));
+        assert_eq!(listed[1].ipv4_prefix_count(), None);
+        assert_eq!(listed[1].associate_public_ip_address(), None);
+
+        let plain = config();
+        assert!(network_interfaces(&plain).is_empty());
+        assert_eq!(launch_template_data(&plain).security_group_ids().len(), 2);
+        assert!(launch_template_data(&plain).placement().is_none());
+        // Unset, the new fields leave names as they were.
+        let named = serde_json::to_value(&plain).expect("serialises");
+        for field in [
+            "placement",
+            "network_interfaces",
+            "efa_count",
+            "ip_prefix_count",
+        ] {
+            assert!(named.get(field).is_none(), "{field}");
         }
     }
 }

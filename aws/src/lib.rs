@@ -24,6 +24,7 @@ pub mod interruption;
 pub mod launchtemplate;
 pub mod moto;
 pub mod nodeclass;
+pub mod placementgroup;
 pub mod pricing;
 pub mod reconcile;
 pub mod securitygroup;

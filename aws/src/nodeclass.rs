@@ -1,13 +1,15 @@
 //! EC2NodeClass status resolution: subnets, security groups and AMIs from the selector
 //! terms, the instance profile from `role` / `instanceProfile`, and the conditions upstream
 //! sets — `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`,
-//! `ValidationSucceeded`, and `Ready` when all of them hold — each `False` with a message that
+//! `PlacementGroupReady`, `ValidationSucceeded`, and `Ready` when all of them hold — each
+//! `False` with a message that
 //! says what to fix. An AWS call that fails leaves its condition `Unknown` with the error, so
 //! a transient outage is not reported as a misconfiguration.
 
 use crate::ami::{AmiError, AmiProvider, AmiTerm, ResolvedAmi};
 use crate::capacityreservation::CapacityReservationProvider;
 use crate::instanceprofile::InstanceProfileProvider;
+use crate::placementgroup::{PlacementGroupProvider, selector_text};
 use crate::securitygroup::SecurityGroupProvider;
 use crate::selectors::SelectorTerm;
 use crate::subnet::SubnetProvider;
@@ -114,6 +116,7 @@ pub struct NodeClassResolver {
     pub instance_profiles: Arc<InstanceProfileProvider>,
     /// `None` with the `ReservedCapacity` gate off: reservations are then not resolved.
     pub capacity_reservations: Option<Arc<CapacityReservationProvider>>,
+    pub placement_groups: Arc<PlacementGroupProvider>,
     /// The cluster's Kubernetes version (`1.31`), for alias resolution.
     pub kubernetes_version: KubernetesVersion,
 }
@@ -174,6 +177,7 @@ impl NodeClassResolver {
         let reservations = self.resolve_capacity_reservations(nc, &mut status).await;
         outcomes.push(self.resolve_amis(nc, &mut status).await);
         outcomes.push(self.resolve_instance_profile(nc, &mut status).await);
+        outcomes.push(self.resolve_placement_group(nc).await);
         outcomes.push(validate(nc));
 
         let previous = nc
@@ -220,6 +224,27 @@ impl NodeClassResolver {
             }
             Err(e) => Outcome::unknown(types::CAPACITY_RESERVATIONS_READY, e.to_string()),
         })
+    }
+
+    /// `PlacementGroupReady`: true without a selector or when it names an available group
+    /// (the CRD has no status field for the group: launches resolve it through the same
+    /// cache), false when it names none.
+    async fn resolve_placement_group(&self, nc: &EC2NodeClass) -> Outcome {
+        let selector = nc.spec.placement_group_selector.as_ref();
+        match self.placement_groups.get(selector).await {
+            Ok(None) if let Some(selector) = selector => Outcome::failed(
+                types::PLACEMENT_GROUP_READY,
+                "PlacementGroupNotFound",
+                format!(
+                    "Placement group {:?} not found: spec.placementGroupSelector names no \
+                     available placement group in this region (check its name or id and \
+                     that its state is available)",
+                    selector_text(selector)
+                ),
+            ),
+            Ok(_) => Outcome::ok(types::PLACEMENT_GROUP_READY),
+            Err(e) => Outcome::unknown(types::PLACEMENT_GROUP_READY, e.to_string()),
+        }
     }
 
     async fn resolve_amis(&self, nc: &EC2NodeClass, status: &mut EC2NodeClassStatus) -> Outcome {

@@ -1663,3 +1663,112 @@ spec:
         "room for three 2-CPU placeholder pods: {report}"
     );
 }
+
+/// A pool per EC2NodeClass over the same EFA-capable family: `plain` (weight 10) whose class
+/// lists only a primary interface, so its nodes have no EFA; `efa` (weight 1) whose class
+/// lists none, so EFA-capable types advertise their EFA interfaces, as upstream.
+const EFA_POOLS: &str = r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: plain
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {discovery: test}}]
+  securityGroupSelectorTerms: [{tags: {discovery: test}}]
+  networkInterfaces:
+    - {networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: default
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {discovery: test}}]
+  securityGroupSelectorTerms: [{tags: {discovery: test}}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: plain
+spec:
+  weight: 10
+  template:
+    spec:
+      requirements:
+        - {key: karpenter.k8s.aws/instance-family, operator: In, values: ["c5n"]}
+        - {key: karpenter.sh/capacity-type, operator: In, values: ["on-demand"]}
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: plain}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: efa
+spec:
+  weight: 1
+  template:
+    spec:
+      requirements:
+        - {key: karpenter.k8s.aws/instance-family, operator: In, values: ["c5n"]}
+        - {key: karpenter.sh/capacity-type, operator: In, values: ["on-demand"]}
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: mpi-0
+  namespace: default
+spec:
+  containers:
+    - name: worker
+      image: pause
+      resources:
+        requests: {cpu: "1", vpc.amazonaws.com/efa: "1"}
+        limits: {vpc.amazonaws.com/efa: "1"}
+"#;
+
+#[test]
+fn an_efa_pod_lands_only_on_types_whose_class_gives_them_efa() {
+    let input = format!("{EFA_POOLS}{}", deployment("web", 1, "1", "1Gi", ""));
+    let report = plan_json(&["-f", "-"], Some(&input));
+    assert!(unschedulable(&report).is_empty(), "{report}");
+    let efa_of = |name: &str| {
+        Catalog::embedded("us-east-1")
+            .expect("us-east-1 is embedded")
+            .instance_types(&AllocatableSettings::default())
+            .into_iter()
+            .find(|it| it.name == name)
+            .and_then(|it| it.capacity.get("vpc.amazonaws.com/efa"))
+            .map_or(0, |q| q.value())
+    };
+    // The heavier pool takes the plain pod; the EFA pod skips it (its class attaches no
+    // EFA) for the pool whose types have EFA, and only such types.
+    let web = claims(&report)
+        .iter()
+        .find(|c| {
+            strings(&c["pods"])
+                .iter()
+                .any(|p| p.starts_with("default/web-"))
+        })
+        .expect("web placed");
+    assert_eq!(web["nodePool"], "plain", "{web}");
+    let mpi = claim_of(&report, "default/mpi-0").expect("mpi placed");
+    assert_eq!(mpi["nodePool"], "efa", "{mpi}");
+    assert_eq!(mpi["requests"]["vpc.amazonaws.com/efa"], "1", "{mpi}");
+    let types = strings(&mpi["instanceTypes"]);
+    assert!(!types.is_empty());
+    for instance_type in &types {
+        assert!(efa_of(instance_type) > 0, "{instance_type} has no EFA");
+    }
+    assert!(
+        types.len()
+            < catalog_labels()
+                .keys()
+                .filter(|t| t.starts_with("c5n."))
+                .count(),
+        "c5n types without EFA are left out: {types:?}"
+    );
+}

@@ -83,6 +83,7 @@ pub mod types {
     pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
     pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
     pub const CAPACITY_RESERVATIONS_READY: &str = "CapacityReservationsReady";
+    pub const PLACEMENT_GROUP_READY: &str = "PlacementGroupReady";
 }
 
 #[cfg(test)]

@@ -444,6 +444,16 @@ pub enum InterfaceType {
     EfaOnly,
 }
 
+impl InterfaceType {
+    /// EC2's name of the type (`interface`, `efa-only`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterfaceType::Interface => "interface",
+            InterfaceType::EfaOnly => "efa-only",
+        }
+    }
+}
+
 /// An explicit network interface of the launch template.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -195,6 +195,26 @@ fn efas(info: &InstanceTypeInfo, settings: &AllocatableSettings) -> i64 {
     }
 }
 
+/// Whether the type can take the interfaces the EC2NodeClass lists, as far as the catalog's
+/// facts tell (upstream's network-interface compatibility check): no more EFA-only
+/// interfaces than the type's EFA maximum, and no device index on the default card past its
+/// ENIs. Types the check rejects are not offered for the class, so a launch never fails on
+/// them.
+pub fn interfaces_fit(info: &InstanceTypeInfo, settings: &AllocatableSettings) -> bool {
+    let Some(interfaces) = &settings.network_interfaces else {
+        return true;
+    };
+    let efa_only = interfaces.iter().filter(|nic| is_efa_only(nic)).count();
+    if efa_only > info.maximum_efa_interfaces.unwrap_or(0) as usize {
+        return false;
+    }
+    interfaces.iter().all(|nic| {
+        nic.network_card_index != 0
+            || u32::try_from(nic.device_index)
+                .is_ok_and(|device| device < info.default_network_card_max_interfaces)
+    })
+}
+
 /// An EFA-only interface carries no IP traffic, so it hosts no pod addresses.
 fn is_efa_only(nic: &NetworkInterface) -> bool {
     nic.interface_type == InterfaceType::EfaOnly

@@ -114,6 +114,9 @@ impl InstanceType {
         settings: &AllocatableSettings,
     ) -> Option<InstanceType> {
         let labels = instance_type_labels(info, region, settings.ami_family)?;
+        if !super::capacity::interfaces_fit(info, settings) {
+            return None;
+        }
         let capacity = capacity(info, settings);
         let overhead = overhead(info, settings, &capacity);
         Some(InstanceType {

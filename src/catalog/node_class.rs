@@ -395,10 +395,10 @@ mod tests {
         assert_eq!(interfaces[1].interface_type, InterfaceType::EfaOnly);
         mapped.ami_family = AmiFamily::Al2;
         mapped.reserved_enis = 1;
-        // As the catalog's inf2.xlarge test: (4 − 1 − 1) × 14 + 2 = 30 pods.
+        // As the catalog's g4dn.8xlarge test: (4 − 1 − 1) × 14 + 2 = 30 pods.
         assert_eq!(
-            allocatable(&resolve("inf2.xlarge", &mapped)),
-            ["3920m", "14316Mi", "17Gi", "30"]
+            allocatable(&resolve("g4dn.8xlarge", &mapped)),
+            ["31850m", "120402Mi", "17Gi", "30"]
         );
         assert_eq!(
             settings(json!({})).network_interfaces,

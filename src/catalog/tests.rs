@@ -251,7 +251,7 @@ fn g5_xlarge_custom_uses_last_block_device() {
 }
 
 #[test]
-fn inf2_xlarge_efa_only_interface_and_reserved_enis() {
+fn g4dn_8xlarge_efa_only_interface_and_reserved_enis() {
     let mut settings = with_family(AmiFamily::Al2);
     settings.reserved_enis = 1;
     settings.network_interfaces = Some(vec![
@@ -266,20 +266,80 @@ fn inf2_xlarge_efa_only_interface_and_reserved_enis() {
             interface_type: InterfaceType::EfaOnly,
         },
     ]);
-    let it = resolve("inf2.xlarge", &settings);
+    let it = resolve("g4dn.8xlarge", &settings);
     // pods = (4 − 1 reserved − 1 EFA-only) × 14 + 2 = 30
     // kube memory: (4 − 0 − 1) × 14 + 2 = 44 pods → 11 × 44 + 255 = 739Mi
-    // memory = 15155 − 739 − 100 = 14316Mi
-    assert_allocatable(&it, "3920m", "14316Mi", "17Gi", "30");
+    // memory = 131072 − ceil(9830.4) − 739 − 100 = 120402Mi
+    // cpu = 32000m − (60 + 10 + 5 + 5 + 28 × 2.5 = 150)m = 31850m
+    assert_allocatable(&it, "31850m", "120402Mi", "17Gi", "30");
     assert_eq!(
         it.capacity.get(RESOURCE_EFA),
         Some(q("1")),
         "EFA-only interfaces of the node class"
     );
-    assert_eq!(it.capacity.get(RESOURCE_AWS_NEURON), Some(q("1")));
-    assert_eq!(it.capacity.get(RESOURCE_AWS_NEURON_CORE), Some(q("2")));
-    assert_eq!(it.label(INSTANCE_ACCELERATOR_NAME), Some("inferentia2"));
-    assert_eq!(it.label(INSTANCE_ACCELERATOR_MANUFACTURER), Some("aws"));
+    assert_eq!(it.capacity.get(RESOURCE_NVIDIA_GPU), Some(q("1")));
+}
+
+#[test]
+fn types_that_cannot_take_the_listed_interfaces_are_not_offered() {
+    let catalog = Catalog::embedded("us-east-1").expect("us-east-1 is embedded");
+    let listing = |interfaces: &[(i32, i32, InterfaceType)]| AllocatableSettings {
+        network_interfaces: Some(
+            interfaces
+                .iter()
+                .map(|&(card, device, interface_type)| NetworkInterface {
+                    network_card_index: card,
+                    device_index: device,
+                    interface_type,
+                })
+                .collect(),
+        ),
+        ..AllocatableSettings::default()
+    };
+    let primary = (0, 0, InterfaceType::Interface);
+    let efa_only = listing(&[primary, (0, 1, InterfaceType::EfaOnly)]);
+    // inf2.xlarge has no EFA; c5n.18xlarge has one; p4d.24xlarge four.
+    assert!(catalog.instance_type("inf2.xlarge", &efa_only).is_none());
+    assert!(catalog.instance_type("m5.large", &efa_only).is_none());
+    assert!(catalog.instance_type("c5n.18xlarge", &efa_only).is_some());
+    let two_efa_only = listing(&[
+        primary,
+        (0, 1, InterfaceType::EfaOnly),
+        (1, 0, InterfaceType::EfaOnly),
+    ]);
+    assert!(
+        catalog
+            .instance_type("c5n.18xlarge", &two_efa_only)
+            .is_none()
+    );
+    assert!(
+        catalog
+            .instance_type("p4d.24xlarge", &two_efa_only)
+            .is_some()
+    );
+    // m5.large has 3 ENIs on its default card: device index 3 does not exist there.
+    assert!(
+        catalog
+            .instance_type(
+                "m5.large",
+                &listing(&[primary, (0, 2, InterfaceType::Interface)])
+            )
+            .is_some()
+    );
+    assert!(
+        catalog
+            .instance_type(
+                "m5.large",
+                &listing(&[primary, (0, 3, InterfaceType::Interface)])
+            )
+            .is_none()
+    );
+    // Without a list every type is offered, EFA or not.
+    assert!(
+        catalog
+            .instance_type("m5.large", &AllocatableSettings::default())
+            .is_some()
+    );
 }
 
 #[test]

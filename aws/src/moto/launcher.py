@@ -34,6 +34,12 @@
 #        {"op": "ec2_capacity_reservation_end", "account": "...", "region": "...", "id": "cr-..."}
 #        ends an On-Demand Capacity Reservation as EC2 does: it expires, and its instances
 #        keep running as plain on-demand ones (no reservation id, preference open);
+#        {"op": "ec2_placement_group", "account": "...", "region": "...", "id": "pg-...",
+#         "name": "...", "strategy": "...", "partition_count": n, "state": "..."}
+#        seeds (or replaces) a placement group: moto 5.2 has no placement-group API, so this
+#        launcher adds DescribePlacementGroups answering the seeded ones by GroupIds or
+#        GroupNames (an unknown one refused with InvalidPlacementGroup.Unknown, as EC2 does)
+#        and the state, strategy and group-name filters;
 #        {"op": "ec2_fleet_requests"}
 #        answers "OK <json>": every CreateFleet request received so far (its parameters as
 #        moto parsed them, oldest first), for tests to check what kerf sent.
@@ -221,6 +227,48 @@ def describe_capacity_reservations(self):
     return ActionResult({"CapacityReservations": found})
 
 
+# (account, region) -> {group id -> group as DescribePlacementGroups answers it}.
+PLACEMENT_GROUPS = {}
+
+
+def ec2_placement_group(cmd):
+    group = {
+        "GroupId": cmd["id"],
+        "GroupName": cmd["name"],
+        "GroupArn": f"arn:aws:ec2:{cmd['region']}:{cmd['account']}:placement-group/{cmd['name']}",
+        "Strategy": cmd["strategy"],
+        "State": cmd.get("state") or "available",
+        "Tags": [],
+    }
+    if cmd.get("partition_count"):
+        group["PartitionCount"] = int(cmd["partition_count"])
+    PLACEMENT_GROUPS.setdefault((cmd["account"], cmd["region"]), {})[cmd["id"]] = group
+
+
+def describe_placement_groups(self):
+    """DescribePlacementGroups over the seeded groups (ids or names, then filters)."""
+    seeded = list(PLACEMENT_GROUPS.get((self.current_account, self.region), {}).values())
+    ids = self._get_param("GroupIds", [])
+    names = self._get_param("GroupNames", [])
+    found = seeded
+    for key, wanted in (("GroupId", ids), ("GroupName", names)):
+        if not wanted:
+            continue
+        for value in wanted:
+            if not any(g[key] == value for g in seeded):
+                raise EC2ClientError(
+                    "InvalidPlacementGroup.Unknown",
+                    f"The Placement Group '{value}' is unknown.",
+                )
+        found = [g for g in found if g[key] in wanted]
+    fields = {"state": "State", "strategy": "Strategy", "group-name": "GroupName", "group-id": "GroupId"}
+    for name, values in self._filters_from_querystring().items():
+        if name not in fields:
+            raise EC2ClientError("InvalidParameterValue", f"The filter '{name}' is invalid")
+        found = [g for g in found if g[fields[name]] in values]
+    return ActionResult({"PlacementGroups": found})
+
+
 def launch_into_reservations():
     # EC2 launches a fleet whose launch template targets a capacity reservation
     # (CapacityReservationSpecification.CapacityReservationTarget) into that reservation:
@@ -349,6 +397,7 @@ def main():
     honour_create_fleet_client_token()
     record_fleet_requests()
     EC2Response.describe_capacity_reservations = describe_capacity_reservations
+    EC2Response.describe_placement_groups = describe_placement_groups
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
@@ -373,6 +422,8 @@ def main():
                 ec2_capacity_reservation(cmd)
             elif cmd.get("op") == "ec2_capacity_reservation_end":
                 ec2_capacity_reservation_end(cmd)
+            elif cmd.get("op") == "ec2_placement_group":
+                ec2_placement_group(cmd)
             elif cmd.get("op") == "ec2_fleet_requests":
                 print(f"OK {json.dumps(FLEET_REQUESTS)}", file=PROTOCOL, flush=True)
                 continue

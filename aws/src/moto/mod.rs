@@ -222,6 +222,26 @@ impl MotoServer {
         }))
     }
 
+    /// Seeds (or replaces) a placement group that DescribePlacementGroups answers in `region`
+    /// of moto's account: moto has no placement-group API of its own. `strategy` is
+    /// `cluster`, `partition` or `spread`; `state` `available`, `pending`, `deleting`, ...
+    pub fn seed_placement_group(
+        &self,
+        region: &str,
+        group: &SeededPlacementGroup,
+    ) -> Result<(), MotoError> {
+        self.command(serde_json::json!({
+            "op": "ec2_placement_group",
+            "account": MOTO_ACCOUNT_ID,
+            "region": region,
+            "id": group.id,
+            "name": group.name,
+            "strategy": group.strategy,
+            "partition_count": group.partition_count,
+            "state": group.state,
+        }))
+    }
+
     /// Every CreateFleet request moto received so far, oldest first, as moto parsed its
     /// parameters (`LaunchTemplateConfigs`, `TargetCapacitySpecification`, `OnDemandOptions`,
     /// `ReservedCapacityOptions`, ...): what a test checks a launch sent.
@@ -292,6 +312,30 @@ impl SeededReservation {
             end_date: None,
             state: "active".to_owned(),
             tags: std::collections::BTreeMap::new(),
+        }
+    }
+}
+
+/// A placement group as [`MotoServer::seed_placement_group`] seeds it.
+#[derive(Clone, Debug)]
+pub struct SeededPlacementGroup {
+    pub id: String,
+    pub name: String,
+    pub strategy: String,
+    /// Partitions of a `partition` group.
+    pub partition_count: Option<u32>,
+    pub state: String,
+}
+
+impl SeededPlacementGroup {
+    /// An available group of `strategy`.
+    pub fn new(id: &str, name: &str, strategy: &str) -> Self {
+        Self {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            strategy: strategy.to_owned(),
+            partition_count: None,
+            state: "available".to_owned(),
         }
     }
 }

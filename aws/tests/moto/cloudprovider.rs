@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// its Ready EC2NodeClass `default`.
 pub(crate) struct Fixture {
     pub(crate) provider: AwsCloudProvider,
-    store: Arc<InMemoryNodeClasses>,
+    pub(crate) store: Arc<InMemoryNodeClasses>,
     cluster: String,
     pub(crate) node_class: EC2NodeClass,
 }

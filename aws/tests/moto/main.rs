@@ -13,6 +13,7 @@ mod instance_status;
 mod instancetypes;
 mod interruption;
 mod launch;
+mod ml_launch;
 mod nodeclass;
 mod pricing;
 mod reservations;

@@ -7,6 +7,7 @@ use kerf_aws::ami::AmiProvider;
 use kerf_aws::clients::AwsClients;
 use kerf_aws::instanceprofile::InstanceProfileProvider;
 use kerf_aws::nodeclass::NodeClassResolver;
+use kerf_aws::placementgroup::PlacementGroupProvider;
 use kerf_aws::securitygroup::SecurityGroupProvider;
 use kerf_aws::ssm::SsmProvider;
 use kerf_aws::subnet::SubnetProvider;
@@ -22,6 +23,7 @@ pub fn resolver(c: &AwsClients, cluster: &str) -> NodeClassResolver {
         )),
         instance_profiles: Arc::new(InstanceProfileProvider::new(c.iam.clone(), cluster, REGION)),
         capacity_reservations: None,
+        placement_groups: Arc::new(PlacementGroupProvider::new(c.ec2.clone())),
         kubernetes_version: "1.31".into(),
     }
 }

@@ -183,7 +183,7 @@ async fn with_the_gate_off_no_reservation_is_resolved() {
 }
 
 /// The CreateFleet request moto received for NodeClaim `name` last.
-fn fleet_request_for(name: &str) -> serde_json::Value {
+pub(crate) fn fleet_request_for(name: &str) -> serde_json::Value {
     let requests = moto()
         .fleet_requests()
         .expect("the recorded CreateFleet requests");
@@ -204,7 +204,7 @@ fn fleet_request_for(name: &str) -> serde_json::Value {
 }
 
 /// The launch template data of the first launch template `request` names.
-async fn template_data(
+pub(crate) async fn template_data(
     request: &serde_json::Value,
 ) -> aws_sdk_ec2::types::ResponseLaunchTemplateData {
     let name =
@@ -227,7 +227,7 @@ async fn template_data(
         .clone()
 }
 
-fn label<'a>(claim: &'a kerf::api::NodeClaim, key: &str) -> Option<&'a str> {
+pub(crate) fn label<'a>(claim: &'a kerf::api::NodeClaim, key: &str) -> Option<&'a str> {
     claim
         .metadata
         .labels
