@@ -40,6 +40,25 @@ fn with_requests(mut claim: NodeClaim, requests: serde_json::Value) -> NodeClaim
     claim
 }
 
+/// Each launched interface's card, device index, type and IPv4 prefix count.
+type InterfaceShape<'a> = (Option<i32>, Option<i32>, Option<&'a str>, Option<i32>);
+
+fn interface_shapes(
+    data: &aws_sdk_ec2::types::ResponseLaunchTemplateData,
+) -> Vec<InterfaceShape<'_>> {
+    data.network_interfaces()
+        .iter()
+        .map(|n| {
+            (
+                n.network_card_index(),
+                n.device_index(),
+                n.interface_type(),
+                n.ipv4_prefix_count(),
+            )
+        })
+        .collect()
+}
+
 fn capacity<'a>(claim: &'a NodeClaim, resource: &str) -> Option<&'a str> {
     claim
         .status
@@ -239,18 +258,7 @@ async fn an_efa_request_attaches_every_efa_interface_with_the_prefixes() {
     );
     let launched = p.create(&claim).await.expect("an EFA launch");
     let data = template_data(&fleet_request_for(claim.metadata.name.as_deref().unwrap())).await;
-    let interfaces: Vec<_> = data
-        .network_interfaces()
-        .iter()
-        .map(|n| {
-            (
-                n.network_card_index(),
-                n.device_index(),
-                n.interface_type(),
-                n.ipv4_prefix_count(),
-            )
-        })
-        .collect();
+    let interfaces = interface_shapes(&data);
     assert_eq!(
         interfaces,
         [
@@ -307,18 +315,7 @@ async fn the_class_network_interfaces_are_launched_as_listed() {
         .await
         .expect("a launch with the listed interfaces");
     let data = template_data(&fleet_request_for(claim.metadata.name.as_deref().unwrap())).await;
-    let interfaces: Vec<_> = data
-        .network_interfaces()
-        .iter()
-        .map(|n| {
-            (
-                n.network_card_index(),
-                n.device_index(),
-                n.interface_type(),
-                n.ipv4_prefix_count(),
-            )
-        })
-        .collect();
+    let interfaces = interface_shapes(&data);
     assert_eq!(
         interfaces,
         [
