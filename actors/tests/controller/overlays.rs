@@ -44,21 +44,26 @@ fn validation(cluster: &kerf_loadtest::apiserver::Cluster, name: &str) -> Option
 
 const EXPENSIVE: &str = "m5.8xlarge";
 
+/// The `default` NodePool, on-demand amd64 only: prices compare within one capacity type.
+fn create_on_demand_pool(cluster: &kerf_loadtest::apiserver::Cluster) {
+    create_nodepool(
+        cluster,
+        nodepool_with(
+            "default",
+            json!({"spec": {"template": {"spec": {"requirements": [
+                {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+                {"key": labels::ARCH, "operator": "In", "values": ["amd64"]}
+            ]}}}}),
+        ),
+    );
+}
+
 #[test]
 fn a_priced_overlay_brings_a_type_among_the_cheapest_and_the_heavier_one_wins() {
     run(|| async {
         let h = start_cluster_with(&ALL_CRDS).await;
         let cluster = h.cluster();
-        create_nodepool(
-            &cluster,
-            nodepool_with(
-                "default",
-                json!({"spec": {"template": {"spec": {"requirements": [
-                    {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-                    {"key": labels::ARCH, "operator": "In", "values": ["amd64"]}
-                ]}}}}),
-            ),
-        );
+        create_on_demand_pool(&cluster);
         let select =
             json!([{"key": labels::INSTANCE_TYPE, "operator": "In", "values": [EXPENSIVE]}]);
         create_overlay(
@@ -138,16 +143,7 @@ fn without_the_gate_overlays_change_nothing() {
     run(|| async {
         let h = start_cluster_with(&ALL_CRDS).await;
         let cluster = h.cluster();
-        create_nodepool(
-            &cluster,
-            nodepool_with(
-                "default",
-                json!({"spec": {"template": {"spec": {"requirements": [
-                    {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-                    {"key": labels::ARCH, "operator": "In", "values": ["amd64"]}
-                ]}}}}),
-            ),
-        );
+        create_on_demand_pool(&cluster);
         let select =
             json!([{"key": labels::INSTANCE_TYPE, "operator": "In", "values": [EXPENSIVE]}]);
         create_overlay(
