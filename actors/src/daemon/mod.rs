@@ -438,8 +438,8 @@ impl Daemon {
 
     /// Stops every task and actor: first provisioning drains (no new rounds; the current
     /// round and its launches finish, for at most [`SHUTDOWN_TIMEOUT`]), then a leader releases
-    /// its Lease before this returns, so a standby can take over at once. No round starts
-    /// after this: a batch the Batcher still hands over finds the replica no longer leading.
+    /// its Lease before this returns, so a standby can take over at once. Once stopping, no round
+    /// starts: a batch the Batcher still hands over finds the replica no longer leading.
     pub async fn stop(self) {
         self.stop_within(SHUTDOWN_TIMEOUT).await;
     }
