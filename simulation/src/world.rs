@@ -26,7 +26,7 @@ use kerf_loadtest::ec2::{
     catalog_offerings, forward_interruptions,
 };
 use kerf_loadtest::kubelet::{self, KubeletConfig, KubeletHandle};
-use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle};
+use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle, SchedulerStats};
 use kube::Client;
 
 use super::controller_threads::{Controller, ControllerThreads};
@@ -243,6 +243,11 @@ impl World {
 
     pub fn cluster(&self) -> Cluster {
         self.server.cluster()
+    }
+
+    /// The simulated kube-scheduler's running totals.
+    pub fn scheduler_stats(&self) -> Arc<SchedulerStats> {
+        self.scheduler.shared_stats()
     }
 
     /// Starts the controller against the emulator over HTTP, launching into the simulated

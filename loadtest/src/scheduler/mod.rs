@@ -91,9 +91,28 @@ impl Default for SchedulerConfig {
 #[derive(Debug, Default)]
 pub struct SchedulerStats {
     pub cycles: AtomicU64,
+    /// Pods the cycles tried (a pod tried in two cycles counts twice).
+    pub tried: AtomicU64,
     pub bound: AtomicU64,
     pub marked_unschedulable: AtomicU64,
     pub api_errors: AtomicU64,
+    /// The longest cycle since [`SchedulerStats::take_longest_cycle`] last read it, in
+    /// microseconds: a cycle decides every due pod before it binds any, so its length is how
+    /// long a pod that fits may wait for its binding.
+    longest_cycle_micros: AtomicU64,
+}
+
+impl SchedulerStats {
+    /// The longest cycle since the last call, resetting it.
+    pub fn take_longest_cycle(&self) -> Duration {
+        Duration::from_micros(self.longest_cycle_micros.swap(0, Ordering::Relaxed))
+    }
+
+    fn cycle_took(&self, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.longest_cycle_micros
+            .fetch_max(micros, Ordering::Relaxed);
+    }
 }
 
 /// The running scheduler; dropping it stops it.
@@ -105,6 +124,11 @@ pub struct SchedulerHandle {
 impl SchedulerHandle {
     pub fn stats(&self) -> &SchedulerStats {
         &self.stats
+    }
+
+    /// The totals, shared with the running scheduler (a report reads them as it samples).
+    pub fn shared_stats(&self) -> Arc<SchedulerStats> {
+        Arc::clone(&self.stats)
     }
 
     pub fn stop(self) {
@@ -143,7 +167,9 @@ async fn run(client: Client, config: SchedulerConfig, stats: Arc<SchedulerStats>
     loop {
         ticker.tick().await;
         let epoch = nodes.generation() + pods.generation();
+        let started = Instant::now();
         scheduler.cycle(&nodes.store().state(), &pods.store().state(), epoch);
+        scheduler.stats.cycle_took(started.elapsed());
     }
 }
 
@@ -265,6 +291,9 @@ impl Scheduler {
         if pending.is_empty() {
             return;
         }
+        self.stats
+            .tried
+            .fetch_add(pending.len() as u64, Ordering::Relaxed);
         let mut cluster = self.snapshot(nodes, pods);
         let mut binds = Vec::new();
         for pod in pending {

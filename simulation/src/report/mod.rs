@@ -40,8 +40,24 @@ pub struct Sample {
     pub api_requests: u64,
     /// Calls the simulated EC2 answered so far.
     pub cloud_calls: u64,
+    /// The simulated kube-scheduler's work so far; `None` where no scheduler was read.
+    pub scheduler: Option<SchedulerSample>,
     /// Labels of the faults active at this moment.
     pub faults_active: Vec<String>,
+}
+
+/// The simulated kube-scheduler's totals at one moment, and its longest cycle since the
+/// sample before: a cycle decides every due pod before it binds any, so a long one delays
+/// the bindings of pods that fit (the pending → bound times a report shows include it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulerSample {
+    pub cycles: u64,
+    /// Pods tried, a pod counted once per cycle that tried it.
+    pub pods_tried: u64,
+    pub pods_bound: u64,
+    pub pods_marked_unschedulable: u64,
+    pub longest_cycle_seconds: f64,
 }
 
 /// A fault a scenario injected: from when to when, in seconds since the start (`None`: still

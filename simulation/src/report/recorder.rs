@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kerf::api::condition::types;
@@ -19,12 +20,13 @@ use kerf_loadtest::apiserver::resources::GroupResource;
 use kerf_loadtest::apiserver::store::{TypeStore, read};
 use kerf_loadtest::apiserver::{Cluster, RequestCount};
 use kerf_loadtest::ec2::{CapacityType, SimulatedEc2};
+use kerf_loadtest::scheduler::SchedulerStats;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::{ActiveFaults, Sample};
+use super::{ActiveFaults, Sample, SchedulerSample};
 use crate::figures;
 use crate::memory;
 use crate::observe::{NotServed, Tally};
@@ -43,6 +45,7 @@ pub struct Sources {
     pub cluster: Cluster,
     pub ec2: SimulatedEc2,
     pub requests: RequestCount,
+    pub scheduler: Option<Arc<SchedulerStats>>,
 }
 
 impl Sources {
@@ -51,6 +54,7 @@ impl Sources {
             cluster: world.cluster(),
             ec2: world.provider.ec2().clone(),
             requests: world.server.requests(),
+            scheduler: Some(world.scheduler_stats()),
         }
     }
 }
@@ -190,8 +194,19 @@ impl Sampler {
             controller_memory_bytes: Some(memory::controller_heap().live_bytes),
             api_requests: self.sources.requests.get(),
             cloud_calls: self.sources.ec2.api_calls().total_calls(),
+            scheduler: self.sources.scheduler.as_deref().map(scheduler_sample),
             faults_active: self.faults.now(),
         });
+    }
+}
+
+fn scheduler_sample(stats: &SchedulerStats) -> SchedulerSample {
+    SchedulerSample {
+        cycles: stats.cycles.load(Ordering::Relaxed),
+        pods_tried: stats.tried.load(Ordering::Relaxed),
+        pods_bound: stats.bound.load(Ordering::Relaxed),
+        pods_marked_unschedulable: stats.marked_unschedulable.load(Ordering::Relaxed),
+        longest_cycle_seconds: (stats.take_longest_cycle().as_secs_f64() * 1000.0).round() / 1000.0,
     }
 }
 
@@ -272,6 +287,7 @@ mod tests {
                 cluster: cluster.clone(),
                 ec2: SimulatedEc2::new(Ec2Config::instant("us-east-1"), []),
                 requests: server.requests(),
+                scheduler: None,
             };
             let faults = ActiveFaults::default();
             let recorder =
