@@ -4,11 +4,12 @@
 //! time (100 ms), when it is the maximum age (1 s) or when it is full. CreateFleet is not
 //! batched: each launch carries its own NodeClaim tag and client token (see `fleet`). One
 //! background task per batcher owns the open batches and is fed over a bounded channel;
-//! callers await their own result. Every batcher's task and the batches it executes (with
-//! their HTTP connections) run on one runtime of their own, on a dedicated thread started
-//! once ([`runtime`]), so no caller's runtime (an actor's arbiter, a test's) takes them down
-//! when it ends. A task that panicked is started again by the next request; a batch that
-//! panicked answers its callers with an error; both are logged and counted.
+//! callers await their own result. Every batcher's task and the batches it executes run on
+//! one runtime of their own, on a dedicated thread started once ([`runtime`]), so no caller's
+//! runtime (an actor's arbiter, a test's) takes them down when it ends; the calls' HTTP
+//! connections live where the clients send from ([`crate::io`]). A task that panicked is
+//! started again by the next request; a batch that panicked answers its callers with an
+//! error; both are logged and counted.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -3,14 +3,16 @@
 //! the environment or IMDS; retries with backoff on throttling (`RequestLimitExceeded`).
 //! [`AwsClients::check_connectivity`] runs at start-up and turns an unreachable STS or EC2
 //! endpoint into an error that names the endpoint and the usual causes from Karpenter's
-//! troubleshooting guide (pod DNS, missing VPC endpoints).
+//! troubleshooting guide (pod DNS, missing VPC endpoints). The controller's clients send
+//! every call from the I/O runtime they are given ([`crate::io`]), never from the caller's.
 
 use crate::errors::ApiError;
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
-use aws_sdk_ec2::config::SharedInterceptor;
+use aws_sdk_ec2::config::{SharedHttpClient, SharedInterceptor};
 use std::time::Duration;
 use thiserror::Error;
+use tokio::runtime::Handle;
 
 /// Attempts per call, counting the first; throttled calls back off exponentially in between.
 const MAX_ATTEMPTS: u32 = 5;
@@ -40,15 +42,22 @@ pub enum StartupError {
     NoRegion,
     #[error("{0}")]
     Unreachable(String),
+    #[error(transparent)]
+    NoHttpClient(#[from] crate::io::NoDefaultClient),
 }
 
 impl AwsClients {
     /// Clients from the standard credential and region chains; `region` overrides them. The
     /// SDK's environment settings apply, among them `AWS_ENDPOINT_URL` (and per service
     /// `AWS_ENDPOINT_URL_EC2`, ...), which points kerf at an emulator or VPC endpoints, and
-    /// `AWS_MAX_ATTEMPTS`, which replaces kerf's default of [`MAX_ATTEMPTS`].
-    pub async fn from_environment(region: Option<String>) -> Result<Self, StartupError> {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    /// `AWS_MAX_ATTEMPTS`, which replaces kerf's default of [`MAX_ATTEMPTS`]. Every call, the
+    /// credential providers' included, is sent from a task of `io` ([`crate::io`]).
+    pub async fn from_environment(
+        region: Option<String>,
+        io: Handle,
+    ) -> Result<Self, StartupError> {
+        let mut loader =
+            aws_config::defaults(BehaviorVersion::latest()).http_client(crate::io::default_on(io)?);
         if std::env::var_os("AWS_MAX_ATTEMPTS").is_none() {
             loader = loader.retry_config(retry_config());
         }
@@ -71,16 +80,40 @@ impl AwsClients {
         region: &str,
         interceptors: &[SharedInterceptor],
     ) -> Self {
+        Self::endpoint_clients(endpoint, region, interceptors, None)
+            .await
+            .expect("the region was set explicitly")
+    }
+
+    /// [`AwsClients::for_endpoint_with`] sending every call from a task of `io`, as the
+    /// controller's clients do ([`crate::io`]).
+    pub async fn for_endpoint_on(
+        io: Handle,
+        endpoint: &str,
+        region: &str,
+        interceptors: &[SharedInterceptor],
+    ) -> Result<Self, StartupError> {
+        let http = crate::io::default_on(io)?;
+        Self::endpoint_clients(endpoint, region, interceptors, Some(http)).await
+    }
+
+    async fn endpoint_clients(
+        endpoint: &str,
+        region: &str,
+        interceptors: &[SharedInterceptor],
+        http: Option<SharedHttpClient>,
+    ) -> Result<Self, StartupError> {
         let creds =
             aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "kerf-test");
-        let conf = aws_config::defaults(BehaviorVersion::latest())
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(region.to_owned()))
             .endpoint_url(endpoint)
             .credentials_provider(creds)
-            .retry_config(retry_config().with_initial_backoff(Duration::from_millis(10)))
-            .load()
-            .await;
-        Self::with_interceptors(&conf, interceptors).expect("the region was set explicitly")
+            .retry_config(retry_config().with_initial_backoff(Duration::from_millis(10)));
+        if let Some(http) = http {
+            loader = loader.http_client(http);
+        }
+        Self::with_interceptors(&loader.load().await, interceptors)
     }
 
     pub fn from_sdk_config(conf: &SdkConfig) -> Result<Self, StartupError> {

@@ -21,6 +21,7 @@ pub mod instance_status;
 pub mod instanceprofile;
 pub mod instancetype;
 pub mod interruption;
+pub mod io;
 pub mod launchtemplate;
 pub mod moto;
 pub mod nodeclass;

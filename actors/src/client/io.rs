@@ -6,7 +6,8 @@
 //! each request runs as a task of one process-wide runtime that runs nothing else, so
 //! connections, their timers and the client's buffers live where they are always driven;
 //! the caller only awaits the answer and reads the body. A caller that gives up aborts its
-//! request's task, as dropping the request would (the fence relies on it).
+//! request's task, as dropping the request would (the fence relies on it). The controller's
+//! AWS calls run on this runtime too (`kerf_aws::io`), for the same reason.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -24,7 +24,7 @@ use kerf::wildcard;
 use kerf_aws::clients::AwsClients;
 use serde_json::Value;
 
-use crate::support::{REGION, moto};
+use crate::support::{REGION, io, moto};
 
 /// The policy as shipped.
 const POLICY: &str = include_str!("../../../deploy/iam/controller-policy.json");
@@ -47,7 +47,9 @@ pub async fn provider_clients_allowing(statements: &[&str]) -> AwsClients {
         .map(|s| serde_json::from_str(s).expect("an extra statement is JSON"))
         .collect();
     let check = SharedInterceptor::new(PolicyCheck { extra });
-    AwsClients::for_endpoint_with(moto().endpoint(), REGION, &[check]).await
+    AwsClients::for_endpoint_on(io().clone(), moto().endpoint(), REGION, &[check])
+        .await
+        .expect("the provider's clients")
 }
 
 /// What a NodeClass whose `amiSelectorTerms` name the user's own SSM parameters needs beside

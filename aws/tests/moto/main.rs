@@ -12,6 +12,7 @@ mod iam_policy;
 mod instance_status;
 mod instancetypes;
 mod interruption;
+mod io;
 mod launch;
 mod ml_launch;
 mod nodeclass;

@@ -17,7 +17,23 @@ pub fn moto() -> &'static MotoServer {
     })
 }
 
-/// The provider's clients: every request is checked against the controller's IAM policy.
+/// The I/O runtime the provider's clients send from, as the controller's do
+/// (`kerf_aws::io`): two threads of its own, for every test of this binary.
+pub fn io() -> &'static tokio::runtime::Handle {
+    static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    IO.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("moto-tests-io")
+            .enable_all()
+            .build()
+            .expect("the tests' I/O runtime starts")
+    })
+    .handle()
+}
+
+/// The provider's clients: every request is checked against the controller's IAM policy, and
+/// sent from [`io`].
 pub async fn clients() -> AwsClients {
     crate::iam_policy::provider_clients().await
 }

@@ -1,7 +1,8 @@
 //! The AWS cloud `kerf controller` launches into: SDK clients from the standard AWS chains
 //! (region from `AWS_REGION` / the profile / IMDS, credentials from the environment, IRSA or
 //! Pod Identity web identity, profiles or the instance profile, `AWS_ENDPOINT_URL` to point
-//! at an emulator or VPC endpoints), a start-up check that STS and EC2 answer (failing with
+//! at an emulator or VPC endpoints; every call sent from the Kubernetes client's I/O runtime,
+//! `kerf_actors::client::io`), a start-up check that STS and EC2 answer (failing with
 //! the endpoint and the usual DNS / VPC endpoint causes), the cluster facts nodes need
 //! ([`cluster`]), and the provider reading EC2NodeClasses from the controller's cluster
 //! state. Its instance types, offerings and prices are refreshed in the background (at start
@@ -63,7 +64,10 @@ pub async fn connect(
     kube_config: &kube::Config,
     state: Arc<ClusterState>,
 ) -> anyhow::Result<AwsCloud> {
-    let clients = AwsClients::from_environment(None)
+    // The runtime the Kubernetes client's requests run on: AWS calls go out from it too, so no
+    // actor's thread holds a connection another actor's call may borrow.
+    let io = kerf_actors::client::io::handle().context("starting the I/O runtime")?;
+    let clients = AwsClients::from_environment(None, io)
         .await
         .context("configuring AWS")?;
     clients
