@@ -485,6 +485,41 @@ async fn a_pod_backing_off_is_tried_once_capacity_appears() {
     h.stop().await;
 }
 
+/// A cycle over more waiting pods than its slice allows binds the ones it placed and leaves
+/// the rest, first in line, to the next, as kube-scheduler binds each pod once placed.
+#[tokio::test]
+async fn a_cycle_sends_what_it_decided_within_its_slice_and_leaves_the_rest() {
+    let h = start().await;
+    node(&h, "a", "zone-a", "64", true, json!([])).await;
+    for i in 0..3 {
+        pod(&h, &format!("p{i}"), "100m", json!({}), json!({})).await;
+    }
+    // A slice of nothing: each cycle places one pod, and the next comes two seconds later.
+    let sliced = SchedulerConfig {
+        interval: Duration::from_secs(2),
+        slice: Duration::ZERO,
+        ..config()
+    };
+    let scheduler = scheduler::start(h.client.clone(), sliced);
+    wait_for(&pods(&h), "p0", bound()).await;
+    let bound_now = pods(&h)
+        .list(&Default::default())
+        .await
+        .expect("pods list")
+        .items
+        .iter()
+        .filter(|p| !node_of(p).is_empty())
+        .count();
+    assert_eq!(bound_now, 1, "the first cycle placed only the oldest pod");
+    wait_for(&pods(&h), "p2", bound()).await;
+    let tried = scheduler
+        .stats()
+        .tried
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(tried, 3, "each pod tried once, by its own cycle");
+    h.stop().await;
+}
+
 /// Bindings are sent beside the cycles, as kube-scheduler's binding cycles run apart from
 /// its scheduling cycle: a later cycle runs (here: reports a pod that fits nowhere) while
 /// an earlier cycle's slow bindings are still on their way.

@@ -68,6 +68,9 @@ pub(crate) struct Cluster {
     scoring_affinity_pods: Vec<(usize, Arc<PodInfo>)>,
     /// The node index each pending nominated pod is nominated to, by pod uid.
     nominations: HashMap<String, usize>,
+    /// The Unschedulable message of each shape and priority no node fitted this cycle
+    /// ([`Cluster::remembers_failure`]).
+    failed: HashMap<(usize, i32), String>,
     next_start: usize,
 }
 
@@ -100,6 +103,7 @@ impl Cluster {
             anti_affinity_pods,
             scoring_affinity_pods,
             nominations: HashMap::new(),
+            failed: HashMap::new(),
             next_start,
         }
     }
@@ -128,6 +132,10 @@ impl Cluster {
         if let Some(index) = self.nominated_node_fits(pod) {
             return Ok(index);
         }
+        let remembered = remembers_failure(pod).then(|| (pod.shape_id(), pod.priority));
+        if let Some(message) = remembered.and_then(|key| self.failed.get(&key)) {
+            return Err(message.clone());
+        }
         let total = self.nodes.len();
         let (choice, examined) = {
             let topology = self.topology_state(pod);
@@ -154,6 +162,9 @@ impl Cluster {
             (choice, examined)
         };
         self.next_start = (self.next_start + examined) % total;
+        if let (Err(message), Some(key)) = (&choice, remembered) {
+            self.failed.insert(key, message.clone());
+        }
         choice
     }
 
@@ -175,6 +186,10 @@ impl Cluster {
             self.nodes[nominated]
                 .nominated
                 .retain(|other| other.uid != pod.uid);
+            if nominated != index {
+                // The room its nomination held there is free again.
+                self.failed.clear();
+            }
         }
         for (selector, per_node) in &mut self.counts {
             if selector.selects(&pod) {
@@ -623,6 +638,16 @@ fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Reason> {
 }
 
 /// Whether InterPodAffinity's score reads the pod's terms once it is placed.
+/// Whether a failure of `pod` holds for the rest of the cycle for every pod of its shape and
+/// priority, so the cycle need not filter every node again for each of a workload's
+/// replicas: its filters read only the node, its room and the pods placed there, and
+/// within a cycle pods are only added (a nomination released elsewhere forgets every
+/// failure). Not so with its own topology spread or pod (anti-)affinity, which more pods
+/// in a domain may satisfy.
+fn remembers_failure(pod: &PodInfo) -> bool {
+    pod.spread.is_empty() && pod.affinity.is_empty() && pod.anti_affinity.is_empty()
+}
+
 fn scores_affinity(pod: &PodInfo) -> bool {
     !pod.affinity.is_empty()
         || !pod.preferred_affinity.is_empty()
@@ -730,6 +755,48 @@ mod tests {
         // Once placed, the nomination holds nothing: the remaining two cpu are free.
         let small = nominated_pod("small", "2", 0);
         assert_eq!(place(&mut cluster, &small), Ok("a".to_owned()));
+    }
+
+    /// A 4-cpu replica of one workload: its pods share one shape.
+    fn web_replica(name: &str, shapes: &mut super::super::podinfo::Shapes) -> Arc<PodInfo> {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name,
+                         "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]}
+        }))
+        .expect("valid pod");
+        Arc::new(PodInfo::shared(&pod, shapes).expect("compiles"))
+    }
+
+    #[test]
+    fn a_shapes_failure_holds_for_its_replicas_until_a_nomination_frees_room() {
+        let mut shapes = super::super::podinfo::Shapes::default();
+        let (first, second, third) = (
+            web_replica("web-1", &mut shapes),
+            web_replica("web-2", &mut shapes),
+            web_replica("web-3", &mut shapes),
+        );
+        assert_eq!(
+            first.shape_id(),
+            second.shape_id(),
+            "replicas share a shape"
+        );
+        // "a" keeps six of its eight cpu for "expected"; "b" is full.
+        let mut full = node("b", "z1", serde_json::json!({}));
+        full.add_pod(nominated_pod("running", "8", 0));
+        let mut cluster = Cluster::new(vec![node("a", "z1", serde_json::json!({})), full], 0);
+        let expected = nominated_pod("expected", "6", 0);
+        cluster.nominate(0, Arc::clone(&expected));
+
+        let refused = place(&mut cluster, &first).expect_err("no node has four cpu free");
+        assert_eq!(
+            place(&mut cluster, &second),
+            Err(refused),
+            "the same answer"
+        );
+        // "expected" went elsewhere: the room it held on "a" is free for the next replica.
+        cluster.assume(1, expected);
+        assert_eq!(place(&mut cluster, &third), Ok("a".to_owned()));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The simulated kube-scheduler. It watches nodes and pods through the API server like the
-//! real one and every `interval` runs one cycle over the pending pods: each is filtered and
-//! scored against the nodes (`cluster`), then bound, or marked `PodScheduled=False,
+//! real one and every `interval` runs one cycle over the pending pods (as many as its
+//! `slice` of time allows, the rest first in the next): each is filtered and scored against
+//! the nodes (`cluster`), then bound, or marked `PodScheduled=False,
 //! reason=Unschedulable` with kube-scheduler's "0/N nodes are available: ..." message — the
 //! signal kerf provisions for. As in kube-scheduler's queues, unschedulable pods are retried
 //! with backoff once nodes or pods change (a withdrawn or moved nomination counts, as an
@@ -62,6 +63,11 @@ pub struct SchedulerConfig {
     pub scheduler_name: String,
     /// Binding and status requests in flight at once.
     pub concurrency: usize,
+    /// The longest a cycle decides (at least one pod) before it sends the bindings it
+    /// decided; the pods not yet tried wait for the next cycle, first in line. kube-scheduler binds each pod as
+    /// soon as it is placed, so a cycle over tens of thousands of waiting pods must not
+    /// hold back the bindings of its first.
+    pub slice: Duration,
     /// First retry delay of an unschedulable pod once the cluster changed.
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
@@ -79,6 +85,7 @@ impl Default for SchedulerConfig {
             interval: Duration::from_millis(100),
             scheduler_name: DEFAULT_SCHEDULER_NAME.to_owned(),
             concurrency: 32,
+            slice: Duration::from_millis(250),
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
             unschedulable_flush: Duration::from_secs(300),
@@ -291,12 +298,15 @@ impl Scheduler {
         if pending.is_empty() {
             return;
         }
-        self.stats
-            .tried
-            .fetch_add(pending.len() as u64, Ordering::Relaxed);
         let mut cluster = self.snapshot(nodes, pods);
+        let started = Instant::now();
         let mut binds = Vec::new();
+        let mut tried = 0;
         for pod in pending {
+            if tried > 0 && started.elapsed() >= self.config.slice {
+                break;
+            }
+            tried += 1;
             let uid = pod.uid.clone();
             let placed = pod
                 .info
@@ -329,6 +339,7 @@ impl Scheduler {
                 }
             }
         }
+        self.stats.tried.fetch_add(tried, Ordering::Relaxed);
         self.next_start = cluster.next_start();
         self.bind(binds);
     }

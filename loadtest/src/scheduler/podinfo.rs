@@ -177,6 +177,12 @@ impl PodShape {
 pub(crate) type Shapes = Interner<PodShape>;
 
 impl PodInfo {
+    /// Identifies the pod's shape: pods made through one [`Shapes`] share it when their
+    /// workload and scheduling fields are equal.
+    pub(crate) fn shape_id(&self) -> usize {
+        Arc::as_ptr(&self.shape) as usize
+    }
+
     /// Compiles `pod`; a malformed quantity is reported with the pod and field it is in.
     pub(crate) fn new(pod: &Pod) -> Result<PodInfo, String> {
         let shape = PodShape::of(pod)?;
