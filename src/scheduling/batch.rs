@@ -99,7 +99,7 @@ impl Batch {
     ) -> Result<Batch, SchedulingError> {
         forms.start_round();
         nodes.start_round();
-        let prep = prepare::prepare_with(input, Some(&mut *forms), nodes);
+        let prep = prepare::prepare_with(input, Some(&mut *forms), Some(&mut *nodes));
         forms.finish_round();
         nodes.finish_round();
         Self::split(input, prep?)

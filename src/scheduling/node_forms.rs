@@ -72,7 +72,7 @@ impl ShapeForm {
 pub struct NodeForm {
     /// The allocatable the form was built from.
     allocatable: Resources,
-    /// The pods it was built from, in order.
+    /// The pods it was built from, in order (none for a form no cache keeps).
     pods: Vec<Weak<LeanPod>>,
     /// Each workload shape of its pods in the order first met, with how many of its pods
     /// count (neither deleting nor finished); a shape none of whose pods counts is listed too
@@ -93,13 +93,16 @@ pub struct NodeForm {
 pub(super) type ShapeForms = FxHashMap<(usize, usize), Arc<ShapeForm>>;
 
 impl NodeForm {
-    pub(super) fn of(node: &ExistingNode, shapes: &mut ShapeForms) -> Self {
+    /// `node`'s form; `kept` when a cache will compare it with later rounds' nodes.
+    pub(super) fn of(node: &ExistingNode, shapes: &mut ShapeForms, kept: bool) -> Self {
         let mut room: Vec<(String, i64)> = node
             .allocatable
             .iter()
             .map(|(name, q)| (name.to_owned(), q.milli_value()))
             .collect();
         let mut listed: Vec<(Arc<ShapeForm>, u32)> = Vec::new();
+        // Per listed shape, the room entry of each of its requests (found once per node).
+        let mut slots: Vec<Vec<usize>> = Vec::new();
         let mut ports = Vec::new();
         let mut bad = None;
         for p in &node.pods {
@@ -107,31 +110,37 @@ impl NodeForm {
                 Arc::as_ptr(p.shared_meta()) as usize,
                 p.shared_spec().map_or(0, |spec| Arc::as_ptr(spec) as usize),
             );
-            let shape = Arc::clone(
-                shapes
-                    .entry(key)
-                    .or_insert_with(|| Arc::new(ShapeForm::of(p))),
-            );
-            let counted = crate::pods::is_active(&**p);
-            let at = match listed.iter().position(|(s, _)| Arc::ptr_eq(s, &shape)) {
+            let shape = shapes
+                .entry(key)
+                .or_insert_with(|| Arc::new(ShapeForm::of(p)));
+            let at = match listed.iter().position(|(s, _)| Arc::ptr_eq(s, shape)) {
                 Some(at) => at,
                 None => {
-                    listed.push((Arc::clone(&shape), 0));
+                    let mut slot = Vec::new();
+                    for (id, _) in shape.requests.as_deref().unwrap_or_default() {
+                        let name = &shape.names[*id];
+                        slot.push(match room.iter().position(|(n, _)| n == name) {
+                            Some(at) => at,
+                            None => {
+                                room.push((name.clone(), 0));
+                                room.len() - 1
+                            }
+                        });
+                    }
+                    listed.push((Arc::clone(shape), 0));
+                    slots.push(slot);
                     listed.len() - 1
                 }
             };
-            if !counted {
+            if !crate::pods::is_active(&**p) {
                 continue;
             }
             listed[at].1 += 1;
             match &shape.requests {
                 Ok(requests) => {
-                    for (id, value) in requests {
-                        let name = &shape.names[*id];
-                        match room.iter_mut().find(|(n, _)| n == name) {
-                            Some((_, left)) => *left = left.saturating_sub(*value),
-                            None => room.push((name.clone(), 0i64.saturating_sub(*value))),
-                        }
+                    for ((_, value), slot) in requests.iter().zip(&slots[at]) {
+                        let left = &mut room[*slot].1;
+                        *left = left.saturating_sub(*value);
                     }
                 }
                 Err(quantity) => {
@@ -142,7 +151,11 @@ impl NodeForm {
         }
         Self {
             allocatable: node.allocatable.clone(),
-            pods: node.pods.iter().map(Arc::downgrade).collect(),
+            pods: if kept {
+                node.pods.iter().map(Arc::downgrade).collect()
+            } else {
+                Vec::new()
+            },
             shapes: listed,
             room,
             ports,
@@ -198,7 +211,7 @@ impl NodeForms {
             self.reused += 1;
             return Arc::clone(&kept.form);
         }
-        let form = Arc::new(NodeForm::of(node, shapes));
+        let form = Arc::new(NodeForm::of(node, shapes, true));
         let kept = Kept {
             form: Arc::clone(&form),
             round: self.round,
@@ -308,7 +321,7 @@ mod tests {
             ..Default::default()
         });
         let pods = shared(vec![done, pod("web").cpu("1").host_port(80).build()]);
-        let form = NodeForm::of(&node("a", pods), &mut ShapeForms::default());
+        let form = NodeForm::of(&node("a", pods), &mut ShapeForms::default(), false);
         let counts: Vec<u32> = form.shapes.iter().map(|(_, c)| *c).collect();
         assert_eq!(counts, [0, 1]);
         assert_eq!(cpu(&form), 3000);

@@ -136,16 +136,16 @@ struct SparseNode {
 
 /// Builds the prepared state.
 pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
-    prepare_with(input, None, &mut NodeForms::default())
+    prepare_with(input, None, None)
 }
 
 /// [`prepare`], taking the pending pods' forms from `forms` (and keeping the ones it builds)
-/// when given, and the existing nodes' from `node_forms`: a controller prepares round after
-/// round for the same pods and nodes. The result is the same whatever the caches hold.
+/// when given, and the existing nodes' from `node_forms` likewise: a controller prepares round
+/// after round for the same pods and nodes. The result is the same whatever the caches hold.
 pub fn prepare_with(
     input: &SchedulingInput,
     mut forms: Option<&mut PodForms>,
-    node_forms: &mut NodeForms,
+    mut node_forms: Option<&mut NodeForms>,
 ) -> Result<Prepared, SchedulingError> {
     let mut vocab = Vocab::new();
     let mut names = ResNames::default();
@@ -170,7 +170,10 @@ pub fn prepare_with(
     let mut sparse_nodes = Vec::with_capacity(input.existing_nodes.len());
     let (mut shape_forms, mut shapes) = (ShapeForms::default(), Shapes::default());
     for n in &input.existing_nodes {
-        let form = node_forms.form(n, &mut shape_forms);
+        let form = match node_forms.as_deref_mut() {
+            Some(node_forms) => node_forms.form(n, &mut shape_forms),
+            None => Arc::new(NodeForm::of(n, &mut shape_forms, false)),
+        };
         let mut node = sparse_node(n, form, &mut vocab, &mut names, &mut shapes)?;
         (node.attach_limits, node.attached) = attachments(n, &volumes, &mut vocab);
         sparse_nodes.push(node);
