@@ -4,7 +4,9 @@
 //! Also a round of a large scale-up in flight (`held/…`): 20 replicas of four workloads
 //! held on each of 1,000 existing nodes, and the 1,000 pods still pending placed around
 //! them; and a later round of a settled cluster (`round/…`): the same 20,000 placed pods and
-//! 1 % new ones, the round every few seconds of a large cluster's steady state.
+//! 1 % new ones (or 100,000 on 5,000 nodes and 300 new ones), the round every few seconds of
+//! a large cluster's steady state, solved as the controller solves it, through the forms kept
+//! from the round before (`round-cold/…`: the same round solved from nothing).
 //! Run with `cargo bench --bench scheduling`; a summary line per size follows criterion's
 //! output (pods/s, NodeClaims, time relative to the lower bound).
 
@@ -19,7 +21,10 @@ use kerf::pods::{LeanPod, PodLike};
 use kerf::scheduling::testing::{
     benchmark_instance_types, diverse_pods, node_pool, pod, preference_pods, resources,
 };
-use kerf::scheduling::{ExistingNode, InstanceType, SchedulingInput, SchedulingOptions, solve};
+use kerf::scheduling::{
+    ExistingNode, InstanceType, NodeForms, PodForms, SchedulingInput, SchedulingOptions, solve,
+    solve_with,
+};
 
 const SIZES: [usize; 6] = [1, 100, 1000, 5000, 20000, 40000];
 
@@ -107,7 +112,8 @@ fn first_fit_decreasing(pods: &[Arc<LeanPod>], its: &[InstanceType]) -> usize {
 
 /// `nodes` existing nodes over three zones, each holding 20 of the replicas of four
 /// workloads (as a round sees a scale-up whose pods wait on the nodes launched for them), and
-/// `pending` replicas still pending.
+/// `pending` replicas still pending. Every pod has a resourceVersion, as the controller's do,
+/// so a round may keep its form.
 fn held(nodes: usize, pending: usize) -> SchedulingInput {
     let workloads = [
         ("web", "250m"),
@@ -132,6 +138,9 @@ fn held(nodes: usize, pending: usize) -> SchedulingInput {
             .labels(&[("app", "pending")])
             .replicas("pending", pending),
     );
+    for p in &mut pods {
+        p.metadata.resource_version = Some("1".into());
+    }
     let mut pods = kerf::scheduling::testing::shared(pods);
     let pending = pods.split_off(nodes * 20);
     let existing_nodes = pods
@@ -177,13 +186,31 @@ fn bench(c: &mut Criterion) {
     }
     let pref = input(preference_pods(4000, 42), true);
     group.bench_function("preferences/4000", |b| b.iter(|| solve(black_box(&pref))));
-    for (name, pending) in [("held/20000", 1000), ("round/20000", 200)] {
-        let round = held(1000, pending);
+    for (name, nodes, pending) in [
+        ("held/20000", 1000, 1000),
+        ("round/20000", 1000, 200),
+        ("round/100000", 5000, 300),
+    ] {
+        let round = held(nodes, pending);
         let placed = solve(&round).expect("benchmark input is valid");
         assert!(placed.errors.is_empty(), "{:?}", placed.errors);
         let on_nodes: usize = placed.existing_nodes.iter().map(|n| n.pods.len()).sum();
         assert_eq!(on_nodes, pending, "the new pods fit around the placed ones");
-        group.bench_function(name, |b| b.iter(|| solve(black_box(&round))));
+        let Some(size) = name.strip_prefix("round/") else {
+            group.bench_function(name, |b| b.iter(|| solve(black_box(&round))));
+            continue;
+        };
+        group.bench_function(format!("round-cold/{size}"), |b| {
+            b.iter(|| solve(black_box(&round)))
+        });
+        // The steady state: the previous round's forms kept, as the controller keeps them.
+        let (mut pods, mut kept) = (PodForms::default(), NodeForms::default());
+        let warm = solve_with(&round, &mut pods, &mut kept).expect("benchmark input is valid");
+        assert_eq!(warm, placed, "the kept forms give the fresh result");
+        group.bench_function(name, |b| {
+            b.iter(|| solve_with(black_box(&round), &mut pods, &mut kept))
+        });
+        assert_eq!(kept.len(), nodes, "every node's form kept");
     }
     group.finish();
 }

@@ -373,6 +373,7 @@ karpenter_nodeclaims_created_total{reason=\"provisioning\"} 99
             placing: 2,
             withheld: 0,
             forms_reused: 0,
+            nodes_reused: 0,
             window: Duration::ZERO,
             nodeclaims: vec!["default-abcde".into()],
             problems: vec![

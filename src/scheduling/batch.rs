@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::SchedulingError;
 use super::finalize;
 use super::forms::PodForms;
+use super::node_forms::NodeForms;
 use super::pool::Pool;
 use super::prepare::{self, Prepared};
 use super::reservations::Reservations;
@@ -88,15 +89,19 @@ impl Batch {
         Self::split(input, prepare::prepare(input)?)
     }
 
-    /// [`Batch::prepare`] for one round of many: the pending pods' forms come from `forms`,
-    /// which keeps them for the next round ([`PodForms`]).
+    /// [`Batch::prepare`] for one round of many: the pending pods' forms come from `forms`
+    /// and the existing nodes' from `nodes`, which keep them for the next round
+    /// ([`PodForms`], [`NodeForms`]). The batch is exactly [`Batch::prepare`]'s.
     pub fn prepare_with(
         input: &SchedulingInput,
         forms: &mut PodForms,
+        nodes: &mut NodeForms,
     ) -> Result<Batch, SchedulingError> {
         forms.start_round();
-        let prep = prepare::prepare_with(input, Some(&mut *forms));
+        nodes.start_round();
+        let prep = prepare::prepare_with(input, Some(&mut *forms), Some(&mut *nodes));
         forms.finish_round();
+        nodes.finish_round();
         Self::split(input, prep?)
     }
 

@@ -8,7 +8,8 @@
 //! constraints share one class, and NodePools that no pod class, node or topology group links
 //! form independent parts solved on separate threads; the result is identical to a sequential
 //! solve. [`Batch`] exposes those steps so the controller can solve each part on the thread
-//! of its NodePool's scheduler.
+//! of its NodePool's scheduler; [`PodForms`] and [`NodeForms`] keep what a round prepares of
+//! the pending pods and existing nodes for the next round ([`solve_with`]).
 
 mod batch;
 mod class;
@@ -16,6 +17,7 @@ mod finalize;
 mod forms;
 mod intern;
 mod launched;
+mod node_forms;
 mod pod;
 mod pool;
 mod prepare;
@@ -33,6 +35,7 @@ pub mod testing;
 
 pub use batch::{Batch, Part, PartOutcome, UNSOLVED_PART};
 pub use forms::{PodForm, PodForms, pod_ref};
+pub use node_forms::NodeForms;
 pub use pod::resource_requests;
 pub use types::*;
 
@@ -59,6 +62,19 @@ pub enum SchedulingError {
 /// when `input.options.parallel` is on), [`Batch::assemble`].
 pub fn solve(input: &SchedulingInput) -> Result<SchedulingResult, SchedulingError> {
     let batch = Batch::prepare(input)?;
+    let outcomes = solve_parts(&batch, input.options.parallel);
+    Ok(batch.assemble(outcomes))
+}
+
+/// [`solve`] for one round of many: the pending pods' and existing nodes' prepared forms come
+/// from `pods` and `nodes`, which keep them for the next round ([`Batch::prepare_with`]).
+/// The result is exactly [`solve`]'s.
+pub fn solve_with(
+    input: &SchedulingInput,
+    pods: &mut PodForms,
+    nodes: &mut NodeForms,
+) -> Result<SchedulingResult, SchedulingError> {
+    let batch = Batch::prepare_with(input, pods, nodes)?;
     let outcomes = solve_parts(&batch, input.options.parallel);
     Ok(batch.assemble(outcomes))
 }

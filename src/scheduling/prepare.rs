@@ -2,7 +2,9 @@
 //! resource vectors, NodePools with their instance types and daemonset groups, existing nodes
 //! with their remaining room, pod classes with relaxation chains, and topology groups counted
 //! from the pods already running. Bad NodePool or instance-type data is an error naming the
-//! object and field; a bad pod only fails that pod.
+//! object and field; a bad pod only fails that pod. What does not depend on the round (pod
+//! and node forms) may come from an earlier round; everything is interned afresh, in the same
+//! order either way, so a kept form never changes the result.
 
 mod classes;
 
@@ -10,12 +12,13 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 
 use super::SchedulingError;
 use super::class::{Class, ClassId, required_term_alternatives, spec_requirements};
 use super::forms::{PodForm, PodForms, pod_ref};
 use super::intern::{Bits, FxHashMap, Sym};
+use super::node_forms::{NodeForm, NodeForms, ShapeForm, ShapeForms};
 use super::pod::{ConstraintSpec, HostPort, claim_names, pod_requests};
 use super::pool::{DaemonGroup, ItInfo, Offer, Pool};
 use super::req::{Req, ReqSet, Vocab};
@@ -25,7 +28,7 @@ use super::types::InstanceType;
 use super::types::{SchedulingInput, SchedulingOptions};
 use super::volumes::{Attached, VolumeIndex};
 use crate::labels;
-use crate::pods::{LeanPod, PodLike};
+use crate::pods::PodLike;
 use crate::taints::{self, PreferNoSchedule};
 use classes::ClassBuilder;
 
@@ -102,37 +105,17 @@ struct Daemon {
     ports: Vec<HostPort>,
 }
 
-/// A pod already on a node (or held on an in-flight NodeClaim), as placement counts it.
-struct ExistingPod {
-    shape: Rc<ExistingShape>,
-    /// Neither deleting nor finished: its requests and ports take room, and topology counts it.
-    counted: bool,
-}
-
-/// What placement reads of an existing pod, alike for every pod whose spec and template
-/// metadata are the same shared values (a workload's replicas, see
-/// [`crate::pods::LeanPod`]): a round builds it once per workload instead of once per pod
-/// (each a clone of the pod's labels, affinity and tolerations).
+/// A workload shape of the pods on existing nodes ([`ShapeForm`]), interned for the round:
+/// built once per shape form, so once per workload for every node whose form is kept.
 struct ExistingShape {
+    form: Arc<ShapeForm>,
     ns: Sym,
     labels: Vec<(Sym, Sym)>,
-    /// Or the quantity that does not parse, an error only for a pod that counts.
-    requests: Result<Vec<(ResId, i64)>, String>,
-    ports: Vec<HostPort>,
-    anti_terms: Vec<PodAffinityTerm>,
-    namespace: String,
-    daemonset: Option<(String, String)>,
 }
 
-impl ExistingShape {
-    fn requests(&self) -> &[(ResId, i64)] {
-        self.requests.as_deref().unwrap_or_default()
-    }
-}
-
-/// The shapes built so far this round, by the addresses of the shared spec and template
-/// metadata they were built from (the input holds those alive, so no address is reused).
-type Shapes = FxHashMap<(usize, usize), Rc<ExistingShape>>;
+/// The shapes interned so far this round, by the address of their form (held alive by the
+/// round's node forms, so no address is reused within it).
+type Shapes = FxHashMap<usize, Rc<ExistingShape>>;
 
 struct SparseNode {
     name: String,
@@ -140,8 +123,12 @@ struct SparseNode {
     label_values: FxHashMap<Sym, Sym>,
     reqs: ReqSet,
     taints: Vec<Taint>,
-    allocatable: Vec<(ResId, i64)>,
-    pods: Vec<ExistingPod>,
+    /// The node's form, kept across rounds.
+    form: Arc<NodeForm>,
+    /// The form's shapes, interned, each with how many of its pods count.
+    shapes: Vec<(Rc<ExistingShape>, u32)>,
+    /// Allocatable less the counting pods' requests.
+    room: Vec<(ResId, i64)>,
     initialized: bool,
     attach_limits: Vec<(Sym, i64)>,
     attached: Attached,
@@ -149,14 +136,16 @@ struct SparseNode {
 
 /// Builds the prepared state.
 pub fn prepare(input: &SchedulingInput) -> Result<Prepared, SchedulingError> {
-    prepare_with(input, None)
+    prepare_with(input, None, None)
 }
 
 /// [`prepare`], taking the pending pods' forms from `forms` (and keeping the ones it builds)
-/// when given: a controller prepares round after round for the same pods.
+/// when given, and the existing nodes' from `node_forms` likewise: a controller prepares round
+/// after round for the same pods and nodes. The result is the same whatever the caches hold.
 pub fn prepare_with(
     input: &SchedulingInput,
     mut forms: Option<&mut PodForms>,
+    mut node_forms: Option<&mut NodeForms>,
 ) -> Result<Prepared, SchedulingError> {
     let mut vocab = Vocab::new();
     let mut names = ResNames::default();
@@ -178,10 +167,14 @@ pub fn prepare_with(
         daemons.push(d);
     }
     let volumes = VolumeIndex::new(&input.volumes);
-    let mut sparse_nodes = Vec::new();
-    let mut shapes = Shapes::default();
+    let mut sparse_nodes = Vec::with_capacity(input.existing_nodes.len());
+    let (mut shape_forms, mut shapes) = (ShapeForms::default(), Shapes::default());
     for n in &input.existing_nodes {
-        let mut node = sparse_node(n, &mut vocab, &mut names, &mut shapes)?;
+        let form = match node_forms.as_deref_mut() {
+            Some(node_forms) => node_forms.form(n, &mut shape_forms),
+            None => Arc::new(NodeForm::of(n, &mut shape_forms, false)),
+        };
+        let mut node = sparse_node(n, form, &mut vocab, &mut names, &mut shapes)?;
         (node.attach_limits, node.attached) = attachments(n, &volumes, &mut vocab);
         sparse_nodes.push(node);
     }
@@ -427,19 +420,11 @@ fn daemon(ds: &Pod, vocab: &mut Vocab, names: &mut ResNames) -> Result<Daemon, S
 
 fn sparse_node(
     n: &super::types::ExistingNode,
+    form: Arc<NodeForm>,
     vocab: &mut Vocab,
     names: &mut ResNames,
     shapes: &mut Shapes,
 ) -> Result<SparseNode, SchedulingError> {
-    let bad = |field: &str| {
-        let field = field.to_string();
-        let node = n.name.clone();
-        move |q: String| SchedulingError::InvalidNode {
-            node: node.clone(),
-            field: field.clone(),
-            reason: format!("invalid quantity {q}"),
-        }
-    };
     let mut reqs = vocab.label_set(n.labels.iter());
     let host_name = n
         .labels
@@ -462,62 +447,65 @@ fn sparse_node(
             .cloned()
             .collect()
     };
-    let mut pods = Vec::with_capacity(n.pods.len());
-    for p in &n.pods {
-        let key = (
-            Arc::as_ptr(p.shared_meta()) as usize,
-            p.shared_spec().map_or(0, |spec| Arc::as_ptr(spec) as usize),
-        );
+    let mut listed = Vec::with_capacity(form.shapes.len());
+    for (shape_form, counted) in &form.shapes {
+        let key = Arc::as_ptr(shape_form) as usize;
         let shape = match shapes.get(&key) {
             Some(shape) => Rc::clone(shape),
             None => {
-                let shape = Rc::new(existing_shape(p, vocab, names));
+                let shape = Rc::new(existing_shape(shape_form, vocab, names));
                 shapes.insert(key, Rc::clone(&shape));
                 shape
             }
         };
-        let counted = crate::pods::is_active(&**p);
-        if counted && let Err(quantity) = &shape.requests {
-            return Err(bad("pods")(quantity.clone()));
-        }
-        pods.push(ExistingPod { shape, counted });
+        listed.push((shape, *counted));
     }
+    if let Some(quantity) = &form.bad {
+        return Err(SchedulingError::InvalidNode {
+            node: n.name.clone(),
+            field: "pods".into(),
+            reason: format!("invalid quantity {quantity}"),
+        });
+    }
+    // The room lists the allocatable names first, in their order: registering them here is
+    // registering the allocatable, as a node's pods and then its allocatable are met.
+    let room = form
+        .room
+        .iter()
+        .map(|(name, value)| (names.id(name), *value))
+        .collect();
     Ok(SparseNode {
         name: n.name.clone(),
         host,
         label_values,
         reqs,
         taints,
-        allocatable: names.vector(&n.allocatable),
-        pods,
+        form,
+        shapes: listed,
+        room,
         initialized: n.initialized,
         attach_limits: Vec::new(),
         attached: Attached::new(),
     })
 }
 
-fn existing_shape(p: &LeanPod, vocab: &mut Vocab, names: &mut ResNames) -> ExistingShape {
-    let spec = ConstraintSpec::of(p);
-    let mut labels: Vec<(Sym, Sym)> = spec
+/// Interns a shape form: its labels, then its namespace, then its resource names, in the
+/// order a pod's own are met.
+fn existing_shape(form: &Arc<ShapeForm>, vocab: &mut Vocab, names: &mut ResNames) -> ExistingShape {
+    let mut labels: Vec<(Sym, Sym)> = form
         .labels
         .iter()
         .map(|(k, v)| (vocab.intern(k), vocab.intern(v)))
         .collect();
     labels.sort_unstable();
-    let daemonset = p
-        .meta()
-        .owner_references
-        .iter()
-        .find(|o| o.kind == "DaemonSet")
-        .map(|o| (spec.namespace.clone(), o.name.clone()));
+    let ns = vocab.intern(&form.namespace);
+    for name in &form.names {
+        names.id(name);
+    }
     ExistingShape {
-        ns: vocab.intern(&spec.namespace),
+        form: Arc::clone(form),
+        ns,
         labels,
-        requests: pod_requests(p, names),
-        ports: spec.host_ports.clone(),
-        anti_terms: crate::pods::required_anti_affinity_terms(spec.affinity.as_ref()).to_vec(),
-        namespace: spec.namespace,
-        daemonset,
     }
 }
 
@@ -654,16 +642,13 @@ fn daemon_fits_template(
 }
 
 fn node_state(n: &SparseNode, daemons: &[Daemon], stride: usize, vocab: &Vocab) -> NodeState {
-    let mut avail = resvec::dense(stride, &n.allocatable);
-    let mut ports = Vec::new();
-    for p in n.pods.iter().filter(|p| p.counted) {
-        resvec::sub_assign(&mut avail, &resvec::dense(stride, p.shape.requests()));
-        ports.extend(p.shape.ports.iter().cloned());
-    }
+    let mut avail = resvec::dense(stride, &n.room);
+    let mut ports = n.form.ports.clone();
     // Daemonsets that will run here but have no pod yet still need their room.
     for d in daemons {
-        let running = n.pods.iter().any(|p| {
-            p.shape
+        let running = n.shapes.iter().any(|(shape, _)| {
+            shape
+                .form
                 .daemonset
                 .as_ref()
                 .is_some_and(|(namespace, name)| *namespace == d.namespace && *name == d.name)
@@ -774,6 +759,7 @@ fn universe_for(universe: &mut DomainUniverse, pools: &[Pool], key: Sym, vocab: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pods::LeanPod;
     use crate::scheduling::testing::{pod, resources, shared};
     use crate::scheduling::types::ExistingNode;
 
@@ -783,6 +769,23 @@ mod tests {
             allocatable: resources(&[("cpu", "8"), ("memory", "16Gi"), ("pods", "110")]),
             pods,
             ..Default::default()
+        }
+    }
+
+    /// A round's state for preparing nodes one by one.
+    #[derive(Default)]
+    struct Round {
+        forms: NodeForms,
+        shape_forms: ShapeForms,
+        vocab: Vocab,
+        names: ResNames,
+        shapes: Shapes,
+    }
+
+    impl Round {
+        fn node(&mut self, n: &ExistingNode) -> Result<SparseNode, SchedulingError> {
+            let form = self.forms.form(n, &mut self.shape_forms);
+            sparse_node(n, form, &mut self.vocab, &mut self.names, &mut self.shapes)
         }
     }
 
@@ -799,23 +802,26 @@ mod tests {
             node_with("a", pods[..2].to_vec()),
             node_with("b", vec![pods[2].clone(), db]),
         );
-        let (mut vocab, mut names, mut shapes) =
-            (Vocab::new(), ResNames::default(), Shapes::default());
-        let a = sparse_node(&a, &mut vocab, &mut names, &mut shapes).expect("valid node");
-        let b = sparse_node(&b, &mut vocab, &mut names, &mut shapes).expect("valid node");
-        assert!(Rc::ptr_eq(&a.pods[0].shape, &a.pods[1].shape));
+        let mut round = Round::default();
+        let a = round.node(&a).expect("valid node");
+        let b = round.node(&b).expect("valid node");
+        assert_eq!(a.shapes.len(), 1, "two replicas, one shape");
+        assert_eq!(a.shapes[0].1, 2, "both count");
         assert!(
-            Rc::ptr_eq(&a.pods[0].shape, &b.pods[0].shape),
+            Rc::ptr_eq(&a.shapes[0].0, &b.shapes[0].0),
             "across nodes too"
         );
         assert!(
-            !Rc::ptr_eq(&b.pods[0].shape, &b.pods[1].shape),
+            !Rc::ptr_eq(&b.shapes[0].0, &b.shapes[1].0),
             "another workload"
         );
-        assert_eq!(shapes.len(), 2);
-        let web = vocab.interner.get("web").expect("interned");
-        assert!(b.pods[0].shape.labels.iter().any(|(_, v)| *v == web));
-        assert_eq!(b.pods[1].shape.requests()[0].1, 2000, "db's own requests");
+        assert_eq!(round.shapes.len(), 2);
+        assert_eq!(round.shape_forms.len(), 2);
+        let web = round.vocab.interner.get("web").expect("interned");
+        assert!(b.shapes[0].0.labels.iter().any(|(_, v)| *v == web));
+        let cpu_left = |n: &SparseNode| n.room.iter().find(|(r, _)| *r == CPU).map(|(_, v)| *v);
+        assert_eq!(cpu_left(&a), Some(6000), "8 cores less two web replicas");
+        assert_eq!(cpu_left(&b), Some(5000), "less a web replica and db");
     }
 
     #[test]
@@ -827,12 +833,13 @@ mod tests {
             ..Default::default()
         });
         let finished = Arc::new(LeanPod::from(finished));
-        let (mut vocab, mut names, mut shapes) =
-            (Vocab::new(), ResNames::default(), Shapes::default());
+        let mut round = Round::default();
         let node = node_with("a", vec![finished]);
-        assert!(sparse_node(&node, &mut vocab, &mut names, &mut shapes).is_ok());
+        let a = round.node(&node).expect("a finished pod does not count");
+        assert_eq!(a.shapes[0].1, 0, "listed, not counted");
         let node = node_with("b", vec![bad().lean()]);
-        let err = sparse_node(&node, &mut vocab, &mut names, &mut shapes)
+        let err = round
+            .node(&node)
             .err()
             .expect("a running pod's requests must parse");
         assert!(err.to_string().contains("lots"), "{err}");

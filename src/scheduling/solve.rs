@@ -10,6 +10,7 @@
 //! and requirement changes are computed as a small delta instead of cloning a NodeClaim's
 //! requirements per attempt.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use super::class::{Class, ClassId};
@@ -120,7 +121,9 @@ pub struct Solver<'a> {
     prep: &'a Prepared,
     vocab: &'a Vocab,
     pools: Vec<Option<Pool>>,
-    nodes: Vec<Option<NodeState>>,
+    /// The owned nodes, borrowed from the prepared state until a pod is placed on one: a
+    /// round places its few pods on few of thousands of nodes.
+    nodes: Vec<Option<Cow<'a, NodeState>>>,
     node_order: Vec<usize>,
     topology: Topology,
     claims: Vec<Claim>,
@@ -290,9 +293,9 @@ impl<'a> Solver<'a> {
         for p in pools {
             pool_slots[*p] = Some(prep.pools[*p].clone());
         }
-        let mut node_slots: Vec<Option<NodeState>> = vec![None; prep.nodes.len()];
+        let mut node_slots: Vec<Option<Cow<'a, NodeState>>> = vec![None; prep.nodes.len()];
         for n in nodes {
-            node_slots[*n] = Some(prep.nodes[*n].clone());
+            node_slots[*n] = Some(Cow::Borrowed(&prep.nodes[*n]));
         }
         let mut node_order: Vec<usize> = nodes.to_vec();
         node_order.sort_by(|a, b| {
@@ -352,11 +355,15 @@ impl<'a> Solver<'a> {
         let mut errors: Vec<(u32, String)> = errors.into_iter().collect();
         errors.sort_unstable_by_key(|(p, _)| *p);
         Outcome {
+            // Only a node a pod was placed on was copied.
             nodes: self
                 .nodes
                 .iter_mut()
                 .enumerate()
-                .filter_map(|(i, n)| n.as_mut().map(|n| (i, std::mem::take(&mut n.placed))))
+                .filter_map(|(i, n)| match n {
+                    Some(Cow::Owned(n)) => Some((i, std::mem::take(&mut n.placed))),
+                    _ => None,
+                })
                 .filter(|(_, placed)| !placed.is_empty())
                 .collect(),
             pools: self
@@ -485,7 +492,7 @@ impl<'a> Solver<'a> {
 
     fn try_node(&self, ni: usize, p: u32, c: ClassId) -> Result<Placement, Fail> {
         let node = self.nodes[ni]
-            .as_ref()
+            .as_deref()
             .expect("node order lists owned nodes");
         let class = &self.prep.classes[c as usize];
         let pod = &self.prep.pods[p as usize];
@@ -558,7 +565,7 @@ impl<'a> Solver<'a> {
 
     fn commit_node(&mut self, ni: usize, p: u32, c: ClassId, placement: Placement) {
         let class = &self.prep.classes[c as usize];
-        let node = self.nodes[ni].as_mut().expect("owned node");
+        let node = self.nodes[ni].as_mut().expect("owned node").to_mut();
         resvec::sub_assign(&mut node.avail, &self.prep.pods[p as usize].requests);
         for (k, r) in placement.delta.0 {
             node.reqs.set(k, r);

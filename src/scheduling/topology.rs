@@ -250,13 +250,21 @@ impl Group {
     }
 
     pub fn record(&mut self, domain: Sym, interner: &Interner) {
-        self.records = self.records.wrapping_add(1);
+        self.record_n(domain, 1, interner);
+    }
+
+    /// `n` pods in `domain`: the same counts and stamp as `n` calls of [`Self::record`].
+    pub fn record_n(&mut self, domain: Sym, n: u32, interner: &Interner) {
+        if n == 0 {
+            return;
+        }
+        self.records = self.records.wrapping_add(n);
         self.register(domain, interner);
         let c = self.counts.entry(domain).or_insert(0);
         if *c == 0 {
             self.nonzero += 1;
         }
-        *c += 1;
+        *c += n;
     }
 
     /// A value that changes whenever a failed `next_domains` answer could change (node side

@@ -32,7 +32,9 @@ use kerf::catalog::Catalog;
 use kerf::cluster::ControllerSettings;
 use kerf::cluster::snapshot;
 use kerf::pods::PodLike;
-use kerf::scheduling::{Batch, PlannedNodeClaim, PodForms, SchedulingResult, SolvePolicies};
+use kerf::scheduling::{
+    Batch, NodeForms, PlannedNodeClaim, PodForms, SchedulingResult, SolvePolicies,
+};
 use tokio::sync::watch;
 
 use crate::batcher::BatchReady;
@@ -89,6 +91,9 @@ pub struct Round {
     /// How many of the pods it solved had their prepared forms from an earlier round (see
     /// [`kerf::scheduling::PodForms`]).
     pub forms_reused: usize,
+    /// How many of the existing nodes it solved around had their prepared forms from an
+    /// earlier round (see [`kerf::scheduling::NodeForms`]).
+    pub nodes_reused: usize,
     /// How long the batching window was open.
     pub window: Duration,
     /// Names of the NodeClaims created, in creation order (none without a cloud provider).
@@ -152,6 +157,9 @@ pub struct Provisioner {
     settling: settling::Settling,
     /// The pending pods' prepared forms, from round to round.
     pod_forms: PodForms,
+    /// The existing nodes' prepared forms, from round to round: kept through rounds that
+    /// skip the solve, as the nodes stay while pods come and go.
+    node_forms: NodeForms,
     /// Every zone a round's unplaced pods were counted under, zeroed when a round has none.
     pending_zones: std::collections::HashSet<String>,
 }
@@ -228,6 +236,7 @@ impl Provisioner {
             schedulers: Schedulers::new(names),
             settling: settling::Settling::default(),
             pod_forms: PodForms::default(),
+            node_forms: NodeForms::default(),
             pending_zones: std::collections::HashSet::new(),
         }
     }
@@ -265,6 +274,7 @@ impl Provisioner {
             placing: 0,
             withheld: 0,
             forms_reused: 0,
+            nodes_reused: 0,
             window: batch.window,
             nodeclaims: Vec::new(),
             problems: Vec::new(),
@@ -307,6 +317,7 @@ impl Provisioner {
         let claims = &inventory.node_claims;
         let settling = &mut self.settling;
         let forms = &mut self.pod_forms;
+        let node_forms = &mut self.node_forms;
         let batch = snapshot.map_err(|e| e.to_string()).and_then(|snapshot| {
             heap.mark(Step::Snapshot);
             problems.extend(snapshot.warnings);
@@ -334,11 +345,13 @@ impl Provisioner {
                 forms.keep_none();
                 return Ok(None);
             }
-            let reused = forms.reused();
-            let batch = Batch::prepare_with(&input, forms)
+            let (reused, nodes_reused) = (forms.reused(), node_forms.reused());
+            let batch = Batch::prepare_with(&input, forms, node_forms)
                 .map(|batch| Some((batch, holding)))
                 .map_err(|e| e.to_string());
             round.forms_reused = usize::try_from(forms.reused() - reused).unwrap_or(usize::MAX);
+            round.nodes_reused =
+                usize::try_from(node_forms.reused() - nodes_reused).unwrap_or(usize::MAX);
             heap.mark(Step::Prepared);
             batch
         });
@@ -529,6 +542,7 @@ impl Handler<BatchReady> for Provisioner {
                     placing = round.placing,
                     withheld = round.withheld,
                     forms_reused = round.forms_reused,
+                    nodes_reused = round.nodes_reused,
                     nodeclaims = round.nodeclaims.len(),
                     problems = ?round.problems,
                     queued_ms = round.timing.queued.as_millis() as u64,

@@ -288,10 +288,31 @@ fn a_rounds_snapshot_shares_the_stores_pods_instead_of_copying_them() {
     );
 }
 
+/// A full Node `name` (one core, taken by its bound pod `on-<name>`).
+fn full_node(writers: &mut Writers, name: &str) {
+    let node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "resourceVersion": "1",
+                     "labels": {"topology.kubernetes.io/zone": "us-east-1a"}},
+        "status": {"allocatable": {"cpu": "1", "memory": "4Gi", "pods": "10"}}
+    }))
+    .expect("a valid Node");
+    writers.nodes.apply(ObjectKey::new(None, name), node);
+    let mut bound = pod(&format!("on-{name}"), Some("a"), "1");
+    bound.spec.get_or_insert_with(Default::default).node_name = Some(name.into());
+    bound.status = None;
+    writers.pods.apply(
+        ObjectKey::new(Some("default"), &format!("on-{name}")),
+        bound,
+    );
+}
+
 #[test]
-fn a_later_round_reuses_the_prepared_forms_of_the_pods_unchanged_since() {
+fn a_later_round_reuses_the_prepared_forms_of_the_pods_and_nodes_unchanged_since() {
     run(|| async {
         let (state, mut writers) = pool_a_with_pods(3);
+        full_node(&mut writers, "node-0");
+        full_node(&mut writers, "node-1");
         let recorded = Arc::new(Mutex::new(Vec::new()));
         let creator = recorder(&recorded, &Arc::new(AtomicUsize::new(0)));
         let catalog = Catalog::embedded("us-east-1").expect("catalog");
@@ -315,6 +336,7 @@ fn a_later_round_reuses_the_prepared_forms_of_the_pods_unchanged_since() {
         outbox.deliver(batch()).await.expect("provisioner alive");
         let first = rounds.borrow_and_update().clone().expect("a round");
         assert_eq!((first.placing, first.forms_reused), (3, 0), "{first:?}");
+        assert_eq!(first.nodes_reused, 0, "{first:?}");
 
         // The launches recorded created nothing: the pods stay pending. One is written.
         let mut written = pod("a-0", Some("a"), "2");
@@ -326,6 +348,21 @@ fn a_later_round_reuses_the_prepared_forms_of_the_pods_unchanged_since() {
         let second = rounds.borrow_and_update().clone().expect("a round");
         assert_eq!(second.placing, 3, "{second:?}");
         assert_eq!(second.forms_reused, 2, "all but the written pod's");
+        assert_eq!(
+            second.nodes_reused, 2,
+            "both nodes and their pods are unchanged"
+        );
+
+        // A pod bound on node-1 since: its form is built again, node-0's kept.
+        let mut bound = pod("late", Some("a"), "100m");
+        bound.spec.get_or_insert_with(Default::default).node_name = Some("node-1".into());
+        bound.status = None;
+        writers
+            .pods
+            .apply(ObjectKey::new(Some("default"), "late"), bound);
+        outbox.deliver(batch()).await.expect("provisioner alive");
+        let third = rounds.borrow_and_update().clone().expect("a round");
+        assert_eq!((third.placing, third.nodes_reused), (3, 1), "{third:?}");
     });
 }
 
@@ -337,6 +374,7 @@ fn empty_round() -> Round {
         placing: 0,
         withheld: 0,
         forms_reused: 0,
+        nodes_reused: 0,
         window: Duration::ZERO,
         nodeclaims: Vec::new(),
         problems: Vec::new(),

@@ -317,9 +317,9 @@ impl ClassBuilder<'_> {
                 if !g.is_hostname {
                     g.register(domain, &vocab.interner);
                 }
-                for p in n.pods.iter().filter(|p| p.counted) {
-                    if g.selects(p.shape.ns, &p.shape.labels) {
-                        g.record(domain, &vocab.interner);
+                for (shape, counted) in &n.shapes {
+                    if *counted > 0 && g.selects(shape.ns, &shape.labels) {
+                        g.record_n(domain, *counted, &vocab.interner);
                     }
                 }
             }
@@ -346,13 +346,17 @@ impl ClassBuilder<'_> {
     pub(super) fn existing_inverse_groups(&mut self) {
         let nodes = self.nodes;
         for n in nodes {
-            for p in n.pods.iter().filter(|p| p.counted) {
-                for term in &p.shape.anti_terms {
-                    let spec = self.term_spec(Kind::AntiAffinity, &p.shape.namespace, term);
+            for (shape, counted) in n.shapes.iter().filter(|(_, c)| *c > 0) {
+                for term in &shape.form.anti_terms {
+                    let spec = self.term_spec(Kind::AntiAffinity, &shape.form.namespace, term);
                     let key = spec.key;
                     let id = self.inverse_group(spec);
                     if let Some(d) = n.label_values.get(&key) {
-                        self.topology.inverse[id as usize].record(*d, &self.vocab.interner);
+                        self.topology.inverse[id as usize].record_n(
+                            *d,
+                            *counted,
+                            &self.vocab.interner,
+                        );
                     }
                 }
             }

@@ -60,4 +60,5 @@ mod nodepools;
 mod parallel;
 mod req_xcheck;
 mod reservations;
+mod rounds;
 mod topology;
