@@ -87,6 +87,17 @@ fn scheduled_condition(pod: Option<&Pod>) -> Option<(String, String, String)> {
     ))
 }
 
+/// The node of each bound pod, as the API server has it now.
+async fn nodes_bound_to(h: &Harness) -> Vec<String> {
+    let listed = pods(h).list(&Default::default()).await.expect("pods list");
+    listed
+        .items
+        .iter()
+        .map(|p| node_of(p).to_owned())
+        .filter(|node| !node.is_empty())
+        .collect()
+}
+
 fn node_of(pod: &Pod) -> &str {
     pod.spec
         .as_ref()
@@ -502,14 +513,7 @@ async fn a_cycle_sends_what_it_decided_within_its_slice_and_leaves_the_rest() {
     };
     let scheduler = scheduler::start(h.client.clone(), sliced);
     wait_for(&pods(&h), "p0", bound()).await;
-    let bound_now = pods(&h)
-        .list(&Default::default())
-        .await
-        .expect("pods list")
-        .items
-        .iter()
-        .filter(|p| !node_of(p).is_empty())
-        .count();
+    let bound_now = nodes_bound_to(&h).await.len();
     assert_eq!(bound_now, 1, "the first cycle placed only the oldest pod");
     wait_for(&pods(&h), "p2", bound()).await;
     let tried = scheduler
@@ -540,13 +544,10 @@ async fn a_later_cycle_runs_while_an_earlier_cycles_bindings_are_sent() {
     wait_for(&pods(&h), "on-a-000", bound()).await;
     pod(&h, "too-big", "100", json!({}), json!({})).await;
     wait_for(&pods(&h), "too-big", unschedulable()).await;
-    let on_a = pods(&h)
-        .list(&Default::default())
+    let on_a = nodes_bound_to(&h)
         .await
-        .expect("pods list")
-        .items
         .iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("a"))
+        .filter(|n| *n == "a")
         .count();
     assert!(
         on_a < 100,
