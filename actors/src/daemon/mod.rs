@@ -439,7 +439,7 @@ impl Daemon {
     /// Stops every task and actor: first provisioning drains (no new rounds; the current
     /// round and its launches finish, for at most [`SHUTDOWN_TIMEOUT`]), then a leader releases
     /// its Lease before this returns, so a standby can take over at once. Once stopping, no round
-    /// starts: a batch the Batcher still hands over finds the replica no longer leading.
+    /// starts: a batch the Batcher still hands over finds the replica not leading.
     pub async fn stop(self) {
         self.stop_within(SHUTDOWN_TIMEOUT).await;
     }

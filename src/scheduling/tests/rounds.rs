@@ -197,7 +197,7 @@ fn a_pod_bound_to_a_node_is_counted_there() {
 #[test]
 fn a_deleted_pod_frees_its_room() {
     let (result, reused) = after(|input| {
-        // Deleting: written with a deletionTimestamp (a new object), no longer counted.
+        // Deleting: a new object with a deletionTimestamp, which placement does not count.
         let mut web = pod("web").cpu("1").labels(&[("app", "web")]).build();
         web.metadata.name = Some("web-00000".into());
         web.metadata.uid = Some("web-00000".into());
