@@ -8,7 +8,7 @@
 //! per node and updated incrementally, so a batch of 10k similar pods stays cheap.
 
 use super::nodeinfo::{NodeInfo, UNSCHEDULABLE_TAINT};
-use super::podinfo::{NodeTerm, PodInfo, PodSelector};
+use super::podinfo::{NodeTerm, PodInfo, PodSelector, PodShape};
 use super::reason::Reason;
 use super::score;
 use super::topology::{Domains, Spread, Term, TopologyState};
@@ -69,8 +69,11 @@ pub(crate) struct Cluster {
     /// The node index each pending nominated pod is nominated to, by pod uid.
     nominations: HashMap<String, usize>,
     /// The Unschedulable message of each shape and priority no node fitted this cycle
-    /// ([`Cluster::remembers_failure`]).
-    failed: HashMap<(usize, i32), String>,
+    /// ([`Memo`]): pods of one shape fail alike until room opens.
+    failed: Failures,
+    /// The same for shapes whose verdict reads pod counts (spread, required affinity): valid
+    /// until a pod a counted selector selects is assumed.
+    failed_on_counts: Failures,
     next_start: usize,
 }
 
@@ -104,6 +107,7 @@ impl Cluster {
             scoring_affinity_pods,
             nominations: HashMap::new(),
             failed: HashMap::new(),
+            failed_on_counts: HashMap::new(),
             next_start,
         }
     }
@@ -132,8 +136,9 @@ impl Cluster {
         if let Some(index) = self.nominated_node_fits(pod) {
             return Ok(index);
         }
-        let remembered = remembers_failure(pod).then(|| (pod.shape_id(), pod.priority));
-        if let Some(message) = remembered.and_then(|key| self.failed.get(&key)) {
+        let key = (pod.shape_id(), pod.priority);
+        let memo = Memo::of(pod);
+        if let Some((_, message)) = self.memo(memo).get(&key) {
             return Err(message.clone());
         }
         let total = self.nodes.len();
@@ -162,10 +167,17 @@ impl Cluster {
             (choice, examined)
         };
         self.next_start = (self.next_start + examined) % total;
-        if let (Err(message), Some(key)) = (&choice, remembered) {
-            self.failed.insert(key, message.clone());
+        if let Err(message) = &choice {
+            self.memo(memo).insert(key, (pod.shape(), message.clone()));
         }
         choice
+    }
+
+    fn memo(&mut self, memo: Memo) -> &mut Failures {
+        match memo {
+            Memo::UntilRoomOpens => &mut self.failed,
+            Memo::UntilCountsChange => &mut self.failed_on_counts,
+        }
     }
 
     /// The pod's nominated node when it passes the filters there: kube-scheduler evaluates
@@ -189,11 +201,13 @@ impl Cluster {
             if nominated != index {
                 // The room its nomination held there is free again.
                 self.failed.clear();
+                self.failed_on_counts.clear();
             }
         }
         for (selector, per_node) in &mut self.counts {
             if selector.selects(&pod) {
                 per_node[index] += 1;
+                self.failed_on_counts.clear();
             }
         }
         if !pod.anti_affinity.is_empty() {
@@ -644,8 +658,30 @@ fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Reason> {
 /// within a cycle pods are only added (a nomination released elsewhere forgets every
 /// failure). Not so with its own topology spread or pod (anti-)affinity, which more pods
 /// in a domain may satisfy.
-fn remembers_failure(pod: &PodInfo) -> bool {
-    pod.spread.is_empty() && pod.affinity.is_empty() && pod.anti_affinity.is_empty()
+/// The Unschedulable message by shape and priority, each with its shape held (see
+/// [`PodInfo::shape`]).
+type Failures = HashMap<(usize, i32), (Arc<PodShape>, String)>;
+
+/// How long a shape's failure to fit anywhere holds within a cycle. Pods of one shape (and
+/// priority) have the same requests, labels and constraints, so one failing pod speaks for the
+/// rest until something it was judged on changes: room opening (a nomination released) for
+/// every shape, and for shapes whose spread or required affinity reads pod counts, also a pod
+/// those counts select being placed. Required anti-affinity only rejects more as pods are
+/// placed, so its failures hold like plain ones.
+#[derive(Clone, Copy)]
+enum Memo {
+    UntilRoomOpens,
+    UntilCountsChange,
+}
+
+impl Memo {
+    fn of(pod: &PodInfo) -> Memo {
+        if pod.spread.is_empty() && pod.affinity.is_empty() {
+            Memo::UntilRoomOpens
+        } else {
+            Memo::UntilCountsChange
+        }
+    }
 }
 
 fn scores_affinity(pod: &PodInfo) -> bool {
@@ -797,6 +833,55 @@ mod tests {
         // "expected" went elsewhere: the room it held on "a" is free for the next replica.
         cluster.assume(1, expected);
         assert_eq!(place(&mut cluster, &third), Ok("a".to_owned()));
+    }
+
+    /// A 1-cpu replica spread over zones with maxSkew 1: its pods share one shape.
+    fn spread_replica(name: &str, shapes: &mut super::super::podinfo::Shapes) -> Arc<PodInfo> {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name,
+                         "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+                     "topologySpreadConstraints": [{
+                         "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                         "whenUnsatisfiable": "DoNotSchedule",
+                         "labelSelector": {"matchLabels": {"app": "web"}}}]}
+        }))
+        .expect("valid pod");
+        Arc::new(PodInfo::shared(&pod, shapes).expect("compiles"))
+    }
+
+    #[test]
+    fn a_spread_shapes_failure_holds_until_a_pod_it_counts_is_placed() {
+        let mut shapes = super::super::podinfo::Shapes::default();
+        // z1 already has a web pod; z2's only node is full, so z1 is one too many ahead.
+        let mut ahead = node("a", "z1", serde_json::json!({}));
+        ahead.add_pod(named_pod(
+            "web-0",
+            serde_json::json!({"app": "web"}),
+            serde_json::json!({}),
+        ));
+        let mut full = node("b", "z2", serde_json::json!({}));
+        full.add_pod(nominated_pod("running", "8", 0));
+        let mut cluster = Cluster::new(vec![ahead, full], 0);
+
+        let refused = place(&mut cluster, &spread_replica("web-1", &mut shapes))
+            .expect_err("z1 would be two ahead and z2 has no room");
+        assert_eq!(
+            place(&mut cluster, &spread_replica("web-2", &mut shapes)),
+            Err(refused),
+            "the same answer"
+        );
+        // A web pod placed in z2 evens the zones: z1 may take the next replica.
+        let evening = named_pod(
+            "web-z2",
+            serde_json::json!({"app": "web"}),
+            serde_json::json!({}),
+        );
+        cluster.assume(1, evening);
+        assert_eq!(
+            place(&mut cluster, &spread_replica("web-3", &mut shapes)),
+            Ok("a".to_owned())
+        );
     }
 
     #[test]

@@ -183,6 +183,12 @@ impl PodInfo {
         Arc::as_ptr(&self.shape) as usize
     }
 
+    /// The pod's shape: whoever keys a map by [`PodInfo::shape_id`] holds it, so the address
+    /// cannot be reused by another shape while the key stands.
+    pub(crate) fn shape(&self) -> Arc<PodShape> {
+        Arc::clone(&self.shape)
+    }
+
     /// Compiles `pod`; a malformed quantity is reported with the pod and field it is in.
     pub(crate) fn new(pod: &Pod) -> Result<PodInfo, String> {
         let shape = PodShape::of(pod)?;
