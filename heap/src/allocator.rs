@@ -28,7 +28,7 @@ use libmimalloc_sys::{
 };
 use mimalloc::MiMalloc;
 
-use crate::{SLOTS, added, removed, slot, tracking};
+use crate::{SLOTS, added, profile, removed, slot, tracking};
 
 unsafe extern "C" {
     /// The heap `p` was allocated in, or null for memory that is not mimalloc's (mimalloc 3).
@@ -147,15 +147,26 @@ fn alloc_owned(slot: u8, layout: Layout, zeroed: bool) -> *mut u8 {
     };
     if !block.is_null() {
         added(slot, layout.size());
+        profile::allocated(slot, block.cast(), layout.size());
     }
     block.cast()
+}
+
+/// The owner slot the calling thread allocates for: its own, or none while it is inside the
+/// heap profiler, whose records count to nobody.
+fn allocating_slot() -> u8 {
+    match slot() {
+        0 => 0,
+        _ if profile::inside() => 0,
+        owner => owner,
+    }
 }
 
 // SAFETY: every block comes from mimalloc with the requested size and alignment, and is
 // freed or resized by mimalloc, which handles blocks of any of its heaps.
 unsafe impl GlobalAlloc for Accounting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        match slot() {
+        match allocating_slot() {
             // SAFETY: forwarded under the caller's contract.
             0 => unsafe { MiMalloc.alloc(layout) },
             owner => alloc_owned(owner, layout, false),
@@ -163,7 +174,7 @@ unsafe impl GlobalAlloc for Accounting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        match slot() {
+        match allocating_slot() {
             // SAFETY: forwarded under the caller's contract.
             0 => unsafe { MiMalloc.alloc_zeroed(layout) },
             owner => alloc_owned(owner, layout, true),
@@ -176,6 +187,7 @@ unsafe impl GlobalAlloc for Accounting {
             0 => unsafe { MiMalloc.dealloc(block, layout) },
             owner => {
                 removed(owner, layout.size());
+                profile::freed(owner, block);
                 // SAFETY: a block of an owner's heap; mimalloc frees it from any thread.
                 unsafe { mi_free(block.cast()) }
             }
@@ -183,7 +195,7 @@ unsafe impl GlobalAlloc for Accounting {
     }
 
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let owner = slot();
+        let owner = allocating_slot();
         if owner_of(block) != owner {
             return move_block(self, block, layout, new_size);
         }
@@ -196,6 +208,7 @@ unsafe impl GlobalAlloc for Accounting {
             mi_heap_realloc_aligned(heap_of_owner(owner), block.cast(), new_size, layout.align())
         };
         if !resized.is_null() {
+            profile::moved(owner, block, resized.cast(), new_size);
             if new_size >= layout.size() {
                 added(owner, new_size - layout.size());
             } else {

@@ -24,6 +24,8 @@ use std::task::{Context, Poll};
 mod allocator;
 #[cfg(feature = "allocator")]
 pub use allocator::Accounting;
+#[cfg(feature = "allocator")]
+pub mod profile;
 
 /// Owners the counters have room for (slot 0 means "no owner").
 pub const SLOTS: usize = 8;
