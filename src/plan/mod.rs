@@ -113,7 +113,8 @@ pub struct Controller {
     pub nominated: std::collections::BTreeSet<String>,
 }
 
-/// The catalog with the offerings `controller` knows unavailable marked so.
+/// The catalog, with the reservations in each class's status, and the offerings `controller`
+/// knows unavailable marked so.
 struct WithUnavailable<'a> {
     catalog: &'a Catalog,
     controller: &'a Controller,
@@ -129,10 +130,10 @@ impl snapshot::InstanceTypeSource for WithUnavailable<'_> {
     fn resolve(
         &mut self,
         _class_name: &str,
-        _class: Option<&crate::api::EC2NodeClass>,
+        class: Option<&crate::api::EC2NodeClass>,
         settings: &crate::catalog::AllocatableSettings,
     ) -> std::sync::Arc<[crate::catalog::InstanceType]> {
-        let mut types = self.catalog.instance_types(settings);
+        let mut types = snapshot::catalog_types(self.catalog, class, settings);
         if self.controller.marks_any() {
             for it in &mut types {
                 for offering in &mut it.offerings {
