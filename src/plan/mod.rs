@@ -164,6 +164,14 @@ pub fn plan_live(
     controller: &Controller,
 ) -> Result<PlanOutcome, PlanError> {
     let catalog = Catalog::embedded(&options.region).map_err(PlanError::Region)?;
+    if !options.feature_gates.reserved_capacity {
+        // As the controller: with the gate off no reservation is resolved or launched into.
+        for class in &mut inventory.node_classes {
+            if let Some(status) = class.status.as_mut() {
+                status.capacity_reservations.clear();
+            }
+        }
+    }
     let pod_facts = advice::PodFacts::of(&inventory.pods);
     // The pods are most of a plan's memory: the snapshot takes them unless disruption reads
     // them from the inventory too.
