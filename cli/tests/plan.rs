@@ -1495,6 +1495,31 @@ status:
         stderr.contains("cr-0123456789abcdef0") && stderr.contains("assumes room"),
         "{stderr}"
     );
+    // With the gate off the controller neither resolves nor launches into reservations, and
+    // the plan follows it.
+    let args = [
+        "plan",
+        "-f",
+        "-",
+        "-o",
+        "json",
+        "--feature-gates",
+        "ReservedCapacity=false",
+    ];
+    let output = kerf(&args, Some(&input));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let off: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let capacity_types: Vec<&Value> = claims(&off)
+        .iter()
+        .map(|claim| &claim["launch"]["capacityType"])
+        .collect();
+    let on_demand = Value::from("on-demand");
+    assert_eq!(capacity_types, [&on_demand, &on_demand], "{off}");
+    assert!(
+        !text(&output.stderr).contains("assumes room"),
+        "{}",
+        text(&output.stderr)
+    );
 }
 
 #[test]

@@ -309,6 +309,61 @@ fn a_lone_oversized_node_is_replaced_by_a_cheaper_spot_node() {
 }
 
 #[test]
+fn an_on_demand_node_moves_into_a_reservation_its_class_lists() {
+    let mut pool = node_pool("default", unlimited());
+    pool["spec"]["template"]["spec"]["requirements"] = json!([
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}
+    ]);
+    let reservation = "cr-0123456789abcdef0";
+    let class = json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "role": "KarpenterNodeRole",
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            "capacityReservationSelectorTerms": [{"id": reservation}]
+        },
+        "status": {"capacityReservations": [{
+            "id": reservation, "instanceType": "m5.large", "availabilityZone": "us-east-1a",
+            "instanceMatchCriteria": "targeted", "ownerID": "123456789012"
+        }]}
+    });
+    let objects = vec![pool, class, node(big("busy")), pod("busy-1", "busy")];
+    let report = disruption(&objects, &[], &[]);
+    let command = &report["commands"][0];
+    assert_eq!(command["decision"], "replace", "{report:#}");
+    let replacement = &command["replacements"][0];
+    let launch = &replacement["launch"];
+    assert_eq!(
+        (
+            &launch["capacityType"],
+            &launch["instanceType"],
+            &launch["zone"]
+        ),
+        (&json!("reserved"), &json!("m5.large"), &json!("us-east-1a")),
+        "{report:#}"
+    );
+    // Priced as upstream prices a reserved offering: on-demand's ÷ 10,000,000.
+    assert!(launch["price"].as_f64().expect("price") < 1e-6, "{launch}");
+    let requirement = |key: &str| {
+        replacement["requirements"]
+            .as_array()
+            .expect("requirements")
+            .iter()
+            .find(|r| r["key"] == key)
+            .map(|r| r["values"].clone())
+    };
+    assert_eq!(
+        requirement("karpenter.sh/capacity-type"),
+        Some(json!(["reserved"])),
+        "it launches into the reservation or not at all"
+    );
+}
+
+#[test]
 fn feature_gates_flag_and_environment_enable_spot_to_spot() {
     let objects = vec![
         node_pool("default", unlimited()),

@@ -3,13 +3,20 @@
 //! Deployments, adds one and a Job, deletes one and changes the NodePool; Ctrl-C ends the recording,
 //! which must be written; then `kerf simulate --replay` on the recording must reproduce the
 //! workload's curve — the pods requested, and the pods that exist in the simulated cluster,
-//! over time — within a tolerance around each change.
+//! over time — within a tolerance around each change. `--for` ends a recording by itself,
+//! and the read-only ClusterRole docs/replay.md gives is all it needs, under the emulator's
+//! RBAC.
 
-use std::process::{Child, Command, Stdio};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, RunningServer, ServerConfig};
+use kerf_loadtest::apiserver::rbac::{self, User};
+use kerf_loadtest::apiserver::{
+    ApiServer, Cluster, PatchKind, RunningServer, ServerConfig, kubeconfig,
+};
 use serde_json::{Value, json};
 
 fn deployment(name: &str, replicas: u32) -> Value {
@@ -75,6 +82,43 @@ fn interrupt(child: &Child) {
         .status()
         .expect("kill runs");
     assert!(sent.success());
+}
+
+/// `kerf record --for 4s` into `out` through `kubeconfig`, with `during` run 2 s in; its
+/// output once it ended by itself.
+fn record_for_4s(kubeconfig: &Path, out: &Path, during: impl FnOnce()) -> Output {
+    let mut recording = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args([
+            "record",
+            "--for",
+            "4s",
+            "--node-sample-every",
+            "1s",
+            "--kubeconfig",
+        ])
+        .arg(kubeconfig)
+        .arg("--out")
+        .arg(out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kerf record starts");
+    std::thread::sleep(Duration::from_millis(2_000));
+    during();
+    // No signal: `--for` ends it. A generous bound for a loaded machine, not a timing.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if recording.try_wait().expect("kerf record waits").is_some() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = recording.kill();
+            panic!("kerf record --for 4s still ran after two minutes");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    recording.wait_with_output().expect("kerf record output")
 }
 
 /// The pods the test asked for at `t` seconds into the recording, given when each change
@@ -312,33 +356,9 @@ fn a_recording_for_a_duration_ends_by_itself_and_is_written() {
     let kubeconfig = dir.join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
     let out = dir.join("history.json");
-    let mut recording = Command::new(env!("CARGO_BIN_EXE_kerf"))
-        .args(["record", "--for", "4s", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .arg("--out")
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kerf record starts");
-    std::thread::sleep(Duration::from_millis(2_000));
-    scale(&cluster, "web", 3);
-    // No signal: `--for` ends it. A generous bound for a loaded machine, not a timing.
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = recording.try_wait().expect("kerf record waits") {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = recording.kill();
-            panic!("kerf record --for 4s still ran after two minutes");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let done = recording.wait_with_output().expect("kerf record output");
+    let done = record_for_4s(&kubeconfig, &out, || scale(&cluster, "web", 3));
     let stderr = String::from_utf8_lossy(&done.stderr);
-    assert!(status.success(), "{stderr}");
+    assert!(done.status.success(), "{stderr}");
     let log: Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("the log is written"))
             .expect("JSON");
@@ -359,4 +379,77 @@ fn a_recording_for_a_duration_ends_by_itself_and_is_written() {
         events.contains(&("scale", "default/web", Some(3))),
         "the scale during the recording: {events:?}"
     );
+}
+
+/// The ClusterRole and ClusterRoleBinding docs/replay.md gives `kerf record`, read from the
+/// page's "Permissions" section.
+fn documented_rbac() -> Vec<Value> {
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/replay.md"))
+            .expect("docs/replay.md");
+    let fence = "```yaml\napiVersion: rbac.authorization.k8s.io/v1";
+    let start = page.find(fence).expect("the page's RBAC block") + "```yaml\n".len();
+    let block = &page[start..];
+    let block = &block[..block.find("```").expect("the block is closed")];
+    block.split("\n---\n").map(yaml).collect()
+}
+
+#[test]
+fn the_documented_read_only_role_is_all_kerf_record_needs() {
+    let (_runtime, server) = emulator();
+    let cluster = server.cluster();
+    cluster
+        .create("apps/v1", "deployments", deployment("web", 2))
+        .expect("web");
+    let objects = documented_rbac();
+    assert_eq!(objects.len(), 2, "a ClusterRole and its binding");
+    let verbs: Vec<&Value> = objects[0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .flat_map(|r| r["verbs"].as_array().expect("verbs"))
+        .collect();
+    assert!(
+        verbs.iter().all(|v| *v == "list" || *v == "watch"),
+        "read-only: {verbs:?}"
+    );
+    for object in objects {
+        let plural = rbac::plural(object["kind"].as_str().unwrap_or("")).expect("an RBAC kind");
+        cluster
+            .create("rbac.authorization.k8s.io/v1", plural, object)
+            .expect("the documented RBAC object is created");
+    }
+    // The binding's subject, as the page writes it; its requests must carry its token.
+    let user = User {
+        name: "you@example.com".to_owned(),
+        groups: Vec::new(),
+    };
+    server
+        .access()
+        .enforce(HashMap::from([("record-token".to_owned(), user.clone())]));
+    let dir = std::env::temp_dir().join(format!("kerf-record-rbac-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("kubeconfig");
+    let text =
+        kubeconfig::render(&server.url()).replace("  user: {}", "  user:\n    token: record-token");
+    std::fs::write(&config, text).expect("kubeconfig");
+    let out = dir.join("history.json");
+    let done = record_for_4s(&config, &out, || scale(&cluster, "web", 3));
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    let log = std::fs::read_to_string(&out);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(done.status.success(), "{stderr}");
+    let log: Value = serde_json::from_str(&log.expect("the log is written")).expect("JSON");
+    assert!(
+        log["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .any(|e| e["type"] == "scale" && e["key"] == "default/web"),
+        "{log}"
+    );
+    let refused = server.access().denied_to(&user.name);
+    assert!(refused.is_empty(), "refused: {refused:?}");
+    let unused = server.unused_grants(&user);
+    assert!(unused.is_empty(), "granted and never used: {unused:?}");
 }

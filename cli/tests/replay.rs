@@ -91,6 +91,18 @@ fn nodes(sample: &Value) -> f64 {
     f64_of(&sample["nodesOnDemand"]) + f64_of(&sample["nodesSpot"])
 }
 
+/// `series` with each sample's on-demand and spot nodes summed as `nodes`.
+fn with_node_counts(series: &[Value]) -> Vec<Value> {
+    series
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            s["nodes"] = nodes(&s).into();
+            s
+        })
+        .collect()
+}
+
 #[test]
 fn a_generated_day_replayed_fast_costs_and_grows_with_its_load() {
     let dir = TempDir::new("replay-test", "day");
@@ -112,14 +124,7 @@ fn a_generated_day_replayed_fast_costs_and_grows_with_its_load() {
     assert_eq!(events["applied"], events["read"]);
     assert_eq!(events["jobsStarted"], 300, "{events}");
     let series: Vec<Value> = report["series"].as_array().expect("series").clone();
-    let with_nodes: Vec<Value> = series
-        .iter()
-        .map(|s| {
-            let mut s = s.clone();
-            s["nodes"] = nodes(&s).into();
-            s
-        })
-        .collect();
+    let with_nodes = with_node_counts(&series);
     // The load is lowest around midnight and highest around 14:00.
     let night_pods = mean_between(&series, "podsRequested", 0.5, 3.0);
     let peak_pods = mean_between(&series, "podsRequested", 12.0, 16.0);
@@ -171,6 +176,51 @@ fn a_generated_day_replayed_fast_costs_and_grows_with_its_load() {
             .sum::<u64>()
             > 300
     );
+}
+
+#[test]
+fn at_a_moderate_speed_nodes_and_cost_come_down_with_the_evening_load() {
+    let dir = TempDir::new("replay-test", "evening");
+    // A four-hour day scaled every ten minutes: its load peaks 2 h 20 min in, and its last
+    // 24 minutes ask for under half the pods of the peak's.
+    let shape = Diurnal {
+        deployments: 8,
+        jobs: 20,
+        span: Duration::from_secs(4 * 3600),
+        scale_every: Duration::from_secs(10 * 60),
+        ..Diurnal::default()
+    };
+    let file = day_file(&dir, &shape);
+    // A minute of wall time: the disruption loop's paced waits stay within a minute of the
+    // log (docs/replay.md, **Time**).
+    let (report, stderr) = replay(&file, &["--speed", "240"]);
+    assert_eq!(report["interrupted"], false, "{stderr}");
+    let series: Vec<Value> = report["series"].as_array().expect("series").clone();
+    let peak_pods = mean_between(&series, "podsRequested", 2.0, 2.8);
+    let late_pods = mean_between(&series, "podsRequested", 3.6, 4.0);
+    assert!(late_pods < 0.6 * peak_pods, "{peak_pods} → {late_pods}");
+    // Nodes come in sizes, so they and their cost fall by less than the pods; a replay that
+    // consolidates nothing keeps the peak's nodes to the end.
+    let with_nodes = with_node_counts(&series);
+    let peak_nodes = mean_between(&with_nodes, "nodes", 2.0, 2.8);
+    let late_nodes = mean_between(&with_nodes, "nodes", 3.6, 4.0);
+    assert!(
+        late_nodes < 0.7 * peak_nodes,
+        "nodes follow the load down: {peak_nodes} at the peak, {late_nodes} late"
+    );
+    let peak_cost = mean_between(&series, "hourlyCost", 2.0, 2.8);
+    let late_cost = mean_between(&series, "hourlyCost", 3.6, 4.0);
+    assert!(
+        late_cost < 0.85 * peak_cost,
+        "cost follows the load down: {peak_cost} $/h at the peak, {late_cost} $/h late"
+    );
+    let disrupted: u64 = report["nodeclaimsDisruptedByReason"]
+        .as_object()
+        .expect("disrupted by reason")
+        .values()
+        .filter_map(Value::as_u64)
+        .sum();
+    assert!(disrupted > 0, "consolidation took nodes away: {report}");
 }
 
 #[test]

@@ -61,14 +61,24 @@ impl InstanceTypeSource for &Catalog {
         class: Option<&EC2NodeClass>,
         settings: &AllocatableSettings,
     ) -> Arc<[InstanceType]> {
-        let mut types = self.instance_types(settings);
-        if let Some(status) = class.and_then(|c| c.status.as_ref()) {
-            add_reserved_offerings(&mut types, &status.capacity_reservations, |_| {
-                Some(u32::MAX)
-            });
-        }
-        types.into()
+        catalog_types(self, class, settings).into()
     }
+}
+
+/// `catalog`'s instance types with `settings`, plus a `reserved` offering per capacity
+/// reservation in `class`'s status, each with room for every launch.
+pub fn catalog_types(
+    catalog: &Catalog,
+    class: Option<&EC2NodeClass>,
+    settings: &AllocatableSettings,
+) -> Vec<InstanceType> {
+    let mut types = catalog.instance_types(settings);
+    if let Some(status) = class.and_then(|c| c.status.as_ref()) {
+        add_reserved_offerings(&mut types, &status.capacity_reservations, |_| {
+            Some(u32::MAX)
+        });
+    }
+    types
 }
 
 /// The warning for a class whose status lists reservations, which `kerf plan` plans with

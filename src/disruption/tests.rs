@@ -827,6 +827,61 @@ fn a_reserved_node_is_priced_as_reserved_and_not_replaced_by_on_demand() {
     );
 }
 
+#[test]
+fn multi_node_consolidation_moves_nodes_into_a_free_reservation() {
+    let capacity_types = st::requirement(
+        labels::CAPACITY_TYPE,
+        Operator::In,
+        &["reserved", "on-demand"],
+    );
+    let nodes = |pool: PoolBuilder| {
+        cluster()
+            .pool(pool)
+            .node(node("a").pods(3))
+            .node(node("b").pods(3))
+    };
+    // Without room the two medium nodes' pods go to one on-demand small node; with a free
+    // medium reservation they move into it, pinned there.
+    let report = run(nodes(
+        unlimited()
+            .requirement(capacity_types.clone())
+            .instance_types(with_reservation(0)),
+    ));
+    let command = &report.commands[0];
+    assert_eq!(
+        command.method,
+        Method::MultiNodeConsolidation,
+        "{report:#?}"
+    );
+    assert_eq!(command.replacements[0].launch.capacity_type, "on-demand");
+    let report = run(nodes(
+        unlimited()
+            .requirement(capacity_types)
+            .instance_types(with_reservation(1)),
+    ));
+    let command = &report.commands[0];
+    assert_eq!(
+        (command.method, command.decision),
+        (Method::MultiNodeConsolidation, Decision::Replace),
+        "{report:#?}"
+    );
+    assert_eq!(command.nodes, names(&["a", "b"]));
+    let replacement = &command.replacements[0];
+    assert_eq!(
+        (
+            replacement.launch.capacity_type.as_str(),
+            replacement.launch.instance_type.as_str()
+        ),
+        ("reserved", "medium")
+    );
+    let capacity = replacement
+        .requirements
+        .iter()
+        .find(|r| r.key == labels::CAPACITY_TYPE)
+        .expect("capacity type requirement");
+    assert_eq!(capacity.values, ["reserved"]);
+}
+
 // Static NodePools and `limits.nodes`.
 
 fn static_gate() -> Options {

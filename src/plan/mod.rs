@@ -113,7 +113,8 @@ pub struct Controller {
     pub nominated: std::collections::BTreeSet<String>,
 }
 
-/// The catalog with the offerings `controller` knows unavailable marked so.
+/// The catalog, with the reservations in each class's status, and the offerings `controller`
+/// knows unavailable marked so.
 struct WithUnavailable<'a> {
     catalog: &'a Catalog,
     controller: &'a Controller,
@@ -129,10 +130,10 @@ impl snapshot::InstanceTypeSource for WithUnavailable<'_> {
     fn resolve(
         &mut self,
         _class_name: &str,
-        _class: Option<&crate::api::EC2NodeClass>,
+        class: Option<&crate::api::EC2NodeClass>,
         settings: &crate::catalog::AllocatableSettings,
     ) -> std::sync::Arc<[crate::catalog::InstanceType]> {
-        let mut types = self.catalog.instance_types(settings);
+        let mut types = snapshot::catalog_types(self.catalog, class, settings);
         if self.controller.marks_any() {
             for it in &mut types {
                 for offering in &mut it.offerings {
@@ -163,6 +164,14 @@ pub fn plan_live(
     controller: &Controller,
 ) -> Result<PlanOutcome, PlanError> {
     let catalog = Catalog::embedded(&options.region).map_err(PlanError::Region)?;
+    if !options.feature_gates.reserved_capacity {
+        // As the controller: with the gate off no reservation is resolved or launched into.
+        for class in &mut inventory.node_classes {
+            if let Some(status) = class.status.as_mut() {
+                status.capacity_reservations.clear();
+            }
+        }
+    }
     let pod_facts = advice::PodFacts::of(&inventory.pods);
     // The pods are most of a plan's memory: the snapshot takes them unless disruption reads
     // them from the inventory too.

@@ -7,7 +7,8 @@
 //! to no launch otherwise. A NodeClaim that keeps a reserved launch is pinned to it, as
 //! upstream pins one: `karpenter.sh/capacity-type In [reserved]` and
 //! `karpenter.k8s.aws/capacity-reservation-id In [its reservation]`, so the provider
-//! launches it into the room counted for it and nowhere else. Only pools that offer reserved
+//! launches it into the room counted for it and nowhere else; one that fell back no longer
+//! allows `reserved`, so launching first cannot take the room counted for another. Only pools that offer reserved
 //! capacity are kept (their instance types shared, not copied), so a solve without
 //! reservations pays nothing.
 
@@ -72,9 +73,12 @@ impl Reservations {
                 Some((launch, reservation)) => (Some(launch), reservation),
                 None => (None, None),
             };
+            let fell_back = launch.is_some() && reservation.is_none();
             claim.launch = launch;
             if let Some(id) = reservation {
                 pin(claim, &id);
+            } else if fell_back {
+                exclude_reserved(claim);
             }
         }
     }
@@ -99,6 +103,32 @@ fn pin(claim: &mut PlannedNodeClaim, id: &str) {
             });
     }
     claim.requirements.sort_by(|a, b| a.key.cmp(&b.key));
+}
+
+/// Takes `reserved` out of the capacity types `claim` allows: no room was counted for it, so
+/// the provider must not launch it into a reservation whose room another NodeClaim of the
+/// round holds.
+fn exclude_reserved(claim: &mut PlannedNodeClaim) {
+    let mut narrowed = false;
+    for r in claim
+        .requirements
+        .iter_mut()
+        .filter(|r| r.key == labels::CAPACITY_TYPE && r.operator == Operator::In)
+    {
+        r.values.retain(|v| v != labels::CAPACITY_TYPE_RESERVED);
+        narrowed = true;
+    }
+    if !narrowed {
+        claim
+            .requirements
+            .push(NodeSelectorRequirementWithMinValues {
+                key: labels::CAPACITY_TYPE.to_owned(),
+                operator: Operator::NotIn,
+                values: vec![labels::CAPACITY_TYPE_RESERVED.to_owned()],
+                min_values: None,
+            });
+        claim.requirements.sort_by(|a, b| a.key.cmp(&b.key));
+    }
 }
 
 fn reservation_key(pool: &str, id: &str) -> String {

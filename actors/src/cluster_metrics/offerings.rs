@@ -226,4 +226,74 @@ mod tests {
             "{cost_text}"
         );
     }
+
+    #[test]
+    fn a_class_s_reservations_are_reserved_offering_series_at_the_reserved_price() {
+        use kerf::api::ec2nodeclass::{
+            CapacityReservation, CapacityReservationState, CapacityReservationType,
+            InstanceMatchCriteria,
+        };
+        let catalog = kerf::catalog::Catalog::embedded("us-east-1").expect("embedded");
+        let mut types = vec![
+            catalog
+                .instance_type("m5.large", &kerf::catalog::AllocatableSettings::default())
+                .expect("m5.large"),
+        ];
+        let reservation = |id: &str, zone: &str| CapacityReservation {
+            availability_zone: zone.into(),
+            end_time: None,
+            id: id.into(),
+            instance_match_criteria: InstanceMatchCriteria::Targeted,
+            instance_type: "m5.large".into(),
+            interruptible: None,
+            owner_id: "123456789012".into(),
+            reservation_type: CapacityReservationType::Default,
+            state: CapacityReservationState::Active,
+        };
+        // Room in the first, none left in the second.
+        kerf::catalog::add_reserved_offerings(
+            &mut types,
+            &[
+                reservation("cr-1", "us-east-1a"),
+                reservation("cr-2", "us-east-1b"),
+            ],
+            |id| Some(if id == "cr-1" { 3 } else { 0 }),
+        );
+        let (state, mut writers) = ClusterState::new();
+        let pool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "reserved-first"},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}]}}}
+        }))
+        .expect("valid NodePool");
+        writers
+            .nodepools
+            .apply(ObjectKey::new(None, "reserved-first"), pool);
+        let lists = [("default".to_owned(), Arc::from(types))];
+        let [_, _, available, price, _] = families(&state, &lists);
+        let (mut available_text, mut price_text) = (String::new(), String::new());
+        available.render_into(&mut available_text);
+        price.render_into(&mut price_text);
+        let series = |zone: &str| {
+            format!("{{instance_type=\"m5.large\",capacity_type=\"reserved\",zone=\"{zone}\"}}")
+        };
+        for (zone, up) in [("us-east-1a", 1), ("us-east-1b", 0)] {
+            let line = format!("{OFFERING_AVAILABLE}{} {up}", series(zone));
+            assert!(available_text.contains(&line), "{line}\n{available_text}");
+        }
+        let on_demand = catalog.on_demand_price("m5.large").expect("price");
+        let line = format!(
+            "{OFFERING_PRICE_ESTIMATE}{} {}",
+            series("us-east-1a"),
+            on_demand / kerf::catalog::RESERVED_PRICE_DIVISOR
+        );
+        assert!(price_text.contains(&line), "{line}\n{price_text}");
+        assert!(
+            available_text.contains("capacity_type=\"on-demand\""),
+            "{available_text}"
+        );
+    }
 }

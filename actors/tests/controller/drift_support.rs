@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kerf_actors::{Daemon, Timings};
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
-use kerf_loadtest::ec2::SimulatedCloudProvider;
+use kerf_loadtest::ec2::{Ec2Config, SimulatedCloudProvider};
 use kerf_loadtest::kubelet::{self, KubeletHandle};
 use kerf_loadtest::scheduler::{self, SchedulerConfig, SchedulerHandle};
 use serde_json::{Value, json};
@@ -56,18 +56,30 @@ impl Stack {
     }
 
     async fn start_as(pool_overrides: Value, name: Option<&str>) -> Self {
-        Self::start_tuned(pool_overrides, name, None).await
+        Self::start_tuned(pool_overrides, name, None, Ec2Config::instant(REGION)).await
     }
 
     /// [`Stack::start`] with `extra` settings and the reconcilers' `timings`.
     pub async fn start_with(pool_overrides: Value, extra: &[&str], timings: Timings) -> Self {
-        Self::start_tuned(pool_overrides, None, Some((extra, timings))).await
+        Self::start_tuned(
+            pool_overrides,
+            None,
+            Some((extra, timings)),
+            Ec2Config::instant(REGION),
+        )
+        .await
+    }
+
+    /// [`Stack::start`] with the simulated EC2 configured as `ec2`.
+    pub async fn start_on(pool_overrides: Value, ec2: Ec2Config) -> Self {
+        Self::start_tuned(pool_overrides, None, None, ec2).await
     }
 
     async fn start_tuned(
         pool_overrides: Value,
         name: Option<&str>,
         tuned: Option<(&[&str], Timings)>,
+        ec2: Ec2Config,
     ) -> Self {
         let harness = start_cluster().await;
         let cluster = harness.cluster();
@@ -75,7 +87,7 @@ impl Stack {
             .create(EC2NODECLASSES.0, EC2NODECLASSES.1, ec2nodeclass("default"))
             .expect("node class created");
         create_nodepool(&cluster, nodepool_with("default", pool_overrides));
-        let (provider, cloud) = simulated_cloud();
+        let (provider, cloud) = simulated_cloud_with(ec2);
         let daemon = match (name, tuned) {
             (_, Some((extra, timings))) => {
                 start_provisioner_with(harness.controller.clone(), cloud, extra, timings).await

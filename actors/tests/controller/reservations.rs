@@ -1,14 +1,19 @@
 //! Capacity reservations through the controller, against the emulator and the simulated
 //! EC2 (its reservations stand for EC2's; nothing else is mocked): a pod lands on a node in
 //! the reservation its class selects, pinned to it; a Capacity Block's node is drained and
-//! drained ahead of the block's end; a node whose ODCR ended is relabelled on-demand.
+//! drained ahead of the block's end; a node whose ODCR ended is relabelled on-demand; an
+//! interruptible reservation's warning, forwarded from the simulated EC2 as EventBridge
+//! JSON through an in-memory queue, drains its node before EC2 reclaims it.
 
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use kerf::catalog::CAPACITY_BLOCK_EXPIRATION_WINDOW;
 use kerf::labels;
 use kerf_loadtest::apiserver::PatchKind;
-use kerf_loadtest::ec2::{CapacityReservation, ReservationType};
+use kerf_loadtest::ec2::{
+    CapacityReservation, Ec2Config, MemoryQueue, ReservationType, forward_interruptions,
+};
 use serde_json::{Value, json};
 
 use crate::drift_support::*;
@@ -204,6 +209,89 @@ fn a_node_whose_reservation_ended_is_relabelled_on_demand() {
                 assert_eq!(label(object, key), None, "{key}");
             }
         }
+        stack.stop().await;
+    });
+}
+
+#[test]
+fn an_interruptible_reservations_warning_drains_its_node_before_ec2_reclaims_it() {
+    run(|| async {
+        // EC2 reclaims an interrupted reservation's instances two minutes after the warning.
+        let notice = Duration::from_secs(120);
+        let mut stack = Stack::start_on(
+            reserved_first(),
+            Ec2Config {
+                interruption_notice: notice,
+                ..Ec2Config::instant(REGION)
+            },
+        )
+        .await;
+        let queue = Arc::new(MemoryQueue::new("kerf-test"));
+        stack.daemon.watch_interruptions(queue.clone());
+        let _forwarding = forward_interruptions(stack.provider.ec2(), queue);
+        let odcr = "cr-000000000000001e7";
+        stack
+            .provider
+            .ec2()
+            .add_capacity_reservation(CapacityReservation {
+                interruptible: true,
+                ..CapacityReservation::new(odcr, "m5.large", ZONE, 2)
+            });
+        select(&stack, odcr).await;
+        let claim = stack.running_pod("batch").await;
+        let read = stack.nodeclaim(&claim).expect("nodeclaim");
+        assert_eq!(
+            label(&read, labels::CAPACITY_TYPE).as_deref(),
+            Some("reserved")
+        );
+        assert_eq!(
+            label(&read, labels::CAPACITY_RESERVATION_INTERRUPTIBLE).as_deref(),
+            Some("true")
+        );
+        let instance = read["status"]["providerID"]
+            .as_str()
+            .and_then(|p| p.rsplit('/').next())
+            .expect("providerID")
+            .to_owned();
+
+        // The reservation's owner takes it back: one warning, for this node's instance.
+        let warned = stack
+            .provider
+            .ec2()
+            .interrupt_reservation(odcr)
+            .expect("interruptible");
+        let warned_at = Instant::now();
+        assert_eq!(warned, [instance]);
+        eventually("the interrupted nodeclaim is deleted", || {
+            stack.nodeclaim(&claim).is_none()
+        })
+        .await;
+        assert!(warned_at.elapsed() < notice, "drained before EC2's reclaim");
+        let cluster = stack.cluster();
+        eventually("its pod is evicted", || {
+            cluster.get("v1", "pods", Some("default"), "batch").is_err()
+        })
+        .await;
+        eventually("the upstream event names the interruption", || {
+            cluster
+                .list("v1", "events", Some("default"), "")
+                .expect("events list")
+                .iter()
+                .any(|e| {
+                    e["involvedObject"]["name"] == claim.as_str()
+                        && e["reason"] == "CapacityReservationInstanceInterrupted"
+                })
+        })
+        .await;
+
+        // The reservation is gone: the next pod falls back to on-demand.
+        let next = stack.running_pod("batch-2").await;
+        let read = stack.nodeclaim(&next).expect("nodeclaim");
+        assert_eq!(
+            label(&read, labels::CAPACITY_TYPE).as_deref(),
+            Some("on-demand")
+        );
+        assert_eq!(label(&read, labels::CAPACITY_RESERVATION_ID), None);
         stack.stop().await;
     });
 }
