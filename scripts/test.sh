@@ -32,7 +32,7 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
 fi
 
 # Prometheus (Debian's, 2.42) scrapes `kerf simulate` and evaluates every panel query of
-# the upstream dashboards in cli/tests/prometheus.rs; optional like kubectl.
+# the upstream dashboards in cli/tests/dashboards.rs; optional like kubectl.
 if ! command -v prometheus >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   echo "==> installing prometheus (Debian) for the dashboard queries test"
   (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus) >/dev/null 2>&1 \

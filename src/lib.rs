@@ -6,6 +6,7 @@
 //! simulated cluster and the CLI feed it data and act on what it returns, which keeps it
 //! unit-testable and benchmarkable alone.
 
+pub mod advice;
 pub mod api;
 pub mod buffer;
 pub mod catalog;

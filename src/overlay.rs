@@ -15,55 +15,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::api::NodeOverlay;
-use crate::api::nodeoverlay::OverlayRequirement;
+pub use crate::api::nodeoverlay::PriceChange;
 use crate::catalog::{INSTANCE_TYPE_LABEL_KEYS, InstanceType, Offering};
 use crate::labels;
 use crate::requirements::{AllowUndefined, Requirement, Requirements};
 use crate::resources::{Quantity, Resources};
-use crate::validation::names::{label_value_errors, qualified_name_errors, restricted_label_error};
-
-/// Resources an overlay's `capacity` may not change (upstream's CEL rule).
-pub const RESTRICTED_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pods"];
-
-/// A parsed `price` or `priceAdjustment`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PriceChange {
-    /// `price`, or an adjustment without sign: the new price.
-    Set(f64),
-    /// `+0.5`, `-0.1`: added to the price.
-    Add(f64),
-    /// `+10%`, `-15%`: the price scaled by (1 + p/100).
-    Percent(f64),
-}
-
-impl PriceChange {
-    /// Reads upstream's forms; the CRD's patterns already refuse anything else.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let number = |t: &str| {
-            t.parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite())
-                .ok_or_else(|| format!("invalid price {text:?}"))
-        };
-        if !text.starts_with(['+', '-']) {
-            return number(text).map(PriceChange::Set);
-        }
-        match text.strip_suffix('%') {
-            Some(percent) => number(percent).map(PriceChange::Percent),
-            None => number(text).map(PriceChange::Add),
-        }
-    }
-
-    /// The changed price, never below zero.
-    pub fn apply(self, price: f64) -> f64 {
-        let changed = match self {
-            PriceChange::Set(p) => p,
-            PriceChange::Add(d) => price + d,
-            PriceChange::Percent(p) => price * (1.0 + p / 100.0),
-        };
-        changed.max(0.0)
-    }
-}
+use crate::validation::runtime::{overlay_requirement, validate_nodeoverlay};
 
 /// What [`evaluate`] concluded of one overlay, for its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,75 +101,13 @@ pub fn order(overlays: &mut [&NodeOverlay]) {
     });
 }
 
-/// Upstream's runtime validation of an overlay (`RuntimeValidate`), plus a readable price
-/// and capacity (which the CRD schema guarantees on a served object).
-pub fn validate(overlay: &NodeOverlay) -> Result<(), String> {
-    let mut problems = Vec::new();
-    for requirement in &overlay.spec.requirements {
-        problems.extend(requirement_problems(requirement));
-    }
-    if let Some(change) = overlay.price_change()
-        && let Err(e) = PriceChange::parse(change)
-    {
-        problems.push(e);
-    }
-    for (name, quantity) in overlay.spec.capacity.iter().flatten() {
-        if RESTRICTED_RESOURCES.contains(&name.as_str()) {
-            problems.push(format!("invalid resource restricted: {name}"));
-        }
-        if Quantity::parse(&quantity.0).is_err() {
-            problems.push(format!("invalid quantity {:?} for {name}", quantity.0));
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
-}
-
-fn requirement_problems(requirement: &OverlayRequirement) -> Vec<String> {
-    let key = labels::normalize_label_key(&requirement.key);
-    let mut problems = Vec::new();
-    if let Some(e) = restricted_label_error(key) {
-        problems.push(e);
-    }
-    for e in qualified_name_errors(key) {
-        problems.push(format!("key {key} is not a qualified name, {e}"));
-    }
-    for value in &requirement.values {
-        for e in label_value_errors(value) {
-            problems.push(format!("invalid value {value} for key {key}, {e}"));
-        }
-    }
-    if requirement.operator == crate::api::Operator::In && requirement.values.is_empty() {
-        problems.push(format!(
-            "key {key} with operator In must have a value defined"
-        ));
-    }
-    if let Err(e) = to_requirement(requirement) {
-        problems.push(e);
-    }
-    problems
-}
-
-fn to_requirement(requirement: &OverlayRequirement) -> Result<Requirement, String> {
-    Requirement::new(
-        &requirement.key,
-        requirement.operator,
-        &requirement.values,
-        None,
-    )
-    .map_err(|e| e.to_string())
-}
-
 fn parse(overlay: &NodeOverlay) -> Result<Parsed<'_>, String> {
-    validate(overlay)?;
+    validate_nodeoverlay(overlay)?;
     let requirements = overlay
         .spec
         .requirements
         .iter()
-        .map(to_requirement)
+        .map(overlay_requirement)
         .collect::<Result<Requirements, _>>()?;
     let price = overlay.price_change().map(PriceChange::parse).transpose()?;
     let capacity = match &overlay.spec.capacity {

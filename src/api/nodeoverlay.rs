@@ -77,3 +77,46 @@ impl NodeOverlay {
             .or(self.spec.price_adjustment.as_deref())
     }
 }
+
+/// Resources an overlay's `capacity` may not change (upstream's CEL rule).
+pub const RESTRICTED_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pods"];
+
+/// A parsed `price` or `priceAdjustment`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PriceChange {
+    /// `price`, or an adjustment without sign: the new price.
+    Set(f64),
+    /// `+0.5`, `-0.1`: added to the price.
+    Add(f64),
+    /// `+10%`, `-15%`: the price scaled by (1 + p/100).
+    Percent(f64),
+}
+
+impl PriceChange {
+    /// Reads upstream's forms; the CRD's patterns already refuse anything else.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let number = |t: &str| {
+            t.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite())
+                .ok_or_else(|| format!("invalid price {text:?}"))
+        };
+        if !text.starts_with(['+', '-']) {
+            return number(text).map(PriceChange::Set);
+        }
+        match text.strip_suffix('%') {
+            Some(percent) => number(percent).map(PriceChange::Percent),
+            None => number(text).map(PriceChange::Add),
+        }
+    }
+
+    /// The changed price, never below zero.
+    pub fn apply(self, price: f64) -> f64 {
+        let changed = match self {
+            PriceChange::Set(p) => p,
+            PriceChange::Add(d) => price + d,
+            PriceChange::Percent(p) => price * (1.0 + p / 100.0),
+        };
+        changed.max(0.0)
+    }
+}

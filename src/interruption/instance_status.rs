@@ -1,21 +1,16 @@
-//! Instance health from EC2's status checks, as upstream's AWS provider polls them: EC2
-//! runs an *instance* check (the guest: kernel, network config) and a *system* check (the
-//! host: power, network, hardware) on every running instance, and lists the maintenance
-//! events it scheduled for it. These arrive without an EventBridge rule or an SQS queue, so
-//! the controller asks for them (DescribeInstanceStatus) once a minute.
+//! Instance health from EC2's status checks, as upstream's AWS provider polls them
+//! (DescribeInstanceStatus, once a minute: no EventBridge rule or queue carries them): the
+//! *instance* check (the guest), the *system* check (the host) and scheduled events.
 //!
 //! This module is the pure half: the statuses as the [`InstanceStatusSource`] returns them
-//! (the AWS provider over aws-sdk-ec2, the simulated EC2 in memory) and [`assess`], which
-//! decides what an instance needs. As upstream:
-//! - a *failed* instance or system check counts once it has been impaired for
-//!   [`UNHEALTHY_THRESHOLD`] (EC2 flaps briefly while an instance boots or a host hiccups);
-//!   the instance is then terminated forcefully, since a drain onto a broken machine
-//!   cannot finish;
-//! - a scheduled event (reboot, maintenance, retirement, stop) counts at once, whatever its
-//!   start time, since the host is known bad: the instance is cordoned and drained. Events
-//!   EC2 marks `[Completed]` or `[Canceled]` are over and do not count;
-//! - EBS volume checks are ignored, because a failed volume may be a pod's and not the
-//!   node's.
+//! (the AWS provider, the simulated EC2) and [`assess`], which decides, as upstream:
+//! - a failed instance or system check counts once impaired for [`UNHEALTHY_THRESHOLD`] (EC2
+//!   flaps while an instance boots); the instance is then terminated forcefully, since a
+//!   drain onto a broken machine cannot finish;
+//! - a scheduled event (reboot, maintenance, retirement, stop) counts at once, the host being
+//!   known bad: the instance is cordoned and drained; `[Completed]` or `[Canceled]` ones are
+//!   over;
+//! - EBS volume checks are ignored: a failed volume may be a pod's, not the node's.
 
 use std::time::Duration;
 

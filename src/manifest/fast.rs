@@ -1,21 +1,18 @@
 //! A fast reader for the block YAML that `kubectl get -o yaml` (and kerf's own fixtures)
 //! write: block mappings and sequences (compact `- key: v` items included), plain, single-
 //! and double-quoted scalars on one line, literal and folded block scalars, empty flow
-//! `{}`/`[]` and comments. serde-saphyr reads about 17 MB/s here; a cluster dump is hundreds
-//! of megabytes, so every piece the splitter cuts is first tried here, a byte scanner that
-//! drives the same pruning seeds (`prune`) as serde-saphyr does, so what is skipped is not
-//! built.
+//! `{}`/`[]` and comments. A cluster dump is hundreds of megabytes and serde-saphyr is the
+//! slow part of reading one (`cargo bench --bench reader`), so every piece the splitter cuts
+//! is first tried here: a byte scanner driving the same pruning seeds (`prune`), so what is
+//! skipped is not built.
 //!
-//! It answers only where it is sure to answer as serde-saphyr would: anything else —
-//! anchors, aliases, tags, non-empty flow collections, multi-line plain or quoted scalars,
-//! complex or non-string keys, a duplicate key, tabs or CR line ends, bad indentation, a
-//! piece near the node limit — makes it give the piece up ([`Fallback`]) and the caller
-//! parses that piece with serde-saphyr, so behaviour and error messages stay serde-saphyr's.
-//! Plain scalars that could be anything but a string (`1.5`, `yes`, `0x1f`, `-1`, `.inf`)
-//! are typed by serde-saphyr itself, one scalar at a time; only digit strings and the
-//! unambiguous spellings of `true`, `false` and `null` are typed here. Nodes are counted
-//! as serde-saphyr counts them (every scalar, key, mapping and sequence), so the
-//! per-document node limit adds up the same whichever parser read a piece.
+//! It answers only where it is sure to answer as serde-saphyr would; anything else (anchors,
+//! aliases, tags, non-empty flow collections, multi-line plain or quoted scalars, complex or
+//! duplicate keys, tabs, CR line ends, bad indentation, a piece near the node limit) gives
+//! the piece up ([`Fallback`]) to serde-saphyr, so behaviour and errors stay its own. Ambiguous plain
+//! scalars (`1.5`, `yes`, `0x1f`, `.inf`) are typed by serde-saphyr one at a time; only
+//! digit strings and `true`, `false`, `null` are typed here. Nodes are counted as
+//! serde-saphyr counts them, so the per-document node limit adds up the same either way.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -1,14 +1,14 @@
 //! `kerf plan`'s core: from parsed Kubernetes manifests, read into the cluster's inventory
 //! and snapshot ([`crate::cluster`]), to the scheduler's solve (one round or several,
-//! [`rounds`]), the advice about the input, and the report users read ([`report`]), with the
-//! disruption loop's decisions when asked.
+//! [`rounds`]), the advice about the input ([`crate::advice`]), and the report users read
+//! ([`report`]), with the disruption loop's decisions when asked.
 
-pub mod advice;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod report;
 mod rounds;
 
+use crate::advice;
 use crate::api::NodePool;
 use crate::catalog::{Catalog, CatalogError};
 use crate::cluster::{

@@ -4,6 +4,10 @@
 //! operations follow Karpenter's `utils/resources` helpers (`Merge`, `Subtract`, `Fits`,
 //! `MaxResources`) so that scheduling decisions match upstream.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+
 use super::quantity::Quantity;
 use crate::labels::{RESOURCE_CPU, RESOURCE_EPHEMERAL_STORAGE, RESOURCE_MEMORY, RESOURCE_PODS};
 use std::fmt;
@@ -30,17 +34,12 @@ pub struct Resources {
 }
 
 impl Resources {
-    /// The list as the API writes it (`status.capacity`, `spec.resources.requests`), zero
-    /// entries left out as upstream leaves them out.
-    pub fn to_api(&self) -> crate::api::nodeclaim::ResourceList {
+    /// The list as the API writes it (`status.capacity`, `spec.resources.requests`: the
+    /// API's `ResourceList`), zero entries left out as upstream leaves them out.
+    pub fn to_api(&self) -> BTreeMap<String, ApiQuantity> {
         self.iter()
             .filter(|(_, q)| *q != Quantity::ZERO)
-            .map(|(name, q)| {
-                (
-                    name.to_owned(),
-                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(q.to_string()),
-                )
-            })
+            .map(|(name, q)| (name.to_owned(), ApiQuantity(q.to_string())))
             .collect()
     }
 

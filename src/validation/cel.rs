@@ -127,7 +127,7 @@ fn alpha_rule(message: &str) -> Option<Rule> {
             holds(|v| !(has(v, "price") && has(v, "priceAdjustment")))
         }
         "invalid resource restricted" => {
-            each_key(|k| !crate::overlay::RESTRICTED_RESOURCES.contains(&k))
+            each_key(|k| !crate::api::nodeoverlay::RESTRICTED_RESOURCES.contains(&k))
         }
         "If podTemplateRef is set, replicas or limits must also be set" => {
             holds(|v| !has(v, "podTemplateRef") || has(v, "replicas") || has(v, "limits"))

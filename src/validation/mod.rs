@@ -157,7 +157,7 @@ fn nodeoverlay_controller_checks(object: &Value) -> Vec<Problem> {
     let Ok(overlay) = serde_json::from_value::<crate::api::NodeOverlay>(object.clone()) else {
         return Vec::new();
     };
-    match crate::overlay::validate(&overlay) {
+    match runtime::validate_nodeoverlay(&overlay) {
         Ok(()) => Vec::new(),
         Err(message) => vec![Problem {
             path: FieldPath::root().child("spec").to_string(),

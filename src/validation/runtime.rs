@@ -1,7 +1,8 @@
 //! The checks upstream Karpenter makes itself, beyond the CRD schema, before it uses a
-//! NodePool or NodeClaim (`RuntimeValidate`; failures show as `ValidationSucceeded=False`):
-//! qualified label and taint keys, label values in requirements, labels in the kubelet's
-//! reserved domains, and duplicate taints. They run on the defaulted object.
+//! NodePool, NodeClaim or NodeOverlay (`RuntimeValidate`; failures show as
+//! `ValidationSucceeded=False`): qualified label and taint keys, label values in
+//! requirements, labels in the kubelet's reserved domains, duplicate taints, and an
+//! overlay's price and capacity. They run on the defaulted object.
 
 use super::cel::items;
 use super::names::{
@@ -9,6 +10,12 @@ use super::names::{
 };
 use super::path::{FieldPath, Problem};
 use serde_json::Value;
+
+use crate::api::NodeOverlay;
+use crate::api::nodeoverlay::{OverlayRequirement, PriceChange, RESTRICTED_RESOURCES};
+use crate::labels;
+use crate::requirements::Requirement;
+use crate::resources::Quantity;
 
 /// NodePool: template labels, taints and requirements.
 pub fn validate_nodepool(object: &Value) -> Vec<Problem> {
@@ -95,6 +102,68 @@ fn validate_requirement(requirement: &Value, path: &FieldPath) -> Vec<Problem> {
         }
     }
     problems
+}
+
+/// NodeOverlay: upstream's runtime validation (`RuntimeValidate`), plus a readable price
+/// and capacity (which the CRD schema guarantees on a served object).
+pub fn validate_nodeoverlay(overlay: &NodeOverlay) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for requirement in &overlay.spec.requirements {
+        problems.extend(overlay_requirement_problems(requirement));
+    }
+    if let Some(change) = overlay.price_change()
+        && let Err(e) = PriceChange::parse(change)
+    {
+        problems.push(e);
+    }
+    for (name, quantity) in overlay.spec.capacity.iter().flatten() {
+        if RESTRICTED_RESOURCES.contains(&name.as_str()) {
+            problems.push(format!("invalid resource restricted: {name}"));
+        }
+        if Quantity::parse(&quantity.0).is_err() {
+            problems.push(format!("invalid quantity {:?} for {name}", quantity.0));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+fn overlay_requirement_problems(requirement: &OverlayRequirement) -> Vec<String> {
+    let key = labels::normalize_label_key(&requirement.key);
+    let mut problems = Vec::new();
+    if let Some(e) = restricted_label_error(key) {
+        problems.push(e);
+    }
+    for e in qualified_name_errors(key) {
+        problems.push(format!("key {key} is not a qualified name, {e}"));
+    }
+    for value in &requirement.values {
+        for e in label_value_errors(value) {
+            problems.push(format!("invalid value {value} for key {key}, {e}"));
+        }
+    }
+    if requirement.operator == crate::api::Operator::In && requirement.values.is_empty() {
+        problems.push(format!(
+            "key {key} with operator In must have a value defined"
+        ));
+    }
+    if let Err(e) = overlay_requirement(requirement) {
+        problems.push(e);
+    }
+    problems
+}
+
+pub(crate) fn overlay_requirement(requirement: &OverlayRequirement) -> Result<Requirement, String> {
+    Requirement::new(
+        &requirement.key,
+        requirement.operator,
+        &requirement.values,
+        None,
+    )
+    .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

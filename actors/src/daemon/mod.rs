@@ -16,10 +16,11 @@ mod loops;
 mod subscriptions;
 mod wiring;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use kerf::cloudprovider::CloudProvider;
 use kerf::cluster::ControllerSettings;
 use kerf::interruption::InterruptionQueue;
 use kerf::interruption::instance_status::InstanceStatusSource;
@@ -29,14 +30,16 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batcher::triggers::Retrigger;
-use crate::batcher::{BatchLimits, Batcher};
+use crate::batcher::{self, BatchLimits, Batcher};
 use crate::disruption::Generation;
 use crate::leader::Election;
 use crate::lifecycle::NodeClaimLifecycle;
+use crate::mailbox::Outbox;
 use crate::nodeclaim_creator::NodeClaimCreator;
 use crate::offering_cache::OfferingCacheHandle;
-use crate::provisioner::{InstanceTypeCache, Provisioner, Round};
-use crate::settings::ValidSettings;
+use crate::pod_watcher::Subscribers;
+use crate::provisioner::{InstanceTypeCache, Provisioner, Provisioning, Round};
+use crate::settings::{FeatureGates, ValidSettings};
 use crate::shutdown::{GracefulShutdown, SHUTDOWN_TIMEOUT};
 use crate::state::{ClusterState, Writers};
 use crate::static_capacity;
@@ -99,6 +102,143 @@ struct Actors {
     creator: Option<Supervised<NodeClaimCreator>>,
     lifecycle: Option<Supervised<NodeClaimLifecycle>>,
     termination: Option<Supervised<TerminationDrainer>>,
+}
+
+/// What a replica serves, bound before any actor starts: `/metrics` and the probes, and the
+/// sources `/explain` reads, filled in as the parts they read start.
+struct Front {
+    endpoints: Endpoints,
+    explain: Arc<server::ExplainSources>,
+    instance_types: Arc<OnceLock<InstanceTypeCache>>,
+}
+
+impl Front {
+    async fn serve(
+        bind: Ipv4Addr,
+        ports: (u16, u16),
+        state: &Arc<ClusterState>,
+        observability: bool,
+        supervision: &Supervision,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Result<Self, StartError> {
+        let explain = Arc::new(server::ExplainSources::default());
+        let instance_types = Arc::new(OnceLock::new());
+        let served = server::Served {
+            state: state.clone(),
+            explain: explain.clone(),
+            observability,
+            instance_types: instance_types.clone(),
+        };
+        let endpoints = Endpoints::serve(bind, ports, served, supervision, shutdown).await?;
+        Ok(Self {
+            endpoints,
+            explain,
+            instance_types,
+        })
+    }
+
+    /// Serves what the provisioning actors hold: the instance types rounds plan with, the
+    /// nominations and the unavailable offerings.
+    fn show(&self, provisioning: &Provisioning) {
+        let _ = self.instance_types.set(provisioning.instance_types.clone());
+        let _ = self.explain.nominations.set(provisioning.created.clone());
+        if let Some(offerings) = &provisioning.offerings {
+            let _ = self.explain.offerings.set(offerings.view());
+        }
+    }
+}
+
+/// The started parts the PodWatcher's watch streams feed.
+struct Subscribing<'a> {
+    wiring: &'a Wiring,
+    provisioning: Option<&'a Provisioning>,
+    launching: Option<&'a LaunchingActors>,
+    to_batcher: &'a Outbox<batcher::Trigger>,
+    generation: &'a Generation,
+}
+
+impl Subscribing<'_> {
+    /// Subscribes every part to the PodWatcher, starts the loops that go with them, then the
+    /// watch streams; returns the tasks to stop.
+    fn watch(
+        self,
+        gates: FeatureGates,
+        observability: bool,
+        mut subscribers: Subscribers,
+        provider: Option<Arc<dyn CloudProvider>>,
+        writers: Writers,
+    ) -> Vec<JoinHandle<()>> {
+        let Self {
+            wiring,
+            provisioning,
+            launching,
+            to_batcher,
+            generation,
+        } = self;
+        let static_task = provisioning
+            .filter(|_| gates.static_capacity)
+            .map(|provisioning| start_static_capacity(wiring, provisioning, &mut subscribers));
+        if !gates.static_capacity {
+            subscribers.nodepools.push(static_capacity::warn_gate_off());
+        }
+        subscribe_generation(&mut subscribers, generation);
+        if observability {
+            subscribe_observability(&mut subscribers, &wiring.state);
+        }
+        let retrigger = Retrigger::default();
+        subscribe_triggers(&mut subscribers, wiring, to_batcher, &retrigger);
+        if let Some(launching) = launching {
+            launching.subscribe(&mut subscribers);
+        }
+        let status_tasks = start_status_loops(
+            &wiring.client,
+            &wiring.state,
+            provider,
+            &mut subscribers,
+            &wiring.leader,
+            &wiring.shutdown,
+        );
+        let alpha_tasks =
+            start_alpha_loops(wiring, provisioning, gates, &retrigger, &mut subscribers);
+        let alpha = pod_watcher::AlphaKinds {
+            node_overlays: gates.node_overlay,
+            capacity_buffers: gates.capacity_buffer,
+        };
+        let mut tasks = pod_watcher::spawn(
+            &wiring.client,
+            writers,
+            subscribers,
+            alpha,
+            &wiring.shutdown,
+        );
+        tasks.extend(alpha_tasks);
+        tasks.extend(status_tasks);
+        tasks.extend(static_task);
+        let created = provisioning.map(|p| p.created.clone());
+        tasks.extend(start_trigger_loops(
+            wiring,
+            created,
+            retrigger,
+            to_batcher.clone(),
+        ));
+        tasks.push(start_storage_advice(wiring));
+        tasks
+    }
+}
+
+/// What [`Daemon::start_with`] started, for [`Daemon::assemble`].
+struct Parts {
+    wiring: Wiring,
+    provisioning: Option<Provisioning>,
+    launching: Option<LaunchingActors>,
+    provisioners: ProvisioningActors,
+    disruption: Option<DisruptionHandle>,
+    metrics_addr: SocketAddr,
+    probes_addr: SocketAddr,
+    leadership: Leadership,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    supervision: Supervision,
 }
 
 impl Daemon {
@@ -171,15 +311,16 @@ impl Daemon {
         // `kerf simulate`, the process's in `kerf controller`).
         let supervision = Supervision::current();
         let ports = (metrics_port, health_probe_port);
-        let explain = Arc::new(server::ExplainSources::default());
-        let instance_types = Arc::new(std::sync::OnceLock::new());
-        let served = server::Served {
-            state: state.clone(),
-            explain: explain.clone(),
-            observability: cluster_state_observability,
-            instance_types: instance_types.clone(),
-        };
-        let endpoints = Endpoints::serve(bind, ports, served, &supervision, &shutdown_rx).await?;
+        let observability = cluster_state_observability;
+        let front = Front::serve(
+            bind,
+            ports,
+            &state,
+            observability,
+            &supervision,
+            &shutdown_rx,
+        )
+        .await?;
         let election = leader_election.map(|lease| Election {
             namespace: lease.namespace.unwrap_or(namespace),
             name: lease.name,
@@ -187,7 +328,7 @@ impl Daemon {
             timing: leader_timing,
         });
         let leadership = Leadership::start(leader_client, election, &shutdown_rx);
-        let _ = explain.leader.set(leadership.leader.clone());
+        let _ = front.explain.leader.set(leadership.leader.clone());
         let (wiring, events_task) = Wiring::new(
             client,
             state,
@@ -197,7 +338,7 @@ impl Daemon {
         );
         let cloud = cloud.map(|cloud| wiring.fence(cloud));
         let provider = cloud.as_ref().map(|c| Arc::clone(&c.provider));
-        let (mut subscribers, cloud_tasks) = start_cloud_loops(
+        let (subscribers, cloud_tasks) = start_cloud_loops(
             &wiring.client,
             &wiring.state,
             provider.clone(),
@@ -221,11 +362,7 @@ impl Daemon {
         });
         let provisioning = launching.as_ref().map(|l| l.provisioning.clone());
         if let Some(provisioning) = &provisioning {
-            let _ = instance_types.set(provisioning.instance_types.clone());
-            let _ = explain.nominations.set(provisioning.created.clone());
-            if let Some(offerings) = &provisioning.offerings {
-                let _ = explain.offerings.set(offerings.view());
-            }
+            front.show(provisioning);
         }
         let limits = BatchLimits {
             idle: batch_idle_duration,
@@ -240,73 +377,54 @@ impl Daemon {
         });
         let (disruption, disruption_tasks) = match disruption {
             Some((handle, tasks)) => {
-                let _ = explain.disruption.set(handle.progress.clone());
+                let _ = front.explain.disruption.set(handle.progress.clone());
                 (Some(handle), tasks)
             }
             None => (None, Vec::new()),
         };
-        let static_task = provisioning
-            .as_ref()
-            .filter(|_| feature_gates.static_capacity)
-            .map(|provisioning| start_static_capacity(&wiring, provisioning, &mut subscribers));
-        if !feature_gates.static_capacity {
-            subscribers.nodepools.push(static_capacity::warn_gate_off());
-        }
-        subscribe_generation(&mut subscribers, &generation);
-        if cluster_state_observability {
-            subscribe_observability(&mut subscribers, &wiring.state);
-        }
-        let retrigger = Retrigger::default();
-        subscribe_triggers(
-            &mut subscribers,
-            &wiring,
-            &provisioners.to_batcher,
-            &retrigger,
-        );
-        if let Some(launching) = &launching {
-            launching.subscribe(&mut subscribers);
-        }
-        let status_tasks = start_status_loops(
-            &wiring.client,
-            &wiring.state,
-            provider,
-            &mut subscribers,
-            &wiring.leader,
-            &wiring.shutdown,
-        );
-        let alpha_tasks = start_alpha_loops(
-            &wiring,
-            provisioning.as_ref(),
-            feature_gates,
-            &retrigger,
-            &mut subscribers,
-        );
-        let alpha = pod_watcher::AlphaKinds {
-            node_overlays: feature_gates.node_overlay,
-            capacity_buffers: feature_gates.capacity_buffer,
+        let subscribing = Subscribing {
+            wiring: &wiring,
+            provisioning: provisioning.as_ref(),
+            launching: launching.as_ref(),
+            to_batcher: &provisioners.to_batcher,
+            generation: &generation,
         };
-        let mut tasks = pod_watcher::spawn(
-            &wiring.client,
-            writers,
-            subscribers,
-            alpha,
-            &wiring.shutdown,
-        );
-        tasks.extend(alpha_tasks);
-        tasks.extend(status_tasks);
-        tasks.extend(static_task);
-        let created = provisioning.as_ref().map(|p| p.created.clone());
-        tasks.extend(start_trigger_loops(
-            &wiring,
-            created,
-            retrigger,
-            provisioners.to_batcher.clone(),
-        ));
-        tasks.push(start_storage_advice(&wiring));
+        let mut tasks =
+            subscribing.watch(feature_gates, observability, subscribers, provider, writers);
         tasks.extend(cloud_tasks);
         tasks.extend(disruption_tasks);
-        tasks.extend(endpoints.tasks);
+        tasks.extend(front.endpoints.tasks);
         tasks.push(events_task);
+        Ok(Self::assemble(Parts {
+            wiring,
+            provisioning,
+            launching,
+            provisioners,
+            disruption,
+            metrics_addr: front.endpoints.metrics_addr,
+            probes_addr: front.endpoints.probes_addr,
+            leadership,
+            shutdown,
+            tasks,
+            supervision,
+        }))
+    }
+
+    /// The daemon holding `parts`, the handles its accessors read and its stop releases.
+    fn assemble(parts: Parts) -> Self {
+        let Parts {
+            wiring,
+            provisioning,
+            launching,
+            provisioners,
+            disruption,
+            metrics_addr,
+            probes_addr,
+            leadership,
+            shutdown,
+            mut tasks,
+            supervision,
+        } = parts;
         tasks.push(provisioners.gate_task);
         let (creator, lifecycle, termination, termination_stats) = match launching {
             Some(l) => (
@@ -324,7 +442,7 @@ impl Daemon {
             events,
             ..
         } = wiring;
-        Ok(Self {
+        Self {
             client,
             events,
             state,
@@ -335,8 +453,8 @@ impl Daemon {
             termination_stats,
             disruption,
             instance_types: provisioning.as_ref().map(|p| p.instance_types.clone()),
-            metrics_addr: endpoints.metrics_addr,
-            probes_addr: endpoints.probes_addr,
+            metrics_addr,
+            probes_addr,
             shutdown,
             tasks,
             leader_task: leadership.task,
@@ -350,7 +468,7 @@ impl Daemon {
                 termination,
             },
             graceful: provisioners.graceful,
-        })
+        }
     }
 
     /// Starts the Interruption actor on `queue` (the binary opens the SQS queue named by

@@ -2,28 +2,20 @@
 //! while this replica leads and cluster state has synced:
 //!
 //! 1. removes marks no command holds ([`stale`]);
-//! 2. skips the pass if the previous one found nothing and the cluster has not changed
-//!    since (the [`Generation`] every watched Pod, Node, NodeClaim and NodePool change
-//!    bumps), no node's `consolidateAfter` has elapsed since, and [`NO_OP_MEMO_TTL`] has
-//!    not passed — upstream's "consolidated" memo, which keeps an idle large cluster from
-//!    being re-simulated every 10 s;
-//! 3. ends the pass when no managed node may be a candidate ([`screen`]: every one is
-//!    booting, deleting or nominated for pending pods, as during a scale-up), without
-//!    copying the cluster;
-//! 4. builds the decision's input from cluster state ([`cluster`]) and asks the pure core
-//!    ([`kerf::disruption::controller::pass`]) for the first command of emptiness, drift,
-//!    multi-node and single-node consolidation, in that order, off the async runtime
-//!    (`spawn_blocking`: a pass over a thousand nodes is CPU for a good part of a second),
-//!    consolidation within upstream's time limits ([`Timeouts::UPSTREAM`]: a multi-node
-//!    search out of time keeps its best command, a single-node one gives up the pass);
-//! 5. a graceful command (everything but drift) waits the validation period
-//!    ([`VALIDATION_PERIOD`], 15 s as upstream) and is re-checked on the cluster as it is
-//!    then; a command that no longer holds is dropped and counted;
-//! 6. hands the command to the [`Orchestrator`], which carries it out;
+//! 2. skips the pass when nothing changed since a pass that found nothing (the watched
+//!    objects' [`Generation`], no `consolidateAfter` elapsed, within [`NO_OP_MEMO_TTL`]):
+//!    upstream's "consolidated" memo: an idle large cluster is not re-simulated each poll;
+//! 3. ends it when no managed node may be a candidate ([`screen`]), without copying the
+//!    cluster;
+//! 4. asks the pure core ([`kerf::disruption::controller::pass`]) on cluster state's input
+//!    ([`cluster`]) for the first command of emptiness, drift, multi- and single-node
+//!    consolidation, on a blocking thread, within upstream's limits ([`Timeouts::UPSTREAM`]);
+//! 5. re-checks a graceful command after [`VALIDATION_PERIOD`], dropping one that no longer
+//!    holds;
+//! 6. hands the command to the [`Orchestrator`];
 //!
 //! then runs again at once after a command, else after [`POLL_PERIOD`]. Metrics and events
-//! are upstream's ([`observe`]). Every write goes through the daemon's fenced client, so a
-//! replica that lost its lease writes nothing; the loop also idles while not leading.
+//! are upstream's ([`observe`]); writes go through the fenced client.
 
 mod cluster;
 mod observe;

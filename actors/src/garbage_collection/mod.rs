@@ -1,21 +1,17 @@
 //! Garbage collection between the cloud and the cluster, generic over [`CloudProvider`]:
-//! - machines this cluster launched that no NodeClaim accounts for and that are older than
-//!   [`MIN_MACHINE_AGE`] are deleted, with their Node if one registered — a launch whose
-//!   NodeClaim was lost, as upstream's AWS garbage collection controller does. A NodeClaim
-//!   accounts for a machine by its providerID, or, while it has none, by the name in the
-//!   machine's NodeClaim tag: a launch whose answer was not recorded (a leader that stepped
-//!   down mid-launch) is adopted by the next launch step, not collected and launched again;
-//! - launched NodeClaims whose machine is gone (the cloud lists it no more and Get says
-//!   not found) and whose Node is not Ready are deleted, as upstream's core garbage
-//!   collection controller does, so their pods get capacity elsewhere. One that never
-//!   registered (a machine that died while booting: an unusable KMS key on its volumes, a
-//!   spot reclaim) first gets `Registered=False` saying so, instead of waiting out the
-//!   15-minute registration timeout as `Unknown`.
+//! - machines this cluster launched that no NodeClaim accounts for, older than
+//!   [`MIN_MACHINE_AGE`], are deleted with their Node if one registered (upstream's AWS
+//!   garbage collection). A NodeClaim accounts for a machine by its providerID or, while it
+//!   has none, by the machine's NodeClaim tag, so a launch whose answer was not recorded is
+//!   adopted by the next launch step rather than collected;
+//! - launched NodeClaims whose machine is gone and whose Node is not Ready are deleted
+//!   (upstream's core garbage collection), one that never registered first getting
+//!   `Registered=False` saying so rather than waiting out the registration timeout.
 //!
 //! It runs once cluster state has synced, every [`EARLY_PERIOD`] for its first
-//! [`EARLY_RUNS`] passes (catching leaks from before a restart quickly), then every
-//! [`PERIOD`]. The machines are listed before cluster state is read, so a NodeClaim written
-//! while the list ran is seen. Only the leader collects.
+//! [`EARLY_RUNS`] passes (leaks from before a restart), then every [`PERIOD`]. Machines are
+//! listed before cluster state is read, so a NodeClaim written meanwhile is seen. Only the
+//! leader collects.
 
 use std::collections::HashSet;
 use std::sync::Arc;

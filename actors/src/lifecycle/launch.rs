@@ -1,26 +1,17 @@
 //! The launch step, as upstream's NodeClaim lifecycle `launch` sub-reconciler: a NodeClaim
-//! that is not `Launched` is launched by the lifecycle reconcile, whoever created it and
-//! whenever it is seen — after a failed attempt, a lost status write, a restart or a
-//! failover. The cloud provider's Create is idempotent per NodeClaim (it adopts an instance
-//! already tagged with the NodeClaim, and launches under a client token derived from its
-//! uid, which EC2 answers with the first launch's instance), and a launch whose status write failed is remembered
-//! by uid for [`LAUNCHED_MEMORY`], as upstream's launch cache, so the retry writes what was
-//! launched without asking the cloud again. Once that write succeeded, a reconcile that
-//! still reads the NodeClaim as not `Launched` (its watch event is on the way) writes
-//! nothing: each launch costs the NodeClaim budget its two writes once.
+//! not `Launched` is launched whoever created it and whenever it is seen (after a failed
+//! attempt, a lost status write, a restart or a failover). The provider's Create is
+//! idempotent per NodeClaim (it adopts an instance tagged with it, under a client token from
+//! its uid); a launch whose status write failed is remembered for [`LAUNCHED_MEMORY`] so the
+//! retry writes it without asking the cloud again, and once written a reconcile that still
+//! reads the NodeClaim as not `Launched` writes nothing.
 //!
-//! Outcomes: launched → labels, annotations and status (`Launched=True`) written; refused for
-//! insufficient capacity → the refused offerings marked in the OfferingCache (all the
-//! offerings the NodeClaim allowed when the provider named none, so the next round never
-//! plans the same NodeClaim), an event, and the NodeClaim deleted so its pods are planned
-//! again; any other failure → `Launched=False` with the error's reason and message, an event
-//! and a log line when that text changes, and an error the actor retries with backoff.
-//!
-//! Beyond upstream, spot refused is not a lost round: when every offering EC2 refused is
-//! spot (or spot cannot launch at all because its service-linked role is missing) and the
-//! NodeClaim also allows on-demand, the refused offerings are marked and the same NodeClaim
-//! is launched again at once, on-demand only (see [`OnDemandFallback`]). Upstream deletes the
-//! NodeClaim and lets the next rounds walk the spot offerings one refusal at a time.
+//! Outcomes: launched → labels, annotations and `Launched=True`; insufficient capacity → the
+//! refused offerings (all it allowed when the provider named none) marked in the
+//! OfferingCache, an event, and the NodeClaim deleted so its pods are planned again; any
+//! other failure → `Launched=False` with the reason, an event when its text changes, and a
+//! retry with backoff. Beyond upstream, when every refused offering is spot and on-demand is
+//! allowed, the same NodeClaim is launched again at once on-demand only ([`OnDemandFallback`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

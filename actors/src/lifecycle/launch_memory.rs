@@ -79,7 +79,8 @@ impl LaunchedMemory {
 pub const ON_DEMAND_FALLBACK_MEMORY: Duration = Duration::from_secs(5 * 60);
 
 /// NodeClaims whose spot offerings were refused, by uid: their next attempts ask the
-/// provider for on-demand only. Kept in memory: after a restart the first attempt is spot
+/// provider for on-demand only, where upstream deletes the NodeClaim and lets the next rounds
+/// walk the spot offerings one refusal at a time. Kept in memory: after a restart the first attempt is spot
 /// again, its offerings are still marked unavailable, and the fallback is taken again.
 #[derive(Default)]
 pub struct OnDemandFallback {

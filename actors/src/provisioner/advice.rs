@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use kerf::advice::max_pods_above_eni_limit;
 use kerf::api::NodePool;
 use kerf::catalog::Catalog;
 use kerf::cluster::inventory::Inventory;
-use kerf::plan::advice::max_pods_above_eni_limit;
 use kerf::scheduling::NodePoolInput;
 
 use crate::events::{Dedupe, Event, EventType};

@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kerf::plan::advice::{
-    IN_TREE_POD_VOLUME, in_tree_storage_class, in_tree_volume, uses_in_tree_ebs,
-};
+use kerf::advice::{IN_TREE_POD_VOLUME, in_tree_storage_class, in_tree_volume, uses_in_tree_ebs};
 use kerf::pods::{LeanPod, PodLike, is_bound};
 use kube::ResourceExt;
 use tokio::sync::watch;

@@ -186,7 +186,7 @@ fn a_nodeclaim_is_consolidatable_consolidate_after_its_last_pod_event() {
 /// another within 10 s of it move that time in one later write. Not an empty status before
 /// the launch, not again from a copy of the NodeClaim the lifecycle had just written over
 /// (a 409, its version gone), not a pod event before the NodeClaim is initialized, nor one
-/// per pod: at 10,000 pods those were half the NodeClaim status writes of their budget.
+/// per pod: a pod event per bound pod would cost a large scale-up as many writes as pods.
 #[test]
 fn a_nodeclaims_status_is_written_once_per_step() {
     run(|| async {

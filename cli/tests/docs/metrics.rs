@@ -58,6 +58,7 @@ pub fn page() -> String {
     }
     let mut types = exported_types(&metrics);
     let well_known = well_known_labels();
+    let upstream: BTreeSet<String> = upstream_reference().into_iter().map(|(n, _)| n).collect();
     for (name, (kind, labels)) in tracked_metrics() {
         let metric = metrics.entry(name.clone()).or_default();
         metric.kind = kind.clone();
@@ -76,7 +77,9 @@ pub fn page() -> String {
          The controller serves these on `/metrics` (port `METRICS_PORT`, 8080). Names and \
          labels are upstream Karpenter's (and controller-runtime's and client-go's, which \
          upstream's dashboards also read), so upstream's Grafana dashboards chart kerf \
-         unchanged; kerf's own metrics carry the `kerf_` prefix. *Well-known labels* stands \
+         unchanged; kerf's own metrics carry the `kerf_` prefix. The origin says whether a \
+         name is in upstream v1.14's metrics reference ([coverage](#coverage-of-upstream-v114)). \
+         *Well-known labels* stands \
          for the node labels upstream copies onto its node metrics: {}.\n\n\
          | name | type | labels | origin | what it measures |\n|---|---|---|---|---|\n",
         well_known
@@ -102,8 +105,10 @@ pub fn page() -> String {
         }
         let origin = if name.starts_with("kerf_") {
             "kerf"
-        } else {
+        } else if upstream.contains(name) {
             "upstream"
+        } else {
+            "upstream's prefix, not in v1.14"
         };
         writeln!(
             out,
@@ -121,19 +126,8 @@ pub fn page() -> String {
 /// divergence with its reason (deploy/metrics/, checked against a run by
 /// cli/tests/dashboards.rs).
 fn coverage(metrics: &BTreeMap<String, Metric>) -> String {
-    let root = repo();
-    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
-    let entries = |text: &str| -> Vec<(String, String)> {
-        text.lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .map(|l| {
-                let (name, rest) = l.split_once('|').unwrap_or((l, ""));
-                (name.trim().to_owned(), rest.trim().to_owned())
-            })
-            .collect()
-    };
-    let upstream = entries(&read("deploy/metrics/upstream-v1.14.txt"));
-    let divergences = entries(&read("deploy/metrics/divergences.txt"));
+    let upstream = upstream_reference();
+    let divergences = entries("deploy/metrics/divergences.txt");
     let recorded = upstream
         .iter()
         .filter(|(name, _)| metrics.contains_key(name))
@@ -170,6 +164,19 @@ fn coverage(metrics: &BTreeMap<String, Metric>) -> String {
     ] {
         out.push_str(&count(prefix));
     }
+    let beyond: Vec<String> = metrics
+        .keys()
+        .filter(|n| !n.starts_with("kerf_") && !upstream.iter().any(|(u, _)| u == *n))
+        .map(|n| format!("`{n}`"))
+        .collect();
+    write!(
+        out,
+        "\nkerf also records {} metrics under upstream's prefixes that v1.14's reference does \
+         not list (their origin above says so): {}.\n",
+        beyond.len(),
+        beyond.join(", ")
+    )
+    .unwrap();
     out.push_str("\n| metric | divergence | why |\n|---|---|---|\n");
     for (name, reason) in divergences {
         let (name, what) = match name.strip_prefix('~') {
@@ -180,6 +187,24 @@ fn coverage(metrics: &BTreeMap<String, Metric>) -> String {
         writeln!(out, "| `{name}` | {what} | {} |", cell(&reason)).unwrap();
     }
     out
+}
+
+/// The `name | rest` lines of a file under deploy/metrics/, comments and blank lines left out.
+fn entries(path: &str) -> Vec<(String, String)> {
+    std::fs::read_to_string(repo().join(path))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (name, rest) = l.split_once('|').unwrap_or((l, ""));
+            (name.trim().to_owned(), rest.trim().to_owned())
+        })
+        .collect()
+}
+
+/// Upstream v1.14's metrics reference, as vendored: each name with its type and labels.
+fn upstream_reference() -> Vec<(String, String)> {
+    entries("deploy/metrics/upstream-v1.14.txt")
 }
 
 /// The text inside the parentheses that start `rest`'s macro call.

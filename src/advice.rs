@@ -1,7 +1,8 @@
-//! What `kerf plan` warns about where upstream logs errors at run time or users get
-//! surprised later: input that is valid but will not work as its author expects. Each
-//! warning names the object and says what to do, in the words of Karpenter's
-//! troubleshooting guide where it has them. None of these stop the plan.
+//! Advice on input that is valid but will not work as its author expects, where upstream
+//! logs errors at run time or users get surprised later. Each warning names the object and
+//! says what to do, in the words of Karpenter's troubleshooting guide where it has them.
+//! `kerf plan` prints them (none stops the plan); the controller raises the same findings
+//! as events (the provisioner's max-pods check, `storage_advice`).
 
 use crate::pods::{LeanPod, PodLike};
 use std::sync::Arc;
