@@ -41,6 +41,16 @@ fn methods(report: &DisruptionReport) -> Vec<(Method, Decision, Vec<String>)> {
         .collect()
 }
 
+/// The capacity types a replacement's requirements allow.
+fn pinned_capacity_types(replacement: &ReplacementReport) -> &[String] {
+    &replacement
+        .requirements
+        .iter()
+        .find(|r| r.key == labels::CAPACITY_TYPE)
+        .expect("a capacity type requirement")
+        .values
+}
+
 fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
@@ -401,12 +411,7 @@ fn single_node_consolidation_replaces_on_demand_with_cheaper_spot() {
     // (spot here), so even xlarge's spot offering undercuts the on-demand xlarge.
     assert!(replacement.instance_types.contains(&"xlarge".to_string()));
     assert_eq!(replacement.launch.capacity_type, "spot");
-    let capacity = replacement
-        .requirements
-        .iter()
-        .find(|r| r.key == labels::CAPACITY_TYPE)
-        .expect("capacity type pinned");
-    assert_eq!(capacity.values, ["spot"]);
+    assert_eq!(pinned_capacity_types(replacement), ["spot"]);
     let xlarge = st::price_of(16.0, 32.0);
     assert!((command.hourly_savings - (xlarge - replacement.launch.price)).abs() < 1e-6);
 }
@@ -783,12 +788,7 @@ fn consolidation_moves_an_on_demand_node_into_a_free_reservation() {
     let replacement = &command.replacements[0];
     assert_eq!(replacement.launch.capacity_type, "reserved");
     assert_eq!(replacement.launch.instance_type, "medium");
-    let capacity = replacement
-        .requirements
-        .iter()
-        .find(|r| r.key == labels::CAPACITY_TYPE)
-        .expect("capacity type requirement");
-    assert_eq!(capacity.values, ["reserved"]);
+    assert_eq!(pinned_capacity_types(replacement), ["reserved"]);
 
     // A full reservation prices nothing: the on-demand medium is the replacement.
     let report = run(cluster()
@@ -874,12 +874,7 @@ fn multi_node_consolidation_moves_nodes_into_a_free_reservation() {
         ),
         ("reserved", "medium")
     );
-    let capacity = replacement
-        .requirements
-        .iter()
-        .find(|r| r.key == labels::CAPACITY_TYPE)
-        .expect("capacity type requirement");
-    assert_eq!(capacity.values, ["reserved"]);
+    assert_eq!(pinned_capacity_types(replacement), ["reserved"]);
 }
 
 // Static NodePools and `limits.nodes`.
