@@ -14,11 +14,9 @@
 //! than upstream would send.
 //!
 //! Every request runs on the process's I/O runtime ([`io`]), never on the calling actor's
-//! thread, so no actor's thread owns a connection another actor's request may borrow; past
-//! its token, a request waits for one of [`in_flight::MAX_IN_FLIGHT`] places in flight.
+//! thread, so no actor's thread owns a connection another actor's request may borrow.
 
 mod bucket;
-mod in_flight;
 pub mod io;
 mod resource;
 mod retry;
@@ -49,18 +47,15 @@ pub enum BuildError {
 }
 
 /// A client for `config` that sends at most `qps` requests per second, `burst` at once, of
-/// each kind, NodeClaim creates first, with at most [`in_flight::MAX_IN_FLIGHT`] in flight,
-/// and retries throttled requests except evictions ([`retry`]); every request, its retries
-/// and its wait for a token run on the I/O runtime ([`io`]).
+/// each kind, NodeClaim creates first, and retries throttled requests except evictions
+/// ([`retry`]); every request, its retries and its wait for a token run on the I/O runtime
+/// ([`io`]).
 pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, BuildError> {
     config.default_retry = false;
     let io = io::handle()?;
     // Built inside the I/O runtime: the buffers each layer spawns a task for run there too.
     let _on_io = io.enter();
-    let unlimited = in_flight::limited(
-        ClientBuilder::try_from(config)?.build(),
-        in_flight::MAX_IN_FLIGHT,
-    );
+    let unlimited = ClientBuilder::try_from(config)?.build();
     Ok(io::on(
         io.clone(),
         except_evictions(per_kind(unlimited, qps, burst)),
