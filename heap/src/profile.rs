@@ -6,7 +6,7 @@
 //! with the accounting allocator, where heaptrack sees nothing (mimalloc maps its own memory).
 //!
 //! The profiler allocates its own records (backtraces, the sample table) in mimalloc's main
-//! heap, with the calling thread marked as inside it ([`guarded`]), so they neither count to
+//! heap, with the calling thread marked as inside it ([`inside`]), so they neither count to
 //! the owner nor get sampled. Off (the default), it costs one relaxed load per allocation.
 
 use std::backtrace::Backtrace;
