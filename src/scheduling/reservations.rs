@@ -7,10 +7,10 @@
 //! to no launch otherwise. A NodeClaim that keeps a reserved launch is pinned to it, as
 //! upstream pins one: `karpenter.sh/capacity-type In [reserved]` and
 //! `karpenter.k8s.aws/capacity-reservation-id In [its reservation]`, so the provider
-//! launches it into the room counted for it and nowhere else; one that fell back no longer
-//! allows `reserved`, so launching first cannot take the room counted for another. Only pools that offer reserved
-//! capacity are kept (their instance types shared, not copied), so a solve without
-//! reservations pays nothing.
+//! launches it into the room counted for it and nowhere else. One that falls back does not
+//! allow `reserved`, so whichever launches first cannot take room counted for another. Only
+//! pools that offer reserved capacity are kept (their instance types shared, not copied), so
+//! a solve without reservations pays nothing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
