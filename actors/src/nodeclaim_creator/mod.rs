@@ -111,7 +111,7 @@ impl Actor for NodeClaimCreator {
 impl Handler<CreateNodeClaim> for NodeClaimCreator {
     type Result = ResponseFuture<Result<NodeClaim, CreateError>>;
 
-    fn handle(&mut self, launch: CreateNodeClaim, _ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, mut launch: CreateNodeClaim, _ctx: &mut Context<Self>) -> Self::Result {
         self.depth.taken();
         let api = self.nodeclaims.clone();
         let recorder = self.events.clone();
@@ -149,8 +149,10 @@ impl Handler<CreateNodeClaim> for NodeClaimCreator {
             for pod in launch.claim.pods.iter().filter(|p| !is_virtual_uid(&p.uid)) {
                 recorder.publish(events::nominate_pod(pod, &created.name_any()));
             }
-            // Recorded before the answer, so the Provisioner's next round counts it.
-            registry.insert(created.clone(), launch.claim.pods.clone());
+            // Recorded before the answer, so the Provisioner's next round counts it. The pods
+            // move: while a large round's creates wait for the client budget, a copy would
+            // hold every planned pod twice.
+            registry.insert(created.clone(), std::mem::take(&mut launch.claim.pods));
             Ok(created)
         })
     }
