@@ -208,6 +208,23 @@ impl Supervision {
     pub fn report_panic(&self, actor: &'static str, payload: &(dyn std::any::Any + Send)) {
         self.panicked(actor, "task", &panic_message(payload));
     }
+
+    /// How many panics of `actor` this scope recorded within [`RESTART_WINDOW`]: what its
+    /// restart budget is counted against.
+    pub fn recent_restarts(&self, actor: &str) -> usize {
+        let now = Instant::now();
+        self.inner
+            .restarts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(actor)
+            .map_or(0, |times| {
+                times
+                    .iter()
+                    .filter(|t| now.duration_since(**t) <= RESTART_WINDOW)
+                    .count()
+            })
+    }
 }
 
 /// The message a panic carried (`panic!("...")` with or without arguments).
