@@ -302,6 +302,19 @@ where
     });
 }
 
+/// Describes why a task (a `spawn_blocking` computation, say) ended without its answer,
+/// for its caller's log or error. A panic is first reported as `name`'s in the current
+/// scope: logged with its message, counted, and held against the restart budget.
+pub fn report_join_error(name: &'static str, error: tokio::task::JoinError) -> String {
+    if error.is_panic() {
+        let panic = error.into_panic();
+        Supervision::current().report_panic(name, &*panic);
+        format!("panicked: {}", panic_message(&*panic))
+    } else {
+        error.to_string()
+    }
+}
+
 /// Aborts the supervised task when its supervisor is aborted.
 struct AbortOnDrop(tokio::task::AbortHandle);
 

@@ -295,3 +295,18 @@ async fn a_reported_one_shot_panic_is_counted_without_rebuilding() {
     assert_eq!(ran.load(Ordering::SeqCst), 1, "run once, not rebuilt");
     assert_eq!(restarts("supervisor-test-one-shot") - before, 1);
 }
+
+#[tokio::test]
+async fn a_panicking_blocking_task_is_reported_with_its_message() {
+    let scope = Supervision::with_backoff(Duration::from_millis(1));
+    let described = scope
+        .scope(async {
+            let error = tokio::task::spawn_blocking(|| -> u32 { panic!("a bug in a pass") })
+                .await
+                .expect_err("the blocking task panicked");
+            report_join_error("supervisor-test-blocking", error)
+        })
+        .await;
+    assert_eq!(described, "panicked: a bug in a pass");
+    assert_eq!(scope.recent_restarts("supervisor-test-blocking"), 1);
+}
