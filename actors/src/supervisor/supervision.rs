@@ -149,7 +149,7 @@ impl Supervision {
 
     /// Records a panic of `actor`: logs it, counts it, and answers how long to wait before
     /// building it again. Marks the scope exhausted past the budget.
-    pub(super) fn panicked(&self, actor: &'static str, kind: &str, message: &str) -> Duration {
+    pub(crate) fn panicked(&self, actor: &'static str, kind: &str, message: &str) -> Duration {
         metrics::counter!(ACTOR_RESTARTS, "actor" => actor).increment(1);
         let now = Instant::now();
         let recent = {
