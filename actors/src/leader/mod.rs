@@ -18,6 +18,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -153,18 +154,25 @@ pub async fn supervise<F, Fut>(
     let _step_down = StepDownOnDrop(Arc::clone(&leader));
     let supervision = Supervision::current();
     loop {
-        let running = tokio::spawn(make(Arc::clone(&leader)));
-        let abort = running.abort_handle();
-        let ended = AbortOnDrop(abort);
-        let outcome = running.await;
-        drop(ended);
+        // A panic building the election is a panic of the election.
+        let made = std::panic::catch_unwind(AssertUnwindSafe(|| make(Arc::clone(&leader))));
+        let outcome = match made {
+            Ok(election) => {
+                let running = tokio::spawn(election);
+                let ended = AbortOnDrop(running.abort_handle());
+                let outcome = running.await;
+                drop(ended);
+                outcome.map_err(|error| error.try_into_panic().ok())
+            }
+            Err(panic) => Err(Some(panic)),
+        };
         if *shutdown.borrow() && outcome.is_ok() {
             return;
         }
         leader.send_replace(false);
         let delay = match outcome {
-            Err(error) if error.is_panic() => {
-                let panic = panic_message(&*error.into_panic());
+            Err(Some(panic)) => {
+                let panic = panic_message(&*panic);
                 tracing::error!(
                     task = name,
                     panic,

@@ -276,6 +276,27 @@ async fn an_election_that_panics_steps_down_and_is_restarted() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_election_whose_factory_panics_is_built_again() {
+    const NAME: &str = "leader_election_factory_test";
+    let (tx, mut leader) = watch::channel(false);
+    let (_stop, shutdown) = watch::channel(false);
+    let scope = crate::supervisor::Supervision::new();
+    let mut built = 0;
+    let supervised = supervise(NAME, tx, shutdown, move |leading| {
+        built += 1;
+        assert!(built > 1, "a bug building the election");
+        async move {
+            leading.send_replace(true);
+            std::future::pending::<()>().await;
+        }
+    });
+    let running = scope.clone();
+    let _task = tokio::spawn(async move { running.scope(supervised).await });
+    until(&mut leader, true).await;
+    assert_eq!(scope.recent_restarts(NAME), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_election_that_returns_before_shutdown_steps_down_and_is_restarted() {
     const NAME: &str = "leader_election_return_test";
     crate::metrics::handle();
