@@ -177,9 +177,11 @@ pub const FENCED_REQUESTS: &str = "kerf_leader_election_fenced_requests_total";
 pub const RECONCILES_CANCELLED: &str = "kerf_leader_election_cancelled_reconciles_total";
 /// Panics of an actor or supervised loop (label `actor`: the name it is supervised as, e.g.
 /// `lifecycle`, `nodeclaim_creator`, `pod_watcher`, `disruption`, `leader_election`), each restarted
-/// after a backoff; also one-shot tasks whose panic is reported instead of restarted
-/// (`nomination`, `orchestrator_command`, `aws_batcher`). An actor restarted more than
-/// `supervisor::RESTART_BUDGET` times within `supervisor::RESTART_WINDOW` fails `/healthz`.
+/// after a backoff; also one-shot work whose panic is reported instead of restarted
+/// (`nomination`, `orchestrator_command`, `aws_batcher`, `interruption_handler`; a NodeClaim
+/// create, an HTTP connection or a blocking pass under its actor's name). An actor restarted
+/// more than `supervisor::RESTART_BUDGET` times within `supervisor::RESTART_WINDOW`, counting
+/// these, fails `/healthz`.
 pub const ACTOR_RESTARTS: &str = "kerf_actor_restarts_total";
 
 /// Disruption decisions the loop made (labels `decision`: `delete`/`replace`, `reason`,

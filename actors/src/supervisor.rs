@@ -18,6 +18,7 @@ pub(crate) mod faults;
 pub(crate) mod supervision;
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
@@ -110,7 +111,8 @@ impl<A: Actor<Context = Context<A>>> Supervised<A> {
 /// Starts the actor `make()` builds on its own arbiter as actor `name`, and after a panic
 /// (and a backoff, messages waiting meanwhile in the next incarnation's mailbox) the one it
 /// builds next; a factory that answers `None` leaves the actor stopped (sends are then
-/// refused at once). `depth` is the actor's mailbox.
+/// refused at once), and one that panics is a panic of the actor. `depth` is the actor's
+/// mailbox.
 pub fn start<A, F>(name: &'static str, depth: MailboxDepth, make: F) -> Supervised<A>
 where
     A: Actor<Context = Context<A>>,
@@ -173,7 +175,19 @@ where
             // However the supervision ends (even with its arbiter), senders stop waiting.
             let _stopped = StopOnDrop(weak.clone(), depth.clone());
             let mut receiver = receiver;
-            while let Some(actor) = make() {
+            loop {
+                // A factory that panics is a panic of its actor: reported, and tried again
+                // after the backoff while messages wait in the mailbox.
+                let actor = match std::panic::catch_unwind(AssertUnwindSafe(&mut make)) {
+                    Ok(Some(actor)) => actor,
+                    Ok(None) => break,
+                    Err(panic) => {
+                        let message = panic_message(&*panic);
+                        let delay = supervision.panicked(name, "factory", &message);
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
+                };
                 match run(name, actor, receiver, &weak, &depth, &supervision).await {
                     Some((next, delay)) => {
                         receiver = next;
@@ -249,8 +263,9 @@ where
 /// Runs the tokio task `make()` builds as `name` (for loops that are not actors: pollers,
 /// watches, reconcile loops). After a panic it is logged with its message, counted in
 /// `kerf_actor_restarts_total{actor}`, and the task `make()` builds next runs after the
-/// backoff; a task that returns ends the supervision. Aborting the returned handle aborts
-/// the running task. A fault armed for `name` ([`LOOP_FAULTS`]) panics it where it waits.
+/// backoff (a panic of `make` itself alike); a task that returns ends the supervision.
+/// Aborting the returned handle aborts the running task. A fault armed for `name`
+/// ([`LOOP_FAULTS`]) panics it where it waits.
 pub fn task<F, Fut>(name: &'static str, mut make: F) -> tokio::task::JoinHandle<()>
 where
     F: FnMut() -> Fut + Send + 'static,
@@ -259,7 +274,19 @@ where
     let supervision = Supervision::current();
     tokio::spawn(async move {
         loop {
-            let next = supervision.sync_scope(&mut make);
+            // A factory that panics is a panic of its loop: reported, and tried again after
+            // the backoff.
+            let made =
+                std::panic::catch_unwind(AssertUnwindSafe(|| supervision.sync_scope(&mut make)));
+            let next = match made {
+                Ok(next) => next,
+                Err(panic) => {
+                    let message = panic_message(&*panic);
+                    let delay = supervision.panicked(name, "factory", &message);
+                    tokio::time::sleep(delay).await;
+                    continue;
+                }
+            };
             supervision.built(name);
             let scope = supervision.clone();
             let guarded = async move {
@@ -300,6 +327,19 @@ where
             supervision.report_panic(name, &*error.into_panic());
         }
     });
+}
+
+/// Describes why a task (a `spawn_blocking` computation, say) ended without its answer,
+/// for its caller's log or error. A panic is first reported as `name`'s in the current
+/// scope: logged with its message, counted, and held against the restart budget.
+pub fn report_join_error(name: &'static str, error: tokio::task::JoinError) -> String {
+    if error.is_panic() {
+        let panic = error.into_panic();
+        Supervision::current().report_panic(name, &*panic);
+        format!("panicked: {}", panic_message(&*panic))
+    } else {
+        error.to_string()
+    }
 }
 
 /// Aborts the supervised task when its supervisor is aborted.

@@ -9,8 +9,11 @@
 //! runtime (an actor's arbiter, a test's) takes them down when it ends; the calls' HTTP
 //! connections live where the clients send from ([`crate::io`]). A task that panicked is
 //! started again by the next request; a batch that panicked answers its callers with an
-//! error; both are logged and counted.
+//! error; both are reported where the batcher was built ([`report_panics_with`]): the
+//! controller's supervision scope, which logs the panic's message, counts it and holds it
+//! against the restart budget.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
@@ -28,7 +31,7 @@ const MAILBOX: usize = 1024;
 pub const THREAD_NAME: &str = "kerf-aws-batcher";
 
 /// `kerf_actor_restarts_total{actor}`'s label for a batcher task or batch that panicked.
-const RESTART_LABEL: &str = "aws_batcher";
+pub const RESTART_LABEL: &str = "aws_batcher";
 
 /// Requests per executed batch (label `batcher`: the batched call).
 pub const BATCHER_BATCH_SIZE: &str = "karpenter_cloudprovider_batcher_batch_size";
@@ -51,15 +54,60 @@ pub fn runtime() -> &'static tokio::runtime::Handle {
         .handle()
 }
 
-/// Spawns `task` on the batchers' runtime; a panic is logged and counted, not lost.
-fn spawn_reported(what: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+/// Where a batcher's task or batch that panicked is reported: called with the batcher's name
+/// and the panic's payload.
+pub type PanicReport = Arc<dyn Fn(&'static str, &(dyn Any + Send)) + Send + Sync>;
+
+/// Makes the [`PanicReport`] of a batcher being built, on the thread building it.
+pub type CapturePanicReport = fn() -> PanicReport;
+
+static CAPTURE: OnceLock<CapturePanicReport> = OnceLock::new();
+
+/// Sets how each batcher built from now on captures where its panics go: `capture` runs in
+/// [`Batcher::new`], so it can take the building task's supervision scope, which the
+/// batchers' own runtime does not have. Set once per process; answers `false` (and changes
+/// nothing) when it was set already. Until then panics are logged and counted only.
+pub fn report_panics_with(capture: CapturePanicReport) -> bool {
+    CAPTURE.set(capture).is_ok()
+}
+
+/// Logs a panic with its message and counts it in `kerf_actor_restarts_total`: the report
+/// of a batcher built before [`report_panics_with`] (tests, tools).
+fn log_and_count() -> PanicReport {
+    Arc::new(|what, payload| {
+        metrics::counter!("kerf_actor_restarts_total", "actor" => RESTART_LABEL).increment(1);
+        tracing::error!(
+            batcher = what,
+            panic = panic_message(payload),
+            "AWS request batcher panicked"
+        );
+    })
+}
+
+/// The message a panic carried (`panic!("...")` with or without arguments).
+pub fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(message) = payload.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "(a panic without a message)".to_owned()
+    }
+}
+
+/// Spawns `task` on the batchers' runtime; a panic is reported to `report`, not lost.
+fn spawn_reported(
+    what: &'static str,
+    report: &PanicReport,
+    task: impl Future<Output = ()> + Send + 'static,
+) {
     let running = runtime().spawn(task);
+    let report = Arc::clone(report);
     runtime().spawn(async move {
         if let Err(error) = running.await
             && error.is_panic()
         {
-            metrics::counter!("kerf_actor_restarts_total", "actor" => RESTART_LABEL).increment(1);
-            tracing::error!(batcher = what, "AWS request batcher panicked");
+            report(what, &*error.into_panic());
         }
     });
 }
@@ -111,6 +159,7 @@ pub struct Batcher<K, Req, Resp> {
     window: BatchWindow,
     executor: Executor<K, Req, Resp>,
     sender: Mutex<Option<mpsc::Sender<Item<K, Req, Resp>>>>,
+    report: PanicReport,
 }
 
 impl<K, Req, Resp> Batcher<K, Req, Resp>
@@ -119,12 +168,23 @@ where
     Req: Send + 'static,
     Resp: Send + 'static,
 {
+    /// A batcher whose panics are reported where [`report_panics_with`] says, captured now.
     pub fn new(window: BatchWindow, executor: Executor<K, Req, Resp>) -> Self {
+        let report = CAPTURE
+            .get()
+            .map_or_else(log_and_count, |capture| capture());
         Self {
             window,
             executor,
             sender: Mutex::new(None),
+            report,
         }
+    }
+
+    /// Reports this batcher's panics to `report` instead.
+    pub fn reporting(mut self, report: PanicReport) -> Self {
+        self.report = report;
+        self
     }
 
     /// Adds a request to the open batch for `key` and waits for its result.
@@ -165,7 +225,13 @@ where
         let (tx, rx) = mpsc::channel(MAILBOX);
         spawn_reported(
             self.window.name,
-            run(self.window, self.executor.clone(), rx),
+            &self.report,
+            run(
+                self.window,
+                self.executor.clone(),
+                Arc::clone(&self.report),
+                rx,
+            ),
         );
         *slot = Some(tx.clone());
         tx
@@ -187,6 +253,7 @@ impl<Req, Resp> Open<Req, Resp> {
 async fn run<K, Req, Resp>(
     window: BatchWindow,
     executor: Executor<K, Req, Resp>,
+    report: PanicReport,
     mut inbox: mpsc::Receiver<Item<K, Req, Resp>>,
 ) where
     K: Eq + Hash + Clone + Send + 'static,
@@ -226,7 +293,11 @@ async fn run<K, Req, Resp>(
             .collect();
         for key in due {
             if let Some(batch) = open.remove(&key) {
-                spawn_reported(window.name, execute(window, executor.clone(), key, batch));
+                spawn_reported(
+                    window.name,
+                    &report,
+                    execute(window, executor.clone(), key, batch),
+                );
             }
         }
     }
@@ -346,18 +417,37 @@ mod tests {
             assert!(!requests.contains(&0), "a bug in the executor");
             Box::pin(async move { requests })
         });
+        let reported = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&reported);
         let b = Batcher::new(
             BatchWindow {
                 idle: Duration::from_millis(1),
                 ..TERMINATE_INSTANCES_WINDOW
             },
             executor,
-        );
+        )
+        .reporting(Arc::new(move |what, payload| {
+            seen.lock()
+                .expect("not poisoned")
+                .push((what, panic_message(payload)));
+        }));
         assert_eq!(
             b.add((), 0).await,
             Err(BatchError::NoResult("terminate_instances"))
         );
         assert_eq!(b.add((), 7).await, Ok(7));
+        // The report follows the batch's end on the batchers' runtime.
+        for _ in 0..500 {
+            if !reported.lock().expect("not poisoned").is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            *reported.lock().expect("not poisoned"),
+            [("terminate_instances", "a bug in the executor".to_owned())],
+            "reported once, with its message"
+        );
     }
 
     #[tokio::test]

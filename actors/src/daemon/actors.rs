@@ -11,7 +11,9 @@ use crate::batcher::{self, BATCHER_MAILBOX_CAPACITY, BatchLimits, Batcher};
 use crate::cloud_metrics::MeteredCloudProvider;
 use crate::lifecycle::{LIFECYCLE_MAILBOX_CAPACITY, LaunchDeps, LifecycleDeps, NodeClaimLifecycle};
 use crate::mailbox::{MailboxDepth, Outbox};
-use crate::nodeclaim_creator::{NODECLAIM_CREATOR_MAILBOX_CAPACITY, NodeClaimCreator};
+use crate::nodeclaim_creator::{
+    NAME as NODECLAIM_CREATOR, NODECLAIM_CREATOR_MAILBOX_CAPACITY, NodeClaimCreator,
+};
 use crate::offering_cache::{
     OFFERING_CACHE_MAILBOX_CAPACITY, OfferingCache, UNAVAILABLE_OFFERINGS_TTL,
 };
@@ -59,7 +61,7 @@ impl LaunchingActors {
         let lifecycle_depth = MailboxDepth::new("lifecycle", LIFECYCLE_MAILBOX_CAPACITY);
         let termination_depth = MailboxDepth::new("termination", TERMINATION_MAILBOX_CAPACITY);
         let creator_depth =
-            MailboxDepth::new("nodeclaim_creator", NODECLAIM_CREATOR_MAILBOX_CAPACITY);
+            MailboxDepth::new(NODECLAIM_CREATOR, NODECLAIM_CREATOR_MAILBOX_CAPACITY);
         let offerings = cloud.offerings.unwrap_or_else(|| {
             OfferingCache::start(
                 UNAVAILABLE_OFFERINGS_TTL,
@@ -113,7 +115,7 @@ impl LaunchingActors {
             supervisor::rebuilding(termination, TerminationDrainer::restarted),
         );
         let creator = supervisor::start(
-            "nodeclaim_creator",
+            NODECLAIM_CREATOR,
             creator_depth.clone(),
             supervisor::rebuilding(creator, NodeClaimCreator::restarted),
         );

@@ -88,7 +88,7 @@ pub(super) fn start_disruption(
         config: timings.disruption.clone(),
     };
     let shutdown = w.shutdown.clone();
-    let loop_task = supervisor::task("disruption", move || {
+    let loop_task = supervisor::task(disruption::CONTROLLER, move || {
         disruption::run(deps.clone(), progress.clone(), shutdown.clone())
     });
     (handle, vec![orchestrator_task, loop_task])
@@ -219,7 +219,7 @@ pub(super) fn start_static_capacity(
         deleted: static_capacity::Deleted::default(),
     };
     let (leader, shutdown) = (w.leader.clone(), w.shutdown.clone());
-    supervisor::task("static_capacity", move || {
+    supervisor::task(static_capacity::TASK_NAME, move || {
         static_capacity::run(
             deps.clone(),
             trigger.clone(),

@@ -403,9 +403,7 @@ async fn decide(deps: &DisruptionDeps, nominated: Nominated) -> Option<(Seen, Pa
     let options = options(deps);
     let started = std::time::Instant::now();
     let timeouts = deps.config.timeouts;
-    let pass =
-        tokio::task::spawn_blocking(move || controller::pass_owned(cluster, options, timeouts))
-            .await;
+    let pass = blocking(move || controller::pass_owned(cluster, options, timeouts)).await;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "disruption pass"
@@ -417,7 +415,7 @@ async fn decide(deps: &DisruptionDeps, nominated: Nominated) -> Option<(Seen, Pa
             None
         }
         Err(error) => {
-            tracing::error!(%error, "disruption decision panicked");
+            tracing::error!(%error, "disruption decision did not finish");
             None
         }
     }
@@ -434,7 +432,7 @@ async fn snapshot(deps: &DisruptionDeps, nominated: Nominated) -> Option<Cluster
         deps.controller,
         deps.orchestrator.in_queue().clone(),
     );
-    let built = tokio::task::spawn_blocking(move || {
+    let built = blocking(move || {
         let mut source = types.round(&catalog, offerings.as_ref());
         let cluster = cluster::build(&state, &mut source, controller, &in_queue, &nominated);
         types.finish_round();
@@ -451,7 +449,7 @@ async fn snapshot(deps: &DisruptionDeps, nominated: Nominated) -> Option<Cluster
             None
         }
         Err(error) => {
-            tracing::error!(%error, "building the disruption snapshot panicked");
+            tracing::error!(%error, "building the disruption snapshot did not finish");
             None
         }
     }
@@ -472,10 +470,20 @@ async fn revalidate(deps: &DisruptionDeps, planned: &Planned) -> Result<(), Stri
         .ok_or_else(|| "the cluster could not be read".to_owned())?;
     let options = options(deps);
     let planned = planned.clone();
-    tokio::task::spawn_blocking(move || controller::validate_owned(cluster, options, &planned))
-        .await
-        .map_err(|e| e.to_string())?
+    blocking(move || controller::validate_owned(cluster, options, &planned))
+        .await?
         .map_err(|e| e.to_string())
+}
+
+/// Runs `compute` on a blocking thread. A panic there is reported as the disruption loop's
+/// (logged with its message, counted, held against the restart budget) and answered as the
+/// error that abandons the pass: the loop itself goes on.
+async fn blocking<T: Send + 'static>(
+    compute: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(compute)
+        .await
+        .map_err(|error| crate::supervisor::report_join_error(CONTROLLER, error))
 }
 
 /// The Orchestrator's command for `planned`, its candidates' NodeClaims from `seen`.
@@ -529,5 +537,19 @@ mod tests {
             ..memo
         };
         assert!(timeless.holds(7, later, NO_OP_MEMO_TTL));
+    }
+
+    #[tokio::test]
+    async fn a_panicking_blocking_pass_is_reported_as_the_loops_and_abandoned() {
+        let scope = crate::supervisor::Supervision::new();
+        let answer = scope
+            .scope(blocking(|| -> u32 { panic!("a bug in the decision") }))
+            .await;
+        assert_eq!(answer, Err("panicked: a bug in the decision".to_owned()));
+        assert_eq!(
+            scope.recent_restarts(CONTROLLER),
+            1,
+            "held against the restart budget"
+        );
     }
 }

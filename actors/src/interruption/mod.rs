@@ -29,8 +29,7 @@ use tokio::task::JoinHandle;
 pub use handler::{Handled, Handler, HandlerDeps};
 
 use crate::mailbox::MailboxDepth;
-use crate::metrics::ACTOR_RESTARTS;
-use crate::supervisor;
+use crate::supervisor::{self, Supervision};
 
 /// Upstream's controller name (logs, reconcile metrics); also the mailbox's name.
 pub const CONTROLLER: &str = "interruption";
@@ -156,8 +155,9 @@ async fn poll(
 }
 
 /// Handles what the poller hands over, [`HANDLER_PARALLELISM`] at a time. A handler that
-/// panics is counted as a restart of [`HANDLER`] and its message, not deleted, comes back
-/// from the queue after its visibility timeout; the other handlers carry on.
+/// panics is reported as a panic of [`HANDLER`] (logged with its message, counted, held
+/// against the restart budget) and its message, not deleted, comes back from the queue after
+/// its visibility timeout; the other handlers carry on.
 async fn handle_all(
     handler: Arc<Handler>,
     inbox: Arc<tokio::sync::Mutex<mpsc::Receiver<QueueMessage>>>,
@@ -171,10 +171,12 @@ async fn handle_all(
         Some((message, (inbox, depth)))
     });
     let handler = &handler;
+    // Taken once here, inside the loop's supervised task, for the handlers it runs.
+    let supervision = &Supervision::current();
     let work = messages.for_each_concurrent(HANDLER_PARALLELISM, |message| async move {
         let handled = AssertUnwindSafe(handler.process(&message)).catch_unwind();
-        if handled.await.is_err() {
-            metrics::counter!(ACTOR_RESTARTS, "actor" => HANDLER).increment(1);
+        if let Err(panic) = handled.await {
+            supervision.report_panic(HANDLER, &*panic);
             tracing::error!(message_id = %message.id, "interruption handler panicked; the message is left for redelivery");
         }
     });

@@ -13,6 +13,7 @@ use kerf_loadtest::ec2::MemoryQueue;
 use super::*;
 use crate::events::EventRecorder;
 use crate::state::ClusterState;
+use crate::supervisor::Supervision;
 use crate::testing::restarts;
 
 /// A [`MemoryQueue`] whose deletes take `delete_delay` (a slow API server behind the
@@ -143,13 +144,16 @@ async fn a_panicking_poller_or_handler_is_restarted_counted_and_its_message_rede
     let (_leader_tx, leader) = watch::channel(true);
     let (shutdown_tx, shutdown) = watch::channel(false);
     let depth = MailboxDepth::new("interruption-restart-test", INTERRUPTION_MAILBOX_CAPACITY);
-    let tasks = spawn_with(
-        queue.clone(),
-        handler(queue.clone()),
-        depth,
-        leader,
-        shutdown,
-    );
+    let scope = Supervision::with_backoff(Duration::from_millis(10));
+    let tasks = scope.sync_scope(|| {
+        spawn_with(
+            queue.clone(),
+            handler(queue.clone()),
+            depth,
+            leader,
+            shutdown,
+        )
+    });
 
     until("both messages deleted", || queue.inner.deleted() == 2).await;
     assert!(queue.inner.is_empty());
@@ -160,6 +164,9 @@ async fn a_panicking_poller_or_handler_is_restarted_counted_and_its_message_rede
         restarts(HANDLER) > handlers,
         "the handler's panic is counted"
     );
+    // Both held against the replica's restart budget, the handler's once for its one panic.
+    assert_eq!(scope.recent_restarts(POLLER), 1);
+    assert_eq!(scope.recent_restarts(HANDLER), 1);
     shutdown_tx.send(true).unwrap();
     for task in tasks {
         tokio::time::timeout(Duration::from_secs(5), task)

@@ -18,6 +18,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics::LEADER;
+use crate::supervisor::{Supervision, panic_message};
 pub use cloud::FencedCloudProvider;
 pub use fence::{Fenced, fenced, is_fenced};
 use record::Observed;
@@ -93,8 +95,9 @@ pub fn changes(leader: watch::Receiver<bool>) -> impl futures::Stream<Item = boo
     })
 }
 
-/// How long a dead election waits before it is started again, so one that dies at once
-/// logs once a second instead of spinning a core.
+/// How long an election that returned before shutdown waits before it is started again, so
+/// one that returns at once logs once a second instead of spinning a core (one that panics
+/// waits its supervision scope's backoff instead).
 pub const RESTART_DELAY: Duration = crate::supervisor::TASK_RESTART_DELAY;
 
 /// The name election's deaths are counted under in `kerf_actor_restarts_total{actor}`.
@@ -111,9 +114,13 @@ pub fn spawn(
     let (leader_tx, leader_rx) = watch::channel(false);
     let api: Api<Lease> = Api::namespaced(client, &election.namespace);
     let watched = shutdown.clone();
-    let task = tokio::spawn(supervise(TASK_NAME, leader_tx, watched, move |leader| {
+    // The task carries the caller's supervision scope, which holds the election's panics
+    // against this replica's restart budget.
+    let scope = Supervision::current();
+    let supervised = supervise(TASK_NAME, leader_tx, watched, move |leader| {
         run(api.clone(), election.clone(), leader, shutdown.clone())
-    }));
+    });
+    let task = tokio::spawn(async move { scope.scope(supervised).await });
     (leader_rx, task)
 }
 
@@ -130,8 +137,10 @@ impl Drop for StepDownOnDrop {
 /// Runs the election `make` builds until `shutdown`, as task `name`. An election that panics,
 /// or returns before the shutdown signal, is a step-down — its replica's watch reads `false`
 /// at once, never a stale `true` — logged, counted in `kerf_actor_restarts_total{actor}`,
-/// and built again after [`RESTART_DELAY`]. When this task itself ends (or is aborted) the
-/// watch reads `false` as well.
+/// and built again. A panic is reported to the current supervision scope (logged with its
+/// message, held against the restart budget) and waits the scope's backoff; an early return
+/// waits [`RESTART_DELAY`]. When this task itself ends (or is aborted) the watch reads
+/// `false` as well.
 pub async fn supervise<F, Fut>(
     name: &'static str,
     leader: watch::Sender<bool>,
@@ -143,31 +152,45 @@ pub async fn supervise<F, Fut>(
 {
     let leader = Arc::new(leader);
     let _step_down = StepDownOnDrop(Arc::clone(&leader));
+    let supervision = Supervision::current();
     loop {
-        let running = tokio::spawn(make(Arc::clone(&leader)));
-        let abort = running.abort_handle();
-        let ended = AbortOnDrop(abort);
-        let outcome = running.await;
-        drop(ended);
+        // A panic building the election is a panic of the election.
+        let made = std::panic::catch_unwind(AssertUnwindSafe(|| make(Arc::clone(&leader))));
+        let outcome = match made {
+            Ok(election) => {
+                let running = tokio::spawn(election);
+                let ended = AbortOnDrop(running.abort_handle());
+                let outcome = running.await;
+                drop(ended);
+                outcome.map_err(|error| error.try_into_panic().ok())
+            }
+            Err(panic) => Err(Some(panic)),
+        };
         if *shutdown.borrow() && outcome.is_ok() {
             return;
         }
         leader.send_replace(false);
-        metrics::counter!(crate::metrics::ACTOR_RESTARTS, "actor" => name).increment(1);
-        match outcome {
-            Err(error) if error.is_panic() => {
+        let delay = match outcome {
+            Err(Some(panic)) => {
+                let panic = panic_message(&*panic);
                 tracing::error!(
                     task = name,
+                    panic,
                     "leader election panicked; stepped down, restarting it"
                 );
+                supervision.panicked(name, "task", &panic)
             }
-            _ => tracing::error!(
-                task = name,
-                "leader election ended before shutdown; stepped down, restarting it"
-            ),
-        }
+            _ => {
+                metrics::counter!(crate::metrics::ACTOR_RESTARTS, "actor" => name).increment(1);
+                tracing::error!(
+                    task = name,
+                    "leader election ended before shutdown; stepped down, restarting it"
+                );
+                RESTART_DELAY
+            }
+        };
         tokio::select! {
-            () = tokio::time::sleep(RESTART_DELAY) => {}
+            () = tokio::time::sleep(delay) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
     }

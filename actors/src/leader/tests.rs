@@ -245,7 +245,8 @@ async fn an_election_that_panics_steps_down_and_is_restarted() {
     let (_stop, shutdown) = watch::channel(false);
     let built = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = Arc::clone(&built);
-    let _task = tokio::spawn(supervise(NAME, tx, shutdown, move |leading| {
+    let scope = crate::supervisor::Supervision::new();
+    let supervised = supervise(NAME, tx, shutdown, move |leading| {
         let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         async move {
             leading.send_replace(true);
@@ -255,7 +256,9 @@ async fn an_election_that_panics_steps_down_and_is_restarted() {
             }
             std::future::pending::<()>().await;
         }
-    }));
+    });
+    let running = scope.clone();
+    let _task = tokio::spawn(async move { running.scope(supervised).await });
     until(&mut leader, true).await;
     let start = Instant::now();
     let down = until(&mut leader, false).await;
@@ -265,6 +268,32 @@ async fn an_election_that_panics_steps_down_and_is_restarted() {
     assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst), 2);
     crate::metrics::handle();
     assert_eq!(crate::testing::restarts(NAME) - before, 1);
+    assert_eq!(
+        scope.recent_restarts(NAME),
+        1,
+        "held against the replica's restart budget"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_election_whose_factory_panics_is_built_again() {
+    const NAME: &str = "leader_election_factory_test";
+    let (tx, mut leader) = watch::channel(false);
+    let (_stop, shutdown) = watch::channel(false);
+    let scope = crate::supervisor::Supervision::new();
+    let mut built = 0;
+    let supervised = supervise(NAME, tx, shutdown, move |leading| {
+        built += 1;
+        assert!(built > 1, "a bug building the election");
+        async move {
+            leading.send_replace(true);
+            std::future::pending::<()>().await;
+        }
+    });
+    let running = scope.clone();
+    let _task = tokio::spawn(async move { running.scope(supervised).await });
+    until(&mut leader, true).await;
+    assert_eq!(scope.recent_restarts(NAME), 1);
 }
 
 #[tokio::test(start_paused = true)]

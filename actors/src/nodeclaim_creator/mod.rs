@@ -11,9 +11,11 @@
 mod claim;
 
 use kerf::buffer::is_virtual_uid;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix::prelude::*;
+use futures::FutureExt;
 use kerf::api::{NodeClaim, NodePool};
 use kerf::scheduling::PlannedNodeClaim;
 use kube::api::{Api, PostParams};
@@ -24,6 +26,7 @@ use crate::events::{EventRecorder, upstream as events};
 use crate::mailbox::MailboxDepth;
 use crate::metrics::NODECLAIMS_CREATED;
 use crate::state::Lean;
+use crate::supervisor::{Supervision, panic_message};
 
 pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
 
@@ -31,6 +34,9 @@ pub use claim::{CREATED_REASON_PROVISIONING, node_claim};
 /// for every answer before its next round, so a short queue covers one round's claims being
 /// created back to back without making the Provisioner wait on an idle NodeClaimCreator.
 pub const NODECLAIM_CREATOR_MAILBOX_CAPACITY: usize = 64;
+
+/// The name the NodeClaimCreator is supervised, and its panics counted, under.
+pub const NAME: &str = "nodeclaim_creator";
 
 /// Create a NodeClaim for `claim` in `pool`; answered with the created object.
 #[derive(Message)]
@@ -52,6 +58,10 @@ pub enum CreateError {
         #[source]
         source: kube::Error,
     },
+    /// The create panicked; the panic was reported to the supervision scope, so it is
+    /// logged, counted and held against the restart budget like the actor's own.
+    #[error("creating a NodeClaim panicked: {0}")]
+    Panicked(String),
 }
 
 /// The actor.
@@ -116,7 +126,10 @@ impl Handler<CreateNodeClaim> for NodeClaimCreator {
         let api = self.nodeclaims.clone();
         let recorder = self.events.clone();
         let registry = self.created.clone();
-        Box::pin(async move {
+        // Actix runs the answer on a detached task of its own, outside the actor's context
+        // and its supervision scope: the scope is taken here, where the message is handled.
+        let supervision = Supervision::current();
+        let create = async move {
             let pool = launch.pool.name().to_owned();
             let wanted = node_claim(&launch.claim, &launch.pool);
             let mut created =
@@ -154,6 +167,17 @@ impl Handler<CreateNodeClaim> for NodeClaimCreator {
             // hold every planned pod twice.
             registry.insert(created.clone(), std::mem::take(&mut launch.claim.pods));
             Ok(created)
+        };
+        Box::pin(async move {
+            // The create shares only the registry, which it writes last, and the recorder:
+            // unwinding leaves both as usable as a panic in the handler itself does.
+            AssertUnwindSafe(create)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|panic| {
+                    supervision.report_panic(NAME, &*panic);
+                    Err(CreateError::Panicked(panic_message(&*panic)))
+                })
         })
     }
 }
@@ -174,3 +198,6 @@ fn instance_type_list(claim: &PlannedNodeClaim) -> String {
         n => format!("{} and {n} other(s)", names.join(", ")),
     }
 }
+
+#[cfg(test)]
+mod tests;

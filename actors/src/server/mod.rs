@@ -7,21 +7,24 @@
 //! is supervised.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::state::ClusterState;
-use crate::supervisor::{self, Exhausted};
+use crate::supervisor::{self, Exhausted, Supervision};
 
 pub mod explain;
 
@@ -82,31 +85,57 @@ async fn serve(
     let listener = Arc::new(TcpListener::bind(addr).await?);
     let bound = listener.local_addr()?;
     let task = supervisor::task(name, move || {
-        accept(Arc::clone(&listener), endpoints.clone(), shutdown.clone())
+        accept(
+            name,
+            Arc::clone(&listener),
+            endpoints.clone(),
+            shutdown.clone(),
+        )
     });
     Ok((bound, task))
 }
 
-/// Serves each connection `listener` accepts until shutdown.
+/// Serves each connection `listener` accepts until shutdown. A connection whose answer
+/// panics is reported as a panic of `name` (logged with its message, counted, held against
+/// the restart budget); the others and the accept loop carry on.
 async fn accept(
+    name: &'static str,
     listener: Arc<TcpListener>,
     endpoints: Endpoints,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // The connections' tasks run outside the loop's scope: each carries it.
+    let supervision = Supervision::current();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|s| *s) => return,
         };
         let Ok((stream, _)) = accepted else { continue };
-        let endpoints = endpoints.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| answer(req, endpoints.clone()));
-            // A client hanging up mid-request is not our problem to report.
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+        let (endpoints, supervision) = (endpoints.clone(), supervision.clone());
+        tokio::spawn(connection(name, supervision, stream, move |req| {
+            answer(req, endpoints.clone())
+        }));
+    }
+}
+
+/// Serves one connection with `answer`. A panic while answering is reported as `name`'s in
+/// `supervision` (logged with its message, counted, held against the restart budget): a
+/// connection shares nothing mutable with the others, so what the panic leaves behind ends
+/// with it. A client hanging up mid-request is not our problem to report.
+async fn connection<F, Fut>(
+    name: &'static str,
+    supervision: Supervision,
+    stream: TcpStream,
+    answer: F,
+) where
+    F: Fn(Request<Incoming>) -> Fut,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, Infallible>>,
+{
+    let served = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service_fn(answer));
+    if let Err(panic) = AssertUnwindSafe(served).catch_unwind().await {
+        supervision.report_panic(name, &*panic);
     }
 }
 
@@ -169,3 +198,6 @@ async fn answer(
         .expect("status and a static header always build a response");
     Ok(response)
 }
+
+#[cfg(test)]
+mod tests;

@@ -41,6 +41,9 @@ use crate::state::{Change, ClusterState};
 
 /// Upstream's controller name (reconcile metrics).
 pub const CONTROLLER: &str = "provisioning.static";
+
+/// The name the loop is supervised, and its panics counted, under.
+pub const TASK_NAME: &str = "static_capacity";
 /// How soon a pool held back by `limits.nodes` is looked at again (upstream's requeue).
 pub const NODE_LIMIT_RECHECK: Duration = Duration::from_secs(30);
 
@@ -241,7 +244,7 @@ async fn template(
             .ok_or_else(|| "no instance type of the NodePool can launch".to_owned())
     })
     .await
-    .map_err(|e| e.to_string())
+    .map_err(|e| crate::supervisor::report_join_error(TASK_NAME, e))
     .and_then(|r| r);
     built.map_err(|reason| StaticCapacityError::Template { pool: name, reason })
 }

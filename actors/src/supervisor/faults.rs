@@ -53,6 +53,9 @@ pub const LOOP_FAULTS: &[&str] = &[
     "storage_advice",
     "aws_upkeep",
     "kubernetes_version",
+    "static_capacity",
+    "nodeoverlay",
+    "capacitybuffer",
 ];
 
 /// A name outside [`FAULT_ACTORS`].

@@ -149,7 +149,7 @@ impl Supervision {
 
     /// Records a panic of `actor`: logs it, counts it, and answers how long to wait before
     /// building it again. Marks the scope exhausted past the budget.
-    pub(super) fn panicked(&self, actor: &'static str, kind: &str, message: &str) -> Duration {
+    pub(crate) fn panicked(&self, actor: &'static str, kind: &str, message: &str) -> Duration {
         metrics::counter!(ACTOR_RESTARTS, "actor" => actor).increment(1);
         let now = Instant::now();
         let recent = {
@@ -207,6 +207,23 @@ impl Supervision {
     /// reconcile): logged and counted like a restart.
     pub fn report_panic(&self, actor: &'static str, payload: &(dyn std::any::Any + Send)) {
         self.panicked(actor, "task", &panic_message(payload));
+    }
+
+    /// How many panics of `actor` this scope recorded within [`RESTART_WINDOW`]: what its
+    /// restart budget is counted against.
+    pub fn recent_restarts(&self, actor: &str) -> usize {
+        let now = Instant::now();
+        self.inner
+            .restarts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(actor)
+            .map_or(0, |times| {
+                times
+                    .iter()
+                    .filter(|t| now.duration_since(**t) <= RESTART_WINDOW)
+                    .count()
+            })
     }
 }
 

@@ -295,3 +295,78 @@ async fn a_reported_one_shot_panic_is_counted_without_rebuilding() {
     assert_eq!(ran.load(Ordering::SeqCst), 1, "run once, not rebuilt");
     assert_eq!(restarts("supervisor-test-one-shot") - before, 1);
 }
+
+#[tokio::test]
+async fn a_panicking_blocking_task_is_reported_with_its_message() {
+    let scope = Supervision::with_backoff(Duration::from_millis(1));
+    let described = scope
+        .scope(async {
+            let error = tokio::task::spawn_blocking(|| -> u32 { panic!("a bug in a pass") })
+                .await
+                .expect_err("the blocking task panicked");
+            report_join_error("supervisor-test-blocking", error)
+        })
+        .await;
+    assert_eq!(described, "panicked: a bug in a pass");
+    assert_eq!(scope.recent_restarts("supervisor-test-blocking"), 1);
+}
+
+#[test]
+fn an_actor_whose_factory_panics_is_built_again_and_answers() {
+    in_system(async {
+        let scope = Supervision::with_backoff(Duration::from_millis(1));
+        let name = "supervisor-test-actor-factory";
+        let depth = MailboxDepth::new(name, 8);
+        let handled = Arc::new(AtomicUsize::new(0));
+        let (mailbox, shared) = (depth.clone(), Arc::clone(&handled));
+        let mut calls = 0;
+        let actor = scope.sync_scope(|| {
+            start(name, depth.clone(), move || {
+                calls += 1;
+                assert!(calls > 1, "a bug in the factory");
+                Some(Counter {
+                    depth: mailbox.clone(),
+                    handled: Arc::clone(&shared),
+                    incarnation: calls,
+                })
+            })
+        });
+        let outbox = Outbox::new(&actor, depth);
+        assert_eq!(
+            outbox.deliver(Ask::Count).await,
+            Ok(2),
+            "waited in the mailbox for the second build"
+        );
+        assert_eq!(scope.recent_restarts(name), 1);
+    });
+}
+
+#[tokio::test]
+async fn a_loop_whose_factory_panics_is_built_again() {
+    let scope = Supervision::with_backoff(Duration::from_millis(1));
+    let name = "supervisor-test-loop-factory";
+    let (ran, mut running) = tokio::sync::watch::channel(false);
+    let mut calls = 0;
+    let handle = scope.sync_scope(|| {
+        task(name, move || {
+            calls += 1;
+            assert!(calls > 1, "a bug in the factory");
+            let ran = ran.clone();
+            async move {
+                ran.send_replace(true);
+                std::future::pending::<()>().await;
+            }
+        })
+    });
+    tokio::time::timeout(Duration::from_secs(5), running.wait_for(|r| *r))
+        .await
+        .expect("built again after the factory's panic")
+        .expect("the loop holds the sender");
+    assert_eq!(scope.recent_restarts(name), 1);
+    assert_eq!(
+        scope.loops().get(name),
+        Some(&1),
+        "built once, after the panic"
+    );
+    handle.abort();
+}

@@ -16,6 +16,9 @@ use crate::support::*;
 /// Restarts a few milliseconds apart: the test is about what happens, not the backoff.
 const BACKOFF: Duration = Duration::from_millis(20);
 
+/// The feature gates whose loops are off by default.
+const EVERY_GATED_LOOP: &str = "StaticCapacity=true,NodeOverlay=true,CapacityBuffer=true";
+
 async fn pod_node(cluster: &kerf_loadtest::apiserver::Cluster, name: &str) -> Option<String> {
     let pod = cluster.get("v1", "pods", Some("default"), name).ok()?;
     pod["spec"]["nodeName"].as_str().map(str::to_owned)
@@ -146,12 +149,15 @@ fn an_actor_past_its_restart_budget_fails_healthz() {
 #[test]
 fn every_loop_panicked_where_it_waits_is_built_again_and_pods_still_get_nodes() {
     run(|| async {
-        let h = start_cluster().await;
+        let h = start_cluster_with(&ALL_CRDS).await;
         let cluster = h.cluster();
         create_nodepool(&cluster, nodepool_with("default", json!({})));
         let (provider, cloud) = simulated_cloud();
         let scope = Supervision::with_backoff(BACKOFF);
-        let mut daemon: Daemon = scope.scope(start_provisioner(&h, cloud)).await;
+        // The gated loops run too, so each of them is shown to be faulted and rebuilt.
+        let mut daemon: Daemon = scope
+            .scope(start_gated_provisioner(&h, cloud, EVERY_GATED_LOOP))
+            .await;
         daemon.repair_nodes();
         let _simulators = node_simulators(&h, provider.clone());
         let supervision = daemon.supervision().clone();
@@ -179,6 +185,9 @@ fn every_loop_panicked_where_it_waits_is_built_again_and_pods_still_get_nodes() 
             "retrigger",
             "garbage_collection",
             "node_repair",
+            "static_capacity",
+            "nodeoverlay",
+            "capacitybuffer",
         ] {
             assert!(waiting.contains(&name), "{name} runs: {started:?}");
         }

@@ -136,6 +136,12 @@ pub async fn connect(
         MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
     );
     let instance_status = Arc::new(Ec2InstanceStatus::new(clients.ec2.clone()));
+    // The batchers run on a runtime of their own, outside the controller's supervision scope:
+    // each captures the scope it is built in, so its panics count against the restart budget.
+    kerf_aws::batcher::report_panics_with(|| {
+        let scope = supervisor::Supervision::current();
+        Arc::new(move |_, payload| scope.report_panic(kerf_aws::batcher::RESTART_LABEL, payload))
+    });
     let provider = Arc::new(AwsCloudProvider::new(
         clients,
         aws_settings,
