@@ -22,6 +22,7 @@ pub mod launch_attempts;
 pub mod manifest;
 pub mod nodepool_hash;
 pub mod overlay;
+pub mod panics;
 pub mod plan;
 pub mod pods;
 pub mod report;

@@ -20,6 +20,8 @@ use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+use kerf::panics::message as panic_message;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -82,17 +84,6 @@ fn log_and_count() -> PanicReport {
             "AWS request batcher panicked"
         );
     })
-}
-
-/// The message a panic carried (`panic!("...")` with or without arguments).
-pub fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(message) = payload.downcast_ref::<&str>() {
-        (*message).to_owned()
-    } else if let Some(message) = payload.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "(a panic without a message)".to_owned()
-    }
 }
 
 /// Spawns `task` on the batchers' runtime; a panic is reported to `report`, not lost.

@@ -16,6 +16,8 @@ use tokio::time::Instant;
 use super::faults::Faults;
 use crate::metrics::ACTOR_RESTARTS;
 
+pub use kerf::panics::message as panic_message;
+
 /// An actor or loop that panics more often than this within [`RESTART_WINDOW`] is crash-looping
 /// on something a restart does not fix (a poisoned object in the cluster, a bug on a hot path):
 /// the process is marked unhealthy so Kubernetes restarts the pod and the failure shows in its
@@ -224,17 +226,6 @@ impl Supervision {
                     .filter(|t| now.duration_since(**t) <= RESTART_WINDOW)
                     .count()
             })
-    }
-}
-
-/// The message a panic carried (`panic!("...")` with or without arguments).
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(message) = payload.downcast_ref::<&str>() {
-        (*message).to_owned()
-    } else if let Some(message) = payload.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "(a panic without a message)".to_owned()
     }
 }
 
