@@ -210,8 +210,11 @@ fn at_a_moderate_speed_nodes_and_cost_come_down_with_the_evening_load() {
     );
     let peak_cost = mean_between(&series, "hourlyCost", 2.0, 2.8);
     let late_cost = mean_between(&series, "hourlyCost", 3.6, 4.0);
+    // Cost falls by less than the node count: the nodes consolidation keeps are the larger
+    // ones, and at 240× the paced loop may still be replacing them as the log ends. A
+    // replay that consolidates nothing stays at the peak's cost.
     assert!(
-        late_cost < 0.85 * peak_cost,
+        late_cost < 0.9 * peak_cost,
         "cost follows the load down: {peak_cost} $/h at the peak, {late_cost} $/h late"
     );
     let disrupted: u64 = report["nodeclaimsDisruptedByReason"]
