@@ -182,9 +182,7 @@ where
                     Ok(Some(actor)) => actor,
                     Ok(None) => break,
                     Err(panic) => {
-                        let message = panic_message(&*panic);
-                        let delay = supervision.panicked(name, "factory", &message);
-                        tokio::time::sleep(delay).await;
+                        factory_panicked(&supervision, name, panic).await;
                         continue;
                     }
                 };
@@ -281,9 +279,7 @@ where
             let next = match made {
                 Ok(next) => next,
                 Err(panic) => {
-                    let message = panic_message(&*panic);
-                    let delay = supervision.panicked(name, "factory", &message);
-                    tokio::time::sleep(delay).await;
+                    factory_panicked(&supervision, name, panic).await;
                     continue;
                 }
             };
@@ -327,6 +323,17 @@ where
             supervision.report_panic(name, &*error.into_panic());
         }
     });
+}
+
+/// Reports a panic of `name`'s factory as a panic of `name` (logged with its message,
+/// counted, held against the restart budget) and waits the backoff before the next build.
+async fn factory_panicked(
+    supervision: &Supervision,
+    name: &'static str,
+    panic: Box<dyn std::any::Any + Send>,
+) {
+    let delay = supervision.panicked(name, "factory", &panic_message(&*panic));
+    tokio::time::sleep(delay).await;
 }
 
 /// Describes why a task (a `spawn_blocking` computation, say) ended without its answer,
