@@ -393,7 +393,7 @@ pub fn tried_since(pod: &LeanPod, initialized: Timestamp) -> bool {
 /// (see [`tried_since`]). The times have no finer grain than a second.
 pub fn last_refused(pod: &LeanPod) -> Option<Timestamp> {
     let condition = kerf::pods::unschedulable_condition(pod)?;
-    let transitioned = condition.last_transition_time.as_ref().map(|at| at.0);
+    let transitioned = condition.last_transition_time;
     transitioned.max(pod.scheduler_reported_at())
 }
 

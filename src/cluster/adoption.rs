@@ -265,11 +265,13 @@ mod tests {
             "web-5d8f-abcde",
             Some(("ReplicaSet", "web-5d8f")),
             &[("app", "web")],
-        );
+        )
+        .to_pod();
         done.status = Some(PodStatus {
             phase: Some("Succeeded".into()),
             ..Default::default()
         });
+        let done = LeanPod::from(done);
         let left = missing(
             &web(),
             expansion(&["web-0"]),

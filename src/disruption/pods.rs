@@ -65,9 +65,8 @@ pub fn blocks_disruption(pod: &impl PodLike, now: Timestamp) -> bool {
     };
     let started = pod
         .status()
-        .and_then(|s| s.start_time.as_ref())
-        .or(pod.meta().creation_timestamp)
-        .map(|t| t.0);
+        .and_then(|s| s.start_time)
+        .or(pod.meta().creation_timestamp.map(|t| t.0));
     let Some(started) = started else {
         return true;
     };

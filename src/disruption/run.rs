@@ -251,7 +251,5 @@ impl<'c> State<'c> {
 }
 
 fn bound_to_none(pod: &LeanPod) -> Arc<LeanPod> {
-    let mut pod = pod.with_node_name(None);
-    pod.status = None;
-    Arc::new(pod)
+    Arc::new(pod.unbound())
 }

@@ -230,8 +230,7 @@ fn placements(result: &SchedulingResult, keys: &HashSet<String>) -> Vec<(String,
 
 /// The pod as it would be recreated: no node, no start.
 fn unbound(pod: &LeanPod) -> Arc<LeanPod> {
-    let mut pod = pod.with_node_name(None);
-    pod.status = None;
+    let mut pod = pod.unbound();
     // A terminating StatefulSet pod moves as the replacement its controller recreates.
     pod.clear_deletion();
     Arc::new(pod)

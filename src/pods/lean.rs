@@ -2,8 +2,8 @@
 //! every replica of one workload holds alike (a spec is mostly room for unset fields; the
 //! namespace, labels, annotations and owner come from one template), so a lean pod keeps
 //! what names this pod and what happens to it — name, uid, resourceVersion, creation and
-//! deletion times, grace period, finalizers, node, status, and the time of the
-//! kube-scheduler's last status write — and shares the rest, through a [`PodInterner`], with
+//! deletion times, grace period, finalizers, node, status (as a [`LeanStatus`]: what is read
+//! of it), and the time of the kube-scheduler's last status write — and shares the rest, through a [`PodInterner`], with
 //! every pod that has it equal: its spec (without the node name) and [`SharedMeta`]. The
 //! spec is kept whole, so [`LeanPod::to_pod`] gives back what was read; metadata no decision
 //! reads (`generation`, `selfLink`, the other `managedFields`) is not kept.
@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
 };
@@ -23,6 +23,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use super::intern::Interner;
+use super::status::{LeanStatus, PodStatusView};
 
 /// What decisions read of a pod, in either form: the API's `Pod` or a [`LeanPod`].
 pub trait PodLike {
@@ -32,7 +33,7 @@ pub trait PodLike {
     fn spec(&self) -> Option<&PodSpec>;
     /// `spec.nodeName`.
     fn node_name(&self) -> Option<&str>;
-    fn status(&self) -> Option<&PodStatus>;
+    fn status(&self) -> Option<PodStatusView<'_>>;
     /// When the kube-scheduler last changed the pod's status: the time of its
     /// `managedFields` entry for the status subresource ([`super::is_scheduler_status_write`]).
     /// It rewrites its `Unschedulable` report when the message changes (as it does once a
@@ -93,8 +94,8 @@ impl PodLike for Pod {
         self.spec.as_ref()?.node_name.as_deref()
     }
 
-    fn status(&self) -> Option<&PodStatus> {
-        self.status.as_ref()
+    fn status(&self) -> Option<PodStatusView<'_>> {
+        self.status.as_ref().map(PodStatusView::from)
     }
 
     fn scheduler_reported_at(&self) -> Option<Timestamp> {
@@ -115,7 +116,7 @@ impl<T: PodLike + ?Sized> PodLike for Arc<T> {
         (**self).node_name()
     }
 
-    fn status(&self) -> Option<&PodStatus> {
+    fn status(&self) -> Option<PodStatusView<'_>> {
         (**self).status()
     }
 
@@ -137,7 +138,7 @@ impl<T: PodLike + ?Sized> PodLike for &T {
         (**self).node_name()
     }
 
-    fn status(&self) -> Option<&PodStatus> {
+    fn status(&self) -> Option<PodStatusView<'_>> {
         (**self).status()
     }
 
@@ -183,7 +184,7 @@ pub struct LeanPod {
     /// All that is kept of `managedFields` ([`PodLike::scheduler_reported_at`]).
     scheduler_reported_at: Option<Timestamp>,
     shared: Arc<SharedMeta>,
-    pub status: Option<PodStatus>,
+    status: Option<LeanStatus>,
     node_name: Option<String>,
     spec: Option<Arc<PodSpec>>,
 }
@@ -215,8 +216,8 @@ impl PodLike for LeanPod {
         self.node_name.as_deref()
     }
 
-    fn status(&self) -> Option<&PodStatus> {
-        self.status.as_ref()
+    fn status(&self) -> Option<PodStatusView<'_>> {
+        self.status.as_ref().map(LeanStatus::view)
     }
 
     fn scheduler_reported_at(&self) -> Option<Timestamp> {
@@ -276,7 +277,7 @@ impl LeanPod {
             finalizers,
             scheduler_reported_at,
             shared,
-            status,
+            status: status.map(LeanStatus::from),
             node_name,
             spec,
         }
@@ -305,6 +306,25 @@ impl LeanPod {
         Self {
             node_name: node.map(str::to_string),
             ..self.clone()
+        }
+    }
+
+    /// This pod as its controller would recreate it elsewhere: no node and no status, the
+    /// spec and shared metadata still shared.
+    pub fn unbound(&self) -> Self {
+        Self {
+            node_name: None,
+            status: None,
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            resource_version: self.resource_version.clone(),
+            creation_timestamp: self.creation_timestamp.clone(),
+            deletion_timestamp: self.deletion_timestamp.clone(),
+            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
+            finalizers: self.finalizers.clone(),
+            scheduler_reported_at: self.scheduler_reported_at,
+            shared: Arc::clone(&self.shared),
+            spec: self.spec.clone(),
         }
     }
 
@@ -341,7 +361,7 @@ impl LeanPod {
                 spec.node_name.clone_from(&self.node_name);
                 spec
             }),
-            status: self.status.clone(),
+            status: self.status.as_ref().map(LeanStatus::to_status),
         }
     }
 }
@@ -502,7 +522,7 @@ mod tests {
         // the finalizers' list of 24, and the two shared parts' pointers of 8: 224 bytes
         // beside the status, where a whole `ObjectMeta` alone is 360 (a lean pod was 792
         // bytes holding one, and is 624).
-        let own = size_of::<LeanPod>() - size_of::<Option<PodStatus>>();
+        let own = size_of::<LeanPod>() - size_of::<Option<LeanStatus>>();
         assert!(own <= 224, "{own} bytes inline beside the status");
         assert!(own < size_of::<ObjectMeta>());
     }

@@ -5,12 +5,14 @@
 mod intern;
 mod lean;
 mod spec;
+mod status;
 
 pub use intern::Interner;
 pub use lean::{LeanPod, PodInterner, PodLike, PodMeta, SharedMeta};
 pub use spec::keep_what_placement_reads;
+pub use status::{ConditionView, LeanStatus, PodStatusView};
 
-use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm, PodCondition};
+use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm};
 
 /// The pod condition kerf writes beside `status.nominatedNodeName` when it nominates a pod
 /// to the Node of a NodeClaim it launched for it (KEP-5278's "expected placement"). It tells
@@ -31,15 +33,12 @@ pub fn nomination_message(node: &str, nodeclaim: &str) -> String {
 /// kerf's nomination (a preemption since then names another node).
 pub fn kerf_nominated_node(pod: &impl PodLike) -> Option<&str> {
     let status = pod.status()?;
-    let nominated = status.nominated_node_name.as_deref()?;
+    let nominated = status.nominated_node_name?;
     let condition = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == NOMINATION_CONDITION && c.status == "True")?;
+        .condition(NOMINATION_CONDITION)
+        .filter(|c| c.status == "True")?;
     let node = condition
-        .message
-        .as_deref()?
+        .message?
         .strip_prefix("expected on node ")?
         .split(' ')
         .next()?;
@@ -50,7 +49,7 @@ pub fn kerf_nominated_node(pod: &impl PodLike) -> Option<&str> {
 pub fn is_preempting(pod: &impl PodLike) -> bool {
     let nominated = pod
         .status()
-        .and_then(|s| s.nominated_node_name.as_deref())
+        .and_then(|s| s.nominated_node_name)
         .is_some_and(|n| !n.is_empty());
     nominated && kerf_nominated_node(pod).is_none()
 }
@@ -157,7 +156,7 @@ pub fn wants_capacity(pod: &impl PodLike) -> bool {
 
 /// Not finished and not being deleted: the pod takes room where it runs.
 pub fn is_active(pod: &impl PodLike) -> bool {
-    let phase = pod.status().and_then(|s| s.phase.as_deref());
+    let phase = pod.status().and_then(|s| s.phase);
     pod.meta().deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
@@ -180,12 +179,10 @@ pub fn is_marked_unschedulable(pod: &impl PodLike) -> bool {
 
 /// `pod`'s `PodScheduled=False` condition of reason `Unschedulable`: the kube-scheduler's
 /// report that it found no node for the pod.
-pub fn unschedulable_condition(pod: &impl PodLike) -> Option<&PodCondition> {
-    pod.status()?.conditions.as_ref()?.iter().find(|c| {
-        c.type_ == "PodScheduled"
-            && c.status == "False"
-            && c.reason.as_deref() == Some("Unschedulable")
-    })
+pub fn unschedulable_condition(pod: &impl PodLike) -> Option<ConditionView<'_>> {
+    pod.status()?
+        .condition("PodScheduled")
+        .filter(|c| c.status == "False" && c.reason == Some("Unschedulable"))
 }
 
 /// The field manager the kube-scheduler writes pod statuses under.

@@ -273,7 +273,7 @@ fn pod_limits(pod: &LeanPod) -> Resources {
 
 fn is_finished(pod: &LeanPod) -> bool {
     matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        pod.status().and_then(|s| s.phase),
         Some("Succeeded" | "Failed")
     )
 }

@@ -9,10 +9,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PodCondition};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kerf::labels;
-use kerf::pods::{LeanPod, PodLike};
+use kerf::pods::{ConditionView, LeanPod, PodLike};
 
 use super::exposition::Family;
 use crate::metrics::{
@@ -101,7 +101,7 @@ pub fn latency_families(state: &ClusterState) -> [Family; 5] {
 }
 
 fn phase(pod: &LeanPod) -> Option<&str> {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref())
+    pod.status().and_then(|s| s.phase)
 }
 
 /// One `karpenter_pods_state` series per pod in `state`.
@@ -140,11 +140,7 @@ fn state_labels(
             .unwrap_or_default()
     };
     let nodepool = node_label(labels::NODEPOOL);
-    let phase = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.clone())
-        .unwrap_or_default();
+    let phase = phase(pod).unwrap_or_default().to_owned();
     let ready = condition(pod, "Ready").is_some_and(|c| c.status == "True");
     vec![
         ("name", pod.meta().name.unwrap_or_default().to_owned()),
@@ -180,13 +176,8 @@ fn owner(pod: &LeanPod) -> String {
     )
 }
 
-fn condition<'a>(pod: &'a LeanPod, type_: &str) -> Option<&'a PodCondition> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
+fn condition<'a>(pod: &'a LeanPod, type_: &str) -> Option<ConditionView<'a>> {
+    pod.status()?.condition(type_)
 }
 
 /// Observes startup and binding durations from pod changes: a pod seen `Pending` that turns
@@ -237,12 +228,12 @@ impl StartupTracker {
             self.pending.remove(&key);
             self.forget(&key);
             let created = pod.meta().creation_timestamp?;
-            let became_ready = ready.last_transition_time.as_ref()?;
+            let became_ready = ready.last_transition_time?;
             if let Some(placed) = placed {
-                let seconds = became_ready.0.duration_since(placed).as_secs_f64().max(0.0);
+                let seconds = became_ready.duration_since(placed).as_secs_f64().max(0.0);
                 metrics::histogram!(PODS_PROVISIONING_STARTUP_DURATION).record(seconds);
             }
-            let seconds = became_ready.0.duration_since(created.0).as_secs_f64();
+            let seconds = became_ready.duration_since(created.0).as_secs_f64();
             metrics::histogram!(PODS_STARTUP_DURATION).record(seconds);
             return Some(seconds);
         }
@@ -265,16 +256,16 @@ impl StartupTracker {
         }
         let Some(bound) = condition(pod, "PodScheduled")
             .filter(|c| c.status == "True")
-            .and_then(|c| c.last_transition_time.as_ref())
+            .and_then(|c| c.last_transition_time)
         else {
             return;
         };
         if let Some(created) = pod.meta().creation_timestamp {
-            let seconds = bound.0.duration_since(created.0).as_secs_f64().max(0.0);
+            let seconds = bound.duration_since(created.0).as_secs_f64().max(0.0);
             metrics::histogram!(PODS_BOUND_DURATION).record(seconds);
         }
         if let Some(placed) = placed {
-            let seconds = bound.0.duration_since(placed).as_secs_f64().max(0.0);
+            let seconds = bound.duration_since(placed).as_secs_f64().max(0.0);
             metrics::histogram!(PODS_PROVISIONING_BOUND_DURATION).record(seconds);
         }
     }

@@ -67,24 +67,19 @@ fn event_time(pod: &LeanPod) -> Option<Timestamp> {
             .checked_sub(SignedDuration::from_secs(grace))
             .ok();
     }
-    let status = pod.status.as_ref()?;
-    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+    let status = pod.status()?;
+    if matches!(status.phase, Some("Succeeded" | "Failed")) {
         return status
             .container_statuses
             .iter()
-            .flatten()
             .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
             .map(|t| t.0)
             .max();
     }
     status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "True")?
+        .condition("PodScheduled")
+        .filter(|c| c.status == "True")?
         .last_transition_time
-        .as_ref()
-        .map(|t| t.0)
 }
 
 /// The last pod event of every node that has one, from the pods in state and the recorded

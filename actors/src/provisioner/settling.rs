@@ -89,14 +89,9 @@ pub fn last_opening<'a>(
 
 /// When kerf withdrew `pod`'s nomination, if it did.
 fn withdrawn_at(pod: &LeanPod) -> Option<Timestamp> {
-    let condition = pod
-        .status()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == NOMINATION_CONDITION)?;
-    let at = condition.last_transition_time.as_ref()?;
-    (condition.status == "False").then_some(at.0)
+    let condition = pod.status()?.condition(NOMINATION_CONDITION)?;
+    let at = condition.last_transition_time?;
+    (condition.status == "False").then_some(at)
 }
 
 /// Whether the kube-scheduler's latest verdict on `pod` is `Unschedulable` and was given no

@@ -7,9 +7,9 @@
 //!
 //! Pods are stored as [`LeanPod`]s ([`Stored`]), their spec and shared metadata interned
 //! through the store writer's [`PodInterner`] (see [`kerf::pods`]'s `lean` module); the spec
-//! as [`keep_what_placement_reads`] leaves it, the status without the conditions nothing
-//! reads ([`READ_POD_CONDITIONS`]), and container statuses only on finished pods (their
-//! last event is their containers' finish). Nodes lose their image list, attached volumes
+//! as [`keep_what_placement_reads`] leaves it, the status as a [`kerf::pods::LeanStatus`]
+//! without the conditions nothing reads ([`READ_POD_CONDITIONS`]), and container statuses
+//! only on finished pods (their last event is their containers' finish). Nodes lose their image list, attached volumes
 //! and system info; every kind loses `managedFields` and the last-applied annotation.
 //! Nothing the controller writes is built from a trimmed part: its writes are merge patches
 //! of the fields it sets.
@@ -136,27 +136,17 @@ impl Lean for Pod {
                     conditions.retain(|c| c.type_ != kerf::pods::NOMINATION_CONDITION);
                 }
             }
+            // Of the rest, the stored form (`LeanPod`'s status) keeps only what is read: no
+            // addresses, QoS class, or init and ephemeral containers' statuses.
             if finished(status) {
-                for list in [
-                    &mut status.container_statuses,
-                    &mut status.init_container_statuses,
-                ]
-                .into_iter()
-                .flatten()
-                {
-                    list.iter_mut().for_each(lean_container_status);
-                }
+                status
+                    .container_statuses
+                    .iter_mut()
+                    .flatten()
+                    .for_each(lean_container_status);
             } else {
                 status.container_statuses = None;
-                status.init_container_statuses = None;
             }
-            status.ephemeral_container_statuses = None;
-            // Addresses and the QoS class: read by nothing here.
-            status.pod_ip = None;
-            status.pod_ips = None;
-            status.host_ip = None;
-            status.host_ips = None;
-            status.qos_class = None;
             if let Some(conditions) = status.conditions.as_mut() {
                 conditions.retain(|c| READ_POD_CONDITIONS.contains(&c.type_.as_str()));
                 // Only kerf's nomination is read for its message (it names the node). The
@@ -166,9 +156,6 @@ impl Lean for Pod {
                     .iter_mut()
                     .filter(|c| c.type_ != kerf::pods::NOMINATION_CONDITION)
                     .for_each(|c| c.message = None);
-                // A decoded list has room to spare (five conditions come in a Vec of eight,
-                // 160 bytes each); kept for the pod's life, it is most of a lean pod's heap.
-                conditions.shrink_to_fit();
             }
         }
     }
@@ -349,18 +336,13 @@ mod tests {
         status.pod_ip = Some("10.0.3.4".to_owned());
         status.host_ip = Some("10.0.1.2".to_owned());
         status.qos_class = Some("Burstable".to_owned());
-        running.lean();
-        let status = running.status.expect("status");
-        assert_eq!(status.phase.as_deref(), Some("Running"));
-        let conditions = status.conditions.as_ref().expect("conditions");
-        assert_eq!(conditions.len(), 3);
-        assert_eq!(
-            conditions.capacity(),
-            3,
-            "no room kept for the dropped ones"
-        );
-        assert!(status.container_statuses.is_none() && status.init_container_statuses.is_none());
-        assert!(status.pod_ip.is_none() && status.host_ip.is_none() && status.qos_class.is_none());
+        let stored = running.stored(&mut PodInterner::default());
+        let status = stored.status().expect("status");
+        assert_eq!(status.phase, Some("Running"));
+        assert_eq!(status.conditions().count(), 3);
+        assert!(status.container_statuses.is_empty());
+        let back = stored.to_pod().status.expect("status");
+        assert!(back.pod_ip.is_none() && back.host_ip.is_none() && back.qos_class.is_none());
     }
 
     #[test]

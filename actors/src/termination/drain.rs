@@ -135,7 +135,7 @@ pub fn has_do_not_disrupt(pod: &LeanPod) -> bool {
 }
 
 fn is_terminal(pod: &LeanPod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let phase = pod.status().and_then(|s| s.phase);
     matches!(phase, Some("Succeeded" | "Failed"))
 }
 
