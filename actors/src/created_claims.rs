@@ -513,11 +513,7 @@ mod tests {
     fn pods(names: &[&str]) -> Vec<PodRef> {
         names
             .iter()
-            .map(|n| PodRef {
-                namespace: "default".to_owned(),
-                name: (*n).to_owned(),
-                uid: (*n).to_owned(),
-            })
+            .map(|n| PodRef::new("default", *n, *n))
             .collect()
     }
 
@@ -828,7 +824,7 @@ mod tests {
         let held = |created: &CreatedClaims| -> Vec<String> {
             let nominations = created.nominations(&state);
             let pods = nominations.get("a").map(|p| p.to_vec()).unwrap_or_default();
-            pods.into_iter().map(|p| p.uid).collect()
+            pods.into_iter().map(|p| p.uid.clone()).collect()
         };
         assert_eq!(held(&created), names, "within the window, every pod");
 

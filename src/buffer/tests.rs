@@ -121,21 +121,14 @@ fn virtual_pods_are_marked_named_after_their_buffer_and_lowest_priority() {
 #[test]
 fn placements_count_each_buffers_virtual_pods_by_where_they_went() {
     use crate::scheduling::{ExistingNodePlacement, PodRef, SchedulingResult};
-    let virtual_ref = |name: &str| PodRef {
-        namespace: "shop".to_owned(),
-        name: name.to_owned(),
-        uid: format!("{VIRTUAL_UID_PREFIX}u-{name}"),
-    };
+    let virtual_ref =
+        |name: &str| PodRef::new("shop", name, format!("{VIRTUAL_UID_PREFIX}u-{name}"));
     let mut result = SchedulingResult::default();
     result.existing_nodes.push(ExistingNodePlacement {
         name: "n1".to_owned(),
         pods: vec![
             virtual_ref("capacity-buffer-headroom-1"),
-            PodRef {
-                namespace: "shop".to_owned(),
-                name: "capacity-buffer-lookalike-1".to_owned(),
-                uid: "0b6e-real".to_owned(),
-            },
+            PodRef::new("shop", "capacity-buffer-lookalike-1", "0b6e-real"),
         ],
     });
     result.errors.insert(

@@ -57,11 +57,11 @@ impl PodForm {
 /// `p`'s namespace (`default` when unset), name and uid.
 pub fn pod_ref(p: &impl PodLike) -> PodRef {
     let meta = p.meta();
-    PodRef {
-        namespace: meta.namespace.unwrap_or("default").to_owned(),
-        name: meta.name.unwrap_or_default().to_owned(),
-        uid: meta.uid.unwrap_or_default().to_owned(),
-    }
+    PodRef::new(
+        meta.namespace.unwrap_or("default"),
+        meta.name.unwrap_or_default(),
+        meta.uid.unwrap_or_default(),
+    )
 }
 
 /// The forms of the pods the latest round prepared, by uid.

@@ -159,12 +159,42 @@ impl Default for SchedulingOptions {
     }
 }
 
-/// Identifies a pod in the result.
+/// Identifies a pod in the result: a [`PodId`] shared by every holder. A round's plan, the
+/// registry's nominations, the events and the nomination writes each hold one per planned
+/// pod, so a clone is a reference count, not three strings (a 20,000-pod round's plan held
+/// 4.7 MB of copies).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct PodRef {
+#[serde(transparent)]
+pub struct PodRef(Arc<PodId>);
+
+/// A pod's namespace, name and uid.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PodId {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+}
+
+impl PodRef {
+    pub fn new(
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+        uid: impl Into<String>,
+    ) -> Self {
+        Self(Arc::new(PodId {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: uid.into(),
+        }))
+    }
+}
+
+impl std::ops::Deref for PodRef {
+    type Target = PodId;
+
+    fn deref(&self) -> &PodId {
+        &self.0
+    }
 }
 
 /// What the solve decided.

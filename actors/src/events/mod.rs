@@ -382,11 +382,7 @@ mod tests {
 
     fn event(message: &str) -> Event {
         upstream::pod_failed_to_schedule(
-            &kerf::scheduling::PodRef {
-                namespace: "apps".into(),
-                name: "web-1".into(),
-                uid: "uid-1".into(),
-            },
+            &kerf::scheduling::PodRef::new("apps", "web-1", "uid-1"),
             message,
         )
     }

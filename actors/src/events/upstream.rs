@@ -142,11 +142,7 @@ mod tests {
     use super::*;
 
     fn pod() -> PodRef {
-        PodRef {
-            namespace: "default".into(),
-            name: "web-1".into(),
-            uid: "uid-1".into(),
-        }
+        PodRef::new("default", "web-1", "uid-1")
     }
 
     #[test]

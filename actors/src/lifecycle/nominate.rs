@@ -480,11 +480,7 @@ pub(super) mod tests {
         .expect("valid nodeclaim");
         let pods = pods
             .iter()
-            .map(|name| PodRef {
-                namespace: "default".into(),
-                name: (*name).into(),
-                uid: (*name).into(),
-            })
+            .map(|name| PodRef::new("default", *name, *name))
             .collect();
         r.launch.created.record(claim, pods);
     }
@@ -533,11 +529,7 @@ pub(super) mod tests {
     #[tokio::test]
     async fn a_write_waiting_for_its_slot_holds_little() {
         let r = reconciler();
-        let pod = PodRef {
-            namespace: "default".into(),
-            name: "web-0".into(),
-            uid: "uid-0".into(),
-        };
+        let pod = PodRef::new("default", "web-0", "uid-0");
         let queued = write(
             &r,
             &pod,

@@ -160,11 +160,7 @@ mod tests {
     }
 
     fn nominated(uids: &[&str]) -> HeldPods {
-        let pods = uids.iter().map(|uid| PodRef {
-            namespace: "default".to_owned(),
-            name: (*uid).to_owned(),
-            uid: (*uid).to_owned(),
-        });
+        let pods = uids.iter().map(|uid| PodRef::new("default", *uid, *uid));
         Arc::new(pods.collect())
     }
 

@@ -204,11 +204,7 @@ fn the_recorder_counts_identical_events_and_drops_deduplicated_ones() {
         let cluster = h.cluster();
         let (_stop, shutdown) = tokio::sync::watch::channel(false);
         let (recorder, _task) = events::spawn(h.client.clone(), "test".into(), shutdown);
-        let pod = PodRef {
-            namespace: "default".into(),
-            name: "web-1".into(),
-            uid: "uid-1".into(),
-        };
+        let pod = PodRef::new("default", "web-1", "uid-1");
         let marker = |message: &str| Event {
             regarding: ObjectReference {
                 kind: Some("Pod".into()),
