@@ -6,12 +6,13 @@
 //! and do their work after a panic. Each daemon runs in a supervision scope of its own, so
 //! the faults armed here reach no other test's daemon.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kerf_actors::Daemon;
 use kerf_actors::events::{self, Event, EventType};
 use kerf_actors::supervisor::{FAULT_ACTORS, LOOP_FAULTS, RESTART_BUDGET, Supervision};
+use kerf_actors::{Daemon, instance_health};
 use kerf_loadtest::apiserver::PatchKind;
 use kerf_loadtest::ec2::subnet_id;
 use serde_json::json;
@@ -165,11 +166,13 @@ fn every_loop_panicked_where_it_waits_is_built_again_and_pods_still_get_nodes() 
             .scope(start_gated_provisioner(&h, cloud, EVERY_GATED_LOOP))
             .await;
         daemon.repair_nodes();
+        daemon.watch_instance_health(Arc::new(provider.ec2().clone()), Duration::from_millis(200));
         let _simulators = node_simulators(&h, provider.clone());
         let supervision = daemon.supervision().clone();
         // Loops register as their supervisor first builds them, on their own task.
-        eventually("node repair started", || {
-            supervision.loops().contains_key("node_repair")
+        eventually("node repair and instance health started", || {
+            let loops = supervision.loops();
+            loops.contains_key("node_repair") && loops.contains_key(instance_health::CONTROLLER)
         })
         .await;
         let started = supervision.loops();
@@ -191,6 +194,7 @@ fn every_loop_panicked_where_it_waits_is_built_again_and_pods_still_get_nodes() 
             "retrigger",
             "garbage_collection",
             "node_repair",
+            instance_health::CONTROLLER,
             "static_capacity",
             "nodeoverlay",
             "capacitybuffer",
