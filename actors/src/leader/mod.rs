@@ -137,8 +137,8 @@ impl Drop for StepDownOnDrop {
 /// Runs the election `make` builds until `shutdown`, as task `name`. An election that panics,
 /// or returns before the shutdown signal, is a step-down — its replica's watch reads `false`
 /// at once, never a stale `true` — logged, counted in `kerf_actor_restarts_total{actor}`,
-/// and built again. A panic is reported to the current supervision scope (logged with its
-/// message, held against the restart budget) and waits the scope's backoff; an early return
+/// and built again. A panic is reported to the current supervision scope (logged once with
+/// its message, held against the restart budget) and waits the scope's backoff; an early return
 /// waits [`RESTART_DELAY`]. When this task itself ends (or is aborted) the watch reads
 /// `false` as well.
 pub async fn supervise<F, Fut>(
@@ -171,15 +171,8 @@ pub async fn supervise<F, Fut>(
         }
         leader.send_replace(false);
         let delay = match outcome {
-            Err(Some(panic)) => {
-                let panic = panic_message(&*panic);
-                tracing::error!(
-                    task = name,
-                    panic,
-                    "leader election panicked; stepped down, restarting it"
-                );
-                supervision.panicked(name, "task", &panic)
-            }
+            // The scope logs the panic, with its message, once.
+            Err(Some(panic)) => supervision.panicked(name, "task", &panic_message(&*panic)),
             _ => {
                 metrics::counter!(crate::metrics::ACTOR_RESTARTS, "actor" => name).increment(1);
                 tracing::error!(

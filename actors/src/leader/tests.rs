@@ -296,6 +296,70 @@ async fn an_election_whose_factory_panics_is_built_again() {
     assert_eq!(scope.recent_restarts(NAME), 1);
 }
 
+/// What a test's subscriber wrote.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("not poisoned").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// The JSON lines logged at `level`.
+    fn lines_at(&self, level: &str) -> Vec<Value> {
+        let text = String::from_utf8(self.0.lock().expect("not poisoned").clone()).expect("utf-8");
+        text.lines()
+            .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+            .filter(|line| line["level"] == level)
+            .collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_election_is_logged_once_with_its_name_and_message() {
+    const NAME: &str = "leader_election_log_test";
+    let captured = Captured::default();
+    let sink = captured.clone();
+    // The paused runtime runs every task on this thread, under this subscriber.
+    let _logging = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || sink.clone())
+            .finish(),
+    );
+    let (tx, mut leader) = watch::channel(false);
+    let (_stop, shutdown) = watch::channel(false);
+    let mut built = 0;
+    let supervised = supervise(NAME, tx, shutdown, move |leading| {
+        built += 1;
+        let first = built == 1;
+        async move {
+            leading.send_replace(true);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            assert!(!first, "a bug in the election");
+            std::future::pending::<()>().await;
+        }
+    });
+    let scope = crate::supervisor::Supervision::new();
+    let running = scope.clone();
+    let _task = tokio::spawn(async move { running.scope(supervised).await });
+    until(&mut leader, true).await;
+    until(&mut leader, false).await;
+    until(&mut leader, true).await;
+    let errors = captured.lines_at("ERROR");
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    let fields = &errors[0]["fields"];
+    assert_eq!(fields["actor"], NAME, "{fields}");
+    assert_eq!(fields["panic"], "a bug in the election", "{fields}");
+    assert_eq!(scope.recent_restarts(NAME), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_election_that_returns_before_shutdown_steps_down_and_is_restarted() {
     const NAME: &str = "leader_election_return_test";
