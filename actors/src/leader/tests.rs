@@ -264,7 +264,11 @@ async fn an_election_that_panics_steps_down_and_is_restarted() {
     let down = until(&mut leader, false).await;
     assert_eq!(down - start, Duration::from_secs(5), "false as it died");
     let up = until(&mut leader, true).await;
-    assert_eq!(up - down, RESTART_DELAY, "restarted after the delay");
+    assert_eq!(
+        up - down,
+        crate::supervisor::TASK_RESTART_DELAY,
+        "restarted after the scope's first backoff"
+    );
     assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst), 2);
     crate::metrics::handle();
     assert_eq!(crate::testing::restarts(NAME) - before, 1);
@@ -484,4 +488,44 @@ fn an_actor_resyncs_once_per_leadership_change() {
                 "resyncs after one and two changes"
             );
         });
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_election_that_keeps_returning_backs_off_and_spends_the_restart_budget() {
+    const NAME: &str = "leader_election_return_budget_test";
+    crate::metrics::handle();
+    let before = crate::testing::restarts(NAME);
+    let backoff = Duration::from_secs(3);
+    let scope = crate::supervisor::Supervision::with_backoff(backoff);
+    let (tx, mut leader) = watch::channel(false);
+    let (stop, shutdown) = watch::channel(false);
+    let supervised = supervise(NAME, tx, shutdown, |leading| async move {
+        leading.send_replace(true);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let running = scope.clone();
+    let task = tokio::spawn(async move { running.scope(supervised).await });
+    until(&mut leader, true).await;
+    let budget = crate::supervisor::RESTART_BUDGET;
+    let mut delays = Vec::new();
+    for _ in 0..=budget {
+        let down = until(&mut leader, false).await;
+        let up = until(&mut leader, true).await;
+        delays.push(up - down);
+    }
+    // The scope's backoff, doubling: the same as a panicking election's.
+    assert_eq!(delays[..3], [backoff, backoff * 2, backoff * 4]);
+    assert_eq!(scope.recent_restarts(NAME), budget + 1);
+    assert_eq!(
+        crate::testing::restarts(NAME) - before,
+        u64::try_from(budget + 1).expect("small")
+    );
+    let exhausted = scope.exhausted().borrow().clone();
+    assert_eq!(
+        exhausted.map(|e| e.actor),
+        Some(NAME),
+        "past the budget the replica is unhealthy"
+    );
+    stop.send_replace(true);
+    task.await.expect("supervision ends on shutdown");
 }
