@@ -95,11 +95,6 @@ pub fn changes(leader: watch::Receiver<bool>) -> impl futures::Stream<Item = boo
     })
 }
 
-/// How long an election that returned before shutdown waits before it is started again, so
-/// one that returns at once logs once a second instead of spinning a core (one that panics
-/// waits its supervision scope's backoff instead).
-pub const RESTART_DELAY: Duration = crate::supervisor::TASK_RESTART_DELAY;
-
 /// The name election's deaths are counted under in `kerf_actor_restarts_total{actor}`.
 pub const TASK_NAME: &str = "leader_election";
 
@@ -136,11 +131,12 @@ impl Drop for StepDownOnDrop {
 
 /// Runs the election `make` builds until `shutdown`, as task `name`. An election that panics,
 /// or returns before the shutdown signal, is a step-down — its replica's watch reads `false`
-/// at once, never a stale `true` — logged, counted in `kerf_actor_restarts_total{actor}`,
-/// and built again. A panic is reported to the current supervision scope (logged with its
-/// message, held against the restart budget) and waits the scope's backoff; an early return
-/// waits [`RESTART_DELAY`]. When this task itself ends (or is aborted) the watch reads
-/// `false` as well.
+/// at once, never a stale `true` — and is built again. Either is reported to the current
+/// supervision scope, which logs it once (a panic with its message), counts it in
+/// `kerf_actor_restarts_total{actor}`, holds it against the restart budget and answers the
+/// backoff: an election that keeps returning at once is crash-looping as surely as one that
+/// keeps panicking, and must fail `/healthz` alike. When this task itself ends (or is
+/// aborted) the watch reads `false` as well.
 pub async fn supervise<F, Fut>(
     name: &'static str,
     leader: watch::Sender<bool>,
@@ -171,23 +167,9 @@ pub async fn supervise<F, Fut>(
         }
         leader.send_replace(false);
         let delay = match outcome {
-            Err(Some(panic)) => {
-                let panic = panic_message(&*panic);
-                tracing::error!(
-                    task = name,
-                    panic,
-                    "leader election panicked; stepped down, restarting it"
-                );
-                supervision.panicked(name, "task", &panic)
-            }
-            _ => {
-                metrics::counter!(crate::metrics::ACTOR_RESTARTS, "actor" => name).increment(1);
-                tracing::error!(
-                    task = name,
-                    "leader election ended before shutdown; stepped down, restarting it"
-                );
-                RESTART_DELAY
-            }
+            // The scope logs either once, the panic with its message.
+            Err(Some(panic)) => supervision.panicked(name, "task", &panic_message(&*panic)),
+            _ => supervision.returned(name, "task"),
         };
         tokio::select! {
             () = tokio::time::sleep(delay) => {}

@@ -264,7 +264,11 @@ async fn an_election_that_panics_steps_down_and_is_restarted() {
     let down = until(&mut leader, false).await;
     assert_eq!(down - start, Duration::from_secs(5), "false as it died");
     let up = until(&mut leader, true).await;
-    assert_eq!(up - down, RESTART_DELAY, "restarted after the delay");
+    assert_eq!(
+        up - down,
+        crate::supervisor::TASK_RESTART_DELAY,
+        "restarted after the scope's first backoff"
+    );
     assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst), 2);
     crate::metrics::handle();
     assert_eq!(crate::testing::restarts(NAME) - before, 1);
@@ -293,6 +297,70 @@ async fn an_election_whose_factory_panics_is_built_again() {
     let running = scope.clone();
     let _task = tokio::spawn(async move { running.scope(supervised).await });
     until(&mut leader, true).await;
+    assert_eq!(scope.recent_restarts(NAME), 1);
+}
+
+/// What a test's subscriber wrote.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("not poisoned").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// The JSON lines logged at `level`.
+    fn lines_at(&self, level: &str) -> Vec<Value> {
+        let text = String::from_utf8(self.0.lock().expect("not poisoned").clone()).expect("utf-8");
+        text.lines()
+            .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+            .filter(|line| line["level"] == level)
+            .collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_election_is_logged_once_with_its_name_and_message() {
+    const NAME: &str = "leader_election_log_test";
+    let captured = Captured::default();
+    let sink = captured.clone();
+    // The paused runtime runs every task on this thread, under this subscriber.
+    let _logging = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || sink.clone())
+            .finish(),
+    );
+    let (tx, mut leader) = watch::channel(false);
+    let (_stop, shutdown) = watch::channel(false);
+    let mut built = 0;
+    let supervised = supervise(NAME, tx, shutdown, move |leading| {
+        built += 1;
+        let first = built == 1;
+        async move {
+            leading.send_replace(true);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            assert!(!first, "a bug in the election");
+            std::future::pending::<()>().await;
+        }
+    });
+    let scope = crate::supervisor::Supervision::new();
+    let running = scope.clone();
+    let _task = tokio::spawn(async move { running.scope(supervised).await });
+    until(&mut leader, true).await;
+    until(&mut leader, false).await;
+    until(&mut leader, true).await;
+    let errors = captured.lines_at("ERROR");
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    let fields = &errors[0]["fields"];
+    assert_eq!(fields["actor"], NAME, "{fields}");
+    assert_eq!(fields["panic"], "a bug in the election", "{fields}");
     assert_eq!(scope.recent_restarts(NAME), 1);
 }
 
@@ -420,4 +488,44 @@ fn an_actor_resyncs_once_per_leadership_change() {
                 "resyncs after one and two changes"
             );
         });
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_election_that_keeps_returning_backs_off_and_spends_the_restart_budget() {
+    const NAME: &str = "leader_election_return_budget_test";
+    crate::metrics::handle();
+    let before = crate::testing::restarts(NAME);
+    let backoff = Duration::from_secs(3);
+    let scope = crate::supervisor::Supervision::with_backoff(backoff);
+    let (tx, mut leader) = watch::channel(false);
+    let (stop, shutdown) = watch::channel(false);
+    let supervised = supervise(NAME, tx, shutdown, |leading| async move {
+        leading.send_replace(true);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let running = scope.clone();
+    let task = tokio::spawn(async move { running.scope(supervised).await });
+    until(&mut leader, true).await;
+    let budget = crate::supervisor::RESTART_BUDGET;
+    let mut delays = Vec::new();
+    for _ in 0..=budget {
+        let down = until(&mut leader, false).await;
+        let up = until(&mut leader, true).await;
+        delays.push(up - down);
+    }
+    // The scope's backoff, doubling: the same as a panicking election's.
+    assert_eq!(delays[..3], [backoff, backoff * 2, backoff * 4]);
+    assert_eq!(scope.recent_restarts(NAME), budget + 1);
+    assert_eq!(
+        crate::testing::restarts(NAME) - before,
+        u64::try_from(budget + 1).expect("small")
+    );
+    let exhausted = scope.exhausted().borrow().clone();
+    assert_eq!(
+        exhausted.map(|e| e.actor),
+        Some(NAME),
+        "past the budget the replica is unhealthy"
+    );
+    stop.send_replace(true);
+    task.await.expect("supervision ends on shutdown");
 }

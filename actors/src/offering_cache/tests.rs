@@ -1,10 +1,13 @@
 //! The actor under paused tokio time: marks become visible to readers, entries expire after
-//! the TTL (on the tick that follows), and the sequence numbers move on both.
+//! the TTL (on the tick that follows), and the sequence numbers move on both; a panic
+//! restarts the actor with its table intact.
 
 use std::sync::Arc;
 
 use super::testing::{paused, until_generation};
 use super::*;
+use crate::supervisor::Supervision;
+use crate::testing::restarts;
 
 #[test]
 fn a_refused_offering_is_unavailable_until_its_ttl_passes() {
@@ -107,5 +110,57 @@ fn a_repeated_mark_keeps_the_offering_unavailable_for_another_ttl() {
         assert!(cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]));
         tokio::time::sleep(ttl / 2).await;
         assert!(!cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]));
+    });
+}
+
+#[test]
+fn a_panicking_cache_keeps_its_table_and_marks_and_sweeps_again() {
+    paused(|| async {
+        crate::metrics::handle();
+        let ttl = Duration::from_secs(60);
+        // The fault and the restart are this test's own: the mailbox takes its hook from the
+        // scope it is made in.
+        let scope = Supervision::with_backoff(Duration::from_millis(5));
+        let cache = scope.sync_scope(|| {
+            OfferingCache::start(
+                ttl,
+                MailboxDepth::new("offering_cache", OFFERING_CACHE_MAILBOX_CAPACITY),
+            )
+        });
+        let before = restarts("offering_cache");
+        cache.mark_offerings(
+            &[OfferingRef::new("spot", "m5.large", "us-east-1a")],
+            "InsufficientInstanceCapacity",
+        );
+        until_generation(&cache, 1).await;
+
+        scope
+            .faults()
+            .arm("offering_cache", 1)
+            .expect("a known actor");
+        // The mark the panic takes is lost; a refused launch marks its offering again.
+        cache.mark_subnet_unavailable("subnet-lost");
+        for _ in 0..1000 {
+            if scope.recent_restarts("offering_cache") == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(scope.recent_restarts("offering_cache"), 1, "restarted once");
+        assert_eq!(restarts("offering_cache") - before, 1, "counted");
+        assert_eq!(scope.faults().remaining("offering_cache"), 0);
+        assert!(
+            cache.is_unavailable("m5.large", "us-east-1a", "spot", &[]),
+            "the table outlives the incarnation that marked it"
+        );
+
+        // The next incarnation, once its backoff passed, takes marks and runs the expiry tick.
+        cache.mark_subnet_unavailable("subnet-a");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        until_generation(&cache, 2).await;
+        let subnet = ["subnet-a".to_owned()];
+        assert!(cache.is_unavailable("c5.large", "us-east-1b", "on-demand", &subnet));
+        tokio::time::sleep(ttl + EXPIRY_TICK + Duration::from_secs(1)).await;
+        assert!(cache.read(Table::is_empty), "swept after the restart");
     });
 }

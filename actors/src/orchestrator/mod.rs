@@ -330,7 +330,14 @@ async fn run(
                 let release = Release { in_queue: in_queue.clone(), command: Arc::new(command) };
                 crate::supervisor::fault_point("orchestrator");
                 let deps = deps.clone();
+                // The command's task runs outside the loop's supervision scope: it carries the
+                // scope's hook, so a fault armed for this replica reaches its commands alone.
+                let fault = crate::supervisor::Supervision::current()
+                    .faults()
+                    .point("orchestrator_command")
+                    .unwrap_or_default();
                 running.spawn(async move {
+                    fault.check();
                     execute(&deps, &release.command, started).await;
                     drop(release);
                 });

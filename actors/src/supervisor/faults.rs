@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use tokio::sync::watch;
 
-/// The actors and loops a fault can be armed in, named as their folders under `actors/src`.
+/// The actors and loops a fault can be armed in, named as their folders under `actors/src`,
+/// and `orchestrator_command`: the task one disruption command runs in, whose panic is
+/// reported rather than rebuilt.
 pub const FAULT_ACTORS: &[&str] = &[
     "batcher",
     "provisioner",
@@ -27,6 +29,7 @@ pub const FAULT_ACTORS: &[&str] = &[
     "tagging",
     "disruption",
     "orchestrator",
+    "orchestrator_command",
     "events",
     "interruption",
 ];

@@ -152,6 +152,19 @@ impl Supervision {
     /// Records a panic of `actor`: logs it, counts it, and answers how long to wait before
     /// building it again. Marks the scope exhausted past the budget.
     pub(crate) fn panicked(&self, actor: &'static str, kind: &str, message: &str) -> Duration {
+        self.restarting(actor, kind, Some(message))
+    }
+
+    /// Records that `actor` returned while it should have run until shutdown (an election
+    /// that ended): logged, counted and held against the budget with the backoff a panic
+    /// gets, since a loop that keeps returning at once is crash-looping all the same.
+    pub(crate) fn returned(&self, actor: &'static str, kind: &str) -> Duration {
+        self.restarting(actor, kind, None)
+    }
+
+    /// Counts a restart of `actor` (`panic` its message, `None` for a return), logs it, and
+    /// answers the backoff; marks the scope exhausted past the budget.
+    fn restarting(&self, actor: &'static str, kind: &str, panic: Option<&str>) -> Duration {
         metrics::counter!(ACTOR_RESTARTS, "actor" => actor).increment(1);
         let now = Instant::now();
         let recent = {
@@ -178,14 +191,24 @@ impl Supervision {
             .backoff
             .saturating_mul(2u32.saturating_pow(exponent))
             .min(MAX_RESTART_BACKOFF.max(self.inner.backoff));
-        tracing::error!(
-            actor,
-            kind,
-            panic = message,
-            restarts_in_window = recent,
-            backoff_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-            "{kind} panicked; restarting it"
-        );
+        let backoff_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        match panic {
+            Some(message) => tracing::error!(
+                actor,
+                kind,
+                panic = message,
+                restarts_in_window = recent,
+                backoff_ms,
+                "{kind} panicked; restarting it"
+            ),
+            None => tracing::error!(
+                actor,
+                kind,
+                restarts_in_window = recent,
+                backoff_ms,
+                "{kind} ended before shutdown; restarting it"
+            ),
+        }
         if recent > RESTART_BUDGET {
             let exhausted = Exhausted {
                 actor,

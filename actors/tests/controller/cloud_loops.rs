@@ -20,10 +20,10 @@ use serde_json::{Value, json};
 use crate::support::*;
 
 const REGION: &str = "us-east-1";
-const EC2NODECLASSES: (&str, &str) = ("karpenter.k8s.aws/v1", "ec2nodeclasses");
-const NODECLAIMS: (&str, &str) = ("karpenter.sh/v1", "nodeclaims");
+pub const EC2NODECLASSES: (&str, &str) = ("karpenter.k8s.aws/v1", "ec2nodeclasses");
+pub const NODECLAIMS: (&str, &str) = ("karpenter.sh/v1", "nodeclaims");
 
-fn simulated() -> (Arc<SimulatedCloudProvider>, Cloud) {
+pub fn simulated() -> (Arc<SimulatedCloudProvider>, Cloud) {
     let provider = Arc::new(
         SimulatedCloudProvider::for_region(
             REGION,
@@ -40,7 +40,7 @@ fn simulated() -> (Arc<SimulatedCloudProvider>, Cloud) {
     (provider, cloud)
 }
 
-async fn start(h: &Harness, cloud: Cloud) -> kerf_actors::Daemon {
+pub async fn start(h: &Harness, cloud: Cloud) -> kerf_actors::Daemon {
     let daemon = start_daemon_with(
         h,
         settings(&["--disable-leader-election", "true"]),
@@ -54,8 +54,35 @@ async fn start(h: &Harness, cloud: Cloud) -> kerf_actors::Daemon {
     daemon
 }
 
-fn get(cluster: &Cluster, (api_version, plural): (&str, &str), name: &str) -> Option<Value> {
+pub fn get(cluster: &Cluster, (api_version, plural): (&str, &str), name: &str) -> Option<Value> {
     cluster.get(api_version, plural, None, name).ok()
+}
+
+/// Creates the EC2NodeClass `name`, selecting the simulated region's subnets and security
+/// groups by their discovery tag.
+pub fn create_node_class(cluster: &Cluster, name: &str) {
+    cluster
+        .create(
+            EC2NODECLASSES.0,
+            EC2NODECLASSES.1,
+            json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+                "metadata": {"name": name},
+                "spec": {"role": "KarpenterNodeRole",
+                    "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                    "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}],
+                    "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}]},
+            }),
+        )
+        .expect("node class created");
+}
+
+/// Whether the object's `Ready` condition is true.
+pub fn is_ready(object: &Value) -> bool {
+    object["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
 }
 
 /// A NodeClaim as the NodeClaimCreator would have written it, not yet in the API.
@@ -72,7 +99,7 @@ fn claim(name: &str) -> NodeClaim {
 }
 
 /// Launches a machine for `name` in the simulated EC2; its providerID and instance id.
-async fn launch(provider: &SimulatedCloudProvider, name: &str) -> (String, String) {
+pub async fn launch(provider: &SimulatedCloudProvider, name: &str) -> (String, String) {
     let launched = provider.create(&claim(name)).await.expect("launch");
     let provider_id = launched.provider_id().expect("providerID").to_owned();
     let instance_id = provider_id.rsplit('/').next().expect("id").to_owned();
@@ -80,7 +107,7 @@ async fn launch(provider: &SimulatedCloudProvider, name: &str) -> (String, Strin
 }
 
 /// Creates NodeClaim `name` in the API with `status`.
-fn create_claim(cluster: &Cluster, name: &str, status: Value) {
+pub fn create_claim(cluster: &Cluster, name: &str, status: Value) {
     let object = serde_json::to_value(claim(name)).expect("serialises");
     cluster
         .create(NODECLAIMS.0, NODECLAIMS.1, object)
@@ -97,6 +124,20 @@ fn create_claim(cluster: &Cluster, name: &str, status: Value) {
         .expect("nodeclaim status written");
 }
 
+/// Registers the NodeClaim `claim` as its node `node` would: `status.nodeName`.
+pub fn register(cluster: &Cluster, claim: &str, node: &str) {
+    cluster
+        .patch_status(
+            NODECLAIMS.0,
+            NODECLAIMS.1,
+            None,
+            claim,
+            PatchKind::Merge,
+            &json!({"status": {"nodeName": node}}),
+        )
+        .expect("registered");
+}
+
 fn instance_live(provider: &SimulatedCloudProvider, id: &str) -> bool {
     provider
         .ec2()
@@ -111,28 +152,9 @@ fn ec2nodeclass_status_hash_and_finalizer_follow_the_spec_until_deletion() {
         let cluster = h.cluster();
         let (provider, cloud) = simulated();
         let daemon = start(&h, cloud).await;
-        cluster
-            .create(
-                EC2NODECLASSES.0,
-                EC2NODECLASSES.1,
-                json!({
-                    "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-                    "metadata": {"name": "default"},
-                    "spec": {"role": "KarpenterNodeRole",
-                        "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}],
-                        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}]},
-                }),
-            )
-            .expect("node class created");
-        let ready = |nc: &Value| {
-            nc["status"]["conditions"].as_array().is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
-        };
+        create_node_class(&cluster, "default");
         eventually("the node class is Ready", || {
-            get(&cluster, EC2NODECLASSES, "default").is_some_and(|nc| ready(&nc))
+            get(&cluster, EC2NODECLASSES, "default").is_some_and(|nc| is_ready(&nc))
         })
         .await;
         let nc = get(&cluster, EC2NODECLASSES, "default").expect("exists");
@@ -287,16 +309,7 @@ fn registered_machines_are_tagged_with_their_node_name_once() {
 
         // Registration sets the node name; only then is the machine tagged.
         for (claim, node) in [("default-a", "ip-10-0-0-1"), ("default-b", "ip-10-0-0-2")] {
-            cluster
-                .patch_status(
-                    NODECLAIMS.0,
-                    NODECLAIMS.1,
-                    None,
-                    claim,
-                    PatchKind::Merge,
-                    &json!({"status": {"nodeName": node}}),
-                )
-                .expect("registered");
+            register(&cluster, claim, node);
         }
         let tagged = |name: &str| {
             get(&cluster, NODECLAIMS, name).is_some_and(|c| {

@@ -1,8 +1,9 @@
 //! The disruption loop and the Orchestrator end to end: the controller provisions into the
 //! simulated EC2, simulated kubelets and kube-scheduler run the pods, a Deployment is scaled
 //! down, and the loop gives capacity back — asserting which nodes went, what replaced them,
-//! and that a candidate goes only after its replacement initialized. The validation period
-//! is shortened; everything else is the daemon as it runs.
+//! and that a candidate goes only after its replacement initialized; a command whose
+//! Orchestrator or own task panicked hands its nodes back to a later command. The
+//! validation period is shortened; everything else is the daemon as it runs.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use kerf::disruption::Method;
 use kerf::labels;
 use kerf_actors::disruption::DisruptionConfig;
 use kerf_actors::orchestrator::OrchestratorConfig;
+use kerf_actors::supervisor::Supervision;
 use kerf_actors::{Cloud, Daemon, Environment, Timings};
 use kerf_loadtest::apiserver::{Cluster, PatchKind};
 use kerf_loadtest::ec2::{CapacityType, OfferingKey, SimulatedCloudProvider};
@@ -849,4 +851,50 @@ fn a_node_without_a_nodeclaim_is_no_candidate() {
         assert!(stack.node("orphan").is_some());
         stack.stop().await;
     });
+}
+
+/// Two empty nodes whose first command meets an armed `fault` (the Orchestrator's loop as it
+/// takes the command, or the command's own task): the panic is counted, the command's nodes
+/// are handed back, and a later command deletes them both.
+async fn empty_nodes_go_after_a_panic_of(fault: &'static str) {
+    let scope = Supervision::with_backoff(Duration::from_millis(20));
+    let stack = scope.scope(Stack::quick(pool(&[SMALL], json!({})))).await;
+    let cluster = stack.cluster();
+    create_deployment(&cluster, "web", 2, spread("500m", "web"));
+    let nodes = stack.running("web", 2).await;
+    assert_eq!(nodes.len(), 2, "one node per replica");
+    let before = actor_restarts(fault);
+    scope.faults().arm(fault, 1).expect("a known actor");
+
+    stack.scale("web", 0);
+    within(FLOW, "every empty node deleted", || {
+        stack.nodeclaims().is_empty()
+    })
+    .await;
+    assert_eq!(scope.faults().remaining(fault), 0, "the fault fired");
+    assert_eq!(
+        scope.recent_restarts(fault),
+        1,
+        "one panic, within the budget"
+    );
+    assert_eq!(actor_restarts(fault) - before, 1, "counted");
+    assert!(scope.exhausted().borrow().is_none());
+    let deleted: BTreeSet<String> = stack
+        .commands()
+        .into_iter()
+        .flat_map(|(_, nodes)| nodes)
+        .collect();
+    assert_eq!(deleted, nodes, "exactly the emptied nodes went");
+    assert_eq!(stack.in_flight(), 0, "no command holds a node");
+    stack.stop().await;
+}
+
+#[test]
+fn a_panicking_orchestrator_hands_the_nodes_back_and_takes_the_next_command() {
+    run(|| empty_nodes_go_after_a_panic_of("orchestrator"));
+}
+
+#[test]
+fn a_panicking_command_hands_its_nodes_back_and_they_are_disrupted_later() {
+    run(|| empty_nodes_go_after_a_panic_of("orchestrator_command"));
 }

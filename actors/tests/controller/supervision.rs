@@ -1,16 +1,23 @@
 //! Actors panic in a running controller: pods still get nodes after the NodeClaimCreator, the
 //! lifecycle, the Provisioner and the Batcher each panicked on their next messages, with no
 //! instance launched twice and `/healthz` still answering; an actor that panics past its
-//! restart budget fails `/healthz` over HTTP. Each daemon runs in a supervision scope of its
-//! own, so the faults armed here reach no other test's daemon.
+//! restart budget fails `/healthz` over HTTP; every loop panicked where it waits is built
+//! again; the Tagger, the LaunchTemplateCache and the event recorder are counted restarted
+//! and do their work after a panic. Each daemon runs in a supervision scope of its own, so
+//! the faults armed here reach no other test's daemon.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use kerf_actors::Daemon;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kerf_actors::events::{self, Event, EventType};
 use kerf_actors::supervisor::{FAULT_ACTORS, LOOP_FAULTS, RESTART_BUDGET, Supervision};
+use kerf_actors::{Daemon, instance_health};
 use kerf_loadtest::apiserver::PatchKind;
+use kerf_loadtest::ec2::subnet_id;
 use serde_json::json;
 
+use crate::cloud_loops;
 use crate::support::*;
 
 /// Restarts a few milliseconds apart: the test is about what happens, not the backoff.
@@ -159,11 +166,13 @@ fn every_loop_panicked_where_it_waits_is_built_again_and_pods_still_get_nodes() 
             .scope(start_gated_provisioner(&h, cloud, EVERY_GATED_LOOP))
             .await;
         daemon.repair_nodes();
+        daemon.watch_instance_health(Arc::new(provider.ec2().clone()), Duration::from_millis(200));
         let _simulators = node_simulators(&h, provider.clone());
         let supervision = daemon.supervision().clone();
         // Loops register as their supervisor first builds them, on their own task.
-        eventually("node repair started", || {
-            supervision.loops().contains_key("node_repair")
+        eventually("node repair and instance health started", || {
+            let loops = supervision.loops();
+            loops.contains_key("node_repair") && loops.contains_key(instance_health::CONTROLLER)
         })
         .await;
         let started = supervision.loops();
@@ -185,6 +194,7 @@ fn every_loop_panicked_where_it_waits_is_built_again_and_pods_still_get_nodes() 
             "retrigger",
             "garbage_collection",
             "node_repair",
+            instance_health::CONTROLLER,
             "static_capacity",
             "nodeoverlay",
             "capacitybuffer",
@@ -224,6 +234,151 @@ fn every_loop_panicked_where_it_waits_is_built_again_and_pods_still_get_nodes() 
             "one restart each is within the budget"
         );
         daemon.stop_within(STALLED_DRAIN).await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn the_tagger_tags_a_registered_machine_after_it_panicked() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        let (provider, cloud) = cloud_loops::simulated();
+        let scope = Supervision::with_backoff(BACKOFF);
+        let daemon = scope.scope(cloud_loops::start(&h, cloud)).await;
+        let before = actor_restarts("tagger");
+        // The fault is named for the actor's folder; the actor is supervised as `tagger`.
+        scope.faults().arm("tagging", 1).expect("a known actor");
+        let (pid, id) = cloud_loops::launch(&provider, "default-a").await;
+        cloud_loops::create_claim(&cluster, "default-a", json!({"providerID": pid}));
+        cloud_loops::register(&cluster, "default-a", "ip-10-0-0-1");
+        // The registration's request is the one the panic takes.
+        restarted(&scope, "tagger", 1).await;
+        assert_eq!(actor_restarts("tagger") - before, 1, "counted");
+        assert_eq!(scope.faults().remaining("tagging"), 0);
+
+        // The next change of the NodeClaim reaches the restarted Tagger.
+        cluster
+            .patch(
+                cloud_loops::NODECLAIMS.0,
+                cloud_loops::NODECLAIMS.1,
+                None,
+                "default-a",
+                PatchKind::Merge,
+                &json!({"metadata": {"labels": {"test/after-panic": "true"}}}),
+            )
+            .expect("patched");
+        eventually("the machine is tagged after the restart", || {
+            cloud_loops::get(&cluster, cloud_loops::NODECLAIMS, "default-a").is_some_and(|c| {
+                c["metadata"]["annotations"][kerf::labels::INSTANCE_TAGGED] == "true"
+            })
+        })
+        .await;
+        let tags = provider.ec2().instance(&id).expect("instance").tags;
+        assert_eq!(tags["Name"], "ip-10-0-0-1");
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn the_launch_template_cache_resolves_a_node_class_after_it_panicked() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        let (_provider, cloud) = cloud_loops::simulated();
+        let scope = Supervision::with_backoff(BACKOFF);
+        let daemon = scope.scope(cloud_loops::start(&h, cloud)).await;
+        let before = actor_restarts("launch_template_cache");
+        scope
+            .faults()
+            .arm("launch_template_cache", 1)
+            .expect("a known actor");
+        cloud_loops::create_node_class(&cluster, "default");
+        restarted(&scope, "launch_template_cache", 1).await;
+        assert_eq!(
+            actor_restarts("launch_template_cache") - before,
+            1,
+            "counted"
+        );
+
+        // A spec change is resolved by the restarted cache: one subnet, by id.
+        cluster
+            .patch(
+                cloud_loops::EC2NODECLASSES.0,
+                cloud_loops::EC2NODECLASSES.1,
+                None,
+                "default",
+                PatchKind::Merge,
+                &json!({"spec": {"subnetSelectorTerms": [{"id": subnet_id("us-east-1b")}]}}),
+            )
+            .expect("spec patched");
+        eventually("the node class is Ready on its new spec", || {
+            cloud_loops::get(&cluster, cloud_loops::EC2NODECLASSES, "default").is_some_and(|nc| {
+                cloud_loops::is_ready(&nc)
+                    && nc["status"]["subnets"]
+                        .as_array()
+                        .is_some_and(|s| s.len() == 1 && s[0]["zone"] == "us-east-1b")
+            })
+        })
+        .await;
+        daemon.stop().await;
+        h.stop().await;
+    });
+}
+
+#[test]
+fn the_event_recorder_writes_and_counts_events_after_it_panicked() {
+    run(|| async {
+        let h = start_cluster().await;
+        let cluster = h.cluster();
+        let scope = Supervision::with_backoff(BACKOFF);
+        let (_stop, shutdown) = tokio::sync::watch::channel(false);
+        let (recorder, _task) =
+            scope.sync_scope(|| events::spawn(h.client.clone(), "test".into(), shutdown));
+        let marker = |message: &str| Event {
+            regarding: ObjectReference {
+                kind: Some("Pod".into()),
+                namespace: Some("default".into()),
+                name: Some("marker".into()),
+                ..ObjectReference::default()
+            },
+            type_: EventType::Normal,
+            reason: "Marker",
+            message: message.into(),
+            dedupe: None,
+            throttle: None,
+        };
+        let markers = |message: &str| {
+            events_about(&cluster, "marker", "Marker")
+                .into_iter()
+                .filter(|e| e["message"] == message)
+                .collect::<Vec<_>>()
+        };
+        recorder.publish(marker("before"));
+        eventually("the first event is written", || {
+            !markers("before").is_empty()
+        })
+        .await;
+
+        let before = actor_restarts("events");
+        scope.faults().arm("events", 1).expect("a known actor");
+        // The event the panic takes is lost: events are best-effort.
+        recorder.publish(marker("lost"));
+        restarted(&scope, "events", 1).await;
+        assert_eq!(actor_restarts("events") - before, 1, "counted");
+
+        // The restarted writer writes, and remembers what it wrote before: the repeat counts
+        // on the same Event.
+        recorder.publish(marker("after"));
+        recorder.publish(marker("before"));
+        eventually("the repeat is counted on the first Event", || {
+            !markers("after").is_empty()
+                && markers("before").first().is_some_and(|e| e["count"] == 2)
+        })
+        .await;
+        assert_eq!(markers("before").len(), 1, "no second object");
+        assert!(markers("lost").is_empty());
         h.stop().await;
     });
 }

@@ -20,6 +20,7 @@ use kerf::scheduling::{self, SchedulingResult};
 use kerf_actors::leader::Timing;
 use kerf_actors::lifecycle::LifecycleConfig;
 use kerf_actors::provisioner::{MAX_INSTANCE_TYPES, Round};
+use kerf_actors::supervisor::Supervision;
 use kerf_actors::termination::TerminationConfig;
 use kerf_actors::{Cloud, Daemon, Environment, Settings, Timings, ValidSettings};
 use kerf_loadtest::apiserver::faults::CLIENT_HEADER;
@@ -861,4 +862,26 @@ pub fn events_about(cluster: &Cluster, name: &str, reason: &str) -> Vec<Value> {
         .into_iter()
         .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
         .collect()
+}
+
+/// `kerf_actor_restarts_total{actor}` as the process renders it. One recorder serves every
+/// daemon of this test binary: compare a value before and after.
+pub fn actor_restarts(actor: &str) -> u64 {
+    let series = format!(
+        "{}{{actor=\"{actor}\"}} ",
+        kerf_actors::metrics::ACTOR_RESTARTS
+    );
+    kerf_actors::metrics::render()
+        .lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0, |v| v.trim().parse().expect("a counter value"))
+}
+
+/// Waits until `scope` recorded `count` panics of `actor` within its window, and no more.
+pub async fn restarted(scope: &Supervision, actor: &str, count: usize) {
+    eventually(&format!("{actor} restarted {count} times"), || {
+        scope.recent_restarts(actor) >= count
+    })
+    .await;
+    assert_eq!(scope.recent_restarts(actor), count, "{actor}");
 }

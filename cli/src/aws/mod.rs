@@ -178,14 +178,11 @@ impl AwsCloud {
         let refresh = supervisor::task("aws_upkeep", move || {
             Arc::clone(&provider).run_upkeep(INSTANCE_TYPES_REFRESH_INTERVAL, leader.clone())
         });
-        let kubernetes = self.provider.settings.kubernetes_version.clone();
-        let follow = supervisor::task("kubernetes_version", move || {
-            version::follow(
-                client.clone(),
-                kubernetes.clone(),
-                version::KUBERNETES_VERSION_REFRESH,
-            )
-        });
+        let follow = version::supervise(
+            client,
+            self.provider.settings.kubernetes_version.clone(),
+            version::KUBERNETES_VERSION_REFRESH,
+        );
         vec![refresh, follow]
     }
 }

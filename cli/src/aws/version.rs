@@ -2,7 +2,8 @@
 //! [`KUBERNETES_VERSION_REFRESH`] as upstream re-reads it, into the provider's
 //! [`KubernetesVersion`]: after an EKS upgrade the next EC2NodeClass resolution picks the
 //! new version's AMIs, and the nodes on the old ones drift and are replaced — no restart.
-//! A failed read keeps the version known and is logged; the next tick tries again.
+//! A failed read keeps the version known and is logged; the next tick tries again. The
+//! loop is supervised ([`supervise`]): a panic restarts it.
 
 use std::time::Duration;
 
@@ -45,6 +46,22 @@ pub fn major_minor(major: &str, minor: &str) -> Option<String> {
     Some(format!("{}.{}", digits(major)?, digits(minor)?))
 }
 
+/// The supervised task's name, in `kerf_actor_restarts_total{actor}` and the fault hooks.
+pub const TASK_NAME: &str = "kubernetes_version";
+
+/// [`follow`], supervised as [`TASK_NAME`] in the current scope: a panicking follower is
+/// logged, counted and started again (its next read one period later). Abort the handle to
+/// stop it.
+pub fn supervise(
+    client: Client,
+    version: KubernetesVersion,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
+    kerf_actors::supervisor::task(TASK_NAME, move || {
+        follow(client.clone(), version.clone(), every)
+    })
+}
+
 /// Re-reads the version into `version` every `every` (the first read after one period: the
 /// start-up read is fresh), for ever.
 pub async fn follow(client: Client, version: KubernetesVersion, every: Duration) {
@@ -75,6 +92,7 @@ pub async fn follow(client: Client, version: KubernetesVersion, every: Duration)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kerf_actors::supervisor::Supervision;
     use kerf_loadtest::apiserver::{ApiServer, ServerConfig};
 
     #[tokio::test]
@@ -116,6 +134,53 @@ mod tests {
         );
         assert_eq!(version.get(), "1.33");
         following.abort();
+    }
+
+    #[tokio::test]
+    async fn a_follower_that_panicked_is_restarted_counted_and_follows_an_upgrade() {
+        let server = ApiServer::start(ServerConfig::default())
+            .await
+            .expect("emulator");
+        let url = server.url().parse().expect("a url");
+        let client = Client::try_from(kube::Config::new(url)).expect("client");
+        let version = KubernetesVersion::new("1.33");
+        kerf_actors::metrics::handle();
+        let restarts = || {
+            let series = format!(
+                "{}{{actor=\"{TASK_NAME}\"}} ",
+                kerf_actors::metrics::ACTOR_RESTARTS
+            );
+            kerf_actors::metrics::render()
+                .lines()
+                .find_map(|line| line.strip_prefix(&series))
+                .map_or(0, |v| v.trim().parse::<u64>().expect("a counter value"))
+        };
+        let before = restarts();
+        let scope = Supervision::with_backoff(Duration::from_millis(10));
+        scope.faults().arm(TASK_NAME, 1).expect("a loop fault");
+        let following =
+            scope.sync_scope(|| supervise(client, version.clone(), Duration::from_millis(20)));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while scope.recent_restarts(TASK_NAME) == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "never restarted");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(restarts() - before, 1, "counted");
+        assert_eq!(scope.faults().remaining(TASK_NAME), 0);
+
+        // The follower built again reads the upgraded control plane.
+        server.set_kubernetes_minor(34);
+        while version.get() != "1.34" {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "still {}",
+                version.get()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(scope.recent_restarts(TASK_NAME), 1, "one restart");
+        following.abort();
+        server.shutdown().await;
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! `KUBE_CLIENT_BURST` per kind of object, and to AWS (see [`crate::aws`]; with
 //! `INTERRUPTION_QUEUE`, its SQS queue feeds the Interruption actor), runs the actors until
 //! SIGTERM or Ctrl-C, then stops them: launches in flight finish first, then the leader
-//! Lease is released.
+//! Lease is released. An actor past its restart budget stops it the same way, and the
+//! process exits 1. [`INJECT_FAULTS`] is a test hook that makes actors panic on purpose.
 
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
@@ -46,7 +47,41 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
+/// Test hook: `name=count[,name=count…]` arms each named actor or loop
+/// (`kerf_actors::supervisor::{FAULT_ACTORS, LOOP_FAULTS}`) to panic on its next `count`
+/// messages (a loop: where it waits), as `kerf simulate`'s `actor-panic` fault does, so the
+/// binary's tests can show a restart, and an exhausted restart budget's exit, end to end.
+/// Unset in any deployment; an unknown name stops start-up.
+pub const INJECT_FAULTS: &str = "KERF_INJECT_FAULTS";
+
+/// Arms the faults `spec` ([`INJECT_FAULTS`]) names in the process's supervision scope.
+fn inject_faults(spec: &str) -> anyhow::Result<()> {
+    let scope = kerf_actors::supervisor::Supervision::current();
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (actor, count) = item
+            .split_once('=')
+            .with_context(|| format!("{INJECT_FAULTS}: {item:?} is not name=count"))?;
+        let count: u32 = count
+            .trim()
+            .parse()
+            .with_context(|| format!("{INJECT_FAULTS}: {item:?} has no count"))?;
+        scope
+            .faults()
+            .arm(actor.trim(), count)
+            .with_context(|| INJECT_FAULTS.to_owned())?;
+        tracing::warn!(
+            actor = actor.trim(),
+            count,
+            "fault injected: the actor panics on purpose"
+        );
+    }
+    Ok(())
+}
+
 async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
+    if let Ok(spec) = std::env::var(INJECT_FAULTS) {
+        inject_faults(&spec)?;
+    }
     let config = kube::Config::infer()
         .await
         .context("loading kubeconfig or in-cluster configuration")?;
