@@ -315,16 +315,7 @@ impl LeanPod {
         Self {
             node_name: None,
             status: None,
-            name: self.name.clone(),
-            uid: self.uid.clone(),
-            resource_version: self.resource_version.clone(),
-            creation_timestamp: self.creation_timestamp.clone(),
-            deletion_timestamp: self.deletion_timestamp.clone(),
-            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
-            finalizers: self.finalizers.clone(),
-            scheduler_reported_at: self.scheduler_reported_at,
-            shared: Arc::clone(&self.shared),
-            spec: self.spec.clone(),
+            ..self.clone()
         }
     }
 
