@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use kerf_actors::supervisor::RESTART_BUDGET;
 use kerf_loadtest::apiserver::{ApiServer, RunningServer, ServerConfig};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 mod aws_support;
+mod cluster_support;
 
 fn kerf() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kerf"));
@@ -132,22 +133,7 @@ async fn runs_against_the_emulator_and_releases_its_lease_on_sigterm() {
 async fn emulator(test: &str) -> (RunningServer, PathBuf) {
     let server = ApiServer::start(ServerConfig::default()).await.unwrap();
     let cluster = server.cluster();
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
-    for file in [
-        "karpenter.sh_nodepools.yaml",
-        "karpenter.sh_nodeclaims.yaml",
-        "karpenter.k8s.aws_ec2nodeclasses.yaml",
-    ] {
-        let yaml = std::fs::read_to_string(crds.join(file)).unwrap();
-        cluster.apply_crd_yaml(&yaml).unwrap();
-    }
-    cluster
-        .create(
-            "v1",
-            "namespaces",
-            json!({"metadata": {"name": "karpenter"}}),
-        )
-        .unwrap();
+    cluster_support::install_karpenter(&cluster);
     let kubeconfig =
         std::env::temp_dir().join(format!("kerf-cli-{test}-{}.kubeconfig", std::process::id()));
     server.write_kubeconfig(&kubeconfig).unwrap();

@@ -27,6 +27,7 @@ use kerf_loadtest::apiserver::{ApiServer, Cluster, PatchKind, ServerConfig};
 use serde_json::{Value, json};
 
 mod aws_support;
+mod cluster_support;
 use aws_support::{REGION, aws_env, moto};
 
 const CLUSTER: &str = "kerf-moto";
@@ -274,22 +275,7 @@ async fn instance(c: &AwsClients, id: &str) -> Option<(String, BTreeMap<String, 
 /// default service range, one EC2NodeClass discovering `discovery`'s subnets and group, and
 /// one NodePool with `requirements`.
 async fn seed_cluster(cluster: &Cluster, discovery: &str, requirements: Value) {
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
-    for file in [
-        "karpenter.sh_nodepools.yaml",
-        "karpenter.sh_nodeclaims.yaml",
-        "karpenter.k8s.aws_ec2nodeclasses.yaml",
-    ] {
-        let yaml = std::fs::read_to_string(crds.join(file)).unwrap();
-        cluster.apply_crd_yaml(&yaml).unwrap();
-    }
-    cluster
-        .create(
-            "v1",
-            "namespaces",
-            json!({"metadata": {"name": "karpenter"}}),
-        )
-        .unwrap();
+    cluster_support::install_karpenter(cluster);
     for (namespace, name, ip) in [
         ("kube-system", "kube-dns", "10.100.0.10"),
         ("default", "kubernetes", "10.100.0.1"),

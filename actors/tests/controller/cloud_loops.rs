@@ -65,14 +65,7 @@ pub fn create_node_class(cluster: &Cluster, name: &str) {
         .create(
             EC2NODECLASSES.0,
             EC2NODECLASSES.1,
-            json!({
-                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-                "metadata": {"name": name},
-                "spec": {"role": "KarpenterNodeRole",
-                    "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                    "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}],
-                    "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "kerf-sim"}}]},
-            }),
+            crate::drift_support::ec2nodeclass(name),
         )
         .expect("node class created");
 }

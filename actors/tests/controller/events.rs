@@ -205,19 +205,6 @@ fn the_recorder_counts_identical_events_and_drops_deduplicated_ones() {
         let (_stop, shutdown) = tokio::sync::watch::channel(false);
         let (recorder, _task) = events::spawn(h.client.clone(), "test".into(), shutdown);
         let pod = PodRef::new("default", "web-1", "uid-1");
-        let marker = |message: &str| Event {
-            regarding: ObjectReference {
-                kind: Some("Pod".into()),
-                namespace: Some("default".into()),
-                name: Some("marker".into()),
-                ..ObjectReference::default()
-            },
-            type_: EventType::Normal,
-            reason: "Marker",
-            message: message.into(),
-            dedupe: None,
-            throttle: None,
-        };
 
         // Without de-duplication, identical events raise the count of one Event object.
         recorder.publish(marker("same"));
@@ -340,4 +327,22 @@ fn max_pods_above_the_eni_limit_is_warned_about_on_the_nodepool() {
         daemon.stop().await;
         h.stop().await;
     });
+}
+
+/// A Normal event about the pod `default/marker`, reason `Marker`, without de-duplication or
+/// throttling: one whose Event object a test can find by its message.
+pub fn marker(message: &str) -> Event {
+    Event {
+        regarding: ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some("default".into()),
+            name: Some("marker".into()),
+            ..ObjectReference::default()
+        },
+        type_: EventType::Normal,
+        reason: "Marker",
+        message: message.into(),
+        dedupe: None,
+        throttle: None,
+    }
 }

@@ -9,8 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kerf_actors::events::{self, Event, EventType};
+use kerf_actors::events;
 use kerf_actors::supervisor::{FAULT_ACTORS, LOOP_FAULTS, RESTART_BUDGET, Supervision};
 use kerf_actors::{Daemon, instance_health};
 use kerf_loadtest::apiserver::PatchKind;
@@ -18,6 +17,7 @@ use kerf_loadtest::ec2::subnet_id;
 use serde_json::json;
 
 use crate::cloud_loops;
+use crate::events::marker;
 use crate::support::*;
 
 /// Restarts a few milliseconds apart: the test is about what happens, not the backoff.
@@ -336,19 +336,6 @@ fn the_event_recorder_writes_and_counts_events_after_it_panicked() {
         let (_stop, shutdown) = tokio::sync::watch::channel(false);
         let (recorder, _task) =
             scope.sync_scope(|| events::spawn(h.client.clone(), "test".into(), shutdown));
-        let marker = |message: &str| Event {
-            regarding: ObjectReference {
-                kind: Some("Pod".into()),
-                namespace: Some("default".into()),
-                name: Some("marker".into()),
-                ..ObjectReference::default()
-            },
-            type_: EventType::Normal,
-            reason: "Marker",
-            message: message.into(),
-            dedupe: None,
-            throttle: None,
-        };
         let markers = |message: &str| {
             events_about(&cluster, "marker", "Marker")
                 .into_iter()

@@ -93,15 +93,21 @@ pub async fn follow(client: Client, version: KubernetesVersion, every: Duration)
 mod tests {
     use super::*;
     use kerf_actors::supervisor::Supervision;
-    use kerf_loadtest::apiserver::{ApiServer, ServerConfig};
+    use kerf_loadtest::apiserver::{ApiServer, RunningServer, ServerConfig};
 
-    #[tokio::test]
-    async fn an_upgraded_control_plane_reaches_the_providers_version_at_the_next_read() {
+    /// The API emulator and a client of it.
+    async fn emulator() -> (RunningServer, Client) {
         let server = ApiServer::start(ServerConfig::default())
             .await
             .expect("emulator");
         let url = server.url().parse().expect("a url");
         let client = Client::try_from(kube::Config::new(url)).expect("client");
+        (server, client)
+    }
+
+    #[tokio::test]
+    async fn an_upgraded_control_plane_reaches_the_providers_version_at_the_next_read() {
+        let (server, client) = emulator().await;
         let version = KubernetesVersion::new(read(&client).await.expect("read at start"));
         assert_eq!(version.get(), "1.33");
         let following = tokio::spawn(follow(client, version.clone(), Duration::from_millis(20)));
@@ -138,11 +144,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_follower_that_panicked_is_restarted_counted_and_follows_an_upgrade() {
-        let server = ApiServer::start(ServerConfig::default())
-            .await
-            .expect("emulator");
-        let url = server.url().parse().expect("a url");
-        let client = Client::try_from(kube::Config::new(url)).expect("client");
+        let (server, client) = emulator().await;
         let version = KubernetesVersion::new("1.33");
         kerf_actors::metrics::handle();
         let restarts = || {
