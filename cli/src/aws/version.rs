@@ -95,6 +95,18 @@ mod tests {
     use kerf_actors::supervisor::Supervision;
     use kerf_loadtest::apiserver::{ApiServer, RunningServer, ServerConfig};
 
+    /// Waits until `version` reads `want`, failing at `deadline`.
+    async fn reaches(version: &KubernetesVersion, want: &str, deadline: tokio::time::Instant) {
+        while version.get() != want {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "still {}",
+                version.get()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The API emulator and a client of it.
     async fn emulator() -> (RunningServer, Client) {
         let server = ApiServer::start(ServerConfig::default())
@@ -114,14 +126,7 @@ mod tests {
 
         server.set_kubernetes_minor(34);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while version.get() != "1.34" {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "still {}",
-                version.get()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        reaches(&version, "1.34", deadline).await;
         following.abort();
         server.shutdown().await;
     }
@@ -172,14 +177,7 @@ mod tests {
 
         // The follower built again reads the upgraded control plane.
         server.set_kubernetes_minor(34);
-        while version.get() != "1.34" {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "still {}",
-                version.get()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        reaches(&version, "1.34", deadline).await;
         assert_eq!(scope.recent_restarts(TASK_NAME), 1, "one restart");
         following.abort();
         server.shutdown().await;
