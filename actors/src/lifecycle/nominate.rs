@@ -19,7 +19,9 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kerf::pods;
@@ -29,7 +31,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::nomination_slots::{Class, Step};
+use super::nomination_slots::{Class, Slot, Step};
 use super::reconciler::{Reconciler, is_status};
 use crate::created_claims::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile, tried_since};
 
@@ -258,26 +260,57 @@ pub async fn nominate(r: &Reconciler, step: Step, nodeclaim: &str, node: &str) -
             );
         }
     }
-    constrained_done
-        .into_iter()
-        .chain(others_done)
-        .flatten()
-        .filter(|written| *written)
-        .count()
+    constrained_done.unwrap_or(0) + others_done.unwrap_or(0)
 }
 
-/// The nominations of `pods`, written side by side; whether each was written.
-fn write_all<'a>(
-    r: &'a Reconciler,
-    pods: Vec<(&'a PodRef, Class)>,
-    nodeclaim: &'a str,
-    node: &'a str,
+/// The nominations of `pods`, each class's waiting in one line of the write slots and
+/// written as its slots come; how many were written.
+async fn write_all(
+    r: &Reconciler,
+    pods: Vec<(&PodRef, Class)>,
+    nodeclaim: &str,
+    node: &str,
     step: Step,
-) -> impl Future<Output = Vec<bool>> + 'a {
-    futures::future::join_all(
-        pods.into_iter()
-            .map(move |(pod, class)| write(r, pod, nodeclaim, node, class, step)),
-    )
+) -> usize {
+    let mut by_class: Vec<(Class, Vec<&PodRef>)> = Vec::new();
+    for (pod, class) in pods {
+        match by_class.iter_mut().find(|(c, _)| *c == class) {
+            Some((_, listed)) => listed.push(pod),
+            None => by_class.push((class, vec![pod])),
+        }
+    }
+    let lines = by_class
+        .into_iter()
+        .map(|(class, pods)| write_line(r, pods, class, nodeclaim, node, step));
+    futures::future::join_all(lines).await.into_iter().sum()
+}
+
+/// The nominations of `pods`, all of `class`: one line of the write slots, and a write
+/// started for the next pod each time it is given a slot; how many were written.
+async fn write_line(
+    r: &Reconciler,
+    pods: Vec<&PodRef>,
+    class: Class,
+    nodeclaim: &str,
+    node: &str,
+    step: Step,
+) -> usize {
+    let mut line = r.nomination_slots.line(class, step, pods.len());
+    let mut pods = pods.into_iter();
+    let mut writing = FuturesUnordered::new();
+    let mut written = 0;
+    loop {
+        tokio::select! {
+            Some(slot) = line.next(), if pods.len() > 0 => {
+                if let Some(pod) = pods.next() {
+                    writing.push(write(r, slot, pod, nodeclaim, node));
+                }
+            }
+            Some(done) = writing.next() => written += usize::from(done),
+            else => break,
+        }
+    }
+    written
 }
 
 /// The pod `pod` refers to, as the store has it, if it still waits for a node and is not
@@ -290,26 +323,10 @@ fn waiting_pod(r: &Reconciler, pod: &PodRef, node: &str) -> Option<Arc<LeanPod>>
     waiting.then_some(stored)
 }
 
-/// Writes the nomination onto one pod's status, once a slot of its class is free and if
-/// the pod still waits then; whether it was written.
-///
-/// A large scale-up queues every planned pod's write at once (ten thousand at 10k pods),
-/// so a queued write must stay small: the API call's future (kilobytes: the client's
-/// request, its body and its response) is made, boxed by [`patch_status`], once the slot is
-/// held, and a write waiting for its slot holds a few hundred bytes (at most
-/// `WAITING_WRITE_MAX_BYTES`, tested) and borrows its pod from the NodeClaim's list
-/// ([`crate::created_claims::HeldPods`]) instead of a copy of its names.
-async fn write(
-    r: &Reconciler,
-    pod: &PodRef,
-    nodeclaim: &str,
-    node: &str,
-    class: Class,
-    step: Step,
-) -> bool {
-    let Some(_slot) = r.nomination_slots.acquire(class, step).await else {
-        return false;
-    };
+/// Writes the nomination onto one pod's status in `slot`, if the pod still waits; whether it
+/// was written.
+async fn write(r: &Reconciler, slot: Slot<'_>, pod: &PodRef, nodeclaim: &str, node: &str) -> bool {
+    let _slot = slot;
     // The scheduler may have bound it while this write queued.
     let Some(pod) = waiting_pod(r, pod, node) else {
         return false;
@@ -339,7 +356,7 @@ enum Written {
 /// Patches `pod`'s status (strategic merge: the condition merges by type), holding one of
 /// the [`NOMINATION_CONCURRENCY`] slots; counted under `result`, or `gone`/`failed`.
 /// Boxed: the client's future is kilobytes, and a caller's own future would otherwise hold
-/// room for it from the start, while it waits for its slot (see [`write`]).
+/// room for it from the start, while it waits for its slot (see [`withdraw`]).
 fn patch_status<'a>(
     r: &'a Reconciler,
     pod: &'a LeanPod,
@@ -374,11 +391,12 @@ fn patch_status<'a>(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::lifecycle::nomination_slots::NOMINATION_CONCURRENCY;
     use crate::state::ObjectKey;
 
-    /// The most a nomination write (or withdrawal) waiting for its slot may hold, in bytes:
-    /// a large scale-up queues one per planned pod. Made in full, a queued write held the
-    /// API call's future too: 2,320 bytes.
+    /// The most a NodeClaim's nominations waiting for their slots (or a withdrawal waiting
+    /// for its own) may hold, in bytes, besides their list of pods: a large scale-up queues
+    /// them for every NodeClaim at once.
     const WAITING_WRITE_MAX_BYTES: usize = 512;
 
     /// A Reconciler whose clients answer `{}` to every request.
@@ -527,22 +545,37 @@ pub(super) mod tests {
     }
 
     #[tokio::test]
-    async fn a_write_waiting_for_its_slot_holds_little() {
+    async fn a_nodeclaims_queued_writes_wait_in_one_line_not_one_waiter_per_pod() {
         let r = reconciler();
-        let pod = PodRef::new("default", "web-0", "uid-0");
-        let queued = write(
-            &r,
-            &pod,
-            "default-abc",
-            "node-a",
-            Class::Constrained,
-            Step::Launch,
-        );
+        let held: Vec<_> = (0..NOMINATION_CONCURRENCY)
+            .filter_map(|_| {
+                let slot = r
+                    .nomination_slots
+                    .acquire(Class::Constrained, Step::Registration);
+                futures::FutureExt::now_or_never(slot).flatten()
+            })
+            .collect();
+        assert_eq!(held.len(), NOMINATION_CONCURRENCY, "every slot held");
+        let pods: Vec<PodRef> = (0..1000)
+            .map(|i| PodRef::new("default", format!("web-{i}"), format!("uid-{i}")))
+            .collect();
+        let listed = pods.iter().map(|p| (p, Class::Constrained)).collect();
+        let queued = write_all(&r, listed, "default-abc", "node-a", Step::Registration);
         let bytes = std::mem::size_of_val(&queued);
         assert!(
             bytes <= WAITING_WRITE_MAX_BYTES,
-            "a queued nomination write holds {bytes} bytes"
+            "a NodeClaim's queued nominations hold {bytes} bytes besides their list"
         );
+        let mut queued = pin!(queued);
+        assert!(futures::poll!(&mut queued).is_pending());
+        assert_eq!(r.nomination_slots.lines(), 1, "one line for the 1,000 pods");
+        drop(held);
+        assert_eq!(
+            queued.await,
+            0,
+            "none waits in the store: nothing is written"
+        );
+        assert_eq!(r.nomination_slots.lines(), 0, "the line is closed");
         let withdrawal = withdraw(&r, Arc::new(LeanPod::default()), "r", "m");
         let bytes = std::mem::size_of_val(&withdrawal);
         assert!(

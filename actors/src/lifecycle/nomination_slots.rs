@@ -2,12 +2,22 @@
 //! pool of [`NOMINATION_CONCURRENCY`], of which unconstrained pods' writes hold at most
 //! [`UNCONSTRAINED_NOMINATION_SLOTS`] and writes made at launch (for Nodes still booting) at
 //! most [`LAUNCH_NOMINATION_SLOTS`], so placement-constrained pods and registering Nodes,
-//! which a pod waits on, go first. Permits are taken in one fixed order, so no two writes
-//! each hold what the other waits for.
+//! which a pod waits on, go first.
+//!
+//! Writes wait in [`Line`]s, one per NodeClaim's pods of one class, not one waiter per
+//! pod: a large scale-up queues a nomination for every planned pod at once (twenty thousand
+//! at 20k pods), and a waiter per pod held a few hundred bytes each, megabytes at the
+//! controller's peak. A line keeps its place: the slots freed go, in the order the lines
+//! were opened, to the first line whose class and step may hold one more, until it has had
+//! a slot for each of its pods; so a NodeClaim's pods are written before those of a
+//! NodeClaim that asked later, as they were when each pod waited on its own.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 
 use kerf::pods;
 use kerf::pods::LeanPod;
-use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// Nomination writes in flight at once, across every launched and registering Node: at the
 /// pods kind's default budget (200 writes per second), enough to keep it busy at a few
@@ -55,49 +65,214 @@ impl Class {
     }
 }
 
-/// The write slots every launch's and registration's nominations (and withdrawals) share.
-pub struct Slots {
-    all: Semaphore,
-    unconstrained: Semaphore,
-    launch: Semaphore,
+/// Which shares a slot of `class` at `step` counts against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shares {
+    launch: bool,
+    unconstrained: bool,
 }
 
-/// A held write slot.
-pub struct Slot<'a> {
-    _launch: Option<SemaphorePermit<'a>>,
-    _unconstrained: Option<SemaphorePermit<'a>>,
-    _slot: SemaphorePermit<'a>,
+impl Shares {
+    fn of(class: Class, step: Step) -> Self {
+        Self {
+            launch: step == Step::Launch && class != Class::OnePerNode,
+            unconstrained: class == Class::Unconstrained,
+        }
+    }
+}
+
+/// The write slots every launch's and registration's nominations (and withdrawals) share.
+pub struct Slots {
+    queue: Mutex<Queue>,
+}
+
+struct Queue {
+    /// Free slots of the pool, and of each limited share.
+    free: usize,
+    free_unconstrained: usize,
+    free_launch: usize,
+    /// The open lines by number, which is the order they were opened in.
+    lines: BTreeMap<u64, Waiting>,
+    next_line: u64,
+}
+
+/// A line's place in the queue.
+struct Waiting {
+    shares: Shares,
+    /// Slots still to be given to it.
+    wanted: usize,
+    /// Slots given to it that it has not taken yet.
+    given: usize,
+    waker: Option<Waker>,
 }
 
 impl Default for Slots {
     fn default() -> Self {
         Self {
-            all: Semaphore::new(NOMINATION_CONCURRENCY),
-            unconstrained: Semaphore::new(UNCONSTRAINED_NOMINATION_SLOTS),
-            launch: Semaphore::new(LAUNCH_NOMINATION_SLOTS),
+            queue: Mutex::new(Queue {
+                free: NOMINATION_CONCURRENCY,
+                free_unconstrained: UNCONSTRAINED_NOMINATION_SLOTS,
+                free_launch: LAUNCH_NOMINATION_SLOTS,
+                lines: BTreeMap::new(),
+                next_line: 0,
+            }),
+        }
+    }
+}
+
+impl Queue {
+    fn put_back(&mut self, shares: Shares, count: usize) {
+        self.free += count;
+        if shares.launch {
+            self.free_launch += count;
+        }
+        if shares.unconstrained {
+            self.free_unconstrained += count;
+        }
+    }
+
+    /// Gives the free slots to the lines in the order they were opened, each as many as its
+    /// shares allow. A line passed over for a full share stays passed over: shares only
+    /// fill while slots are given.
+    fn give(&mut self) {
+        let Self {
+            free,
+            free_unconstrained,
+            free_launch,
+            lines,
+            ..
+        } = self;
+        for waiting in lines.values_mut() {
+            if *free == 0 {
+                break;
+            }
+            let mut given = 0;
+            while waiting.wanted > 0
+                && *free > 0
+                && (!waiting.shares.launch || *free_launch > 0)
+                && (!waiting.shares.unconstrained || *free_unconstrained > 0)
+            {
+                *free -= 1;
+                *free_launch -= usize::from(waiting.shares.launch);
+                *free_unconstrained -= usize::from(waiting.shares.unconstrained);
+                waiting.wanted -= 1;
+                given += 1;
+            }
+            if given > 0 {
+                waiting.given += given;
+                if let Some(waker) = waiting.waker.take() {
+                    waker.wake();
+                }
+            }
         }
     }
 }
 
 impl Slots {
-    /// Waits for a slot a write of `class` at `step` may hold (in the order asked, within
-    /// its share).
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // The queue's counts are updated whole under the lock; no panic leaves them halfway.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Opens a line for `count` writes of `class` at `step`, behind the lines opened before.
+    pub fn line(&self, class: Class, step: Step, count: usize) -> Line<'_> {
+        let shares = Shares::of(class, step);
+        let mut queue = self.lock();
+        let number = queue.next_line;
+        queue.next_line += 1;
+        queue.lines.insert(
+            number,
+            Waiting {
+                shares,
+                wanted: count,
+                given: 0,
+                waker: None,
+            },
+        );
+        queue.give();
+        Line {
+            slots: self,
+            number,
+            shares,
+        }
+    }
+
+    /// Waits for one slot a write of `class` at `step` may hold (behind the lines opened
+    /// before, within its share).
     pub async fn acquire(&self, class: Class, step: Step) -> Option<Slot<'_>> {
-        // Always in this order (launch, unconstrained, all), so no two writes each hold what
-        // the other waits for.
-        let launch = match (step, class) {
-            (Step::Registration, _) | (Step::Launch, Class::OnePerNode) => None,
-            (Step::Launch, _) => Some(self.launch.acquire().await.ok()?),
+        self.line(class, step, 1).next().await
+    }
+
+    /// Free slots of the pool.
+    #[cfg(test)]
+    fn free(&self) -> usize {
+        self.lock().free
+    }
+
+    /// Lines open.
+    #[cfg(test)]
+    pub(super) fn lines(&self) -> usize {
+        self.lock().lines.len()
+    }
+}
+
+/// A NodeClaim's writes of one class waiting for slots, in their place in the queue; closed
+/// when dropped, handing back the slots it was given and did not take.
+pub struct Line<'a> {
+    slots: &'a Slots,
+    number: u64,
+    shares: Shares,
+}
+
+impl<'a> Line<'a> {
+    /// The line's next slot; `None` once it has had one for each of its writes.
+    pub async fn next(&mut self) -> Option<Slot<'a>> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Slot<'a>>> {
+        let mut queue = self.slots.lock();
+        let Some(waiting) = queue.lines.get_mut(&self.number) else {
+            return Poll::Ready(None);
         };
-        let unconstrained = match class {
-            Class::OnePerNode | Class::Constrained => None,
-            Class::Unconstrained => Some(self.unconstrained.acquire().await.ok()?),
-        };
-        Some(Slot {
-            _launch: launch,
-            _unconstrained: unconstrained,
-            _slot: self.all.acquire().await.ok()?,
-        })
+        if waiting.given > 0 {
+            waiting.given -= 1;
+            return Poll::Ready(Some(Slot {
+                slots: self.slots,
+                shares: self.shares,
+            }));
+        }
+        if waiting.wanted == 0 {
+            return Poll::Ready(None);
+        }
+        waiting.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Line<'_> {
+    fn drop(&mut self) {
+        let mut queue = self.slots.lock();
+        if let Some(waiting) = queue.lines.remove(&self.number)
+            && waiting.given > 0
+        {
+            queue.put_back(waiting.shares, waiting.given);
+            queue.give();
+        }
+    }
+}
+
+/// A held write slot, handed back (to the lines waiting) when dropped.
+pub struct Slot<'a> {
+    slots: &'a Slots,
+    shares: Shares,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut queue = self.slots.lock();
+        queue.put_back(self.shares, 1);
+        queue.give();
     }
 }
 
@@ -174,5 +349,66 @@ mod tests {
             NOMINATION_CONCURRENCY - LAUNCH_NOMINATION_SLOTS,
             "every slot the other launch writes left"
         );
+    }
+
+    /// Takes every slot `line` was given so far, without waiting.
+    fn take_given<'a>(line: &mut Line<'a>) -> Vec<Slot<'a>> {
+        std::iter::from_fn(|| futures::FutureExt::now_or_never(line.next()).flatten())
+            .take(NOMINATION_CONCURRENCY + 1)
+            .collect()
+    }
+
+    #[test]
+    fn slots_go_to_the_lines_in_the_order_they_were_opened() {
+        let slots = Slots::default();
+        let held = take_all(&slots, Class::Constrained, Step::Registration);
+        assert_eq!(held.len(), NOMINATION_CONCURRENCY);
+        let mut first = slots.line(Class::Constrained, Step::Registration, 3);
+        let mut second = slots.line(Class::Constrained, Step::Registration, 3);
+        assert!(take_given(&mut first).is_empty() && take_given(&mut second).is_empty());
+        let mut held = held.into_iter();
+        held.by_ref().take(4).for_each(drop);
+        let (a, b) = (take_given(&mut first), take_given(&mut second));
+        assert_eq!(
+            (a.len(), b.len()),
+            (3, 1),
+            "the first line is served whole first"
+        );
+        drop(a);
+        assert_eq!(take_given(&mut second).len(), 2);
+        assert!(
+            futures::FutureExt::now_or_never(second.next()).is_some_and(|s| s.is_none()),
+            "a line that had a slot for each write is done"
+        );
+    }
+
+    #[test]
+    fn a_closed_line_hands_back_the_slots_it_did_not_take() {
+        let slots = Slots::default();
+        let mut line = slots.line(Class::Constrained, Step::Registration, 40);
+        let taken = futures::FutureExt::now_or_never(line.next()).flatten();
+        assert!(taken.is_some());
+        assert_eq!(slots.free(), 0, "given every slot");
+        let waiting = slots.line(Class::Constrained, Step::Registration, 1);
+        drop(line);
+        assert_eq!(
+            slots.free(),
+            NOMINATION_CONCURRENCY - 2,
+            "one taken, one to the next line"
+        );
+        drop((taken, waiting));
+        assert_eq!(slots.free(), NOMINATION_CONCURRENCY);
+    }
+
+    #[test]
+    fn a_line_held_to_its_share_does_not_hold_back_later_lines() {
+        let slots = Slots::default();
+        let unconstrained = take_all(&slots, Class::Unconstrained, Step::Registration);
+        let mut more = slots.line(Class::Unconstrained, Step::Registration, 2);
+        let mut constrained = slots.line(Class::Constrained, Step::Registration, 2);
+        assert!(take_given(&mut more).is_empty(), "the share is full");
+        assert_eq!(take_given(&mut constrained).len(), 2);
+        drop(unconstrained);
+        assert_eq!(take_given(&mut more).len(), 2);
     }
 }
