@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
+use super::id::PodRef;
 use super::intern::Interner;
 use super::status::{LeanStatus, PodStatusView};
 
@@ -34,6 +35,16 @@ pub trait PodLike {
     /// `spec.nodeName`.
     fn node_name(&self) -> Option<&str>;
     fn status(&self) -> Option<PodStatusView<'_>>;
+    /// What names the pod in plans, results and nominations (namespace `default` when unset):
+    /// a lean pod's own, shared; for the API's form, made anew.
+    fn pod_ref(&self) -> PodRef {
+        let meta = self.meta();
+        PodRef::new(
+            meta.namespace.unwrap_or("default"),
+            meta.name.unwrap_or_default(),
+            meta.uid.unwrap_or_default(),
+        )
+    }
     /// When the kube-scheduler last changed the pod's status: the time of its
     /// `managedFields` entry for the status subresource ([`super::is_scheduler_status_write`]).
     /// It rewrites its `Unschedulable` report when the message changes (as it does once a
@@ -120,6 +131,10 @@ impl<T: PodLike + ?Sized> PodLike for Arc<T> {
         (**self).status()
     }
 
+    fn pod_ref(&self) -> PodRef {
+        (**self).pod_ref()
+    }
+
     fn scheduler_reported_at(&self) -> Option<Timestamp> {
         (**self).scheduler_reported_at()
     }
@@ -140,6 +155,10 @@ impl<T: PodLike + ?Sized> PodLike for &T {
 
     fn status(&self) -> Option<PodStatusView<'_>> {
         (**self).status()
+    }
+
+    fn pod_ref(&self) -> PodRef {
+        (**self).pod_ref()
     }
 
     fn scheduler_reported_at(&self) -> Option<Timestamp> {
@@ -174,8 +193,9 @@ pub struct SharedMeta {
 /// doc).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LeanPod {
-    name: Option<String>,
-    uid: Option<String>,
+    /// Its namespace, name and uid, which plans and nominations share
+    /// ([`PodLike::pod_ref`]); an absent name or uid is kept empty.
+    id: PodRef,
     resource_version: Option<String>,
     creation_timestamp: Option<Time>,
     deletion_timestamp: Option<Time>,
@@ -193,10 +213,10 @@ impl PodLike for LeanPod {
     fn meta(&self) -> PodMeta<'_> {
         let shared = &*self.shared;
         PodMeta {
-            name: self.name.as_deref(),
+            name: non_empty(&self.id.name),
             generate_name: shared.generate_name.as_deref(),
             namespace: shared.namespace.as_deref(),
-            uid: self.uid.as_deref(),
+            uid: non_empty(&self.id.uid),
             resource_version: self.resource_version.as_deref(),
             creation_timestamp: self.creation_timestamp.as_ref(),
             deletion_timestamp: self.deletion_timestamp.as_ref(),
@@ -223,6 +243,15 @@ impl PodLike for LeanPod {
     fn scheduler_reported_at(&self) -> Option<Timestamp> {
         self.scheduler_reported_at
     }
+
+    fn pod_ref(&self) -> PodRef {
+        self.id.clone()
+    }
+}
+
+/// `text`, unless empty: how a lean pod gives back a name or uid the API left out.
+fn non_empty(text: &str) -> Option<&str> {
+    (!text.is_empty()).then_some(text)
 }
 
 impl LeanPod {
@@ -253,6 +282,11 @@ impl LeanPod {
             self_link: _,
             uid,
         } = metadata;
+        let id = PodRef::new(
+            namespace.as_deref().unwrap_or("default"),
+            name.unwrap_or_default(),
+            uid.unwrap_or_default(),
+        );
         let shared = interner.metas.intern(SharedMeta {
             namespace,
             generate_name,
@@ -268,8 +302,7 @@ impl LeanPod {
             None => (None, None),
         };
         Self {
-            name,
-            uid,
+            id,
             resource_version,
             creation_timestamp,
             deletion_timestamp,
@@ -332,10 +365,10 @@ impl LeanPod {
         });
         Pod {
             metadata: ObjectMeta {
-                name: self.name.clone(),
+                name: non_empty(&self.id.name).map(str::to_owned),
                 generate_name: shared.generate_name.clone(),
                 namespace: shared.namespace.clone(),
-                uid: self.uid.clone(),
+                uid: non_empty(&self.id.uid).map(str::to_owned),
                 resource_version: self.resource_version.clone(),
                 creation_timestamp: self.creation_timestamp.clone(),
                 deletion_timestamp: self.deletion_timestamp.clone(),
@@ -423,6 +456,29 @@ mod tests {
             }
         }))
         .expect("a valid pod")
+    }
+
+    #[test]
+    fn a_lean_pod_shares_its_pod_ref_and_names_it_as_the_apis_form_would() {
+        let api = owned("web-0", None, "web-7d4b9c8f6d", "web");
+        let lean = Arc::new(LeanPod::from(api.clone()));
+        let (one, two) = (lean.pod_ref(), lean.pod_ref());
+        assert!(
+            std::ptr::eq(&*one, &*two),
+            "a clone of the pod's own, not a copy"
+        );
+        assert_eq!(one, api.pod_ref());
+        assert_eq!(
+            (&*one.namespace, &*one.name, &*one.uid),
+            ("shop", "web-0", "uid-web-0")
+        );
+        let mut unnamed = replica("x", None, "1");
+        unnamed.metadata = ObjectMeta::default();
+        let unnamed = LeanPod::from(unnamed);
+        assert_eq!(unnamed.pod_ref(), PodRef::new("default", "", ""));
+        let meta = unnamed.meta();
+        assert_eq!((meta.name, meta.namespace, meta.uid), (None, None, None));
+        assert_eq!(unnamed.to_pod().metadata.name, None);
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //! which has no kube-scheduler and so takes every unbound pod as unschedulable so far, and
 //! the controller, which also waits for the kube-scheduler's `Unschedulable` verdict.
 
+mod id;
 mod intern;
 mod lean;
 mod spec;
 mod status;
 
+pub use id::{PodId, PodRef};
 pub use intern::Interner;
 pub use lean::{LeanPod, PodInterner, PodLike, PodMeta, SharedMeta};
 pub use spec::keep_what_placement_reads;

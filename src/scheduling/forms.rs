@@ -36,7 +36,7 @@ impl PodForm {
                 .collect()
         });
         Self {
-            pod_ref: pod_ref(pod),
+            pod_ref: pod.pod_ref(),
             requests,
             fingerprint: SpecView::of(pod).fingerprint(),
         }
@@ -52,16 +52,6 @@ impl PodForm {
             Err(quantity) => Err(quantity.clone()),
         }
     }
-}
-
-/// `p`'s namespace (`default` when unset), name and uid.
-pub fn pod_ref(p: &impl PodLike) -> PodRef {
-    let meta = p.meta();
-    PodRef::new(
-        meta.namespace.unwrap_or("default"),
-        meta.name.unwrap_or_default(),
-        meta.uid.unwrap_or_default(),
-    )
 }
 
 /// The forms of the pods the latest round prepared, by uid.

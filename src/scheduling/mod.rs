@@ -34,7 +34,7 @@ mod volumes;
 pub mod testing;
 
 pub use batch::{Batch, Part, PartOutcome, UNSOLVED_PART};
-pub use forms::{PodForm, PodForms, pod_ref};
+pub use forms::{PodForm, PodForms};
 pub use node_forms::NodeForms;
 pub use pod::resource_requests;
 pub use types::*;

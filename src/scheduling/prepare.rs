@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 
 use super::SchedulingError;
 use super::class::{Class, ClassId, required_term_alternatives, spec_requirements};
-use super::forms::{PodForm, PodForms, pod_ref};
+use super::forms::{PodForm, PodForms};
 use super::intern::{Bits, FxHashMap, Sym};
 use super::node_forms::{NodeForm, NodeForms, ShapeForm, ShapeForms};
 use super::pod::{ConstraintSpec, HostPort, claim_names, pod_requests};
@@ -158,7 +158,7 @@ pub fn prepare_with(
     let mut daemons = Vec::with_capacity(input.daemonsets.len());
     for ds in &input.daemonsets {
         let d = daemon(ds, &mut vocab, &mut names).map_err(|reason| {
-            let r = pod_ref(ds);
+            let r = ds.pod_ref();
             SchedulingError::InvalidDaemonSet {
                 daemonset: format!("{}/{}", r.namespace, r.name),
                 reason,

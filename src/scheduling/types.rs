@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::StorageClass;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 pub use crate::api::{NodeSelectorRequirementWithMinValues, Operator};
 pub use crate::catalog::{CapacityType, InstanceType, Offering};
+pub use crate::pods::{PodId, PodRef};
 pub use crate::resources::Resources;
 
 /// Everything one solve needs: the pods to place and the capacity they may use.
@@ -156,44 +157,6 @@ impl Default for SchedulingOptions {
             max_instance_types: 600,
             parallel: true,
         }
-    }
-}
-
-/// Identifies a pod in the result: a [`PodId`] shared by every holder. A round's plan, the
-/// registry's nominations, the events and the nomination writes each hold one per planned
-/// pod, so a clone is a reference count, not three strings (a 20,000-pod round's plan held
-/// 4.7 MB of copies).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct PodRef(Arc<PodId>);
-
-/// A pod's namespace, name and uid.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct PodId {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-}
-
-impl PodRef {
-    pub fn new(
-        namespace: impl Into<String>,
-        name: impl Into<String>,
-        uid: impl Into<String>,
-    ) -> Self {
-        Self(Arc::new(PodId {
-            namespace: namespace.into(),
-            name: name.into(),
-            uid: uid.into(),
-        }))
-    }
-}
-
-impl std::ops::Deref for PodRef {
-    type Target = PodId;
-
-    fn deref(&self) -> &PodId {
-        &self.0
     }
 }
 

@@ -7,7 +7,6 @@
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kerf::api::NodeClaim;
 use kerf::pods::{LeanPod, PodLike};
-use kerf::scheduling::pod_ref;
 
 use crate::events::upstream::{DEFAULT_DEDUPE, node_claim_reference, pod_reference};
 use crate::events::{Dedupe, Event, EventType};
@@ -21,7 +20,7 @@ pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpir
 
 fn on_pod(pod: &LeanPod, type_: EventType, reason: &'static str, message: String) -> Event {
     Event {
-        regarding: pod_reference(&pod_ref(pod)),
+        regarding: pod_reference(&pod.pod_ref()),
         type_,
         reason,
         message,
