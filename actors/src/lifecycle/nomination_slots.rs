@@ -10,7 +10,8 @@
 //! controller's peak. A line keeps its place: the slots freed go, in the order the lines
 //! were opened, to the first line whose class and step may hold one more, until it has had
 //! a slot for each of its pods; so a NodeClaim's pods are written before those of a
-//! NodeClaim that asked later, as they were when each pod waited on its own.
+//! NodeClaim that asked later. Lines for Nodes still booting are served after every other
+//! line that can take a slot: a registration's writes go first.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -132,36 +133,40 @@ impl Queue {
     }
 
     /// Gives the free slots to the lines in the order they were opened, each as many as its
-    /// shares allow. A line passed over for a full share stays passed over: shares only
-    /// fill while slots are given.
+    /// shares allow: first to the lines not held to the launch share (registrations,
+    /// withdrawals), then to the writes for Nodes still booting, which a pod does not wait
+    /// on yet. A line passed over for a full share stays passed over: shares only fill
+    /// while slots are given.
     fn give(&mut self) {
-        let Self {
-            free,
-            free_unconstrained,
-            free_launch,
-            lines,
-            ..
-        } = self;
-        for waiting in lines.values_mut() {
-            if *free == 0 {
-                break;
-            }
-            let mut given = 0;
-            while waiting.wanted > 0
-                && *free > 0
-                && (!waiting.shares.launch || *free_launch > 0)
-                && (!waiting.shares.unconstrained || *free_unconstrained > 0)
-            {
-                *free -= 1;
-                *free_launch -= usize::from(waiting.shares.launch);
-                *free_unconstrained -= usize::from(waiting.shares.unconstrained);
-                waiting.wanted -= 1;
-                given += 1;
-            }
-            if given > 0 {
-                waiting.given += given;
-                if let Some(waker) = waiting.waker.take() {
-                    waker.wake();
+        for booting in [false, true] {
+            let Self {
+                free,
+                free_unconstrained,
+                free_launch,
+                lines,
+                ..
+            } = &mut *self;
+            for waiting in lines.values_mut().filter(|w| w.shares.launch == booting) {
+                if *free == 0 {
+                    return;
+                }
+                let mut given = 0;
+                while waiting.wanted > 0
+                    && *free > 0
+                    && (!waiting.shares.launch || *free_launch > 0)
+                    && (!waiting.shares.unconstrained || *free_unconstrained > 0)
+                {
+                    *free -= 1;
+                    *free_launch -= usize::from(waiting.shares.launch);
+                    *free_unconstrained -= usize::from(waiting.shares.unconstrained);
+                    waiting.wanted -= 1;
+                    given += 1;
+                }
+                if given > 0 {
+                    waiting.given += given;
+                    if let Some(waker) = waiting.waker.take() {
+                        waker.wake();
+                    }
                 }
             }
         }
@@ -410,5 +415,21 @@ mod tests {
         assert_eq!(take_given(&mut constrained).len(), 2);
         drop(unconstrained);
         assert_eq!(take_given(&mut more).len(), 2);
+    }
+
+    #[test]
+    fn a_freed_slot_goes_to_a_registration_before_an_older_launch_line() {
+        let slots = Slots::default();
+        let held = take_all(&slots, Class::Constrained, Step::Registration);
+        let mut booting = slots.line(Class::Constrained, Step::Launch, 2);
+        let mut registering = slots.line(Class::Constrained, Step::Registration, 2);
+        let mut held = held.into_iter();
+        held.by_ref().take(2).for_each(drop);
+        let registered = take_given(&mut registering);
+        assert_eq!(registered.len(), 2, "the registration goes first");
+        assert!(take_given(&mut booting).is_empty());
+        held.by_ref().take(1).for_each(drop);
+        let booted = take_given(&mut booting);
+        assert_eq!(booted.len(), 1, "then the Node still booting");
     }
 }
