@@ -6,8 +6,7 @@
 //!
 //! Writes wait in [`Line`]s, one per NodeClaim's pods of one class, not one waiter per
 //! pod: a large scale-up queues a nomination for every planned pod at once (twenty thousand
-//! at 20k pods), and a waiter per pod held a few hundred bytes each, megabytes at the
-//! controller's peak. A line keeps its place: the slots freed go, in the order the lines
+//! at 20k pods), and a waiter per pod would hold a few hundred bytes for each. A line keeps its place: the slots freed go, in the order the lines
 //! were opened, to the first line whose class and step may hold one more, until it has had
 //! a slot for each of its pods; so a NodeClaim's pods are written before those of a
 //! NodeClaim that asked later. Lines for Nodes still booting are served after every other
@@ -88,10 +87,7 @@ pub struct Slots {
 }
 
 struct Queue {
-    /// Free slots of the pool, and of each limited share.
-    free: usize,
-    free_unconstrained: usize,
-    free_launch: usize,
+    free: Free,
     /// The open lines by number, which is the order they were opened in.
     lines: BTreeMap<u64, Waiting>,
     next_line: u64,
@@ -107,13 +103,42 @@ struct Waiting {
     waker: Option<Waker>,
 }
 
+/// Free slots of the pool, and of each limited share.
+struct Free {
+    all: usize,
+    unconstrained: usize,
+    launch: usize,
+}
+
+impl Free {
+    fn may_take(&self, shares: Shares) -> bool {
+        self.all > 0
+            && (!shares.launch || self.launch > 0)
+            && (!shares.unconstrained || self.unconstrained > 0)
+    }
+
+    fn take(&mut self, shares: Shares) {
+        self.all -= 1;
+        self.launch -= usize::from(shares.launch);
+        self.unconstrained -= usize::from(shares.unconstrained);
+    }
+
+    fn put_back(&mut self, shares: Shares, count: usize) {
+        self.all += count;
+        self.launch += count * usize::from(shares.launch);
+        self.unconstrained += count * usize::from(shares.unconstrained);
+    }
+}
+
 impl Default for Slots {
     fn default() -> Self {
         Self {
             queue: Mutex::new(Queue {
-                free: NOMINATION_CONCURRENCY,
-                free_unconstrained: UNCONSTRAINED_NOMINATION_SLOTS,
-                free_launch: LAUNCH_NOMINATION_SLOTS,
+                free: Free {
+                    all: NOMINATION_CONCURRENCY,
+                    unconstrained: UNCONSTRAINED_NOMINATION_SLOTS,
+                    launch: LAUNCH_NOMINATION_SLOTS,
+                },
                 lines: BTreeMap::new(),
                 next_line: 0,
             }),
@@ -122,43 +147,21 @@ impl Default for Slots {
 }
 
 impl Queue {
-    fn put_back(&mut self, shares: Shares, count: usize) {
-        self.free += count;
-        if shares.launch {
-            self.free_launch += count;
-        }
-        if shares.unconstrained {
-            self.free_unconstrained += count;
-        }
-    }
-
     /// Gives the free slots to the lines in the order they were opened, each as many as its
     /// shares allow: first to the lines not held to the launch share (registrations,
     /// withdrawals), then to the writes for Nodes still booting, which a pod does not wait
     /// on yet. A line passed over for a full share stays passed over: shares only fill
     /// while slots are given.
     fn give(&mut self) {
+        let Self { free, lines, .. } = self;
         for booting in [false, true] {
-            let Self {
-                free,
-                free_unconstrained,
-                free_launch,
-                lines,
-                ..
-            } = &mut *self;
             for waiting in lines.values_mut().filter(|w| w.shares.launch == booting) {
-                if *free == 0 {
+                if free.all == 0 {
                     return;
                 }
                 let mut given = 0;
-                while waiting.wanted > 0
-                    && *free > 0
-                    && (!waiting.shares.launch || *free_launch > 0)
-                    && (!waiting.shares.unconstrained || *free_unconstrained > 0)
-                {
-                    *free -= 1;
-                    *free_launch -= usize::from(waiting.shares.launch);
-                    *free_unconstrained -= usize::from(waiting.shares.unconstrained);
+                while waiting.wanted > 0 && free.may_take(waiting.shares) {
+                    free.take(waiting.shares);
                     waiting.wanted -= 1;
                     given += 1;
                 }
@@ -211,7 +214,7 @@ impl Slots {
     /// Free slots of the pool.
     #[cfg(test)]
     fn free(&self) -> usize {
-        self.lock().free
+        self.lock().free.all
     }
 
     /// Lines open.
@@ -261,7 +264,7 @@ impl Drop for Line<'_> {
         if let Some(waiting) = queue.lines.remove(&self.number)
             && waiting.given > 0
         {
-            queue.put_back(waiting.shares, waiting.given);
+            queue.free.put_back(waiting.shares, waiting.given);
             queue.give();
         }
     }
@@ -276,7 +279,7 @@ pub struct Slot<'a> {
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         let mut queue = self.slots.lock();
-        queue.put_back(self.shares, 1);
+        queue.free.put_back(self.shares, 1);
         queue.give();
     }
 }
@@ -294,11 +297,16 @@ mod tests {
         futures::FutureExt::now_or_never(slots.acquire(class, step)).flatten()
     }
 
-    /// Takes every slot `class` may at `step`, without waiting.
-    fn take_all(slots: &Slots, class: Class, step: Step) -> Vec<Slot<'_>> {
-        std::iter::from_fn(|| try_take_at(slots, class, step))
+    /// The slots `take` gives until it gives none (at most one more than the pool holds).
+    fn taken<'a>(take: impl FnMut() -> Option<Slot<'a>>) -> Vec<Slot<'a>> {
+        std::iter::from_fn(take)
             .take(NOMINATION_CONCURRENCY + 1)
             .collect()
+    }
+
+    /// Takes every slot `class` may at `step`, without waiting.
+    fn take_all(slots: &Slots, class: Class, step: Step) -> Vec<Slot<'_>> {
+        taken(|| try_take_at(slots, class, step))
     }
 
     #[test]
@@ -358,9 +366,7 @@ mod tests {
 
     /// Takes every slot `line` was given so far, without waiting.
     fn take_given<'a>(line: &mut Line<'a>) -> Vec<Slot<'a>> {
-        std::iter::from_fn(|| futures::FutureExt::now_or_never(line.next()).flatten())
-            .take(NOMINATION_CONCURRENCY + 1)
-            .collect()
+        taken(|| futures::FutureExt::now_or_never(line.next()).flatten())
     }
 
     #[test]
