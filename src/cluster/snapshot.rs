@@ -428,9 +428,8 @@ fn in_flight_node(
 
 /// [`unlaunched_resources`] of the instance types a NodeClaim may launch as, from its
 /// class's: the one its labels name, else those its instance-type requirement allows. Read
-/// in place, not copied: the round after a large one has a thousand unlaunched NodeClaims,
-/// each allowing up to the round's limit of instance types (60 in the controller), and each
-/// type (its labels and offerings) is kilobytes.
+/// in place, not copied: a round after a large one holds many unlaunched NodeClaims, each
+/// allowing many instance types, and a type carries its labels and offerings.
 fn claim_resources(
     claim: &NodeClaim,
     labels: &BTreeMap<String, String>,

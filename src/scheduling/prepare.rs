@@ -251,9 +251,8 @@ pub fn prepare_with(
     let ClassBuilder {
         topology, classes, ..
     } = builder;
-    // Built once the classes no longer read the sparse nodes, from them: a node's
-    // requirements and taints move rather than being copied, a megabyte or two a round at a
-    // thousand nodes.
+    // Built from the sparse nodes once the classes no longer read them, so that each node's
+    // requirements, taints and attach limits move into its state rather than being copied.
     let nodes: Vec<NodeState> = sparse_nodes
         .into_iter()
         .map(|n| node_state(n, &daemons, stride, &vocab))
