@@ -1,6 +1,10 @@
 //! A sampling heap profile of one owner: where its live heap was allocated. About one
 //! allocation per [`start`]'s interval of bytes is sampled with its backtrace and kept until it
-//! is freed; each sample stands for its interval (or its own size, when larger). The samples
+//! is freed. The bytes between two samples are drawn at random (exponentially, around the
+//! interval), as tcmalloc's and jemalloc's profilers do: a fixed countdown would land on the
+//! same allocation of a repeating pattern every time (one pod store insert allocates the same
+//! blocks in the same order as the last), crediting one site with its neighbours' bytes. Each
+//! sample stands for the bytes it is expected to stand for (see [`weight`]). The samples
 //! live when the owner's sampled heap was at its most, and those live now, are summed by stack
 //! in [`report`]. It answers "what holds the controller's heap at its peak" in a release build
 //! with the accounting allocator, where heaptrack sees nothing (mimalloc maps its own memory).
@@ -34,6 +38,8 @@ thread_local! {
     static GUARD: Cell<bool> = const { Cell::new(false) };
     /// Bytes this thread may still allocate before its next sample.
     static COUNTDOWN: Cell<isize> = const { Cell::new(0) };
+    /// This thread's xorshift state for drawing the next countdown (never 0).
+    static RANDOM: Cell<u64> = const { Cell::new(0) };
 }
 
 #[derive(Default)]
@@ -108,20 +114,54 @@ pub(crate) fn allocated(slot: u8, block: *mut u8, size: usize) {
                 left.set(now);
                 return false;
             }
-            left.set(isize::try_from(interval).unwrap_or(isize::MAX));
+            left.set(next_countdown(interval));
             true
         })
         .unwrap_or(false);
     if due {
-        record(block, size.max(interval));
+        record(block, weight(size, interval));
     }
 }
 
-fn record(block: *mut u8, bytes: usize) {
+/// Bytes until the next sample: exponentially distributed with mean `interval`, so that every
+/// byte allocated has the same chance of being the sampled one, whatever the pattern.
+fn next_countdown(interval: usize) -> isize {
+    let uniform = RANDOM
+        .try_with(|state| {
+            let mut x = state.get();
+            if x == 0 {
+                // Seeded per thread from where its state lives; xorshift needs non-zero.
+                x = (state as *const Cell<u64> as u64) | 1;
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            state.set(x);
+            x
+        })
+        .unwrap_or(1);
+    // In (0, 1]: the top 53 bits, shifted off zero.
+    let u = ((uniform >> 11) + 1) as f64 / (1u64 << 53) as f64;
+    let draw = -u.ln() * interval as f64;
+    draw.min(isize::MAX as f64) as isize + 1
+}
+
+/// The bytes a sampled block of `size` stands for: its size over the chance that a block
+/// that size is sampled (`1 - e^(-size/interval)`), which is about the interval for small
+/// blocks and the block itself for large ones.
+fn weight(size: usize, interval: usize) -> u64 {
+    let chance = -(-(size as f64) / interval as f64).exp_m1();
+    if chance <= 0.0 {
+        return interval as u64;
+    }
+    (size as f64 / chance).round() as u64
+}
+
+fn record(block: *mut u8, bytes: u64) {
     let _inside = Inside::enter();
     let sample = Sample {
         trace: Arc::new(Backtrace::force_capture()),
-        bytes: bytes as u64,
+        bytes,
     };
     let step = INTERVAL.load(Ordering::Relaxed) as u64 * SNAPSHOT_STEP_SAMPLES;
     let mut guard = SAMPLES.lock().unwrap_or_else(PoisonError::into_inner);
@@ -163,7 +203,7 @@ pub(crate) fn moved(slot: u8, from: *mut u8, to: *mut u8, size: usize) {
         return;
     };
     if let Some(mut sample) = samples.live.remove(&(from as usize)) {
-        let bytes = (size as u64).max(INTERVAL.load(Ordering::Relaxed) as u64);
+        let bytes = weight(size, INTERVAL.load(Ordering::Relaxed));
         samples.live_bytes = samples.live_bytes - sample.bytes + bytes;
         sample.bytes = bytes;
         samples.live.insert(to as usize, sample);

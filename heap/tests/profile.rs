@@ -38,7 +38,8 @@ fn section<'a>(report: &'a str, title: &str) -> &'a str {
 #[test]
 fn live_blocks_are_found_by_the_function_that_allocated_them() {
     let owner = Owner::new(1);
-    profile::start(owner, 32 * KIB);
+    // Small against the blocks, so that every one of them is all but certain to be sampled.
+    profile::start(owner, 4 * KIB);
     let kept = thread::spawn(move || {
         set_current(Some(owner));
         let kept = kept_by_the_profiled_owner();
@@ -63,7 +64,7 @@ fn live_blocks_are_found_by_the_function_that_allocated_them() {
     assert!(at_end.contains("kept_by_the_profiled_owner"), "{report}");
     assert!(!at_end.contains("freed_before_the_end"), "{report}");
     assert!(!report.contains("allocated_by_another_owner"), "{report}");
-    // 128 blocks of 64 KiB, each sampled (and the list's own block, under 32 KiB).
+    // 128 blocks of 64 KiB, each sampled (and the list's own block, a few KiB).
     assert!(at_end.starts_with(": 8.4 MB in "), "{report}");
 
     // The backtraces the profiler keeps are not the owner's: it holds only `kept`.
