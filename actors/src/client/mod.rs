@@ -13,10 +13,14 @@
 //! before them. The bucket is the same: the API server sees no more requests per second
 //! than upstream would send.
 //!
+//! Behind the buckets, at most [`MAX_IN_FLIGHT_REQUESTS`] requests are open at once, watches
+//! aside, which bounds the connections kube's HTTP/1 pool opens and keeps ([`in_flight`]).
+//!
 //! Every request runs on the process's I/O runtime ([`io`]), never on the calling actor's
 //! thread, so no actor's thread owns a connection another actor's request may borrow.
 
 mod bucket;
+mod in_flight;
 pub mod io;
 mod resource;
 mod retry;
@@ -34,6 +38,7 @@ use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
 pub use bucket::TokenBucket;
+pub use in_flight::MAX_IN_FLIGHT_REQUESTS;
 
 pub use retry::except_evictions;
 
@@ -47,7 +52,8 @@ pub enum BuildError {
 }
 
 /// A client for `config` that sends at most `qps` requests per second, `burst` at once, of
-/// each kind, NodeClaim creates first, and retries throttled requests except evictions
+/// each kind, NodeClaim creates first, has at most [`MAX_IN_FLIGHT_REQUESTS`] open at once
+/// besides its watches ([`in_flight`]), and retries throttled requests except evictions
 /// ([`retry`]); every request, its retries and its wait for a token run on the I/O runtime
 /// ([`io`]).
 pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, BuildError> {
@@ -55,7 +61,10 @@ pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, B
     let io = io::handle()?;
     // Built inside the I/O runtime: the buffers each layer spawns a task for run there too.
     let _on_io = io.enter();
-    let unlimited = ClientBuilder::try_from(config)?.build();
+    let unlimited = in_flight::capped(
+        ClientBuilder::try_from(config)?.build(),
+        MAX_IN_FLIGHT_REQUESTS,
+    );
     Ok(io::on(
         io.clone(),
         except_evictions(per_kind(unlimited, qps, burst)),
