@@ -333,7 +333,7 @@ mod tests {
         crate::metrics::handle();
         let (state, mut writers) = ClusterState::new();
         let key = ObjectKey::new(Some("default"), "bound-1");
-        state.scheduling.decided(key.clone(), true);
+        state.scheduling.decided(&key, true);
         let mut tracker = StartupTracker::reading(state.clone());
         let unbound: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
             "metadata": {"name": "bound-1", "namespace": "default",

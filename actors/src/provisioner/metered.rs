@@ -22,7 +22,7 @@ use super::SCHEDULING_CONTROLLER;
 pub fn taken_up(state: &ClusterState, pending: &[String], withheld: usize) {
     for pod in pending {
         if let Some((namespace, name)) = pod.split_once('/') {
-            state.scheduling.ack(ObjectKey::new(Some(namespace), name));
+            state.scheduling.ack(&ObjectKey::new(Some(namespace), name));
         }
     }
     #[allow(clippy::cast_precision_loss, reason = "pod counts are far below 2^52")]
@@ -39,7 +39,7 @@ pub fn solved(state: &ClusterState, result: &SchedulingResult) -> BTreeMap<Strin
         .chain(result.existing_nodes.iter().flat_map(|n| &n.pods));
     for pod in placed {
         let key = ObjectKey::new(Some(&pod.namespace), &pod.name);
-        state.scheduling.decided(key, true);
+        state.scheduling.decided(&key, true);
     }
     let mut by_zone: BTreeMap<String, usize> = BTreeMap::new();
     for pod in result.errors.keys() {
@@ -48,7 +48,7 @@ pub fn solved(state: &ClusterState, result: &SchedulingResult) -> BTreeMap<Strin
             .pods
             .get(&key)
             .map_or_else(|| FLEXIBLE.to_owned(), |p| effective_zone(&p));
-        state.scheduling.decided(key, false);
+        state.scheduling.decided(&key, false);
         *by_zone.entry(zone).or_default() += 1;
     }
     #[allow(clippy::cast_precision_loss, reason = "pod counts are far below 2^52")]

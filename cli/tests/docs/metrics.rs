@@ -476,9 +476,9 @@ fn scrape_time_gauges(consts: &HashMap<String, String>) -> BTreeMap<String, BTre
             .pods
             .apply(ObjectKey::new(Some("default"), name), pending);
         let key = ObjectKey::new(Some("default"), name);
-        state.scheduling.ack(key.clone());
+        state.scheduling.ack(&key);
         if let Some(placed) = placed {
-            state.scheduling.decided(key, placed);
+            state.scheduling.decided(&key, placed);
         }
     }
     let class = serde_json::from_value(serde_json::json!({
