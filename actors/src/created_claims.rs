@@ -69,7 +69,9 @@ struct Nomination {
 /// The registry; clones share it.
 #[derive(Clone, Debug, Default)]
 pub struct CreatedClaims {
-    claims: Arc<DashMap<String, (NodeClaim, Instant)>>,
+    /// Each created NodeClaim until the store has it, behind an `Arc`: the table keeps the
+    /// room of the most it ever held, and a NodeClaim's own struct is a kilobyte.
+    claims: Arc<DashMap<String, (Arc<NodeClaim>, Instant)>>,
     /// The pods each created NodeClaim was planned for.
     nominated: Arc<DashMap<String, Nomination>>,
     /// When a round last placed pending pods on each existing node, by node name.
@@ -126,8 +128,15 @@ impl CreatedClaims {
         });
         self.claims
             .iter()
-            .map(|entry| entry.value().0.clone())
+            .map(|entry| NodeClaim::clone(&entry.value().0))
             .collect()
+    }
+
+    /// The store holds NodeClaim `name` now (its first reconcile read it there): the copy
+    /// kept for rounds until then is dropped, its nomination kept. A large round's thousand
+    /// copies would otherwise stay beside the store's until the next round.
+    pub(crate) fn seen(&self, name: &str) {
+        self.claims.remove(name);
     }
 
     /// The pods nominated to each NodeClaim, by NodeClaim name: one this NodeClaimCreator created
@@ -277,7 +286,7 @@ impl CreatedClaims {
             initialized: None,
         };
         self.nominated.insert(name.clone(), nomination);
-        self.claims.insert(name, (claim, now));
+        self.claims.insert(name, (Arc::new(claim), now));
     }
 
     /// Records `claim`, created for `pods`, as the NodeClaimCreator does after its create.
@@ -500,6 +509,13 @@ mod tests {
             "the copy of a seen NodeClaim is dropped"
         );
 
+        created.seen("c");
+        assert!(
+            created.claims.is_empty(),
+            "the copy of a seen NodeClaim is dropped"
+        );
+        assert!(created.nominated.contains_key("c"), "its nomination stays");
+        created.insert(claim("c"), Vec::new());
         tokio::time::advance(UNSEEN_NODECLAIM_GRACE).await;
         assert!(created.unseen(&state).is_empty());
         assert!(created.claims.is_empty());

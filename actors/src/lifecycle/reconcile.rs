@@ -47,6 +47,8 @@ async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, Reconcile
         r.superseded.forget(name);
         return Ok(Outcome::DONE);
     };
+    // The watch has delivered it: rounds count the store's copy now, not the registry's.
+    r.launch.created.seen(name);
     if r.superseded.is_stale(&claim) {
         return Ok(Outcome::DONE);
     }
