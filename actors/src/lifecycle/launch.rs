@@ -99,11 +99,11 @@ pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Launched, Recon
                 // at once, and a copy each was ten kilobytes apiece.
                 Ok(launched) => r.launched.remember(&uid, launched),
                 Err(error) if may_fall_back(&attempt, &error) => {
-                    fall_back(r, claim, &uid, error).await;
+                    Box::pin(fall_back(r, claim, &uid, error)).await;
                     return Ok(Outcome::after(Duration::ZERO).into());
                 }
                 Err(error) if error.is_insufficient_capacity() => {
-                    refused(r, claim, &error).await?;
+                    Box::pin(refused(r, claim, &error)).await?;
                     return Ok(Outcome::DONE.into());
                 }
                 // Fenced: this replica does not lead. No launch failed: nothing is marked
@@ -114,11 +114,13 @@ pub async fn launch(r: &Reconciler, claim: &NodeClaim) -> Result<Launched, Recon
                         source: error,
                     });
                 }
-                Err(error) => return Err(failed(r, claim, error).await),
+                Err(error) => return Err(Box::pin(failed(r, claim, error)).await),
             }
         }
     };
-    record(r, claim, &launched).await?;
+    // Boxed, as every step: the launch's own future is as large as its largest step, and a
+    // large round's launches wait for the client budget together.
+    Box::pin(record(r, claim, &launched)).await?;
     r.launched.recorded(&uid);
     let pool = claim.nodepool_name().unwrap_or_default().to_owned();
     metrics::counter!(NODECLAIMS_LAUNCHED, "nodepool" => pool).increment(1);
@@ -151,8 +153,8 @@ async fn record(
             annotations: added_annotations(claim, launched),
         },
     };
-    r.nodeclaims
-        .patch(&name, &PatchParams::default(), &Patch::Merge(body))
+    let params = PatchParams::default();
+    Box::pin(r.nodeclaims.patch(&name, &params, &Patch::Merge(body)))
         .await
         .map_err(|source| ReconcileError::PatchNodeClaim {
             nodeclaim: name.clone(),
@@ -176,13 +178,15 @@ async fn record(
             conditions: set.into_vec(),
         },
     };
-    r.nodeclaims
-        .patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
-        .await
-        .map_err(|source| ReconcileError::PatchNodeClaimStatus {
-            nodeclaim: name,
-            source,
-        })?;
+    Box::pin(
+        r.nodeclaims
+            .patch_status(&name, &params, &Patch::Merge(body)),
+    )
+    .await
+    .map_err(|source| ReconcileError::PatchNodeClaimStatus {
+        nodeclaim: name,
+        source,
+    })?;
     Ok(())
 }
 
@@ -401,6 +405,33 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&metadata).expect("serializes"),
             json!({"metadata": {"labels": {"a": "b"}, "annotations": {}}})
+        );
+    }
+
+    /// A large round's launches wait for the client budget together, each future alive:
+    /// every step is boxed so that none reserves room for the largest (a NodeClaim's own
+    /// struct is a kilobyte and a half, a pending patch most of one).
+    #[tokio::test]
+    async fn a_waiting_launchs_futures_stay_small() {
+        let r = std::sync::Arc::new(super::super::nominate::tests::reconciler());
+        let claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "a", "uid": "u"},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                                      "name": "default"}, "requirements": []},
+        }))
+        .expect("a NodeClaim");
+        let reconcile = super::super::reconcile::run(&r, "a");
+        let launch = launch(&r, &claim);
+        let record = record(&r, &claim, &claim);
+        let sizes = [
+            std::mem::size_of_val(&reconcile),
+            std::mem::size_of_val(&launch),
+            std::mem::size_of_val(&record),
+        ];
+        assert!(
+            sizes[0] <= 256 && sizes[1] <= 1280 && sizes[2] <= 512,
+            "reconcile, launch and record futures: {sizes:?} bytes"
         );
     }
 }

@@ -4,7 +4,6 @@
 //! so their next attempts ask for on-demand only). Both live in memory and expire: past
 //! them the provider's adoption by tag, and the marked offerings, cover the same cases.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -102,12 +101,31 @@ impl OnDemandFallback {
 
     /// What to ask the provider for: `claim` itself, or, once its spot was refused, `claim`
     /// narrowed to on-demand (in memory only: the NodeClaim's spec is never rewritten).
-    pub(super) fn attempt<'c>(&self, claim: &'c NodeClaim) -> Cow<'c, NodeClaim> {
+    pub(super) fn attempt<'c>(&self, claim: &'c NodeClaim) -> Attempt<'c> {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         if self.contains(uid) {
-            Cow::Owned(on_demand_only(claim))
+            Attempt::OnDemand(Box::new(on_demand_only(claim)))
         } else {
-            Cow::Borrowed(claim)
+            Attempt::AsCreated(claim)
+        }
+    }
+}
+
+/// The NodeClaim a launch asks the provider for. The narrowed copy is boxed: a launch's
+/// future holds its attempt while the provider answers, and a NodeClaim's own struct is a
+/// kilobyte and a half, which every launch's future would otherwise reserve.
+pub(super) enum Attempt<'c> {
+    AsCreated(&'c NodeClaim),
+    OnDemand(Box<NodeClaim>),
+}
+
+impl std::ops::Deref for Attempt<'_> {
+    type Target = NodeClaim;
+
+    fn deref(&self) -> &NodeClaim {
+        match self {
+            Attempt::AsCreated(claim) => claim,
+            Attempt::OnDemand(narrowed) => narrowed,
         }
     }
 }

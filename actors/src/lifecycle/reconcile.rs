@@ -65,34 +65,54 @@ async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, Reconcile
         return Ok(Outcome::DONE);
     }
     let now = Timestamp::now();
-    if !claim.is_condition_true(types::LAUNCHED) {
-        // Past its launch TTL it is deleted rather than tried once more.
-        if let Verdict::TimedOut { reason, ttl } = liveness::judge(&claim, r.config.ttls(), now) {
-            Box::pin(delete_for_timeout(r, &claim, reason, ttl)).await?;
-            return Ok(Outcome::DONE);
-        }
-        let launched = {
-            let _launching = r.launching.start(name);
-            r.launches
-                .track(Box::pin(launch::launch(r, &claim)))
-                .await?
-        };
-        // As soon as the machine exists, not at registration: its pods' nominations are
-        // written while it boots, so registration finds them done instead of waiting. Beside
-        // the reconcile, which goes on at once (they are bounded in time and write slots).
-        if let Some(node) = launched.node {
-            let (r, name) = (Arc::clone(r), name.to_owned());
-            // A panic is logged and counted; registration nominates what this left undone.
-            crate::supervisor::spawn_local_reported("nomination", async move {
-                super::nominate::nominate(&r, Step::Launch, &name, &node).await;
-            });
-        }
-        return Ok(launched.outcome);
+    // Each step's future boxed: a reconcile's own future is as large as its largest step,
+    // and a large round's thousand launches wait for the client budget at once.
+    if claim.is_condition_true(types::LAUNCHED) {
+        Box::pin(launched(r, &claim, now)).await
+    } else {
+        Box::pin(unlaunched(r, name, &claim, now)).await
     }
+}
+
+/// Launches `claim`, or deletes it past its launch TTL.
+async fn unlaunched(
+    r: &Arc<Reconciler>,
+    name: &str,
+    claim: &NodeClaim,
+    now: Timestamp,
+) -> Result<Outcome, ReconcileError> {
+    // Past its launch TTL it is deleted rather than tried once more.
+    if let Verdict::TimedOut { reason, ttl } = liveness::judge(claim, r.config.ttls(), now) {
+        Box::pin(delete_for_timeout(r, claim, reason, ttl)).await?;
+        return Ok(Outcome::DONE);
+    }
+    let launched = {
+        let _launching = r.launching.start(name);
+        r.launches.track(Box::pin(launch::launch(r, claim))).await?
+    };
+    // As soon as the machine exists, not at registration: its pods' nominations are
+    // written while it boots, so registration finds them done instead of waiting. Beside
+    // the reconcile, which goes on at once (they are bounded in time and write slots).
+    if let Some(node) = launched.node {
+        let (r, name) = (Arc::clone(r), name.to_owned());
+        // A panic is logged and counted; registration nominates what this left undone.
+        crate::supervisor::spawn_local_reported("nomination", async move {
+            super::nominate::nominate(&r, Step::Launch, &name, &node).await;
+        });
+    }
+    Ok(launched.outcome)
+}
+
+/// Registers and initializes a launched `claim`, and writes its status.
+async fn launched(
+    r: &Arc<Reconciler>,
+    claim: &NodeClaim,
+    now: Timestamp,
+) -> Result<Outcome, ReconcileError> {
     let mut set = ConditionSet::new(claim.conditions(), claim.metadata.generation, now);
     let mut node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
-    let node = Box::pin(register(r, &claim, &mut set, &mut node_name)).await?;
-    Box::pin(initialize(r, &claim, &mut set, node.as_ref())).await?;
+    let node = Box::pin(register(r, claim, &mut set, &mut node_name)).await?;
+    Box::pin(initialize(r, claim, &mut set, node.as_ref())).await?;
     // Only the status is judged and written: a copy of the whole NodeClaim (its instance
     // types, ten kilobytes) per reconcile waiting for its write is megabytes at scale.
     let judged = NodeClaimStatus {
@@ -100,17 +120,17 @@ async fn nodeclaim(r: &Arc<Reconciler>, name: &str) -> Result<Outcome, Reconcile
         node_name,
         ..claim.status.clone().unwrap_or_default()
     };
-    match liveness::judge_conditions(&claim, &judged.conditions, r.config.ttls(), now) {
+    match liveness::judge_conditions(claim, &judged.conditions, r.config.ttls(), now) {
         Verdict::TimedOut { reason, ttl } => {
-            Box::pin(delete_for_timeout(r, &claim, reason, ttl)).await?;
+            Box::pin(delete_for_timeout(r, claim, reason, ttl)).await?;
             Ok(Outcome::DONE)
         }
         Verdict::Waiting { remaining } => {
-            Box::pin(write_status(r, &claim, &judged)).await?;
+            Box::pin(write_status(r, claim, &judged)).await?;
             Ok(Outcome::after(remaining))
         }
         Verdict::Registered => {
-            Box::pin(write_status(r, &claim, &judged)).await?;
+            Box::pin(write_status(r, claim, &judged)).await?;
             Ok(Box::pin(withdraw_expired_nominations(r, claim.name(), &judged)).await)
         }
     }
