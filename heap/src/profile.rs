@@ -192,22 +192,14 @@ pub(crate) fn freed(slot: u8, block: *mut u8) {
     }
 }
 
-/// The block at `from` of the owner in `slot` resized in place or moved to `to`.
+/// The block at `from` of the owner in `slot` resized in place or moved to `to`: counted as
+/// the old block freed and a new one of `size` allocated, so a block that grows by
+/// reallocation (a `Vec` pushed to, a `String` appended to) has its chance to be sampled at
+/// every size, and a sample taken before a block shrank does not go on standing for the
+/// larger size.
 pub(crate) fn moved(slot: u8, from: *mut u8, to: *mut u8, size: usize) {
-    if !profiling(slot) || guarded() {
-        return;
-    }
-    let _inside = Inside::enter();
-    let mut guard = SAMPLES.lock().unwrap_or_else(PoisonError::into_inner);
-    let Some(samples) = guard.as_mut() else {
-        return;
-    };
-    if let Some(mut sample) = samples.live.remove(&(from as usize)) {
-        let bytes = weight(size, INTERVAL.load(Ordering::Relaxed));
-        samples.live_bytes = samples.live_bytes - sample.bytes + bytes;
-        sample.bytes = bytes;
-        samples.live.insert(to as usize, sample);
-    }
+    freed(slot, from);
+    allocated(slot, to, size);
 }
 
 /// The profile as text: the `top` stacks holding the most of the sampled heap at its peak and
