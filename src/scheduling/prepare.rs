@@ -332,6 +332,9 @@ fn sparse_pool(
 
 fn sparse_it(it: &InstanceType, vocab: &mut Vocab, names: &mut ResNames) -> SparseIt {
     let mut reqs = vocab.label_set(it.labels.iter());
+    // Room for the offerings' zone, zone id and capacity type, added below, so that the
+    // set is not doubled for them.
+    reqs.0.reserve_exact(3);
     let name = vocab.intern(&it.name);
     reqs.add(vocab.instance_type, Req::single(name), &vocab.interner);
     let offers: Vec<Offer> = it

@@ -567,7 +567,10 @@ impl Vocab {
         &mut self,
         labels: impl IntoIterator<Item = (&'a String, &'a String)>,
     ) -> ReqSet {
-        let mut set = ReqSet::default();
+        let labels = labels.into_iter();
+        // Sized once: a round builds one for every node and instance type, and growing by
+        // doubling would leave up to half of each unused.
+        let mut set = ReqSet(Vec::with_capacity(labels.size_hint().0));
         for (k, v) in labels {
             let key = self.intern(crate::labels::normalize_label_key(k));
             let val = self.intern(v);
@@ -580,6 +583,17 @@ impl Vocab {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_label_set_is_sized_to_its_labels() {
+        let mut vocab = Vocab::new();
+        let labels: std::collections::BTreeMap<String, String> = (0..40)
+            .map(|i| (format!("example.com/label-{i}"), format!("value-{i}")))
+            .collect();
+        let set = vocab.label_set(labels.iter());
+        assert_eq!(set.0.len(), 40);
+        assert_eq!(set.0.capacity(), 40, "no room left over from growing");
+    }
 
     fn vocab_with(names: &[&str]) -> (Vocab, Vec<Sym>) {
         let mut v = Vocab::new();
