@@ -196,22 +196,50 @@ pub struct LeanPod {
     /// Its namespace, name and uid, which plans and nominations share
     /// ([`PodLike::pod_ref`]); an absent name or uid is kept empty.
     id: PodRef,
-    resource_version: Option<String>,
+    resource_version: Option<Box<str>>,
     creation_timestamp: Option<Time>,
-    deletion_timestamp: Option<Time>,
-    deletion_grace_period_seconds: Option<i64>,
-    finalizers: Option<Vec<String>>,
+    /// Boxed: few pods are being deleted or carry finalizers, and every pod is stored.
+    deletion: Option<Box<Deletion>>,
     /// All that is kept of `managedFields` ([`PodLike::scheduler_reported_at`]).
     scheduler_reported_at: Option<Timestamp>,
     shared: Arc<SharedMeta>,
     status: Option<LeanStatus>,
-    node_name: Option<String>,
+    node_name: Option<Box<str>>,
     spec: Option<Arc<PodSpec>>,
+}
+
+/// A pod's deletion and the finalizers that hold it back.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Deletion {
+    timestamp: Option<Time>,
+    grace_period_seconds: Option<i64>,
+    finalizers: Option<Vec<String>>,
+}
+
+impl Deletion {
+    /// `None` when there is nothing to keep.
+    fn of(
+        timestamp: Option<Time>,
+        grace_period_seconds: Option<i64>,
+        finalizers: Option<Vec<String>>,
+    ) -> Option<Box<Self>> {
+        let nothing = timestamp.is_none()
+            && grace_period_seconds.is_none()
+            && finalizers.as_ref().is_none_or(Vec::is_empty);
+        (!nothing).then(|| {
+            Box::new(Self {
+                timestamp,
+                grace_period_seconds,
+                finalizers,
+            })
+        })
+    }
 }
 
 impl PodLike for LeanPod {
     fn meta(&self) -> PodMeta<'_> {
         let shared = &*self.shared;
+        let deletion = self.deletion.as_deref();
         PodMeta {
             name: non_empty(&self.id.name),
             generate_name: shared.generate_name.as_deref(),
@@ -219,12 +247,14 @@ impl PodLike for LeanPod {
             uid: non_empty(&self.id.uid),
             resource_version: self.resource_version.as_deref(),
             creation_timestamp: self.creation_timestamp.as_ref(),
-            deletion_timestamp: self.deletion_timestamp.as_ref(),
-            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
+            deletion_timestamp: deletion.and_then(|d| d.timestamp.as_ref()),
+            deletion_grace_period_seconds: deletion.and_then(|d| d.grace_period_seconds),
             labels: shared.labels.as_ref(),
             annotations: shared.annotations.as_ref(),
             owner_references: shared.owner_references.as_deref().unwrap_or_default(),
-            finalizers: self.finalizers.as_deref().unwrap_or_default(),
+            finalizers: deletion
+                .and_then(|d| d.finalizers.as_deref())
+                .unwrap_or_default(),
         }
     }
 
@@ -296,18 +326,20 @@ impl LeanPod {
         });
         let (node_name, spec) = match spec {
             Some(mut spec) => {
-                let node_name = spec.node_name.take();
+                let node_name = spec.node_name.take().map(String::into_boxed_str);
                 (node_name, Some(interner.specs.intern(spec)))
             }
             None => (None, None),
         };
         Self {
             id,
-            resource_version,
+            resource_version: resource_version.map(String::into_boxed_str),
             creation_timestamp,
-            deletion_timestamp,
-            deletion_grace_period_seconds,
-            finalizers,
+            deletion: Deletion::of(
+                deletion_timestamp,
+                deletion_grace_period_seconds,
+                finalizers,
+            ),
             scheduler_reported_at,
             shared,
             status: status.map(LeanStatus::from),
@@ -329,15 +361,16 @@ impl LeanPod {
     /// Takes back the pod's deletion (its timestamp and grace period): the pod as the
     /// replacement its controller recreates under the same name (a StatefulSet's) would be.
     pub fn clear_deletion(&mut self) {
-        self.deletion_timestamp = None;
-        self.deletion_grace_period_seconds = None;
+        if let Some(deletion) = self.deletion.take() {
+            self.deletion = Deletion::of(None, None, deletion.finalizers);
+        }
     }
 
     /// This pod bound to `node` (or unbound, `None`): a copy of its own parts, the spec and
     /// shared metadata still shared.
     pub fn with_node_name(&self, node: Option<&str>) -> Self {
         Self {
-            node_name: node.map(str::to_string),
+            node_name: node.map(Box::from),
             ..self.clone()
         }
     }
@@ -357,6 +390,7 @@ impl LeanPod {
     /// write alone, with its manager, subresource and time: what a lean pod keeps of it.
     pub fn to_pod(&self) -> Pod {
         let shared = &*self.shared;
+        let deletion = self.deletion.as_deref();
         let scheduler_write = self.scheduler_reported_at.map(|time| ManagedFieldsEntry {
             manager: Some(super::SCHEDULER_FIELD_MANAGER.to_owned()),
             subresource: Some("status".to_owned()),
@@ -369,11 +403,11 @@ impl LeanPod {
                 generate_name: shared.generate_name.clone(),
                 namespace: shared.namespace.clone(),
                 uid: non_empty(&self.id.uid).map(str::to_owned),
-                resource_version: self.resource_version.clone(),
+                resource_version: self.resource_version.as_deref().map(str::to_owned),
                 creation_timestamp: self.creation_timestamp.clone(),
-                deletion_timestamp: self.deletion_timestamp.clone(),
-                deletion_grace_period_seconds: self.deletion_grace_period_seconds,
-                finalizers: self.finalizers.clone(),
+                deletion_timestamp: deletion.and_then(|d| d.timestamp.clone()),
+                deletion_grace_period_seconds: deletion.and_then(|d| d.grace_period_seconds),
+                finalizers: deletion.and_then(|d| d.finalizers.clone()),
                 labels: shared.labels.clone(),
                 annotations: shared.annotations.clone(),
                 owner_references: shared.owner_references.clone(),
@@ -382,7 +416,7 @@ impl LeanPod {
             },
             spec: self.spec.as_deref().map(|spec| {
                 let mut spec = spec.clone();
-                spec.node_name.clone_from(&self.node_name);
+                spec.node_name = self.node_name.as_deref().map(str::to_owned);
                 spec
             }),
             status: self.status.as_ref().map(LeanStatus::to_status),
@@ -564,14 +598,31 @@ mod tests {
 
     #[test]
     fn a_lean_pod_holds_no_api_metadata_inline() {
-        // Its own metadata inline: four strings (name, uid, resourceVersion, node name) of
-        // 24 bytes, two times and the scheduler's write time of 24, the grace period of 16,
-        // the finalizers' list of 24, and the two shared parts' pointers of 8: 224 bytes
-        // beside the status, where a whole `ObjectMeta` alone is 360 (a lean pod was 792
-        // bytes holding one, and is 624).
+        // Its own metadata inline: three strings (resourceVersion, node name; the name and
+        // uid are in the shared `PodRef`) boxed at 16 bytes, the creation time and the
+        // scheduler's write time of 24, and four pointers of 8 (the id, the deletion, the two
+        // shared parts): 112 bytes beside the status, where a whole `ObjectMeta` alone is 360.
         let own = size_of::<LeanPod>() - size_of::<Option<LeanStatus>>();
-        assert!(own <= 224, "{own} bytes inline beside the status");
+        assert!(own <= 112, "{own} bytes inline beside the status");
         assert!(own < size_of::<ObjectMeta>());
+    }
+
+    #[test]
+    fn a_pod_with_no_deletion_or_finalizers_keeps_no_box_for_them() {
+        let mut interner = PodInterner::default();
+        let pod = replica("web-1", Some("n1"), "1");
+        assert!(LeanPod::new(pod.clone(), &mut interner).deletion.is_none());
+        let mut finalized = pod;
+        finalized.metadata.finalizers = Some(vec!["example.com/keep".to_owned()]);
+        finalized.metadata.deletion_timestamp = finalized.metadata.creation_timestamp.clone();
+        let mut lean = LeanPod::new(finalized, &mut interner);
+        lean.clear_deletion();
+        assert_eq!(lean.meta().deletion_timestamp, None);
+        assert_eq!(
+            lean.meta().finalizers,
+            ["example.com/keep"],
+            "the finalizers stay"
+        );
     }
 
     #[test]
