@@ -1,11 +1,11 @@
-//! A cap on the requests the client has open at once, watches aside. kube's HTTP/1 client
-//! opens one connection per request in flight and its pool keeps every one it opened (no
-//! idle cap): when a kind's bucket lets its burst of 300 go at once, that is 300 connections,
-//! each with its own read and write buffers (and, against a real API server, its own TLS
-//! session), held long after the burst. The bucket already bounds the rate; this bounds the
+//! A cap on the requests of one kind open at once, watches aside. kube's HTTP/1 client opens
+//! one connection per request in flight and its pool keeps every one it opened (no idle
+//! cap): when a kind's bucket lets its burst of 300 go at once, that is 300 connections, each
+//! with its own read and write buffers (and, against a real API server, its own TLS session),
+//! held long after the burst. The bucket already bounds the rate; this bounds the
 //! connections, and so the memory they hold, without slowing the rate: a request holds its
 //! permit for milliseconds. A watch holds a connection for as long as it runs, one per kind,
-//! and takes no permit: otherwise the watches alone could hold the cap.
+//! and takes no permit.
 //!
 //! A permit is held until the response's body is dropped, not when its head arrives: the
 //! connection goes back to the pool only once the body is read, and a permit returned
@@ -22,12 +22,11 @@ use kube::client::Body;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::BoxError;
 
-/// Requests (watches aside) open at once. A request to the API server answers in a few to
-/// tens of milliseconds, so 64 at once carry several thousand requests a second: over the
-/// budget of the three kinds that write at scale together (NodeClaims, Nodes, Pods: 600 a
-/// second at upstream's 200 each) even at 100 ms per request. Beyond it a request waits
+/// Requests of one kind (watches aside) open at once. A kind's bucket lets 200 a second
+/// through at upstream's default; 32 at once carry that at up to 160 ms a request, past
+/// which the API server, not the client, is what holds them back. Beyond it a request waits
 /// here after taking its token, as it would have waited for a connection.
-pub const MAX_IN_FLIGHT_REQUESTS: usize = 64;
+pub const MAX_IN_FLIGHT_REQUESTS_PER_KIND: usize = 32;
 
 /// `client` with at most `cap` requests but watches open at once.
 pub fn capped(client: Client, cap: usize) -> Client {

@@ -13,8 +13,10 @@
 //! before them. The bucket is the same: the API server sees no more requests per second
 //! than upstream would send.
 //!
-//! Behind the buckets, at most [`MAX_IN_FLIGHT_REQUESTS`] requests are open at once, watches
-//! aside, which bounds the connections kube's HTTP/1 pool opens and keeps ([`in_flight`]).
+//! Behind its bucket, each kind has at most [`MAX_IN_FLIGHT_REQUESTS_PER_KIND`] requests open
+//! at once, watches aside, which bounds the connections kube's HTTP/1 pool opens and keeps
+//! ([`in_flight`]). Per kind, as the budget is: a kind's requests never wait for another
+//! kind's (a large round's NodeClaim creates for its events and pod nominations).
 //!
 //! Every request runs on the process's I/O runtime ([`io`]), never on the calling actor's
 //! thread, so no actor's thread owns a connection another actor's request may borrow.
@@ -38,7 +40,7 @@ use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
 pub use bucket::TokenBucket;
-pub use in_flight::MAX_IN_FLIGHT_REQUESTS;
+pub use in_flight::MAX_IN_FLIGHT_REQUESTS_PER_KIND;
 
 pub use retry::except_evictions;
 
@@ -52,8 +54,8 @@ pub enum BuildError {
 }
 
 /// A client for `config` that sends at most `qps` requests per second, `burst` at once, of
-/// each kind, NodeClaim creates first, has at most [`MAX_IN_FLIGHT_REQUESTS`] open at once
-/// besides its watches ([`in_flight`]), and retries throttled requests except evictions
+/// each kind, NodeClaim creates first, has at most [`MAX_IN_FLIGHT_REQUESTS_PER_KIND`] of
+/// each kind open at once besides its watches ([`in_flight`]), and retries throttled requests except evictions
 /// ([`retry`]); every request, its retries and its wait for a token run on the I/O runtime
 /// ([`io`]).
 pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, BuildError> {
@@ -61,10 +63,7 @@ pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, B
     let io = io::handle()?;
     // Built inside the I/O runtime: the buffers each layer spawns a task for run there too.
     let _on_io = io.enter();
-    let unlimited = in_flight::capped(
-        ClientBuilder::try_from(config)?.build(),
-        MAX_IN_FLIGHT_REQUESTS,
-    );
+    let unlimited = ClientBuilder::try_from(config)?.build();
     Ok(io::on(
         io.clone(),
         except_evictions(per_kind(unlimited, qps, burst)),
@@ -102,9 +101,10 @@ struct Lanes {
 impl Lanes {
     fn new(unlimited: &Client, qps: u32, burst: u32) -> Self {
         let limit = RateLimitLayer::new(qps, burst);
+        let capped = in_flight::capped(unlimited.clone(), MAX_IN_FLIGHT_REQUESTS_PER_KIND);
         Self {
-            first: through(&limit.first(), unlimited.clone()),
-            behind: through(&limit, unlimited.clone()),
+            first: through(&limit.first(), capped.clone()),
+            behind: through(&limit, capped),
         }
     }
 }
@@ -388,6 +388,52 @@ mod tests {
                 (expected..=expected + 3).contains(at),
                 "request {i} at {at} ms: {order:?}"
             );
+        }
+    }
+
+    #[tokio::test]
+    async fn one_kinds_open_requests_do_not_hold_back_another_kinds() {
+        // Pods' requests are held open until the test ends; every other kind's answer at once.
+        let held = Arc::new(tokio::sync::Notify::new());
+        let server = {
+            let held = Arc::clone(&held);
+            tower::service_fn(move |request: http::Request<kube::client::Body>| {
+                let held = Arc::clone(&held);
+                async move {
+                    if request
+                        .uri()
+                        .path()
+                        .starts_with("/api/v1/namespaces/default/pods")
+                    {
+                        held.notified().await;
+                    }
+                    let answer = http::Response::new(kube::client::Body::from(b"{}".to_vec()));
+                    Ok::<_, Infallible>(answer)
+                }
+            })
+        };
+        let client = per_kind(Client::new(server, "default"), 10_000, 10_000);
+        let pods: Vec<_> = (0..MAX_IN_FLIGHT_REQUESTS_PER_KIND + 8)
+            .map(|i| {
+                let client = client.clone();
+                let path = format!("/api/v1/namespaces/default/pods/p{i}");
+                tokio::spawn(async move {
+                    client
+                        .request_text(request(http::Method::PATCH, &path))
+                        .await
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        let create = request(http::Method::POST, NODECLAIMS_PATH);
+        let answered = tokio::time::timeout(Duration::from_secs(5), client.request_text(create));
+        assert!(
+            matches!(answered.await, Ok(Ok(_))),
+            "a NodeClaim create goes while every pod permit is held"
+        );
+        held.notify_waiters();
+        for pod in pods {
+            pod.abort();
         }
     }
 
