@@ -257,23 +257,10 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::apiserver::clock::ManualClock;
-    use crate::apiserver::registry::RegistryConfig;
 
     #[test]
     fn a_generated_name_that_is_taken_is_drawn_again() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let registry = Registry::new(
-            Arc::new(ManualClock::default()),
-            RegistryConfig::default(),
-            runtime.handle().clone(),
-        );
-        let t = registry
-            .target("", "v1", "configmaps", Some("default"))
-            .expect("configmaps are served");
+        let (_runtime, registry, t) = crate::apiserver::registry::config_maps();
         // 20,000 names of 27^5: about 14 draws collide with a name taken before them, so a
         // single try would refuse about 14 creates.
         let mut names = HashSet::new();

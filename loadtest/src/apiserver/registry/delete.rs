@@ -418,8 +418,7 @@ mod tests {
     use std::cell::RefCell;
 
     use super::*;
-    use crate::apiserver::clock::ManualClock;
-    use crate::apiserver::registry::{PatchKind, RegistryConfig};
+    use crate::apiserver::registry::PatchKind;
 
     thread_local! {
         /// A write made between [`Registry::delete`]'s first read and its lock: where a
@@ -440,18 +439,7 @@ mod tests {
 
     /// A registry with a ConfigMap `default/c`, and its target.
     fn with_config_map() -> (tokio::runtime::Runtime, Arc<Registry>, Target) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let registry = Registry::new(
-            Arc::new(ManualClock::default()),
-            RegistryConfig::default(),
-            runtime.handle().clone(),
-        );
-        let t = registry
-            .target("", "v1", "configmaps", Some("default"))
-            .expect("configmaps are served");
+        let (runtime, registry, t) = crate::apiserver::registry::config_maps();
         registry
             .create(
                 &t,

@@ -323,3 +323,22 @@ pub fn metadata(object: &Value) -> Map<String, Value> {
         .cloned()
         .unwrap_or_default()
 }
+
+/// A registry on a manual clock serving ConfigMaps in `default`, and their target, for the
+/// registry's own tests; the runtime it answers watches on must outlive it.
+#[cfg(test)]
+fn config_maps() -> (tokio::runtime::Runtime, Arc<Registry>, Target) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let registry = Registry::new(
+        Arc::new(crate::apiserver::clock::ManualClock::default()),
+        RegistryConfig::default(),
+        runtime.handle().clone(),
+    );
+    let t = registry
+        .target("", "v1", "configmaps", Some("default"))
+        .expect("configmaps are served");
+    (runtime, registry, t)
+}
