@@ -55,9 +55,9 @@ pub enum BuildError {
 
 /// A client for `config` that sends at most `qps` requests per second, `burst` at once, of
 /// each kind, NodeClaim creates first, has at most [`MAX_IN_FLIGHT_REQUESTS_PER_KIND`] of
-/// each kind open at once besides its watches ([`in_flight`]), and retries throttled requests except evictions
-/// ([`retry`]); every request, its retries and its wait for a token run on the I/O runtime
-/// ([`io`]).
+/// each kind open at once besides its watches ([`in_flight`]), and retries throttled
+/// requests except evictions ([`retry`]); every request, its retries and its wait for a token
+/// run on the I/O runtime ([`io`]).
 pub fn build(mut config: kube::Config, qps: u32, burst: u32) -> Result<Client, BuildError> {
     config.default_retry = false;
     let io = io::handle()?;

@@ -6,11 +6,12 @@
 //!
 //! Writes wait in [`Line`]s, one per NodeClaim's pods of one class, not one waiter per
 //! pod: a large scale-up queues a nomination for every planned pod at once (twenty thousand
-//! at 20k pods), and a waiter per pod would hold a few hundred bytes for each. A line keeps its place: the slots freed go, in the order the lines
-//! were opened, to the first line whose class and step may hold one more, until it has had
-//! a slot for each of its pods; so a NodeClaim's pods are written before those of a
-//! NodeClaim that asked later. Lines for Nodes still booting are served after every other
-//! line that can take a slot: a registration's writes go first.
+//! at 20k pods), and a waiter per pod would hold a few hundred bytes for each. A line keeps
+//! its place: the slots freed go, in the order the lines were opened, to the first line
+//! whose class and step may hold one more, until it has had a slot for each of its pods; so
+//! a NodeClaim's pods are written before those of a NodeClaim that asked later. Lines for
+//! Nodes still booting are served after every other line that can take a slot: a
+//! registration's writes go first.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
