@@ -28,6 +28,7 @@ pub mod pods;
 pub mod report;
 pub mod requirements;
 pub mod resources;
+pub mod room;
 pub mod scheduling;
 pub mod static_pools;
 pub mod taints;

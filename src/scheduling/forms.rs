@@ -15,6 +15,7 @@ use super::pod::{SpecView, pod_requests};
 use super::resvec::{ResId, ResNames};
 use super::types::PodRef;
 use crate::pods::PodLike;
+use crate::room::GiveBackRoom;
 
 /// What a round prepares of a pending pod that no other pod or node changes.
 #[derive(Debug, PartialEq)]
@@ -80,12 +81,14 @@ impl PodForms {
     pub fn finish_round(&mut self) {
         let round = self.round;
         self.by_uid.retain(|_, kept| kept.round == round);
+        self.by_uid.give_back_room();
     }
 
     /// A round that prepares no pod (all held on NodeClaims in flight) keeps none: through a
     /// scale-up, the round after the first would otherwise keep every pod's form alive.
     pub fn keep_none(&mut self) {
         self.by_uid.clear();
+        self.by_uid.give_back_room();
     }
 
     /// `pod`'s form: the kept one while its resourceVersion is unchanged, else built (and
@@ -188,6 +191,29 @@ mod tests {
             forms.is_empty(),
             "a round that prepared nothing keeps nothing"
         );
+    }
+
+    #[test]
+    fn the_cache_gives_back_the_room_a_scale_up_left() {
+        let mut forms = PodForms::default();
+        let burst = |forms: &mut PodForms, pods: usize| {
+            forms.start_round();
+            for i in 0..pods {
+                forms.form(&versioned(&format!("p-{i}"), "1", "1"));
+            }
+            forms.finish_round();
+        };
+        burst(&mut forms, 5_000);
+        assert!(forms.by_uid.capacity() >= 5_000);
+        burst(&mut forms, 10);
+        assert_eq!(forms.len(), 10);
+        let left = forms.by_uid.capacity();
+        assert!(left <= 1024, "room for {left} left");
+
+        burst(&mut forms, 5_000);
+        forms.keep_none();
+        let left = forms.by_uid.capacity();
+        assert!(left <= 1024, "room for {left} left");
     }
 
     #[test]

@@ -21,6 +21,7 @@ use super::resvec::ResNames;
 use super::types::ExistingNode;
 use crate::pods::{LeanPod, PodLike};
 use crate::resources::Resources;
+use crate::room::GiveBackRoom;
 
 /// What placement reads of a pod on a node, alike for every pod sharing its spec and
 /// template metadata (a workload's replicas): labels and namespace for topology counting, its
@@ -200,6 +201,7 @@ impl NodeForms {
     pub fn finish_round(&mut self) {
         let round = self.round;
         self.by_name.retain(|_, kept| kept.round == round);
+        self.by_name.give_back_room();
     }
 
     /// `node`'s form: the kept one while it fits the node, else built and kept.

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kerf::labels;
 use kerf::pods::{ConditionView, LeanPod, PodLike};
+use kerf::room::GiveBackRoom;
 
 use super::exposition::Family;
 use crate::metrics::{
@@ -203,6 +204,15 @@ impl StartupTracker {
 
     /// Updates the tracker with one change; returns the startup duration it observed, if any.
     pub fn observe(&mut self, pod: &LeanPod, change: Change) -> Option<f64> {
+        let seconds = self.track(pod, change);
+        // A scale-up fills both sets with every one of its pods, which leave them as they
+        // bind and start.
+        self.pending.give_back_room();
+        self.unbound.give_back_room();
+        seconds
+    }
+
+    fn track(&mut self, pod: &LeanPod, change: Change) -> Option<f64> {
         let key = ObjectKey::new(pod.meta().namespace, pod.meta().name.unwrap_or_default());
         let placed = self
             .state
