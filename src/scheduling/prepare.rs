@@ -117,10 +117,30 @@ struct ExistingShape {
 /// round's node forms, so no address is reused within it).
 type Shapes = FxHashMap<usize, Rc<ExistingShape>>;
 
+/// A node's label values by their keys as written (a topology key names a label as written,
+/// deprecated or not), sorted by key: half a hash map's room for a node's few dozen labels.
+struct LabelValues(Vec<(Sym, Sym)>);
+
+impl LabelValues {
+    fn of(labels: &BTreeMap<String, String>, vocab: &mut Vocab) -> Self {
+        let mut pairs: Vec<(Sym, Sym)> = labels
+            .iter()
+            .map(|(k, v)| (vocab.intern(k), vocab.intern(v)))
+            .collect();
+        pairs.sort_unstable_by_key(|(k, _)| *k);
+        Self(pairs)
+    }
+
+    fn get(&self, key: &Sym) -> Option<&Sym> {
+        let at = self.0.binary_search_by_key(key, |(k, _)| *k).ok()?;
+        Some(&self.0[at].1)
+    }
+}
+
 struct SparseNode {
     name: String,
     host: Sym,
-    label_values: FxHashMap<Sym, Sym>,
+    label_values: LabelValues,
     reqs: ReqSet,
     taints: Vec<Taint>,
     /// The node's form, kept across rounds.
@@ -331,10 +351,9 @@ fn sparse_pool(
 }
 
 fn sparse_it(it: &InstanceType, vocab: &mut Vocab, names: &mut ResNames) -> SparseIt {
-    let mut reqs = vocab.label_set(it.labels.iter());
     // Room for the offerings' zone, zone id and capacity type, added below, so that the
     // set is not doubled for them.
-    reqs.0.reserve_exact(3);
+    let mut reqs = vocab.label_set_with_room(it.labels.iter(), 3);
     let name = vocab.intern(&it.name);
     reqs.add(vocab.instance_type, Req::single(name), &vocab.interner);
     let offers: Vec<Offer> = it
@@ -429,7 +448,9 @@ fn sparse_node(
     names: &mut ResNames,
     shapes: &mut Shapes,
 ) -> Result<SparseNode, SchedulingError> {
-    let mut reqs = vocab.label_set(n.labels.iter());
+    // Room for the hostname: an in-flight NodeClaim's labels have none, and adding it to a
+    // full set would double the set.
+    let mut reqs = vocab.label_set_with_room(n.labels.iter(), 1);
     let host_name = n
         .labels
         .get(labels::HOSTNAME)
@@ -438,10 +459,7 @@ fn sparse_node(
     let host = vocab.intern(&host_name);
     reqs.0.retain(|(k, _)| *k != vocab.hostname);
     reqs.add(vocab.hostname, Req::single(host), &vocab.interner);
-    let mut label_values = FxHashMap::default();
-    for (k, v) in &n.labels {
-        label_values.insert(vocab.intern(k), vocab.intern(v));
-    }
+    let label_values = LabelValues::of(&n.labels, vocab);
     let taints = if n.initialized {
         n.taints.clone()
     } else {

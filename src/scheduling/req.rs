@@ -567,10 +567,19 @@ impl Vocab {
         &mut self,
         labels: impl IntoIterator<Item = (&'a String, &'a String)>,
     ) -> ReqSet {
+        self.label_set_with_room(labels, 0)
+    }
+
+    /// [`Self::label_set`] with room for `room` more requirements, which the caller adds.
+    pub fn label_set_with_room<'a>(
+        &mut self,
+        labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+        room: usize,
+    ) -> ReqSet {
         let labels = labels.into_iter();
         // Sized once: a round builds one for every node and instance type, and growing by
         // doubling would leave up to half of each unused.
-        let mut set = ReqSet(Vec::with_capacity(labels.size_hint().0));
+        let mut set = ReqSet(Vec::with_capacity(labels.size_hint().0 + room));
         for (k, v) in labels {
             let key = self.intern(crate::labels::normalize_label_key(k));
             let val = self.intern(v);
@@ -593,6 +602,9 @@ mod tests {
         let set = vocab.label_set(labels.iter());
         assert_eq!(set.0.len(), 40);
         assert_eq!(set.0.capacity(), 40, "no room left over from growing");
+        let mut roomy = vocab.label_set_with_room(labels.iter(), 1);
+        roomy.add(vocab.hostname, Req::single(0), &vocab.interner);
+        assert_eq!(roomy.0.capacity(), 41, "the room asked for, and no more");
     }
 
     fn vocab_with(names: &[&str]) -> (Vocab, Vec<Sym>) {
