@@ -23,7 +23,7 @@ use crate::labels;
 use crate::overlay;
 use crate::pods;
 use crate::resources::{Quantity, Resources};
-use crate::scheduling::{ExistingNode, NodePoolInput, SchedulingInput, VolumeTopology};
+use crate::scheduling::{ExistingNode, NodeLabels, NodePoolInput, SchedulingInput, VolumeTopology};
 
 /// The scheduler's input plus what the report needs to know about it.
 #[derive(Debug, Clone)]
@@ -292,16 +292,16 @@ fn in_flight(claim: &NodeClaim, node_names: &HashSet<&str>) -> bool {
 }
 
 fn existing_node(
-    node: &Node,
+    node: &Arc<Node>,
     claim: Option<&str>,
     pods: Vec<Arc<LeanPod>>,
 ) -> Result<ExistingNode, SnapshotError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let invalid = |error: FieldError| SnapshotError::node("Node", &name, error);
-    let mut labels = node.metadata.labels.clone().unwrap_or_default();
-    labels
-        .entry(labels::HOSTNAME.to_string())
-        .or_insert_with(|| name.clone());
+    let mut labels = NodeLabels::OfNode(Arc::clone(node));
+    if !labels.contains_key(labels::HOSTNAME) {
+        labels.insert(labels::HOSTNAME.to_string(), name.clone());
+    }
     let spec = node.spec.as_ref();
     let mut taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
     if spec.and_then(|s| s.unschedulable) == Some(true)
@@ -366,19 +366,21 @@ const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 /// pin to one value; its resources are its status, or, before the launch filled that in,
 /// what its instance types guarantee (see [`unlaunched_resources`]).
 fn in_flight_node(
-    claim: &NodeClaim,
+    claim: &Arc<NodeClaim>,
     pods: Vec<Arc<LeanPod>>,
     class_types: &mut ClassTypes<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<ExistingNode, SnapshotError> {
     let name = claim.name().to_string();
     let invalid = |error: FieldError| SnapshotError::node("NodeClaim", &name, error);
-    let mut labels = claim.metadata.labels.clone().unwrap_or_default();
+    // A launched claim carries its pinned labels already; the map is copied only to add one.
+    let mut labels = NodeLabels::OfNodeClaim(Arc::clone(claim));
     for requirement in claim.requirements() {
-        if requirement.operator == Operator::In && requirement.values.len() == 1 {
-            labels
-                .entry(requirement.key.clone())
-                .or_insert_with(|| requirement.values[0].clone());
+        if requirement.operator == Operator::In
+            && requirement.values.len() == 1
+            && !labels.contains_key(&requirement.key)
+        {
+            labels.insert(requirement.key.clone(), requirement.values[0].clone());
         }
     }
     let status = claim.status.as_ref();

@@ -152,7 +152,7 @@ pub struct NodeBuilder {
 
 /// A node of pool `default`, type `medium`, on-demand in the first fixture zone, no pods.
 pub fn node(name: &str) -> NodeBuilder {
-    let labels = [
+    let labels: BTreeMap<String, String> = [
         (labels::NODEPOOL, "default"),
         (labels::INSTANCE_TYPE, "medium"),
         (labels::ZONE, st::ZONES[0]),
@@ -168,7 +168,7 @@ pub fn node(name: &str) -> NodeBuilder {
     let mut builder = NodeBuilder {
         node: ExistingNode {
             name: name.into(),
-            labels,
+            labels: labels.into(),
             initialized: true,
             node_pool: Some("default".into()),
             node_claim: Some(format!("{name}-claim")),

@@ -44,7 +44,7 @@ impl PlannedNodeClaim {
         }
         ExistingNode {
             name: name.to_string(),
-            labels: node_labels,
+            labels: node_labels.into(),
             taints: self.taints.clone(),
             allocatable: it.allocatable(),
             capacity: it.capacity.clone(),

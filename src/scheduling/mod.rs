@@ -18,6 +18,7 @@ mod forms;
 mod intern;
 mod launched;
 mod node_forms;
+mod node_labels;
 mod pod;
 mod pool;
 mod prepare;
@@ -36,6 +37,7 @@ pub mod testing;
 pub use batch::{Batch, Part, PartOutcome, UNSOLVED_PART};
 pub use forms::{PodForm, PodForms};
 pub use node_forms::NodeForms;
+pub use node_labels::NodeLabels;
 pub use pod::resource_requests;
 pub use types::*;
 

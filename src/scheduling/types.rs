@@ -16,6 +16,8 @@ pub use crate::catalog::{CapacityType, InstanceType, Offering};
 pub use crate::pods::{PodId, PodRef};
 pub use crate::resources::Resources;
 
+use super::NodeLabels;
+
 /// Everything one solve needs: the pods to place and the capacity they may use.
 #[derive(Clone, Debug, Default)]
 pub struct SchedulingInput {
@@ -47,7 +49,7 @@ pub struct ExistingNode {
     /// Node name (or NodeClaim name while the Node has not registered).
     pub name: String,
     /// Node labels; for an in-flight NodeClaim, the labels its requirements resolve to.
-    pub labels: BTreeMap<String, String>,
+    pub labels: NodeLabels,
     /// Taints currently on the node (startup taints of initialized nodes are gone by then).
     pub taints: Vec<Taint>,
     /// Allocatable resources (capacity minus system overhead).

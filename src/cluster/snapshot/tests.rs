@@ -82,6 +82,56 @@ fn nodes_carry_labels_taints_and_resources() {
 }
 
 #[test]
+fn nodes_and_launched_claims_share_their_objects_labels() {
+    let launched = CLAIM.replace(
+        "labels: {karpenter.sh/nodepool: default}",
+        "labels: {karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: m5.large, \
+         topology.kubernetes.io/zone: us-east-1b}",
+    );
+    let yaml = format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: n1, labels: {{kubernetes.io/hostname: n1}}}}\n\
+         status: {{allocatable: {{cpu: '2'}}}}\n---\n\
+         apiVersion: v1\nkind: Node\nmetadata: {{name: n2}}\nstatus: {{allocatable: {{cpu: '2'}}}}\n\
+         ---\n{launched}---\n{}",
+        CLAIM.replace("claim-1", "claim-2")
+    );
+    let inventory = inventory(&parse_all(&yaml, "in.yaml").expect("parses")).expect("valid");
+    let catalog = Catalog::embedded("us-east-1").expect("catalog");
+    let snapshot = build(&inventory, &catalog, ControllerSettings::default()).expect("builds");
+    let nodes = &snapshot.input.existing_nodes;
+    let labels = |name: &str| {
+        &nodes
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("{name} in the input"))
+            .labels
+    };
+    let shares = |name: &str, object: Option<&BTreeMap<String, String>>| {
+        std::ptr::eq::<BTreeMap<String, String>>(&**labels(name), object.expect("labelled"))
+    };
+    assert!(shares("n1", inventory.nodes[0].metadata.labels.as_ref()));
+    assert!(
+        shares("claim-1", inventory.node_claims[0].metadata.labels.as_ref()),
+        "its pinned labels are on it already"
+    );
+    assert_eq!(
+        labels("n2").get(labels::HOSTNAME).map(String::as_str),
+        Some("n2"),
+        "a copy with the hostname added"
+    );
+    assert!(matches!(labels("n2"), NodeLabels::Own(_)));
+    assert_eq!(
+        labels("claim-2").get(labels::ZONE).map(String::as_str),
+        Some("us-east-1b"),
+        "a copy with the pinned zone added"
+    );
+    assert!(!shares(
+        "claim-2",
+        inventory.node_claims[1].metadata.labels.as_ref()
+    ));
+}
+
+#[test]
 fn a_nodes_csinode_gives_its_volume_attach_limits() {
     let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '2'}}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n2}\nstatus: {allocatable: {cpu: '2'}}\n---\napiVersion: storage.k8s.io/v1\nkind: CSINode\nmetadata: {name: n1}\nspec:\n  drivers:\n    - {name: ebs.csi.aws.com, nodeID: i-1, allocatable: {count: 25}}\n    - {name: efs.csi.aws.com, nodeID: i-1}\n";
     let snapshot = snapshot(yaml);
