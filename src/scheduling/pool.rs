@@ -5,6 +5,7 @@
 //! shrinks, narrowed per changed requirement key through these caches.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Taint;
 
@@ -110,7 +111,9 @@ pub struct Pool {
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub startup_taints: Vec<Taint>,
-    pub its: Vec<ItInfo>,
+    /// Shared by every clone: a solver clones the pools it owns for their solve-time state,
+    /// and the types (a thousand or more, with their requirements) are read-only.
+    pub its: Arc<[ItInfo]>,
     pub groups: Vec<DaemonGroup>,
     /// Allocatable minus the instance type's daemonset overhead, `its.len() * stride`.
     pub effective: Vec<i64>,
@@ -155,7 +158,7 @@ impl Pool {
             labels,
             taints,
             startup_taints,
-            its,
+            its: its.into(),
             groups,
             effective,
             stride,

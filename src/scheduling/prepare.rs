@@ -740,7 +740,7 @@ fn universe_for(universe: &mut DomainUniverse, pools: &[Pool], key: Sym, vocab: 
     for (ts, pool) in pools.iter().enumerate() {
         let pool_req = pool.reqs.get(key);
         let mut seen: Option<&Req> = None;
-        for it in &pool.its {
+        for it in pool.its.iter() {
             let Some(offered) = it.reqs.get(key) else {
                 continue;
             };
