@@ -19,9 +19,48 @@ pub struct Req {
     pub complement: bool,
     /// Sorted, unique.
     pub values: Vec<Sym>,
-    pub gte: Option<i64>,
-    pub lte: Option<i64>,
+    /// Boxed, and `None` without a bound: only numeric requirements have bounds, and a round
+    /// holds one requirement for every label of every node and instance type.
+    bounds: Option<Box<Bounds>>,
     pub min_values: Option<u32>,
+}
+
+/// The inclusive integer bounds of a Gt, Lt, Gte or Lte requirement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct Bounds {
+    gte: Option<i64>,
+    lte: Option<i64>,
+}
+
+impl Bounds {
+    /// The bounds both allow.
+    fn meet(a: Option<&Bounds>, b: Option<&Bounds>) -> Bounds {
+        let [a, b] = [a, b].map(|b| b.copied().unwrap_or_default());
+        Bounds {
+            gte: max_opt(a.gte, b.gte),
+            lte: min_opt(a.lte, b.lte),
+        }
+    }
+
+    /// Whether no integer is within them.
+    fn is_void(&self) -> bool {
+        matches!((self.gte, self.lte), (Some(g), Some(l)) if g > l)
+    }
+
+    /// Whether `v` is within them: any value when there are none, else an integer in range.
+    fn admit(&self, v: Sym, interner: &Interner) -> bool {
+        if self.gte.is_none() && self.lte.is_none() {
+            return true;
+        }
+        let Some(n) = interner.number(v) else {
+            return false;
+        };
+        self.gte.is_none_or(|g| n >= g) && self.lte.is_none_or(|l| n <= l)
+    }
+
+    fn boxed(self) -> Option<Box<Bounds>> {
+        (self.gte.is_some() || self.lte.is_some()).then(|| Box::new(self))
+    }
 }
 
 /// The operator a requirement would be written with.
@@ -38,8 +77,7 @@ impl Req {
         Req {
             complement: true,
             values: Vec::new(),
-            gte: None,
-            lte: None,
+            bounds: None,
             min_values: None,
         }
     }
@@ -48,8 +86,7 @@ impl Req {
         Req {
             complement: false,
             values: Vec::new(),
-            gte: None,
-            lte: None,
+            bounds: None,
             min_values: None,
         }
     }
@@ -60,8 +97,7 @@ impl Req {
         Req {
             complement: false,
             values,
-            gte: None,
-            lte: None,
+            bounds: None,
             min_values: None,
         }
     }
@@ -86,6 +122,7 @@ impl Req {
                 let [v] = values else { return None };
                 let n = interner.number(*v)?;
                 let mut r = Req::exists();
+                let mut bounds = Bounds::default();
                 // Gt and Lt become the inclusive bounds Gte n+1 and Lte n-1.
                 let bound = match op {
                     Operator::Gt => n.checked_add(1),
@@ -96,10 +133,11 @@ impl Req {
                     return Some(Req::does_not_exist());
                 };
                 if matches!(op, Operator::Gt | Operator::Gte) {
-                    r.gte = Some(bound);
+                    bounds.gte = Some(bound);
                 } else {
-                    r.lte = Some(bound);
+                    bounds.lte = Some(bound);
                 }
+                r.bounds = bounds.boxed();
                 r
             }
         })
@@ -114,15 +152,24 @@ impl Req {
         }
     }
 
+    /// The inclusive lower bound, if any.
+    pub fn gte(&self) -> Option<i64> {
+        self.bounds.as_ref().and_then(|b| b.gte)
+    }
+
+    /// The inclusive upper bound, if any.
+    pub fn lte(&self) -> Option<i64> {
+        self.bounds.as_ref().and_then(|b| b.lte)
+    }
+
+    /// Whether the requirement is numeric (has a bound).
+    pub fn is_bounded(&self) -> bool {
+        self.bounds.is_some()
+    }
+
     #[inline]
     fn within(&self, v: Sym, interner: &Interner) -> bool {
-        if self.gte.is_none() && self.lte.is_none() {
-            return true;
-        }
-        let Some(n) = interner.number(v) else {
-            return false;
-        };
-        self.gte.is_none_or(|g| n >= g) && self.lte.is_none_or(|l| n <= l)
+        self.bounds.as_ref().is_none_or(|b| b.admit(v, interner))
     }
 
     /// Whether `value` satisfies the requirement.
@@ -153,12 +200,9 @@ impl Req {
     /// The requirement allowing what both allow (upstream `Intersection`).
     pub fn intersection(&self, other: &Req, interner: &Interner) -> Req {
         let complement = self.complement && other.complement;
-        let gte = max_opt(self.gte, other.gte);
-        let lte = min_opt(self.lte, other.lte);
+        let bounds = Bounds::meet(self.bounds.as_deref(), other.bounds.as_deref());
         let min_values = max_opt(self.min_values, other.min_values);
-        if let (Some(g), Some(l)) = (gte, lte)
-            && g > l
-        {
+        if bounds.is_void() {
             return Req {
                 min_values,
                 ..Req::does_not_exist()
@@ -170,50 +214,31 @@ impl Req {
             (false, true) => difference(&self.values, &other.values),
             (false, false) => intersect(&self.values, &other.values),
         };
-        let bounds = Req {
-            complement,
-            values: Vec::new(),
-            gte,
-            lte,
-            min_values: None,
-        };
-        values.retain(|v| bounds.within(*v, interner));
-        let (gte, lte) = if complement { (gte, lte) } else { (None, None) };
+        values.retain(|v| bounds.admit(*v, interner));
         Req {
             complement,
             values,
-            gte,
-            lte,
+            bounds: if complement { bounds.boxed() } else { None },
             min_values,
         }
     }
 
     /// Whether some value satisfies both (upstream `HasIntersection`).
     pub fn has_intersection(&self, other: &Req, interner: &Interner) -> bool {
-        let gte = max_opt(self.gte, other.gte);
-        let lte = min_opt(self.lte, other.lte);
-        if let (Some(g), Some(l)) = (gte, lte)
-            && g > l
-        {
+        let bounds = Bounds::meet(self.bounds.as_deref(), other.bounds.as_deref());
+        if bounds.is_void() {
             return false;
         }
-        let bounds = Req {
-            complement: true,
-            values: Vec::new(),
-            gte,
-            lte,
-            min_values: None,
-        };
         match (self.complement, other.complement) {
             (true, true) => true,
             (true, false) => other
                 .values
                 .iter()
-                .any(|v| self.values.binary_search(v).is_err() && bounds.within(*v, interner)),
+                .any(|v| self.values.binary_search(v).is_err() && bounds.admit(*v, interner)),
             (false, true) => self
                 .values
                 .iter()
-                .any(|v| other.values.binary_search(v).is_err() && bounds.within(*v, interner)),
+                .any(|v| other.values.binary_search(v).is_err() && bounds.admit(*v, interner)),
             (false, false) => {
                 let (small, large) = if self.values.len() <= other.values.len() {
                     (&self.values, &other.values)
@@ -222,7 +247,7 @@ impl Req {
                 };
                 small
                     .iter()
-                    .any(|v| large.binary_search(v).is_ok() && bounds.within(*v, interner))
+                    .any(|v| large.binary_search(v).is_ok() && bounds.admit(*v, interner))
             }
         }
     }
@@ -250,10 +275,10 @@ impl Req {
             }
             let _ = write!(s, " [{}]", names.join(" "));
         }
-        if let Some(g) = self.gte {
+        if let Some(g) = self.gte() {
             let _ = write!(s, " >={g}");
         }
-        if let Some(l) = self.lte {
+        if let Some(l) = self.lte() {
             let _ = write!(s, " <={l}");
         }
         if let Some(m) = self.min_values {
@@ -283,7 +308,7 @@ impl Req {
             .map(|v| interner.name(*v).into_owned())
             .collect();
         names.sort();
-        if self.gte.is_none() && self.lte.is_none() {
+        if !self.is_bounded() {
             let op = match self.op() {
                 Op::In => Operator::In,
                 Op::NotIn => Operator::NotIn,
@@ -292,8 +317,8 @@ impl Req {
             };
             return vec![mk(op, names)];
         }
-        let gte = self.gte.map(|g| mk(Operator::Gte, vec![g.to_string()]));
-        let lte = self.lte.map(|l| mk(Operator::Lte, vec![l.to_string()]));
+        let gte = self.gte().map(|g| mk(Operator::Gte, vec![g.to_string()]));
+        let lte = self.lte().map(|l| mk(Operator::Lte, vec![l.to_string()]));
         let excluded = (!names.is_empty()).then(|| mk(Operator::NotIn, names));
         [gte, lte, excluded].into_iter().flatten().collect()
     }
@@ -607,6 +632,16 @@ mod tests {
         assert_eq!(roomy.0.capacity(), 41, "the room asked for, and no more");
     }
 
+    #[test]
+    fn a_requirement_set_entry_stays_small() {
+        // A round holds one for every label of every node and instance type.
+        let (entry, req) = (size_of::<(Sym, Req)>(), size_of::<Req>());
+        assert!(
+            req <= 48 && entry <= 56,
+            "{req} B a requirement, {entry} B an entry"
+        );
+    }
+
     fn vocab_with(names: &[&str]) -> (Vocab, Vec<Sym>) {
         let mut v = Vocab::new();
         let ids = names.iter().map(|n| v.intern(n)).collect();
@@ -640,7 +675,7 @@ mod tests {
         assert!(!gt4.has(text, i), "non-integers never satisfy bounds");
         let lt8 = Req::from_operator(Operator::Lt, &[eight], i).expect("integer");
         let window = gt4.intersection(&lt8, i);
-        assert_eq!((window.gte, window.lte), (Some(5), Some(7)));
+        assert_eq!((window.gte(), window.lte()), (Some(5), Some(7)));
         let lt4 = Req::from_operator(Operator::Lt, &[four], i).expect("integer");
         assert_eq!(gt4.intersection(&lt4, i).op(), Op::DoesNotExist);
         assert!(Req::from_operator(Operator::Gt, &[text], i).is_none());

@@ -344,7 +344,7 @@ impl Group {
     }
 
     fn any_compatible_pod_domain(&self, pod: &Req, interner: &Interner) -> bool {
-        if pod.complement && pod.values.is_empty() && pod.gte.is_none() && pod.lte.is_none() {
+        if pod.complement && pod.values.is_empty() && !pod.is_bounded() {
             return self.nonzero > 0;
         }
         self.counts

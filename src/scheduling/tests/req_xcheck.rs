@@ -107,8 +107,8 @@ fn assert_same_requirement(
 ) -> Result<(), TestCaseError> {
     let key = vocab.intern(reference.key());
     prop_assert_eq!(operator_of(interned), reference.operator(), "{}", reference);
-    prop_assert_eq!(interned.gte, reference.lower_bound(), "{}", reference);
-    prop_assert_eq!(interned.lte, reference.upper_bound(), "{}", reference);
+    prop_assert_eq!(interned.gte(), reference.lower_bound(), "{}", reference);
+    prop_assert_eq!(interned.lte(), reference.upper_bound(), "{}", reference);
     prop_assert_eq!(interned.min_values, reference.min_values(), "{}", reference);
     for probe in PROBES {
         let sym = vocab.intern(probe);
