@@ -320,7 +320,7 @@ fn nominations(text: &str) -> Nominations {
 
 /// The pods among a round's problems (`namespace/name: reason`), by pod.
 fn unschedulable_pods(round: &Round) -> BTreeMap<String, String> {
-    let pending: BTreeSet<&str> = round.pending.iter().map(String::as_str).collect();
+    let pending: BTreeSet<String> = round.pending.iter().map(ToString::to_string).collect();
     round
         .problems
         .iter()
@@ -336,6 +336,7 @@ fn unschedulable_pods(round: &Round) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kerf::pods::PodRef;
     use kerf_actors::provisioner::RoundTiming;
 
     #[test]
@@ -369,7 +370,9 @@ karpenter_nodeclaims_created_total{reason=\"provisioning\"} 99
         let round = Round {
             number: 3,
             triggered: 0,
-            pending: vec!["default/big".into(), "default/web-1".into()],
+            pending: ["big", "web-1"]
+                .map(|name| PodRef::new("default", name, format!("{name}-uid")))
+                .into(),
             placing: 2,
             withheld: 0,
             forms_reused: 0,

@@ -34,6 +34,13 @@ impl PodRef {
     }
 }
 
+/// `namespace/name`, as kubectl and the events name a pod.
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 impl std::ops::Deref for PodRef {
     type Target = PodId;
 

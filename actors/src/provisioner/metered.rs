@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use kerf::labels;
-use kerf::pods::{LeanPod, PodLike};
+use kerf::pods::{LeanPod, PodLike, PodRef};
 use kerf::scheduling::SchedulingResult;
 
 use crate::metrics::{
@@ -18,12 +18,11 @@ use crate::state::{ClusterState, ObjectKey};
 
 use super::SCHEDULING_CONTROLLER;
 
-/// A round took up `pending` (`namespace/name`) and left `withheld` of them out.
-pub fn taken_up(state: &ClusterState, pending: &[String], withheld: usize) {
+/// A round took up `pending` and left `withheld` of them out.
+pub fn taken_up(state: &ClusterState, pending: &[PodRef], withheld: usize) {
     for pod in pending {
-        if let Some((namespace, name)) = pod.split_once('/') {
-            state.scheduling.ack(&ObjectKey::new(Some(namespace), name));
-        }
+        let key = ObjectKey::new(Some(pod.namespace.as_str()), pod.name.as_str());
+        state.scheduling.ack(&key);
     }
     #[allow(clippy::cast_precision_loss, reason = "pod counts are far below 2^52")]
     metrics::gauge!(SCHEDULER_IGNORED_PODS).set(withheld as f64);

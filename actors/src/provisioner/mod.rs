@@ -31,7 +31,7 @@ use kerf::api::NodePool;
 use kerf::catalog::Catalog;
 use kerf::cluster::ControllerSettings;
 use kerf::cluster::snapshot;
-use kerf::pods::PodLike;
+use kerf::pods::{PodLike, PodRef};
 use kerf::scheduling::{
     Batch, NodeForms, PlannedNodeClaim, PodForms, SchedulingResult, SolvePolicies,
 };
@@ -80,8 +80,10 @@ pub struct Round {
     /// How many pods triggered the batch (a scale-up's names are megabytes, kept for
     /// nothing until the next round).
     pub triggered: usize,
-    /// `namespace/name` of every provisionable pod in the snapshot, sorted.
-    pub pending: Vec<String>,
+    /// Every provisionable pod in the snapshot, sorted: shared references, not names, as the
+    /// latest round is kept until the next and a scale-up's pending pods are tens of
+    /// thousands.
+    pub pending: Vec<PodRef>,
     /// How many of them the round solved: those not held on the NodeClaim in flight
     /// planned for them (see [`nominated`]); none solved, the round skips the solve.
     pub placing: usize,
@@ -253,17 +255,11 @@ impl Provisioner {
             return Err(Skipped::NotSynced);
         }
         let queued = batch.closed.elapsed();
-        let mut pending: Vec<String> = self
+        let mut pending: Vec<PodRef> = self
             .state
             .provisionable_pods()
             .iter()
-            .map(|p| {
-                format!(
-                    "{}/{}",
-                    p.meta().namespace.unwrap_or_default(),
-                    p.meta().name.unwrap_or_default()
-                )
-            })
+            .map(|p| p.pod_ref())
             .collect();
         pending.sort();
         self.number += 1;

@@ -218,10 +218,8 @@ fn unschedulable_pods_produce_one_round() {
             "the three pods came in one batch: {round:?}"
         );
         assert_eq!(round.triggered, 3);
-        assert_eq!(
-            round.pending,
-            vec!["default/web-1", "default/web-2", "default/web-3"]
-        );
+        let pending: Vec<String> = round.pending.iter().map(ToString::to_string).collect();
+        assert_eq!(pending, ["default/web-1", "default/web-2", "default/web-3"]);
         assert!(round.window >= Duration::from_millis(500));
         daemon.stop().await;
         h.stop().await;

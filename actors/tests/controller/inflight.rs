@@ -113,7 +113,7 @@ fn a_pod_a_later_round_placed_on_an_in_flight_nodeclaim_is_nominated_to_its_node
             pod_spec("100m", "128Mi", json!({})),
         );
         let second = round_where(&mut rounds, "the second pod", |r| {
-            r.pending.iter().any(|p| p == "default/second")
+            r.pending.iter().any(|p| p.to_string() == "default/second")
         })
         .await;
         assert!(

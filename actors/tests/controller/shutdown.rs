@@ -114,7 +114,8 @@ fn a_stopping_leader_finishes_its_launches_before_handing_over() {
             .expect("provisioner alive")
             .clone()
             .expect("a round");
-        assert_eq!(round.pending, vec!["default/web-1".to_owned()], "{round:?}");
+        let pending: Vec<String> = round.pending.iter().map(ToString::to_string).collect();
+        assert_eq!(pending, ["default/web-1"], "{round:?}");
         assert!(round.nodeclaims.is_empty(), "{round:?}");
         let claims = api.list(&ListParams::default()).await.expect("list").items;
         assert_eq!(claims.len(), 1, "{claims:?}");

@@ -83,7 +83,7 @@ fn the_heavier_nodepool_wins_and_pods_selecting_the_lighter_go_there() {
         // (Rounds in between may re-plan the web pods alone: their nominations, written at
         // launch, change them and so trigger them again.)
         let second = round_where(&mut rounds, "the picky pod", |r| {
-            r.pending.iter().any(|p| p == "default/picky")
+            r.pending.iter().any(|p| p.to_string() == "default/picky")
         })
         .await;
         assert_eq!(second.pending.len(), 5, "{second:?}");
