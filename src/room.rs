@@ -1,8 +1,9 @@
 //! Hash tables that give back the room a burst left them. A `HashMap` never shrinks on its
-//! own: one that held every pod of a 20,000-pod scale-up keeps a table for 20,000 entries
-//! (two megabytes of a pod's form cache) for as long as the process runs, after the pods
-//! have bound and left it. Tables that fill with a burst and drain after it call
-//! [`GiveBackRoom::give_back_room`] when they drain.
+//! own: one that held every pod of a 20,000-pod scale-up keeps a table for 20,000 entries for
+//! as long as the process runs, after the pods have bound and left it (the pod-form cache's
+//! was 2.1 MB of `kerf simulate --pods 20000 --heap-profile`'s controller heap). Tables that
+//! fill with a burst and drain after it call [`GiveBackRoom::give_back_room`] when they
+//! drain.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash};
