@@ -1,9 +1,9 @@
 //! Hash tables that give back the room a burst left them. A `HashMap` never shrinks on its
 //! own: one that held every pod of a 20,000-pod scale-up keeps a table for 20,000 entries for
-//! as long as the process runs, after the pods have bound and left it (the pod-form cache's
-//! was 2.1 MB of `kerf simulate --pods 20000 --heap-profile`'s controller heap). Tables that
-//! fill with a burst and drain after it call [`GiveBackRoom::give_back_room`] when they
-//! drain.
+//! as long as the process runs, after the pods have bound and left it; the pod-form cache's
+//! table for `kerf simulate --pods 20000` is 2.1 MB of the controller's heap
+//! (`--heap-profile`). Tables that fill with a burst and drain after it call
+//! [`GiveBackRoom::give_back_room`] when they drain.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash};
@@ -12,7 +12,7 @@ use std::hash::{BuildHasher, Hash};
 /// for the rehash, and a table that small refills at once.
 const KEPT_CAPACITY: usize = 1024;
 
-/// A table that can give back room it no longer uses.
+/// A table that can shrink to the room its entries need.
 pub trait GiveBackRoom {
     /// Shrinks the table to twice its length when its capacity is over four times its
     /// length (and over [`KEPT_CAPACITY`]): the room a burst left, not the room it grows
