@@ -9,9 +9,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 
-use super::checks;
 use super::workloads::{DEFAULT_NAMESPACE, Expansion};
-use crate::pods::{LeanPod, PodLike, is_active};
+use crate::pods::{LeanPod, PodLike, is_active, selects};
 
 /// The controller of an expansion, as adoption needs to know it.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,12 +137,6 @@ pub(crate) fn missing(
     let wanted = expansion.pods.len().saturating_sub(running);
     expansion.pods.truncate(wanted);
     expansion
-}
-
-fn selects(selector: &LabelSelector, pod: &LeanPod) -> bool {
-    let empty = std::collections::BTreeMap::new();
-    let labels = pod.meta().labels.unwrap_or(&empty);
-    checks::selector_matches(selector, labels, "spec.selector").unwrap_or(false)
 }
 
 /// The Deployment controlling a ReplicaSet, from its owner references.

@@ -5,8 +5,8 @@
 use crate::pods::PodLike;
 use std::collections::HashMap;
 
-use crate::pods::is_active;
 use crate::pods::is_owned_by as owned_by;
+use crate::pods::{is_active, selects};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -90,29 +90,6 @@ pub fn eviction_cost(pod: &impl PodLike) -> f64 {
         cost += f64::from(priority) / 2f64.powi(25);
     }
     cost.clamp(-10.0, 10.0)
-}
-
-/// Whether `selector` selects `pod` (an empty selector selects every pod, as for PDBs).
-pub fn selects(selector: &LabelSelector, pod: &impl PodLike) -> bool {
-    let empty = std::collections::BTreeMap::new();
-    let labels = pod.meta().labels.unwrap_or(&empty);
-    let labels_ok = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let expressions_ok = selector.match_expressions.iter().flatten().all(|e| {
-        let value = labels.get(&e.key);
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    });
-    labels_ok && expressions_ok
 }
 
 /// PDBs indexed by namespace and one of their `matchLabels` pairs, so checking a pod looks

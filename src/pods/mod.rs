@@ -5,12 +5,14 @@
 mod id;
 mod intern;
 mod lean;
+mod selector;
 mod spec;
 mod status;
 
 pub use id::{PodId, PodRef};
 pub use intern::Interner;
 pub use lean::{LeanPod, PodInterner, PodLike, PodMeta, SharedMeta};
+pub use selector::selects;
 pub use spec::keep_what_placement_reads;
 pub use status::{ConditionView, LeanStatus, PodStatusView};
 
