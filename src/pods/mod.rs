@@ -2,6 +2,7 @@
 //! which has no kube-scheduler and so takes every unbound pod as unschedulable so far, and
 //! the controller, which also waits for the kube-scheduler's `Unschedulable` verdict.
 
+mod host_peers;
 mod id;
 mod intern;
 mod lean;
@@ -9,6 +10,7 @@ mod selector;
 mod spec;
 mod status;
 
+pub use host_peers::{fit_settled_by_host, repel_on_host};
 pub use id::{PodId, PodRef};
 pub use intern::Interner;
 pub use lean::{LeanPod, PodInterner, PodLike, PodMeta, SharedMeta};
