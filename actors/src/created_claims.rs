@@ -3,14 +3,16 @@
 //! until the watch has surely delivered it, so the next round counts it as in-flight
 //! capacity; its pods are held on it while it is in flight and for [`NOMINATION_WINDOW`]
 //! after its Node is initialized (longer, up to [`NOMINATION_LIMIT`], for a pod the
-//! kube-scheduler has not tried since), so later rounds do not re-pack them from scratch.
-//! Writers: the NodeClaimCreator adds each before answering the Provisioner and the
-//! lifecycle withdraws one whose launch was refused; a round adds the pods it places in the
-//! room left on one ([`CreatedClaims::assign`]) and records the nodes it places pods on
-//! ([`CreatedClaims::target`]). Readers: the Provisioner (in-flight claims and held pods),
-//! the Batcher (a lapsing nomination starts a batch), the lifecycle (whom to nominate; [`nomination_futile`] for early
-//! withdrawal), the disruption loop ([`CreatedClaims::nominated_now`]: nominated nodes are
-//! left alone, as upstream) and shutdown (claims still to launch).
+//! kube-scheduler has not refused since or whose fit the Node shows), so later rounds do
+//! not re-pack them from scratch. Writers: the NodeClaimCreator adds each before answering
+//! the Provisioner and the lifecycle withdraws one whose launch was refused; a round adds
+//! the pods it places in the room left on one ([`CreatedClaims::assign`]), releases those
+//! that no longer fit on its Node ([`CreatedClaims::release`]) and records the nodes it
+//! places pods on ([`CreatedClaims::target`]). Readers: the Provisioner (in-flight claims
+//! and held pods), the Batcher (a lapsing nomination starts a batch), the lifecycle (whom
+//! to nominate, and whose nomination to withdraw: [`CreatedClaims::is_released`],
+//! [`refusal_settles`]), the disruption loop ([`CreatedClaims::nominated_now`]: nominated
+//! nodes are left alone, as upstream) and shutdown (claims still to launch).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -38,16 +40,19 @@ pub const UNSEEN_NODECLAIM_GRACE: Duration = Duration::from_secs(30);
 pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 
 /// The longest pods stay nominated to a NodeClaim after its Node is initialized: past
-/// [`NOMINATION_WINDOW`], a pod the kube-scheduler has not tried since
-/// ([`tried_since`]) stays nominated and held until then. When a thousand Nodes initialize
-/// within seconds, ten thousand pods become bindable at once and the kube-scheduler works
-/// through them at hundreds a second with per-pod backoff: the last of them wait longer than
-/// the window for their first try, while the room planned for them is still there. Upstream
+/// [`NOMINATION_WINDOW`], a pod the kube-scheduler has not refused since ([`tried_since`]),
+/// or whose fit the Node's own pods and room show ([`refusal_settles`]), stays nominated
+/// and held until then while rounds find it still fitting there. When a thousand Nodes
+/// initialize within seconds, ten thousand pods become bindable at once and the
+/// kube-scheduler works through them at hundreds a second with per-pod backoff: the last of
+/// them wait longer than the window for their first try, while the room planned for them is
+/// still there. Upstream
 /// keeps such a pod nominated as long as each round places it on the same node; planned
 /// afresh instead, it is packed among the room other pods took meanwhile, and the pods that
 /// no longer fit get new NodeClaims (the `scale-out-10k` scenario exercises this). A pod
-/// tried and refused is released at the window's end, even one whose fit depends on its peers: held
-/// longer, the ones whose room was really gone (a peer bound there) waited for the limit
+/// whose room is really gone is released as soon as a round sees what took it
+/// ([`CreatedClaims::release`]), and one whose fit depends on peers elsewhere once the
+/// kube-scheduler refuses it past the window: held longer, such pods waited for the limit
 /// and then for new capacity. The limit bounds the wait for a try that leaves no trace (a
 /// refusal whose report is unchanged is not written again).
 pub const NOMINATION_LIMIT: Duration = Duration::from_secs(60);
@@ -64,6 +69,9 @@ struct Nomination {
     created: Instant,
     /// When a round first saw its Node initialized.
     initialized: Option<Instant>,
+    /// The uids of its pods a round found no longer fitting on its initialized Node
+    /// ([`CreatedClaims::release`]): held no more, and their nominations withdrawn.
+    released: HashSet<String>,
 }
 
 /// The registry; clones share it.
@@ -253,6 +261,9 @@ impl CreatedClaims {
         {
             return 0;
         }
+        for pod in pods {
+            nomination.released.remove(pod.uid.as_str());
+        }
         let held = Arc::make_mut(&mut nomination.pods);
         let before = held.len();
         for pod in pods {
@@ -261,6 +272,26 @@ impl CreatedClaims {
             }
         }
         held.len() - before
+    }
+
+    /// Records that a round found `pods` (by uid), held on NodeClaim `name`'s initialized
+    /// Node, no longer fitting beside the pods the kube-scheduler bound there: they are held
+    /// no more (rounds plan them afresh) and the lifecycle withdraws their nominations
+    /// ([`CreatedClaims::is_released`]). A later round that places one there again
+    /// ([`CreatedClaims::assign`]) holds it again.
+    pub fn release<'a>(&self, name: &str, pods: impl IntoIterator<Item = &'a str>) {
+        if let Some(mut nomination) = self.nominated.get_mut(name) {
+            nomination
+                .released
+                .extend(pods.into_iter().map(str::to_owned));
+        }
+    }
+
+    /// Whether a round released pod `uid` from NodeClaim `name` ([`CreatedClaims::release`]).
+    pub fn is_released(&self, name: &str, uid: &str) -> bool {
+        self.nominated
+            .get(name)
+            .is_some_and(|nomination| nomination.released.contains(uid))
     }
 
     /// NodeClaims created here whose launch has not ended: not `Launched`, not deleting,
@@ -284,6 +315,7 @@ impl CreatedClaims {
             pods: Arc::new(pods),
             created: now,
             initialized: None,
+            released: HashSet::new(),
         };
         self.nominated.insert(name.clone(), nomination);
         self.claims.insert(name, (Arc::new(claim), now));
@@ -305,15 +337,17 @@ impl CreatedClaims {
 /// What a nomination holds now.
 enum Holds {
     Pods(HeldPods),
-    /// No pod, for now: past the window, every pod it held was tried or bound.
+    /// No pod, for now: every pod it held was released, or past the window refused or bound.
     Nothing,
     /// Its NodeClaim is gone, or the limit has passed.
     Over,
 }
 
 impl Nomination {
-    /// What it holds with its NodeClaim at `progress`: all its pods for `window` after its
-    /// Node was initialized ([`Nomination::since_initialized`]), then those not tried yet.
+    /// What it holds with its NodeClaim at `progress`: all its pods a round has not
+    /// released for `window` after its Node was initialized
+    /// ([`Nomination::since_initialized`]), then those still pending it can keep
+    /// ([`still_held`]).
     fn holds(&self, state: &ClusterState, progress: Progress, window: Duration) -> Holds {
         let at = match progress {
             Progress::Gone => return Holds::Over,
@@ -324,14 +358,21 @@ impl Nomination {
         if since >= NOMINATION_LIMIT {
             return Holds::Over;
         }
-        if since < window {
+        if since < window && self.released.is_empty() {
             return Holds::Pods(Arc::clone(&self.pods));
         }
-        let waiting = untried(state, &self.pods, at);
-        if waiting.is_empty() {
+        let past_window = since >= window;
+        let kept: Vec<PodRef> = self
+            .pods
+            .iter()
+            .filter(|pod| !self.released.contains(pod.uid.as_str()))
+            .filter(|pod| !past_window || still_held(state, pod, at))
+            .cloned()
+            .collect();
+        if kept.is_empty() {
             Holds::Nothing
         } else {
-            Holds::Pods(Arc::new(waiting))
+            Holds::Pods(Arc::new(kept))
         }
     }
 
@@ -359,32 +400,27 @@ enum Progress {
     Initialized(Option<Timestamp>),
 }
 
-/// Of `pods`, those still pending that the kube-scheduler has not tried since their Node
-/// was initialized at `initialized` (with no time, every pending one).
-fn untried(state: &ClusterState, pods: &[PodRef], initialized: Option<Timestamp>) -> Vec<PodRef> {
-    pods.iter()
-        .filter(|pod| {
-            state.pod(pod).is_some_and(|stored| {
-                !kerf::pods::is_bound(&stored)
-                    && !initialized.is_some_and(|at| tried_since(&stored, at))
-            })
-        })
-        .cloned()
-        .collect()
+/// Whether `pod`, past its nomination window, stays held on its Node initialized at
+/// `initialized` (with no time, while pending): while it is pending and either the
+/// kube-scheduler has not refused it since ([`tried_since`]) or its fit is one the rounds
+/// judge themselves ([`refusal_settles`] says no).
+fn still_held(state: &ClusterState, pod: &PodRef, initialized: Option<Timestamp>) -> bool {
+    state.pod(pod).is_some_and(|stored| {
+        !kerf::pods::is_bound(&stored)
+            && !initialized.is_some_and(|at| refusal_settles(&stored, at))
+    })
 }
 
-/// Whether holding `pod`'s nomination to a Node initialized at `initialized` is futile: the
-/// kube-scheduler reported it unschedulable (`PodScheduled=False`, `Unschedulable`) since.
-/// It tries a pod's nominated node first, so the room planned there is not there any more
-/// (another pod took it, or the launched machine is smaller than planned); the
-/// nomination only keeps that room from pods that could use it. A report from before the
-/// Node was ready says nothing, and the times are whole seconds, so only a later second
-/// counts. A pod whose fit depends on where other pods are (a `DoNotSchedule` topology
-/// spread, required pod affinity or anti-affinity) may be refused only until its peers
-/// bound elsewhere catch up — a spread over zones whose Nodes are still booting — so its
-/// nomination is never judged futile: it lasts the window.
-pub fn nomination_futile(pod: &LeanPod, initialized: Timestamp) -> bool {
-    !kerf::pods::fit_depends_on_other_pods(pod) && tried_since(pod, initialized)
+/// Whether the kube-scheduler's refusal of `pod` since its Node was initialized at
+/// `initialized` ends the pod's nomination once the window has passed. For a pod whose fit
+/// the Node's own pods and room decide ([`kerf::pods::fit_settled_by_host`]) the rounds
+/// judge it from what is bound there ([`CreatedClaims::release`]), and the refusal does
+/// not: it may have been decided on a view that did not have the Node yet, and through a
+/// large scale-up the kube-scheduler's next try comes after the window. Released on such a
+/// report, a pod loses the room held for it to pods the kube-scheduler places meanwhile,
+/// and a one-per-node pod that loses its room needs a NodeClaim of its own.
+pub fn refusal_settles(pod: &LeanPod, initialized: Timestamp) -> bool {
+    tried_since(pod, initialized) && !kerf::pods::fit_settled_by_host(pod)
 }
 
 /// Whether the kube-scheduler tried `pod` since its Node was initialized at `initialized`
@@ -755,20 +791,16 @@ mod tests {
     }
 
     #[test]
-    fn a_nomination_is_futile_once_reported_unschedulable_in_a_later_second_unless_its_fit_depends_on_peers()
-     {
+    fn a_pod_is_tried_once_reported_unschedulable_in_a_later_second() {
         let initialized: Timestamp = "2026-01-01T00:00:10Z".parse().expect("a time");
-        let futile = |reported| nomination_futile(&pod("p", reported), initialized);
-        assert!(!futile(None));
+        let tried = |reported| tried_since(&pod("p", reported), initialized);
+        assert!(!tried(None));
+        assert!(!tried(Some("2026-01-01T00:00:09Z")), "before: says nothing");
         assert!(
-            !futile(Some("2026-01-01T00:00:09Z")),
-            "before: says nothing"
-        );
-        assert!(
-            !futile(Some("2026-01-01T00:00:10Z")),
+            !tried(Some("2026-01-01T00:00:10Z")),
             "the same second: unknown order"
         );
-        assert!(futile(Some("2026-01-01T00:00:11Z")));
+        assert!(tried(Some("2026-01-01T00:00:11Z")));
         // kube-scheduler keeps the transition time of a pod that stays unschedulable; its
         // rewritten report shows in the time of its status write.
         let mut rewritten = pod("p", Some("2026-01-01T00:00:01Z")).to_pod();
@@ -780,9 +812,19 @@ mod tests {
             .expect("a managed fields entry")
         };
         rewritten.metadata.managed_fields = Some(vec![write("2026-01-01T00:00:10Z")]);
-        assert!(!nomination_futile(&rewritten.clone().into(), initialized));
+        assert!(!tried_since(&rewritten.clone().into(), initialized));
         rewritten.metadata.managed_fields = Some(vec![write("2026-01-01T00:00:12Z")]);
-        assert!(nomination_futile(&rewritten.into(), initialized));
+        assert!(tried_since(&rewritten.into(), initialized));
+    }
+
+    #[test]
+    fn a_refusal_settles_only_what_the_node_cannot_show() {
+        let initialized: Timestamp = "2026-01-01T00:00:10Z".parse().expect("a time");
+        let refused = pod("p", Some("2026-01-01T00:00:11Z"));
+        assert!(
+            !refusal_settles(&refused, initialized),
+            "the Node's pods and room show whether a plain pod fits"
+        );
         let mut spread = pod("spread", Some("2026-01-01T00:00:11Z")).to_pod();
         spread.spec = Some(
             serde_json::from_value(serde_json::json!({"containers": [],
@@ -792,16 +834,23 @@ mod tests {
             .expect("valid spec"),
         );
         assert!(
-            !nomination_futile(&spread.into(), initialized),
-            "its peers may catch up"
+            refusal_settles(&spread.into(), initialized),
+            "a zone's count is not on the Node"
         );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn past_the_window_only_the_pods_the_scheduler_has_not_tried_since_stay_held() {
+    async fn a_refusal_past_the_window_releases_only_pods_their_node_cannot_judge() {
         let (state, mut writers) = ClusterState::new();
         let created = CreatedClaims::default();
-        let names = ["untried", "refused", "refused-before", "spread", "bound"];
+        let names = [
+            "untried",
+            "refused",
+            "refused-before",
+            "spread",
+            "bound",
+            "released",
+        ];
         created.insert(claim("a"), pods(&names));
         let key = |n: &str| ObjectKey::new(None, n);
         let mut initialized = on_node("a", "node-a");
@@ -821,12 +870,13 @@ mod tests {
             ("refused-before", Some("2026-01-01T00:00:09Z")),
             ("spread", after),
             ("bound", None),
+            ("released", None),
         ];
         for (name, reported) in reports {
             let mut stored = pod(name, reported).to_pod();
             let spec = match name {
                 "bound" => serde_json::json!({"containers": [], "nodeName": "node-a"}),
-                // Refused although its fit depends on peers: released all the same.
+                // Its fit depends on peers elsewhere: the refusal releases it.
                 "spread" => serde_json::json!({"containers": [], "topologySpreadConstraints": [{
                     "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
                     "whenUnsatisfiable": "DoNotSchedule"}]}),
@@ -843,12 +893,19 @@ mod tests {
             pods.into_iter().map(|p| p.uid.clone()).collect()
         };
         assert_eq!(held(&created), names, "within the window, every pod");
+        created.release("a", ["released"]);
+        assert!(created.is_released("a", "released"));
+        assert_eq!(
+            held(&created),
+            names[..5],
+            "a pod a round found without room goes at once"
+        );
 
         tokio::time::advance(NOMINATION_WINDOW).await;
         assert_eq!(
             held(&created),
-            ["untried", "refused-before"],
-            "past it, the pending pods not refused since the Node was initialized"
+            ["untried", "refused", "refused-before"],
+            "past it, the pending pods but those refused whose node cannot judge their fit"
         );
         assert_eq!(
             created.assign("a", &pods(&["late"])),

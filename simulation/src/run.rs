@@ -375,6 +375,7 @@ karpenter_nodeclaims_created_total{reason=\"provisioning\"} 99
                 .into(),
             placing: 2,
             withheld: 0,
+            released: 0,
             forms_reused: 0,
             nodes_reused: 0,
             window: Duration::ZERO,

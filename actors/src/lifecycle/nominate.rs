@@ -11,7 +11,9 @@
 //! ([`kerf::pods::NOMINATION_CONDITION`]), so it keeps provisioning for a pod whose
 //! nomination is its own. A nomination lasts while the Provisioner holds the pod
 //! ([`NOMINATION_WINDOW`], [`NOMINATION_LIMIT`]) and is withdrawn then, or within
-//! [`FUTILITY_CHECK_PERIOD`] once the pod could not use it ([`nomination_futile`]). It is an
+//! [`FUTILITY_CHECK_PERIOD`] once the pod could not use it: a round found it no longer
+//! fitting there ([`crate::created_claims::CreatedClaims::release`]), or the kube-scheduler
+//! refused it for a reason the Node cannot show ([`refusal_settles`]). It is an
 //! optimisation: failures are logged and counted, never fail a launch or a registration,
 //! and each step is bounded in time ([`NOMINATION_BUDGET`]).
 
@@ -33,7 +35,7 @@ use tokio::time::Instant;
 
 use super::nomination_slots::{Class, Slot, Step};
 use super::reconciler::{Reconciler, is_status};
-use crate::created_claims::{NOMINATION_LIMIT, NOMINATION_WINDOW, nomination_futile, tried_since};
+use crate::created_claims::{NOMINATION_LIMIT, NOMINATION_WINDOW, refusal_settles};
 
 /// How long registration waits for unconstrained pods' nominations once the constrained
 /// ones are written: a node of a small scale-up gets them all, a large one's node opens.
@@ -65,17 +67,18 @@ const WITHDRAWN_REASON: &str = "NominationExpired";
 /// The reason of the condition once kerf withdrew a nomination its pod could not use.
 const FUTILE_REASON: &str = "NominationUnusable";
 
-/// How often, within the window (and past it while pods wait for their first try), an
-/// initialized Node's NodeClaim looks for nominations its pods could not use: the room they
-/// keep is lost to other pods meanwhile, and the look costs one store read per pod the
-/// NodeClaim was created for.
+/// How often, until the limit, an initialized Node's NodeClaim looks for nominations its
+/// pods could not use (released by a round, or refused past the window): the room they keep
+/// is lost to other pods meanwhile, and the look costs one store read per pod the NodeClaim
+/// was created for.
 pub const FUTILITY_CHECK_PERIOD: Duration = Duration::from_secs(2);
 
 /// Withdraws kerf's nominations to `node` (of NodeClaim `nodeclaim`), initialized at
-/// `initialized`: within the window those of the NodeClaim's pods that could not use them;
-/// past it those of every other pod, and of the NodeClaim's pods the kube-scheduler has tried
-/// since; at [`NOMINATION_LIMIT`], every one left. Returns when to look again, while some
-/// may still be withdrawn.
+/// `initialized`: those of the NodeClaim's pods a round found no longer fitting there
+/// ([`crate::created_claims::CreatedClaims::release`]); past the window also those of pods
+/// it was not created for, and of its pods the kube-scheduler refused since whose fit the
+/// Node cannot show ([`refusal_settles`]); at [`NOMINATION_LIMIT`], every one left.
+/// Returns when to look again, while some may still be withdrawn.
 pub async fn withdraw_expired(
     r: &Reconciler,
     nodeclaim: &str,
@@ -85,11 +88,12 @@ pub async fn withdraw_expired(
     let since =
         Duration::try_from(Timestamp::now().duration_since(initialized)).unwrap_or_default();
     let left = |limit: Duration| limit.checked_sub(since).filter(|d| !d.is_zero());
-    let refused = format!("reported unschedulable after node {node} was initialized");
+    let created = &r.launch.created;
+    let released = |pod: &LeanPod| created.is_released(nodeclaim, pod.meta().uid.unwrap_or(""));
+    let no_room = format!("no longer fits on node {node} beside the pods bound there");
+    withdraw_listed(r, nodeclaim, node, released, FUTILE_REASON, &no_room).await;
     if let Some(window_left) = left(NOMINATION_WINDOW) {
-        let futile = |pod: &LeanPod| nomination_futile(pod, initialized);
-        withdraw_listed(r, nodeclaim, node, futile, FUTILE_REASON, &refused).await;
-        // A later round may still add pods to the NodeClaim.
+        // A later round may still add pods to the NodeClaim, or release some.
         return Some(window_left.min(FUTILITY_CHECK_PERIOD));
     }
     if !r.nominations_withdrawn.contains(node) {
@@ -102,9 +106,10 @@ pub async fn withdraw_expired(
         withdraw_listed(r, nodeclaim, node, |_| true, WITHDRAWN_REASON, &message).await;
         return None;
     };
-    let tried = |pod: &LeanPod| tried_since(pod, initialized);
-    let untried = withdraw_listed(r, nodeclaim, node, tried, FUTILE_REASON, &refused).await;
-    (untried > 0).then(|| limit_left.min(FUTILITY_CHECK_PERIOD))
+    let refused = format!("reported unschedulable after node {node} was initialized");
+    let settled = |pod: &LeanPod| refusal_settles(pod, initialized);
+    let kept = withdraw_listed(r, nodeclaim, node, settled, FUTILE_REASON, &refused).await;
+    (kept > 0).then(|| limit_left.min(FUTILITY_CHECK_PERIOD))
 }
 
 /// Withdraws, once the window has passed, the nominations to `node` of pending pods that
@@ -627,15 +632,21 @@ pub(super) mod tests {
     }
 
     #[tokio::test]
-    async fn past_the_window_a_nomination_lasts_until_the_scheduler_refuses_it_or_the_limit() {
+    async fn past_the_window_a_nomination_lasts_until_released_refused_for_good_or_the_limit() {
         let (state, mut writers) = crate::state::ClusterState::new();
         let initialized = Timestamp::now() - NOMINATION_WINDOW - Duration::from_secs(5);
         let after = (initialized + Duration::from_secs(2)).to_string();
         let after = Some(after.as_str());
-        for (name, reported) in [("untried", None), ("refused", after), ("spread", after)] {
+        let pods = [
+            ("untried", None),
+            ("refused", after),
+            ("spread", after),
+            ("released", None),
+        ];
+        for (name, reported) in pods {
             let mut pod = nominated_pod(name, "node-a", reported);
             if name == "spread" {
-                // Refused although its fit depends on peers: withdrawn all the same.
+                // Its fit depends on peers elsewhere: the refusal withdraws it.
                 pod.spec = serde_json::from_value(serde_json::json!({"containers": [],
                     "topologySpreadConstraints": [{"maxSkew": 1,
                         "topologyKey": "topology.kubernetes.io/zone",
@@ -652,17 +663,19 @@ pub(super) mod tests {
             nominated_pod("foreign", "node-a", None),
         );
         let (r, sent) = recording_reconciler(state);
-        created_for(&r, &["untried", "refused", "spread"]);
+        created_for(&r, &["untried", "refused", "spread", "released"]);
+        // A round found no room left for it on the Node.
+        r.launch.created.release("a", ["released"]);
 
         let again = withdraw_expired(&r, "a", "node-a", initialized).await;
         assert_eq!(
             withdrawn(&sent),
             [
                 ("foreign".to_owned(), WITHDRAWN_REASON.to_owned()),
-                ("refused".to_owned(), FUTILE_REASON.to_owned()),
+                ("released".to_owned(), FUTILE_REASON.to_owned()),
                 ("spread".to_owned(), FUTILE_REASON.to_owned())
             ],
-            "past the window, the pod not tried yet keeps its nomination"
+            "past the window, the pods not tried yet or whose fit the Node shows keep theirs"
         );
         assert!(
             again.is_some_and(|after| after <= FUTILITY_CHECK_PERIOD),

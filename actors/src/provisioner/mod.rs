@@ -90,6 +90,9 @@ pub struct Round {
     /// How many were left to the kube-scheduler, not tried since a Node opened (see
     /// [`settling`]).
     pub withheld: usize,
+    /// How many pods held on an initialized Node no longer fit there beside the pods bound
+    /// to it, and were released from their nominations and solved (see [`nominated`]).
+    pub released: usize,
     /// How many of the pods it solved had their prepared forms from an earlier round (see
     /// [`kerf::scheduling::PodForms`]).
     pub forms_reused: usize,
@@ -269,6 +272,7 @@ impl Provisioner {
             pending,
             placing: 0,
             withheld: 0,
+            released: 0,
             forms_reused: 0,
             nodes_reused: 0,
             window: batch.window,
@@ -329,7 +333,14 @@ impl Provisioner {
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
             provisioning.policies.apply(&mut input.options);
-            let holding = nominated::hold(&mut input, &nominations);
+            let held = nominated::hold(&mut input, &nominations);
+            round.released = held.released.values().map(Vec::len).sum();
+            for (claim, pods) in &held.released {
+                provisioning
+                    .created
+                    .release(claim, pods.iter().map(String::as_str));
+            }
+            let holding = held.holding;
             let opened = settling::last_opening(claims.iter().map(|c| &**c), &input.pods);
             round.withheld =
                 settling.withhold(&mut input, opened, Timestamp::now(), Instant::now());
@@ -537,6 +548,7 @@ impl Handler<BatchReady> for Provisioner {
                     triggered = round.triggered,
                     placing = round.placing,
                     withheld = round.withheld,
+                    released = round.released,
                     forms_reused = round.forms_reused,
                     nodes_reused = round.nodes_reused,
                     nodeclaims = round.nodeclaims.len(),

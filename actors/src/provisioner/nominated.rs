@@ -7,8 +7,10 @@
 //! pods onto that NodeClaim, or its Node, so the solve places only the others on what
 //! remains; pods a round places in the room left on it are added ([`assign`]). A pod is held
 //! until its nomination lapses ([`crate::created_claims::NOMINATION_LIMIT`] at most), and on
-//! an initialized Node only while it fits beside the pods bound there: the kube-scheduler
-//! binds whichever pods come first, and its refusal may leave no trace a round can read.
+//! an initialized Node only while it fits beside the pods bound there (their room, and no
+//! anti-affine peer): the kube-scheduler binds whichever pods come first, and its refusal
+//! may leave no trace a round can read. A pod that no longer fits is released
+//! ([`CreatedClaims::release`]): its nomination is withdrawn and rounds plan it afresh.
 
 use std::collections::HashMap;
 
@@ -18,15 +20,20 @@ use kerf::scheduling::{ExistingNode, ExistingNodePlacement, SchedulingInput, res
 
 use crate::created_claims::{CreatedClaims, HeldPods};
 
+/// What [`hold`] did: the NodeClaim of each node that holds pods (has nominations), by
+/// node name, for [`assign`]; and the pods (by uid) it found no longer fitting on their
+/// NodeClaim's initialized Node, by NodeClaim, for [`CreatedClaims::release`].
+#[derive(Debug, Default, PartialEq)]
+pub struct Held {
+    pub holding: HashMap<String, String>,
+    pub released: HashMap<String, Vec<String>>,
+}
+
 /// Moves the pending pods of `input` nominated to one of its existing nodes (by NodeClaim)
 /// onto that node, on an initialized node only those that fit beside its bound pods (the
-/// others are solved afresh); returns the NodeClaim of each node that holds pods (has
-/// nominations), by node name, for [`assign`].
-pub fn hold(
-    input: &mut SchedulingInput,
-    nominations: &HashMap<String, HeldPods>,
-) -> HashMap<String, String> {
-    let mut holding = HashMap::new();
+/// others are solved afresh, and released).
+pub fn hold(input: &mut SchedulingInput, nominations: &HashMap<String, HeldPods>) -> Held {
+    let mut held = Held::default();
     let mut node_of_pod: HashMap<&str, usize> = HashMap::new();
     for (index, node) in input.existing_nodes.iter().enumerate() {
         let Some((claim, pods)) = node
@@ -36,13 +43,13 @@ pub fn hold(
         else {
             continue;
         };
-        holding.insert(node.name.clone(), claim.clone());
+        held.holding.insert(node.name.clone(), claim.clone());
         for pod in pods.iter() {
             node_of_pod.insert(pod.uid.as_str(), index);
         }
     }
     if node_of_pod.is_empty() {
-        return holding;
+        return held;
     }
     let mut pending = Vec::with_capacity(input.pods.len());
     // The free room of each initialized node holding pods, from its bound pods alone: worked
@@ -57,7 +64,18 @@ pub fn hold(
         let node = &mut input.existing_nodes[index];
         if node.initialized {
             let room = rooms.entry(index).or_insert_with(|| free_room(node));
-            if !takes(room, &pod) {
+            let peer = repelled_by(node, &pod);
+            if peer.is_some() || !takes(room, &pod) {
+                tracing::debug!(
+                    pod = %pod.pod_ref(),
+                    node = %node.name,
+                    anti_affine_to = peer.map(|p| p.pod_ref().to_string()),
+                    "held pod no longer fits on its node: released"
+                );
+                if let Some(claim) = &node.node_claim {
+                    let released = held.released.entry(claim.clone()).or_default();
+                    released.push(uid.to_owned());
+                }
                 pending.push(pod);
                 continue;
             }
@@ -65,7 +83,16 @@ pub fn hold(
         node.pods.push(pod);
     }
     input.pods = pending;
-    holding
+    held
+}
+
+/// The pod on `node` that keeps `pod` off it by required anti-affinity over the hostname
+/// (either's term selecting the other), as the kube-scheduler would.
+fn repelled_by<'a>(node: &'a ExistingNode, pod: &LeanPod) -> Option<&'a LeanPod> {
+    node.pods
+        .iter()
+        .map(|other| &**other)
+        .find(|other| kerf::pods::is_active(*other) && kerf::pods::repel_on_host(pod, *other))
 }
 
 /// What `node` has left beside its active pods. A NodeClaim in flight has none bound, and
@@ -187,9 +214,10 @@ mod tests {
             ("claim-3".to_owned(), nominated(&["c"])),
             ("claim-4".to_owned(), nominated(&["d"])),
         ]);
-        let holding = hold(&mut input, &nominations);
+        let held = hold(&mut input, &nominations);
+        assert!(held.released.is_empty());
         assert_eq!(
-            holding,
+            held.holding,
             HashMap::from([
                 ("claim-1".to_owned(), "claim-1".to_owned()),
                 ("ip-10-0-0-1".to_owned(), "claim-2".to_owned()),
@@ -239,9 +267,11 @@ mod tests {
             ("claim-1".to_owned(), nominated(&["a", "b"])),
             ("claim-2".to_owned(), nominated(&["c", "d"])),
         ]);
-        hold(&mut input, &nominations);
+        let held = hold(&mut input, &nominations);
         assert_eq!(uids(&input.existing_nodes[0].pods), ["other", "a"]);
         assert_eq!(uids(&input.existing_nodes[1].pods), ["c", "d"]);
         assert_eq!(uids(&input.pods), ["b"], "solved afresh");
+        let released = HashMap::from([("claim-1".to_owned(), vec!["b".to_owned()])]);
+        assert_eq!(held.released, released, "and released from its nomination");
     }
 }

@@ -373,6 +373,7 @@ fn empty_round() -> Round {
         pending: Vec::new(),
         placing: 0,
         withheld: 0,
+        released: 0,
         forms_reused: 0,
         nodes_reused: 0,
         window: Duration::ZERO,

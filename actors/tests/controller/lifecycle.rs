@@ -185,12 +185,24 @@ fn pods_are_nominated_to_their_node_as_soon_as_its_instance_is_launched() {
 }
 
 #[test]
-fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the_window() {
+fn a_nomination_whose_room_a_bound_pod_took_is_withdrawn_without_waiting_the_window() {
     run(|| async {
-        let (stack, _, initialized) = nominated_to_an_initialized_node().await;
-        // The scheduler tried the nominated node and found no room, in a later second than
-        // the initialization (times are whole seconds).
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let (stack, node, initialized) = nominated_to_an_initialized_node().await;
+        // The scheduler binds another pod into the whole Node, then refuses web-1.
+        let allocatable = stack
+            .cluster()
+            .get("v1", "nodes", None, &node)
+            .expect("node")["status"]["allocatable"]["cpu"]
+            .as_str()
+            .expect("allocatable cpu")
+            .to_owned();
+        let bound = json!({"nodeName": node.as_str()});
+        create_pod_with(
+            &stack.cluster(),
+            "squatter",
+            json!({}),
+            pod_spec(&allocatable, "1Mi", bound),
+        );
         refuse_and_await_withdrawal(&stack, "web-1").await;
         assert!(
             initialized.elapsed() < NOMINATION_WINDOW,
@@ -202,11 +214,35 @@ fn a_nomination_the_scheduler_found_no_room_for_is_withdrawn_without_waiting_the
 }
 
 #[test]
-fn a_pod_the_scheduler_has_not_tried_keeps_its_nomination_past_the_window_until_refused() {
+fn a_refusal_alone_leaves_a_nomination_its_node_still_has_room_for() {
+    run(|| async {
+        let (stack, node, initialized) = nominated_to_an_initialized_node().await;
+        // A verdict the scheduler reached before it saw the Node, written after it was
+        // initialized: the room planned for web-1 is still there.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        report_unschedulable(&stack, "web-1").await;
+        tokio::time::sleep_until(initialized + NOMINATION_WINDOW + 2 * FUTILITY_CHECK_PERIOD).await;
+        let pod = stack.pod("web-1").expect("pod");
+        assert_eq!(
+            pod["status"]["nominatedNodeName"],
+            node.as_str(),
+            "still nominated past the window: {pod:#}"
+        );
+        assert_eq!(stack.nodeclaims().len(), 1, "and planned nowhere else");
+        stack.stop().await;
+    });
+}
+
+#[test]
+fn a_spread_pod_the_scheduler_has_not_tried_keeps_its_nomination_past_the_window_until_refused() {
     run(|| async {
         // The test tries nothing for a while: the backlog a thousand Nodes initializing at
-        // once leave the kube-scheduler.
-        let (stack, node, initialized) = nominated_to_an_initialized_node().await;
+        // once leave the kube-scheduler. Where a spread pod fits depends on its peers
+        // elsewhere, which the Node's room does not show: a refusal past the window ends it.
+        let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1,
+            "topologyKey": labels::ZONE, "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}}}]});
+        let (stack, node, initialized) = nominated_pod_on_an_initialized_node(spread).await;
         let nominated_here = |pod: &Value| pod["status"]["nominatedNodeName"] == node.as_str();
         tokio::time::sleep_until(initialized + NOMINATION_WINDOW + 2 * FUTILITY_CHECK_PERIOD).await;
         let pod = stack.pod("web-1").expect("pod");
@@ -229,8 +265,23 @@ fn a_pod_the_scheduler_has_not_tried_keeps_its_nomination_past_the_window_until_
 /// Node launched for it and that Node is initialized: the stack, the Node's name and about
 /// when it was initialized.
 async fn nominated_to_an_initialized_node() -> (Stack, String, tokio::time::Instant) {
+    nominated_pod_on_an_initialized_node(json!({})).await
+}
+
+/// [`nominated_to_an_initialized_node`] with `spec` merged into the zonal pod's spec.
+async fn nominated_pod_on_an_initialized_node(
+    spec: Value,
+) -> (Stack, String, tokio::time::Instant) {
     let stack = Stack::start_without_scheduler(fast_timings()).await;
-    create_pending_zonal_pod(&stack.cluster(), "web-1");
+    let cluster = stack.cluster();
+    let zonal = merged(json!({"nodeSelector": {labels::ZONE: "us-east-1a"}}), spec);
+    create_pod_with(
+        &cluster,
+        "web-1",
+        json!({"app": "web"}),
+        pod_spec("1", "1Gi", zonal),
+    );
+    mark_unschedulable(&cluster, "web-1");
     let node = first_claim_status(&stack, types::INITIALIZED, "nodeName").await;
     let initialized = tokio::time::Instant::now();
     eventually("the pod nominated to the node", || {
