@@ -274,4 +274,39 @@ mod tests {
         let released = HashMap::from([("claim-1".to_owned(), vec!["b".to_owned()])]);
         assert_eq!(held.released, released, "and released from its nomination");
     }
+
+    #[test]
+    fn a_pod_is_released_from_a_node_an_anti_affine_pod_was_bound_to() {
+        let cache = |uid: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": uid, "namespace": "default", "uid": uid,
+                    "labels": {"app": "cache"}},
+                "spec": {"containers": [], "affinity": {"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "topologyKey": kerf::labels::HOSTNAME,
+                        "labelSelector": {"matchLabels": {"app": "cache"}}}]}}}
+            }))
+            .expect("valid pod")
+        };
+        let mut initialized = node("ip-10-0-0-1", Some("claim-1"), true);
+        initialized.pods.push(Arc::new(cache("stray").into()));
+        let mut input = SchedulingInput {
+            pods: vec![
+                Arc::new(cache("planned").into()),
+                Arc::new(pod("web").into()),
+            ],
+            existing_nodes: vec![initialized],
+            ..SchedulingInput::default()
+        };
+        let nominations = HashMap::from([("claim-1".to_owned(), nominated(&["planned", "web"]))]);
+        let held = hold(&mut input, &nominations);
+        assert_eq!(uids(&input.existing_nodes[0].pods), ["stray", "web"]);
+        assert_eq!(
+            uids(&input.pods),
+            ["planned"],
+            "a cache pod is bound there already"
+        );
+        let released = HashMap::from([("claim-1".to_owned(), vec!["planned".to_owned()])]);
+        assert_eq!(held.released, released);
+    }
 }
