@@ -7,7 +7,7 @@
 //! not re-pack them from scratch. Writers: the NodeClaimCreator adds each before answering
 //! the Provisioner and the lifecycle withdraws one whose launch was refused; a round adds
 //! the pods it places in the room left on one ([`CreatedClaims::assign`]), releases those
-//! that no longer fit on its Node ([`CreatedClaims::release`]) and records the nodes it
+//! that do not fit on its Node ([`CreatedClaims::release`]) and records the nodes it
 //! places pods on ([`CreatedClaims::target`]). Readers: the Provisioner (in-flight claims
 //! and held pods), the Batcher (a lapsing nomination starts a batch), the lifecycle (whom
 //! to nominate, and whose nomination to withdraw: [`CreatedClaims::is_released`],
@@ -69,7 +69,7 @@ struct Nomination {
     created: Instant,
     /// When a round first saw its Node initialized.
     initialized: Option<Instant>,
-    /// The uids of its pods a round found no longer fitting on its initialized Node
+    /// The uids of its pods a round found not fitting on its initialized Node
     /// ([`CreatedClaims::release`]): held no more, and their nominations withdrawn.
     released: HashSet<String>,
 }
@@ -275,7 +275,7 @@ impl CreatedClaims {
     }
 
     /// Records that a round found `pods` (by uid), held on NodeClaim `name`'s initialized
-    /// Node, no longer fitting beside the pods the kube-scheduler bound there: they are held
+    /// Node, not fitting beside the pods the kube-scheduler bound there: they are held
     /// no more (rounds plan them afresh) and the lifecycle withdraws their nominations
     /// ([`CreatedClaims::is_released`]). A later round that places one there again
     /// ([`CreatedClaims::assign`]) holds it again.

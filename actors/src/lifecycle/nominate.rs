@@ -11,7 +11,7 @@
 //! ([`kerf::pods::NOMINATION_CONDITION`]), so it keeps provisioning for a pod whose
 //! nomination is its own. A nomination lasts while the Provisioner holds the pod
 //! ([`NOMINATION_WINDOW`], [`NOMINATION_LIMIT`]) and is withdrawn then, or within
-//! [`FUTILITY_CHECK_PERIOD`] once the pod could not use it: a round found it no longer
+//! [`FUTILITY_CHECK_PERIOD`] once the pod could not use it: a round found it not
 //! fitting there ([`crate::created_claims::CreatedClaims::release`]), or the kube-scheduler
 //! refused it for a reason the Node cannot show ([`refusal_settles`]). It is an
 //! optimisation: failures are logged and counted, never fail a launch or a registration,
@@ -74,7 +74,7 @@ const FUTILE_REASON: &str = "NominationUnusable";
 pub const FUTILITY_CHECK_PERIOD: Duration = Duration::from_secs(2);
 
 /// Withdraws kerf's nominations to `node` (of NodeClaim `nodeclaim`), initialized at
-/// `initialized`: those of the NodeClaim's pods a round found no longer fitting there
+/// `initialized`: those of the NodeClaim's pods a round found not fitting there
 /// ([`crate::created_claims::CreatedClaims::release`]); past the window also those of pods
 /// it was not created for, and of its pods the kube-scheduler refused since whose fit the
 /// Node cannot show ([`refusal_settles`]); at [`NOMINATION_LIMIT`], every one left.

@@ -90,7 +90,7 @@ pub struct Round {
     /// How many were left to the kube-scheduler, not tried since a Node opened (see
     /// [`settling`]).
     pub withheld: usize,
-    /// How many pods held on an initialized Node no longer fit there beside the pods bound
+    /// How many pods held on an initialized Node did not fit there beside the pods bound
     /// to it, and were released from their nominations and solved (see [`nominated`]).
     pub released: usize,
     /// How many of the pods it solved had their prepared forms from an earlier round (see

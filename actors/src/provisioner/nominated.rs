@@ -9,7 +9,7 @@
 //! until its nomination lapses ([`crate::created_claims::NOMINATION_LIMIT`] at most), and on
 //! an initialized Node only while it fits beside the pods bound there (their room, and no
 //! anti-affine peer): the kube-scheduler binds whichever pods come first, and its refusal
-//! may leave no trace a round can read. A pod that no longer fits is released
+//! may leave no trace a round can read. A pod that does not fit is released
 //! ([`CreatedClaims::release`]): its nomination is withdrawn and rounds plan it afresh.
 
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use kerf::scheduling::{ExistingNode, ExistingNodePlacement, SchedulingInput, res
 use crate::created_claims::{CreatedClaims, HeldPods};
 
 /// What [`hold`] did: the NodeClaim of each node that holds pods (has nominations), by
-/// node name, for [`assign`]; and the pods (by uid) it found no longer fitting on their
+/// node name, for [`assign`]; and the pods (by uid) it found not fitting on their
 /// NodeClaim's initialized Node, by NodeClaim, for [`CreatedClaims::release`].
 #[derive(Debug, Default, PartialEq)]
 pub struct Held {
