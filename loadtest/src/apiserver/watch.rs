@@ -345,6 +345,8 @@ pub struct Change {
     pub attrs: Arc<Attrs>,
     /// Attributes before it, for updates.
     pub prev: Option<Arc<Attrs>>,
+    /// What happened: a deletion's `attrs` are the object's last.
+    pub kind: EventType,
 }
 
 /// An in-process follower of one type's history, for the built-in controllers.
@@ -381,6 +383,7 @@ impl Cursor {
                             .map(|o| Change {
                                 attrs: o.attrs.clone(),
                                 prev: None,
+                                kind: EventType::Added,
                             })
                             .collect(),
                     );
@@ -392,6 +395,7 @@ impl Cursor {
                     .map(|r| Change {
                         attrs: r.attrs.clone(),
                         prev: r.prev.clone(),
+                        kind: r.kind,
                     })
                     .collect();
                 if let Some(last) = state.history.back() {
