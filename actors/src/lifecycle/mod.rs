@@ -27,6 +27,7 @@ mod reconcile;
 mod reconciler;
 pub(crate) mod registration;
 mod superseded;
+mod unlisted;
 
 use std::sync::Arc;
 use std::time::Duration;

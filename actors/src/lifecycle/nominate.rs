@@ -96,7 +96,7 @@ pub async fn withdraw_expired(
         // A later round may still add pods to the NodeClaim, or release some.
         return Some(window_left.min(FUTILITY_CHECK_PERIOD));
     }
-    if !r.nominations_withdrawn.contains(node) {
+    if !r.unlisted.is_withdrawn(node) {
         withdraw_unlisted(r, nodeclaim, node).await;
     }
     let Some(limit_left) = left(NOMINATION_LIMIT) else {
@@ -118,15 +118,13 @@ pub async fn withdraw_expired(
 async fn withdraw_unlisted(r: &Reconciler, nodeclaim: &str, node: &str) {
     let listed = r.launch.created.nominated_pods(nodeclaim);
     let stale: Vec<Arc<LeanPod>> = r
-        .state
-        .pods
-        .snapshot()
-        .into_iter()
+        .unlisted
+        .nominated_to(&r.state, node)
+        .iter()
+        .filter(|pod| !listed.iter().any(|held| held.uid == pod.uid))
+        // The scan may be a moment old: only what the store still shows is withdrawn.
+        .filter_map(|pod| r.state.pod(pod))
         .filter(|pod| !pods::is_bound(pod) && pods::kerf_nominated_node(pod) == Some(node))
-        .filter(|pod| {
-            let uid = pod.meta().uid.unwrap_or_default();
-            !listed.iter().any(|held| held.uid == uid)
-        })
         .collect();
     let message =
         format!("did not fit on node {node} within {NOMINATION_WINDOW:?} of it being initialized");
@@ -136,13 +134,10 @@ async fn withdraw_unlisted(r: &Reconciler, nodeclaim: &str, node: &str) {
             .map(|pod| withdraw(r, pod, WITHDRAWN_REASON, &message)),
     );
     // Nominations to a node are written before it is initialized, so once these are
-    // withdrawn, only the listed ones are left: one scan of the pods per node and process (a
-    // restarted controller scans again, for what its predecessor left).
+    // withdrawn, only the listed ones are left: one look per node and process (a restarted
+    // controller looks again, for what its predecessor left).
     if written.await.into_iter().all(|done| done) {
-        // Forgetting the nodes that are gone keeps the set as large as the cluster.
-        r.nominations_withdrawn
-            .retain(|known| r.state.node(known).is_some());
-        r.nominations_withdrawn.insert(node.to_owned());
+        r.unlisted.withdrawn(&r.state, node);
     }
 }
 
@@ -590,7 +585,11 @@ pub(super) mod tests {
     }
 
     /// A pending pod kerf nominated to `node`, reported unschedulable at `reported`.
-    fn nominated_pod(name: &str, node: &str, reported: Option<&str>) -> Pod {
+    pub(in crate::lifecycle) fn nominated_pod(
+        name: &str,
+        node: &str,
+        reported: Option<&str>,
+    ) -> Pod {
         let mut conditions = vec![serde_json::json!({
             "type": pods::NOMINATION_CONDITION, "status": "True",
             "reason": pods::NOMINATION_REASON,

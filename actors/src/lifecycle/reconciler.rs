@@ -16,6 +16,7 @@ use super::launch_memory::{LaunchedMemory, OnDemandFallback};
 use super::launching::Launching;
 use super::nomination_slots::Slots;
 use super::superseded::Superseded;
+use super::unlisted::Unlisted;
 use crate::created_claims::CreatedClaims;
 use crate::events::EventRecorder;
 use crate::offering_cache::OfferingCacheHandle;
@@ -103,8 +104,8 @@ pub struct Reconciler {
     pub client: Client,
     /// Nomination writes in flight, shared by every registration.
     pub nomination_slots: Slots,
-    /// Nodes whose expired nominations this process has withdrawn.
-    pub nominations_withdrawn: dashmap::DashSet<String>,
+    /// Nominations no NodeClaim of this process lists, and the Nodes rid of them.
+    pub unlisted: Unlisted,
     pub cloud: Arc<dyn CloudProvider>,
     pub config: LifecycleConfig,
     pub launch: LaunchDeps,
@@ -133,7 +134,7 @@ impl Reconciler {
             nodeclaims: Api::all(client.clone()),
             client,
             nomination_slots: Slots::default(),
-            nominations_withdrawn: dashmap::DashSet::new(),
+            unlisted: Unlisted::default(),
             cloud,
             config,
             launch,
