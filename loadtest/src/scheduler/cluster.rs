@@ -11,7 +11,7 @@ use super::nodeinfo::{NodeInfo, UNSCHEDULABLE_TAINT};
 use super::podinfo::{NodeTerm, PodInfo, PodSelector, PodShape};
 use super::reason::Reason;
 use super::score;
-use super::topology::{Domains, Spread, Term, TopologyState};
+use super::topology::{Domains, Forbidden, Spread, Term, TopologyState};
 use kerf::requirements::Operator;
 use kerf::taints::{EFFECT_NO_SCHEDULE, toleration_tolerates};
 use std::collections::{BTreeMap, HashMap};
@@ -53,6 +53,15 @@ struct StaticVerdict {
     taints: Vec<bool>,
 }
 
+/// The topology pairs placed pods' required anti-affinity forbids one shape.
+struct Repelled {
+    /// Held so the shape's address, the key, is not reused within the cycle.
+    _shape: Arc<PodShape>,
+    /// How many of [`Cluster::anti_affinity_pods`] `forbidden` covers.
+    covered: usize,
+    forbidden: Forbidden,
+}
+
 /// The cluster during one scheduling cycle.
 pub(crate) struct Cluster {
     nodes: Vec<NodeInfo>,
@@ -63,6 +72,9 @@ pub(crate) struct Cluster {
     domains: HashMap<String, Domains>,
     /// Placed pods that carry required anti-affinity, with their node index.
     anti_affinity_pods: Vec<(usize, Arc<PodInfo>)>,
+    /// What those pods' anti-affinity forbids each shape, by [`PodInfo::shape_id`]: pods of
+    /// a shape are repelled alike, and the pods placed are only added to.
+    repelled: HashMap<usize, Repelled>,
     /// Placed pods whose affinity terms InterPodAffinity's score reads (required affinity,
     /// preferred affinity or anti-affinity), with their node index.
     scoring_affinity_pods: Vec<(usize, Arc<PodInfo>)>,
@@ -104,6 +116,7 @@ impl Cluster {
             counts: HashMap::new(),
             domains: HashMap::new(),
             anti_affinity_pods,
+            repelled: HashMap::new(),
             scoring_affinity_pods,
             nominations: HashMap::new(),
             failed: HashMap::new(),
@@ -217,6 +230,32 @@ impl Cluster {
             self.scoring_affinity_pods.push((index, Arc::clone(&pod)));
         }
         self.nodes[index].add_pod(pod);
+    }
+
+    /// Brings the pairs forbidding `pod`'s shape up to the placed pods.
+    fn ensure_repelled(&mut self, pod: &PodInfo) {
+        let repelled = self
+            .repelled
+            .entry(pod.shape_id())
+            .or_insert_with(|| Repelled {
+                _shape: pod.shape(),
+                covered: 0,
+                forbidden: Forbidden::new(),
+            });
+        for (index, other) in &self.anti_affinity_pods[repelled.covered..] {
+            for term in &other.anti_affinity {
+                if term.pods.selects(pod)
+                    && let Some(value) = self.nodes[*index].labels.get(&term.topology_key)
+                {
+                    repelled
+                        .forbidden
+                        .entry(term.topology_key.clone())
+                        .or_default()
+                        .insert(value.clone());
+                }
+            }
+        }
+        repelled.covered = self.anti_affinity_pods.len();
     }
 
     fn ensure_static(&mut self, pod: &PodInfo) {
@@ -455,6 +494,7 @@ impl Cluster {
     /// selectors, and the domains of its topology keys.
     fn prepare(&mut self, pod: &PodInfo) {
         self.ensure_static(pod);
+        self.ensure_repelled(pod);
         let spread = pod
             .spread
             .iter()
@@ -547,16 +587,7 @@ impl Cluster {
         let anti_affinity = pod.anti_affinity.iter().map(term).collect();
         let matches_exist = affinity.iter().any(|t| t.counts.iter().any(|&c| c > 0));
         let self_affine = pod.affinity.iter().all(|t| t.pods.selects(pod));
-        let mut forbidden = Vec::new();
-        for (index, other) in &self.anti_affinity_pods {
-            for term in &other.anti_affinity {
-                if term.pods.selects(pod)
-                    && let Some(value) = self.nodes[*index].labels.get(&term.topology_key)
-                {
-                    forbidden.push((term.topology_key.clone(), value.clone()));
-                }
-            }
-        }
+        let forbidden = &self.repelled[&pod.shape_id()].forbidden;
         TopologyState {
             spread,
             affinity,
@@ -794,6 +825,42 @@ mod tests {
     }
 
     /// A 4-cpu replica of one workload: its pods share one shape.
+    #[test]
+    fn a_shape_is_repelled_by_anti_affine_pods_placed_after_it_was_first_judged() {
+        let mut shapes = super::super::podinfo::Shapes::default();
+        let noisy = |name: &str, shapes: &mut super::super::podinfo::Shapes| {
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default", "uid": name,
+                             "labels": {"app": "noisy"}},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+            }))
+            .expect("valid pod");
+            Arc::new(PodInfo::shared(&pod, shapes).expect("compiles"))
+        };
+        let guard = |name: &str| {
+            named_pod(
+                name,
+                serde_json::json!({"app": "guard"}),
+                serde_json::json!({"affinity": {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "noisy"}}}
+                ]}}}),
+            )
+        };
+        let nodes = ["a", "b", "c"].map(|n| node(n, "z1", serde_json::json!({})));
+        let mut cluster = Cluster::new(nodes.into(), 0);
+        cluster.assume(0, guard("guard-a"));
+        let first = place(&mut cluster, &noisy("noisy-1", &mut shapes)).expect("b or c is free");
+        assert_ne!(first, "a");
+        cluster.assume(1, guard("guard-b"));
+        cluster.assume(2, guard("guard-c"));
+        assert_eq!(
+            place(&mut cluster, &noisy("noisy-2", &mut shapes)),
+            Err("0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules.".to_owned()),
+            "the guards placed since the shape was first judged count too"
+        );
+    }
+
     fn web_replica(name: &str, shapes: &mut super::super::podinfo::Shapes) -> Arc<PodInfo> {
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "namespace": "default", "uid": name,

@@ -6,6 +6,7 @@
 use super::nodeinfo::NodeInfo;
 use super::podinfo::{PodInfo, PodSelector};
 use super::reason::Reason;
+use std::collections::{HashMap, HashSet};
 
 /// The domains of one topology key: which domain each node is in.
 pub(crate) struct Domains {
@@ -72,6 +73,11 @@ impl Term<'_> {
     }
 }
 
+/// The topology values the anti-affinity of pods already placed excludes, by topology key:
+/// one per node holding a one-per-host pod, so a pod those pods repel looks its node's
+/// value up rather than comparing it with each of thousands.
+pub(crate) type Forbidden = HashMap<String, HashSet<String>>;
+
 /// Everything topology needs to judge nodes for one pod.
 pub(crate) struct TopologyState<'a> {
     pub(crate) spread: Vec<Spread<'a>>,
@@ -81,7 +87,7 @@ pub(crate) struct TopologyState<'a> {
     /// the group anywhere (kube-scheduler's rule for self-affine workloads).
     pub(crate) first_of_group: bool,
     /// Topology pairs excluded by the anti-affinity of pods already placed.
-    pub(crate) forbidden: Vec<(String, String)>,
+    pub(crate) forbidden: &'a Forbidden,
 }
 
 impl TopologyState<'_> {
@@ -123,7 +129,7 @@ impl TopologyState<'_> {
         if self
             .forbidden
             .iter()
-            .any(|(key, value)| info.labels.get(key) == Some(value))
+            .any(|(key, values)| info.labels.get(key).is_some_and(|v| values.contains(v)))
         {
             return Err(Reason::ExistingAntiAffinity);
         }
