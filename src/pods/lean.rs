@@ -3,10 +3,11 @@
 //! namespace, labels, annotations and owner come from one template), so a lean pod keeps
 //! what names this pod and what happens to it — name, uid, resourceVersion, creation and
 //! deletion times, grace period, finalizers, node, status (as a [`LeanStatus`]: what is read
-//! of it), and the time of the kube-scheduler's last status write — and shares the rest, through a [`PodInterner`], with
-//! every pod that has it equal: its spec (without the node name) and [`SharedMeta`]. The
-//! spec is kept whole, so [`LeanPod::to_pod`] gives back what was read; metadata no decision
-//! reads (`generation`, `selfLink`, the other `managedFields`) is not kept.
+//! of it), and the time of the kube-scheduler's last status write — and shares the rest,
+//! through a [`PodInterner`], with every pod that has it equal: its spec (without the node
+//! name) and [`SharedMeta`]. The spec is kept whole, so [`LeanPod::to_pod`] gives back what
+//! was read; metadata no decision reads (`generation`, `selfLink`, the other
+//! `managedFields`) is not kept.
 //!
 //! Readers go through [`PodLike`], which the API's `Pod` implements too, so a check written
 //! once reads either form: [`PodLike::meta`] gives the metadata as borrowed fields
