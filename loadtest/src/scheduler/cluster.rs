@@ -824,19 +824,10 @@ mod tests {
         assert_eq!(place(&mut cluster, &small), Ok("a".to_owned()));
     }
 
-    /// A 4-cpu replica of one workload: its pods share one shape.
     #[test]
     fn a_shape_is_repelled_by_anti_affine_pods_placed_after_it_was_first_judged() {
         let mut shapes = super::super::podinfo::Shapes::default();
-        let noisy = |name: &str, shapes: &mut super::super::podinfo::Shapes| {
-            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": name, "namespace": "default", "uid": name,
-                             "labels": {"app": "noisy"}},
-                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
-            }))
-            .expect("valid pod");
-            Arc::new(PodInfo::shared(&pod, shapes).expect("compiles"))
-        };
+        let noisy = |name: &str, shapes: &mut _| shared_replica("noisy", "1", name, shapes);
         let guard = |name: &str| {
             named_pod(
                 name,
@@ -861,14 +852,26 @@ mod tests {
         );
     }
 
-    fn web_replica(name: &str, shapes: &mut super::super::podinfo::Shapes) -> Arc<PodInfo> {
+    /// Replica `name` of workload `app`, one container requesting `cpu`: the workload's pods
+    /// share one shape.
+    fn shared_replica(
+        app: &str,
+        cpu: &str,
+        name: &str,
+        shapes: &mut super::super::podinfo::Shapes,
+    ) -> Arc<PodInfo> {
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "namespace": "default", "uid": name,
-                         "labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]}
+                         "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
         }))
         .expect("valid pod");
         Arc::new(PodInfo::shared(&pod, shapes).expect("compiles"))
+    }
+
+    /// A 4-cpu replica of one workload: its pods share one shape.
+    fn web_replica(name: &str, shapes: &mut super::super::podinfo::Shapes) -> Arc<PodInfo> {
+        shared_replica("web", "4", name, shapes)
     }
 
     #[test]
