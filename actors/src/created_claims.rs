@@ -51,9 +51,10 @@ pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 /// afresh instead, it is packed among the room other pods took meanwhile, and the pods that
 /// no longer fit get new NodeClaims (the `scale-out-10k` scenario exercises this). A pod
 /// whose room is really gone is released as soon as a round sees what took it
-/// ([`CreatedClaims::release`]), and one whose fit depends on peers elsewhere once the
-/// kube-scheduler refuses it past the window: held longer, such pods waited for the limit
-/// and then for new capacity. The limit bounds the wait for a try that leaves no trace (a
+/// ([`CreatedClaims::release`]); one whose fit depends on peers elsewhere once the
+/// kube-scheduler refuses it past the window, or a round finds its required topology spread
+/// no longer allowing its Node's domain: held longer, such pods waited for the limit and
+/// then for new capacity. The limit bounds the wait for a try that leaves no trace (a
 /// refusal whose report is unchanged is not written again).
 pub const NOMINATION_LIMIT: Duration = Duration::from_secs(60);
 
@@ -171,6 +172,20 @@ impl CreatedClaims {
             }
         });
         held
+    }
+
+    /// The NodeClaims whose Node a round saw initialized [`NOMINATION_WINDOW`] ago or more:
+    /// the kube-scheduler has had its time to bind their pods, so a pod still held there is
+    /// one it may have refused without a trace, and a round judges its fit itself.
+    pub fn past_window(&self) -> HashSet<String> {
+        self.nominated
+            .iter()
+            .filter(|entry| {
+                let seen = entry.value().initialized;
+                seen.is_some_and(|at| at.elapsed() >= NOMINATION_WINDOW)
+            })
+            .map(|entry| entry.key().clone())
+            .collect()
     }
 
     /// What is nominated now with a nomination `window` (at most [`NOMINATION_WINDOW`]),
@@ -635,6 +650,26 @@ mod tests {
             ["launched", "registering"],
             "the window after initialization and the grace of an unseen NodeClaim end"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_nodeclaim_is_past_its_window_a_window_after_a_round_saw_it_initialized() {
+        let (state, mut writers) = ClusterState::new();
+        let created = CreatedClaims::default();
+        for name in ["unseen", "ready"] {
+            created.insert(claim(name), pods(&[name]));
+        }
+        let ready = on_node("ready", "node-b");
+        writers
+            .nodeclaims
+            .apply(ObjectKey::new(None, "ready"), ready);
+        let node_b = node("node-b", true);
+        writers.nodes.apply(ObjectKey::new(None, "node-b"), node_b);
+        created.nominations(&state);
+        tokio::time::advance(NOMINATION_WINDOW - Duration::from_secs(1)).await;
+        assert!(created.past_window().is_empty(), "a second to go");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(created.past_window(), HashSet::from(["ready".to_owned()]));
     }
 
     #[tokio::test(start_paused = true)]

@@ -314,6 +314,7 @@ impl Provisioner {
         let snapshot = snapshot::build_with(&inventory, provisioning.controller, &mut source);
         provisioning.instance_types.finish_round();
         let nominations = provisioning.created.nominations(&self.state);
+        let past_window = provisioning.created.past_window();
         let claims = &inventory.node_claims;
         let settling = &mut self.settling;
         let forms = &mut self.pod_forms;
@@ -333,7 +334,7 @@ impl Provisioner {
             let mut input = snapshot.input;
             input.options.max_instance_types = MAX_INSTANCE_TYPES;
             provisioning.policies.apply(&mut input.options);
-            let held = nominated::hold(&mut input, &nominations);
+            let held = nominated::hold(&mut input, &nominations, &past_window);
             round.released = held.released.values().map(Vec::len).sum();
             for (claim, pods) in &held.released {
                 provisioning

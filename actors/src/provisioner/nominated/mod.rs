@@ -7,18 +7,21 @@
 //! pods onto that NodeClaim, or its Node, so the solve places only the others on what
 //! remains; pods a round places in the room left on it are added ([`assign`]). A pod is held
 //! until its nomination lapses ([`crate::created_claims::NOMINATION_LIMIT`] at most), and on
-//! an initialized Node only while it fits beside the pods bound there (their room, and no
-//! anti-affine peer): the kube-scheduler binds whichever pods come first, and its refusal
-//! may leave no trace a round can read. A pod that does not fit is released
+//! an initialized Node only while it fits beside the pods bound there (their room, no
+//! anti-affine peer, and past the nomination window a required topology spread its node's
+//! domain still allows: [`spread`]): the kube-scheduler binds whichever pods come first, and
+//! its refusal may leave no trace a round can read. A pod that does not fit is released
 //! ([`CreatedClaims::release`]): its nomination is withdrawn and rounds plan it afresh.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use kerf::pods::{LeanPod, PodLike};
 use kerf::resources::Resources;
 use kerf::scheduling::{ExistingNode, ExistingNodePlacement, SchedulingInput, resource_requests};
 
 use crate::created_claims::{CreatedClaims, HeldPods};
+
+mod spread;
 
 /// What [`hold`] did: the NodeClaim of each node that holds pods (has nominations), by
 /// node name, for [`assign`]; and the pods (by uid) it found not fitting on their
@@ -30,9 +33,15 @@ pub struct Held {
 }
 
 /// Moves the pending pods of `input` nominated to one of its existing nodes (by NodeClaim)
-/// onto that node, on an initialized node only those that fit beside its bound pods (the
-/// others are solved afresh, and released).
-pub fn hold(input: &mut SchedulingInput, nominations: &HashMap<String, HeldPods>) -> Held {
+/// onto that node, on an initialized node only those that fit beside its bound pods and,
+/// for NodeClaims `past_window`, whose spread allows it (the others are solved afresh, and
+/// released). Within the window the kube-scheduler is still binding the plan's pods, and a
+/// skew it shows meanwhile is no reason to plan them again.
+pub fn hold(
+    input: &mut SchedulingInput,
+    nominations: &HashMap<String, HeldPods>,
+    past_window: &HashSet<String>,
+) -> Held {
     let mut held = Held::default();
     let mut node_of_pod: HashMap<&str, usize> = HashMap::new();
     for (index, node) in input.existing_nodes.iter().enumerate() {
@@ -55,6 +64,9 @@ pub fn hold(input: &mut SchedulingInput, nominations: &HashMap<String, HeldPods>
     // The free room of each initialized node holding pods, from its bound pods alone: worked
     // out at its first held pod, before any is added.
     let mut rooms: HashMap<usize, Resources> = HashMap::new();
+    // The pods held on initialized nodes past the window, by node index and uid, for their
+    // spread's judge.
+    let mut on_initialized = Vec::new();
     for pod in std::mem::take(&mut input.pods) {
         let uid = pod.meta().uid.unwrap_or_default();
         let Some(&index) = node_of_pod.get(uid) else {
@@ -72,18 +84,42 @@ pub fn hold(input: &mut SchedulingInput, nominations: &HashMap<String, HeldPods>
                     anti_affine_to = peer.map(|p| p.pod_ref().to_string()),
                     "held pod no longer fits on its node: released"
                 );
-                if let Some(claim) = &node.node_claim {
-                    let released = held.released.entry(claim.clone()).or_default();
-                    released.push(uid.to_owned());
-                }
+                held.release(node, uid);
                 pending.push(pod);
                 continue;
+            }
+            if node
+                .node_claim
+                .as_ref()
+                .is_some_and(|c| past_window.contains(c))
+            {
+                on_initialized.push((index, uid.to_owned()));
             }
         }
         node.pods.push(pod);
     }
+    for (index, pod) in spread::release_skewed(input, &on_initialized) {
+        let node = &input.existing_nodes[index];
+        tracing::debug!(
+            pod = %pod.pod_ref(),
+            node = %node.name,
+            "held pod's topology spread no longer allows its node: released"
+        );
+        held.release(node, pod.meta().uid.unwrap_or_default());
+        pending.push(pod);
+    }
     input.pods = pending;
     held
+}
+
+impl Held {
+    /// Records pod `uid` released from `node`, under its NodeClaim.
+    fn release(&mut self, node: &ExistingNode, uid: &str) {
+        if let Some(claim) = &node.node_claim {
+            let released = self.released.entry(claim.clone()).or_default();
+            released.push(uid.to_owned());
+        }
+    }
 }
 
 /// The pod on `node` that keeps `pod` off it by required anti-affinity over the hostname
@@ -214,7 +250,7 @@ mod tests {
             ("claim-3".to_owned(), nominated(&["c"])),
             ("claim-4".to_owned(), nominated(&["d"])),
         ]);
-        let held = hold(&mut input, &nominations);
+        let held = hold(&mut input, &nominations, &HashSet::new());
         assert!(held.released.is_empty());
         assert_eq!(
             held.holding,
@@ -267,7 +303,7 @@ mod tests {
             ("claim-1".to_owned(), nominated(&["a", "b"])),
             ("claim-2".to_owned(), nominated(&["c", "d"])),
         ]);
-        let held = hold(&mut input, &nominations);
+        let held = hold(&mut input, &nominations, &HashSet::new());
         assert_eq!(uids(&input.existing_nodes[0].pods), ["other", "a"]);
         assert_eq!(uids(&input.existing_nodes[1].pods), ["c", "d"]);
         assert_eq!(uids(&input.pods), ["b"], "solved afresh");
@@ -299,7 +335,7 @@ mod tests {
             ..SchedulingInput::default()
         };
         let nominations = HashMap::from([("claim-1".to_owned(), nominated(&["planned", "web"]))]);
-        let held = hold(&mut input, &nominations);
+        let held = hold(&mut input, &nominations, &HashSet::new());
         assert_eq!(uids(&input.existing_nodes[0].pods), ["stray", "web"]);
         assert_eq!(
             uids(&input.pods),
@@ -308,5 +344,96 @@ mod tests {
         );
         let released = HashMap::from([("claim-1".to_owned(), vec!["planned".to_owned()])]);
         assert_eq!(held.released, released);
+    }
+
+    /// A replica of `web`, spread over zones a, b and c (its node affinity) with skew 1.
+    fn web(uid: &str) -> Arc<kerf::pods::LeanPod> {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid,
+                "labels": {"app": "web"}},
+            "spec": {"containers": [],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE,
+                        "operator": "In", "values": ["a", "b", "c"]}]}]}}},
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE,
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": "web"}}}]}
+        }))
+        .expect("valid pod");
+        Arc::new(pod.into())
+    }
+
+    const ZONE: &str = kerf::labels::ZONE;
+
+    /// `name` in `zone`, of NodeClaim `claim-<name>`, with `bound` pods on it.
+    fn zonal(name: &str, zone: &str, initialized: bool, bound: &[&str]) -> ExistingNode {
+        let claim = format!("claim-{name}");
+        let mut node = node(name, Some(&claim), initialized);
+        node.labels.insert(ZONE.to_owned(), zone.to_owned());
+        node.pods = bound
+            .iter()
+            .map(|uid| {
+                let pod = web(uid);
+                Arc::new(pod.with_node_name(Some(name)))
+            })
+            .collect();
+        node
+    }
+
+    #[test]
+    fn a_pod_is_released_from_a_node_whose_zone_its_spread_no_longer_allows() {
+        // Planned two per zone; the kube-scheduler bound b's second replica in c instead,
+        // and b's node has no room left for it: "late", held in c, would skew c by 2 over b.
+        // Zone d is no domain of the workload's (its node affinity leaves it out).
+        let mut input = SchedulingInput {
+            pods: vec![web("late")],
+            existing_nodes: vec![
+                zonal("na", "a", true, &["a1", "a2"]),
+                zonal("nb", "b", true, &["b1"]),
+                zonal("nc", "c", true, &["c1", "jumped"]),
+                zonal("nd", "d", true, &[]),
+            ],
+            ..SchedulingInput::default()
+        };
+        let nominations = HashMap::from([("claim-nc".to_owned(), nominated(&["late"]))]);
+        let mut within_window = input.clone();
+        let held = hold(&mut within_window, &nominations, &HashSet::new());
+        assert!(
+            held.released.is_empty(),
+            "the kube-scheduler may still be binding"
+        );
+        let past_window = HashSet::from(["claim-nc".to_owned()]);
+        let held = hold(&mut input, &nominations, &past_window);
+        assert_eq!(uids(&input.pods), ["late"], "solved afresh");
+        assert_eq!(uids(&input.existing_nodes[2].pods), ["c1", "jumped"]);
+        let released = HashMap::from([("claim-nc".to_owned(), vec!["late".to_owned()])]);
+        assert_eq!(held.released, released);
+    }
+
+    #[test]
+    fn held_pods_of_a_plan_that_keeps_its_skew_stay_held_until_bound() {
+        // Nothing bound yet in b and c, and b's replicas on a NodeClaim still in flight: what
+        // every node is to hold keeps within the skew, however far the bindings have got,
+        // also past the window.
+        let mut input = SchedulingInput {
+            pods: ["a2", "b1", "b2", "c1", "c2"].map(web).to_vec(),
+            existing_nodes: vec![
+                zonal("na", "a", true, &["a1"]),
+                zonal("nb", "b", false, &[]),
+                zonal("nc", "c", true, &[]),
+                zonal("nd", "d", true, &[]),
+            ],
+            ..SchedulingInput::default()
+        };
+        let nominations = HashMap::from([
+            ("claim-na".to_owned(), nominated(&["a2"])),
+            ("claim-nb".to_owned(), nominated(&["b1", "b2"])),
+            ("claim-nc".to_owned(), nominated(&["c1", "c2"])),
+        ]);
+        let past_window = nominations.keys().cloned().collect();
+        let held = hold(&mut input, &nominations, &past_window);
+        assert!(held.released.is_empty(), "{held:?}");
+        assert!(input.pods.is_empty());
+        assert_eq!(uids(&input.existing_nodes[2].pods), ["c1", "c2"]);
     }
 }
