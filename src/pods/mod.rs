@@ -20,7 +20,7 @@ pub use selector::selects;
 pub use spec::keep_what_placement_reads;
 pub use status::{ConditionView, LeanStatus, PodStatusView};
 
-use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm};
+use k8s_openapi::api::core::v1::{Affinity, NodeSelectorTerm, PodAffinityTerm};
 
 /// The pod condition kerf writes beside `status.nominatedNodeName` when it nominates a pod
 /// to the Node of a NodeClaim it launched for it (KEP-5278's "expected placement"). It tells
@@ -121,6 +121,19 @@ pub fn is_one_per_node(pod: &impl PodLike) -> bool {
         .iter()
         .any(|t| t.topology_key == crate::labels::HOSTNAME);
     hostname_anti_affinity || uses_host_port(spec)
+}
+
+/// The required node affinity terms of `affinity` (none without any): alternatives, one
+/// of which a node must pass.
+pub fn required_node_terms(affinity: Option<&Affinity>) -> &[NodeSelectorTerm] {
+    affinity
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default()
 }
 
 /// The required pod affinity terms of `affinity` (none without any).

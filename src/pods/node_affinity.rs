@@ -7,23 +7,16 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, PodSpec};
 
 /// Whether node `name`, labelled `labels`, passes `spec`'s `nodeSelector` (every pair) and
-/// its required node affinity (any one term: all of its expressions and fields).
+/// its required node affinity (any one term: all of its expressions and fields; no terms,
+/// no constraint).
 pub fn admits_node(spec: &PodSpec, name: &str, labels: &BTreeMap<String, String>) -> bool {
     let selected = spec
         .node_selector
         .iter()
         .flatten()
         .all(|(key, value)| labels.get(key) == Some(value));
-    let terms = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-        .map(|r| r.node_selector_terms.as_slice());
-    selected && terms.is_none_or(|terms| terms.iter().any(|t| term_admits(t, name, labels)))
+    let terms = super::required_node_terms(spec.affinity.as_ref());
+    selected && (terms.is_empty() || terms.iter().any(|t| term_admits(t, name, labels)))
 }
 
 /// A term with neither expressions nor fields selects no node, as the API defines it.

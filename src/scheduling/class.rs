@@ -95,16 +95,7 @@ pub fn required_term_alternatives(
     vocab: &mut Vocab,
 ) -> Result<Vec<ReqSet>, String> {
     let base = vocab.label_set(spec.node_selector.iter());
-    let terms = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-        .map(|r| r.node_selector_terms.as_slice())
-        .unwrap_or_default();
+    let terms = crate::pods::required_node_terms(spec.affinity.as_ref());
     if terms.is_empty() {
         return Ok(vec![base]);
     }

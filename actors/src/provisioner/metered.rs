@@ -88,16 +88,7 @@ fn effective_zone(pod: &LeanPod) -> String {
         .as_ref()
         .and_then(|s| s.get(labels::ZONE))
         .map(|z| BTreeSet::from([z.clone()]));
-    let terms = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-        .map(|r| r.node_selector_terms.as_slice())
-        .unwrap_or_default();
+    let terms = kerf::pods::required_node_terms(spec.affinity.as_ref());
     if !terms.is_empty() {
         // Terms are alternatives: the zones any term allows; a term without a zone
         // requirement allows any.
