@@ -18,11 +18,7 @@ pub fn fit_settled_by_host(pod: &impl PodLike) -> bool {
         return true;
     };
     let affinity = spec.affinity.as_ref();
-    let hard_spread = spec
-        .topology_spread_constraints
-        .iter()
-        .flatten()
-        .any(|c| c.when_unsatisfiable == "DoNotSchedule");
+    let hard_spread = super::hard_spread_constraints(spec).next().is_some();
     let host_terms_only = required_anti_affinity_terms(affinity)
         .iter()
         .all(|t| t.topology_key == HOSTNAME && t.namespace_selector.is_none());

@@ -20,7 +20,9 @@ pub use selector::selects;
 pub use spec::keep_what_placement_reads;
 pub use status::{ConditionView, LeanStatus, PodStatusView};
 
-use k8s_openapi::api::core::v1::{Affinity, NodeSelectorTerm, PodAffinityTerm};
+use k8s_openapi::api::core::v1::{
+    Affinity, NodeSelectorTerm, PodAffinityTerm, PodSpec, TopologySpreadConstraint,
+};
 
 /// The pod condition kerf writes beside `status.nominatedNodeName` when it nominates a pod
 /// to the Node of a NodeClaim it launched for it (KEP-5278's "expected placement"). It tells
@@ -72,12 +74,7 @@ pub fn fit_depends_on_other_pods(pod: &impl PodLike) -> bool {
     let affinity = spec.affinity.as_ref();
     let required_pod_terms = !required_affinity_terms(affinity).is_empty()
         || !required_anti_affinity_terms(affinity).is_empty();
-    let hard_spread = spec
-        .topology_spread_constraints
-        .iter()
-        .flatten()
-        .any(|c| c.when_unsatisfiable == "DoNotSchedule");
-    required_pod_terms || hard_spread
+    required_pod_terms || hard_spread_constraints(spec).next().is_some()
 }
 
 /// Whether the kube-scheduler can place `pod` on fewer nodes than any with room and taints
@@ -123,6 +120,15 @@ pub fn is_one_per_node(pod: &impl PodLike) -> bool {
     hostname_anti_affinity || uses_host_port(spec)
 }
 
+/// The topology spread constraints of `spec` the kube-scheduler filters by
+/// (`whenUnsatisfiable: DoNotSchedule`).
+pub fn hard_spread_constraints(spec: &PodSpec) -> impl Iterator<Item = &TopologySpreadConstraint> {
+    spec.topology_spread_constraints
+        .iter()
+        .flatten()
+        .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
+}
+
 /// The required node affinity terms of `affinity` (none without any): alternatives, one
 /// of which a node must pass.
 pub fn required_node_terms(affinity: Option<&Affinity>) -> &[NodeSelectorTerm] {
@@ -158,7 +164,7 @@ pub fn required_anti_affinity_terms(affinity: Option<&Affinity>) -> &[PodAffinit
         .unwrap_or_default()
 }
 
-fn uses_host_port(spec: &k8s_openapi::api::core::v1::PodSpec) -> bool {
+fn uses_host_port(spec: &PodSpec) -> bool {
     spec.containers
         .iter()
         .flat_map(|c| c.ports.iter().flatten())

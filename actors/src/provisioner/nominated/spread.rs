@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PodSpec, TopologySpreadConstraint};
-use kerf::pods::{LeanPod, PodLike, admits_node, is_active, selects};
+use kerf::pods::{LeanPod, PodLike, admits_node, hard_spread_constraints, is_active, selects};
 use kerf::scheduling::{ExistingNode, SchedulingInput};
 
 /// Takes off their nodes and returns, with each one's node index, the pods of `held` (node
@@ -33,11 +33,14 @@ pub(super) fn release_skewed(
             continue;
         };
         let pod = &node.pods[at];
-        let Some(spec) = pod.spec().filter(|s| hard_constraints(s).next().is_some()) else {
+        let Some(spec) = pod
+            .spec()
+            .filter(|s| hard_spread_constraints(s).next().is_some())
+        else {
             continue;
         };
         let counts = groups.entry(GroupKey::of(pod, spec)).or_insert_with(|| {
-            hard_constraints(spec)
+            hard_spread_constraints(spec)
                 .map(|c| Counts::of(pod, c, nodes))
                 .collect()
         });
@@ -72,13 +75,6 @@ impl GroupKey {
             namespace: meta.namespace.unwrap_or("default").to_owned(),
         }
     }
-}
-
-fn hard_constraints(spec: &PodSpec) -> impl Iterator<Item = &TopologySpreadConstraint> {
-    spec.topology_spread_constraints
-        .iter()
-        .flatten()
-        .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
 }
 
 /// One constraint's count of selected pods in each domain of the nodes it considers.
