@@ -53,7 +53,7 @@ pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 /// whose room is really gone is released as soon as a round sees what took it
 /// ([`CreatedClaims::release`]); one whose fit depends on peers elsewhere once the
 /// kube-scheduler refuses it past the window, or a round finds its required topology spread
-/// no longer allowing its Node's domain: held longer, such pods waited for the limit and
+/// not allowing its Node's domain: held to the limit, such a pod would wait for it and
 /// then for new capacity. The limit bounds the wait for a try that leaves no trace (a
 /// refusal whose report is unchanged is not written again).
 pub const NOMINATION_LIMIT: Duration = Duration::from_secs(60);

@@ -17,7 +17,7 @@ use kerf::scheduling::{ExistingNode, SchedulingInput};
 
 /// Takes off their nodes and returns, with each one's node index, the pods of `held` (node
 /// index and uid, pods held on initialized nodes, in the order they were held) whose
-/// required topology spread their node's domain no longer allows.
+/// required topology spread does not allow their node's domain.
 pub(super) fn release_skewed(
     input: &mut SchedulingInput,
     held: &[(usize, String)],
