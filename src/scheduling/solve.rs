@@ -98,6 +98,40 @@ impl ClassMemo {
     }
 }
 
+/// The topology domains one pod failed on while it scans the existing nodes. Nothing changes
+/// until the pod is placed, and a group's verdict on a node depends only on the node's value
+/// for the group's key, so every other node with that value fails the same group and is not
+/// tried: a pod whose zone spread rules out a zone of thousands of nodes merges with one of
+/// them, not all. Hostname groups are left out (each node is its own domain), and the list
+/// is bounded, as a key with a value per node would make it a second scan.
+#[derive(Default)]
+struct FailedDomains(Vec<(Sym, Option<Req>)>);
+
+impl FailedDomains {
+    /// More failed domains than this are not remembered: the check runs for every node.
+    const CAPACITY: usize = 16;
+
+    fn add(&mut self, topology: &Topology, inverse: bool, g: GroupId, node: &ReqSet) {
+        let group = if inverse {
+            &topology.inverse[g as usize]
+        } else {
+            &topology.groups[g as usize]
+        };
+        if group.is_hostname || self.0.len() >= Self::CAPACITY {
+            return;
+        }
+        let key = group.spec.key;
+        self.0.push((key, node.get(key).cloned()));
+    }
+
+    /// Whether a node with requirements `node` is in a domain that already failed.
+    fn holds(&self, node: &ReqSet) -> bool {
+        self.0
+            .iter()
+            .any(|(key, domain)| node.get(*key) == domain.as_ref())
+    }
+}
+
 /// A successful placement attempt, ready to commit.
 struct Placement {
     delta: ReqSet,
@@ -429,9 +463,17 @@ impl<'a> Solver<'a> {
 
     /// Tries existing nodes, then planned NodeClaims; true when the pod was placed.
     fn add_existing(&mut self, p: u32, c: ClassId, memo: &mut ClassMemo) -> bool {
+        let mut failed = FailedDomains::default();
+        let single_alternative = self.prep.classes[c as usize].volumes.len() <= 1;
         for oi in 0..self.node_order.len() {
             let ni = self.node_order[oi];
             if ClassMemo::is_dead(&memo.dead_nodes, ni) {
+                continue;
+            }
+            let node = self.nodes[ni]
+                .as_deref()
+                .expect("node order lists owned nodes");
+            if failed.holds(&node.reqs) {
                 continue;
             }
             match self.try_node(ni, p, c) {
@@ -441,6 +483,15 @@ impl<'a> Solver<'a> {
                 }
                 Err(f) if f.permanent => {
                     ClassMemo::kill(&mut memo.dead_nodes, ni);
+                }
+                Err(Fail {
+                    topology: Some((inverse, g, _)),
+                    ..
+                }) if single_alternative => {
+                    let node = self.nodes[ni]
+                        .as_deref()
+                        .expect("node order lists owned nodes");
+                    failed.add(&self.topology, inverse, g, &node.reqs);
                 }
                 Err(_) => {}
             }
@@ -911,4 +962,68 @@ fn shut_out(prep: &Prepared) -> Vec<Vec<ClassId>> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::topology::{Group, GroupSpec, Kind, Namespaces};
+
+    fn topology_over(keys: &[(Sym, bool)]) -> Topology {
+        let mut topology = Topology::default();
+        for &(key, hostname) in keys {
+            let spec = GroupSpec {
+                kind: Kind::Spread,
+                key,
+                max_skew: 1,
+                min_domains: None,
+                namespaces: Namespaces::All,
+                selector: None,
+                filter: None,
+            };
+            topology.get_or_create(spec, false, |spec| Group::new(spec, hostname));
+        }
+        topology
+    }
+
+    #[test]
+    fn failed_domains_match_nodes_of_the_failed_value_only() {
+        let mut vocab = Vocab::new();
+        let (zone, a, b) = (vocab.zone, vocab.intern("a"), vocab.intern("b"));
+        let topology = topology_over(&[(zone, false)]);
+        let in_zone = |z: Sym| {
+            let mut reqs = ReqSet::default();
+            reqs.set(zone, Req::single(z));
+            reqs
+        };
+        let mut failed = FailedDomains::default();
+        failed.add(&topology, false, 0, &in_zone(a));
+        assert!(failed.holds(&in_zone(a)));
+        assert!(!failed.holds(&in_zone(b)));
+        assert!(!failed.holds(&ReqSet::default()), "a node without the key");
+    }
+
+    #[test]
+    fn failed_domains_leave_out_hostnames_and_stay_within_capacity() {
+        let mut vocab = Vocab::new();
+        let (zone, hostname) = (vocab.zone, vocab.hostname);
+        let topology = topology_over(&[(zone, false), (hostname, true)]);
+        let mut failed = FailedDomains::default();
+        let node = |key: Sym, value: Sym| {
+            let mut reqs = ReqSet::default();
+            reqs.set(key, Req::single(value));
+            reqs
+        };
+        let host = vocab.intern("node-1");
+        failed.add(&topology, false, 1, &node(hostname, host));
+        assert!(
+            !failed.holds(&node(hostname, host)),
+            "hostname groups are not kept"
+        );
+        for i in 0..FailedDomains::CAPACITY + 4 {
+            let value = vocab.intern(&format!("zone-{i}"));
+            failed.add(&topology, false, 0, &node(zone, value));
+        }
+        assert_eq!(failed.0.len(), FailedDomains::CAPACITY);
+    }
 }

@@ -50,6 +50,41 @@ fn existing_nodes_are_used_before_new_capacity_initialized_first() {
 }
 
 #[test]
+fn a_zone_a_pods_spread_rules_out_is_skipped_for_that_pod_only() {
+    let web = || {
+        pod("web").cpu("100m").labels(&[("app", "web")]).spread(
+            ZONE,
+            1,
+            "DoNotSchedule",
+            &[("app", "web")],
+        )
+    };
+    let in_zone = |name: &str, zone: &str, placed: usize| {
+        let mut n = node(name, "4", true);
+        n.labels.insert(ZONE.into(), zone.into());
+        n.pods = shared(web().replicas(&format!("{name}-web"), placed));
+        n
+    };
+    let nodes = vec![
+        in_zone("a1", "test-zone-1", 2),
+        in_zone("a2", "test-zone-1", 2),
+        in_zone("b", "test-zone-2", 0),
+        in_zone("c", "test-zone-3", 0),
+        in_zone("d", "test-zone-1", 2),
+    ];
+    let r = run(&input_with(web().replicas("new", 4), nodes));
+    assert!(r.new_node_claims.is_empty(), "{:?}", r.new_node_claims);
+    let placed: Vec<(&str, usize)> = r
+        .existing_nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.pods.len()))
+        .collect();
+    // Each pod in turn goes to the emptiest zone: the crowded zone is ruled out for all of
+    // them, test-zone-2 only for the pods that find it ahead of test-zone-3.
+    assert_eq!(placed, vec![("b", 2), ("c", 2)]);
+}
+
+#[test]
 fn bound_pods_and_pending_daemonsets_use_existing_room() {
     let mut n = node("n", "3", true);
     n.pods = vec![pod("running").cpu("1").lean()];
