@@ -6,7 +6,8 @@
 //! them; and a later round of a settled cluster (`round/…`): the same 20,000 placed pods and
 //! 1 % new ones (or 100,000 on 5,000 nodes and 300 new ones), the round every few seconds of
 //! a large cluster's steady state, solved as the controller solves it, through the forms kept
-//! from the round before (`round-cold/…`: the same round solved from nothing).
+//! from the round before (`round-cold/…`: the same round solved from nothing); and a round
+//! whose zone spread rules out the zone holding four in five of 5,000 nodes (`skewed/5000`).
 //! Run with `cargo bench --bench scheduling`; a summary line per size follows criterion's
 //! output (pods/s, NodeClaims, time relative to the lower bound).
 
@@ -143,23 +144,34 @@ fn held(nodes: usize, pending: usize) -> SchedulingInput {
     }
     let mut pods = kerf::scheduling::testing::shared(pods);
     let pending = pods.split_off(nodes * 20);
-    let existing_nodes = pods
-        .chunks(20)
+    around(pods.chunks(20), pending, |i| {
+        (format!("node-{i}"), format!("test-zone-{}", i % 3 + 1))
+    })
+}
+
+/// Initialized 16-CPU nodes, one per chunk of `placed` pods, named and zoned by index, and the
+/// `pending` pods to place around them.
+fn around<'a>(
+    placed: impl Iterator<Item = &'a [Arc<LeanPod>]>,
+    pending: Vec<Arc<LeanPod>>,
+    name_and_zone: impl Fn(usize) -> (String, String),
+) -> SchedulingInput {
+    let existing_nodes = placed
         .enumerate()
-        .map(|(i, held)| ExistingNode {
-            name: format!("node-{i}"),
-            labels: [
-                (
-                    kerf::labels::ZONE.to_owned(),
-                    format!("test-zone-{}", i % 3 + 1),
-                ),
-                (kerf::labels::HOSTNAME.to_owned(), format!("node-{i}")),
-            ]
-            .into(),
-            allocatable: resources(&[("cpu", "16"), ("memory", "64Gi"), ("pods", "110")]),
-            pods: held.to_vec(),
-            initialized: true,
-            ..Default::default()
+        .map(|(i, held)| {
+            let (name, zone) = name_and_zone(i);
+            ExistingNode {
+                labels: [
+                    (kerf::labels::ZONE.to_owned(), zone),
+                    (kerf::labels::HOSTNAME.to_owned(), name.clone()),
+                ]
+                .into(),
+                name,
+                allocatable: resources(&[("cpu", "16"), ("memory", "64Gi"), ("pods", "110")]),
+                pods: held.to_vec(),
+                initialized: true,
+                ..Default::default()
+            }
         })
         .collect();
     SchedulingInput {
@@ -167,6 +179,29 @@ fn held(nodes: usize, pending: usize) -> SchedulingInput {
         existing_nodes,
         ..input(Vec::new(), true)
     }
+}
+
+/// `nodes` existing nodes, four in five of them in one zone, each holding 10 replicas of a
+/// workload whose zone spread is `DoNotSchedule`, and `pending` new replicas: the spread rules
+/// out the crowded zone, whose nodes all still have room, so each new pod is placed in the
+/// other two. The round of a large scale-out after one zone took most of the nodes.
+fn skewed(nodes: usize, pending: usize) -> SchedulingInput {
+    let zone = |i: usize| match i * 10 / nodes {
+        0..8 => "test-zone-1",
+        8 => "test-zone-2",
+        _ => "test-zone-3",
+    };
+    let replicas = pod("web")
+        .cpu("250m")
+        .memory("256Mi")
+        .labels(&[("app", "web")])
+        .spread(kerf::labels::ZONE, 1, "DoNotSchedule", &[("app", "web")])
+        .replicas("web", nodes * 10 + pending);
+    let mut pods = kerf::scheduling::testing::shared(replicas);
+    let pending = pods.split_off(nodes * 10);
+    around(pods.chunks(10), pending, |i| {
+        (format!("node-{i:05}"), zone(i).to_owned())
+    })
 }
 
 fn bench(c: &mut Criterion) {
@@ -212,6 +247,21 @@ fn bench(c: &mut Criterion) {
         });
         assert_eq!(kept.len(), nodes, "every node's form kept");
     }
+    let round = skewed(5000, 300);
+    let placed = solve(&round).expect("benchmark input is valid");
+    assert!(placed.errors.is_empty(), "{:?}", placed.errors);
+    let crowded = |name: &str| name < "node-04000";
+    let on_nodes: Vec<&str> = placed
+        .existing_nodes
+        .iter()
+        .flat_map(|n| n.pods.iter().map(|_| n.name.as_str()))
+        .collect();
+    assert_eq!(on_nodes.len(), 300, "the new pods fit on the nodes");
+    assert!(
+        !on_nodes.iter().any(|n| crowded(n)),
+        "the spread keeps new pods out of the crowded zone"
+    );
+    group.bench_function("skewed/5000", |b| b.iter(|| solve(black_box(&round))));
     group.finish();
 }
 
