@@ -1,7 +1,7 @@
 //! The Helm values page: every leaf key of deploy/chart/values.yaml with its default, its
 //! description (the `# --` comment on the key, or on the nearest parent that has one, as
 //! helm-docs reads them) and what kerf does with it (the chart README's "Values" table,
-//! which the chart test requires to cover every key).
+//! which the chart test requires to cover every key, or its nearest parent's row).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -36,7 +36,11 @@ pub fn page() -> String {
             "| `{key}` | `{}` | {} | {} |",
             cell(&default.to_string()),
             cell(&description),
-            cell(status.get(&key).map_or("", String::as_str))
+            cell(
+                ancestors(&key)
+                    .find_map(|k| status.get(k))
+                    .map_or("", String::as_str)
+            )
         )
         .unwrap();
     }
