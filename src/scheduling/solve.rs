@@ -488,9 +488,6 @@ impl<'a> Solver<'a> {
                     topology: Some((inverse, g, _)),
                     ..
                 }) if single_alternative => {
-                    let node = self.nodes[ni]
-                        .as_deref()
-                        .expect("node order lists owned nodes");
                     failed.add(&self.topology, inverse, g, &node.reqs);
                 }
                 Err(_) => {}
