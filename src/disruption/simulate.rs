@@ -14,7 +14,9 @@
 //! still pending in each simulation.
 //!
 //! The state is edited in place and restored afterwards rather than copied, so a simulation
-//! costs one solve plus a copy of the moved pods, not a copy of every pod in the cluster.
+//! costs one solve plus a copy of the moved pods, not a copy of every pod in the cluster; and
+//! the solve takes the existing nodes' prepared forms from the simulation before
+//! ([`crate::scheduling::NodeForms`]), rebuilding only those of the nodes it changed.
 
 use crate::pods::LeanPod;
 use std::collections::{HashMap, HashSet};
@@ -197,7 +199,8 @@ fn solve_with(
     let pending = state.input.pods.len();
     state.input.pods.extend(extra.iter().cloned());
     let (closed, uninitialized) = close_destinations(state);
-    let result = scheduling::solve(&state.input);
+    let (pods, nodes) = &mut state.forms;
+    let result = scheduling::solve_with(&state.input, pods, nodes);
     for (index, allocatable) in closed {
         state.input.existing_nodes[index].allocatable = allocatable;
     }

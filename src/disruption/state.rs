@@ -16,7 +16,7 @@ use crate::catalog::InstanceType;
 use crate::labels;
 use crate::pods::LeanPod;
 use crate::requirements::Requirements;
-use crate::scheduling::{ExistingNode, SchedulingInput};
+use crate::scheduling::{ExistingNode, NodeForms, PodForms, SchedulingInput};
 
 /// A NodePool with what methods look up on it.
 pub struct PoolInfo<'c> {
@@ -86,6 +86,10 @@ pub struct State<'c> {
     pub timeouts: Timeouts,
     /// Methods that ran out of time, in order.
     pub timed_out: Vec<Method>,
+    /// What the simulations prepared of the pods and nodes, for the next one: a pass
+    /// simulates many candidates over the same thousands of nodes, each simulation changing
+    /// only the few it removes or closes.
+    pub(super) forms: (PodForms, NodeForms),
 }
 
 /// `cluster`'s scheduling input for a [`State`] to edit, its pods and nodes moved out rather
@@ -154,6 +158,7 @@ impl<'c> State<'c> {
             replacements: 0,
             timeouts: Timeouts::NONE,
             timed_out: Vec::new(),
+            forms: Default::default(),
         };
         state.reindex();
         Ok(state)

@@ -975,3 +975,33 @@ fn drift_of_a_dynamic_pool_never_surges_past_its_node_limit() {
         vec![(Method::Drift, Decision::Replace, names(&["drifted"]))]
     );
 }
+
+#[test]
+fn a_pass_simulates_each_candidate_on_the_forms_the_one_before_prepared() {
+    use super::candidate::{Candidate, candidates};
+    use super::simulate::simulate;
+    let cluster = benchmark_cluster(12, 7);
+    let nodes = cluster.scheduling.existing_nodes.len() as u64;
+    let mut kept = State::new(&cluster, options()).expect("valid input");
+    let found = candidates(&kept, &mut Blocks::default());
+    let picks: [Vec<&Candidate>; 4] = [
+        vec![&found[0]],
+        vec![&found[1]],
+        vec![&found[0], &found[2]],
+        vec![&found[3]],
+    ];
+    let (mut reused, mut removed_before) = (0, None);
+    for pick in &picks {
+        let again = simulate(&mut kept, pick).expect("simulates");
+        let mut fresh = State::new(&cluster, options()).expect("valid input");
+        let once = simulate(&mut fresh, pick).expect("simulates");
+        assert_eq!(format!("{again:?}"), format!("{once:?}"));
+        // Every node but this simulation's candidates and the last one's is reused.
+        let now = kept.forms.1.reused();
+        if let Some(before) = removed_before {
+            assert!(now - reused >= nodes - pick.len() as u64 - before, "{now}");
+        }
+        (reused, removed_before) = (now, Some(pick.len() as u64));
+    }
+    assert!(reused > 0);
+}
