@@ -5,9 +5,10 @@
 //! decision — the first command of a pass through every method in upstream's order — the
 //! controller's pass as the disruption loop runs it (`kerf::disruption::controller::pass`:
 //! emptiness, drift, multi-node and single-node consolidation until one finds a command,
-//! plus eligibility, budgets and the next consolidatable time), and all four of those
-//! methods each evaluated to its end on the same snapshot (a pass that has to run them all,
-//! each building its own decision state). Run with `cargo bench -p kerf --bench disruption`
+//! plus eligibility, budgets and the next consolidatable time), that pass again with what
+//! the pass before prepared of the nodes kept (`next-pass`, as the loop runs pass after
+//! pass), and all four of those methods each evaluated to its end on the same snapshot (a
+//! pass that has to run them all, each building its own decision state). Run with `cargo bench -p kerf --bench disruption`
 //! (one benchmark: `-- four-methods/1000`); `-- --summary` prints only the table, which a
 //! run given a filter leaves out.
 
@@ -18,7 +19,7 @@ use criterion::{Criterion, criterion_group};
 
 use kerf::disruption::controller::{self, VOLUNTARY_METHODS};
 use kerf::disruption::testing::{benchmark_cluster, options};
-use kerf::disruption::{Cluster, Method, Timeouts, first_command, first_pass};
+use kerf::disruption::{Cluster, Forms, Method, Timeouts, first_command, first_pass};
 
 const SIZES: [usize; 3] = [100, 1000, 5000];
 
@@ -36,6 +37,10 @@ fn pass(cluster: &Cluster) {
 
 fn controller_pass(cluster: &Cluster) {
     black_box(controller::pass(cluster, options(), Timeouts::NONE).ok());
+}
+
+fn next_pass(cluster: &Cluster, forms: &mut Forms) {
+    black_box(controller::pass_owned(cluster.clone(), options(), Timeouts::NONE, forms).ok());
 }
 
 fn four_methods(cluster: &Cluster) {
@@ -57,6 +62,11 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("pass/{n}"), |b| b.iter(|| pass(&cluster)));
         group.bench_function(format!("controller-pass/{n}"), |b| {
             b.iter(|| controller_pass(&cluster))
+        });
+        let mut forms = Forms::default();
+        next_pass(&cluster, &mut forms);
+        group.bench_function(format!("next-pass/{n}"), |b| {
+            b.iter(|| next_pass(&cluster, &mut forms))
         });
         group.bench_function(format!("four-methods/{n}"), |b| {
             b.iter(|| four_methods(&cluster))

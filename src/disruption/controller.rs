@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::candidate::{Blocks, Candidate, candidates, consolidates_underutilized};
 use super::report::{BudgetReport, CommandReport, Decision, Method, Reason};
 use super::simulate::simulate;
-use super::state::{State, take_input};
+use super::state::{Forms, State, take_input};
 use super::{Cluster, DisruptionError, Options, Timeouts, report_command};
 use crate::api::DisruptionReason;
 use crate::scheduling::PlannedNodeClaim;
@@ -73,32 +73,29 @@ pub fn pass(
     timeouts: Timeouts,
 ) -> Result<Pass, DisruptionError> {
     let input = cluster.scheduling.clone();
-    run_pass(
-        State::for_voluntary_methods(cluster, input, options)?,
-        options,
-        timeouts,
-    )
+    let state = State::for_voluntary_methods(cluster, input, options, Forms::default())?;
+    run_pass(state, options, timeouts, &mut Forms::default())
 }
 
 /// [`pass`] over a cluster the caller gives up, whose pods the pass edits in place instead
-/// of copying every one of them (the controller's snapshot, built for this pass alone).
+/// of copying every one of them (the controller's snapshot, built for this pass alone). The
+/// pass starts from `forms` and leaves there what it prepared, for the next pass.
 pub fn pass_owned(
     mut cluster: Cluster,
     options: Options,
     timeouts: Timeouts,
+    forms: &mut Forms,
 ) -> Result<Pass, DisruptionError> {
     let input = take_input(&mut cluster);
-    run_pass(
-        State::for_voluntary_methods(&cluster, input, options)?,
-        options,
-        timeouts,
-    )
+    let state = State::for_voluntary_methods(&cluster, input, options, std::mem::take(forms))?;
+    run_pass(state, options, timeouts, forms)
 }
 
 fn run_pass(
     mut state: State,
     options: Options,
     timeouts: Timeouts,
+    forms: &mut Forms,
 ) -> Result<Pass, DisruptionError> {
     state.timeouts = timeouts;
     let mut out = Pass {
@@ -126,6 +123,7 @@ fn run_pass(
     }
     out.blocked = blocks.0;
     out.timed_out = state.timed_out;
+    *forms = state.forms;
     Ok(out)
 }
 
@@ -396,9 +394,13 @@ mod tests {
     #[test]
     fn a_pass_places_the_waiting_pods_only_when_a_voluntary_method_may_take_a_node() {
         let waiting = |cluster: &Cluster| {
-            let state =
-                State::for_voluntary_methods(cluster, cluster.scheduling.clone(), options())
-                    .expect("valid input");
+            let state = State::for_voluntary_methods(
+                cluster,
+                cluster.scheduling.clone(),
+                options(),
+                Forms::default(),
+            )
+            .expect("valid input");
             let on_node = state.input.existing_nodes[0].pods.len();
             (state.input.pods.len(), on_node)
         };
@@ -449,7 +451,9 @@ mod tests {
             .build();
         for cluster in [big, eight_light_nodes()] {
             let borrowed = pass(&cluster, options(), Timeouts::NONE).expect("valid input");
-            let owned = pass_owned(cluster.clone(), options(), Timeouts::NONE).expect("valid");
+            let mut forms = Forms::default();
+            let owned =
+                pass_owned(cluster.clone(), options(), Timeouts::NONE, &mut forms).expect("valid");
             let planned = borrowed.command.expect("a command");
             let owned_planned = owned.command.expect("a command");
             assert_eq!(format!("{owned_planned:?}"), format!("{planned:?}"));
@@ -460,6 +464,21 @@ mod tests {
             assert_eq!(validate(&cluster, options(), &planned), Ok(()));
             assert_eq!(validate_owned(cluster, options(), &planned), Ok(()));
         }
+    }
+
+    #[test]
+    fn a_pass_starts_from_the_node_forms_the_pass_before_left() {
+        let cluster = benchmark_cluster(12, 7);
+        let mut forms = Forms::default();
+        let first = pass_owned(cluster.clone(), options(), Timeouts::NONE, &mut forms);
+        let after_one = forms.nodes_reused();
+        let second = pass_owned(cluster.clone(), options(), Timeouts::NONE, &mut forms);
+        let command = |p: Result<Pass, DisruptionError>| format!("{:?}", p.expect("valid").command);
+        assert_eq!(command(second), command(first));
+        assert!(after_one > 0, "the first pass simulates more than once");
+        // The second pass reuses what the first did, and also in its first simulation, whose
+        // forms a pass starting afresh would build.
+        assert!(forms.nodes_reused() - after_one > after_one, "{forms:?}");
     }
 
     #[test]

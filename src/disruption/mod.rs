@@ -35,7 +35,7 @@ pub use report::{
     BlockedNode, BudgetReport, CommandReport, Decision, DisruptionReport, DisruptionSummary,
     Method, Reason, ReplacementReport,
 };
-pub use state::{Deadline, Timeouts};
+pub use state::{Deadline, Forms, Timeouts};
 
 use candidate::Blocks;
 use report::round;

@@ -17,7 +17,7 @@ use super::methods::{self, Budgets, Command};
 use super::pods;
 use super::report::{BudgetReport, Method};
 use super::simulate;
-use super::state::State;
+use super::state::{Forms, State};
 use crate::api::DisruptionReason;
 use crate::scheduling::SchedulingInput;
 
@@ -55,12 +55,16 @@ impl<'c> State<'c> {
     /// is consolidatable or drifted, so the pass would solve them every 10 s for nothing.
     /// Placing pods only adds pods to nodes, and neither drift nor `consolidateAfter` looks
     /// at a node's pods, so a pass without such a candidate finds no command either way.
+    ///
+    /// Its simulations start from `forms`, which a caller keeps from pass to pass.
     pub fn for_voluntary_methods(
         cluster: &'c Cluster,
         input: SchedulingInput,
         options: Options,
+        forms: Forms,
     ) -> Result<State<'c>, DisruptionError> {
         let mut state = Self::unplaced(cluster, input, options)?;
+        state.forms = forms;
         if candidate::any_voluntary(&state) {
             simulate::place_waiting(&mut state);
         }

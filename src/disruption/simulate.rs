@@ -199,8 +199,8 @@ fn solve_with(
     let pending = state.input.pods.len();
     state.input.pods.extend(extra.iter().cloned());
     let (closed, uninitialized) = close_destinations(state);
-    let (pods, nodes) = &mut state.forms;
-    let result = scheduling::solve_with(&state.input, pods, nodes);
+    let forms = &mut state.forms;
+    let result = scheduling::solve_with(&state.input, &mut forms.pods, &mut forms.nodes);
     for (index, allocatable) in closed {
         state.input.existing_nodes[index].allocatable = allocatable;
     }

@@ -86,10 +86,25 @@ pub struct State<'c> {
     pub timeouts: Timeouts,
     /// Methods that ran out of time, in order.
     pub timed_out: Vec<Method>,
-    /// What the simulations prepared of the pods and nodes, for the next one: a pass
-    /// simulates many candidates over the same thousands of nodes, each simulation changing
-    /// only the few it removes or closes.
-    pub(super) forms: (PodForms, NodeForms),
+    pub(super) forms: Forms,
+}
+
+/// What the simulations prepared of the pods and nodes, kept for the next one: a pass
+/// simulates many candidates over the same thousands of nodes, each simulation changing
+/// only the few nodes it removes or closes, and passes a few seconds apart see mostly the
+/// same nodes holding the same pods. Exact: a kept form is used only while it was built from
+/// the very node and pods it is asked for ([`NodeForms`]), and holds no pod alive.
+#[derive(Debug, Default)]
+pub struct Forms {
+    pub(super) pods: PodForms,
+    pub(super) nodes: NodeForms,
+}
+
+impl Forms {
+    /// Node forms reused instead of built, since these forms were made.
+    pub fn nodes_reused(&self) -> u64 {
+        self.nodes.reused()
+    }
 }
 
 /// `cluster`'s scheduling input for a [`State`] to edit, its pods and nodes moved out rather

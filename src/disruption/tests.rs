@@ -997,7 +997,7 @@ fn a_pass_simulates_each_candidate_on_the_forms_the_one_before_prepared() {
         let once = simulate(&mut fresh, pick).expect("simulates");
         assert_eq!(format!("{again:?}"), format!("{once:?}"));
         // Every node but this simulation's candidates and the last one's is reused.
-        let now = kept.forms.1.reused();
+        let now = kept.forms.nodes_reused();
         if let Some(before) = removed_before {
             assert!(now - reused >= nodes - pick.len() as u64 - before, "{now}");
         }

@@ -31,7 +31,7 @@ use k8s_openapi::jiff::Timestamp;
 use kerf::catalog::Catalog;
 use kerf::cluster::ControllerSettings;
 use kerf::disruption::controller::{self, Pass, Planned};
-use kerf::disruption::{Cluster, ManagedNode, Method, Options, Timeouts};
+use kerf::disruption::{Cluster, Forms, ManagedNode, Method, Options, Timeouts};
 use kerf::feature_gates::FeatureGates;
 use kerf::labels;
 use kerf::scheduling::SolvePolicies;
@@ -208,6 +208,9 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut memo: Option<Memo> = None;
+    // What the passes prepared of the cluster's nodes, for the next pass (kept only while
+    // leading: a follower's would be stale by the time it leads).
+    let mut forms = Forms::default();
     // Touched at zero, as upstream initialises them: a dashboard charts a rate from 0.
     for consolidation_type in ["multi", "single"] {
         metrics::counter!(
@@ -222,7 +225,7 @@ pub async fn run(
             // A pass handles its own failures (logged, retried after the poll period).
             let passed = crate::metrics::reconcile(CONTROLLER, async {
                 Ok::<_, std::convert::Infallible>(
-                    pass(&deps, &progress, &mut memo, &mut shutdown).await,
+                    pass(&deps, &progress, &mut memo, &mut forms, &mut shutdown).await,
                 )
             });
             match passed.await {
@@ -231,6 +234,7 @@ pub async fn run(
             }
         } else {
             memo = None;
+            forms = Forms::default();
             IDLE_PERIOD
         };
         tokio::select! {
@@ -262,6 +266,7 @@ async fn pass(
     deps: &DisruptionDeps,
     progress: &watch::Sender<Progress>,
     memo: &mut Option<Memo>,
+    forms: &mut Forms,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Duration {
     let in_queue = deps.orchestrator.in_queue().clone();
@@ -293,7 +298,7 @@ async fn pass(
         });
         return deps.config.poll_period;
     }
-    let Some((seen, pass)) = decide(deps, nominated).await else {
+    let Some((seen, pass)) = decide(deps, nominated, forms).await else {
         return deps.config.poll_period;
     };
     let evaluation = started.elapsed();
@@ -374,7 +379,8 @@ fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
 /// What the loop reads of a snapshot once the pass has it: the managed nodes (events for
 /// those left alone, each candidate's NodeClaim and NodePool) and every node's capacity
 /// type. The snapshot itself — every pod and node of the cluster — goes into the pass and
-/// is gone with it, so nothing of it outlives the pass, the 15 s validation wait included.
+/// is gone with it, so nothing of it outlives the pass, the 15 s validation wait included
+/// (what the pass prepared of the nodes, [`Forms`], is kept for the next one, holding no pod).
 struct Seen {
     managed: Vec<ManagedNode>,
     capacity_types: HashMap<String, String>,
@@ -396,18 +402,32 @@ impl Seen {
     }
 }
 
-/// The core's pass over the cluster now, computed off the runtime.
-async fn decide(deps: &DisruptionDeps, nominated: Nominated) -> Option<(Seen, Pass)> {
+/// The core's pass over the cluster now, computed off the runtime, starting from `forms`
+/// and leaving there what it prepared (nothing, when the pass did not finish).
+async fn decide(
+    deps: &DisruptionDeps,
+    nominated: Nominated,
+    forms: &mut Forms,
+) -> Option<(Seen, Pass)> {
     let cluster = snapshot(deps, nominated).await?;
     let seen = Seen::of(&cluster);
     let options = options(deps);
     let started = std::time::Instant::now();
     let timeouts = deps.config.timeouts;
-    let pass = blocking(move || controller::pass_owned(cluster, options, timeouts)).await;
+    let mut kept = std::mem::take(forms);
+    let pass = blocking(move || {
+        let pass = controller::pass_owned(cluster, options, timeouts, &mut kept);
+        (pass, kept)
+    })
+    .await;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "disruption pass"
     );
+    let pass = pass.map(|(pass, kept)| {
+        *forms = kept;
+        pass
+    });
     match pass {
         Ok(Ok(pass)) => Some((seen, pass)),
         Ok(Err(error)) => {
