@@ -439,12 +439,53 @@ pub fn started(mut pod: Pod, t: Timestamp) -> Pod {
 /// The instance type every benchmark node runs: 16 vCPU, 64 GiB of the 400 benchmark types.
 pub const BENCHMARK_NODE_TYPE: &str = "m0.16x";
 
+/// The labels of a [`BENCHMARK_NODE_TYPE`] node in `zone` besides those [`node`] sets, as a
+/// node kerf launched carries them (its instance type's, its region and zone id, registered)
+/// and its kubelet adds (the deprecated aliases): a real node has two dozen and more, which
+/// each simulation of a pass reads.
+pub fn launched_node_labels(zone: &str) -> Vec<(&'static str, String)> {
+    let zone_id = format!("use1-az{}", zone.chars().last().map_or(0, |c| c as u32 % 8));
+    vec![
+        (labels::INSTANCE_TYPE, BENCHMARK_NODE_TYPE.into()),
+        (labels::INSTANCE_CATEGORY, "m".into()),
+        (labels::INSTANCE_FAMILY, "m0".into()),
+        (labels::INSTANCE_GENERATION, "0".into()),
+        (labels::INSTANCE_SIZE, "16x".into()),
+        (labels::INSTANCE_CPU, "16".into()),
+        (labels::INSTANCE_CPU_MANUFACTURER, "amd".into()),
+        (labels::INSTANCE_MEMORY, "65536".into()),
+        (labels::INSTANCE_EBS_BANDWIDTH, "10000".into()),
+        (labels::INSTANCE_NETWORK_BANDWIDTH, "12500".into()),
+        (labels::INSTANCE_HYPERVISOR, "nitro".into()),
+        (
+            labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+            "true".into(),
+        ),
+        (labels::EC2NODECLASS, "default".into()),
+        (labels::REGISTERED, "true".into()),
+        (labels::REGION, "us-east-1".into()),
+        (labels::ZONE_ID, zone_id),
+        ("beta.kubernetes.io/arch", "amd64".into()),
+        ("beta.kubernetes.io/os", "linux".into()),
+        (
+            "beta.kubernetes.io/instance-type",
+            BENCHMARK_NODE_TYPE.into(),
+        ),
+        ("failure-domain.beta.kubernetes.io/zone", zone.into()),
+        (
+            "failure-domain.beta.kubernetes.io/region",
+            "us-east-1".into(),
+        ),
+    ]
+}
+
 /// The consolidation benchmark's cluster: `nodes` under-used on-demand nodes of
 /// [`BENCHMARK_NODE_TYPE`] across three zones, 30 pods each (about a third of each node's
 /// CPU), in 20-replica apps whose replicas sit on different nodes: most apps plain, one in
 /// ten spread across zones, one in ten with hostname anti-affinity, one in ten guarded by a
 /// PDB allowing one disruption, and one pod in 3,000 pinned with `karpenter.sh/do-not-disrupt`.
-/// One NodePool with the 400 benchmark instance types and the default 10% budget.
+/// One NodePool with the 400 benchmark instance types and the default 10% budget. Each node
+/// carries the labels a node kerf launched does ([`launched_node_labels`]).
 pub fn benchmark_cluster(nodes: usize, seed: u64) -> Cluster {
     const PODS_PER_NODE: usize = 30;
     const REPLICAS: usize = 20;
@@ -458,9 +499,11 @@ pub fn benchmark_cluster(nodes: usize, seed: u64) -> Cluster {
     let mut builder = cluster().pool(node_pool("default").instance_types(types));
     let node_builders: Vec<NodeBuilder> = (0..nodes)
         .map(|n| {
-            let mut b = node(&format!("node-{n:05}"))
-                .zone(st::ZONES[n % st::ZONES.len()])
-                .label(labels::INSTANCE_TYPE, BENCHMARK_NODE_TYPE);
+            let zone = st::ZONES[n % st::ZONES.len()];
+            let mut b = node(&format!("node-{n:05}")).zone(zone);
+            for (key, value) in launched_node_labels(zone) {
+                b = b.label(key, &value);
+            }
             b.node.allocatable = node_type.allocatable();
             b.node.capacity = node_type.capacity.clone();
             b
