@@ -8,9 +8,9 @@
 //! plus eligibility, budgets and the next consolidatable time), that pass again with what
 //! the pass before prepared of the nodes kept (`next-pass`, as the loop runs pass after
 //! pass), and all four of those methods each evaluated to its end on the same snapshot (a
-//! pass that has to run them all, each building its own decision state). Run with `cargo bench -p kerf --bench disruption`
-//! (one benchmark: `-- four-methods/1000`); `-- --summary` prints only the table, which a
-//! run given a filter leaves out.
+//! pass that has to run them all, each building its own decision state). Run with
+//! `cargo bench -p kerf --bench disruption` (one benchmark: `-- four-methods/1000`);
+//! `-- --summary` prints only the table, which a run given a filter leaves out.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -20,6 +20,11 @@ use criterion::{Criterion, criterion_group};
 use kerf::disruption::controller::{self, VOLUNTARY_METHODS};
 use kerf::disruption::testing::{benchmark_cluster, options};
 use kerf::disruption::{Cluster, Forms, Method, Timeouts, first_command, first_pass};
+
+/// The controller's allocator (mimalloc, through the accounting allocator the `kerf` binary
+/// installs), so that a solve's many small allocations cost here what they cost there.
+#[global_allocator]
+static GLOBAL: kerf_heap::Accounting = kerf_heap::Accounting;
 
 const SIZES: [usize; 3] = [100, 1000, 5000];
 
@@ -107,8 +112,8 @@ fn summary() {
         "\nsummary (median of 3 runs each; one thread; times include building the decision state):"
     );
     println!(
-        "{:>6}  {:>12}  {:>12}  {:>12}  {:>12}  first command of the full pass",
-        "nodes", "multi-node", "single-node", "full pass", "four methods"
+        "{:>6}  {:>12}  {:>12}  {:>12}  {:>12}  {:>12}  first command of the full pass",
+        "nodes", "multi-node", "single-node", "full pass", "next pass", "four methods"
     );
     let mut full = std::collections::BTreeMap::new();
     for n in SIZES {
@@ -116,13 +121,17 @@ fn summary() {
         let m = median(3, || multi(&cluster));
         let s = median(3, || single(&cluster));
         let p = median(3, || pass(&cluster));
+        let mut forms = Forms::default();
+        next_pass(&cluster, &mut forms);
+        let again = median(3, || next_pass(&cluster, &mut forms));
         let f = median(3, || four_methods(&cluster));
         full.insert(n, p);
         println!(
-            "{n:>6}  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {}",
+            "{n:>6}  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {}",
             m.as_secs_f64() * 1e3,
             s.as_secs_f64() * 1e3,
             p.as_secs_f64() * 1e3,
+            again.as_secs_f64() * 1e3,
             f.as_secs_f64() * 1e3,
             describe(first_pass(&cluster, options()).ok().flatten())
         );
