@@ -3,10 +3,11 @@
 //! blocking pods), emptiness (every empty consolidatable node the `Empty` budget allows, in
 //! one command), drift (all empty drifted nodes at once, else the earliest drifted node whose
 //! pods all find a place, with as many replacements as they need), multi-node consolidation
-//! (a binary search for the longest prefix of at most 100 budget-allowed candidates, at least
-//! two, that consolidates into nothing or one cheaper node) and single-node consolidation
-//! (candidates round-robin across NodePools, the first that can be deleted or replaced with
-//! a cheaper node). Each method notes in `blocks` why a node it considered was left alone.
+//! (a binary search for the longest prefix of at most 100 budget-allowed non-empty
+//! candidates, at least two, that consolidates into nothing or one cheaper node) and
+//! single-node consolidation (candidates round-robin across NodePools, the first that can be
+//! deleted or replaced with a cheaper node). Each method notes in `blocks` why a node it
+//! considered was left alone.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -331,7 +332,8 @@ pub fn multi_node(
     let mut left = budgets.clone();
     let mut allowed: Vec<&Candidate> = Vec::new();
     for c in candidates {
-        if !consolidatable(state, c, &mut Blocks::default()) {
+        // Empty nodes belong to emptiness and its budget (upstream leaves them out too).
+        if c.is_empty() || !consolidatable(state, c, &mut Blocks::default()) {
             continue;
         }
         let key = (c.pool.clone(), DisruptionReason::Underutilized);

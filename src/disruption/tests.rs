@@ -398,6 +398,28 @@ fn multi_node_consolidation_deletes_when_the_rest_absorb_the_pods() {
 }
 
 #[test]
+fn multi_node_consolidation_takes_no_empty_node_past_the_empty_budget() {
+    let report = run(cluster()
+        .pool(node_pool("default").budgets(json!([
+            {"nodes": "0", "reasons": ["Empty"]},
+            {"nodes": "100%"}
+        ])))
+        .node(node("empty").size("xlarge"))
+        .node(node("light1").pods(1))
+        .node(node("light2").pods(1)));
+    // The light nodes' pods move onto the empty one, which is then no longer empty.
+    assert_eq!(
+        methods(&report)[0],
+        (
+            Method::MultiNodeConsolidation,
+            Decision::Delete,
+            names(&["light1", "light2"])
+        ),
+        "{report:#?}"
+    );
+}
+
+#[test]
 fn single_node_consolidation_replaces_on_demand_with_cheaper_spot() {
     let report = run(cluster()
         .pool(unlimited())
