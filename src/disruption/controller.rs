@@ -537,6 +537,66 @@ mod tests {
         assert_eq!(partial.nodes.len(), 7, "{partial:?}");
     }
 
+    /// `special` sorts first and blocks every prefix: only the search around it finds the
+    /// `lights` light nodes.
+    fn a_blocker_before_light_nodes(lights: usize) -> Cluster {
+        (0..lights)
+            .fold(
+                cluster().pool(unlimited()).node(special_node("xlarge")),
+                |c, i| c.node(node(&format!("light{i}")).pods(1)),
+            )
+            .build()
+    }
+
+    #[test]
+    fn the_search_around_blocking_nodes_stops_at_its_own_bound_and_at_the_minute() {
+        let cluster = a_blocker_before_light_nodes(4);
+        let method = |p: &Pass| p.command.as_ref().expect("a command").command.method;
+        let unbounded = pass(&cluster, options(), Timeouts::NONE).expect("valid input");
+        assert_eq!(method(&unbounded), Method::MultiNodeConsolidation);
+        assert_eq!(
+            unbounded
+                .command
+                .as_ref()
+                .expect("a command")
+                .command
+                .nodes
+                .len(),
+            4
+        );
+
+        // 25 s per look: the search's own ten seconds are over at its first look, though the
+        // method has no limit; single-node consolidation then takes one light node.
+        let own = Timeouts {
+            clock: ticking,
+            ..Timeouts {
+                around_blockers: Timeouts::UPSTREAM.around_blockers,
+                ..Timeouts::NONE
+            }
+        };
+        let bounded = pass(&cluster, options(), own).expect("valid input");
+        assert_eq!(method(&bounded), Method::SingleNodeConsolidation);
+        assert!(bounded.timed_out.is_empty(), "{:?}", bounded.timed_out);
+
+        // Without its own bound, the method's minute stops it: two prefixes fail, and the
+        // minute is over before the search around `special` finishes.
+        let minute = Timeouts {
+            clock: ticking,
+            around_blockers: None,
+            ..Timeouts::UPSTREAM
+        };
+        let cut = pass(&cluster, options(), minute).expect("valid input");
+        assert_eq!(cut.timed_out, [Method::MultiNodeConsolidation]);
+        assert_eq!(method(&cut), Method::SingleNodeConsolidation);
+
+        // With eight light nodes the prefix search itself runs out of the minute (its third
+        // look): the search around `special` is not started, and the timeout counts once.
+        let longer = a_blocker_before_light_nodes(8);
+        let cut = pass(&longer, options(), minute).expect("valid input");
+        assert_eq!(cut.timed_out, [Method::MultiNodeConsolidation]);
+        assert_eq!(method(&cut), Method::SingleNodeConsolidation);
+    }
+
     #[test]
     fn single_node_consolidation_gives_up_the_pass_when_its_time_runs_out() {
         let cluster = cluster()

@@ -4,10 +4,11 @@
 //! one command), drift (all empty drifted nodes at once, else the earliest drifted node whose
 //! pods all find a place, with as many replacements as they need), multi-node consolidation
 //! (a binary search for the longest prefix of at most 100 budget-allowed non-empty
-//! candidates, at least two, that consolidates into nothing or one cheaper node) and
-//! single-node consolidation (candidates round-robin across NodePools, the first that can be
-//! deleted or replaced with a cheaper node). Each method notes in `blocks` why a node it
-//! considered was left alone.
+//! candidates, at least two, that consolidates into nothing or one cheaper node; where none
+//! does, the same candidates taken around those that block every prefix) and single-node
+//! consolidation (candidates round-robin across NodePools, the first that can be deleted or
+//! replaced with a cheaper node). Each method notes in `blocks` why a node it considered was
+//! left alone.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -16,7 +17,7 @@ use super::candidate::{self, Blocks, Candidate};
 use super::consolidation::{self, PoolTotals, Proposal, Replacement};
 use super::report::{Method, Reason};
 use super::simulate::{Simulation, simulate};
-use super::state::State;
+use super::state::{Deadline, State};
 use crate::api::DisruptionReason;
 
 /// Upstream considers at most this many candidates in one multi-node consolidation.
@@ -347,17 +348,29 @@ pub fn multi_node(
     if allowed.len() < 2 {
         return None;
     }
-    let max = allowed.len().min(MAX_MULTI_NODE_CANDIDATES);
-    let (mut low, mut high) = (
-        1,
-        if allowed.len() <= max {
-            allowed.len() - 1
-        } else {
-            max
-        },
-    );
-    let mut best: Option<Proposal> = None;
     let deadline = state.timeouts.deadline(state.timeouts.multi_node);
+    let found = longest_prefix(state, &allowed, totals, &deadline).or_else(|| {
+        // A prefix search that ran out of time leaves none for the search around blockers
+        // (and its timeout is counted once).
+        let out_of_time = state.timed_out.contains(&Method::MultiNodeConsolidation);
+        (!out_of_time)
+            .then(|| around_blockers(state, &allowed, totals, &deadline))
+            .flatten()
+    });
+    found.map(|p| consolidation_command(Method::MultiNodeConsolidation, p))
+}
+
+/// Upstream's search: the longest prefix of the candidates, at least two and at most
+/// [`MAX_MULTI_NODE_CANDIDATES`] (plus one, as upstream's bounds allow), that consolidates,
+/// found by binary search on its length.
+fn longest_prefix(
+    state: &mut State,
+    allowed: &[&Candidate],
+    totals: &PoolTotals,
+    deadline: &Deadline,
+) -> Option<Proposal> {
+    let (mut low, mut high) = (1, (allowed.len() - 1).min(MAX_MULTI_NODE_CANDIDATES));
+    let mut best: Option<Proposal> = None;
     while low <= high {
         if deadline.passed() {
             // Upstream's timeout: the best command found so far, if any.
@@ -365,8 +378,7 @@ pub fn multi_node(
             break;
         }
         let mid = (low + high) / 2;
-        let prefix = &allowed[..=mid];
-        match multi_node_option(state, prefix, totals) {
+        match multi_node_option(state, &allowed[..=mid], totals) {
             Some(proposal) => {
                 best = Some(proposal);
                 low = mid + 1;
@@ -374,7 +386,54 @@ pub fn multi_node(
             None => high = mid - 1,
         }
     }
-    best.map(|p| consolidation_command(Method::MultiNodeConsolidation, p))
+    best
+}
+
+/// Where no prefix consolidates, the candidates a prefix cannot get past: one whose pods
+/// cannot move, sorted early, fails every prefix that holds it, and upstream's search ends
+/// with nothing however many candidates behind it would go (kubernetes-sigs/karpenter#1962).
+/// This search takes the first [`MAX_MULTI_NODE_CANDIDATES`] in order, in groups: a group
+/// that consolidates together with the candidates already taken joins them; one that does
+/// not is halved, down to single candidates, which are left out. Each group taken is
+/// simulated with all taken before it, so the last one taken is the command, and it finds
+/// `b` blockers among `n` candidates in about `2·b·log2(n/b)` simulations, for at most
+/// [`super::Timeouts::around_blockers`]. At least two candidates, or nothing: a single node
+/// is single-node consolidation's to decide.
+fn around_blockers(
+    state: &mut State,
+    allowed: &[&Candidate],
+    totals: &PoolTotals,
+    deadline: &Deadline,
+) -> Option<Proposal> {
+    let considered = &allowed[..allowed.len().min(MAX_MULTI_NODE_CANDIDATES)];
+    let own = state.timeouts.deadline(state.timeouts.around_blockers);
+    let mut taken: Vec<&Candidate> = Vec::new();
+    let mut best: Option<Proposal> = None;
+    // Groups still to try, the next one last.
+    let mut groups: Vec<&[&Candidate]> = vec![considered];
+    while let Some(group) = groups.pop() {
+        if deadline.passed() {
+            state.timed_out.push(Method::MultiNodeConsolidation);
+            break;
+        }
+        if own.passed() {
+            break;
+        }
+        let trial: Vec<&Candidate> = taken.iter().chain(group).copied().collect();
+        match multi_node_option(state, &trial, totals) {
+            Some(proposal) => {
+                taken = trial;
+                best = Some(proposal);
+            }
+            None if group.len() > 1 => {
+                let (first, rest) = group.split_at(group.len() / 2);
+                groups.push(rest);
+                groups.push(first);
+            }
+            None => {}
+        }
+    }
+    best.filter(|p| p.nodes.len() >= 2)
 }
 
 fn multi_node_option(

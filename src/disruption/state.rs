@@ -33,20 +33,28 @@ pub struct PoolInfo<'c> {
 #[derive(Clone, Copy, Debug)]
 pub struct Timeouts {
     pub multi_node: Option<std::time::Duration>,
+    /// Multi-node's search around the candidates that block every prefix, kerf's own, within
+    /// `multi_node`: where most candidates fail (in a cluster still scaling out) the search
+    /// would otherwise try group after group for the rest of the minute.
+    pub around_blockers: Option<std::time::Duration>,
     pub single_node: Option<std::time::Duration>,
     pub clock: fn() -> std::time::Instant,
 }
 
 impl Timeouts {
-    /// Upstream's: one minute for multi-node, three for single-node consolidation.
+    /// Upstream's: one minute for multi-node, three for single-node consolidation; ten
+    /// seconds for the search around blockers (the bound upstream's proposed pairwise search
+    /// has, kubernetes-sigs/karpenter#3064).
     pub const UPSTREAM: Timeouts = Timeouts {
         multi_node: Some(std::time::Duration::from_secs(60)),
+        around_blockers: Some(std::time::Duration::from_secs(10)),
         single_node: Some(std::time::Duration::from_secs(3 * 60)),
         clock: std::time::Instant::now,
     };
     /// No limit.
     pub const NONE: Timeouts = Timeouts {
         multi_node: None,
+        around_blockers: None,
         single_node: None,
         clock: std::time::Instant::now,
     };

@@ -150,6 +150,19 @@ pub struct NodeBuilder {
     held: bool,
 }
 
+/// Node `special`, labelled `special=yes`, holding pod `default/picky`, which selects that
+/// label: no other node can take the pod, so the node cannot be consolidated away.
+pub fn special_node(size: &str) -> NodeBuilder {
+    let picky = st::pod("picky")
+        .cpu("100m")
+        .node_selector(&[("special", "yes")])
+        .build();
+    node("special")
+        .size(size)
+        .label("special", "yes")
+        .pod(picky)
+}
+
 /// A node of pool `default`, type `medium`, on-demand in the first fixture zone, no pods.
 pub fn node(name: &str) -> NodeBuilder {
     let labels: BTreeMap<String, String> = [

@@ -398,6 +398,29 @@ fn multi_node_consolidation_deletes_when_the_rest_absorb_the_pods() {
 }
 
 #[test]
+fn multi_node_consolidation_leaves_out_a_candidate_that_fails_every_prefix() {
+    // `special` sorts first (the dearest node per pod) and its pod fits nowhere else, so
+    // every prefix fails; the four light nodes behind it still go together, onto it.
+    let report = run(cluster()
+        .pool(unlimited())
+        .node(special_node("xlarge"))
+        .node(node("light1").pods(1))
+        .node(node("light2").pods(1))
+        .node(node("light3").pods(1))
+        .node(node("light4").pods(1)));
+    assert_eq!(
+        methods(&report),
+        vec![(
+            Method::MultiNodeConsolidation,
+            Decision::Delete,
+            names(&["light1", "light2", "light3", "light4"])
+        )],
+        "{report:#?}"
+    );
+    assert!(reason_of(&report, "special").contains("default/picky would not schedule"));
+}
+
+#[test]
 fn multi_node_consolidation_takes_no_empty_node_past_the_empty_budget() {
     let report = run(cluster()
         .pool(node_pool("default").budgets(json!([
@@ -528,16 +551,7 @@ fn balanced_rejects_moves_whose_savings_do_not_justify_the_disruption() {
 
 #[test]
 fn pods_that_fit_nowhere_keep_their_node() {
-    let picky = st::pod("picky")
-        .cpu("100m")
-        .node_selector(&[("special", "yes")])
-        .build();
-    let report = run(cluster().pool(unlimited()).node(
-        node("special")
-            .size("large")
-            .label("special", "yes")
-            .pod(picky),
-    ));
+    let report = run(cluster().pool(unlimited()).node(special_node("large")));
     assert!(report.commands.is_empty());
     assert!(reason_of(&report, "special").contains("default/picky would not schedule"));
     let documented = crate::troubleshooting::documented("consolidation-constraints");
