@@ -551,19 +551,13 @@ mod tests {
     #[test]
     fn the_search_around_blocking_nodes_stops_at_its_own_bound_and_at_the_minute() {
         let cluster = a_blocker_before_light_nodes(4);
-        let method = |p: &Pass| p.command.as_ref().expect("a command").command.method;
+        fn command(p: &Pass) -> &CommandReport {
+            &p.command.as_ref().expect("a command").command
+        }
+        let method = |p: &Pass| command(p).method;
         let unbounded = pass(&cluster, options(), Timeouts::NONE).expect("valid input");
         assert_eq!(method(&unbounded), Method::MultiNodeConsolidation);
-        assert_eq!(
-            unbounded
-                .command
-                .as_ref()
-                .expect("a command")
-                .command
-                .nodes
-                .len(),
-            4
-        );
+        assert_eq!(command(&unbounded).nodes.len(), 4);
 
         // 25 s per look: the search's own ten seconds are over at its first look, though the
         // method has no limit; single-node consolidation then takes one light node.
@@ -590,7 +584,7 @@ mod tests {
         assert_eq!(method(&cut), Method::SingleNodeConsolidation);
 
         // With eight light nodes the prefix search itself runs out of the minute (its third
-        // look): the search around `special` is not started, and the timeout counts once.
+        // look): the search around `special` stops at once, and the timeout counts once.
         let longer = a_blocker_before_light_nodes(8);
         let cut = pass(&longer, options(), minute).expect("valid input");
         assert_eq!(cut.timed_out, [Method::MultiNodeConsolidation]);

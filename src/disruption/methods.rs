@@ -349,15 +349,21 @@ pub fn multi_node(
         return None;
     }
     let deadline = state.timeouts.deadline(state.timeouts.multi_node);
-    let found = longest_prefix(state, &allowed, totals, &deadline).or_else(|| {
-        // A prefix search that ran out of time leaves none for the search around blockers
-        // (and its timeout is counted once).
-        let out_of_time = state.timed_out.contains(&Method::MultiNodeConsolidation);
-        (!out_of_time)
-            .then(|| around_blockers(state, &allowed, totals, &deadline))
-            .flatten()
-    });
-    found.map(|p| consolidation_command(Method::MultiNodeConsolidation, p))
+    longest_prefix(state, &allowed, totals, &deadline)
+        .or_else(|| around_blockers(state, &allowed, totals, &deadline))
+        .map(|p| consolidation_command(Method::MultiNodeConsolidation, p))
+}
+
+/// Whether multi-node consolidation's minute is over; records its timeout once however many
+/// of its searches find it over.
+fn out_of_time(state: &mut State, deadline: &Deadline) -> bool {
+    if !deadline.passed() {
+        return false;
+    }
+    if !state.timed_out.contains(&Method::MultiNodeConsolidation) {
+        state.timed_out.push(Method::MultiNodeConsolidation);
+    }
+    true
 }
 
 /// Upstream's search: the longest prefix of the candidates, at least two and at most
@@ -372,9 +378,8 @@ fn longest_prefix(
     let (mut low, mut high) = (1, (allowed.len() - 1).min(MAX_MULTI_NODE_CANDIDATES));
     let mut best: Option<Proposal> = None;
     while low <= high {
-        if deadline.passed() {
+        if out_of_time(state, deadline) {
             // Upstream's timeout: the best command found so far, if any.
-            state.timed_out.push(Method::MultiNodeConsolidation);
             break;
         }
         let mid = (low + high) / 2;
@@ -412,11 +417,7 @@ fn around_blockers(
     // Groups still to try, the next one last.
     let mut groups: Vec<&[&Candidate]> = vec![considered];
     while let Some(group) = groups.pop() {
-        if deadline.passed() {
-            state.timed_out.push(Method::MultiNodeConsolidation);
-            break;
-        }
-        if own.passed() {
+        if out_of_time(state, deadline) || own.passed() {
             break;
         }
         let trial: Vec<&Candidate> = taken.iter().chain(group).copied().collect();

@@ -430,7 +430,7 @@ fn multi_node_consolidation_takes_no_empty_node_past_the_empty_budget() {
         .node(node("empty").size("xlarge"))
         .node(node("light1").pods(1))
         .node(node("light2").pods(1)));
-    // The light nodes' pods move onto the empty one, which is then no longer empty.
+    // Only the first command: the later ones may take `empty`, holding the moved pods then.
     assert_eq!(
         methods(&report)[0],
         (
