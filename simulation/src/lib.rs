@@ -13,6 +13,7 @@
 
 pub mod api_only;
 mod apply;
+mod budgets;
 mod controller_threads;
 pub mod defaults;
 mod drift;

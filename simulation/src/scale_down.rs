@@ -7,9 +7,9 @@
 //! (`maxUnavailable: 10%`) before the scale-down, so the drains are measured against
 //! budgets. The summary gains a disruption section: nodes and $/hour before and after,
 //! commands by method, pods evicted and evictions refused by a budget (the controller's
-//! `karpenter_pods_eviction_requests_total` by code), how often a budget was seen below its
-//! desired healthy pods (sampled each tick: evictions against a PDB would show there), and
-//! the time to settle.
+//! `karpenter_pods_eviction_requests_total` by code), how often a budget that met its minimum
+//! fell below it (looked at each tick, [`BudgetWatch`]: evictions past a PDB would show
+//! there, each logged with where the budget's pods stood), and the time to settle.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -23,6 +23,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::budgets::BudgetWatch;
 use super::exposition;
 use super::figures::{mib, round3};
 use super::observe::Tally;
@@ -70,8 +71,8 @@ pub struct Disruption {
     pub pods_evicted: u64,
     /// Evictions a PodDisruptionBudget refused (429), retried later.
     pub pdb_blocked_evictions: u64,
-    /// Samples in which a budget had fewer healthy pods than it requires.
-    pub pdb_below_desired_samples: u64,
+    /// Times a budget that met its minimum fell below it.
+    pub pdb_violations: u64,
     pub pdbs_added: usize,
     /// Passes that evaluated the methods after the scale-down.
     pub passes: u64,
@@ -104,12 +105,13 @@ pub async fn run(
     // Commands before the scale-down (emptiness during the scale-out) are not its doing.
     let earlier = handle.progress.borrow().clone();
     super::memory::start_phase();
-    let mut below_desired = 0;
+    let mut budgets = BudgetWatch::default();
+    let mut violations = 0;
     let mut quiet_since: Option<Instant> = None;
     let settled = loop {
         tokio::time::sleep(TICK).await;
         tally.update(std::time::Instant::now());
-        below_desired += budgets_below_desired(&cluster);
+        violations += budgets.observe(&cluster);
         let progress = handle.progress.borrow().clone();
         let draining = daemon
             .state
@@ -168,7 +170,7 @@ pub async fn run(
         failed_validations: progress.failed_validations - earlier.failed_validations,
         pods_evicted: evictions_after.accepted - evictions_before.accepted,
         pdb_blocked_evictions: evictions_after.refused - evictions_before.refused,
-        pdb_below_desired_samples: below_desired,
+        pdb_violations: violations,
         pdbs_added,
         passes,
         mean_pass_seconds: round3(evaluating.as_secs_f64() / passes.max(1) as f64),
@@ -254,21 +256,6 @@ fn scale(cluster: &Cluster, fraction: f64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Budgets whose status shows fewer healthy pods than they require.
-fn budgets_below_desired(cluster: &Cluster) -> u64 {
-    let Ok(budgets) = cluster.list("policy/v1", "poddisruptionbudgets", None, "") else {
-        return 0;
-    };
-    budgets
-        .iter()
-        .filter(|b| {
-            let status = &b["status"];
-            status["currentHealthy"].as_i64().unwrap_or(0)
-                < status["desiredHealthy"].as_i64().unwrap_or(0)
-        })
-        .count() as u64
-}
-
 /// Eviction requests the controller counted so far: accepted and refused by a budget.
 struct Evictions {
     accepted: u64,
@@ -333,8 +320,8 @@ impl Disruption {
         );
         let _ = writeln!(
             out,
-            "  evictions     {} pods evicted, {} refused by a PodDisruptionBudget, budgets below desired in {} samples",
-            self.pods_evicted, self.pdb_blocked_evictions, self.pdb_below_desired_samples
+            "  evictions     {} pods evicted, {} refused by a PodDisruptionBudget, budgets fell below their minimum {} times",
+            self.pods_evicted, self.pdb_blocked_evictions, self.pdb_violations
         );
         let _ = writeln!(
             out,

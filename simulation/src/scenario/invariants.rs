@@ -6,9 +6,8 @@
 //!   from some placeable pods pending to none;
 //! - nodes and cost: the live instances of the simulated EC2 (paid for, registered or not) and
 //!   their summed hourly price, as maxima;
-//! - budgets: how often a PodDisruptionBudget that met its minimum fell below it as healthy
-//!   pods dropped. The emulator refuses evictions past a budget, so such a drop means pods went
-//!   another way (a node terminated before it was drained, or reclaimed).
+//! - budgets: how often a PodDisruptionBudget that met its minimum fell below it
+//!   ([`BudgetWatch`]).
 //!
 //! Leaks and double launches are read at the end from every instance EC2 ever launched.
 
@@ -24,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::super::budgets::BudgetWatch;
 use super::super::observe::{NotServed, Tally};
 use super::faults::CapacityFaults;
 
@@ -100,7 +100,7 @@ impl Observer {
         let (stop, mut stopped) = watch::channel(false);
         let task = tokio::spawn(async move {
             let mut m = Measures::default();
-            let mut budgets = Budgets::default();
+            let mut budgets = BudgetWatch::default();
             loop {
                 tally.update(std::time::Instant::now());
                 sample(&mut m, &tally, &ec2, &cluster, &capacity, &mut budgets);
@@ -137,7 +137,7 @@ fn sample(
     ec2: &SimulatedEc2,
     cluster: &Cluster,
     capacity: &CapacityFaults,
-    budgets: &mut Budgets,
+    budgets: &mut BudgetWatch,
 ) {
     let counts = tally.counts();
     let was_waiting = m.waiting() > 0;
@@ -196,37 +196,6 @@ fn unplaceable(cluster: &Cluster, pending: &[String]) -> Vec<String> {
         .filter(|key| latest.get(*key).is_some_and(|&(_, failed)| failed))
         .cloned()
         .collect()
-}
-
-/// Each budget's healthy pods at the last sample, and whether it was below its minimum.
-#[derive(Default)]
-struct Budgets(HashMap<String, (i64, bool)>);
-
-impl Budgets {
-    /// New violations: budgets that met their minimum and fell below it as healthy pods
-    /// dropped.
-    fn observe(&mut self, cluster: &Cluster) -> u64 {
-        let Ok(list) = cluster.list("policy/v1", "poddisruptionbudgets", None, "") else {
-            return 0;
-        };
-        let mut violations = 0;
-        for pdb in list {
-            let key = format!(
-                "{}/{}",
-                pdb["metadata"]["namespace"].as_str().unwrap_or_default(),
-                pdb["metadata"]["name"].as_str().unwrap_or_default()
-            );
-            let healthy = pdb["status"]["currentHealthy"].as_i64().unwrap_or(0);
-            let desired = pdb["status"]["desiredHealthy"].as_i64().unwrap_or(0);
-            let below = healthy < desired;
-            let (before, was_below) = self.0.get(&key).copied().unwrap_or((0, true));
-            if below && !was_below && healthy < before {
-                violations += 1;
-            }
-            self.0.insert(key, (healthy, below));
-        }
-        violations
-    }
 }
 
 /// NodeClaims that ever had more than one instance launched for them.
