@@ -24,3 +24,10 @@ pub fn read_each(
     }
     manifest::read_path_objects(path, limits, sink)
 }
+
+/// A Go duration (`90s`, `5m`, `1h30m`), as the API's fields and upstream's flags write them.
+pub fn go_duration(text: &str) -> Result<std::time::Duration, String> {
+    kerf::api::duration::Duration::parse(text)
+        .map(|d| d.as_std())
+        .map_err(|e| e.to_string())
+}

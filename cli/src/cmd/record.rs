@@ -26,24 +26,22 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
     /// Stop after this long (Go duration: 30m, 24h); without it, until Ctrl-C.
-    #[arg(long = "for", value_name = "DURATION", value_parser = go_duration)]
+    #[arg(long = "for", value_name = "DURATION", value_parser = positive_duration)]
     pub duration: Option<Duration>,
     /// How often the cluster's nodes are sampled.
-    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = go_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = positive_duration)]
     pub node_sample_every: Duration,
 }
 
-fn go_duration(text: &str) -> Result<Duration, String> {
-    kerf::api::duration::Duration::parse(text)
-        .map(|d| d.as_std())
-        .map_err(|e| e.to_string())
-        .and_then(|d| {
-            if d.is_zero() {
-                Err("must be longer than 0s".to_owned())
-            } else {
-                Ok(d)
-            }
-        })
+/// A Go duration longer than zero.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    super::go_duration(text).and_then(|d| {
+        if d.is_zero() {
+            Err("must be longer than 0s".to_owned())
+        } else {
+            Ok(d)
+        }
+    })
 }
 
 pub fn run(args: Args) -> ExitCode {

@@ -21,6 +21,8 @@ use anyhow::Context as _;
 use kerf_simulation::ice::IceTarget;
 use kerf_simulation::summary::{self, Outcome};
 use kerf_simulation::world::Pace;
+
+use super::go_duration;
 use kerf_simulation::{api_only, defaults, inputs, interrupt, reservations, run, scale_down};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -120,12 +122,6 @@ const HEAP_PROFILE_INTERVAL: usize = 256 * 1024;
 
 fn pace(fast: bool) -> Pace {
     if fast { Pace::Instant } else { Pace::Brisk }
-}
-
-fn go_duration(text: &str) -> Result<Duration, String> {
-    kerf::api::duration::Duration::parse(text)
-        .map(|d| d.as_std())
-        .map_err(|e| e.to_string())
 }
 
 pub fn run(args: Args) -> ExitCode {
