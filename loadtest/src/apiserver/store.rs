@@ -257,6 +257,9 @@ pub struct TypeState {
     pub history: VecDeque<Record>,
     /// rv of the newest change dropped from history: watches must start at or after it.
     pub floor: u64,
+    /// rv of the last compaction ([`TypeStore::compact`]): paginated lists from before it
+    /// cannot go on.
+    pub compacted: u64,
 }
 
 impl TypeState {
@@ -310,6 +313,7 @@ impl TypeStore {
         if let Some(last) = state.history.back() {
             state.floor = last.rv;
         }
+        state.compacted = state.floor;
         state.history.clear();
         drop(state);
         self.changed.send_modify(|_| {});

@@ -328,15 +328,19 @@ pub fn metadata(object: &Value) -> Map<String, Value> {
 /// registry's own tests; the runtime it answers watches on must outlive it.
 #[cfg(test)]
 fn config_maps() -> (tokio::runtime::Runtime, Arc<Registry>, Target) {
+    config_maps_on(Arc::new(crate::apiserver::clock::ManualClock::default()))
+}
+
+/// [`config_maps`] on `clock`, which the test moves.
+#[cfg(test)]
+fn config_maps_on(
+    clock: Arc<crate::apiserver::clock::ManualClock>,
+) -> (tokio::runtime::Runtime, Arc<Registry>, Target) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
-    let registry = Registry::new(
-        Arc::new(crate::apiserver::clock::ManualClock::default()),
-        RegistryConfig::default(),
-        runtime.handle().clone(),
-    );
+    let registry = Registry::new(clock, RegistryConfig::default(), runtime.handle().clone());
     let t = registry
         .target("", "v1", "configmaps", Some("default"))
         .expect("configmaps are served");
