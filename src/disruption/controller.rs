@@ -494,20 +494,6 @@ mod tests {
         assert_eq!(input.node_pools[0].instance_types.len(), types);
     }
 
-    thread_local! {
-        static STARTED: std::time::Instant = std::time::Instant::now();
-        static TICKS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    }
-
-    /// A clock that moves 25 s each time it is read (per test thread).
-    fn ticking() -> std::time::Instant {
-        let tick = TICKS.with(|t| {
-            t.set(t.get() + 1);
-            t.get()
-        });
-        STARTED.with(|s| *s + Duration::from_secs(25) * tick)
-    }
-
     fn eight_light_nodes() -> Cluster {
         (0..8)
             .fold(cluster().pool(unlimited()), |c, i| {

@@ -25,6 +25,8 @@ mod state;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod testing;
 
+use std::time::{Duration, Instant};
+
 pub use budget::{BudgetError, UNLIMITED};
 pub use candidate::{NOMINATED, NOT_INITIALIZED};
 pub use cluster::{Cluster, ManagedNode, Options};
@@ -93,6 +95,41 @@ fn report_command(command: &methods::Command) -> CommandReport {
 
 /// Plays the disruption loop on `cluster` until a pass finds nothing to do.
 pub fn decide(cluster: &Cluster, options: Options) -> Result<DisruptionReport, DisruptionError> {
+    play(cluster, options, None)
+}
+
+/// [`decide`] within `limit`: each pass's search stops when the limit is over (multi-node
+/// with the best command found so far, as at its own timeout), no pass starts after it, the
+/// commands found stand and the nodes no pass reached say so. A bounded answer where playing
+/// every command out takes minutes: `kerf explain` on a cluster of thousands of nodes.
+pub fn decide_within(
+    cluster: &Cluster,
+    options: Options,
+    limit: Duration,
+) -> Result<DisruptionReport, DisruptionError> {
+    play(
+        cluster,
+        options,
+        Some(Limit {
+            limit,
+            clock: Instant::now,
+        }),
+    )
+}
+
+/// How long a decision may take, and the clock it is measured on (tests move it).
+#[derive(Clone, Copy)]
+struct Limit {
+    limit: Duration,
+    clock: fn() -> Instant,
+}
+
+fn play(
+    cluster: &Cluster,
+    options: Options,
+    limit: Option<Limit>,
+) -> Result<DisruptionReport, DisruptionError> {
+    let started = limit.map(|l| (l, (l.clock)()));
     let mut state = State::new(cluster, options)?;
     let budgets = state.budget_report()?;
     let (nodes, hourly_cost) = state.fleet();
@@ -100,16 +137,31 @@ pub fn decide(cluster: &Cluster, options: Options) -> Result<DisruptionReport, D
     // Every command removes at least one node or replaces nodes with cheaper ones, so the
     // loop ends; the bound only guards against a mistake turning that into a hang.
     let max_commands = 2 * cluster.nodes.len() + 10;
-    let blocks = loop {
-        let mut blocks = Blocks::default();
+    let mut blocks = Blocks::default();
+    let stopped = loop {
+        if let Some((l, started)) = started {
+            let left = l.limit.saturating_sub((l.clock)().duration_since(started));
+            if left.is_zero() {
+                break true;
+            }
+            state.timeouts = Timeouts::within(left, l.clock);
+        }
+        blocks = Blocks::default();
         let Some(command) = state.next_command(&mut blocks)? else {
-            break blocks;
+            break !state.timed_out.is_empty();
         };
         state.apply(&command);
         commands.push(report_command(&command));
         if commands.len() >= max_commands {
-            break blocks;
+            break false;
         }
+    };
+    let unreached = match limit {
+        Some(l) if stopped => format!(
+            "not reached: the decision stopped at its {} s limit",
+            l.limit.as_secs_f64()
+        ),
+        _ => "no disruption method applies to it".to_owned(),
     };
     let blocked = state
         .managed
@@ -121,11 +173,18 @@ pub fn decide(cluster: &Cluster, options: Options) -> Result<DisruptionReport, D
                 .0
                 .get(&m.name)
                 .cloned()
-                .unwrap_or_else(|| "no disruption method applies to it".to_string()),
+                .unwrap_or_else(|| unreached.clone()),
         })
         .collect();
     let (nodes_after, hourly_cost_after) = state.fleet();
     Ok(DisruptionReport {
+        stopped: stopped.then(|| {
+            format!(
+                "stopped at its {} s limit after {} command(s); the nodes it did not reach say so",
+                limit.map_or(0.0, |l| l.limit.as_secs_f64()),
+                commands.len()
+            )
+        }),
         commands,
         blocked,
         budgets,

@@ -46,6 +46,10 @@ pub struct DisruptionReport {
     pub blocked: Vec<BlockedNode>,
     pub budgets: Vec<BudgetReport>,
     pub summary: DisruptionSummary,
+    /// Why the decision ended before a pass found nothing to do: its time limit
+    /// ([`super::decide_within`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -190,6 +194,9 @@ impl DisruptionReport {
             s.hourly_cost,
             s.hourly_cost_after
         );
+        if let Some(stopped) = &self.stopped {
+            let _ = writeln!(out, "note: the decision {stopped}");
+        }
         if !self.commands.is_empty() {
             out.push_str(CONTROLLER_STATE_NOTE);
             out.push('\n');
@@ -241,6 +248,7 @@ mod tests {
             ],
             commands: Vec::new(),
             budgets: Vec::new(),
+            stopped: None,
             summary: DisruptionSummary {
                 nodes: 3,
                 nodes_after: 3,

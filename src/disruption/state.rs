@@ -59,6 +59,16 @@ impl Timeouts {
         clock: std::time::Instant::now,
     };
 
+    /// Every search limited to `left`, measured on `clock`: a decision's remaining time.
+    pub fn within(left: std::time::Duration, clock: fn() -> std::time::Instant) -> Timeouts {
+        Timeouts {
+            multi_node: Some(left),
+            around_blockers: Some(left),
+            single_node: Some(left),
+            clock,
+        }
+    }
+
     /// When a method given `limit` and starting now must stop.
     pub fn deadline(&self, limit: Option<std::time::Duration>) -> Deadline {
         Deadline {

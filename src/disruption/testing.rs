@@ -41,6 +41,21 @@ pub fn options() -> Options {
     }
 }
 
+thread_local! {
+    static STARTED: std::time::Instant = std::time::Instant::now();
+    static TICKS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A clock for [`super::Timeouts`] that moves 25 s each time it is read (per thread, so each
+/// test has its own): a search's deadline passes after a known number of looks.
+pub fn ticking() -> std::time::Instant {
+    let tick = TICKS.with(|t| {
+        t.set(t.get() + 1);
+        t.get()
+    });
+    STARTED.with(|s| *s + Duration::from_secs(25) * tick)
+}
+
 /// `small` (2 vCPU), `medium` (4), `large` (8), `xlarge` (16): 2 GiB per vCPU, 10 pods per
 /// vCPU, priced by size; spot at 70% of on-demand.
 pub fn instance_types() -> Vec<InstanceType> {

@@ -1041,3 +1041,60 @@ fn a_pass_simulates_each_candidate_on_the_forms_the_one_before_prepared() {
     }
     assert!(reused > 0);
 }
+
+#[test]
+fn a_limited_decision_keeps_the_commands_it_found_and_says_which_nodes_it_did_not_reach() {
+    let cluster = (0..4)
+        .fold(cluster().pool(unlimited()).node(node("empty")), |c, i| {
+            c.node(node(&format!("light{i}")).pods(1))
+        })
+        .build();
+    let whole = decide(&cluster, options()).expect("valid input");
+    assert_eq!(
+        whole.commands.iter().map(|c| c.method).collect::<Vec<_>>(),
+        [Method::Emptiness, Method::MultiNodeConsolidation]
+    );
+    assert_eq!(whole.stopped, None);
+
+    // 25 s per look at the clock: emptiness's command is found within the minute, the
+    // consolidation searches after it find their time over at their first look.
+    let limit = Limit {
+        limit: Duration::from_secs(60),
+        clock: ticking,
+    };
+    let cut = play(&cluster, options(), Some(limit)).expect("valid input");
+    assert_eq!(methods(&cut), methods(&whole)[..1]);
+    assert!(
+        cut.stopped
+            .as_deref()
+            .is_some_and(|s| s.starts_with("stopped at its 60 s limit after 1 command")),
+        "{:?}",
+        cut.stopped
+    );
+    for i in 0..4 {
+        assert_eq!(
+            reason_of(&cut, &format!("light{i}")),
+            "not reached: the decision stopped at its 60 s limit"
+        );
+    }
+    assert!(
+        cut.to_table()
+            .contains("note: the decision stopped at its 60 s limit")
+    );
+
+    // With no time left at the start no pass runs: nothing is decided, nothing reached.
+    let none = play(
+        &cluster,
+        options(),
+        Some(Limit {
+            limit: Duration::from_secs(20),
+            ..limit
+        }),
+    )
+    .expect("valid input");
+    assert!(none.commands.is_empty());
+    assert_eq!(
+        reason_of(&none, "empty"),
+        "not reached: the decision stopped at its 20 s limit"
+    );
+}

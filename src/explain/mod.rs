@@ -32,6 +32,9 @@ pub struct Live {
     pub disruption: crate::disruption::Options,
     /// The controller's `/explain` answer, or why it could not be read.
     pub controller: Reach,
+    /// How long the disruption decision may search (`None`: to its end); on a cluster of
+    /// thousands of nodes the whole decision takes minutes, so the command bounds it.
+    pub disruption_limit: Option<std::time::Duration>,
 }
 
 /// Whether the controller's state could be read.
@@ -89,6 +92,7 @@ impl Live {
             region: self.region.clone(),
             controller: self.settings,
             disruption: disruption.then_some(self.disruption),
+            disruption_limit: self.disruption_limit,
             rounds: 1,
             feature_gates: self.disruption.feature_gates,
         }

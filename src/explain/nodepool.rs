@@ -144,6 +144,7 @@ pub fn explain_nodepool(live: &Live, name: &str) -> Result<NodePoolExplanation, 
             commands: Vec::new(),
             blocked: Vec::new(),
             budgets: Vec::new(),
+            stopped: None,
             summary: crate::disruption::DisruptionSummary {
                 nodes: 0,
                 nodes_after: 0,

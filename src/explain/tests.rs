@@ -34,6 +34,7 @@ fn live(objects: &[Value], state: Option<ControllerState>) -> Live {
             error: state.is_none().then(|| "connection refused".into()),
             state,
         },
+        disruption_limit: None,
     }
 }
 
@@ -490,5 +491,29 @@ fn a_nodepool_carries_the_warnings_about_it_and_its_class_only() {
             .starts_with("NodePool/dense-b: EC2NodeClass/plain sets kubelet maxPods=300"),
         "{:?}",
         other.warnings
+    );
+}
+
+#[test]
+fn a_bounded_decision_names_the_nodes_it_did_not_reach() {
+    let consolidate_now = json!({"disruption": {"consolidateAfter": "0s"}});
+    let objects = [
+        pool("default", "default", consolidate_now, json!({})),
+        managed_node("n1", "default", json!({})),
+        claim("default-a", "n1", "default", json!({}), json!({})),
+    ];
+    let whole = live(&objects, None);
+    let verdict = |live: &Live| {
+        let explanation = explain_nodepool(live, "default").expect("explained");
+        explanation.disruption[0].verdict.clone()
+    };
+    assert_eq!(verdict(&whole), "command #1 of the pass: emptiness");
+    let no_time = Live {
+        disruption_limit: Some(std::time::Duration::ZERO),
+        ..whole
+    };
+    assert_eq!(
+        verdict(&no_time),
+        "not reached: the decision stopped at its 0 s limit"
     );
 }

@@ -30,6 +30,9 @@ pub struct PlanOptions {
     pub controller: ControllerSettings,
     /// Also decide what the disruption loop would remove or replace (`--disruption`).
     pub disruption: Option<crate::disruption::Options>,
+    /// How long the disruption decision may search ([`crate::disruption::decide_within`]);
+    /// `None`: until a pass finds nothing to do.
+    pub disruption_limit: Option<std::time::Duration>,
     /// Provisioning rounds to run at most (`--rounds`; see [`rounds`]); 1 is one solve.
     pub rounds: usize,
     /// `FEATURE_GATES` as the controller reads them (`StaticCapacity` plans static pools).
@@ -42,6 +45,7 @@ impl Default for PlanOptions {
             region: "us-east-1".into(),
             controller: ControllerSettings::default(),
             disruption: None,
+            disruption_limit: None,
             rounds: 1,
             feature_gates: FeatureGates::default(),
         }
@@ -228,7 +232,10 @@ pub fn plan_live(
             node.nominated = controller.nominated.contains(&node.name)
                 || controller.nominated.contains(&node.node_claim);
         }
-        report.disruption = Some(crate::disruption::decide(&cluster, disruption_options)?);
+        report.disruption = Some(match options.disruption_limit {
+            Some(limit) => crate::disruption::decide_within(&cluster, disruption_options, limit)?,
+            None => crate::disruption::decide(&cluster, disruption_options)?,
+        });
     }
     Ok(PlanOutcome {
         report,

@@ -96,6 +96,7 @@ pub fn run(args: Args) -> ExitCode {
             vm_memory_overhead_percent: args.vm_memory_overhead_percent,
         },
         disruption,
+        disruption_limit: None,
         rounds: usize::from(args.rounds),
         feature_gates,
     };

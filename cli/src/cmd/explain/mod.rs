@@ -50,6 +50,11 @@ pub struct Args {
     /// ENIs withheld from the ENI-limited max-pods computation, as the controller's setting.
     #[arg(long, global = true, env = "RESERVED_ENIS", default_value_t = 0)]
     pub reserved_enis: u32,
+    /// How long the disruption decision may search before answering with what it found; the
+    /// nodes it did not reach say so (`0s`: the whole decision, as `kerf plan --disruption`,
+    /// which takes minutes on a cluster of thousands of nodes).
+    #[arg(long, global = true, value_name = "DURATION", default_value = "30s", value_parser = super::go_duration)]
+    pub timeout: std::time::Duration,
     /// Share of EC2-reported memory lost to the hypervisor, as the controller's setting.
     #[arg(long, global = true, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value_t = DEFAULT_VM_MEMORY_OVERHEAD_PERCENT)]
     pub vm_memory_overhead_percent: f64,
@@ -126,6 +131,7 @@ async fn explain(args: Args) -> anyhow::Result<String> {
             feature_gates: gates.gates,
         },
         controller: reach,
+        disruption_limit: (!args.timeout.is_zero()).then_some(args.timeout),
     };
     let json = args.output == Format::Json;
     match &args.what {
