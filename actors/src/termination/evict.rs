@@ -1,8 +1,9 @@
 //! Evicting one pod through the eviction subresource, which honours its
 //! PodDisruptionBudgets, as upstream's eviction queue does: each pod is asked at most once
 //! per backoff delay ([`super::backoff`]); a refusal (429) publishes a `FailedEviction`
-//! event on the pod naming the budget and logs it; an acceptance publishes `Evicted` and
-//! counts the pod as drained. Every answer is counted by its code in
+//! event on the pod naming the budget and logs it; any other failure is logged with why (the
+//! code and message, or no answer in time); an acceptance publishes `Evicted` and counts the
+//! pod as drained. Every answer is counted by its code in
 //! `karpenter_pods_eviction_requests_total`.
 
 use std::sync::Arc;
@@ -64,6 +65,17 @@ pub fn refusing_budget(status: &kube::core::Status) -> Option<String> {
         })
 }
 
+/// What the API server's refusal comes to, with the budget that refused (`Blocked`) or the
+/// code and message (`Failed`, so the log says why).
+fn refusal(status: &kube::core::Status) -> (Answer, Option<String>) {
+    let answer = answer(status.code, &status.message);
+    let detail = match answer {
+        Answer::Blocked => refusing_budget(status),
+        _ => Some(format!("{} {}", status.code, status.message)),
+    };
+    (answer, detail)
+}
+
 fn key(pod: &LeanPod) -> PodKey {
     PodKey {
         namespace: pod.meta().namespace.unwrap_or_default().to_owned(),
@@ -95,14 +107,18 @@ pub async fn evict(t: &Terminator, pod: Arc<LeanPod>, reason: &str) -> Answer {
         }),
         ..EvictParams::default()
     };
-    let (answer, budget) = match tokio::time::timeout(
+    // The refusing budget for `Blocked`, why for `Failed`.
+    let (answer, detail) = match tokio::time::timeout(
         t.config.eviction_timeout,
         api.evict(&key.name, &params),
     )
     .await
     {
         // An API server that does not answer in time is retried like a failure.
-        Err(_elapsed) => (Answer::Failed, None),
+        Err(_elapsed) => (
+            Answer::Failed,
+            Some(format!("no answer within {:?}", t.config.eviction_timeout)),
+        ),
         Ok(Ok(_)) => {
             metrics::counter!(PODS_EVICTION_REQUESTS, "code" => "200").increment(1);
             (Answer::Accepted, None)
@@ -110,17 +126,11 @@ pub async fn evict(t: &Terminator, pod: Arc<LeanPod>, reason: &str) -> Answer {
         Ok(Err(kube::Error::Api(status))) => {
             metrics::counter!(PODS_EVICTION_REQUESTS, "code" => status.code.to_string())
                 .increment(1);
-            (
-                answer(status.code, &status.message),
-                refusing_budget(&status),
-            )
+            refusal(&status)
         }
-        Ok(Err(error)) => {
-            tracing::warn!(pod = %key.name, namespace = %key.namespace, %error, "evicting pod");
-            (Answer::Failed, None)
-        }
+        Ok(Err(error)) => (Answer::Failed, Some(error.to_string())),
     };
-    record(t, &pod, key, answer, budget.as_deref(), reason);
+    record(t, &pod, key, answer, detail.as_deref(), reason);
     answer
 }
 
@@ -129,7 +139,7 @@ fn record(
     pod: &LeanPod,
     key: PodKey,
     answer: Answer,
-    budget: Option<&str>,
+    detail: Option<&str>,
     reason: &str,
 ) {
     match answer {
@@ -143,18 +153,24 @@ fn record(
         Answer::Blocked => {
             let retry_in = t.backoffs().refused(key.clone(), Instant::now());
             t.stats.record_blocked();
-            t.events.publish(events::failed_eviction(pod, budget));
+            t.events.publish(events::failed_eviction(pod, detail));
             tracing::info!(
                 pod = %key.name,
                 namespace = %key.namespace,
-                pdb = budget.unwrap_or("unknown"),
+                pdb = detail.unwrap_or("unknown"),
                 ?retry_in,
                 "eviction refused by a disruption budget"
             );
         }
         Answer::Failed => {
             let retry_in = t.backoffs().refused(key.clone(), Instant::now());
-            tracing::warn!(pod = %key.name, namespace = %key.namespace, ?retry_in, "eviction failed");
+            tracing::warn!(
+                pod = %key.name,
+                namespace = %key.namespace,
+                ?retry_in,
+                cause = detail.unwrap_or("unknown"),
+                "eviction failed"
+            );
         }
         Answer::Deferred => {}
     }
@@ -188,5 +204,21 @@ mod tests {
         let bare: kube::core::Status =
             serde_json::from_value(json!({"code": 429})).expect("a status");
         assert_eq!(refusing_budget(&bare), None);
+        assert_eq!(
+            refusal(&status),
+            (Answer::Blocked, Some("web-pdb".to_owned()))
+        );
+    }
+
+    #[test]
+    fn a_failed_eviction_says_the_code_and_message_it_got() {
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "code": 503, "reason": "ServiceUnavailable", "message": "the server is busy"
+        }))
+        .expect("a status");
+        assert_eq!(
+            refusal(&status),
+            (Answer::Failed, Some("503 the server is busy".to_owned()))
+        );
     }
 }
