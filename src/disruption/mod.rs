@@ -138,30 +138,33 @@ fn play(
     // loop ends; the bound only guards against a mistake turning that into a hang.
     let max_commands = 2 * cluster.nodes.len() + 10;
     let mut blocks = Blocks::default();
-    let stopped = loop {
+    // The limit the decision stopped at, if it did: only a limit makes a search time out.
+    let stopped_at = loop {
         if let Some((l, started)) = started {
             let left = l.limit.saturating_sub((l.clock)().duration_since(started));
             if left.is_zero() {
-                break true;
+                break Some(l.limit);
             }
             state.timeouts = Timeouts::within(left, l.clock);
         }
         blocks = Blocks::default();
         let Some(command) = state.next_command(&mut blocks)? else {
-            break !state.timed_out.is_empty();
+            break limit
+                .filter(|_| !state.timed_out.is_empty())
+                .map(|l| l.limit);
         };
         state.apply(&command);
         commands.push(report_command(&command));
         if commands.len() >= max_commands {
-            break false;
+            break None;
         }
     };
-    let unreached = match limit {
-        Some(l) if stopped => format!(
+    let unreached = match stopped_at {
+        Some(limit) => format!(
             "not reached: the decision stopped at its {} s limit",
-            l.limit.as_secs_f64()
+            limit.as_secs_f64()
         ),
-        _ => "no disruption method applies to it".to_owned(),
+        None => "no disruption method applies to it".to_owned(),
     };
     let blocked = state
         .managed
@@ -178,10 +181,10 @@ fn play(
         .collect();
     let (nodes_after, hourly_cost_after) = state.fleet();
     Ok(DisruptionReport {
-        stopped: stopped.then(|| {
+        stopped: stopped_at.map(|limit| {
             format!(
                 "stopped at its {} s limit after {} command(s); the nodes it did not reach say so",
-                limit.map_or(0.0, |l| l.limit.as_secs_f64()),
+                limit.as_secs_f64(),
                 commands.len()
             )
         }),
