@@ -21,11 +21,10 @@ use anyhow::Context as _;
 use kerf_simulation::ice::IceTarget;
 use kerf_simulation::summary::{self, Outcome};
 use kerf_simulation::world::Pace;
-
-use super::go_duration;
 use kerf_simulation::{api_only, defaults, inputs, interrupt, reservations, run, scale_down};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use super::go_duration;
 use super::plan::Format;
 use crate::aws::cluster;
 
