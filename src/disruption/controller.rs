@@ -578,6 +578,37 @@ mod tests {
     }
 
     #[test]
+    fn the_search_around_blockers_tries_the_last_passes_blockers_last() {
+        let cluster = a_blocker_before_light_nodes(4);
+        // 25 s per look, 60 s for the search: time for one group.
+        let one_group = Timeouts {
+            clock: ticking,
+            around_blockers: Some(Duration::from_secs(60)),
+            ..Timeouts::NONE
+        };
+        let mut forms = Forms::default();
+        // Without memory the one group is all five nodes, which `special` fails.
+        let first = pass_owned(cluster.clone(), options(), one_group, &mut forms).expect("valid");
+        assert_ne!(
+            first.command.as_ref().map(|c| c.command.method),
+            Some(Method::MultiNodeConsolidation)
+        );
+        // An unhurried pass isolates `special` and keeps it for the next.
+        let unhurried = Timeouts {
+            clock: ticking,
+            ..Timeouts::NONE
+        };
+        let whole = pass_owned(cluster.clone(), options(), unhurried, &mut forms).expect("valid");
+        assert_eq!(whole.command.expect("a command").command.nodes.len(), 4);
+        assert!(forms.blockers.recent("special", ticking()), "{forms:?}");
+        // The next pass's first group leaves `special` out and is the command.
+        let next = pass_owned(cluster, options(), one_group, &mut forms).expect("valid");
+        let command = next.command.expect("a command").command;
+        assert_eq!(command.method, Method::MultiNodeConsolidation);
+        assert_eq!(command.nodes.len(), 4);
+    }
+
+    #[test]
     fn single_node_consolidation_gives_up_the_pass_when_its_time_runs_out() {
         let cluster = cluster()
             .pool(unlimited())

@@ -402,7 +402,9 @@ fn longest_prefix(
 /// not is halved, down to single candidates, which are left out. Each group taken is
 /// simulated with all taken before it, so the last one taken is the command, and it finds
 /// `b` blockers among `n` candidates in about `2·b·log2(n/b)` simulations, for at most
-/// [`super::Timeouts::around_blockers`]. At least two candidates, or nothing: a single node
+/// [`super::Timeouts::around_blockers`]. The candidates earlier passes found blocking are
+/// tried after all the others ([`super::blockers`]), so a pass whose blockers have not changed
+/// finds its command in its first look. At least two candidates, or nothing: a single node
 /// is single-node consolidation's to decide.
 fn around_blockers(
     state: &mut State,
@@ -412,10 +414,18 @@ fn around_blockers(
 ) -> Option<Proposal> {
     let considered = &allowed[..allowed.len().min(MAX_MULTI_NODE_CANDIDATES)];
     let own = state.timeouts.deadline(state.timeouts.around_blockers);
+    let now = (state.timeouts.clock)();
+    let (known, likely): (Vec<&Candidate>, Vec<&Candidate>) = considered
+        .iter()
+        .partition(|c| state.forms.blockers.recent(&c.name, now));
     let mut taken: Vec<&Candidate> = Vec::new();
     let mut best: Option<Proposal> = None;
-    // Groups still to try, the next one last.
-    let mut groups: Vec<&[&Candidate]> = vec![considered];
+    // Groups still to try, the next one last: the candidates that blocked earlier passes
+    // after all the others.
+    let mut groups: Vec<&[&Candidate]> = [known.as_slice(), likely.as_slice()]
+        .into_iter()
+        .filter(|g| !g.is_empty())
+        .collect();
     while let Some(group) = groups.pop() {
         if out_of_time(state, deadline) || own.passed() {
             break;
@@ -431,7 +441,10 @@ fn around_blockers(
                 groups.push(rest);
                 groups.push(first);
             }
-            None => {}
+            None => {
+                let now = (state.timeouts.clock)();
+                state.forms.blockers.found(&group[0].name, now);
+            }
         }
     }
     best.filter(|p| p.nodes.len() >= 2)

@@ -9,6 +9,7 @@
 //! [`decide`] plays the disruption loop to its end on a copy of the cluster: commands in the
 //! order the loop would issue them, each assumed complete before the next pass (see `run`).
 
+mod blockers;
 mod budget;
 mod candidate;
 mod cluster;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::DisruptionError;
+use super::blockers::Blockers;
 use super::cluster::{Cluster, ManagedNode, Options};
 use super::pods;
 use super::report::Method;
@@ -116,6 +117,8 @@ pub struct State<'c> {
 pub struct Forms {
     pub(super) pods: PodForms,
     pub(super) nodes: NodeForms,
+    /// The candidates multi-node consolidation found blocking, for the next passes.
+    pub(super) blockers: Blockers,
 }
 
 impl Forms {
