@@ -29,9 +29,7 @@ impl BudgetWatch {
             );
             let healthy = pdb["status"]["currentHealthy"].as_i64().unwrap_or(0);
             let desired = pdb["status"]["desiredHealthy"].as_i64().unwrap_or(0);
-            let below = healthy < desired;
-            let (before, was_below) = self.0.get(&budget).copied().unwrap_or((0, true));
-            if below && !was_below && healthy < before {
+            if let Some(before) = self.fell_below(&budget, healthy, desired) {
                 tracing::warn!(
                     budget,
                     healthy_before = before,
@@ -45,9 +43,20 @@ impl BudgetWatch {
                 );
                 violations += 1;
             }
-            self.0.insert(budget, (healthy, below));
         }
         violations
+    }
+
+    /// Records `budget`'s look; its healthy pods at the look before where this one is a
+    /// violation: below `desired` now, not below before, and fewer healthy than then. A
+    /// budget first seen below its minimum (still filling) is no violation.
+    fn fell_below(&mut self, budget: &str, healthy: i64, desired: i64) -> Option<i64> {
+        let below = healthy < desired;
+        let (before, was_below) = self
+            .0
+            .insert(budget.to_owned(), (healthy, below))
+            .unwrap_or((0, true));
+        (below && !was_below && healthy < before).then_some(before)
     }
 }
 
@@ -96,6 +105,23 @@ fn pod_state(pod: &Value) -> &str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_violation_is_a_budget_that_met_its_minimum_falling_below_it() {
+        let mut watch = BudgetWatch::default();
+        // Filling: first seen below, then met, then the minimum raised with no pod lost.
+        assert_eq!(watch.fell_below("a", 1, 3), None);
+        assert_eq!(watch.fell_below("a", 3, 3), None);
+        assert_eq!(watch.fell_below("a", 3, 4), None);
+        // Met again, then a healthy pod lost past the minimum: one violation, not one per look.
+        assert_eq!(watch.fell_below("a", 4, 4), None);
+        assert_eq!(watch.fell_below("a", 3, 4), Some(4));
+        assert_eq!(watch.fell_below("a", 2, 4), None);
+        // Recovered and fallen again: a second violation. Another budget is its own.
+        assert_eq!(watch.fell_below("a", 4, 4), None);
+        assert_eq!(watch.fell_below("a", 3, 4), Some(4));
+        assert_eq!(watch.fell_below("b", 0, 1), None);
+    }
 
     #[test]
     fn a_pod_state_names_what_keeps_it_from_counting_as_healthy() {
