@@ -14,7 +14,7 @@ mod read;
 mod update;
 mod validate;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -143,7 +143,6 @@ pub struct Registry {
     /// Background work.
     pub queues: Queues,
     runtime: tokio::runtime::Handle,
-    eviction: Mutex<()>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -171,7 +170,6 @@ impl Registry {
             config,
             queues: Queues::default(),
             runtime,
-            eviction: Mutex::new(()),
         });
         for rt in builtin_types() {
             registry.store.register(rt);

@@ -1,7 +1,7 @@
 //! The pod subresources that act on more than the pod: `binding` (the scheduler assigns a
 //! node, once) and `eviction` (a delete that first charges the pod's PodDisruptionBudget,
-//! refused with 429 past its budget); an eviction charges the budget and deletes under the
-//! registry's eviction lock, one eviction at a time.
+//! refused with 429 past its budget); an eviction checks and charges its budget in one write
+//! of it, so concurrent evictions never take more than the budget allows.
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use super::{DeleteOptions, ListQuery, Registry, Sub, Target, WriteOptions};
 use crate::apiserver::error::{ApiError, ApiResult, Reason};
 use crate::apiserver::meta::is_deleting;
 use crate::apiserver::selectors::LabelSelector;
-use crate::apiserver::store::{StoredObject, lock};
+use crate::apiserver::store::StoredObject;
 
 impl Registry {
     /// `pods/{name}/binding`: assigns the pod to a node once.
@@ -77,7 +77,6 @@ impl Registry {
             .map(DeleteOptions::from_json)
             .transpose()?
             .unwrap_or_default();
-        let _serialised = lock(&self.eviction);
         let pod = self.get(t, name)?;
         let phase = pod.attrs.phase.as_str();
         let exempt = pod.attrs.deleting || matches!(phase, "Succeeded" | "Failed" | "Pending" | "");
@@ -114,52 +113,18 @@ impl Registry {
             }
         };
         let pdb_name = pdb.attrs.name.clone();
-        let pdb_value = pdb.value();
-        let observed = pdb_value
-            .pointer("/status/observedGeneration")
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
-        let generation = pdb_value
-            .pointer("/metadata/generation")
-            .and_then(Value::as_i64)
-            .unwrap_or(1);
-        let too_many = |message: String| {
-            ApiError::new(
-                Reason::TooManyRequests,
-                "Cannot evict pod as it would violate the pod's disruption budget.",
-            )
-            .with_details(json!({"causes": [{"reason": "DisruptionBudget", "message": message}]}))
-        };
-        if observed < generation {
-            return Err(too_many(format!(
-                "The disruption budget {pdb_name} is still being processed by the server."
-            )));
-        }
-        let allowed = pdb_value
-            .pointer("/status/disruptionsAllowed")
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
-        if allowed <= 0 {
-            let desired = pdb_value
-                .pointer("/status/desiredHealthy")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            let current = pdb_value
-                .pointer("/status/currentHealthy")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            return Err(too_many(format!(
-                "The disruption budget {pdb_name} needs {desired} healthy pods and has {current} currently"
-            )));
-        }
         let now = self.now();
         let pod_name = pod.attrs.name.clone();
+        // Checked and charged in one write of the budget, under its kind's lock: evictions
+        // of pods under other budgets, or none, go on meanwhile, as in kube-apiserver, whose
+        // budget update is conditional on the version it checked.
         self.update_with(
             &pdbs,
             &pdb_name,
             Sub::Status,
             &WriteOptions::default(),
             |current| {
+                let allowed = disruptions_allowed(&pdb_name, current)?;
                 let mut next = current.clone();
                 next["status"]["disruptionsAllowed"] = json!(allowed - 1);
                 let disrupted = next["status"]
@@ -172,5 +137,109 @@ impl Registry {
             },
         )?;
         Ok(())
+    }
+}
+
+/// The disruptions budget `name` (as `pdb` stands) allows now, at least one; 429 otherwise,
+/// worded as kube-apiserver words it.
+fn disruptions_allowed(name: &str, pdb: &Value) -> ApiResult<i64> {
+    let number = |pointer: &str| pdb.pointer(pointer).and_then(Value::as_i64);
+    let too_many = |message: String| {
+        ApiError::new(
+            Reason::TooManyRequests,
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        )
+        .with_details(json!({"causes": [{"reason": "DisruptionBudget", "message": message}]}))
+    };
+    let observed = number("/status/observedGeneration").unwrap_or(0);
+    if observed < number("/metadata/generation").unwrap_or(1) {
+        return Err(too_many(format!(
+            "The disruption budget {name} is still being processed by the server."
+        )));
+    }
+    let allowed = number("/status/disruptionsAllowed").unwrap_or(0);
+    if allowed <= 0 {
+        let desired = number("/status/desiredHealthy").unwrap_or(0);
+        let current = number("/status/currentHealthy").unwrap_or(0);
+        return Err(too_many(format!(
+            "The disruption budget {name} needs {desired} healthy pods and has {current} currently"
+        )));
+    }
+    Ok(allowed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ten running pods under a budget that allows `allowed` disruptions.
+    fn budgeted(registry: &Registry, allowed: i64) -> Target {
+        let pods = registry
+            .target("", "v1", "pods", Some("default"))
+            .expect("pods");
+        let opts = WriteOptions::default();
+        for i in 0..10 {
+            let name = format!("db-{i}");
+            let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "db", "image": "db"}]}});
+            registry.create(&pods, pod, &opts).expect("pod");
+            registry
+                .update_with(&pods, &name, Sub::Status, &opts, |current| {
+                    let mut running = current.clone();
+                    running["status"] = json!({"phase": "Running"});
+                    Ok(running)
+                })
+                .expect("running");
+        }
+        let pdbs = registry
+            .target("policy", "v1", "poddisruptionbudgets", Some("default"))
+            .expect("pdbs");
+        let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "db"},
+            "spec": {"minAvailable": 10 - allowed, "selector": {"matchLabels": {"app": "db"}}}});
+        registry.create(&pdbs, pdb, &opts).expect("pdb");
+        registry
+            .update_with(&pdbs, "db", Sub::Status, &opts, |current| {
+                let mut counted = current.clone();
+                counted["status"] = json!({"observedGeneration": 1, "disruptionsAllowed": allowed,
+                    "currentHealthy": 10, "desiredHealthy": 10 - allowed, "expectedPods": 10});
+                Ok(counted)
+            })
+            .expect("status");
+        pods
+    }
+
+    #[test]
+    fn concurrent_evictions_take_no_more_than_the_budget_allows() {
+        let (_runtime, registry, _) = super::super::config_maps();
+        let pods = budgeted(&registry, 3);
+        let answers: Vec<ApiResult<()>> = std::thread::scope(|s| {
+            let evictions: Vec<_> = (0..10)
+                .map(|i| {
+                    let (registry, pods) = (&registry, &pods);
+                    s.spawn(move || registry.evict(pods, &format!("db-{i}"), &json!({})))
+                })
+                .collect();
+            evictions
+                .into_iter()
+                .map(|e| e.join().expect("evicted"))
+                .collect()
+        });
+        let evicted = answers.iter().filter(|a| a.is_ok()).count();
+        let refused = answers
+            .iter()
+            .filter(|a| matches!(a, Err(e) if e.reason == Reason::TooManyRequests))
+            .count();
+        assert_eq!((evicted, refused), (3, 7), "{answers:?}");
+        let pdbs = registry
+            .target("policy", "v1", "poddisruptionbudgets", Some("default"))
+            .expect("pdbs");
+        let pdb = registry.get(&pdbs, "db").expect("pdb").value();
+        assert_eq!(pdb["status"]["disruptionsAllowed"], 0, "{pdb}");
+        assert_eq!(
+            pdb["status"]["disruptedPods"].as_object().map(|d| d.len()),
+            Some(3)
+        );
     }
 }
