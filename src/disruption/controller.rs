@@ -578,7 +578,7 @@ mod tests {
     }
 
     #[test]
-    fn the_search_around_blockers_tries_the_last_passes_blockers_last() {
+    fn multi_node_consolidation_tries_the_last_passes_blockers_last() {
         let cluster = a_blocker_before_light_nodes(4);
         // 25 s per look, 60 s for the search: time for one group.
         let one_group = Timeouts {
@@ -601,11 +601,33 @@ mod tests {
         let whole = pass_owned(cluster.clone(), options(), unhurried, &mut forms).expect("valid");
         assert_eq!(whole.command.expect("a command").command.nodes.len(), 4);
         assert!(forms.blockers.recent("special", ticking()), "{forms:?}");
-        // The next pass's first group leaves `special` out and is the command.
+        // The next pass's searches take `special` last: the command is found at once.
         let next = pass_owned(cluster, options(), one_group, &mut forms).expect("valid");
         let command = next.command.expect("a command").command;
         assert_eq!(command.method, Method::MultiNodeConsolidation);
         assert_eq!(command.nodes.len(), 4);
+    }
+
+    #[test]
+    fn a_budget_reaches_past_the_last_passes_blockers() {
+        // Room for three disruptions: `special` and two light nodes, while it comes first.
+        let cluster = (0..4)
+            .fold(
+                cluster()
+                    .pool(node_pool("default").budgets(json!([{"nodes": "3"}])))
+                    .node(special_node("xlarge")),
+                |c, i| c.node(node(&format!("light{i}")).pods(1)),
+            )
+            .build();
+        let mut forms = Forms::default();
+        let nodes = |forms: &mut Forms| {
+            let pass = pass_owned(cluster.clone(), options(), Timeouts::NONE, forms);
+            let command = pass.expect("valid").command.expect("a command").command;
+            assert_eq!(command.method, Method::MultiNodeConsolidation);
+            command.nodes.len()
+        };
+        assert_eq!(nodes(&mut forms), 2);
+        assert_eq!(nodes(&mut forms), 3);
     }
 
     #[test]

@@ -332,7 +332,13 @@ pub fn multi_node(
 ) -> Option<Command> {
     let mut left = budgets.clone();
     let mut allowed: Vec<&Candidate> = Vec::new();
-    for c in candidates {
+    // The candidates earlier passes found blocking go after all the others, each part in
+    // upstream's order: the searches, the 100 candidates they consider and the budgets all
+    // reach past the blockers to candidates that may consolidate ([`super::blockers`]).
+    let now = (state.timeouts.clock)();
+    let mut ordered: Vec<&Candidate> = candidates.iter().collect();
+    ordered.sort_by_key(|c| state.forms.blockers.recent(&c.name, now));
+    for c in ordered {
         // Empty nodes belong to emptiness and its budget (upstream leaves them out too).
         if c.is_empty() || !consolidatable(state, c, &mut Blocks::default()) {
             continue;
@@ -402,10 +408,10 @@ fn longest_prefix(
 /// not is halved, down to single candidates, which are left out. Each group taken is
 /// simulated with all taken before it, so the last one taken is the command, and it finds
 /// `b` blockers among `n` candidates in about `2·b·log2(n/b)` simulations, for at most
-/// [`super::Timeouts::around_blockers`]. The candidates earlier passes found blocking are
-/// tried after all the others ([`super::blockers`]), so a pass whose blockers have not changed
-/// finds its command in its first look. At least two candidates, or nothing: a single node
-/// is single-node consolidation's to decide.
+/// [`super::Timeouts::around_blockers`]. The candidates earlier passes found blocking, last
+/// in `allowed`, are a group of their own tried after all the others ([`super::blockers`]),
+/// so a pass whose blockers have not changed finds its command in its first look. At least
+/// two candidates, or nothing: a single node is single-node consolidation's to decide.
 fn around_blockers(
     state: &mut State,
     allowed: &[&Candidate],
@@ -415,14 +421,13 @@ fn around_blockers(
     let considered = &allowed[..allowed.len().min(MAX_MULTI_NODE_CANDIDATES)];
     let own = state.timeouts.deadline(state.timeouts.around_blockers);
     let now = (state.timeouts.clock)();
-    let (known, likely): (Vec<&Candidate>, Vec<&Candidate>) = considered
-        .iter()
-        .partition(|c| state.forms.blockers.recent(&c.name, now));
+    let (likely, known) = considered
+        .split_at(considered.partition_point(|c| !state.forms.blockers.recent(&c.name, now)));
     let mut taken: Vec<&Candidate> = Vec::new();
     let mut best: Option<Proposal> = None;
     // Groups still to try, the next one last: the candidates that blocked earlier passes
     // after all the others.
-    let mut groups: Vec<&[&Candidate]> = [known.as_slice(), likely.as_slice()]
+    let mut groups: Vec<&[&Candidate]> = [known, likely]
         .into_iter()
         .filter(|g| !g.is_empty())
         .collect();
