@@ -39,37 +39,48 @@ pub fn render(
     observability: bool,
 ) -> String {
     let mut out = String::new();
+    render_into(&mut out, state, instance_types, observability);
+    out
+}
+
+/// [`render`], appended to `out`: at 100,000 pods the text is tens of MB, and `/metrics`
+/// writes it after the process's own metrics without a second copy.
+pub fn render_into(
+    out: &mut String,
+    state: &ClusterState,
+    instance_types: &[(String, Arc<[InstanceType]>)],
+    observability: bool,
+) {
     for family in state_families(state) {
-        family.render_into(&mut out);
+        family.render_into(out);
     }
     if !instance_types.is_empty() {
         let [cpu, memory, available, price, cost] = offerings::families(state, instance_types);
         for family in [cpu, memory, available, price] {
-            family.render_into(&mut out);
+            family.render_into(out);
         }
         // The NodePool's cost is upstream's NodePool metrics controller's, which the flag
         // turns off; the instance types are the provider's.
         if observability {
-            cost.render_into(&mut out);
+            cost.render_into(out);
         }
     }
     if !observability {
-        return out;
+        return;
     }
-    pods::state_family(state).render_into(&mut out);
+    pods::state_family(state).render_into(out);
     for family in pods::latency_families(state) {
-        family.render_into(&mut out);
+        family.render_into(out);
     }
     for family in nodepools::families(state) {
-        family.render_into(&mut out);
+        family.render_into(out);
     }
     for family in nodes::families(state) {
-        family.render_into(&mut out);
+        family.render_into(out);
     }
     for family in conditions::families(state) {
-        family.render_into(&mut out);
+        family.render_into(out);
     }
-    out
 }
 
 /// Cluster state's node count and how long it has been unsynced, and the provisioning solve

@@ -152,11 +152,12 @@ async fn answer(
                 .get()
                 .map(crate::instance_types::InstanceTypeCache::resolved)
                 .unwrap_or_default();
-            text.push_str(&crate::cluster_metrics::render(
+            crate::cluster_metrics::render_into(
+                &mut text,
                 &served.state,
                 &instance_types,
                 served.observability,
-            ));
+            );
             (StatusCode::OK, text)
         }
         (Endpoints::Metrics(served), kerf::explain::controller::PATH) => {
