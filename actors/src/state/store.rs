@@ -125,6 +125,16 @@ impl<K> Store<K> {
         self.objects.iter().map(|o| o.value().clone()).collect()
     }
 
+    /// The objects `keep` accepts, in no particular order: a [`Self::snapshot`] of the few
+    /// a caller wants, without a pointer to every object.
+    pub fn filtered(&self, keep: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
+        self.objects
+            .iter()
+            .filter(|o| keep(o.value()))
+            .map(|o| o.value().clone())
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.objects.len()
     }
@@ -286,6 +296,22 @@ mod tests {
         let mut n = Node::default();
         n.metadata.name = Some(name.to_string());
         n
+    }
+
+    #[test]
+    fn filtered_holds_only_the_objects_kept() {
+        let (state, mut w) = ClusterState::new();
+        for name in ["a", "b", "ab"] {
+            w.nodes.apply(ObjectKey::new(None, name), node(name));
+        }
+        let mut names: Vec<String> = state
+            .nodes
+            .filtered(|n| n.metadata.name.as_deref().is_some_and(|n| n.contains('a')))
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "ab"]);
     }
 
     #[test]
