@@ -146,13 +146,21 @@ fn weighted_fallback_binds_every_pod_on_the_on_demand_pool_while_spot_is_refused
     .expect("nodepools copied");
     let (report, _) = passes_file("weighted-fallback", &file);
     let _ = std::fs::remove_dir_all(&dir);
-    let last = report["series"]
-        .as_array()
-        .and_then(|s| s.last())
-        .unwrap_or_else(|| panic!("sampled: {report:#}"));
-    assert_eq!(last["podsPending"], 0, "{last}");
-    assert_eq!(last["nodesSpot"], 0, "spot is refused everywhere: {last}");
-    assert!(last["nodesOnDemand"].as_u64().unwrap_or(0) > 0, "{last}");
+    // Every pod bound is the scenario's own expectation (`allPodsBound`), held above; the
+    // last sample may show a few pending again as consolidation moves pods afterwards.
+    let series = report["series"].as_array().expect("sampled");
+    for sample in series {
+        assert_eq!(
+            sample["nodesSpot"], 0,
+            "spot is refused everywhere: {sample}"
+        );
+    }
+    assert!(
+        series
+            .iter()
+            .any(|s| s["nodesOnDemand"].as_u64().unwrap_or(0) > 0),
+        "the on-demand pool took the pods: {report:#}"
+    );
 }
 
 #[test]
