@@ -336,9 +336,16 @@ pub fn multi_node(
     // upstream's order: the searches, the 100 candidates they consider and the budgets all
     // reach past the blockers to candidates that may consolidate ([`super::blockers`]).
     let now = (state.timeouts.clock)();
-    let mut ordered: Vec<&Candidate> = candidates.iter().collect();
-    ordered.sort_by_key(|c| state.forms.blockers.recent(&c.name, now));
-    for c in ordered {
+    let (likely, known): (Vec<&Candidate>, Vec<&Candidate>) = candidates
+        .iter()
+        .partition(|c| !state.forms.blockers.recent(&c.name, now));
+    // How many of `allowed` are not known blockers: they come first.
+    let mut likely_allowed = 0;
+    for (c, is_likely) in likely
+        .iter()
+        .map(|c| (c, true))
+        .chain(known.iter().map(|c| (c, false)))
+    {
         // Empty nodes belong to emptiness and its budget (upstream leaves them out too).
         if c.is_empty() || !consolidatable(state, c, &mut Blocks::default()) {
             continue;
@@ -350,13 +357,14 @@ pub fn multi_node(
         }
         left.insert(key, n - 1);
         allowed.push(c);
+        likely_allowed += usize::from(is_likely);
     }
     if allowed.len() < 2 {
         return None;
     }
     let deadline = state.timeouts.deadline(state.timeouts.multi_node);
     longest_prefix(state, &allowed, totals, &deadline)
-        .or_else(|| around_blockers(state, &allowed, totals, &deadline))
+        .or_else(|| around_blockers(state, &allowed, likely_allowed, totals, &deadline))
         .map(|p| consolidation_command(Method::MultiNodeConsolidation, p))
 }
 
@@ -408,21 +416,21 @@ fn longest_prefix(
 /// not is halved, down to single candidates, which are left out. Each group taken is
 /// simulated with all taken before it, so the last one taken is the command, and it finds
 /// `b` blockers among `n` candidates in about `2·b·log2(n/b)` simulations, for at most
-/// [`super::Timeouts::around_blockers`]. The candidates earlier passes found blocking, last
-/// in `allowed`, are a group of their own tried after all the others ([`super::blockers`]),
+/// [`super::Timeouts::around_blockers`]. The candidates earlier passes found blocking, in
+/// `allowed` after its first `likely`, are a group of their own tried after all the others
+/// ([`super::blockers`]),
 /// so a pass whose blockers have not changed finds its command in its first look. At least
 /// two candidates, or nothing: a single node is single-node consolidation's to decide.
 fn around_blockers(
     state: &mut State,
     allowed: &[&Candidate],
+    likely: usize,
     totals: &PoolTotals,
     deadline: &Deadline,
 ) -> Option<Proposal> {
     let considered = &allowed[..allowed.len().min(MAX_MULTI_NODE_CANDIDATES)];
     let own = state.timeouts.deadline(state.timeouts.around_blockers);
-    let now = (state.timeouts.clock)();
-    let (likely, known) = considered
-        .split_at(considered.partition_point(|c| !state.forms.blockers.recent(&c.name, now)));
+    let (likely, known) = considered.split_at(likely.min(considered.len()));
     let mut taken: Vec<&Candidate> = Vec::new();
     let mut best: Option<Proposal> = None;
     // Groups still to try, the next one last: the candidates that blocked earlier passes
