@@ -43,8 +43,8 @@ pub fn render(
     out
 }
 
-/// [`render`], appended to `out`: at 100,000 pods the text is tens of MB, and `/metrics`
-/// writes it after the process's own metrics without a second copy.
+/// [`render`], appended to `out`: `/metrics` writes it after the process's own metrics,
+/// so the text, which grows with every pod and Node, is never copied.
 pub fn render_into(
     out: &mut String,
     state: &ClusterState,
