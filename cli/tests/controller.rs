@@ -238,17 +238,45 @@ fn get_on(stream: &mut TcpStream, path: &str) -> std::io::Result<(u16, String)> 
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or(std::io::ErrorKind::InvalidData)?;
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
+    let header = |wanted: &str| {
+        head.lines().find_map(|l| {
             let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse().ok())?
+            name.eq_ignore_ascii_case(wanted)
+                .then(|| value.trim().to_ascii_lowercase())
         })
-        .unwrap_or(0);
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body)?;
+    };
+    let body = if header("transfer-encoding").as_deref() == Some("chunked") {
+        read_chunked(stream)?
+    } else {
+        let length = header("content-length").and_then(|v| v.parse().ok());
+        let mut body = vec![0u8; length.unwrap_or(0)];
+        stream.read_exact(&mut body)?;
+        body
+    };
     Ok((status, String::from_utf8_lossy(&body).to_string()))
+}
+
+/// A chunked body (`/metrics` is streamed), up to its last, empty chunk.
+fn read_chunked(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while !line.ends_with(b"\r\n") {
+            stream.read_exact(&mut byte)?;
+            line.push(byte[0]);
+        }
+        let size = std::str::from_utf8(&line)
+            .ok()
+            .and_then(|l| usize::from_str_radix(l.trim(), 16).ok())
+            .ok_or(std::io::ErrorKind::InvalidData)?;
+        let mut chunk = vec![0u8; size + 2];
+        stream.read_exact(&mut chunk)?;
+        if size == 0 {
+            return Ok(body);
+        }
+        body.extend_from_slice(&chunk[..size]);
+    }
 }
 
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::{ConditionStatus, EC2NodeClass, NodeClaim, NodePool};
 
-use super::exposition::Family;
+use super::exposition::{Exposition, Gauge};
 use crate::metrics::{
     EC2NODECLASS_TERMINATION_SECONDS, EC2NODECLASS_TRANSITION_SECONDS, NODE_TERMINATION_SECONDS,
     NODE_TRANSITION_SECONDS, NODECLAIM_TERMINATION_SECONDS, NODECLAIM_TRANSITION_SECONDS,
@@ -261,110 +261,139 @@ fn seconds_since(now: Timestamp, then: Timestamp) -> f64 {
     now.duration_since(then).as_secs_f64().max(0.0)
 }
 
-/// The scrape-time gauge families of one kind: per object and condition its count and age,
-/// and per deleted object its time terminating; `deprecated` collects the kind-less names.
-fn kind_families<K: Observable>(
+/// One of the scrape-time gauges each kind has: per object and condition its count or the
+/// seconds it has held, and per deleted object its time terminating.
+#[derive(Clone, Copy)]
+enum Measure {
+    Count,
+    Seconds,
+    Terminating,
+}
+
+impl Measure {
+    const ALL: [Self; 3] = [Self::Count, Self::Seconds, Self::Terminating];
+
+    fn help(self) -> &'static str {
+        match self {
+            Self::Count => "The number of a condition for a given object, type and status.",
+            Self::Seconds => {
+                "The current amount of time in seconds that a status condition has been in a specific state."
+            }
+            Self::Terminating => {
+                "The current amount of time in seconds that an object has been in terminating state."
+            }
+        }
+    }
+
+    /// The family's name: `kind`'s own, or the deprecated kind-less one.
+    fn name(self, kind: Option<&Kind>) -> &'static str {
+        match (self, kind) {
+            (Self::Count, Some(kind)) => kind.count,
+            (Self::Seconds, Some(kind)) => kind.seconds,
+            (Self::Terminating, Some(kind)) => kind.terminating,
+            (Self::Count, None) => CONDITION_COUNT,
+            (Self::Seconds, None) => CONDITION_SECONDS,
+            (Self::Terminating, None) => TERMINATING_SECONDS,
+        }
+    }
+}
+
+/// Writes the `measure` series of `objects` (sorted by name) into `gauge`: for their kind's
+/// own family, labelled with its object labels, or (`deprecated`) for the kind-less one,
+/// labelled with the kind's group and kind.
+fn write_series<K: Observable>(
+    gauge: &mut Gauge,
     objects: &[std::sync::Arc<K>],
     now: Timestamp,
-    deprecated: &mut [Family; 3],
-) -> [Family; 3] {
+    measure: Measure,
+    deprecated: bool,
+) {
     let kind = K::KIND;
-    let mut count = Family::new(
-        kind.count,
-        "The number of a condition for a given object, type and status.",
-    );
-    let mut seconds = Family::new(
-        kind.seconds,
-        "The current amount of time in seconds that a status condition has been in a specific state.",
-    );
-    let mut terminating = Family::new(
-        kind.terminating,
-        "The current amount of time in seconds that an object has been in terminating state.",
-    );
-    let mut sorted: Vec<&std::sync::Arc<K>> = objects.iter().collect();
-    sorted.sort_by(|a, b| a.metadata().name.cmp(&b.metadata().name));
-    for object in sorted {
+    for object in objects {
         let meta = object.metadata();
-        let id = vec![
+        let mut labels = vec![
             ("namespace", meta.namespace.clone().unwrap_or_default()),
             ("name", meta.name.clone().unwrap_or_default()),
         ];
-        let extra = object_labels(kind, meta);
-        for ObservedCondition(c) in object.observed() {
-            let mut labels = id.clone();
-            labels.extend([
-                ("type", c.type_.clone()),
-                ("status", c.status.clone()),
-                ("reason", c.reason.clone()),
-            ]);
-            let age = c.since.map_or(0.0, |since| seconds_since(now, since));
-            if kind.deprecated {
-                let mut old = labels.clone();
-                old.extend([
-                    ("group", kind.group.to_owned()),
-                    ("kind", kind.kind.to_owned()),
-                ]);
-                deprecated[0].push(old.clone(), 1.0);
-                deprecated[1].push(old, age);
+        let id = labels.len();
+        let trailing = if deprecated {
+            vec![
+                ("group", kind.group.to_owned()),
+                ("kind", kind.kind.to_owned()),
+            ]
+        } else {
+            object_labels(kind, meta)
+        };
+        if let Measure::Terminating = measure {
+            if let Some(deleted) = &meta.deletion_timestamp {
+                labels.extend(trailing);
+                gauge.series(&labels, seconds_since(now, deleted.0));
             }
-            labels.extend(extra.iter().cloned());
-            count.push(labels.clone(), 1.0);
-            seconds.push(labels, age);
+            continue;
         }
-        if let Some(deleted) = &meta.deletion_timestamp {
-            let age = seconds_since(now, deleted.0);
-            if kind.deprecated {
-                let mut old = id.clone();
-                old.extend([
-                    ("group", kind.group.to_owned()),
-                    ("kind", kind.kind.to_owned()),
-                ]);
-                deprecated[2].push(old, age);
-            }
-            let mut labels = id;
-            labels.extend(extra);
-            terminating.push(labels, age);
+        for ObservedCondition(c) in object.observed() {
+            labels.truncate(id);
+            labels.extend([
+                ("type", c.type_),
+                ("status", c.status),
+                ("reason", c.reason),
+            ]);
+            labels.extend(trailing.iter().cloned());
+            let value = match measure {
+                Measure::Count => 1.0,
+                _ => c.since.map_or(0.0, |since| seconds_since(now, since)),
+            };
+            gauge.series(&labels, value);
         }
     }
-    [count, seconds, terminating]
 }
 
-/// Every status-condition and termination gauge family of `state`.
-pub fn families(state: &ClusterState) -> Vec<Family> {
+/// `objects` sorted by name, the order of their series.
+fn sorted<K: Observable>(mut objects: Vec<std::sync::Arc<K>>) -> Vec<std::sync::Arc<K>> {
+    objects.sort_by(|a, b| a.metadata().name.cmp(&b.metadata().name));
+    objects
+}
+
+/// Every status-condition and termination gauge family of `state`: each kind's, then the
+/// deprecated kind-less ones.
+pub fn write(out: &mut Exposition, state: &ClusterState) {
     let now = Timestamp::now();
-    let mut deprecated = [
-        Family::new(
-            CONDITION_COUNT,
-            "The number of a condition for a given object, type and status.",
-        ),
-        Family::new(
-            CONDITION_SECONDS,
-            "The current amount of time in seconds that a status condition has been in a specific state.",
-        ),
-        Family::new(
-            TERMINATING_SECONDS,
-            "The current amount of time in seconds that an object has been in terminating state.",
-        ),
-    ];
-    let mut out = Vec::new();
-    out.extend(kind_families(
-        &state.nodeclaims.snapshot(),
-        now,
-        &mut deprecated,
-    ));
-    out.extend(kind_families(
-        &state.nodepools.snapshot(),
-        now,
-        &mut deprecated,
-    ));
-    out.extend(kind_families(&state.nodes.snapshot(), now, &mut deprecated));
-    out.extend(kind_families(
-        &state.nodeclasses.snapshot(),
-        now,
-        &mut deprecated,
-    ));
-    out.extend(deprecated);
-    out
+    let nodeclaims = sorted(state.nodeclaims.snapshot());
+    let nodepools = sorted(state.nodepools.snapshot());
+    let nodes = sorted(state.nodes.snapshot());
+    let nodeclasses = sorted(state.nodeclasses.snapshot());
+    write_kind(out, &nodeclaims, now);
+    write_kind(out, &nodepools, now);
+    write_kind(out, &nodes, now);
+    write_kind(out, &nodeclasses, now);
+    for measure in Measure::ALL {
+        let mut gauge = out.gauge(measure.name(None), measure.help());
+        write_deprecated(&mut gauge, &nodeclaims, now, measure);
+        write_deprecated(&mut gauge, &nodepools, now, measure);
+        write_deprecated(&mut gauge, &nodes, now, measure);
+        write_deprecated(&mut gauge, &nodeclasses, now, measure);
+    }
+}
+
+/// The families of `objects`' kind.
+fn write_kind<K: Observable>(out: &mut Exposition, objects: &[std::sync::Arc<K>], now: Timestamp) {
+    for measure in Measure::ALL {
+        let mut gauge = out.gauge(measure.name(Some(K::KIND)), measure.help());
+        write_series(&mut gauge, objects, now, measure, false);
+    }
+}
+
+/// The series of `objects` in the deprecated kind-less family, for the kinds upstream still
+/// emits it for.
+fn write_deprecated<K: Observable>(
+    gauge: &mut Gauge,
+    objects: &[std::sync::Arc<K>],
+    now: Timestamp,
+    measure: Measure,
+) {
+    if K::KIND.deprecated {
+        write_series(gauge, objects, now, measure, true);
+    }
 }
 
 /// What the tracker remembers of an object: its conditions and labels when last seen, and
@@ -536,10 +565,7 @@ mod tests {
             ObjectKey::new(None, "gauged-a"),
             claim("gauged-a", "True", "2026-01-01T00:00:00Z", true),
         );
-        let mut text = String::new();
-        for family in families(&state) {
-            family.render_into(&mut text);
-        }
+        let text = super::super::exposition::collect(|out| write(out, &state));
         assert!(
             text.contains("operator_nodeclaim_status_condition_count{namespace=\"\",name=\"gauged-a\",type=\"Ready\",status=\"True\",reason=\"True\",karpenter_k8s_aws_ec2nodeclass=\"default\",karpenter_sh_nodepool=\"pool-c\"} 1"),
             "{text}"
@@ -547,10 +573,7 @@ mod tests {
         assert!(text.contains("operator_nodeclaim_termination_current_time_seconds{namespace=\"\",name=\"gauged-a\""), "{text}");
         assert!(text.contains("operator_status_condition_count{namespace=\"\",name=\"gauged-a\",type=\"Ready\",status=\"True\",reason=\"True\",group=\"karpenter.sh\",kind=\"NodeClaim\"} 1"), "{text}");
         writers.nodeclaims.delete(&ObjectKey::new(None, "gauged-a"));
-        let mut after = String::new();
-        for family in families(&state) {
-            family.render_into(&mut after);
-        }
+        let after = super::super::exposition::collect(|out| write(out, &state));
         assert!(!after.contains("gauged-a"), "{after}");
     }
 }

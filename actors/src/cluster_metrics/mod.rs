@@ -17,7 +17,7 @@ mod offerings;
 mod pods;
 
 pub use conditions::ConditionTracker;
-pub use exposition::Family;
+pub use exposition::{CHUNK_BYTES, Exposition, Family};
 pub use nodepools::machines_by_pool;
 pub use pods::StartupTracker;
 
@@ -38,49 +38,43 @@ pub fn render(
     instance_types: &[(String, Arc<[InstanceType]>)],
     observability: bool,
 ) -> String {
-    let mut out = String::new();
-    render_into(&mut out, state, instance_types, observability);
-    out
+    exposition::collect(|out| write(out, state, instance_types, observability))
 }
 
-/// [`render`], appended to `out`: `/metrics` writes it after the process's own metrics,
-/// so the text, which grows with every pod and Node, is never copied.
-pub fn render_into(
-    out: &mut String,
+/// [`render`], written into `out`: `/metrics` streams it after the process's own metrics, so
+/// the text, which grows with every pod and Node, is never held whole.
+pub fn write(
+    out: &mut Exposition,
     state: &ClusterState,
     instance_types: &[(String, Arc<[InstanceType]>)],
     observability: bool,
 ) {
     for family in state_families(state) {
-        family.render_into(out);
+        family.write(out);
     }
     if !instance_types.is_empty() {
         let [cpu, memory, available, price, cost] = offerings::families(state, instance_types);
         for family in [cpu, memory, available, price] {
-            family.render_into(out);
+            family.write(out);
         }
         // The NodePool's cost is upstream's NodePool metrics controller's, which the flag
         // turns off; the instance types are the provider's.
         if observability {
-            cost.render_into(out);
+            cost.write(out);
         }
     }
     if !observability {
         return;
     }
-    pods::state_family(state).render_into(out);
-    for family in pods::latency_families(state) {
-        family.render_into(out);
-    }
+    let pods = pods::sorted(state);
+    pods::write_state(out, state, &pods);
+    pods::write_latencies(out, state, &pods);
+    drop(pods);
     for family in nodepools::families(state) {
-        family.render_into(out);
+        family.write(out);
     }
-    for family in nodes::families(state) {
-        family.render_into(out);
-    }
-    for family in conditions::families(state) {
-        family.render_into(out);
-    }
+    nodes::write(out, state);
+    conditions::write(out, state);
 }
 
 /// Cluster state's node count and how long it has been unsynced, and the provisioning solve

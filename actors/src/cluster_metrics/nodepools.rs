@@ -190,8 +190,7 @@ mod tests {
     }
 
     fn value(family: &Family, resource: &str) -> Option<f64> {
-        let mut text = String::new();
-        family.render_into(&mut text);
+        let text = family.text();
         let wanted = format!("resource_type=\"{resource}\"}} ");
         text.lines().find_map(|l| {
             l.split_once(&wanted)

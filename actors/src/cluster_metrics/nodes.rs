@@ -17,7 +17,7 @@ use kerf::labels;
 use kerf::pods::{LeanPod, PodLike};
 use kerf::resources::{Quantity, Resources};
 
-use super::exposition::{Family, quantity_value, resource_type};
+use super::exposition::{Exposition, Family, quantity_value, resource_type};
 use crate::metrics::{
     CLUSTER_UTILIZATION, NODES_ALLOCATABLE, NODES_CURRENT_LIFETIME, NODES_SYSTEM_OVERHEAD,
     NODES_TOTAL_DAEMON_LIMITS, NODES_TOTAL_DAEMON_REQUESTS, NODES_TOTAL_POD_LIMITS,
@@ -72,104 +72,131 @@ struct Requests {
     daemon_limits: Resources,
 }
 
+/// The per node and resource families, each written in one pass over the nodes.
+#[derive(Clone, Copy)]
+enum PerResource {
+    Allocatable,
+    Overhead,
+    PodRequests,
+    PodLimits,
+    DaemonRequests,
+    DaemonLimits,
+}
+
+impl PerResource {
+    const ALL: [Self; 6] = [
+        Self::Allocatable,
+        Self::Overhead,
+        Self::PodRequests,
+        Self::PodLimits,
+        Self::DaemonRequests,
+        Self::DaemonLimits,
+    ];
+
+    fn name_and_help(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Allocatable => (
+                NODES_ALLOCATABLE,
+                "Node allocatable are the resources allocatable by nodes.",
+            ),
+            Self::Overhead => (
+                NODES_SYSTEM_OVERHEAD,
+                "Node system daemon overhead are the resources reserved for system overhead, the \
+                 difference between the node's capacity and allocatable values are reported by the status.",
+            ),
+            Self::PodRequests => (
+                NODES_TOTAL_POD_REQUESTS,
+                "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
+            ),
+            Self::PodLimits => (
+                NODES_TOTAL_POD_LIMITS,
+                "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods.",
+            ),
+            Self::DaemonRequests => (
+                NODES_TOTAL_DAEMON_REQUESTS,
+                "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
+            ),
+            Self::DaemonLimits => (
+                NODES_TOTAL_DAEMON_LIMITS,
+                "Node total daemon limits are the resources specified by DaemonSet pod limits.",
+            ),
+        }
+    }
+
+    /// This family's resources of `node`, given the requests of its pods.
+    fn of(self, node: &Node, on_node: Option<&Requests>) -> Resources {
+        let status = node.status.as_ref();
+        let allocatable = || parse(status.and_then(|s| s.allocatable.as_ref()));
+        let pods = |pick: fn(&Requests) -> &Resources| on_node.map(pick).cloned();
+        match self {
+            Self::Allocatable => allocatable(),
+            Self::Overhead => {
+                parse(status.and_then(|s| s.capacity.as_ref())).subtract(&allocatable())
+            }
+            Self::PodRequests => pods(|r| &r.pods).unwrap_or_default(),
+            Self::PodLimits => pods(|r| &r.pod_limits).unwrap_or_default(),
+            Self::DaemonRequests => pods(|r| &r.daemons).unwrap_or_default(),
+            Self::DaemonLimits => pods(|r| &r.daemon_limits).unwrap_or_default(),
+        }
+    }
+}
+
 /// Every node family of `state`: allocatable, system overhead, pod and daemon requests and
 /// limits, current lifetime, and the cluster's utilization.
-pub fn families(state: &ClusterState) -> [Family; 8] {
-    let mut allocatable = Family::new(
-        NODES_ALLOCATABLE,
-        "Node allocatable are the resources allocatable by nodes.",
-    );
-    let mut overhead = Family::new(
-        NODES_SYSTEM_OVERHEAD,
-        "Node system daemon overhead are the resources reserved for system overhead, the \
-         difference between the node's capacity and allocatable values are reported by the status.",
-    );
-    let mut pod_requests = Family::new(
-        NODES_TOTAL_POD_REQUESTS,
-        "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
-    );
-    let mut pod_limits = Family::new(
-        NODES_TOTAL_POD_LIMITS,
-        "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods.",
-    );
-    let mut daemon_requests = Family::new(
-        NODES_TOTAL_DAEMON_REQUESTS,
-        "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
-    );
-    let mut daemon_limits = Family::new(
-        NODES_TOTAL_DAEMON_LIMITS,
-        "Node total daemon limits are the resources specified by DaemonSet pod limits.",
-    );
-    let mut lifetime = Family::new(NODES_CURRENT_LIFETIME, "Node age in seconds");
-    let mut utilization = Family::new(
-        CLUSTER_UTILIZATION,
-        "Utilization of allocatable resources by pod requests",
-    );
+pub fn write(out: &mut Exposition, state: &ClusterState) {
     let requests = requests_by_node(state);
     let mut nodes = state.nodes.snapshot();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let now = Timestamp::now();
-    let (mut total_allocatable, mut total_requested) = (Resources::new(), Resources::new());
-    for node in nodes {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let base = node_labels(&node);
-        let status = node.status.as_ref();
-        let node_allocatable = parse(status.and_then(|s| s.allocatable.as_ref()));
-        let capacity = parse(status.and_then(|s| s.capacity.as_ref()));
-        push(&mut allocatable, &base, values(Some(&node_allocatable)));
-        push(
-            &mut overhead,
-            &base,
-            values(Some(&capacity.subtract(&node_allocatable))),
-        );
-        let on_node = requests.get(&name);
-        push(&mut pod_requests, &base, values(on_node.map(|r| &r.pods)));
-        push(
-            &mut pod_limits,
-            &base,
-            values(on_node.map(|r| &r.pod_limits)),
-        );
-        push(
-            &mut daemon_requests,
-            &base,
-            values(on_node.map(|r| &r.daemons)),
-        );
-        push(
-            &mut daemon_limits,
-            &base,
-            values(on_node.map(|r| &r.daemon_limits)),
-        );
-        if let Some(created) = &node.metadata.creation_timestamp {
-            let age = now.duration_since(created.0).as_secs_f64().max(0.0);
-            lifetime.push(base.clone(), age);
-        }
-        total_allocatable.add_assign(&node_allocatable);
-        if let Some(on_node) = on_node {
-            total_requested.add_assign(&on_node.pods);
+    let on_node = |node: &Node| requests.get(node.metadata.name.as_deref().unwrap_or_default());
+    for family in PerResource::ALL {
+        let (name, help) = family.name_and_help();
+        let mut gauge = out.gauge(name, help);
+        for node in &nodes {
+            let mut labels = node_labels(node);
+            for (resource, quantity) in family.of(node, on_node(node)).iter() {
+                labels.push(("resource_type", resource_type(resource)));
+                gauge.series(&labels, quantity_value(resource, quantity));
+                labels.pop();
+            }
         }
     }
-    for (resource, quantity) in total_allocatable.iter() {
+    let now = Timestamp::now();
+    let mut lifetime = out.gauge(NODES_CURRENT_LIFETIME, "Node age in seconds");
+    for node in &nodes {
+        if let Some(created) = &node.metadata.creation_timestamp {
+            let age = now.duration_since(created.0).as_secs_f64().max(0.0);
+            lifetime.series(&node_labels(node), age);
+        }
+    }
+    let (mut allocatable, mut requested) = (Resources::new(), Resources::new());
+    for node in &nodes {
+        allocatable.add_assign(&PerResource::Allocatable.of(node, None));
+        if let Some(on_node) = on_node(node) {
+            requested.add_assign(&on_node.pods);
+        }
+    }
+    utilization(&allocatable, &requested).write(out);
+}
+
+/// The requests over allocatable of every resource the nodes have.
+fn utilization(allocatable: &Resources, requested: &Resources) -> Family {
+    let mut family = Family::new(
+        CLUSTER_UTILIZATION,
+        "Utilization of allocatable resources by pod requests",
+    );
+    for (resource, quantity) in allocatable.iter() {
         if quantity.milli_value() == 0 {
             continue;
         }
-        let used = total_requested.get_or_zero(resource);
+        let used = requested.get_or_zero(resource);
         #[allow(
             clippy::cast_precision_loss,
             reason = "resource amounts are far below 2^52"
         )]
         let percent = 100.0 * used.milli_value() as f64 / quantity.milli_value() as f64;
-        utilization.push(vec![("resource_type", resource_type(resource))], percent);
+        family.push(vec![("resource_type", resource_type(resource))], percent);
     }
-    [
-        allocatable,
-        overhead,
-        pod_requests,
-        pod_limits,
-        daemon_requests,
-        daemon_limits,
-        lifetime,
-        utilization,
-    ]
+    family
 }
 
 /// A resource list of the API as [`Resources`], leaving out quantities that do not parse.
@@ -183,21 +210,6 @@ fn parse(
         }
     }
     out
-}
-
-fn push(family: &mut Family, base: &[(&'static str, String)], list: Vec<(String, f64)>) {
-    for (resource, value) in list {
-        let mut labels = base.to_vec();
-        labels.push(("resource_type", resource_type(&resource)));
-        family.push(labels, value);
-    }
-}
-
-fn values(list: Option<&Resources>) -> Vec<(String, f64)> {
-    list.into_iter()
-        .flat_map(Resources::iter)
-        .map(|(r, q)| (r.to_owned(), quantity_value(r, q)))
-        .collect()
 }
 
 fn node_labels(node: &Node) -> Vec<(&'static str, String)> {
@@ -304,10 +316,13 @@ mod tests {
         .expect("valid pod")
     }
 
-    fn series(family: &Family) -> String {
-        let mut text = String::new();
-        family.render_into(&mut text);
-        text
+    /// The lines of family `name` in `text`.
+    fn series(text: &str, name: &str) -> String {
+        let prefix = format!("{name}{{");
+        text.lines()
+            .filter(|l| l.starts_with(&prefix))
+            .map(|l| format!("{l}\n"))
+            .collect()
     }
 
     #[test]
@@ -338,17 +353,8 @@ mod tests {
             ObjectKey::new(Some("default"), "f"),
             pod("f", "n1", "8", "Job", "Succeeded"),
         );
-        let [
-            allocatable,
-            overhead,
-            pods,
-            pod_limits,
-            daemons,
-            daemon_limits,
-            lifetime,
-            utilization,
-        ] = families(&state);
-        let overhead = series(&overhead);
+        let text = super::super::exposition::collect(|out| write(out, &state));
+        let overhead = series(&text, NODES_SYSTEM_OVERHEAD);
         assert!(
             overhead.contains(r#"resource_type="cpu"} 0.08"#),
             "{overhead}"
@@ -357,26 +363,26 @@ mod tests {
             overhead.contains(r#"resource_type="pods"} 0"#),
             "{overhead}"
         );
-        let pod_limits = series(&pod_limits);
+        let pod_limits = series(&text, NODES_TOTAL_POD_LIMITS);
         assert!(
             pod_limits.contains(r#"resource_type="memory"} 6442450944"#),
             "three running pods' 2Gi: {pod_limits}"
         );
-        let daemon_limits = series(&daemon_limits);
+        let daemon_limits = series(&text, NODES_TOTAL_DAEMON_LIMITS);
         assert!(
             daemon_limits.contains(r#"resource_type="memory"} 2147483648"#),
             "{daemon_limits}"
         );
-        let lifetime = series(&lifetime);
+        let lifetime = series(&text, NODES_CURRENT_LIFETIME);
         assert!(lifetime.contains(r#"managed="true""#), "{lifetime}");
         assert!(!lifetime.contains("resource_type"), "{lifetime}");
-        let utilization = series(&utilization);
+        let utilization = series(&text, CLUSTER_UTILIZATION);
         assert!(
             utilization
                 .contains(r#"karpenter_cluster_utilization_percent{resource_type="pods"} 5.17"#),
             "three pods of 58: {utilization}"
         );
-        let allocatable = series(&allocatable);
+        let allocatable = series(&text, NODES_ALLOCATABLE);
         assert!(allocatable.contains(r#"node_name="n1""#), "{allocatable}");
         assert!(
             allocatable.contains(r#"nodepool="default""#),
@@ -398,7 +404,7 @@ mod tests {
             allocatable.contains(r#"resource_type="pods"} 58"#),
             "{allocatable}"
         );
-        let pods = series(&pods);
+        let pods = series(&text, NODES_TOTAL_POD_REQUESTS);
         assert!(
             pods.contains(r#"resource_type="cpu"} 1.6"#),
             "DaemonSet pods included: {pods}"
@@ -408,7 +414,7 @@ mod tests {
             pods.contains(r#"resource_type="memory"} 3221225472"#),
             "{pods}"
         );
-        let daemons = series(&daemons);
+        let daemons = series(&text, NODES_TOTAL_DAEMON_REQUESTS);
         assert!(daemons.contains(r#"resource_type="cpu"} 0.1"#), "{daemons}");
     }
 

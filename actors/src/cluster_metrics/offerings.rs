@@ -204,11 +204,7 @@ mod tests {
             ("other".to_owned(), Arc::from([])),
         ];
         let [cpu, _, available, _, cost] = families(&state, &lists);
-        let (mut cpu_text, mut offering_text, mut cost_text) =
-            (String::new(), String::new(), String::new());
-        cpu.render_into(&mut cpu_text);
-        available.render_into(&mut offering_text);
-        cost.render_into(&mut cost_text);
+        let (cpu_text, offering_text, cost_text) = (cpu.text(), available.text(), cost.text());
         assert!(
             cpu_text.contains(
                 "karpenter_cloudprovider_instance_type_cpu_cores{instance_type=\"c5.xlarge\"} 4"
@@ -274,9 +270,7 @@ mod tests {
             .apply(ObjectKey::new(None, "reserved-first"), pool);
         let lists = [("default".to_owned(), Arc::from(types))];
         let [_, _, available, price, _] = families(&state, &lists);
-        let (mut available_text, mut price_text) = (String::new(), String::new());
-        available.render_into(&mut available_text);
-        price.render_into(&mut price_text);
+        let (available_text, price_text) = (available.text(), price.text());
         let series = |zone: &str| {
             format!("{{instance_type=\"m5.large\",capacity_type=\"reserved\",zone=\"{zone}\"}}")
         };

@@ -15,7 +15,7 @@ use kerf::labels;
 use kerf::pods::{ConditionView, LeanPod, PodLike};
 use kerf::room::GiveBackRoom;
 
-use super::exposition::Family;
+use super::exposition::Exposition;
 use crate::metrics::{
     PODS_BOUND_DURATION, PODS_PROVISIONING_BOUND_DURATION, PODS_PROVISIONING_STARTUP_DURATION,
     PODS_PROVISIONING_UNBOUND_TIME, PODS_PROVISIONING_UNDECIDED_TIME,
@@ -25,108 +25,122 @@ use crate::metrics::{
 use crate::state::Change;
 use crate::state::{ClusterState, ObjectKey};
 
-/// Per pod not bound or not started yet: how long since its creation, since a round took it
-/// up without deciding yet, and since a round placed it.
-pub fn latency_families(state: &ClusterState) -> [Family; 5] {
-    let mut unbound = Family::new(
-        PODS_UNBOUND_TIME,
-        "The time from pod creation until the pod is bound.",
-    );
-    let mut unstarted = Family::new(
-        PODS_UNSTARTED_TIME,
-        "The time from pod creation until the pod is running.",
-    );
-    let mut undecided = Family::new(
-        PODS_PROVISIONING_UNDECIDED_TIME,
-        "The time from when Karpenter has seen a pod without making a scheduling decision for the pod.",
-    );
-    let mut provisioning_unbound = Family::new(
-        PODS_PROVISIONING_UNBOUND_TIME,
-        "The time from when Karpenter first thinks the pod can schedule until it binds.",
-    );
-    let mut provisioning_unstarted = Family::new(
-        PODS_PROVISIONING_UNSTARTED_TIME,
-        "The time from when Karpenter first thinks the pod can schedule until the pod is running.",
-    );
-    let now = Timestamp::now();
-    let since = |t: Timestamp| now.duration_since(t).as_secs_f64().max(0.0);
+/// Every pod of `state`, by namespace and name: the order of each per-pod family's series.
+pub fn sorted(state: &ClusterState) -> Vec<Arc<LeanPod>> {
     let mut pods = state.pods.snapshot();
     pods.sort_by(|a, b| {
         let (a, b) = (a.meta(), b.meta());
         (a.namespace, a.name).cmp(&(b.namespace, b.name))
     });
-    for pod in pods {
+    pods
+}
+
+/// The per-pod latency families, each written in one pass over `pods`.
+#[derive(Clone, Copy)]
+enum Latency {
+    Unbound,
+    Unstarted,
+    Undecided,
+    ProvisioningUnbound,
+    ProvisioningUnstarted,
+}
+
+impl Latency {
+    const ALL: [Self; 5] = [
+        Self::Unbound,
+        Self::Unstarted,
+        Self::Undecided,
+        Self::ProvisioningUnbound,
+        Self::ProvisioningUnstarted,
+    ];
+
+    fn name_and_help(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Unbound => (
+                PODS_UNBOUND_TIME,
+                "The time from pod creation until the pod is bound.",
+            ),
+            Self::Unstarted => (
+                PODS_UNSTARTED_TIME,
+                "The time from pod creation until the pod is running.",
+            ),
+            Self::Undecided => (
+                PODS_PROVISIONING_UNDECIDED_TIME,
+                "The time from when Karpenter has seen a pod without making a scheduling decision for the pod.",
+            ),
+            Self::ProvisioningUnbound => (
+                PODS_PROVISIONING_UNBOUND_TIME,
+                "The time from when Karpenter first thinks the pod can schedule until it binds.",
+            ),
+            Self::ProvisioningUnstarted => (
+                PODS_PROVISIONING_UNSTARTED_TIME,
+                "The time from when Karpenter first thinks the pod can schedule until the pod is running.",
+            ),
+        }
+    }
+
+    /// Since when `pod` has been waiting as this family counts, if it is.
+    fn since(self, state: &ClusterState, pod: &LeanPod) -> Option<Timestamp> {
         let meta = pod.meta();
-        let (namespace, name) = (
-            meta.namespace.unwrap_or_default(),
-            meta.name.unwrap_or_default(),
-        );
-        let labels = || {
-            vec![
-                ("name", name.to_owned()),
-                ("namespace", namespace.to_owned()),
-            ]
-        };
         let bound = pod.node_name().is_some();
-        let pending = phase(&pod) == Some("Pending");
-        if let Some(created) = meta.creation_timestamp {
-            if !bound {
-                unbound.push(labels(), since(created.0));
-            }
-            if pending {
-                unstarted.push(labels(), since(created.0));
-            }
-        }
-        let Some(times) = state.scheduling.get(&ObjectKey::new(Some(namespace), name)) else {
-            continue;
+        let pending = phase(pod) == Some("Pending");
+        let times = || {
+            let namespace = meta.namespace.unwrap_or_default();
+            let key = ObjectKey::new(Some(namespace), meta.name.unwrap_or_default());
+            state.scheduling.get(&key)
         };
-        if times.decided.is_none() && !bound {
-            undecided.push(labels(), since(times.acked));
+        match self {
+            Self::Unbound => meta.creation_timestamp.filter(|_| !bound).map(|t| t.0),
+            Self::Unstarted => meta.creation_timestamp.filter(|_| pending).map(|t| t.0),
+            Self::Undecided => times()
+                .filter(|t| t.decided.is_none() && !bound)
+                .map(|t| t.acked),
+            Self::ProvisioningUnbound => times().and_then(|t| t.scheduled).filter(|_| !bound),
+            Self::ProvisioningUnstarted => times().and_then(|t| t.scheduled).filter(|_| pending),
         }
-        if let Some(scheduled) = times.scheduled {
-            if !bound {
-                provisioning_unbound.push(labels(), since(scheduled));
-            }
-            if pending {
-                provisioning_unstarted.push(labels(), since(scheduled));
+    }
+}
+
+/// Per pod not bound or not started yet: how long since its creation, since a round took it
+/// up without deciding yet, and since a round placed it. `pods` as [`sorted`] gives them.
+pub fn write_latencies(out: &mut Exposition, state: &ClusterState, pods: &[Arc<LeanPod>]) {
+    let now = Timestamp::now();
+    for latency in Latency::ALL {
+        let (name, help) = latency.name_and_help();
+        let mut gauge = out.gauge(name, help);
+        for pod in pods {
+            if let Some(since) = latency.since(state, pod) {
+                let meta = pod.meta();
+                let labels = [
+                    ("name", meta.name.unwrap_or_default()),
+                    ("namespace", meta.namespace.unwrap_or_default()),
+                ];
+                gauge.series(&labels, now.duration_since(since).as_secs_f64().max(0.0));
             }
         }
     }
-    [
-        unbound,
-        unstarted,
-        undecided,
-        provisioning_unbound,
-        provisioning_unstarted,
-    ]
 }
 
 fn phase(pod: &LeanPod) -> Option<&str> {
     pod.status().and_then(|s| s.phase)
 }
 
-/// One `karpenter_pods_state` series per pod in `state`.
-pub fn state_family(state: &ClusterState) -> Family {
-    let mut family = Family::new(
+/// One `karpenter_pods_state` series per pod in `pods` (as [`sorted`] gives them).
+pub fn write_state(out: &mut Exposition, state: &ClusterState, pods: &[Arc<LeanPod>]) {
+    let mut gauge = out.gauge(
         PODS_STATE,
         "Pod state is the current state of pods. Labeled by the pod name, namespace, owner, \
          node, whether the pod is scheduled, nodepool name, zone, architecture, capacity \
          type, instance type, pod phase, pod readiness, and whether the node is \
          Karpenter-managed.",
     );
-    let mut pods = state.pods.snapshot();
-    pods.sort_by(|a, b| {
-        let (a, b) = (a.meta(), b.meta());
-        (a.namespace, a.name).cmp(&(b.namespace, b.name))
-    });
     for pod in pods {
         let node_name = pod.node_name().map(str::to_string).unwrap_or_default();
         let node = (!node_name.is_empty())
             .then(|| state.nodes.get(&ObjectKey::new(None, &node_name)))
             .flatten();
-        family.push(state_labels(&pod, node_name, node.as_deref()), 1.0);
+        gauge.series(&state_labels(pod, node_name, node.as_deref()), 1.0);
     }
-    family
 }
 
 fn state_labels(
@@ -353,10 +367,8 @@ mod tests {
         .expect("valid pod");
         writers.pods.apply(key.clone(), unbound.clone());
         tracker.observe(&unbound.into(), Change::Applied);
-        let mut text = String::new();
-        for family in latency_families(&state) {
-            family.render_into(&mut text);
-        }
+        let pods = sorted(&state);
+        let text = super::super::exposition::collect(|out| write_latencies(out, &state, &pods));
         assert!(
             text.contains(
                 "karpenter_pods_unbound_time_seconds{name=\"bound-1\",namespace=\"default\"}"

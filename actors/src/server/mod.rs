@@ -15,7 +15,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::FutureExt;
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -27,8 +28,15 @@ use crate::state::ClusterState;
 use crate::supervisor::{self, Exhausted, Supervision};
 
 pub mod explain;
+mod metrics;
 
 pub use explain::ExplainSources;
+
+/// A response body: whole, or streamed (`/metrics`, [`metrics`]).
+type Body = UnsyncBoxBody<Bytes, BodyError>;
+
+/// Why a streamed body ended early; hyper then ends the response with an error.
+type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What the metrics port serves from.
 #[derive(Clone)]
@@ -113,8 +121,9 @@ async fn accept(
         };
         let Ok((stream, _)) = accepted else { continue };
         let (endpoints, supervision) = (endpoints.clone(), supervision.clone());
+        let answering = supervision.clone();
         tokio::spawn(connection(name, supervision, stream, move |req| {
-            answer(req, endpoints.clone())
+            answer(req, endpoints.clone(), name, answering.clone())
         }));
     }
 }
@@ -130,7 +139,7 @@ async fn connection<F, Fut>(
     answer: F,
 ) where
     F: Fn(Request<Incoming>) -> Fut,
-    Fut: Future<Output = Result<Response<Full<Bytes>>, Infallible>>,
+    Fut: Future<Output = Result<Response<Body>, Infallible>>,
 {
     let served = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(stream), service_fn(answer));
@@ -139,26 +148,19 @@ async fn connection<F, Fut>(
     }
 }
 
+/// The answer to `req`; `name` and `supervision` are the connection's, for a panic while
+/// streaming `/metrics`.
 async fn answer(
     req: Request<Incoming>,
     endpoints: Endpoints,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+    name: &'static str,
+    supervision: Supervision,
+) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
     let (status, body) = match (&endpoints, path) {
         (Endpoints::Metrics(served), "/metrics") => {
-            let mut text = crate::metrics::render();
-            let instance_types = served
-                .instance_types
-                .get()
-                .map(crate::instance_types::InstanceTypeCache::resolved)
-                .unwrap_or_default();
-            crate::cluster_metrics::render_into(
-                &mut text,
-                &served.state,
-                &instance_types,
-                served.observability,
-            );
-            (StatusCode::OK, text)
+            let body = metrics::body(served.clone(), name, supervision);
+            return Ok(respond(StatusCode::OK, "text/plain; version=0.0.4", body));
         }
         (Endpoints::Metrics(served), kerf::explain::controller::PATH) => {
             match serde_json::to_string(&served.explain.state(&served.state)) {
@@ -192,12 +194,16 @@ async fn answer(
         (Endpoints::Metrics(..), _) => "text/plain; version=0.0.4",
         _ => "text/plain",
     };
-    let response = Response::builder()
+    let body = Full::new(Bytes::from(body)).map_err(|never| match never {});
+    Ok(respond(status, content_type, body.boxed_unsync()))
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: Body) -> Response<Body> {
+    Response::builder()
         .status(status)
         .header(http::header::CONTENT_TYPE, content_type)
-        .body(Full::new(Bytes::from(body)))
-        .expect("status and a static header always build a response");
-    Ok(response)
+        .body(body)
+        .expect("status and a static header always build a response")
 }
 
 #[cfg(test)]
