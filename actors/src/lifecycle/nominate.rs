@@ -117,9 +117,8 @@ pub async fn withdraw_expired(
 /// list of its pods after a restart) or that outlived their own NodeClaim.
 async fn withdraw_unlisted(r: &Reconciler, nodeclaim: &str, node: &str) {
     let listed = r.launch.created.nominated_pods(nodeclaim);
-    let stale: Vec<Arc<LeanPod>> = r
-        .unlisted
-        .nominated_to(&r.state, node)
+    let nominated = r.unlisted.nominated_to(&r.state, node).await;
+    let stale: Vec<Arc<LeanPod>> = nominated
         .iter()
         .filter(|pod| !listed.iter().any(|held| held.uid == pod.uid))
         // The scan may be a moment old: only what the store still shows is withdrawn.

@@ -7,12 +7,13 @@
 //! pods for its own few.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashSet;
 use kerf::pods::{self, PodLike};
 use kerf::scheduling::PodRef;
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::state::ClusterState;
@@ -50,10 +51,12 @@ impl Unlisted {
     }
 
     /// The unbound pods with kerf's nomination to `node`, as of a scan at most
-    /// [`SCAN_MAX_AGE`] old (taken now if the last is older).
-    pub fn nominated_to(&self, state: &ClusterState, node: &str) -> Vec<PodRef> {
+    /// [`SCAN_MAX_AGE`] old (taken now if the last is older). Looks that come during a scan
+    /// wait for it without holding their runtime thread: a scan of 100,000 pods takes tens
+    /// of milliseconds, and many Nodes pass their window at once.
+    pub async fn nominated_to(&self, state: &ClusterState, node: &str) -> Vec<PodRef> {
         let by_node = {
-            let mut scan = self.scan.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut scan = self.scan.lock().await;
             match scan.as_ref() {
                 Some(fresh) if fresh.at.elapsed() < SCAN_MAX_AGE => Arc::clone(&fresh.by_node),
                 _ => {
@@ -109,7 +112,7 @@ mod tests {
         }
         let unlisted = Unlisted::default();
         assert_eq!(
-            names(&unlisted.nominated_to(&state, "node-a")),
+            names(&unlisted.nominated_to(&state, "node-a").await),
             ["a1", "a2"]
         );
 
@@ -118,16 +121,16 @@ mod tests {
             nominated_pod("b2", "node-b", None),
         );
         assert_eq!(
-            names(&unlisted.nominated_to(&state, "node-b")),
+            names(&unlisted.nominated_to(&state, "node-b").await),
             ["b1"],
             "the scan is shared while it is young"
         );
         tokio::time::advance(SCAN_MAX_AGE).await;
         assert_eq!(
-            names(&unlisted.nominated_to(&state, "node-b")),
+            names(&unlisted.nominated_to(&state, "node-b").await),
             ["b1", "b2"],
             "an older scan is taken again"
         );
-        assert!(unlisted.nominated_to(&state, "node-c").is_empty());
+        assert!(unlisted.nominated_to(&state, "node-c").await.is_empty());
     }
 }
