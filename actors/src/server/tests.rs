@@ -134,11 +134,24 @@ async fn metrics_are_streamed_in_chunks_with_every_series() {
     assert!(text.contains("karpenter_cluster_state_node_count 600\n"));
 }
 
+/// Renders `served` on a thread of its own into a queue nobody reads yet, giving up after
+/// `stall`; the queue and the thread, whose answer is whether all the text went.
+fn rendering(
+    served: Served,
+    stall: Duration,
+) -> (
+    tokio::sync::mpsc::Receiver<Bytes>,
+    std::thread::JoinHandle<bool>,
+) {
+    let (chunks, queued) = tokio::sync::mpsc::channel(metrics::CHUNKS_AHEAD);
+    let runtime = tokio::runtime::Handle::current();
+    let renderer = std::thread::spawn(move || metrics::render(&served, &runtime, &chunks, stall));
+    (queued, renderer)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_renderer_waits_for_the_scraper() {
-    let served = served(state_with_nodes(600));
-    let (chunks, mut queued) = tokio::sync::mpsc::channel(metrics::CHUNKS_AHEAD);
-    let renderer = std::thread::spawn(move || metrics::render(&served, &chunks));
+    let (mut queued, renderer) = rendering(served(state_with_nodes(600)), metrics::SCRAPER_STALL);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !renderer.is_finished(),
@@ -146,10 +159,36 @@ async fn the_metrics_renderer_waits_for_the_scraper() {
     );
     assert_eq!(queued.len(), metrics::CHUNKS_AHEAD);
     let mut taken = 0;
-    while let Some(chunk) = queued.recv().await {
-        chunk.expect("a chunk of text");
+    while queued.recv().await.is_some() {
         taken += 1;
     }
     assert!(taken > metrics::CHUNKS_AHEAD, "{taken} chunks");
-    assert!(renderer.join().is_ok());
+    assert!(renderer.join().expect("no panic"), "all the text went");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scraper_that_takes_nothing_is_given_up_on() {
+    let stall = Duration::from_millis(200);
+    let (mut queued, renderer) = rendering(served(state_with_nodes(600)), stall);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !renderer.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the renderer still waits"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !renderer.join().expect("no panic"),
+        "reported as incomplete"
+    );
+    let mut taken = 0;
+    while queued.recv().await.is_some() {
+        taken += 1;
+    }
+    assert_eq!(
+        taken,
+        metrics::CHUNKS_AHEAD,
+        "nothing past the queue was sent"
+    );
 }
