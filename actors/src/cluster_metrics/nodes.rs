@@ -152,10 +152,15 @@ pub fn write(out: &mut Exposition, state: &ClusterState) {
         let (name, help) = family.name_and_help();
         let mut gauge = out.gauge(name, help);
         for node in &nodes {
+            let resources = family.of(node, on_node(node));
+            let values: Vec<(String, f64)> = resources
+                .iter()
+                .map(|(r, q)| (resource_type(r), quantity_value(r, q)))
+                .collect();
             let mut labels = node_labels(node);
-            for (resource, quantity) in family.of(node, on_node(node)).iter() {
-                labels.push(("resource_type", resource_type(resource)));
-                gauge.series(&labels, quantity_value(resource, quantity));
+            for (resource_type, value) in &values {
+                labels.push(("resource_type", resource_type));
+                gauge.series(&labels, *value);
                 labels.pop();
             }
         }
@@ -212,21 +217,28 @@ fn parse(
     out
 }
 
-fn node_labels(node: &Node) -> Vec<(&'static str, String)> {
-    let labels = node.metadata.labels.clone().unwrap_or_default();
+/// The labels every series of `node` carries, borrowed from it: the node families write
+/// them once per family and resource, so they are not copied for each.
+fn node_labels(node: &Node) -> Vec<(&'static str, &str)> {
+    let labels = node.metadata.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map_or("", String::as_str);
+    let managed = labels.is_some_and(|l| l.contains_key(labels::NODEPOOL));
     let mut out = vec![
-        ("node_name", node.metadata.name.clone().unwrap_or_default()),
+        (
+            "node_name",
+            node.metadata.name.as_deref().unwrap_or_default(),
+        ),
         (
             "phase",
             node.status
                 .as_ref()
-                .and_then(|s| s.phase.clone())
+                .and_then(|s| s.phase.as_deref())
                 .unwrap_or_default(),
         ),
-        ("managed", labels.contains_key(labels::NODEPOOL).to_string()),
+        ("managed", if managed { "true" } else { "false" }),
     ];
-    for (key, label) in WELL_KNOWN {
-        out.push((*label, labels.get(*key).cloned().unwrap_or_default()));
+    for (key, name) in WELL_KNOWN {
+        out.push((*name, label(key)));
     }
     out
 }
