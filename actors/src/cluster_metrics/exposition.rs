@@ -4,11 +4,11 @@
 //! from the scrape, as upstream's metric store deletes them.
 //!
 //! The text is written into an [`Exposition`], which hands it on in chunks of about
-//! [`CHUNK_BYTES`] as it fills: at 100,000 pods and 6,000 Nodes one scrape is over a hundred
-//! megabytes of text, and `/metrics` streams it to the scraper rather than hold it. Families
-//! with a series per pod, Node or NodeClaim write each series as they compute it
-//! ([`Exposition::gauge`]); those bounded by the NodePools and instance types collect theirs
-//! first ([`Family`]).
+//! [`CHUNK_BYTES`] as it fills: the text grows with every pod, Node and NodeClaim (a series
+//! per pod, several per Node and resource), and `/metrics` streams it to the scraper rather
+//! than hold it. Families with a series per pod, Node or NodeClaim write each series as they
+//! compute it ([`Exposition::gauge`]); those bounded by the NodePools and instance types
+//! collect theirs first ([`Family`]).
 
 use std::fmt::Write as _;
 

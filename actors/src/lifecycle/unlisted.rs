@@ -52,8 +52,8 @@ impl Unlisted {
 
     /// The unbound pods with kerf's nomination to `node`, as of a scan at most
     /// [`SCAN_MAX_AGE`] old (taken now if the last is older). Looks that come during a scan
-    /// wait for it without holding their runtime thread: a scan of 100,000 pods takes tens
-    /// of milliseconds, and many Nodes pass their window at once.
+    /// wait for it without holding their runtime thread: a scan reads every pod, and many
+    /// Nodes pass their window at once.
     pub async fn nominated_to(&self, state: &ClusterState, node: &str) -> Vec<PodRef> {
         let by_node = {
             let mut scan = self.scan.lock().await;

@@ -3,7 +3,7 @@
 //! [`Exposition`] whose chunks go to the response as hyper asks for them. hyper stops
 //! asking while its write buffer is full (a slow scraper), the renderer then waits on the
 //! bounded queue, so a scrape holds a few chunks of text however large the cluster is,
-//! where the whole text is over a hundred megabytes at 100,000 pods. A scraper that takes
+//! where the whole text grows with every pod and Node. A scraper that takes
 //! nothing for [`SCRAPER_STALL`] is given up on, so it cannot hold the thread for good.
 
 use std::panic::AssertUnwindSafe;
@@ -42,6 +42,8 @@ pub fn body(served: Served, name: &'static str, supervision: Supervision) -> Bod
     let rendered_whole = Arc::clone(&whole);
     let runtime = Handle::current();
     tokio::task::spawn_blocking(move || {
+        // `chunks` is dropped when this closure ends, after the flag is stored: the body
+        // reads the flag only once the queue has closed, so it sees the renderer's answer.
         let render = || render(&served, &runtime, &chunks, SCRAPER_STALL);
         match std::panic::catch_unwind(AssertUnwindSafe(render)) {
             Ok(complete) => rendered_whole.store(complete, Ordering::Release),
