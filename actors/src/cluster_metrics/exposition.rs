@@ -142,6 +142,7 @@ impl Family {
     }
 
     /// The family's text alone.
+    #[cfg(test)]
     pub fn text(&self) -> String {
         collect(|out| self.write(out))
     }
