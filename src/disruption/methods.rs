@@ -418,9 +418,9 @@ fn longest_prefix(
 /// `b` blockers among `n` candidates in about `2·b·log2(n/b)` simulations, for at most
 /// [`super::Timeouts::around_blockers`]. The candidates earlier passes found blocking, in
 /// `allowed` after its first `likely`, are a group of their own tried after all the others
-/// ([`super::blockers`]),
-/// so a pass whose blockers have not changed finds its command in its first look. At least
-/// two candidates, or nothing: a single node is single-node consolidation's to decide.
+/// ([`super::blockers`]), so a pass whose blockers have not changed finds its command in its
+/// first look. At least two candidates, or nothing: a single node is single-node
+/// consolidation's to decide.
 fn around_blockers(
     state: &mut State,
     allowed: &[&Candidate],
