@@ -16,7 +16,13 @@ use temp_dir::TempDir;
 mod serving;
 
 fn kerf(args: &[&str]) -> Output {
+    kerf_in(&[], args)
+}
+
+/// Runs kerf with `environment` added to this process's.
+fn kerf_in(environment: &[(&str, &str)], args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .envs(environment.iter().copied())
         .arg("simulate")
         .args(args)
         .stdin(Stdio::null())
@@ -32,9 +38,14 @@ fn text(bytes: &[u8]) -> String {
 
 /// Runs a fast simulation with `args` and returns its exit success and JSON summary.
 fn simulate(args: &[&str]) -> (Output, Value) {
+    simulate_in(&[], args)
+}
+
+/// [`simulate`] with the controller's settings in `environment`.
+fn simulate_in(environment: &[(&str, &str)], args: &[&str]) -> (Output, Value) {
     let mut full = vec!["--fast", "-o", "json", "--duration", "60s"];
     full.extend_from_slice(args);
-    let out = kerf(&full);
+    let out = kerf_in(environment, &full);
     let summary = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "summary is JSON ({e}); stdout: {}\nstderr: {}",
@@ -176,12 +187,19 @@ fn the_default_workload_is_bound_on_launched_capacity() {
 /// The kube-scheduler spreads replicas (its default topology spread) and breaks ties among
 /// empty nodes its own way, so without nominations pods planned for one new node land on
 /// another and leave the ones planned there pending, and the next round launches again.
-/// Registration's nominations keep each node's room for the pods it was launched for.
+/// Registration's nominations keep each node's room for the pods it was launched for. The
+/// batching window waits 2 s for the next pod (twice upstream's idle), so the emulator's
+/// ReplicaSets create every pod within one batch even on a machine busy with other tests:
+/// the fast pace's half-second window can split them over rounds, which plan apart what
+/// `kerf plan` packs together. The environment's setting beats the pace's.
 #[test]
 fn the_pods_go_where_they_were_planned_and_no_second_wave_launches() {
-    let (out, summary) = simulate(&["--pods", "300"]);
+    let window = [("BATCH_IDLE_DURATION", "2s"), ("BATCH_MAX_DURATION", "10s")];
+    let (out, summary) = simulate_in(&window, &["--pods", "300"]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     assert_eq!(count(&summary["pods"]["bound"]), 300, "{summary:#}");
+    let first = &summary["provisioning"]["largestRound"];
+    assert_eq!(count(&first["pendingPods"]), 300, "one batch: {summary:#}");
     let claims = &summary["nodeClaims"];
     let ratio = claims["createdOverPlan"].as_f64().expect("a ratio");
     assert!(ratio <= 1.1, "created over plan {ratio}: {summary:#}");

@@ -129,8 +129,8 @@ impl Pace {
         }
     }
 
-    /// Controller flags the pace implies, as flag-value pairs (the environment may set the
-    /// rest). The fast pace's batching window is half upstream's: wide enough that a
+    /// Controller flags the pace implies, as flag-value pairs (the environment's settings
+    /// override them). The fast pace's batching window is half upstream's: wide enough that a
     /// workload's Deployments, whose pods the emulator's controllers create one ReplicaSet
     /// after another, still land in one batch on a busy 2-core machine, where a narrower
     /// window splits them over two rounds that launch more NodeClaims than one batch needs.
@@ -525,8 +525,25 @@ pub fn setting_flag(name: &str, value: &str) -> Result<String, String> {
     Ok(flag)
 }
 
-/// The controller's settings: its defaults and environment (`BATCH_IDLE_DURATION`, ...),
-/// the pace's flags, then the replica's, endpoints on free ports.
+/// The environment variable of the settings flag `flag` (`--batch-idle-duration`:
+/// `BATCH_IDLE_DURATION`).
+fn environment_variable(flag: &str) -> Option<std::ffi::OsString> {
+    use clap::CommandFactory as _;
+    let long = flag.trim_start_matches("--");
+    Flags::command()
+        .get_arguments()
+        .find(|arg| arg.get_long() == Some(long))
+        .and_then(|arg| arg.get_env())
+        .map(ToOwned::to_owned)
+}
+
+fn set_in_environment(flag: &str) -> bool {
+    environment_variable(flag).is_some_and(|name| std::env::var_os(name).is_some())
+}
+
+/// The controller's settings: its defaults, the pace's flags, then the environment
+/// (`BATCH_IDLE_DURATION`, ...), then the replica's, endpoints on free ports. A setting in
+/// the environment beats the pace's, as a user who sets one expects.
 fn controller_settings(
     pace: Pace,
     replica: &Replica,
@@ -546,7 +563,8 @@ fn controller_settings(
             "true"
         },
     ];
-    // The replica's settings win over the pace's (clap takes each flag once).
+    // The replica's settings and the environment's win over the pace's (clap takes each
+    // flag once, and a flag over its environment variable).
     let set_by_replica = |flag: &str| {
         replica
             .flags
@@ -554,7 +572,7 @@ fn controller_settings(
             .any(|f| f.split('=').next() == Some(flag))
     };
     for pair in pace.controller_flags().chunks(2) {
-        if !set_by_replica(pair[0]) {
+        if !set_by_replica(pair[0]) && !set_in_environment(pair[0]) {
             argv.extend_from_slice(pair);
         }
     }
@@ -564,4 +582,23 @@ fn controller_settings(
         .settings
         .validate()
         .map_err(|e| StartError::Settings(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flag_of_a_pace_yields_to_its_environment_variable() {
+        for pace in [Pace::Brisk, Pace::Instant] {
+            for pair in pace.controller_flags().chunks(2) {
+                assert!(environment_variable(pair[0]).is_some(), "{}", pair[0]);
+            }
+        }
+        assert_eq!(
+            environment_variable("--batch-idle-duration").as_deref(),
+            Some(std::ffi::OsStr::new("BATCH_IDLE_DURATION"))
+        );
+        assert_eq!(environment_variable("--no-such-setting"), None);
+    }
 }
