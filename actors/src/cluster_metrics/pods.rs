@@ -125,7 +125,9 @@ fn phase(pod: &LeanPod) -> Option<&str> {
     pod.status().and_then(|s| s.phase)
 }
 
-/// One `karpenter_pods_state` series per pod in `pods` (as [`sorted`] gives them).
+/// One `karpenter_pods_state` series per pod in `pods` (as [`sorted`] gives them). Its
+/// labels are borrowed from the pod and its Node, and the owner is written into one buffer
+/// for every pod: a scrape writes a series for each of a large cluster's pods.
 pub fn write_state(out: &mut Exposition, state: &ClusterState, pods: &[Arc<LeanPod>]) {
     let mut gauge = out.gauge(
         PODS_STATE,
@@ -134,61 +136,64 @@ pub fn write_state(out: &mut Exposition, state: &ClusterState, pods: &[Arc<LeanP
          type, instance type, pod phase, pod readiness, and whether the node is \
          Karpenter-managed.",
     );
+    let mut owner = String::new();
     for pod in pods {
-        let node_name = pod.node_name().map(str::to_string).unwrap_or_default();
-        let node = (!node_name.is_empty())
-            .then(|| state.nodes.get(&ObjectKey::new(None, &node_name)))
-            .flatten();
-        gauge.series(&state_labels(pod, node_name, node.as_deref()), 1.0);
+        let node = pod
+            .node_name()
+            .filter(|name| !name.is_empty())
+            .and_then(|name| state.nodes.get(&ObjectKey::new(None, name)));
+        write_owner(&mut owner, pod);
+        gauge.series(&state_labels(pod, &owner, node.as_deref()), 1.0);
     }
 }
 
-fn state_labels(
-    pod: &LeanPod,
-    node_name: String,
-    node: Option<&Node>,
-) -> Vec<(&'static str, String)> {
+fn state_labels<'a>(
+    pod: &'a LeanPod,
+    owner: &'a str,
+    node: Option<&'a Node>,
+) -> [(&'static str, &'a str); 13] {
     let node_label = |key: &str| {
         node.and_then(|n| n.metadata.labels.as_ref())
             .and_then(|l| l.get(key))
-            .cloned()
-            .unwrap_or_default()
+            .map_or("", String::as_str)
     };
+    let node_name = pod.node_name().unwrap_or_default();
     let nodepool = node_label(labels::NODEPOOL);
-    let phase = phase(pod).unwrap_or_default().to_owned();
     let ready = condition(pod, "Ready").is_some_and(|c| c.status == "True");
-    vec![
-        ("name", pod.meta().name.unwrap_or_default().to_owned()),
-        (
-            "namespace",
-            pod.meta().namespace.unwrap_or_default().to_owned(),
-        ),
-        ("owner", owner(pod)),
-        ("scheduled", (!node_name.is_empty()).to_string()),
+    let flag = |b: bool| if b { "true" } else { "false" };
+    [
+        ("name", pod.meta().name.unwrap_or_default()),
+        ("namespace", pod.meta().namespace.unwrap_or_default()),
+        ("owner", owner),
+        ("scheduled", flag(!node_name.is_empty())),
         ("node", node_name),
-        ("managed", (!nodepool.is_empty()).to_string()),
+        ("managed", flag(!nodepool.is_empty())),
         ("nodepool", nodepool),
         ("zone", node_label(labels::ZONE)),
         ("arch", node_label(labels::ARCH)),
         ("capacity_type", node_label(labels::CAPACITY_TYPE)),
         ("instance_type", node_label(labels::INSTANCE_TYPE)),
-        ("phase", phase),
-        ("ready", ready.to_string()),
+        ("phase", phase(pod).unwrap_or_default()),
+        ("ready", flag(ready)),
     ]
 }
 
-/// Upstream's `owner` label: the self link of the first owner reference.
-fn owner(pod: &LeanPod) -> String {
+/// Writes into `out` upstream's `owner` label: the self link of the first owner reference.
+fn write_owner(out: &mut String, pod: &LeanPod) {
+    use std::fmt::Write as _;
+    out.clear();
     let Some(first) = pod.meta().owner_references.first() else {
-        return String::new();
+        return;
     };
-    format!(
-        "/apis/{}/namespaces/{}/{}s/{}",
+    // Writing to a String cannot fail.
+    let _ = write!(
+        out,
+        "/apis/{}/namespaces/{}/",
         first.api_version,
         pod.meta().namespace.unwrap_or_default(),
-        first.kind.to_lowercase(),
-        first.name
-    )
+    );
+    out.extend(first.kind.chars().flat_map(char::to_lowercase));
+    let _ = write!(out, "s/{}", first.name);
 }
 
 fn condition<'a>(pod: &'a LeanPod, type_: &str) -> Option<ConditionView<'a>> {
@@ -307,6 +312,10 @@ mod tests {
     use serde_json::json;
 
     fn pod(phase: &str, ready_at: Option<&str>) -> LeanPod {
+        pod_on(Some("node-a"), phase, ready_at)
+    }
+
+    fn pod_on(node: Option<&str>, phase: &str, ready_at: Option<&str>) -> LeanPod {
         let mut conditions = Vec::new();
         if let Some(at) = ready_at {
             conditions.push(json!({"type": "Ready", "status": "True", "lastTransitionTime": at}));
@@ -316,7 +325,7 @@ mod tests {
                 "creationTimestamp": "2024-01-01T00:00:00Z",
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                     "name": "web-abc", "uid": "u"}]},
-            "spec": {"containers": [], "nodeName": "node-a"},
+            "spec": {"containers": [], "nodeName": node},
             "status": {"phase": phase, "conditions": conditions}
         }))
         .expect("valid pod")
@@ -411,17 +420,11 @@ mod tests {
             "kubernetes.io/arch": "amd64", "karpenter.sh/capacity-type": "spot",
             "node.kubernetes.io/instance-type": "m5.large"}}}))
         .expect("valid node");
-        let labels = state_labels(
-            &pod("Running", Some("2024-01-01T00:01:30Z")),
-            "node-a".into(),
-            Some(&node),
-        );
-        let get = |k: &str| {
-            labels
-                .iter()
-                .find(|(key, _)| *key == k)
-                .map(|(_, v)| v.as_str())
-        };
+        let running = pod("Running", Some("2024-01-01T00:01:30Z"));
+        let mut owner = String::new();
+        write_owner(&mut owner, &running);
+        let labels = state_labels(&running, &owner, Some(&node));
+        let get = |k: &str| labels.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
         assert_eq!(
             get("owner"),
             Some("/apis/apps/v1/namespaces/default/replicasets/web-abc")
@@ -434,13 +437,9 @@ mod tests {
         assert_eq!(get("instance_type"), Some("m5.large"));
         assert_eq!(get("phase"), Some("Running"));
         assert_eq!(get("ready"), Some("true"));
-        let unbound = state_labels(&pod("Pending", None), String::new(), None);
-        let get = |k: &str| {
-            unbound
-                .iter()
-                .find(|(key, _)| *key == k)
-                .map(|(_, v)| v.as_str())
-        };
+        let pending = pod_on(None, "Pending", None);
+        let unbound = state_labels(&pending, "", None);
+        let get = |k: &str| unbound.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
         assert_eq!(get("scheduled"), Some("false"));
         assert_eq!(get("managed"), Some("false"));
         assert_eq!(get("nodepool"), Some(""));
