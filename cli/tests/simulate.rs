@@ -200,6 +200,9 @@ fn the_pods_go_where_they_were_planned_and_no_second_wave_launches() {
     assert_eq!(count(&summary["pods"]["bound"]), 300, "{summary:#}");
     let first = &summary["provisioning"]["largestRound"];
     assert_eq!(count(&first["pendingPods"]), 300, "one batch: {summary:#}");
+    assert_eq!(count(&first["plannedPods"]), 300, "{summary:#}");
+    let planned = count(&summary["provisioning"]["plannedPods"]);
+    assert!((300..=330).contains(&planned), "{summary:#}");
     let claims = &summary["nodeClaims"];
     let ratio = claims["createdOverPlan"].as_f64().expect("a ratio");
     assert!(ratio <= 1.1, "created over plan {ratio}: {summary:#}");

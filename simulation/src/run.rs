@@ -261,6 +261,7 @@ struct RoundLog {
     /// Pods the latest round could not place, with the reason.
     unschedulable: BTreeMap<String, String>,
     rounds: u64,
+    planned_pods: u64,
     largest: Option<RoundFigures>,
     /// The controller's client budget, which bounds how fast a round's creates can go.
     budget: ClientBudget,
@@ -269,11 +270,13 @@ struct RoundLog {
 impl RoundLog {
     fn record(&mut self, round: Round) {
         self.rounds = round.number;
+        self.planned_pods += round.planned_pods as u64;
         self.unschedulable = unschedulable_pods(&round);
         let figures = RoundFigures {
             number: round.number,
             pending_pods: round.pending.len(),
             node_claims: round.nodeclaims.len(),
+            planned_pods: round.planned_pods,
             solve_seconds: round.timing.solve.as_secs_f64(),
             batch_close_to_created_seconds: round.timing.closed_to_created.as_secs_f64(),
             client_budget_bound_seconds: self.budget.bound_seconds(round.nodeclaims.len()),
@@ -290,6 +293,7 @@ impl RoundLog {
     fn provisioning(&self) -> Provisioning {
         Provisioning {
             rounds: self.rounds,
+            planned_pods: self.planned_pods,
             largest_round: self.largest.clone(),
             nominations: nominations(&kerf_actors::metrics::render()),
         }
@@ -380,6 +384,7 @@ karpenter_nodeclaims_created_total{reason=\"provisioning\"} 99
             nodes_reused: 0,
             window: Duration::ZERO,
             nodeclaims: vec!["default-abcde".into()],
+            planned_pods: 1,
             problems: vec![
                 "default/big: incompatible with nodepool \"default\": no instance type fits".into(),
                 "EC2NodeClass default is not in the input: using defaults".into(),
@@ -388,10 +393,16 @@ karpenter_nodeclaims_created_total{reason=\"provisioning\"} 99
             timing: RoundTiming::default(),
         };
         let mut log = RoundLog::default();
-        log.record(round);
+        log.record(round.clone());
+        log.record(Round {
+            number: 4,
+            planned_pods: 2,
+            ..round
+        });
+        assert_eq!(log.provisioning().planned_pods, 3, "summed over rounds");
         assert_eq!(log.unschedulable.len(), 1);
         assert!(log.unschedulable["default/big"].starts_with("incompatible"));
-        assert_eq!(log.rounds, 3);
+        assert_eq!(log.rounds, 4);
         assert_eq!(
             log.provisioning().largest_round.map(|r| r.node_claims),
             Some(1)

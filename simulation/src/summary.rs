@@ -143,6 +143,10 @@ pub struct CloudApiCalls {
 #[serde(rename_all = "camelCase")]
 pub struct Provisioning {
     pub rounds: u64,
+    /// Pods the rounds planned into the NodeClaims they created, summed over rounds: a pod
+    /// a later round planned anew (its room taken by another pod, its nomination released)
+    /// counts again, so beyond the pods bound on launched capacity it is room planned twice.
+    pub planned_pods: u64,
     /// The round that created the most NodeClaims.
     pub largest_round: Option<RoundFigures>,
     /// What became of the nominations the controller wrote.
@@ -174,6 +178,8 @@ pub struct RoundFigures {
     pub number: u64,
     pub pending_pods: usize,
     pub node_claims: usize,
+    /// Pods planned into those NodeClaims.
+    pub planned_pods: usize,
     /// Snapshot and scheduling.
     pub solve_seconds: f64,
     /// From the batch window closing to the last of the round's NodeClaims being created.
@@ -354,13 +360,18 @@ impl Summary {
             self.cloud_api_calls.throttled,
             joined(&self.cloud_api_calls.by_operation)
         );
-        let _ = write!(out, "provisioning    {} rounds", self.provisioning.rounds);
+        let _ = write!(
+            out,
+            "provisioning    {} rounds, {} pods planned into NodeClaims",
+            self.provisioning.rounds, self.provisioning.planned_pods
+        );
         if let Some(r) = &self.provisioning.largest_round {
             let _ = write!(
                 out,
-                "; largest: {} pending pods → {} NodeClaims, solve {:.3}s, batch close → all created {:.3}s (client budget's bound {:.3}s)",
+                "; largest: {} pending pods → {} NodeClaims for {} pods, solve {:.3}s, batch close → all created {:.3}s (client budget's bound {:.3}s)",
                 r.pending_pods,
                 r.node_claims,
+                r.planned_pods,
                 r.solve_seconds,
                 r.batch_close_to_created_seconds,
                 r.client_budget_bound_seconds

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use k8s_openapi::jiff::Timestamp;
 use kerf::api::NodePool;
 use kerf::catalog::Catalog;
@@ -103,6 +103,11 @@ pub struct Round {
     pub window: Duration,
     /// Names of the NodeClaims created, in creation order (none without a cloud provider).
     pub nodeclaims: Vec<String>,
+    /// Pods planned into the NodeClaims created (a CapacityBuffer's virtual pods among
+    /// them): over rounds, a pod counts again each time a later round plans it anew (its
+    /// planned room taken by another pod, or its nomination released), so the sum beside
+    /// the pods bound tells how much was planned twice.
+    pub planned_pods: usize,
     /// Problems of the round: snapshot warnings, pods left unschedulable, failed creates.
     pub problems: Vec<String>,
     /// Where the round's time went.
@@ -277,6 +282,7 @@ impl Provisioner {
             nodes_reused: 0,
             window: batch.window,
             nodeclaims: Vec::new(),
+            planned_pods: 0,
             problems: Vec::new(),
             timing: RoundTiming {
                 queued,
@@ -514,10 +520,13 @@ impl Handler<BatchReady> for Provisioner {
                 Some(creator) => {
                     let concurrency = creator.capacity().max(1);
                     futures::stream::iter(launches)
-                        .map(|l| creator.deliver(l))
+                        .map(|l| {
+                            let pods = l.claim.pods.len();
+                            creator.deliver(l).map(move |outcome| (outcome, pods))
+                        })
                         .buffered(concurrency)
-                        .map(|outcome| match outcome {
-                            Ok(Ok(claim)) => Ok(claim.metadata.name.unwrap_or_default()),
+                        .map(|(outcome, pods)| match outcome {
+                            Ok(Ok(claim)) => Ok((claim.metadata.name.unwrap_or_default(), pods)),
                             Ok(Err(error)) => Err(error.to_string()),
                             Err(error) => Err(error.to_string()),
                         })
@@ -538,7 +547,10 @@ impl Handler<BatchReady> for Provisioner {
                 }
                 for outcome in outcomes {
                     match outcome {
-                        Ok(name) => round.nodeclaims.push(name),
+                        Ok((name, pods)) => {
+                            round.nodeclaims.push(name);
+                            round.planned_pods += pods;
+                        }
                         Err(problem) => round.problems.push(problem),
                     }
                 }
@@ -553,6 +565,7 @@ impl Handler<BatchReady> for Provisioner {
                     forms_reused = round.forms_reused,
                     nodes_reused = round.nodes_reused,
                     nodeclaims = round.nodeclaims.len(),
+                    planned_pods = round.planned_pods,
                     problems = ?round.problems,
                     queued_ms = round.timing.queued.as_millis() as u64,
                     solve_ms = round.timing.solve.as_millis() as u64,

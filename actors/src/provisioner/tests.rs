@@ -220,6 +220,10 @@ fn a_round_solved_by_the_node_pool_schedulers_equals_the_sequential_solve() {
         let planned = recorded.lock().expect("not poisoned").clone();
         assert_eq!(planned, expected.new_node_claims);
         assert_eq!(round.nodeclaims.len(), planned.len());
+        assert_eq!(
+            round.planned_pods,
+            planned.iter().map(|c| c.pods.len()).sum::<usize>()
+        );
         assert!(planned.len() > CREATOR_TEST_CAPACITY, "{planned:?}");
         assert_eq!(
             most_in_flight.load(Ordering::SeqCst),
@@ -378,6 +382,7 @@ fn empty_round() -> Round {
         nodes_reused: 0,
         window: Duration::ZERO,
         nodeclaims: Vec::new(),
+        planned_pods: 0,
         problems: Vec::new(),
         timing: RoundTiming::default(),
     }
