@@ -9,9 +9,9 @@
 //! at 20k pods), and a waiter per pod would hold a few hundred bytes for each. A line keeps
 //! its place: the slots freed go, in the order the lines were opened, to the first line
 //! whose class and step may hold one more, until it has had a slot for each of its pods; so
-//! a NodeClaim's pods are written before those of a NodeClaim that asked later. Lines for
-//! Nodes still booting are served after every other line that can take a slot: a
-//! registration's writes go first.
+//! a NodeClaim's pods are written before those of a NodeClaim that asked later. The lines
+//! take [`Turn`]s: one-per-node pods' lines first, then the other registrations' (and
+//! withdrawals'), and the lines for Nodes still booting last.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -82,6 +82,34 @@ impl Shares {
     }
 }
 
+/// The order the lines are served in; within a turn, the order they were opened in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Turn {
+    /// A one-per-node pod shares its planned Node with no peer: until it is nominated,
+    /// kube-scheduler may give that Node to a peer or fill its room with other pods, and
+    /// the pod then needs a NodeClaim of its own (see `pods::is_one_per_node`). One write
+    /// keeps a Node's worth of room, so these go before the registrations opened earlier.
+    OnePerNode,
+    /// Registrations and withdrawals: a Node's `unregistered` taint waits on them.
+    Registering,
+    /// Writes for Nodes still booting, which no pod waits on yet.
+    Booting,
+}
+
+impl Turn {
+    const ORDER: [Self; 3] = [Self::OnePerNode, Self::Registering, Self::Booting];
+
+    fn of(class: Class, shares: Shares) -> Self {
+        if class == Class::OnePerNode {
+            Self::OnePerNode
+        } else if shares.launch {
+            Self::Booting
+        } else {
+            Self::Registering
+        }
+    }
+}
+
 /// The write slots every launch's and registration's nominations (and withdrawals) share.
 pub struct Slots {
     queue: Mutex<Queue>,
@@ -97,6 +125,7 @@ struct Queue {
 /// A line's place in the queue.
 struct Waiting {
     shares: Shares,
+    turn: Turn,
     /// Slots still to be given to it.
     wanted: usize,
     /// Slots given to it that it has not taken yet.
@@ -148,15 +177,13 @@ impl Default for Slots {
 }
 
 impl Queue {
-    /// Gives the free slots to the lines in the order they were opened, each as many as its
-    /// shares allow: first to the lines not held to the launch share (registrations,
-    /// withdrawals), then to the writes for Nodes still booting, which a pod does not wait
-    /// on yet. A line passed over for a full share stays passed over: shares only fill
-    /// while slots are given.
+    /// Gives the free slots to the lines turn by turn ([`Turn::ORDER`]), within a turn in
+    /// the order they were opened, each as many as its shares allow. A line passed over for
+    /// a full share stays passed over: shares only fill while slots are given.
     fn give(&mut self) {
         let Self { free, lines, .. } = self;
-        for booting in [false, true] {
-            for waiting in lines.values_mut().filter(|w| w.shares.launch == booting) {
+        for turn in Turn::ORDER {
+            for waiting in lines.values_mut().filter(|w| w.turn == turn) {
                 if free.all == 0 {
                     return;
                 }
@@ -193,6 +220,7 @@ impl Slots {
             number,
             Waiting {
                 shares,
+                turn: Turn::of(class, shares),
                 wanted: count,
                 given: 0,
                 waker: None,
@@ -422,6 +450,31 @@ mod tests {
         assert_eq!(take_given(&mut constrained).len(), 2);
         drop(unconstrained);
         assert_eq!(take_given(&mut more).len(), 2);
+    }
+
+    #[test]
+    fn a_freed_slot_goes_to_a_one_per_node_line_before_older_lines() {
+        for step in [Step::Registration, Step::Launch] {
+            let slots = Slots::default();
+            let held = take_all(&slots, Class::Constrained, Step::Registration);
+            let mut registering = slots.line(Class::Constrained, Step::Registration, 3);
+            let mut booting = slots.line(Class::Constrained, Step::Launch, 3);
+            let mut alone = slots.line(Class::OnePerNode, step, 2);
+            let mut held = held.into_iter();
+            held.by_ref().take(3).for_each(drop);
+            let nominated = take_given(&mut alone);
+            assert_eq!(
+                nominated.len(),
+                2,
+                "the one-per-node pods go first ({step:?})"
+            );
+            assert_eq!(
+                take_given(&mut registering).len(),
+                1,
+                "then the registration"
+            );
+            assert!(take_given(&mut booting).is_empty());
+        }
     }
 
     #[test]
