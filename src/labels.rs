@@ -1,6 +1,9 @@
 //! Well-known label, annotation, taint and finalizer names shared with upstream Karpenter.
 //! They are the compatibility contract: users' manifests, dashboards and tooling key on
-//! these exact strings, so every part of kerf names them through these constants.
+//! these exact strings, so every part of kerf names them through these constants. Also
+//! here: [`compact`], how a store keeps a decoded label map.
+
+use std::collections::BTreeMap;
 
 pub const GROUP: &str = "karpenter.sh";
 pub const AWS_GROUP: &str = "karpenter.k8s.aws";
@@ -269,6 +272,15 @@ pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
 /// Kubernetes' label that takes a draining Node out of load-balancer target groups.
 pub const EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: &str =
     "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// Rebuilds a label (or annotation) map with full B-tree nodes. Decoding inserts the JSON's
+/// sorted keys one by one, and each node split on the way leaves the node behind it half
+/// empty; collecting builds the tree from sorted entries, every node full. For a Node's
+/// thirty labels that is one 11-entry leaf fewer, about 540 bytes of 3.9 KB
+/// (`tests/label_map_memory.rs`), for each map a store keeps.
+pub fn compact(map: &mut BTreeMap<String, String>) {
+    *map = std::mem::take(map).into_iter().collect();
+}
 
 #[cfg(test)]
 mod tests {

@@ -22,6 +22,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kerf::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
+use kerf::labels;
 use kerf::pods::{LeanPod, PodInterner, keep_what_placement_reads};
 
 /// kubectl's copy of the last applied manifest: the whole object again, read by nobody here.
@@ -54,6 +55,9 @@ pub trait Stored: Lean + Sized {
 fn lean_metadata(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
     drop_last_applied(meta);
+    // Decoded maps are half-empty trees; a store holds them for the object's life.
+    meta.labels.iter_mut().for_each(labels::compact);
+    meta.annotations.iter_mut().for_each(labels::compact);
 }
 
 fn drop_last_applied(meta: &mut ObjectMeta) {
