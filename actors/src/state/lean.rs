@@ -10,7 +10,9 @@
 //! as [`keep_what_placement_reads`] leaves it, the status as a [`kerf::pods::LeanStatus`]
 //! without the conditions nothing reads ([`READ_POD_CONDITIONS`]), and container statuses
 //! only on finished pods (their last event is their containers' finish). Nodes lose their image list, attached volumes
-//! and system info; every kind loses `managedFields` and the last-applied annotation.
+//! and system info; a launched NodeClaim's requirements keep of their values the one its
+//! labels pin ([`narrow_to_launched`]); every kind loses `managedFields` and the
+//! last-applied annotation.
 //! Nothing the controller writes is built from a trimmed part: its writes are merge patches
 //! of the fields it sets.
 
@@ -21,7 +23,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kerf::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
+use kerf::api::{CapacityBuffer, EC2NodeClass, NodeClaim, NodeOverlay, NodePool, Operator};
 use kerf::labels;
 use kerf::pods::{LeanPod, PodInterner, keep_what_placement_reads};
 
@@ -106,8 +108,9 @@ impl Stored for Pod {
     }
 }
 
+stored_as_itself!(NodeClaim);
+
 metadata_only!(
-    NodeClaim,
     NodePool,
     EC2NodeClass,
     DaemonSet,
@@ -188,6 +191,37 @@ fn lean_container_status(status: &mut ContainerStatus) {
         state,
         ..ContainerStatus::default()
     };
+}
+
+impl Lean for NodeClaim {
+    fn lean(&mut self) {
+        lean_metadata(&mut self.metadata);
+        narrow_to_launched(self);
+    }
+}
+
+/// Narrows each `In` requirement of a launched NodeClaim to the value its labels pin. The
+/// values a NodeClaim may launch as are read only until it launches (to launch, and to
+/// size its room while it has no instance type); from then its labels say what it is.
+/// The instance-type requirement alone lists up to sixty types: kilobytes a NodeClaim
+/// would hold for its Node's whole life.
+fn narrow_to_launched(claim: &mut NodeClaim) {
+    let launched = claim.provider_id().is_some_and(|id| !id.is_empty());
+    let (Some(labels), true) = (claim.metadata.labels.as_ref(), launched) else {
+        return;
+    };
+    for requirement in &mut claim.spec.requirements {
+        if requirement.operator != Operator::In || requirement.values.len() < 2 {
+            continue;
+        }
+        if let Some(value) = labels.get(&requirement.key)
+            && requirement.values.contains(value)
+        {
+            // One value is as many as it will ever have: no minimum is left to check.
+            requirement.values = vec![value.clone()];
+            requirement.min_values = None;
+        }
+    }
 }
 
 impl Lean for Node {
@@ -426,5 +460,61 @@ mod tests {
         assert!(claim.metadata.managed_fields.is_none());
         assert_eq!(claim.metadata.annotations, full.metadata.annotations);
         assert_eq!(claim.spec, full.spec);
+    }
+
+    fn claim(provider_id: Option<&str>) -> NodeClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": "c", "labels": {
+                "node.kubernetes.io/instance-type": "m5.xlarge",
+                "topology.kubernetes.io/zone": "us-east-1b",
+                "team": "x"
+            }},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In",
+                     "values": ["m5.large", "m5.xlarge", "c5.large"], "minValues": 2},
+                    {"key": "topology.kubernetes.io/zone", "operator": "In",
+                     "values": ["us-east-1a", "us-east-1b"]},
+                    {"key": "team", "operator": "NotIn", "values": ["y", "z"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In",
+                     "values": ["spot", "on-demand"]}
+                ]
+            },
+            "status": {"providerID": provider_id}
+        }))
+        .expect("a valid NodeClaim")
+    }
+
+    fn values(claim: &NodeClaim) -> Vec<Vec<&str>> {
+        claim
+            .requirements()
+            .iter()
+            .map(|r| r.values.iter().map(String::as_str).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_launched_nodeclaim_keeps_of_its_requirements_the_values_its_labels_pin() {
+        let mut launched = claim(Some("aws:///us-east-1b/i-0123"));
+        launched.lean();
+        assert_eq!(
+            values(&launched),
+            [
+                vec!["m5.xlarge"],
+                vec!["us-east-1b"],
+                vec!["y", "z"],
+                vec!["spot", "on-demand"],
+            ],
+            "In narrowed to the label; NotIn and unlabelled keys as they were"
+        );
+        assert_eq!(launched.requirements()[0].min_values, None);
+        let mut unlaunched = claim(None);
+        unlaunched.lean();
+        assert_eq!(
+            unlaunched.spec,
+            claim(None).spec,
+            "still to launch: all kept"
+        );
     }
 }
