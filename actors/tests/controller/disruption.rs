@@ -885,7 +885,9 @@ async fn empty_nodes_go_after_a_panic_of(fault: &'static str) {
         .flat_map(|(_, nodes)| nodes)
         .collect();
     assert_eq!(deleted, nodes, "exactly the emptied nodes went");
-    assert_eq!(stack.in_flight(), 0, "no command holds a node");
+    // A command lets go of its nodes once it sees their NodeClaims gone, which may be a
+    // moment after this test saw it.
+    within(FLOW, "no command holds a node", || stack.in_flight() == 0).await;
     stack.stop().await;
 }
 
