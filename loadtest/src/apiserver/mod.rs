@@ -48,6 +48,7 @@ use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
 pub use clock::{Clock, ManualClock, ScaledClock};
+pub use controllers::BURST_REPLICAS;
 pub use error::{ApiError, Reason};
 pub use faults::{Faults, InjectedError, Target as FaultTarget};
 pub use registry::{

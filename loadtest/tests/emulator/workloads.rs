@@ -2,6 +2,8 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kerf_loadtest::apiserver::BURST_REPLICAS;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::conditions::is_deleted;
 use serde_json::json;
@@ -176,6 +178,56 @@ async fn foreground_orphan_and_namespace_deletion() {
             .expect("list")
             .items
             .is_empty()
+    );
+    h.stop().await;
+}
+
+fn replica_set(name: &str, replicas: usize) -> serde_json::Value {
+    json!({"metadata": {"name": name}, "spec": {"replicas": replicas,
+        "selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "app", "image": "app:1"}]}}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicasets_scaled_together_create_their_pods_in_turn() {
+    let h = start().await;
+    let replicasets: Api<ReplicaSet> = Api::namespaced(h.client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "default");
+    let replicas = 4 * BURST_REPLICAS;
+    for name in ["a", "b"] {
+        create(&replicasets, replica_set(name, replicas)).await;
+    }
+    let all_created = |rs: Option<&ReplicaSet>| {
+        rs.and_then(|rs| rs.status.as_ref())
+            .is_some_and(|s| usize::try_from(s.replicas).ok() == Some(replicas))
+    };
+    for name in ["a", "b"] {
+        wait_for(&replicasets, name, all_created).await;
+    }
+    // Nothing else writes these pods: their resourceVersions are their creation order.
+    let mut created: Vec<(u64, String)> = pods
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .map(|p| {
+            let version = p.metadata.resource_version.as_deref().unwrap_or_default();
+            let app = p.labels().get("app").cloned().unwrap_or_default();
+            (version.parse().expect("a numeric resourceVersion"), app)
+        })
+        .collect();
+    created.sort();
+    assert_eq!(created.len(), 2 * replicas);
+    // Whole, the first ReplicaSet's pods would all come first. In bursts, the second's
+    // start within the first's second burst (its first, if both were seen at once).
+    let second = if created[0].1 == "a" { "b" } else { "a" };
+    let first_of_second = created.iter().position(|(_, app)| app == second);
+    assert!(
+        first_of_second.is_some_and(|i| i <= 2 * BURST_REPLICAS),
+        "{second}'s first pod is #{first_of_second:?} of {}",
+        created.len()
     );
     h.stop().await;
 }

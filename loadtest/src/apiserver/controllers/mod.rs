@@ -9,6 +9,8 @@ mod namespace;
 mod pdb;
 mod replicaset;
 
+pub use replicaset::BURST_REPLICAS;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

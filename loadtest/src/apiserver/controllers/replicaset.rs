@@ -1,6 +1,10 @@
 //! ReplicaSet controller: keeps `spec.replicas` active pods, created from the pod template
 //! with its labels and a controller ownerReference, deleting surplus pods
 //! unscheduled-first, then pending, then not-ready, then newest; reports replica counts.
+//! Like kube-controller-manager's, it creates or deletes at most [`BURST_REPLICAS`] pods a
+//! reconcile; the watch events of those bring it back for the rest, so the pods of
+//! Deployments scaled together arrive interleaved, not one Deployment's whole scale-out
+//! after another's.
 
 use std::sync::Arc;
 
@@ -10,6 +14,11 @@ use super::{controller_keys, follow, in_namespace};
 use crate::apiserver::registry::{DeleteOptions, Registry, Sub, Target};
 use crate::apiserver::store::{EventType, ObjKey, StoredObject};
 use crate::apiserver::watch::Change;
+
+/// Pods one reconcile creates or deletes: kube-controller-manager's `burstReplicas`. A
+/// scale-out's pods then reach the autoscaler as a real cluster sends them, every
+/// ReplicaSet's in turn, which decides how its batches mix the Deployments' pods.
+pub const BURST_REPLICAS: usize = 500;
 
 /// Runs the controller.
 pub async fn run(registry: Arc<Registry>) {
@@ -101,7 +110,7 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
     let pods_ns = in_namespace(pods, ns);
     let changed = active.len() != desired;
     if active.len() < desired {
-        for _ in active.len()..desired {
+        for _ in active.len()..desired.min(active.len() + BURST_REPLICAS) {
             if let Err(err) = registry.create(
                 &pods_ns,
                 pod_from_template(&rs.value()),
@@ -113,7 +122,8 @@ fn reconcile(registry: &Arc<Registry>, replicasets: &Target, pods: &Target, (ns,
         }
     } else if active.len() > desired {
         active.sort_by_key(|p| deletion_rank(p));
-        for victim in &active[..active.len() - desired] {
+        let surplus = (active.len() - desired).min(BURST_REPLICAS);
+        for victim in &active[..surplus] {
             if let Err(err) =
                 registry.delete(&pods_ns, &victim.attrs.name, &DeleteOptions::default())
             {
