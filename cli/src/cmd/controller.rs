@@ -15,6 +15,7 @@ use kerf_actors::instance_health;
 use kerf_actors::leader::Timing;
 use kerf_actors::state::ClusterState;
 use kerf_actors::{Daemon, Environment, Settings, ValidSettings};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -79,6 +80,7 @@ fn inject_faults(spec: &str) -> anyhow::Result<()> {
 }
 
 async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
+    let mut stop = StopSignals::register().context("registering the stop signals")?;
     if let Ok(spec) = std::env::var(INJECT_FAULTS) {
         inject_faults(&spec)?;
     }
@@ -129,10 +131,7 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
     // once, so Kubernetes restarts the pod even without a liveness probe.
     let mut unhealthy = daemon.unhealthy();
     let exhausted = tokio::select! {
-        stopped = terminated() => {
-            stopped.context("waiting for a stop signal")?;
-            None
-        }
+        () = stop.received() => None,
         exhausted = async {
             match unhealthy.wait_for(Option::is_some).await {
                 Ok(exhausted) => exhausted.clone(),
@@ -162,11 +161,27 @@ fn identity() -> String {
     format!("{host}_{:x}{nanos:08x}", std::process::id())
 }
 
-/// Completes on SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
-async fn terminated() -> std::io::Result<()> {
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = sigterm.recv() => Ok(()),
-        ctrl_c = tokio::signal::ctrl_c() => ctrl_c,
+/// SIGTERM (how Kubernetes stops a pod) and Ctrl-C, registered before anything starts:
+/// until a handler is registered, a SIGTERM kills the process at once (the default
+/// action), leaving the leader lease to expire instead of being released.
+struct StopSignals {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl StopSignals {
+    fn register() -> std::io::Result<Self> {
+        Ok(Self {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Completes on the first of them.
+    async fn received(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
     }
 }
