@@ -15,7 +15,8 @@ use kerf_actors::instance_health;
 use kerf_actors::leader::Timing;
 use kerf_actors::state::ClusterState;
 use kerf_actors::{Daemon, Environment, Settings, ValidSettings};
-use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use super::simulate::StopSignal;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -80,7 +81,9 @@ fn inject_faults(spec: &str) -> anyhow::Result<()> {
 }
 
 async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
-    let mut stop = StopSignals::register().context("registering the stop signals")?;
+    // Before anything starts: until SIGTERM is taken over, it ends the process at once (its
+    // default action), and the leader Lease is left to expire instead of being released.
+    let stop = StopSignal::install().context("installing the signal handlers")?;
     if let Ok(spec) = std::env::var(INJECT_FAULTS) {
         inject_faults(&spec)?;
     }
@@ -131,7 +134,7 @@ async fn serve(settings: ValidSettings) -> anyhow::Result<()> {
     // once, so Kubernetes restarts the pod even without a liveness probe.
     let mut unhealthy = daemon.unhealthy();
     let exhausted = tokio::select! {
-        () = stop.received() => None,
+        () = stop.wait() => None,
         exhausted = async {
             match unhealthy.wait_for(Option::is_some).await {
                 Ok(exhausted) => exhausted.clone(),
@@ -159,29 +162,4 @@ fn identity() -> String {
         .map(|d| d.subsec_nanos())
         .unwrap_or_default();
     format!("{host}_{:x}{nanos:08x}", std::process::id())
-}
-
-/// SIGTERM (how Kubernetes stops a pod) and Ctrl-C, registered before anything starts:
-/// until a handler is registered, a SIGTERM kills the process at once (the default
-/// action), leaving the leader lease to expire instead of being released.
-struct StopSignals {
-    terminate: Signal,
-    interrupt: Signal,
-}
-
-impl StopSignals {
-    fn register() -> std::io::Result<Self> {
-        Ok(Self {
-            terminate: signal(SignalKind::terminate())?,
-            interrupt: signal(SignalKind::interrupt())?,
-        })
-    }
-
-    /// Completes on the first of them.
-    async fn received(&mut self) {
-        tokio::select! {
-            _ = self.terminate.recv() => {}
-            _ = self.interrupt.recv() => {}
-        }
-    }
 }
